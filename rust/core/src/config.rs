@@ -1,0 +1,137 @@
+//! Static configuration of one runtime (one running kernel).
+
+use crate::error::{Result, RtError};
+use std::time::Duration;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DmaMode {
+    /// Copy at `dma_start`.
+    Eager,
+    /// Queue the copy; a core waiting on the DMA's semaphore runs it.
+    OnWait,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OobReads {
+    Raise,
+    /// Out-of-bounds parts of a read return the fill value.
+    Uninitialized,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FillMode {
+    /// NaN for floats, the max value for integers, `true` for bool.
+    Nan,
+    Zero,
+}
+
+impl DmaMode {
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "eager" => Ok(DmaMode::Eager),
+            "on_wait" => Ok(DmaMode::OnWait),
+            _ => Err(RtError::value(format!(
+                "dma_execution_mode must be 'eager' or 'on_wait', got {s:?}"
+            ))),
+        }
+    }
+}
+
+impl OobReads {
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "raise" => Ok(OobReads::Raise),
+            "uninitialized" => Ok(OobReads::Uninitialized),
+            _ => Err(RtError::value(format!(
+                "out_of_bounds_reads must be 'raise' or 'uninitialized', got {s:?}"
+            ))),
+        }
+    }
+}
+
+impl FillMode {
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "nan" => Ok(FillMode::Nan),
+            "zero" => Ok(FillMode::Zero),
+            _ => Err(RtError::value(format!(
+                "uninitialized_memory must be 'nan' or 'zero', got {s:?}"
+            ))),
+        }
+    }
+}
+
+/// Devices x cores. Global core id = device * cores_per_device + local core.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Topology {
+    pub num_devices: u32,
+    pub cores_per_device: u32,
+}
+
+impl Topology {
+    pub fn num_cores(&self) -> u32 {
+        self.num_devices * self.cores_per_device
+    }
+    pub fn global_core(&self, device: u32, core: u32) -> u32 {
+        device * self.cores_per_device + core
+    }
+    /// Checks a (device, core) pair and returns its global core id.
+    pub fn check(&self, device: u32, core: u32) -> Result<u32> {
+        if device >= self.num_devices {
+            return Err(RtError::value(format!(
+                "device id {device} out of range: the kernel runs on {} device(s)",
+                self.num_devices
+            )));
+        }
+        if core >= self.cores_per_device {
+            return Err(RtError::value(format!(
+                "core id {core} out of range: each device has {} core(s)",
+                self.cores_per_device
+            )));
+        }
+        Ok(self.global_core(device, core))
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub num_devices: u32,
+    pub cores_per_device: u32,
+    pub dma_mode: DmaMode,
+    pub oob_reads: OobReads,
+    pub fill: FillMode,
+    /// A blocking wait (semaphore, DMA, barrier) fails after this long.
+    /// `None`: wait until signalled or until the kernel fails elsewhere.
+    pub wait_timeout: Option<Duration>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            num_devices: 1,
+            cores_per_device: 1,
+            dma_mode: DmaMode::OnWait,
+            oob_reads: OobReads::Raise,
+            fill: FillMode::Nan,
+            wait_timeout: Some(Duration::from_secs(120)),
+        }
+    }
+}
+
+impl Config {
+    pub fn topology(&self) -> Topology {
+        Topology { num_devices: self.num_devices, cores_per_device: self.cores_per_device }
+    }
+    pub fn validate(&self) -> Result<()> {
+        if self.num_devices == 0 || self.cores_per_device == 0 {
+            return Err(RtError::value(format!(
+                "a runtime needs at least one device and one core per device, got {} x {}",
+                self.num_devices, self.cores_per_device
+            )));
+        }
+        if self.num_devices.checked_mul(self.cores_per_device).is_none_or(|n| n > 1 << 16) {
+            return Err(RtError::value("too many cores (at most 65536 in total)"));
+        }
+        Ok(())
+    }
+}

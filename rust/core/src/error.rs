@@ -1,0 +1,122 @@
+//! Errors of the runtime. Each carries the Python exception type it maps to,
+//! so the binding and the FFI layer can re-raise the right type.
+
+use std::fmt;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// Bad ids, id collisions, shape/dtype mismatches, bad configuration.
+    Value,
+    /// Out-of-bounds accesses.
+    Index,
+    /// This core was stopped because another core failed first; the root
+    /// cause is in [`RtError::root`].
+    Aborted,
+    /// A blocking wait exceeded the configured timeout.
+    Timeout,
+    /// Every live core is blocked and nothing pending can wake any of them.
+    Deadlock,
+    /// Semaphores left with a non-zero count at kernel end (when raising).
+    Leak,
+    /// Valid request the runtime does not support.
+    NotImplemented,
+    /// A broken invariant inside mosaic_rt (a bug, never user error).
+    Internal,
+}
+
+impl ErrorKind {
+    /// Name of the Python exception class this kind is raised as.
+    pub fn python_type(self) -> &'static str {
+        match self {
+            ErrorKind::Value => "ValueError",
+            ErrorKind::Index => "IndexError",
+            ErrorKind::Aborted => "KernelAborted",
+            ErrorKind::Timeout => "WaitTimeout",
+            ErrorKind::Deadlock => "DeadlockError",
+            ErrorKind::Leak => "SemaphoreLeakError",
+            ErrorKind::NotImplemented => "NotImplementedError",
+            ErrorKind::Internal => "MosaicRuntimeError",
+        }
+    }
+
+    /// Inverse of [`ErrorKind::python_type`].
+    pub fn from_python_type(name: &str) -> Option<ErrorKind> {
+        use ErrorKind::*;
+        [Value, Index, Aborted, Timeout, Deadlock, Leak, NotImplemented, Internal]
+            .into_iter()
+            .find(|k| k.python_type() == name)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RtError {
+    pub kind: ErrorKind,
+    pub message: String,
+    /// Where the error happened, when known.
+    pub device: Option<u32>,
+    pub core: Option<u32>,
+    /// For [`ErrorKind::Aborted`]: the first error of the kernel.
+    pub root: Option<Box<RtError>>,
+}
+
+pub type Result<T> = std::result::Result<T, RtError>;
+
+impl RtError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        RtError { kind, message: message.into(), device: None, core: None, root: None }
+    }
+    pub fn value(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Value, message)
+    }
+    pub fn index(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Index, message)
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Internal, message)
+    }
+    pub fn not_implemented(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::NotImplemented, message)
+    }
+    /// Records where the error happened unless already known.
+    pub fn at(mut self, device: u32, core: u32) -> Self {
+        self.device.get_or_insert(device);
+        self.core.get_or_insert(core);
+        self
+    }
+    /// The error that started it all: `root` for aborts, `self` otherwise.
+    pub fn root_cause(&self) -> &RtError {
+        match &self.root {
+            Some(r) => r.root_cause(),
+            None => self,
+        }
+    }
+    /// An abort of (device, core) caused by `root`.
+    pub fn aborted(root: &RtError, device: u32, core: u32) -> Self {
+        let root = root.root_cause().clone();
+        let place = match (root.device, root.core) {
+            (Some(d), Some(c)) => format!("device {d}, core {c}"),
+            (Some(d), None) => format!("device {d}"),
+            _ => "another core".to_string(),
+        };
+        let message = format!(
+            "kernel aborted on device {device}, core {core}: {place} failed first with {}: {}",
+            root.kind.python_type(),
+            root.message
+        );
+        RtError {
+            kind: ErrorKind::Aborted,
+            message,
+            device: Some(device),
+            core: Some(core),
+            root: Some(Box::new(root)),
+        }
+    }
+}
+
+impl fmt::Display for RtError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind.python_type(), self.message)
+    }
+}
+
+impl std::error::Error for RtError {}

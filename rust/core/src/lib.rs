@@ -1,0 +1,30 @@
+//! mosaic_rt_core: the pure-Rust runtime behind mosaic_rt.
+//!
+//! One [`Runtime`] simulates one running Pallas TPU kernel on
+//! `num_devices x cores_per_device` cores: semaphore counters (one atomic per
+//! semaphore and global core), the DMA engine and simulated memory. There is
+//! no process-global state; any number of runtimes may live at once.
+//!
+//! Nothing here knows about Python or XLA: the FFI crate and the pyo3 binding
+//! are thin layers on top of [`Runtime`].
+
+pub mod config;
+pub mod dma;
+pub mod dtype;
+pub mod error;
+pub mod memory;
+pub mod region;
+pub mod registry;
+pub mod runtime;
+pub mod sem;
+pub mod sync;
+
+pub use config::{Config, DmaMode, FillMode, OobReads, Topology};
+pub use dma::DmaRequest;
+pub use dtype::DType;
+pub use error::{ErrorKind, Result, RtError};
+pub use memory::{BufferInfo, BufferKey, Init, MemorySpace};
+pub use region::{DimSel, Region};
+pub use registry::LaunchRegistry;
+pub use runtime::Runtime;
+pub use sem::{Leak, SemKind};

@@ -1,0 +1,230 @@
+//! The `Runtime`: one simulated running kernel. This file is the public
+//! contract used by the FFI layer and the pyo3 binding; the work is done in
+//! `memory` (buffers), `sem` (semaphores, waits, barrier, failure) and `dma`.
+//!
+//! Errors are returned, never recorded implicitly: the caller decides whether
+//! an error ends the kernel (the FFI layer calls [`Runtime::fail`] on every
+//! error; the Python binding leaves that to the user).
+
+use crate::config::{Config, Topology};
+use crate::dma::DmaRequest;
+use crate::error::{Result, RtError};
+use crate::memory::{BufferInfo, BufferKey, Init, MemorySpace, MemoryTable};
+use crate::dtype::DType;
+use crate::region::Region;
+use crate::sem::{Leak, SemKind, SemTable};
+
+pub struct Runtime {
+    pub(crate) config: Config,
+    pub(crate) topo: Topology,
+    pub(crate) memory: MemoryTable,
+    pub(crate) sems: SemTable,
+}
+
+impl Runtime {
+    pub fn new(config: Config) -> Result<Runtime> {
+        config.validate()?;
+        let topo = config.topology();
+        Ok(Runtime {
+            memory: MemoryTable::new(&config),
+            sems: SemTable::new(&config),
+            topo,
+            config,
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn topology(&self) -> Topology {
+        self.topo
+    }
+
+    // ---------------------------------------------------------------- memory
+
+    /// Allocates a buffer on (device, core) -- on every core of the device
+    /// when `core` is `None` -- and returns its id (ids count from 100 per
+    /// (device, core) and stay in sync across cores). HBM/ANY buffers exist
+    /// once per device (key core 0) and are reference-counted across cores.
+    /// `shape` is the allocated (possibly padded) shape, `logical_shape` the
+    /// user-visible one (defaults to `shape`).
+    pub fn allocate_buffer(
+        &self,
+        device: u32,
+        core: Option<u32>,
+        space: MemorySpace,
+        dtype: DType,
+        shape: &[usize],
+        logical_shape: Option<&[usize]>,
+        init: Init<'_>,
+    ) -> Result<u32> {
+        self.check_failed_at(device, core.unwrap_or(0))?;
+        self.memory
+            .allocate(&self.topo, device, core, space, dtype, shape, logical_shape, init)
+            .map_err(|e| e.at(device, core.unwrap_or(0)))
+    }
+
+    /// Drops one reference of the buffer; it is freed at zero.
+    pub fn free_buffer(&self, device: u32, core: u32, space: MemorySpace, id: u32) -> Result<()> {
+        self.memory.free(&self.topo, device, core, space, id).map_err(|e| e.at(device, core))
+    }
+
+    pub fn buffer_info(&self, key: BufferKey) -> Result<BufferInfo> {
+        self.memory.info(key)
+    }
+
+    /// The whole content (allocated shape) of a buffer, for inspection.
+    pub fn buffer_bytes(&self, key: BufferKey) -> Result<Vec<u8>> {
+        self.memory.content(key)
+    }
+
+    /// Shape of the value a load of `region` returns (squeezed dims dropped).
+    pub fn region_shape(&self, key: BufferKey, region: &Region) -> Result<Vec<usize>> {
+        self.memory.region_shape(key, region)
+    }
+
+    /// Reads `region` of buffer (space, id) as seen from (device, core) into
+    /// `out` (C order, exactly the region's size).
+    pub fn load(
+        &self,
+        device: u32,
+        core: u32,
+        space: MemorySpace,
+        id: u32,
+        region: &Region,
+        out: &mut [u8],
+    ) -> Result<()> {
+        self.memory
+            .load(&self.topo, device, core, space, id, region, out)
+            .map_err(|e| e.at(device, core))
+    }
+
+    /// Writes `data` (C order, exactly the region's size) into `region`.
+    pub fn store(
+        &self,
+        device: u32,
+        core: u32,
+        space: MemorySpace,
+        id: u32,
+        region: &Region,
+        data: &[u8],
+    ) -> Result<()> {
+        self.memory
+            .store(&self.topo, device, core, space, id, region, data)
+            .map_err(|e| e.at(device, core))
+    }
+
+    /// Writes `data` where `mask` (one byte per element, non-zero = true) is
+    /// set, or everywhere without a mask, and returns the previous values in
+    /// `out` (masked-off elements of `out` get `data`'s values, as stock).
+    #[allow(clippy::too_many_arguments)]
+    pub fn swap(
+        &self,
+        device: u32,
+        core: u32,
+        space: MemorySpace,
+        id: u32,
+        region: &Region,
+        data: &[u8],
+        mask: Option<&[u8]>,
+        out: &mut [u8],
+    ) -> Result<()> {
+        self.memory
+            .swap(&self.topo, device, core, space, id, region, data, mask, out)
+            .map_err(|e| e.at(device, core))
+    }
+
+    // ------------------------------------------------------------ semaphores
+
+    /// Allocates `count` consecutive internal semaphores on (device, core) --
+    /// every core of the device when `core` is `None` -- and returns the first
+    /// id (ids count from 2000 per core and stay in sync across cores).
+    pub fn allocate_semaphores(
+        &self,
+        device: u32,
+        core: Option<u32>,
+        kind: SemKind,
+        count: u32,
+    ) -> Result<u32> {
+        self.sems
+            .allocate(&self.topo, device, core, kind, count)
+            .map_err(|e| e.at(device, core.unwrap_or(0)))
+    }
+
+    /// The barrier semaphore of `collective_id` (fixed-id namespace); it is
+    /// created on first use and its id is the collective id.
+    pub fn barrier_semaphore(&self, device: u32, collective_id: u32) -> Result<u32> {
+        self.sems.barrier_semaphore(collective_id).map_err(|e| e.at(device, 0))
+    }
+
+    /// Adds `inc` to `sem` on (target_device, target_core). `None` target
+    /// device means the signalling device; `None` target core means core 0,
+    /// exactly as stock interpret mode does.
+    #[allow(clippy::too_many_arguments)]
+    pub fn semaphore_signal(
+        &self,
+        device: u32,
+        core: u32,
+        sem: u32,
+        inc: i64,
+        target_device: Option<u32>,
+        target_core: Option<u32>,
+    ) -> Result<()> {
+        self.sems
+            .signal(&self.topo, device, core, sem, inc, target_device, target_core)
+            .map_err(|e| e.at(device, core))
+    }
+
+    /// Blocks until `sem` on (device, core) reaches `value`, then subtracts it.
+    pub fn semaphore_wait(&self, device: u32, core: u32, sem: u32, value: i64) -> Result<()> {
+        self.sems
+            .wait(self, device, core, sem, value)
+            .map_err(|e| e.at(device, core))
+    }
+
+    pub fn semaphore_read(&self, device: u32, core: u32, sem: u32) -> Result<i64> {
+        self.sems.read(&self.topo, device, core, sem).map_err(|e| e.at(device, core))
+    }
+
+    /// Starts a DMA (see [`DmaRequest`]); in `eager` mode it completes here.
+    pub fn dma_start(&self, req: &DmaRequest) -> Result<()> {
+        crate::dma::start(self, req).map_err(|e| e.at(req.device, req.core))
+    }
+
+    /// Waits for `bytes` on DMA semaphore `sem` of (device, core), running
+    /// queued DMAs that signal it (on_wait mode).
+    pub fn dma_wait(&self, device: u32, core: u32, sem: u32, bytes: i64) -> Result<()> {
+        self.semaphore_wait(device, core, sem, bytes)
+    }
+
+    /// Rendezvous of all devices (one call per device), like stock's barrier.
+    pub fn device_barrier(&self, device: u32) -> Result<()> {
+        self.sems.device_barrier(self, device).map_err(|e| e.at(device, 0))
+    }
+
+    /// Semaphores with a non-zero count on `device` (all devices if `None`).
+    pub fn leaks(&self, device: Option<u32>) -> Vec<Leak> {
+        self.sems.leaks(&self.topo, device)
+    }
+
+    // --------------------------------------------------------------- failure
+
+    /// Records `err` as the kernel's failure unless one is recorded already,
+    /// wakes every parked waiter, and returns the recorded root cause.
+    pub fn fail(&self, err: RtError) -> RtError {
+        self.sems.fail(err)
+    }
+
+    pub fn failure(&self) -> Option<RtError> {
+        self.sems.failure()
+    }
+
+    /// Err(Aborted) naming the root cause if the kernel has failed.
+    pub fn check_failed_at(&self, device: u32, core: u32) -> Result<()> {
+        match self.sems.failure() {
+            Some(root) => Err(RtError::aborted(&root, device, core)),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! XLA FFI layer. OWNER: FFI helper.
