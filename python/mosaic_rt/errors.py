@@ -1,0 +1,62 @@
+"""Exceptions raised by mosaic_rt.
+
+User mistakes keep Python's usual types (``ValueError`` for bad ids, id
+collisions, shape/dtype mismatches; ``IndexError`` for out-of-bounds
+accesses). Everything that is about the simulated machine itself derives from
+:class:`MosaicRuntimeError`.
+"""
+
+from __future__ import annotations
+
+
+class MosaicRuntimeError(RuntimeError):
+    """Base class of mosaic_rt's own runtime failures."""
+
+    def __init__(self, message: str = "", *, device: int | None = None,
+                 core: int | None = None):
+        super().__init__(message)
+        self.device = device
+        self.core = core
+
+
+class KernelAborted(MosaicRuntimeError):
+    """This core stopped because another core failed first.
+
+    ``root`` holds the exception of the core that failed first (the root
+    cause), already converted to its Python type.
+    """
+
+    def __init__(self, message: str = "", *, root: BaseException | None = None,
+                 device: int | None = None, core: int | None = None):
+        super().__init__(message, device=device, core=core)
+        self.root = root
+
+
+class WaitTimeout(MosaicRuntimeError, TimeoutError):
+    """A blocking wait (semaphore, DMA or barrier) exceeded its timeout."""
+
+
+class DeadlockError(MosaicRuntimeError):
+    """Every live core is blocked and nothing pending can wake any of them."""
+
+
+class SemaphoreLeakError(MosaicRuntimeError):
+    """Semaphores were left with a non-zero count when the kernel ended."""
+
+
+# Names used by the native layer (``ErrorKind::python_type`` in Rust).
+_BY_NAME: dict[str, type[BaseException]] = {
+    "ValueError": ValueError,
+    "IndexError": IndexError,
+    "NotImplementedError": NotImplementedError,
+    "KernelAborted": KernelAborted,
+    "WaitTimeout": WaitTimeout,
+    "DeadlockError": DeadlockError,
+    "SemaphoreLeakError": SemaphoreLeakError,
+    "MosaicRuntimeError": MosaicRuntimeError,
+}
+
+
+def exception_type(name: str) -> type[BaseException]:
+    """The exception class for a native error kind name."""
+    return _BY_NAME.get(name, MosaicRuntimeError)
