@@ -1,9 +1,15 @@
-//! The DMA engine. OWNER: semaphore/DMA helper.
+//! The DMA engine: validation, byte counting, eager or on_wait execution.
 
-use crate::error::Result;
-use crate::memory::MemorySpace;
-use crate::runtime::Runtime;
+mod machine;
+
+pub use machine::DmaMachine;
+
+use crate::error::{Result, RtError};
+use crate::memory::{BufferKey, MemorySpace};
 use crate::region::Region;
+use crate::runtime::Runtime;
+use crate::config::DmaMode;
+use crate::sync::Arc;
 
 /// A DMA from a region of a buffer of (device, core) to a region of a buffer
 /// of (dst_device, core): remote copies land on the same local core of the
@@ -24,8 +30,97 @@ pub struct DmaRequest {
     pub dst_device: Option<u32>,
 }
 
+/// One started DMA, shared by the tasks that may run its steps.
+struct Dma {
+    req: DmaRequest,
+    dst_device: u32,
+    src_gcore: u32,
+    dst_gcore: u32,
+    bytes: usize,
+    machine: DmaMachine<Vec<u8>>,
+}
+
+impl Dma {
+    /// Loads the source region, then signals the send semaphore (remote only).
+    fn load_source(&self, rt: &Runtime) -> Result<Vec<u8>> {
+        let r = &self.req;
+        let mut data = vec![0u8; self.bytes];
+        rt.load(r.device, r.core, r.src_space, r.src_id, &r.src_region, &mut data)?;
+        if let Some(src_sem) = r.src_sem {
+            rt.sems.signal_global(self.src_gcore, src_sem, self.bytes as i64)?;
+        }
+        Ok(data)
+    }
+
+    /// Stores into the destination, then signals the receive semaphore.
+    fn store_destination(&self, rt: &Runtime, data: &[u8]) -> Result<()> {
+        let r = &self.req;
+        rt.store(self.dst_device, r.core, r.dst_space, r.dst_id, &r.dst_region, data)?;
+        rt.sems.signal_global(self.dst_gcore, r.dst_sem, self.bytes as i64)
+    }
+
+    fn run_read(&self, rt: &Runtime) -> Result<()> {
+        self.machine.read(|| self.load_source(rt))
+    }
+
+    fn run_read_write(&self, rt: &Runtime) -> Result<()> {
+        self.machine.read_write(|| self.load_source(rt), |data| self.store_destination(rt, data))
+    }
+}
+
+fn buffer_key(space: MemorySpace, id: u32, device: u32, core: u32) -> BufferKey {
+    let core = if space.is_shared_by_cores() { 0 } else { core };
+    BufferKey { space, id, device, core }
+}
+
 /// Starts `req` on `rt` (eager: copies now; on_wait: queues the work).
 pub fn start(rt: &Runtime, req: &DmaRequest) -> Result<()> {
-    let _ = (rt, req);
-    todo!()
+    if req.src_sem.is_some() != req.dst_device.is_some() {
+        return Err(RtError::value("Either both or neither `src_sem` and `device_id` can be set."));
+    }
+    rt.check_failed_at(req.device, req.core)?;
+    let topo = rt.topology();
+    let src_gcore = topo.check(req.device, req.core)?;
+    let dst_device = req.dst_device.unwrap_or(req.device);
+    let dst_gcore = topo.check(dst_device, req.core)?;
+
+    let src_key = buffer_key(req.src_space, req.src_id, req.device, req.core);
+    let dst_key = buffer_key(req.dst_space, req.dst_id, dst_device, req.core);
+    let src_dtype = rt.buffer_info(src_key)?.dtype;
+    let dst_dtype = rt.buffer_info(dst_key)?.dtype;
+    let src_shape = rt.region_shape(src_key, &req.src_region)?;
+    let dst_shape = rt.region_shape(dst_key, &req.dst_region)?;
+    let elements: usize = src_shape.iter().product();
+    if src_dtype != dst_dtype || elements != dst_shape.iter().product::<usize>() {
+        return Err(RtError::value(format!(
+            "DMA source and destination must have the same dtype and number of elements: \
+             source is {}{src_shape:?}, destination is {}{dst_shape:?}",
+            src_dtype.name(),
+            dst_dtype.name()
+        )));
+    }
+    rt.sems.check_exists(req.dst_sem)?;
+    if let Some(s) = req.src_sem {
+        rt.sems.check_exists(s)?;
+    }
+
+    let dma = Arc::new(Dma {
+        req: req.clone(),
+        dst_device,
+        src_gcore,
+        dst_gcore,
+        bytes: elements * src_dtype.itemsize(),
+        machine: DmaMachine::new(),
+    });
+    match rt.config().dma_mode {
+        DmaMode::Eager => dma.run_read_write(rt),
+        DmaMode::OnWait => {
+            if let Some(src_sem) = req.src_sem {
+                let reader = Arc::clone(&dma);
+                rt.sems.enqueue(src_sem, src_gcore, Box::new(move |rt: &Runtime| reader.run_read(rt)))?;
+            }
+            let writer = Arc::clone(&dma);
+            rt.sems.enqueue(req.dst_sem, dst_gcore, Box::new(move |rt: &Runtime| writer.run_read_write(rt)))
+        }
+    }
 }

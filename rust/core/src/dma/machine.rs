@@ -1,0 +1,65 @@
+//! The state machine of one DMA: Started -> Read -> Completed, each step
+//! exactly once, whichever core runs it (the issuer in eager mode, or the
+//! cores waiting on the send / receive semaphores in on_wait mode).
+//!
+//! Kept free of memory and semaphores so loom can model-check it alone; the
+//! production DMA drives it with closures that touch both.
+
+use crate::sync::{lock, Mutex};
+
+enum Stage<T> {
+    Started,
+    /// Holds the data read from the source.
+    Read(T),
+    Completed,
+}
+
+pub struct DmaMachine<T> {
+    // Steps run under this lock, as stock does, so a racing core waits for
+    // the step in progress instead of repeating it.
+    stage: Mutex<Stage<T>>,
+}
+
+impl<T> Default for DmaMachine<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> DmaMachine<T> {
+    pub fn new() -> Self {
+        DmaMachine { stage: Mutex::new(Stage::Started) }
+    }
+
+    /// Runs the read step unless it has run. `read` returns the data (and
+    /// signals the send semaphore); on error the DMA stays Started.
+    pub fn read<E>(&self, read: impl FnOnce() -> Result<T, E>) -> Result<(), E> {
+        let mut stage = lock(&self.stage);
+        if let Stage::Started = *stage {
+            *stage = Stage::Read(read()?);
+        }
+        Ok(())
+    }
+
+    /// Runs the read step if needed, then the write step unless it has run.
+    /// On a write error the data is kept (the DMA stays Read).
+    pub fn read_write<E>(
+        &self,
+        read: impl FnOnce() -> Result<T, E>,
+        write: impl FnOnce(&T) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut stage = lock(&self.stage);
+        if let Stage::Started = *stage {
+            *stage = Stage::Read(read()?);
+        }
+        if let Stage::Read(data) = &*stage {
+            write(data)?;
+            *stage = Stage::Completed; // drops the data
+        }
+        Ok(())
+    }
+
+    pub fn is_completed(&self) -> bool {
+        matches!(*lock(&self.stage), Stage::Completed)
+    }
+}

@@ -1,0 +1,83 @@
+//! Rendezvous of all devices (stock's device barrier), reusable through
+//! generations and abortable by the kernel's failure.
+
+use super::park::Failure;
+use crate::error::{ErrorKind, Result, RtError};
+use crate::sync::{lock, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+struct State {
+    generation: u64,
+    arrived: u32,
+}
+
+pub(crate) struct DeviceBarrier {
+    num_devices: u32,
+    state: Mutex<State>,
+    cv: Condvar,
+}
+
+impl DeviceBarrier {
+    pub fn new(num_devices: u32) -> Self {
+        DeviceBarrier { num_devices, state: Mutex::new(State { generation: 0, arrived: 0 }), cv: Condvar::new() }
+    }
+
+    /// Wakes waiters so they notice a failure (set before this call).
+    pub fn wake_all(&self) {
+        let _guard = lock(&self.state);
+        self.cv.notify_all();
+    }
+
+    pub fn arrive(&self, failure: &Failure, device: u32, timeout: Option<Duration>) -> Result<()> {
+        let mut st = lock(&self.state);
+        if let Some(root) = failure.get() {
+            return Err(RtError::aborted(&root, device, 0));
+        }
+        st.arrived += 1;
+        if st.arrived == self.num_devices {
+            st.arrived = 0;
+            st.generation += 1;
+            self.cv.notify_all();
+            return Ok(());
+        }
+        let generation = st.generation;
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            if st.generation != generation {
+                return Ok(());
+            }
+            // Leaving early: take our arrival back so the count stays true.
+            if let Some(root) = failure.get() {
+                st.arrived -= 1;
+                return Err(RtError::aborted(&root, device, 0));
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                st.arrived -= 1;
+                let secs = timeout.unwrap_or_default().as_secs_f64();
+                return Err(RtError::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "device barrier on device {device} waited {secs}s; {} of {} devices arrived",
+                        st.arrived + 1,
+                        self.num_devices
+                    ),
+                ));
+            }
+            st = self.sleep(st, deadline.map(|d| d - now));
+        }
+    }
+
+    #[cfg(not(loom))]
+    fn sleep<'a>(&self, st: crate::sync::MutexGuard<'a, State>, left: Option<Duration>) -> crate::sync::MutexGuard<'a, State> {
+        match left {
+            None => self.cv.wait(st).unwrap_or_else(|p| p.into_inner()),
+            Some(l) => self.cv.wait_timeout(st, l).unwrap_or_else(|p| p.into_inner()).0,
+        }
+    }
+
+    #[cfg(loom)]
+    fn sleep<'a>(&self, st: crate::sync::MutexGuard<'a, State>, _left: Option<Duration>) -> crate::sync::MutexGuard<'a, State> {
+        self.cv.wait(st).unwrap_or_else(|p| p.into_inner())
+    }
+}

@@ -1,0 +1,247 @@
+//! Semaphores: lock-free counters, parking waits, the device barrier and the
+//! kernel's failure state.
+//!
+//! Every semaphore has one `AtomicI64` per global core. A signal is an atomic
+//! add plus a wake-up only when the target core has a parked waiter; a wait
+//! is a compare-and-subtract, else it runs queued DMA work for its
+//! (semaphore, core), else it parks (see `park` for the protocol).
+
+mod barrier;
+mod ids;
+mod park;
+
+pub use park::WaitRecord;
+
+use crate::config::{Config, Topology};
+use crate::error::{ErrorKind, Result, RtError};
+use crate::runtime::Runtime;
+use crate::sync::Ordering;
+use barrier::DeviceBarrier;
+use ids::SemIds;
+use park::{Failure, Parker};
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SemKind {
+    Regular,
+    /// Counts bytes.
+    Dma,
+    Barrier,
+}
+
+/// A semaphore left with a non-zero count.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leak {
+    pub sem: u32,
+    pub kind: SemKind,
+    pub device: u32,
+    pub core: u32,
+    pub count: i64,
+}
+
+/// Deferred work (a DMA step) that will signal a semaphore; run by a core
+/// waiting on that semaphore.
+pub type Task = Box<dyn FnOnce(&Runtime) -> Result<()> + Send>;
+
+pub struct SemTable {
+    topo: Topology,
+    wait_timeout: Option<Duration>,
+    ids: SemIds,
+    parkers: Box<[Parker]>,
+    failure: Failure,
+    barrier: DeviceBarrier,
+}
+
+impl SemTable {
+    pub fn new(config: &Config) -> Self {
+        let topo = config.topology();
+        SemTable {
+            topo,
+            wait_timeout: config.wait_timeout,
+            ids: SemIds::new(&topo),
+            parkers: (0..topo.num_cores()).map(|_| Parker::new()).collect(),
+            failure: Failure::new(),
+            barrier: DeviceBarrier::new(topo.num_devices),
+        }
+    }
+
+    /// Allocates `count` internal semaphores on (device, core), or on every
+    /// core of the device for `None`, and returns the first id. Each global
+    /// core has its own id counter (from 2000); all target cores must agree.
+    pub fn allocate(&self, topo: &Topology, device: u32, core: Option<u32>, kind: SemKind, count: u32) -> Result<u32> {
+        self.ids.allocate_internal(topo, device, core, kind, count)
+    }
+
+    /// The fixed-id barrier semaphore of `collective_id` (created on first use).
+    pub fn barrier_semaphore(&self, collective_id: u32) -> Result<u32> {
+        let owner = format!("barrier semaphore of collective_id {collective_id}");
+        self.ids.ensure_fixed(collective_id, SemKind::Barrier, owner)
+    }
+
+    /// Errs unless `sem` exists in exactly one namespace.
+    pub fn check_exists(&self, sem: u32) -> Result<()> {
+        self.ids.with(sem, |_| ())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn signal(
+        &self,
+        topo: &Topology,
+        device: u32,
+        core: u32,
+        sem: u32,
+        inc: i64,
+        target_device: Option<u32>,
+        target_core: Option<u32>,
+    ) -> Result<()> {
+        if inc < 0 {
+            return Err(RtError::value(format!(
+                "semaphore_signal of semaphore {sem} needs an increment >= 0, got {inc}"
+            )));
+        }
+        topo.check(device, core)?;
+        // Stock: no device id -> this device; no core index -> core 0.
+        let gcore = topo.check(target_device.unwrap_or(device), target_core.unwrap_or(0))?;
+        self.signal_global(gcore, sem, inc)
+    }
+
+    /// Adds `inc` to `sem` on global core `gcore` (already validated).
+    pub(crate) fn signal_global(&self, gcore: u32, sem: u32, inc: i64) -> Result<()> {
+        self.ids.with(sem, |s| s.counts[gcore as usize].fetch_add(inc, Ordering::SeqCst))?;
+        self.parkers[gcore as usize].wake();
+        Ok(())
+    }
+
+    /// Queues `task` to be run by a core waiting on `sem` on global core `gcore`.
+    pub(crate) fn enqueue(&self, sem: u32, gcore: u32, task: Task) -> Result<()> {
+        self.ids.with(sem, |s| s.push_task(gcore, task))?;
+        self.parkers[gcore as usize].wake();
+        Ok(())
+    }
+
+    /// Takes the runtime so a waiter can run queued DMAs (which touch memory).
+    pub fn wait(&self, rt: &Runtime, device: u32, core: u32, sem: u32, value: i64) -> Result<()> {
+        self.wait_with(device, core, sem, value, &mut |task: Task| task(rt))
+    }
+
+    /// `wait` with the way queued tasks are run supplied by the caller
+    /// (model checks of the park protocol run without a `Runtime`).
+    pub fn wait_with(
+        &self,
+        device: u32,
+        core: u32,
+        sem: u32,
+        value: i64,
+        run_task: &mut dyn FnMut(Task) -> Result<()>,
+    ) -> Result<()> {
+        if value < 0 {
+            return Err(RtError::value(format!(
+                "semaphore_wait on semaphore {sem} needs a value >= 0, got {value}"
+            )));
+        }
+        let gcore = self.topo.check(device, core)?;
+        let s = self.ids.get(sem)?;
+        let count = &s.counts[gcore as usize];
+        let parker = &self.parkers[gcore as usize];
+        let record = WaitRecord { sem, value };
+        let mut deadline = None;
+        loop {
+            if let Some(root) = self.failure.get() {
+                return Err(RtError::aborted(&root, device, core));
+            }
+            if try_take(count, value) {
+                return Ok(());
+            }
+            if let Some(task) = s.pop_task(gcore) {
+                run_task(task)?;
+                continue;
+            }
+            let deadline = *deadline.get_or_insert_with(|| self.wait_timeout.map(|t| Instant::now() + t));
+            let timed_out = parker.park(record, deadline, || {
+                self.failure.is_set() || count.load(Ordering::SeqCst) >= value || s.has_task(gcore)
+            });
+            // On timeout look once more: a wake-up may have raced the deadline.
+            if timed_out && !self.failure.is_set() && !s.has_task(gcore) {
+                if try_take(count, value) {
+                    return Ok(());
+                }
+                let secs = self.wait_timeout.unwrap_or_default().as_secs_f64();
+                return Err(RtError::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "semaphore {sem} on device {device}, core {core} waited {secs}s for count >= \
+                         {value}; count is {}",
+                        count.load(Ordering::SeqCst)
+                    ),
+                ));
+            }
+        }
+    }
+
+    pub fn read(&self, topo: &Topology, device: u32, core: u32, sem: u32) -> Result<i64> {
+        let gcore = topo.check(device, core)?;
+        self.ids.with(sem, |s| s.counts[gcore as usize].load(Ordering::SeqCst))
+    }
+
+    pub fn device_barrier(&self, rt: &Runtime, device: u32) -> Result<()> {
+        let _ = rt;
+        self.barrier_arrive(device)
+    }
+
+    /// The barrier without a runtime (model checks).
+    pub fn barrier_arrive(&self, device: u32) -> Result<()> {
+        self.topo.check(device, 0)?;
+        self.barrier.arrive(&self.failure, device, self.wait_timeout)
+    }
+
+    /// Semaphores with a non-zero count on a core of `device` (every device
+    /// for `None`), sorted by (device, core, semaphore id).
+    pub fn leaks(&self, topo: &Topology, device: Option<u32>) -> Vec<Leak> {
+        let mut leaks = Vec::new();
+        for s in self.ids.all() {
+            for (g, c) in s.counts.iter().enumerate() {
+                let (d, core) = (g as u32 / topo.cores_per_device, g as u32 % topo.cores_per_device);
+                let count = c.load(Ordering::SeqCst);
+                if count != 0 && device.is_none_or(|want| want == d) {
+                    leaks.push(Leak { sem: s.id, kind: s.kind, device: d, core, count });
+                }
+            }
+        }
+        leaks.sort_by_key(|l| (l.device, l.core, l.sem, l.kind as u8));
+        leaks
+    }
+
+    /// Records `err` unless a failure is recorded already, wakes every parked
+    /// waiter and the barrier, and returns the recorded root cause.
+    pub fn fail(&self, err: RtError) -> RtError {
+        let root = self.failure.record(err);
+        for p in self.parkers.iter() {
+            p.wake();
+        }
+        self.barrier.wake_all();
+        root
+    }
+
+    pub fn failure(&self) -> Option<RtError> {
+        self.failure.get()
+    }
+
+    /// What the core is parked on right now (deadlock-detector seam).
+    pub fn waiting_on(&self, device: u32, core: u32) -> Result<Option<WaitRecord>> {
+        let gcore = self.topo.check(device, core)?;
+        Ok(self.parkers[gcore as usize].waiting_on())
+    }
+}
+
+/// Subtracts `value` if the count is at least `value`.
+#[inline]
+fn try_take(count: &crate::sync::AtomicI64, value: i64) -> bool {
+    let mut current = count.load(Ordering::SeqCst);
+    while current >= value {
+        match count.compare_exchange_weak(current, current - value, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(_) => return true,
+            Err(now) => current = now,
+        }
+    }
+    false
+}

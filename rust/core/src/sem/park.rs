@@ -1,0 +1,129 @@
+//! Parking of blocked cores and the kernel's failure state.
+//!
+//! Protocol (no lost wake-up): a waker publishes its change (counter add,
+//! task push, failure flag) with SeqCst and then reads `waiters`; a parker
+//! takes its mutex, increments `waiters` with SeqCst and re-checks its
+//! condition before sleeping on the condvar. In the SeqCst order either the
+//! parker sees the change or the waker sees `waiters > 0` and notifies under
+//! the mutex, which the parker only releases inside `Condvar::wait`.
+
+use crate::error::RtError;
+use crate::sync::{lock, AtomicBool, AtomicU32, Condvar, Mutex, MutexGuard, Ordering};
+use std::time::Instant;
+
+/// What a parked core waits for. Read by a deadlock detector (later).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WaitRecord {
+    pub sem: u32,
+    pub value: i64,
+}
+
+#[derive(Default)]
+pub(crate) struct ParkState {
+    pub waiting_on: Option<WaitRecord>,
+}
+
+/// One per global core.
+pub(crate) struct Parker {
+    waiters: AtomicU32,
+    state: Mutex<ParkState>,
+    cv: Condvar,
+}
+
+impl Parker {
+    pub fn new() -> Self {
+        Parker { waiters: AtomicU32::new(0), state: Mutex::new(ParkState::default()), cv: Condvar::new() }
+    }
+
+    /// Wakes the threads parked here, if any. Call after publishing the change.
+    #[inline]
+    pub fn wake(&self) {
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            let _guard = lock(&self.state);
+            self.cv.notify_all();
+        }
+    }
+
+    /// Sleeps until woken or `deadline`, unless `ready()` already holds once
+    /// this thread is announced as a waiter. Returns true if the deadline passed.
+    pub fn park(&self, record: WaitRecord, deadline: Option<Instant>, ready: impl Fn() -> bool) -> bool {
+        let mut guard = lock(&self.state);
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let mut timed_out = false;
+        if !ready() {
+            guard.waiting_on = Some(record);
+            on_park(&guard);
+            let (g, t) = self.sleep(guard, deadline);
+            guard = g;
+            timed_out = t;
+            guard.waiting_on = None;
+            on_unpark(&guard);
+        }
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        timed_out
+    }
+
+    #[cfg(not(loom))]
+    fn sleep<'a>(&self, guard: MutexGuard<'a, ParkState>, deadline: Option<Instant>) -> (MutexGuard<'a, ParkState>, bool) {
+        match deadline {
+            None => (self.cv.wait(guard).unwrap_or_else(|p| p.into_inner()), false),
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return (guard, true);
+                }
+                let (g, _) = self.cv.wait_timeout(guard, left).unwrap_or_else(|p| p.into_inner());
+                (g, Instant::now() >= d)
+            }
+        }
+    }
+
+    // loom cannot model time: sleep until notified.
+    #[cfg(loom)]
+    fn sleep<'a>(&self, guard: MutexGuard<'a, ParkState>, _deadline: Option<Instant>) -> (MutexGuard<'a, ParkState>, bool) {
+        (self.cv.wait(guard).unwrap_or_else(|p| p.into_inner()), false)
+    }
+
+    /// What this core is parked on, if it is parked.
+    pub fn waiting_on(&self) -> Option<WaitRecord> {
+        lock(&self.state).waiting_on
+    }
+}
+
+/// Deadlock-detector seam: called with the parker's lock held right before a
+/// core sleeps (`waiting_on` set) and right after it wakes. No detector yet.
+fn on_park(_state: &ParkState) {}
+fn on_unpark(_state: &ParkState) {}
+
+/// The first error of the kernel, and a flag readable without a lock.
+pub(crate) struct Failure {
+    flag: AtomicBool,
+    first: Mutex<Option<RtError>>,
+}
+
+impl Failure {
+    pub fn new() -> Self {
+        Failure { flag: AtomicBool::new(false), first: Mutex::new(None) }
+    }
+
+    #[inline]
+    pub fn is_set(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+
+    /// Records the root cause of `err` unless an error is recorded already;
+    /// returns the recorded one. The caller wakes everyone afterwards.
+    pub fn record(&self, err: RtError) -> RtError {
+        let mut first = lock(&self.first);
+        let root = first.get_or_insert_with(|| err.root_cause().clone()).clone();
+        self.flag.store(true, Ordering::SeqCst);
+        root
+    }
+
+    pub fn get(&self) -> Option<RtError> {
+        if !self.is_set() {
+            return None;
+        }
+        lock(&self.first).clone()
+    }
+}
