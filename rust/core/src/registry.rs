@@ -1,4 +1,213 @@
 //! Launch registry: lets every device of one kernel launch find the same
-//! runtime instance. OWNER: semaphore/DMA helper.
+//! runtime instance.
+//!
+//! Each device's program of a launch calls `join(uid, run_id, device)`; the
+//! k-th join by a device of (uid, run_id) joins instance k of that pair, so
+//! repeated launches of the same kernel (same uid and run id) pair up in
+//! order. An instance is removed once each of its devices has left or
+//! abandoned it. Failed instances whose devices never all come back are
+//! evicted (oldest first) beyond a cap, so they cannot pile up.
 
-pub struct LaunchRegistry {}
+use crate::config::Config;
+use crate::error::{Result, RtError};
+use crate::runtime::Runtime;
+use crate::sync::{lock, Arc, AtomicU64, Mutex, Ordering, RwLock};
+use std::collections::{HashMap, VecDeque};
+
+/// Failed instances kept waiting for their remaining devices.
+pub const MAX_FAILED_INSTANCES: usize = 64;
+
+type LaunchKey = (u64, i64);
+
+struct Instance {
+    launch: LaunchKey,
+    occurrence: u64,
+    config: Config,
+    runtime: Arc<Runtime>,
+    /// Per device: has it left or abandoned?
+    gone: Vec<bool>,
+    failed: bool,
+}
+
+#[derive(Default)]
+struct Launch {
+    /// Joins so far, per device.
+    joins: HashMap<u32, u64>,
+    /// Live instances by occurrence number.
+    instances: HashMap<u64, u64>,
+}
+
+#[derive(Default)]
+struct Tables {
+    instances: HashMap<u64, Instance>,
+    launches: HashMap<LaunchKey, Launch>,
+    /// Failed instances, oldest first.
+    failed: VecDeque<u64>,
+}
+
+pub struct LaunchRegistry {
+    next_handle: AtomicU64,
+    tables: Mutex<Tables>,
+    /// handle -> runtime, read on every FFI call that is not cached.
+    runtimes: RwLock<HashMap<u64, Arc<Runtime>>>,
+}
+
+impl Default for LaunchRegistry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LaunchRegistry {
+    pub fn new() -> Self {
+        LaunchRegistry {
+            next_handle: AtomicU64::new(1),
+            tables: Mutex::new(Tables::default()),
+            runtimes: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// Joins (creating if first) the instance of this device's next launch of
+    /// (uid, run_id); returns its handle (non-zero, never reused) and runtime.
+    pub fn join(&self, uid: u64, run_id: i64, device: u32, config: &Config) -> Result<(u64, Arc<Runtime>)> {
+        config.validate()?;
+        if device >= config.num_devices {
+            return Err(RtError::value(format!(
+                "device id {device} out of range: the kernel runs on {} device(s)",
+                config.num_devices
+            )));
+        }
+        let mut t = lock(&self.tables);
+        let launch = t.launches.entry((uid, run_id)).or_default();
+        let occurrence = launch.joins.get(&device).copied().unwrap_or(0);
+        if let Some(&handle) = launch.instances.get(&occurrence) {
+            let inst = &t.instances[&handle];
+            check_same_config(&inst.config, config, uid, run_id)?;
+            let runtime = Arc::clone(&inst.runtime);
+            bump_joins(&mut t, (uid, run_id), device);
+            return Ok((handle, runtime));
+        }
+        let runtime = Arc::new(Runtime::new(config.clone())?);
+        let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
+        launch.instances.insert(occurrence, handle);
+        bump_joins(&mut t, (uid, run_id), device);
+        t.instances.insert(
+            handle,
+            Instance {
+                launch: (uid, run_id),
+                occurrence,
+                config: config.clone(),
+                runtime: Arc::clone(&runtime),
+                gone: vec![false; config.num_devices as usize],
+                failed: false,
+            },
+        );
+        write(&self.runtimes).insert(handle, Arc::clone(&runtime));
+        Ok((handle, runtime))
+    }
+
+    pub fn get(&self, handle: u64) -> Option<Arc<Runtime>> {
+        read(&self.runtimes).get(&handle).cloned()
+    }
+
+    /// The device finished its program normally.
+    pub fn leave(&self, handle: u64, device: u32) {
+        self.depart(handle, device, false);
+    }
+
+    /// The device's program died (a handler errored): counts like `leave`
+    /// for teardown, and marks the instance failed.
+    pub fn abandon(&self, handle: u64, device: u32) {
+        self.depart(handle, device, true);
+    }
+
+    /// Live instances.
+    pub fn len(&self) -> usize {
+        lock(&self.tables).instances.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// (uid, run_id) pairs with a join counter (pruned with their instances).
+    pub fn launches_tracked(&self) -> usize {
+        lock(&self.tables).launches.len()
+    }
+
+    fn depart(&self, handle: u64, device: u32, abandoned: bool) {
+        let mut t = lock(&self.tables);
+        // Unknown handles were evicted already; nothing to do.
+        let Some(inst) = t.instances.get_mut(&handle) else { return };
+        if let Some(gone) = inst.gone.get_mut(device as usize) {
+            *gone = true;
+        }
+        let newly_failed = !inst.failed && (abandoned || inst.runtime.failure().is_some());
+        inst.failed |= newly_failed;
+        if inst.gone.iter().all(|&g| g) {
+            self.remove(&mut t, handle);
+            return;
+        }
+        if newly_failed {
+            t.failed.push_back(handle);
+            while t.failed.len() > MAX_FAILED_INSTANCES {
+                let oldest = t.failed.pop_front().unwrap();
+                self.remove(&mut t, oldest);
+            }
+        }
+    }
+
+    fn remove(&self, t: &mut Tables, handle: u64) {
+        let Some(inst) = t.instances.remove(&handle) else { return };
+        write(&self.runtimes).remove(&handle);
+        t.failed.retain(|&h| h != handle);
+        if let Some(launch) = t.launches.get_mut(&inst.launch) {
+            launch.instances.remove(&inst.occurrence);
+            // With no live instance left, counting restarts at 0 for everyone.
+            if launch.instances.is_empty() {
+                t.launches.remove(&inst.launch);
+            }
+        }
+    }
+}
+
+fn bump_joins(t: &mut Tables, launch: LaunchKey, device: u32) {
+    if let Some(l) = t.launches.get_mut(&launch) {
+        *l.joins.entry(device).or_insert(0) += 1;
+    }
+}
+
+fn check_same_config(a: &Config, b: &Config, uid: u64, run_id: i64) -> Result<()> {
+    let differ = |field: &str, x: String, y: String| {
+        Err(RtError::value(format!(
+            "devices of one launch (kernel {uid}, run {run_id}) disagree on {field}: {x} vs {y}"
+        )))
+    };
+    if a.num_devices != b.num_devices {
+        return differ("num_devices", a.num_devices.to_string(), b.num_devices.to_string());
+    }
+    if a.cores_per_device != b.cores_per_device {
+        return differ("cores_per_device", a.cores_per_device.to_string(), b.cores_per_device.to_string());
+    }
+    if a.dma_mode != b.dma_mode {
+        return differ("dma_mode", format!("{:?}", a.dma_mode), format!("{:?}", b.dma_mode));
+    }
+    if a.oob_reads != b.oob_reads {
+        return differ("oob_reads", format!("{:?}", a.oob_reads), format!("{:?}", b.oob_reads));
+    }
+    if a.fill != b.fill {
+        return differ("fill", format!("{:?}", a.fill), format!("{:?}", b.fill));
+    }
+    if a.wait_timeout != b.wait_timeout {
+        return differ("wait_timeout", format!("{:?}", a.wait_timeout), format!("{:?}", b.wait_timeout));
+    }
+    Ok(())
+}
+
+fn read<T>(l: &RwLock<T>) -> impl std::ops::Deref<Target = T> + '_ {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write<T>(l: &RwLock<T>) -> impl std::ops::DerefMut<Target = T> + '_ {
+    l.write().unwrap_or_else(|p| p.into_inner())
+}
