@@ -1,0 +1,276 @@
+"""`interpret_pallas_call` for `mosaic_rt.InterpretParams`: the program one
+device runs for a pallas_call (called by jax's lowering through `seam`).
+
+Same observable behaviour as stock TPU interpret mode (buffers, ids, grid
+order, block copies, revisit check), but every memory/DMA/semaphore step is a
+native FFI op instead of a Python callback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax._src import callback
+from jax._src import core as jax_core
+from jax._src.pallas import core as pallas_core
+from jax._src.pallas.mosaic import core as mosaic_core
+from jax._src.pallas.mosaic.interpret import interpret_pallas_call as stock
+from jax._src.pallas.mosaic.interpret import utils as stock_utils
+from jax._src.util import split_list
+
+from mosaic_rt.interpret import ops
+from mosaic_rt.interpret.jaxpr_eval import Ctx, eval_jaxpr, forward_any_to_hbm, space_code
+from mosaic_rt.interpret.params import InterpretParams
+from mosaic_rt.interpret.regions import FULL, Region, block_region
+
+_HBM = mosaic_core.MemorySpace.HBM
+_SMEM = mosaic_core.MemorySpace.SMEM
+_SEMAPHORE = mosaic_core.MemorySpace.SEMAPHORE
+_TOKEN = jax.ShapeDtypeStruct((), jnp.int32)
+
+# One id per traced pallas_call: all devices of a launch share it.
+_kernel_uids = itertools.count(1)
+
+
+def interpret_pallas_call(
+    *args,
+    jaxpr: jax_core.Jaxpr,
+    debug: bool,
+    input_output_aliases,
+    grid_mapping: pallas_core.GridMapping,
+    mesh,
+    compiler_params,
+    cost_estimate,
+    out_avals,
+    interpret_params: InterpretParams,
+    metadata,
+    name,
+):
+    del debug, cost_estimate, out_avals, metadata
+    params = interpret_params
+    mosaic_params = compiler_params or mosaic_core.CompilerParams()
+    if not isinstance(mosaic_params, mosaic_core.CompilerParams):
+        raise ValueError(
+            f"TPU interpret mode needs pltpu.CompilerParams, got {type(mosaic_params).__name__}")
+    if isinstance(mesh, mosaic_core.TensorCoreMesh):
+        # core_map over a TensorCoreMesh: the mesh fixes the cores per device.
+        params = dataclasses.replace(params, num_cores_or_threads=mesh.devices.shape[0])
+        if mesh.devices.shape[0] > 1:
+            mosaic_params = mosaic_params.replace(dimension_semantics=("parallel",))
+    if params.num_cores_per_device > 1:
+        raise NotImplementedError(
+            "mosaic_rt: several cores per device (num_cores_or_threads > 1 or a"
+            " multi-core core_map) are not supported yet.")
+
+    args = [stock.remove_memory_space_p.bind(a) for a in args]
+    dyn_grid, scalars, inputs = split_list(
+        args, [grid_mapping.num_dynamic_grid_bounds, grid_mapping.num_index_operands])
+    dyn_iter = iter(dyn_grid)
+    grid = tuple(next(dyn_iter) if isinstance(g, pallas_core.DynamicGridDim) else g
+                 for g in grid_mapping.grid)
+
+    axis_sizes = jax_core.get_axis_env().axis_sizes
+    num_devices = math.prod(axis_sizes.values()) if axis_sizes else 1
+    axis_indices = {k: lax.axis_index(k) for k in axis_sizes}
+    device_id = jnp.asarray(stock_utils.device_coords_to_logical_id(
+        tuple(axis_indices.values()), axis_sizes, axis_indices), jnp.int32)
+
+    token = jnp.zeros((), jnp.int32)
+    token, handle = ops.begin(token, device_id, uid=next(_kernel_uids),
+                              num_devices=num_devices, params=params,
+                              name=name or "kernel")
+    alloc = functools.partial(ops.allocate_buffer, handle=handle, device=device_id,
+                              params=params)
+
+    # Inputs live in HBM, padded to whole blocks (as stock).
+    block_mappings = grid_mapping.block_mappings
+    squeezed = [tuple(isinstance(b, pallas_core.Squeezed) for b in bm.block_shape)
+                for bm in block_mappings]
+    block_shapes = [pallas_core._get_block_shape(bm.block_shape) for bm in block_mappings]
+    n_in, n_out = grid_mapping.num_inputs, grid_mapping.num_outputs
+    inputs = [stock_utils.pad_to_block_dimension(a, bs, params.uninitialized_memory)
+              for a, bs in zip(inputs, block_shapes[:n_in])]
+    input_ids = []
+    for a in inputs:
+        token, buf = alloc(token, core=None, space=space_code(_HBM), init=a)
+        input_ids.append(buf)
+
+    out_alias = {o: i - len(scalars) for i, o in input_output_aliases}
+    if any(i < 0 for i in out_alias.values()):
+        raise ValueError("Aliasing of scalar prefetch arguments is not currently "
+                         "supported in TPU interpret mode.")
+    output_ids, output_shapes, output_avals = [], [], []
+    for j, bm in enumerate(grid_mapping.block_mappings_output):
+        if j in out_alias:
+            output_ids.append(input_ids[out_alias[j]])
+            output_shapes.append(inputs[out_alias[j]].shape)
+            output_avals.append(jax.ShapeDtypeStruct(inputs[out_alias[j]].shape,
+                                                     inputs[out_alias[j]].dtype))
+            continue
+        aval = bm.array_aval
+        padded = tuple(-(-d // b) * b for d, b in zip(aval.shape, block_shapes[n_in + j]))
+        token, buf = alloc(token, core=None, space=space_code(_HBM),
+                           shape=padded, dtype=aval.dtype)
+        output_ids.append(buf)
+        output_shapes.append(padded)
+        output_avals.append(jax.ShapeDtypeStruct(aval.shape, aval.dtype))
+
+    scalar_ids = []
+    for s in scalars:
+        token, buf = alloc(token, core=None, space=space_code(_SMEM), init=s)
+        scalar_ids.append(buf)
+
+    # Kernel arguments: block buffers, scratch, semaphores.
+    kernel_args = list(scalar_ids)
+    for i, var in enumerate(jaxpr.invars[grid_mapping.num_index_operands:]):
+        out_j = i - n_in
+        is_in, is_out = i < n_in, 0 <= out_j < n_out
+        if is_in or is_out:
+            space = forward_any_to_hbm(block_mappings[i].transformed_block_aval.memory_space)
+        else:
+            space = forward_any_to_hbm(var.aval.memory_space)
+        if space is _SEMAPHORE:
+            from mosaic_rt.interpret.jaxpr_eval import _semaphore_kind
+            token, ids = ops.allocate_semaphores(token, handle, device_id, None,
+                                                 var.aval.shape, kind=_semaphore_kind(var.aval))
+            kernel_args.append(ids)
+        elif space is _HBM:
+            kernel_args.append(input_ids[i] if is_in else output_ids[out_j])
+        else:
+            token, buf = alloc(token, core=None, space=space_code(space),
+                               shape=var.aval.shape, dtype=var.aval.dtype)
+            kernel_args.append(buf)
+
+    if mosaic_params.collective_id is None:
+        # No barrier semaphore of its own: all devices start together.
+        token = ops.device_barrier(token, handle, device_id)
+
+    _, kernel_in_ids, kernel_out_ids, _ = split_list(
+        kernel_args, [grid_mapping.num_index_operands, n_in, n_out])
+    in_vars, out_vars = split_list(jaxpr.invars[grid_mapping.slice_block_ops], [n_in])
+    spaces = [forward_any_to_hbm(bm.transformed_block_aval.memory_space)
+              for bm in block_mappings]
+    if jaxpr.debug_info.arg_names is not None:
+        input_names, output_names = split_list(
+            list(jaxpr.debug_info.arg_names[grid_mapping.slice_block_ops]), [n_in])
+    else:
+        input_names, output_names = ["unknown"] * n_in, ["unknown"] * n_out
+
+    for j, var in enumerate(in_vars):
+        if spaces[j] is _HBM and var.aval.shape != block_shapes[j]:
+            raise ValueError(f"Kernel input {j} in HBM but does not have trivial BlockSpec.")
+    for j, var in enumerate(out_vars):
+        if spaces[n_in + j] is _HBM and var.aval.shape != block_shapes[n_in + j]:
+            raise ValueError(f"Kernel output {j} in HBM but does not have trivial BlockSpec.")
+
+    num_iterations = functools.reduce(jnp.multiply, grid) if grid else 1
+    randomized = stock._get_randomized_grid_coordinates(grid, mosaic_params, params.random_seed)
+    parallel = stock._get_parallel_dim_semantics(mosaic_params, len(grid))
+    subgrid = stock._get_parallel_subgrid_size(parallel, grid)
+    cores = params.num_cores_per_device
+    iters_per_core = ((subgrid + cores - 1) // cores) * (num_iterations // subgrid)
+
+    def local_grid_env(point):
+        if grid_mapping.local_grid_env is not None:
+            return grid_mapping.local_grid_env(point, grid)
+        return tuple(pallas_core.GridAxis(idx, b)
+                     for dim, (idx, b) in enumerate(zip(point, grid))
+                     if dim not in grid_mapping.vmapped_dims)
+
+    def block_starts(bm, point, ctx, token):
+        token, block_idx = eval_jaxpr(bm.index_map_jaxpr.jaxpr, *bm.index_map_jaxpr.consts,
+                                      *point, *scalar_ids, ctx=ctx, token=token)
+
+        def start(i, b):
+            if isinstance(b, (pallas_core.Squeezed, pallas_core.Element)):
+                return i
+            if isinstance(b, pallas_core.Blocked):
+                return i * b.block_size
+            raise ValueError(f"Unsupported block dim type: {type(b)}")
+
+        starts = jnp.array([start(i, b) for i, b in zip(block_idx, bm.block_shape)],
+                           dtype=jnp.int32)
+        return token, tuple(block_idx), starts
+
+    def all_block_starts(point, ctx, token):
+        idxs, starts = [], []
+        for bm in block_mappings:
+            token, bi, st = block_starts(bm, point, ctx, token)
+            idxs.append(bi)
+            starts.append(st)
+        return token, tuple(idxs), tuple(starts)
+
+    def run_core(core, token):
+        ctx = Ctx(handle=handle, device_id=device_id, core=core,
+                  grid_mapping=grid_mapping, mesh=mesh, axis_sizes=axis_sizes,
+                  axis_indices=axis_indices, mosaic_params=mosaic_params, params=params)
+        first_iter = core * iters_per_core
+        loop_bound = jnp.minimum((core + 1) * iters_per_core, num_iterations)
+
+        def body(carry):
+            it, loop_idx, point, prev_starts, cur_idx, cur_starts, token = carry
+            cctx = ctx.replace(grid_point=point)
+            if params.grid_point_recorder is not None:
+                token = callback.io_callback(params.grid_point_recorder, _TOKEN,
+                                             token, point, core)
+            with pallas_core.grid_env(local_grid_env(point)):
+                next_loop_idx = stock_utils.get_next_indices(grid, loop_idx)
+                next_point = stock._get_grid_point(next_loop_idx, randomized)
+                token, next_idx, next_starts = all_block_starts(next_point, cctx, token)
+
+                for j in range(n_in):
+                    if spaces[j] is _HBM:
+                        continue
+                    changed = (it == first_iter) | jnp.any(cur_starts[j] != prev_starts[j])
+                    copy_in = functools.partial(
+                        ops.copy_block_in, handle=handle, device=device_id, core=core,
+                        src=input_ids[j],
+                        src_region=block_region(cur_starts[j], block_shapes[j], squeezed[j]),
+                        dst_space=space_code(spaces[j]), dst=kernel_in_ids[j],
+                        name=input_names[j], block_indices=cur_idx[j], grid_point=point)
+                    token = lax.cond(changed, copy_in, lambda t: t, token)
+
+                token, _ = eval_jaxpr(jaxpr, *kernel_args, ctx=cctx, token=token)
+
+                out_regions = []
+                for j in range(n_out):
+                    k = n_in + j
+                    if spaces[k] is _HBM:
+                        out_regions.append(None)
+                        continue
+                    region = block_region(cur_starts[k], block_shapes[k], squeezed[k])
+                    out_regions.append(None if j in out_alias else region)
+                    changed = (it + 1 == loop_bound) | jnp.any(cur_starts[k] != next_starts[k])
+                    copy_out = functools.partial(
+                        ops.copy_block_out, handle=handle, device=device_id, core=core,
+                        src_space=space_code(spaces[k]), src=kernel_out_ids[j],
+                        dst=output_ids[j], dst_region=region,
+                        name=output_names[j], block_indices=cur_idx[k], grid_point=point)
+                    token = lax.cond(changed, copy_out, lambda t: t, token)
+                token = ops.check_revisit(token, handle, device_id, core, loop_idx, out_regions)
+            return (it + 1, next_loop_idx, next_point, cur_starts, next_idx, next_starts, token)
+
+        init_loop_idx = stock_utils.get_indices(grid, first_iter)
+        init_point = stock._get_grid_point(init_loop_idx, randomized)
+        with pallas_core.grid_env(local_grid_env(init_point)):
+            token, init_idx, init_starts = all_block_starts(init_point, ctx, token)
+        carry = (first_iter, init_loop_idx, init_point, init_starts, init_idx, init_starts, token)
+        return lax.while_loop(lambda c: c[0] < loop_bound, body, carry)[-1]
+
+    token = run_core(jnp.int32(0), token)
+
+    results = []
+    for buf, shape, aval in zip(output_ids, output_shapes, output_avals):
+        region = Region(sizes=tuple(aval.shape), strides=(1,) * len(aval.shape),
+                        squeezed=(False,) * len(aval.shape), starts=(0,) * len(aval.shape))
+        token, r = ops.load(token, handle, device_id, 0, space_code(_HBM), buf,
+                            region if aval.shape else FULL, aval)
+        results.append(r)
+    ops.end(token, handle, device_id, on_leak=params.on_semaphore_leak)
+    return results

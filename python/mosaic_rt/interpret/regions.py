@@ -1,0 +1,112 @@
+"""Ref transforms (Pallas `NDIndexer`s) -> native regions.
+
+A native region is, per leading buffer dimension, a static (size, stride,
+squeezed) triple plus a dynamic start; the starts travel as one int32 vector
+operand, the rest as FFI attributes. Successive indexers compose the way
+stock interpret mode composes them, so error messages name the same ranges.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+from jax._src.state import indexing
+
+
+@dataclasses.dataclass(frozen=True)
+class Region:
+    sizes: tuple[int, ...] = ()
+    strides: tuple[int, ...] = ()
+    squeezed: tuple[bool, ...] = ()
+    # int32 scalars (traced or Python ints), or one int32 vector
+    starts: object = ()
+
+    def start_vector(self):
+        if not isinstance(self.starts, tuple):
+            return jnp.asarray(self.starts, jnp.int32)
+        if not self.starts:
+            return jnp.zeros((0,), jnp.int32)
+        return jnp.stack([jnp.asarray(s, jnp.int32) for s in self.starts])
+
+
+FULL = Region()
+
+
+def _static_int(x, what: str) -> int:
+    try:
+        return int(x)
+    except TypeError:
+        raise NotImplementedError(
+            f"dynamic slice {what} is not supported (sizes and strides of ref"
+            " slices must be static)") from None
+
+
+def _dims_of(indexer: indexing.NDIndexer):
+    if indexer.int_indexer_shape:
+        raise ValueError("Advanced indexers are not supported on TPU")
+    dims = []
+    for idx in indexer.indices:
+        if isinstance(idx, indexing.Slice):
+            dims.append((idx.start, _static_int(idx.size, "size"),
+                         _static_int(idx.stride, "stride"), False))
+        else:
+            if getattr(idx, "shape", ()) != ():
+                raise ValueError("Advanced indexers are not supported on TPU")
+            dims.append((idx, 1, 1, True))
+    return dims
+
+
+def _compose(outer, inner):
+    """`inner` indexes the view selected by `outer` (stock's composition)."""
+    out = []
+    i = j = 0
+    while True:
+        if i == len(outer):
+            return out + inner[j:]
+        if j == len(inner):
+            return out + outer[i:]
+        o = outer[i]
+        if o[3]:  # squeezed dims of the outer view are not visible inside
+            out.append(o)
+            i += 1
+            continue
+        n = inner[j]
+        start = o[0] + n[0] * o[2]
+        if n[3]:
+            out.append((start, 1, 1, True))
+        else:
+            out.append((start, n[1], o[2] * n[2], False))
+        i += 1
+        j += 1
+
+
+def to_region(transforms) -> Region:
+    dims: list = []
+    for t in transforms or ():
+        if t is None:
+            continue
+        if not isinstance(t, indexing.NDIndexer):
+            raise NotImplementedError(
+                f"ref transform {type(t).__name__} is not supported by TPU"
+                " interpret mode")
+        dims = _compose(dims, _dims_of(t))
+    if not dims:
+        return FULL
+    return Region(
+        sizes=tuple(d[1] for d in dims),
+        strides=tuple(d[2] for d in dims),
+        squeezed=tuple(d[3] for d in dims),
+        starts=tuple(d[0] for d in dims),
+    )
+
+
+def block_region(starts, block_shape, squeezed) -> Region:
+    """Region of one BlockSpec block: `starts` is an int32 vector."""
+    n = len(block_shape)
+    return Region(
+        sizes=tuple(int(s) for s in block_shape),
+        strides=(1,) * n,
+        squeezed=tuple(bool(s) for s in squeezed),
+        starts=starts,
+    )
