@@ -1,1 +1,59 @@
-//! XLA FFI layer. OWNER: FFI helper.
+//! XLA FFI layer: one C-ABI handler per runtime operation, over
+//! `mosaic_rt_core`. No Python, no GIL: XLA's CPU runtime calls these on each
+//! simulated device's thread. See `ops` for the operand conventions.
+
+mod abi;
+mod dispatch;
+pub mod errors;
+mod frame;
+mod launch;
+mod ops;
+
+/// Declares `extern "C"` handlers and the `handlers()` table.
+macro_rules! handlers {
+    ($($name:ident => $body:path),* $(,)?) => {
+        mod c_handlers {
+            $(
+                /// XLA FFI handler (`XLA_FFI_Handler`).
+                ///
+                /// # Safety
+                /// Called by XLA with a valid call frame.
+                pub unsafe extern "C" fn $name(
+                    frame: *mut crate::abi::CallFrame,
+                ) -> *mut crate::abi::Error {
+                    crate::dispatch::run(frame, concat!("mosaic_rt_", stringify!($name)), $body)
+                }
+            )*
+        }
+
+        /// (target name, handler address) of every op, names prefixed `mosaic_rt_`.
+        pub fn handlers() -> Vec<(&'static str, usize)> {
+            vec![$((concat!("mosaic_rt_", stringify!($name)), c_handlers::$name as crate::abi::Handler as usize)),*]
+        }
+    };
+}
+
+handlers! {
+    kernel_begin => crate::ops::kernel::kernel_begin,
+    kernel_end => crate::ops::kernel::kernel_end,
+    leak_report => crate::ops::kernel::leak_report,
+    device_barrier => crate::ops::kernel::device_barrier,
+    launch_info => crate::ops::kernel::launch_info,
+    allocate_buffer => crate::ops::memory::allocate_buffer,
+    free_buffer => crate::ops::memory::free_buffer,
+    load => crate::ops::memory::load,
+    store => crate::ops::memory::store,
+    swap => crate::ops::memory::swap,
+    allocate_semaphores => crate::ops::sem::allocate_semaphores,
+    barrier_semaphore => crate::ops::sem::barrier_semaphore,
+    semaphore_signal => crate::ops::sem::semaphore_signal,
+    semaphore_wait => crate::ops::sem::semaphore_wait,
+    semaphore_read => crate::ops::sem::semaphore_read,
+    dma_start => crate::ops::dma::dma_start,
+    dma_wait => crate::ops::dma::dma_wait,
+}
+
+/// The root cause recorded as `[mosaic_rt#n]`, if still known.
+pub fn recorded_error(n: u64) -> Option<mosaic_rt_core::RtError> {
+    errors::lookup(n)
+}

@@ -1,0 +1,312 @@
+//! Safe views over one `XLA_FFI_CallFrame`: operands, results and attributes,
+//! with the checks every handler needs (arity, dtype, rank) turned into clear
+//! `ValueError`s instead of crashes.
+
+use crate::abi::{self, CallFrame};
+use mosaic_rt_core::{DType, Result, RtError};
+use std::ffi::c_void;
+
+/// A validated EXECUTE-stage call frame.
+pub struct Frame<'a> {
+    pub(crate) raw: &'a CallFrame,
+    /// Target name, for messages.
+    pub(crate) op: &'static str,
+}
+
+/// One operand or result buffer.
+pub struct Buf<'a> {
+    pub dtype: i32,
+    pub data: *mut c_void,
+    pub dims: &'a [i64],
+    /// "operand 3" / "result 1", for messages.
+    what: (&'static str, usize),
+    op: &'static str,
+}
+
+impl<'a> Frame<'a> {
+    pub fn num_args(&self) -> usize {
+        self.raw.args.size.max(0) as usize
+    }
+
+    pub fn num_rets(&self) -> usize {
+        self.raw.rets.size.max(0) as usize
+    }
+
+    /// Checks the number of operands (inclusive range) and results.
+    pub fn expect_arity(&self, args: std::ops::RangeInclusive<usize>, rets: usize) -> Result<()> {
+        let (n, r) = (self.num_args(), self.num_rets());
+        if !args.contains(&n) || r != rets {
+            let want = if args.start() == args.end() {
+                args.start().to_string()
+            } else {
+                format!("{} to {}", args.start(), args.end())
+            };
+            return Err(RtError::value(format!(
+                "{}: expected {want} operand(s) and {rets} result(s), got {n} and {r}",
+                self.op
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn arg(&self, i: usize) -> Result<Buf<'a>> {
+        let a = &self.raw.args;
+        if i >= self.num_args() {
+            return Err(RtError::value(format!("{}: missing operand {i}", self.op)));
+        }
+        // SAFETY: XLA guarantees `types` and `args` have `size` entries.
+        let (ty, ptr) = unsafe { (*a.types.add(i), *a.args.add(i)) };
+        self.buffer(ty == abi::ARG_BUFFER, ptr, ("operand", i))
+    }
+
+    pub fn ret(&self, i: usize) -> Result<Buf<'a>> {
+        let r = &self.raw.rets;
+        if i >= self.num_rets() {
+            return Err(RtError::value(format!("{}: missing result {i}", self.op)));
+        }
+        // SAFETY: as for `arg`.
+        let (ty, ptr) = unsafe { (*r.types.add(i), *r.rets.add(i)) };
+        self.buffer(ty == abi::RET_BUFFER, ptr, ("result", i))
+    }
+
+    fn buffer(&self, is_buffer: bool, ptr: *mut c_void, what: (&'static str, usize)) -> Result<Buf<'a>> {
+        if !is_buffer || ptr.is_null() {
+            return Err(RtError::value(format!("{}: {} {} is not an array", self.op, what.0, what.1)));
+        }
+        // SAFETY: a BUFFER entry points at an `XLA_FFI_Buffer` valid for the call.
+        let b = unsafe { &*(ptr as *const abi::Buffer) };
+        let dims = if b.rank <= 0 || b.dims.is_null() {
+            &[][..]
+        } else {
+            unsafe { std::slice::from_raw_parts(b.dims, b.rank as usize) }
+        };
+        Ok(Buf { dtype: b.dtype, data: b.data, dims, what, op: self.op })
+    }
+
+    /// The attribute called `name` (attributes arrive sorted by name, but
+    /// there are few of them: a linear scan is the cheapest lookup).
+    fn find_attr(&self, name: &str) -> Option<(i32, *mut c_void)> {
+        let at = &self.raw.attrs;
+        for i in 0..at.size.max(0) as usize {
+            // SAFETY: XLA guarantees `types`, `names`, `attrs` have `size` entries.
+            unsafe {
+                let span = &**at.names.add(i);
+                let key = std::slice::from_raw_parts(span.ptr as *const u8, span.len);
+                if key == name.as_bytes() {
+                    return Some((*at.types.add(i), *at.attrs.add(i)));
+                }
+            }
+        }
+        None
+    }
+
+    fn missing(&self, name: &str) -> RtError {
+        RtError::value(format!("{}: missing attribute {name:?}", self.op))
+    }
+
+    fn bad_attr(&self, name: &str, want: &str) -> RtError {
+        RtError::value(format!("{}: attribute {name:?} must be {want}", self.op))
+    }
+
+    pub fn attr_i64_opt(&self, name: &str) -> Result<Option<i64>> {
+        let Some((ty, ptr)) = self.find_attr(name) else { return Ok(None) };
+        if ty != abi::ATTR_SCALAR {
+            return Err(self.bad_attr(name, "an integer"));
+        }
+        // SAFETY: a SCALAR attribute points at an `XLA_FFI_Scalar`.
+        let s = unsafe { &*(ptr as *const abi::Scalar) };
+        let v = unsafe {
+            match s.dtype {
+                abi::DT_S64 => *(s.value as *const i64),
+                abi::DT_S32 => *(s.value as *const i32) as i64,
+                abi::DT_U32 => *(s.value as *const u32) as i64,
+                abi::DT_S8 | abi::DT_PRED => *(s.value as *const i8) as i64,
+                _ => return Err(self.bad_attr(name, "an integer")),
+            }
+        };
+        Ok(Some(v))
+    }
+
+    pub fn attr_i64(&self, name: &str) -> Result<i64> {
+        self.attr_i64_opt(name)?.ok_or_else(|| self.missing(name))
+    }
+
+    /// An integer attribute that must fit `u32` (ids, counts, codes).
+    pub fn attr_u32(&self, name: &str) -> Result<u32> {
+        let v = self.attr_i64(name)?;
+        u32::try_from(v).map_err(|_| {
+            RtError::value(format!("{}: attribute {name:?} must be in [0, 2**32), got {v}", self.op))
+        })
+    }
+
+    pub fn attr_str_opt(&self, name: &str) -> Result<Option<&'a str>> {
+        let Some((ty, ptr)) = self.find_attr(name) else { return Ok(None) };
+        if ty != abi::ATTR_STRING {
+            return Err(self.bad_attr(name, "a string"));
+        }
+        // SAFETY: a STRING attribute points at an `XLA_FFI_ByteSpan`.
+        let span = unsafe { &*(ptr as *const abi::ByteSpan) };
+        let bytes: &'a [u8] = if span.len == 0 {
+            &[]
+        } else {
+            unsafe { std::slice::from_raw_parts(span.ptr as *const u8, span.len) }
+        };
+        std::str::from_utf8(bytes).map(Some).map_err(|_| self.bad_attr(name, "UTF-8"))
+    }
+
+    pub fn attr_str(&self, name: &str) -> Result<&'a str> {
+        self.attr_str_opt(name)?.ok_or_else(|| self.missing(name))
+    }
+
+    /// An int64 array attribute (`np.asarray(..., np.int64)` on the Python side).
+    pub fn attr_i64s(&self, name: &str) -> Result<&'a [i64]> {
+        self.attr_i64s_opt(name)?.ok_or_else(|| self.missing(name))
+    }
+
+    pub fn attr_i64s_opt(&self, name: &str) -> Result<Option<&'a [i64]>> {
+        let Some((ty, ptr)) = self.find_attr(name) else { return Ok(None) };
+        if ty != abi::ATTR_ARRAY {
+            return Err(self.bad_attr(name, "an int64 array"));
+        }
+        // SAFETY: an ARRAY attribute points at an `XLA_FFI_Array`.
+        let a = unsafe { &*(ptr as *const abi::Array) };
+        if a.dtype != abi::DT_S64 {
+            return Err(self.bad_attr(name, "an int64 array"));
+        }
+        if a.size == 0 || a.data.is_null() {
+            return Ok(Some(&[]));
+        }
+        Ok(Some(unsafe { std::slice::from_raw_parts(a.data as *const i64, a.size) }))
+    }
+}
+
+/// Name of an XLA dtype, for messages.
+pub fn xla_dtype_name(dt: i32) -> String {
+    match xla_to_dtype(dt) {
+        Some(d) => d.name().to_string(),
+        None => format!("XLA dtype #{dt}"),
+    }
+}
+
+pub fn xla_to_dtype(dt: i32) -> Option<DType> {
+    Some(match dt {
+        abi::DT_PRED => DType::Bool,
+        abi::DT_S8 => DType::I8,
+        abi::DT_S16 => DType::I16,
+        abi::DT_S32 => DType::I32,
+        abi::DT_S64 => DType::I64,
+        abi::DT_U8 => DType::U8,
+        abi::DT_U16 => DType::U16,
+        abi::DT_U32 => DType::U32,
+        abi::DT_U64 => DType::U64,
+        abi::DT_F16 => DType::F16,
+        abi::DT_BF16 => DType::BF16,
+        abi::DT_F32 => DType::F32,
+        abi::DT_F64 => DType::F64,
+        _ => return None,
+    })
+}
+
+impl<'a> Buf<'a> {
+    fn describe(&self) -> String {
+        format!("{}: {} {}", self.op, self.what.0, self.what.1)
+    }
+
+    pub fn num_elements(&self) -> usize {
+        self.dims.iter().map(|&d| d.max(0) as usize).product()
+    }
+
+    pub fn dtype(&self) -> Result<DType> {
+        xla_to_dtype(self.dtype).ok_or_else(|| {
+            RtError::value(format!("{} has unsupported dtype {}", self.describe(), xla_dtype_name(self.dtype)))
+        })
+    }
+
+    pub fn byte_len(&self) -> Result<usize> {
+        Ok(self.num_elements() * self.dtype()?.itemsize())
+    }
+
+    pub fn expect_dtype(&self, want: DType) -> Result<()> {
+        if xla_to_dtype(self.dtype) != Some(want) {
+            return Err(RtError::value(format!(
+                "{} must be {}, got {}",
+                self.describe(),
+                want.name(),
+                xla_dtype_name(self.dtype)
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn expect_rank(&self, rank: usize) -> Result<()> {
+        if self.dims.len() != rank {
+            return Err(RtError::value(format!(
+                "{} must have rank {rank}, got shape {:?}",
+                self.describe(),
+                self.dims
+            )));
+        }
+        Ok(())
+    }
+
+    /// An int32 scalar operand (ids, values).
+    pub fn scalar_i32(&self) -> Result<i32> {
+        self.expect_dtype(DType::I32)?;
+        self.expect_rank(0)?;
+        // SAFETY: a rank-0 int32 buffer holds one i32.
+        Ok(unsafe { *(self.data as *const i32) })
+    }
+
+    /// An int32 scalar that must be >= 0 (device, core, buffer and semaphore ids).
+    pub fn id(&self, what: &str) -> Result<u32> {
+        let v = self.scalar_i32()?;
+        u32::try_from(v).map_err(|_| RtError::value(format!("{what} must be >= 0, got {v}")))
+    }
+
+    /// An int32 scalar where -1 means "not given".
+    pub fn opt_id(&self, what: &str) -> Result<Option<u32>> {
+        let v = self.scalar_i32()?;
+        match v {
+            -1 => Ok(None),
+            v => u32::try_from(v)
+                .map(Some)
+                .map_err(|_| RtError::value(format!("{what} must be >= 0 (or -1 for none), got {v}"))),
+        }
+    }
+
+    /// An int32 vector operand (dynamic slice starts).
+    pub fn i32s(&self) -> Result<&'a [i32]> {
+        self.expect_dtype(DType::I32)?;
+        self.expect_rank(1)?;
+        let n = self.num_elements();
+        if n == 0 {
+            return Ok(&[]);
+        }
+        Ok(unsafe { std::slice::from_raw_parts(self.data as *const i32, n) })
+    }
+
+    pub fn bytes(&self) -> Result<&'a [u8]> {
+        let n = self.byte_len()?;
+        if n == 0 {
+            return Ok(&[]);
+        }
+        Ok(unsafe { std::slice::from_raw_parts(self.data as *const u8, n) })
+    }
+
+    /// Bytes of a result buffer, to be filled.
+    pub fn bytes_mut(&self) -> Result<&'a mut [u8]> {
+        let n = self.byte_len()?;
+        if n == 0 {
+            return Ok(&mut []);
+        }
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.data as *mut u8, n) })
+    }
+
+    /// Writes an int32 scalar result.
+    pub fn write_i32(&self, v: i32) -> Result<()> {
+        self.expect_dtype(DType::I32)?;
+        self.expect_rank(0)?;
+        unsafe { *(self.data as *mut i32) = v };
+        Ok(())
+    }
+}

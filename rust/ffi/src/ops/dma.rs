@@ -1,0 +1,45 @@
+//! DMAs: start and wait.
+
+use super::{core_target, region, space_attr};
+use crate::dispatch::Call;
+use crate::launch;
+use mosaic_rt_core::{DmaRequest, Result, RtError};
+
+/// `dma_start(token, handle, device, core, src_id, src_starts, dst_id,
+/// dst_starts, dst_sem, src_sem, dst_device) -> token`.
+/// `src_sem` and `dst_device` are -1 for a local copy (both or neither must
+/// be set; the runtime reports stock's message otherwise). Attributes:
+/// `src_space`, `src_sizes`, `src_strides`, `src_squeezed` and the same
+/// with `dst_`.
+pub fn dma_start(c: &mut Call) -> Result<()> {
+    c.frame.expect_arity(11..=11, 1)?;
+    let (handle, device, core) = core_target(c)?;
+    let f = &c.frame;
+    let req = DmaRequest {
+        device,
+        core,
+        src_space: space_attr(f, "src_space")?,
+        src_id: f.arg(4)?.id("source buffer id")?,
+        src_region: region(f, "src_", 5)?,
+        dst_space: space_attr(f, "dst_space")?,
+        dst_id: f.arg(6)?.id("destination buffer id")?,
+        dst_region: region(f, "dst_", 7)?,
+        dst_sem: f.arg(8)?.id("destination semaphore id")?,
+        src_sem: f.arg(9)?.opt_id("source semaphore id")?,
+        dst_device: f.arg(10)?.opt_id("destination device id")?,
+    };
+    launch::with_runtime(handle, |rt| rt.dma_start(&req))
+}
+
+/// `dma_wait(token, handle, device, core, sem) -> token`; attribute `bytes`
+/// (the size of the transferred region, known at trace time).
+pub fn dma_wait(c: &mut Call) -> Result<()> {
+    c.frame.expect_arity(5..=5, 1)?;
+    let (handle, device, core) = core_target(c)?;
+    let sem = c.frame.arg(4)?.id("semaphore id")?;
+    let bytes = c.frame.attr_i64("bytes")?;
+    if bytes < 0 {
+        return Err(RtError::value(format!("dma_wait: bytes must be >= 0, got {bytes}")));
+    }
+    launch::with_runtime(handle, |rt| rt.dma_wait(device, core, sem, bytes))
+}

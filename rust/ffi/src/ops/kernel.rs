@@ -1,0 +1,151 @@
+//! Launch lifetime: begin, end, leak report, device barrier, launch info.
+
+use super::{device_target, pass_token};
+use crate::abi;
+use crate::dispatch::Call;
+use crate::frame::Frame;
+use crate::launch;
+use mosaic_rt_core::{Config, DType, DmaMode, ErrorKind, FillMode, OobReads, Result, RtError};
+use std::time::Duration;
+
+/// The XLA run id of the current execution: equal on every device of one
+/// execution, different between executions (checked by tests/test_ffi_*).
+fn run_id(f: &Frame) -> Result<i64> {
+    // SAFETY: `api` was checked non-null by the dispatcher.
+    let api = unsafe { &*f.raw.api };
+    let get = api.run_id_get.ok_or_else(|| RtError::internal("XLA_FFI_RunId_Get is missing"))?;
+    let mut args = abi::RunIdGetArgs {
+        struct_size: std::mem::size_of::<abi::RunIdGetArgs>(),
+        extension_start: std::ptr::null_mut(),
+        ctx: f.raw.ctx,
+        run_id: 0,
+    };
+    // SAFETY: a valid args struct for the current call's context.
+    let err = unsafe { get(&mut args) };
+    if !err.is_null() {
+        return Err(RtError::internal("XLA_FFI_RunId_Get failed"));
+    }
+    Ok(args.run_id)
+}
+
+/// The XLA device ordinal the calling program runs on.
+fn device_ordinal(f: &Frame) -> Result<i32> {
+    let api = unsafe { &*f.raw.api };
+    let get = api
+        .device_ordinal_get
+        .ok_or_else(|| RtError::internal("XLA_FFI_DeviceOrdinal_Get is missing"))?;
+    let mut args = abi::DeviceOrdinalGetArgs {
+        struct_size: std::mem::size_of::<abi::DeviceOrdinalGetArgs>(),
+        extension_start: std::ptr::null_mut(),
+        ctx: f.raw.ctx,
+        device_ordinal: 0,
+    };
+    let err = unsafe { get(&mut args) };
+    if !err.is_null() {
+        return Err(RtError::internal("XLA_FFI_DeviceOrdinal_Get failed"));
+    }
+    Ok(args.device_ordinal)
+}
+
+fn config_from_attrs(f: &Frame) -> Result<Config> {
+    let timeout_ms = f.attr_i64("wait_timeout_ms")?;
+    Ok(Config {
+        num_devices: f.attr_u32("num_devices")?,
+        cores_per_device: f.attr_u32("num_cores")?,
+        dma_mode: DmaMode::parse(f.attr_str("dma_execution_mode")?)?,
+        oob_reads: OobReads::parse(f.attr_str("out_of_bounds_reads")?)?,
+        fill: FillMode::parse(f.attr_str("uninitialized_memory")?)?,
+        // <= 0: no timeout.
+        wait_timeout: (timeout_ms > 0).then(|| Duration::from_millis(timeout_ms as u64)),
+    })
+}
+
+/// `kernel_begin(token, device) -> (token, handle uint32[2])`;
+/// attributes `uid` and the config (see `config_from_attrs`).
+pub fn kernel_begin(c: &mut Call) -> Result<()> {
+    let f = &c.frame;
+    f.expect_arity(2..=2, 2)?;
+    pass_token(f)?;
+    let device = f.arg(1)?.id("device id")?;
+    let uid = f.attr_i64("uid")? as u64;
+    let config = config_from_attrs(f)?;
+    if device >= config.num_devices {
+        return Err(RtError::value(format!(
+            "device id {device} out of range: the kernel runs on {} device(s)",
+            config.num_devices
+        ))
+        .at(device, 0));
+    }
+    let out = f.ret(1)?;
+    out.expect_dtype(DType::U32)?;
+    if out.dims != [2] {
+        return Err(RtError::value("kernel_begin: result 1 must be uint32[2]"));
+    }
+    let handle = launch::join(uid, run_id(f)?, device, &config).map_err(|e| e.at(device, 0))?;
+    c.bind(handle, device);
+    // SAFETY: checked uint32[2] above.
+    unsafe { *(out.data as *mut [u32; 2]) = launch::split_handle(handle) };
+    Ok(())
+}
+
+/// `kernel_end(token, handle, device) -> token`: leaves the launch; the
+/// last device out tears it down.
+pub fn kernel_end(c: &mut Call) -> Result<()> {
+    c.frame.expect_arity(3..=3, 1)?;
+    let (handle, device) = device_target(c)?;
+    // A launch that failed elsewhere must not end quietly on this device.
+    launch::with_runtime(handle, |rt| rt.check_failed_at(device, 0))?;
+    launch::leave(handle, device);
+    Ok(())
+}
+
+/// `leak_report(token, handle, device) -> (token, int32 count)`: the number
+/// of (semaphore, core) pairs of `device` left non-zero; attribute
+/// `policy` = "ignore" | "raise" (raise fails the launch naming each leak).
+pub fn leak_report(c: &mut Call) -> Result<()> {
+    c.frame.expect_arity(3..=3, 2)?;
+    let raise = match c.frame.attr_str("policy")? {
+        "ignore" => false,
+        "raise" => true,
+        p => return Err(RtError::value(format!("leak policy must be 'ignore' or 'raise', got {p:?}"))),
+    };
+    let (handle, device) = device_target(c)?;
+    let leaks = launch::with_runtime(handle, |rt| Ok(rt.leaks(Some(device))))?;
+    if raise && !leaks.is_empty() {
+        let items: Vec<String> = leaks
+            .iter()
+            .map(|l| format!("semaphore {} ({:?}) on core {} has count {}", l.sem, l.kind, l.core, l.count))
+            .collect();
+        let msg = format!(
+            "{} semaphore(s) left with a non-zero count at kernel end on device {device}: {}",
+            leaks.len(),
+            items.join("; ")
+        );
+        return Err(RtError::new(ErrorKind::Leak, msg).at(device, leaks[0].core));
+    }
+    c.frame.ret(1)?.write_i32(leaks.len().min(i32::MAX as usize) as i32)
+}
+
+/// `device_barrier(token, handle, device) -> token`.
+pub fn device_barrier(c: &mut Call) -> Result<()> {
+    c.frame.expect_arity(3..=3, 1)?;
+    let (handle, device) = device_target(c)?;
+    launch::with_runtime(handle, |rt| rt.device_barrier(device))
+}
+
+/// `launch_info(token) -> (token, int32[3])`: run id (low, high 32 bits)
+/// and device ordinal as XLA reports them to this call (diagnostics/tests).
+pub fn launch_info(c: &mut Call) -> Result<()> {
+    let f = &c.frame;
+    f.expect_arity(1..=1, 2)?;
+    pass_token(f)?;
+    let out = f.ret(1)?;
+    out.expect_dtype(DType::I32)?;
+    if out.dims != [3] {
+        return Err(RtError::value("launch_info: result 1 must be int32[3]"));
+    }
+    let id = run_id(f)?;
+    let info = [id as i32, (id >> 32) as i32, device_ordinal(f)?];
+    unsafe { *(out.data as *mut [i32; 3]) = info };
+    Ok(())
+}

@@ -1,0 +1,122 @@
+//! Buffers: allocate, free, load, store, swap.
+
+use super::{core_target, region, space_attr};
+use crate::dispatch::Call;
+use crate::launch;
+use mosaic_rt_core::{DType, Init, Result, RtError};
+
+fn shape_attr(c: &Call, name: &str) -> Result<Option<Vec<usize>>> {
+    let f = &c.frame;
+    let Some(dims) = f.attr_i64s_opt(name)? else { return Ok(None) };
+    dims.iter()
+        .map(|&d| {
+            usize::try_from(d)
+                .map_err(|_| RtError::value(format!("{}: {name} has a negative dimension {d}", f.op)))
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
+}
+
+/// `allocate_buffer(token, handle, device, core[, init]) -> (token, int32 id)`.
+/// `core` = -1 allocates on every core of the device. Attributes: `space`,
+/// `dtype` (numpy name), `shape`, optional `logical_shape`. Without `init`
+/// the buffer gets the fill value; `init` must have the logical shape.
+pub fn allocate_buffer(c: &mut Call) -> Result<()> {
+    c.frame.expect_arity(4..=5, 2)?;
+    super::pass_token(&c.frame)?;
+    let handle = super::handle_arg(&c.frame, 1)?;
+    let device = c.frame.arg(2)?.id("device id")?;
+    c.bind(handle, device);
+    let core = c.frame.arg(3)?.opt_id("core id")?;
+    let space = space_attr(&c.frame, "space")?;
+    let dtype = DType::from_name(c.frame.attr_str("dtype")?)?;
+    let shape = shape_attr(c, "shape")?
+        .ok_or_else(|| RtError::value("allocate_buffer: missing attribute \"shape\""))?;
+    let logical = shape_attr(c, "logical_shape")?;
+    let logical_shape = logical.as_deref().unwrap_or(&shape);
+    let init_buf = if c.frame.num_args() == 5 { Some(c.frame.arg(4)?) } else { None };
+    let init = match &init_buf {
+        None => Init::Fill,
+        Some(b) => {
+            b.expect_dtype(dtype)?;
+            if b.dims.iter().map(|&d| d as usize).ne(logical_shape.iter().copied()) {
+                return Err(RtError::value(format!(
+                    "allocate_buffer: initial value has shape {:?}, expected {:?}",
+                    b.dims, logical_shape
+                )));
+            }
+            Init::Bytes(b.bytes()?)
+        }
+    };
+    let id = launch::with_runtime(handle, |rt| {
+        rt.allocate_buffer(device, core, space, dtype, &shape, logical.as_deref(), init)
+    })?;
+    c.frame.ret(1)?.write_i32(id as i32)
+}
+
+/// `free_buffer(token, handle, device, core, id) -> token`; attribute `space`.
+pub fn free_buffer(c: &mut Call) -> Result<()> {
+    c.frame.expect_arity(5..=5, 1)?;
+    let (handle, device, core) = core_target(c)?;
+    let id = c.frame.arg(4)?.id("buffer id")?;
+    let space = space_attr(&c.frame, "space")?;
+    launch::with_runtime(handle, |rt| rt.free_buffer(device, core, space, id))
+}
+
+/// `load(token, handle, device, core, id, starts) -> (token, value)`;
+/// attributes `space`, `sizes`, `strides`, `squeezed`.
+pub fn load(c: &mut Call) -> Result<()> {
+    c.frame.expect_arity(6..=6, 2)?;
+    let (handle, device, core) = core_target(c)?;
+    let f = &c.frame;
+    let id = f.arg(4)?.id("buffer id")?;
+    let space = space_attr(f, "space")?;
+    let region = region(f, "", 5)?;
+    let out = f.ret(1)?.bytes_mut()?;
+    launch::with_runtime(handle, |rt| rt.load(device, core, space, id, &region, out))
+}
+
+/// `store(token, handle, device, core, id, starts, value) -> token`;
+/// attributes as for `load`.
+pub fn store(c: &mut Call) -> Result<()> {
+    c.frame.expect_arity(7..=7, 1)?;
+    let (handle, device, core) = core_target(c)?;
+    let f = &c.frame;
+    let id = f.arg(4)?.id("buffer id")?;
+    let space = space_attr(f, "space")?;
+    let region = region(f, "", 5)?;
+    let data = f.arg(6)?.bytes()?;
+    launch::with_runtime(handle, |rt| rt.store(device, core, space, id, &region, data))
+}
+
+/// `swap(token, handle, device, core, id, starts, value[, mask]) -> (token, old)`;
+/// `mask` is a bool array of the value's shape.
+pub fn swap(c: &mut Call) -> Result<()> {
+    c.frame.expect_arity(7..=8, 2)?;
+    let (handle, device, core) = core_target(c)?;
+    let f = &c.frame;
+    let id = f.arg(4)?.id("buffer id")?;
+    let space = space_attr(f, "space")?;
+    let region = region(f, "", 5)?;
+    let value = f.arg(6)?;
+    let data = value.bytes()?;
+    let mask = if f.num_args() == 8 {
+        let m = f.arg(7)?;
+        m.expect_dtype(DType::Bool)?;
+        if m.dims != value.dims {
+            return Err(RtError::value(format!(
+                "swap: mask shape {:?} differs from value shape {:?}",
+                m.dims, value.dims
+            )));
+        }
+        Some(m.bytes()?)
+    } else {
+        None
+    };
+    let out = f.ret(1)?;
+    if out.dtype != value.dtype || out.dims != value.dims {
+        return Err(RtError::value("swap: result must have the value's dtype and shape"));
+    }
+    let out = out.bytes_mut()?;
+    launch::with_runtime(handle, |rt| rt.swap(device, core, space, id, &region, data, mask, out))
+}

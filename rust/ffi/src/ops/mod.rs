@@ -1,0 +1,93 @@
+//! One handler body per operation. Operand order is always
+//! `token, handle, device[, core], ...`; result 0 is the token (aliased to
+//! operand 0 by the Python wrappers, so a device's calls keep program order).
+//! Static parameters are attributes, dynamic ones operands.
+
+pub mod dma;
+pub mod kernel;
+pub mod memory;
+pub mod sem;
+
+use crate::dispatch::Call;
+use crate::frame::Frame;
+use crate::launch;
+use mosaic_rt_core::{DType, DimSel, MemorySpace, Region, Result, RtError};
+
+/// Checks the token operand and forwards it to result 0 (a no-op when XLA
+/// aliased the two, a 4-byte copy otherwise).
+pub fn pass_token(f: &Frame) -> Result<()> {
+    let (a, r) = (f.arg(0)?, f.ret(0)?);
+    a.expect_dtype(DType::I32)?;
+    a.expect_rank(0)?;
+    r.expect_dtype(DType::I32)?;
+    r.expect_rank(0)?;
+    if a.data != r.data {
+        // SAFETY: both are rank-0 int32 buffers.
+        unsafe { *(r.data as *mut i32) = *(a.data as *const i32) };
+    }
+    Ok(())
+}
+
+/// The launch handle operand (`uint32[2]`) at position `i`.
+pub fn handle_arg(f: &Frame, i: usize) -> Result<u64> {
+    let b = f.arg(i)?;
+    b.expect_dtype(DType::U32)?;
+    if b.dims != [2] {
+        return Err(RtError::value(format!(
+            "{}: the launch handle (operand {i}) must be uint32[2], got shape {:?}",
+            f.op, b.dims
+        )));
+    }
+    // SAFETY: a uint32[2] buffer.
+    let parts = unsafe { *(b.data as *const [u32; 2]) };
+    Ok(launch::join_handle(parts))
+}
+
+/// Reads `token, handle, device` and binds the call to that launch.
+pub fn device_target(c: &mut Call) -> Result<(u64, u32)> {
+    pass_token(&c.frame)?;
+    let handle = handle_arg(&c.frame, 1)?;
+    let device = c.frame.arg(2)?.id("device id")?;
+    c.bind(handle, device);
+    Ok((handle, device))
+}
+
+/// Reads `token, handle, device, core` and binds the call to that launch.
+pub fn core_target(c: &mut Call) -> Result<(u64, u32, u32)> {
+    let (handle, device) = device_target(c)?;
+    let core = c.frame.arg(3)?.id("core id")?;
+    Ok((handle, device, core))
+}
+
+/// The `space` attribute (prefixed, e.g. `src_space`).
+pub fn space_attr(f: &Frame, name: &str) -> Result<MemorySpace> {
+    MemorySpace::from_code(f.attr_i64(name)?)
+}
+
+/// A region: static `{p}sizes`, `{p}strides`, `{p}squeezed` attributes and a
+/// dynamic int32 start vector operand.
+pub fn region(f: &Frame, prefix: &str, starts_arg: usize) -> Result<Region> {
+    let sizes = f.attr_i64s(&format!("{prefix}sizes"))?;
+    let strides = f.attr_i64s(&format!("{prefix}strides"))?;
+    let squeezed = f.attr_i64s(&format!("{prefix}squeezed"))?;
+    let starts = f.arg(starts_arg)?.i32s()?;
+    let n = sizes.len();
+    if strides.len() != n || squeezed.len() != n || starts.len() != n {
+        return Err(RtError::value(format!(
+            "{}: region {prefix:?} has {n} sizes but {} strides, {} squeezed flags and {} starts",
+            f.op,
+            strides.len(),
+            squeezed.len(),
+            starts.len()
+        )));
+    }
+    let dims = (0..n)
+        .map(|i| DimSel {
+            start: starts[i] as i64,
+            size: sizes[i],
+            stride: strides[i],
+            squeezed: squeezed[i] != 0,
+        })
+        .collect();
+    Ok(Region::new(dims))
+}

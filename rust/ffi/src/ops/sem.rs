@@ -1,0 +1,83 @@
+//! Semaphores: allocate, barrier semaphore, signal, wait, read.
+
+use super::{core_target, device_target};
+use crate::dispatch::Call;
+use crate::launch;
+use mosaic_rt_core::{Result, RtError, SemKind};
+
+/// A non-negative int32 operand used as a count.
+fn count_arg(c: &Call, i: usize, what: &str) -> Result<i64> {
+    let v = c.frame.arg(i)?.scalar_i32()?;
+    if v < 0 {
+        return Err(RtError::value(format!("{what} must be >= 0, got {v}")));
+    }
+    Ok(v as i64)
+}
+
+/// `allocate_semaphores(token, handle, device, core) -> (token, int32 first_id)`;
+/// `core` = -1 allocates on every core of the device; attributes `kind`
+/// ("regular" | "dma" | "barrier") and `count`.
+pub fn allocate_semaphores(c: &mut Call) -> Result<()> {
+    c.frame.expect_arity(4..=4, 2)?;
+    let (handle, device) = device_target(c)?;
+    let core = c.frame.arg(3)?.opt_id("core id")?;
+    let kind = match c.frame.attr_str("kind")? {
+        "regular" => SemKind::Regular,
+        "dma" => SemKind::Dma,
+        "barrier" => SemKind::Barrier,
+        k => {
+            return Err(RtError::value(format!(
+                "semaphore kind must be 'regular', 'dma' or 'barrier', got {k:?}"
+            )))
+        }
+    };
+    let count = c.frame.attr_u32("count")?;
+    let first = launch::with_runtime(handle, |rt| rt.allocate_semaphores(device, core, kind, count))?;
+    c.frame.ret(1)?.write_i32(first as i32)
+}
+
+/// `barrier_semaphore(token, handle, device) -> (token, int32 id)`;
+/// attribute `collective_id`.
+pub fn barrier_semaphore(c: &mut Call) -> Result<()> {
+    c.frame.expect_arity(3..=3, 2)?;
+    let (handle, device) = device_target(c)?;
+    let cid = c.frame.attr_u32("collective_id")?;
+    let id = launch::with_runtime(handle, |rt| rt.barrier_semaphore(device, cid))?;
+    c.frame.ret(1)?.write_i32(id as i32)
+}
+
+/// `semaphore_signal(token, handle, device, core, sem, inc, target_device,
+/// target_core) -> token`; -1 target device = the signalling device, -1
+/// target core = core 0 (stock's rule).
+pub fn semaphore_signal(c: &mut Call) -> Result<()> {
+    c.frame.expect_arity(8..=8, 1)?;
+    let (handle, device, core) = core_target(c)?;
+    let f = &c.frame;
+    let sem = f.arg(4)?.id("semaphore id")?;
+    let inc = f.arg(5)?.scalar_i32()? as i64;
+    let target_device = f.arg(6)?.opt_id("target device id")?;
+    let target_core = f.arg(7)?.opt_id("target core id")?;
+    launch::with_runtime(handle, |rt| {
+        rt.semaphore_signal(device, core, sem, inc, target_device, target_core)
+    })
+}
+
+/// `semaphore_wait(token, handle, device, core, sem, value) -> token`.
+pub fn semaphore_wait(c: &mut Call) -> Result<()> {
+    c.frame.expect_arity(6..=6, 1)?;
+    let (handle, device, core) = core_target(c)?;
+    let sem = c.frame.arg(4)?.id("semaphore id")?;
+    let value = count_arg(c, 5, "semaphore wait value")?;
+    launch::with_runtime(handle, |rt| rt.semaphore_wait(device, core, sem, value))
+}
+
+/// `semaphore_read(token, handle, device, core, sem) -> (token, int32 count)`.
+pub fn semaphore_read(c: &mut Call) -> Result<()> {
+    c.frame.expect_arity(5..=5, 2)?;
+    let (handle, device, core) = core_target(c)?;
+    let sem = c.frame.arg(4)?.id("semaphore id")?;
+    let v = launch::with_runtime(handle, |rt| rt.semaphore_read(device, core, sem))?;
+    let v = i32::try_from(v)
+        .map_err(|_| RtError::value(format!("semaphore {sem} count {v} does not fit int32")))?;
+    c.frame.ret(1)?.write_i32(v)
+}
