@@ -38,3 +38,103 @@ impl Region {
         Region { dims: Vec::new() }
     }
 }
+
+impl Region {
+    /// Checks the region against a buffer of rank `rank`: at most `rank`
+    /// dims, starts >= 0, sizes >= 0, strides >= 1, squeezed dims of size 1,
+    /// and `start + size * stride` representable.
+    pub fn validate(&self, rank: usize) -> crate::error::Result<()> {
+        use crate::error::RtError;
+        if self.dims.len() > rank {
+            return Err(RtError::value(format!(
+                "region {} has {} dims but the buffer has rank {rank}",
+                self.python_repr(),
+                self.dims.len()
+            )));
+        }
+        for (k, d) in self.dims.iter().enumerate() {
+            let bad = if d.start < 0 {
+                Some("a negative start")
+            } else if d.size < 0 {
+                Some("a negative size")
+            } else if d.stride < 1 {
+                Some("a stride below 1")
+            } else if d.squeezed && d.size != 1 {
+                Some("an integer index with size != 1")
+            } else if d.size.checked_mul(d.stride).and_then(|n| n.checked_add(d.start)).is_none() {
+                Some("an end index that overflows")
+            } else {
+                None
+            };
+            if let Some(why) = bad {
+                return Err(RtError::value(format!(
+                    "invalid region: dim {k} ({d:?}) has {why}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The Python repr of the range stock interpret mode prints in errors:
+    /// a tuple of `slice(start, stop, step)` and ints, listed dims only.
+    pub fn python_repr(&self) -> String {
+        let parts: Vec<String> = self
+            .dims
+            .iter()
+            .map(|d| {
+                if d.squeezed {
+                    d.start.to_string()
+                } else {
+                    let stop = d.start.saturating_add(d.size.saturating_mul(d.stride));
+                    format!("slice({}, {}, {})", d.start, stop, d.stride)
+                }
+            })
+            .collect();
+        python_tuple(&parts)
+    }
+}
+
+/// `(a, b)`, `(a,)` or `()` -- Python's tuple repr of already-formatted items.
+pub fn python_tuple<S: AsRef<str>>(items: &[S]) -> String {
+    match items {
+        [] => "()".to_string(),
+        [one] => format!("({},)", one.as_ref()),
+        _ => {
+            let joined: Vec<&str> = items.iter().map(|s| s.as_ref()).collect();
+            format!("({})", joined.join(", "))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn python_reprs() {
+        assert_eq!(Region::full().python_repr(), "()");
+        assert_eq!(Region::new(vec![DimSel::slice(0, 8, 1)]).python_repr(), "(slice(0, 8, 1),)");
+        assert_eq!(
+            Region::new(vec![DimSel::slice(2, 3, 2), DimSel::index(3)]).python_repr(),
+            "(slice(2, 8, 2), 3)"
+        );
+        assert_eq!(python_tuple(&["8", "128"]), "(8, 128)");
+    }
+
+    #[test]
+    fn validation() {
+        let ok = Region::new(vec![DimSel::slice(0, 0, 1), DimSel::index(5)]);
+        assert!(ok.validate(2).is_ok());
+        assert!(ok.validate(1).is_err());
+        for bad in [
+            DimSel::slice(-1, 1, 1),
+            DimSel::slice(0, -1, 1),
+            DimSel::slice(0, 1, 0),
+            DimSel { start: 0, size: 2, stride: 1, squeezed: true },
+            DimSel::slice(i64::MAX, 2, 1),
+        ] {
+            let e = Region::new(vec![bad]).validate(1).unwrap_err();
+            assert_eq!(e.kind, crate::error::ErrorKind::Value, "{bad:?}");
+        }
+    }
+}

@@ -9,7 +9,7 @@
 use crate::config::{Config, Topology};
 use crate::dma::DmaRequest;
 use crate::error::{Result, RtError};
-use crate::memory::{BufferInfo, BufferKey, Init, MemorySpace, MemoryTable};
+use crate::memory::{BufferInfo, BufferKey, Init, MemRef, MemorySpace, MemoryTable};
 use crate::dtype::DType;
 use crate::region::Region;
 use crate::sem::{Leak, SemKind, SemTable};
@@ -133,6 +133,13 @@ impl Runtime {
         self.memory
             .swap(&self.topo, device, core, space, id, region, data, mask, out)
             .map_err(|e| e.at(device, core))
+    }
+
+    /// Copies `src` into `dst` with load-then-store semantics in one go (no
+    /// intermediate buffer when the read is in bounds); returns the bytes
+    /// moved. Errors are attributed to the source's (device, core).
+    pub fn copy(&self, src: MemRef<'_>, dst: MemRef<'_>) -> Result<usize> {
+        self.memory.copy(&self.topo, src, dst).map_err(|e| e.at(src.device, src.core))
     }
 
     // ------------------------------------------------------------ semaphores

@@ -1,9 +1,19 @@
 //! Simulated memory: buffers keyed (memory space, buffer id, device, core).
 //!
-//! OWNER: memory helper. Implement `MemoryTable`; keep the signatures used by
-//! `runtime.rs` (adjust them there too if you must).
+//! Semantics follow stock interpret mode (`shared_memory.Buffer`,
+//! `interpret_pallas_call.get/store/swap`): see `table.rs` (allocation,
+//! lookup) and `access.rs` (load, store, swap, copy).
 
-use crate::config::{Config, Topology};
+mod access;
+mod buffer;
+mod copy;
+mod dims;
+mod message;
+mod plan;
+mod table;
+
+pub use table::MemoryTable;
+
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::region::Region;
@@ -65,6 +75,32 @@ pub struct BufferKey {
     pub core: u32,
 }
 
+impl BufferKey {
+    /// The key of buffer (space, id) as seen from (device, core): HBM/ANY
+    /// buffers are shared by the cores of a device and keyed with core 0.
+    pub fn for_access(space: MemorySpace, id: u32, device: u32, core: u32) -> BufferKey {
+        let core = if space.is_shared_by_cores() { 0 } else { core };
+        BufferKey { space, id, device, core }
+    }
+}
+
+impl std::fmt::Display for BufferKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} buffer {} of device {}, core {}", self.space.name(), self.id, self.device, self.core)
+    }
+}
+
+/// A region of buffer (space, id) accessed from (device, core): one side of
+/// [`MemoryTable::copy`].
+#[derive(Clone, Copy, Debug)]
+pub struct MemRef<'a> {
+    pub device: u32,
+    pub core: u32,
+    pub space: MemorySpace,
+    pub id: u32,
+    pub region: &'a Region,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BufferInfo {
     pub dtype: DType,
@@ -83,76 +119,3 @@ pub enum Init<'a> {
     Bytes(&'a [u8]),
 }
 
-pub struct MemoryTable {
-    // TODO(memory helper)
-}
-
-#[allow(unused_variables, clippy::too_many_arguments)]
-impl MemoryTable {
-    pub fn new(config: &Config) -> Self {
-        todo!()
-    }
-    pub fn allocate(
-        &self,
-        topo: &Topology,
-        device: u32,
-        core: Option<u32>,
-        space: MemorySpace,
-        dtype: DType,
-        shape: &[usize],
-        logical_shape: Option<&[usize]>,
-        init: Init<'_>,
-    ) -> Result<u32> {
-        todo!()
-    }
-    pub fn free(&self, topo: &Topology, device: u32, core: u32, space: MemorySpace, id: u32) -> Result<()> {
-        todo!()
-    }
-    pub fn info(&self, key: BufferKey) -> Result<BufferInfo> {
-        todo!()
-    }
-    pub fn content(&self, key: BufferKey) -> Result<Vec<u8>> {
-        todo!()
-    }
-    pub fn region_shape(&self, key: BufferKey, region: &Region) -> Result<Vec<usize>> {
-        todo!()
-    }
-    pub fn load(
-        &self,
-        topo: &Topology,
-        device: u32,
-        core: u32,
-        space: MemorySpace,
-        id: u32,
-        region: &Region,
-        out: &mut [u8],
-    ) -> Result<()> {
-        todo!()
-    }
-    pub fn store(
-        &self,
-        topo: &Topology,
-        device: u32,
-        core: u32,
-        space: MemorySpace,
-        id: u32,
-        region: &Region,
-        data: &[u8],
-    ) -> Result<()> {
-        todo!()
-    }
-    pub fn swap(
-        &self,
-        topo: &Topology,
-        device: u32,
-        core: u32,
-        space: MemorySpace,
-        id: u32,
-        region: &Region,
-        data: &[u8],
-        mask: Option<&[u8]>,
-        out: &mut [u8],
-    ) -> Result<()> {
-        todo!()
-    }
-}

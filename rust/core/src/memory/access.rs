@@ -1,0 +1,230 @@
+//! Loads, stores, swaps and buffer-to-buffer copies, with stock interpret
+//! mode's bounds rules: reads are clipped to the ALLOCATED shape (and raise
+//! or return fill values when clipped), writes must lie within the allocated
+//! shape and only the part within the LOGICAL shape is written.
+
+use std::sync::Arc;
+
+use super::buffer::Buffer;
+use super::copy::{copy_block, fill_pattern, for_each_element, Layout};
+use super::message::{self, Who};
+use super::plan::Plan;
+use super::{BufferKey, MemRef, MemoryTable, MemorySpace};
+use crate::config::{OobReads, Topology};
+use crate::error::{Result, RtError};
+use crate::region::Region;
+
+/// One access resolved: the buffer, the plan and the result shape.
+struct Resolved {
+    who: Who,
+    buf: Arc<Buffer>,
+    plan: Plan,
+    full: super::dims::Dims<usize>,
+    /// Bytes of a full-shape value.
+    bytes: usize,
+}
+
+impl Resolved {
+    fn check_len(&self, what: &str, got: usize, want: usize) -> Result<()> {
+        if got != want {
+            return Err(message::wrong_len(&self.who, what, got, &self.full, want));
+        }
+        Ok(())
+    }
+    fn itemsize(&self) -> usize {
+        self.buf.dtype.itemsize()
+    }
+    fn dense(&self) -> Layout {
+        Layout::dense(&self.full, self.itemsize())
+    }
+}
+
+impl MemoryTable {
+    fn resolve(&self, topo: &Topology, r: MemRef<'_>, action: &str) -> Result<Resolved> {
+        topo.check(r.device, r.core)?;
+        let key = BufferKey::for_access(r.space, r.id, r.device, r.core);
+        let buf = self.get(key, action)?;
+        let plan = Plan::new(r.region, &buf.logical_shape)?;
+        let full = plan.full_shape();
+        let who = Who { device: r.device, core: r.core, space: r.space, id: r.id };
+        let bytes = full
+            .iter()
+            .try_fold(buf.dtype.itemsize(), |acc, &n| acc.checked_mul(n))
+            .ok_or_else(|| {
+                RtError::value(format!("region {} of {who} is too large", r.region.python_repr()))
+            })?;
+        Ok(Resolved { who, buf, plan, full, bytes })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn load(
+        &self,
+        topo: &Topology,
+        device: u32,
+        core: u32,
+        space: MemorySpace,
+        id: u32,
+        region: &Region,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let r = self.resolve(topo, MemRef { device, core, space, id, region }, "read")?;
+        r.check_len("out", out.len(), r.bytes)?;
+        let itemsize = r.itemsize();
+        let in_bounds = r.plan.clip(&r.buf.shape);
+        if in_bounds.as_deref() == Some(&*r.full) {
+            let src = r.plan.buffer_layout(&r.buf.shape, itemsize);
+            copy_block(&r.buf.read(), &src, out, &r.dense(), &r.full, itemsize);
+            return Ok(());
+        }
+        if self.oob_reads == OobReads::Raise {
+            return Err(message::oob_read(&r.who, region, &r.buf.logical_shape));
+        }
+        // "uninitialized": fill values, with the in-bounds part in the low corner.
+        fill_pattern(out, &r.buf.dtype.fill_bytes(self.fill));
+        if let Some(counts) = in_bounds {
+            let src = r.plan.buffer_layout(&r.buf.shape, itemsize);
+            copy_block(&r.buf.read(), &src, out, &r.dense(), &counts, itemsize);
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn store(
+        &self,
+        topo: &Topology,
+        device: u32,
+        core: u32,
+        space: MemorySpace,
+        id: u32,
+        region: &Region,
+        data: &[u8],
+    ) -> Result<()> {
+        let r = self.resolve(topo, MemRef { device, core, space, id, region }, "write")?;
+        r.check_len("data", data.len(), r.bytes)?;
+        if r.plan.any_out_of(&r.buf.shape) {
+            return Err(message::oob_write(&r.who, region, &r.buf.logical_shape));
+        }
+        // Only the part within the logical shape is written (from data's low corner).
+        if let Some(counts) = r.plan.clip(&r.buf.logical_shape) {
+            let itemsize = r.itemsize();
+            let dst = r.plan.buffer_layout(&r.buf.shape, itemsize);
+            copy_block(data, &r.dense(), &mut r.buf.write(), &dst, &counts, itemsize);
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn swap(
+        &self,
+        topo: &Topology,
+        device: u32,
+        core: u32,
+        space: MemorySpace,
+        id: u32,
+        region: &Region,
+        data: &[u8],
+        mask: Option<&[u8]>,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let r = self.resolve(topo, MemRef { device, core, space, id, region }, "swap")?;
+        r.check_len("data", data.len(), r.bytes)?;
+        r.check_len("out", out.len(), r.bytes)?;
+        let itemsize = r.itemsize();
+        if let Some(mask) = mask {
+            r.check_len("mask", mask.len(), r.bytes / itemsize)?;
+        }
+        let logical = &r.buf.logical_shape;
+        let oob = || match mask {
+            None => message::oob_swap(&r.who, region, logical),
+            Some(_) => message::oob_masked_swap(&r.who, region, logical),
+        };
+        let mut content = r.buf.write();
+        let in_bounds = r.plan.clip(&r.buf.shape).ok_or_else(oob)?;
+        let at = r.plan.buffer_layout(&r.buf.shape, itemsize);
+        let dense = r.dense();
+        let write_counts = r.plan.clip(logical);
+        let Some(mask) = mask else {
+            if *in_bounds != *r.full {
+                return Err(oob());
+            }
+            copy_block(&content, &at, out, &dense, &r.full, itemsize);
+            if let Some(counts) = write_counts {
+                copy_block(data, &dense, &mut content, &at, &counts, itemsize);
+            }
+            return Ok(());
+        };
+        // Every selected (mask-true) element must be in bounds.
+        let mask_layout = Layout::dense(&r.full, 1);
+        let mut selected_in_bounds = 0usize;
+        for_each_element(&in_bounds, &mask_layout, &mask_layout, |m, _| {
+            selected_in_bounds += (mask[m] != 0) as usize;
+        });
+        if selected_in_bounds != mask.iter().filter(|&&m| m != 0).count() {
+            return Err(oob());
+        }
+        // out = where(mask, old, data); then content = where(mask, data, old)
+        // within the logical shape.
+        out.copy_from_slice(data);
+        for_each_element(&in_bounds, &at, &dense, |a, d| {
+            if mask[d / itemsize] != 0 {
+                out[d..d + itemsize].copy_from_slice(&content[a..a + itemsize]);
+            }
+        });
+        if let Some(counts) = write_counts {
+            for_each_element(&counts, &at, &dense, |a, d| {
+                if mask[d / itemsize] != 0 {
+                    content[a..a + itemsize].copy_from_slice(&data[d..d + itemsize]);
+                }
+            });
+        }
+        Ok(())
+    }
+
+    /// Copies `src` to `dst` with load-then-store semantics (the read's
+    /// bounds errors first, then the write's) and returns the bytes moved
+    /// (the full region size, as DMA semaphores count). When the read is in
+    /// bounds, bytes go buffer to buffer with no intermediate copy.
+    pub fn copy(&self, topo: &Topology, src: MemRef<'_>, dst: MemRef<'_>) -> Result<usize> {
+        let s = self.resolve(topo, src, "read")?;
+        let d = self.resolve(topo, dst, "write")?;
+        if s.buf.dtype != d.buf.dtype || *s.full != *d.full {
+            return Err(RtError::value(format!(
+                "cannot copy {} {} of {} into {} {} of {}: dtypes or shapes differ",
+                s.buf.dtype.name(),
+                message::shape_repr(&s.full),
+                s.who,
+                d.buf.dtype.name(),
+                message::shape_repr(&d.full),
+                d.who
+            )));
+        }
+        let read_in_bounds = s.plan.clip(&s.buf.shape).as_deref() == Some(&*s.full);
+        if !read_in_bounds || Arc::ptr_eq(&s.buf, &d.buf) {
+            // Rare paths (padding fill, copies within one buffer): go through a temporary.
+            let mut tmp = vec![0u8; s.bytes];
+            self.load(topo, src.device, src.core, src.space, src.id, src.region, &mut tmp)?;
+            self.store(topo, dst.device, dst.core, dst.space, dst.id, dst.region, &tmp)?;
+            return Ok(s.bytes);
+        }
+        if d.plan.any_out_of(&d.buf.shape) {
+            return Err(message::oob_write(&d.who, dst.region, &d.buf.logical_shape));
+        }
+        let Some(counts) = d.plan.clip(&d.buf.logical_shape) else {
+            return Ok(s.bytes);
+        };
+        let itemsize = s.itemsize();
+        let from = s.plan.buffer_layout(&s.buf.shape, itemsize);
+        let to = d.plan.buffer_layout(&d.buf.shape, itemsize);
+        // Lock in address order so two opposite copies cannot deadlock.
+        let (src_bytes, mut dst_bytes);
+        if Arc::as_ptr(&s.buf) < Arc::as_ptr(&d.buf) {
+            src_bytes = s.buf.read();
+            dst_bytes = d.buf.write();
+        } else {
+            dst_bytes = d.buf.write();
+            src_bytes = s.buf.read();
+        }
+        copy_block(&src_bytes, &from, &mut dst_bytes, &to, &counts, itemsize);
+        Ok(s.bytes)
+    }
+}

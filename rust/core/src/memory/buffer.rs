@@ -1,0 +1,90 @@
+//! One simulated buffer: its shapes, dtype and bytes behind their own lock,
+//! so accesses to different buffers never contend.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use super::copy::fill_pattern;
+use super::message::shape_repr;
+use super::BufferInfo;
+use crate::dtype::DType;
+use crate::error::{Result, RtError};
+
+pub(crate) struct Buffer {
+    pub dtype: DType,
+    /// Allocated (possibly padded) shape.
+    pub shape: Vec<usize>,
+    pub logical_shape: Vec<usize>,
+    /// Changed only under the owning table shard's write lock.
+    pub ref_count: AtomicU32,
+    content: RwLock<Vec<u8>>,
+}
+
+/// Number of elements of `shape`, or a ValueError on overflow.
+pub(crate) fn element_count(shape: &[usize]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &n| acc.checked_mul(n))
+        .ok_or_else(|| RtError::value(format!("shape {} is too large", shape_repr(shape))))
+}
+
+impl Buffer {
+    /// A buffer of `shape` filled with `fill` (one element's bytes), with
+    /// `init` (C-order bytes of `logical_shape`) placed in the low corner.
+    pub fn new(
+        dtype: DType,
+        shape: &[usize],
+        logical_shape: &[usize],
+        fill: &[u8],
+        init: Option<&[u8]>,
+        ref_count: u32,
+    ) -> Result<Buffer> {
+        let bytes = element_count(shape)?
+            .checked_mul(dtype.itemsize())
+            .ok_or_else(|| RtError::value(format!("shape {} is too large", shape_repr(shape))))?;
+        let mut content = Vec::new();
+        content.try_reserve_exact(bytes).map_err(|_| {
+            RtError::value(format!(
+                "cannot allocate {bytes} bytes for a {} buffer of shape {}",
+                dtype.name(),
+                shape_repr(shape)
+            ))
+        })?;
+        content.resize(bytes, 0);
+        if init.is_none() || shape != logical_shape {
+            fill_pattern(&mut content, fill);
+        }
+        if let Some(init) = init {
+            let itemsize = dtype.itemsize();
+            let full = super::copy::Layout::dense(logical_shape, itemsize);
+            let dst = super::copy::Layout::dense(shape, itemsize);
+            super::copy::copy_block(init, &full, &mut content, &dst, logical_shape, itemsize);
+        }
+        Ok(Buffer {
+            dtype,
+            shape: shape.to_vec(),
+            logical_shape: logical_shape.to_vec(),
+            ref_count: AtomicU32::new(ref_count),
+            content: RwLock::new(content),
+        })
+    }
+
+    pub fn info(&self) -> BufferInfo {
+        BufferInfo {
+            dtype: self.dtype,
+            shape: self.shape.clone(),
+            logical_shape: self.logical_shape.clone(),
+            ref_count: self.ref_count.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Read access to the bytes. Poisoning is ignored: a panic elsewhere is
+    /// reported at the FFI boundary and must not wedge every other core.
+    pub fn read(&self) -> RwLockReadGuard<'_, Vec<u8>> {
+        self.content.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn write(&self) -> RwLockWriteGuard<'_, Vec<u8>> {
+        self.content.write().unwrap_or_else(|p| p.into_inner())
+    }
+}

@@ -1,0 +1,144 @@
+//! Copying N-d blocks between strided byte layouts. Adjacent dims that are
+//! contiguous on both sides are merged, so a contiguous block is a single
+//! memcpy and a strided block is one memcpy per innermost contiguous run.
+
+use super::dims::Dims;
+
+/// Where element (i0, .., in) lives: `offset + sum(i_k * strides[k])` bytes.
+#[derive(Clone, Debug)]
+pub(crate) struct Layout {
+    pub offset: usize,
+    pub strides: Dims<usize>,
+}
+
+impl Layout {
+    /// A dense C-order array of `shape` starting at byte 0.
+    pub fn dense(shape: &[usize], itemsize: usize) -> Layout {
+        let mut strides = Dims::filled(shape.len(), 0usize);
+        let mut acc = itemsize;
+        for k in (0..shape.len()).rev() {
+            strides[k] = acc;
+            acc *= shape[k];
+        }
+        Layout { offset: 0, strides }
+    }
+}
+
+/// One merged loop dim: count, source and destination byte strides.
+#[derive(Clone, Copy, Debug, Default)]
+struct Loop {
+    count: usize,
+    src: usize,
+    dst: usize,
+}
+
+/// Copies the `counts`-shaped block at `s` in `src` to `d` in `dst`.
+/// Panics (never UB) if a layout points outside its slice: callers check bounds.
+pub(crate) fn copy_block(
+    src: &[u8],
+    s: &Layout,
+    dst: &mut [u8],
+    d: &Layout,
+    counts: &[usize],
+    itemsize: usize,
+) {
+    if counts.contains(&0) {
+        return;
+    }
+    // Merge dims from the innermost outwards; size-1 dims vanish.
+    let mut loops: Dims<Loop> = Dims::new();
+    let mut run = itemsize; // bytes copied per memcpy
+    for k in (0..counts.len()).rev() {
+        let (n, ss, ds) = (counts[k], s.strides[k], d.strides[k]);
+        if n == 1 {
+            continue;
+        }
+        if loops.is_empty() && ss == run && ds == run {
+            run *= n;
+            continue;
+        }
+        if let Some(last) = loops.last_mut() {
+            if ss == last.src * last.count && ds == last.dst * last.count {
+                last.count *= n;
+                continue;
+            }
+        }
+        loops.push(Loop { count: n, src: ss, dst: ds });
+    }
+    // `loops` is innermost-first; walk it with an odometer, the innermost
+    // loop as a tight inner `for`.
+    let (so, dof) = (s.offset, d.offset);
+    let Some((inner, outer)) = loops.split_first() else {
+        dst[dof..dof + run].copy_from_slice(&src[so..so + run]);
+        return;
+    };
+    let mut idx: Dims<usize> = Dims::filled(outer.len(), 0);
+    let (mut so, mut dof) = (so, dof);
+    loop {
+        let (mut si, mut di) = (so, dof);
+        for _ in 0..inner.count {
+            dst[di..di + run].copy_from_slice(&src[si..si + run]);
+            si += inner.src;
+            di += inner.dst;
+        }
+        // Advance the outer odometer (outer[0] is the fastest).
+        let mut k = 0;
+        loop {
+            if k == outer.len() {
+                return;
+            }
+            let l = outer[k];
+            idx[k] += 1;
+            so += l.src;
+            dof += l.dst;
+            if idx[k] < l.count {
+                break;
+            }
+            so -= l.src * l.count;
+            dof -= l.dst * l.count;
+            idx[k] = 0;
+            k += 1;
+        }
+    }
+}
+
+/// Calls `f(a_offset, b_offset)` for every element of the `counts` block,
+/// in C order, with byte offsets in layouts `a` and `b`.
+pub(crate) fn for_each_element(counts: &[usize], a: &Layout, b: &Layout, mut f: impl FnMut(usize, usize)) {
+    if counts.contains(&0) {
+        return;
+    }
+    let n = counts.len();
+    let mut idx: Dims<usize> = Dims::filled(n, 0);
+    let (mut ao, mut bo) = (a.offset, b.offset);
+    loop {
+        f(ao, bo);
+        let mut k = n;
+        loop {
+            if k == 0 {
+                return;
+            }
+            k -= 1;
+            idx[k] += 1;
+            ao += a.strides[k];
+            bo += b.strides[k];
+            if idx[k] < counts[k] {
+                break;
+            }
+            ao -= a.strides[k] * counts[k];
+            bo -= b.strides[k] * counts[k];
+            idx[k] = 0;
+        }
+    }
+}
+
+/// Fills `dst` with repetitions of the element `pattern`.
+pub(crate) fn fill_pattern(dst: &mut [u8], pattern: &[u8]) {
+    if pattern.iter().all(|&b| b == pattern[0]) {
+        dst.fill(pattern[0]);
+    } else {
+        for chunk in dst.chunks_exact_mut(pattern.len()) {
+            chunk.copy_from_slice(pattern);
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! The table of live buffers: one shard per device (a device's cores mostly
+//! touch their own shard), each an RwLock'd map so lookups from many core
+//! threads proceed in parallel. The table lock is held only to find or
+//! insert/remove a buffer, never while copying its bytes.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, RwLock};
+
+use super::buffer::{element_count, Buffer};
+use super::message::{no_such_buffer, shape_repr};
+use super::plan::Plan;
+use super::{BufferInfo, BufferKey, Init, MemorySpace};
+use crate::config::{Config, FillMode, OobReads, Topology};
+use crate::dtype::DType;
+use crate::error::{Result, RtError};
+use crate::region::Region;
+
+/// Buffer ids count from here per (device, core), as in stock.
+const FIRST_BUFFER_ID: u32 = 100;
+
+/// Multiply-rotate hasher for the small integer keys (SipHash is needlessly
+/// slow on the hot path and there is no untrusted input here).
+#[derive(Default)]
+pub(crate) struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(n as u64);
+    }
+    fn write_isize(&mut self, n: isize) {
+        self.write_u64(n as u64);
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+type BufferMap = HashMap<BufferKey, Arc<Buffer>, BuildHasherDefault<KeyHasher>>;
+
+struct Shard {
+    buffers: RwLock<BufferMap>,
+    /// Next buffer id per local core of this device.
+    next_ids: Mutex<Vec<u32>>,
+}
+
+pub struct MemoryTable {
+    shards: Vec<Shard>,
+    pub(crate) oob_reads: OobReads,
+    pub(crate) fill: FillMode,
+}
+
+impl MemoryTable {
+    pub fn new(config: &Config) -> Self {
+        let shards = (0..config.num_devices)
+            .map(|_| Shard {
+                buffers: RwLock::new(BufferMap::default()),
+                next_ids: Mutex::new(vec![FIRST_BUFFER_ID; config.cores_per_device as usize]),
+            })
+            .collect();
+        MemoryTable { shards, oob_reads: config.oob_reads, fill: config.fill }
+    }
+
+    fn shard(&self, device: u32) -> Result<&Shard> {
+        self.shards.get(device as usize).ok_or_else(|| {
+            RtError::value(format!(
+                "device id {device} out of range: the kernel runs on {} device(s)",
+                self.shards.len()
+            ))
+        })
+    }
+
+    /// The buffer of `key`; the shard lock is released before returning.
+    pub(crate) fn get(&self, key: BufferKey, action: &str) -> Result<Arc<Buffer>> {
+        let shard = self.shard(key.device)?;
+        let map = shard.buffers.read().unwrap_or_else(|p| p.into_inner());
+        map.get(&key).cloned().ok_or_else(|| no_such_buffer(key, action))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn allocate(
+        &self,
+        topo: &Topology,
+        device: u32,
+        core: Option<u32>,
+        space: MemorySpace,
+        dtype: DType,
+        shape: &[usize],
+        logical_shape: Option<&[usize]>,
+        init: Init<'_>,
+    ) -> Result<u32> {
+        let cores: Vec<u32> = match core {
+            Some(c) => vec![c],
+            None => (0..topo.cores_per_device).collect(),
+        };
+        for &c in &cores {
+            topo.check(device, c)?;
+        }
+        let logical = logical_shape.unwrap_or(shape);
+        check_shapes(shape, logical)?;
+        let init = match init {
+            Init::Fill => None,
+            Init::Bytes(bytes) => {
+                let want = element_count(logical)?.saturating_mul(dtype.itemsize());
+                if bytes.len() != want {
+                    return Err(RtError::value(format!(
+                        "initial value of a {} buffer of logical shape {} must have {want} bytes, got {}",
+                        dtype.name(),
+                        shape_repr(logical),
+                        bytes.len()
+                    )));
+                }
+                Some(bytes)
+            }
+        };
+        let fill = dtype.fill_bytes(self.fill);
+        let shard = self.shard(device)?;
+
+        // Take one id per target core; they must agree (ids are kept in sync).
+        let id = {
+            let mut next = shard.next_ids.lock().unwrap_or_else(|p| p.into_inner());
+            let id = next[cores[0] as usize];
+            if let Some(&c) = cores.iter().find(|&&c| next[c as usize] != id) {
+                return Err(RtError::internal(format!(
+                    "buffer ids out of sync on device {device}: core {} would get {id}, core {c} would get {}",
+                    cores[0], next[c as usize]
+                )));
+            }
+            for &c in &cores {
+                next[c as usize] += 1;
+            }
+            id
+        };
+
+        if space.is_shared_by_cores() {
+            // One buffer per device, referenced by every core.
+            let key = BufferKey { space, id, device, core: 0 };
+            let exists = shard.buffers.read().unwrap_or_else(|p| p.into_inner()).contains_key(&key);
+            if !exists {
+                let buf = Buffer::new(dtype, shape, logical, &fill, init, topo.cores_per_device)?;
+                let mut map = shard.buffers.write().unwrap_or_else(|p| p.into_inner());
+                map.entry(key).or_insert_with(|| Arc::new(buf));
+            }
+        } else {
+            let mut fresh = Vec::with_capacity(cores.len());
+            for &c in &cores {
+                let buf = Buffer::new(dtype, shape, logical, &fill, init, 1)?;
+                fresh.push((BufferKey { space, id, device, core: c }, Arc::new(buf)));
+            }
+            let mut map = shard.buffers.write().unwrap_or_else(|p| p.into_inner());
+            for (key, buf) in fresh {
+                map.entry(key).or_insert(buf);
+            }
+        }
+        Ok(id)
+    }
+
+    pub fn free(&self, topo: &Topology, device: u32, core: u32, space: MemorySpace, id: u32) -> Result<()> {
+        topo.check(device, core)?;
+        let key = BufferKey::for_access(space, id, device, core);
+        let shard = self.shard(device)?;
+        let mut map = shard.buffers.write().unwrap_or_else(|p| p.into_inner());
+        let buf = map.get(&key).ok_or_else(|| no_such_buffer(key, "free"))?;
+        // Only changed under this write lock, so load-then-store is exact.
+        let left = buf.ref_count.load(Ordering::Relaxed) - 1;
+        buf.ref_count.store(left, Ordering::Relaxed);
+        if left == 0 {
+            map.remove(&key);
+        }
+        Ok(())
+    }
+
+    pub fn info(&self, key: BufferKey) -> Result<BufferInfo> {
+        Ok(self.get(key, "inspect")?.info())
+    }
+
+    pub fn content(&self, key: BufferKey) -> Result<Vec<u8>> {
+        Ok(self.get(key, "read")?.read().clone())
+    }
+
+    pub fn region_shape(&self, key: BufferKey, region: &Region) -> Result<Vec<usize>> {
+        let buf = self.get(key, "index")?;
+        Ok(Plan::new(region, &buf.logical_shape)?.full_shape().to_vec())
+    }
+}
+
+/// Stock's `Buffer` checks: same rank, logical <= allocated per dim.
+fn check_shapes(shape: &[usize], logical: &[usize]) -> Result<()> {
+    if shape.len() != logical.len() {
+        return Err(RtError::value(format!(
+            "logical shape {} and content shape {} have different ranks",
+            shape_repr(logical),
+            shape_repr(shape)
+        )));
+    }
+    if shape.iter().zip(logical).any(|(&s, &l)| l > s) {
+        return Err(RtError::value(format!(
+            "Logical shape {} cannot be bigger than content shape {}.",
+            shape_repr(logical),
+            shape_repr(shape)
+        )));
+    }
+    Ok(())
+}
