@@ -7,10 +7,14 @@ from mosaic_rt.errors import (
     SemaphoreLeakError,
     WaitTimeout,
 )
+from mosaic_rt.runtime import BufferInfo, Leak, Runtime
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BufferInfo",
+    "Leak",
+    "Runtime",
     "DeadlockError",
     "KernelAborted",
     "MosaicRuntimeError",

@@ -60,3 +60,21 @@ _BY_NAME: dict[str, type[BaseException]] = {
 def exception_type(name: str) -> type[BaseException]:
     """The exception class for a native error kind name."""
     return _BY_NAME.get(name, MosaicRuntimeError)
+
+
+def _from_native(kind: str, message: str, device: int | None, core: int | None,
+                 root: BaseException | None) -> BaseException:
+    """Builds (does not raise) the exception for a native error.
+
+    Called by the native module. Builtin types (ValueError, ...) get
+    ``device``/``core`` attributes too, so every error says where it happened.
+    """
+    cls = exception_type(kind)
+    if cls is KernelAborted:
+        return KernelAborted(message, root=root, device=device, core=core)
+    if issubclass(cls, MosaicRuntimeError):
+        return cls(message, device=device, core=core)
+    exc = cls(message)
+    exc.device = device
+    exc.core = core
+    return exc

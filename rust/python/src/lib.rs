@@ -1,10 +1,19 @@
-//! pyo3 binding. OWNER: binding helper (ffi.rs: FFI helper).
+//! pyo3 binding (`mosaic_rt._native`). OWNER: binding helper (ffi.rs: FFI helper).
+//! Kept thin: argument conversion and error mapping; the work is in
+//! `mosaic_rt_core`, numpy handling in `python/mosaic_rt/runtime.py`.
 use pyo3::prelude::*;
 
+mod args;
+mod bytes;
+mod errors;
 mod ffi;
+mod runtime;
+
+pub use runtime::PyRuntime;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<runtime::PyRuntime>()?;
     ffi::register(m)?;
     Ok(())
 }

@@ -1,0 +1,105 @@
+# Hand-kept stubs of the native module (rust/python). Keep in sync with
+# rust/python/src/runtime.rs. Buffers are C-contiguous objects exporting the
+# buffer protocol (numpy arrays; bfloat16 viewed as uint16).
+from typing import Any, Sequence
+
+from typing_extensions import Buffer
+
+Space = str | int  # "vmem", "vmem_shared", "smem", "cmem", "semaphore_mem", "hbm", "any" or 0-6
+RegionEntry = int | tuple[int, int] | tuple[int, int, int]
+Region = Sequence[RegionEntry] | None
+
+class Runtime:
+    def __init__(
+        self,
+        num_devices: int = 1,
+        cores_per_device: int = 1,
+        dma_execution_mode: str = "on_wait",
+        out_of_bounds_reads: str = "raise",
+        uninitialized_memory: str = "nan",
+        wait_timeout: float | None = 120.0,
+    ) -> None: ...
+    @property
+    def num_devices(self) -> int: ...
+    @property
+    def cores_per_device(self) -> int: ...
+    @property
+    def dma_execution_mode(self) -> str: ...
+    @property
+    def out_of_bounds_reads(self) -> str: ...
+    @property
+    def uninitialized_memory(self) -> str: ...
+    @property
+    def wait_timeout(self) -> float | None: ...
+    # memory
+    def allocate_buffer(
+        self,
+        device: int,
+        core: int | None,
+        space: Space,
+        dtype: str,
+        shape: Sequence[int],
+        logical_shape: Sequence[int] | None = None,
+        data: Buffer | None = None,
+    ) -> int: ...
+    def free_buffer(self, device: int, core: int, space: Space, id: int) -> None: ...
+    def buffer_info(
+        self, device: int, core: int, space: Space, id: int
+    ) -> tuple[str, list[int], list[int], int]: ...
+    def buffer_content(self, device: int, core: int, space: Space, id: int) -> bytearray: ...
+    def region_layout(
+        self, device: int, core: int, space: Space, id: int, region: Region = None
+    ) -> tuple[str, list[int]]: ...
+    def load(self, device: int, core: int, space: Space, id: int, region: Region, out: Buffer) -> None: ...
+    def store(self, device: int, core: int, space: Space, id: int, region: Region, data: Buffer) -> None: ...
+    def swap(
+        self,
+        device: int,
+        core: int,
+        space: Space,
+        id: int,
+        region: Region,
+        data: Buffer,
+        out: Buffer,
+        mask: Buffer | None = None,
+    ) -> None: ...
+    # semaphores
+    def allocate_semaphores(
+        self, device: int, core: int | None = None, kind: str = "regular", count: int = 1
+    ) -> int: ...
+    def barrier_semaphore(self, device: int, collective_id: int) -> int: ...
+    def signal(
+        self,
+        device: int,
+        core: int,
+        sem: int,
+        inc: int = 1,
+        target_device: int | None = None,
+        target_core: int | None = None,
+    ) -> None: ...
+    def wait(self, device: int, core: int, sem: int, value: int = 1) -> None: ...
+    def read(self, device: int, core: int, sem: int) -> int: ...
+    def dma_start(
+        self,
+        device: int,
+        core: int,
+        src_space: Space,
+        src_id: int,
+        src_region: Region,
+        dst_space: Space,
+        dst_id: int,
+        dst_region: Region,
+        dst_sem: int,
+        src_sem: int | None = None,
+        dst_device: int | None = None,
+    ) -> None: ...
+    def dma_wait(self, device: int, core: int, sem: int, nbytes: int) -> None: ...
+    def device_barrier(self, device: int) -> None: ...
+    def leaks(self, device: int | None = None) -> list[tuple[int, str, int, int, int]]: ...
+    # failure
+    def fail(
+        self, message: str, device: int, core: int, kind: str = "MosaicRuntimeError"
+    ) -> BaseException: ...
+    def failure(self) -> BaseException | None: ...
+
+def __getattr__(name: str) -> Any: ...  # FFI entry points (rust/python/src/ffi.rs)

@@ -1,0 +1,262 @@
+"""Python API of the native runtime (one simulated running kernel).
+
+This wraps ``mosaic_rt._native.Runtime`` and does the numpy side: dtypes
+(including bool and ml_dtypes' bfloat16), allocating result arrays, making
+inputs contiguous (a copy only when they are not). Contiguous data is handed
+to Rust through the buffer protocol without copies.
+
+Regions select, per leading dimension, either an int (an index; the dimension
+is dropped from the result) or ``(start, size)`` / ``(start, size, stride)``;
+dimensions not listed are taken whole, and ``None`` means the whole buffer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Sequence
+
+import ml_dtypes
+import numpy as np
+
+from mosaic_rt import _native
+
+__all__ = ["BufferInfo", "Leak", "Runtime", "numpy_dtype"]
+
+_DTYPES: dict[str, np.dtype] = {
+    name: np.dtype(name)
+    for name in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
+                 "uint32", "uint64", "float16", "float32", "float64")
+}
+_DTYPES["bfloat16"] = np.dtype(ml_dtypes.bfloat16)
+_BF16 = _DTYPES["bfloat16"]
+
+Region = Sequence[Any] | None
+# (memory space, buffer id) or (memory space, buffer id, region)
+BufferRef = tuple
+
+
+class BufferInfo(NamedTuple):
+    dtype: np.dtype
+    shape: tuple[int, ...]          # allocated (padded) shape
+    logical_shape: tuple[int, ...]
+    ref_count: int
+
+
+class Leak(NamedTuple):
+    sem: int
+    kind: str
+    device: int
+    core: int
+    count: int
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """numpy dtype of a native dtype name."""
+    return _DTYPES[name]
+
+
+def _dtype_name(dtype: Any) -> str:
+    dt = np.dtype(dtype)
+    if dt.name not in _DTYPES or _DTYPES[dt.name] != dt:
+        raise ValueError(
+            f"unsupported dtype {dt}: expected one of {', '.join(_DTYPES)}")
+    return dt.name
+
+
+def _raw(arr: np.ndarray) -> np.ndarray:
+    """A C-contiguous view numpy can export through the buffer protocol."""
+    arr = np.ascontiguousarray(arr)
+    # numpy cannot export ml_dtypes' bfloat16 through the buffer protocol.
+    return arr.view(np.uint16) if arr.dtype == _BF16 else arr
+
+
+def _as_value(value: Any, dtype: np.dtype, shape: tuple[int, ...],
+              what: str = "value") -> np.ndarray:
+    """`value` as a contiguous array of exactly `dtype` and `shape`."""
+    if isinstance(value, np.ndarray):
+        if value.dtype != dtype:
+            raise ValueError(
+                f"{what} has dtype {value.dtype} but the buffer holds {dtype}")
+        arr = value
+    else:
+        try:
+            arr = np.asarray(value, dtype=dtype)
+        except (OverflowError, TypeError) as e:
+            raise ValueError(f"cannot convert {what} to {dtype}: {e}") from None
+    if arr.shape != tuple(shape):
+        try:
+            arr = np.broadcast_to(arr, shape)
+        except ValueError:
+            raise ValueError(
+                f"{what} of shape {arr.shape} does not fit a region of shape "
+                f"{tuple(shape)}") from None
+    return _raw(arr)
+
+
+class Runtime:
+    """One simulated running kernel: ``num_devices x cores_per_device`` cores,
+    their semaphores, DMA engine and memory.
+
+    Every method that blocks (``wait``, ``dma_wait``, ``device_barrier``)
+    releases the GIL, so Python threads can play the cores. Errors are raised
+    as ``ValueError`` (bad ids/shapes/dtypes), ``IndexError`` (out of
+    bounds), ``KernelAborted`` (another core failed first; ``.root`` is that
+    failure), ``WaitTimeout``, or another ``MosaicRuntimeError``.
+    """
+
+    def __init__(self, num_devices: int = 1, cores_per_device: int = 1, *,
+                 dma_execution_mode: str = "on_wait",
+                 out_of_bounds_reads: str = "raise",
+                 uninitialized_memory: str = "nan",
+                 wait_timeout: float | None = 120.0):
+        self._rt = _native.Runtime(
+            num_devices, cores_per_device, dma_execution_mode,
+            out_of_bounds_reads, uninitialized_memory, wait_timeout)
+
+    @property
+    def native(self) -> _native.Runtime:
+        """The underlying native runtime."""
+        return self._rt
+
+    num_devices = property(lambda self: self._rt.num_devices)
+    cores_per_device = property(lambda self: self._rt.cores_per_device)
+    dma_execution_mode = property(lambda self: self._rt.dma_execution_mode)
+    out_of_bounds_reads = property(lambda self: self._rt.out_of_bounds_reads)
+    uninitialized_memory = property(lambda self: self._rt.uninitialized_memory)
+    wait_timeout = property(lambda self: self._rt.wait_timeout)
+
+    def __repr__(self) -> str:
+        return repr(self._rt)
+
+    # ------------------------------------------------------------- memory
+
+    def allocate_buffer(self, device: int, core: int | None, space: str | int,
+                        array: Any = None, *, shape: Sequence[int] | None = None,
+                        dtype: Any = None,
+                        padded_shape: Sequence[int] | None = None) -> int:
+        """Allocates a buffer and returns its id.
+
+        Give either ``array`` (its content, dtype and shape) or ``shape`` and
+        ``dtype`` (filled with the configured fill value). ``padded_shape`` is
+        the allocated shape when larger than the logical one; padding gets the
+        fill value. ``core=None`` allocates on every core of the device.
+        """
+        if array is not None:
+            if shape is not None or dtype is not None:
+                raise ValueError("give either array or shape and dtype, not both")
+            arr = np.asarray(array)
+            name = _dtype_name(arr.dtype)
+            logical = arr.shape
+            data = _raw(arr)
+        else:
+            if shape is None or dtype is None:
+                raise ValueError("allocate_buffer needs an array, or shape and dtype")
+            name = _dtype_name(dtype)
+            logical = tuple(shape)
+            data = None
+        alloc_shape = logical if padded_shape is None else tuple(padded_shape)
+        return self._rt.allocate_buffer(device, core, space, name, alloc_shape,
+                                        logical, data)
+
+    def free_buffer(self, device: int, core: int, space: str | int,
+                    buffer_id: int) -> None:
+        self._rt.free_buffer(device, core, space, buffer_id)
+
+    def buffer_info(self, device: int, core: int, space: str | int,
+                    buffer_id: int) -> BufferInfo:
+        name, shape, logical, refs = self._rt.buffer_info(device, core, space, buffer_id)
+        return BufferInfo(_DTYPES[name], tuple(shape), tuple(logical), refs)
+
+    def buffer_content(self, device: int, core: int, space: str | int,
+                       buffer_id: int) -> np.ndarray:
+        """A copy of the whole allocated buffer (padding included)."""
+        info = self.buffer_info(device, core, space, buffer_id)
+        raw = self._rt.buffer_content(device, core, space, buffer_id)
+        return np.frombuffer(raw, dtype=info.dtype).reshape(info.shape)
+
+    def load(self, device: int, core: int, space: str | int, buffer_id: int,
+             region: Region = None) -> np.ndarray:
+        name, shape = self._rt.region_layout(device, core, space, buffer_id, region)
+        out = np.empty(shape, _DTYPES[name])
+        self._rt.load(device, core, space, buffer_id, region, _raw(out))
+        return out
+
+    def store(self, device: int, core: int, space: str | int, buffer_id: int,
+              value: Any, region: Region = None) -> None:
+        """Writes ``value`` (broadcast to the region's shape; same dtype)."""
+        name, shape = self._rt.region_layout(device, core, space, buffer_id, region)
+        data = _as_value(value, _DTYPES[name], tuple(shape))
+        self._rt.store(device, core, space, buffer_id, region, data)
+
+    def swap(self, device: int, core: int, space: str | int, buffer_id: int,
+             value: Any, region: Region = None, mask: Any = None) -> np.ndarray:
+        """Stores ``value`` where ``mask`` is true (everywhere without a mask)
+        and returns the previous contents (masked-off elements: ``value``)."""
+        name, shape = self._rt.region_layout(device, core, space, buffer_id, region)
+        dtype, shape = _DTYPES[name], tuple(shape)
+        data = _as_value(value, dtype, shape)
+        raw_mask = None if mask is None else _as_value(
+            np.asarray(mask, dtype=bool), np.dtype(bool), shape, "mask")
+        out = np.empty(shape, dtype)
+        self._rt.swap(device, core, space, buffer_id, region, data, _raw(out), raw_mask)
+        return out
+
+    # --------------------------------------------------------- semaphores
+
+    def allocate_semaphores(self, device: int, core: int | None = None,
+                            kind: str = "regular", count: int = 1) -> int:
+        """Allocates ``count`` consecutive semaphores; returns the first id."""
+        return self._rt.allocate_semaphores(device, core, kind, count)
+
+    def barrier_semaphore(self, device: int, collective_id: int) -> int:
+        return self._rt.barrier_semaphore(device, collective_id)
+
+    def signal(self, device: int, core: int, sem: int, inc: int = 1, *,
+               target_device: int | None = None,
+               target_core: int | None = None) -> None:
+        self._rt.signal(device, core, sem, inc, target_device, target_core)
+
+    def wait(self, device: int, core: int, sem: int, value: int = 1) -> None:
+        """Blocks (GIL released) until the count reaches ``value``; subtracts it."""
+        self._rt.wait(device, core, sem, value)
+
+    def read(self, device: int, core: int, sem: int) -> int:
+        return self._rt.read(device, core, sem)
+
+    def dma_start(self, device: int, core: int, src: BufferRef, dst: BufferRef,
+                  dst_sem: int, *, src_sem: int | None = None,
+                  dst_device: int | None = None) -> None:
+        """Copies ``src`` to ``dst``, each ``(space, buffer_id[, region])``.
+
+        A remote copy sets both ``src_sem`` and ``dst_device``; it lands on
+        the same local core of ``dst_device``.
+        """
+        (src_space, src_id, src_region), (dst_space, dst_id, dst_region) = (
+            _buffer_ref(src, "src"), _buffer_ref(dst, "dst"))
+        self._rt.dma_start(device, core, src_space, src_id, src_region, dst_space,
+                           dst_id, dst_region, dst_sem, src_sem, dst_device)
+
+    def dma_wait(self, device: int, core: int, sem: int, nbytes: int) -> None:
+        self._rt.dma_wait(device, core, sem, nbytes)
+
+    def device_barrier(self, device: int) -> None:
+        self._rt.device_barrier(device)
+
+    def leaks(self, device: int | None = None) -> list[Leak]:
+        return [Leak(*leak) for leak in self._rt.leaks(device)]
+
+    # ------------------------------------------------------------ failure
+
+    def fail(self, message: str, device: int, core: int,
+             kind: str = "MosaicRuntimeError") -> BaseException:
+        """Simulates a failure of (device, core): wakes every parked waiter
+        (they raise ``KernelAborted``). Returns the recorded root cause."""
+        return self._rt.fail(message, device, core, kind)
+
+    def failure(self) -> BaseException | None:
+        return self._rt.failure()
+
+
+def _buffer_ref(ref: BufferRef, what: str) -> tuple:
+    if not isinstance(ref, (tuple, list)) or len(ref) not in (2, 3):
+        raise TypeError(f"{what} must be (space, buffer_id) or (space, buffer_id, region)")
+    return (ref[0], ref[1], ref[2] if len(ref) == 3 else None)

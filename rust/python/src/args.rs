@@ -1,0 +1,162 @@
+//! Conversion of Python arguments into the core's types, with clear
+//! `ValueError`/`TypeError` messages instead of bare `OverflowError`s.
+
+use mosaic_rt_core::{DimSel, MemorySpace, Region, SemKind};
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyInt, PyList, PyString, PyTuple};
+
+/// Extracts a Python int as i64, turning overflow into a ValueError.
+fn int64(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
+    obj.extract::<i64>().map_err(|e| {
+        if e.is_instance_of::<PyOverflowError>(obj.py()) {
+            PyValueError::new_err(format!("integer {obj} is out of range (64-bit signed)"))
+        } else {
+            e
+        }
+    })
+}
+
+/// A device, core, buffer, semaphore or collective id, or a count: 0..=u32::MAX.
+#[derive(Clone, Copy, Debug)]
+pub struct Id(pub u32);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Id {
+    type Error = PyErr;
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let v = int64(&obj)?;
+        u32::try_from(v)
+            .map(Id)
+            .map_err(|_| PyValueError::new_err(format!("expected an integer in [0, {}], got {v}", u32::MAX)))
+    }
+}
+
+/// A signed 64-bit count (semaphore values, byte counts).
+#[derive(Clone, Copy, Debug)]
+pub struct Int(pub i64);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Int {
+    type Error = PyErr;
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        int64(&obj).map(Int)
+    }
+}
+
+/// A shape: a sequence of non-negative ints.
+pub struct Shape(pub Vec<usize>);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Shape {
+    type Error = PyErr;
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        if obj.is_instance_of::<PyString>() {
+            return Err(PyTypeError::new_err("a shape must be a sequence of ints, got a str"));
+        }
+        let mut dims = Vec::new();
+        for item in obj.try_iter()? {
+            let item = item?;
+            let v = int64(&item)?;
+            let d = usize::try_from(v)
+                .map_err(|_| PyValueError::new_err(format!("shape dimensions must be >= 0, got {v}")))?;
+            dims.push(d);
+        }
+        Ok(Shape(dims))
+    }
+}
+
+/// A memory space, by stock's name ("vmem", "smem", "hbm", "any", ...) or code.
+pub struct Space(pub MemorySpace);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Space {
+    type Error = PyErr;
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        if let Ok(name) = obj.extract::<&str>() {
+            let lower = name.to_ascii_lowercase();
+            let lower = lower.strip_prefix("memoryspace.").unwrap_or(&lower);
+            return (0..7)
+                .filter_map(|c| MemorySpace::from_code(c).ok())
+                .find(|s| s.name() == lower || (lower == "semaphore" && *s == MemorySpace::Semaphore))
+                .map(Space)
+                .ok_or_else(|| {
+                    PyValueError::new_err(format!(
+                        "unknown memory space {name:?}: expected one of vmem, vmem_shared, smem, \
+                         cmem, semaphore_mem, hbm, any (or their codes 0-6)"
+                    ))
+                });
+        }
+        if obj.is_instance_of::<PyInt>() {
+            let code = int64(&obj)?;
+            return MemorySpace::from_code(code)
+                .map(Space)
+                .map_err(|e| PyValueError::new_err(e.message));
+        }
+        Err(PyTypeError::new_err(format!(
+            "a memory space is a name such as 'vmem' or an int code, got {}",
+            obj.get_type().name()?
+        )))
+    }
+}
+
+pub fn sem_kind(name: &str) -> PyResult<SemKind> {
+    match name {
+        "regular" => Ok(SemKind::Regular),
+        "dma" => Ok(SemKind::Dma),
+        "barrier" => Ok(SemKind::Barrier),
+        _ => Err(PyValueError::new_err(format!(
+            "semaphore kind must be 'regular', 'dma' or 'barrier', got {name:?}"
+        ))),
+    }
+}
+
+pub fn sem_kind_name(kind: SemKind) -> &'static str {
+    match kind {
+        SemKind::Regular => "regular",
+        SemKind::Dma => "dma",
+        SemKind::Barrier => "barrier",
+    }
+}
+
+/// A region: `None` (whole buffer) or a sequence with one entry per leading
+/// dimension, each an int (a squeezed index) or `(start, size[, stride])`.
+pub struct RegionArg(pub Region);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for RegionArg {
+    type Error = PyErr;
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        if obj.is_none() {
+            return Ok(RegionArg(Region::full()));
+        }
+        if !(obj.is_instance_of::<PyTuple>() || obj.is_instance_of::<PyList>()) {
+            return Err(PyTypeError::new_err(format!(
+                "a region is None or a tuple/list of per-dimension entries, got {}",
+                obj.get_type().name()?
+            )));
+        }
+        let mut dims = Vec::new();
+        for item in obj.try_iter()? {
+            dims.push(dim_sel(&item?)?);
+        }
+        Ok(RegionArg(Region::new(dims)))
+    }
+}
+
+fn dim_sel(item: &Bound<'_, PyAny>) -> PyResult<DimSel> {
+    if item.is_instance_of::<PyTuple>() || item.is_instance_of::<PyList>() {
+        let parts: Vec<Bound<'_, PyAny>> = item.try_iter()?.collect::<PyResult<_>>()?;
+        let nums = parts.iter().map(int64).collect::<PyResult<Vec<i64>>>()?;
+        return match nums[..] {
+            [start, size] => Ok(DimSel::slice(start, size, 1)),
+            [start, size, stride] => Ok(DimSel::slice(start, size, stride)),
+            _ => Err(PyValueError::new_err(format!(
+                "a region entry tuple is (start, size) or (start, size, stride), got {} items",
+                nums.len()
+            ))),
+        };
+    }
+    if item.hasattr("__index__")? {
+        return Ok(DimSel::index(int64(item)?));
+    }
+    Err(PyTypeError::new_err(format!(
+        "a region entry is an int (squeezed index) or a (start, size[, stride]) tuple, got {}",
+        item.get_type().name()?
+    )))
+}

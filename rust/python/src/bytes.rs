@@ -1,0 +1,73 @@
+//! Zero-copy access to Python buffers (numpy arrays, bytearrays, ...).
+//! Only C-contiguous buffers are accepted; the Python wrapper makes arrays
+//! contiguous (a copy only when they are not) and views bfloat16 as uint16,
+//! because numpy cannot export ml_dtypes' types through the buffer protocol.
+
+use pyo3::buffer::PyUntypedBuffer;
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+
+pub struct Bytes {
+    buf: PyUntypedBuffer,
+}
+
+impl Bytes {
+    pub fn get(obj: &Bound<'_, PyAny>, what: &str, writable: bool) -> PyResult<Bytes> {
+        let buf = PyUntypedBuffer::get(obj).map_err(|e| {
+            PyTypeError::new_err(format!("{what} must support the buffer protocol (e.g. a numpy array): {e}"))
+        })?;
+        if !buf.is_c_contiguous() {
+            return Err(PyValueError::new_err(format!("{what} must be C-contiguous")));
+        }
+        if writable && buf.readonly() {
+            return Err(PyValueError::new_err(format!("{what} must be writable")));
+        }
+        Ok(Bytes { buf })
+    }
+
+    pub fn len(&self) -> usize {
+        self.buf.len_bytes()
+    }
+
+    fn range(&self) -> (usize, usize) {
+        let start = self.buf.buf_ptr() as usize;
+        (start, start + self.len())
+    }
+
+    pub fn overlaps(&self, other: &Bytes) -> bool {
+        let (a0, a1) = self.range();
+        let (b0, b1) = other.range();
+        a0 < b1 && b0 < a1
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        if self.len() == 0 {
+            return &[];
+        }
+        // SAFETY: a contiguous buffer of len_bytes bytes, kept alive (and its
+        // exporter pinned) while `self.buf` is held.
+        unsafe { std::slice::from_raw_parts(self.buf.buf_ptr() as *const u8, self.len()) }
+    }
+
+    /// Only for buffers obtained with `writable = true`, and never while an
+    /// overlapping slice is alive (callers check `overlaps`).
+    #[allow(clippy::mut_from_ref)]
+    pub fn as_mut_slice(&self) -> &mut [u8] {
+        if self.len() == 0 {
+            return &mut [];
+        }
+        debug_assert!(!self.buf.readonly());
+        // SAFETY: as above, plus the buffer is writable and not aliased by
+        // another slice we hand out (checked by the caller).
+        unsafe { std::slice::from_raw_parts_mut(self.buf.buf_ptr() as *mut u8, self.len()) }
+    }
+}
+
+pub fn check_len(what: &str, got: usize, want: usize) -> PyResult<()> {
+    if got != want {
+        return Err(PyValueError::new_err(format!(
+            "{what} has {got} bytes but the region needs {want} bytes"
+        )));
+    }
+    Ok(())
+}
