@@ -49,6 +49,7 @@ _BY_NAME: dict[str, type[BaseException]] = {
     "ValueError": ValueError,
     "IndexError": IndexError,
     "NotImplementedError": NotImplementedError,
+    "RuntimeError": RuntimeError,
     "KernelAborted": KernelAborted,
     "WaitTimeout": WaitTimeout,
     "DeadlockError": DeadlockError,

@@ -20,6 +20,9 @@ pub enum ErrorKind {
     Leak,
     /// Valid request the runtime does not support.
     NotImplemented,
+    /// A kernel-level error stock interpret mode raises as `RuntimeError`
+    /// (e.g. an output block revisited).
+    Runtime,
     /// A broken invariant inside mosaic_rt (a bug, never user error).
     Internal,
 }
@@ -35,6 +38,7 @@ impl ErrorKind {
             ErrorKind::Deadlock => "DeadlockError",
             ErrorKind::Leak => "SemaphoreLeakError",
             ErrorKind::NotImplemented => "NotImplementedError",
+            ErrorKind::Runtime => "RuntimeError",
             ErrorKind::Internal => "MosaicRuntimeError",
         }
     }
@@ -42,7 +46,7 @@ impl ErrorKind {
     /// Inverse of [`ErrorKind::python_type`].
     pub fn from_python_type(name: &str) -> Option<ErrorKind> {
         use ErrorKind::*;
-        [Value, Index, Aborted, Timeout, Deadlock, Leak, NotImplemented, Internal]
+        [Value, Index, Aborted, Timeout, Deadlock, Leak, NotImplemented, Runtime, Internal]
             .into_iter()
             .find(|k| k.python_type() == name)
     }

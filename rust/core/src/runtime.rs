@@ -12,13 +12,25 @@ use crate::error::{Result, RtError};
 use crate::memory::{BufferInfo, BufferKey, Init, MemRef, MemorySpace, MemoryTable};
 use crate::dtype::DType;
 use crate::region::Region;
+use crate::prng::CorePrng;
+use crate::revisit::RevisitTracker;
 use crate::sem::{Leak, SemKind, SemTable};
+use crate::sync::{lock, Mutex};
 
 pub struct Runtime {
     pub(crate) config: Config,
     pub(crate) topo: Topology,
     pub(crate) memory: MemoryTable,
     pub(crate) sems: SemTable,
+    /// Per global core: output-revisit history and PRNG state. Only the
+    /// core's own thread touches them, so the locks are uncontended.
+    pub(crate) cores: Vec<CoreState>,
+}
+
+#[derive(Default)]
+pub(crate) struct CoreState {
+    revisit: Mutex<RevisitTracker>,
+    prng: Mutex<CorePrng>,
 }
 
 impl Runtime {
@@ -28,6 +40,7 @@ impl Runtime {
         Ok(Runtime {
             memory: MemoryTable::new(&config),
             sems: SemTable::new(&config),
+            cores: (0..topo.num_cores()).map(|_| CoreState::default()).collect(),
             topo,
             config,
         })
@@ -213,6 +226,36 @@ impl Runtime {
     /// Semaphores with a non-zero count on `device` (all devices if `None`).
     pub fn leaks(&self, device: Option<u32>) -> Vec<Leak> {
         self.sems.leaks(&self.topo, device)
+    }
+
+    // ------------------------------------------------------ grid and PRNG
+
+    /// Records the output blocks iteration `loop_idx` of (device, core)
+    /// wrote; fails (stock's "Revisited block ..." error) if a block is
+    /// written again after the core had moved on to other blocks.
+    pub fn check_revisit(
+        &self,
+        device: u32,
+        core: u32,
+        loop_idx: &[i64],
+        blocks: &[Option<Region>],
+    ) -> Result<()> {
+        let g = self.topo.check(device, core)?;
+        lock(&self.cores[g as usize].revisit).visit(loop_idx, blocks).map_err(|e| e.at(device, core))
+    }
+
+    /// Reseeds the PRNG of (device, core) (`pltpu.prng_seed`).
+    pub fn prng_seed(&self, device: u32, core: u32, seeds: &[i64]) -> Result<()> {
+        let g = self.topo.check(device, core)?;
+        *lock(&self.cores[g as usize].prng) = CorePrng::seeded(seeds);
+        Ok(())
+    }
+
+    /// Random 32-bit words from the PRNG of (device, core).
+    pub fn prng_bits(&self, device: u32, core: u32, out: &mut [u32]) -> Result<()> {
+        let g = self.topo.check(device, core)?;
+        lock(&self.cores[g as usize].prng).fill_u32(out);
+        Ok(())
     }
 
     // --------------------------------------------------------------- failure
