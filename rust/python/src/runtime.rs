@@ -140,14 +140,14 @@ impl PyRuntime {
     fn __repr__(&self) -> String {
         let c = self.rt.config();
         format!(
-            "Runtime(num_devices={}, cores_per_device={}, dma_execution_mode={:?}, \
-             out_of_bounds_reads={:?}, uninitialized_memory={:?}, wait_timeout={:?})",
+            "Runtime(num_devices={}, cores_per_device={}, dma_execution_mode='{}', \
+             out_of_bounds_reads='{}', uninitialized_memory='{}', wait_timeout={})",
             c.num_devices,
             c.cores_per_device,
             self.dma_execution_mode(),
             self.out_of_bounds_reads(),
             self.uninitialized_memory(),
-            c.wait_timeout.map(|d| d.as_secs_f64())
+            c.wait_timeout.map_or("None".to_string(), |d| d.as_secs_f64().to_string())
         )
     }
 
