@@ -1,0 +1,74 @@
+"""Native errors back to their Python types.
+
+A failing FFI handler returns the message ``[mosaic_rt#N] <Type>: <text>``
+of the launch's ROOT cause; XLA raises it as ``jax.errors.JaxRuntimeError``
+(prefixed with ``INVALID_ARGUMENT: ``). Python cannot change the type XLA
+raises, so :func:`translate` rebuilds the right exception from the native
+error table entry N (exact message, device, core).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+
+from jax.errors import JaxRuntimeError
+
+from mosaic_rt import _native
+from mosaic_rt.errors import MosaicRuntimeError, exception_type
+
+_MARKER = re.compile(r"\[mosaic_rt#(\d+)\] (\w+): (.*)", re.S)
+
+
+def _build(type_name: str, message: str, device, core) -> BaseException:
+    cls = exception_type(type_name)
+    if issubclass(cls, MosaicRuntimeError):
+        return cls(message, device=device, core=core)
+    exc = cls(message)
+    exc.device = device
+    exc.core = core
+    return exc
+
+
+def translate(exc: BaseException) -> BaseException:
+    """The Python exception a native mosaic_rt error stands for.
+
+    ``exc`` itself is returned unless it is a ``JaxRuntimeError`` carrying
+    our marker; otherwise the result has the root cause's type (e.g.
+    ``ValueError``) and exact message, ``device`` / ``core`` attributes, and
+    ``__cause__`` set to ``exc``.
+    """
+    if not isinstance(exc, JaxRuntimeError):
+        return exc
+    m = _MARKER.search(str(exc))
+    if m is None:
+        return exc
+    record = _native.take_error(int(m.group(1)))
+    if record is None:
+        # Dropped from the bounded table: the text still has type and message.
+        type_name, message, device, core = m.group(2), m.group(3), None, None
+    else:
+        type_name, message, device, core = record
+    new = _build(type_name, message, device, core)
+    new.__cause__ = exc
+    return new
+
+
+class native_errors(contextlib.ContextDecorator):
+    """Context manager / decorator re-raising native errors as their types.
+
+    Other exceptions pass through untouched. jax dispatches asynchronously:
+    block on the results (``block_until_ready``, ``np.asarray``) inside the
+    block so that errors surface there.
+    """
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, typ, exc, tb):
+        if exc is None:
+            return False
+        new = translate(exc)
+        if new is exc:
+            return False
+        raise new.with_traceback(tb) from exc

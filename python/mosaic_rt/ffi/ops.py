@@ -1,0 +1,280 @@
+"""One typed wrapper per native op; each emits a single ``jax.ffi.ffi_call``.
+
+Every wrapper takes the token first and returns the new token first. Call
+them while tracing (inside ``jit`` / ``shard_map``); Python does not run at
+execution time.
+
+Regions (``load``/``store``/``swap``/``dma_start``) are any object with
+``sizes``, ``strides`` and ``squeezed`` (static, one entry per leading
+buffer dimension; remaining dimensions are taken whole) and ``starts`` (int32
+scalars or one int32 vector), or ``None`` for the whole buffer. An object with
+a ``start_vector()`` method (``mosaic_rt.interpret.regions.Region``) is used
+as is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+_I32 = jax.ShapeDtypeStruct((), jnp.int32)
+_HANDLE = jax.ShapeDtypeStruct((2,), jnp.uint32)
+
+#: Memory space codes (``MemorySpace`` in rust/core/src/memory).
+MEMORY_SPACES = {
+    "vmem": 0, "vmem_shared": 1, "smem": 2, "cmem": 3,
+    "semaphore_mem": 4, "hbm": 5, "any": 6,
+}
+SEMAPHORE_KINDS = ("regular", "dma", "barrier")
+
+
+def new_token():
+    """A fresh token (int32 scalar) to start a chain of ops with."""
+    return jnp.zeros((), jnp.int32)
+
+
+def _i32(x):
+    return jnp.asarray(x, jnp.int32)
+
+
+def _opt_i32(x):
+    return _i32(-1 if x is None else x)
+
+
+def _space(space) -> int:
+    if isinstance(space, str):
+        try:
+            return MEMORY_SPACES[space]
+        except KeyError:
+            raise ValueError(f"unknown memory space {space!r}; expected one of "
+                             f"{sorted(MEMORY_SPACES)}") from None
+    return int(space)
+
+
+def _ints(xs) -> np.ndarray:
+    return np.asarray(tuple(int(x) for x in xs), np.int64)
+
+
+def _call(name: str, results, operands, **attrs):
+    """One side-effecting, token-threaded custom call (operand 0 -> result 0)."""
+    call = jax.ffi.ffi_call(
+        f"mosaic_rt_{name}", (_I32, *results),
+        has_side_effect=True, input_output_aliases={0: 0})
+    out = call(*operands, **attrs)
+    return out[0] if not results else tuple(out)
+
+
+def _region_parts(region, prefix: str = ""):
+    """(int32 start vector operand, attributes) of a region."""
+    if region is None:
+        sizes = strides = squeezed = ()
+        starts = jnp.zeros((0,), jnp.int32)
+    else:
+        sizes, strides, squeezed = region.sizes, region.strides, region.squeezed
+        if hasattr(region, "start_vector"):
+            starts = region.start_vector()
+        elif isinstance(region.starts, (tuple, list)):
+            starts = (jnp.stack([_i32(s) for s in region.starts]) if region.starts
+                      else jnp.zeros((0,), jnp.int32))
+        else:
+            starts = _i32(region.starts)
+    attrs = {
+        f"{prefix}sizes": _ints(sizes),
+        f"{prefix}strides": _ints(strides),
+        f"{prefix}squeezed": _ints(int(bool(s)) for s in squeezed),
+    }
+    return jnp.asarray(starts, jnp.int32).reshape(-1), attrs
+
+
+# ------------------------------------------------------------------ launches
+
+def kernel_begin(token, device, *, uid: int, num_devices: int, num_cores: int = 1,
+                 dma_execution_mode: str = "on_wait",
+                 out_of_bounds_reads: str = "raise",
+                 uninitialized_memory: str = "nan",
+                 wait_timeout_ms: int = 120_000):
+    """Joins launch ``uid`` of the running XLA execution as ``device``.
+
+    Every device of one execution that calls this with the same ``uid``
+    shares one native runtime (the k-th call by a device joins the k-th
+    launch). Returns ``(token, handle)``. ``wait_timeout_ms <= 0`` waits
+    without a time limit (until signalled or the launch fails).
+    """
+    return _call("kernel_begin", (_HANDLE,), (token, _i32(device)),
+                 uid=int(uid), num_devices=int(num_devices), num_cores=int(num_cores),
+                 dma_execution_mode=dma_execution_mode,
+                 out_of_bounds_reads=out_of_bounds_reads,
+                 uninitialized_memory=uninitialized_memory,
+                 wait_timeout_ms=int(wait_timeout_ms))
+
+
+def kernel_end(token, handle, device):
+    """Leaves the launch (the last device out frees it). Fails with the root
+    cause if the launch failed on another device."""
+    return _call("kernel_end", (), (token, handle, _i32(device)))
+
+
+def leak_report(token, handle, device, *, policy: str = "ignore"):
+    """``(token, count)``: (semaphore, core) pairs of ``device`` left non-zero.
+    ``policy="raise"`` fails the launch with ``SemaphoreLeakError`` naming them."""
+    return _call("leak_report", (_I32,), (token, handle, _i32(device)), policy=policy)
+
+
+def device_barrier(token, handle, device):
+    """Rendezvous of every device of the launch."""
+    return _call("device_barrier", (), (token, handle, _i32(device)))
+
+
+def launch_info(token):
+    """``(token, int32[3])``: XLA run id (low, high 32 bits) and device ordinal."""
+    return _call("launch_info", (jax.ShapeDtypeStruct((3,), jnp.int32),), (token,))
+
+
+@dataclasses.dataclass
+class Launch:
+    """A launch being traced: ops update ``token`` in place of threading it."""
+    token: Any
+    handle: Any
+    device: Any
+
+
+@contextlib.contextmanager
+def kernel(token, device, *, leak_policy: str | None = None, **config):
+    """Emits ``kernel_begin`` ... ``kernel_end`` around the body.
+
+    ``config`` goes to :func:`kernel_begin`. The body reads and replaces
+    ``launch.token``; after the block ``launch.token`` is the token after
+    ``kernel_end`` (preceded by a ``leak_report`` if ``leak_policy`` is set)::
+
+        with kernel(new_token(), dev, uid=1, num_devices=n) as k:
+            k.token = semaphore_signal(k.token, k.handle, k.device, 0, sem, 1)
+        out = k.token
+    """
+    token, handle = kernel_begin(token, device, **config)
+    launch = Launch(token, handle, device)
+    yield launch
+    if leak_policy is not None:
+        launch.token, _ = leak_report(launch.token, handle, device, policy=leak_policy)
+    launch.token = kernel_end(launch.token, handle, device)
+
+
+# -------------------------------------------------------------------- memory
+
+def allocate_buffer(token, handle, device, core, *, space, dtype, shape,
+                    logical_shape=None, init=None):
+    """``(token, buffer_id)``. ``core=None`` allocates on every core of the
+    device. ``init`` (logical shape, ``dtype``) gives the contents; without it
+    the buffer holds the fill value."""
+    dtype = np.dtype(dtype)
+    attrs = dict(space=_space(space), dtype=dtype.name, shape=_ints(shape))
+    if logical_shape is not None:
+        attrs["logical_shape"] = _ints(logical_shape)
+    operands = [token, handle, _i32(device), _opt_i32(core)]
+    if init is not None:
+        operands.append(jnp.asarray(init, dtype))
+    return _call("allocate_buffer", (_I32,), operands, **attrs)
+
+
+def free_buffer(token, handle, device, core, buffer_id, *, space):
+    """Drops one reference of the buffer (freed at zero)."""
+    return _call("free_buffer", (), (token, handle, _i32(device), _i32(core), _i32(buffer_id)),
+                 space=_space(space))
+
+
+def load(token, handle, device, core, buffer_id, region, *, space, shape, dtype):
+    """``(token, value)``: ``region`` of the buffer; ``shape``/``dtype`` are
+    the value's (squeezed dims dropped)."""
+    starts, attrs = _region_parts(region)
+    out = jax.ShapeDtypeStruct(tuple(shape), dtype)
+    return _call("load", (out,),
+                 (token, handle, _i32(device), _i32(core), _i32(buffer_id), starts),
+                 space=_space(space), **attrs)
+
+
+def store(token, handle, device, core, buffer_id, region, value, *, space):
+    """Writes ``value`` into ``region`` of the buffer."""
+    starts, attrs = _region_parts(region)
+    return _call("store", (),
+                 (token, handle, _i32(device), _i32(core), _i32(buffer_id), starts, value),
+                 space=_space(space), **attrs)
+
+
+def swap(token, handle, device, core, buffer_id, region, value, mask=None, *, space):
+    """``(token, old)``: writes ``value`` (where ``mask``) and returns the
+    previous contents (masked-off elements give ``value``'s)."""
+    starts, attrs = _region_parts(region)
+    value = jnp.asarray(value)
+    operands = [token, handle, _i32(device), _i32(core), _i32(buffer_id), starts, value]
+    if mask is not None:
+        operands.append(jnp.asarray(mask, jnp.bool_))
+    return _call("swap", (jax.ShapeDtypeStruct(value.shape, value.dtype),), operands,
+                 space=_space(space), **attrs)
+
+
+# ---------------------------------------------------------------- semaphores
+
+def allocate_semaphores(token, handle, device, core, *, kind: str = "regular", count: int = 1):
+    """``(token, first_id)`` of ``count`` consecutive internal semaphores;
+    ``core=None`` allocates on every core of the device."""
+    if kind not in SEMAPHORE_KINDS:
+        raise ValueError(f"semaphore kind must be one of {SEMAPHORE_KINDS}, got {kind!r}")
+    return _call("allocate_semaphores", (_I32,),
+                 (token, handle, _i32(device), _opt_i32(core)), kind=kind, count=int(count))
+
+
+def barrier_semaphore(token, handle, device, *, collective_id: int):
+    """``(token, id)`` of the barrier semaphore of ``collective_id``."""
+    return _call("barrier_semaphore", (_I32,), (token, handle, _i32(device)),
+                 collective_id=int(collective_id))
+
+
+def semaphore_signal(token, handle, device, core, sem, inc, *,
+                     target_device=None, target_core=None):
+    """Adds ``inc`` to ``sem`` on (target_device, target_core); defaults: the
+    signalling device, core 0 (stock's rule)."""
+    return _call("semaphore_signal", (),
+                 (token, handle, _i32(device), _i32(core), _i32(sem), _i32(inc),
+                  _opt_i32(target_device), _opt_i32(target_core)))
+
+
+def semaphore_wait(token, handle, device, core, sem, value):
+    """Blocks until ``sem`` reaches ``value`` on (device, core), then
+    subtracts it. Ends on failure elsewhere or after the launch's timeout."""
+    return _call("semaphore_wait", (),
+                 (token, handle, _i32(device), _i32(core), _i32(sem), _i32(value)))
+
+
+def semaphore_read(token, handle, device, core, sem):
+    """``(token, count)`` of ``sem`` on (device, core)."""
+    return _call("semaphore_read", (_I32,),
+                 (token, handle, _i32(device), _i32(core), _i32(sem)))
+
+
+# ---------------------------------------------------------------------- DMAs
+
+def dma_start(token, handle, device, core, src_id, src_region, dst_id, dst_region,
+              dst_sem, *, src_space, dst_space, src_sem=None, dst_device=None):
+    """Starts a DMA. Remote copies give both ``src_sem`` and ``dst_device``
+    and land on the same core of ``dst_device``."""
+    if (src_sem is None) != (dst_device is None):
+        raise ValueError("Either both or neither `src_sem` and `device_id` can be set.")
+    src_starts, src_attrs = _region_parts(src_region, "src_")
+    dst_starts, dst_attrs = _region_parts(dst_region, "dst_")
+    return _call("dma_start", (),
+                 (token, handle, _i32(device), _i32(core), _i32(src_id), src_starts,
+                  _i32(dst_id), dst_starts, _i32(dst_sem), _opt_i32(src_sem),
+                  _opt_i32(dst_device)),
+                 src_space=_space(src_space), dst_space=_space(dst_space),
+                 **src_attrs, **dst_attrs)
+
+
+def dma_wait(token, handle, device, core, sem, *, nbytes: int):
+    """Waits for ``nbytes`` on DMA semaphore ``sem`` (running queued DMAs
+    that signal it, in on_wait mode)."""
+    return _call("dma_wait", (), (token, handle, _i32(device), _i32(core), _i32(sem)),
+                 bytes=int(nbytes))
