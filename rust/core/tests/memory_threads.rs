@@ -1,0 +1,142 @@
+//! Concurrent access from many core threads: shared HBM, remote copies in
+//! opposite directions (lock ordering), allocation churn, torn-read checks.
+//! Every test runs under a watchdog so a deadlock fails instead of hanging.
+
+mod memory_support;
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use memory_support::*;
+use mosaic_rt_core::memory::MemRef;
+use mosaic_rt_core::{BufferKey, DType, DimSel, FillMode, Init, MemorySpace, OobReads, Region};
+
+const HBM: MemorySpace = MemorySpace::Hbm;
+
+fn with_watchdog(name: &str, body: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = mpsc::channel();
+    let worker = thread::spawn(move || {
+        body();
+        let _ = tx.send(());
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(()) => worker.join().unwrap(),
+        // The body panicked (sender dropped): re-raise its panic.
+        Err(mpsc::RecvTimeoutError::Disconnected) => std::panic::resume_unwind(worker.join().unwrap_err()),
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{name}: deadlock (no progress in 60 s)"),
+    }
+}
+
+#[test]
+fn cores_write_their_own_rows_of_shared_hbm() {
+    with_watchdog("rows", || {
+        const CORES: u32 = 8;
+        let (mem, topo) = table(1, CORES, OobReads::Raise, FillMode::Zero);
+        let id = mem.allocate(&topo, 0, None, HBM, DType::U32, &[CORES as usize, 64], None, Init::Fill).unwrap();
+        thread::scope(|s| {
+            for core in 0..CORES {
+                let (mem, topo) = (&mem, &topo);
+                s.spawn(move || {
+                    let row = Region::new(vec![DimSel::index(core as i64)]);
+                    for step in 0..2000u32 {
+                        let v = (core << 16 | step).to_le_bytes().repeat(64);
+                        mem.store(topo, 0, core, HBM, id, &row, &v).unwrap();
+                        let mut out = vec![0u8; 256];
+                        mem.load(topo, 0, core, HBM, id, &row, &mut out).unwrap();
+                        assert_eq!(out, v);
+                    }
+                });
+            }
+        });
+        let content = mem.content(BufferKey { space: HBM, id, device: 0, core: 0 }).unwrap();
+        for core in 0..CORES as usize {
+            let want = ((core as u32) << 16 | 1999).to_le_bytes().repeat(64);
+            assert_eq!(content[core * 256..(core + 1) * 256], want[..]);
+        }
+    });
+}
+
+#[test]
+fn loads_never_see_torn_stores() {
+    with_watchdog("torn", || {
+        let (mem, topo) = table(2, 1, OobReads::Raise, FillMode::Zero);
+        let id = mem.allocate(&topo, 1, Some(0), HBM, DType::U8, &[64, 1024], None, Init::Fill).unwrap();
+        thread::scope(|s| {
+            let (mem, topo) = (&mem, &topo);
+            s.spawn(move || {
+                for k in 0..300u32 {
+                    mem.store(topo, 1, 0, HBM, id, &Region::full(), &vec![k as u8; 65536]).unwrap();
+                }
+            });
+            for _ in 0..2 {
+                s.spawn(move || {
+                    let mut out = vec![0u8; 65536];
+                    for _ in 0..300 {
+                        mem.load(topo, 1, 0, HBM, id, &Region::full(), &mut out).unwrap();
+                        assert!(out.iter().all(|&b| b == out[0]), "torn read");
+                    }
+                });
+            }
+        });
+    });
+}
+
+#[test]
+fn opposite_remote_copies_do_not_deadlock() {
+    with_watchdog("copies", || {
+        let (mem, topo) = table(2, 1, OobReads::Raise, FillMode::Zero);
+        let a = mem.allocate(&topo, 0, Some(0), HBM, DType::F32, &[16, 128], None, Init::Fill).unwrap();
+        let b = mem.allocate(&topo, 1, Some(0), HBM, DType::F32, &[16, 128], None, Init::Fill).unwrap();
+        let whole = Region::full();
+        thread::scope(|s| {
+            for device in 0..2u32 {
+                let (mem, topo, whole) = (&mem, &topo, &whole);
+                s.spawn(move || {
+                    let (mine, theirs) = if device == 0 { (a, b) } else { (b, a) };
+                    for _ in 0..3000 {
+                        let src = MemRef { device, core: 0, space: HBM, id: mine, region: whole };
+                        let dst = MemRef { device: 1 - device, core: 0, space: HBM, id: theirs, region: whole };
+                        assert_eq!(mem.copy(topo, src, dst).unwrap(), 16 * 128 * 4);
+                    }
+                });
+            }
+        });
+    });
+}
+
+#[test]
+fn allocation_churn_alongside_accesses() {
+    with_watchdog("churn", || {
+        let (mem, topo) = table(4, 2, OobReads::Raise, FillMode::Nan);
+        let shared = mem.allocate(&topo, 0, None, HBM, DType::I32, &[8, 8], None, Init::Fill).unwrap();
+        thread::scope(|s| {
+            for device in 0..4u32 {
+                for core in 0..2u32 {
+                    let (mem, topo) = (&mem, &topo);
+                    s.spawn(move || {
+                        let mut rng = Rng::new((device * 2 + core) as u64);
+                        let mut expected_id = if device == 0 { 101 } else { 100 };
+                        for _ in 0..500 {
+                            let data = rng.bytes(16);
+                            let id = mem
+                                .allocate(topo, device, Some(core), MemorySpace::Vmem, DType::I32, &[4], None, Init::Bytes(&data))
+                                .unwrap();
+                            assert_eq!(id, expected_id);
+                            expected_id += 1;
+                            let mut out = [0u8; 16];
+                            mem.load(topo, device, core, MemorySpace::Vmem, id, &Region::full(), &mut out).unwrap();
+                            assert_eq!(out[..], data[..]);
+                            // Remote reads of device 0's shared HBM from everywhere.
+                            let row = Region::new(vec![DimSel::index(core as i64)]);
+                            let mut row_out = [0u8; 32];
+                            mem.load(topo, 0, core, HBM, shared, &row, &mut row_out).unwrap();
+                            mem.free(topo, device, core, MemorySpace::Vmem, id).unwrap();
+                        }
+                    });
+                }
+            }
+        });
+        assert_eq!(mem.info(BufferKey { space: HBM, id: shared, device: 0, core: 0 }).unwrap().ref_count, 2);
+    });
+}
