@@ -29,6 +29,7 @@ from mosaic_rt import _native
 from mosaic_rt.ffi.errors import native_errors, translate
 from mosaic_rt.ffi.ops import (
     Launch,
+    Region,
     allocate_buffer,
     allocate_semaphores,
     barrier_semaphore,
@@ -63,6 +64,7 @@ TARGETS: tuple[str, ...] = _register_targets()
 
 __all__ = [
     "Launch",
+    "Region",
     "TARGETS",
     "allocate_buffer",
     "allocate_semaphores",

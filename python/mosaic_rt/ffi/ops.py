@@ -33,6 +33,29 @@ MEMORY_SPACES = {
 SEMAPHORE_KINDS = ("regular", "dma", "barrier")
 
 
+@dataclasses.dataclass(frozen=True)
+class Region:
+    """A region of a buffer (see the module doc): per leading dimension a
+    static size, stride and squeezed flag, and a dynamic start."""
+    sizes: tuple[int, ...] = ()
+    strides: tuple[int, ...] = ()
+    squeezed: tuple[bool, ...] = ()
+    starts: Any = ()
+
+    @staticmethod
+    def index(*indices) -> "Region":
+        """Integer indices of the leading dimensions (dropped from the value)."""
+        k = len(indices)
+        return Region((1,) * k, (1,) * k, (True,) * k, tuple(indices))
+
+    @staticmethod
+    def slices(*dims) -> "Region":
+        """``(start, size[, stride])`` per leading dimension."""
+        dims = [tuple(d) + (1,) * (3 - len(d)) for d in dims]
+        return Region(tuple(d[1] for d in dims), tuple(d[2] for d in dims),
+                      (False,) * len(dims), tuple(d[0] for d in dims))
+
+
 def new_token():
     """A fresh token (int32 scalar) to start a chain of ops with."""
     return jnp.zeros((), jnp.int32)

@@ -1,0 +1,58 @@
+"""Helpers shared by the FFI tests (no tests here)."""
+
+from __future__ import annotations
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import mosaic_rt.ffi as F
+
+_uids = itertools.count(1000)
+
+
+def fresh_uid() -> int:
+    """A launch uid no other test uses."""
+    return next(_uids)
+
+
+def mesh_of(n: int):
+    return jax.make_mesh((n,), ("x",), devices=jax.devices()[:n])
+
+
+def on_devices(n: int, body, *args):
+    """Runs ``body(device, *local_args)`` under ``shard_map`` on ``n``
+    devices; every array arg and result is split along axis 0, one row
+    block per device."""
+    mesh = mesh_of(n)
+
+    def per_device(*local):
+        return body(jax.lax.axis_index("x"), *local)
+
+    fn = jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+    placed = [jax.device_put(jnp.asarray(a), NamedSharding(mesh, P("x"))) for a in args]
+    return fn, placed
+
+
+def run_on_devices(n: int, body, *args):
+    fn, placed = on_devices(n, body, *args)
+    out = fn(*placed)
+    return jax.tree.map(np.asarray, out)
+
+
+def dummy_rows(n: int):
+    """One int32 row per device (shard_map needs an input to split)."""
+    return np.zeros((n, 1), np.int32)
+
+
+def with_token(value, token):
+    """``value`` made to depend on ``token`` (keeps the order explicit)."""
+    return value + (token * 0).astype(value.dtype)
+
+
+def begin(device, n, *, uid, **config):
+    config.setdefault("wait_timeout_ms", 30_000)
+    return F.kernel(F.new_token(), device, uid=uid, num_devices=n, **config)
