@@ -1,11 +1,13 @@
 //! Parking of blocked cores and the kernel's failure state.
 //!
 //! Protocol (no lost wake-up): a waker publishes its change (counter add,
-//! task push, failure flag) with SeqCst and then reads `waiters`; a parker
-//! takes its mutex, increments `waiters` with SeqCst and re-checks its
-//! condition before sleeping on the condvar. In the SeqCst order either the
-//! parker sees the change or the waker sees `waiters > 0` and notifies under
-//! the mutex, which the parker only releases inside `Condvar::wait`.
+//! task push, failure flag) and then reads `waiters` with an RMW; a parker
+//! takes its mutex, increments `waiters` and re-checks its condition before
+//! sleeping on the condvar. Both RMWs are ordered in `waiters`' modification
+//! order: either the waker's comes second and sees `waiters > 0` (and
+//! notifies under the mutex, which the parker only releases inside
+//! `Condvar::wait`), or it comes first and the parker's RMW synchronizes with
+//! it, so the parker's re-check sees the change.
 
 use crate::error::RtError;
 use crate::sync::{lock, AtomicBool, AtomicU32, Condvar, Mutex, MutexGuard, Ordering};
@@ -38,7 +40,11 @@ impl Parker {
     /// Wakes the threads parked here, if any. Call after publishing the change.
     #[inline]
     pub fn wake(&self) {
-        if self.waiters.load(Ordering::SeqCst) > 0 {
+        // An RMW, not a load: it reads the latest `waiters` in modification
+        // order, and if it comes before the parker's increment the parker's
+        // RMW acquires it and so sees the change. This needs no store-load
+        // SeqCst ordering (which loom does not model).
+        if self.waiters.fetch_add(0, Ordering::SeqCst) > 0 {
             let _guard = lock(&self.state);
             self.cv.notify_all();
         }
