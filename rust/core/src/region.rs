@@ -67,9 +67,7 @@ impl Region {
                 None
             };
             if let Some(why) = bad {
-                return Err(RtError::value(format!(
-                    "invalid region: dim {k} ({d:?}) has {why}"
-                )));
+                return Err(RtError::value(format!("invalid region: dim {k} ({d:?}) has {why}")));
             }
         }
         Ok(())

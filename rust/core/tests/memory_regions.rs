@@ -24,7 +24,8 @@ fn random_case(rng: &mut Rng) -> (Vec<usize>, Vec<usize>, Region) {
                 DimSel::index(start)
             } else {
                 let stride = rng.range(1, 3);
-                let max_size = if rng.chance(15) { n + 1 } else { ((n - start).max(0) + stride - 1) / stride };
+                let max_size =
+                    if rng.chance(15) { n + 1 } else { ((n - start).max(0) + stride - 1) / stride };
                 DimSel::slice(start, rng.range(0, max_size.max(0)), stride)
             }
         })
@@ -42,7 +43,16 @@ fn check_random_loads(oob: OobReads, fill: FillMode, seed: u64) {
         let (shape, logical, region) = random_case(&mut rng);
         let init = rng.bytes(numel(&logical) * size);
         let id = mem
-            .allocate(&topo, 0, Some(0), MemorySpace::Vmem, dtype, &shape, Some(&logical), Init::Bytes(&init))
+            .allocate(
+                &topo,
+                0,
+                Some(0),
+                MemorySpace::Vmem,
+                dtype,
+                &shape,
+                Some(&logical),
+                Init::Bytes(&init),
+            )
             .unwrap();
         let key = mosaic_rt_core::BufferKey { space: MemorySpace::Vmem, id, device: 0, core: 0 };
         let content = mem.content(key).unwrap();
@@ -124,7 +134,11 @@ fn random_stores() {
                 assert_eq!(got.unwrap_err().kind, ErrorKind::Value, "case {case}")
             }
         }
-        assert_eq!(mem.content(key).unwrap(), expected, "case {case}: {shape:?} {logical:?} {region:?}");
+        assert_eq!(
+            mem.content(key).unwrap(),
+            expected,
+            "case {case}: {shape:?} {logical:?} {region:?}"
+        );
         for core in 0..2 {
             mem.free(&topo, 0, core, space, id).unwrap();
         }
@@ -143,21 +157,49 @@ fn random_copies_match_load_then_store() {
         let (shape, logical, region) = random_case(&mut rng);
         let init = rng.bytes(numel(&logical) * size);
         let src = mem
-            .allocate(&topo, 0, Some(0), MemorySpace::Hbm, dtype, &shape, Some(&logical), Init::Bytes(&init))
+            .allocate(
+                &topo,
+                0,
+                Some(0),
+                MemorySpace::Hbm,
+                dtype,
+                &shape,
+                Some(&logical),
+                Init::Bytes(&init),
+            )
             .unwrap();
         // Destination: same shape with the region's full shape, on the other device.
         let full = full_shape(&region, &logical);
-        let dst = mem.allocate(&topo, 1, Some(0), MemorySpace::Vmem, dtype, &full, None, Init::Fill).unwrap();
+        let dst = mem
+            .allocate(&topo, 1, Some(0), MemorySpace::Vmem, dtype, &full, None, Init::Fill)
+            .unwrap();
         let mut via_load = vec![0u8; numel(&full) * size];
         let loaded = mem.load(&topo, 0, 0, MemorySpace::Hbm, src, &region, &mut via_load);
-        let s = mosaic_rt_core::memory::MemRef { device: 0, core: 0, space: MemorySpace::Hbm, id: src, region: &region };
+        let s = mosaic_rt_core::memory::MemRef {
+            device: 0,
+            core: 0,
+            space: MemorySpace::Hbm,
+            id: src,
+            region: &region,
+        };
         let whole = Region::full();
-        let d = mosaic_rt_core::memory::MemRef { device: 1, core: 0, space: MemorySpace::Vmem, id: dst, region: &whole };
+        let d = mosaic_rt_core::memory::MemRef {
+            device: 1,
+            core: 0,
+            space: MemorySpace::Vmem,
+            id: dst,
+            region: &whole,
+        };
         let copied = mem.copy(&topo, s, d);
         match (loaded, copied) {
             (Ok(()), Ok(bytes)) => {
                 assert_eq!(bytes, via_load.len());
-                let key = mosaic_rt_core::BufferKey { space: MemorySpace::Vmem, id: dst, device: 1, core: 0 };
+                let key = mosaic_rt_core::BufferKey {
+                    space: MemorySpace::Vmem,
+                    id: dst,
+                    device: 1,
+                    core: 0,
+                };
                 if numel(&full) > 0 {
                     assert_eq!(mem.content(key).unwrap(), via_load, "case {case}");
                 }

@@ -10,7 +10,16 @@ fn allocate_store_load_free() {
     let mem = MemoryTable::new(&config);
     let init: Vec<u8> = (0..8u32 * 4).flat_map(|v| (v as f32).to_le_bytes()).collect();
     let id = mem
-        .allocate(&topo, 0, Some(0), MemorySpace::Vmem, DType::F32, &[8, 4], None, Init::Bytes(&init))
+        .allocate(
+            &topo,
+            0,
+            Some(0),
+            MemorySpace::Vmem,
+            DType::F32,
+            &[8, 4],
+            None,
+            Init::Bytes(&init),
+        )
         .unwrap();
     assert_eq!(id, 100);
     let row = Region::new(vec![DimSel::index(2)]);

@@ -23,7 +23,9 @@ fn with_watchdog(name: &str, body: impl FnOnce() + Send + 'static) {
     match rx.recv_timeout(Duration::from_secs(60)) {
         Ok(()) => worker.join().unwrap(),
         // The body panicked (sender dropped): re-raise its panic.
-        Err(mpsc::RecvTimeoutError::Disconnected) => std::panic::resume_unwind(worker.join().unwrap_err()),
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            std::panic::resume_unwind(worker.join().unwrap_err())
+        }
         Err(mpsc::RecvTimeoutError::Timeout) => panic!("{name}: deadlock (no progress in 60 s)"),
     }
 }
@@ -33,7 +35,9 @@ fn cores_write_their_own_rows_of_shared_hbm() {
     with_watchdog("rows", || {
         const CORES: u32 = 8;
         let (mem, topo) = table(1, CORES, OobReads::Raise, FillMode::Zero);
-        let id = mem.allocate(&topo, 0, None, HBM, DType::U32, &[CORES as usize, 64], None, Init::Fill).unwrap();
+        let id = mem
+            .allocate(&topo, 0, None, HBM, DType::U32, &[CORES as usize, 64], None, Init::Fill)
+            .unwrap();
         thread::scope(|s| {
             for core in 0..CORES {
                 let (mem, topo) = (&mem, &topo);
@@ -61,7 +65,8 @@ fn cores_write_their_own_rows_of_shared_hbm() {
 fn loads_never_see_torn_stores() {
     with_watchdog("torn", || {
         let (mem, topo) = table(2, 1, OobReads::Raise, FillMode::Zero);
-        let id = mem.allocate(&topo, 1, Some(0), HBM, DType::U8, &[64, 1024], None, Init::Fill).unwrap();
+        let id =
+            mem.allocate(&topo, 1, Some(0), HBM, DType::U8, &[64, 1024], None, Init::Fill).unwrap();
         thread::scope(|s| {
             let (mem, topo) = (&mem, &topo);
             s.spawn(move || {
@@ -86,8 +91,10 @@ fn loads_never_see_torn_stores() {
 fn opposite_remote_copies_do_not_deadlock() {
     with_watchdog("copies", || {
         let (mem, topo) = table(2, 1, OobReads::Raise, FillMode::Zero);
-        let a = mem.allocate(&topo, 0, Some(0), HBM, DType::F32, &[16, 128], None, Init::Fill).unwrap();
-        let b = mem.allocate(&topo, 1, Some(0), HBM, DType::F32, &[16, 128], None, Init::Fill).unwrap();
+        let a =
+            mem.allocate(&topo, 0, Some(0), HBM, DType::F32, &[16, 128], None, Init::Fill).unwrap();
+        let b =
+            mem.allocate(&topo, 1, Some(0), HBM, DType::F32, &[16, 128], None, Init::Fill).unwrap();
         let whole = Region::full();
         thread::scope(|s| {
             for device in 0..2u32 {
@@ -96,7 +103,13 @@ fn opposite_remote_copies_do_not_deadlock() {
                     let (mine, theirs) = if device == 0 { (a, b) } else { (b, a) };
                     for _ in 0..3000 {
                         let src = MemRef { device, core: 0, space: HBM, id: mine, region: whole };
-                        let dst = MemRef { device: 1 - device, core: 0, space: HBM, id: theirs, region: whole };
+                        let dst = MemRef {
+                            device: 1 - device,
+                            core: 0,
+                            space: HBM,
+                            id: theirs,
+                            region: whole,
+                        };
                         assert_eq!(mem.copy(topo, src, dst).unwrap(), 16 * 128 * 4);
                     }
                 });
@@ -109,23 +122,42 @@ fn opposite_remote_copies_do_not_deadlock() {
 fn allocation_churn_alongside_accesses() {
     with_watchdog("churn", || {
         let (mem, topo) = table(4, 2, OobReads::Raise, FillMode::Nan);
-        let shared = mem.allocate(&topo, 0, None, HBM, DType::I32, &[8, 8], None, Init::Fill).unwrap();
+        let shared =
+            mem.allocate(&topo, 0, None, HBM, DType::I32, &[8, 8], None, Init::Fill).unwrap();
         thread::scope(|s| {
             for device in 0..4u32 {
                 for core in 0..2u32 {
                     let (mem, topo) = (&mem, &topo);
                     s.spawn(move || {
                         let mut rng = Rng::new((device * 2 + core) as u64);
-                        let mut expected_id = if device == 0 { 101 } else { 100 };
-                        for _ in 0..500 {
+                        // Device 0's ids start after the shared HBM buffer's.
+                        let first = if device == 0 { 101 } else { 100 };
+                        for expected_id in first..first + 500 {
                             let data = rng.bytes(16);
                             let id = mem
-                                .allocate(topo, device, Some(core), MemorySpace::Vmem, DType::I32, &[4], None, Init::Bytes(&data))
+                                .allocate(
+                                    topo,
+                                    device,
+                                    Some(core),
+                                    MemorySpace::Vmem,
+                                    DType::I32,
+                                    &[4],
+                                    None,
+                                    Init::Bytes(&data),
+                                )
                                 .unwrap();
                             assert_eq!(id, expected_id);
-                            expected_id += 1;
                             let mut out = [0u8; 16];
-                            mem.load(topo, device, core, MemorySpace::Vmem, id, &Region::full(), &mut out).unwrap();
+                            mem.load(
+                                topo,
+                                device,
+                                core,
+                                MemorySpace::Vmem,
+                                id,
+                                &Region::full(),
+                                &mut out,
+                            )
+                            .unwrap();
                             assert_eq!(out[..], data[..]);
                             // Remote reads of device 0's shared HBM from everywhere.
                             let row = Region::new(vec![DimSel::index(core as i64)]);
@@ -137,6 +169,9 @@ fn allocation_churn_alongside_accesses() {
                 }
             }
         });
-        assert_eq!(mem.info(BufferKey { space: HBM, id: shared, device: 0, core: 0 }).unwrap().ref_count, 2);
+        assert_eq!(
+            mem.info(BufferKey { space: HBM, id: shared, device: 0, core: 0 }).unwrap().ref_count,
+            2
+        );
     });
 }

@@ -9,7 +9,7 @@ use super::buffer::Buffer;
 use super::copy::{copy_block, fill_pattern, for_each_element, Layout};
 use super::message::{self, Who};
 use super::plan::Plan;
-use super::{BufferKey, MemRef, MemoryTable, MemorySpace};
+use super::{BufferKey, MemRef, MemorySpace, MemoryTable};
 use crate::config::{OobReads, Topology};
 use crate::error::{Result, RtError};
 use crate::region::Region;

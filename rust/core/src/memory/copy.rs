@@ -32,22 +32,12 @@ struct Loop {
     dst: usize,
 }
 
-/// Copies the `counts`-shaped block at `s` in `src` to `d` in `dst`.
-/// Panics (never UB) if a layout points outside its slice: callers check bounds.
-pub(crate) fn copy_block(
-    src: &[u8],
-    s: &Layout,
-    dst: &mut [u8],
-    d: &Layout,
-    counts: &[usize],
-    itemsize: usize,
-) {
-    if counts.contains(&0) {
-        return;
-    }
-    // Merge dims from the innermost outwards; size-1 dims vanish.
+/// Merges dims that are contiguous on both sides, from the innermost out:
+/// returns the bytes per memcpy and the remaining loops (innermost first).
+/// Size-1 dims vanish.
+fn merge_dims(s: &Layout, d: &Layout, counts: &[usize], itemsize: usize) -> (usize, Dims<Loop>) {
     let mut loops: Dims<Loop> = Dims::new();
-    let mut run = itemsize; // bytes copied per memcpy
+    let mut run = itemsize;
     for k in (0..counts.len()).rev() {
         let (n, ss, ds) = (counts[k], s.strides[k], d.strides[k]);
         if n == 1 {
@@ -65,6 +55,23 @@ pub(crate) fn copy_block(
         }
         loops.push(Loop { count: n, src: ss, dst: ds });
     }
+    (run, loops)
+}
+
+/// Copies the `counts`-shaped block at `s` in `src` to `d` in `dst`.
+/// Panics (never UB) if a layout points outside its slice: callers check bounds.
+pub(crate) fn copy_block(
+    src: &[u8],
+    s: &Layout,
+    dst: &mut [u8],
+    d: &Layout,
+    counts: &[usize],
+    itemsize: usize,
+) {
+    if counts.contains(&0) {
+        return;
+    }
+    let (run, loops) = merge_dims(s, d, counts, itemsize);
     // `loops` is innermost-first; walk it with an odometer, the innermost
     // loop as a tight inner `for`.
     let (so, dof) = (s.offset, d.offset);
@@ -104,7 +111,12 @@ pub(crate) fn copy_block(
 
 /// Calls `f(a_offset, b_offset)` for every element of the `counts` block,
 /// in C order, with byte offsets in layouts `a` and `b`.
-pub(crate) fn for_each_element(counts: &[usize], a: &Layout, b: &Layout, mut f: impl FnMut(usize, usize)) {
+pub(crate) fn for_each_element(
+    counts: &[usize],
+    a: &Layout,
+    b: &Layout,
+    mut f: impl FnMut(usize, usize),
+) {
     if counts.contains(&0) {
         return;
     }
@@ -140,5 +152,58 @@ pub(crate) fn fill_pattern(dst: &mut [u8], pattern: &[u8]) {
         for chunk in dst.chunks_exact_mut(pattern.len()) {
             chunk.copy_from_slice(pattern);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strided(offset: usize, strides: &[usize]) -> Layout {
+        let mut s = Dims::new();
+        strides.iter().for_each(|&x| s.push(x));
+        Layout { offset, strides: s }
+    }
+
+    #[test]
+    fn contiguous_blocks_are_one_memcpy() {
+        let dense = Layout::dense(&[8, 1, 128], 4);
+        let (run, loops) = merge_dims(&dense, &dense, &[8, 1, 128], 4);
+        assert_eq!((run, loops.len()), (8 * 128 * 4, 0));
+    }
+
+    #[test]
+    fn windows_copy_one_run_per_row() {
+        // An (8, 128) f32 window of a (256, 1024) buffer into a dense block.
+        let src = strided(0, &[4096, 4]);
+        let dst = Layout::dense(&[8, 128], 4);
+        let (run, loops) = merge_dims(&src, &dst, &[8, 128], 4);
+        assert_eq!(run, 512);
+        assert_eq!(
+            loops.iter().map(|l| (l.count, l.src, l.dst)).collect::<Vec<_>>(),
+            [(8, 4096, 512)]
+        );
+        // Strided innermost dim: element-sized runs; rows that continue the
+        // same stride merge into one loop.
+        let (run, loops) =
+            merge_dims(&strided(0, &[16, 8]), &Layout::dense(&[3, 2], 4), &[3, 2], 4);
+        assert_eq!(run, 4);
+        assert_eq!(loops.iter().map(|l| (l.count, l.src, l.dst)).collect::<Vec<_>>(), [(6, 8, 4)]);
+    }
+
+    #[test]
+    fn copy_block_matches_naive_gather() {
+        let src: Vec<u8> = (0..=255).collect();
+        let mut dst = vec![0u8; 12];
+        // Rows 1, 3, 5 (stride 2 of a (8, 32)-byte buffer), bytes 4..8 of each.
+        copy_block(
+            &src,
+            &strided(32 + 4, &[64, 1]),
+            &mut dst,
+            &Layout::dense(&[3, 4], 1),
+            &[3, 4],
+            1,
+        );
+        assert_eq!(dst, [36, 37, 38, 39, 100, 101, 102, 103, 164, 165, 166, 167]);
     }
 }

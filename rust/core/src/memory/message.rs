@@ -63,7 +63,13 @@ pub(crate) fn no_such_buffer(key: BufferKey, action: &str) -> RtError {
 }
 
 /// `what` ("data", "out", "mask") has the wrong byte length for the region.
-pub(crate) fn wrong_len(who: &Who, what: &str, got: usize, shape: &[usize], want: usize) -> RtError {
+pub(crate) fn wrong_len(
+    who: &Who,
+    what: &str,
+    got: usize,
+    shape: &[usize],
+    want: usize,
+) -> RtError {
     RtError::value(format!(
         "{what} for {who} has {got} bytes but the region has shape {} and needs {want} bytes",
         shape_repr(shape)

@@ -43,7 +43,9 @@ impl MemorySpace {
             5 => Hbm,
             6 => Any,
             _ => {
-                return Err(crate::error::RtError::value(format!("unknown memory space code {code}")))
+                return Err(crate::error::RtError::value(format!(
+                    "unknown memory space code {code}"
+                )))
             }
         })
     }
@@ -86,7 +88,14 @@ impl BufferKey {
 
 impl std::fmt::Display for BufferKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} buffer {} of device {}, core {}", self.space.name(), self.id, self.device, self.core)
+        write!(
+            f,
+            "{} buffer {} of device {}, core {}",
+            self.space.name(),
+            self.id,
+            self.device,
+            self.core
+        )
     }
 }
 
@@ -118,4 +127,3 @@ pub enum Init<'a> {
     /// C-order bytes of the logical shape; padding gets the fill value.
     Bytes(&'a [u8]),
 }
-

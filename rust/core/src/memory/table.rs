@@ -164,7 +164,14 @@ impl MemoryTable {
         Ok(id)
     }
 
-    pub fn free(&self, topo: &Topology, device: u32, core: u32, space: MemorySpace, id: u32) -> Result<()> {
+    pub fn free(
+        &self,
+        topo: &Topology,
+        device: u32,
+        core: u32,
+        space: MemorySpace,
+        id: u32,
+    ) -> Result<()> {
         topo.check(device, core)?;
         let key = BufferKey::for_access(space, id, device, core);
         let shard = self.shard(device)?;
