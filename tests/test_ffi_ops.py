@@ -1,0 +1,257 @@
+"""Single ops of the FFI layer: lowering, memory ops, run ids, bad input."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import mosaic_rt.ffi as F
+from mosaic_rt import _native
+from test_ffi_support import begin, dummy_rows, fresh_uid, on_devices, run_on_devices, with_token
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def translated(n, body, *args):
+    fn, placed = on_devices(n, body, *(args or (dummy_rows(n),)))
+    with F.native_errors():
+        return jax.tree.map(np.asarray, fn(*placed))
+
+
+def test_every_target_is_registered_once():
+    assert set(F.TARGETS) == set(_native.ffi_targets())
+    assert all(t.startswith("mosaic_rt_") for t in F.TARGETS)
+    assert len(F.TARGETS) == 17
+
+
+def test_lowered_hlo_has_our_custom_calls_and_no_python_callback():
+    uid = fresh_uid()
+
+    def body(d, _):
+        with begin(d, 2, uid=uid) as k:
+            k.token, s = F.allocate_semaphores(k.token, k.handle, d, 0)
+            k.token = F.semaphore_signal(k.token, k.handle, d, 0, s, 1, target_device=1 - d)
+            k.token = F.semaphore_wait(k.token, k.handle, d, 0, s, 1)
+        return with_token(jnp.zeros((1,), jnp.int32), k.token)
+
+    fn, args = on_devices(2, body, dummy_rows(2))
+    text = fn.lower(*args).as_text()
+    for name in ("kernel_begin", "allocate_semaphores", "semaphore_signal",
+                 "semaphore_wait", "kernel_end"):
+        assert f"mosaic_rt_{name}" in text
+    assert "callback" not in text.lower()
+    # The token is aliased: every op is ordered after the previous one.
+    assert "output_operand_alias" in text
+
+
+def test_run_id_is_shared_by_devices_and_changes_between_executions():
+    def body(d, _):
+        t, info = F.launch_info(F.new_token())
+        return with_token(info[None], t)
+
+    fn, args = on_devices(8, body, dummy_rows(8))
+    a, b = np.asarray(fn(*args)), np.asarray(fn(*args))
+    assert len({tuple(r) for r in a[:, :2]}) == 1
+    assert len({tuple(r) for r in b[:, :2]}) == 1
+    assert tuple(a[0, :2]) != tuple(b[0, :2])
+    np.testing.assert_array_equal(a[:, 2], np.arange(8))  # XLA device ordinals
+
+
+def test_allocate_load_store_swap_free():
+    uid = fresh_uid()
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+
+    def body(d, xin):
+        with begin(d, 1, uid=uid) as k:
+            h, t = k.handle, k.token
+            t, b = F.allocate_buffer(t, h, d, 0, space="vmem", dtype=np.float32,
+                                     shape=(4, 6), init=xin)
+            # rows 1..2, every other column from 1: a (2, 3) window
+            win = F.Region.slices((1, 2), (1, 3, 2))
+            t, got = F.load(t, h, d, 0, b, win, space="vmem", shape=(2, 3), dtype=np.float32)
+            t = F.store(t, h, d, 0, b, win, -got, space="vmem")
+            mask = jnp.array([True, False, True, False, True, False])
+            t, old = F.swap(t, h, d, 0, b, F.Region.index(3), jnp.full((6,), 7.0), mask,
+                            space="vmem")
+            t, whole = F.load(t, h, d, 0, b, None, space="vmem", shape=(4, 6), dtype=np.float32)
+            t = F.free_buffer(t, h, d, 0, b, space="vmem")
+            k.token = t
+        return with_token(got, k.token), old, whole
+
+    got, old, whole = translated(1, body, x)
+    np.testing.assert_array_equal(got, x[1:3, 1:6:2])
+    expect = x.copy()
+    expect[1:3, 1:6:2] *= -1
+    np.testing.assert_array_equal(old, np.where(mask_np := np.array([1, 0] * 3, bool), x[3], 7.0))
+    expect[3][mask_np] = 7.0
+    np.testing.assert_array_equal(whole, expect)
+
+
+def test_fill_value_and_dynamic_starts():
+    uid = fresh_uid()
+
+    def body(d, _):
+        with begin(d, 1, uid=uid, uninitialized_memory="zero") as k:
+            h, t = k.handle, k.token
+            t, b = F.allocate_buffer(t, h, d, 0, space="smem", dtype=np.int32, shape=(8,))
+
+            def put(i, tok):
+                return F.store(tok, h, d, 0, b, F.Region.index(i), i * i, space="smem")
+
+            t = jax.lax.fori_loop(2, 6, put, t)
+            t, v = F.load(t, h, d, 0, b, None, space="smem", shape=(8,), dtype=np.int32)
+            k.token = t
+        return with_token(v, k.token)
+
+    np.testing.assert_array_equal(translated(1, body), [0, 0, 4, 9, 16, 25, 0, 0])
+
+
+def test_out_of_bounds_load_is_an_index_error():
+    uid = fresh_uid()
+
+    def body(d, _):
+        with begin(d, 1, uid=uid) as k:
+            h, t = k.handle, k.token
+            t, b = F.allocate_buffer(t, h, d, 0, space="vmem", dtype=np.int32, shape=(4,))
+            t, v = F.load(t, h, d, 0, b, F.Region.slices((3, 2)), space="vmem",
+                          shape=(2,), dtype=np.int32)
+            k.token = t
+        return with_token(v[:1], k.token)
+
+    with pytest.raises(IndexError):
+        translated(1, body)
+
+
+# ------------------------------------------------------------------ bad input
+
+def _raw_call(name, operands, results=(), **attrs):
+    i32 = jax.ShapeDtypeStruct((), jnp.int32)
+    call = jax.ffi.ffi_call(name, (i32, *results), has_side_effect=True,
+                            input_output_aliases={0: 0})
+    out = call(*operands, **attrs)
+    return out[0] if not results else out
+
+
+def _bad_launch(make_op, n=1):
+    """Runs one op (built by ``make_op(d, k)``) inside a healthy launch."""
+    uid = fresh_uid()
+
+    def body(d, _):
+        with begin(d, n, uid=uid, wait_timeout_ms=2000) as k:
+            k.token = make_op(d, k)
+        return with_token(jnp.zeros((1,), jnp.int32), k.token)
+
+    return translated(n, body)
+
+
+def _i32(x):
+    return jnp.asarray(x, jnp.int32)
+
+
+@pytest.mark.parametrize("case,pattern", [
+    ("float_sem", r"operand 4 must be int32, got float32"),
+    ("vector_inc", r"operand 5 must have rank 0"),
+    ("short_handle", r"launch handle \(operand 1\) must be uint32\[2\]"),
+    ("arity", r"expected 8 operand\(s\) and 1 result\(s\), got 7 and 1"),
+    ("unknown_handle", r"unknown kernel launch handle"),
+    ("negative_core", r"core id must be >= 0"),
+])
+def test_bad_operands_are_value_errors(case, pattern):
+    def make_op(d, k):
+        ops = [k.token, k.handle, _i32(d), _i32(0), _i32(2000), _i32(1), _i32(-1), _i32(-1)]
+        if case == "float_sem":
+            ops[4] = jnp.float32(2000)
+        elif case == "vector_inc":
+            ops[5] = jnp.ones((2,), jnp.int32)
+        elif case == "short_handle":
+            ops[1] = k.handle[:1]
+        elif case == "arity":
+            ops = ops[:7]
+        elif case == "unknown_handle":
+            ops[1] = jnp.array([12345, 678], jnp.uint32)
+        elif case == "negative_core":
+            ops[3] = _i32(-3)
+        return _raw_call("mosaic_rt_semaphore_signal", ops)
+
+    with pytest.raises(ValueError, match=pattern):
+        _bad_launch(make_op)
+
+
+def test_unknown_semaphore_is_a_value_error():
+    with pytest.raises(ValueError, match="31337"):
+        _bad_launch(lambda d, k: F.semaphore_signal(k.token, k.handle, d, 0, 31337, 1))
+
+
+def test_out_of_range_target_device_is_a_value_error():
+    def make_op(d, k):
+        t, s = F.allocate_semaphores(k.token, k.handle, d, 0)
+        return F.semaphore_signal(t, k.handle, d, 0, s, 1, target_device=5)
+
+    with pytest.raises(ValueError, match=r"device id 5 out of range: the kernel runs on 2 device"):
+        _bad_launch(make_op, n=2)
+
+
+def test_out_of_range_own_device_is_a_value_error():
+    def body(d, _):
+        with F.kernel(F.new_token(), d + 3, uid=fresh_uid(), num_devices=2) as k:
+            pass
+        return with_token(jnp.zeros((1,), jnp.int32), k.token)
+
+    with pytest.raises(ValueError, match=r"device id [34] out of range"):
+        translated(2, body)
+
+
+@pytest.mark.parametrize("attrs,pattern", [
+    (dict(dma_execution_mode="sometimes"), "dma_execution_mode must be 'eager' or 'on_wait'"),
+    (dict(out_of_bounds_reads="ignore"), "out_of_bounds_reads must be"),
+    (dict(num_cores=0), "at least one device and one core"),
+])
+def test_bad_kernel_config_is_a_value_error(attrs, pattern):
+    def body(d, _):
+        with F.kernel(F.new_token(), d, uid=fresh_uid(), num_devices=1, **attrs) as k:
+            pass
+        return with_token(jnp.zeros((1,), jnp.int32), k.token)
+
+    with pytest.raises(ValueError, match=pattern):
+        translated(1, body)
+
+
+def test_missing_and_mistyped_attributes_are_value_errors():
+    def missing(d, k):
+        return _raw_call("mosaic_rt_dma_wait", [k.token, k.handle, _i32(d), _i32(0), _i32(2000)])
+
+    with pytest.raises(ValueError, match=r'missing attribute "bytes"'):
+        _bad_launch(missing)
+
+    def mistyped(d, k):
+        return _raw_call("mosaic_rt_dma_wait", [k.token, k.handle, _i32(d), _i32(0), _i32(2000)],
+                         bytes="many")
+
+    with pytest.raises(ValueError, match=r'attribute "bytes" must be an integer'):
+        _bad_launch(mistyped)
+
+
+def test_wrong_init_dtype_and_bad_space_are_value_errors():
+    def bad_init(d, k):
+        ops = [k.token, k.handle, _i32(d), _i32(0), jnp.zeros((4,), jnp.float32)]
+        return _raw_call("mosaic_rt_allocate_buffer", ops, (jax.ShapeDtypeStruct((), jnp.int32),),
+                         space=0, dtype="int32", shape=np.array([4], np.int64))[0]
+
+    with pytest.raises(ValueError, match="operand 4 must be int32, got float32"):
+        _bad_launch(bad_init)
+
+    def bad_space(d, k):
+        ops = [k.token, k.handle, _i32(d), _i32(0)]
+        return _raw_call("mosaic_rt_allocate_buffer", ops, (jax.ShapeDtypeStruct((), jnp.int32),),
+                         space=42, dtype="int32", shape=np.array([4], np.int64))[0]
+
+    with pytest.raises(ValueError, match="unknown memory space code 42"):
+        _bad_launch(bad_space)
+
+
+def test_dma_descriptor_invariant_is_checked_at_trace_time():
+    with pytest.raises(ValueError, match=r"Either both or neither `src_sem` and `device_id` can be set\."):
+        F.dma_start(F.new_token(), jnp.zeros((2,), jnp.uint32), 0, 0, 100, None, 101, None, 2000,
+                    src_space="vmem", dst_space="vmem", src_sem=2001)
