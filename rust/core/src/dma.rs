@@ -5,7 +5,7 @@ mod machine;
 pub use machine::DmaMachine;
 
 use crate::error::{Result, RtError};
-use crate::memory::{BufferKey, MemorySpace};
+use crate::memory::{BufferKey, MemRef, MemorySpace};
 use crate::region::Region;
 use crate::runtime::Runtime;
 use crate::config::DmaMode;
@@ -59,12 +59,25 @@ impl Dma {
         rt.sems.signal_global(self.dst_gcore, r.dst_sem, self.bytes as i64)
     }
 
+    /// Read and write at once: a direct buffer-to-buffer copy (no
+    /// intermediate Vec), then the send and receive signals.
+    fn copy_whole(&self, rt: &Runtime) -> Result<()> {
+        let r = &self.req;
+        let src = MemRef { device: r.device, core: r.core, space: r.src_space, id: r.src_id, region: &r.src_region };
+        let dst = MemRef { device: self.dst_device, core: r.core, space: r.dst_space, id: r.dst_id, region: &r.dst_region };
+        rt.copy(src, dst)?;
+        if let Some(src_sem) = r.src_sem {
+            rt.sems.signal_global(self.src_gcore, src_sem, self.bytes as i64)?;
+        }
+        rt.sems.signal_global(self.dst_gcore, r.dst_sem, self.bytes as i64)
+    }
+
     fn run_read(&self, rt: &Runtime) -> Result<()> {
         self.machine.read(|| self.load_source(rt))
     }
 
     fn run_read_write(&self, rt: &Runtime) -> Result<()> {
-        self.machine.read_write(|| self.load_source(rt), |data| self.store_destination(rt, data))
+        self.machine.read_write(|| self.copy_whole(rt), |data| self.store_destination(rt, data))
     }
 }
 

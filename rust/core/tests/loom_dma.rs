@@ -58,7 +58,7 @@ fn read_task_and_read_write_task_race() {
         };
         let receiver = {
             let m = Arc::clone(&m);
-            thread::spawn(move || m.machine.read_write(|| m.read(), |d| m.write(d)).unwrap())
+            thread::spawn(move || m.machine.read_write(|| m.write(&m.read()?), |d| m.write(d)).unwrap())
         };
         // Device 1 waits for the bytes (parks until the write signals).
         m.sems.wait_with(1, 0, m.sem, BYTES, &mut |_| panic!("no queued tasks")).unwrap();

@@ -41,21 +41,21 @@ impl<T> DmaMachine<T> {
         Ok(())
     }
 
-    /// Runs the read step if needed, then the write step unless it has run.
-    /// On a write error the data is kept (the DMA stays Read).
+    /// Completes the DMA: from Started by `both` (read and write in one go,
+    /// with both semaphore signals), from Read by `write` on the held data;
+    /// nothing if already completed. On error the stage is unchanged.
     pub fn read_write<E>(
         &self,
-        read: impl FnOnce() -> Result<T, E>,
+        both: impl FnOnce() -> Result<(), E>,
         write: impl FnOnce(&T) -> Result<(), E>,
     ) -> Result<(), E> {
         let mut stage = lock(&self.stage);
-        if let Stage::Started = *stage {
-            *stage = Stage::Read(read()?);
+        match &*stage {
+            Stage::Started => both()?,
+            Stage::Read(data) => write(data)?,
+            Stage::Completed => return Ok(()),
         }
-        if let Stage::Read(data) = &*stage {
-            write(data)?;
-            *stage = Stage::Completed; // drops the data
-        }
+        *stage = Stage::Completed; // drops the data
         Ok(())
     }
 

@@ -1,0 +1,111 @@
+//! Hot-path timings of the runtime (plain std::time; prints a table).
+//! Run: cargo bench -p mosaic_rt_core
+
+use mosaic_rt_core::{Config, DmaMode, DmaRequest, DType, Init, MemorySpace, Region, Runtime, SemKind};
+use std::hint::black_box;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+fn runtime(devices: u32, mode: DmaMode) -> Arc<Runtime> {
+    let config = Config { num_devices: devices, dma_mode: mode, wait_timeout: Some(Duration::from_secs(30)), ..Config::default() };
+    Arc::new(Runtime::new(config).unwrap())
+}
+
+/// Best of 5 runs of `iters` calls of `f`, in ns per call.
+fn time(iters: u64, mut f: impl FnMut()) -> f64 {
+    (0..5)
+        .map(|_| {
+            let start = Instant::now();
+            for _ in 0..iters {
+                f();
+            }
+            start.elapsed().as_nanos() as f64 / iters as f64
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+fn row(name: &str, ns: f64, target: &str) {
+    let shown = if ns >= 10_000.0 { format!("{:.1} us", ns / 1000.0) } else { format!("{ns:.1} ns") };
+    println!("| {name:<34} | {shown:>12} | {target:<10} |");
+}
+
+fn ping_pong(iters: u64) -> f64 {
+    let rt = runtime(2, DmaMode::OnWait);
+    let sem = (0..2).map(|d| rt.allocate_semaphores(d, None, SemKind::Regular, 1).unwrap()).last().unwrap();
+    let peer = {
+        let rt = Arc::clone(&rt);
+        thread::spawn(move || {
+            for _ in 0..iters * 5 + 1000 {
+                rt.semaphore_wait(1, 0, sem, 1).unwrap();
+                rt.semaphore_signal(1, 0, sem, 1, Some(0), None).unwrap();
+            }
+        })
+    };
+    let hop = || {
+        rt.semaphore_signal(0, 0, sem, 1, Some(1), None).unwrap();
+        rt.semaphore_wait(0, 0, sem, 1).unwrap();
+    };
+    for _ in 0..1000 {
+        hop(); // warm-up
+    }
+    let ns = time(iters, hop);
+    peer.join().unwrap();
+    ns
+}
+
+fn dma(bytes: usize, iters: u64) -> (f64, f64) {
+    let rt = runtime(1, DmaMode::Eager);
+    let n = bytes / 4;
+    let alloc = |space| rt.allocate_buffer(0, Some(0), space, DType::F32, &[n], None, Init::Fill).unwrap();
+    let (src, dst) = (alloc(MemorySpace::Hbm), alloc(MemorySpace::Vmem));
+    let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
+    let req = DmaRequest {
+        device: 0,
+        core: 0,
+        src_space: MemorySpace::Hbm,
+        src_id: src,
+        src_region: Region::full(),
+        dst_space: MemorySpace::Vmem,
+        dst_id: dst,
+        dst_region: Region::full(),
+        dst_sem: sem,
+        src_sem: None,
+        dst_device: None,
+    };
+    let dma_ns = time(iters, || {
+        rt.dma_start(&req).unwrap();
+        rt.dma_wait(0, 0, sem, bytes as i64).unwrap();
+    });
+    let from = vec![1u8; bytes];
+    let mut to = vec![0u8; bytes];
+    let copy_ns = time(iters, || {
+        to.copy_from_slice(black_box(&from));
+        black_box(&mut to);
+    });
+    (dma_ns, copy_ns)
+}
+
+fn main() {
+    let rt = runtime(1, DmaMode::OnWait);
+    let sem = rt.allocate_semaphores(0, None, SemKind::Regular, 1).unwrap();
+
+    println!("| {:<34} | {:>12} | {:<10} |", "operation", "time/op", "target");
+    println!("|{:-<36}|{:->14}|{:-<12}|", "", "", "");
+    row("semaphore_signal (uncontended)", time(2_000_000, || rt.semaphore_signal(0, 0, sem, 1, None, None).unwrap()), "<= 100 ns");
+    rt.semaphore_wait(0, 0, sem, rt.semaphore_read(0, 0, sem).unwrap()).unwrap();
+    row(
+        "signal + wait pair",
+        time(2_000_000, || {
+            rt.semaphore_signal(0, 0, sem, 1, None, None).unwrap();
+            rt.semaphore_wait(0, 0, sem, 1).unwrap();
+        }),
+        "<= 300 ns",
+    );
+    row("2-thread ping-pong round trip", ping_pong(20_000), "<= 10 us");
+    for (label, bytes, iters) in [("1 KiB", 1024, 200_000), ("1 MiB", 1 << 20, 300)] {
+        let (dma_ns, copy_ns) = dma(bytes, iters);
+        row(&format!("DMA {label} local eager start+wait"), dma_ns, "");
+        row(&format!("memcpy {label}"), copy_ns, "");
+    }
+}
