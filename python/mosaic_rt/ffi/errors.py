@@ -54,6 +54,26 @@ def translate(exc: BaseException) -> BaseException:
     return new
 
 
+def _forget_failed_runtime_tokens() -> None:
+    """Drops jax's per-device runtime tokens that hold one of our errors.
+
+    jax keeps the token of the last side-effecting execution per device and
+    blocks on it at exit, which would print an error that was already raised
+    and handled. Only tokens failing with our marker are dropped.
+    """
+    try:
+        from jax._src import dispatch
+        tokens = dispatch.runtime_tokens.output_runtime_tokens
+    except (ImportError, AttributeError):  # jax internals moved: keep the noise
+        return
+    for device, token in list(tokens.items()):
+        try:
+            token.block_until_ready()
+        except JaxRuntimeError as e:
+            if _MARKER.search(str(e)):
+                tokens.pop(device, None)
+
+
 class native_errors(contextlib.ContextDecorator):
     """Context manager / decorator re-raising native errors as their types.
 
@@ -71,4 +91,5 @@ class native_errors(contextlib.ContextDecorator):
         new = translate(exc)
         if new is exc:
             return False
+        _forget_failed_runtime_tokens()
         raise new.with_traceback(tb) from exc
