@@ -58,3 +58,16 @@ def test_cli_rejects_bad_arguments():
     proc = subprocess.run([sys.executable, "-m", "mosaic_rt", "demo", "--devices", "1"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--devices >= 2" in proc.stderr
+
+
+def test_readme_example_runs(capsys):
+    readme = (ROOT / "README.md").read_text()
+    example = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(example, "README.md", "exec"), {})
+    assert capsys.readouterr().out.strip() == "[0. 2. 4. 6.]"
+
+
+def test_readme_and_ci_run_the_same_test_command():
+    readme = (ROOT / "README.md").read_text()
+    assert "bash scripts/test.sh" in readme
+    assert "bash scripts/test.sh" in (ROOT / ".ci/run").read_text()
