@@ -1,14 +1,19 @@
 //! Hot-path timings of the runtime (plain std::time; prints a table).
 //! Run: cargo bench -p mosaic_rt_core
 
-use mosaic_rt_core::{Config, DmaMode, DmaRequest, DType, Init, MemorySpace, Region, Runtime, SemKind};
+use mosaic_rt_core::{Config, DType, DmaMode, DmaRequest, Init, MemorySpace, Region, Runtime, SemKind};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 fn runtime(devices: u32, mode: DmaMode) -> Arc<Runtime> {
-    let config = Config { num_devices: devices, dma_mode: mode, wait_timeout: Some(Duration::from_secs(30)), ..Config::default() };
+    let config = Config {
+        num_devices: devices,
+        dma_mode: mode,
+        wait_timeout: Some(Duration::from_secs(30)),
+        ..Config::default()
+    };
     Arc::new(Runtime::new(config).unwrap())
 }
 
@@ -32,7 +37,7 @@ fn row(name: &str, ns: f64, target: &str) {
 
 fn ping_pong(iters: u64) -> f64 {
     let rt = runtime(2, DmaMode::OnWait);
-    let sem = (0..2).map(|d| rt.allocate_semaphores(d, None, SemKind::Regular, 1).unwrap()).last().unwrap();
+    let sem = same_semaphore_on_every_device(&rt, 2);
     let peer = {
         let rt = Arc::clone(&rt);
         thread::spawn(move || {
@@ -92,7 +97,11 @@ fn main() {
 
     println!("| {:<34} | {:>12} | {:<10} |", "operation", "time/op", "target");
     println!("|{:-<36}|{:->14}|{:-<12}|", "", "", "");
-    row("semaphore_signal (uncontended)", time(2_000_000, || rt.semaphore_signal(0, 0, sem, 1, None, None).unwrap()), "<= 100 ns");
+    row(
+        "semaphore_signal (uncontended)",
+        time(2_000_000, || rt.semaphore_signal(0, 0, sem, 1, None, None).unwrap()),
+        "<= 100 ns",
+    );
     rt.semaphore_wait(0, 0, sem, rt.semaphore_read(0, 0, sem).unwrap()).unwrap();
     row(
         "signal + wait pair",
@@ -108,4 +117,12 @@ fn main() {
         row(&format!("DMA {label} local eager start+wait"), dma_ns, "");
         row(&format!("memcpy {label}"), copy_ns, "");
     }
+}
+
+/// Allocates one regular semaphore on every device (the ids agree) and returns its id.
+fn same_semaphore_on_every_device(rt: &Runtime, devices: u32) -> u32 {
+    let ids: Vec<u32> =
+        (0..devices).map(|d| rt.allocate_semaphores(d, None, SemKind::Regular, 1).unwrap()).collect();
+    assert!(ids.iter().all(|&id| id == ids[0]));
+    ids[0]
 }

@@ -4,11 +4,11 @@ mod machine;
 
 pub use machine::DmaMachine;
 
+use crate::config::DmaMode;
 use crate::error::{Result, RtError};
 use crate::memory::{BufferKey, MemRef, MemorySpace};
 use crate::region::Region;
 use crate::runtime::Runtime;
-use crate::config::DmaMode;
 use crate::sync::Arc;
 
 /// A DMA from a region of a buffer of (device, core) to a region of a buffer
@@ -63,8 +63,20 @@ impl Dma {
     /// intermediate Vec), then the send and receive signals.
     fn copy_whole(&self, rt: &Runtime) -> Result<()> {
         let r = &self.req;
-        let src = MemRef { device: r.device, core: r.core, space: r.src_space, id: r.src_id, region: &r.src_region };
-        let dst = MemRef { device: self.dst_device, core: r.core, space: r.dst_space, id: r.dst_id, region: &r.dst_region };
+        let src = MemRef {
+            device: r.device,
+            core: r.core,
+            space: r.src_space,
+            id: r.src_id,
+            region: &r.src_region,
+        };
+        let dst = MemRef {
+            device: self.dst_device,
+            core: r.core,
+            space: r.dst_space,
+            id: r.dst_id,
+            region: &r.dst_region,
+        };
         rt.copy(src, dst)?;
         if let Some(src_sem) = r.src_sem {
             rt.sems.signal_global(self.src_gcore, src_sem, self.bytes as i64)?;

@@ -2,8 +2,7 @@
 //! semaphore byte counts, validation.
 
 use mosaic_rt_core::{
-    Config, DimSel, DmaMode, DmaRequest, DType, ErrorKind, Init, MemorySpace, Region, Runtime,
-    SemKind,
+    Config, DType, DimSel, DmaMode, DmaRequest, ErrorKind, Init, MemorySpace, Region, Runtime, SemKind,
 };
 use std::sync::Arc;
 use std::thread;
@@ -37,8 +36,16 @@ fn buffer(rt: &Runtime, device: u32, core: u32, space: MemorySpace, n: usize, fi
 
 /// A zero-filled f32 VMEM buffer of `n` elements on (device, core).
 fn zeros(rt: &Runtime, device: u32, core: u32, n: usize) -> u32 {
-    rt.allocate_buffer(device, Some(core), MemorySpace::Vmem, DType::F32, &[n], None, Init::Bytes(&vec![0u8; 4 * n]))
-        .unwrap()
+    rt.allocate_buffer(
+        device,
+        Some(core),
+        MemorySpace::Vmem,
+        DType::F32,
+        &[n],
+        None,
+        Init::Bytes(&vec![0u8; 4 * n]),
+    )
+    .unwrap()
 }
 
 fn content(rt: &Runtime, device: u32, core: u32, space: MemorySpace, id: u32) -> Vec<f32> {
@@ -210,10 +217,7 @@ fn queued_dmas_run_last_in_first_out() {
 fn descriptor_invariant_has_the_exact_stock_message() {
     let (rt, req) = remote_setup(DmaMode::Eager);
     let msg = "Either both or neither `src_sem` and `device_id` can be set.";
-    for bad in [
-        DmaRequest { src_sem: None, ..req.clone() },
-        DmaRequest { dst_device: None, ..req.clone() },
-    ] {
+    for bad in [DmaRequest { src_sem: None, ..req.clone() }, DmaRequest { dst_device: None, ..req.clone() }] {
         let e = rt.dma_start(&bad).unwrap_err();
         assert_eq!((e.kind, e.message.as_str()), (ErrorKind::Value, msg));
     }
@@ -224,9 +228,7 @@ fn dtype_or_size_mismatch_names_both_sides() {
     let rt = runtime(1, 1, DmaMode::Eager);
     let src = buffer(&rt, 0, 0, MemorySpace::Hbm, 8, 1.0);
     let small = zeros(&rt, 0, 0, 4);
-    let ints = rt
-        .allocate_buffer(0, Some(0), MemorySpace::Vmem, DType::I32, &[8], None, Init::Fill)
-        .unwrap();
+    let ints = rt.allocate_buffer(0, Some(0), MemorySpace::Vmem, DType::I32, &[8], None, Init::Fill).unwrap();
     let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
     let e = rt.dma_start(&local(0, src, small, sem)).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
@@ -243,7 +245,10 @@ fn unknown_semaphore_device_or_buffer_is_rejected() {
     assert!(e.message.contains("4242"), "{}", e.message);
     let e = rt.dma_start(&DmaRequest { src_sem: Some(4243), ..req.clone() }).unwrap_err();
     assert!(e.message.contains("4243"), "{}", e.message);
-    assert_eq!(rt.dma_start(&DmaRequest { dst_device: Some(2), ..req.clone() }).unwrap_err().kind, ErrorKind::Value);
+    assert_eq!(
+        rt.dma_start(&DmaRequest { dst_device: Some(2), ..req.clone() }).unwrap_err().kind,
+        ErrorKind::Value
+    );
     assert!(rt.dma_start(&DmaRequest { src_id: 999, ..req.clone() }).is_err());
     assert_eq!(content(&rt, 1, 1, MemorySpace::Vmem, req.dst_id), vec![0.0; 4]);
 }

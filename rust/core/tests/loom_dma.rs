@@ -24,7 +24,13 @@ impl Model {
         let config = Config { num_devices: 2, wait_timeout: None, ..Config::default() };
         let sems = SemTable::new(&config);
         let sem = sems.allocate(&config.topology(), 0, None, SemKind::Dma, 1).unwrap();
-        Arc::new(Model { machine: DmaMachine::new(), sems, sem, reads: AtomicUsize::new(0), writes: AtomicUsize::new(0) })
+        Arc::new(Model {
+            machine: DmaMachine::new(),
+            sems,
+            sem,
+            reads: AtomicUsize::new(0),
+            writes: AtomicUsize::new(0),
+        })
     }
 
     /// The read step: produces the data and signals the send semaphore on device 0.

@@ -7,7 +7,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 fn table(devices: u32, cores: u32, timeout: Option<Duration>) -> (Arc<SemTable>, Topology) {
-    let config = Config { num_devices: devices, cores_per_device: cores, wait_timeout: timeout, ..Config::default() };
+    let config =
+        Config { num_devices: devices, cores_per_device: cores, wait_timeout: timeout, ..Config::default() };
     (Arc::new(SemTable::new(&config)), config.topology())
 }
 
@@ -94,7 +95,10 @@ fn wait_times_out_with_a_clear_message() {
     let e = wait(&t, 1, 1, s, 4).unwrap_err();
     assert!(start.elapsed() >= Duration::from_millis(50));
     assert_eq!(e.kind, ErrorKind::Timeout);
-    assert_eq!(e.message, format!("semaphore {s} on device 1, core 1 waited 0.05s for count >= 4; count is 1"));
+    assert_eq!(
+        e.message,
+        format!("semaphore {s} on device 1, core 1 waited 0.05s for count >= 4; count is 1")
+    );
     // The count is untouched by the failed wait.
     assert_eq!(t.read(&topo, 1, 1, s).unwrap(), 1);
 }
@@ -112,7 +116,11 @@ fn failure_wakes_a_parked_waiter_with_the_root_cause() {
     assert_eq!(e.kind, ErrorKind::Aborted);
     assert_eq!(e.root.as_deref(), Some(&root));
     assert_eq!((e.device, e.core), (Some(0), Some(0)));
-    assert!(e.message.contains("device 1, core 0 failed first with IndexError: out of bounds read"), "{}", e.message);
+    assert!(
+        e.message.contains("device 1, core 0 failed first with IndexError: out of bounds read"),
+        "{}",
+        e.message
+    );
 }
 
 #[test]
@@ -153,11 +161,7 @@ fn leaks_list_nonzero_counts_sorted_and_filtered_by_device() {
     let summary: Vec<_> = all.iter().map(|l| (l.device, l.core, l.sem, l.kind, l.count)).collect();
     assert_eq!(
         summary,
-        vec![
-            (0, 0, b, SemKind::Barrier, 1),
-            (1, 1, a, SemKind::Dma, 3),
-            (1, 1, a + 1, SemKind::Dma, 8),
-        ]
+        vec![(0, 0, b, SemKind::Barrier, 1), (1, 1, a, SemKind::Dma, 3), (1, 1, a + 1, SemKind::Dma, 8),]
     );
     assert_eq!(t.leaks(&topo, Some(1)).len(), 2);
     assert_eq!(t.leaks(&topo, Some(0)).len(), 1);

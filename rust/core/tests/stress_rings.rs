@@ -1,7 +1,7 @@
 //! Multi-thread stress: semaphore rings and remote-copy rings in both DMA
 //! modes, one thread per simulated core. Bounded by the wait timeout.
 
-use mosaic_rt_core::{Config, DmaMode, DmaRequest, DType, Init, MemorySpace, Region, Runtime, SemKind};
+use mosaic_rt_core::{Config, DType, DmaMode, DmaRequest, Init, MemorySpace, Region, Runtime, SemKind};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -25,7 +25,7 @@ fn runtime(devices: u32, cores: u32, mode: DmaMode) -> Arc<Runtime> {
 fn semaphore_ring_of_16_cores() {
     const ROUNDS: i64 = 3000;
     let rt = runtime(8, 2, DmaMode::OnWait);
-    let sem = (0..8).map(|d| rt.allocate_semaphores(d, None, SemKind::Regular, 1).unwrap()).last().unwrap();
+    let sem = same_semaphore_on_every_device(&rt, 8);
     let start = Instant::now();
     let threads: Vec<_> = (0..16u32)
         .map(|g| {
@@ -51,7 +51,7 @@ fn semaphore_ring_of_16_cores() {
 fn many_signallers_one_waiter_per_device() {
     const ROUNDS: i64 = 2000;
     let rt = runtime(12, 1, DmaMode::OnWait);
-    let sem = (0..12).map(|d| rt.allocate_semaphores(d, None, SemKind::Regular, 1).unwrap()).last().unwrap();
+    let sem = same_semaphore_on_every_device(&rt, 12);
     let threads: Vec<_> = (0..12u32)
         .map(|d| {
             let rt = Arc::clone(&rt);
@@ -87,7 +87,8 @@ fn copy_ring(mode: DmaMode) {
     let rt = runtime(DEVICES, 1, mode);
     let mut ids = (0, 0, 0, 0);
     for d in 0..DEVICES {
-        let alloc = |init| rt.allocate_buffer(d, None, MemorySpace::Vmem, DType::F32, &[N], None, init).unwrap();
+        let alloc =
+            |init| rt.allocate_buffer(d, None, MemorySpace::Vmem, DType::F32, &[N], None, init).unwrap();
         let (src, dst) = (alloc(Init::Fill), alloc(Init::Fill));
         let dma = rt.allocate_semaphores(d, None, SemKind::Dma, 2).unwrap();
         let credit = rt.allocate_semaphores(d, None, SemKind::Regular, 1).unwrap();
@@ -150,4 +151,12 @@ fn remote_copy_ring_eager() {
 #[test]
 fn remote_copy_ring_on_wait() {
     copy_ring(DmaMode::OnWait);
+}
+
+/// Allocates one regular semaphore on every device (the ids agree) and returns its id.
+fn same_semaphore_on_every_device(rt: &Runtime, devices: u32) -> u32 {
+    let ids: Vec<u32> =
+        (0..devices).map(|d| rt.allocate_semaphores(d, None, SemKind::Regular, 1).unwrap()).collect();
+    assert!(ids.iter().all(|&id| id == ids[0]));
+    ids[0]
 }

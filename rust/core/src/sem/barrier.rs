@@ -19,7 +19,11 @@ pub(crate) struct DeviceBarrier {
 
 impl DeviceBarrier {
     pub fn new(num_devices: u32) -> Self {
-        DeviceBarrier { num_devices, state: Mutex::new(State { generation: 0, arrived: 0 }), cv: Condvar::new() }
+        DeviceBarrier {
+            num_devices,
+            state: Mutex::new(State { generation: 0, arrived: 0 }),
+            cv: Condvar::new(),
+        }
     }
 
     /// Wakes waiters so they notice a failure (set before this call).
@@ -69,7 +73,11 @@ impl DeviceBarrier {
     }
 
     #[cfg(not(loom))]
-    fn sleep<'a>(&self, st: crate::sync::MutexGuard<'a, State>, left: Option<Duration>) -> crate::sync::MutexGuard<'a, State> {
+    fn sleep<'a>(
+        &self,
+        st: crate::sync::MutexGuard<'a, State>,
+        left: Option<Duration>,
+    ) -> crate::sync::MutexGuard<'a, State> {
         match left {
             None => self.cv.wait(st).unwrap_or_else(|p| p.into_inner()),
             Some(l) => self.cv.wait_timeout(st, l).unwrap_or_else(|p| p.into_inner()).0,
@@ -77,7 +85,11 @@ impl DeviceBarrier {
     }
 
     #[cfg(loom)]
-    fn sleep<'a>(&self, st: crate::sync::MutexGuard<'a, State>, _left: Option<Duration>) -> crate::sync::MutexGuard<'a, State> {
+    fn sleep<'a>(
+        &self,
+        st: crate::sync::MutexGuard<'a, State>,
+        _left: Option<Duration>,
+    ) -> crate::sync::MutexGuard<'a, State> {
         self.cv.wait(st).unwrap_or_else(|p| p.into_inner())
     }
 }

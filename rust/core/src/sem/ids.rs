@@ -8,7 +8,7 @@
 use super::{SemKind, Task};
 use crate::config::Topology;
 use crate::error::{Result, RtError};
-use crate::sync::{lock, AtomicI64, AtomicUsize, Arc, Mutex, Ordering, RwLock};
+use crate::sync::{lock, Arc, AtomicI64, AtomicUsize, Mutex, Ordering, RwLock};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -57,8 +57,7 @@ impl Semaphore {
     }
 
     pub fn has_task(&self, gcore: u32) -> bool {
-        self.queued.load(Ordering::SeqCst) > 0
-            && lock(&self.tasks).get(&gcore).is_some_and(|q| !q.is_empty())
+        self.queued.load(Ordering::SeqCst) > 0 && lock(&self.tasks).get(&gcore).is_some_and(|q| !q.is_empty())
     }
 }
 
@@ -175,8 +174,7 @@ impl SemIds {
         for id in first..end {
             let entry = table.entry(id).or_default();
             if entry.internal.is_none() {
-                entry.internal =
-                    Some(Arc::new(Semaphore::new(id, kind, owner.clone(), self.num_cores)));
+                entry.internal = Some(Arc::new(Semaphore::new(id, kind, owner.clone(), self.num_cores)));
             }
             if collision.is_none() {
                 collision = collision_at_allocation(id, entry);

@@ -68,7 +68,14 @@ impl SemTable {
     /// Allocates `count` internal semaphores on (device, core), or on every
     /// core of the device for `None`, and returns the first id. Each global
     /// core has its own id counter (from 2000); all target cores must agree.
-    pub fn allocate(&self, topo: &Topology, device: u32, core: Option<u32>, kind: SemKind, count: u32) -> Result<u32> {
+    pub fn allocate(
+        &self,
+        topo: &Topology,
+        device: u32,
+        core: Option<u32>,
+        kind: SemKind,
+        count: u32,
+    ) -> Result<u32> {
         self.ids.allocate_internal(topo, device, core, kind, count)
     }
 

@@ -70,7 +70,11 @@ impl Parker {
     }
 
     #[cfg(not(loom))]
-    fn sleep<'a>(&self, guard: MutexGuard<'a, ParkState>, deadline: Option<Instant>) -> (MutexGuard<'a, ParkState>, bool) {
+    fn sleep<'a>(
+        &self,
+        guard: MutexGuard<'a, ParkState>,
+        deadline: Option<Instant>,
+    ) -> (MutexGuard<'a, ParkState>, bool) {
         match deadline {
             None => (self.cv.wait(guard).unwrap_or_else(|p| p.into_inner()), false),
             Some(d) => {
@@ -86,7 +90,11 @@ impl Parker {
 
     // loom cannot model time: sleep until notified.
     #[cfg(loom)]
-    fn sleep<'a>(&self, guard: MutexGuard<'a, ParkState>, _deadline: Option<Instant>) -> (MutexGuard<'a, ParkState>, bool) {
+    fn sleep<'a>(
+        &self,
+        guard: MutexGuard<'a, ParkState>,
+        _deadline: Option<Instant>,
+    ) -> (MutexGuard<'a, ParkState>, bool) {
         (self.cv.wait(guard).unwrap_or_else(|p| p.into_inner()), false)
     }
 
