@@ -59,8 +59,8 @@ fn ping_pong(iters: u64) -> f64 {
     ns
 }
 
-fn dma(bytes: usize, iters: u64) -> (f64, f64) {
-    let rt = runtime(1, DmaMode::Eager);
+fn dma(bytes: usize, iters: u64, mode: DmaMode) -> (f64, f64) {
+    let rt = runtime(1, mode);
     let n = bytes / 4;
     let alloc = |space| rt.allocate_buffer(0, Some(0), space, DType::F32, &[n], None, Init::Fill).unwrap();
     let (src, dst) = (alloc(MemorySpace::Hbm), alloc(MemorySpace::Vmem));
@@ -113,8 +113,10 @@ fn main() {
     );
     row("2-thread ping-pong round trip", ping_pong(20_000), "<= 10 us");
     for (label, bytes, iters) in [("1 KiB", 1024, 200_000), ("1 MiB", 1 << 20, 300)] {
-        let (dma_ns, copy_ns) = dma(bytes, iters);
-        row(&format!("DMA {label} local eager start+wait"), dma_ns, "");
+        let (eager_ns, copy_ns) = dma(bytes, iters, DmaMode::Eager);
+        let (on_wait_ns, _) = dma(bytes, iters, DmaMode::OnWait);
+        row(&format!("DMA {label} local eager start+wait"), eager_ns, "");
+        row(&format!("DMA {label} local on_wait start+wait"), on_wait_ns, "");
         row(&format!("memcpy {label}"), copy_ns, "");
     }
 }

@@ -30,58 +30,58 @@ pub struct DmaRequest {
     pub dst_device: Option<u32>,
 }
 
-/// One started DMA, shared by the tasks that may run its steps.
-struct Dma {
-    req: DmaRequest,
+/// Where a validated DMA goes and how many bytes it moves.
+#[derive(Clone, Copy)]
+struct Plan {
     dst_device: u32,
     src_gcore: u32,
     dst_gcore: u32,
-    bytes: usize,
+    bytes: i64,
+}
+
+/// Read and write at once: a direct buffer-to-buffer copy (no intermediate
+/// Vec), then the send (remote only) and receive signals.
+fn copy_whole(rt: &Runtime, r: &DmaRequest, plan: &Plan) -> Result<()> {
+    let src =
+        MemRef { device: r.device, core: r.core, space: r.src_space, id: r.src_id, region: &r.src_region };
+    let dst = MemRef {
+        device: plan.dst_device,
+        core: r.core,
+        space: r.dst_space,
+        id: r.dst_id,
+        region: &r.dst_region,
+    };
+    rt.copy(src, dst)?;
+    if let Some(src_sem) = r.src_sem {
+        rt.sems.signal_global(plan.src_gcore, src_sem, plan.bytes)?;
+    }
+    rt.sems.signal_global(plan.dst_gcore, r.dst_sem, plan.bytes)
+}
+
+/// A queued DMA, shared by the tasks that may run its steps.
+struct QueuedDma {
+    req: DmaRequest,
+    plan: Plan,
     machine: DmaMachine<Vec<u8>>,
 }
 
-impl Dma {
+impl QueuedDma {
     /// Loads the source region, then signals the send semaphore (remote only).
     fn load_source(&self, rt: &Runtime) -> Result<Vec<u8>> {
-        let r = &self.req;
-        let mut data = vec![0u8; self.bytes];
+        let (r, plan) = (&self.req, &self.plan);
+        let mut data = vec![0u8; plan.bytes as usize];
         rt.load(r.device, r.core, r.src_space, r.src_id, &r.src_region, &mut data)?;
         if let Some(src_sem) = r.src_sem {
-            rt.sems.signal_global(self.src_gcore, src_sem, self.bytes as i64)?;
+            rt.sems.signal_global(plan.src_gcore, src_sem, plan.bytes)?;
         }
         Ok(data)
     }
 
     /// Stores into the destination, then signals the receive semaphore.
     fn store_destination(&self, rt: &Runtime, data: &[u8]) -> Result<()> {
-        let r = &self.req;
-        rt.store(self.dst_device, r.core, r.dst_space, r.dst_id, &r.dst_region, data)?;
-        rt.sems.signal_global(self.dst_gcore, r.dst_sem, self.bytes as i64)
-    }
-
-    /// Read and write at once: a direct buffer-to-buffer copy (no
-    /// intermediate Vec), then the send and receive signals.
-    fn copy_whole(&self, rt: &Runtime) -> Result<()> {
-        let r = &self.req;
-        let src = MemRef {
-            device: r.device,
-            core: r.core,
-            space: r.src_space,
-            id: r.src_id,
-            region: &r.src_region,
-        };
-        let dst = MemRef {
-            device: self.dst_device,
-            core: r.core,
-            space: r.dst_space,
-            id: r.dst_id,
-            region: &r.dst_region,
-        };
-        rt.copy(src, dst)?;
-        if let Some(src_sem) = r.src_sem {
-            rt.sems.signal_global(self.src_gcore, src_sem, self.bytes as i64)?;
-        }
-        rt.sems.signal_global(self.dst_gcore, r.dst_sem, self.bytes as i64)
+        let (r, plan) = (&self.req, &self.plan);
+        rt.store(plan.dst_device, r.core, r.dst_space, r.dst_id, &r.dst_region, data)?;
+        rt.sems.signal_global(plan.dst_gcore, r.dst_sem, plan.bytes)
     }
 
     fn run_read(&self, rt: &Runtime) -> Result<()> {
@@ -89,7 +89,8 @@ impl Dma {
     }
 
     fn run_read_write(&self, rt: &Runtime) -> Result<()> {
-        self.machine.read_write(|| self.copy_whole(rt), |data| self.store_destination(rt, data))
+        self.machine
+            .read_write(|| copy_whole(rt, &self.req, &self.plan), |data| self.store_destination(rt, data))
     }
 }
 
@@ -129,23 +130,17 @@ pub fn start(rt: &Runtime, req: &DmaRequest) -> Result<()> {
         rt.sems.check_exists(s)?;
     }
 
-    let dma = Arc::new(Dma {
-        req: req.clone(),
-        dst_device,
-        src_gcore,
-        dst_gcore,
-        bytes: elements * src_dtype.itemsize(),
-        machine: DmaMachine::new(),
-    });
+    let plan = Plan { dst_device, src_gcore, dst_gcore, bytes: (elements * src_dtype.itemsize()) as i64 };
     match rt.config().dma_mode {
-        DmaMode::Eager => dma.run_read_write(rt),
+        // Nobody else can see this DMA: no state machine needed.
+        DmaMode::Eager => copy_whole(rt, req, &plan),
         DmaMode::OnWait => {
+            let dma = Arc::new(QueuedDma { req: req.clone(), plan, machine: DmaMachine::new() });
             if let Some(src_sem) = req.src_sem {
                 let reader = Arc::clone(&dma);
                 rt.sems.enqueue(src_sem, src_gcore, Box::new(move |rt: &Runtime| reader.run_read(rt)))?;
             }
-            let writer = Arc::clone(&dma);
-            rt.sems.enqueue(req.dst_sem, dst_gcore, Box::new(move |rt: &Runtime| writer.run_read_write(rt)))
+            rt.sems.enqueue(req.dst_sem, dst_gcore, Box::new(move |rt: &Runtime| dma.run_read_write(rt)))
         }
     }
 }
