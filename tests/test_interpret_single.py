@@ -100,15 +100,60 @@ def test_stock_runs(case):
             raise AssertionError(f"{case.name} [{mode}] failed under stock") from result
         if case.reference is not None:
             _assert_matches_reference(case, result)
-    if case.expect_error is None:
-        # Single-device kernels here wait for every DMA they start before
-        # using the data, so the DMA mode must not change any result.
+    if case.expect_error is not None:
+        return
+    if case.mode_dependent:
+        # The knob must really change something here, or the case is useless.
+        with pytest.raises(AssertionError):
+            assert_bitwise_equal(results["eager"], results["on_wait"])
+    else:
+        # These kernels wait for every DMA before using its data, so the DMA
+        # mode must not change any result.
         assert_bitwise_equal(results["eager"], results["on_wait"], "eager vs on_wait")
 
 
 def test_corpus_is_large_and_covers_errors():
     assert len(CASES) >= 30
     assert sum(c.expect_error is not None for c in CASES) >= 3
+
+
+# --------------------------------------------------------------------------
+# The comparison helpers themselves.
+# --------------------------------------------------------------------------
+
+
+def test_bitwise_equal_compares_bits_not_values():
+    nan = np.array([np.nan], np.float32)
+    assert_bitwise_equal({"a": nan}, {"a": nan.copy()})
+    other_nan = nan.view(np.uint32) ^ np.uint32(1)  # still a NaN, other payload
+    with pytest.raises(AssertionError, match="differ bitwise"):
+        assert_bitwise_equal(nan, other_nan.view(np.float32))
+    with pytest.raises(AssertionError, match="differ bitwise"):
+        assert_bitwise_equal(np.array([0.0], np.float32), np.array([-0.0], np.float32))
+    with pytest.raises(AssertionError, match="dtype"):
+        assert_bitwise_equal(np.zeros(2, np.int32), np.zeros(2, np.uint32))
+    with pytest.raises(AssertionError, match="shape"):
+        assert_bitwise_equal(np.zeros(2), np.zeros((2, 1)))
+    with pytest.raises(AssertionError, match="structure"):
+        assert_bitwise_equal((np.zeros(2),), [np.zeros(2)])
+
+
+@pytest.mark.timeout(120)
+def test_same_error_rule_on_a_real_stock_error():
+    stock = run_case(CASES_BY_NAME["error_oob_read_raise"], _stock())
+    name, text = split_stock_error(stock)
+    assert name == "IndexError" and text.startswith("Out-of-bounds read of")
+    assert_same_error(stock, stock)  # ours may also be a JaxRuntimeError
+    assert_same_error(stock, IndexError(f"kernel failed: {text}"))
+
+    class OurIndexError(IndexError):
+        pass
+
+    assert_same_error(stock, OurIndexError(text))  # subclasses are fine
+    with pytest.raises(AssertionError, match="stock raised IndexError"):
+        assert_same_error(stock, ValueError(text))
+    with pytest.raises(AssertionError, match="not found"):
+        assert_same_error(stock, IndexError("Out-of-bounds read"))
 
 
 # --------------------------------------------------------------------------

@@ -27,6 +27,9 @@ class Case:
       ours_error: if set, ours must raise with this text in its message
         instead of matching stock's error (for cases where stock's own error
         is unhelpful, e.g. an internal assertion).
+      mode_dependent: the result legitimately differs between
+        dma_execution_mode "eager" and "on_wait" (e.g. reading a DMA
+        destination before waiting).
       reference: optional ``reference(*args)`` -> expected outputs (numpy),
         used to check that stock itself computes the right thing.
     """
@@ -36,4 +39,5 @@ class Case:
     args: tuple = ()
     expect_error: str | None = None
     ours_error: str | None = None
+    mode_dependent: bool = False
     reference: Callable[..., Any] | None = None
