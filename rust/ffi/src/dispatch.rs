@@ -97,3 +97,22 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
         "unknown panic payload".to_string()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::FakeCall;
+
+    unsafe extern "C" fn panicking(frame: *mut CallFrame) -> *mut abi::Error {
+        run(frame, "mosaic_rt_test_panic", |_| panic!("deliberate {}", 42))
+    }
+
+    #[test]
+    fn a_panic_becomes_an_ffi_error() {
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {})); // keep the test output clean
+        let e = FakeCall::new().arg_i32(0).ret_i32().call(panicking).unwrap_err();
+        std::panic::set_hook(prev);
+        assert!(e.contains("MosaicRuntimeError: mosaic_rt_test_panic panicked (a bug in mosaic_rt): deliberate 42"), "{e}");
+    }
+}

@@ -24,54 +24,66 @@ pub struct Buf<'a> {
 }
 
 impl<'a> Frame<'a> {
+    #[inline]
     pub fn num_args(&self) -> usize {
         self.raw.args.size.max(0) as usize
     }
 
+    #[inline]
     pub fn num_rets(&self) -> usize {
         self.raw.rets.size.max(0) as usize
     }
 
     /// Checks the number of operands (inclusive range) and results.
+    #[inline]
     pub fn expect_arity(&self, args: std::ops::RangeInclusive<usize>, rets: usize) -> Result<()> {
         let (n, r) = (self.num_args(), self.num_rets());
         if !args.contains(&n) || r != rets {
-            let want = if args.start() == args.end() {
-                args.start().to_string()
-            } else {
-                format!("{} to {}", args.start(), args.end())
-            };
-            return Err(RtError::value(format!(
-                "{}: expected {want} operand(s) and {rets} result(s), got {n} and {r}",
-                self.op
-            )));
+            return Err(self.bad_arity(args, rets));
         }
         Ok(())
     }
 
+    #[cold]
+    fn bad_arity(&self, args: std::ops::RangeInclusive<usize>, rets: usize) -> RtError {
+        let (n, r) = (self.num_args(), self.num_rets());
+        let want = if args.start() == args.end() {
+            args.start().to_string()
+        } else {
+            format!("{} to {}", args.start(), args.end())
+        };
+        RtError::value(format!(
+            "{}: expected {want} operand(s) and {rets} result(s), got {n} and {r}",
+            self.op
+        ))
+    }
+
+    #[inline]
     pub fn arg(&self, i: usize) -> Result<Buf<'a>> {
         let a = &self.raw.args;
         if i >= self.num_args() {
-            return Err(RtError::value(format!("{}: missing operand {i}", self.op)));
+            return Err(self.missing_buffer("operand", i));
         }
         // SAFETY: XLA guarantees `types` and `args` have `size` entries.
         let (ty, ptr) = unsafe { (*a.types.add(i), *a.args.add(i)) };
         self.buffer(ty == abi::ARG_BUFFER, ptr, ("operand", i))
     }
 
+    #[inline]
     pub fn ret(&self, i: usize) -> Result<Buf<'a>> {
         let r = &self.raw.rets;
         if i >= self.num_rets() {
-            return Err(RtError::value(format!("{}: missing result {i}", self.op)));
+            return Err(self.missing_buffer("result", i));
         }
         // SAFETY: as for `arg`.
         let (ty, ptr) = unsafe { (*r.types.add(i), *r.rets.add(i)) };
         self.buffer(ty == abi::RET_BUFFER, ptr, ("result", i))
     }
 
+    #[inline]
     fn buffer(&self, is_buffer: bool, ptr: *mut c_void, what: (&'static str, usize)) -> Result<Buf<'a>> {
         if !is_buffer || ptr.is_null() {
-            return Err(RtError::value(format!("{}: {} {} is not an array", self.op, what.0, what.1)));
+            return Err(self.not_an_array(what));
         }
         // SAFETY: a BUFFER entry points at an `XLA_FFI_Buffer` valid for the call.
         let b = unsafe { &*(ptr as *const abi::Buffer) };
@@ -81,6 +93,16 @@ impl<'a> Frame<'a> {
             unsafe { std::slice::from_raw_parts(b.dims, b.rank as usize) }
         };
         Ok(Buf { dtype: b.dtype, data: b.data, dims, what, op: self.op })
+    }
+
+    #[cold]
+    fn missing_buffer(&self, what: &str, i: usize) -> RtError {
+        RtError::value(format!("{}: missing {what} {i}", self.op))
+    }
+
+    #[cold]
+    fn not_an_array(&self, what: (&str, usize)) -> RtError {
+        RtError::value(format!("{}: {} {} is not an array", self.op, what.0, what.1))
     }
 
     /// The attribute called `name` (attributes arrive sorted by name, but
@@ -188,6 +210,7 @@ pub fn xla_dtype_name(dt: i32) -> String {
     }
 }
 
+#[inline]
 pub fn xla_to_dtype(dt: i32) -> Option<DType> {
     Some(match dt {
         abi::DT_PRED => DType::Bool,
@@ -226,30 +249,39 @@ impl<'a> Buf<'a> {
         Ok(self.num_elements() * self.dtype()?.itemsize())
     }
 
+    #[inline]
     pub fn expect_dtype(&self, want: DType) -> Result<()> {
         if xla_to_dtype(self.dtype) != Some(want) {
-            return Err(RtError::value(format!(
-                "{} must be {}, got {}",
-                self.describe(),
-                want.name(),
-                xla_dtype_name(self.dtype)
-            )));
+            return Err(self.wrong_dtype(want));
         }
         Ok(())
     }
 
+    #[cold]
+    fn wrong_dtype(&self, want: DType) -> RtError {
+        RtError::value(format!(
+            "{} must be {}, got {}",
+            self.describe(),
+            want.name(),
+            xla_dtype_name(self.dtype)
+        ))
+    }
+
+    #[inline]
     pub fn expect_rank(&self, rank: usize) -> Result<()> {
         if self.dims.len() != rank {
-            return Err(RtError::value(format!(
-                "{} must have rank {rank}, got shape {:?}",
-                self.describe(),
-                self.dims
-            )));
+            return Err(self.wrong_rank(rank));
         }
         Ok(())
+    }
+
+    #[cold]
+    fn wrong_rank(&self, rank: usize) -> RtError {
+        RtError::value(format!("{} must have rank {rank}, got shape {:?}", self.describe(), self.dims))
     }
 
     /// An int32 scalar operand (ids, values).
+    #[inline]
     pub fn scalar_i32(&self) -> Result<i32> {
         self.expect_dtype(DType::I32)?;
         self.expect_rank(0)?;
@@ -258,12 +290,14 @@ impl<'a> Buf<'a> {
     }
 
     /// An int32 scalar that must be >= 0 (device, core, buffer and semaphore ids).
+    #[inline]
     pub fn id(&self, what: &str) -> Result<u32> {
         let v = self.scalar_i32()?;
         u32::try_from(v).map_err(|_| RtError::value(format!("{what} must be >= 0, got {v}")))
     }
 
     /// An int32 scalar where -1 means "not given".
+    #[inline]
     pub fn opt_id(&self, what: &str) -> Result<Option<u32>> {
         let v = self.scalar_i32()?;
         match v {
@@ -303,6 +337,7 @@ impl<'a> Buf<'a> {
     }
 
     /// Writes an int32 scalar result.
+    #[inline]
     pub fn write_i32(&self, v: i32) -> Result<()> {
         self.expect_dtype(DType::I32)?;
         self.expect_rank(0)?;

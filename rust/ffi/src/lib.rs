@@ -2,17 +2,21 @@
 //! `mosaic_rt_core`. No Python, no GIL: XLA's CPU runtime calls these on each
 //! simulated device's thread. See `ops` for the operand conventions.
 
-mod abi;
+#[doc(hidden)]
+pub mod abi;
 mod dispatch;
 pub mod errors;
 mod frame;
 mod launch;
 mod ops;
+#[doc(hidden)]
+pub mod testing;
 
 /// Declares `extern "C"` handlers and the `handlers()` table.
 macro_rules! handlers {
     ($($name:ident => $body:path),* $(,)?) => {
-        mod c_handlers {
+        /// The `extern "C"` handlers (also callable directly in Rust tests).
+        pub mod c_handlers {
             $(
                 /// XLA FFI handler (`XLA_FFI_Handler`).
                 ///

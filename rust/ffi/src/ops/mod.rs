@@ -15,6 +15,7 @@ use mosaic_rt_core::{DType, DimSel, MemorySpace, Region, Result, RtError};
 
 /// Checks the token operand and forwards it to result 0 (a no-op when XLA
 /// aliased the two, a 4-byte copy otherwise).
+#[inline]
 pub fn pass_token(f: &Frame) -> Result<()> {
     let (a, r) = (f.arg(0)?, f.ret(0)?);
     a.expect_dtype(DType::I32)?;
@@ -29,6 +30,7 @@ pub fn pass_token(f: &Frame) -> Result<()> {
 }
 
 /// The launch handle operand (`uint32[2]`) at position `i`.
+#[inline]
 pub fn handle_arg(f: &Frame, i: usize) -> Result<u64> {
     let b = f.arg(i)?;
     b.expect_dtype(DType::U32)?;
@@ -44,6 +46,7 @@ pub fn handle_arg(f: &Frame, i: usize) -> Result<u64> {
 }
 
 /// Reads `token, handle, device` and binds the call to that launch.
+#[inline]
 pub fn device_target(c: &mut Call) -> Result<(u64, u32)> {
     pass_token(&c.frame)?;
     let handle = handle_arg(&c.frame, 1)?;
@@ -53,6 +56,7 @@ pub fn device_target(c: &mut Call) -> Result<(u64, u32)> {
 }
 
 /// Reads `token, handle, device, core` and binds the call to that launch.
+#[inline]
 pub fn core_target(c: &mut Call) -> Result<(u64, u32, u32)> {
     let (handle, device) = device_target(c)?;
     let core = c.frame.arg(3)?.id("core id")?;
