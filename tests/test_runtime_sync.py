@@ -185,3 +185,40 @@ def test_device_barrier_releases_all_devices():
     passed = []
     run_threads([lambda d=d: (rt.device_barrier(d), passed.append(d)) for d in range(n)])
     assert sorted(passed) == list(range(n))
+
+
+@pytest.mark.timeout(60)
+def test_two_runtimes_at_once_one_fails_the_other_finishes():
+    n, rounds = 4, 100
+    good, bad = Runtime(n, 1, wait_timeout=30), Runtime(n, 1, wait_timeout=30)
+    for rt in (good, bad):
+        for d in range(n):
+            assert rt.allocate_semaphores(d) == 2000
+    aborted = []
+
+    def ring(rt, d):
+        try:
+            for _ in range(rounds):
+                if d == 0:
+                    rt.signal(0, 0, 2000, 1, target_device=1)
+                    rt.wait(0, 0, 2000, 1)
+                else:
+                    rt.wait(d, 0, 2000, 1)
+                    rt.signal(d, 0, 2000, 1, target_device=(d + 1) % n)
+        except KernelAborted as e:
+            aborted.append(e)
+
+    # Device 0 of `bad` never starts: its ring stalls until the failure below.
+    threads = [threading.Thread(target=ring, args=(good, d)) for d in range(n)]
+    threads += [threading.Thread(target=ring, args=(bad, d)) for d in range(1, n)]
+    for t in threads:
+        t.start()
+    for t in threads[:n]:
+        t.join(30)
+    assert good.leaks() == [] and good.failure() is None
+    bad.fail("device 0 never came up", 0, 0)
+    for t in threads[n:]:
+        t.join(30)
+    assert not any(t.is_alive() for t in threads)
+    assert len(aborted) == n - 1
+    assert all(str(e.root) == "device 0 never came up" for e in aborted)
