@@ -25,9 +25,9 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Id {
     type Error = PyErr;
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         let v = int64(&obj)?;
-        u32::try_from(v)
-            .map(Id)
-            .map_err(|_| PyValueError::new_err(format!("expected an integer in [0, {}], got {v}", u32::MAX)))
+        u32::try_from(v).map(Id).map_err(|_| {
+            PyValueError::new_err(format!("expected an integer in [0, {}], got {v}", u32::MAX))
+        })
     }
 }
 
@@ -49,14 +49,17 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Shape {
     type Error = PyErr;
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         if obj.is_instance_of::<PyString>() {
-            return Err(PyTypeError::new_err("a shape must be a sequence of ints, got a str"));
+            return Err(PyTypeError::new_err(
+                "a shape must be a sequence of ints, got a str",
+            ));
         }
         let mut dims = Vec::new();
         for item in obj.try_iter()? {
             let item = item?;
             let v = int64(&item)?;
-            let d = usize::try_from(v)
-                .map_err(|_| PyValueError::new_err(format!("shape dimensions must be >= 0, got {v}")))?;
+            let d = usize::try_from(v).map_err(|_| {
+                PyValueError::new_err(format!("shape dimensions must be >= 0, got {v}"))
+            })?;
             dims.push(d);
         }
         Ok(Shape(dims))
@@ -74,7 +77,9 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Space {
             let lower = lower.strip_prefix("memoryspace.").unwrap_or(&lower);
             return (0..7)
                 .filter_map(|c| MemorySpace::from_code(c).ok())
-                .find(|s| s.name() == lower || (lower == "semaphore" && *s == MemorySpace::Semaphore))
+                .find(|s| {
+                    s.name() == lower || (lower == "semaphore" && *s == MemorySpace::Semaphore)
+                })
                 .map(Space)
                 .ok_or_else(|| {
                     PyValueError::new_err(format!(

@@ -14,10 +14,14 @@ pub struct Bytes {
 impl Bytes {
     pub fn get(obj: &Bound<'_, PyAny>, what: &str, writable: bool) -> PyResult<Bytes> {
         let buf = PyUntypedBuffer::get(obj).map_err(|e| {
-            PyTypeError::new_err(format!("{what} must support the buffer protocol (e.g. a numpy array): {e}"))
+            PyTypeError::new_err(format!(
+                "{what} must support the buffer protocol (e.g. a numpy array): {e}"
+            ))
         })?;
         if !buf.is_c_contiguous() {
-            return Err(PyValueError::new_err(format!("{what} must be C-contiguous")));
+            return Err(PyValueError::new_err(format!(
+                "{what} must be C-contiguous"
+            )));
         }
         if writable && buf.readonly() {
             return Err(PyValueError::new_err(format!("{what} must be writable")));

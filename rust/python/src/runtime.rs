@@ -29,7 +29,9 @@ fn timeout_arg(seconds: Option<f64>) -> PyResult<Option<Duration>> {
         None => Ok(None),
         Some(s) if s == f64::INFINITY => Ok(None),
         Some(s) => Duration::try_from_secs_f64(s).map(Some).map_err(|_| {
-            PyValueError::new_err(format!("wait_timeout must be None or seconds >= 0, got {s}"))
+            PyValueError::new_err(format!(
+                "wait_timeout must be None or seconds >= 0, got {s}"
+            ))
         }),
     }
 }
@@ -43,10 +45,30 @@ fn product(shape: &[usize]) -> PyResult<usize> {
 
 impl PyRuntime {
     /// The key of buffer (space, id) as seen from (device, core).
-    fn key(&self, py: Python<'_>, device: u32, core: u32, space: Space, id: u32) -> PyResult<BufferKey> {
-        self.rt.topology().check(device, core).map_err(|e| e.at(device, core)).or_raise(py)?;
-        let core = if space.0.is_shared_by_cores() { 0 } else { core };
-        Ok(BufferKey { space: space.0, id, device, core })
+    fn key(
+        &self,
+        py: Python<'_>,
+        device: u32,
+        core: u32,
+        space: Space,
+        id: u32,
+    ) -> PyResult<BufferKey> {
+        self.rt
+            .topology()
+            .check(device, core)
+            .map_err(|e| e.at(device, core))
+            .or_raise(py)?;
+        let core = if space.0.is_shared_by_cores() {
+            0
+        } else {
+            core
+        };
+        Ok(BufferKey {
+            space: space.0,
+            id,
+            device,
+            core,
+        })
     }
 
     /// Bytes a load/store of `region` moves.
@@ -95,7 +117,9 @@ impl PyRuntime {
             fill: FillMode::parse(uninitialized_memory).or_raise(py)?,
             wait_timeout: timeout_arg(wait_timeout)?,
         };
-        Ok(PyRuntime { rt: Arc::new(Runtime::new(config).or_raise(py)?) })
+        Ok(PyRuntime {
+            rt: Arc::new(Runtime::new(config).or_raise(py)?),
+        })
     }
 
     #[getter]
@@ -147,7 +171,8 @@ impl PyRuntime {
             self.dma_execution_mode(),
             self.out_of_bounds_reads(),
             self.uninitialized_memory(),
-            c.wait_timeout.map_or("None".to_string(), |d| d.as_secs_f64().to_string())
+            c.wait_timeout
+                .map_or("None".to_string(), |d| d.as_secs_f64().to_string())
         )
     }
 
@@ -183,13 +208,30 @@ impl PyRuntime {
         let rt = &self.rt;
         let big = product(&shape.0)?.saturating_mul(dtype.itemsize()) >= DETACH_BYTES;
         Self::maybe_detach(py, big, || {
-            rt.allocate_buffer(device.0, core.map(|c| c.0), space.0, dtype, &shape.0, logical, init)
+            rt.allocate_buffer(
+                device.0,
+                core.map(|c| c.0),
+                space.0,
+                dtype,
+                &shape.0,
+                logical,
+                init,
+            )
         })
         .or_raise(py)
     }
 
-    fn free_buffer(&self, py: Python<'_>, device: Id, core: Id, space: Space, id: Id) -> PyResult<()> {
-        self.rt.free_buffer(device.0, core.0, space.0, id.0).or_raise(py)
+    fn free_buffer(
+        &self,
+        py: Python<'_>,
+        device: Id,
+        core: Id,
+        space: Space,
+        id: Id,
+    ) -> PyResult<()> {
+        self.rt
+            .free_buffer(device.0, core.0, space.0, id.0)
+            .or_raise(py)
     }
 
     /// (dtype name, allocated shape, logical shape, reference count).
@@ -203,7 +245,12 @@ impl PyRuntime {
     ) -> PyResult<(&'static str, Vec<usize>, Vec<usize>, u32)> {
         let key = self.key(py, device.0, core.0, space, id.0)?;
         let info = self.rt.buffer_info(key).or_raise(py)?;
-        Ok((info.dtype.name(), info.shape, info.logical_shape, info.ref_count))
+        Ok((
+            info.dtype.name(),
+            info.shape,
+            info.logical_shape,
+            info.ref_count,
+        ))
     }
 
     /// The whole (allocated) content as a bytearray.
@@ -344,11 +391,15 @@ impl PyRuntime {
         count: Id,
     ) -> PyResult<u32> {
         let kind = sem_kind(kind)?;
-        self.rt.allocate_semaphores(device.0, core.map(|c| c.0), kind, count.0).or_raise(py)
+        self.rt
+            .allocate_semaphores(device.0, core.map(|c| c.0), kind, count.0)
+            .or_raise(py)
     }
 
     fn barrier_semaphore(&self, py: Python<'_>, device: Id, collective_id: Id) -> PyResult<u32> {
-        self.rt.barrier_semaphore(device.0, collective_id.0).or_raise(py)
+        self.rt
+            .barrier_semaphore(device.0, collective_id.0)
+            .or_raise(py)
     }
 
     #[pyo3(signature = (device, core, sem, inc=Int(1), target_device=None, target_core=None))]
@@ -364,7 +415,14 @@ impl PyRuntime {
         target_core: Option<Id>,
     ) -> PyResult<()> {
         self.rt
-            .semaphore_signal(device.0, core.0, sem.0, inc.0, target_device.map(|d| d.0), target_core.map(|c| c.0))
+            .semaphore_signal(
+                device.0,
+                core.0,
+                sem.0,
+                inc.0,
+                target_device.map(|d| d.0),
+                target_core.map(|c| c.0),
+            )
             .or_raise(py)
     }
 
@@ -372,7 +430,8 @@ impl PyRuntime {
     #[pyo3(signature = (device, core, sem, value=Int(1)))]
     fn wait(&self, py: Python<'_>, device: Id, core: Id, sem: Id, value: Int) -> PyResult<()> {
         let rt = &self.rt;
-        py.detach(|| rt.semaphore_wait(device.0, core.0, sem.0, value.0)).or_raise(py)
+        py.detach(|| rt.semaphore_wait(device.0, core.0, sem.0, value.0))
+            .or_raise(py)
     }
 
     fn read(&self, py: Python<'_>, device: Id, core: Id, sem: Id) -> PyResult<i64> {
@@ -419,7 +478,8 @@ impl PyRuntime {
     /// Waits (GIL released) for `nbytes` on DMA semaphore `sem`.
     fn dma_wait(&self, py: Python<'_>, device: Id, core: Id, sem: Id, nbytes: Int) -> PyResult<()> {
         let rt = &self.rt;
-        py.detach(|| rt.dma_wait(device.0, core.0, sem.0, nbytes.0)).or_raise(py)
+        py.detach(|| rt.dma_wait(device.0, core.0, sem.0, nbytes.0))
+            .or_raise(py)
     }
 
     /// Rendezvous of all devices (GIL released while waiting).
