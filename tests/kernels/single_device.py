@@ -70,6 +70,10 @@ def _recorder():
 # --------------------------------------------------------------------------
 
 
+def _copy_kernel(x_ref, o_ref):
+    o_ref[...] = x_ref[...]
+
+
 def _add_kernel(x_ref, y_ref, o_ref):
     o_ref[...] = x_ref[...] + y_ref[...]
 
@@ -644,11 +648,14 @@ def case_cond_and_switch():
         def odd():
             o_ref[...] = x_ref[...] - 1.0
 
+        def double_row0():
+            o_ref[0] = o_ref[0] * 2.0
+
+        def triple_row1():
+            o_ref[1] = o_ref[1] * 3.0
+
         lax.cond(i % 2 == 0, even, odd)
-        branches = [lambda: o_ref.__setitem__((0, slice(None)), o_ref[0] * 2.0),
-                    lambda: o_ref.__setitem__((1, slice(None)), o_ref[1] * 3.0),
-                    lambda: None]
-        lax.switch(jnp.minimum(i, 2), branches)
+        lax.switch(jnp.minimum(i, 2), [double_row0, triple_row1, lambda: None])
 
     def fn(params, x):
         spec = pl.BlockSpec((None, 8, 128), lambda i: (i, 0, 0))
@@ -1188,10 +1195,6 @@ def case_error_parallel_not_prefix():
 
     return Case("error_parallel_not_prefix", fn, (x,),
                 expect_error="must form a prefix of the grid")
-
-
-def _copy_kernel(x_ref, o_ref):
-    o_ref[...] = x_ref[...]
 
 
 def case_error_oob_write():
