@@ -105,6 +105,110 @@ impl<'a> Frame<'a> {
         RtError::value(format!("{}: {} {} is not an array", self.op, what.0, what.1))
     }
 
+    /// Operand `i` if it is an array of `dtype` and `rank` (the hot path:
+    /// no `Buf`, no error value built); `None` sends callers to the slow,
+    /// descriptive path.
+    #[inline(always)]
+    fn raw_arg(&self, i: usize, dtype: i32, rank: i64) -> Option<&'a abi::Buffer> {
+        let a = &self.raw.args;
+        if i >= self.num_args() {
+            return None;
+        }
+        // SAFETY: as in `arg`.
+        unsafe {
+            if *a.types.add(i) != abi::ARG_BUFFER {
+                return None;
+            }
+            let b = (*a.args.add(i) as *const abi::Buffer).as_ref()?;
+            (b.dtype == dtype && b.rank == rank && !b.data.is_null()).then_some(b)
+        }
+    }
+
+    /// An int32 scalar operand.
+    #[inline(always)]
+    pub fn arg_i32(&self, i: usize) -> Result<i32> {
+        match self.raw_arg(i, abi::DT_S32, 0) {
+            // SAFETY: a rank-0 int32 buffer.
+            Some(b) => Ok(unsafe { *(b.data as *const i32) }),
+            None => self.slow_arg_i32(i),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn slow_arg_i32(&self, i: usize) -> Result<i32> {
+        self.arg(i)?.scalar_i32()
+    }
+
+    /// An int32 scalar id operand (>= 0).
+    #[inline(always)]
+    pub fn arg_id(&self, i: usize, what: &str) -> Result<u32> {
+        let v = self.arg_i32(i)?;
+        if v < 0 {
+            return Err(negative_id(what, v));
+        }
+        Ok(v as u32)
+    }
+
+    /// An int32 scalar id operand where -1 means "not given".
+    #[inline(always)]
+    pub fn arg_opt_id(&self, i: usize, what: &str) -> Result<Option<u32>> {
+        match self.arg_i32(i)? {
+            -1 => Ok(None),
+            v if v >= 0 => Ok(Some(v as u32)),
+            v => Err(negative_opt_id(what, v)),
+        }
+    }
+
+    /// A `uint32[2]` operand (the launch handle).
+    #[inline(always)]
+    pub fn arg_u32_pair(&self, i: usize) -> Option<[u32; 2]> {
+        let b = self.raw_arg(i, abi::DT_U32, 1)?;
+        // SAFETY: rank 1 checked; the length is checked here.
+        unsafe { (*b.dims == 2).then(|| *(b.data as *const [u32; 2])) }
+    }
+
+    /// Operand 0 and result 0 are the int32 token; copies it unless XLA
+    /// aliased them (it normally does).
+    #[inline(always)]
+    pub fn forward_token(&self) -> Result<()> {
+        let r = &self.raw.rets;
+        let ok = self.raw_arg(0, abi::DT_S32, 0).and_then(|a| {
+            if self.num_rets() == 0 {
+                return None;
+            }
+            // SAFETY: as in `ret`.
+            unsafe {
+                if *r.types != abi::RET_BUFFER {
+                    return None;
+                }
+                let b = (*r.rets as *const abi::Buffer).as_ref()?;
+                if b.dtype != abi::DT_S32 || b.rank != 0 || b.data.is_null() {
+                    return None;
+                }
+                if a.data != b.data {
+                    *(b.data as *mut i32) = *(a.data as *const i32);
+                }
+            }
+            Some(())
+        });
+        match ok {
+            Some(()) => Ok(()),
+            None => self.slow_token_error(),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn slow_token_error(&self) -> Result<()> {
+        let (a, r) = (self.arg(0)?, self.ret(0)?);
+        a.expect_dtype(DType::I32)?;
+        a.expect_rank(0)?;
+        r.expect_dtype(DType::I32)?;
+        r.expect_rank(0)?;
+        Err(RtError::value(format!("{}: bad token operand or result", self.op)))
+    }
+
     /// The attribute called `name` (attributes arrive sorted by name, but
     /// there are few of them: a linear scan is the cheapest lookup).
     fn find_attr(&self, name: &str) -> Option<(i32, *mut c_void)> {
@@ -202,6 +306,16 @@ impl<'a> Frame<'a> {
     }
 }
 
+#[cold]
+fn negative_id(what: &str, v: i32) -> RtError {
+    RtError::value(format!("{what} must be >= 0, got {v}"))
+}
+
+#[cold]
+fn negative_opt_id(what: &str, v: i32) -> RtError {
+    RtError::value(format!("{what} must be >= 0 (or -1 for none), got {v}"))
+}
+
 /// Name of an XLA dtype, for messages.
 pub fn xla_dtype_name(dt: i32) -> String {
     match xla_to_dtype(dt) {
@@ -287,25 +401,6 @@ impl<'a> Buf<'a> {
         self.expect_rank(0)?;
         // SAFETY: a rank-0 int32 buffer holds one i32.
         Ok(unsafe { *(self.data as *const i32) })
-    }
-
-    /// An int32 scalar that must be >= 0 (device, core, buffer and semaphore ids).
-    #[inline]
-    pub fn id(&self, what: &str) -> Result<u32> {
-        let v = self.scalar_i32()?;
-        u32::try_from(v).map_err(|_| RtError::value(format!("{what} must be >= 0, got {v}")))
-    }
-
-    /// An int32 scalar where -1 means "not given".
-    #[inline]
-    pub fn opt_id(&self, what: &str) -> Result<Option<u32>> {
-        let v = self.scalar_i32()?;
-        match v {
-            -1 => Ok(None),
-            v => u32::try_from(v)
-                .map(Some)
-                .map_err(|_| RtError::value(format!("{what} must be >= 0 (or -1 for none), got {v}"))),
-        }
     }
 
     /// An int32 vector operand (dynamic slice starts).

@@ -19,14 +19,14 @@ pub fn dma_start(c: &mut Call) -> Result<()> {
         device,
         core,
         src_space: space_attr(f, "src_space")?,
-        src_id: f.arg(4)?.id("source buffer id")?,
+        src_id: f.arg_id(4, "source buffer id")?,
         src_region: region(f, "src_", 5)?,
         dst_space: space_attr(f, "dst_space")?,
-        dst_id: f.arg(6)?.id("destination buffer id")?,
+        dst_id: f.arg_id(6, "destination buffer id")?,
         dst_region: region(f, "dst_", 7)?,
-        dst_sem: f.arg(8)?.id("destination semaphore id")?,
-        src_sem: f.arg(9)?.opt_id("source semaphore id")?,
-        dst_device: f.arg(10)?.opt_id("destination device id")?,
+        dst_sem: f.arg_id(8, "destination semaphore id")?,
+        src_sem: f.arg_opt_id(9, "source semaphore id")?,
+        dst_device: f.arg_opt_id(10, "destination device id")?,
     };
     launch::with_runtime(handle, |rt| rt.dma_start(&req))
 }
@@ -36,7 +36,7 @@ pub fn dma_start(c: &mut Call) -> Result<()> {
 pub fn dma_wait(c: &mut Call) -> Result<()> {
     c.frame.expect_arity(5..=5, 1)?;
     let (handle, device, core) = core_target(c)?;
-    let sem = c.frame.arg(4)?.id("semaphore id")?;
+    let sem = c.frame.arg_id(4, "semaphore id")?;
     let bytes = c.frame.attr_i64("bytes")?;
     if bytes < 0 {
         return Err(RtError::value(format!("dma_wait: bytes must be >= 0, got {bytes}")));

@@ -66,7 +66,7 @@ pub fn kernel_begin(c: &mut Call) -> Result<()> {
     let f = &c.frame;
     f.expect_arity(2..=2, 2)?;
     pass_token(f)?;
-    let device = f.arg(1)?.id("device id")?;
+    let device = f.arg_id(1, "device id")?;
     let uid = f.attr_i64("uid")? as u64;
     let config = config_from_attrs(f)?;
     if device >= config.num_devices {

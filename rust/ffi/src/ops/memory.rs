@@ -25,9 +25,9 @@ pub fn allocate_buffer(c: &mut Call) -> Result<()> {
     c.frame.expect_arity(4..=5, 2)?;
     super::pass_token(&c.frame)?;
     let handle = super::handle_arg(&c.frame, 1)?;
-    let device = c.frame.arg(2)?.id("device id")?;
+    let device = c.frame.arg_id(2, "device id")?;
     c.bind(handle, device);
-    let core = c.frame.arg(3)?.opt_id("core id")?;
+    let core = c.frame.arg_opt_id(3, "core id")?;
     let space = space_attr(&c.frame, "space")?;
     let dtype = DType::from_name(c.frame.attr_str("dtype")?)?;
     let shape = shape_attr(c, "shape")?
@@ -58,7 +58,7 @@ pub fn allocate_buffer(c: &mut Call) -> Result<()> {
 pub fn free_buffer(c: &mut Call) -> Result<()> {
     c.frame.expect_arity(5..=5, 1)?;
     let (handle, device, core) = core_target(c)?;
-    let id = c.frame.arg(4)?.id("buffer id")?;
+    let id = c.frame.arg_id(4, "buffer id")?;
     let space = space_attr(&c.frame, "space")?;
     launch::with_runtime(handle, |rt| rt.free_buffer(device, core, space, id))
 }
@@ -69,7 +69,7 @@ pub fn load(c: &mut Call) -> Result<()> {
     c.frame.expect_arity(6..=6, 2)?;
     let (handle, device, core) = core_target(c)?;
     let f = &c.frame;
-    let id = f.arg(4)?.id("buffer id")?;
+    let id = f.arg_id(4, "buffer id")?;
     let space = space_attr(f, "space")?;
     let region = region(f, "", 5)?;
     let out = f.ret(1)?.bytes_mut()?;
@@ -82,7 +82,7 @@ pub fn store(c: &mut Call) -> Result<()> {
     c.frame.expect_arity(7..=7, 1)?;
     let (handle, device, core) = core_target(c)?;
     let f = &c.frame;
-    let id = f.arg(4)?.id("buffer id")?;
+    let id = f.arg_id(4, "buffer id")?;
     let space = space_attr(f, "space")?;
     let region = region(f, "", 5)?;
     let data = f.arg(6)?.bytes()?;
@@ -95,7 +95,7 @@ pub fn swap(c: &mut Call) -> Result<()> {
     c.frame.expect_arity(7..=8, 2)?;
     let (handle, device, core) = core_target(c)?;
     let f = &c.frame;
-    let id = f.arg(4)?.id("buffer id")?;
+    let id = f.arg_id(4, "buffer id")?;
     let space = space_attr(f, "space")?;
     let region = region(f, "", 5)?;
     let value = f.arg(6)?;

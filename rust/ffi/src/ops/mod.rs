@@ -17,21 +17,21 @@ use mosaic_rt_core::{DType, DimSel, MemorySpace, Region, Result, RtError};
 /// aliased the two, a 4-byte copy otherwise).
 #[inline]
 pub fn pass_token(f: &Frame) -> Result<()> {
-    let (a, r) = (f.arg(0)?, f.ret(0)?);
-    a.expect_dtype(DType::I32)?;
-    a.expect_rank(0)?;
-    r.expect_dtype(DType::I32)?;
-    r.expect_rank(0)?;
-    if a.data != r.data {
-        // SAFETY: both are rank-0 int32 buffers.
-        unsafe { *(r.data as *mut i32) = *(a.data as *const i32) };
-    }
-    Ok(())
+    f.forward_token()
 }
 
 /// The launch handle operand (`uint32[2]`) at position `i`.
 #[inline]
 pub fn handle_arg(f: &Frame, i: usize) -> Result<u64> {
+    match f.arg_u32_pair(i) {
+        Some(parts) => Ok(launch::join_handle(parts)),
+        None => bad_handle(f, i),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn bad_handle(f: &Frame, i: usize) -> Result<u64> {
     let b = f.arg(i)?;
     b.expect_dtype(DType::U32)?;
     if b.dims != [2] {
@@ -50,7 +50,7 @@ pub fn handle_arg(f: &Frame, i: usize) -> Result<u64> {
 pub fn device_target(c: &mut Call) -> Result<(u64, u32)> {
     pass_token(&c.frame)?;
     let handle = handle_arg(&c.frame, 1)?;
-    let device = c.frame.arg(2)?.id("device id")?;
+    let device = c.frame.arg_id(2, "device id")?;
     c.bind(handle, device);
     Ok((handle, device))
 }
@@ -59,7 +59,7 @@ pub fn device_target(c: &mut Call) -> Result<(u64, u32)> {
 #[inline]
 pub fn core_target(c: &mut Call) -> Result<(u64, u32, u32)> {
     let (handle, device) = device_target(c)?;
-    let core = c.frame.arg(3)?.id("core id")?;
+    let core = c.frame.arg_id(3, "core id")?;
     Ok((handle, device, core))
 }
 

@@ -7,7 +7,7 @@ use mosaic_rt_core::{Result, RtError, SemKind};
 
 /// A non-negative int32 operand used as a count.
 fn count_arg(c: &Call, i: usize, what: &str) -> Result<i64> {
-    let v = c.frame.arg(i)?.scalar_i32()?;
+    let v = c.frame.arg_i32(i)?;
     if v < 0 {
         return Err(RtError::value(format!("{what} must be >= 0, got {v}")));
     }
@@ -20,7 +20,7 @@ fn count_arg(c: &Call, i: usize, what: &str) -> Result<i64> {
 pub fn allocate_semaphores(c: &mut Call) -> Result<()> {
     c.frame.expect_arity(4..=4, 2)?;
     let (handle, device) = device_target(c)?;
-    let core = c.frame.arg(3)?.opt_id("core id")?;
+    let core = c.frame.arg_opt_id(3, "core id")?;
     let kind = match c.frame.attr_str("kind")? {
         "regular" => SemKind::Regular,
         "dma" => SemKind::Dma,
@@ -53,10 +53,10 @@ pub fn semaphore_signal(c: &mut Call) -> Result<()> {
     c.frame.expect_arity(8..=8, 1)?;
     let (handle, device, core) = core_target(c)?;
     let f = &c.frame;
-    let sem = f.arg(4)?.id("semaphore id")?;
-    let inc = f.arg(5)?.scalar_i32()? as i64;
-    let target_device = f.arg(6)?.opt_id("target device id")?;
-    let target_core = f.arg(7)?.opt_id("target core id")?;
+    let sem = f.arg_id(4, "semaphore id")?;
+    let inc = f.arg_i32(5)? as i64;
+    let target_device = f.arg_opt_id(6, "target device id")?;
+    let target_core = f.arg_opt_id(7, "target core id")?;
     launch::with_runtime(handle, |rt| {
         rt.semaphore_signal(device, core, sem, inc, target_device, target_core)
     })
@@ -66,7 +66,7 @@ pub fn semaphore_signal(c: &mut Call) -> Result<()> {
 pub fn semaphore_wait(c: &mut Call) -> Result<()> {
     c.frame.expect_arity(6..=6, 1)?;
     let (handle, device, core) = core_target(c)?;
-    let sem = c.frame.arg(4)?.id("semaphore id")?;
+    let sem = c.frame.arg_id(4, "semaphore id")?;
     let value = count_arg(c, 5, "semaphore wait value")?;
     launch::with_runtime(handle, |rt| rt.semaphore_wait(device, core, sem, value))
 }
@@ -75,7 +75,7 @@ pub fn semaphore_wait(c: &mut Call) -> Result<()> {
 pub fn semaphore_read(c: &mut Call) -> Result<()> {
     c.frame.expect_arity(5..=5, 2)?;
     let (handle, device, core) = core_target(c)?;
-    let sem = c.frame.arg(4)?.id("semaphore id")?;
+    let sem = c.frame.arg_id(4, "semaphore id")?;
     let v = launch::with_runtime(handle, |rt| rt.semaphore_read(device, core, sem))?;
     let v = i32::try_from(v)
         .map_err(|_| RtError::value(format!("semaphore {sem} count {v} does not fit int32")))?;
