@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 import mosaic_rt.ffi as F
 from mosaic_rt import _native
@@ -255,3 +256,47 @@ def test_dma_descriptor_invariant_is_checked_at_trace_time():
     with pytest.raises(ValueError, match=r"Either both or neither `src_sem` and `device_id` can be set\."):
         F.dma_start(F.new_token(), jnp.zeros((2,), jnp.uint32), 0, 0, 100, None, 101, None, 2000,
                     src_space="vmem", dst_space="vmem", src_sem=2001)
+
+
+def test_device_ordinals_catch_a_device_id_that_does_not_match_the_mesh():
+    n = 4
+    devices = jax.devices()[:n][::-1]  # logical device 0 runs on XLA device 3
+    mesh = jax.make_mesh((n,), ("x",), devices=devices)
+    ids = [d.id for d in mesh.devices.flat]
+
+    def run(ordinals):
+        uid = fresh_uid()
+
+        def body(z):
+            d = jax.lax.axis_index("x")
+            with F.kernel(F.new_token(), d, uid=uid, num_devices=n,
+                          device_ordinals=ordinals) as k:
+                pass
+            return z + k.token
+
+        fn = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x")))
+        z = jax.device_put(jnp.zeros((n,), jnp.int32), NamedSharding(mesh, P("x")))
+        with F.native_errors():
+            return np.asarray(fn(z))
+
+    np.testing.assert_array_equal(run(ids), np.zeros(n))
+    with pytest.raises(ValueError, match=r"logical device \d runs on XLA device \d, but the mesh"):
+        run(list(range(n)))
+
+
+def test_a_device_ordinal_mismatch_on_one_device_fails_the_whole_launch():
+    """Device 0 joins correctly and waits in a barrier; device 1's mismatch
+    must end that wait at once (not after the 60 s timeout)."""
+    uid = fresh_uid()
+
+    def body(d, _):
+        with begin(d, 2, uid=uid, wait_timeout_ms=60_000, device_ordinals=[0, 5]) as k:
+            k.token = F.device_barrier(k.token, k.handle, d)
+        return with_token(jnp.zeros((1,), jnp.int32), k.token)
+
+    import time
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match="logical device 1 runs on XLA device 1, but the mesh "
+                                         "places it on XLA device 5"):
+        translated(2, body)
+    assert time.monotonic() - t0 < 20

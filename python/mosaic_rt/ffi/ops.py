@@ -120,15 +120,22 @@ def kernel_begin(token, device, *, uid: int, num_devices: int, num_cores: int = 
                  dma_execution_mode: str = "on_wait",
                  out_of_bounds_reads: str = "raise",
                  uninitialized_memory: str = "nan",
-                 wait_timeout_ms: int = 120_000):
+                 wait_timeout_ms: int = 120_000,
+                 device_ordinals=None):
     """Joins launch ``uid`` of the running XLA execution as ``device``.
 
     Every device of one execution that calls this with the same ``uid``
     shares one native runtime (the k-th call by a device joins the k-th
     launch). Returns ``(token, handle)``. ``wait_timeout_ms <= 0`` waits
     without a time limit (until signalled or the launch fails).
+    ``device_ordinals`` (optional): the XLA device id of each logical device
+    (e.g. ``[d.id for d in mesh.devices.flat]``); the native side then checks
+    that ``device`` runs where the mesh puts it.
     """
-    return _call("kernel_begin", (_HANDLE,), (token, _i32(device)),
+    extra = {}
+    if device_ordinals is not None:
+        extra["device_ordinals"] = _ints(device_ordinals)
+    return _call("kernel_begin", (_HANDLE,), (token, _i32(device)), **extra,
                  uid=int(uid), num_devices=int(num_devices), num_cores=int(num_cores),
                  dma_execution_mode=dma_execution_mode,
                  out_of_bounds_reads=out_of_bounds_reads,

@@ -60,8 +60,34 @@ fn config_from_attrs(f: &Frame) -> Result<Config> {
     })
 }
 
+/// With the optional attribute `device_ordinals` (the XLA device ordinal of
+/// each logical device, e.g. the mesh's device ids), checks that `device`
+/// really runs where the mesh says: a wrong device id would otherwise join
+/// the launch as another device and deadlock or corrupt its memory.
+fn check_ordinal(f: &Frame, device: u32, num_devices: u32) -> Result<()> {
+    let Some(expected) = f.attr_i64s_opt("device_ordinals")? else { return Ok(()) };
+    if expected.len() != num_devices as usize {
+        return Err(RtError::value(format!(
+            "kernel_begin: device_ordinals has {} entries for {num_devices} device(s)",
+            expected.len()
+        )));
+    }
+    let actual = device_ordinal(f)? as i64;
+    let want = expected[device as usize];
+    if actual != want {
+        return Err(RtError::value(format!(
+            "kernel_begin: logical device {device} runs on XLA device {actual}, but the mesh \
+             places it on XLA device {want}: the device id passed to the kernel does not \
+             match the mesh"
+        ))
+        .at(device, 0));
+    }
+    Ok(())
+}
+
 /// `kernel_begin(token, device) -> (token, handle uint32[2])`;
-/// attributes `uid` and the config (see `config_from_attrs`).
+/// attributes `uid`, the config (see `config_from_attrs`) and optionally
+/// `device_ordinals` (see `check_ordinal`).
 pub fn kernel_begin(c: &mut Call) -> Result<()> {
     let f = &c.frame;
     f.expect_arity(2..=2, 2)?;
@@ -83,6 +109,9 @@ pub fn kernel_begin(c: &mut Call) -> Result<()> {
     }
     let handle = launch::join(uid, run_id(f)?, device, &config).map_err(|e| e.at(device, 0))?;
     c.bind(handle, device);
+    // Checked after joining, so that a mismatch fails the whole launch and
+    // wakes the devices that joined correctly.
+    check_ordinal(&c.frame, device, config.num_devices)?;
     // SAFETY: checked uint32[2] above.
     unsafe { *(out.data as *mut [u32; 2]) = launch::split_handle(handle) };
     Ok(())
