@@ -1,0 +1,162 @@
+"""The interpreter's view of the native ops: thin adapters over
+`mosaic_rt.ffi` that speak in jaxpr terms (avals, params, id arrays).
+
+Semaphore refs are int32 arrays of semaphore ids; scalar ids are taken from
+them after indexing. `READY` tells the test-suite the interpreter is usable.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax._src.pallas.mosaic import core as mosaic_core
+from jax._src.pallas.mosaic.interpret import interpret_pallas_call as stock
+
+from mosaic_rt import ffi
+from mosaic_rt.interpret.params import InterpretParams
+
+READY = False  # flipped once the kernel corpus passes
+
+_SMEM_CODE = stock.TPU_MEMORY_SPACE_IDXS[mosaic_core.MemorySpace.SMEM]
+
+
+def _scalar_id(x):
+    x = jnp.asarray(x)
+    if x.shape != ():
+        raise ValueError(
+            f"expected a single semaphore, got a semaphore array of shape {x.shape};"
+            " index it first")
+    return x.astype(jnp.int32)
+
+
+def begin(token, device, *, uid, num_devices, params: InterpretParams, name):
+    del name
+    timeout = params.wait_timeout
+    return ffi.kernel_begin(
+        token, device, uid=uid, num_devices=num_devices,
+        num_cores=params.num_cores_per_device,
+        dma_execution_mode=params.dma_execution_mode,
+        out_of_bounds_reads=params.out_of_bounds_reads,
+        uninitialized_memory=params.uninitialized_memory,
+        wait_timeout_ms=0 if timeout is None else max(1, int(timeout * 1000)))
+
+
+def end(token, handle, device, *, on_leak):
+    if on_leak != "ignore":
+        # "warn" is reported at kernel exit by the leak op as well; raising
+        # is the only policy the native side enforces on its own.
+        token, _ = ffi.leak_report(token, handle, device,
+                                   policy="raise" if on_leak == "raise" else "ignore")
+    return ffi.kernel_end(token, handle, device)
+
+
+def device_barrier(token, handle, device):
+    return ffi.device_barrier(token, handle, device)
+
+
+def _padded_shape(shape, dtype, space, params: InterpretParams):
+    if params.buffer_bounds != "padded" or space == _SMEM_CODE:
+        return tuple(shape)
+    return tuple(stock._get_padded_shape(tuple(shape), jnp.dtype(dtype)))
+
+
+def allocate_buffer(token, *, handle, device, core, space, params: InterpretParams,
+                    init=None, shape=None, dtype=None):
+    if init is not None:
+        init = jnp.asarray(init)
+        shape, dtype = init.shape, init.dtype
+    logical = tuple(shape)
+    return ffi.allocate_buffer(
+        token, handle, device, core, space=space, dtype=dtype,
+        shape=_padded_shape(logical, dtype, space, params), logical_shape=logical,
+        init=init)
+
+
+def free_buffer(token, handle, device, core, space, buf):
+    return ffi.free_buffer(token, handle, device, core, buf, space=space)
+
+
+def load(token, handle, device, core, space, buf, region, aval):
+    return ffi.load(token, handle, device, core, buf, region, space=space,
+                    shape=aval.shape, dtype=aval.dtype)
+
+
+def swap(token, handle, device, core, space, buf, region, value, mask, aval):
+    value = jnp.asarray(value, aval.dtype)
+    if value.shape != aval.shape:
+        value = jnp.broadcast_to(value, aval.shape)
+    if mask is not None:
+        mask = jnp.broadcast_to(jnp.asarray(mask, jnp.bool_), aval.shape)
+    return ffi.swap(token, handle, device, core, buf, region, value, mask, space=space)
+
+
+def store(token, handle, device, core, space, buf, region, value):
+    return ffi.store(token, handle, device, core, buf, region, value, space=space)
+
+
+def allocate_semaphores(token, handle, device, core, shape, *, kind):
+    count = math.prod(shape)
+    token, first = ffi.allocate_semaphores(token, handle, device, core, kind=kind,
+                                           count=max(count, 1))
+    ids = first + jnp.arange(count, dtype=jnp.int32).reshape(shape)
+    return token, ids
+
+
+def barrier_semaphore(token, handle, device, collective_id):
+    return ffi.barrier_semaphore(token, handle, device, collective_id=collective_id)
+
+
+def semaphore_signal(token, handle, device, core, sem, inc, target_device, target_core):
+    return ffi.semaphore_signal(token, handle, device, core, _scalar_id(sem), inc,
+                                target_device=target_device, target_core=target_core)
+
+
+def semaphore_wait(token, handle, device, core, sem, value):
+    return ffi.semaphore_wait(token, handle, device, core, _scalar_id(sem), value)
+
+
+def semaphore_read(token, handle, device, core, sem):
+    return ffi.semaphore_read(token, handle, device, core, _scalar_id(sem))
+
+
+def dma_start(token, handle, device, core, *, src_space, src, src_region, dst_space,
+              dst, dst_region, dst_sem, src_sem, dst_device):
+    return ffi.dma_start(
+        token, handle, device, core, src, src_region, dst, dst_region,
+        _scalar_id(dst_sem), src_space=src_space, dst_space=dst_space,
+        src_sem=None if src_sem is None else _scalar_id(src_sem),
+        dst_device=dst_device)
+
+
+def copy_block_in(token, *, handle, device, core, src, src_region, dst_space, dst,
+                  name, block_indices, grid_point):
+    """Copies one input block from its HBM buffer into the kernel's buffer."""
+    return ffi.copy_block(
+        token, handle, device, core, src, src_region, dst, None,
+        src_space="hbm", dst_space=dst_space, direction="input", name=name,
+        block_indices=block_indices, grid_point=grid_point)
+
+
+def copy_block_out(token, *, handle, device, core, src_space, src, dst, dst_region,
+                   name, block_indices, grid_point):
+    """Copies the kernel's output buffer into its block of the HBM output."""
+    return ffi.copy_block(
+        token, handle, device, core, src, None, dst, dst_region,
+        src_space=src_space, dst_space="hbm", direction="output", name=name,
+        block_indices=block_indices, grid_point=grid_point)
+
+
+def check_revisit(token, handle, device, core, loop_idx, regions):
+    """Fails if an output block is written again after the core moved on."""
+    return ffi.check_revisit(token, handle, device, core, loop_idx, regions)
+
+
+def prng_seed(token, handle, device, core, seeds):
+    return ffi.prng_seed(token, handle, device, core, seeds)
+
+
+def prng_random_bits(token, handle, device, core, shape):
+    return ffi.prng_random_bits(token, handle, device, core, shape=tuple(shape))
