@@ -41,20 +41,48 @@ fn main() {
         .attr_i64("wait_timeout_ms", 10_000);
     begin.call(h::kernel_begin).unwrap();
     let b = begin.ret_bytes(1);
-    let handle = [u32::from_le_bytes(b[0..4].try_into().unwrap()), u32::from_le_bytes(b[4..8].try_into().unwrap())];
-    let core = || FakeCall::new().arg_i32(0).arg_handle(handle).arg_i32(0).arg_i32(0);
-    let mut alloc = core().ret_i32().ret_i32().attr_str("kind", "regular").attr_i64("count", 1);
+    let handle = [
+        u32::from_le_bytes(b[0..4].try_into().unwrap()),
+        u32::from_le_bytes(b[4..8].try_into().unwrap()),
+    ];
+    let core = || {
+        FakeCall::new()
+            .arg_i32(0)
+            .arg_handle(handle)
+            .arg_i32(0)
+            .arg_i32(0)
+    };
+    let mut alloc = core()
+        .ret_i32()
+        .ret_i32()
+        .attr_str("kind", "regular")
+        .attr_i64("count", 1);
     alloc.call(h::allocate_semaphores).unwrap();
     let sem = alloc.ret_i32_value(1);
 
-    let mut sig = core().arg_i32(sem).arg_i32(1).arg_i32(-1).arg_i32(-1).ret_i32();
+    let mut sig = core()
+        .arg_i32(sem)
+        .arg_i32(1)
+        .arg_i32(-1)
+        .arg_i32(-1)
+        .ret_i32();
     let mut wait = core().arg_i32(sem).arg_i32(1).ret_i32();
     let mut read = core().arg_i32(sem).ret_i32().ret_i32();
-    let mut info = FakeCall::new().arg_i32(0).ret_i32().ret(abi::DT_S32, &[3], 12);
-    let (mut sig, mut wait, mut read, mut info) = (sig.prepare(), wait.prepare(), read.prepare(), info.prepare());
+    let mut info = FakeCall::new()
+        .arg_i32(0)
+        .ret_i32()
+        .ret(abi::DT_S32, &[3], 12);
+    let (mut sig, mut wait, mut read, mut info) = (
+        sig.prepare(),
+        wait.prepare(),
+        read.prepare(),
+        info.prepare(),
+    );
 
     let rt = Runtime::new(Config::default()).unwrap();
-    let s = rt.allocate_semaphores(0, Some(0), SemKind::Regular, 1).unwrap();
+    let s = rt
+        .allocate_semaphores(0, Some(0), SemKind::Regular, 1)
+        .unwrap();
 
     println!("| {:38} | {:>11} |", "operation", "time/op");
     println!("|{}|{}|", "-".repeat(40), "-".repeat(13));

@@ -20,7 +20,10 @@ struct Table {
     entries: VecDeque<(u64, RtError)>,
 }
 
-static TABLE: Mutex<Table> = Mutex::new(Table { next: 1, entries: VecDeque::new() });
+static TABLE: Mutex<Table> = Mutex::new(Table {
+    next: 1,
+    entries: VecDeque::new(),
+});
 
 fn same_error(a: &RtError, b: &RtError) -> bool {
     a.kind == b.kind && a.message == b.message && a.device == b.device && a.core == b.core
@@ -47,12 +50,19 @@ pub fn record(root: &RtError) -> u64 {
 /// The root cause recorded as N, if still in the table.
 pub fn lookup(n: u64) -> Option<RtError> {
     let t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
-    t.entries.iter().find(|(k, _)| *k == n).map(|(_, e)| e.clone())
+    t.entries
+        .iter()
+        .find(|(k, _)| *k == n)
+        .map(|(_, e)| e.clone())
 }
 
 /// The message XLA carries to Python for root cause number `n`.
 pub fn wire_message(n: u64, root: &RtError) -> String {
-    format!("[mosaic_rt#{n}] {}: {}", root.kind.python_type(), root.message)
+    format!(
+        "[mosaic_rt#{n}] {}: {}",
+        root.kind.python_type(),
+        root.message
+    )
 }
 
 /// Creates an XLA error owning a copy of `message`.
@@ -60,7 +70,9 @@ pub fn wire_message(n: u64, root: &RtError) -> String {
 /// # Safety
 /// `api` must be the valid API table of the current call.
 pub unsafe fn ffi_error(api: &Api, message: &str) -> *mut abi::Error {
-    let Some(create) = api.error_create else { return std::ptr::null_mut() };
+    let Some(create) = api.error_create else {
+        return std::ptr::null_mut();
+    };
     // Interior NULs would truncate the message; replace them.
     let c = CString::new(message.replace('\0', "\\0")).unwrap_or_default();
     let mut args = abi::ErrorCreateArgs {
@@ -90,6 +102,9 @@ mod tests {
             record(&RtError::index(format!("filler {i}")));
         }
         assert!(lookup(n).is_none());
-        assert_eq!(wire_message(7, &e), "[mosaic_rt#7] ValueError: boom unique-1");
+        assert_eq!(
+            wire_message(7, &e),
+            "[mosaic_rt#7] ValueError: boom unique-1"
+        );
     }
 }

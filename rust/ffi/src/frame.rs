@@ -81,7 +81,12 @@ impl<'a> Frame<'a> {
     }
 
     #[inline]
-    fn buffer(&self, is_buffer: bool, ptr: *mut c_void, what: (&'static str, usize)) -> Result<Buf<'a>> {
+    fn buffer(
+        &self,
+        is_buffer: bool,
+        ptr: *mut c_void,
+        what: (&'static str, usize),
+    ) -> Result<Buf<'a>> {
         if !is_buffer || ptr.is_null() {
             return Err(self.not_an_array(what));
         }
@@ -92,7 +97,13 @@ impl<'a> Frame<'a> {
         } else {
             unsafe { std::slice::from_raw_parts(b.dims, b.rank as usize) }
         };
-        Ok(Buf { dtype: b.dtype, data: b.data, dims, what, op: self.op })
+        Ok(Buf {
+            dtype: b.dtype,
+            data: b.data,
+            dims,
+            what,
+            op: self.op,
+        })
     }
 
     #[cold]
@@ -102,7 +113,10 @@ impl<'a> Frame<'a> {
 
     #[cold]
     fn not_an_array(&self, what: (&str, usize)) -> RtError {
-        RtError::value(format!("{}: {} {} is not an array", self.op, what.0, what.1))
+        RtError::value(format!(
+            "{}: {} {} is not an array",
+            self.op, what.0, what.1
+        ))
     }
 
     /// Operand `i` if it is an array of `dtype` and `rank` (the hot path:
@@ -206,7 +220,10 @@ impl<'a> Frame<'a> {
         a.expect_rank(0)?;
         r.expect_dtype(DType::I32)?;
         r.expect_rank(0)?;
-        Err(RtError::value(format!("{}: bad token operand or result", self.op)))
+        Err(RtError::value(format!(
+            "{}: bad token operand or result",
+            self.op
+        )))
     }
 
     /// The attribute called `name` (attributes arrive sorted by name, but
@@ -235,7 +252,9 @@ impl<'a> Frame<'a> {
     }
 
     pub fn attr_i64_opt(&self, name: &str) -> Result<Option<i64>> {
-        let Some((ty, ptr)) = self.find_attr(name) else { return Ok(None) };
+        let Some((ty, ptr)) = self.find_attr(name) else {
+            return Ok(None);
+        };
         if ty != abi::ATTR_SCALAR {
             return Err(self.bad_attr(name, "an integer"));
         }
@@ -261,12 +280,17 @@ impl<'a> Frame<'a> {
     pub fn attr_u32(&self, name: &str) -> Result<u32> {
         let v = self.attr_i64(name)?;
         u32::try_from(v).map_err(|_| {
-            RtError::value(format!("{}: attribute {name:?} must be in [0, 2**32), got {v}", self.op))
+            RtError::value(format!(
+                "{}: attribute {name:?} must be in [0, 2**32), got {v}",
+                self.op
+            ))
         })
     }
 
     pub fn attr_str_opt(&self, name: &str) -> Result<Option<&'a str>> {
-        let Some((ty, ptr)) = self.find_attr(name) else { return Ok(None) };
+        let Some((ty, ptr)) = self.find_attr(name) else {
+            return Ok(None);
+        };
         if ty != abi::ATTR_STRING {
             return Err(self.bad_attr(name, "a string"));
         }
@@ -277,7 +301,9 @@ impl<'a> Frame<'a> {
         } else {
             unsafe { std::slice::from_raw_parts(span.ptr as *const u8, span.len) }
         };
-        std::str::from_utf8(bytes).map(Some).map_err(|_| self.bad_attr(name, "UTF-8"))
+        std::str::from_utf8(bytes)
+            .map(Some)
+            .map_err(|_| self.bad_attr(name, "UTF-8"))
     }
 
     pub fn attr_str(&self, name: &str) -> Result<&'a str> {
@@ -290,7 +316,9 @@ impl<'a> Frame<'a> {
     }
 
     pub fn attr_i64s_opt(&self, name: &str) -> Result<Option<&'a [i64]>> {
-        let Some((ty, ptr)) = self.find_attr(name) else { return Ok(None) };
+        let Some((ty, ptr)) = self.find_attr(name) else {
+            return Ok(None);
+        };
         if ty != abi::ATTR_ARRAY {
             return Err(self.bad_attr(name, "an int64 array"));
         }
@@ -302,7 +330,9 @@ impl<'a> Frame<'a> {
         if a.size == 0 || a.data.is_null() {
             return Ok(Some(&[]));
         }
-        Ok(Some(unsafe { std::slice::from_raw_parts(a.data as *const i64, a.size) }))
+        Ok(Some(unsafe {
+            std::slice::from_raw_parts(a.data as *const i64, a.size)
+        }))
     }
 }
 
@@ -355,7 +385,11 @@ impl<'a> Buf<'a> {
 
     pub fn dtype(&self) -> Result<DType> {
         xla_to_dtype(self.dtype).ok_or_else(|| {
-            RtError::value(format!("{} has unsupported dtype {}", self.describe(), xla_dtype_name(self.dtype)))
+            RtError::value(format!(
+                "{} has unsupported dtype {}",
+                self.describe(),
+                xla_dtype_name(self.dtype)
+            ))
         })
     }
 
@@ -391,7 +425,11 @@ impl<'a> Buf<'a> {
 
     #[cold]
     fn wrong_rank(&self, rank: usize) -> RtError {
-        RtError::value(format!("{} must have rank {rank}, got shape {:?}", self.describe(), self.dims))
+        RtError::value(format!(
+            "{} must have rank {rank}, got shape {:?}",
+            self.describe(),
+            self.dims
+        ))
     }
 
     /// An int32 scalar operand (ids, values).

@@ -45,7 +45,9 @@ pub fn with_runtime<R>(handle: u64, f: impl FnOnce(&Runtime) -> Result<R>) -> Re
                 }
             }
         }
-        let rt = registry().get(handle).ok_or_else(|| unknown_handle(handle))?;
+        let rt = registry()
+            .get(handle)
+            .ok_or_else(|| unknown_handle(handle))?;
         *cell.borrow_mut() = Some((handle, rt));
         let slot = cell.borrow();
         f(&slot.as_ref().expect("just filled").1)
@@ -73,7 +75,7 @@ pub fn join(uid: u64, run_id: i64, device: u32, config: &Config) -> Result<u64> 
 /// `device` finished the launch normally.
 pub fn leave(handle: u64, device: u32) {
     evict(handle);
-    let _ = registry().leave(handle, device);
+    registry().leave(handle, device);
 }
 
 /// `device`'s program stopped on an error: record `err` as the launch's
@@ -84,6 +86,6 @@ pub fn fail_and_abandon(handle: u64, device: u32, err: RtError) -> RtError {
         Some(rt) => rt.fail(err),
         None => err,
     };
-    let _ = registry().abandon(handle, device);
+    registry().abandon(handle, device);
     root.root_cause().clone()
 }

@@ -17,7 +17,8 @@ fn ffi_targets(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     for (name, addr) in mosaic_rt_ffi::handlers() {
         let ptr = NonNull::new(addr as *mut c_void).expect("handler address is non-null");
         // SAFETY: `ptr` is an `extern "C"` handler of this module (see above).
-        let capsule = unsafe { PyCapsule::new_with_pointer(py, ptr, c"mosaic_rt.xla_ffi_handler")? };
+        let capsule =
+            unsafe { PyCapsule::new_with_pointer(py, ptr, c"mosaic_rt.xla_ffi_handler")? };
         out.set_item(name, capsule)?;
     }
     Ok(out)

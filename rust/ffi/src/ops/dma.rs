@@ -39,7 +39,9 @@ pub fn dma_wait(c: &mut Call) -> Result<()> {
     let sem = c.frame.arg_id(4, "semaphore id")?;
     let bytes = c.frame.attr_i64("bytes")?;
     if bytes < 0 {
-        return Err(RtError::value(format!("dma_wait: bytes must be >= 0, got {bytes}")));
+        return Err(RtError::value(format!(
+            "dma_wait: bytes must be >= 0, got {bytes}"
+        )));
     }
     launch::with_runtime(handle, |rt| rt.dma_wait(device, core, sem, bytes))
 }

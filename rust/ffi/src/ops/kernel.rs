@@ -13,7 +13,9 @@ use std::time::Duration;
 fn run_id(f: &Frame) -> Result<i64> {
     // SAFETY: `api` was checked non-null by the dispatcher.
     let api = unsafe { &*f.raw.api };
-    let get = api.run_id_get.ok_or_else(|| RtError::internal("XLA_FFI_RunId_Get is missing"))?;
+    let get = api
+        .run_id_get
+        .ok_or_else(|| RtError::internal("XLA_FFI_RunId_Get is missing"))?;
     let mut args = abi::RunIdGetArgs {
         struct_size: std::mem::size_of::<abi::RunIdGetArgs>(),
         extension_start: std::ptr::null_mut(),
@@ -65,7 +67,9 @@ fn config_from_attrs(f: &Frame) -> Result<Config> {
 /// really runs where the mesh says: a wrong device id would otherwise join
 /// the launch as another device and deadlock or corrupt its memory.
 fn check_ordinal(f: &Frame, device: u32, num_devices: u32) -> Result<()> {
-    let Some(expected) = f.attr_i64s_opt("device_ordinals")? else { return Ok(()) };
+    let Some(expected) = f.attr_i64s_opt("device_ordinals")? else {
+        return Ok(());
+    };
     if expected.len() != num_devices as usize {
         return Err(RtError::value(format!(
             "kernel_begin: device_ordinals has {} entries for {num_devices} device(s)",
@@ -136,14 +140,23 @@ pub fn leak_report(c: &mut Call) -> Result<()> {
     let raise = match c.frame.attr_str("policy")? {
         "ignore" => false,
         "raise" => true,
-        p => return Err(RtError::value(format!("leak policy must be 'ignore' or 'raise', got {p:?}"))),
+        p => {
+            return Err(RtError::value(format!(
+                "leak policy must be 'ignore' or 'raise', got {p:?}"
+            )))
+        }
     };
     let (handle, device) = device_target(c)?;
     let leaks = launch::with_runtime(handle, |rt| Ok(rt.leaks(Some(device))))?;
     if raise && !leaks.is_empty() {
         let items: Vec<String> = leaks
             .iter()
-            .map(|l| format!("semaphore {} ({:?}) on core {} has count {}", l.sem, l.kind, l.core, l.count))
+            .map(|l| {
+                format!(
+                    "semaphore {} ({:?}) on core {} has count {}",
+                    l.sem, l.kind, l.core, l.count
+                )
+            })
             .collect();
         let msg = format!(
             "{} semaphore(s) left with a non-zero count at kernel end on device {device}: {}",
@@ -152,7 +165,9 @@ pub fn leak_report(c: &mut Call) -> Result<()> {
         );
         return Err(RtError::new(ErrorKind::Leak, msg).at(device, leaks[0].core));
     }
-    c.frame.ret(1)?.write_i32(leaks.len().min(i32::MAX as usize) as i32)
+    c.frame
+        .ret(1)?
+        .write_i32(leaks.len().min(i32::MAX as usize) as i32)
 }
 
 /// `device_barrier(token, handle, device) -> token`.

@@ -7,11 +7,14 @@ use mosaic_rt_core::{DType, Init, Result, RtError};
 
 fn shape_attr(c: &Call, name: &str) -> Result<Option<Vec<usize>>> {
     let f = &c.frame;
-    let Some(dims) = f.attr_i64s_opt(name)? else { return Ok(None) };
+    let Some(dims) = f.attr_i64s_opt(name)? else {
+        return Ok(None);
+    };
     dims.iter()
         .map(|&d| {
-            usize::try_from(d)
-                .map_err(|_| RtError::value(format!("{}: {name} has a negative dimension {d}", f.op)))
+            usize::try_from(d).map_err(|_| {
+                RtError::value(format!("{}: {name} has a negative dimension {d}", f.op))
+            })
         })
         .collect::<Result<Vec<_>>>()
         .map(Some)
@@ -34,12 +37,20 @@ pub fn allocate_buffer(c: &mut Call) -> Result<()> {
         .ok_or_else(|| RtError::value("allocate_buffer: missing attribute \"shape\""))?;
     let logical = shape_attr(c, "logical_shape")?;
     let logical_shape = logical.as_deref().unwrap_or(&shape);
-    let init_buf = if c.frame.num_args() == 5 { Some(c.frame.arg(4)?) } else { None };
+    let init_buf = if c.frame.num_args() == 5 {
+        Some(c.frame.arg(4)?)
+    } else {
+        None
+    };
     let init = match &init_buf {
         None => Init::Fill,
         Some(b) => {
             b.expect_dtype(dtype)?;
-            if b.dims.iter().map(|&d| d as usize).ne(logical_shape.iter().copied()) {
+            if b.dims
+                .iter()
+                .map(|&d| d as usize)
+                .ne(logical_shape.iter().copied())
+            {
                 return Err(RtError::value(format!(
                     "allocate_buffer: initial value has shape {:?}, expected {:?}",
                     b.dims, logical_shape
@@ -86,7 +97,9 @@ pub fn store(c: &mut Call) -> Result<()> {
     let space = space_attr(f, "space")?;
     let region = region(f, "", 5)?;
     let data = f.arg(6)?.bytes()?;
-    launch::with_runtime(handle, |rt| rt.store(device, core, space, id, &region, data))
+    launch::with_runtime(handle, |rt| {
+        rt.store(device, core, space, id, &region, data)
+    })
 }
 
 /// `swap(token, handle, device, core, id, starts, value[, mask]) -> (token, old)`;
@@ -115,8 +128,12 @@ pub fn swap(c: &mut Call) -> Result<()> {
     };
     let out = f.ret(1)?;
     if out.dtype != value.dtype || out.dims != value.dims {
-        return Err(RtError::value("swap: result must have the value's dtype and shape"));
+        return Err(RtError::value(
+            "swap: result must have the value's dtype and shape",
+        ));
     }
     let out = out.bytes_mut()?;
-    launch::with_runtime(handle, |rt| rt.swap(device, core, space, id, &region, data, mask, out))
+    launch::with_runtime(handle, |rt| {
+        rt.swap(device, core, space, id, &region, data, mask, out)
+    })
 }

@@ -32,7 +32,9 @@ pub fn allocate_semaphores(c: &mut Call) -> Result<()> {
         }
     };
     let count = c.frame.attr_u32("count")?;
-    let first = launch::with_runtime(handle, |rt| rt.allocate_semaphores(device, core, kind, count))?;
+    let first = launch::with_runtime(handle, |rt| {
+        rt.allocate_semaphores(device, core, kind, count)
+    })?;
     c.frame.ret(1)?.write_i32(first as i32)
 }
 
