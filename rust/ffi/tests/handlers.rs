@@ -257,3 +257,27 @@ fn a_failure_wakes_the_other_device_with_the_root_cause() {
         "{mine}"
     );
 }
+
+#[test]
+fn a_malformed_call_still_fails_the_launch_it_names() {
+    let u = uid();
+    let waiter = std::thread::spawn(move || {
+        set_run_id(888);
+        let handle = begin(0, 2, u, 30_000).unwrap();
+        let sem = alloc_sem(handle, 0).unwrap();
+        wait(handle, 0, sem, 1).unwrap_err()
+    });
+    set_run_id(888);
+    let handle = begin(1, 2, u, 30_000).unwrap();
+    alloc_sem(handle, 1).unwrap();
+    // One operand short: the handle and device are still readable, so the
+    // launch is failed and the waiter on device 0 is woken.
+    let mine = core_call(handle, 1)
+        .arg_i32(2000)
+        .ret_i32()
+        .call(h::semaphore_signal)
+        .unwrap_err();
+    let theirs = waiter.join().unwrap();
+    assert_eq!(mine, theirs);
+    assert!(mine.contains("expected 8 operand(s)"), "{mine}");
+}

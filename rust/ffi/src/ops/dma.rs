@@ -12,8 +12,7 @@ use mosaic_rt_core::{DmaRequest, Result, RtError};
 /// `src_space`, `src_sizes`, `src_strides`, `src_squeezed` and the same
 /// with `dst_`.
 pub fn dma_start(c: &mut Call) -> Result<()> {
-    c.frame.expect_arity(11..=11, 1)?;
-    let (handle, device, core) = core_target(c)?;
+    let (handle, device, core) = core_target(c, 11..=11, 1)?;
     let f = &c.frame;
     let req = DmaRequest {
         device,
@@ -34,8 +33,7 @@ pub fn dma_start(c: &mut Call) -> Result<()> {
 /// `dma_wait(token, handle, device, core, sem) -> token`; attribute `bytes`
 /// (the size of the transferred region, known at trace time).
 pub fn dma_wait(c: &mut Call) -> Result<()> {
-    c.frame.expect_arity(5..=5, 1)?;
-    let (handle, device, core) = core_target(c)?;
+    let (handle, device, core) = core_target(c, 5..=5, 1)?;
     let sem = c.frame.arg_id(4, "semaphore id")?;
     let bytes = c.frame.attr_i64("bytes")?;
     if bytes < 0 {

@@ -124,8 +124,7 @@ pub fn kernel_begin(c: &mut Call) -> Result<()> {
 /// `kernel_end(token, handle, device) -> token`: leaves the launch; the
 /// last device out tears it down.
 pub fn kernel_end(c: &mut Call) -> Result<()> {
-    c.frame.expect_arity(3..=3, 1)?;
-    let (handle, device) = device_target(c)?;
+    let (handle, device) = device_target(c, 3..=3, 1)?;
     // A launch that failed elsewhere must not end quietly on this device.
     launch::with_runtime(handle, |rt| rt.check_failed_at(device, 0))?;
     launch::leave(handle, device);
@@ -136,7 +135,7 @@ pub fn kernel_end(c: &mut Call) -> Result<()> {
 /// of (semaphore, core) pairs of `device` left non-zero; attribute
 /// `policy` = "ignore" | "raise" (raise fails the launch naming each leak).
 pub fn leak_report(c: &mut Call) -> Result<()> {
-    c.frame.expect_arity(3..=3, 2)?;
+    let (handle, device) = device_target(c, 3..=3, 2)?;
     let raise = match c.frame.attr_str("policy")? {
         "ignore" => false,
         "raise" => true,
@@ -146,7 +145,6 @@ pub fn leak_report(c: &mut Call) -> Result<()> {
             )))
         }
     };
-    let (handle, device) = device_target(c)?;
     let leaks = launch::with_runtime(handle, |rt| Ok(rt.leaks(Some(device))))?;
     if raise && !leaks.is_empty() {
         let items: Vec<String> = leaks
@@ -172,8 +170,7 @@ pub fn leak_report(c: &mut Call) -> Result<()> {
 
 /// `device_barrier(token, handle, device) -> token`.
 pub fn device_barrier(c: &mut Call) -> Result<()> {
-    c.frame.expect_arity(3..=3, 1)?;
-    let (handle, device) = device_target(c)?;
+    let (handle, device) = device_target(c, 3..=3, 1)?;
     launch::with_runtime(handle, |rt| rt.device_barrier(device))
 }
 

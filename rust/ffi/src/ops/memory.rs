@@ -1,6 +1,6 @@
 //! Buffers: allocate, free, load, store, swap.
 
-use super::{core_target, region, space_attr};
+use super::{core_target, device_target, region, space_attr};
 use crate::dispatch::Call;
 use crate::launch;
 use mosaic_rt_core::{DType, Init, Result, RtError};
@@ -25,11 +25,7 @@ fn shape_attr(c: &Call, name: &str) -> Result<Option<Vec<usize>>> {
 /// `dtype` (numpy name), `shape`, optional `logical_shape`. Without `init`
 /// the buffer gets the fill value; `init` must have the logical shape.
 pub fn allocate_buffer(c: &mut Call) -> Result<()> {
-    c.frame.expect_arity(4..=5, 2)?;
-    super::pass_token(&c.frame)?;
-    let handle = super::handle_arg(&c.frame, 1)?;
-    let device = c.frame.arg_id(2, "device id")?;
-    c.bind(handle, device);
+    let (handle, device) = device_target(c, 4..=5, 2)?;
     let core = c.frame.arg_opt_id(3, "core id")?;
     let space = space_attr(&c.frame, "space")?;
     let dtype = DType::from_name(c.frame.attr_str("dtype")?)?;
@@ -67,8 +63,7 @@ pub fn allocate_buffer(c: &mut Call) -> Result<()> {
 
 /// `free_buffer(token, handle, device, core, id) -> token`; attribute `space`.
 pub fn free_buffer(c: &mut Call) -> Result<()> {
-    c.frame.expect_arity(5..=5, 1)?;
-    let (handle, device, core) = core_target(c)?;
+    let (handle, device, core) = core_target(c, 5..=5, 1)?;
     let id = c.frame.arg_id(4, "buffer id")?;
     let space = space_attr(&c.frame, "space")?;
     launch::with_runtime(handle, |rt| rt.free_buffer(device, core, space, id))
@@ -77,8 +72,7 @@ pub fn free_buffer(c: &mut Call) -> Result<()> {
 /// `load(token, handle, device, core, id, starts) -> (token, value)`;
 /// attributes `space`, `sizes`, `strides`, `squeezed`.
 pub fn load(c: &mut Call) -> Result<()> {
-    c.frame.expect_arity(6..=6, 2)?;
-    let (handle, device, core) = core_target(c)?;
+    let (handle, device, core) = core_target(c, 6..=6, 2)?;
     let f = &c.frame;
     let id = f.arg_id(4, "buffer id")?;
     let space = space_attr(f, "space")?;
@@ -90,8 +84,7 @@ pub fn load(c: &mut Call) -> Result<()> {
 /// `store(token, handle, device, core, id, starts, value) -> token`;
 /// attributes as for `load`.
 pub fn store(c: &mut Call) -> Result<()> {
-    c.frame.expect_arity(7..=7, 1)?;
-    let (handle, device, core) = core_target(c)?;
+    let (handle, device, core) = core_target(c, 7..=7, 1)?;
     let f = &c.frame;
     let id = f.arg_id(4, "buffer id")?;
     let space = space_attr(f, "space")?;
@@ -105,8 +98,7 @@ pub fn store(c: &mut Call) -> Result<()> {
 /// `swap(token, handle, device, core, id, starts, value[, mask]) -> (token, old)`;
 /// `mask` is a bool array of the value's shape.
 pub fn swap(c: &mut Call) -> Result<()> {
-    c.frame.expect_arity(7..=8, 2)?;
-    let (handle, device, core) = core_target(c)?;
+    let (handle, device, core) = core_target(c, 7..=8, 2)?;
     let f = &c.frame;
     let id = f.arg_id(4, "buffer id")?;
     let space = space_attr(f, "space")?;

@@ -12,6 +12,7 @@ use crate::dispatch::Call;
 use crate::frame::Frame;
 use crate::launch;
 use mosaic_rt_core::{DType, DimSel, MemorySpace, Region, Result, RtError};
+use std::ops::RangeInclusive;
 
 /// Checks the token operand and forwards it to result 0 (a no-op when XLA
 /// aliased the two, a 4-byte copy otherwise).
@@ -45,20 +46,28 @@ fn bad_handle(f: &Frame, i: usize) -> Result<u64> {
     Ok(launch::join_handle(parts))
 }
 
-/// Reads `token, handle, device` and binds the call to that launch.
+/// Reads `handle, device` (operands 1, 2), binds the call to that launch,
+/// then checks the arity and the token. Binding comes first so that any
+/// later error fails the whole launch instead of leaving the other devices
+/// waiting for this one.
 #[inline]
-pub fn device_target(c: &mut Call) -> Result<(u64, u32)> {
-    pass_token(&c.frame)?;
+pub fn device_target(c: &mut Call, args: RangeInclusive<usize>, rets: usize) -> Result<(u64, u32)> {
     let handle = handle_arg(&c.frame, 1)?;
     let device = c.frame.arg_id(2, "device id")?;
     c.bind(handle, device);
+    c.frame.expect_arity(args, rets)?;
+    pass_token(&c.frame)?;
     Ok((handle, device))
 }
 
 /// Reads `token, handle, device, core` and binds the call to that launch.
 #[inline]
-pub fn core_target(c: &mut Call) -> Result<(u64, u32, u32)> {
-    let (handle, device) = device_target(c)?;
+pub fn core_target(
+    c: &mut Call,
+    args: RangeInclusive<usize>,
+    rets: usize,
+) -> Result<(u64, u32, u32)> {
+    let (handle, device) = device_target(c, args, rets)?;
     let core = c.frame.arg_id(3, "core id")?;
     Ok((handle, device, core))
 }

@@ -18,8 +18,7 @@ fn count_arg(c: &Call, i: usize, what: &str) -> Result<i64> {
 /// `core` = -1 allocates on every core of the device; attributes `kind`
 /// ("regular" | "dma" | "barrier") and `count`.
 pub fn allocate_semaphores(c: &mut Call) -> Result<()> {
-    c.frame.expect_arity(4..=4, 2)?;
-    let (handle, device) = device_target(c)?;
+    let (handle, device) = device_target(c, 4..=4, 2)?;
     let core = c.frame.arg_opt_id(3, "core id")?;
     let kind = match c.frame.attr_str("kind")? {
         "regular" => SemKind::Regular,
@@ -41,8 +40,7 @@ pub fn allocate_semaphores(c: &mut Call) -> Result<()> {
 /// `barrier_semaphore(token, handle, device) -> (token, int32 id)`;
 /// attribute `collective_id`.
 pub fn barrier_semaphore(c: &mut Call) -> Result<()> {
-    c.frame.expect_arity(3..=3, 2)?;
-    let (handle, device) = device_target(c)?;
+    let (handle, device) = device_target(c, 3..=3, 2)?;
     let cid = c.frame.attr_u32("collective_id")?;
     let id = launch::with_runtime(handle, |rt| rt.barrier_semaphore(device, cid))?;
     c.frame.ret(1)?.write_i32(id as i32)
@@ -52,8 +50,7 @@ pub fn barrier_semaphore(c: &mut Call) -> Result<()> {
 /// target_core) -> token`; -1 target device = the signalling device, -1
 /// target core = core 0 (stock's rule).
 pub fn semaphore_signal(c: &mut Call) -> Result<()> {
-    c.frame.expect_arity(8..=8, 1)?;
-    let (handle, device, core) = core_target(c)?;
+    let (handle, device, core) = core_target(c, 8..=8, 1)?;
     let f = &c.frame;
     let sem = f.arg_id(4, "semaphore id")?;
     let inc = f.arg_i32(5)? as i64;
@@ -66,8 +63,7 @@ pub fn semaphore_signal(c: &mut Call) -> Result<()> {
 
 /// `semaphore_wait(token, handle, device, core, sem, value) -> token`.
 pub fn semaphore_wait(c: &mut Call) -> Result<()> {
-    c.frame.expect_arity(6..=6, 1)?;
-    let (handle, device, core) = core_target(c)?;
+    let (handle, device, core) = core_target(c, 6..=6, 1)?;
     let sem = c.frame.arg_id(4, "semaphore id")?;
     let value = count_arg(c, 5, "semaphore wait value")?;
     launch::with_runtime(handle, |rt| rt.semaphore_wait(device, core, sem, value))
@@ -75,8 +71,7 @@ pub fn semaphore_wait(c: &mut Call) -> Result<()> {
 
 /// `semaphore_read(token, handle, device, core, sem) -> (token, int32 count)`.
 pub fn semaphore_read(c: &mut Call) -> Result<()> {
-    c.frame.expect_arity(5..=5, 2)?;
-    let (handle, device, core) = core_target(c)?;
+    let (handle, device, core) = core_target(c, 5..=5, 2)?;
     let sem = c.frame.arg_id(4, "semaphore id")?;
     let v = launch::with_runtime(handle, |rt| rt.semaphore_read(device, core, sem))?;
     let v = i32::try_from(v)
