@@ -2,7 +2,7 @@
 //! (no XLA) vs the same runtime calls made directly. Prints a table.
 //! Run: cargo bench -p mosaic_rt_ffi
 
-use mosaic_rt_core::{Config, Runtime, SemKind};
+use mosaic_rt_core::{Config, DType, DimSel, Init, MemorySpace, Region, Runtime, SemKind};
 use mosaic_rt_ffi::abi;
 use mosaic_rt_ffi::c_handlers as h;
 use mosaic_rt_ffi::testing::FakeCall;
@@ -79,6 +79,33 @@ fn main() {
         info.prepare(),
     );
 
+    let mut alloc_buf = core()
+        .ret_i32()
+        .ret_i32()
+        .attr_i64("space", 0)
+        .attr_str("dtype", "float32")
+        .attr_i64s("shape", &[8, 128]);
+    alloc_buf.call(h::allocate_buffer).unwrap();
+    let buf = alloc_buf.ret_i32_value(1);
+    // One (128,) row of an (8, 128) f32 buffer, chosen by a dynamic start.
+    let row = |c: FakeCall| {
+        c.attr_i64("space", 0)
+            .attr_i64s("sizes", &[1])
+            .attr_i64s("strides", &[1])
+            .attr_i64s("squeezed", &[1])
+    };
+    let mut load = row(core()
+        .arg_i32(buf)
+        .arg_i32s(&[3])
+        .ret_i32()
+        .ret(abi::DT_F32, &[128], 512));
+    let mut store = row(core()
+        .arg_i32(buf)
+        .arg_i32s(&[3])
+        .arg(abi::DT_F32, &[128], vec![0; 512])
+        .ret_i32());
+    let (mut load, mut store) = (load.prepare(), store.prepare());
+
     let rt = Runtime::new(Config::default()).unwrap();
     let s = rt
         .allocate_semaphores(0, Some(0), SemKind::Regular, 1)
@@ -95,6 +122,29 @@ fn main() {
     per_op("handler: signal + wait, per op", 2, || {
         sig.call(h::semaphore_signal).unwrap();
         wait.call(h::semaphore_wait).unwrap();
+    });
+    per_op("handler: load f32[128] row", 1, || {
+        black_box(load.call(h::load)).unwrap();
+    });
+    per_op("handler: store f32[128] row", 1, || {
+        black_box(store.call(h::store)).unwrap();
+    });
+    let b = rt
+        .allocate_buffer(
+            0,
+            Some(0),
+            MemorySpace::Vmem,
+            DType::F32,
+            &[8, 128],
+            None,
+            Init::Fill,
+        )
+        .unwrap();
+    let mut out = vec![0u8; 512];
+    per_op("direct Runtime: load f32[128] row", 1, || {
+        let region = Region::new(vec![DimSel::index(3)]);
+        rt.load(0, 0, MemorySpace::Vmem, b, &region, &mut out)
+            .unwrap();
     });
     per_op("direct Runtime: signal + wait, per op", 2, || {
         rt.semaphore_signal(0, 0, s, 1, None, None).unwrap();

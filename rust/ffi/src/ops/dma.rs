@@ -1,6 +1,6 @@
 //! DMAs: start and wait.
 
-use super::{core_target, region, space_attr};
+use super::{core_target, region, space_attr, DST_REGION, SRC_REGION};
 use crate::dispatch::Call;
 use crate::launch;
 use mosaic_rt_core::{DmaRequest, Result, RtError};
@@ -19,10 +19,10 @@ pub fn dma_start(c: &mut Call) -> Result<()> {
         core,
         src_space: space_attr(f, "src_space")?,
         src_id: f.arg_id(4, "source buffer id")?,
-        src_region: region(f, "src_", 5)?,
+        src_region: region(f, &SRC_REGION, 5)?,
         dst_space: space_attr(f, "dst_space")?,
         dst_id: f.arg_id(6, "destination buffer id")?,
-        dst_region: region(f, "dst_", 7)?,
+        dst_region: region(f, &DST_REGION, 7)?,
         dst_sem: f.arg_id(8, "destination semaphore id")?,
         src_sem: f.arg_opt_id(9, "source semaphore id")?,
         dst_device: f.arg_opt_id(10, "destination device id")?,

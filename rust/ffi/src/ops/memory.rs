@@ -1,6 +1,6 @@
 //! Buffers: allocate, free, load, store, swap.
 
-use super::{core_target, device_target, region, space_attr};
+use super::{core_target, device_target, region, space_attr, REGION};
 use crate::dispatch::Call;
 use crate::launch;
 use mosaic_rt_core::{DType, Init, Result, RtError};
@@ -76,7 +76,7 @@ pub fn load(c: &mut Call) -> Result<()> {
     let f = &c.frame;
     let id = f.arg_id(4, "buffer id")?;
     let space = space_attr(f, "space")?;
-    let region = region(f, "", 5)?;
+    let region = region(f, &REGION, 5)?;
     let out = f.ret(1)?.bytes_mut()?;
     launch::with_runtime(handle, |rt| rt.load(device, core, space, id, &region, out))
 }
@@ -88,7 +88,7 @@ pub fn store(c: &mut Call) -> Result<()> {
     let f = &c.frame;
     let id = f.arg_id(4, "buffer id")?;
     let space = space_attr(f, "space")?;
-    let region = region(f, "", 5)?;
+    let region = region(f, &REGION, 5)?;
     let data = f.arg(6)?.bytes()?;
     launch::with_runtime(handle, |rt| {
         rt.store(device, core, space, id, &region, data)
@@ -102,7 +102,7 @@ pub fn swap(c: &mut Call) -> Result<()> {
     let f = &c.frame;
     let id = f.arg_id(4, "buffer id")?;
     let space = space_attr(f, "space")?;
-    let region = region(f, "", 5)?;
+    let region = region(f, &REGION, 5)?;
     let value = f.arg(6)?;
     let data = value.bytes()?;
     let mask = if f.num_args() == 8 {

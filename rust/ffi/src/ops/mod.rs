@@ -77,18 +77,42 @@ pub fn space_attr(f: &Frame, name: &str) -> Result<MemorySpace> {
     MemorySpace::from_code(f.attr_i64(name)?)
 }
 
-/// A region: static `{p}sizes`, `{p}strides`, `{p}squeezed` attributes and a
-/// dynamic int32 start vector operand.
-pub fn region(f: &Frame, prefix: &str, starts_arg: usize) -> Result<Region> {
-    let sizes = f.attr_i64s(&format!("{prefix}sizes"))?;
-    let strides = f.attr_i64s(&format!("{prefix}strides"))?;
-    let squeezed = f.attr_i64s(&format!("{prefix}squeezed"))?;
+/// Which region of an op: names of its three static attributes.
+pub struct RegionAttrs {
+    pub sizes: &'static str,
+    pub strides: &'static str,
+    pub squeezed: &'static str,
+}
+
+pub const REGION: RegionAttrs = RegionAttrs {
+    sizes: "sizes",
+    strides: "strides",
+    squeezed: "squeezed",
+};
+pub const SRC_REGION: RegionAttrs = RegionAttrs {
+    sizes: "src_sizes",
+    strides: "src_strides",
+    squeezed: "src_squeezed",
+};
+pub const DST_REGION: RegionAttrs = RegionAttrs {
+    sizes: "dst_sizes",
+    strides: "dst_strides",
+    squeezed: "dst_squeezed",
+};
+
+/// A region: static sizes, strides and squeezed flags (attributes named by
+/// `names`) and a dynamic int32 start vector operand.
+pub fn region(f: &Frame, names: &RegionAttrs, starts_arg: usize) -> Result<Region> {
+    let sizes = f.attr_i64s(names.sizes)?;
+    let strides = f.attr_i64s(names.strides)?;
+    let squeezed = f.attr_i64s(names.squeezed)?;
     let starts = f.arg(starts_arg)?.i32s()?;
     let n = sizes.len();
     if strides.len() != n || squeezed.len() != n || starts.len() != n {
         return Err(RtError::value(format!(
-            "{}: region {prefix:?} has {n} sizes but {} strides, {} squeezed flags and {} starts",
+            "{}: region {:?} has {n} sizes but {} strides, {} squeezed flags and {} starts",
             f.op,
+            names.sizes,
             strides.len(),
             squeezed.len(),
             starts.len()
