@@ -10,7 +10,8 @@ use mosaic_rt_core::{Config, ErrorKind, RtError};
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
     let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(3);
+    // Bound 5 explores these 2-3 thread models in ~5 s (unbounded: ~5 min).
+    builder.preemption_bound = Some(5);
     builder.check(f);
 }
 
