@@ -9,6 +9,7 @@ pub mod errors;
 mod frame;
 mod launch;
 mod ops;
+mod spin;
 #[doc(hidden)]
 pub mod testing;
 

@@ -66,7 +66,10 @@ pub fn semaphore_wait(c: &mut Call) -> Result<()> {
     let (handle, device, core) = core_target(c, 6..=6, 1)?;
     let sem = c.frame.arg_id(4, "semaphore id")?;
     let value = count_arg(c, 5, "semaphore wait value")?;
-    launch::with_runtime(handle, |rt| rt.semaphore_wait(device, core, sem, value))
+    launch::with_runtime(handle, |rt| {
+        crate::spin::before_wait(rt, device, core, sem, value);
+        rt.semaphore_wait(device, core, sem, value)
+    })
 }
 
 /// `semaphore_read(token, handle, device, core, sem) -> (token, int32 count)`.
