@@ -8,10 +8,22 @@ from mosaic_rt.errors import (
     WaitTimeout,
 )
 from mosaic_rt.runtime import BufferInfo, Leak, Runtime
+from mosaic_rt.ffi import native_errors
+from mosaic_rt.interpret.params import InterpretParams
+from mosaic_rt.interpret.mode import force_interpret_mode, set_interpret_mode
+from mosaic_rt.interpret import seam as _seam
+
+# Route pallas_call(interpret=mosaic_rt.InterpretParams()) to our interpreter
+# (stock InterpretParams keep the stock path).
+_seam.install()
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "InterpretParams",
+    "force_interpret_mode",
+    "set_interpret_mode",
+    "native_errors",
     "BufferInfo",
     "Leak",
     "Runtime",

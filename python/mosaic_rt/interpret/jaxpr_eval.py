@@ -303,7 +303,7 @@ def _prng_seed(eqn, read, ctx, token):
 @_rule(mosaic_primitives.prng_random_bits_p)
 def _prng_random_bits(eqn, read, ctx, token):
     return ops.prng_random_bits(token, ctx.handle, ctx.device_id, ctx.core,
-                                eqn.params["shape"])
+                                eqn.outvars[0].aval)
 
 
 # -------------------------------------------------------------- semaphores

@@ -16,7 +16,9 @@ from jax._src.pallas.mosaic import core as mosaic_core
 from jax._src.pallas.mosaic.interpret import interpret_pallas_call as stock
 
 from mosaic_rt import ffi
+from mosaic_rt.ffi.ops import _call, _i32, _region_parts, _space
 from mosaic_rt.interpret.params import InterpretParams
+from mosaic_rt.interpret.regions import Region
 
 READY = False  # flipped once the kernel corpus passes
 
@@ -131,32 +133,66 @@ def dma_start(token, handle, device, core, *, src_space, src, src_region, dst_sp
         dst_device=dst_device)
 
 
+def _ids(xs):
+    xs = [jnp.asarray(x, jnp.int32).reshape(()) for x in xs]
+    return jnp.stack(xs) if xs else jnp.zeros((0,), jnp.int32)
+
+
+def _copy_block(token, handle, device, core, src, src_region, dst, dst_region, *,
+                src_space, dst_space, direction, name, block_indices, grid_point):
+    src_starts, src_attrs = _region_parts(src_region, "src_")
+    dst_starts, dst_attrs = _region_parts(dst_region, "dst_")
+    return _call("copy_block", (),
+                 (token, handle, _i32(device), _i32(core), _i32(src), src_starts,
+                  _i32(dst), dst_starts, _ids(block_indices),
+                  jnp.asarray(grid_point, jnp.int32).reshape(-1)),
+                 src_space=_space(src_space), dst_space=_space(dst_space),
+                 direction=direction, name=str(name), **src_attrs, **dst_attrs)
+
+
 def copy_block_in(token, *, handle, device, core, src, src_region, dst_space, dst,
                   name, block_indices, grid_point):
     """Copies one input block from its HBM buffer into the kernel's buffer."""
-    return ffi.copy_block(
-        token, handle, device, core, src, src_region, dst, None,
-        src_space="hbm", dst_space=dst_space, direction="input", name=name,
-        block_indices=block_indices, grid_point=grid_point)
+    return _copy_block(token, handle, device, core, src, src_region, dst, None,
+                       src_space="hbm", dst_space=dst_space, direction="input",
+                       name=name, block_indices=block_indices, grid_point=grid_point)
 
 
 def copy_block_out(token, *, handle, device, core, src_space, src, dst, dst_region,
                    name, block_indices, grid_point):
     """Copies the kernel's output buffer into its block of the HBM output."""
-    return ffi.copy_block(
-        token, handle, device, core, src, None, dst, dst_region,
-        src_space=src_space, dst_space="hbm", direction="output", name=name,
-        block_indices=block_indices, grid_point=grid_point)
+    return _copy_block(token, handle, device, core, src, None, dst, dst_region,
+                       src_space=src_space, dst_space="hbm", direction="output",
+                       name=name, block_indices=block_indices, grid_point=grid_point)
 
 
 def check_revisit(token, handle, device, core, loop_idx, regions):
-    """Fails if an output block is written again after the core moved on."""
-    return ffi.check_revisit(token, handle, device, core, loop_idx, regions)
+    """Fails if an output block is written again after the core moved on
+    (`regions[i]` is None for outputs that are not tracked)."""
+    ranks, sizes, strides, squeezed, starts = [], [], [], [], []
+    for r in regions:
+        if r is None:
+            ranks.append(-1)
+            continue
+        ranks.append(len(r.sizes))
+        sizes += r.sizes
+        strides += r.strides
+        squeezed += r.squeezed
+        starts.append(r.start_vector())
+    if all(r < 0 for r in ranks):
+        return token
+    merged = Region(tuple(sizes), tuple(strides), tuple(squeezed),
+                    jnp.concatenate(starts) if starts else jnp.zeros((0,), jnp.int32))
+    start_vec, attrs = _region_parts(merged)
+    return _call("check_revisit", (),
+                 (token, handle, _i32(device), _i32(core), _ids(loop_idx), start_vec),
+                 ranks=np.asarray(ranks, np.int64), **attrs)
 
 
 def prng_seed(token, handle, device, core, seeds):
-    return ffi.prng_seed(token, handle, device, core, seeds)
+    return _call("prng_seed", (), (token, handle, _i32(device), _i32(core), _ids(seeds)))
 
 
-def prng_random_bits(token, handle, device, core, shape):
-    return ffi.prng_random_bits(token, handle, device, core, shape=tuple(shape))
+def prng_random_bits(token, handle, device, core, aval):
+    return _call("prng_random_bits", (jax.ShapeDtypeStruct(aval.shape, aval.dtype),),
+                 (token, handle, _i32(device), _i32(core)))

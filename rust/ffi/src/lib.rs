@@ -56,6 +56,10 @@ handlers! {
     semaphore_read => crate::ops::sem::semaphore_read,
     dma_start => crate::ops::dma::dma_start,
     dma_wait => crate::ops::dma::dma_wait,
+    copy_block => crate::ops::interp::copy_block,
+    check_revisit => crate::ops::interp::check_revisit,
+    prng_seed => crate::ops::interp::prng_seed,
+    prng_random_bits => crate::ops::interp::prng_random_bits,
 }
 
 /// The root cause recorded as `[mosaic_rt#n]`, if still known.

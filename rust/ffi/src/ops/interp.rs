@@ -1,0 +1,140 @@
+//! Ops only the Pallas interpreter needs: BlockSpec block copies (with
+//! stock's block-index error messages), the output-revisit check and the
+//! per-core PRNG.
+
+use super::{core_target, region, space_attr, DST_REGION, SRC_REGION};
+use crate::dispatch::Call;
+use crate::frame::Frame;
+use crate::launch;
+use mosaic_rt_core::memory::MemRef;
+use mosaic_rt_core::region::python_tuple;
+use mosaic_rt_core::{BufferKey, DType, DimSel, ErrorKind, Region, Result, RtError};
+
+fn ints_repr(xs: &[i32]) -> String {
+    let items: Vec<String> = xs.iter().map(|x| x.to_string()).collect();
+    python_tuple(&items)
+}
+
+fn shape_repr(xs: &[usize]) -> String {
+    let items: Vec<String> = xs.iter().map(|x| x.to_string()).collect();
+    python_tuple(&items)
+}
+
+/// `copy_block(token, handle, device, core, src_id, src_starts, dst_id,
+/// dst_starts, block_indices, grid_point) -> token`.
+///
+/// Attributes: `src_space`, `dst_space`, `src_`/`dst_` region attributes,
+/// `direction` ("input": HBM block -> kernel buffer, "output": kernel buffer
+/// -> HBM block) and `name` (the pallas_call argument's name). An
+/// out-of-bounds block is reported the way stock reports it, naming the
+/// argument, block indices and grid point.
+pub fn copy_block(c: &mut Call) -> Result<()> {
+    let (handle, device, core) = core_target(c, 10..=10, 1)?;
+    let f = &c.frame;
+    let src_id = f.arg_id(4, "source buffer id")?;
+    let src_region = region(f, &SRC_REGION, 5)?;
+    let dst_id = f.arg_id(6, "destination buffer id")?;
+    let dst_region = region(f, &DST_REGION, 7)?;
+    let src_space = space_attr(f, "src_space")?;
+    let dst_space = space_attr(f, "dst_space")?;
+    let input = match f.attr_str("direction")? {
+        "input" => true,
+        "output" => false,
+        d => return Err(RtError::value(format!("copy_block: bad direction {d:?}"))),
+    };
+    launch::with_runtime(handle, |rt| {
+        let src = MemRef { device, core, space: src_space, id: src_id, region: &src_region };
+        let dst = MemRef { device, core, space: dst_space, id: dst_id, region: &dst_region };
+        let result = rt.copy(src, dst);
+        let err = match result {
+            Ok(_) => return Ok(()),
+            Err(e) => e,
+        };
+        let oob = if input {
+            err.kind == ErrorKind::Index
+        } else {
+            err.message.starts_with("Out-of-bounds write")
+        };
+        if !oob {
+            return Err(err);
+        }
+        let (space, id, reg, what) = if input {
+            (src_space, src_id, &src_region, "input")
+        } else {
+            (dst_space, dst_id, &dst_region, "output")
+        };
+        let info = rt.buffer_info(BufferKey::for_access(space, id, device, core))?;
+        Err(RtError::index(format!(
+            "Out-of-bounds block index {} for {what} \"{}\" in iteration {} on device \
+             {device} (core {core}): reading [{}] but {what} has shape {}.",
+            ints_repr(f.arg(8)?.i32s()?),
+            f.attr_str("name")?,
+            ints_repr(f.arg(9)?.i32s()?),
+            reg.python_repr(),
+            shape_repr(&info.logical_shape)
+        )))
+    })
+}
+
+/// `check_revisit(token, handle, device, core, loop_idx, starts) -> token`.
+///
+/// Attributes: `ranks` (per output: its block rank, or -1 when the output is
+/// not tracked) and the concatenated `sizes`/`strides`/`squeezed` of the
+/// tracked outputs, whose starts are concatenated in operand `starts`.
+pub fn check_revisit(c: &mut Call) -> Result<()> {
+    let (handle, device, core) = core_target(c, 6..=6, 1)?;
+    let f = &c.frame;
+    let loop_idx: Vec<i64> = f.arg(4)?.i32s()?.iter().map(|&i| i as i64).collect();
+    let all = region(f, &super::REGION, 5)?;
+    let blocks = split_blocks(f, all)?;
+    launch::with_runtime(handle, |rt| rt.check_revisit(device, core, &loop_idx, &blocks))
+}
+
+fn split_blocks(f: &Frame, all: Region) -> Result<Vec<Option<Region>>> {
+    let mut dims = all.dims.into_iter();
+    let mut blocks = Vec::new();
+    for &rank in f.attr_i64s("ranks")? {
+        if rank < 0 {
+            blocks.push(None);
+            continue;
+        }
+        let part: Vec<DimSel> = dims.by_ref().take(rank as usize).collect();
+        if part.len() != rank as usize {
+            return Err(RtError::value("check_revisit: ranks exceed the given dimensions"));
+        }
+        blocks.push(Some(Region::new(part)));
+    }
+    if dims.next().is_some() {
+        return Err(RtError::value("check_revisit: more dimensions than ranks account for"));
+    }
+    Ok(blocks)
+}
+
+/// `prng_seed(token, handle, device, core, seeds) -> token` (int32 vector).
+pub fn prng_seed(c: &mut Call) -> Result<()> {
+    let (handle, device, core) = core_target(c, 5..=5, 1)?;
+    let seeds: Vec<i64> = c.frame.arg(4)?.i32s()?.iter().map(|&s| s as i64).collect();
+    launch::with_runtime(handle, |rt| rt.prng_seed(device, core, &seeds))
+}
+
+/// `prng_random_bits(token, handle, device, core) -> (token, bits)`; the
+/// result (any 32-bit integer dtype and shape) is filled with random words.
+pub fn prng_random_bits(c: &mut Call) -> Result<()> {
+    let (handle, device, core) = core_target(c, 4..=4, 2)?;
+    let out = c.frame.ret(1)?;
+    let dtype = out.dtype()?;
+    if !matches!(dtype, DType::I32 | DType::U32) {
+        return Err(RtError::value(format!(
+            "prng_random_bits: result must be int32 or uint32, got {}",
+            dtype.name()
+        )));
+    }
+    let bytes = out.bytes_mut()?;
+    let mut words = vec![0u32; bytes.len() / 4];
+    launch::with_runtime(handle, |rt| rt.prng_bits(device, core, &mut words))?;
+    for (chunk, w) in bytes.chunks_exact_mut(4).zip(words) {
+        chunk.copy_from_slice(&w.to_le_bytes());
+    }
+    Ok(())
+}
+
