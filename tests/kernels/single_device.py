@@ -584,19 +584,38 @@ def case_dma_two_copies_one_semaphore():
                 reference=lambda x: np.concatenate([x[8:], x[:8]]) + 0.5)
 
 
-def case_prng_stub():
+def _check_real_random_bits(out):
+    # Ours gives real bits (stock returns zeros): a reseeded core repeats its
+    # sequence, and the words look random.
+    first, again, other = (np.asarray(x) for x in out)
+    assert first.dtype == np.int32 and first.shape == (8, 128)
+    np.testing.assert_array_equal(first, again)
+    assert not np.array_equal(first, other)
+    ones = np.unpackbits(first.view(np.uint8)).mean()
+    assert 0.45 < ones < 0.55, ones
+    assert len(np.unique(first)) > 1000
+
+
+def case_prng_random_bits():
     # Stock interpret mode treats `prng_seed` as a no-op and returns zeros
-    # for `prng_random_bits`; ours must do the same.
-    def kernel(o_ref):
+    # for `prng_random_bits`; ours draws real bits from a per-core generator
+    # seeded by `prng_seed` (checked by `_check_real_random_bits`).
+    def kernel(o_ref, again_ref, other_ref):
         pltpu.prng_seed(1234)
         o_ref[...] = pltpu.prng_random_bits(o_ref.shape)
+        pltpu.prng_seed(1234)
+        again_ref[...] = pltpu.prng_random_bits(o_ref.shape)
+        pltpu.prng_seed(99)
+        other_ref[...] = pltpu.prng_random_bits(o_ref.shape)
 
     def fn(params):
-        return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((8, 128), _I32),
-            interpret=params)()
+        shape = jax.ShapeDtypeStruct((8, 128), _I32)
+        return pl.pallas_call(kernel, out_shape=(shape, shape, shape),
+                              interpret=params)()
 
-    return Case("prng_stub", fn, (), reference=lambda: np.zeros((8, 128), np.int32))
+    return Case("prng_random_bits", fn, (),
+                reference=lambda: tuple(np.zeros((8, 128), np.int32) for _ in range(3)),
+                ours_check=_check_real_random_bits)
 
 
 def case_delay():

@@ -194,8 +194,9 @@ def _run_scoped(eqn, read, ctx, token):
             space = _space_or_raise_if_hbm(
                 aval, "run_scoped_p", "Cannot allocate HBM in `run_scoped`.")
         token, buf = ops.allocate_buffer(
-            token, ctx.handle, ctx.device_id, ctx.core, space_code(space),
-            shape=aval.shape, dtype=aval.dtype, params=ctx.params)
+            token, handle=ctx.handle, device=ctx.device_id, core=ctx.core,
+            space=space_code(space), shape=aval.shape, dtype=aval.dtype,
+            params=ctx.params)
         allocs.append(buf)
     token, out = eval_jaxpr(body, *read(), *allocs, ctx=ctx, token=token)
     # Semaphores are not freed (as stock: their ids are never reused).

@@ -20,7 +20,7 @@ from mosaic_rt.ffi.ops import _call, _i32, _region_parts, _space
 from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.interpret.regions import Region
 
-READY = False  # flipped once the kernel corpus passes
+READY = True
 
 _SMEM_CODE = stock.TPU_MEMORY_SPACE_IDXS[mosaic_core.MemorySpace.SMEM]
 
@@ -147,7 +147,7 @@ def _copy_block(token, handle, device, core, src, src_region, dst, dst_region, *
                   _i32(dst), dst_starts, _ids(block_indices),
                   jnp.asarray(grid_point, jnp.int32).reshape(-1)),
                  src_space=_space(src_space), dst_space=_space(dst_space),
-                 direction=direction, name=str(name), **src_attrs, **dst_attrs)
+                 direction=direction, arg_name=str(name), **src_attrs, **dst_attrs)
 
 
 def copy_block_in(token, *, handle, device, core, src, src_region, dst_space, dst,

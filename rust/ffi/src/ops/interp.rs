@@ -25,7 +25,7 @@ fn shape_repr(xs: &[usize]) -> String {
 ///
 /// Attributes: `src_space`, `dst_space`, `src_`/`dst_` region attributes,
 /// `direction` ("input": HBM block -> kernel buffer, "output": kernel buffer
-/// -> HBM block) and `name` (the pallas_call argument's name). An
+/// -> HBM block) and `arg_name` (the pallas_call argument's name). An
 /// out-of-bounds block is reported the way stock reports it, naming the
 /// argument, block indices and grid point.
 pub fn copy_block(c: &mut Call) -> Result<()> {
@@ -68,7 +68,7 @@ pub fn copy_block(c: &mut Call) -> Result<()> {
             "Out-of-bounds block index {} for {what} \"{}\" in iteration {} on device \
              {device} (core {core}): reading [{}] but {what} has shape {}.",
             ints_repr(f.arg(8)?.i32s()?),
-            f.attr_str("name")?,
+            f.attr_str("arg_name")?,
             ints_repr(f.arg(9)?.i32s()?),
             reg.python_repr(),
             shape_repr(&info.logical_shape)
