@@ -25,6 +25,7 @@ from jax._src.pallas.mosaic.interpret import utils as stock_utils
 from jax._src.util import split_list
 
 from mosaic_rt.interpret import ops
+from mosaic_rt.interpret.cores import run_cores_concurrently
 from mosaic_rt.interpret.jaxpr_eval import Ctx, eval_jaxpr, forward_any_to_hbm, space_code
 from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.interpret.regions import FULL, Region, block_region
@@ -63,10 +64,6 @@ def interpret_pallas_call(
         params = dataclasses.replace(params, num_cores_or_threads=mesh.devices.shape[0])
         if mesh.devices.shape[0] > 1:
             mosaic_params = mosaic_params.replace(dimension_semantics=("parallel",))
-    if params.num_cores_per_device > 1:
-        raise NotImplementedError(
-            "mosaic_rt: several cores per device (num_cores_or_threads > 1 or a"
-            " multi-core core_map) are not supported yet.")
 
     args = [stock.remove_memory_space_p.bind(a) for a in args]
     dyn_grid, scalars, inputs = split_list(
@@ -170,7 +167,12 @@ def interpret_pallas_call(
             raise ValueError(f"Kernel output {j} in HBM but does not have trivial BlockSpec.")
 
     num_iterations = functools.reduce(jnp.multiply, grid) if grid else 1
-    randomized = stock._get_randomized_grid_coordinates(grid, mosaic_params, params.random_seed)
+    if isinstance(mesh, mosaic_core.TensorCoreMesh):
+        # core_map: a fixed division of the grid between cores (as stock).
+        randomized = (jnp.array((), dtype=jnp.int32),) * len(grid)
+    else:
+        randomized = stock._get_randomized_grid_coordinates(
+            grid, mosaic_params, params.random_seed)
     parallel = stock._get_parallel_dim_semantics(mosaic_params, len(grid))
     subgrid = stock._get_parallel_subgrid_size(parallel, grid)
     cores = params.num_cores_per_device
@@ -263,7 +265,10 @@ def interpret_pallas_call(
         carry = (first_iter, init_loop_idx, init_point, init_starts, init_idx, init_starts, token)
         return lax.while_loop(lambda c: c[0] < loop_bound, body, carry)[-1]
 
-    token = run_core(jnp.int32(0), token)
+    if cores == 1:
+        token = run_core(jnp.int32(0), token)
+    else:
+        token = run_cores_concurrently(run_core, cores, token)
 
     results = []
     for buf, shape, aval in zip(output_ids, output_shapes, output_avals):
