@@ -384,3 +384,31 @@ def test_stock_interpreter_fails_the_same_for_both_apis(case):
         messages.append(str(info.value).splitlines()[0])
     assert messages[0] == messages[1]
     assert "semaphore_read" in messages[0]
+
+
+def _add_copy(api):
+    def kernel(x_ref, o_ref, sem):
+        api.async_copy(x_ref, o_ref, sem, add=True).wait()
+
+    def fn(interpret, x):
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            in_specs=[_any_spec()], out_specs=_any_spec(),
+            scratch_shapes=[api.SemaphoreType.DMA(())], interpret=interpret)(x)
+    return fn
+
+
+def test_add_is_passed_through_unchanged():
+    # Mosaic (jax 0.10.2) refuses add=True at lowering; ours must bind it
+    # as given, so the TPU path fails the same way for both APIs.
+    case = Case("add_copy", _add_copy, 1, _X1)
+    messages = []
+    for api in (STOCK, mtpu):
+        with pytest.raises(NotImplementedError) as info:
+            _lower_for_tpu(case, api)
+        messages.append(str(info.value).splitlines()[0])
+    assert messages[0] == messages[1]
+    assert "add=True" in messages[0]
+    jaxprs = [str(jax.make_jaxpr(lambda x, api=api: case.build(api)(None, x))(case.x))
+              for api in (STOCK, mtpu)]
+    assert jaxprs[1] == jaxprs[0] and "add" in jaxprs[0]

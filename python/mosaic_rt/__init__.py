@@ -12,6 +12,7 @@ from mosaic_rt.ffi import native_errors
 from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.interpret.mode import force_interpret_mode, set_interpret_mode
 from mosaic_rt.interpret import seam as _seam
+from mosaic_rt import tpu
 
 # Route pallas_call(interpret=mosaic_rt.InterpretParams()) to our interpreter
 # (stock InterpretParams keep the stock path).
@@ -20,6 +21,7 @@ _seam.install()
 __version__ = "0.1.0"
 
 __all__ = [
+    "tpu",
     "InterpretParams",
     "force_interpret_mode",
     "set_interpret_mode",

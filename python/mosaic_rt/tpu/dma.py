@@ -41,8 +41,14 @@ def _check_priority(priority: Any) -> None:
 
 
 def _creation_site() -> tuple[str, int] | None:
-    frame = source_info_util.user_frame(source_info_util.current().traceback)
-    return None if frame is None else (frame.file_name, frame.start_line)
+    # The dataclass-generated __init__ lives in "<string>": not the user's.
+    frames = source_info_util.user_frames(source_info_util.current().traceback)
+    for frame in frames:
+        generated = (frame.file_name == "<string>"
+                     and frame.function_name.endswith("__init__"))
+        if not generated:
+            return frame.file_name, frame.start_line
+    return None
 
 
 @dataclasses.dataclass(eq=False)
@@ -75,10 +81,10 @@ class AsyncCopyDescriptor:
         return self.src_sem is not None
 
     def start(self, priority: int = 0, *, add: bool = False) -> None:
+        self._used = True  # a failed start is reported by its error already
         _check_priority(priority)
         if not isinstance(add, bool):
             raise TypeError(f"`add` must be a bool, got {add!r}.")
-        self._used = True
         flat, tree = _flatten_operands(self.src_ref, self.dst_ref, self.dst_sem,
                                        self.src_sem, self.device_id)
         dma_start_p.bind(*flat, tree=tree, device_id_type=self.device_id_type,
