@@ -1,0 +1,11 @@
+"""Benchmark suite shipped with the package: stock TPU interpret mode vs mosaic_rt.
+
+Run it with `python -m mosaic_rt bench [--quick] [--filter TEXT] [--json PATH]
+[--plot PATH]` or the `mosaic-rt-bench` console script. Kernels live in
+`collectives` (multi-device) and `local` (single device); `suite` picks sizes,
+`measure` times them, `report` judges and prints the results.
+"""
+
+from mosaic_rt.bench.cli import main
+
+__all__ = ["main"]

@@ -1,0 +1,134 @@
+"""`python -m mosaic_rt bench` / `mosaic-rt-bench`: options, device set-up, the run."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+# Set in the environment of a re-executed child so it never re-executes again.
+_CHILD_FLAG = "MOSAIC_RT_BENCH_CHILD"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer, smaller cases and short budgets (about 2 minutes)")
+    parser.add_argument("--filter", metavar="TEXT", action="append", default=[],
+                        help="run only cases whose name contains TEXT (repeatable, any match)")
+    parser.add_argument("--json", metavar="PATH", help="write machine-readable results here")
+    parser.add_argument("--plot", metavar="PATH",
+                        help="write a PNG bar chart of the ratios (needs matplotlib: "
+                             "pip install 'mosaic_rt[plot]')")
+    parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
+    parser.add_argument("--strict", action="store_true",
+                        help="also exit non-zero when a speed target is missed")
+
+
+def _select(quick: bool, filters: list[str]):
+    from mosaic_rt.bench.suite import suite
+
+    cases = suite(quick)
+    if filters:
+        cases = [c for c in cases if any(f.lower() in c.name.lower() for f in filters)]
+    return cases
+
+
+def _ensure_devices(needed: int, argv: list[str]) -> int | None:
+    """Makes jax see >= `needed` CPU devices.
+
+    Returns None when this process can run the cases, or the exit code of a
+    child process that ran them (when jax was already initialised with fewer
+    devices, the only way is a fresh interpreter).
+    """
+    import jax
+    from jax._src import xla_bridge
+
+    if not xla_bridge.backends_are_initialized():
+        if jax.config.jax_num_cpu_devices < needed:
+            jax.config.update("jax_num_cpu_devices", needed)
+        if jax.device_count() >= needed:
+            return None
+    elif jax.device_count() >= needed:
+        return None
+    if os.environ.get(_CHILD_FLAG):
+        raise RuntimeError(f"need {needed} CPU devices but jax has {jax.device_count()}")
+    env = dict(os.environ, JAX_NUM_CPU_DEVICES=str(needed), **{_CHILD_FLAG: "1"})
+    return subprocess.run([sys.executable, "-m", "mosaic_rt", "bench", *argv], env=env).returncode
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:  # pipes and files: keep table rows on one line
+        console = Console(width=170)
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            console.print("[bold red]--plot needs matplotlib:[/] pip install 'mosaic_rt[plot]'")
+            return 2
+    cases = _select(args.quick, args.filter)
+    if not cases:
+        console.print(f"[bold red]no case matches --filter {args.filter}[/]; "
+                      "use --list to see the names")
+        return 2
+    if args.list:
+        for c in cases:
+            console.print(f"{c.name}  ({c.family}, {c.devices} device(s))")
+        return 0
+    child_code = _ensure_devices(max(c.devices for c in cases), argv)
+    if child_code is not None:
+        return child_code
+
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                               TimeElapsedColumn)
+
+    from mosaic_rt.bench import measure, report
+
+    budget = measure.QUICK if args.quick else measure.FULL
+    results = []
+    with Progress(TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=False) as progress:
+        task = progress.add_task("warming up", total=len(cases))
+        measure.warm_up()
+        for case in cases:
+            progress.update(task, description=case.name)
+            results.append(measure.run_case(case, budget))
+            progress.advance(task)
+        progress.update(task, description="done")
+
+    found = report.verdicts(results)
+    report.render(console, results, found)
+    bad = [r for r in results if not r.ok]
+    for r in bad:
+        why = r.error or ("outputs differ between stock and mosaic_rt" if not r.equal
+                          else "both outputs differ from the numpy reference")
+        console.print(f"[bold red]FAILED[/] {r.case.name}: {why}")
+    if args.json:
+        settings = {"quick": args.quick, "filter": args.filter,
+                    "budget": dataclasses.asdict(budget)}
+        with open(args.json, "w") as f:
+            json.dump(report.to_json(results, found, settings), f, indent=1)
+        console.print(f"results written to {args.json}")
+    if args.plot:
+        report.plot(results, args.plot)
+        console.print(f"plot written to {args.plot}")
+    if bad:
+        return 1
+    if args.strict and not all(v.passed for v in found):
+        return 3
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `mosaic-rt-bench` console script."""
+    parser = argparse.ArgumentParser(
+        prog="mosaic-rt-bench",
+        description="Time real Pallas TPU kernels under stock interpret mode and mosaic_rt.")
+    add_arguments(parser)
+    argv = sys.argv[1:] if argv is None else argv
+    return run(parser.parse_args(argv), argv)
