@@ -103,6 +103,8 @@ pub struct Config {
     /// A blocking wait (semaphore, DMA, barrier) fails after this long.
     /// `None`: wait until signalled or until the kernel fails elsewhere.
     pub wait_timeout: Option<Duration>,
+    /// Check every access for data races (`detect_races=True`).
+    pub detect_races: bool,
 }
 
 impl Default for Config {
@@ -114,6 +116,7 @@ impl Default for Config {
             oob_reads: OobReads::Raise,
             fill: FillMode::Nan,
             wait_timeout: Some(Duration::from_secs(120)),
+            detect_races: false,
         }
     }
 }

@@ -7,6 +7,7 @@ pub use machine::DmaMachine;
 use crate::config::DmaMode;
 use crate::error::{Result, RtError};
 use crate::memory::{BufferKey, MemRef, MemorySpace};
+use crate::races::DmaThread;
 use crate::region::Region;
 use crate::runtime::Runtime;
 use crate::sync::Arc;
@@ -41,7 +42,7 @@ struct Plan {
 
 /// Read and write at once: a direct buffer-to-buffer copy (no intermediate
 /// Vec), then the send (remote only) and receive signals.
-fn copy_whole(rt: &Runtime, r: &DmaRequest, plan: &Plan) -> Result<()> {
+fn copy_whole(rt: &Runtime, r: &DmaRequest, plan: &Plan, race: Option<DmaThread>) -> Result<()> {
     let src =
         MemRef { device: r.device, core: r.core, space: r.src_space, id: r.src_id, region: &r.src_region };
     let dst = MemRef {
@@ -51,11 +52,46 @@ fn copy_whole(rt: &Runtime, r: &DmaRequest, plan: &Plan) -> Result<()> {
         id: r.dst_id,
         region: &r.dst_region,
     };
-    rt.copy(src, dst)?;
+    // Not `rt.copy`: the accesses are the DMA's, not the issuing core's.
+    rt.memory.copy(&rt.topo, src, dst).map_err(|e| e.at(r.device, r.core))?;
+    note_read(rt, r, race);
+    note_write(rt, r, plan, race);
     if let Some(src_sem) = r.src_sem {
+        note_signal(rt, race, src_sem, plan.src_gcore);
         rt.sems.signal_global(plan.src_gcore, src_sem, plan.bytes)?;
     }
+    note_signal(rt, race, r.dst_sem, plan.dst_gcore);
+    note_end(rt, race);
     rt.sems.signal_global(plan.dst_gcore, r.dst_sem, plan.bytes)
+}
+
+// Race-detector hooks (`race` is Some exactly when detection is on).
+
+fn note_read(rt: &Runtime, r: &DmaRequest, race: Option<DmaThread>) {
+    if let (Some(races), Some(t)) = (&rt.races, race) {
+        let key = buffer_key(r.src_space, r.src_id, r.device, r.core);
+        races.dma_access(&rt.memory, t, key, &r.src_region, false);
+    }
+}
+
+fn note_write(rt: &Runtime, r: &DmaRequest, plan: &Plan, race: Option<DmaThread>) {
+    if let (Some(races), Some(t)) = (&rt.races, race) {
+        let key = buffer_key(r.dst_space, r.dst_id, plan.dst_device, r.core);
+        races.dma_access(&rt.memory, t, key, &r.dst_region, true);
+    }
+}
+
+/// Before the signal itself, so a waiter that sees the count sees the clock.
+fn note_signal(rt: &Runtime, race: Option<DmaThread>, sem: u32, gcore: u32) {
+    if let (Some(races), Some(t)) = (&rt.races, race) {
+        races.dma_signal(t, sem, gcore);
+    }
+}
+
+fn note_end(rt: &Runtime, race: Option<DmaThread>) {
+    if let (Some(races), Some(t)) = (&rt.races, race) {
+        races.dma_end(t);
+    }
 }
 
 /// A queued DMA, shared by the tasks that may run its steps.
@@ -63,6 +99,7 @@ struct QueuedDma {
     req: DmaRequest,
     plan: Plan,
     machine: DmaMachine<Vec<u8>>,
+    race: Option<DmaThread>,
 }
 
 impl QueuedDma {
@@ -70,8 +107,13 @@ impl QueuedDma {
     fn load_source(&self, rt: &Runtime) -> Result<Vec<u8>> {
         let (r, plan) = (&self.req, &self.plan);
         let mut data = vec![0u8; plan.bytes as usize];
-        rt.load(r.device, r.core, r.src_space, r.src_id, &r.src_region, &mut data)?;
+        // Not `rt.load`: the access is the DMA's, not the issuing core's.
+        rt.memory
+            .load(&rt.topo, r.device, r.core, r.src_space, r.src_id, &r.src_region, &mut data)
+            .map_err(|e| e.at(r.device, r.core))?;
+        note_read(rt, r, self.race);
         if let Some(src_sem) = r.src_sem {
+            note_signal(rt, self.race, src_sem, plan.src_gcore);
             rt.sems.signal_global(plan.src_gcore, src_sem, plan.bytes)?;
         }
         Ok(data)
@@ -80,7 +122,12 @@ impl QueuedDma {
     /// Stores into the destination, then signals the receive semaphore.
     fn store_destination(&self, rt: &Runtime, data: &[u8]) -> Result<()> {
         let (r, plan) = (&self.req, &self.plan);
-        rt.store(plan.dst_device, r.core, r.dst_space, r.dst_id, &r.dst_region, data)?;
+        rt.memory
+            .store(&rt.topo, plan.dst_device, r.core, r.dst_space, r.dst_id, &r.dst_region, data)
+            .map_err(|e| e.at(plan.dst_device, r.core))?;
+        note_write(rt, r, plan, self.race);
+        note_signal(rt, self.race, r.dst_sem, plan.dst_gcore);
+        note_end(rt, self.race);
         rt.sems.signal_global(plan.dst_gcore, r.dst_sem, plan.bytes)
     }
 
@@ -90,7 +137,7 @@ impl QueuedDma {
 
     fn run_read_write(&self, rt: &Runtime) -> Result<()> {
         self.machine
-            .read_write(|| copy_whole(rt, &self.req, &self.plan), |data| self.store_destination(rt, data))
+            .read_write(|| copy_whole(rt, &self.req, &self.plan, self.race), |data| self.store_destination(rt, data))
     }
 }
 
@@ -131,11 +178,12 @@ pub fn start(rt: &Runtime, req: &DmaRequest) -> Result<()> {
     }
 
     let plan = Plan { dst_device, src_gcore, dst_gcore, bytes: (elements * src_dtype.itemsize()) as i64 };
+    let race = rt.races.as_ref().map(|races| races.dma_begin(req.device, req.core));
     match rt.config().dma_mode {
         // Nobody else can see this DMA: no state machine needed.
-        DmaMode::Eager => copy_whole(rt, req, &plan),
+        DmaMode::Eager => copy_whole(rt, req, &plan, race),
         DmaMode::OnWait => {
-            let dma = Arc::new(QueuedDma { req: req.clone(), plan, machine: DmaMachine::new() });
+            let dma = Arc::new(QueuedDma { req: req.clone(), plan, machine: DmaMachine::new(), race });
             if let Some(src_sem) = req.src_sem {
                 let reader = Arc::clone(&dma);
                 rt.sems.enqueue(src_sem, src_gcore, Box::new(move |rt: &Runtime| reader.run_read(rt)))?;

@@ -14,6 +14,7 @@ pub mod dtype;
 pub mod error;
 pub mod memory;
 pub mod prng;
+pub mod races;
 pub mod region;
 pub mod registry;
 pub mod revisit;

@@ -13,6 +13,7 @@ use crate::memory::{BufferInfo, BufferKey, Init, MemRef, MemorySpace, MemoryTabl
 use crate::dtype::DType;
 use crate::region::Region;
 use crate::prng::CorePrng;
+use crate::races::{RaceDetector, RaceLog};
 use crate::revisit::RevisitTracker;
 use crate::sem::{Leak, SemKind, SemTable};
 use crate::sync::{lock, Mutex};
@@ -25,6 +26,8 @@ pub struct Runtime {
     /// Per global core: output-revisit history and PRNG state. Only the
     /// core's own thread touches them, so the locks are uncontended.
     pub(crate) cores: Vec<CoreState>,
+    /// Only with `detect_races`: every hook is one branch on this when off.
+    pub(crate) races: Option<RaceDetector>,
 }
 
 #[derive(Default)]
@@ -41,6 +44,9 @@ impl Runtime {
             memory: MemoryTable::new(&config),
             sems: SemTable::new(&config),
             cores: (0..topo.num_cores()).map(|_| CoreState::default()).collect(),
+            races: config
+                .detect_races
+                .then(|| RaceDetector::new(topo.num_devices, topo.cores_per_device)),
             topo,
             config,
         })
@@ -110,7 +116,9 @@ impl Runtime {
     ) -> Result<()> {
         self.memory
             .load(&self.topo, device, core, space, id, region, out)
-            .map_err(|e| e.at(device, core))
+            .map_err(|e| e.at(device, core))?;
+        self.note_access(device, core, space, id, region, false);
+        Ok(())
     }
 
     /// Writes `data` (C order, exactly the region's size) into `region`.
@@ -125,7 +133,9 @@ impl Runtime {
     ) -> Result<()> {
         self.memory
             .store(&self.topo, device, core, space, id, region, data)
-            .map_err(|e| e.at(device, core))
+            .map_err(|e| e.at(device, core))?;
+        self.note_access(device, core, space, id, region, true);
+        Ok(())
     }
 
     /// Writes `data` where `mask` (one byte per element, non-zero = true) is
@@ -145,14 +155,31 @@ impl Runtime {
     ) -> Result<()> {
         self.memory
             .swap(&self.topo, device, core, space, id, region, data, mask, out)
-            .map_err(|e| e.at(device, core))
+            .map_err(|e| e.at(device, core))?;
+        // As stock: a swap is checked as a write (it conflicts with any
+        // unordered access).
+        self.note_access(device, core, space, id, region, true);
+        Ok(())
     }
 
     /// Copies `src` into `dst` with load-then-store semantics in one go (no
     /// intermediate buffer when the read is in bounds); returns the bytes
     /// moved. Errors are attributed to the source's (device, core).
     pub fn copy(&self, src: MemRef<'_>, dst: MemRef<'_>) -> Result<usize> {
-        self.memory.copy(&self.topo, src, dst).map_err(|e| e.at(src.device, src.core))
+        let n = self.memory.copy(&self.topo, src, dst).map_err(|e| e.at(src.device, src.core))?;
+        // Both sides are accesses of the copying core (the source's).
+        self.note_access(src.device, src.core, src.space, src.id, src.region, false);
+        self.note_access(src.device, src.core, dst.space, dst.id, dst.region, true);
+        Ok(n)
+    }
+
+    /// Race-detector hook for a successful access by (device, core).
+    #[inline]
+    fn note_access(&self, device: u32, core: u32, space: MemorySpace, id: u32, region: &Region, write: bool) {
+        if let Some(races) = &self.races {
+            let key = BufferKey::for_access(space, id, device, core);
+            races.core_access(&self.memory, device, core, key, region, write);
+        }
     }
 
     // ------------------------------------------------------------ semaphores
@@ -191,6 +218,13 @@ impl Runtime {
         target_device: Option<u32>,
         target_core: Option<u32>,
     ) -> Result<()> {
+        if let Some(races) = &self.races {
+            // Before the count changes: a waiter that sees it sees the clock.
+            let target = self.topo.check(target_device.unwrap_or(device), target_core.unwrap_or(0));
+            if let (Ok(_), Ok(target)) = (self.topo.check(device, core), target) {
+                races.core_signal(device, core, sem, target);
+            }
+        }
         self.sems
             .signal(&self.topo, device, core, sem, inc, target_device, target_core)
             .map_err(|e| e.at(device, core))
@@ -200,7 +234,11 @@ impl Runtime {
     pub fn semaphore_wait(&self, device: u32, core: u32, sem: u32, value: i64) -> Result<()> {
         self.sems
             .wait(self, device, core, sem, value)
-            .map_err(|e| e.at(device, core))
+            .map_err(|e| e.at(device, core))?;
+        if let Some(races) = &self.races {
+            races.wait_done(self.topo.global_core(device, core), sem);
+        }
+        Ok(())
     }
 
     pub fn semaphore_read(&self, device: u32, core: u32, sem: u32) -> Result<i64> {
@@ -221,6 +259,28 @@ impl Runtime {
     /// Rendezvous of all devices (one call per device), like stock's barrier.
     pub fn device_barrier(&self, device: u32) -> Result<()> {
         self.sems.device_barrier(self, device).map_err(|e| e.at(device, 0))
+    }
+
+    /// Makes the cores of `device` see each other's past (stock does this
+    /// before and after running a multi-core grid); a no-op without race
+    /// detection.
+    pub fn sync_device_cores(&self, device: u32) -> Result<()> {
+        self.topo.check(device, 0)?;
+        if let Some(races) = &self.races {
+            races.sync_device(device);
+        }
+        Ok(())
+    }
+
+    /// The race log of this runtime (`None` without `detect_races`).
+    pub fn races(&self) -> Option<&RaceLog> {
+        self.races.as_ref().map(|r| r.log())
+    }
+
+    /// Vector-clock components in use (cores + DMAs in flight or not yet
+    /// reusable); `None` without race detection. For tests and diagnostics.
+    pub fn race_clock_components(&self) -> Option<usize> {
+        self.races.as_ref().map(|r| r.num_threads())
     }
 
     /// Semaphores with a non-zero count on `device` (all devices if `None`).

@@ -99,7 +99,8 @@ impl PyRuntime {
 impl PyRuntime {
     #[new]
     #[pyo3(signature = (num_devices=Id(1), cores_per_device=Id(1), dma_execution_mode="on_wait",
-                        out_of_bounds_reads="raise", uninitialized_memory="nan", wait_timeout=Some(120.0)))]
+                        out_of_bounds_reads="raise", uninitialized_memory="nan", wait_timeout=Some(120.0),
+                        detect_races=false))]
     fn new(
         py: Python<'_>,
         num_devices: Id,
@@ -108,6 +109,7 @@ impl PyRuntime {
         out_of_bounds_reads: &str,
         uninitialized_memory: &str,
         wait_timeout: Option<f64>,
+        detect_races: bool,
     ) -> PyResult<Self> {
         let config = Config {
             num_devices: num_devices.0,
@@ -116,6 +118,7 @@ impl PyRuntime {
             oob_reads: OobReads::parse(out_of_bounds_reads).or_raise(py)?,
             fill: FillMode::parse(uninitialized_memory).or_raise(py)?,
             wait_timeout: timeout_arg(wait_timeout)?,
+            detect_races,
         };
         Ok(PyRuntime {
             rt: Arc::new(Runtime::new(config).or_raise(py)?),

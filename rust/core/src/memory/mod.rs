@@ -8,6 +8,7 @@ mod access;
 mod buffer;
 mod copy;
 mod dims;
+mod elements;
 mod message;
 mod plan;
 mod table;

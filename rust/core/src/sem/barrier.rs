@@ -32,13 +32,22 @@ impl DeviceBarrier {
         self.cv.notify_all();
     }
 
-    pub fn arrive(&self, failure: &Failure, device: u32, timeout: Option<Duration>) -> Result<()> {
+    /// `on_complete` runs once per generation, by the last device to
+    /// arrive, before any device leaves (the race detector joins clocks).
+    pub fn arrive(
+        &self,
+        failure: &Failure,
+        device: u32,
+        timeout: Option<Duration>,
+        on_complete: &dyn Fn(),
+    ) -> Result<()> {
         let mut st = lock(&self.state);
         if let Some(root) = failure.get() {
             return Err(RtError::aborted(&root, device, 0));
         }
         st.arrived += 1;
         if st.arrived == self.num_devices {
+            on_complete();
             st.arrived = 0;
             st.generation += 1;
             self.cv.notify_all();

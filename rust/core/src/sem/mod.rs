@@ -191,14 +191,19 @@ impl SemTable {
     }
 
     pub fn device_barrier(&self, rt: &Runtime, device: u32) -> Result<()> {
-        let _ = rt;
-        self.barrier_arrive(device)
+        self.topo.check(device, 0)?;
+        let sync_clocks = || {
+            if let Some(races) = &rt.races {
+                races.sync_all();
+            }
+        };
+        self.barrier.arrive(&self.failure, device, self.wait_timeout, &sync_clocks)
     }
 
     /// The barrier without a runtime (model checks).
     pub fn barrier_arrive(&self, device: u32) -> Result<()> {
         self.topo.check(device, 0)?;
-        self.barrier.arrive(&self.failure, device, self.wait_timeout)
+        self.barrier.arrive(&self.failure, device, self.wait_timeout, &|| {})
     }
 
     /// Semaphores with a non-zero count on a core of `device` (every device

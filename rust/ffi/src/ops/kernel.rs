@@ -59,6 +59,8 @@ fn config_from_attrs(f: &Frame) -> Result<Config> {
         fill: FillMode::parse(f.attr_str("uninitialized_memory")?)?,
         // <= 0: no timeout.
         wait_timeout: (timeout_ms > 0).then(|| Duration::from_millis(timeout_ms as u64)),
+        // Optional (older callers do not pass it); any non-zero S64 turns it on.
+        detect_races: f.attr_i64_opt("detect_races")?.is_some_and(|v| v != 0),
     })
 }
 

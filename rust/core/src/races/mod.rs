@@ -1,0 +1,243 @@
+//! Race detection (`detect_races=True`): exact happens-before over vector
+//! clocks, with FastTrack-style per-element shadow state.
+//!
+//! Threads are the simulated cores and the DMAs. Happens-before edges, as
+//! in stock interpret mode: program order of each thread; a semaphore
+//! signal joins the signaller's clock into the semaphore's clock for the
+//! target core and a successful wait joins that into the waiter's clock;
+//! the device barrier joins all core clocks; a DMA starts with its issuer's
+//! clock, reads after that and writes after its read, and its semaphore
+//! signals carry its clock. Unlike stock (random virtual ids shared by
+//! DMAs), every running DMA has its own clock component, so no race is
+//! missed; a component is reused only by a DMA whose issuer has already
+//! seen the whole history of the previous owner, which keeps clocks small
+//! without losing exactness.
+//!
+//! Everything is behind one mutex: this is off the hot path (the runtime
+//! holds `Option<RaceDetector>`; `None` costs one branch per operation).
+
+mod clock;
+mod report;
+mod shadow;
+
+pub use clock::{Epoch, VectorClock};
+pub use report::{latest, AccessRecord, Actor, RaceLog, MAX_REPORTS};
+pub use shadow::{Conflict, Shadow};
+
+use crate::memory::{BufferKey, MemoryTable};
+use crate::region::Region;
+use report::lock;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// Free DMA components examined when a DMA starts (older ones stay free;
+/// missing one only costs a new component, never exactness).
+const REUSE_SCAN: usize = 16;
+
+/// A started DMA's thread.
+#[derive(Clone, Copy, Debug)]
+pub struct DmaThread {
+    slot: u32,
+    actor: Actor,
+}
+
+pub struct RaceDetector {
+    cores_per_device: u32,
+    num_cores: u32,
+    state: Mutex<State>,
+    log: Arc<RaceLog>,
+}
+
+struct State {
+    /// Per thread: cores `0..num_cores`, then DMA slots.
+    clocks: Vec<VectorClock>,
+    /// Per thread, its accesses in order (epoch value v is `records[v - 1]`).
+    records: Vec<Vec<AccessRecord>>,
+    /// (semaphore, global core) -> join of the clocks of its signals.
+    sems: HashMap<(u32, u32), VectorClock>,
+    shadows: HashMap<BufferKey, Shadow>,
+    /// DMA slots no longer in use, with their final own component.
+    free_slots: Vec<(u32, u32)>,
+    next_dma: u64,
+}
+
+impl RaceDetector {
+    /// A detector for `num_devices x cores_per_device` cores; it becomes the
+    /// "most recent launch" whose races `latest()` returns.
+    pub fn new(num_devices: u32, cores_per_device: u32) -> Self {
+        let num_cores = num_devices * cores_per_device;
+        RaceDetector {
+            cores_per_device,
+            num_cores,
+            state: Mutex::new(State {
+                clocks: (0..num_cores).map(|_| VectorClock::new(num_cores as usize)).collect(),
+                records: (0..num_cores).map(|_| Vec::new()).collect(),
+                sems: HashMap::new(),
+                shadows: HashMap::new(),
+                free_slots: Vec::new(),
+                next_dma: 0,
+            }),
+            log: report::begin_launch(),
+        }
+    }
+
+    pub fn log(&self) -> &RaceLog {
+        &self.log
+    }
+
+    fn core_thread(&self, device: u32, core: u32) -> u32 {
+        device * self.cores_per_device + core
+    }
+
+    /// Records an access by core (device, core) of `region` of buffer `key`
+    /// (after the access succeeded) and reports a race if an earlier access
+    /// to an overlapping element is not ordered with it.
+    pub fn core_access(
+        &self,
+        memory: &MemoryTable,
+        device: u32,
+        core: u32,
+        key: BufferKey,
+        region: &Region,
+        write: bool,
+    ) {
+        let thread = self.core_thread(device, core);
+        self.access(memory, thread, Actor::Core { device, core }, key, region, write);
+    }
+
+    /// Records an access by a DMA (its read of the source or write of the
+    /// destination).
+    pub fn dma_access(
+        &self,
+        memory: &MemoryTable,
+        dma: DmaThread,
+        key: BufferKey,
+        region: &Region,
+        write: bool,
+    ) {
+        self.access(memory, dma.slot, dma.actor, key, region, write);
+    }
+
+    fn access(
+        &self,
+        memory: &MemoryTable,
+        thread: u32,
+        actor: Actor,
+        key: BufferKey,
+        region: &Region,
+        write: bool,
+    ) {
+        // The access succeeded, so the buffer exists and the region is valid.
+        let Ok(touched) = memory.touched_elements(key, region) else { return };
+        let mut st = lock(&self.state);
+        let State { clocks, records, shadows, .. } = &mut *st;
+        let clock = &mut clocks[thread as usize];
+        let now = clock.tick(thread);
+        let record = AccessRecord { actor, write, key, region: region.clone() };
+        let shadow = shadows.entry(key).or_insert_with(|| Shadow::new(touched.len));
+        let mut conflict = None;
+        touched.for_each(|i| {
+            let c = if write { shadow.write(i, now, clock) } else { shadow.read(i, now, clock) };
+            if conflict.is_none() {
+                conflict = c;
+            }
+        });
+        if let Some(c) = conflict {
+            let earlier =
+                records.get(c.earlier.thread as usize).and_then(|r| r.get(c.earlier.value as usize - 1));
+            self.log.record(report::describe(&record, earlier));
+        }
+        records[thread as usize].push(record);
+    }
+
+    /// A signal of `sem` on global core `target` by core (device, core):
+    /// call before the count changes, so a waiter that sees the count also
+    /// sees the clock.
+    pub fn core_signal(&self, device: u32, core: u32, sem: u32, target: u32) {
+        self.release(self.core_thread(device, core), sem, target);
+    }
+
+    pub fn dma_signal(&self, dma: DmaThread, sem: u32, target: u32) {
+        self.release(dma.slot, sem, target);
+    }
+
+    fn release(&self, thread: u32, sem: u32, target: u32) {
+        let mut st = lock(&self.state);
+        let State { clocks, sems, .. } = &mut *st;
+        sems.entry((sem, target)).or_default().join(&clocks[thread as usize]);
+    }
+
+    /// A successful wait on `sem` by global core `gcore`.
+    pub fn wait_done(&self, gcore: u32, sem: u32) {
+        let mut st = lock(&self.state);
+        let State { clocks, sems, .. } = &mut *st;
+        if let Some(c) = sems.get(&(sem, gcore)) {
+            clocks[gcore as usize].join(c);
+        }
+    }
+
+    /// Joins the clocks of cores `cores` (all see each other's past).
+    fn sync_cores(&self, cores: std::ops::Range<u32>) {
+        let mut st = lock(&self.state);
+        let mut all = VectorClock::default();
+        for g in cores.clone() {
+            all.join(&st.clocks[g as usize]);
+        }
+        for g in cores {
+            st.clocks[g as usize].join(&all);
+        }
+    }
+
+    /// The device barrier: every core of every device.
+    pub fn sync_all(&self) {
+        self.sync_cores(0..self.num_cores);
+    }
+
+    /// The cores of one device (before and after a multi-core grid).
+    pub fn sync_device(&self, device: u32) {
+        let first = device * self.cores_per_device;
+        self.sync_cores(first..first + self.cores_per_device);
+    }
+
+    /// A DMA started by core (device, core): a thread whose past is the
+    /// issuer's.
+    pub fn dma_begin(&self, device: u32, core: u32) -> DmaThread {
+        let issuer = self.core_thread(device, core) as usize;
+        let mut st = lock(&self.state);
+        let id = st.next_dma;
+        st.next_dma += 1;
+        let actor = Actor::Dma { id, device, core };
+        let seen = &st.clocks[issuer];
+        let free = st.free_slots.len();
+        let reusable = (free.saturating_sub(REUSE_SCAN)..free).rev().find(|&k| {
+            let (slot, last) = st.free_slots[k];
+            seen.get(slot) >= last
+        });
+        let clock = st.clocks[issuer].clone();
+        let slot = match reusable {
+            Some(k) => {
+                let (slot, _) = st.free_slots.swap_remove(k);
+                st.clocks[slot as usize] = clock;
+                slot
+            }
+            None => {
+                st.clocks.push(clock);
+                st.records.push(Vec::new());
+                (st.clocks.len() - 1) as u32
+            }
+        };
+        DmaThread { slot, actor }
+    }
+
+    /// The DMA has completed: its component may be reused.
+    pub fn dma_end(&self, dma: DmaThread) {
+        let mut st = lock(&self.state);
+        let last = st.clocks[dma.slot as usize].get(dma.slot);
+        st.free_slots.push((dma.slot, last));
+    }
+
+    /// Clock components in use (cores + DMA slots), for tests.
+    pub fn num_threads(&self) -> usize {
+        lock(&self.state).clocks.len()
+    }
+}
