@@ -231,6 +231,31 @@ def _remote_signal_counts(api):
                              api.SemaphoreType.DMA(())])
 
 
+def _cores_swap(api):
+    # Two TensorCores of one device swap blocks through HBM; each signals the
+    # other core's semaphore (core_index) before the other reads its block.
+    cores = 2
+
+    def fn(interpret, x):
+        mesh = pltpu.create_tensorcore_mesh("core", num_cores=cores)
+
+        @pl.kernel(out_type=jax.ShapeDtypeStruct((2 * cores, ROWS, 128), x.dtype),
+                   mesh=mesh, interpret=interpret)
+        def run(x_hbm, o_hbm):
+            c = lax.axis_index("core")
+
+            def body(sem, copy_sem):
+                api.async_copy(x_hbm.at[c], o_hbm.at[cores + c], copy_sem).wait()
+                api.semaphore_signal(sem, 1, core_index=1 - c)
+                api.semaphore_wait(sem, 1)
+                api.async_copy(o_hbm.at[cores + 1 - c], o_hbm.at[c], copy_sem).wait()
+
+            pl.run_scoped(body, api.SemaphoreType.REGULAR, api.SemaphoreType.DMA(()))
+
+        return run(x.reshape(cores, ROWS, 128)).reshape(-1, 128)
+    return fn
+
+
 _X1 = np.arange(2 * ROWS * 128, dtype=np.float32).reshape(2 * ROWS, 128)
 _XN = np.arange(N_DEV * ROWS * 128, dtype=np.float32).reshape(N_DEV * ROWS, 128)
 
@@ -239,6 +264,7 @@ CASES = [
     Case("sliced_copies_priority", _sliced_copies_with_priority, 1, _X1),
     Case("semaphore_counts", _semaphore_counts, 1, _X1, stock_interpret_fails=True),
     Case("semaphore_signal_wait", _semaphore_signal_wait, 1, _X1),
+    Case("cores_swap", _cores_swap, 1, _X1),
     Case("remote_mesh_tuple", _right_permute("tuple"), N_DEV, _XN),
     Case("remote_mesh_dict", _right_permute("dict"), N_DEV, _XN),
     Case("remote_logical", _right_permute("logical"), N_DEV, _XN),
@@ -253,6 +279,7 @@ EXPECTED = {
     "sliced_copies_priority": lambda x: np.concatenate([x[ROWS:] * 2, x[:ROWS]]),
     "semaphore_counts": lambda x: np.array([3, 11, 0], np.int32),
     "semaphore_signal_wait": lambda x: x,
+    "cores_swap": lambda x: np.concatenate([x[ROWS:], x[:ROWS], x]),
     "remote_mesh_tuple": lambda x: np.roll(x, ROWS, axis=0),
     "remote_mesh_dict": lambda x: np.roll(x, ROWS, axis=0),
     "remote_logical": lambda x: np.roll(x, ROWS, axis=0),
