@@ -121,7 +121,8 @@ def kernel_begin(token, device, *, uid: int, num_devices: int, num_cores: int = 
                  out_of_bounds_reads: str = "raise",
                  uninitialized_memory: str = "nan",
                  wait_timeout_ms: int = 120_000,
-                 device_ordinals=None):
+                 device_ordinals=None,
+                 detect_races: bool = False):
     """Joins launch ``uid`` of the running XLA execution as ``device``.
 
     Every device of one execution that calls this with the same ``uid``
@@ -130,7 +131,8 @@ def kernel_begin(token, device, *, uid: int, num_devices: int, num_cores: int = 
     without a time limit (until signalled or the launch fails).
     ``device_ordinals`` (optional): the XLA device id of each logical device
     (e.g. ``[d.id for d in mesh.devices.flat]``); the native side then checks
-    that ``device`` runs where the mesh puts it.
+    that ``device`` runs where the mesh puts it. ``detect_races``: check
+    every access for data races (results in :mod:`mosaic_rt.races`).
     """
     extra = {}
     if device_ordinals is not None:
@@ -140,7 +142,8 @@ def kernel_begin(token, device, *, uid: int, num_devices: int, num_cores: int = 
                  dma_execution_mode=dma_execution_mode,
                  out_of_bounds_reads=out_of_bounds_reads,
                  uninitialized_memory=uninitialized_memory,
-                 wait_timeout_ms=int(wait_timeout_ms))
+                 wait_timeout_ms=int(wait_timeout_ms),
+                 detect_races=int(bool(detect_races)))
 
 
 def kernel_end(token, handle, device):
@@ -151,7 +154,8 @@ def kernel_end(token, handle, device):
 
 def leak_report(token, handle, device, *, policy: str = "ignore"):
     """``(token, count)``: (semaphore, core) pairs of ``device`` left non-zero.
-    ``policy="raise"`` fails the launch with ``SemaphoreLeakError`` naming them."""
+    ``policy="raise"`` fails the launch with ``SemaphoreLeakError`` naming them;
+    ``"warn"`` prints one line per leak on stderr."""
     return _call("leak_report", (_I32,), (token, handle, _i32(device)), policy=policy)
 
 

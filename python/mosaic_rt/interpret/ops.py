@@ -43,15 +43,13 @@ def begin(token, device, *, uid, num_devices, params: InterpretParams, name):
         dma_execution_mode=params.dma_execution_mode,
         out_of_bounds_reads=params.out_of_bounds_reads,
         uninitialized_memory=params.uninitialized_memory,
+        detect_races=params.detect_races,
         wait_timeout_ms=0 if timeout is None else max(1, int(timeout * 1000)))
 
 
 def end(token, handle, device, *, on_leak):
     if on_leak != "ignore":
-        # "warn" is reported at kernel exit by the leak op as well; raising
-        # is the only policy the native side enforces on its own.
-        token, _ = ffi.leak_report(token, handle, device,
-                                   policy="raise" if on_leak == "raise" else "ignore")
+        token, _ = ffi.leak_report(token, handle, device, policy=on_leak)
     return ffi.kernel_end(token, handle, device)
 
 
