@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -16,8 +17,9 @@ _CHILD_FLAG = "MOSAIC_RT_BENCH_CHILD"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="fewer, smaller cases and short budgets (about 2 minutes)")
-    parser.add_argument("--filter", metavar="TEXT", action="append", default=[],
-                        help="run only cases whose name contains TEXT (repeatable, any match)")
+    parser.add_argument("--filter", metavar="REGEX", action="append", default=[],
+                        help="run only cases whose name matches REGEX, case-insensitive "
+                             "search: a plain substring works (repeatable, any match)")
     parser.add_argument("--json", metavar="PATH", help="write machine-readable results here")
     parser.add_argument("--plot", metavar="PATH",
                         help="write a PNG bar chart of the ratios (needs matplotlib: "
@@ -32,7 +34,8 @@ def _select(quick: bool, filters: list[str]):
 
     cases = suite(quick)
     if filters:
-        cases = [c for c in cases if any(f.lower() in c.name.lower() for f in filters)]
+        patterns = [re.compile(f, re.IGNORECASE) for f in filters]
+        cases = [c for c in cases if any(p.search(c.name) for p in patterns)]
     return cases
 
 
@@ -64,14 +67,18 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 
     console = Console()
     if not console.is_terminal:  # pipes and files: keep table rows on one line
-        console = Console(width=170)
+        console = Console(width=200)
     if args.plot:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
             console.print("[bold red]--plot needs matplotlib:[/] pip install 'mosaic_rt[plot]'")
             return 2
-    cases = _select(args.quick, args.filter)
+    try:
+        cases = _select(args.quick, args.filter)
+    except re.error as e:
+        console.print(f"[bold red]bad --filter pattern:[/] {e}")
+        return 2
     if not cases:
         console.print(f"[bold red]no case matches --filter {args.filter}[/]; "
                       "use --list to see the names")

@@ -37,6 +37,8 @@ def family_costs(results: list[CaseResult]) -> dict[str, dict]:
     """Per family: marginal per-op cost of each side over its sweep, if any."""
     out = {}
     for name in FAMILIES:
+        if FAMILIES[name].unit == "call":  # mixed kernels: no common operation
+            continue
         rows = [r for r in results if r.case.family == name and r.stock and r.ours]
         if not rows:
             continue
