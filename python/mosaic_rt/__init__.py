@@ -13,6 +13,7 @@ from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.interpret.mode import force_interpret_mode, set_interpret_mode
 from mosaic_rt.interpret import seam as _seam
 from mosaic_rt import tpu
+from mosaic_rt import races
 
 # Route pallas_call(interpret=mosaic_rt.InterpretParams()) to our interpreter
 # (stock InterpretParams keep the stock path).

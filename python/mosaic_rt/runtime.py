@@ -107,10 +107,12 @@ class Runtime:
                  dma_execution_mode: str = "on_wait",
                  out_of_bounds_reads: str = "raise",
                  uninitialized_memory: str = "nan",
-                 wait_timeout: float | None = 120.0):
+                 wait_timeout: float | None = 120.0,
+                 detect_races: bool = False):
         self._rt = _native.Runtime(
             num_devices, cores_per_device, dma_execution_mode,
-            out_of_bounds_reads, uninitialized_memory, wait_timeout)
+            out_of_bounds_reads, uninitialized_memory, wait_timeout,
+            bool(detect_races))
 
     @property
     def native(self) -> _native.Runtime:

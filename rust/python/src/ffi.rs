@@ -32,7 +32,15 @@ fn take_error(n: u64) -> Option<(&'static str, String, Option<u32>, Option<u32>)
     mosaic_rt_ffi::recorded_error(n).map(|e| (e.kind.python_type(), e.message, e.device, e.core))
 }
 
+/// `(found, count, first reports)` of the most recent launch (or runtime)
+/// that ran with race detection, or `None` if there was none.
+#[pyfunction]
+fn race_results() -> Option<(bool, u64, Vec<String>)> {
+    mosaic_rt_core::races::latest().map(|log| (log.found(), log.count(), log.reports()))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(race_results, m)?)?;
     m.add_function(wrap_pyfunction!(ffi_targets, m)?)?;
     m.add_function(wrap_pyfunction!(take_error, m)?)?;
     Ok(())
