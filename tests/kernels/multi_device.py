@@ -580,7 +580,9 @@ def case_two_kernels_one_jit():
     def shift_kernel(by):
         def kernel(x_ref, o_ref, send_sem, recv_sem):
             me = lax.axis_index("x")
-            _neighbour_barrier(n)
+            # Every device, not only ring neighbours: the target of a shift
+            # by two must have entered this kernel before we write into it.
+            _full_barrier(n)
             copy = pltpu.make_async_remote_copy(
                 x_ref, o_ref, send_sem, recv_sem,
                 device_id=(lax.rem(me + by, n),), device_id_type=_MESH)
