@@ -38,8 +38,9 @@ def _check_case(case, name, devices):
 
 
 def test_quick_single_case_writes_json(tmp_path):
-    out = tmp_path / "out.json"
-    done = _bench(["--quick", "--filter", "^semaphores iters=100$", "--json", str(out)])
+    out, md = tmp_path / "out.json", tmp_path / "out.md"
+    done = _bench(["--quick", "--filter", "^semaphores iters=100$", "--json", str(out),
+                   "--markdown", str(md)])
     assert done.returncode == 0, done.stdout + done.stderr
     assert "semaphores iters=100" in done.stdout and "targets" in done.stdout
     data = json.loads(out.read_text())
@@ -52,6 +53,9 @@ def test_quick_single_case_writes_json(tmp_path):
     assert data["all_equal"] is True
     subjects = {t["subject"] for t in data["targets"]}
     assert subjects == {"semaphores", "first call"}
+    table = md.read_text()
+    assert "| semaphores iters=100 | 1 |" in table and "| semaphores | 100.0x |" in table
+    assert "--filter ^semaphores iters=100$" in table
 
 
 def test_multi_device_case_gets_its_devices_even_after_jax_started(tmp_path):

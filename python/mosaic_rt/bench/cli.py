@@ -24,6 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", metavar="PATH",
                         help="write a PNG bar chart of the ratios (needs matplotlib: "
                              "pip install 'mosaic_rt[plot]')")
+    parser.add_argument("--markdown", metavar="PATH",
+                        help="write the result tables as Markdown (as in benches/RESULTS.md)")
     parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
     parser.add_argument("--strict", action="store_true",
                         help="also exit non-zero when a speed target is missed")
@@ -115,12 +117,19 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         why = r.error or ("outputs differ between stock and mosaic_rt" if not r.equal
                           else "both outputs differ from the numpy reference")
         console.print(f"[bold red]FAILED[/] {r.case.name}: {why}")
+    settings = {"quick": args.quick, "filter": args.filter, "argv": argv,
+                "budget": dataclasses.asdict(budget)}
+    data = report.to_json(results, found, settings)
     if args.json:
-        settings = {"quick": args.quick, "filter": args.filter,
-                    "budget": dataclasses.asdict(budget)}
         with open(args.json, "w") as f:
-            json.dump(report.to_json(results, found, settings), f, indent=1)
+            json.dump(data, f, indent=1)
         console.print(f"results written to {args.json}")
+    if args.markdown:
+        from mosaic_rt.bench import markdown
+
+        with open(args.markdown, "w") as f:
+            f.write(markdown.render(data))
+        console.print(f"markdown written to {args.markdown}")
     if args.plot:
         report.plot(results, args.plot)
         console.print(f"plot written to {args.plot}")

@@ -6,7 +6,6 @@ import dataclasses
 import os
 import platform
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -175,7 +174,6 @@ def environment() -> dict:
         "platform": platform.platform(),
         "jax_devices": jax.device_count(),
         "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "argv": sys.argv[1:],
     }
 
 
