@@ -104,12 +104,44 @@ def _permute(n, *, read_early=False, overwrite_early=False):
     return fn
 
 
+# --------------------------------------------------- two cores, one device
+
+def _cores(*, sync: bool):
+    # Two TensorCores copy their block of x into the output; with `sync`
+    # each then copies the OTHER core's block after a core_index handshake,
+    # without it both write block 0 unordered.
+    cores = 2
+
+    def fn(interpret, x):
+        mesh = pltpu.create_tensorcore_mesh("core", num_cores=cores)
+
+        @pl.kernel(out_type=jax.ShapeDtypeStruct((2 * cores, ROWS, 128), x.dtype),
+                   mesh=mesh, interpret=interpret)
+        def run(x_hbm, o_hbm):
+            c = lax.axis_index("core")
+
+            def body(sem, copy_sem):
+                if sync:
+                    pltpu.async_copy(x_hbm.at[c], o_hbm.at[cores + c], copy_sem).wait()
+                    pl.semaphore_signal(sem, 1, core_index=1 - c)
+                    pl.semaphore_wait(sem, 1)
+                    pltpu.async_copy(o_hbm.at[cores + 1 - c], o_hbm.at[c], copy_sem).wait()
+                else:
+                    pltpu.async_copy(x_hbm.at[c], o_hbm.at[0], copy_sem).wait()
+
+            pl.run_scoped(body, pltpu.SemaphoreType.REGULAR, pltpu.SemaphoreType.DMA(()))
+
+        return run(x.reshape(cores, ROWS, 128)).reshape(-1, 128)
+    return fn
+
+
 @dataclasses.dataclass(frozen=True)
 class Case:
     name: str
     fn: Callable
     devices: int
     race: bool
+    single_device: bool = False   # `devices` only sizes x
 
 
 CASES = [
@@ -122,6 +154,9 @@ CASES = [
     Case("permute_4", _permute(4), 4, False),
     Case("permute_read_before_wait_2", _permute(2, read_early=True), 2, True),
     Case("permute_overwrite_source_4", _permute(4, overwrite_early=True), 4, True),
+    # (x has 1 row block per "device"; the two-core cases use two.)
+    Case("two_cores_handshake", _cores(sync=True), 2, False, single_device=True),
+    Case("two_cores_same_block", _cores(sync=False), 2, True, single_device=True),
 ]
 
 
@@ -144,7 +179,7 @@ def test_races_found_agrees_with_stock(case, mode):
     assert ours == case.race, reports
     assert bool(reports) == ours
     out_off = _ours(case, mode, False)
-    if case.devices == 1 or not case.race:
+    if case.devices == 1 or case.single_device or not case.race:
         # (A real race across devices may resolve either way from run to run.)
         np.testing.assert_array_equal(out_on, out_off)
     # A launch without detection leaves the last detecting launch's result.

@@ -49,6 +49,7 @@ from mosaic_rt.ffi.ops import (
     semaphore_wait,
     store,
     swap,
+    sync_device_cores,
 )
 
 
@@ -86,5 +87,6 @@ __all__ = [
     "semaphore_wait",
     "store",
     "swap",
+    "sync_device_cores",
     "translate",
 ]

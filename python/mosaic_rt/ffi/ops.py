@@ -164,6 +164,12 @@ def device_barrier(token, handle, device):
     return _call("device_barrier", (), (token, handle, _i32(device)))
 
 
+def sync_device_cores(token, handle, device):
+    """Makes the cores of ``device`` see each other's past (for race
+    detection, before and after a multi-core grid; a no-op without it)."""
+    return _call("sync_device_cores", (), (token, handle, _i32(device)))
+
+
 def launch_info(token):
     """``(token, int32[3])``: XLA run id (low, high 32 bits) and device ordinal."""
     return _call("launch_info", (jax.ShapeDtypeStruct((3,), jnp.int32),), (token,))

@@ -268,7 +268,14 @@ def interpret_pallas_call(
     if cores == 1:
         token = run_core(jnp.int32(0), token)
     else:
+        # Race detection: the cores start from, and end in, one shared past
+        # (so core 0's read of the outputs is ordered after every core).
+        sync = params.detect_races
+        if sync:
+            token = ops.sync_device_cores(token, handle, device_id)
         token = run_cores_concurrently(run_core, cores, token)
+        if sync:
+            token = ops.sync_device_cores(token, handle, device_id)
 
     results = []
     for buf, shape, aval in zip(output_ids, output_shapes, output_avals):

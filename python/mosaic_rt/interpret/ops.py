@@ -57,6 +57,10 @@ def device_barrier(token, handle, device):
     return ffi.device_barrier(token, handle, device)
 
 
+def sync_device_cores(token, handle, device):
+    return ffi.sync_device_cores(token, handle, device)
+
+
 def _padded_shape(shape, dtype, space, params: InterpretParams):
     if params.buffer_bounds != "padded" or space == _SMEM_CODE:
         return tuple(shape)

@@ -43,6 +43,7 @@ handlers! {
     kernel_end => crate::ops::kernel::kernel_end,
     leak_report => crate::ops::kernel::leak_report,
     device_barrier => crate::ops::kernel::device_barrier,
+    sync_device_cores => crate::ops::kernel::sync_device_cores,
     launch_info => crate::ops::kernel::launch_info,
     allocate_buffer => crate::ops::memory::allocate_buffer,
     free_buffer => crate::ops::memory::free_buffer,

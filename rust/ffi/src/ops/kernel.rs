@@ -175,6 +175,14 @@ pub fn device_barrier(c: &mut Call) -> Result<()> {
     launch::with_runtime(handle, |rt| rt.device_barrier(device))
 }
 
+/// `sync_device_cores(token, handle, device) -> token`: the cores of
+/// `device` see each other's past (race detection; a no-op without it).
+/// Stock does this before and after running a multi-core grid.
+pub fn sync_device_cores(c: &mut Call) -> Result<()> {
+    let (handle, device) = device_target(c, 3..=3, 1)?;
+    launch::with_runtime(handle, |rt| rt.sync_device_cores(device))
+}
+
 /// `launch_info(token) -> (token, int32[3])`: run id (low, high 32 bits)
 /// and device ordinal as XLA reports them to this call (diagnostics/tests).
 pub fn launch_info(c: &mut Call) -> Result<()> {
