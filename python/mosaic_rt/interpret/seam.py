@@ -8,6 +8,14 @@ lowering time. `force_tpu_interpret_mode` and `pl.core_map` (which becomes a
 pallas_call) go through the same lowering. So we install one dispatcher on
 that attribute: it takes over for `mosaic_rt.InterpretParams` and calls the
 original function for everything else, leaving stock behaviour untouched.
+
+A second, equally narrow hook: `jax._src.pallas.core.get_interpret_effects`
+gives stock interpret mode ordered IO effects, because its per-op Python
+callbacks share one global memory and kernels must not overlap. Our kernels
+each get their own native runtime and talk to Python at most once per launch,
+so for `mosaic_rt.InterpretParams` a pallas_call has the effects it would
+have on a real TPU (none); that keeps jit on its fast C++ dispatch path
+(measured: 8-device right-permute launch 0.68 ms -> 0.21 ms).
 """
 
 from __future__ import annotations
@@ -15,6 +23,8 @@ from __future__ import annotations
 import functools
 import threading
 
+from jax._src import effects as _effects
+from jax._src.pallas import core as _pallas_core
 from jax._src.pallas.mosaic.interpret import interpret_pallas_call as _stock_module
 
 _lock = threading.Lock()
@@ -42,6 +52,23 @@ def install() -> None:
         setattr(dispatch, _MARK, True)
         dispatch.stock_impl = stock_impl  # type: ignore[attr-defined]
         setattr(_stock_module, _ATTR, dispatch)
+        _install_effects()
+
+
+def _install_effects() -> None:
+    stock_effects = _pallas_core.get_interpret_effects
+    if getattr(stock_effects, _MARK, False):
+        return
+
+    @functools.wraps(stock_effects)
+    def interpret_effects(interpret):
+        from mosaic_rt.interpret.params import InterpretParams
+        if isinstance(interpret, InterpretParams):
+            return _effects.no_effects
+        return stock_effects(interpret)
+
+    setattr(interpret_effects, _MARK, True)
+    _pallas_core.get_interpret_effects = interpret_effects
 
 
 def stock_interpret_pallas_call():
