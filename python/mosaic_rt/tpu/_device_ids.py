@@ -19,7 +19,7 @@ _MESH_FORM = ("MESH device ids are tuples of mesh coordinates, e.g. (i, j),"
 _LOGICAL_FORM = "LOGICAL device ids are scalar integers"
 
 
-def _is_integer_scalar(value: Any) -> bool:
+def is_integer_scalar(value: Any) -> bool:
     if isinstance(value, bool):
         return False
     if isinstance(value, (int, np.integer)):
@@ -30,7 +30,7 @@ def _is_integer_scalar(value: Any) -> bool:
             and np.issubdtype(np.dtype(dtype), np.integer))
 
 
-def _describe(value: Any) -> str:
+def describe(value: Any) -> str:
     shape = getattr(value, "shape", None)
     dtype = getattr(value, "dtype", None)
     if shape is not None and dtype is not None:
@@ -39,9 +39,9 @@ def _describe(value: Any) -> str:
 
 
 def _check_coordinate(coordinate: Any, where: str) -> None:
-    if not _is_integer_scalar(coordinate):
+    if not is_integer_scalar(coordinate):
         raise TypeError(
-            f"{where} must be an integer scalar, got {_describe(coordinate)}.")
+            f"{where} must be an integer scalar, got {describe(coordinate)}.")
 
 
 def check_device_id(device_id: Any, device_id_type: Any) -> None:
@@ -71,6 +71,6 @@ def check_device_id(device_id: Any, device_id_type: Any) -> None:
             _check_coordinate(coordinate, f"device_id[{axis!r}]")
         return
     raise ValueError(
-        f"{_MESH_FORM}; got {_describe(device_id)}. Wrap it as (id,) or pass"
+        f"{_MESH_FORM}; got {describe(device_id)}. Wrap it as (id,) or pass"
         " device_id_type=DeviceIdType.LOGICAL for a flat device index.")
 

@@ -12,7 +12,7 @@ from jax._src.pallas import primitives as pallas_primitives
 from jax._src.pallas.mosaic.primitives import get_barrier_semaphore_p
 from jax._src.pallas.primitives import DeviceIdType
 
-from mosaic_rt.tpu._device_ids import _describe, _is_integer_scalar, check_device_id
+from mosaic_rt.tpu._device_ids import describe, is_integer_scalar, check_device_id
 
 
 def _ref_and_transforms(sem_or_view):
@@ -28,9 +28,9 @@ def semaphore_signal(sem_or_view, inc: int | Any = 1, *, device_id: Any = None,
     """Adds `inc` to a semaphore, on device `device_id` / core `core_index`
     when given (else on this one)."""
     check_device_id(device_id, device_id_type)
-    if core_index is not None and not _is_integer_scalar(core_index):
+    if core_index is not None and not is_integer_scalar(core_index):
         raise TypeError(
-            f"core_index must be an integer scalar, got {_describe(core_index)}.")
+            f"core_index must be an integer scalar, got {describe(core_index)}.")
     ref, transforms = _ref_and_transforms(sem_or_view)
     operands = [ref, transforms, jnp.asarray(inc, dtype=jnp.int32), device_id,
                 core_index]
