@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from jax.experimental.pallas import tpu as pltpu
 
-from kernels.multi_device import CASES, CASES_BY_NAME, MULTI_CORE
+from kernels.multi_device import CASES, CASES_BY_NAME, MULTI_CORE, SWEEP_16_DEVICES
 from parity import assert_bitwise_equal, run_case
 
 
@@ -45,9 +45,6 @@ requires_ours = pytest.mark.skipif(
 
 DMA_MODES = ("eager", "on_wait")
 CASE_IDS = [c.name for c in CASES]
-# Stock race detection is quadratic in the number of accesses: the biggest
-# grids with detect_races=True only run with `-m slow`.
-_SLOW_WITH_RACES = frozenset({"grid_split_2_cores", "grid_split_4_cores"})
 # Bounds every blocking wait of ours, so a broken kernel fails instead of hanging.
 _OUR_WAIT_TIMEOUT = 30.0
 
@@ -67,16 +64,9 @@ def _assert_matches_reference(case, out):
     np.testing.assert_array_equal(got, want.astype(got.dtype), err_msg=case.name)
 
 
-def _parity_params():
-    params = []
-    for case in CASES:
-        for mode in DMA_MODES:
-            for races in (False, True):
-                marks = [pytest.mark.slow] if races and case.name in _SLOW_WITH_RACES else []
-                params.append(pytest.param(
-                    case, mode, races, marks=marks,
-                    id=f"{case.name}-{mode}-races{int(races)}"))
-    return params
+def _parity_params(cases):
+    return [pytest.param(case, mode, races, id=f"{case.name}-{mode}-races{int(races)}")
+            for case in cases for mode in DMA_MODES for races in (False, True)]
 
 
 def _is_multi_core_not_supported(exc: BaseException) -> bool:
@@ -118,8 +108,30 @@ def test_corpus_covers_the_brief():
 
 @requires_ours
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("case, dma_mode, detect_races", _parity_params())
+@pytest.mark.parametrize("case, dma_mode, detect_races", _parity_params(CASES))
 def test_parity(case, dma_mode, detect_races):
+    _check_parity(case, dma_mode, detect_races)
+
+
+# The bigger sweep: the ring collectives on all 16 devices (`-m slow`).
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("case", SWEEP_16_DEVICES, ids=[c.name for c in SWEEP_16_DEVICES])
+def test_stock_runs_16_devices(case):
+    test_stock_runs(case)
+
+
+@requires_ours
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("case, dma_mode, detect_races", _parity_params(SWEEP_16_DEVICES))
+def test_parity_16_devices(case, dma_mode, detect_races):
+    _check_parity(case, dma_mode, detect_races)
+
+
+def _check_parity(case, dma_mode, detect_races):
     knobs = dict(dma_execution_mode=dma_mode, detect_races=detect_races)
     ours = run_case(case, _ours(**knobs))
     if case.name in MULTI_CORE and _is_multi_core_not_supported(ours):

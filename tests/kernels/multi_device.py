@@ -116,6 +116,11 @@ def _as_tpu():
         abstract_device=device))
 
 
+def _sized(name, n, default):
+    """Case name; a non-default device count is part of it."""
+    return name if n == default else f"{name}_{n}dev"
+
+
 def _ring_positions(n):
     me = lax.axis_index("x")
     return me, lax.rem(me + 1, n), lax.rem(me + n - 1, n)
@@ -126,9 +131,8 @@ def _ring_positions(n):
 # --------------------------------------------------------------------------
 
 
-def case_right_permute():
+def case_right_permute(n=8):
     # Every device DMAs its block straight into its right neighbour's output.
-    n = 8
     x = _tiles(n, seed=1)
 
     def kernel(x_ref, o_ref, send_sem, recv_sem):
@@ -144,15 +148,14 @@ def case_right_permute():
             scratch_shapes=[pltpu.SemaphoreType.DMA] * 2, interpret=params)
         return _on_ring(call, n, (x,))
 
-    return Case("right_permute", fn, (x,),
+    return Case(_sized("right_permute", n, 8), fn, (x,),
                 reference=lambda x: np.concatenate(np.roll(_blocks(x, n), 1, axis=0)))
 
 
-def case_all_gather_ring():
+def case_all_gather_ring(n=4):
     # Ring all-gather: at step s each device forwards the block it received at
     # step s-1 (its own at s=0) into the same slot of its right neighbour.
     # Every slot is written exactly once, so no buffer is ever reused.
-    n = 4
     x = _tiles(n, seed=2)
 
     def kernel(x_ref, o_ref, local_sem, send_sem, recv_sems):
@@ -183,14 +186,13 @@ def case_all_gather_ring():
     def ref(x):
         return np.stack([np.stack(_blocks(x, n))] * n)
 
-    return Case("all_gather_ring", fn, (x,), reference=ref)
+    return Case(_sized("all_gather_ring", n, 4), fn, (x,), reference=ref)
 
 
-def case_all_reduce_sum():
+def case_all_reduce_sum(n=4):
     # One-shot all-reduce: every device sends its block to slot `me` of every
     # other device's VMEM staging buffer, waits for n-1 arrivals, then sums
     # the slots in a fixed order (so the float result is deterministic).
-    n = 4
     x = _tiles(n, seed=3)
 
     def kernel(x_ref, o_ref, stage, send_sem, recv_sem):
@@ -226,7 +228,7 @@ def case_all_reduce_sum():
         total = sum(_blocks(x, n))
         return np.concatenate([total] * n)
 
-    return Case("all_reduce_sum", fn, (x,), reference=ref)
+    return Case(_sized("all_reduce_sum", n, 4), fn, (x,), reference=ref)
 
 
 def _reduce_scatter_ring(n, x_ref, buf, ready, send_sem, recv_sem):
@@ -255,8 +257,7 @@ def _reduce_scatter_ring(n, x_ref, buf, ready, send_sem, recv_sem):
     return (n - 1) % 2
 
 
-def case_reduce_scatter_sum():
-    n = 4
+def case_reduce_scatter_sum(n=4):
     x = _tiles(n, seed=4, per_device=n)
 
     def kernel(x_ref, o_ref, buf, ready, send_sem, recv_sem):
@@ -276,7 +277,7 @@ def case_reduce_scatter_sum():
         per_device = [b.reshape(n, *_TILE) for b in _blocks(x, n)]
         return np.concatenate([sum(d[i] for d in per_device) for i in range(n)])
 
-    return Case("reduce_scatter_sum", fn, (x,), reference=ref)
+    return Case(_sized("reduce_scatter_sum", n, 4), fn, (x,), reference=ref)
 
 
 def case_reduce_scatter_emit_pipeline():
@@ -380,11 +381,11 @@ def case_semaphore_ping_pong():
                 reference=lambda: np.array([rounds, 100 + rounds], np.int32))
 
 
-def case_ring_exchange_rounds():
+def case_ring_exchange_rounds(n=4):
     # Several rounds around a ring: in round r each device adds 1 to what it
     # received in round r-1 (its own block in round 0) and DMAs the result
     # into slot r of its right neighbour's output.
-    n, rounds = 4, 3
+    rounds = 3
     x = _tiles(n, seed=6)
 
     def kernel(x_ref, o_ref, stage, send_sem, recv_sems):
@@ -413,14 +414,13 @@ def case_ring_exchange_rounds():
         return np.stack([np.stack([b[(i - r - 1) % n] + r + 1 for r in range(rounds)])
                          for i in range(n)])
 
-    return Case("ring_exchange_rounds", fn, (x,), reference=ref)
+    return Case(_sized("ring_exchange_rounds", n, 4), fn, (x,), reference=ref)
 
 
-def case_all_to_all():
+def case_all_to_all(n=4):
     # Device i sends block j of its input to slot i of device j's output
     # (a transpose of the device x block matrix). All DMAs are in flight at
     # once; the receiver waits for n-1 arrivals.
-    n = 4
     x = _tiles(n, seed=7, per_device=n)
 
     def kernel(x_ref, o_ref, local_sem, send_sem, recv_sem):
@@ -455,7 +455,7 @@ def case_all_to_all():
         return np.concatenate([np.concatenate([per_device[j][i] for j in range(n)])
                                for i in range(n)])
 
-    return Case("all_to_all", fn, (x,), reference=ref)
+    return Case(_sized("all_to_all", n, 4), fn, (x,), reference=ref)
 
 
 def _mesh_2d_case(name, target, seed):
@@ -525,10 +525,10 @@ def case_mesh_2d_logical_ids():
 # --------------------------------------------------------------------------
 
 
-def case_barrier_only():
+def case_barrier_only(n=8):
     # Three back-to-back neighbour barriers on the barrier semaphore; the
     # output only proves every device got through all of them.
-    n, rounds = 8, 3
+    rounds = 3
 
     def kernel(o_ref):
         for _ in range(rounds):
@@ -541,7 +541,7 @@ def case_barrier_only():
             compiler_params=_collective(), interpret=params)
         return _run_sharded(call, _mesh((n,), ("x",)), (), (), P("x"))
 
-    return Case("barrier_only", fn, (),
+    return Case(_sized("barrier_only", n, 8), fn, (),
                 reference=lambda: np.arange(n, dtype=np.int32) * 10 + rounds)
 
 
@@ -717,5 +717,11 @@ CASES: list[Case] = [
 ]
 CASES_BY_NAME: dict[str, Case] = {c.name: c for c in CASES}
 assert len(CASES_BY_NAME) == len(CASES), "duplicate case names"
+# The ring cases again on all 16 devices (a bigger, slower sweep).
+SWEEP_16_DEVICES: list[Case] = [
+    build(16) for build in (case_right_permute, case_all_gather_ring, case_all_reduce_sum,
+                            case_reduce_scatter_sum, case_ring_exchange_rounds,
+                            case_all_to_all, case_barrier_only)
+]
 MULTI_CORE = frozenset({"core_map_shared_hbm", "grid_split_2_cores",
                         "grid_split_4_cores", "cores_wait_on_each_other"})
