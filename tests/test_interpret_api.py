@@ -177,3 +177,35 @@ def test_two_cores_waiting_on_each_other_finish():
     ours = _cores_wait_on_each_other(mosaic_rt.InterpretParams(wait_timeout=30))
     stock = _cores_wait_on_each_other(pltpu.InterpretParams())
     np.testing.assert_array_equal(np.asarray(stock), np.asarray(ours))
+
+
+def test_logging_mode_logs_memory_and_semaphore_ops(caplog):
+    from jax._src.pallas.mosaic.interpret.params import LoggingMode
+
+    def kernel(x_ref, o_ref, sem):
+        pl.semaphore_signal(sem, 1)
+        pl.semaphore_wait(sem, 1)
+        o_ref[...] = x_ref[...] * 2
+
+    def run(mode):
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+            scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+            interpret=mosaic_rt.InterpretParams(logging_mode=mode))(X[:8])
+
+    with caplog.at_level("INFO", logger="mosaic_rt.interpret"):
+        out = run(LoggingMode.SHARED_MEMORY | LoggingMode.SEMAPHORE)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(X[:8]) * 2)
+    text = caplog.text
+    for op in ("allocate_buffer", "get_buffer_content", "swap_buffer_content",
+               "`signal`", "`wait`"):
+        assert op in text, op
+    assert "Device 0, core 0:" in text
+    caplog.clear()
+    with caplog.at_level("INFO", logger="mosaic_rt.interpret"):
+        run(LoggingMode.SEMAPHORE)
+    assert "`signal`" in caplog.text and "get_buffer_content" not in caplog.text
+    caplog.clear()
+    with caplog.at_level("INFO", logger="mosaic_rt.interpret"):
+        run(None)
+    assert caplog.text == ""

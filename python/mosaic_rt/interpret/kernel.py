@@ -24,7 +24,7 @@ from jax._src.pallas.mosaic.interpret import interpret_pallas_call as stock
 from jax._src.pallas.mosaic.interpret import utils as stock_utils
 from jax._src.util import split_list
 
-from mosaic_rt.interpret import ops
+from mosaic_rt.interpret import logging_ops, ops
 from mosaic_rt.interpret.cores import run_cores_concurrently
 from mosaic_rt.interpret.jaxpr_eval import Ctx, eval_jaxpr, forward_any_to_hbm, space_code
 from mosaic_rt.interpret.params import InterpretParams
@@ -39,7 +39,12 @@ _TOKEN = jax.ShapeDtypeStruct((), jnp.int32)
 _kernel_uids = itertools.count(1)
 
 
-def interpret_pallas_call(
+def interpret_pallas_call(*args, interpret_params: InterpretParams, **kwargs):
+    with logging_ops.tracing_with(interpret_params.logging_mode):
+        return _interpret_pallas_call(*args, interpret_params=interpret_params, **kwargs)
+
+
+def _interpret_pallas_call(
     *args,
     jaxpr: jax_core.Jaxpr,
     debug: bool,

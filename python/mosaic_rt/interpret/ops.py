@@ -17,6 +17,7 @@ from jax._src.pallas.mosaic.interpret import interpret_pallas_call as stock
 
 from mosaic_rt import ffi
 from mosaic_rt.ffi.ops import _call, _i32, _region_parts, _space
+from mosaic_rt.interpret import logging_ops as lg
 from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.interpret.regions import Region
 
@@ -73,19 +74,35 @@ def allocate_buffer(token, *, handle, device, core, space, params: InterpretPara
         init = jnp.asarray(init)
         shape, dtype = init.shape, init.dtype
     logical = tuple(shape)
-    return ffi.allocate_buffer(
+    content = _padded_shape(logical, dtype, space, params)
+    token, buf = ffi.allocate_buffer(
         token, handle, device, core, space=space, dtype=dtype,
-        shape=_padded_shape(logical, dtype, space, params), logical_shape=logical,
-        init=init)
+        shape=content, logical_shape=logical, init=init)
+    token = lg.log(token, lg.SHARED_MEMORY, "allocate_buffer", device,
+                   -1 if core is None else core, space=_space(space), buffer_id=buf,
+                   logical_shape=jnp.asarray(logical, jnp.int32),
+                   content_shape=jnp.asarray(content, jnp.int32))
+    return token, buf
 
 
 def free_buffer(token, handle, device, core, space, buf):
-    return ffi.free_buffer(token, handle, device, core, buf, space=space)
+    token = ffi.free_buffer(token, handle, device, core, buf, space=space)
+    return lg.log(token, lg.SHARED_MEMORY, "deallocate_buffer", device, core,
+                  space=_space(space), buffer_id=buf)
+
+
+def _log_access(token, op, device, core, space, buf, region):
+    if not lg.enabled(lg.SHARED_MEMORY):
+        return token
+    return lg.log(token, lg.SHARED_MEMORY, op, device, core, space=_space(space), buffer_id=buf,
+                  starts=region.start_vector() if region is not None else jnp.zeros((0,), jnp.int32),
+                  sizes=jnp.asarray(region.sizes if region is not None else (), jnp.int32))
 
 
 def load(token, handle, device, core, space, buf, region, aval):
-    return ffi.load(token, handle, device, core, buf, region, space=space,
-                    shape=aval.shape, dtype=aval.dtype)
+    token, value = ffi.load(token, handle, device, core, buf, region, space=space,
+                            shape=aval.shape, dtype=aval.dtype)
+    return _log_access(token, "get_buffer_content", device, core, space, buf, region), value
 
 
 def swap(token, handle, device, core, space, buf, region, value, mask, aval):
@@ -94,11 +111,13 @@ def swap(token, handle, device, core, space, buf, region, value, mask, aval):
         value = jnp.broadcast_to(value, aval.shape)
     if mask is not None:
         mask = jnp.broadcast_to(jnp.asarray(mask, jnp.bool_), aval.shape)
-    return ffi.swap(token, handle, device, core, buf, region, value, mask, space=space)
+    token, old = ffi.swap(token, handle, device, core, buf, region, value, mask, space=space)
+    return _log_access(token, "swap_buffer_content", device, core, space, buf, region), old
 
 
 def store(token, handle, device, core, space, buf, region, value):
-    return ffi.store(token, handle, device, core, buf, region, value, space=space)
+    token = ffi.store(token, handle, device, core, buf, region, value, space=space)
+    return _log_access(token, "store_buffer_content", device, core, space, buf, region)
 
 
 def allocate_semaphores(token, handle, device, core, shape, *, kind):
@@ -114,12 +133,17 @@ def barrier_semaphore(token, handle, device, collective_id):
 
 
 def semaphore_signal(token, handle, device, core, sem, inc, target_device, target_core):
-    return ffi.semaphore_signal(token, handle, device, core, _scalar_id(sem), inc,
-                                target_device=target_device, target_core=target_core)
+    token = ffi.semaphore_signal(token, handle, device, core, _scalar_id(sem), inc,
+                                 target_device=target_device, target_core=target_core)
+    return lg.log(token, lg.SEMAPHORE, "signal", device, core, semaphore=_scalar_id(sem),
+                  inc=inc, target_device=-1 if target_device is None else target_device,
+                  target_core=-1 if target_core is None else target_core)
 
 
 def semaphore_wait(token, handle, device, core, sem, value):
-    return ffi.semaphore_wait(token, handle, device, core, _scalar_id(sem), value)
+    token = ffi.semaphore_wait(token, handle, device, core, _scalar_id(sem), value)
+    return lg.log(token, lg.SEMAPHORE, "wait", device, core, semaphore=_scalar_id(sem),
+                  value=value)
 
 
 def semaphore_read(token, handle, device, core, sem):
@@ -144,6 +168,11 @@ def _copy_block(token, handle, device, core, src, src_region, dst, dst_region, *
                 src_space, dst_space, direction, name, block_indices, grid_point):
     src_starts, src_attrs = _region_parts(src_region, "src_")
     dst_starts, dst_attrs = _region_parts(dst_region, "dst_")
+    if lg.enabled(lg.SHARED_MEMORY):
+        token = _log_access(token, "get_buffer_content", device, core, src_space, src,
+                            src_region)
+        token = _log_access(token, "store_buffer_content", device, core, dst_space, dst,
+                            dst_region)
     return _call("copy_block", (),
                  (token, handle, _i32(device), _i32(core), _i32(src), src_starts,
                   _i32(dst), dst_starts, _ids(block_indices),
