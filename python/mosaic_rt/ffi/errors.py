@@ -15,19 +15,13 @@ import re
 from jax.errors import JaxRuntimeError
 
 from mosaic_rt import _native
-from mosaic_rt.errors import MosaicRuntimeError, exception_type
+from mosaic_rt.errors import _from_native
 
 _MARKER = re.compile(r"\[mosaic_rt#(\d+)\] (\w+): (.*)", re.S)
 
 
 def _build(type_name: str, message: str, device, core) -> BaseException:
-    cls = exception_type(type_name)
-    if issubclass(cls, MosaicRuntimeError):
-        return cls(message, device=device, core=core)
-    exc = cls(message)
-    exc.device = device
-    exc.core = core
-    return exc
+    return _from_native(type_name, message, device, core, None)
 
 
 def translate(exc: BaseException) -> BaseException:
