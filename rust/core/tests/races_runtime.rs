@@ -383,3 +383,31 @@ fn outputs_are_the_same_with_races_on_and_off() {
         assert_eq!(run(true), run(false));
     }
 }
+
+/// Timing, not a check: `cargo test --release --test races_runtime -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn cost_of_race_detection_per_element() {
+    for detect in [false, true] {
+        let rt = runtime(1, 1, DmaMode::OnWait, detect);
+        let n = 256 * 256;
+        let x = rt
+            .allocate_buffer(0, None, VMEM, DType::F32, &[256, 256], None, Init::Bytes(&vec![0u8; 4 * n]))
+            .unwrap();
+        let data = vec![0u8; 4 * n];
+        let mut out = vec![0u8; 4 * n];
+        let reps = 50;
+        // Best of 5 (the machine is shared).
+        let ns = (0..5)
+            .map(|_| {
+                let start = std::time::Instant::now();
+                for _ in 0..reps {
+                    rt.store(0, 0, VMEM, x, &Region::full(), &data).unwrap();
+                    rt.load(0, 0, VMEM, x, &Region::full(), &mut out).unwrap();
+                }
+                start.elapsed().as_nanos() as f64 / (2 * reps * n) as f64
+            })
+            .fold(f64::INFINITY, f64::min);
+        println!("detect_races={detect}: {ns:.2} ns per element accessed");
+    }
+}

@@ -17,9 +17,19 @@ pub(crate) struct Touched {
 }
 
 impl Touched {
-    pub fn for_each(&self, mut f: impl FnMut(usize)) {
-        if let Some(counts) = &self.counts {
-            for_each_element(counts, &self.at, &self.at, |i, _| f(i));
+    /// Calls `f(start, len)` for each run of consecutive touched elements
+    /// (the innermost dim when it is contiguous, else single elements).
+    pub fn for_each_run(&self, mut f: impl FnMut(usize, usize)) {
+        let Some(counts) = &self.counts else { return };
+        match counts.len() {
+            0 => f(self.at.offset, 1),
+            n if self.at.strides[n - 1] == 1 => {
+                let run = counts[n - 1];
+                if run > 0 {
+                    for_each_element(&counts[..n - 1], &self.at, &self.at, |i, _| f(i, run));
+                }
+            }
+            _ => for_each_element(counts, &self.at, &self.at, |i, _| f(i, 1)),
         }
     }
 }

@@ -22,7 +22,7 @@ mod shadow;
 
 pub use clock::{Epoch, VectorClock};
 pub use report::{latest, AccessRecord, Actor, RaceLog, MAX_REPORTS};
-pub use shadow::{Conflict, Shadow};
+pub use shadow::{Conflict, Memo, Shadow};
 
 use crate::memory::{BufferKey, MemoryTable};
 use crate::region::Region;
@@ -136,8 +136,9 @@ impl RaceDetector {
         let record = AccessRecord { actor, write, key, region: region.clone() };
         let shadow = shadows.entry(key).or_insert_with(|| Shadow::new(touched.len));
         let mut conflict = None;
-        touched.for_each(|i| {
-            let c = if write { shadow.write(i, now, clock) } else { shadow.read(i, now, clock) };
+        let mut memo = Memo::default();
+        touched.for_each_run(|start, len| {
+            let c = shadow.access_run(start, len, now, clock, write, &mut memo);
             if conflict.is_none() {
                 conflict = c;
             }

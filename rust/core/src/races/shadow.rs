@@ -9,7 +9,7 @@ use super::clock::{Epoch, VectorClock};
 /// Marks `Cell::read` as an index into `Shadow::shared` (not a thread).
 const SHARED: u32 = u32::MAX;
 
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
 struct Cell {
     write: Epoch,
     /// An epoch, or `{thread: SHARED, value: index into shared}`.
@@ -23,6 +23,16 @@ pub struct Conflict {
     pub earlier_is_write: bool,
 }
 
+/// The last transition of one access, reused for neighbouring elements in
+/// the same state (a block access usually finds its whole block in one
+/// state): a compare and a copy per element instead of the checks.
+#[derive(Default)]
+pub struct Memo {
+    before: Cell,
+    after: Cell,
+    valid: bool,
+}
+
 #[derive(Default)]
 pub struct Shadow {
     cells: Vec<Cell>,
@@ -32,6 +42,68 @@ pub struct Shadow {
 impl Shadow {
     pub fn new(len: usize) -> Self {
         Shadow { cells: vec![Cell::default(); len], shared: Vec::new() }
+    }
+
+    /// Records a read (or write) of element `i` at epoch `now`, like
+    /// `read`/`write`, reusing `memo` (one per access). A conflict is
+    /// returned at least once per access that has any.
+    #[inline]
+    pub fn access(
+        &mut self,
+        i: usize,
+        now: Epoch,
+        clock: &VectorClock,
+        write: bool,
+        memo: &mut Memo,
+    ) -> Option<Conflict> {
+        let before = self.cells[i];
+        if memo.valid && before == memo.before {
+            // Same state as an element already done: same outcome, and its
+            // conflict (if any) was returned then.
+            self.cells[i] = memo.after;
+            return None;
+        }
+        let conflict = if write { self.write(i, now, clock) } else { self.read(i, now, clock) };
+        let after = self.cells[i];
+        // Read-shared vector clocks belong to one element each (they are
+        // updated in place), so those transitions are never copied.
+        *memo = Memo { before, after, valid: before.read.thread != SHARED && after.read.thread != SHARED };
+        conflict
+    }
+
+    /// `access` for elements `start..start + len`.
+    pub fn access_run(
+        &mut self,
+        start: usize,
+        len: usize,
+        now: Epoch,
+        clock: &VectorClock,
+        write: bool,
+        memo: &mut Memo,
+    ) -> Option<Conflict> {
+        let mut conflict = None;
+        let mut i = start;
+        let end = start + len;
+        while i < end {
+            if memo.valid {
+                // Tight loop over the elements in the memo's state.
+                let (before, after) = (memo.before, memo.after);
+                for cell in &mut self.cells[i..end] {
+                    if *cell != before {
+                        break;
+                    }
+                    *cell = after;
+                    i += 1;
+                }
+                if i == end {
+                    break;
+                }
+            }
+            let c = self.access(i, now, clock, write, memo);
+            conflict = conflict.or(c);
+            i += 1;
+        }
+        conflict
     }
 
     /// Records a read of element `i` at epoch `now` by a thread whose clock
@@ -132,6 +204,32 @@ mod tests {
         s.read(0, ra, &clock(&[(0, 1)]));
         s.read(0, rb, &clock(&[(1, 1)]));
         assert_eq!(s.write(0, w, &clock(&[(0, 1), (1, 1), (2, 1)])), None);
+    }
+
+    #[test]
+    fn the_memo_gives_the_same_states_and_conflicts_as_the_plain_checks() {
+        // Thread 0 writes [0, 4); thread 1 reads [2, 6) unordered; thread 2,
+        // having seen thread 0 only, writes [0, 6).
+        let (mut plain, mut memo, mut runs) = (Shadow::new(6), Shadow::new(6), Shadow::new(6));
+        let steps: [(Epoch, VectorClock, bool, std::ops::Range<usize>); 3] = [
+            (Epoch { thread: 0, value: 1 }, clock(&[(0, 1)]), true, 0..4),
+            (Epoch { thread: 1, value: 1 }, clock(&[(1, 1)]), false, 2..6),
+            (Epoch { thread: 2, value: 1 }, clock(&[(0, 1), (2, 1)]), true, 0..6),
+        ];
+        for (now, c, write, range) in steps {
+            let mut m = Memo::default();
+            let mut first_plain = None;
+            let mut first_memo = None;
+            let run = runs.access_run(range.start, range.len(), now, &c, write, &mut Memo::default());
+            for i in range {
+                let p = if write { plain.write(i, now, &c) } else { plain.read(i, now, &c) };
+                first_plain = first_plain.or(p);
+                first_memo = first_memo.or(memo.access(i, now, &c, write, &mut m));
+            }
+            assert_eq!(first_plain, first_memo);
+            assert_eq!(first_plain, run);
+            assert!(plain.cells == memo.cells && plain.cells == runs.cells);
+        }
     }
 
     #[test]
