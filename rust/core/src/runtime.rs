@@ -86,7 +86,16 @@ impl Runtime {
 
     /// Drops one reference of the buffer; it is freed at zero.
     pub fn free_buffer(&self, device: u32, core: u32, space: MemorySpace, id: u32) -> Result<()> {
-        self.memory.free(&self.topo, device, core, space, id).map_err(|e| e.at(device, core))
+        self.memory.free(&self.topo, device, core, space, id).map_err(|e| e.at(device, core))?;
+        if let Some(races) = &self.races {
+            // Ids are never reused, so a freed buffer's shadow state is dead
+            // (run_scoped scratch in a loop would otherwise pile up).
+            let key = BufferKey::for_access(space, id, device, core);
+            if self.memory.info(key).is_err() {
+                races.forget(key);
+            }
+        }
+        Ok(())
     }
 
     pub fn buffer_info(&self, key: BufferKey) -> Result<BufferInfo> {
@@ -275,6 +284,12 @@ impl Runtime {
     /// The race log of this runtime (`None` without `detect_races`).
     pub fn races(&self) -> Option<&RaceLog> {
         self.races.as_ref().map(|r| r.log())
+    }
+
+    /// Buffers the race detector keeps per-element state for; `None`
+    /// without race detection. For tests and diagnostics.
+    pub fn race_shadowed_buffers(&self) -> Option<usize> {
+        self.races.as_ref().map(|r| r.num_shadows())
     }
 
     /// Vector-clock components in use (cores + DMAs in flight or not yet

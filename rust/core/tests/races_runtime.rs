@@ -411,3 +411,23 @@ fn cost_of_race_detection_per_element() {
         println!("detect_races={detect}: {ns:.2} ns per element accessed");
     }
 }
+
+#[test]
+fn freed_buffers_drop_their_shadow_state() {
+    let rt = races(1, 2, DmaMode::OnWait);
+    for _ in 0..10 {
+        // Like run_scoped scratch inside a grid loop: a fresh id each time.
+        let v = buffer(&rt, 0, VMEM);
+        for core in 0..2 {
+            write(&rt, 0, core, VMEM, v, &Region::full());
+            rt.free_buffer(0, core, VMEM, v).unwrap();
+        }
+    }
+    let x = buffer(&rt, 0, HBM);
+    write(&rt, 0, 0, HBM, x, &Region::full());
+    rt.free_buffer(0, 0, HBM, x).unwrap();
+    assert_eq!(rt.race_shadowed_buffers(), Some(1), "HBM is still referenced by core 1");
+    rt.free_buffer(0, 1, HBM, x).unwrap();
+    assert_eq!(rt.race_shadowed_buffers(), Some(0));
+    assert!(!found(&rt));
+}

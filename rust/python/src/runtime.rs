@@ -101,6 +101,7 @@ impl PyRuntime {
     #[pyo3(signature = (num_devices=Id(1), cores_per_device=Id(1), dma_execution_mode="on_wait",
                         out_of_bounds_reads="raise", uninitialized_memory="nan", wait_timeout=Some(120.0),
                         detect_races=false))]
+    #[allow(clippy::too_many_arguments)] // mirrors the Python keyword arguments
     fn new(
         py: Python<'_>,
         num_devices: Id,

@@ -237,6 +237,16 @@ impl RaceDetector {
         st.free_slots.push((dma.slot, last));
     }
 
+    /// Drops the shadow state of a freed buffer.
+    pub fn forget(&self, key: BufferKey) {
+        lock(&self.state).shadows.remove(&key);
+    }
+
+    /// Buffers with shadow state, for tests.
+    pub fn num_shadows(&self) -> usize {
+        lock(&self.state).shadows.len()
+    }
+
     /// Clock components in use (cores + DMA slots), for tests.
     pub fn num_threads(&self) -> usize {
         lock(&self.state).clocks.len()
