@@ -141,7 +141,6 @@ class Case:
     fn: Callable
     devices: int
     race: bool
-    single_device: bool = False   # `devices` only sizes x
 
 
 CASES = [
@@ -154,9 +153,9 @@ CASES = [
     Case("permute_4", _permute(4), 4, False),
     Case("permute_read_before_wait_2", _permute(2, read_early=True), 2, True),
     Case("permute_overwrite_source_4", _permute(4, overwrite_early=True), 4, True),
-    # (x has 1 row block per "device"; the two-core cases use two.)
-    Case("two_cores_handshake", _cores(sync=True), 2, False, single_device=True),
-    Case("two_cores_same_block", _cores(sync=False), 2, True, single_device=True),
+    # One device with two cores; `devices=2` only sizes x (a block per core).
+    Case("two_cores_handshake", _cores(sync=True), 2, False),
+    Case("two_cores_same_block", _cores(sync=False), 2, True),
 ]
 
 
