@@ -31,7 +31,7 @@ from jax._src.state import discharge as state_discharge
 from jax._src.state import primitives as state_primitives
 from jax._src.util import split_list
 
-from mosaic_rt.interpret import ops
+from mosaic_rt.interpret import ops, views
 from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.interpret.regions import to_region
 
@@ -136,22 +136,46 @@ def _eval_eqn(eqn, env, ctx: Ctx, token):
 
 # ------------------------------------------------------------------- memory
 
+def _load_view(token, ctx, space, ref, ref_aval, transforms, aval):
+    region, rest, base = views.split(transforms, ref_aval)
+    if not rest:
+        return ops.load(token, ctx.handle, ctx.device_id, ctx.core, space_code(space),
+                        ref, region, aval)
+    token, value = ops.load(token, ctx.handle, ctx.device_id, ctx.core, space_code(space),
+                            ref, region, base)
+    return token, views.read(value, rest)
+
+
+def _swap_view(token, ctx, space, ref, ref_aval, transforms, val, mask, aval):
+    region, rest, base = views.split(transforms, ref_aval)
+    if not rest:
+        return ops.swap(token, ctx.handle, ctx.device_id, ctx.core, space_code(space),
+                        ref, region, val, mask, aval)
+    token, value = ops.load(token, ctx.handle, ctx.device_id, ctx.core, space_code(space),
+                            ref, region, base)
+    val = jnp.broadcast_to(jnp.asarray(val, aval.dtype), aval.shape)
+    old, new = views.write(value, rest, val, mask)
+    token = ops.store(token, ctx.handle, ctx.device_id, ctx.core, space_code(space),
+                      ref, region, new)
+    return token, old
+
+
 @_rule(primitives.load_p)
 def _masked_load(eqn, read, ctx, token):
     ref, transforms, mask, _ = jax.tree.unflatten(eqn.params["args_tree"], read())
     if mask is not None:
         raise NotImplementedError("masked load_p")
     space = _space_or_raise_if_hbm(eqn.invars[0].aval, "load_p")
-    return ops.load(token, ctx.handle, ctx.device_id, ctx.core, space_code(space),
-                    ref, to_region(transforms), eqn.outvars[0].aval)
+    return _load_view(token, ctx, space, ref, eqn.invars[0].aval, transforms,
+                      eqn.outvars[0].aval)
 
 
 @_rule(primitives.swap_p)
 def _masked_swap(eqn, read, ctx, token):
     ref, transforms, val, mask = jax.tree.unflatten(eqn.params["args_tree"], read())
     space = _space_or_raise_if_hbm(eqn.invars[0].aval, "swap_p")
-    return ops.swap(token, ctx.handle, ctx.device_id, ctx.core, space_code(space),
-                    ref, to_region(transforms), val, mask, eqn.outvars[0].aval)
+    return _swap_view(token, ctx, space, ref, eqn.invars[0].aval, transforms, val, mask,
+                      eqn.outvars[0].aval)
 
 
 @_rule(state_primitives.get_p)
@@ -159,8 +183,8 @@ def _get(eqn, read, ctx, token):
     space = _space_or_raise_if_hbm(eqn.invars[0].aval, "get_p")
     invals = read()
     transforms = jax.tree.unflatten(eqn.params["tree"], invals[1:])
-    return ops.load(token, ctx.handle, ctx.device_id, ctx.core, space_code(space),
-                    invals[0], to_region(transforms), eqn.outvars[0].aval)
+    return _load_view(token, ctx, space, invals[0], eqn.invars[0].aval, transforms,
+                      eqn.outvars[0].aval)
 
 
 @_rule(state_primitives.swap_p)
@@ -168,9 +192,8 @@ def _swap(eqn, read, ctx, token):
     space = _space_or_raise_if_hbm(eqn.invars[0].aval, "swap_p")
     invals = read()
     transforms = jax.tree.unflatten(eqn.params["tree"], invals[2:])
-    return ops.swap(token, ctx.handle, ctx.device_id, ctx.core, space_code(space),
-                    invals[0], to_region(transforms), invals[1], None,
-                    eqn.outvars[0].aval)
+    return _swap_view(token, ctx, space, invals[0], eqn.invars[0].aval, transforms,
+                      invals[1], None, eqn.outvars[0].aval)
 
 
 @_rule(primitives.run_scoped_p)
