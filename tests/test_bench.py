@@ -108,7 +108,8 @@ def _fake_case(ours_offset):
 
 
 def test_mismatch_is_reported_not_hidden():
-    budget = measure.Budget(seconds_per_side=0.0, min_reps=2, max_reps_stock=2, max_reps_ours=2)
+    budget = measure.Budget(seconds_per_side=0.0, min_reps=2, max_reps_stock=2, max_reps_ours=2,
+                            case_timeout_s=60)
     good = measure.run_case(_fake_case(0), budget)
     assert good.ok and good.equal and good.correct
     bad = measure.run_case(_fake_case(1), budget)
@@ -121,3 +122,13 @@ def test_marginal_cost_is_the_sweep_slope():
     slope = report._slope([(10, 1.0 + 10 * 2e-3), (100, 1.0 + 100 * 2e-3), (50, 1.1)])
     assert np.isclose(slope, 2e-3, rtol=1e-9)
     assert report._slope([(10, 1.0)]) is None
+
+
+def test_a_hung_case_ends_the_run_with_code_4():
+    code = ("import time\nfrom mosaic_rt.bench.cli import _watchdog\n"
+            "with _watchdog('stuck case', 0.5):\n    time.sleep(30)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 4
+    assert "case 'stuck case' still running after 0.5 s" in done.stderr
+    assert "Thread" in done.stderr  # the stacks of every thread

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import faulthandler
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 
 # Set in the environment of a re-executed child so it never re-executes again.
 _CHILD_FLAG = "MOSAIC_RT_BENCH_CHILD"
@@ -64,6 +68,39 @@ def _ensure_devices(needed: int, argv: list[str]) -> int | None:
     return subprocess.run([sys.executable, "-m", "mosaic_rt", "bench", *argv], env=env).returncode
 
 
+@contextlib.contextmanager
+def _watchdog(name: str, seconds: float):
+    """Ends the process if one case runs longer than `seconds`.
+
+    A hung interpreter (stock polls its semaphores forever; an XLA computation
+    cannot be cancelled) must not hang the harness: print every thread's stack
+    and exit with code 4.
+    """
+    def expire():
+        sys.stderr.write(f"\nmosaic_rt bench: case {name!r} still running after {seconds:g} s;"
+                         " it is hung. Thread stacks follow; exiting with code 4.\n")
+        faulthandler.dump_traceback(all_threads=True)
+        sys.stderr.flush()
+        os._exit(4)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def _one_line(result) -> str:
+    """What a finished case printed above the progress bar."""
+    if result.error:
+        return f"[bold red]ERROR[/] {result.case.name}: {result.error}"
+    status = "[green]equal[/]" if result.ok else "[bold red]MISMATCH[/]"
+    return (f"{result.case.name}: stock {result.stock.median_s * 1e3:.2f} ms, "
+            f"ours {result.ours.median_s * 1e3:.3f} ms, {result.ratio:,.1f}x, {status}")
+
+
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     from rich.console import Console
 
@@ -89,6 +126,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         for c in cases:
             console.print(f"{c.name}  ({c.family}, {c.devices} device(s))")
         return 0
+    if hasattr(signal, "SIGUSR1"):  # `kill -USR1 PID` prints every thread's stack
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     child_code = _ensure_devices(max(c.devices for c in cases), argv)
     if child_code is not None:
         return child_code
@@ -106,7 +145,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         measure.warm_up()
         for case in cases:
             progress.update(task, description=case.name)
-            results.append(measure.run_case(case, budget))
+            with _watchdog(case.name, budget.case_timeout_s):
+                result = measure.run_case(case, budget)
+            results.append(result)
+            progress.console.print(_one_line(result))
             progress.advance(task)
         progress.update(task, description="done")
 

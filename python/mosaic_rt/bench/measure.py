@@ -26,10 +26,13 @@ class Budget:
     min_reps: int
     max_reps_stock: int
     max_reps_ours: int
+    case_timeout_s: float        # a case still running after this is hung: abort
 
 
-QUICK = Budget(seconds_per_side=0.3, min_reps=2, max_reps_stock=5, max_reps_ours=100)
-FULL = Budget(seconds_per_side=2.0, min_reps=3, max_reps_stock=20, max_reps_ours=1000)
+QUICK = Budget(seconds_per_side=0.3, min_reps=2, max_reps_stock=5, max_reps_ours=100,
+               case_timeout_s=120)
+FULL = Budget(seconds_per_side=2.0, min_reps=3, max_reps_stock=20, max_reps_ours=1000,
+              case_timeout_s=600)
 
 
 @dataclasses.dataclass

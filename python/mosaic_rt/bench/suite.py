@@ -130,9 +130,12 @@ def suite(quick: bool) -> list[Case]:
         cases += [_semaphores(i) for i in (100, 1000)]
     else:
         cases = [_ping_pong(r) for r in (10, 100, 1000)]
-        cases += [_right_permute(r) for r in (8, 512)]
-        cases += [_all_gather(r) for r in (8, 256)]
-        cases += [_reduce_scatter(r) for r in (8, 256)]
+        # Stock interpret mode deadlocks on 8 devices once a kernel buffer reaches
+        # ~128 KiB (all device threads block in its allocation callback), so the
+        # collectives stay at <= 64 KiB buffers.
+        cases += [_right_permute(r) for r in (8, 128)]
+        cases += [_all_gather(r) for r in (8, 16)]
+        cases += [_reduce_scatter(r) for r in (8, 16)]
         cases += [_pipeline(c) for c in (8, 64, 512)]
         cases += [_add(g) for g in (8, 64, 512)]
         cases += [_matmul(b) for b in (2, 4, 6)]
