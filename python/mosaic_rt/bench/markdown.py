@@ -33,7 +33,8 @@ def render(data: dict) -> str:
         f"Machine: {env['processor']} ({env['machine']}), {env['cpu_count']} CPUs "
         f"({env.get('cpus_usable')} usable), {env['platform']}; Python {env['python']}, "
         f"jax {env['jax']}, jaxlib {env['jaxlib']}, numpy {env['numpy']}, "
-        f"{env['jax_devices']} simulated CPU devices.",
+        f"{env['jax_devices']} simulated CPU devices; load average at the end "
+        f"(1/5/15 min): {', '.join(f'{x:.1f}' for x in env.get('loadavg_1_5_15min') or [])}.",
         "",
         "| case | dev | 1st call stock | 1st call ours | stock median [min] | ours median [min] "
         "| ratio | per op stock | per op ours | op | reps | equal |",

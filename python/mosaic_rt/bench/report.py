@@ -60,7 +60,7 @@ def verdicts(results: list[CaseResult]) -> list[Verdict]:
                 found.append(Verdict(r.case.name, family.target, r.ratio, "call ratio",
                                      r.ok and (r.ratio or 0) >= family.target))
             continue
-        largest = max(rows, key=lambda r: r.case.ops)
+        largest = rows[-1]  # sweeps are listed smallest first
         measured, how = largest.ratio, f"call ratio at {largest.case.name}"
         marginal = costs.get(name, {}).get("marginal_ratio")
         if family.judged_by == "per-op" and marginal is not None:
@@ -173,6 +173,8 @@ def environment() -> dict:
         "processor": _cpu_model(),
         "platform": platform.platform(),
         "jax_devices": jax.device_count(),
+        # Other processes on the machine skew timings (2-device ping-pong most).
+        "loadavg_1_5_15min": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
@@ -228,8 +230,9 @@ def plot(results: list[CaseResult], path: str) -> None:
     rows = [r for r in results if r.ratio]
     fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.5))
     names = [r.case.name for r in rows]
-    ax.barh(names, [r.ratio for r in rows],
-            color=["tab:blue" if r.ok else "tab:red" for r in rows])
+    bars = ax.barh(names, [r.ratio for r in rows],
+                   color=["tab:blue" if r.ok else "tab:red" for r in rows])
+    ax.bar_label(bars, labels=[f"{r.ratio:,.0f}x" for r in rows], padding=3, fontsize=8)
     ax.set_xscale("log")
     ax.invert_yaxis()
     for target in sorted({FAMILIES[r.case.family].target for r in rows}):
