@@ -43,9 +43,9 @@ def _neighbour_handshake(n: int, me):
     """Signal both ring neighbours and wait for both: they are inside the kernel."""
     barrier = pltpu.get_barrier_semaphore()
     for peer in ((me + 1) % n, (me - 1) % n):
-        pltpu.semaphore_signal(barrier, 1, device_id=(peer,),
+        pl.semaphore_signal(barrier, 1, device_id=(peer,),
                                device_id_type=pl.DeviceIdType.MESH)
-    pltpu.semaphore_wait(barrier, 2)
+    pl.semaphore_wait(barrier, 2)
 
 
 def _block_input(n: int, rows: int) -> np.ndarray:
@@ -57,35 +57,36 @@ def _block_input(n: int, rows: int) -> np.ndarray:
 # -- ping-pong ---------------------------------------------------------------
 
 
+def _handshake_with(other):
+    """Two-device version of `_neighbour_handshake`."""
+    barrier = pltpu.get_barrier_semaphore()
+    pl.semaphore_signal(barrier, 1, device_id=(other,), device_id_type=pl.DeviceIdType.MESH)
+    pl.semaphore_wait(barrier, 1)
+
+
 def _ping_pong_kernel(rounds, x_ref, o_ref, sem):
     me = lax.axis_index("x")
     other = 1 - me
-    _neighbour_handshake_pair(other)
+    _handshake_with(other)
 
     def signal_other():
-        pltpu.semaphore_signal(sem, 1, device_id=(other,), device_id_type=pl.DeviceIdType.MESH)
+        pl.semaphore_signal(sem, 1, device_id=(other,), device_id_type=pl.DeviceIdType.MESH)
 
     def round_(i, carry):
         @pl.when(me == 0)
         def _():
             signal_other()
-            pltpu.semaphore_wait(sem, 1)
+            pl.semaphore_wait(sem, 1)
 
         @pl.when(me == 1)
         def _():
-            pltpu.semaphore_wait(sem, 1)
+            pl.semaphore_wait(sem, 1)
             signal_other()
 
         return carry + 1
 
     count = lax.fori_loop(0, rounds, round_, jnp.int32(0))
     o_ref[...] = x_ref[...] + count.astype(o_ref.dtype)
-
-
-def _neighbour_handshake_pair(other):
-    barrier = pltpu.get_barrier_semaphore()
-    pltpu.semaphore_signal(barrier, 1, device_id=(other,), device_id_type=pl.DeviceIdType.MESH)
-    pltpu.semaphore_wait(barrier, 1)
 
 
 def ping_pong(rounds: int):

@@ -151,9 +151,9 @@ def blocked_matmul(blocks: int, tile: int = 128):
 
 def _semaphore_loop_kernel(iters, x_ref, o_ref, sem):
     def body(i, total):
-        pltpu.semaphore_signal(sem, 2)
-        pltpu.semaphore_wait(sem, 1)
-        pltpu.semaphore_wait(sem, 1)
+        pl.semaphore_signal(sem, 2)
+        pl.semaphore_wait(sem, 1)
+        pl.semaphore_wait(sem, 1)
         return total + 1
 
     total = lax.fori_loop(0, iters, body, jnp.int32(0))
