@@ -42,6 +42,9 @@ struct Plan {
 
 /// Read and write at once: a direct buffer-to-buffer copy (no intermediate
 /// Vec), then the send (remote only) and receive signals.
+/// The whole DMA at once (eager mode, or an on_wait DMA whose read has not
+/// run yet). The copy itself checks dtypes and shapes; the semaphores count
+/// the bytes it moved.
 fn copy_whole(rt: &Runtime, r: &DmaRequest, plan: &Plan, race: Option<DmaThread>) -> Result<()> {
     let src =
         MemRef { device: r.device, core: r.core, space: r.src_space, id: r.src_id, region: &r.src_region };
@@ -53,7 +56,8 @@ fn copy_whole(rt: &Runtime, r: &DmaRequest, plan: &Plan, race: Option<DmaThread>
         region: &r.dst_region,
     };
     // Not `rt.copy`: the accesses are the DMA's, not the issuing core's.
-    rt.memory.copy(&rt.topo, src, dst).map_err(|e| e.at(r.device, r.core))?;
+    let bytes = rt.memory.copy(&rt.topo, src, dst).map_err(|e| e.at(r.device, r.core))? as i64;
+    let plan = &Plan { bytes, ..*plan };
     note_read(rt, r, race);
     note_write(rt, r, plan, race);
     if let Some(src_sem) = r.src_sem {
@@ -157,6 +161,19 @@ pub fn start(rt: &Runtime, req: &DmaRequest) -> Result<()> {
     let dst_device = req.dst_device.unwrap_or(req.device);
     let dst_gcore = topo.check(dst_device, req.core)?;
 
+    rt.sems.check_exists(req.dst_sem)?;
+    if let Some(s) = req.src_sem {
+        rt.sems.check_exists(s)?;
+    }
+    if rt.config().dma_mode == DmaMode::Eager {
+        // Nobody else can see this DMA: no state machine, and the copy
+        // itself validates the two sides (this is the hot path).
+        let plan = Plan { dst_device, src_gcore, dst_gcore, bytes: 0 };
+        let race = rt.races.as_ref().map(|races| races.dma_begin(req.device, req.core));
+        return copy_whole(rt, req, &plan, race);
+    }
+
+    // on_wait: validate now, so a bad DMA fails at its start, not at a wait.
     let src_key = buffer_key(req.src_space, req.src_id, req.device, req.core);
     let dst_key = buffer_key(req.dst_space, req.dst_id, dst_device, req.core);
     let src_dtype = rt.buffer_info(src_key)?.dtype;
@@ -172,23 +189,13 @@ pub fn start(rt: &Runtime, req: &DmaRequest) -> Result<()> {
             dst_dtype.name()
         )));
     }
-    rt.sems.check_exists(req.dst_sem)?;
-    if let Some(s) = req.src_sem {
-        rt.sems.check_exists(s)?;
-    }
 
     let plan = Plan { dst_device, src_gcore, dst_gcore, bytes: (elements * src_dtype.itemsize()) as i64 };
     let race = rt.races.as_ref().map(|races| races.dma_begin(req.device, req.core));
-    match rt.config().dma_mode {
-        // Nobody else can see this DMA: no state machine needed.
-        DmaMode::Eager => copy_whole(rt, req, &plan, race),
-        DmaMode::OnWait => {
-            let dma = Arc::new(QueuedDma { req: req.clone(), plan, machine: DmaMachine::new(), race });
-            if let Some(src_sem) = req.src_sem {
-                let reader = Arc::clone(&dma);
-                rt.sems.enqueue(src_sem, src_gcore, Box::new(move |rt: &Runtime| reader.run_read(rt)))?;
-            }
-            rt.sems.enqueue(req.dst_sem, dst_gcore, Box::new(move |rt: &Runtime| dma.run_read_write(rt)))
-        }
+    let dma = Arc::new(QueuedDma { req: req.clone(), plan, machine: DmaMachine::new(), race });
+    if let Some(src_sem) = req.src_sem {
+        let reader = Arc::clone(&dma);
+        rt.sems.enqueue(src_sem, src_gcore, Box::new(move |rt: &Runtime| reader.run_read(rt)))?;
     }
+    rt.sems.enqueue(req.dst_sem, dst_gcore, Box::new(move |rt: &Runtime| dma.run_read_write(rt)))
 }

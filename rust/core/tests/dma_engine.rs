@@ -225,17 +225,24 @@ fn descriptor_invariant_has_the_exact_stock_message() {
 
 #[test]
 fn dtype_or_size_mismatch_names_both_sides() {
-    let rt = runtime(1, 1, DmaMode::Eager);
-    let src = buffer(&rt, 0, 0, MemorySpace::Hbm, 8, 1.0);
-    let small = zeros(&rt, 0, 0, 4);
-    let ints = rt.allocate_buffer(0, Some(0), MemorySpace::Vmem, DType::I32, &[8], None, Init::Fill).unwrap();
-    let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
-    let e = rt.dma_start(&local(0, src, small, sem)).unwrap_err();
-    assert_eq!(e.kind, ErrorKind::Value);
-    assert!(e.message.contains("float32[8]") && e.message.contains("float32[4]"), "{}", e.message);
-    let e = rt.dma_start(&local(0, src, ints, sem)).unwrap_err();
-    assert!(e.message.contains("float32[8]") && e.message.contains("int32[8]"), "{}", e.message);
-    assert_eq!(rt.semaphore_read(0, 0, sem).unwrap(), 0);
+    // on_wait checks at start (its own wording); eager lets the copy check.
+    for (mode, f32_8, f32_4, i32_8) in [
+        (DmaMode::OnWait, "float32[8]", "float32[4]", "int32[8]"),
+        (DmaMode::Eager, "float32 (8,)", "float32 (4,)", "int32 (8,)"),
+    ] {
+        let rt = runtime(1, 1, mode);
+        let src = buffer(&rt, 0, 0, MemorySpace::Hbm, 8, 1.0);
+        let small = zeros(&rt, 0, 0, 4);
+        let ints =
+            rt.allocate_buffer(0, Some(0), MemorySpace::Vmem, DType::I32, &[8], None, Init::Fill).unwrap();
+        let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
+        let e = rt.dma_start(&local(0, src, small, sem)).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Value);
+        assert!(e.message.contains(f32_8) && e.message.contains(f32_4), "{}", e.message);
+        let e = rt.dma_start(&local(0, src, ints, sem)).unwrap_err();
+        assert!(e.message.contains(f32_8) && e.message.contains(i32_8), "{}", e.message);
+        assert_eq!(rt.semaphore_read(0, 0, sem).unwrap(), 0);
+    }
 }
 
 #[test]
