@@ -103,6 +103,7 @@ def _one_line(result) -> str:
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     from rich.console import Console
+    from rich.markup import escape
 
     console = Console()
     if not console.is_terminal:  # pipes and files: keep table rows on one line
@@ -116,10 +117,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         cases = _select(args.quick, args.filter)
     except re.error as e:
-        console.print(f"[bold red]bad --filter pattern:[/] {e}")
+        console.print(f"[bold red]bad --filter pattern:[/] {escape(str(e))}")
         return 2
     if not cases:
-        console.print(f"[bold red]no case matches --filter {args.filter}[/]; "
+        shown = escape(" ".join(repr(f) for f in args.filter))
+        console.print(f"[bold red]no case matches --filter {shown}[/]; "
                       "use --list to see the names")
         return 2
     if args.list:
