@@ -115,9 +115,10 @@ def _matmul(blocks, races=False):
                 lambda: local.blocked_matmul(blocks), lambda a, b: a @ b, races)
 
 
-def _semaphores(iters):
-    return Case(f"semaphores iters={iters}", "semaphores", 1, 3 * iters,
-                lambda: local.semaphore_loop(iters), lambda x: x + iters)
+def _semaphores(iters, races=False):
+    return Case(f"semaphores iters={iters}" + (" races" if races else ""),
+                "races" if races else "semaphores", 1, 3 * iters,
+                lambda: local.semaphore_loop(iters), lambda x: x + iters, races)
 
 
 def suite(quick: bool) -> list[Case]:
@@ -142,5 +143,6 @@ def suite(quick: bool) -> list[Case]:
         cases += [_semaphores(i) for i in (100, 1000, 10000)]
     # Stock race detection is quadratic in accesses: keep these small.
     cases += [_ping_pong(10, True), _right_permute(8, True), _all_gather(8, True),
-              _reduce_scatter(8, True), _pipeline(8, True), _add(8, True), _matmul(2, True)]
+              _reduce_scatter(8, True), _pipeline(8, True), _add(8, True), _matmul(2, True),
+              _semaphores(100, True)]
     return cases
