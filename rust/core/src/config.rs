@@ -105,6 +105,11 @@ pub struct Config {
     pub wait_timeout: Option<Duration>,
     /// Check every access for data races (`detect_races=True`).
     pub detect_races: bool,
+    /// Before a wait parks its thread (after running any queued DMA), watch
+    /// the counter this long. Waking a parked thread costs microseconds of
+    /// OS scheduling, but spinning only pays when every simulated core has a
+    /// CPU of its own, so the default is to park at once.
+    pub spin_before_park: Option<Duration>,
 }
 
 impl Default for Config {
@@ -117,6 +122,7 @@ impl Default for Config {
             fill: FillMode::Nan,
             wait_timeout: Some(Duration::from_secs(120)),
             detect_races: false,
+            spin_before_park: None,
         }
     }
 }

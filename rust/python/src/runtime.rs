@@ -120,6 +120,8 @@ impl PyRuntime {
             fill: FillMode::parse(uninitialized_memory).or_raise(py)?,
             wait_timeout: timeout_arg(wait_timeout)?,
             detect_races,
+            // Python threads park: spinning would hold a CPU the GIL holder needs.
+            spin_before_park: None,
         };
         Ok(PyRuntime {
             rt: Arc::new(Runtime::new(config).or_raise(py)?),

@@ -46,10 +46,27 @@ pub type Task = Box<dyn FnOnce(&Runtime) -> Result<()> + Send>;
 pub struct SemTable {
     topo: Topology,
     wait_timeout: Option<Duration>,
+    spin: Option<Duration>,
     ids: SemIds,
     parkers: Box<[Parker]>,
     failure: Failure,
     barrier: DeviceBarrier,
+}
+
+/// Busy-waits until `ready()` or `budget` has passed.
+fn spin_until(budget: Duration, ready: impl Fn() -> bool) {
+    let start = Instant::now();
+    loop {
+        for _ in 0..32 {
+            if ready() {
+                return;
+            }
+            std::hint::spin_loop();
+        }
+        if start.elapsed() > budget {
+            return;
+        }
+    }
 }
 
 impl SemTable {
@@ -58,6 +75,8 @@ impl SemTable {
         SemTable {
             topo,
             wait_timeout: config.wait_timeout,
+            // Loom cannot model a time-bounded spin (and needs none).
+            spin: if cfg!(loom) { None } else { config.spin_before_park },
             ids: SemIds::new(&topo),
             parkers: (0..topo.num_cores()).map(|_| Parker::new()).collect(),
             failure: Failure::new(),
@@ -152,6 +171,7 @@ impl SemTable {
         let parker = &self.parkers[gcore as usize];
         let record = WaitRecord { sem, value };
         let mut deadline = None;
+        let mut spun = false;
         loop {
             if let Some(root) = self.failure.get() {
                 return Err(RtError::aborted(&root, device, core));
@@ -162,6 +182,15 @@ impl SemTable {
             if let Some(task) = s.pop_task(gcore) {
                 run_task(task)?;
                 continue;
+            }
+            if !spun {
+                spun = true;
+                if let Some(budget) = self.spin {
+                    spin_until(budget, || {
+                        self.failure.is_set() || count.load(Ordering::SeqCst) >= value || s.has_task(gcore)
+                    });
+                    continue;
+                }
             }
             let deadline = *deadline.get_or_insert_with(|| self.wait_timeout.map(|t| Instant::now() + t));
             let timed_out = parker.park(record, deadline, || {

@@ -61,6 +61,7 @@ fn config_from_attrs(f: &Frame) -> Result<Config> {
         wait_timeout: (timeout_ms > 0).then(|| Duration::from_millis(timeout_ms as u64)),
         // Optional (older callers do not pass it); any non-zero S64 turns it on.
         detect_races: f.attr_i64_opt("detect_races")?.is_some_and(|v| v != 0),
+        spin_before_park: crate::spin::budget(f.attr_u32("num_devices")?, f.attr_u32("num_cores")?),
     })
 }
 

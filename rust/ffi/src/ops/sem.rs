@@ -67,7 +67,6 @@ pub fn semaphore_wait(c: &mut Call) -> Result<()> {
     let sem = c.frame.arg_id(4, "semaphore id")?;
     let value = count_arg(c, 5, "semaphore wait value")?;
     launch::with_runtime(handle, |rt| {
-        crate::spin::before_wait(rt, device, core, sem, value);
         rt.semaphore_wait(device, core, sem, value)
     })
 }
