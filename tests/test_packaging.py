@@ -60,10 +60,12 @@ def test_cli_rejects_bad_arguments():
     assert proc.returncode == 2 and "--devices >= 2" in proc.stderr
 
 
-def test_readme_example_runs(capsys):
+def test_readme_examples_run(capsys):
     readme = (ROOT / "README.md").read_text()
-    example = readme.split("```python\n", 1)[1].split("```", 1)[0]
-    exec(compile(example, "README.md", "exec"), {})
+    examples = [block.split("```", 1)[0] for block in readme.split("```python\n")[1:]]
+    assert len(examples) == 2  # the pallas_call one (asserts itself), the runtime one
+    for example in examples:
+        exec(compile(example, "README.md", "exec"), {})
     assert capsys.readouterr().out.strip() == "[0. 2. 4. 6.]"
 
 
