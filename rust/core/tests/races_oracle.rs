@@ -241,7 +241,10 @@ fn run(seed: u64, mode: DmaMode) -> (Option<usize>, Option<usize>) {
 fn first_race_matches_a_brute_force_happens_before_oracle() {
     for mode in [DmaMode::Eager, DmaMode::OnWait] {
         let (mut racy, mut clean) = (0, 0);
-        for seed in 0..2000 {
+        // RACES_ORACLE_ITERS=N runs more programs (default 2000).
+        let iterations: u64 =
+            std::env::var("RACES_ORACLE_ITERS").ok().and_then(|s| s.parse().ok()).unwrap_or(2000);
+        for seed in 0..iterations {
             let (ours, oracle) = run(seed, mode);
             assert_eq!(ours, oracle, "seed {seed}, {mode:?}: first racing op (ours vs oracle)");
             if oracle.is_some() {

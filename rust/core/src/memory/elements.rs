@@ -12,6 +12,8 @@ use crate::region::Region;
 pub(crate) struct Touched {
     /// Elements of the buffer (allocated shape).
     pub len: usize,
+    /// Elements in a row (the innermost allocated dim; 1 for scalars).
+    pub row: usize,
     counts: Option<Dims<usize>>,
     at: Layout,
 }
@@ -40,6 +42,7 @@ impl MemoryTable {
         let plan = Plan::new(region, &buf.logical_shape)?;
         Ok(Touched {
             len: buf.shape.iter().product(),
+            row: buf.shape.last().copied().unwrap_or(1),
             counts: plan.clip(&buf.shape),
             // Itemsize 1: the layout's offsets are element indices.
             at: plan.buffer_layout(&buf.shape, 1),

@@ -1,5 +1,6 @@
 //! Race detection (`detect_races=True`): exact happens-before over vector
-//! clocks, with FastTrack-style per-element shadow state.
+//! clocks, with FastTrack-style per-element shadow state (kept per chunk
+//! of elements while a chunk's elements share one state).
 //!
 //! Threads are the simulated cores and the DMAs. Happens-before edges, as
 //! in stock interpret mode: program order of each thread; a semaphore
@@ -16,13 +17,15 @@
 //! Everything is behind one mutex: this is off the hot path (the runtime
 //! holds `Option<RaceDetector>`; `None` costs one branch per operation).
 
+mod cell;
 mod clock;
 mod report;
 mod shadow;
 
 pub use clock::{Epoch, VectorClock};
 pub use report::{latest, AccessRecord, Actor, RaceLog, MAX_REPORTS};
-pub use shadow::{Conflict, Memo, Shadow};
+pub use cell::{Conflict, Memo};
+pub use shadow::{Shadow, MAX_CHUNK};
 
 use crate::memory::{BufferKey, MemoryTable};
 use crate::region::Region;
@@ -134,7 +137,7 @@ impl RaceDetector {
         let clock = &mut clocks[thread as usize];
         let now = clock.tick(thread);
         let record = AccessRecord { actor, write, key, region: region.clone() };
-        let shadow = shadows.entry(key).or_insert_with(|| Shadow::new(touched.len));
+        let shadow = shadows.entry(key).or_insert_with(|| Shadow::new(touched.len, touched.row));
         let mut conflict = None;
         let mut memo = Memo::default();
         touched.for_each_run(|start, len| {

@@ -1,77 +1,59 @@
 //! FastTrack-style shadow state of one buffer: per element, the last write
 //! (an epoch) and the reads since it (an epoch while the reads are totally
-//! ordered, a vector clock once they are concurrent). Checking an access
-//! costs O(1) per element touched (O(readers) for read-shared elements),
-//! independent of how many accesses came before.
+//! ordered, a vector clock once they are concurrent).
+//!
+//! Kernels access whole blocks, so the elements are kept in fixed chunks: a
+//! chunk whose elements all have one state stores it once, and an access
+//! that covers the whole chunk checks and updates it once. A chunk is split
+//! into per-element states only when an access covers part of it, and it
+//! becomes uniform again when a later access covers it whole and leaves
+//! every element in one state. Exactly the per-element checks, at a cost
+//! per chunk in the common case.
 
+use super::cell::{Cell, Conflict, Memo, SharedReads};
 use super::clock::{Epoch, VectorClock};
 
-/// Marks `Cell::read` as an index into `Shadow::shared` (not a thread).
-const SHARED: u32 = u32::MAX;
+/// Largest chunk (elements): 64 states of 16 bytes when split.
+pub const MAX_CHUNK: usize = 64;
 
-#[derive(Clone, Copy, Default, PartialEq, Eq)]
-struct Cell {
-    write: Epoch,
-    /// An epoch, or `{thread: SHARED, value: index into shared}`.
-    read: Epoch,
+enum Chunk {
+    Uniform(Cell),
+    Split(Box<[Cell]>),
 }
 
-/// An earlier access that conflicts with the current one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Conflict {
-    pub earlier: Epoch,
-    pub earlier_is_write: bool,
-}
-
-/// The last transition of one access, reused for neighbouring elements in
-/// the same state (a block access usually finds its whole block in one
-/// state): a compare and a copy per element instead of the checks.
-#[derive(Default)]
-pub struct Memo {
-    before: Cell,
-    after: Cell,
-    valid: bool,
-}
-
-#[derive(Default)]
 pub struct Shadow {
-    cells: Vec<Cell>,
-    shared: Vec<VectorClock>,
+    len: usize,
+    chunk: usize,
+    chunks: Vec<Chunk>,
+    shared: SharedReads,
 }
 
 impl Shadow {
-    pub fn new(len: usize) -> Self {
-        Shadow { cells: vec![Cell::default(); len], shared: Vec::new() }
+    /// The shadow of a buffer of `len` elements whose rows (innermost dim)
+    /// have `row` elements: chunks tile the rows when they can, so block
+    /// accesses cover whole chunks.
+    pub fn new(len: usize, row: usize) -> Self {
+        Self::with_chunk(len, chunk_for_row(row))
     }
 
-    /// Records a read (or write) of element `i` at epoch `now`, like
-    /// `read`/`write`, reusing `memo` (one per access). A conflict is
-    /// returned at least once per access that has any.
-    #[inline]
-    pub fn access(
-        &mut self,
-        i: usize,
-        now: Epoch,
-        clock: &VectorClock,
-        write: bool,
-        memo: &mut Memo,
-    ) -> Option<Conflict> {
-        let before = self.cells[i];
-        if memo.valid && before == memo.before {
-            // Same state as an element already done: same outcome, and its
-            // conflict (if any) was returned then.
-            self.cells[i] = memo.after;
-            return None;
-        }
-        let conflict = if write { self.write(i, now, clock) } else { self.read(i, now, clock) };
-        let after = self.cells[i];
-        // Read-shared vector clocks belong to one element each (they are
-        // updated in place), so those transitions are never copied.
-        *memo = Memo { before, after, valid: before.read.thread != SHARED && after.read.thread != SHARED };
-        conflict
+    /// A shadow with chunks of `chunk` elements (tests use small ones).
+    pub fn with_chunk(len: usize, chunk: usize) -> Self {
+        let chunk = chunk.max(1);
+        let chunks = (0..len.div_ceil(chunk)).map(|_| Chunk::Uniform(Cell::default())).collect();
+        Shadow { len, chunk, chunks, shared: SharedReads::default() }
     }
 
-    /// `access` for elements `start..start + len`.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Records a read (or write) of elements `start..start + len` at epoch
+    /// `now` by a thread whose clock is `clock`, reusing `memo` (one per
+    /// access). Returns the first conflict in element order.
     pub fn access_run(
         &mut self,
         start: usize,
@@ -81,74 +63,115 @@ impl Shadow {
         write: bool,
         memo: &mut Memo,
     ) -> Option<Conflict> {
+        let end = start + len;
+        assert!(end <= self.len, "access {start}..{end} outside a shadow of {} elements", self.len);
         let mut conflict = None;
         let mut i = start;
-        let end = start + len;
         while i < end {
-            if memo.valid {
-                // Tight loop over the elements in the memo's state.
-                let (before, after) = (memo.before, memo.after);
-                for cell in &mut self.cells[i..end] {
-                    if *cell != before {
-                        break;
-                    }
-                    *cell = after;
-                    i += 1;
+            let c = i / self.chunk;
+            let first = c * self.chunk;
+            let stop = (first + self.chunk).min(self.len).min(end);
+            let whole = i == first && stop == (first + self.chunk).min(self.len);
+            let found = if whole {
+                self.whole_chunk(c, now, clock, write, memo)
+            } else {
+                self.part_chunk(c, i - first, stop - first, now, clock, write, memo)
+            };
+            conflict = conflict.or(found);
+            i = stop;
+        }
+        conflict
+    }
+
+    fn whole_chunk(
+        &mut self,
+        c: usize,
+        now: Epoch,
+        clock: &VectorClock,
+        write: bool,
+        memo: &mut Memo,
+    ) -> Option<Conflict> {
+        let shared = &mut self.shared;
+        match &mut self.chunks[c] {
+            Chunk::Uniform(cell) => memo.apply(shared, cell, now, clock, write),
+            Chunk::Split(cells) => {
+                let conflict = each_cell(shared, cells, now, clock, write, memo);
+                let one = cells[0];
+                if !one.is_shared() && cells.iter().all(|&x| x == one) {
+                    self.chunks[c] = Chunk::Uniform(one);
                 }
-                if i == end {
-                    break;
-                }
+                conflict
             }
-            let c = self.access(i, now, clock, write, memo);
-            conflict = conflict.or(c);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn part_chunk(
+        &mut self,
+        c: usize,
+        from: usize,
+        to: usize,
+        now: Epoch,
+        clock: &VectorClock,
+        write: bool,
+        memo: &mut Memo,
+    ) -> Option<Conflict> {
+        if let Chunk::Uniform(cell) = self.chunks[c] {
+            let n = self.chunk.min(self.len - c * self.chunk);
+            // Element 0 keeps the chunk's shared clock (if any), the others
+            // get copies: shared clocks are updated in place per element.
+            let cells: Box<[Cell]> =
+                (0..n).map(|k| if k == 0 { cell } else { self.shared.fork(cell) }).collect();
+            self.chunks[c] = Chunk::Split(cells);
+        }
+        let Chunk::Split(cells) = &mut self.chunks[c] else { unreachable!() };
+        each_cell(&mut self.shared, &mut cells[from..to], now, clock, write, memo)
+    }
+
+    /// The state of element `i`: its last write and its reads since then.
+    pub fn state(&self, i: usize) -> (Epoch, Vec<Epoch>) {
+        let cell = match &self.chunks[i / self.chunk] {
+            Chunk::Uniform(cell) => *cell,
+            Chunk::Split(cells) => cells[i % self.chunk],
+        };
+        let mut reads = self.shared.reads(cell);
+        reads.sort_by_key(|e| (e.thread, e.value));
+        (cell.write, reads)
+    }
+
+    /// Chunks kept per element (for tests: uniform blocks stay uniform).
+    pub fn split_chunks(&self) -> usize {
+        self.chunks.iter().filter(|c| matches!(c, Chunk::Split(_))).count()
+    }
+}
+
+/// The access applied to each of `cells` in order; the first conflict.
+fn each_cell(
+    shared: &mut SharedReads,
+    cells: &mut [Cell],
+    now: Epoch,
+    clock: &VectorClock,
+    write: bool,
+    memo: &mut Memo,
+) -> Option<Conflict> {
+    let mut conflict = None;
+    let mut i = 0;
+    while i < cells.len() {
+        // Tight loop over the cells in the memo's state.
+        i += memo.apply_prefix(&mut cells[i..]);
+        if i < cells.len() {
+            conflict = conflict.or(memo.apply(shared, &mut cells[i], now, clock, write));
             i += 1;
         }
-        conflict
     }
+    conflict
+}
 
-    /// Records a read of element `i` at epoch `now` by a thread whose clock
-    /// is `clock`; returns the unordered earlier write, if any.
-    pub fn read(&mut self, i: usize, now: Epoch, clock: &VectorClock) -> Option<Conflict> {
-        let cell = &mut self.cells[i];
-        let conflict =
-            (!clock.has_seen(cell.write)).then_some(Conflict { earlier: cell.write, earlier_is_write: true });
-        let r = cell.read;
-        if r.thread == SHARED {
-            self.shared[r.value as usize].set(now.thread, now.value);
-        } else if r.is_none() || r.thread == now.thread || clock.has_seen(r) {
-            cell.read = now;
-        } else {
-            // Two concurrent reads: keep both in a vector clock.
-            let mut vc = VectorClock::default();
-            vc.set(r.thread, r.value);
-            vc.set(now.thread, now.value);
-            cell.read = Epoch { thread: SHARED, value: self.shared.len() as u32 };
-            self.shared.push(vc);
-        }
-        conflict
-    }
-
-    /// Records a write of element `i` at epoch `now`; returns an unordered
-    /// earlier write, else an unordered earlier read, if any.
-    pub fn write(&mut self, i: usize, now: Epoch, clock: &VectorClock) -> Option<Conflict> {
-        let cell = &mut self.cells[i];
-        let mut conflict =
-            (!clock.has_seen(cell.write)).then_some(Conflict { earlier: cell.write, earlier_is_write: true });
-        let r = cell.read;
-        if conflict.is_none() {
-            let unseen_read = if r.thread == SHARED {
-                self.shared[r.value as usize].epochs().find(|&e| !clock.has_seen(e))
-            } else {
-                (!clock.has_seen(r)).then_some(r)
-            };
-            conflict = unseen_read.map(|e| Conflict { earlier: e, earlier_is_write: false });
-        }
-        // Every read and write so far is now ordered before this write or
-        // already reported, so the write alone stands for them.
-        cell.write = now;
-        cell.read = Epoch::NONE;
-        conflict
-    }
+/// The largest divisor of `row` in `8..=MAX_CHUNK` (so chunks tile rows and
+/// column blocks), else `MAX_CHUNK` (partly covered chunks then fall back
+/// to per-element states, still exact).
+fn chunk_for_row(row: usize) -> usize {
+    (8..=MAX_CHUNK).rev().find(|&d| row % d == 0).unwrap_or(MAX_CHUNK)
 }
 
 #[cfg(test)]
@@ -163,84 +186,90 @@ mod tests {
         c
     }
 
+    fn one(s: &mut Shadow, i: usize, now: Epoch, c: &VectorClock, write: bool) -> Option<Conflict> {
+        s.access_run(i, 1, now, c, write, &mut Memo::default())
+    }
+
     #[test]
     fn ordered_accesses_do_not_conflict() {
-        let mut s = Shadow::new(4);
+        let mut s = Shadow::with_chunk(4, 2);
         let w = Epoch { thread: 0, value: 1 };
-        assert_eq!(s.write(2, w, &clock(&[(0, 1)])), None);
+        assert_eq!(one(&mut s, 2, w, &clock(&[(0, 1)]), true), None);
         // Thread 1 has seen thread 0's first access.
         let r = Epoch { thread: 1, value: 1 };
-        assert_eq!(s.read(2, r, &clock(&[(0, 1), (1, 1)])), None);
+        assert_eq!(one(&mut s, 2, r, &clock(&[(0, 1), (1, 1)]), false), None);
         let w2 = Epoch { thread: 0, value: 2 };
-        assert_eq!(s.write(2, w2, &clock(&[(0, 2), (1, 1)])), None);
+        assert_eq!(one(&mut s, 2, w2, &clock(&[(0, 2), (1, 1)]), true), None);
     }
 
     #[test]
     fn unordered_write_write_and_write_read() {
-        let mut s = Shadow::new(1);
+        let mut s = Shadow::with_chunk(1, 8);
         let w0 = Epoch { thread: 0, value: 1 };
-        s.write(0, w0, &clock(&[(0, 1)]));
+        one(&mut s, 0, w0, &clock(&[(0, 1)]), true);
         let w1 = Epoch { thread: 1, value: 1 };
-        assert_eq!(s.write(0, w1, &clock(&[(1, 1)])), Some(Conflict { earlier: w0, earlier_is_write: true }));
+        let after = |earlier| Some(Conflict { earlier, earlier_is_write: true });
+        assert_eq!(one(&mut s, 0, w1, &clock(&[(1, 1)]), true), after(w0));
         let r2 = Epoch { thread: 2, value: 1 };
-        assert_eq!(s.read(0, r2, &clock(&[(2, 1)])), Some(Conflict { earlier: w1, earlier_is_write: true }));
+        assert_eq!(one(&mut s, 0, r2, &clock(&[(2, 1)]), false), after(w1));
     }
 
     #[test]
     fn concurrent_reads_become_shared_and_a_later_write_finds_the_unseen_one() {
-        let mut s = Shadow::new(1);
         let ra = Epoch { thread: 0, value: 1 };
         let rb = Epoch { thread: 1, value: 1 };
-        assert_eq!(s.read(0, ra, &clock(&[(0, 1)])), None);
-        assert_eq!(s.read(0, rb, &clock(&[(1, 1)])), None, "read-read is no race");
         // Thread 2 has seen thread 0's read but not thread 1's.
         let w = Epoch { thread: 2, value: 1 };
+        let mut s = Shadow::with_chunk(4, 4);
+        assert_eq!(s.access_run(0, 4, ra, &clock(&[(0, 1)]), false, &mut Memo::default()), None);
+        assert_eq!(s.access_run(0, 4, rb, &clock(&[(1, 1)]), false, &mut Memo::default()), None, "read-read");
+        assert_eq!(s.state(3), (Epoch::NONE, vec![ra, rb]));
+        // A write to part of the shared chunk splits it: each element keeps both reads.
         assert_eq!(
-            s.write(0, w, &clock(&[(0, 1), (2, 1)])),
+            one(&mut s, 1, w, &clock(&[(0, 1), (2, 1)]), true),
             Some(Conflict { earlier: rb, earlier_is_write: false })
         );
+        assert_eq!(s.state(0), (Epoch::NONE, vec![ra, rb]));
+        assert_eq!(s.state(1), (w, vec![]));
+        assert_eq!(s.state(2), (Epoch::NONE, vec![ra, rb]));
         // After both reads are seen, a write is clean.
-        let mut s = Shadow::new(1);
-        s.read(0, ra, &clock(&[(0, 1)]));
-        s.read(0, rb, &clock(&[(1, 1)]));
-        assert_eq!(s.write(0, w, &clock(&[(0, 1), (1, 1), (2, 1)])), None);
+        assert_eq!(one(&mut s, 2, w, &clock(&[(0, 1), (1, 1), (2, 1)]), true), None);
     }
 
     #[test]
-    fn the_memo_gives_the_same_states_and_conflicts_as_the_plain_checks() {
-        // Thread 0 writes [0, 4); thread 1 reads [2, 6) unordered; thread 2,
-        // having seen thread 0 only, writes [0, 6).
-        let (mut plain, mut memo, mut runs) = (Shadow::new(6), Shadow::new(6), Shadow::new(6));
-        let steps: [(Epoch, VectorClock, bool, std::ops::Range<usize>); 3] = [
-            (Epoch { thread: 0, value: 1 }, clock(&[(0, 1)]), true, 0..4),
-            (Epoch { thread: 1, value: 1 }, clock(&[(1, 1)]), false, 2..6),
-            (Epoch { thread: 2, value: 1 }, clock(&[(0, 1), (2, 1)]), true, 0..6),
-        ];
-        for (now, c, write, range) in steps {
-            let mut m = Memo::default();
-            let mut first_plain = None;
-            let mut first_memo = None;
-            let run = runs.access_run(range.start, range.len(), now, &c, write, &mut Memo::default());
-            for i in range {
-                let p = if write { plain.write(i, now, &c) } else { plain.read(i, now, &c) };
-                first_plain = first_plain.or(p);
-                first_memo = first_memo.or(memo.access(i, now, &c, write, &mut m));
-            }
-            assert_eq!(first_plain, first_memo);
-            assert_eq!(first_plain, run);
-            assert!(plain.cells == memo.cells && plain.cells == runs.cells);
-        }
+    fn whole_chunk_accesses_keep_chunks_uniform_and_rejoin_split_ones() {
+        let mut s = Shadow::with_chunk(256, 64);
+        let mut c = VectorClock::default();
+        let e = c.tick(0);
+        s.access_run(0, 256, e, &c, true, &mut Memo::default());
+        assert_eq!(s.split_chunks(), 0);
+        let e = c.tick(0);
+        s.access_run(10, 100, e, &c, false, &mut Memo::default());
+        assert_eq!(s.split_chunks(), 2, "chunks 0 and 1 are partly read");
+        let e = c.tick(0);
+        s.access_run(0, 128, e, &c, true, &mut Memo::default());
+        assert_eq!(s.split_chunks(), 0, "a whole write makes them uniform again");
+        assert_eq!(s.state(127), (e, vec![]));
     }
 
     #[test]
     fn a_threads_own_accesses_never_conflict() {
-        let mut s = Shadow::new(1);
+        let mut s = Shadow::with_chunk(3, 2);
         let mut c = VectorClock::default();
         for _ in 0..3 {
             let e = c.tick(4);
-            assert_eq!(s.read(0, e, &c), None);
+            assert_eq!(s.access_run(0, 3, e, &c, false, &mut Memo::default()), None);
             let e = c.tick(4);
-            assert_eq!(s.write(0, e, &c), None);
+            assert_eq!(s.access_run(1, 2, e, &c, true, &mut Memo::default()), None);
         }
+    }
+
+    #[test]
+    fn chunks_tile_rows() {
+        assert_eq!(chunk_for_row(128), 64);
+        assert_eq!(chunk_for_row(100), 50);
+        assert_eq!(chunk_for_row(8), 8);
+        assert_eq!(chunk_for_row(7), 64);
+        assert_eq!(chunk_for_row(1), 64);
     }
 }
