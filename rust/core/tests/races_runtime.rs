@@ -388,27 +388,38 @@ fn outputs_are_the_same_with_races_on_and_off() {
 #[test]
 #[ignore]
 fn cost_of_race_detection_per_element() {
-    for detect in [false, true] {
-        let rt = runtime(1, 1, DmaMode::OnWait, detect);
-        let n = 256 * 256;
-        let x = rt
-            .allocate_buffer(0, None, VMEM, DType::F32, &[256, 256], None, Init::Bytes(&vec![0u8; 4 * n]))
-            .unwrap();
-        let data = vec![0u8; 4 * n];
-        let mut out = vec![0u8; 4 * n];
-        let reps = 50;
-        // Best of 5 (the machine is shared).
-        let ns = (0..5)
-            .map(|_| {
-                let start = std::time::Instant::now();
-                for _ in 0..reps {
-                    rt.store(0, 0, VMEM, x, &Region::full(), &data).unwrap();
-                    rt.load(0, 0, VMEM, x, &Region::full(), &mut out).unwrap();
-                }
-                start.elapsed().as_nanos() as f64 / (2 * reps * n) as f64
-            })
-            .fold(f64::INFINITY, f64::min);
-        println!("detect_races={detect}: {ns:.2} ns per element accessed");
+    // The whole buffer, and 128x128 blocks of it (runs of 128, like BlockSpec tiles).
+    let block = |i: i64, j: i64| Region::new(vec![DimSel::slice(i, 128, 1), DimSel::slice(j, 128, 1)]);
+    let cases = [
+        ("whole 256x256", vec![Region::full()]),
+        ("128x128 blocks", vec![block(0, 0), block(0, 128), block(128, 0), block(128, 128)]),
+    ];
+    for (name, regions) in cases {
+        for detect in [false, true] {
+            let rt = runtime(1, 1, DmaMode::OnWait, detect);
+            let n = 256 * 256;
+            let x = rt
+                .allocate_buffer(0, None, VMEM, DType::F32, &[256, 256], None, Init::Bytes(&vec![0u8; 4 * n]))
+                .unwrap();
+            let per = n / regions.len();
+            let data = vec![0u8; 4 * per];
+            let mut out = vec![0u8; 4 * per];
+            let reps = 50;
+            // Best of 5 (the machine is shared).
+            let ns = (0..5)
+                .map(|_| {
+                    let start = std::time::Instant::now();
+                    for _ in 0..reps {
+                        for r in &regions {
+                            rt.store(0, 0, VMEM, x, r, &data).unwrap();
+                            rt.load(0, 0, VMEM, x, r, &mut out).unwrap();
+                        }
+                    }
+                    start.elapsed().as_nanos() as f64 / (2 * reps * n) as f64
+                })
+                .fold(f64::INFINITY, f64::min);
+            println!("{name}, detect_races={detect}: {ns:.3} ns per element accessed");
+        }
     }
 }
 

@@ -164,6 +164,16 @@ impl Memo {
         conflict
     }
 
+    /// Applies the memo to `cell` if it is in the memo's `before` state.
+    #[inline]
+    pub(super) fn hit(&self, cell: &mut Cell) -> bool {
+        let hit = self.valid && *cell == self.before;
+        if hit {
+            *cell = self.after;
+        }
+        hit
+    }
+
     /// Applies the memo to the leading cells in its `before` state; returns
     /// how many it did.
     #[inline]

@@ -23,7 +23,10 @@ enum Chunk {
 
 pub struct Shadow {
     len: usize,
+    /// Elements per chunk, a power of two (`1 << shift`: no divisions on
+    /// the per-run path).
     chunk: usize,
+    shift: u32,
     chunks: Vec<Chunk>,
     shared: SharedReads,
 }
@@ -36,11 +39,12 @@ impl Shadow {
         Self::with_chunk(len, chunk_for_row(row))
     }
 
-    /// A shadow with chunks of `chunk` elements (tests use small ones).
+    /// A shadow with chunks of `chunk` elements, a power of two (tests use
+    /// small ones).
     pub fn with_chunk(len: usize, chunk: usize) -> Self {
-        let chunk = chunk.max(1);
+        assert!(chunk.is_power_of_two(), "shadow chunk {chunk} is not a power of two");
         let chunks = (0..len.div_ceil(chunk)).map(|_| Chunk::Uniform(Cell::default())).collect();
-        Shadow { len, chunk, chunks, shared: SharedReads::default() }
+        Shadow { len, chunk, shift: chunk.trailing_zeros(), chunks, shared: SharedReads::default() }
     }
 
     pub fn len(&self) -> usize {
@@ -66,19 +70,32 @@ impl Shadow {
         let end = start + len;
         assert!(end <= self.len, "access {start}..{end} outside a shadow of {} elements", self.len);
         let mut conflict = None;
-        let mut i = start;
-        while i < end {
-            let c = i / self.chunk;
-            let first = c * self.chunk;
-            let stop = (first + self.chunk).min(self.len).min(end);
-            let whole = i == first && stop == (first + self.chunk).min(self.len);
-            let found = if whole {
-                self.whole_chunk(c, now, clock, write, memo)
-            } else {
-                self.part_chunk(c, i - first, stop - first, now, clock, write, memo)
-            };
-            conflict = conflict.or(found);
-            i = stop;
+        // Whole chunks first..last, with partial ones at either end.
+        let mut first = (start + self.chunk - 1) >> self.shift;
+        let last = if end == self.len { self.chunks.len() } else { end >> self.shift };
+        if first > last {
+            // Inside one chunk, touching neither of its ends.
+            let c = start >> self.shift;
+            let base = c << self.shift;
+            return self.part_chunk(c, start - base, end - base, now, clock, write, memo);
+        }
+        if start & (self.chunk - 1) != 0 {
+            let c = start >> self.shift;
+            let base = c << self.shift;
+            let to = self.chunk.min(self.len - base);
+            conflict = self.part_chunk(c, start - base, to, now, clock, write, memo);
+        }
+        while first < last {
+            // Uniform chunks in the memo's state: a compare and a copy each.
+            first += memo_over_uniform(memo, &mut self.chunks[first..last]);
+            if first < last {
+                conflict = conflict.or(self.whole_chunk(first, now, clock, write, memo));
+                first += 1;
+            }
+        }
+        if last < self.chunks.len() && end > last << self.shift {
+            let base = last << self.shift;
+            conflict = conflict.or(self.part_chunk(last, 0, end - base, now, clock, write, memo));
         }
         conflict
     }
@@ -145,6 +162,21 @@ impl Shadow {
     }
 }
 
+/// Applies `memo` to the leading uniform chunks in its `before` state;
+/// returns how many it did.
+#[inline]
+fn memo_over_uniform(memo: &Memo, chunks: &mut [Chunk]) -> usize {
+    let mut n = 0;
+    for chunk in chunks {
+        let Chunk::Uniform(cell) = chunk else { break };
+        if !memo.hit(cell) {
+            break;
+        }
+        n += 1;
+    }
+    n
+}
+
 /// The access applied to each of `cells` in order; the first conflict.
 fn each_cell(
     shared: &mut SharedReads,
@@ -167,11 +199,16 @@ fn each_cell(
     conflict
 }
 
-/// The largest divisor of `row` in `8..=MAX_CHUNK` (so chunks tile rows and
-/// column blocks), else `MAX_CHUNK` (partly covered chunks then fall back
-/// to per-element states, still exact).
+/// The largest power of two in `8..=MAX_CHUNK` that divides `row` (so
+/// chunks tile rows and column blocks), else `MAX_CHUNK` (partly covered
+/// chunks then fall back to per-element states, still exact).
 fn chunk_for_row(row: usize) -> usize {
-    (8..=MAX_CHUNK).rev().find(|&d| row % d == 0).unwrap_or(MAX_CHUNK)
+    let fits = 1usize << row.trailing_zeros().min(MAX_CHUNK.trailing_zeros());
+    if row == 0 || fits < 8 {
+        MAX_CHUNK
+    } else {
+        fits
+    }
 }
 
 #[cfg(test)]
@@ -267,7 +304,8 @@ mod tests {
     #[test]
     fn chunks_tile_rows() {
         assert_eq!(chunk_for_row(128), 64);
-        assert_eq!(chunk_for_row(100), 50);
+        assert_eq!(chunk_for_row(96), 32);
+        assert_eq!(chunk_for_row(100), 64);
         assert_eq!(chunk_for_row(8), 8);
         assert_eq!(chunk_for_row(7), 64);
         assert_eq!(chunk_for_row(1), 64);
