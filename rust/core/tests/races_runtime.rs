@@ -442,3 +442,40 @@ fn freed_buffers_drop_their_shadow_state() {
     assert_eq!(rt.race_shadowed_buffers(), Some(0));
     assert!(!found(&rt));
 }
+
+#[test]
+fn blocks_of_a_2d_buffer_race_exactly_where_they_overlap() {
+    // (16, 256) in HBM; cores 0 and 1 never synchronise.
+    let block = |rows: (i64, i64), cols: (i64, i64)| {
+        Region::new(vec![DimSel::slice(rows.0, rows.1, 1), DimSel::slice(cols.0, cols.1, 1)])
+    };
+    let fresh = || {
+        let rt = races(1, 2, DmaMode::OnWait);
+        let x = rt
+            .allocate_buffer(0, None, HBM, DType::F32, &[16, 256], None, Init::Bytes(&vec![0u8; 4 * 16 * 256]))
+            .unwrap();
+        (rt, x)
+    };
+    // Disjoint column blocks (whole chunks), a whole-buffer read by one
+    // core after its own write, and the same rows in halves: no race.
+    let (rt, x) = fresh();
+    write(&rt, 0, 0, HBM, x, &block((0, 16), (0, 128)));
+    write(&rt, 0, 1, HBM, x, &block((0, 16), (128, 128)));
+    read(&rt, 0, 0, HBM, x, &block((0, 16), (0, 100)));
+    read(&rt, 0, 1, HBM, x, &block((8, 8), (130, 126)));
+    assert!(!found(&rt), "{:?}", reports(&rt));
+    // One element of overlap, inside a chunk, in the last row only.
+    let (rt, x) = fresh();
+    write(&rt, 0, 0, HBM, x, &block((0, 16), (0, 128)));
+    write(&rt, 0, 1, HBM, x, &block((15, 1), (127, 129)));
+    assert_eq!(rt.races().unwrap().count(), 1);
+    // Concurrent reads of a whole block, then a write to a corner by core 0
+    // that has seen only its own read.
+    let (rt, x) = fresh();
+    read(&rt, 0, 0, HBM, x, &Region::full());
+    read(&rt, 0, 1, HBM, x, &Region::full());
+    write(&rt, 0, 0, HBM, x, &block((3, 1), (200, 1)));
+    let r = reports(&rt);
+    assert_eq!(r.len(), 1, "{r:?}");
+    assert!(r[0].contains("read of") && r[0].contains("device 0, core 1"), "{r:?}");
+}
