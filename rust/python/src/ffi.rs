@@ -1,5 +1,5 @@
 //! Python side of the XLA FFI layer: hands the handler pointers to Python and
-//! exposes the structured first error of failed launches. OWNER: FFI helper.
+//! exposes the structured first error of failed launches.
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
 use std::ffi::c_void;

@@ -1,4 +1,4 @@
-//! pyo3 binding (`mosaic_rt._native`). OWNER: binding helper (ffi.rs: FFI helper).
+//! pyo3 binding (`mosaic_rt._native`): a thin layer over `mosaic_rt_core` and the FFI targets.
 //! Kept thin: argument conversion and error mapping; the work is in
 //! `mosaic_rt_core`, numpy handling in `python/mosaic_rt/runtime.py`.
 use pyo3::prelude::*;
