@@ -208,7 +208,7 @@ def _run_scoped(eqn, read, ctx, token):
         if aval.memory_space is _SEMAPHORE:
             token, ids = ops.allocate_semaphores(
                 token, ctx.handle, ctx.device_id, ctx.core, aval.shape,
-                kind=_semaphore_kind(aval))
+                kind=semaphore_kind(aval))
             allocs.append(ids)
             continue
         if ctx.params.allow_hbm_allocation_in_run_scoped:
@@ -231,7 +231,7 @@ def _run_scoped(eqn, read, ctx, token):
     return token, out
 
 
-def _semaphore_kind(aval) -> str:
+def semaphore_kind(aval) -> str:
     dtype = getattr(aval, "dtype", None)
     try:
         if jnp.issubdtype(dtype, mosaic_core.dma_semaphore):

@@ -26,7 +26,8 @@ from jax._src.util import split_list
 
 from mosaic_rt.interpret import logging_ops, ops
 from mosaic_rt.interpret.cores import run_cores_concurrently
-from mosaic_rt.interpret.jaxpr_eval import Ctx, eval_jaxpr, forward_any_to_hbm, space_code
+from mosaic_rt.interpret.jaxpr_eval import (
+    Ctx, eval_jaxpr, forward_any_to_hbm, semaphore_kind, space_code)
 from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.interpret.regions import FULL, Region, block_region
 
@@ -138,9 +139,8 @@ def _interpret_pallas_call(
         else:
             space = forward_any_to_hbm(var.aval.memory_space)
         if space is _SEMAPHORE:
-            from mosaic_rt.interpret.jaxpr_eval import _semaphore_kind
             token, ids = ops.allocate_semaphores(token, handle, device_id, None,
-                                                 var.aval.shape, kind=_semaphore_kind(var.aval))
+                                                 var.aval.shape, kind=semaphore_kind(var.aval))
             kernel_args.append(ids)
         elif space is _HBM:
             kernel_args.append(input_ids[i] if is_in else output_ids[out_j])
