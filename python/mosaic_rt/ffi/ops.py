@@ -4,12 +4,10 @@ Every wrapper takes the token first and returns the new token first. Call
 them while tracing (inside ``jit`` / ``shard_map``); Python does not run at
 execution time.
 
-Regions (``load``/``store``/``swap``/``dma_start``) are any object with
-``sizes``, ``strides`` and ``squeezed`` (static, one entry per leading
-buffer dimension; remaining dimensions are taken whole) and ``starts`` (int32
-scalars or one int32 vector), or ``None`` for the whole buffer. An object with
-a ``start_vector()`` method (``mosaic_rt.interpret.regions.Region``) is used
-as is.
+Regions (``load``/``store``/``swap``/``dma_start``) are :class:`Region`s:
+``sizes``, ``strides`` and ``squeezed`` (static, one entry per leading buffer
+dimension; remaining dimensions are taken whole) and ``starts`` (int32
+scalars or one int32 vector), or ``None`` for the whole buffer.
 """
 
 from __future__ import annotations
@@ -41,6 +39,14 @@ class Region:
     strides: tuple[int, ...] = ()
     squeezed: tuple[bool, ...] = ()
     starts: Any = ()
+
+    def start_vector(self):
+        """The starts as one int32 vector (the op's dynamic operand)."""
+        if not isinstance(self.starts, (tuple, list)):
+            return jnp.asarray(self.starts, jnp.int32).reshape(-1)
+        if not self.starts:
+            return jnp.zeros((0,), jnp.int32)
+        return jnp.stack([_i32(s).reshape(()) for s in self.starts])
 
     @staticmethod
     def index(*indices) -> "Region":
@@ -99,13 +105,7 @@ def _region_parts(region, prefix: str = ""):
         starts = jnp.zeros((0,), jnp.int32)
     else:
         sizes, strides, squeezed = region.sizes, region.strides, region.squeezed
-        if hasattr(region, "start_vector"):
-            starts = region.start_vector()
-        elif isinstance(region.starts, (tuple, list)):
-            starts = (jnp.stack([_i32(s) for s in region.starts]) if region.starts
-                      else jnp.zeros((0,), jnp.int32))
-        else:
-            starts = _i32(region.starts)
+        starts = region.start_vector()
     attrs = {
         f"{prefix}sizes": _ints(sizes),
         f"{prefix}strides": _ints(strides),

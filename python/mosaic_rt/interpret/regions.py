@@ -8,26 +8,9 @@ stock interpret mode composes them, so error messages name the same ranges.
 
 from __future__ import annotations
 
-import dataclasses
-
-import jax.numpy as jnp
 from jax._src.state import indexing
 
-
-@dataclasses.dataclass(frozen=True)
-class Region:
-    sizes: tuple[int, ...] = ()
-    strides: tuple[int, ...] = ()
-    squeezed: tuple[bool, ...] = ()
-    # int32 scalars (traced or Python ints), or one int32 vector
-    starts: object = ()
-
-    def start_vector(self):
-        if not isinstance(self.starts, tuple):
-            return jnp.asarray(self.starts, jnp.int32)
-        if not self.starts:
-            return jnp.zeros((0,), jnp.int32)
-        return jnp.stack([jnp.asarray(s, jnp.int32) for s in self.starts])
+from mosaic_rt.ffi.ops import Region  # noqa: F401 (re-exported)
 
 
 FULL = Region()
