@@ -1,0 +1,245 @@
+"""Every private JAX name mosaic_rt uses, and the differences between the
+jax releases it supports.
+
+The rest of the package imports JAX internals only from here, the way
+`jax/experimental/pallas/tpu.py` re-exports Mosaic's internals from one
+place. Porting to a new jax release is a change in this module: primitive
+params that were renamed, the jaxpr types (`ClosedJaxpr` merged into
+`Jaxpr` in 0.12), mesh types, the pallas_call seam.
+
+Supported: jax 0.10.2 up to (not including) 0.13. Importing mosaic_rt with
+another jax fails here with one clear ImportError.
+"""
+
+from __future__ import annotations
+
+import re
+
+import jax
+
+SUPPORTED_RANGE = ((0, 10, 2), (0, 13))  # [lowest, first unsupported)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """The numeric release of a version string ("0.12.0.1" -> (0, 12, 0, 1))."""
+    parts = []
+    for piece in version.split("."):
+        m = re.match(r"\d+", piece)
+        if m is None:
+            break
+        parts.append(int(m.group()))
+        if m.end() != len(piece):  # "1rc1", "0.dev..." end the release part
+            break
+    return tuple(parts)
+
+
+JAX_VERSION = _release(jax.__version__)
+
+
+def _check_supported(version: str) -> None:
+    low, high = SUPPORTED_RANGE
+    release = _release(version)
+    if not (low <= release < high):
+        raise ImportError(
+            f"mosaic_rt supports jax >= {'.'.join(map(str, low))} and"
+            f" < {'.'.join(map(str, high))}; found jax {version}. Install a"
+            " supported jax (e.g. `pip install 'jax>=0.10.2,<0.13'`) or a"
+            " mosaic_rt release made for this jax.")
+
+
+_check_supported(jax.__version__)
+
+# ruff: noqa: E402  (the version check must run before the internal imports)
+from jax._src import callback
+from jax._src import config as jax_config
+from jax._src import core as jax_core
+from jax._src import effects
+from jax._src import pjit
+from jax._src import source_info_util
+from jax._src import state
+from jax._src import tree_util
+from jax._src.pallas import core as pallas_core
+from jax._src.pallas import primitives as pallas_primitives
+from jax._src.pallas.mosaic import core as mosaic_core
+from jax._src.pallas.mosaic import pipeline as mosaic_pipeline
+from jax._src.pallas.mosaic import primitives as mosaic_primitives
+from jax._src.pallas.mosaic.interpret import interpret_pallas_call as stock_interpreter
+from jax._src.pallas.mosaic.interpret import utils as stock_utils
+from jax._src.pallas.mosaic.interpret.params import InterpretParams as StockInterpretParams
+from jax._src.pallas.mosaic.interpret.params import LoggingMode
+from jax._src.state import discharge as state_discharge
+from jax._src.state import indexing
+from jax._src.state import primitives as state_primitives
+from jax._src.state import types as state_types
+from jax._src.state.utils import bitcast as bitcast_array
+from jax._src.util import split_list
+
+# --------------------------------------------------------------- names
+
+Jaxpr = jax_core.Jaxpr
+MemorySpace = mosaic_core.MemorySpace
+AnyMemorySpace = pallas_core.MemorySpace.ANY
+CompilerParams = mosaic_core.CompilerParams
+TensorCoreMesh = mosaic_core.TensorCoreMesh
+SemaphoreType = mosaic_core.SemaphoreType
+DeviceIdType = pallas_primitives.DeviceIdType
+GridMapping = pallas_core.GridMapping
+NDIndexer = indexing.NDIndexer
+Slice = indexing.Slice
+TransformedRef = state.TransformedRef
+BitcastTransform = state_types.BitcastTransform
+ReshapeTransform = state_types.ReshapeTransform
+TransposeTransform = state_types.TransposeTransform
+
+io_callback = callback.io_callback
+user_context = source_info_util.user_context
+register_source_exclusion = source_info_util.register_exclusion
+tracing_registry = tree_util.tracing_registry
+tree_flatten = tree_util.tree_flatten
+transform_type = state.transform_type
+transform_array = state_discharge.transform_array
+no_effects = effects.no_effects
+
+# Primitives the interpreter gives rules to.
+jit_p = pjit.jit_p
+load_p = pallas_primitives.load_p
+masked_swap_p = pallas_primitives.swap_p
+get_p = state_primitives.get_p
+swap_p = state_primitives.swap_p
+run_scoped_p = pallas_primitives.run_scoped_p
+delay_p = pallas_primitives.delay_p
+semaphore_signal_p = pallas_primitives.semaphore_signal_p
+semaphore_wait_p = pallas_primitives.semaphore_wait_p
+semaphore_read_p = pallas_primitives.semaphore_read_p
+dma_start_p = mosaic_primitives.dma_start_p
+dma_wait_p = mosaic_primitives.dma_wait_p
+get_barrier_semaphore_p = mosaic_primitives.get_barrier_semaphore_p
+prng_seed_p = mosaic_primitives.prng_seed_p
+prng_random_bits_p = mosaic_primitives.prng_random_bits_p
+emit_pipeline_p = getattr(mosaic_pipeline, "emit_pipeline_p", None)
+pipeline_body_p = getattr(mosaic_pipeline, "pipeline_body_p", None)
+# Added in 0.12 (None before).
+trace_value_p = getattr(mosaic_primitives, "trace_value_p", None)
+has_memory_space_p = getattr(mosaic_primitives, "has_memory_space_p", None)
+
+# TPU-only primitives: no CPU lowering, no stock interpret rule. The
+# interpreter raises NotImplementedError naming them instead of letting XLA
+# fail with a lowering error.
+TPU_ONLY_PRIMITIVES = tuple(
+    p for p in (getattr(mosaic_primitives, name, None) for name in (
+        "conv_p", "matmul_push_rhs_p", "matmul_acc_lhs_p", "matmul_pop_p",
+        "matmul_lhs_fifo_p", "matmul_pop_fifo_p"))
+    if p is not None)
+
+# --------------------------------------------------- stock interpret mode
+
+# Stock's helpers whose behaviour we must reproduce exactly (grid order,
+# padding, parallel split), used as they are.
+pad_to_block_dimension = stock_utils.pad_to_block_dimension
+next_grid_indices = stock_utils.get_next_indices
+grid_indices = stock_utils.get_indices
+JaxprEnv = stock_utils.JaxprEnv
+is_float = stock_utils.is_float
+remove_memory_space_p = stock_interpreter.remove_memory_space_p
+padded_shape = stock_interpreter._get_padded_shape
+randomized_grid_coordinates = stock_interpreter._get_randomized_grid_coordinates
+grid_point = stock_interpreter._get_grid_point
+parallel_dim_semantics = stock_interpreter._get_parallel_dim_semantics
+parallel_subgrid_size = stock_interpreter._get_parallel_subgrid_size
+# User-registered interpret rules (`register_tpu_interpret_impl`).
+stock_interpret_impls = stock_interpreter._interpret_impls
+STOCK_MEMORY_SPACE_INDEX = stock_interpreter.TPU_MEMORY_SPACE_IDXS
+
+# The pallas_call seam (see mosaic_rt.interpret.seam): pallas_call's
+# lowering looks this module attribute up at lowering time.
+PALLAS_CALL_SEAM = (stock_interpreter, "interpret_pallas_call")
+# The effects pallas_call gives a kernel in interpret mode.
+INTERPRET_EFFECTS_SEAM = (pallas_core, "get_interpret_effects")
+# `pltpu.force_tpu_interpret_mode`'s setting.
+interpret_mode_setting = jax_config.pallas_tpu_interpret_mode_context_manager
+
+# InterpretParams fields stock has in this release (on_race: 0.11+).
+STOCK_HAS_ON_RACE = "on_race" in getattr(StockInterpretParams, "__dataclass_fields__", {})
+
+
+# ---------------------------------------------------- version differences
+
+def closed_jaxpr_parts(closed) -> tuple[Jaxpr, list]:
+    """(jaxpr, consts) of a closed jaxpr: a `ClosedJaxpr` before 0.12, a
+    `Jaxpr` carrying its consts after. Evaluate with the consts first."""
+    return closed.jaxpr, list(closed.consts)
+
+
+def scan_operands(params, values) -> tuple[list, list, list]:
+    """(consts, initial carry, xs) of a `scan_p` equation's operands."""
+    if "num_consts" in params:  # jax < 0.11
+        consts, carry, xs = split_list(values, [params["num_consts"], params["num_carry"]])
+        return consts, carry, xs
+    consts, carry, xs = params["ft_in"].update(list(values)).unpack()
+    return list(consts), list(carry), list(xs)
+
+
+def scan_body_results(params, values) -> tuple[list, list]:
+    """(carry, ys) of what a `scan_p` body returns."""
+    if "num_carry" in params:  # jax < 0.11
+        carry, ys = split_list(values, [params["num_carry"]])
+        return carry, ys
+    carry, ys = params["ft_out"].update(list(values)).unpack()
+    return list(carry), list(ys)
+
+
+def dma_wait_is_read(params) -> bool:
+    """Whether a `dma_wait_p` equation waits for the read side (send /
+    `wait_read`): its operands are then swapped (the awaited semaphore in
+    the destination-semaphore slot)."""
+    if "is_wait_send" in params:
+        return bool(params["is_wait_send"])
+    return bool(params.get("insert_dummy_device", False))
+
+
+def tensorcore_mesh_cores(mesh) -> int:
+    """Cores per device of a `TensorCoreMesh` (`.devices` before 0.11)."""
+    if hasattr(mesh, "num_cores"):
+        return int(mesh.num_cores)
+    return int(mesh.devices.shape[0])
+
+
+def mesh_axis_names(mesh) -> tuple:
+    """Names of a pallas mesh's axes (the core axis of a core_map)."""
+    return tuple(mesh.shape.keys()) if mesh is not None else ()
+
+
+def axis_sizes() -> dict:
+    """Sizes of the named axes in scope (shard_map / pmap), in mesh order."""
+    return dict(jax_core.get_axis_env().axis_sizes)
+
+
+def block_shape(block_mapping) -> tuple[int, ...]:
+    return pallas_core._get_block_shape(block_mapping.block_shape)
+
+
+def ref_and_transforms(ref):
+    """(base ref, transforms) of a possibly transformed ref operand."""
+    return mosaic_primitives._get_ref_and_transforms(ref)
+
+
+def canonical_device_id(device_id):
+    """What pltpu binds for a device id (0.12 normalises dict keys)."""
+    canonical = getattr(pallas_primitives, "canonicalize_device_id", None)
+    return device_id if canonical is None else canonical(device_id)
+
+
+def emit_pipeline_to_jaxpr():
+    """Stock's expansion of an `emit_pipeline_p` equation (jax >= 0.12), or None."""
+    return getattr(mosaic_pipeline, "emit_pipeline_to_jaxpr", None)
+
+
+def backends_are_initialized() -> bool:
+    from jax._src import xla_bridge
+    return xla_bridge.backends_are_initialized()
+
+
+def output_runtime_tokens():
+    """The runtime tokens jax keeps for ordered effects (to block on them)."""
+    from jax._src import dispatch
+    return dispatch.runtime_tokens.output_runtime_tokens
