@@ -90,8 +90,13 @@ TransformedRef = state.TransformedRef
 BitcastTransform = state_types.BitcastTransform
 ReshapeTransform = state_types.ReshapeTransform
 TransposeTransform = state_types.TransposeTransform
+# Ref transforms that only annotate (`pltpu.annotate`, jax 0.12): no effect
+# on what an access touches.
+ANNOTATION_TRANSFORMS = tuple(
+    t for t in (getattr(mosaic_core, "AccessAssumptionTransform", None),) if t is not None)
 
 io_callback = callback.io_callback
+eval_jaxpr = jax_core.eval_jaxpr
 user_context = source_info_util.user_context
 register_source_exclusion = source_info_util.register_exclusion
 tracing_registry = tree_util.tracing_registry

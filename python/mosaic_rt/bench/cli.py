@@ -53,9 +53,9 @@ def _ensure_devices(needed: int, argv: list[str]) -> int | None:
     devices, the only way is a fresh interpreter).
     """
     import jax
-    from jax._src import xla_bridge
+    from mosaic_rt import jax_internals
 
-    if not xla_bridge.backends_are_initialized():
+    if not jax_internals.backends_are_initialized():
         if jax.config.jax_num_cpu_devices < needed:
             jax.config.update("jax_num_cpu_devices", needed)
         if jax.device_count() >= needed:

@@ -14,7 +14,7 @@ import re
 
 from jax.errors import JaxRuntimeError
 
-from mosaic_rt import _native
+from mosaic_rt import _native, jax_internals
 from mosaic_rt.errors import _from_native
 
 _MARKER = re.compile(r"\[mosaic_rt#(\d+)\] (\w+): (.*)", re.S)
@@ -56,8 +56,7 @@ def _forget_failed_runtime_tokens() -> None:
     and handled. Only tokens failing with our marker are dropped.
     """
     try:
-        from jax._src import dispatch
-        tokens = dispatch.runtime_tokens.output_runtime_tokens
+        tokens = jax_internals.output_runtime_tokens()
     except (ImportError, AttributeError):  # jax internals moved: keep the noise
         return
     for device, token in list(tokens.items()):

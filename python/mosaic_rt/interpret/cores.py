@@ -16,14 +16,14 @@ from concurrent import futures
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src import callback
-from jax._src import core as jax_core
+
+from mosaic_rt.jax_internals import Jaxpr, eval_jaxpr, io_callback
 
 _TOKEN = jax.ShapeDtypeStruct((), jnp.int32)
 
 
 @functools.lru_cache(maxsize=64)
-def _compiled_core_program(jaxpr: jax_core.Jaxpr, const_types):
+def _compiled_core_program(jaxpr: Jaxpr, const_types):
     """The compiled program of one kernel's core: (core, *consts) -> token.
 
     Compiled ahead of the threads: a first call through `jit` runs the
@@ -32,7 +32,7 @@ def _compiled_core_program(jaxpr: jax_core.Jaxpr, const_types):
     """
 
     def program(core, *consts):
-        return jax_core.eval_jaxpr(jaxpr, consts, core)
+        return eval_jaxpr(jaxpr, consts, core)
 
     args = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in const_types]
     return jax.jit(program).lower(jax.ShapeDtypeStruct((), np.int32), *args).compile()
@@ -63,5 +63,5 @@ def run_cores_concurrently(run_core, num_cores: int, token):
     """Emits a launch of `run_core(core, token)` on `num_cores` threads."""
     closed = jax.make_jaxpr(lambda core: run_core(core, jnp.zeros((), jnp.int32)))(
         jnp.int32(0))
-    return callback.io_callback(
+    return io_callback(
         functools.partial(_run_all, closed.jaxpr, num_cores), _TOKEN, token, *closed.consts)

@@ -17,34 +17,22 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax._src import core as jax_core
-from jax._src import pjit
-from jax._src import source_info_util
-from jax._src import state
-from jax._src.pallas import core as pallas_core
-from jax._src.pallas import primitives
-from jax._src.pallas.mosaic import core as mosaic_core
-from jax._src.pallas.mosaic import primitives as mosaic_primitives
-from jax._src.pallas.mosaic.interpret import interpret_pallas_call as stock
-from jax._src.pallas.mosaic.interpret import utils as stock_utils
-from jax._src.state import discharge as state_discharge
-from jax._src.state import primitives as state_primitives
-from jax._src.util import split_list
 
-from mosaic_rt.interpret import ops, views
+from mosaic_rt import jax_internals as jx
+from mosaic_rt.interpret import device_ids, ops, views
 from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.interpret.regions import to_region
 
-_SEMAPHORE = mosaic_core.MemorySpace.SEMAPHORE
-_HBM = mosaic_core.MemorySpace.HBM
-_ANY = pallas_core.MemorySpace.ANY
+_SEMAPHORE = jx.MemorySpace.SEMAPHORE
+_HBM = jx.MemorySpace.HBM
+_ANY = jx.AnyMemorySpace
 
 
 def space_code(memory_space) -> int:
     """Stock's numbering of memory spaces (ANY is forwarded to HBM)."""
     if memory_space is _ANY:
         memory_space = _HBM
-    return stock.TPU_MEMORY_SPACE_IDXS[memory_space]
+    return jx.STOCK_MEMORY_SPACE_INDEX[memory_space]
 
 
 def forward_any_to_hbm(memory_space):
@@ -69,30 +57,38 @@ class Ctx:
     device_id: Any              # logical device id (traced int32)
     core: Any                   # local core id (int or traced int32)
     grid_point: Any = None
-    grid_mapping: pallas_core.GridMapping
+    grid_mapping: jx.GridMapping
     mesh: Any
     axis_sizes: dict
     axis_indices: dict
-    mosaic_params: mosaic_core.CompilerParams
+    mosaic_params: jx.CompilerParams
     params: InterpretParams
+    num_devices: int = 1
 
     def replace(self, **changes) -> "Ctx":
         return dataclasses.replace(self, **changes)
 
 
-def _logical_device(ctx: Ctx, device_id, device_id_type):
-    return stock_utils._device_id_to_logical(
-        device_id, device_id_type, ctx.axis_sizes, ctx.axis_indices)
+def _target(ctx: Ctx, device_id, device_id_type):
+    """(logical device, core or None) named by a kernel's device id."""
+    return device_ids.to_logical(
+        device_id, device_id_type, axis_sizes=ctx.axis_sizes,
+        axis_indices=ctx.axis_indices, core_axis_names=jx.mesh_axis_names(ctx.mesh))
 
 
-def eval_jaxpr(jaxpr: jax_core.Jaxpr, *args, ctx: Ctx, token):
+def _wrapped(ctx: Ctx, device, core):
+    return device_ids.wrap_negative(device, core, num_devices=ctx.num_devices,
+                                    num_cores=ctx.params.num_cores_per_device)
+
+
+def eval_jaxpr(jaxpr: jx.Jaxpr, *args, ctx: Ctx, token):
     """Emits `jaxpr` for the core of `ctx`; returns (token, outputs)."""
     sentinel = jnp.inf if ctx.params.skip_floating_point_ops else None
-    env = stock_utils.JaxprEnv(
+    env = jx.JaxprEnv(
         vars=jaxpr.constvars + jaxpr.invars, values=args,
         sentinel_for_floating_point_values=sentinel)
     for eqn in jaxpr.eqns:
-        with source_info_util.user_context(
+        with jx.user_context(
                 eqn.source_info.traceback, name_stack=eqn.source_info.name_stack):
             token, out = _eval_eqn(eqn, env, ctx, token)
         out = out if eqn.primitive.multiple_results else [out]
@@ -100,13 +96,20 @@ def eval_jaxpr(jaxpr: jax_core.Jaxpr, *args, ctx: Ctx, token):
     return token, env.read_many(jaxpr.outvars)
 
 
-_RULES: dict[jax_core.Primitive, Any] = {}
+def eval_closed(closed, *args, ctx: Ctx, token):
+    """Emits a closed jaxpr (an eqn param), consts first."""
+    jaxpr, consts = jx.closed_jaxpr_parts(closed)
+    return eval_jaxpr(jaxpr, *consts, *args, ctx=ctx, token=token)
+
+
+_RULES: dict[Any, Any] = {}
 
 
 def _rule(*prims):
     def register(fn):
         for p in prims:
-            _RULES[p] = fn
+            if p is not None:  # primitives missing from this jax release
+                _RULES[p] = fn
         return fn
     return register
 
@@ -116,19 +119,22 @@ def _eval_eqn(eqn, env, ctx: Ctx, token):
     # Inputs are read lazily: with skip_floating_point_ops a skipped eqn must
     # not materialise its (sentinel) inputs.
     read = functools.partial(env.read_many, eqn.invars)
-    if (impl := stock._interpret_impls.get(prim)) is not None:
+    if (impl := jx.stock_interpret_impls.get(prim)) is not None:
         invals = read()
         impl_jaxpr = jax.make_jaxpr(functools.partial(impl, **eqn.params))(*invals)
-        token, out = eval_jaxpr(impl_jaxpr.jaxpr, *impl_jaxpr.consts, *invals,
-                                ctx=ctx, token=token)
+        token, out = eval_closed(impl_jaxpr, *invals, ctx=ctx, token=token)
         return token, (out if prim.multiple_results else out[0])
+    if prim in jx.TPU_ONLY_PRIMITIVES:
+        raise NotImplementedError(
+            f"The TPU primitive `{prim.name}` is not supported in TPU interpret"
+            " mode (it drives MXU state that mosaic_rt does not simulate).")
     rule = _RULES.get(prim)
     if rule is not None:
         result = rule(eqn, read, ctx, token)
         if result is not NotImplemented:
             return result
     if ctx.params.skip_floating_point_ops and all(
-            stock_utils.is_float(v.aval.dtype) for v in eqn.outvars):
+            jx.is_float(v.aval.dtype) for v in eqn.outvars):
         out = [v.aval for v in eqn.outvars]
         return token, (out if prim.multiple_results else out[0])
     return token, prim.bind(*read(), **prim.get_bind_params(eqn.params))
@@ -160,47 +166,60 @@ def _swap_view(token, ctx, space, ref, ref_aval, transforms, val, mask, aval):
     return token, old
 
 
-@_rule(primitives.load_p)
+def _with_ref_transforms(ref, transforms):
+    """A ref operand may itself carry transforms (a `TransformedRef` rebuilt
+    from a pytree): they apply before the op's own."""
+    ref, ref_transforms = jx.ref_and_transforms(ref)
+    return ref, (*ref_transforms, *(transforms or ()))
+
+
+@_rule(jx.load_p)
 def _masked_load(eqn, read, ctx, token):
     ref, transforms, mask, _ = jax.tree.unflatten(eqn.params["args_tree"], read())
     if mask is not None:
         raise NotImplementedError("masked load_p")
+    ref, transforms = _with_ref_transforms(ref, transforms)
     space = _space_or_raise_if_hbm(eqn.invars[0].aval, "load_p")
     return _load_view(token, ctx, space, ref, eqn.invars[0].aval, transforms,
                       eqn.outvars[0].aval)
 
 
-@_rule(primitives.swap_p)
+@_rule(jx.masked_swap_p)
 def _masked_swap(eqn, read, ctx, token):
     ref, transforms, val, mask = jax.tree.unflatten(eqn.params["args_tree"], read())
+    ref, transforms = _with_ref_transforms(ref, transforms)
     space = _space_or_raise_if_hbm(eqn.invars[0].aval, "swap_p")
     return _swap_view(token, ctx, space, ref, eqn.invars[0].aval, transforms, val, mask,
                       eqn.outvars[0].aval)
 
 
-@_rule(state_primitives.get_p)
+@_rule(jx.get_p)
 def _get(eqn, read, ctx, token):
     space = _space_or_raise_if_hbm(eqn.invars[0].aval, "get_p")
     invals = read()
-    transforms = jax.tree.unflatten(eqn.params["tree"], invals[1:])
-    return _load_view(token, ctx, space, invals[0], eqn.invars[0].aval, transforms,
+    ref, transforms = _with_ref_transforms(
+        invals[0], jax.tree.unflatten(eqn.params["tree"], invals[1:]))
+    return _load_view(token, ctx, space, ref, eqn.invars[0].aval, transforms,
                       eqn.outvars[0].aval)
 
 
-@_rule(state_primitives.swap_p)
+@_rule(jx.swap_p)
 def _swap(eqn, read, ctx, token):
     space = _space_or_raise_if_hbm(eqn.invars[0].aval, "swap_p")
     invals = read()
-    transforms = jax.tree.unflatten(eqn.params["tree"], invals[2:])
-    return _swap_view(token, ctx, space, invals[0], eqn.invars[0].aval, transforms,
+    ref, transforms = _with_ref_transforms(
+        invals[0], jax.tree.unflatten(eqn.params["tree"], invals[2:]))
+    return _swap_view(token, ctx, space, ref, eqn.invars[0].aval, transforms,
                       invals[1], None, eqn.outvars[0].aval)
 
 
-@_rule(primitives.run_scoped_p)
+@_rule(jx.run_scoped_p)
 def _run_scoped(eqn, read, ctx, token):
     if eqn.params["collective_axes"]:
         raise NotImplementedError(
             "run_scoped_p with collective axes is not supported")
+    # Body variables: the closed-over operands (`constvars`), then one per
+    # allocation (`invars`).
     body = eqn.params["jaxpr"]
     allocs = []
     for v in body.invars:
@@ -234,9 +253,9 @@ def _run_scoped(eqn, read, ctx, token):
 def semaphore_kind(aval) -> str:
     dtype = getattr(aval, "dtype", None)
     try:
-        if jnp.issubdtype(dtype, mosaic_core.dma_semaphore):
+        if jnp.issubdtype(dtype, jx.mosaic_core.dma_semaphore):
             return "dma"
-        if jnp.issubdtype(dtype, pallas_core.barrier_semaphore):
+        if jnp.issubdtype(dtype, jx.pallas_core.barrier_semaphore):
             return "barrier"
     except TypeError:
         pass
@@ -249,22 +268,21 @@ def semaphore_kind(aval) -> str:
 def _cond(eqn, read, ctx, token):
     index, *args = read()
 
-    def branch(jaxpr):
-        return lambda tok, *a: eval_jaxpr(jaxpr, *a, ctx=ctx, token=tok)
+    def branch(closed):
+        return lambda tok, *a: eval_closed(closed, *a, ctx=ctx, token=tok)
 
-    return lax.switch(index, [branch(b.jaxpr) for b in eqn.params["branches"]],
-                      token, *args)
+    return lax.switch(index, [branch(b) for b in eqn.params["branches"]], token, *args)
 
 
 @_rule(lax.scan_p)
 def _scan(eqn, read, ctx, token):
     p = eqn.params
-    consts, init, xs = split_list(read(), [p["num_consts"], p["num_carry"]])
+    consts, init, xs = jx.scan_operands(p, read())
 
     def body(carry, x):
         tok, c = carry
-        tok, res = eval_jaxpr(p["jaxpr"].jaxpr, *consts, *c, *x, ctx=ctx, token=tok)
-        c, ys = split_list(res, [p["num_carry"]])
+        tok, res = eval_closed(p["jaxpr"], *consts, *c, *x, ctx=ctx, token=tok)
+        c, ys = jx.scan_body_results(p, res)
         return (tok, c), ys
 
     (token, carry), ys = lax.scan(body, (token, init), xs=xs,
@@ -276,27 +294,26 @@ def _scan(eqn, read, ctx, token):
 @_rule(lax.while_p)
 def _while(eqn, read, ctx, token):
     p = eqn.params
-    cond_consts, body_consts, init = split_list(
+    cond_consts, body_consts, init = jx.split_list(
         read(), [p["cond_nconsts"], p["body_nconsts"]])
-    cond_jaxpr, body_jaxpr = p["cond_jaxpr"].jaxpr, p["body_jaxpr"].jaxpr
+    cond, body = p["cond_jaxpr"], p["body_jaxpr"]
     # The condition may touch refs too, so it is evaluated inside the loop
     # body with the token and its result carried along.
-    token, first = eval_jaxpr(cond_jaxpr, *cond_consts, *init, ctx=ctx, token=token)
+    token, first = eval_closed(cond, *cond_consts, *init, ctx=ctx, token=token)
 
-    def body(carry):
+    def step(carry):
         tok, val, _ = carry
-        tok, val = eval_jaxpr(body_jaxpr, *body_consts, *val, ctx=ctx, token=tok)
-        tok, c = eval_jaxpr(cond_jaxpr, *cond_consts, *val, ctx=ctx, token=tok)
+        tok, val = eval_closed(body, *body_consts, *val, ctx=ctx, token=tok)
+        tok, c = eval_closed(cond, *cond_consts, *val, ctx=ctx, token=tok)
         return tok, val, c[0]
 
-    token, out, _ = lax.while_loop(lambda c: c[2], body, (token, init, first[0]))
+    token, out, _ = lax.while_loop(lambda c: c[2], step, (token, init, first[0]))
     return token, out
 
 
-@_rule(pjit.jit_p)
+@_rule(jx.jit_p)
 def _jit(eqn, read, ctx, token):
-    closed = eqn.params["jaxpr"]
-    return eval_jaxpr(closed.jaxpr, *closed.consts, *read(), ctx=ctx, token=token)
+    return eval_closed(eqn.params["jaxpr"], *read(), ctx=ctx, token=token)
 
 
 @_rule(lax.axis_index_p)
@@ -312,19 +329,60 @@ def _axis_index(eqn, read, ctx, token):
     return NotImplemented
 
 
-# --------------------------------------------------------------------- misc
-
-@_rule(primitives.delay_p)
-def _delay(eqn, read, ctx, token):
+@_rule(jx.emit_pipeline_p)
+def _emit_pipeline(eqn, read, ctx, token):
+    # The primitive form of pltpu.emit_pipeline (jax's
+    # `use_emit_pipeline_primitive`): expand it with jax's own expansion.
+    expand = jx.emit_pipeline_to_jaxpr()
+    if expand is None:
+        raise NotImplementedError(
+            "emit_pipeline_p (jax_use_emit_pipeline_primitive) needs jax >= 0.12"
+            " in TPU interpret mode")
+    closed = expand([v.aval for v in eqn.invars],
+                    grid_names=ctx.grid_mapping.grid_names,
+                    grid_sizes=ctx.grid_mapping.grid, **eqn.params)
+    token, _ = eval_closed(closed, *read(), ctx=ctx, token=token)
     return token, []
 
 
-@_rule(mosaic_primitives.prng_seed_p)
+@_rule(jx.pipeline_body_p)
+def _pipeline_body(eqn, read, ctx, token):
+    p = eqn.params
+    indices, body_consts, refs = p["in_tree"].unflatten(read())
+    if p.get("_explicit_indices", False):
+        body_args = (*body_consts, *jax.tree.leaves(indices), *refs)
+    else:
+        body_args = (*body_consts, *refs)
+    # The body sees the pipeline's own grid position in place of the
+    # kernel's leading grid axes.
+    outer = jx.pallas_core.current_grid_env() or ()
+    env = tuple(jx.pallas_core.GridAxis(i, outer[k].size if k < len(outer) else 0)
+                for k, i in enumerate(indices.index)) + tuple(outer[len(indices.index):])
+    with jx.pallas_core.grid_env(env):
+        token, _ = eval_closed(p["jaxpr"], *body_args, ctx=ctx, token=token)
+    return token, []
+
+
+# --------------------------------------------------------------------- misc
+
+@_rule(jx.delay_p, jx.trace_value_p)
+def _no_op(eqn, read, ctx, token):
+    # delay: time is not simulated; trace_value: only annotates TPU traces.
+    return token, []
+
+
+@_rule(jx.has_memory_space_p)
+def _has_memory_space(eqn, read, ctx, token):
+    # pl.ANY refs live in HBM in interpret mode (as stock places them).
+    return token, jnp.asarray(eqn.params["memory_space"] is _HBM)
+
+
+@_rule(jx.prng_seed_p)
 def _prng_seed(eqn, read, ctx, token):
     return ops.prng_seed(token, ctx.handle, ctx.device_id, ctx.core, read()), []
 
 
-@_rule(mosaic_primitives.prng_random_bits_p)
+@_rule(jx.prng_random_bits_p)
 def _prng_random_bits(eqn, read, ctx, token):
     return ops.prng_random_bits(token, ctx.handle, ctx.device_id, ctx.core,
                                 eqn.outvars[0].aval)
@@ -333,18 +391,31 @@ def _prng_random_bits(eqn, read, ctx, token):
 # -------------------------------------------------------------- semaphores
 
 def _sem_ids(sem, transforms):
-    return state_discharge.transform_array(sem, transforms)
+    return jx.transform_array(sem, transforms)
 
 
-@_rule(mosaic_primitives.dma_start_p)
+@_rule(jx.dma_start_p)
 def _dma_start(eqn, read, ctx, token):
     tree = eqn.params["tree"]
     src, dst, dst_sem, src_sem, target = jax.tree.unflatten(tree, read())
-    src, src_transforms = mosaic_primitives._get_ref_and_transforms(src)
-    dst, dst_transforms = mosaic_primitives._get_ref_and_transforms(dst)
-    dst_sem, dst_sem_t = mosaic_primitives._get_ref_and_transforms(dst_sem)
-    src_sem, src_sem_t = mosaic_primitives._get_ref_and_transforms(src_sem)
-    target = _logical_device(ctx, target, eqn.params["device_id_type"])
+    src, src_transforms = jx.ref_and_transforms(src)
+    dst, dst_transforms = jx.ref_and_transforms(dst)
+    dst_sem, dst_sem_t = jx.ref_and_transforms(dst_sem)
+    src_sem, src_sem_t = jx.ref_and_transforms(src_sem)
+    if dst_sem is None:
+        raise ValueError("TPU interpret mode needs a destination semaphore"
+                         " (`sem`) for every DMA.")
+    target, target_core = _target(ctx, target, eqn.params["device_id_type"])
+    if target_core is not None:
+        raise NotImplementedError(
+            "A DMA to another core (a core axis in device_id) is not supported"
+            " yet by mosaic_rt.")
+    if target is not None:
+        target, _ = _wrapped(ctx, target, ctx.core)
+    elif src_sem is not None:
+        # A local copy that also counts its read on src_sem (jax 0.12): the
+        # runtime's two-semaphore copy, to this very device.
+        target = ctx.device_id
     orig_src, orig_dst, *_ = jax.tree.unflatten(tree, eqn.invars)
     # Refs whose memory space is unknown are HBM refs (stock does the same).
     src_space = forward_any_to_hbm(getattr(orig_src.aval, "memory_space", None)) or _HBM
@@ -359,19 +430,21 @@ def _dma_start(eqn, read, ctx, token):
     return token, []
 
 
-@_rule(mosaic_primitives.dma_wait_p)
+@_rule(jx.dma_wait_p)
 def _dma_wait(eqn, read, ctx, token):
+    # Waits on the third operand for the bytes of the first one's region: a
+    # read-side wait (wait_send / wait_read) binds its operands swapped.
     src, _, sem, _, _ = jax.tree.unflatten(eqn.params["tree"], read())
-    _, src_transforms = mosaic_primitives._get_ref_and_transforms(src)
-    sem, sem_t = mosaic_primitives._get_ref_and_transforms(sem)
-    src_aval = state.transform_type(src_transforms, eqn.invars[0].aval)
+    _, src_transforms = jx.ref_and_transforms(src)
+    sem, sem_t = jx.ref_and_transforms(sem)
+    src_aval = jx.transform_type(src_transforms, eqn.invars[0].aval)
     nbytes = math.prod(src_aval.shape) * src_aval.dtype.itemsize
     token = ops.semaphore_wait(token, ctx.handle, ctx.device_id, ctx.core,
                                _sem_ids(sem, sem_t), nbytes)
     return token, []
 
 
-@_rule(mosaic_primitives.get_barrier_semaphore_p)
+@_rule(jx.get_barrier_semaphore_p)
 def _barrier_semaphore(eqn, read, ctx, token):
     if ctx.mosaic_params.collective_id is None:
         raise ValueError(
@@ -382,17 +455,26 @@ def _barrier_semaphore(eqn, read, ctx, token):
                                  ctx.mosaic_params.collective_id)
 
 
-@_rule(primitives.semaphore_signal_p)
+@_rule(jx.semaphore_signal_p)
 def _semaphore_signal(eqn, read, ctx, token):
     sem, sem_t, inc, target, core_index = jax.tree.unflatten(
         eqn.params["args_tree"], read())
-    target = _logical_device(ctx, target, eqn.params["device_id_type"])
+    target, axis_core = _target(ctx, target, eqn.params["device_id_type"])
+    if axis_core is not None:
+        if core_index is not None:
+            raise ValueError(
+                "Cannot specify both core_index and a core axis in device_id.")
+        core_index = axis_core
+    if target is not None or core_index is not None:
+        target, core_index = _wrapped(
+            ctx, ctx.device_id if target is None else target,
+            0 if core_index is None else core_index)
     token = ops.semaphore_signal(token, ctx.handle, ctx.device_id, ctx.core,
                                  _sem_ids(sem, sem_t), inc, target, core_index)
     return token, []
 
 
-@_rule(primitives.semaphore_wait_p)
+@_rule(jx.semaphore_wait_p)
 def _semaphore_wait(eqn, read, ctx, token):
     sem, sem_t, value, decrement = jax.tree.unflatten(
         eqn.params["args_tree"], read())
@@ -403,7 +485,7 @@ def _semaphore_wait(eqn, read, ctx, token):
     return token, []
 
 
-@_rule(primitives.semaphore_read_p)
+@_rule(jx.semaphore_read_p)
 def _semaphore_read(eqn, read, ctx, token):
     sem, sem_t = jax.tree.unflatten(eqn.params["args_tree"], read())
     return ops.semaphore_read(token, ctx.handle, ctx.device_id, ctx.core,

@@ -16,14 +16,8 @@ import math
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax._src import callback
-from jax._src import core as jax_core
-from jax._src.pallas import core as pallas_core
-from jax._src.pallas.mosaic import core as mosaic_core
-from jax._src.pallas.mosaic.interpret import interpret_pallas_call as stock
-from jax._src.pallas.mosaic.interpret import utils as stock_utils
-from jax._src.util import split_list
 
+from mosaic_rt import jax_internals as jx
 from mosaic_rt.interpret import logging_ops, ops
 from mosaic_rt.interpret.cores import run_cores_concurrently
 from mosaic_rt.interpret.jaxpr_eval import (
@@ -31,9 +25,11 @@ from mosaic_rt.interpret.jaxpr_eval import (
 from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.interpret.regions import FULL, Region, block_region
 
-_HBM = mosaic_core.MemorySpace.HBM
-_SMEM = mosaic_core.MemorySpace.SMEM
-_SEMAPHORE = mosaic_core.MemorySpace.SEMAPHORE
+_HBM = jx.MemorySpace.HBM
+_SMEM = jx.MemorySpace.SMEM
+_SEMAPHORE = jx.MemorySpace.SEMAPHORE
+split_list = jx.split_list
+pallas_core = jx.pallas_core
 _TOKEN = jax.ShapeDtypeStruct((), jnp.int32)
 
 # One id per traced pallas_call: all devices of a launch share it.
@@ -47,10 +43,10 @@ def interpret_pallas_call(*args, interpret_params: InterpretParams, **kwargs):
 
 def _interpret_pallas_call(
     *args,
-    jaxpr: jax_core.Jaxpr,
+    jaxpr: jx.Jaxpr,
     debug: bool,
     input_output_aliases,
-    grid_mapping: pallas_core.GridMapping,
+    grid_mapping: jx.GridMapping,
     mesh,
     compiler_params,
     cost_estimate,
@@ -61,28 +57,30 @@ def _interpret_pallas_call(
 ):
     del debug, cost_estimate, out_avals, metadata
     params = interpret_params
-    mosaic_params = compiler_params or mosaic_core.CompilerParams()
-    if not isinstance(mosaic_params, mosaic_core.CompilerParams):
+    mosaic_params = compiler_params or jx.CompilerParams()
+    if not isinstance(mosaic_params, jx.CompilerParams):
         raise ValueError(
             f"TPU interpret mode needs pltpu.CompilerParams, got {type(mosaic_params).__name__}")
-    if isinstance(mesh, mosaic_core.TensorCoreMesh):
+    if isinstance(mesh, jx.TensorCoreMesh):
         # core_map over a TensorCoreMesh: the mesh fixes the cores per device.
-        params = dataclasses.replace(params, num_cores_or_threads=mesh.devices.shape[0])
-        if mesh.devices.shape[0] > 1:
+        params = dataclasses.replace(params, num_cores_or_threads=jx.tensorcore_mesh_cores(mesh))
+        if params.num_cores_per_device > 1:
             mosaic_params = mosaic_params.replace(dimension_semantics=("parallel",))
 
-    args = [stock.remove_memory_space_p.bind(a) for a in args]
+    args = [jx.remove_memory_space_p.bind(a) for a in args]
     dyn_grid, scalars, inputs = split_list(
         args, [grid_mapping.num_dynamic_grid_bounds, grid_mapping.num_index_operands])
     dyn_iter = iter(dyn_grid)
     grid = tuple(next(dyn_iter) if isinstance(g, pallas_core.DynamicGridDim) else g
                  for g in grid_mapping.grid)
 
-    axis_sizes = jax_core.get_axis_env().axis_sizes
+    axis_sizes = jx.axis_sizes()
     num_devices = math.prod(axis_sizes.values()) if axis_sizes else 1
     axis_indices = {k: lax.axis_index(k) for k in axis_sizes}
-    device_id = jnp.asarray(stock_utils.device_coords_to_logical_id(
-        tuple(axis_indices.values()), axis_sizes, axis_indices), jnp.int32)
+    # This device's logical id: its mesh coordinates, the last axis fastest.
+    device_id = jnp.zeros((), jnp.int32)
+    for name, size in axis_sizes.items():
+        device_id = device_id * size + jnp.asarray(axis_indices[name], jnp.int32)
 
     token = jnp.zeros((), jnp.int32)
     token, handle = ops.begin(token, device_id, uid=next(_kernel_uids),
@@ -95,9 +93,9 @@ def _interpret_pallas_call(
     block_mappings = grid_mapping.block_mappings
     squeezed = [tuple(isinstance(b, pallas_core.Squeezed) for b in bm.block_shape)
                 for bm in block_mappings]
-    block_shapes = [pallas_core._get_block_shape(bm.block_shape) for bm in block_mappings]
+    block_shapes = [jx.block_shape(bm) for bm in block_mappings]
     n_in, n_out = grid_mapping.num_inputs, grid_mapping.num_outputs
-    inputs = [stock_utils.pad_to_block_dimension(a, bs, params.uninitialized_memory)
+    inputs = [jx.pad_to_block_dimension(a, bs, params.uninitialized_memory)
               for a, bs in zip(inputs, block_shapes[:n_in])]
     input_ids = []
     for a in inputs:
@@ -172,14 +170,13 @@ def _interpret_pallas_call(
             raise ValueError(f"Kernel output {j} in HBM but does not have trivial BlockSpec.")
 
     num_iterations = functools.reduce(jnp.multiply, grid) if grid else 1
-    if isinstance(mesh, mosaic_core.TensorCoreMesh):
+    if isinstance(mesh, jx.TensorCoreMesh):
         # core_map: a fixed division of the grid between cores (as stock).
         randomized = (jnp.array((), dtype=jnp.int32),) * len(grid)
     else:
-        randomized = stock._get_randomized_grid_coordinates(
-            grid, mosaic_params, params.random_seed)
-    parallel = stock._get_parallel_dim_semantics(mosaic_params, len(grid))
-    subgrid = stock._get_parallel_subgrid_size(parallel, grid)
+        randomized = jx.randomized_grid_coordinates(grid, mosaic_params, params.random_seed)
+    parallel = jx.parallel_dim_semantics(mosaic_params, len(grid))
+    subgrid = jx.parallel_subgrid_size(parallel, grid)
     cores = params.num_cores_per_device
     iters_per_core = ((subgrid + cores - 1) // cores) * (num_iterations // subgrid)
 
@@ -216,7 +213,8 @@ def _interpret_pallas_call(
     def run_core(core, token):
         ctx = Ctx(handle=handle, device_id=device_id, core=core,
                   grid_mapping=grid_mapping, mesh=mesh, axis_sizes=axis_sizes,
-                  axis_indices=axis_indices, mosaic_params=mosaic_params, params=params)
+                  axis_indices=axis_indices, mosaic_params=mosaic_params, params=params,
+                  num_devices=num_devices)
         first_iter = core * iters_per_core
         loop_bound = jnp.minimum((core + 1) * iters_per_core, num_iterations)
 
@@ -224,11 +222,11 @@ def _interpret_pallas_call(
             it, loop_idx, point, prev_starts, cur_idx, cur_starts, token = carry
             cctx = ctx.replace(grid_point=point)
             if params.grid_point_recorder is not None:
-                token = callback.io_callback(params.grid_point_recorder, _TOKEN,
+                token = jx.io_callback(params.grid_point_recorder, _TOKEN,
                                              token, point, core)
             with pallas_core.grid_env(local_grid_env(point)):
-                next_loop_idx = stock_utils.get_next_indices(grid, loop_idx)
-                next_point = stock._get_grid_point(next_loop_idx, randomized)
+                next_loop_idx = jx.next_grid_indices(grid, loop_idx)
+                next_point = jx.grid_point(next_loop_idx, randomized)
                 token, next_idx, next_starts = all_block_starts(next_point, cctx, token)
 
                 for j in range(n_in):
@@ -263,8 +261,8 @@ def _interpret_pallas_call(
                 token = ops.check_revisit(token, handle, device_id, core, loop_idx, out_regions)
             return (it + 1, next_loop_idx, next_point, cur_starts, next_idx, next_starts, token)
 
-        init_loop_idx = stock_utils.get_indices(grid, first_iter)
-        init_point = stock._get_grid_point(init_loop_idx, randomized)
+        init_loop_idx = jx.grid_indices(grid, first_iter)
+        init_point = jx.grid_point(init_loop_idx, randomized)
         with pallas_core.grid_env(local_grid_env(init_point)):
             token, init_idx, init_starts = all_block_starts(init_point, ctx, token)
         carry = (first_iter, init_loop_idx, init_point, init_starts, init_idx, init_starts, token)

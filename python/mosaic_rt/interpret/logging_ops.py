@@ -17,8 +17,7 @@ import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src import callback
-from jax._src.pallas.mosaic.interpret.params import LoggingMode
+from mosaic_rt.jax_internals import LoggingMode, io_callback
 
 logger = logging.getLogger("mosaic_rt.interpret")
 
@@ -58,6 +57,6 @@ def log(token, kind: LoggingMode, op: str, device, core, **values):
     if not enabled(kind):
         return token
     names = tuple(values)
-    return callback.io_callback(
+    return io_callback(
         _emit(f"`{op}` -- {{fields}}.", names), _TOKEN, token, device, core,
         *[jnp.asarray(v) for v in values.values()])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
-from jax._src import config as _jax_config
+from mosaic_rt.jax_internals import interpret_mode_setting
 
 from mosaic_rt.interpret.params import InterpretParams
 
@@ -30,12 +30,12 @@ def force_interpret_mode(params: InterpretParams | None = None):
     from mosaic_rt.ffi import native_errors
 
     params = _check(InterpretParams() if params is None else params)
-    prev = _jax_config.pallas_tpu_interpret_mode_context_manager.swap_local(params)
+    prev = interpret_mode_setting.swap_local(params)
     try:
         with native_errors():
             yield
     finally:
-        _jax_config.pallas_tpu_interpret_mode_context_manager.set_local(prev)
+        interpret_mode_setting.set_local(prev)
 
 
 _DEFAULT = object()
@@ -50,4 +50,4 @@ def set_interpret_mode(params=_DEFAULT) -> None:
         params = InterpretParams()
     elif params is not None:
         _check(params)
-    _jax_config.pallas_tpu_interpret_mode_context_manager.set_global(params)
+    interpret_mode_setting.set_global(params)

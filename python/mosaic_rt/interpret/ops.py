@@ -12,18 +12,17 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src.pallas.mosaic import core as mosaic_core
-from jax._src.pallas.mosaic.interpret import interpret_pallas_call as stock
 
 from mosaic_rt import ffi
 from mosaic_rt.ffi.ops import _call, _i32, _region_parts, _space
 from mosaic_rt.interpret import logging_ops as lg
 from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.interpret.regions import Region
+from mosaic_rt.jax_internals import STOCK_MEMORY_SPACE_INDEX, MemorySpace, padded_shape
 
 READY = True
 
-_SMEM_CODE = stock.TPU_MEMORY_SPACE_IDXS[mosaic_core.MemorySpace.SMEM]
+_SMEM_CODE = STOCK_MEMORY_SPACE_INDEX[MemorySpace.SMEM]
 
 
 def _scalar_id(x):
@@ -65,7 +64,7 @@ def sync_device_cores(token, handle, device):
 def _padded_shape(shape, dtype, space, params: InterpretParams):
     if params.buffer_bounds != "padded" or space == _SMEM_CODE:
         return tuple(shape)
-    return tuple(stock._get_padded_shape(tuple(shape), jnp.dtype(dtype)))
+    return tuple(padded_shape(tuple(shape), jnp.dtype(dtype)))
 
 
 def allocate_buffer(token, *, handle, device, core, space, params: InterpretParams,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from jax._src.pallas.mosaic.interpret.params import InterpretParams as _StockParams
+from mosaic_rt.jax_internals import StockInterpretParams as _StockParams
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

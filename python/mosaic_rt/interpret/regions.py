@@ -8,9 +8,8 @@ stock interpret mode composes them, so error messages name the same ranges.
 
 from __future__ import annotations
 
-from jax._src.state import indexing
-
 from mosaic_rt.ffi.ops import Region  # noqa: F401 (re-exported)
+from mosaic_rt.jax_internals import ANNOTATION_TRANSFORMS, NDIndexer, Slice
 
 
 FULL = Region()
@@ -25,12 +24,12 @@ def _static_int(x, what: str) -> int:
             " slices must be static)") from None
 
 
-def _dims_of(indexer: indexing.NDIndexer):
+def _dims_of(indexer: NDIndexer):
     if indexer.int_indexer_shape:
         raise ValueError("Advanced indexers are not supported on TPU")
     dims = []
     for idx in indexer.indices:
-        if isinstance(idx, indexing.Slice):
+        if isinstance(idx, Slice):
             dims.append((idx.start, _static_int(idx.size, "size"),
                          _static_int(idx.stride, "stride"), False))
         else:
@@ -67,9 +66,9 @@ def _compose(outer, inner):
 def to_region(transforms) -> Region:
     dims: list = []
     for t in transforms or ():
-        if t is None:
+        if t is None or isinstance(t, ANNOTATION_TRANSFORMS):
             continue
-        if not isinstance(t, indexing.NDIndexer):
+        if not isinstance(t, NDIndexer):
             raise NotImplementedError(
                 f"ref transform {type(t).__name__} is not supported by TPU"
                 " interpret mode")

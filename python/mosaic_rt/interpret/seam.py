@@ -1,15 +1,14 @@
 """The one place where mosaic_rt hooks into jax.
 
-jax 0.10.2's pallas_call lowering (`jax/_src/pallas/pallas_call.py`,
+pallas_call's lowering (jax 0.10.2 .. 0.12: `jax/_src/pallas/pallas_call.py`,
 `_pallas_call_lowering`) sends every `interpret` value that is an instance of
-`pltpu.InterpretParams` to `interpret_pallas_call.interpret_pallas_call` of
-`jax._src.pallas.mosaic.interpret`, looked up as a module attribute at
-lowering time. `force_tpu_interpret_mode` and `pl.core_map` (which becomes a
+`pltpu.InterpretParams` to stock's `interpret_pallas_call`, looked up as a
+module attribute at lowering time (`jax_internals.PALLAS_CALL_SEAM`). `force_tpu_interpret_mode` and `pl.core_map` (which becomes a
 pallas_call) go through the same lowering. So we install one dispatcher on
 that attribute: it takes over for `mosaic_rt.InterpretParams` and calls the
 original function for everything else, leaving stock behaviour untouched.
 
-A second, equally narrow hook: `jax._src.pallas.core.get_interpret_effects`
+A second, equally narrow hook (`jax_internals.INTERPRET_EFFECTS_SEAM`)
 gives stock interpret mode ordered IO effects, because its per-op Python
 callbacks share one global memory and kernels must not overlap. Our kernels
 each get their own native runtime and talk to Python at most once per launch,
@@ -23,12 +22,11 @@ from __future__ import annotations
 import functools
 import threading
 
-from jax._src import effects as _effects
-from jax._src.pallas import core as _pallas_core
-from jax._src.pallas.mosaic.interpret import interpret_pallas_call as _stock_module
+from mosaic_rt import jax_internals
 
 _lock = threading.Lock()
-_ATTR = "interpret_pallas_call"
+_stock_module, _ATTR = jax_internals.PALLAS_CALL_SEAM
+_effects_module, _EFFECTS_ATTR = jax_internals.INTERPRET_EFFECTS_SEAM
 _MARK = "_mosaic_rt_dispatcher"
 
 
@@ -56,7 +54,7 @@ def install() -> None:
 
 
 def _install_effects() -> None:
-    stock_effects = _pallas_core.get_interpret_effects
+    stock_effects = getattr(_effects_module, _EFFECTS_ATTR)
     if getattr(stock_effects, _MARK, False):
         return
 
@@ -64,11 +62,11 @@ def _install_effects() -> None:
     def interpret_effects(interpret):
         from mosaic_rt.interpret.params import InterpretParams
         if isinstance(interpret, InterpretParams):
-            return _effects.no_effects
+            return jax_internals.no_effects
         return stock_effects(interpret)
 
     setattr(interpret_effects, _MARK, True)
-    _pallas_core.get_interpret_effects = interpret_effects
+    setattr(_effects_module, _EFFECTS_ATTR, interpret_effects)
 
 
 def stock_interpret_pallas_call():

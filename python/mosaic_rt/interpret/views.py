@@ -1,5 +1,6 @@
 """Ref views the native memory cannot express as one strided region:
-`ref.bitcast(dtype)` and `ref.reshape(...)` (and indexers after them).
+`ref.bitcast(dtype)`, `ref.reshape(...)` and transposes (`ref.T`), and
+indexers after them.
 
 Stock interpret mode fails on these (its ranges assume indexers only). We
 split a transform chain into its leading indexers, which the native load /
@@ -13,34 +14,34 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jax._src import state
-from jax._src.state import indexing
-from jax._src.state.types import BitcastTransform, ReshapeTransform
-from jax._src.state.utils import bitcast
 
 from mosaic_rt.interpret.regions import Region, to_region
+from mosaic_rt.jax_internals import (
+    ANNOTATION_TRANSFORMS, BitcastTransform, NDIndexer, ReshapeTransform, Slice,
+    TransposeTransform, bitcast_array, transform_type)
 
 
 def split(transforms, ref_aval) -> tuple[Region, tuple, object]:
     """(native region of the leading indexers, the remaining transforms, the
     aval of the leading region's value)."""
-    transforms = tuple(t for t in (transforms or ()) if t is not None)
+    transforms = tuple(t for t in (transforms or ())
+                       if t is not None and not isinstance(t, ANNOTATION_TRANSFORMS))
     k = 0
-    while k < len(transforms) and isinstance(transforms[k], indexing.NDIndexer):
+    while k < len(transforms) and isinstance(transforms[k], NDIndexer):
         k += 1
     lead, rest = transforms[:k], transforms[k:]
-    base = state.transform_type(lead, ref_aval) if lead else ref_aval
+    base = transform_type(lead, ref_aval) if lead else ref_aval
     return to_region(lead), rest, jax.ShapeDtypeStruct(base.shape, base.dtype)
 
 
-def _index_arrays(indexer: indexing.NDIndexer):
+def _index_arrays(indexer: NDIndexer):
     if indexer.int_indexer_shape:
         raise ValueError("Advanced indexers are not supported on TPU")
     arrays, squeeze = [], []
     n = len(indexer.indices)
     for d, idx in enumerate(indexer.indices):
         shape = [1] * n
-        if isinstance(idx, indexing.Slice):
+        if isinstance(idx, Slice):
             shape[d] = idx.size
             arrays.append((idx.start + jnp.arange(idx.size) * idx.stride).reshape(shape))
         else:
@@ -50,28 +51,35 @@ def _index_arrays(indexer: indexing.NDIndexer):
 
 
 def _apply(x, t):
-    if isinstance(t, indexing.NDIndexer):
+    if isinstance(t, NDIndexer):
         arrays, squeeze = _index_arrays(t)
         return jnp.squeeze(x[arrays], axis=squeeze) if squeeze else x[arrays]
     if isinstance(t, BitcastTransform):
-        return bitcast(x, t.dtype)
+        return bitcast_array(x, t.dtype)
     if isinstance(t, ReshapeTransform):
         return x.reshape(t.shape)
+    if isinstance(t, TransposeTransform):
+        return jnp.transpose(x, t.permutation)
     raise NotImplementedError(
         f"ref transform {type(t).__name__} is not supported by TPU interpret mode")
 
 
 def _put_back(x, t, y):
     """The value of `x` after its view `_apply(x, t)` became `y`."""
-    if isinstance(t, indexing.NDIndexer):
+    if isinstance(t, NDIndexer):
         arrays, squeeze = _index_arrays(t)
         if squeeze:
             y = jnp.expand_dims(y, squeeze)
         return x.at[arrays].set(y.astype(x.dtype))
     if isinstance(t, BitcastTransform):
-        return bitcast(y, x.dtype).reshape(x.shape)
+        return bitcast_array(y, x.dtype).reshape(x.shape)
     if isinstance(t, ReshapeTransform):
         return y.reshape(x.shape)
+    if isinstance(t, TransposeTransform):
+        inverse = [0] * len(t.permutation)
+        for position, axis in enumerate(t.permutation):
+            inverse[axis] = position
+        return jnp.transpose(y, inverse)
     raise NotImplementedError(
         f"ref transform {type(t).__name__} is not supported by TPU interpret mode")
 
