@@ -248,3 +248,40 @@ def output_runtime_tokens():
     """The runtime tokens jax keeps for ordered effects (to block on them)."""
     from jax._src import dispatch
     return dispatch.runtime_tokens.output_runtime_tokens
+
+
+# ------------------------------------- mosaic_rt.tpu: the pltpu mirror
+# mosaic_rt.tpu delegates binding to the installed pltpu / pl functions and
+# only needs these private names on top of the public API.
+
+# pltpu's descriptor class; ours subclasses it, so start/wait bind exactly
+# what stock binds on every release.
+StockAsyncCopyDescriptor = mosaic_primitives.AsyncCopyDescriptor
+
+
+def descriptor_used(descriptor) -> bool:
+    """Whether a descriptor was started or waited (stock's `_used` flag)."""
+    return bool(getattr(descriptor, "_used", False))
+
+
+def mark_descriptor_used(descriptor) -> None:
+    """Silences stock's "AsyncCopyDescriptor was not used" log for a stock
+    descriptor we replaced by ours."""
+    descriptor._used = True
+
+
+def user_source_frames():
+    """The user's frames of the current call stack, innermost first, with
+    jax's and other registered exclusions left out."""
+    traceback = source_info_util.current().traceback
+    if traceback is None:
+        return []
+    return [frame for frame in source_info_util.user_frames(traceback)
+            if frame.file_name != __file__]
+
+
+def stock_deprecation(module, name: str) -> str | None:
+    """The message of a public jax module's deprecated attribute `name`, or
+    None when this release does not deprecate it."""
+    entry = getattr(module, "_deprecations", {}).get(name)
+    return None if entry is None or entry[1] is None else entry[0]

@@ -1,19 +1,21 @@
 """DMA descriptors and semaphore operations for Pallas TPU kernels.
 
 Drop-in for the matching names of `jax.experimental.pallas.tpu` (and
-`pl.semaphore_*`): they bind the same JAX primitives with the same params, so
-a kernel lowers to the identical Mosaic program on TPU and runs the same
-under stock interpret mode and `mosaic_rt.InterpretParams()`. On top, invalid
-descriptors, priorities and device-id forms fail early with clear messages,
-and a descriptor that is never started or waited is reported.
+`pl.semaphore_*`) of the installed jax, with the same signatures: each call
+goes to the stock function after our checks, so a kernel lowers to the
+identical Mosaic program on TPU and runs the same under stock interpret mode
+and `mosaic_rt.InterpretParams()`. On top, invalid descriptors, priorities
+and device-id forms fail early with clear messages, and a descriptor that is
+never started or waited is reported with the line that created it.
 """
 
 import os as _os
+import warnings as _warnings
 
-from jax._src import source_info_util as _source_info_util
-from jax._src.pallas.mosaic.core import SemaphoreType
-from jax._src.pallas.primitives import DeviceIdType
+from jax.experimental import pallas as _pl
+from jax.experimental.pallas.tpu import SemaphoreType
 
+from mosaic_rt import jax_internals as _jax_internals
 from mosaic_rt.tpu.dma import (
     AsyncCopyDescriptor,
     UnusedAsyncCopyWarning,
@@ -32,11 +34,10 @@ from mosaic_rt.tpu.semaphores import (
 # Our wrapper frames are not the user's code: exclude them so op locations
 # (in jaxprs, errors and the Mosaic body) point at the kernel line, exactly as
 # with pltpu, which makes the lowered bodies byte-identical.
-_source_info_util.register_exclusion(_os.path.dirname(__file__) + _os.sep)
+_jax_internals.register_source_exclusion(_os.path.dirname(__file__) + _os.sep)
 
 __all__ = [
     "AsyncCopyDescriptor",
-    "DeviceIdType",
     "SemaphoreType",
     "UnusedAsyncCopyWarning",
     "async_copy",
@@ -48,3 +49,17 @@ __all__ = [
     "semaphore_signal",
     "semaphore_wait",
 ]
+
+# `pl.DeviceIdType` is deprecated from jax 0.12 on (with `device_id_type`):
+# ours then warns the same way and leaves `__all__`.
+_DEVICE_ID_TYPE_DEPRECATION = _jax_internals.stock_deprecation(_pl, "DeviceIdType")
+if _DEVICE_ID_TYPE_DEPRECATION is None:
+    DeviceIdType = _jax_internals.DeviceIdType
+    __all__.append("DeviceIdType")
+
+
+def __getattr__(name):
+    if name == "DeviceIdType" and _DEVICE_ID_TYPE_DEPRECATION is not None:
+        _warnings.warn(_DEVICE_ID_TYPE_DEPRECATION, DeprecationWarning, stacklevel=2)
+        return _jax_internals.DeviceIdType
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,11 +8,17 @@ which form each id type needs. Nothing here changes what gets bound.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
+from jax.experimental import pallas as pl
 
-from jax._src.pallas.primitives import DeviceIdType
+from mosaic_rt.jax_internals import DeviceIdType
+
+# jax 0.12 deprecated `device_id_type` (its default became None, meaning MESH).
+_TYPE_PARAM = inspect.signature(pl.semaphore_signal).parameters.get("device_id_type")
+DEVICE_ID_TYPE_DEPRECATED = _TYPE_PARAM is None or _TYPE_PARAM.default is None
 
 _MESH_FORM = ("MESH device ids are tuples of mesh coordinates, e.g. (i, j),"
               " or dicts {axis_name: index}")
@@ -44,6 +50,13 @@ def _check_coordinate(coordinate: Any, where: str) -> None:
             f"{where} must be an integer scalar, got {describe(coordinate)}.")
 
 
+def effective_type(device_id_type: Any) -> Any:
+    """The id type a stock call uses for the `device_id_type` argument."""
+    if device_id_type is None and DEVICE_ID_TYPE_DEPRECATED:
+        return DeviceIdType.MESH
+    return device_id_type
+
+
 def check_device_id(device_id: Any, device_id_type: Any) -> None:
     """Raises if `device_id` is not a valid id of `device_id_type`.
 
@@ -70,7 +83,8 @@ def check_device_id(device_id: Any, device_id_type: Any) -> None:
         for axis, coordinate in device_id.items():
             _check_coordinate(coordinate, f"device_id[{axis!r}]")
         return
-    raise ValueError(
-        f"{_MESH_FORM}; got {describe(device_id)}. Wrap it as (id,) or pass"
-        " device_id_type=DeviceIdType.LOGICAL for a flat device index.")
+    hint = ("Wrap it as (id,) or {axis_name: id}." if DEVICE_ID_TYPE_DEPRECATED else
+            "Wrap it as (id,) or pass device_id_type=DeviceIdType.LOGICAL for"
+            " a flat device index.")
+    raise ValueError(f"{_MESH_FORM}; got {describe(device_id)}. {hint}")
 

@@ -1,64 +1,53 @@
-"""Semaphore operations binding the same primitives as `pl.semaphore_*` and
-`pltpu.get_barrier_semaphore`, with the device id checked before binding."""
+"""Semaphore operations: `pl.semaphore_*` and `pltpu.get_barrier_semaphore`
+of the installed release, called after our checks (device id, core index,
+`decrement`, barrier tag)."""
 
 from __future__ import annotations
 
-from typing import Any
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
 
-import jax.numpy as jnp
-from jax._src import state
-from jax._src import tree_util
-from jax._src.pallas import primitives as pallas_primitives
-from jax._src.pallas.mosaic.primitives import get_barrier_semaphore_p
-from jax._src.pallas.primitives import DeviceIdType
-
-from mosaic_rt.tpu._device_ids import describe, is_integer_scalar, check_device_id
+from mosaic_rt.tpu._device_ids import (check_device_id, describe, effective_type,
+                                       is_integer_scalar)
+from mosaic_rt.tpu._stock import mirror
 
 
-def _ref_and_transforms(sem_or_view):
-    # A view (sems.at[i]) carries its indexing as transforms of the base ref.
-    if isinstance(sem_or_view, state.TransformedRef):
-        return sem_or_view.ref, sem_or_view.transforms
-    return sem_or_view, ()
-
-
-def semaphore_signal(sem_or_view, inc: int | Any = 1, *, device_id: Any = None,
-                     device_id_type: DeviceIdType = DeviceIdType.MESH,
-                     core_index: int | Any | None = None) -> None:
+@mirror(pl.semaphore_signal)
+def semaphore_signal(call):
     """Adds `inc` to a semaphore, on device `device_id` / core `core_index`
     when given (else on this one)."""
-    check_device_id(device_id, device_id_type)
+    check_device_id(call["device_id"], effective_type(call["device_id_type"]))
+    core_index = call["core_index"]
     if core_index is not None and not is_integer_scalar(core_index):
         raise TypeError(
             f"core_index must be an integer scalar, got {describe(core_index)}.")
-    ref, transforms = _ref_and_transforms(sem_or_view)
-    operands = [ref, transforms, jnp.asarray(inc, dtype=jnp.int32), device_id,
-                core_index]
-    flat, args_tree = tree_util.tree_flatten(operands)
-    pallas_primitives.semaphore_signal_p.bind(
-        *flat, args_tree=args_tree, device_id_type=device_id_type)
+    return call.run()
 
 
-def semaphore_wait(sem_or_view, value: int | Any = 1, *,
-                   decrement: bool = True) -> None:
+@mirror(pl.semaphore_wait)
+def semaphore_wait(call):
     """Blocks until the semaphore reaches `value`, then subtracts it (unless
     `decrement=False`)."""
-    if not isinstance(decrement, bool):
-        raise TypeError(f"`decrement` must be a bool, got {decrement!r}.")
-    ref, transforms = _ref_and_transforms(sem_or_view)
-    operands = [ref, transforms, jnp.asarray(value, dtype=jnp.int32), decrement]
-    flat, args_tree = tree_util.tree_flatten(operands)
-    pallas_primitives.semaphore_wait_p.bind(*flat, args_tree=args_tree)
+    if not isinstance(call["decrement"], bool):
+        raise TypeError(f"`decrement` must be a bool, got {call['decrement']!r}.")
+    return call.run()
 
 
-def semaphore_read(sem_or_view):
+@mirror(pl.semaphore_read)
+def semaphore_read(call):
     """Returns the semaphore's current value as an int32 scalar."""
-    ref, transforms = _ref_and_transforms(sem_or_view)
-    flat, args_tree = tree_util.tree_flatten([ref, transforms])
-    return pallas_primitives.semaphore_read_p.bind(*flat, args_tree=args_tree)
+    return call.run()
 
 
-def get_barrier_semaphore():
-    """Returns the barrier semaphore shared by all kernels with this
-    pallas_call's `collective_id` (it must be waited back down to 0)."""
-    return get_barrier_semaphore_p.bind()
+@mirror(pltpu.get_barrier_semaphore)
+def get_barrier_semaphore(call):
+    """Returns the barrier semaphore of this pallas_call's `collective_id`
+    (or, on jax >= 0.11.2, of `tag`); it must be waited back down to 0."""
+    tag = call["tag"]  # None before 0.11.2, which has no `tag`
+    try:
+        hash(tag)
+    except TypeError:
+        raise TypeError(
+            "get_barrier_semaphore's `tag` must be hashable (e.g. an int, str"
+            f" or tuple), got {type(tag).__name__} {tag!r}.") from None
+    return call.run()
