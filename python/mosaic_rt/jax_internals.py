@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 
 import jax
+import numpy as np
 
 SUPPORTED_RANGE = ((0, 10, 2), (0, 13))  # [lowest, first unsupported)
 
@@ -285,3 +286,51 @@ def stock_deprecation(module, name: str) -> str | None:
     None when this release does not deprecate it."""
     entry = getattr(module, "_deprecations", {}).get(name)
     return None if entry is None or entry[1] is None else entry[0]
+
+
+# ------------------------------------ private synchronous CPU client (cores)
+
+def make_private_cpu_client(num_devices: int):
+    """A CPU client of our own that runs executions on the calling thread.
+
+    jax's client runs programs on a pool sized to its devices; a multi-core
+    kernel runs one program per core and they wait on each other, so it
+    needs a thread per core that nothing else can take (see
+    mosaic_rt.interpret.cores). Our FFI targets are registered process-wide,
+    so programs compiled here call the same native runtime.
+    """
+    from jax._src.lib import xla_client
+    return xla_client.make_cpu_client(asynchronous=False, num_devices=num_devices)
+
+
+def compile_on_client(client, lowered, device):
+    """Compiles a `jax.jit(...).lower(...)` result for one device of `client`.
+
+    Returns (executable, indices of the arguments it takes): jit drops
+    arguments the program does not use."""
+    from jax._src.lib import xla_client
+    module = lowered.compiler_ir("stablehlo")
+    options = xla_client.CompileOptions()
+    build = options.executable_build_options
+    build.num_replicas = 1
+    build.num_partitions = 1
+    build.device_assignment = xla_client.DeviceAssignment.create(
+        np.array([[device.id]]))
+    # Host callbacks in the program (e.g. a grid_point_recorder) must be
+    # handed to the executable, which keeps them alive and wires them up.
+    compile_args = lowered._lowering.compile_args
+    host_callbacks = list(compile_args.get("host_callbacks", ()))
+    kept = compile_args.get("kept_var_idx")
+    loaded = client.compile_and_load(module, xla_client.DeviceList((device,)), options,
+                                     host_callbacks)
+    return loaded, (None if kept is None else tuple(sorted(kept)))
+
+
+def execute_on_client(program, args) -> list:
+    """Runs a `compile_on_client` program on arrays already on its device;
+    returns its outputs as jax arrays."""
+    loaded, kept = program
+    if kept is not None:
+        args = [args[i] for i in kept]
+    results = loaded.execute_sharded(list(args))
+    return [shards[0] for shards in results.disassemble_into_single_device_arrays()]

@@ -276,7 +276,8 @@ def _interpret_pallas_call(
         sync = params.detect_races
         if sync:
             token = ops.sync_device_cores(token, handle, device_id)
-        token = run_cores_concurrently(run_core, cores, token)
+        token = run_cores_concurrently(run_core, cores, token, device=device_id,
+                                       num_devices=num_devices)
         if sync:
             token = ops.sync_device_cores(token, handle, device_id)
 
