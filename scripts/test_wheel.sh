@@ -20,7 +20,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --wheel) wheel="${2:?--wheel needs a path}"; shift 2 ;;
         --venvs) venvs="${2:?--venvs needs a directory}"; shift 2 ;;
-        -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,12p' "$0" | cut -c3-; exit 0 ;;
         -*) echo "error: unknown option $1 (see --help)" >&2; exit 2 ;;
         *) targets+=("$1"); shift ;;
     esac
