@@ -1,23 +1,75 @@
 #!/usr/bin/env bash
-# Runs every test of mosaic_rt: the Rust workspace tests, the loom model tests
-# of the core, and pytest. Expects the package installed with its test extras
-# (`pip install ".[test]"`, or `-e` for development). Extra arguments go to pytest.
-set -euo pipefail
+# Every test of mosaic_rt, from a fresh clone (CI runs exactly this command):
+#   1. Rust, once: cargo test --workspace and the loom model tests;
+#   2. scripts/test_wheel.sh: the release wheel and sdist, installed into fresh
+#      venvs (.venv-test/) on Python 3.11 + jax 0.10.2, 3.12 and 3.13 + jax
+#      0.12.0.1, with no Rust on PATH; README examples and the ping bench;
+#   3. pytest on both ends of the jax range, in the 3.11 and 3.12 venvs of 2
+#      with the test extras added.
+# Extra arguments go to pytest.
+#
+# scripts/test.sh --here [PYTEST ARGS]: quick development run (cargo, loom,
+# pytest) in the current environment; needs `pip install -e ".[test]"` first.
+set -uo pipefail
 cd "$(dirname "$0")/.."
+root="$(pwd)"
 target="${CARGO_TARGET_DIR:-target}"
+summary=() failed=0
 
-echo "== cargo test (workspace)"
-cargo test --workspace
+phase() {  # phase NAME COMMAND...: runs, times, records the result
+    local name="$1"; shift
+    local t0=$SECONDS status
+    echo; echo "== $name"
+    "$@"; status=$?
+    if [ $status -eq 0 ]; then
+        summary+=("ok      $((SECONDS - t0))s  $name")
+    else
+        summary+=("FAILED  $((SECONDS - t0))s  $name (exit $status)")
+        failed=1
+    fi
+    return $status
+}
 
-# Loom models run with --cfg loom, which rebuilds every crate: keep those
-# artifacts apart so the two builds do not invalidate each other.
-if compgen -G "rust/core/tests/loom_*.rs" > /dev/null; then
-    echo "== loom model tests"
+rust_tests() {
+    command -v cargo > /dev/null \
+        || { echo "error: cargo not found: install a stable Rust toolchain (rustup)" >&2; return 1; }
+    cargo test --workspace
+}
+
+loom_tests() {
+    # Loom models run with --cfg loom, which rebuilds every crate: keep those
+    # artifacts apart so the two builds do not invalidate each other.
+    if ! compgen -G "rust/core/tests/loom_*.rs" > /dev/null; then
+        echo "none yet (rust/core/tests/loom_*.rs)"; return 0
+    fi
     RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR="$target/loom" \
         cargo test -p mosaic_rt_core --release --test 'loom_*'
+}
+
+pytest_in() {  # pytest_in PY [PYTEST ARGS]: the wheel's venv plus test extras
+    local venv="$root/.venv-test/py$1"; shift
+    local wheel
+    wheel="$(ls "$root"/.venv-test/dist/mosaic_rt-*.whl 2>/dev/null)"
+    [ -x "$venv/bin/python" ] && [ -n "$wheel" ] \
+        || { echo "error: no wheel venv at $venv (its wheel test step failed)" >&2; return 1; }
+    "$venv/bin/python" -m pip install --quiet --only-binary=:all: "$wheel[test]" || return 1
+    "$venv/bin/python" -c 'import jax, numpy; print("jax", jax.__version__, "numpy", numpy.__version__)'
+    "$venv/bin/python" -m pytest -q "$@"
+}
+
+if [ "${1:-}" = "--here" ]; then
+    shift
+    phase "cargo test --workspace" rust_tests
+    phase "loom model tests" loom_tests
+    phase "pytest ($(python --version 2>&1))" python -m pytest -q "$@"
 else
-    echo "== loom model tests: none yet (rust/core/tests/loom_*.rs)"
+    phase "cargo test --workspace" rust_tests
+    phase "loom model tests" loom_tests
+    phase "wheel: build, install beside jax, smoke test (3.11, 3.12, 3.13)" bash scripts/test_wheel.sh
+    phase "pytest: Python 3.11 + jax 0.10.2" pytest_in 3.11 "$@"
+    phase "pytest: Python 3.12 + jax 0.12.0.1" pytest_in 3.12 "$@"
 fi
 
-echo "== pytest"
-python -m pytest -q "$@"
+echo; echo "== summary"
+printf '%s\n' "${summary[@]}"
+exit $failed

@@ -1,10 +1,13 @@
-"""The package as installed: version, pins, stubs in sync, CLI demo."""
+"""The package as installed: version, dependency ranges, metadata, stubs in sync,
+CLI demo, README set-up commands, bench output without rich."""
 
 import ast
 import pathlib
+import re
 import subprocess
 import sys
 import tomllib
+from importlib import metadata
 
 import pytest
 
@@ -14,16 +17,37 @@ from mosaic_rt import _native
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def test_version_matches_pyproject_and_cargo():
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+def _pyproject():
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_one_version_source_cargo_metadata_and_module_agree():
+    assert _pyproject()["project"]["dynamic"] == ["version"]
+    assert "version" not in _pyproject()["project"]
     cargo = tomllib.loads((ROOT / "Cargo.toml").read_text())["workspace"]["package"]
-    assert mosaic_rt.__version__ == project["version"] == cargo["version"]
+    assert mosaic_rt.__version__ == metadata.version("mosaic_rt") == cargo["version"]
 
 
-def test_pins_keep_the_tested_jax_stack():
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    for pin in ("jax==0.10.2", "jaxlib==0.10.2", "numpy==2.3.5"):
-        assert pin in deps
+def test_dependencies_are_ranges_that_keep_the_users_jax():
+    deps = _pyproject()["project"]["dependencies"]
+    assert "jax>=0.10.2,<0.13" in deps and "jaxlib>=0.10.2,<0.13" in deps
+    # jaxlib 0.10.2 (the only jax on Python 3.11) breaks with numpy 2.4.
+    assert "numpy<2.4; python_version < '3.12'" in deps
+    assert not [d for d in deps if "==" in d], "pins would replace the user's packages"
+    names = {re.split(r"[<>=!;\[ ]", d, maxsplit=1)[0] for d in deps}
+    assert names == {"jax", "jaxlib", "numpy", "ml_dtypes"}  # rich is in the bench extra
+
+
+def test_extras_and_license_metadata():
+    project = _pyproject()["project"]
+    extras = project["optional-dependencies"]
+    assert [d for d in extras["bench"] if d.startswith("rich")]
+    assert {"pytest>=8", "pytest-timeout>=2.3", "hypothesis>=6.100"} <= set(extras["test"])
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    assert "Apache License" in (ROOT / "LICENSE").read_text()
+    for version in ("3.11", "3.12", "3.13"):
+        assert f"Programming Language :: Python :: {version}" in project["classifiers"]
+    assert metadata.metadata("mosaic_rt")["License-Expression"] == "Apache-2.0"
 
 
 def _stub_methods(cls_name):
@@ -69,7 +93,44 @@ def test_readme_examples_run(capsys):
     assert capsys.readouterr().out.strip() == "[0. 2. 4. 6.]"
 
 
-def test_readme_and_ci_run_the_same_test_command():
+def _setup_commands():
     readme = (ROOT / "README.md").read_text()
-    assert "bash scripts/test.sh" in readme
-    assert "bash scripts/test.sh" in (ROOT / ".ci/run").read_text()
+    section = readme.split("## Set-up commands", 1)[1].split("\n## ", 1)[0]
+    return [block.split("```", 1)[0].strip() for block in section.split("```sh\n")[1:]]
+
+
+def test_readme_has_two_setup_commands_and_ci_runs_the_test_one():
+    install_and_bench, run_tests = _setup_commands()
+    assert "python -m mosaic_rt bench --quick" in install_and_bench
+    assert run_tests == "bash scripts/test.sh"
+    ci_lines = [line.strip() for line in (ROOT / ".ci/run").read_text().splitlines()]
+    assert run_tests in ci_lines
+
+
+_NO_RICH = "import sys; sys.modules['rich'] = None\n"  # import rich now fails
+
+
+def test_bench_cli_works_without_rich():
+    code = _NO_RICH + ("from mosaic_rt.bench.cli import main\n"
+                       "assert main(['--quick', '--list']) == 0\n"
+                       "assert main(['--quick', '--filter', '(unclosed']) == 2\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ping-pong r=10  (ping-pong, 2 device(s))" in done.stdout
+    assert "bad --filter pattern: missing )" in done.stdout
+
+
+def test_plain_tables_without_rich():
+    code = _NO_RICH + (
+        "from mosaic_rt.bench.console import Table, escape, make_console\n"
+        "t = Table(title='results')\n"
+        "t.add_column('case'); t.add_column('ratio', justify='right')\n"
+        "t.add_row('a', '[green]1.0x[/]'); t.add_row('longer', '[bold red]12.5x[/]')\n"
+        "c = make_console(); c.print(t); c.print(escape('[plot] and [device 0]'))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "results", "case    ratio", "------  -----", "a        1.0x", "longer  12.5x",
+        "[plot] and [device 0]"]

@@ -19,7 +19,7 @@ from mosaic_rt import races
 # (stock InterpretParams keep the stock path).
 _seam.install()
 
-__version__ = "0.1.0"
+from mosaic_rt._version import __version__  # noqa: E402
 
 __all__ = [
     "tpu",

@@ -94,25 +94,24 @@ def _watchdog(name: str, seconds: float):
 
 def _one_line(result) -> str:
     """What a finished case printed above the progress bar."""
-    if result.error:
-        return f"[bold red]ERROR[/] {result.case.name}: {result.error}"
+    from mosaic_rt.bench.console import escape
+
+    if result.error:  # escaped: error text may hold "[...]" that is not a style
+        return f"[bold red]ERROR[/] {result.case.name}: {escape(result.error)}"
     status = "[green]equal[/]" if result.ok else "[bold red]MISMATCH[/]"
     return (f"{result.case.name}: stock {result.stock.median_s * 1e3:.2f} ms, "
             f"ours {result.ours.median_s * 1e3:.3f} ms, {result.ratio:,.1f}x, {status}")
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
-    from rich.console import Console
-    from rich.markup import escape
+    from mosaic_rt.bench.console import escape, make_console, make_progress
 
-    console = Console()
-    if not console.is_terminal:  # pipes and files: keep table rows on one line
-        console = Console(width=200)
+    console = make_console()
     if args.plot:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            console.print("[bold red]--plot needs matplotlib:[/] pip install 'mosaic_rt[plot]'")
+            console.print("[bold red]--plot needs matplotlib:[/] pip install 'mosaic_rt\\[plot]'")
             return 2
     try:
         cases = _select(args.quick, args.filter)
@@ -134,15 +133,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     if child_code is not None:
         return child_code
 
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn)
-
     from mosaic_rt.bench import measure, report
 
     budget = measure.QUICK if args.quick else measure.FULL
     results = []
-    with Progress(TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=False) as progress:
+    with make_progress(console) as progress:
         task = progress.add_task("warming up", total=len(cases))
         measure.warm_up()
         for case in cases:
@@ -160,7 +155,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     for r in bad:
         why = r.error or ("outputs differ between stock and mosaic_rt" if not r.equal
                           else "both outputs differ from the numpy reference")
-        console.print(f"[bold red]FAILED[/] {r.case.name}: {why}")
+        console.print(f"[bold red]FAILED[/] {r.case.name}: {escape(why)}")
     settings = {"quick": args.quick, "filter": args.filter, "argv": argv,
                 "budget": dataclasses.asdict(budget)}
     data = report.to_json(results, found, settings)

@@ -1,4 +1,4 @@
-"""Results: per-family verdicts against the targets, the rich table, JSON and plot."""
+"""Results: per-family verdicts against the targets, the tables, JSON and plot."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def _fmt_ratio(x: float | None) -> str:
 
 
 def render(console, results: list[CaseResult], found: list[Verdict]) -> None:
-    from rich.table import Table
+    from mosaic_rt.bench.console import Table, escape
 
     table = Table(title="stock pltpu.InterpretParams vs mosaic_rt.InterpretParams "
                         "(steady state = median \\[min] over reps)")
@@ -104,7 +104,7 @@ def render(console, results: list[CaseResult], found: list[Verdict]) -> None:
     for r in results:
         if r.error or not (r.stock and r.ours):
             table.add_row(r.case.name, str(r.case.devices), *[""] * 9,
-                          f"[bold red]ERROR[/] {r.error}")
+                          f"[bold red]ERROR[/] {escape(r.error or '')}")
             continue
         per_op = [_fmt_time(r.stock.median_s / r.case.ops), _fmt_time(r.ours.median_s / r.case.ops),
                   r.case.unit]
