@@ -93,9 +93,18 @@ impl<'a, 'py> FromPyObject<'a, 'py> for DTypeArg {
                 }
             },
         };
-        DType::from_name(&name)
-            .map(DTypeArg)
-            .map_err(|e| PyValueError::new_err(e.message))
+        DType::from_name(&name).map(DTypeArg).map_err(|e| {
+            let message = match given {
+                // Say what numpy made of the name the user gave.
+                Some(g) if g != name => e.message.replacen(
+                    &format!("{name:?}"),
+                    &format!("{g:?} (numpy dtype {name})"),
+                    1,
+                ),
+                _ => e.message,
+            };
+            PyValueError::new_err(message)
+        })
     }
 }
 
