@@ -186,7 +186,8 @@ def test_free_and_ids(rt):
     (lambda rt, b: rt.store(0, 0, "vmem", b, np.zeros((4, 4), np.int32)), ValueError),  # dtype
     (lambda rt, b: rt.store(0, 0, "vmem", b, np.zeros((3, 4), np.float32)), ValueError),  # shape
     (lambda rt, b: rt.store(0, 0, "vmem", b, "text"), ValueError),
-    (lambda rt, b: rt.allocate_buffer(0, 0, "vmem", np.zeros(2, np.complex64)), ValueError),
+    (lambda rt, b: rt.allocate_buffer(0, 0, "vmem", np.zeros(2, ml_dtypes.float6_e2m3fn)),
+     ValueError),
     (lambda rt, b: rt.allocate_buffer(0, 0, "vmem", shape=(-1,), dtype=np.float32), ValueError),
     (lambda rt, b: rt.allocate_buffer(0, 0, "vmem", shape=(2**62, 2**62), dtype=np.float32),
      ValueError),

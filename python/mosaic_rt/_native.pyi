@@ -1,6 +1,8 @@
 # Hand-kept stubs of the native module (rust/python). Keep in sync with
 # rust/python/src/runtime.rs. Buffers are C-contiguous objects exporting the
-# buffer protocol (numpy arrays; bfloat16 viewed as uint16).
+# buffer protocol, or numpy arrays of ml_dtypes' types (bfloat16, int4,
+# float8_*, ...), which are read through a uint8 view. Sub-byte types are
+# one element per byte, as numpy stores them.
 from typing import Any, Sequence
 
 from typing_extensions import Buffer
@@ -38,7 +40,7 @@ class Runtime:
         device: int,
         core: int | None,
         space: Space,
-        dtype: str,
+        dtype: str | Any,  # a name ("float8_e4m3fn") or anything numpy.dtype() takes
         shape: Sequence[int],
         logical_shape: Sequence[int] | None = None,
         data: Buffer | None = None,

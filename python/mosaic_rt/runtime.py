@@ -1,9 +1,10 @@
 """Python API of the native runtime (one simulated running kernel).
 
 This wraps ``mosaic_rt._native.Runtime`` and does the numpy side: dtypes
-(including bool and ml_dtypes' bfloat16), allocating result arrays, making
-inputs contiguous (a copy only when they are not). Contiguous data is handed
-to Rust through the buffer protocol without copies.
+(every numpy dtype jax uses plus ml_dtypes' bfloat16, int4/uint4/int2/uint2,
+float4_e2m1fn and float8 types; see :mod:`mosaic_rt._dtypes`), allocating
+result arrays, making inputs contiguous (a copy only when they are not).
+Contiguous data is handed to Rust through the buffer protocol without copies.
 
 Regions select, per leading dimension, either an int (an index; the dimension
 is dropped from the result) or ``(start, size)`` / ``(start, size, stride)``;
@@ -14,20 +15,13 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Sequence
 
-import ml_dtypes
 import numpy as np
 
 from mosaic_rt import _native
+from mosaic_rt._dtypes import DTYPES as _DTYPES
+from mosaic_rt._dtypes import byte_view, canonical_bytes, dtype_name, numpy_dtype
 
 __all__ = ["BufferInfo", "Leak", "Runtime", "numpy_dtype"]
-
-_DTYPES: dict[str, np.dtype] = {
-    name: np.dtype(name)
-    for name in ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16",
-                 "uint32", "uint64", "float16", "float32", "float64")
-}
-_DTYPES["bfloat16"] = np.dtype(ml_dtypes.bfloat16)
-_BF16 = _DTYPES["bfloat16"]
 
 Region = Sequence[Any] | None
 # (memory space, buffer id) or (memory space, buffer id, region)
@@ -49,24 +43,10 @@ class Leak(NamedTuple):
     count: int
 
 
-def numpy_dtype(name: str) -> np.dtype:
-    """numpy dtype of a native dtype name."""
-    return _DTYPES[name]
-
-
-def _dtype_name(dtype: Any) -> str:
-    dt = np.dtype(dtype)
-    if dt.name not in _DTYPES or _DTYPES[dt.name] != dt:
-        raise ValueError(
-            f"unsupported dtype {dt}: expected one of {', '.join(_DTYPES)}")
-    return dt.name
-
-
 def _raw(arr: np.ndarray) -> np.ndarray:
-    """A C-contiguous view numpy can export through the buffer protocol."""
-    arr = np.ascontiguousarray(arr)
-    # numpy cannot export ml_dtypes' bfloat16 through the buffer protocol.
-    return arr.view(np.uint16) if arr.dtype == _BF16 else arr
+    """Input data as a C-contiguous array numpy can export through the
+    buffer protocol (sub-byte elements canonical)."""
+    return canonical_bytes(np.ascontiguousarray(arr))
 
 
 def _as_value(value: Any, dtype: np.dtype, shape: tuple[int, ...],
@@ -75,13 +55,13 @@ def _as_value(value: Any, dtype: np.dtype, shape: tuple[int, ...],
     if isinstance(value, np.ndarray):
         if value.dtype != dtype:
             raise ValueError(
-                f"{what} has dtype {value.dtype} but the buffer holds {dtype}")
+                f"{what} has dtype {value.dtype.name} but the buffer holds {dtype.name}")
         arr = value
     else:
         try:
             arr = np.asarray(value, dtype=dtype)
-        except (OverflowError, TypeError) as e:
-            raise ValueError(f"cannot convert {what} to {dtype}: {e}") from None
+        except (OverflowError, TypeError, ValueError) as e:
+            raise ValueError(f"cannot convert {what} to {dtype.name}: {e}") from None
     if arr.shape != tuple(shape):
         try:
             arr = np.broadcast_to(arr, shape)
@@ -146,13 +126,13 @@ class Runtime:
             if shape is not None or dtype is not None:
                 raise ValueError("give either array or shape and dtype, not both")
             arr = np.asarray(array)
-            name = _dtype_name(arr.dtype)
+            name = dtype_name(arr.dtype)
             logical = arr.shape
             data = _raw(arr)
         else:
             if shape is None or dtype is None:
                 raise ValueError("allocate_buffer needs an array, or shape and dtype")
-            name = _dtype_name(dtype)
+            name = dtype_name(dtype)
             logical = tuple(shape)
             data = None
         alloc_shape = logical if padded_shape is None else tuple(padded_shape)
@@ -179,7 +159,7 @@ class Runtime:
              region: Region = None) -> np.ndarray:
         name, shape = self._rt.region_layout(device, core, space, buffer_id, region)
         out = np.empty(shape, _DTYPES[name])
-        self._rt.load(device, core, space, buffer_id, region, _raw(out))
+        self._rt.load(device, core, space, buffer_id, region, byte_view(out))
         return out
 
     def store(self, device: int, core: int, space: str | int, buffer_id: int,
@@ -199,7 +179,7 @@ class Runtime:
         raw_mask = None if mask is None else _as_value(
             np.asarray(mask, dtype=bool), np.dtype(bool), shape, "mask")
         out = np.empty(shape, dtype)
-        self._rt.swap(device, core, space, buffer_id, region, data, _raw(out), raw_mask)
+        self._rt.swap(device, core, space, buffer_id, region, data, byte_view(out), raw_mask)
         return out
 
     # --------------------------------------------------------- semaphores

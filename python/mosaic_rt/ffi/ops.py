@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mosaic_rt._dtypes import dtype_name
+
 _I32 = jax.ShapeDtypeStruct((), jnp.int32)
 _HANDLE = jax.ShapeDtypeStruct((2,), jnp.uint32)
 
@@ -83,6 +85,13 @@ def _space(space) -> int:
             raise ValueError(f"unknown memory space {space!r}; expected one of "
                              f"{sorted(MEMORY_SPACES)}") from None
     return int(space)
+
+
+def _dtype(dtype, op: str) -> np.dtype:
+    """``dtype`` as a numpy dtype, checked at trace time: a ``ValueError``
+    naming it when simulated memory cannot hold it (instead of a runtime
+    error from the native side)."""
+    return np.dtype(dtype_name(dtype, f"dtype for mosaic_rt.ffi.{op}"))
 
 
 def _ints(xs) -> np.ndarray:
@@ -210,7 +219,7 @@ def allocate_buffer(token, handle, device, core, *, space, dtype, shape,
     """``(token, buffer_id)``. ``core=None`` allocates on every core of the
     device. ``init`` (logical shape, ``dtype``) gives the contents; without it
     the buffer holds the fill value."""
-    dtype = np.dtype(dtype)
+    dtype = _dtype(dtype, "allocate_buffer")
     attrs = dict(space=_space(space), dtype=dtype.name, shape=_ints(shape))
     if logical_shape is not None:
         attrs["logical_shape"] = _ints(logical_shape)
@@ -230,7 +239,7 @@ def load(token, handle, device, core, buffer_id, region, *, space, shape, dtype)
     """``(token, value)``: ``region`` of the buffer; ``shape``/``dtype`` are
     the value's (squeezed dims dropped)."""
     starts, attrs = _region_parts(region)
-    out = jax.ShapeDtypeStruct(tuple(shape), dtype)
+    out = jax.ShapeDtypeStruct(tuple(shape), _dtype(dtype, "load"))
     return _call("load", (out,),
                  (token, handle, _i32(device), _i32(core), _i32(buffer_id), starts),
                  space=_space(space), **attrs)
@@ -238,6 +247,7 @@ def load(token, handle, device, core, buffer_id, region, *, space, shape, dtype)
 
 def store(token, handle, device, core, buffer_id, region, value, *, space):
     """Writes ``value`` into ``region`` of the buffer."""
+    _dtype(jnp.result_type(value), "store")
     starts, attrs = _region_parts(region)
     return _call("store", (),
                  (token, handle, _i32(device), _i32(core), _i32(buffer_id), starts, value),
@@ -249,6 +259,7 @@ def swap(token, handle, device, core, buffer_id, region, value, mask=None, *, sp
     previous contents (masked-off elements give ``value``'s)."""
     starts, attrs = _region_parts(region)
     value = jnp.asarray(value)
+    _dtype(value.dtype, "swap")
     operands = [token, handle, _i32(device), _i32(core), _i32(buffer_id), starts, value]
     if mask is not None:
         operands.append(jnp.asarray(mask, jnp.bool_))

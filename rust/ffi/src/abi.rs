@@ -26,7 +26,9 @@ pub const ATTR_STRING: i32 = 4;
 pub const ARG_BUFFER: i32 = 1;
 pub const RET_BUFFER: i32 = 1;
 
-// XLA_FFI_DataType values (not contiguous).
+// XLA_FFI_DataType values (not contiguous). The same in the headers of
+// jaxlib 0.10.2 (API 0.3) and 0.12.0.1 (API 0.5).
+pub const DT_INVALID: i32 = 0;
 pub const DT_PRED: i32 = 1;
 pub const DT_S8: i32 = 2;
 pub const DT_S16: i32 = 3;
@@ -39,7 +41,28 @@ pub const DT_U64: i32 = 9;
 pub const DT_F16: i32 = 10;
 pub const DT_F32: i32 = 11;
 pub const DT_F64: i32 = 12;
+pub const DT_C64: i32 = 15;
 pub const DT_BF16: i32 = 16;
+pub const DT_TOKEN: i32 = 17;
+pub const DT_C128: i32 = 18;
+pub const DT_F8E5M2: i32 = 19;
+pub const DT_F8E4M3FN: i32 = 20;
+/// Sub-byte types (S1/U1, S2/U2, S4/U4, F4E2M1FN) arrive packed: element i
+/// in bits `(i % per_byte) * bits` of byte `i / per_byte`, dense over the
+/// whole array (measured on both jaxlib versions).
+pub const DT_S4: i32 = 21;
+pub const DT_U4: i32 = 22;
+pub const DT_F8E4M3B11FNUZ: i32 = 23;
+pub const DT_F8E5M2FNUZ: i32 = 24;
+pub const DT_F8E4M3FNUZ: i32 = 25;
+pub const DT_S2: i32 = 26;
+pub const DT_U2: i32 = 27;
+pub const DT_F8E4M3: i32 = 28;
+pub const DT_F8E3M4: i32 = 29;
+pub const DT_S1: i32 = 30;
+pub const DT_U1: i32 = 31;
+pub const DT_F4E2M1FN: i32 = 32;
+pub const DT_F8E8M0FNU: i32 = 33;
 
 #[repr(C)]
 pub struct ExtensionBase {

@@ -346,14 +346,23 @@ fn negative_opt_id(what: &str, v: i32) -> RtError {
     RtError::value(format!("{what} must be >= 0 (or -1 for none), got {v}"))
 }
 
-/// Name of an XLA dtype, for messages.
+/// Name of an XLA dtype, for messages: ours (numpy's name) when we support
+/// it, else XLA's (`S1`, `TOKEN`, ...). jaxlib 0.12 passes float6 arrays
+/// as `INVALID`.
 pub fn xla_dtype_name(dt: i32) -> String {
-    match xla_to_dtype(dt) {
-        Some(d) => d.name().to_string(),
-        None => format!("XLA dtype #{dt}"),
+    if let Some(d) = xla_to_dtype(dt) {
+        return d.name().to_string();
+    }
+    match dt {
+        abi::DT_INVALID => "INVALID (an XLA type without an FFI dtype, such as float6_e2m3fn)".into(),
+        abi::DT_TOKEN => "token".into(),
+        abi::DT_S1 => "int1".into(),
+        abi::DT_U1 => "uint1".into(),
+        _ => format!("XLA dtype #{dt}"),
     }
 }
 
+/// Our dtype of an `XLA_FFI_DataType` (None: one we do not support).
 #[inline]
 pub fn xla_to_dtype(dt: i32) -> Option<DType> {
     Some(match dt {
@@ -370,8 +379,57 @@ pub fn xla_to_dtype(dt: i32) -> Option<DType> {
         abi::DT_BF16 => DType::BF16,
         abi::DT_F32 => DType::F32,
         abi::DT_F64 => DType::F64,
+        abi::DT_S4 => DType::I4,
+        abi::DT_U4 => DType::U4,
+        abi::DT_S2 => DType::I2,
+        abi::DT_U2 => DType::U2,
+        abi::DT_F4E2M1FN => DType::F4E2M1FN,
+        abi::DT_F8E5M2 => DType::F8E5M2,
+        abi::DT_F8E4M3FN => DType::F8E4M3FN,
+        abi::DT_F8E4M3B11FNUZ => DType::F8E4M3B11FNUZ,
+        abi::DT_F8E5M2FNUZ => DType::F8E5M2FNUZ,
+        abi::DT_F8E4M3FNUZ => DType::F8E4M3FNUZ,
+        abi::DT_F8E4M3 => DType::F8E4M3,
+        abi::DT_F8E3M4 => DType::F8E3M4,
+        abi::DT_F8E8M0FNU => DType::F8E8M0FNU,
+        abi::DT_C64 => DType::C64,
+        abi::DT_C128 => DType::C128,
         _ => return None,
     })
+}
+
+/// The `XLA_FFI_DataType` of one of our dtypes (the inverse of `xla_to_dtype`).
+pub fn dtype_to_xla(d: DType) -> i32 {
+    match d {
+        DType::Bool => abi::DT_PRED,
+        DType::I8 => abi::DT_S8,
+        DType::I16 => abi::DT_S16,
+        DType::I32 => abi::DT_S32,
+        DType::I64 => abi::DT_S64,
+        DType::U8 => abi::DT_U8,
+        DType::U16 => abi::DT_U16,
+        DType::U32 => abi::DT_U32,
+        DType::U64 => abi::DT_U64,
+        DType::F16 => abi::DT_F16,
+        DType::BF16 => abi::DT_BF16,
+        DType::F32 => abi::DT_F32,
+        DType::F64 => abi::DT_F64,
+        DType::I4 => abi::DT_S4,
+        DType::U4 => abi::DT_U4,
+        DType::I2 => abi::DT_S2,
+        DType::U2 => abi::DT_U2,
+        DType::F4E2M1FN => abi::DT_F4E2M1FN,
+        DType::F8E5M2 => abi::DT_F8E5M2,
+        DType::F8E4M3FN => abi::DT_F8E4M3FN,
+        DType::F8E4M3B11FNUZ => abi::DT_F8E4M3B11FNUZ,
+        DType::F8E5M2FNUZ => abi::DT_F8E5M2FNUZ,
+        DType::F8E4M3FNUZ => abi::DT_F8E4M3FNUZ,
+        DType::F8E4M3 => abi::DT_F8E4M3,
+        DType::F8E3M4 => abi::DT_F8E3M4,
+        DType::F8E8M0FNU => abi::DT_F8E8M0FNU,
+        DType::C64 => abi::DT_C64,
+        DType::C128 => abi::DT_C128,
+    }
 }
 
 impl<'a> Buf<'a> {
@@ -393,8 +451,9 @@ impl<'a> Buf<'a> {
         })
     }
 
+    /// Bytes of the buffer as XLA lays it out (sub-byte types packed).
     pub fn byte_len(&self) -> Result<usize> {
-        Ok(self.num_elements() * self.dtype()?.itemsize())
+        Ok(self.dtype()?.packed_len(self.num_elements()))
     }
 
     #[inline]

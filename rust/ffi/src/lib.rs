@@ -5,6 +5,7 @@
 #[doc(hidden)]
 pub mod abi;
 mod dispatch;
+mod elements;
 pub mod errors;
 mod frame;
 mod launch;
@@ -12,6 +13,10 @@ mod ops;
 mod spin;
 #[doc(hidden)]
 pub mod testing;
+
+/// XLA FFI dtype codes <-> core dtypes.
+#[doc(hidden)]
+pub use frame::{dtype_to_xla, xla_to_dtype};
 
 /// Declares `extern "C"` handlers and the `handlers()` table.
 macro_rules! handlers {

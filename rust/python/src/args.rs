@@ -1,7 +1,7 @@
 //! Conversion of Python arguments into the core's types, with clear
 //! `ValueError`/`TypeError` messages instead of bare `OverflowError`s.
 
-use mosaic_rt_core::{DimSel, MemorySpace, Region, SemKind};
+use mosaic_rt_core::{DType, DimSel, MemorySpace, Region, SemKind};
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyList, PyString, PyTuple};
@@ -63,6 +63,48 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Shape {
             dims.push(d);
         }
         Ok(Shape(dims))
+    }
+}
+
+/// An element type: numpy's name (`"float32"`, `"int4"`, `"float8_e4m3fn"`,
+/// ...) or anything `numpy.dtype()` accepts (a dtype, a scalar type such as
+/// `np.float32` or `ml_dtypes.bfloat16`, a code such as `"f4"`).
+pub struct DTypeArg(pub DType);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for DTypeArg {
+    type Error = PyErr;
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let given = obj.extract::<&str>().ok();
+        if let Some(d) = given.and_then(|name| DType::from_name(name).ok()) {
+            return Ok(DTypeArg(d));
+        }
+        // Let numpy normalise it (ml_dtypes registers its types with numpy).
+        let np_dtype = obj.py().import("numpy")?.getattr("dtype")?;
+        let name: String = match np_dtype.call1((&*obj,)) {
+            Ok(dt) => dt.getattr("name")?.extract()?,
+            Err(_) => match given {
+                // Not a numpy name either: report the name as given.
+                Some(name) => name.to_string(),
+                None => {
+                    return Err(PyTypeError::new_err(format!(
+                        "a dtype is a name such as 'float32' or a numpy dtype, got {}",
+                        obj.get_type().name()?
+                    )))
+                }
+            },
+        };
+        DType::from_name(&name).map(DTypeArg).map_err(|e| {
+            let message = match given {
+                // Say what numpy made of the name the user gave.
+                Some(g) if g != name => e.message.replacen(
+                    &format!("{name:?}"),
+                    &format!("{g:?} (numpy dtype {name})"),
+                    1,
+                ),
+                _ => e.message,
+            };
+            PyValueError::new_err(message)
+        })
     }
 }
 

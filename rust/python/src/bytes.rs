@@ -1,7 +1,8 @@
 //! Zero-copy access to Python buffers (numpy arrays, bytearrays, ...).
 //! Only C-contiguous buffers are accepted; the Python wrapper makes arrays
-//! contiguous (a copy only when they are not) and views bfloat16 as uint16,
-//! because numpy cannot export ml_dtypes' types through the buffer protocol.
+//! contiguous (a copy only when they are not). numpy cannot export ml_dtypes'
+//! types (bfloat16, float8_*, int4, ...) through the buffer protocol, so such
+//! arrays are read through a uint8 view of the same memory.
 
 use pyo3::buffer::PyUntypedBuffer;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -13,11 +14,17 @@ pub struct Bytes {
 
 impl Bytes {
     pub fn get(obj: &Bound<'_, PyAny>, what: &str, writable: bool) -> PyResult<Bytes> {
-        let buf = PyUntypedBuffer::get(obj).map_err(|e| {
-            PyTypeError::new_err(format!(
-                "{what} must support the buffer protocol (e.g. a numpy array): {e}"
-            ))
-        })?;
+        let buf = match PyUntypedBuffer::get(obj) {
+            Ok(buf) => buf,
+            Err(e) => match byte_view(obj, what)? {
+                Some(view) => PyUntypedBuffer::get(&view)?,
+                None => {
+                    return Err(PyTypeError::new_err(format!(
+                        "{what} must support the buffer protocol (e.g. a numpy array): {e}"
+                    )))
+                }
+            },
+        };
         if !buf.is_c_contiguous() {
             return Err(PyValueError::new_err(format!(
                 "{what} must be C-contiguous"
@@ -65,6 +72,28 @@ impl Bytes {
         // another slice we hand out (checked by the caller).
         unsafe { std::slice::from_raw_parts_mut(self.buf.buf_ptr() as *mut u8, self.len()) }
     }
+}
+
+/// A uint8 view sharing the memory of a numpy array whose dtype numpy
+/// cannot export (ml_dtypes' types), or None for other objects.
+fn byte_view<'py>(obj: &Bound<'py, PyAny>, what: &str) -> PyResult<Option<Bound<'py, PyAny>>> {
+    if !(obj.hasattr("dtype")? && obj.hasattr("view")? && obj.hasattr("flags")?) {
+        return Ok(None);
+    }
+    if !obj.getattr("flags")?.getattr("c_contiguous")?.extract::<bool>()? {
+        return Err(PyValueError::new_err(format!("{what} must be C-contiguous")));
+    }
+    // reshape(-1) of a C-contiguous array is a view (and makes 0-d arrays 1-d,
+    // which `view` needs to change the item size).
+    obj.call_method1("reshape", (-1,))?
+        .call_method1("view", ("uint8",))
+        .map(Some)
+        .map_err(|e| {
+            PyTypeError::new_err(format!(
+                "{what} (dtype {}) cannot be read as bytes: {e}",
+                obj.getattr("dtype").map(|d| d.to_string()).unwrap_or_default()
+            ))
+        })
 }
 
 pub fn check_len(what: &str, got: usize, want: usize) -> PyResult<()> {

@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mosaic_rt_core::{
-    BufferKey, Config, DType, DmaMode, DmaRequest, FillMode, Init, OobReads, RtError, Runtime,
+    BufferKey, Config, DmaMode, DmaRequest, FillMode, Init, OobReads, RtError, Runtime,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyByteArray;
 
-use crate::args::{sem_kind, sem_kind_name, Id, Int, RegionArg, Shape, Space};
+use crate::args::{sem_kind, sem_kind_name, DTypeArg, Id, Int, RegionArg, Shape, Space};
 use crate::bytes::{check_len, Bytes};
 use crate::errors::{exception, kind_from_name, OrRaise};
 
@@ -193,12 +193,12 @@ impl PyRuntime {
         device: Id,
         core: Option<Id>,
         space: Space,
-        dtype: &str,
+        dtype: DTypeArg,
         shape: Shape,
         logical_shape: Option<Shape>,
         data: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u32> {
-        let dtype = DType::from_name(dtype).or_raise(py)?;
+        let dtype = dtype.0;
         let logical = logical_shape.as_ref().map(|s| s.0.as_slice());
         let data = data.map(|d| Bytes::get(d, "data", false)).transpose()?;
         if let Some(d) = &data {

@@ -38,8 +38,8 @@ pub fn allocate_buffer(c: &mut Call) -> Result<()> {
     } else {
         None
     };
-    let init = match &init_buf {
-        None => Init::Fill,
+    let init_elements = match &init_buf {
+        None => None,
         Some(b) => {
             b.expect_dtype(dtype)?;
             if b.dims
@@ -52,8 +52,12 @@ pub fn allocate_buffer(c: &mut Call) -> Result<()> {
                     b.dims, logical_shape
                 )));
             }
-            Init::Bytes(b.bytes()?)
+            Some(b.elements()?)
         }
+    };
+    let init = match &init_elements {
+        None => Init::Fill,
+        Some(e) => Init::Bytes(e),
     };
     let id = launch::with_runtime(handle, |rt| {
         rt.allocate_buffer(device, core, space, dtype, &shape, logical.as_deref(), init)
@@ -77,8 +81,9 @@ pub fn load(c: &mut Call) -> Result<()> {
     let id = f.arg_id(4, "buffer id")?;
     let space = space_attr(f, "space")?;
     let region = region(f, &REGION, 5)?;
-    let out = f.ret(1)?.bytes_mut()?;
-    launch::with_runtime(handle, |rt| rt.load(device, core, space, id, &region, out))
+    f.ret(1)?.fill_elements(|out| {
+        launch::with_runtime(handle, |rt| rt.load(device, core, space, id, &region, out))
+    })
 }
 
 /// `store(token, handle, device, core, id, starts, value) -> token`;
@@ -89,9 +94,9 @@ pub fn store(c: &mut Call) -> Result<()> {
     let id = f.arg_id(4, "buffer id")?;
     let space = space_attr(f, "space")?;
     let region = region(f, &REGION, 5)?;
-    let data = f.arg(6)?.bytes()?;
+    let data = f.arg(6)?.elements()?;
     launch::with_runtime(handle, |rt| {
-        rt.store(device, core, space, id, &region, data)
+        rt.store(device, core, space, id, &region, &data)
     })
 }
 
@@ -104,7 +109,7 @@ pub fn swap(c: &mut Call) -> Result<()> {
     let space = space_attr(f, "space")?;
     let region = region(f, &REGION, 5)?;
     let value = f.arg(6)?;
-    let data = value.bytes()?;
+    let data = value.elements()?;
     let mask = if f.num_args() == 8 {
         let m = f.arg(7)?;
         m.expect_dtype(DType::Bool)?;
@@ -124,8 +129,9 @@ pub fn swap(c: &mut Call) -> Result<()> {
             "swap: result must have the value's dtype and shape",
         ));
     }
-    let out = out.bytes_mut()?;
-    launch::with_runtime(handle, |rt| {
-        rt.swap(device, core, space, id, &region, data, mask, out)
+    out.fill_elements(|out| {
+        launch::with_runtime(handle, |rt| {
+            rt.swap(device, core, space, id, &region, &data, mask, out)
+        })
     })
 }
