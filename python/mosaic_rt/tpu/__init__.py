@@ -9,6 +9,7 @@ and device-id forms fail early with clear messages, and a descriptor that is
 never started or waited is reported with the line that created it.
 """
 
+import functools as _functools
 import os as _os
 import warnings as _warnings
 
@@ -58,6 +59,7 @@ if _DEVICE_ID_TYPE_DEPRECATION is None:
     __all__.append("DeviceIdType")
 
 
+@_functools.cache  # warns once per process, as jax's own deprecated names do
 def __getattr__(name):
     if name == "DeviceIdType" and _DEVICE_ID_TYPE_DEPRECATION is not None:
         _warnings.warn(_DEVICE_ID_TYPE_DEPRECATION, DeprecationWarning, stacklevel=2)
