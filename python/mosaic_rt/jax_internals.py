@@ -128,12 +128,14 @@ pipeline_body_p = getattr(mosaic_pipeline, "pipeline_body_p", None)
 trace_value_p = getattr(mosaic_primitives, "trace_value_p", None)
 has_memory_space_p = getattr(mosaic_primitives, "has_memory_space_p", None)
 
-# TPU-only primitives: no CPU lowering, no stock interpret rule. The
-# interpreter raises NotImplementedError naming them instead of letting XLA
-# fail with a lowering error.
+# `pltpu.conv` (0.12): a TPU convolution, run with lax's on CPU.
+conv_p = getattr(mosaic_primitives, "conv_p", None)
+# TPU-only primitives: they drive MXU registers and result FIFOs, have no CPU
+# lowering and no stock interpret rule. The interpreter raises
+# NotImplementedError naming them instead of letting XLA fail to lower.
 TPU_ONLY_PRIMITIVES = tuple(
     p for p in (getattr(mosaic_primitives, name, None) for name in (
-        "conv_p", "matmul_push_rhs_p", "matmul_acc_lhs_p", "matmul_pop_p",
+        "matmul_push_rhs_p", "matmul_acc_lhs_p", "matmul_pop_p",
         "matmul_lhs_fifo_p", "matmul_pop_fifo_p"))
     if p is not None)
 

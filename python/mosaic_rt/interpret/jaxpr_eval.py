@@ -127,7 +127,8 @@ def _eval_eqn(eqn, env, ctx: Ctx, token):
     if prim in jx.TPU_ONLY_PRIMITIVES:
         raise NotImplementedError(
             f"The TPU primitive `{prim.name}` is not supported in TPU interpret"
-            " mode (it drives MXU state that mosaic_rt does not simulate).")
+            " mode: it drives MXU registers and result FIFOs, which mosaic_rt"
+            " does not simulate. Use jnp.dot / lax.dot_general in the kernel.")
     rule = _RULES.get(prim)
     if rule is not None:
         result = rule(eqn, read, ctx, token)
@@ -375,6 +376,28 @@ def _no_op(eqn, read, ctx, token):
 def _has_memory_space(eqn, read, ctx, token):
     # pl.ANY refs live in HBM in interpret mode (as stock places them).
     return token, jnp.asarray(eqn.params["memory_space"] is _HBM)
+
+
+@_rule(jx.conv_p)
+def _conv(eqn, read, ctx, token):
+    # pltpu.conv: lhs (*) rhs, added to `acc` when given (its shape and
+    # dtype are the result's).
+    p = eqn.params
+    lhs, rhs, *acc = read()
+    dn = p["dimension_numbers"]
+    if p.get("window_reversal"):
+        spatial = [d for d, rev in zip(dn.rhs_spec[2:], p["window_reversal"]) if rev]
+        rhs = lax.rev(rhs, spatial)
+    out_aval = eqn.outvars[0].aval
+    out = lax.conv_general_dilated(
+        lhs, rhs, window_strides=p["window_strides"], padding=p["padding"],
+        lhs_dilation=p["lhs_dilation"], rhs_dilation=p["rhs_dilation"],
+        dimension_numbers=dn, feature_group_count=p["feature_group_count"],
+        batch_group_count=p["batch_group_count"], precision=p["precision"],
+        preferred_element_type=p["preferred_element_type"] or out_aval.dtype)
+    if acc:
+        out = acc[0] + out.astype(acc[0].dtype)
+    return token, out.astype(out_aval.dtype)
 
 
 @_rule(jx.prng_seed_p)
