@@ -1,5 +1,8 @@
 """mosaic_rt: run unmodified Pallas TPU kernels on CPU at native speed."""
 
+# First: fails with one clear ImportError on an unsupported jax.
+from mosaic_rt import jax_internals as _jax_internals  # noqa: F401
+
 from mosaic_rt.errors import (
     DeadlockError,
     KernelAborted,

@@ -15,8 +15,15 @@ from __future__ import annotations
 
 import re
 
-import jax
 import numpy as np
+
+try:
+    import jax
+except ImportError as e:  # e.g. jaxlib 0.10.2 under numpy >= 2.4
+    raise ImportError(
+        f"mosaic_rt needs jax, which failed to import: {e}. Supported: jax and"
+        " jaxlib >= 0.10.2 and < 0.13; jaxlib 0.10.2 needs numpy < 2.4"
+        f" (found numpy {np.__version__}).") from e
 
 SUPPORTED_RANGE = ((0, 10, 2), (0, 13))  # [lowest, first unsupported)
 
