@@ -26,7 +26,6 @@ Facts these tests pin down (measured on jax/jaxlib 0.10.2 and 0.12.0.1):
 from __future__ import annotations
 
 import dataclasses
-import importlib
 
 import jax
 import jax.numpy as jnp
@@ -44,7 +43,7 @@ from test_ffi_support import fresh_uid
 
 pytestmark = pytest.mark.timeout(300)
 
-stock_utils = importlib.import_module("jax._src.pallas.mosaic.interpret.utils")
+from mosaic_rt.jax_internals import stock_utils  # noqa: E402
 
 # Every dtype simulated memory holds, by numpy / ml_dtypes name.
 SUB_BYTE = {"int4": 4, "uint4": 4, "int2": 2, "uint2": 2, "float4_e2m1fn": 4}

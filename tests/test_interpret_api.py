@@ -180,7 +180,7 @@ def test_two_cores_waiting_on_each_other_finish():
 
 
 def test_logging_mode_logs_memory_and_semaphore_ops(caplog):
-    from jax._src.pallas.mosaic.interpret.params import LoggingMode
+    from mosaic_rt.jax_internals import LoggingMode
 
     def kernel(x_ref, o_ref, sem):
         pl.semaphore_signal(sem, 1)

@@ -7,11 +7,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax._src.state.utils import bitcast as tpu_bitcast
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 import mosaic_rt
+from mosaic_rt.jax_internals import bitcast_array as tpu_bitcast
 
 pytestmark = pytest.mark.timeout(120)
 
