@@ -42,11 +42,14 @@ class BufferInfo(NamedTuple):
 
 
 class Leak(NamedTuple):
+    """A semaphore left with a non-zero count, or with DMAs started and never
+    waited for (``on_wait`` mode: their data never moved)."""
     sem: int
     kind: str
     device: int
     core: int
     count: int
+    pending_dmas: tuple[str, ...] = ()
 
 
 def numpy_dtype(name: str) -> np.dtype:
@@ -178,9 +181,8 @@ class Runtime:
     def load(self, device: int, core: int, space: str | int, buffer_id: int,
              region: Region = None) -> np.ndarray:
         name, shape = self._rt.region_layout(device, core, space, buffer_id, region)
-        out = np.empty(shape, _DTYPES[name])
-        self._rt.load(device, core, space, buffer_id, region, _raw(out))
-        return out
+        raw = self._rt.load(device, core, space, buffer_id, region)
+        return np.frombuffer(raw, dtype=_DTYPES[name]).reshape(shape)
 
     def store(self, device: int, core: int, space: str | int, buffer_id: int,
               value: Any, region: Region = None) -> None:
@@ -198,9 +200,8 @@ class Runtime:
         data = _as_value(value, dtype, shape)
         raw_mask = None if mask is None else _as_value(
             np.asarray(mask, dtype=bool), np.dtype(bool), shape, "mask")
-        out = np.empty(shape, dtype)
-        self._rt.swap(device, core, space, buffer_id, region, data, _raw(out), raw_mask)
-        return out
+        raw = self._rt.swap(device, core, space, buffer_id, region, data, None, raw_mask)
+        return np.frombuffer(raw, dtype=dtype).reshape(shape)
 
     # --------------------------------------------------------- semaphores
 
@@ -244,7 +245,9 @@ class Runtime:
         self._rt.device_barrier(device)
 
     def leaks(self, device: int | None = None) -> list[Leak]:
-        return [Leak(*leak) for leak in self._rt.leaks(device)]
+        """Semaphores with a non-zero count, or with DMAs started and never
+        waited for, on ``device`` (every device for None)."""
+        return [Leak(*leak[:5], tuple(leak[5])) for leak in self._rt.leaks(device)]
 
     # ------------------------------------------------------------ failure
 

@@ -22,7 +22,7 @@ pub mod runtime;
 pub mod sem;
 pub mod sync;
 
-pub use config::{Config, DmaMode, FillMode, OobReads, Topology};
+pub use config::{timeout_from_secs, Config, DmaMode, FillMode, OobReads, Topology};
 pub use dma::DmaRequest;
 pub use dtype::DType;
 pub use error::{ErrorKind, Result, RtError};

@@ -68,6 +68,7 @@ impl Runtime {
     /// once per device (key core 0) and are reference-counted across cores.
     /// `shape` is the allocated (possibly padded) shape, `logical_shape` the
     /// user-visible one (defaults to `shape`).
+    #[allow(clippy::too_many_arguments)]
     pub fn allocate_buffer(
         &self,
         device: u32,
@@ -211,6 +212,7 @@ impl Runtime {
     /// The barrier semaphore of `collective_id` (fixed-id namespace); it is
     /// created on first use and its id is the collective id.
     pub fn barrier_semaphore(&self, device: u32, collective_id: u32) -> Result<u32> {
+        self.topo.check(device, 0)?;
         self.sems.barrier_semaphore(collective_id).map_err(|e| e.at(device, 0))
     }
 
@@ -298,9 +300,16 @@ impl Runtime {
         self.races.as_ref().map(|r| r.num_threads())
     }
 
-    /// Semaphores with a non-zero count on `device` (all devices if `None`).
-    pub fn leaks(&self, device: Option<u32>) -> Vec<Leak> {
+    /// Semaphores with a non-zero count, or with DMAs started and never
+    /// waited for (on_wait mode), on `device` (all devices if `None`).
+    pub fn leaks(&self, device: Option<u32>) -> Result<Vec<Leak>> {
         self.sems.leaks(&self.topo, device)
+    }
+
+    /// Semaphore counter pages (512 counters each) materialised so far; for
+    /// memory diagnostics and tests.
+    pub fn semaphore_pages_in_use(&self) -> usize {
+        self.sems.counter_pages_in_use()
     }
 
     // ------------------------------------------------------ grid and PRNG

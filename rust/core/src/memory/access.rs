@@ -180,11 +180,15 @@ impl MemoryTable {
         Ok(())
     }
 
-    /// Copies `src` to `dst` with load-then-store semantics (the read's
-    /// bounds errors first, then the write's) and returns the bytes moved
-    /// (the full region size, as DMA semaphores count). When the read is in
-    /// bounds, bytes go buffer to buffer with no intermediate copy.
-    pub fn copy(&self, topo: &Topology, src: MemRef<'_>, dst: MemRef<'_>) -> Result<usize> {
+    /// Checks that `src` can be copied to `dst` (both exist, the regions are
+    /// valid, same dtype and shape: the checks and messages of [`Self::copy`])
+    /// and returns the bytes a copy would move. Bounds are not checked: a
+    /// queued DMA reports them when it runs, as an eager one would.
+    pub fn check_copy(&self, topo: &Topology, src: MemRef<'_>, dst: MemRef<'_>) -> Result<usize> {
+        self.resolve_copy(topo, src, dst).map(|(s, _)| s.bytes)
+    }
+
+    fn resolve_copy(&self, topo: &Topology, src: MemRef<'_>, dst: MemRef<'_>) -> Result<(Resolved, Resolved)> {
         let s = self.resolve(topo, src, "read")?;
         let d = self.resolve(topo, dst, "write")?;
         if s.buf.dtype != d.buf.dtype || *s.full != *d.full {
@@ -198,6 +202,15 @@ impl MemoryTable {
                 d.who
             )));
         }
+        Ok((s, d))
+    }
+
+    /// Copies `src` to `dst` with load-then-store semantics (the read's
+    /// bounds errors first, then the write's) and returns the bytes moved
+    /// (the full region size, as DMA semaphores count). When the read is in
+    /// bounds, bytes go buffer to buffer with no intermediate copy.
+    pub fn copy(&self, topo: &Topology, src: MemRef<'_>, dst: MemRef<'_>) -> Result<usize> {
+        let (s, d) = self.resolve_copy(topo, src, dst)?;
         let read_in_bounds = s.plan.clip(&s.buf.shape).as_deref() == Some(&*s.full);
         if !read_in_bounds || Arc::ptr_eq(&s.buf, &d.buf) {
             // Rare paths (padding fill, copies within one buffer): go through a temporary.

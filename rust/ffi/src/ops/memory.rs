@@ -77,7 +77,9 @@ pub fn load(c: &mut Call) -> Result<()> {
     let id = f.arg_id(4, "buffer id")?;
     let space = space_attr(f, "space")?;
     let region = region(f, &REGION, 5)?;
-    let out = f.ret(1)?.bytes_mut()?;
+    // SAFETY: the only slice of result 1, and no operand slice is alive
+    // (`region` copied the starts); XLA aliases only the token pair.
+    let out = unsafe { f.ret(1)?.bytes_mut()? };
     launch::with_runtime(handle, |rt| rt.load(device, core, space, id, &region, out))
 }
 
@@ -124,7 +126,14 @@ pub fn swap(c: &mut Call) -> Result<()> {
             "swap: result must have the value's dtype and shape",
         ));
     }
-    let out = out.bytes_mut()?;
+    let out_range = out.byte_range()?;
+    let overlaps = |r: std::ops::Range<usize>| !r.is_empty() && r.start < out_range.end && out_range.start < r.end;
+    if overlaps(value.byte_range()?) || f.num_args() == 8 && overlaps(f.arg(7)?.byte_range()?) {
+        return Err(RtError::value("swap: the result buffer overlaps the value or mask operand"));
+    }
+    // SAFETY: the only slice of result 1; it overlaps neither operand slice
+    // alive here (`data`, `mask`: checked just above).
+    let out = unsafe { out.bytes_mut()? };
     launch::with_runtime(handle, |rt| {
         rt.swap(device, core, space, id, &region, data, mask, out)
     })
