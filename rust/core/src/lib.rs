@@ -30,4 +30,4 @@ pub use memory::{BufferInfo, BufferKey, Init, MemorySpace};
 pub use region::{DimSel, Region};
 pub use registry::LaunchRegistry;
 pub use runtime::Runtime;
-pub use sem::{Leak, SemKind};
+pub use sem::{Leak, SemKind, MAX_COUNT};

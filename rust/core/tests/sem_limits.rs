@@ -2,7 +2,7 @@
 //! until used, clear errors past the limits), timeouts too long to have a
 //! deadline, range checks of device and core ids.
 
-use mosaic_rt_core::{timeout_from_secs, Config, ErrorKind, RtError, Runtime, SemKind};
+use mosaic_rt_core::{timeout_from_secs, Config, ErrorKind, RtError, Runtime, SemKind, MAX_COUNT};
 use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
@@ -30,28 +30,44 @@ fn a_count_that_would_overflow_is_an_error_naming_everything_and_is_left_unchang
         assert!(e.message.contains(&part), "{part:?} not in {e}");
     }
     assert_eq!(rt.semaphore_read(1, 1, sem).unwrap(), 1 << 62);
-    // Up to i64::MAX is fine.
-    rt.semaphore_signal(0, 0, sem, i64::MAX - (1 << 62), Some(1), Some(1)).unwrap();
-    assert_eq!(rt.semaphore_read(1, 1, sem).unwrap(), i64::MAX);
+    assert_eq!(MAX_COUNT, 1 << 62);
     assert!(rt.semaphore_signal(0, 0, sem, 1, Some(1), Some(1)).is_err());
-    rt.semaphore_wait(1, 1, sem, i64::MAX).unwrap();
+    assert!(rt.semaphore_signal(0, 0, sem, i64::MAX, Some(1), Some(1)).is_err());
+    assert_eq!(rt.semaphore_read(1, 1, sem).unwrap(), MAX_COUNT);
+    // A wait can never ask for more than the largest count.
+    let e = rt.semaphore_wait(1, 1, sem, MAX_COUNT + 1).unwrap_err();
+    assert!(e.message.contains("needs a value in [0, 4611686018427387904]"), "{e}");
+    rt.semaphore_wait(1, 1, sem, MAX_COUNT).unwrap();
     assert_eq!(rt.semaphore_read(1, 1, sem).unwrap(), 0);
 }
 
-#[test]
-fn concurrent_signals_near_the_limit_never_wrap() {
+/// `threads` threads add `inc` at once to a count of `start`; returns how
+/// many succeeded and the final count.
+fn race_adds(start: i64, inc: i64, threads: usize) -> (usize, i64) {
     let rt = Arc::new(runtime(1, 1, None));
     let sem = rt.allocate_semaphores(0, None, SemKind::Regular, 1).unwrap();
-    let inc = i64::MAX / 3 + 1; // three of these overflow, two do not
-    let handles: Vec<_> = (0..6)
+    if start > 0 {
+        rt.semaphore_signal(0, 0, sem, start, None, None).unwrap();
+    }
+    let handles: Vec<_> = (0..threads)
         .map(|_| {
             let rt = Arc::clone(&rt);
-            thread::spawn(move || rt.semaphore_signal(0, 0, sem, inc, None, None).is_ok())
+            thread::spawn(move || (0..100).filter(|_| rt.semaphore_signal(0, 0, sem, inc, None, None).is_ok()).count())
         })
         .collect();
-    let ok = handles.into_iter().map(|h| h.join().unwrap()).filter(|&ok| ok).count();
-    assert_eq!(ok, 2);
-    assert_eq!(rt.semaphore_read(0, 0, sem).unwrap(), 2 * inc);
+    let ok = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    (ok, rt.semaphore_read(0, 0, sem).unwrap())
+}
+
+#[test]
+fn concurrent_signals_near_the_limit_are_exact() {
+    // Slow path (big increments): exactly two fit.
+    let inc = MAX_COUNT / 3 + 1;
+    assert_eq!(race_adds(0, inc, 6), (2, 2 * inc));
+    // Fast path (small increments) racing at the limit: exactly 50 fit,
+    // never a wrapped or over-limit count.
+    assert_eq!(race_adds(MAX_COUNT - 50, 1, 4), (50, MAX_COUNT));
+    assert_eq!(race_adds(MAX_COUNT - 1000, 7, 4), (142, MAX_COUNT - 1000 + 142 * 7));
 }
 
 #[test]

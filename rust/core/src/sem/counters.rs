@@ -9,7 +9,8 @@
 //! fraction of a byte per core; a touched one 8 bytes (its page: 4 KiB).
 //!
 //! Reads (`peek`, leak scans) never materialise a page: an absent page
-//! holds zeros.
+//! holds zeros. Allocations of at most one page are dense instead (allocated
+//! at once, one load less on the hot path).
 
 use crate::error::{Result, RtError};
 use crate::sync::{AtomicI64, AtomicPtr, Ordering};
@@ -18,18 +19,30 @@ use crate::sync::{AtomicI64, AtomicPtr, Ordering};
 /// heavyweight model objects.
 pub(crate) const PAGE: usize = if cfg!(loom) { 4 } else { 512 };
 
+/// Allocations of at most this many counters are dense. None under loom,
+/// so that the models check the lazy pages.
+const DENSE_MAX: usize = if cfg!(loom) { 0 } else { PAGE };
+
 type Page = [AtomicI64; PAGE];
 
 pub(crate) struct Counters {
     len: usize,
+    /// Small allocations: every counter, allocated at once.
+    dense: Box<[AtomicI64]>,
+    /// Larger ones: lazily materialised pages (no entries when dense).
     pages: Box<[AtomicPtr<Page>]>,
 }
 
 impl Counters {
-    /// `len` zero counters; only the (zeroed) page table is allocated.
+    /// `len` zero counters: small ones at once, else only the (zeroed) page
+    /// table.
     pub fn new(len: usize) -> Result<Counters> {
+        if len <= DENSE_MAX {
+            let dense = (0..len).map(|_| AtomicI64::new(0)).collect();
+            return Ok(Counters { len, dense, pages: Box::new([]) });
+        }
         let num_pages = len.div_ceil(PAGE);
-        Ok(Counters { len, pages: null_table(num_pages)? })
+        Ok(Counters { len, dense: Box::new([]), pages: null_table(num_pages)? })
     }
 
     #[cfg(test)]
@@ -41,6 +54,9 @@ impl Counters {
     #[inline]
     pub fn get(&self, i: usize) -> Result<&AtomicI64> {
         debug_assert!(i < self.len);
+        if let Some(c) = self.dense.get(i) {
+            return Ok(c);
+        }
         let slot = &self.pages[i / PAGE];
         let page = slot.load(Ordering::Acquire);
         let page = if page.is_null() { self.materialise(slot)? } else { page };
@@ -50,9 +66,23 @@ impl Counters {
         Ok(unsafe { &(*page)[i % PAGE] })
     }
 
+    /// Counter `i` (< len) if its page exists.
+    #[inline]
+    pub fn get_if_present(&self, i: usize) -> Option<&AtomicI64> {
+        if let Some(c) = self.dense.get(i) {
+            return Some(c);
+        }
+        let page = self.pages.get(i / PAGE)?.load(Ordering::Acquire);
+        // SAFETY: as in `get`.
+        unsafe { page.as_ref() }.map(|p| &p[i % PAGE])
+    }
+
     /// Current value of counter `i` (< len) without materialising anything.
     #[inline]
     pub fn peek(&self, i: usize) -> i64 {
+        if let Some(c) = self.dense.get(i) {
+            return c.load(Ordering::SeqCst);
+        }
         let page = self.pages[i / PAGE].load(Ordering::Acquire);
         if page.is_null() {
             return 0;
@@ -64,6 +94,12 @@ impl Counters {
     /// Calls `f(index, value)` for every non-zero counter (only
     /// materialised pages are visited).
     pub fn for_each_nonzero(&self, mut f: impl FnMut(usize, i64)) {
+        for (i, c) in self.dense.iter().enumerate() {
+            let v = c.load(Ordering::SeqCst);
+            if v != 0 {
+                f(i, v);
+            }
+        }
         for (p, slot) in self.pages.iter().enumerate() {
             let page = slot.load(Ordering::Acquire);
             if page.is_null() {
@@ -81,9 +117,11 @@ impl Counters {
         }
     }
 
-    /// Pages materialised so far (memory diagnostics).
+    /// Pages materialised so far (memory diagnostics; dense counters count
+    /// as one page).
     pub fn pages_in_use(&self) -> usize {
-        self.pages.iter().filter(|p| !p.load(Ordering::Acquire).is_null()).count()
+        usize::from(!self.dense.is_empty())
+            + self.pages.iter().filter(|p| !p.load(Ordering::Acquire).is_null()).count()
     }
 
     #[cold]
@@ -171,6 +209,19 @@ fn null_table(n: usize) -> Result<Box<[AtomicPtr<Page>]>> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_counters_are_dense() {
+        let c = Counters::new(PAGE).unwrap();
+        assert_eq!(c.pages_in_use(), 1);
+        c.get(PAGE - 1).unwrap().store(2, Ordering::SeqCst);
+        assert_eq!(c.get_if_present(PAGE - 1).unwrap().load(Ordering::SeqCst), 2);
+        assert_eq!(c.peek(PAGE - 1), 2);
+        let mut seen = Vec::new();
+        c.for_each_nonzero(|i, v| seen.push((i, v)));
+        assert_eq!(seen, vec![(PAGE - 1, 2)]);
+        assert_eq!(Counters::new(0).unwrap().pages_in_use(), 0);
+    }
 
     #[test]
     fn counters_materialise_only_touched_pages() {

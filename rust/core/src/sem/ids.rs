@@ -83,6 +83,13 @@ impl SemBlock {
         self.counters.get(self.index(off, gcore))
     }
 
+    /// The counter if its storage exists already (the hot path: no error
+    /// value to build or move).
+    #[inline]
+    pub fn counter_if_present(&self, off: u32, gcore: u32) -> Option<&AtomicI64> {
+        self.counters.get_if_present(self.index(off, gcore))
+    }
+
     /// Its current count, without materialising storage.
     #[inline]
     pub fn peek(&self, off: u32, gcore: u32) -> i64 {
@@ -241,6 +248,19 @@ impl SemIds {
         let table = read_lock(&self.table);
         let (block, off) = table.resolve(id)?;
         Ok(f(block, off))
+    }
+
+    /// The hot-path lookup: runs `f(block, offset)` for an internal id that
+    /// no fixed id shadows; `None` (also when `f` gives up) sends the caller
+    /// to the full, error-reporting path.
+    #[inline]
+    pub fn with_fast<R>(&self, id: u32, f: impl FnOnce(&SemBlock, u32) -> Option<R>) -> Option<R> {
+        let table = read_lock(&self.table);
+        if !table.fixed.is_empty() && table.fixed.contains_key(&id) {
+            return None;
+        }
+        let (block, off) = table.internal(id)?;
+        f(block, off)
     }
 
     pub fn get(&self, id: u32) -> Result<SemRef> {

@@ -17,7 +17,7 @@ pub use park::WaitRecord;
 use crate::config::{Config, Topology};
 use crate::error::{ErrorKind, Result, RtError};
 use crate::runtime::Runtime;
-use crate::sync::Ordering;
+use crate::sync::{AtomicI64, Ordering};
 use barrier::DeviceBarrier;
 use ids::SemIds;
 use park::{Failure, Parker};
@@ -160,25 +160,24 @@ impl SemTable {
     }
 
     /// Adds `inc` (>= 0) to `sem` on global core `gcore` (already
-    /// validated). A count that would pass `i64::MAX` is an error and
+    /// validated). A count that would pass [`MAX_COUNT`] is an error and
     /// leaves the count unchanged.
     #[inline]
     pub(crate) fn signal_global(&self, gcore: u32, sem: u32, inc: i64) -> Result<()> {
-        self.ids.with(sem, |s, off| {
-            let count = s.counter(off, gcore)?;
-            let mut current = count.load(Ordering::SeqCst);
-            loop {
-                let Some(new) = current.checked_add(inc) else {
-                    return Err(self.overflow(sem, gcore, current, inc));
-                };
-                match count.compare_exchange_weak(current, new, Ordering::SeqCst, Ordering::SeqCst) {
-                    Ok(_) => return Ok(()),
-                    Err(now) => current = now,
-                }
-            }
-        })??;
+        let added = self.ids.with_fast(sem, |s, off| add_count(s.counter_if_present(off, gcore)?, inc).ok());
+        if added.is_none() {
+            self.signal_slow(gcore, sem, inc)?;
+        }
         self.parkers[gcore as usize].wake();
         Ok(())
+    }
+
+    /// `signal_global` off the hot path: fixed ids, first use of a counter
+    /// page, overflow and unknown ids (with their errors).
+    #[cold]
+    #[inline(never)]
+    fn signal_slow(&self, gcore: u32, sem: u32, inc: i64) -> Result<()> {
+        self.ids.with(sem, |s, off| add_count(s.counter(off, gcore)?, inc).map_err(|c| self.overflow(sem, gcore, c, inc)))?
     }
 
     #[cold]
@@ -186,8 +185,7 @@ impl SemTable {
         let (device, core) = (gcore / self.topo.cores_per_device, gcore % self.topo.cores_per_device);
         RtError::value(format!(
             "semaphore {sem} on device {device}, core {core} overflows: count {count} + increment \
-             {inc} exceeds the largest count {}",
-            i64::MAX
+             {inc} exceeds the largest count {MAX_COUNT} (2**62)"
         ))
     }
 
@@ -213,12 +211,19 @@ impl SemTable {
         value: i64,
         run_task: &mut dyn FnMut(Task) -> Result<()>,
     ) -> Result<()> {
-        if value < 0 {
+        if !(0..=MAX_COUNT).contains(&value) {
             return Err(RtError::value(format!(
-                "semaphore_wait on semaphore {sem} needs a value >= 0, got {value}"
+                "semaphore_wait on semaphore {sem} needs a value in [0, {MAX_COUNT}] (2**62), got {value}"
             )));
         }
         let gcore = self.topo.check(device, core)?;
+        // Fast path: the count is there already (no reference counting, no
+        // error values).
+        if !self.failure.is_set()
+            && self.ids.with_fast(sem, |s, off| try_take(s.counter_if_present(off, gcore)?, value).then_some(())).is_some()
+        {
+            return Ok(());
+        }
         let sem_ref = self.ids.get(sem)?;
         let (s, off) = (&*sem_ref.block, sem_ref.off);
         let count = s.counter(off, gcore)?;
@@ -356,11 +361,62 @@ pub(crate) fn deadline_after(timeout: Option<Duration>) -> Option<Instant> {
     timeout.and_then(|t| Instant::now().checked_add(t))
 }
 
-/// Subtracts `value` if the count is at least `value`.
+/// The largest semaphore count (2**62). Far enough below `i64::MAX` that a
+/// signal can add first and check afterwards.
+pub const MAX_COUNT: i64 = 1 << 62;
+
+/// Increments up to this take the fast path of [`add_count`]. Counts over
+/// `MAX_COUNT` exist only while such an add is being taken back, so a count
+/// can never pass `MAX_COUNT + FAST_INC * (threads adding at once)`, far
+/// below `i64::MAX`.
+const FAST_INC: i64 = 1 << 32;
+
+/// Adds `inc` (>= 0) to `count` unless the sum would pass `MAX_COUNT`; on
+/// overflow returns the count, which is then unchanged.
+///
+/// Fast path: one `fetch_add`, taken back when it went over the limit. While
+/// an over-limit add is in flight the count is above `MAX_COUNT`, where
+/// waiters never take from it and other adds fail their fast path; the
+/// exact slow path waits such transients out.
 #[inline]
-fn try_take(count: &crate::sync::AtomicI64, value: i64) -> bool {
+fn add_count(count: &AtomicI64, inc: i64) -> std::result::Result<(), i64> {
+    if inc <= FAST_INC {
+        let old = count.fetch_add(inc, Ordering::SeqCst);
+        if old <= MAX_COUNT - inc {
+            return Ok(());
+        }
+        count.fetch_sub(inc, Ordering::SeqCst);
+    }
+    add_count_exact(count, inc)
+}
+
+#[cold]
+#[inline(never)]
+fn add_count_exact(count: &AtomicI64, inc: i64) -> std::result::Result<(), i64> {
     let mut current = count.load(Ordering::SeqCst);
-    while current >= value {
+    loop {
+        if current > MAX_COUNT {
+            // Another signal's over-limit add, about to be taken back.
+            crate::sync::yield_now();
+            current = count.load(Ordering::SeqCst);
+            continue;
+        }
+        if current > MAX_COUNT - inc {
+            return Err(current);
+        }
+        match count.compare_exchange_weak(current, current + inc, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(_) => return Ok(()),
+            Err(now) => current = now,
+        }
+    }
+}
+
+/// Subtracts `value` if the count is at least `value` (never from a count
+/// over `MAX_COUNT`: that is an add being taken back).
+#[inline]
+fn try_take(count: &AtomicI64, value: i64) -> bool {
+    let mut current = count.load(Ordering::SeqCst);
+    while current >= value && current <= MAX_COUNT {
         match count.compare_exchange_weak(current, current - value, Ordering::SeqCst, Ordering::SeqCst) {
             Ok(_) => return true,
             Err(now) => current = now,
