@@ -88,22 +88,29 @@ impl Topology {
         device * self.cores_per_device + core
     }
     /// Checks a (device, core) pair and returns its global core id.
+    #[inline]
     pub fn check(&self, device: u32, core: u32) -> Result<u32> {
+        if device >= self.num_devices || core >= self.cores_per_device {
+            return Err(self.out_of_range(device, core));
+        }
+        Ok(self.global_core(device, core))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn out_of_range(&self, device: u32, core: u32) -> RtError {
         if device >= self.num_devices {
-            return Err(RtError::value(format!(
+            return RtError::value(format!(
                 "device id {device} out of range: the kernel runs on {} device(s) (valid ids 0 to {})",
                 self.num_devices,
                 self.num_devices.saturating_sub(1)
-            )));
+            ));
         }
-        if core >= self.cores_per_device {
-            return Err(RtError::value(format!(
-                "core id {core} out of range: each device has {} core(s) (valid ids 0 to {})",
-                self.cores_per_device,
-                self.cores_per_device.saturating_sub(1)
-            )));
-        }
-        Ok(self.global_core(device, core))
+        RtError::value(format!(
+            "core id {core} out of range: each device has {} core(s) (valid ids 0 to {})",
+            self.cores_per_device,
+            self.cores_per_device.saturating_sub(1)
+        ))
     }
 }
 

@@ -185,24 +185,10 @@ impl MemoryTable {
     /// and returns the bytes a copy would move. Bounds are not checked: a
     /// queued DMA reports them when it runs, as an eager one would.
     pub fn check_copy(&self, topo: &Topology, src: MemRef<'_>, dst: MemRef<'_>) -> Result<usize> {
-        self.resolve_copy(topo, src, dst).map(|(s, _)| s.bytes)
-    }
-
-    fn resolve_copy(&self, topo: &Topology, src: MemRef<'_>, dst: MemRef<'_>) -> Result<(Resolved, Resolved)> {
         let s = self.resolve(topo, src, "read")?;
         let d = self.resolve(topo, dst, "write")?;
-        if s.buf.dtype != d.buf.dtype || *s.full != *d.full {
-            return Err(RtError::value(format!(
-                "cannot copy {} {} of {} into {} {} of {}: dtypes or shapes differ",
-                s.buf.dtype.name(),
-                message::shape_repr(&s.full),
-                s.who,
-                d.buf.dtype.name(),
-                message::shape_repr(&d.full),
-                d.who
-            )));
-        }
-        Ok((s, d))
+        same_dtype_and_shape(&s, &d)?;
+        Ok(s.bytes)
     }
 
     /// Copies `src` to `dst` with load-then-store semantics (the read's
@@ -210,7 +196,9 @@ impl MemoryTable {
     /// (the full region size, as DMA semaphores count). When the read is in
     /// bounds, bytes go buffer to buffer with no intermediate copy.
     pub fn copy(&self, topo: &Topology, src: MemRef<'_>, dst: MemRef<'_>) -> Result<usize> {
-        let (s, d) = self.resolve_copy(topo, src, dst)?;
+        let s = self.resolve(topo, src, "read")?;
+        let d = self.resolve(topo, dst, "write")?;
+        same_dtype_and_shape(&s, &d)?;
         let read_in_bounds = s.plan.clip(&s.buf.shape).as_deref() == Some(&*s.full);
         if !read_in_bounds || Arc::ptr_eq(&s.buf, &d.buf) {
             // Rare paths (padding fill, copies within one buffer): go through a temporary.
@@ -240,4 +228,20 @@ impl MemoryTable {
         copy_block(&src_bytes, &from, &mut dst_bytes, &to, &counts, itemsize);
         Ok(s.bytes)
     }
+}
+
+/// The two sides of a copy must agree in dtype and shape.
+fn same_dtype_and_shape(s: &Resolved, d: &Resolved) -> Result<()> {
+    if s.buf.dtype != d.buf.dtype || *s.full != *d.full {
+        return Err(RtError::value(format!(
+            "cannot copy {} {} of {} into {} {} of {}: dtypes or shapes differ",
+            s.buf.dtype.name(),
+            message::shape_repr(&s.full),
+            s.who,
+            d.buf.dtype.name(),
+            message::shape_repr(&d.full),
+            d.who
+        )));
+    }
+    Ok(())
 }

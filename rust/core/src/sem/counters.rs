@@ -19,9 +19,9 @@ use crate::sync::{AtomicI64, AtomicPtr, Ordering};
 /// heavyweight model objects.
 pub(crate) const PAGE: usize = if cfg!(loom) { 4 } else { 512 };
 
-/// Allocations of at most this many counters are dense. None under loom,
-/// so that the models check the lazy pages.
-const DENSE_MAX: usize = if cfg!(loom) { 0 } else { PAGE };
+/// Allocations of at most this many counters are dense (the loom models
+/// of lazy pages use tables of more than one page).
+const DENSE_MAX: usize = PAGE;
 
 type Page = [AtomicI64; PAGE];
 

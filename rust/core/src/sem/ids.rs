@@ -40,8 +40,10 @@ pub(crate) struct SemBlock {
     pub owner: String,
     /// Counter of semaphore `first + off` on global core `g` at `g * len + off`.
     counters: Counters,
-    /// Queued DMA work that will signal a semaphore, keyed (off, global core).
-    tasks: Mutex<HashMap<(u32, u32), Vec<Task>>>,
+    /// Queued DMA work that will signal a semaphore, keyed by
+    /// `task_key(off, global core)`; entries stay once created (their Vec is
+    /// reused by the next DMA).
+    tasks: Mutex<HashMap<u64, Vec<Task>, BuildHasherDefault<IdHasher>>>,
     /// Number of queued tasks, so waiters skip the mutex when there are none.
     queued: AtomicUsize,
 }
@@ -67,7 +69,7 @@ impl SemBlock {
             kind,
             owner,
             counters,
-            tasks: Mutex::new(HashMap::new()),
+            tasks: Mutex::new(HashMap::default()),
             queued: AtomicUsize::new(0),
         })
     }
@@ -97,7 +99,7 @@ impl SemBlock {
     }
 
     pub fn push_task(&self, off: u32, gcore: u32, task: Task) {
-        lock(&self.tasks).entry((off, gcore)).or_default().push(task);
+        lock(&self.tasks).entry(task_key(off, gcore)).or_default().push(task);
         self.queued.fetch_add(1, Ordering::SeqCst);
     }
 
@@ -106,18 +108,14 @@ impl SemBlock {
         if self.queued.load(Ordering::SeqCst) == 0 {
             return None;
         }
-        let mut tasks = lock(&self.tasks);
-        let queue = tasks.get_mut(&(off, gcore))?;
-        let task = queue.pop()?;
-        if queue.is_empty() {
-            tasks.remove(&(off, gcore));
-        }
+        let task = lock(&self.tasks).get_mut(&task_key(off, gcore))?.pop()?;
         self.queued.fetch_sub(1, Ordering::SeqCst);
         Some(task)
     }
 
     pub fn has_task(&self, off: u32, gcore: u32) -> bool {
-        self.queued.load(Ordering::SeqCst) > 0 && lock(&self.tasks).contains_key(&(off, gcore))
+        self.queued.load(Ordering::SeqCst) > 0
+            && lock(&self.tasks).get(&task_key(off, gcore)).is_some_and(|q| !q.is_empty())
     }
 
     /// Calls `f(off, gcore, count)` for every non-zero counter.
@@ -135,7 +133,8 @@ impl SemBlock {
         let tasks = lock(&self.tasks);
         tasks
             .iter()
-            .filter_map(|(&(off, g), queue)| {
+            .filter_map(|(&key, queue)| {
+                let (off, g) = ((key >> 32) as u32, key as u32);
                 let pending: Vec<String> = queue.iter().filter_map(|t| t.pending()).collect();
                 (!pending.is_empty()).then_some((off, g, pending))
             })
@@ -154,13 +153,23 @@ pub(crate) struct SemRef {
     pub off: u32,
 }
 
-/// Identity hash: ids are small distinct integers, SipHash would only cost time.
+/// The task-queue key of (offset, global core).
+#[inline]
+fn task_key(off: u32, gcore: u32) -> u64 {
+    (u64::from(off) << 32) | u64::from(gcore)
+}
+
+/// A multiplicative hash: keys are small distinct integers, SipHash would
+/// only cost time.
 #[derive(Default)]
 pub(crate) struct IdHasher(u64);
 
 impl Hasher for IdHasher {
     fn finish(&self) -> u64 {
-        self.0
+        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
     }
     fn write(&mut self, bytes: &[u8]) {
         for b in bytes {
@@ -217,6 +226,14 @@ impl Table {
     }
 }
 
+/// Whether fixed id `id` exists too (off the hot path: kernels rarely mix
+/// barrier semaphores with internal ids >= 2000).
+#[cold]
+#[inline(never)]
+fn shadowed(table: &Table, id: u32) -> bool {
+    table.fixed.contains_key(&id)
+}
+
 fn collision_error(id: u32) -> RtError {
     RtError::value(format!("Semaphore {id} occurs as both fixed-id and internal."))
 }
@@ -256,10 +273,10 @@ impl SemIds {
     #[inline]
     pub fn with_fast<R>(&self, id: u32, f: impl FnOnce(&SemBlock, u32) -> Option<R>) -> Option<R> {
         let table = read_lock(&self.table);
-        if !table.fixed.is_empty() && table.fixed.contains_key(&id) {
+        let (block, off) = table.internal(id)?;
+        if !table.fixed.is_empty() && shadowed(&table, id) {
             return None;
         }
-        let (block, off) = table.internal(id)?;
         f(block, off)
     }
 

@@ -165,11 +165,11 @@ impl SemTable {
     #[inline]
     pub(crate) fn signal_global(&self, gcore: u32, sem: u32, inc: i64) -> Result<()> {
         let added = self.ids.with_fast(sem, |s, off| add_count(s.counter_if_present(off, gcore)?, inc).ok());
-        if added.is_none() {
-            self.signal_slow(gcore, sem, inc)?;
-        }
+        let result = if added.is_none() { self.signal_slow(gcore, sem, inc) } else { Ok(()) };
+        // Also after a failed add: a waiter may have parked while the count
+        // was briefly over the limit, and must look again.
         self.parkers[gcore as usize].wake();
-        Ok(())
+        result
     }
 
     /// `signal_global` off the hot path: fixed ids, first use of a counter
@@ -246,14 +246,14 @@ impl SemTable {
                 spun = true;
                 if let Some(budget) = self.spin {
                     spin_until(budget, || {
-                        self.failure.is_set() || count.load(Ordering::SeqCst) >= value || s.has_task(off, gcore)
+                        self.failure.is_set() || can_take(count.load(Ordering::SeqCst), value) || s.has_task(off, gcore)
                     });
                     continue;
                 }
             }
             let deadline = *deadline.get_or_insert_with(|| deadline_after(self.wait_timeout));
             let timed_out = parker.park(record, deadline, || {
-                self.failure.is_set() || count.load(Ordering::SeqCst) >= value || s.has_task(off, gcore)
+                self.failure.is_set() || can_take(count.load(Ordering::SeqCst), value) || s.has_task(off, gcore)
             });
             // On timeout look once more: a wake-up may have raced the deadline.
             if timed_out && !self.failure.is_set() && !s.has_task(off, gcore) {
@@ -411,12 +411,18 @@ fn add_count_exact(count: &AtomicI64, inc: i64) -> std::result::Result<(), i64> 
     }
 }
 
-/// Subtracts `value` if the count is at least `value` (never from a count
-/// over `MAX_COUNT`: that is an add being taken back).
+/// Whether a wait for `value` may take from `count`: never from a count over
+/// `MAX_COUNT` (that is an add being taken back).
+#[inline]
+fn can_take(count: i64, value: i64) -> bool {
+    count >= value && count <= MAX_COUNT
+}
+
+/// Subtracts `value` if [`can_take`].
 #[inline]
 fn try_take(count: &AtomicI64, value: i64) -> bool {
     let mut current = count.load(Ordering::SeqCst);
-    while current >= value && current <= MAX_COUNT {
+    while can_take(current, value) {
         match count.compare_exchange_weak(current, current - value, Ordering::SeqCst, Ordering::SeqCst) {
             Ok(_) => return true,
             Err(now) => current = now,
