@@ -49,7 +49,8 @@ class Runtime:
     ) -> tuple[str, list[int], list[int], int]: ...
     def buffer_content(self, device: int, core: int, space: Space, id: int) -> bytearray: ...
     def region_layout(
-        self, device: int, core: int, space: Space, id: int, region: Region = None
+        self, device: int, core: int, space: Space, id: int, region: Region = None,
+        access: str | None = None,  # "read" | "write" | "swap": check bounds first
     ) -> tuple[str, list[int]]: ...
     # Without `out`, load/swap return the bytes in a new bytearray.
     def load(

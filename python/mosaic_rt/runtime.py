@@ -180,14 +180,15 @@ class Runtime:
 
     def load(self, device: int, core: int, space: str | int, buffer_id: int,
              region: Region = None) -> np.ndarray:
-        name, shape = self._rt.region_layout(device, core, space, buffer_id, region)
+        name, shape = self._rt.region_layout(device, core, space, buffer_id, region, "read")
         raw = self._rt.load(device, core, space, buffer_id, region)
         return np.frombuffer(raw, dtype=_DTYPES[name]).reshape(shape)
 
     def store(self, device: int, core: int, space: str | int, buffer_id: int,
               value: Any, region: Region = None) -> None:
         """Writes ``value`` (broadcast to the region's shape; same dtype)."""
-        name, shape = self._rt.region_layout(device, core, space, buffer_id, region)
+        # Bounds are checked before the value is broadcast to the region.
+        name, shape = self._rt.region_layout(device, core, space, buffer_id, region, "write")
         data = _as_value(value, _DTYPES[name], tuple(shape))
         self._rt.store(device, core, space, buffer_id, region, data)
 
@@ -195,7 +196,8 @@ class Runtime:
              value: Any, region: Region = None, mask: Any = None) -> np.ndarray:
         """Stores ``value`` where ``mask`` is true (everywhere without a mask)
         and returns the previous contents (masked-off elements: ``value``)."""
-        name, shape = self._rt.region_layout(device, core, space, buffer_id, region)
+        name, shape = self._rt.region_layout(device, core, space, buffer_id, region,
+                                             "swap" if mask is None else None)
         dtype, shape = _DTYPES[name], tuple(shape)
         data = _as_value(value, dtype, shape)
         raw_mask = None if mask is None else _as_value(

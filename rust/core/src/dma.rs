@@ -6,7 +6,7 @@ pub use machine::DmaMachine;
 
 use crate::config::DmaMode;
 use crate::error::{Result, RtError};
-use crate::memory::{BufferKey, MemRef, MemorySpace};
+use crate::memory::{Access, BufferKey, MemRef, MemorySpace};
 use crate::races::DmaThread;
 use crate::region::Region;
 use crate::runtime::Runtime;
@@ -111,7 +111,10 @@ impl QueuedDma {
     /// Loads the source region, then signals the send semaphore (remote only).
     fn load_source(&self, rt: &Runtime) -> Result<Vec<u8>> {
         let (r, plan) = (&self.req, &self.plan);
-        let mut data = vec![0u8; plan.bytes as usize];
+        // Bounds first: a huge out-of-bounds region fails without allocating.
+        let src = MemRef { device: r.device, core: r.core, space: r.src_space, id: r.src_id, region: &r.src_region };
+        let n = rt.memory.check_access(&rt.topo, src, Access::Read).map_err(|e| e.at(r.device, r.core))?;
+        let mut data = crate::memory::zeroed(n, || format!("a DMA of {n} bytes"))?;
         // Not `rt.load`: the access is the DMA's, not the issuing core's.
         rt.memory
             .load(&rt.topo, r.device, r.core, r.src_space, r.src_id, &r.src_region, &mut data)

@@ -26,7 +26,7 @@ pub use config::{timeout_from_secs, Config, DmaMode, FillMode, OobReads, Topolog
 pub use dma::DmaRequest;
 pub use dtype::DType;
 pub use error::{ErrorKind, Result, RtError};
-pub use memory::{BufferInfo, BufferKey, Init, MemorySpace};
+pub use memory::{Access, BufferInfo, BufferKey, Init, MemorySpace};
 pub use region::{DimSel, Region};
 pub use registry::LaunchRegistry;
 pub use runtime::Runtime;

@@ -9,7 +9,7 @@
 use crate::config::{Config, Topology};
 use crate::dma::DmaRequest;
 use crate::error::{Result, RtError};
-use crate::memory::{BufferInfo, BufferKey, Init, MemRef, MemorySpace, MemoryTable};
+use crate::memory::{Access, BufferInfo, BufferKey, Init, MemRef, MemorySpace, MemoryTable};
 use crate::dtype::DType;
 use crate::region::Region;
 use crate::prng::CorePrng;
@@ -111,6 +111,22 @@ impl Runtime {
     /// Shape of the value a load of `region` returns (squeezed dims dropped).
     pub fn region_shape(&self, key: BufferKey, region: &Region) -> Result<Vec<usize>> {
         self.memory.region_shape(key, region)
+    }
+
+    /// Checks an access of `region` of buffer (space, id) from (device,
+    /// core) as the access would (same errors) and returns the bytes of its
+    /// value, without moving data.
+    pub fn check_access(
+        &self,
+        device: u32,
+        core: u32,
+        space: MemorySpace,
+        id: u32,
+        region: &Region,
+        access: Access,
+    ) -> Result<usize> {
+        let r = MemRef { device, core, space, id, region };
+        self.memory.check_access(&self.topo, r, access).map_err(|e| e.at(device, core))
     }
 
     /// Reads `region` of buffer (space, id) as seen from (device, core) into

@@ -377,3 +377,30 @@ fn leaks_of_a_device_out_of_range_is_an_error() {
     assert_eq!(e.kind, ErrorKind::Value);
     assert!(e.message.contains("device id 99 out of range") && e.message.contains("valid ids 0 to 1"), "{e}");
 }
+
+#[test]
+fn huge_out_of_bounds_dma_regions_are_errors_not_aborts() {
+    // Found by tests/test_runtime_fuzz.py: a copy going through a temporary
+    // allocated the whole (4 TiB) region before checking bounds, and the
+    // failed allocation aborted the process.
+    let huge = Region::new(vec![DimSel::slice(0, 1 << 40, 1)]);
+    for mode in [DmaMode::Eager, DmaMode::OnWait] {
+        let rt = runtime(2, 1, mode);
+        let src = buffer(&rt, 0, 0, MemorySpace::Vmem, 8, 1.0);
+        let dst = zeros(&rt, 0, 0, 8);
+        let far = zeros(&rt, 1, 0, 8);
+        let sems = rt.allocate_semaphores(0, None, SemKind::Dma, 2).unwrap();
+        rt.allocate_semaphores(1, None, SemKind::Dma, 2).unwrap();
+        let local = DmaRequest { src_region: huge.clone(), dst_region: huge.clone(), ..local(0, src, dst, sems) };
+        let local = DmaRequest { src_space: MemorySpace::Vmem, ..local };
+        let remote = DmaRequest { src_region: huge.clone(), dst_region: huge.clone(), ..remote(0, 0, 1, src, far, (sems, sems + 1)) };
+        for (req, wait_on) in [(local, (0, sems)), (remote, (1, sems + 1))] {
+            let e = match rt.dma_start(&req) {
+                Err(e) => e,
+                Ok(()) => rt.dma_wait(wait_on.0, 0, wait_on.1, 1).unwrap_err(),
+            };
+            assert_eq!(e.kind, ErrorKind::Index, "{mode:?}: {e}");
+            assert!(e.message.contains("Out-of-bounds read"), "{e}");
+        }
+    }
+}

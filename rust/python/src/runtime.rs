@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mosaic_rt_core::{
-    timeout_from_secs, BufferKey, Config, DType, DmaMode, DmaRequest, FillMode, Init, OobReads,
+    timeout_from_secs, Access, BufferKey, Config, DType, DmaMode, DmaRequest, FillMode, Init, OobReads,
     RtError, Runtime,
 };
 use pyo3::exceptions::PyValueError;
@@ -271,8 +271,12 @@ impl PyRuntime {
         Ok(PyByteArray::new(py, &bytes))
     }
 
-    /// (dtype name, shape) of what a load of `region` returns.
-    #[pyo3(signature = (device, core, space, id, region=RegionArg(Default::default())))]
+    /// (dtype name, shape) of what a load of `region` returns. With
+    /// `access` ("read", "write" or "swap": an unmasked swap) the region is
+    /// first checked as that access would check it (same errors), so callers
+    /// can refuse a huge region before allocating room for its value.
+    #[pyo3(signature = (device, core, space, id, region=RegionArg(Default::default()), access=None))]
+    #[allow(clippy::too_many_arguments)]
     fn region_layout(
         &self,
         py: Python<'_>,
@@ -281,8 +285,22 @@ impl PyRuntime {
         space: Space,
         id: Int,
         region: RegionArg,
+        access: Option<&str>,
     ) -> PyResult<(&'static str, Vec<usize>)> {
-        let (_, _, key) = self.key_arg(device, core, space, id)?;
+        let (d, c, key) = self.key_arg(device, core, Space(space.0), id)?;
+        if let Some(access) = access {
+            let access = match access {
+                "read" => Access::Read,
+                "write" => Access::Write,
+                "swap" => Access::Swap,
+                other => {
+                    return Err(PyValueError::new_err(format!(
+                        "access must be 'read', 'write' or 'swap', got {other:?}"
+                    )))
+                }
+            };
+            self.rt.check_access(d, c, space.0, key.id, &region.0, access).or_raise(py)?;
+        }
         let info = self.rt.buffer_info(key).or_raise(py)?;
         let shape = self.rt.region_shape(key, &region.0).or_raise(py)?;
         Ok((info.dtype.name(), shape))
@@ -318,6 +336,8 @@ impl PyRuntime {
                 Ok(None)
             }
             None => {
+                // Errors before allocating room for a (possibly huge) region.
+                self.rt.check_access(d, c, space.0, key.id, &region.0, Access::Read).or_raise(py)?;
                 let fresh = PyByteArray::new_with(py, want, |dst| {
                     // Nobody else can reach the new bytearray: copying into
                     // it without the GIL races with nothing.
