@@ -181,6 +181,24 @@ impl FakeCall {
         self.named(name, AttrValue::Array(a, v))
     }
 
+    /// Makes the data pointer of operand `i` null (robustness tests).
+    pub fn null_arg_data(mut self, i: usize) -> Self {
+        self.args[i].raw.data = std::ptr::null_mut();
+        self
+    }
+
+    /// Makes the data pointer of result `i` null (robustness tests).
+    pub fn null_ret_data(mut self, i: usize) -> Self {
+        self.rets[i].raw.data = std::ptr::null_mut();
+        self
+    }
+
+    /// Makes the dims pointer of operand `i` null (robustness tests).
+    pub fn null_arg_dims(mut self, i: usize) -> Self {
+        self.args[i].raw.dims = std::ptr::null_mut();
+        self
+    }
+
     /// Bytes of result `i` after a call.
     pub fn ret_bytes(&self, i: usize) -> &[u8] {
         &self.rets[i].data[..]
