@@ -7,6 +7,7 @@
 //!
 //! Nothing here knows about Python or XLA: the FFI crate and the pyo3 binding
 //! are thin layers on top of [`Runtime`].
+#![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 
 pub mod config;
 pub mod dma;
