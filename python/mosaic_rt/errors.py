@@ -50,6 +50,7 @@ _BY_NAME: dict[str, type[BaseException]] = {
     "IndexError": IndexError,
     "NotImplementedError": NotImplementedError,
     "RuntimeError": RuntimeError,
+    "MemoryError": MemoryError,
     "KernelAborted": KernelAborted,
     "WaitTimeout": WaitTimeout,
     "DeadlockError": DeadlockError,

@@ -19,7 +19,7 @@ import numpy as np
 
 from mosaic_rt import _native
 from mosaic_rt._dtypes import DTYPES as _DTYPES
-from mosaic_rt._dtypes import byte_view, canonical_bytes, dtype_name, numpy_dtype
+from mosaic_rt._dtypes import canonical_bytes, dtype_name, numpy_dtype
 
 __all__ = ["BufferInfo", "Leak", "Runtime", "numpy_dtype"]
 
@@ -36,11 +36,14 @@ class BufferInfo(NamedTuple):
 
 
 class Leak(NamedTuple):
+    """A semaphore left with a non-zero count, or with DMAs started and never
+    waited for (``on_wait`` mode: their data never moved)."""
     sem: int
     kind: str
     device: int
     core: int
     count: int
+    pending_dmas: tuple[str, ...] = ()
 
 
 def _raw(arr: np.ndarray) -> np.ndarray:
@@ -157,15 +160,15 @@ class Runtime:
 
     def load(self, device: int, core: int, space: str | int, buffer_id: int,
              region: Region = None) -> np.ndarray:
-        name, shape = self._rt.region_layout(device, core, space, buffer_id, region)
-        out = np.empty(shape, _DTYPES[name])
-        self._rt.load(device, core, space, buffer_id, region, byte_view(out))
-        return out
+        name, shape = self._rt.region_layout(device, core, space, buffer_id, region, "read")
+        raw = self._rt.load(device, core, space, buffer_id, region)
+        return np.frombuffer(raw, dtype=_DTYPES[name]).reshape(shape)
 
     def store(self, device: int, core: int, space: str | int, buffer_id: int,
               value: Any, region: Region = None) -> None:
         """Writes ``value`` (broadcast to the region's shape; same dtype)."""
-        name, shape = self._rt.region_layout(device, core, space, buffer_id, region)
+        # Bounds are checked before the value is broadcast to the region.
+        name, shape = self._rt.region_layout(device, core, space, buffer_id, region, "write")
         data = _as_value(value, _DTYPES[name], tuple(shape))
         self._rt.store(device, core, space, buffer_id, region, data)
 
@@ -173,14 +176,14 @@ class Runtime:
              value: Any, region: Region = None, mask: Any = None) -> np.ndarray:
         """Stores ``value`` where ``mask`` is true (everywhere without a mask)
         and returns the previous contents (masked-off elements: ``value``)."""
-        name, shape = self._rt.region_layout(device, core, space, buffer_id, region)
+        name, shape = self._rt.region_layout(device, core, space, buffer_id, region,
+                                             "swap" if mask is None else None)
         dtype, shape = _DTYPES[name], tuple(shape)
         data = _as_value(value, dtype, shape)
         raw_mask = None if mask is None else _as_value(
             np.asarray(mask, dtype=bool), np.dtype(bool), shape, "mask")
-        out = np.empty(shape, dtype)
-        self._rt.swap(device, core, space, buffer_id, region, data, byte_view(out), raw_mask)
-        return out
+        raw = self._rt.swap(device, core, space, buffer_id, region, data, None, raw_mask)
+        return np.frombuffer(raw, dtype=dtype).reshape(shape)
 
     # --------------------------------------------------------- semaphores
 
@@ -224,7 +227,9 @@ class Runtime:
         self._rt.device_barrier(device)
 
     def leaks(self, device: int | None = None) -> list[Leak]:
-        return [Leak(*leak) for leak in self._rt.leaks(device)]
+        """Semaphores with a non-zero count, or with DMAs started and never
+        waited for, on ``device`` (every device for None)."""
+        return [Leak(*leak[:5], tuple(leak[5])) for leak in self._rt.leaks(device)]
 
     # ------------------------------------------------------------ failure
 

@@ -44,7 +44,9 @@ def begin(token, device, *, uid, num_devices, params: InterpretParams, name):
         out_of_bounds_reads=params.out_of_bounds_reads,
         uninitialized_memory=params.uninitialized_memory,
         detect_races=params.detect_races,
-        wait_timeout_ms=0 if timeout is None else max(1, int(timeout * 1000)))
+        # None, inf, or more milliseconds than int64 holds: 0, no timeout.
+        wait_timeout_ms=(0 if timeout is None or not timeout * 1000 < 2**63
+                         else max(1, int(timeout * 1000))))
 
 
 def end(token, handle, device, *, on_leak):

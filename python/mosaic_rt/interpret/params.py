@@ -57,10 +57,20 @@ class InterpretParams(_StockParams):
                 "buffer_bounds must be 'logical' or 'padded', got"
                 f" {self.buffer_bounds!r}."
             )
-        if self.wait_timeout is not None and not self.wait_timeout > 0:
-            raise ValueError(
-                f"wait_timeout must be a positive number of seconds or None, got {self.wait_timeout!r}."
-            )
+        if self.wait_timeout is not None:
+            # Any positive number; inf (or too long to count) means no timeout.
+            try:
+                ok = (not isinstance(self.wait_timeout, (bool, str, bytes))
+                      and float(self.wait_timeout) > 0)
+            except OverflowError:  # an int beyond float range: positive or not
+                ok = self.wait_timeout > 0
+            except (TypeError, ValueError):
+                ok = False
+            if not ok:
+                raise ValueError(
+                    "wait_timeout must be a positive number of seconds or None (inf: no"
+                    f" timeout), got {self.wait_timeout!r}."
+                )
         if self.on_semaphore_leak not in ("warn", "raise", "ignore"):
             raise ValueError(
                 "on_semaphore_leak must be 'warn', 'raise' or 'ignore', got"

@@ -1,7 +1,19 @@
 //! Static configuration of one runtime (one running kernel).
 
 use crate::error::{Result, RtError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// A wait timeout of `seconds` (>= 0). `inf`, and any timeout too long for
+/// its deadline to be representable, mean no timeout: such a wait could
+/// never time out anyway. NaN and negative values are errors.
+pub fn timeout_from_secs(seconds: f64) -> Result<Option<Duration>> {
+    if seconds.is_nan() || seconds < 0.0 {
+        return Err(RtError::value(format!(
+            "wait_timeout must be None or a number of seconds >= 0 (inf: no timeout), got {seconds:?}"
+        )));
+    }
+    Ok(Duration::try_from_secs_f64(seconds).ok().filter(|&d| Instant::now().checked_add(d).is_some()))
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DmaMode {
@@ -76,20 +88,29 @@ impl Topology {
         device * self.cores_per_device + core
     }
     /// Checks a (device, core) pair and returns its global core id.
+    #[inline]
     pub fn check(&self, device: u32, core: u32) -> Result<u32> {
-        if device >= self.num_devices {
-            return Err(RtError::value(format!(
-                "device id {device} out of range: the kernel runs on {} device(s)",
-                self.num_devices
-            )));
-        }
-        if core >= self.cores_per_device {
-            return Err(RtError::value(format!(
-                "core id {core} out of range: each device has {} core(s)",
-                self.cores_per_device
-            )));
+        if device >= self.num_devices || core >= self.cores_per_device {
+            return Err(self.out_of_range(device, core));
         }
         Ok(self.global_core(device, core))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn out_of_range(&self, device: u32, core: u32) -> RtError {
+        if device >= self.num_devices {
+            return RtError::value(format!(
+                "device id {device} out of range: the kernel runs on {} device(s) (valid ids 0 to {})",
+                self.num_devices,
+                self.num_devices.saturating_sub(1)
+            ));
+        }
+        RtError::value(format!(
+            "core id {core} out of range: each device has {} core(s) (valid ids 0 to {})",
+            self.cores_per_device,
+            self.cores_per_device.saturating_sub(1)
+        ))
     }
 }
 

@@ -6,10 +6,11 @@ pub use machine::DmaMachine;
 
 use crate::config::DmaMode;
 use crate::error::{Result, RtError};
-use crate::memory::{BufferKey, MemRef, MemorySpace};
+use crate::memory::{Access, BufferKey, MemRef, MemorySpace};
 use crate::races::DmaThread;
 use crate::region::Region;
 use crate::runtime::Runtime;
+use crate::sem::Work;
 use crate::sync::Arc;
 
 /// A DMA from a region of a buffer of (device, core) to a region of a buffer
@@ -110,7 +111,10 @@ impl QueuedDma {
     /// Loads the source region, then signals the send semaphore (remote only).
     fn load_source(&self, rt: &Runtime) -> Result<Vec<u8>> {
         let (r, plan) = (&self.req, &self.plan);
-        let mut data = vec![0u8; plan.bytes as usize];
+        // Bounds first: a huge out-of-bounds region fails without allocating.
+        let src = MemRef { device: r.device, core: r.core, space: r.src_space, id: r.src_id, region: &r.src_region };
+        let n = rt.memory.check_access(&rt.topo, src, Access::Read).map_err(|e| e.at(r.device, r.core))?;
+        let mut data = crate::memory::zeroed(n, || format!("a DMA of {n} bytes"))?;
         // Not `rt.load`: the access is the DMA's, not the issuing core's.
         rt.memory
             .load(&rt.topo, r.device, r.core, r.src_space, r.src_id, &r.src_region, &mut data)
@@ -143,6 +147,58 @@ impl QueuedDma {
         self.machine
             .read_write(|| copy_whole(rt, &self.req, &self.plan, self.race), |data| self.store_destination(rt, data))
     }
+
+    /// For leak reports: names both buffers, both semaphores and the cores.
+    fn describe(&self) -> String {
+        let (r, plan) = (&self.req, &self.plan);
+        let side = |space, id, device, region: &Region| {
+            let key = buffer_key(space, id, device, r.core);
+            if region.dims.is_empty() {
+                format!("{key}")
+            } else {
+                format!("{key} at {}", region.python_repr())
+            }
+        };
+        let sems = match r.src_sem {
+            Some(s) => format!(
+                "send semaphore {s} on device {}, receive semaphore {} on device {}",
+                r.device, r.dst_sem, plan.dst_device
+            ),
+            None => format!("semaphore {}", r.dst_sem),
+        };
+        format!(
+            "DMA of {} bytes from {} to {}, started on device {}, core {} ({sems})",
+            plan.bytes,
+            side(r.src_space, r.src_id, r.device, &r.src_region),
+            side(r.dst_space, r.dst_id, plan.dst_device, &r.dst_region),
+            r.device,
+            r.core
+        )
+    }
+}
+
+/// The send side of a queued remote DMA: its read step.
+struct ReadStep(Arc<QueuedDma>);
+
+impl Work for ReadStep {
+    fn run(&self, rt: &Runtime) -> Result<()> {
+        self.0.run_read(rt)
+    }
+    fn pending(&self) -> Option<String> {
+        self.0.machine.is_started().then(|| self.0.describe())
+    }
+}
+
+/// The receive side of a queued DMA: whatever is left of it.
+struct WriteStep(Arc<QueuedDma>);
+
+impl Work for WriteStep {
+    fn run(&self, rt: &Runtime) -> Result<()> {
+        self.0.run_read_write(rt)
+    }
+    fn pending(&self) -> Option<String> {
+        (!self.0.machine.is_completed()).then(|| self.0.describe())
+    }
 }
 
 fn buffer_key(space: MemorySpace, id: u32, device: u32, core: u32) -> BufferKey {
@@ -173,29 +229,19 @@ pub fn start(rt: &Runtime, req: &DmaRequest) -> Result<()> {
         return copy_whole(rt, req, &plan, race);
     }
 
-    // on_wait: validate now, so a bad DMA fails at its start, not at a wait.
-    let src_key = buffer_key(req.src_space, req.src_id, req.device, req.core);
-    let dst_key = buffer_key(req.dst_space, req.dst_id, dst_device, req.core);
-    let src_dtype = rt.buffer_info(src_key)?.dtype;
-    let dst_dtype = rt.buffer_info(dst_key)?.dtype;
-    let src_shape = rt.region_shape(src_key, &req.src_region)?;
-    let dst_shape = rt.region_shape(dst_key, &req.dst_region)?;
-    let elements: usize = src_shape.iter().product();
-    if src_dtype != dst_dtype || elements != dst_shape.iter().product::<usize>() {
-        return Err(RtError::value(format!(
-            "DMA source and destination must have the same dtype and number of elements: \
-             source is {}{src_shape:?}, destination is {}{dst_shape:?}",
-            src_dtype.name(),
-            dst_dtype.name()
-        )));
-    }
+    // on_wait: validate now (exactly as the eager copy does: buffers,
+    // regions, dtypes and shapes), so a bad DMA fails at its start, not at a
+    // wait -- or never, if nobody waits.
+    let src = MemRef { device: req.device, core: req.core, space: req.src_space, id: req.src_id, region: &req.src_region };
+    let dst = MemRef { device: dst_device, core: req.core, space: req.dst_space, id: req.dst_id, region: &req.dst_region };
+    let bytes = rt.memory.check_copy(&topo, src, dst)?;
+    let bytes = i64::try_from(bytes).map_err(|_| RtError::value(format!("DMA of {bytes} bytes is too large")))?;
 
-    let plan = Plan { dst_device, src_gcore, dst_gcore, bytes: (elements * src_dtype.itemsize()) as i64 };
+    let plan = Plan { dst_device, src_gcore, dst_gcore, bytes };
     let race = rt.races.as_ref().map(|races| races.dma_begin(req.device, req.core));
     let dma = Arc::new(QueuedDma { req: req.clone(), plan, machine: DmaMachine::new(), race });
     if let Some(src_sem) = req.src_sem {
-        let reader = Arc::clone(&dma);
-        rt.sems.enqueue(src_sem, src_gcore, Box::new(move |rt: &Runtime| reader.run_read(rt)))?;
+        rt.sems.enqueue(src_sem, src_gcore, Box::new(ReadStep(Arc::clone(&dma))))?;
     }
-    rt.sems.enqueue(req.dst_sem, dst_gcore, Box::new(move |rt: &Runtime| dma.run_read_write(rt)))
+    rt.sems.enqueue(req.dst_sem, dst_gcore, Box::new(WriteStep(dma)))
 }

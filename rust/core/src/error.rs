@@ -23,6 +23,9 @@ pub enum ErrorKind {
     /// A kernel-level error stock interpret mode raises as `RuntimeError`
     /// (e.g. an output block revisited).
     Runtime,
+    /// The host could not provide the memory a request needs (raised as
+    /// `MemoryError`; the message names the size).
+    Memory,
     /// A broken invariant inside mosaic_rt (a bug, never user error).
     Internal,
 }
@@ -39,6 +42,7 @@ impl ErrorKind {
             ErrorKind::Leak => "SemaphoreLeakError",
             ErrorKind::NotImplemented => "NotImplementedError",
             ErrorKind::Runtime => "RuntimeError",
+            ErrorKind::Memory => "MemoryError",
             ErrorKind::Internal => "MosaicRuntimeError",
         }
     }
@@ -46,7 +50,7 @@ impl ErrorKind {
     /// Inverse of [`ErrorKind::python_type`].
     pub fn from_python_type(name: &str) -> Option<ErrorKind> {
         use ErrorKind::*;
-        [Value, Index, Aborted, Timeout, Deadlock, Leak, NotImplemented, Runtime, Internal]
+        [Value, Index, Aborted, Timeout, Deadlock, Leak, NotImplemented, Runtime, Memory, Internal]
             .into_iter()
             .find(|k| k.python_type() == name)
     }
@@ -77,6 +81,9 @@ impl RtError {
     }
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Internal, message)
+    }
+    pub fn memory(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Memory, message)
     }
     pub fn not_implemented(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::NotImplemented, message)

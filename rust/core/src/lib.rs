@@ -7,6 +7,7 @@
 //!
 //! Nothing here knows about Python or XLA: the FFI crate and the pyo3 binding
 //! are thin layers on top of [`Runtime`].
+#![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 
 pub mod config;
 pub mod dma;
@@ -22,12 +23,12 @@ pub mod runtime;
 pub mod sem;
 pub mod sync;
 
-pub use config::{Config, DmaMode, FillMode, OobReads, Topology};
+pub use config::{timeout_from_secs, Config, DmaMode, FillMode, OobReads, Topology};
 pub use dma::DmaRequest;
 pub use dtype::DType;
 pub use error::{ErrorKind, Result, RtError};
-pub use memory::{BufferInfo, BufferKey, Init, MemorySpace};
+pub use memory::{Access, BufferInfo, BufferKey, Init, MemorySpace};
 pub use region::{DimSel, Region};
 pub use registry::LaunchRegistry;
 pub use runtime::Runtime;
-pub use sem::{Leak, SemKind};
+pub use sem::{Leak, SemKind, MAX_COUNT};

@@ -9,7 +9,7 @@
 use crate::config::{Config, Topology};
 use crate::dma::DmaRequest;
 use crate::error::{Result, RtError};
-use crate::memory::{BufferInfo, BufferKey, Init, MemRef, MemorySpace, MemoryTable};
+use crate::memory::{Access, BufferInfo, BufferKey, Init, MemRef, MemorySpace, MemoryTable};
 use crate::dtype::DType;
 use crate::region::Region;
 use crate::prng::CorePrng;
@@ -68,6 +68,7 @@ impl Runtime {
     /// once per device (key core 0) and are reference-counted across cores.
     /// `shape` is the allocated (possibly padded) shape, `logical_shape` the
     /// user-visible one (defaults to `shape`).
+    #[allow(clippy::too_many_arguments)]
     pub fn allocate_buffer(
         &self,
         device: u32,
@@ -110,6 +111,22 @@ impl Runtime {
     /// Shape of the value a load of `region` returns (squeezed dims dropped).
     pub fn region_shape(&self, key: BufferKey, region: &Region) -> Result<Vec<usize>> {
         self.memory.region_shape(key, region)
+    }
+
+    /// Checks an access of `region` of buffer (space, id) from (device,
+    /// core) as the access would (same errors) and returns the bytes of its
+    /// value, without moving data.
+    pub fn check_access(
+        &self,
+        device: u32,
+        core: u32,
+        space: MemorySpace,
+        id: u32,
+        region: &Region,
+        access: Access,
+    ) -> Result<usize> {
+        let r = MemRef { device, core, space, id, region };
+        self.memory.check_access(&self.topo, r, access).map_err(|e| e.at(device, core))
     }
 
     /// Reads `region` of buffer (space, id) as seen from (device, core) into
@@ -211,6 +228,7 @@ impl Runtime {
     /// The barrier semaphore of `collective_id` (fixed-id namespace); it is
     /// created on first use and its id is the collective id.
     pub fn barrier_semaphore(&self, device: u32, collective_id: u32) -> Result<u32> {
+        self.topo.check(device, 0)?;
         self.sems.barrier_semaphore(collective_id).map_err(|e| e.at(device, 0))
     }
 
@@ -298,9 +316,16 @@ impl Runtime {
         self.races.as_ref().map(|r| r.num_threads())
     }
 
-    /// Semaphores with a non-zero count on `device` (all devices if `None`).
-    pub fn leaks(&self, device: Option<u32>) -> Vec<Leak> {
+    /// Semaphores with a non-zero count, or with DMAs started and never
+    /// waited for (on_wait mode), on `device` (all devices if `None`).
+    pub fn leaks(&self, device: Option<u32>) -> Result<Vec<Leak>> {
         self.sems.leaks(&self.topo, device)
+    }
+
+    /// Semaphore counter pages (512 counters each) materialised so far; for
+    /// memory diagnostics and tests.
+    pub fn semaphore_pages_in_use(&self) -> usize {
+        self.sems.counter_pages_in_use()
     }
 
     // ------------------------------------------------------ grid and PRNG

@@ -3,14 +3,18 @@
 //! model-checked with the very code that runs in production.
 
 #[cfg(loom)]
-pub use loom::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+pub use loom::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(loom)]
 pub use loom::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+#[cfg(loom)]
+pub use loom::thread::yield_now;
 
 #[cfg(not(loom))]
-pub use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+pub use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
 pub use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+#[cfg(not(loom))]
+pub use std::thread::yield_now;
 
 /// Locks a mutex, ignoring poisoning: a panic in one handler is turned into
 /// an error at the FFI boundary and must not wedge every other core.

@@ -95,7 +95,7 @@ fn local_eager_copies_at_start_and_signals_bytes() {
     assert_eq!(content(&rt, 0, 0, MemorySpace::Vmem, dst), (1..=8).map(|x| x as f32).collect::<Vec<_>>());
     assert_eq!(rt.semaphore_read(0, 0, sem).unwrap(), 32);
     rt.dma_wait(0, 0, sem, 32).unwrap();
-    assert!(rt.leaks(None).is_empty());
+    assert!(rt.leaks(None).unwrap().is_empty());
 }
 
 #[test]
@@ -111,7 +111,7 @@ fn local_on_wait_copies_when_waited_on() {
     assert_eq!(rt.semaphore_read(0, 1, sem).unwrap(), 0);
     rt.dma_wait(0, 1, sem, 16).unwrap();
     assert_eq!(content(&rt, 0, 1, MemorySpace::Vmem, dst), vec![12.0, 13.0, 14.0, 15.0]);
-    assert!(rt.leaks(None).is_empty());
+    assert!(rt.leaks(None).unwrap().is_empty());
 }
 
 #[test]
@@ -151,7 +151,7 @@ fn remote_eager_signals_send_on_source_and_recv_on_destination_core() {
     assert_eq!(content(&rt, 1, 1, MemorySpace::Vmem, req.dst_id), vec![5.0, 6.0, 7.0, 8.0]);
     rt.dma_wait(0, 1, sem, 16).unwrap();
     rt.dma_wait(1, 1, sem, 16).unwrap();
-    assert!(rt.leaks(None).is_empty());
+    assert!(rt.leaks(None).unwrap().is_empty());
 }
 
 #[test]
@@ -165,7 +165,7 @@ fn remote_on_wait_sender_first_reads_then_receiver_writes() {
     assert_eq!(rt.semaphore_read(1, 1, req.dst_sem).unwrap(), 0);
     rt.dma_wait(1, 1, req.dst_sem, 16).unwrap();
     assert_eq!(content(&rt, 1, 1, MemorySpace::Vmem, req.dst_id), vec![5.0, 6.0, 7.0, 8.0]);
-    assert!(rt.leaks(None).is_empty());
+    assert!(rt.leaks(None).unwrap().is_empty());
 }
 
 #[test]
@@ -177,7 +177,7 @@ fn remote_on_wait_receiver_first_does_both_steps_once() {
     // The send semaphore was signalled by the read, exactly once.
     assert_eq!(rt.semaphore_read(0, 1, req.src_sem.unwrap()).unwrap(), 16);
     rt.dma_wait(0, 1, req.src_sem.unwrap(), 16).unwrap();
-    assert!(rt.leaks(None).is_empty());
+    assert!(rt.leaks(None).unwrap().is_empty());
 }
 
 #[test]
@@ -194,7 +194,7 @@ fn remote_on_wait_across_threads() {
     rt.dma_wait(0, 1, req.src_sem.unwrap(), 16).unwrap();
     receiver.join().unwrap().unwrap();
     assert_eq!(content(&rt, 1, 1, MemorySpace::Vmem, req.dst_id), vec![5.0, 6.0, 7.0, 8.0]);
-    assert!(rt.leaks(None).is_empty());
+    assert!(rt.leaks(None).unwrap().is_empty());
 }
 
 #[test]
@@ -225,9 +225,9 @@ fn descriptor_invariant_has_the_exact_stock_message() {
 
 #[test]
 fn dtype_or_size_mismatch_names_both_sides() {
-    // on_wait checks at start (its own wording); eager lets the copy check.
+    // on_wait checks at start exactly as the eager copy does (same text).
     for (mode, f32_8, f32_4, i32_8) in [
-        (DmaMode::OnWait, "float32[8]", "float32[4]", "int32[8]"),
+        (DmaMode::OnWait, "float32 (8,)", "float32 (4,)", "int32 (8,)"),
         (DmaMode::Eager, "float32 (8,)", "float32 (4,)", "int32 (8,)"),
     ] {
         let rt = runtime(1, 1, mode);
@@ -280,4 +280,127 @@ fn dma_start_after_failure_aborts() {
     let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
     rt.fail(mosaic_rt_core::RtError::value("boom"));
     assert_eq!(rt.dma_start(&local(0, src, dst, sem)).unwrap_err().kind, ErrorKind::Aborted);
+}
+
+/// A 2-D f32 VMEM buffer of `shape` on (device, core), zero-filled.
+fn zeros_2d(rt: &Runtime, device: u32, shape: [usize; 2]) -> u32 {
+    let bytes = vec![0u8; 4 * shape[0] * shape[1]];
+    rt.allocate_buffer(device, Some(0), MemorySpace::Vmem, DType::F32, &shape, None, Init::Bytes(&bytes)).unwrap()
+}
+
+#[test]
+fn remote_dma_with_mismatched_shapes_fails_at_start_in_both_modes_with_one_message() {
+    // Issue 11 #2: (8,128) -> (16,64) has the same element count; on_wait
+    // used to accept it and copy reshaped data.
+    let mut messages = Vec::new();
+    for mode in [DmaMode::Eager, DmaMode::OnWait] {
+        let rt = runtime(2, 1, mode);
+        let src = zeros_2d(&rt, 0, [8, 128]);
+        let dst = zeros_2d(&rt, 1, [16, 64]);
+        let send = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
+        let recv = rt.allocate_semaphores(1, None, SemKind::Dma, 1).unwrap();
+        assert_eq!(send, recv);
+        let e = rt.dma_start(&remote(0, 0, 1, src, dst, (send, recv))).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Value, "{mode:?}: {e}");
+        assert!(e.message.contains("(8, 128)") && e.message.contains("(16, 64)"), "{e}");
+        // Nothing was queued or signalled.
+        assert!(rt.leaks(None).unwrap().is_empty());
+        messages.push(e.message);
+    }
+    assert_eq!(messages[0], messages[1]);
+}
+
+#[test]
+fn on_wait_dma_never_waited_is_reported_as_a_leak_naming_it() {
+    // Issue 11 #8: a started on_wait DMA nobody waits for never moves its
+    // data; it must show up in the leak report like eager's count does.
+    let rt = runtime(2, 1, DmaMode::OnWait);
+    let src = buffer(&rt, 0, 0, MemorySpace::Vmem, 8, 1.0);
+    let dst = zeros(&rt, 1, 0, 8);
+    let sems = rt.allocate_semaphores(0, None, SemKind::Dma, 2).unwrap();
+    rt.allocate_semaphores(1, None, SemKind::Dma, 2).unwrap();
+    let (send, recv) = (sems, sems + 1);
+    rt.dma_start(&remote(0, 0, 1, src, dst, (send, recv))).unwrap();
+    let leaks = rt.leaks(None).unwrap();
+    assert_eq!(leaks.len(), 2, "{leaks:?}");
+    let (on_sender, on_receiver) = (&leaks[0], &leaks[1]);
+    assert_eq!((on_sender.device, on_sender.core, on_sender.sem, on_sender.count), (0, 0, send, 0));
+    assert_eq!((on_receiver.device, on_receiver.core, on_receiver.sem, on_receiver.count), (1, 0, recv, 0));
+    let text = on_receiver.describe();
+    for part in [
+        "vmem buffer 100 of device 0, core 0",
+        "vmem buffer 100 of device 1, core 0",
+        &format!("send semaphore {send} on device 0"),
+        &format!("receive semaphore {recv} on device 1"),
+        "32 bytes",
+        "never waited",
+    ] {
+        assert!(text.contains(part), "{part:?} not in {text}");
+    }
+    assert_eq!(rt.leaks(Some(1)).unwrap().len(), 1);
+    // The receiver waits: the whole DMA runs (read and write), the send
+    // count is left (the sender never waited for it), nothing is pending.
+    rt.dma_wait(1, 0, recv, 32).unwrap();
+    let leaks = rt.leaks(None).unwrap();
+    assert_eq!(leaks.len(), 1, "{leaks:?}");
+    assert_eq!((leaks[0].device, leaks[0].sem, leaks[0].count), (0, send, 32));
+    assert!(leaks[0].pending_dmas.is_empty(), "{leaks:?}");
+    rt.dma_wait(0, 0, send, 32).unwrap();
+    assert!(rt.leaks(None).unwrap().is_empty());
+}
+
+#[test]
+fn local_on_wait_dma_never_waited_is_a_leak_and_eager_leaves_the_count() {
+    for mode in [DmaMode::OnWait, DmaMode::Eager] {
+        let rt = runtime(1, 1, mode);
+        let src = buffer(&rt, 0, 0, MemorySpace::Hbm, 4, 1.0);
+        let dst = zeros(&rt, 0, 0, 4);
+        let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
+        rt.dma_start(&local(0, src, dst, sem)).unwrap();
+        let leaks = rt.leaks(Some(0)).unwrap();
+        assert_eq!(leaks.len(), 1, "{mode:?}");
+        match mode {
+            DmaMode::OnWait => {
+                assert_eq!(leaks[0].count, 0);
+                assert_eq!(leaks[0].pending_dmas.len(), 1);
+                assert!(leaks[0].pending_dmas[0].contains(&format!("(semaphore {sem})")), "{leaks:?}");
+            }
+            DmaMode::Eager => assert_eq!((leaks[0].count, leaks[0].pending_dmas.len()), (16, 0)),
+        }
+    }
+}
+
+#[test]
+fn leaks_of_a_device_out_of_range_is_an_error() {
+    let rt = runtime(2, 1, DmaMode::OnWait);
+    let e = rt.leaks(Some(99)).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Value);
+    assert!(e.message.contains("device id 99 out of range") && e.message.contains("valid ids 0 to 1"), "{e}");
+}
+
+#[test]
+fn huge_out_of_bounds_dma_regions_are_errors_not_aborts() {
+    // Found by tests/test_runtime_fuzz.py: a copy going through a temporary
+    // allocated the whole (4 TiB) region before checking bounds, and the
+    // failed allocation aborted the process.
+    let huge = Region::new(vec![DimSel::slice(0, 1 << 40, 1)]);
+    for mode in [DmaMode::Eager, DmaMode::OnWait] {
+        let rt = runtime(2, 1, mode);
+        let src = buffer(&rt, 0, 0, MemorySpace::Vmem, 8, 1.0);
+        let dst = zeros(&rt, 0, 0, 8);
+        let far = zeros(&rt, 1, 0, 8);
+        let sems = rt.allocate_semaphores(0, None, SemKind::Dma, 2).unwrap();
+        rt.allocate_semaphores(1, None, SemKind::Dma, 2).unwrap();
+        let local = DmaRequest { src_region: huge.clone(), dst_region: huge.clone(), ..local(0, src, dst, sems) };
+        let local = DmaRequest { src_space: MemorySpace::Vmem, ..local };
+        let remote = DmaRequest { src_region: huge.clone(), dst_region: huge.clone(), ..remote(0, 0, 1, src, far, (sems, sems + 1)) };
+        for (req, wait_on) in [(local, (0, sems)), (remote, (1, sems + 1))] {
+            let e = match rt.dma_start(&req) {
+                Err(e) => e,
+                Ok(()) => rt.dma_wait(wait_on.0, 0, wait_on.1, 1).unwrap_err(),
+            };
+            assert_eq!(e.kind, ErrorKind::Index, "{mode:?}: {e}");
+            assert!(e.message.contains("Out-of-bounds read"), "{e}");
+        }
+    }
 }

@@ -26,29 +26,40 @@ pub type Body = fn(&mut Call) -> Result<()>;
 /// Runs `body` as handler `op` on `frame`.
 ///
 /// # Safety
-/// `frame` must be the call frame XLA passed to the handler.
+/// `frame` must be null or the call frame XLA passed to the handler: valid,
+/// with the pointers it holds valid (or null), for the whole call.
 pub unsafe fn run(frame: *mut CallFrame, op: &'static str, body: Body) -> *mut abi::Error {
-    if frame.is_null() {
+    // SAFETY: null or a valid call frame, by this function's contract.
+    let Some(raw) = (unsafe { frame.as_ref() }) else {
         return std::ptr::null_mut();
-    }
-    let raw = &*frame;
+    };
     // Registration-time query: fill in the metadata and succeed; there are
     // no args, and `api` may be NULL.
-    if !raw.extension_start.is_null() && (*raw.extension_start).type_ == abi::EXTENSION_METADATA {
-        let ext = raw.extension_start as *mut abi::MetadataExtension;
-        let meta = (*ext).metadata;
-        if !meta.is_null() {
-            (*meta).api_version.major_version = abi::API_MAJOR;
-            (*meta).api_version.minor_version = abi::API_MINOR;
-            (*meta).traits = 0;
+    // SAFETY: a non-null extension pointer of a valid frame points at an
+    // extension header.
+    if let Some(ext) = unsafe { raw.extension_start.as_ref() } {
+        if ext.type_ == abi::EXTENSION_METADATA {
+            let ext = raw.extension_start as *mut abi::MetadataExtension;
+            // SAFETY: a header of type METADATA starts an
+            // `XLA_FFI_Metadata_Extension`; its non-null `metadata` points at
+            // a struct XLA lets us fill in, and nothing else accesses it
+            // during this call.
+            unsafe {
+                let meta = (*ext).metadata;
+                if !meta.is_null() {
+                    (*meta).api_version.major_version = abi::API_MAJOR;
+                    (*meta).api_version.minor_version = abi::API_MINOR;
+                    (*meta).traits = 0;
+                }
+            }
+            return std::ptr::null_mut();
         }
-        return std::ptr::null_mut();
     }
-    if raw.api.is_null() {
+    // SAFETY: a non-null `api` of a valid frame is XLA's API table.
+    let Some(api) = (unsafe { raw.api.as_ref() }) else {
         // Nothing can be reported without the API table.
         return std::ptr::null_mut();
-    }
-    let api = &*raw.api;
+    };
     let outcome = catch_unwind(AssertUnwindSafe(|| execute(raw, op, body)));
     let message = match outcome {
         Ok(None) => return std::ptr::null_mut(),
@@ -57,7 +68,8 @@ pub unsafe fn run(frame: *mut CallFrame, op: &'static str, body: Body) -> *mut a
             "[mosaic_rt] MosaicRuntimeError: internal error while reporting a failure of {op}"
         ),
     };
-    errors::ffi_error(api, &message)
+    // SAFETY: `api` is the API table of the current call.
+    unsafe { errors::ffi_error(api, &message) }
 }
 
 /// Checks the frame, runs the body and turns any failure (error or panic)
@@ -112,9 +124,12 @@ mod tests {
     use crate::testing::FakeCall;
 
     unsafe extern "C" fn panicking(frame: *mut CallFrame) -> *mut abi::Error {
-        run(frame, "mosaic_rt_test_panic", |_| {
-            panic!("deliberate {}", 42)
-        })
+        // SAFETY: called by `FakeCall::call` with a valid frame.
+        unsafe {
+            run(frame, "mosaic_rt_test_panic", |_| {
+                panic!("deliberate {}", 42)
+            })
+        }
     }
 
     #[test]

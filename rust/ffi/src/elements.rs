@@ -28,9 +28,14 @@ impl<'a> Buf<'a> {
     /// Lets `fill` write the result's elements (`itemsize` bytes each), then
     /// packs them into XLA's buffer for the sub-byte dtypes. Nothing is
     /// packed when `fill` fails.
-    pub fn fill_elements<T>(&self, fill: impl FnOnce(&mut [u8]) -> Result<T>) -> Result<T> {
+    ///
+    /// # Safety
+    /// As for [`Buf::bytes_mut`]: this result buffer must not be referenced
+    /// by any other live slice while `fill` runs.
+    pub unsafe fn fill_elements<T>(&self, fill: impl FnOnce(&mut [u8]) -> Result<T>) -> Result<T> {
         let dtype = self.dtype()?;
-        let raw = self.bytes_mut()?;
+        // SAFETY: exclusivity of this result buffer is the caller's contract.
+        let raw = unsafe { self.bytes_mut()? };
         if !dtype.is_packed() {
             return fill(raw);
         }

@@ -81,8 +81,11 @@ pub unsafe fn ffi_error(api: &Api, message: &str) -> *mut abi::Error {
         message: c.as_ptr(),
         errc: abi::ERROR_INVALID_ARGUMENT,
     };
-    // XLA copies the message, so `c` may be dropped afterwards.
-    create(&mut args)
+    // SAFETY: `create` is XLA's `XLA_FFI_Error_Create` from a valid API
+    // table (the caller's contract), called with a complete args struct and
+    // a NUL-terminated message that outlives the call; XLA copies the
+    // message, so `c` may be dropped afterwards.
+    unsafe { create(&mut args) }
 }
 
 #[cfg(test)]

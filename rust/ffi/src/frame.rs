@@ -1,6 +1,10 @@
 //! Safe views over one `XLA_FFI_CallFrame`: operands, results and attributes,
-//! with the checks every handler needs (arity, dtype, rank) turned into clear
-//! `ValueError`s instead of crashes.
+//! with the checks every handler needs (arity, dtype, rank, null pointers)
+//! turned into clear `ValueError`s instead of crashes.
+//!
+//! Every raw pointer XLA hands us is null-checked before it is read. Result
+//! buffers are written through [`Buf::bytes_mut`], an `unsafe fn`: XLA owns
+//! that memory and only the caller can know that nothing else aliases it.
 
 use crate::abi::{self, CallFrame};
 use mosaic_rt_core::{DType, Result, RtError};
@@ -58,25 +62,38 @@ impl<'a> Frame<'a> {
         ))
     }
 
+    /// (type, pointer) of operand `i`, if it exists and the tables are there.
+    #[inline(always)]
+    fn arg_entry(&self, i: usize) -> Option<(i32, *mut c_void)> {
+        let a = &self.raw.args;
+        if i >= self.num_args() || a.types.is_null() || a.args.is_null() {
+            return None;
+        }
+        // SAFETY: XLA guarantees the non-null `types` and `args` arrays have
+        // `size` entries, and `i < size`.
+        Some(unsafe { (*a.types.add(i), *a.args.add(i)) })
+    }
+
+    /// (type, pointer) of result `i`, as `arg_entry`.
+    #[inline(always)]
+    fn ret_entry(&self, i: usize) -> Option<(i32, *mut c_void)> {
+        let r = &self.raw.rets;
+        if i >= self.num_rets() || r.types.is_null() || r.rets.is_null() {
+            return None;
+        }
+        // SAFETY: as in `arg_entry`.
+        Some(unsafe { (*r.types.add(i), *r.rets.add(i)) })
+    }
+
     #[inline]
     pub fn arg(&self, i: usize) -> Result<Buf<'a>> {
-        let a = &self.raw.args;
-        if i >= self.num_args() {
-            return Err(self.missing_buffer("operand", i));
-        }
-        // SAFETY: XLA guarantees `types` and `args` have `size` entries.
-        let (ty, ptr) = unsafe { (*a.types.add(i), *a.args.add(i)) };
+        let (ty, ptr) = self.arg_entry(i).ok_or_else(|| self.missing_buffer("operand", i))?;
         self.buffer(ty == abi::ARG_BUFFER, ptr, ("operand", i))
     }
 
     #[inline]
     pub fn ret(&self, i: usize) -> Result<Buf<'a>> {
-        let r = &self.raw.rets;
-        if i >= self.num_rets() {
-            return Err(self.missing_buffer("result", i));
-        }
-        // SAFETY: as for `arg`.
-        let (ty, ptr) = unsafe { (*r.types.add(i), *r.rets.add(i)) };
+        let (ty, ptr) = self.ret_entry(i).ok_or_else(|| self.missing_buffer("result", i))?;
         self.buffer(ty == abi::RET_BUFFER, ptr, ("result", i))
     }
 
@@ -90,20 +107,44 @@ impl<'a> Frame<'a> {
         if !is_buffer || ptr.is_null() {
             return Err(self.not_an_array(what));
         }
-        // SAFETY: a BUFFER entry points at an `XLA_FFI_Buffer` valid for the call.
+        // SAFETY: a non-null BUFFER entry points at an `XLA_FFI_Buffer` that
+        // lives for the whole call.
         let b = unsafe { &*(ptr as *const abi::Buffer) };
-        let dims = if b.rank <= 0 || b.dims.is_null() {
-            &[][..]
-        } else {
-            unsafe { std::slice::from_raw_parts(b.dims, b.rank as usize) }
+        let dims: &'a [i64] = match b.rank {
+            0 => &[],
+            r if r > 0 && !b.dims.is_null() => {
+                // SAFETY: a non-null `dims` of a buffer of rank r > 0 has r
+                // entries, valid for the call.
+                unsafe { std::slice::from_raw_parts(b.dims, r as usize) }
+            }
+            _ => return Err(self.bad_buffer(what, "has a negative rank or no dimensions")),
         };
-        Ok(Buf {
+        if dims.iter().any(|&d| d < 0) {
+            return Err(self.bad_buffer(what, "has a negative dimension"));
+        }
+        let buf = Buf {
             dtype: b.dtype,
             data: b.data,
             dims,
             what,
             op: self.op,
-        })
+        };
+        if b.data.is_null() && buf.checked_elements() != Some(0) {
+            return Err(self.bad_buffer(what, "has no data (null pointer)"));
+        }
+        Ok(buf)
+    }
+
+    #[cold]
+    fn bad_buffer(&self, what: (&str, usize), problem: &str) -> RtError {
+        RtError::value(format!("{}: {} {} {problem}", self.op, what.0, what.1))
+    }
+
+    /// XLA's API table (the dispatcher checked it is there).
+    pub fn api(&self) -> Result<&'a abi::Api> {
+        // SAFETY: a non-null `api` of a valid call frame is XLA's API table,
+        // valid for the whole call.
+        unsafe { self.raw.api.as_ref() }.ok_or_else(|| RtError::internal(format!("{}: no XLA API table", self.op)))
     }
 
     #[cold]
@@ -124,25 +165,22 @@ impl<'a> Frame<'a> {
     /// descriptive path.
     #[inline(always)]
     fn raw_arg(&self, i: usize, dtype: i32, rank: i64) -> Option<&'a abi::Buffer> {
-        let a = &self.raw.args;
-        if i >= self.num_args() {
+        let (ty, ptr) = self.arg_entry(i)?;
+        if ty != abi::ARG_BUFFER {
             return None;
         }
-        // SAFETY: as in `arg`.
-        unsafe {
-            if *a.types.add(i) != abi::ARG_BUFFER {
-                return None;
-            }
-            let b = (*a.args.add(i) as *const abi::Buffer).as_ref()?;
-            (b.dtype == dtype && b.rank == rank && !b.data.is_null()).then_some(b)
-        }
+        // SAFETY: as in `buffer` (`as_ref` checks for null).
+        let b = unsafe { (ptr as *const abi::Buffer).as_ref()? };
+        (b.dtype == dtype && b.rank == rank && !b.data.is_null() && (rank == 0 || !b.dims.is_null()))
+            .then_some(b)
     }
 
     /// An int32 scalar operand.
     #[inline(always)]
     pub fn arg_i32(&self, i: usize) -> Result<i32> {
         match self.raw_arg(i, abi::DT_S32, 0) {
-            // SAFETY: a rank-0 int32 buffer.
+            // SAFETY: `raw_arg` checked a rank-0 int32 buffer with non-null
+            // data: it holds one readable i32.
             Some(b) => Ok(unsafe { *(b.data as *const i32) }),
             None => self.slow_arg_i32(i),
         }
@@ -178,7 +216,8 @@ impl<'a> Frame<'a> {
     #[inline(always)]
     pub fn arg_u32_pair(&self, i: usize) -> Option<[u32; 2]> {
         let b = self.raw_arg(i, abi::DT_U32, 1)?;
-        // SAFETY: rank 1 checked; the length is checked here.
+        // SAFETY: `raw_arg` checked a rank-1 uint32 buffer with non-null
+        // dims (one entry) and data; with dims[0] == 2 the data holds two u32.
         unsafe { (*b.dims == 2).then(|| *(b.data as *const [u32; 2])) }
     }
 
@@ -186,23 +225,21 @@ impl<'a> Frame<'a> {
     /// aliased them (it normally does).
     #[inline(always)]
     pub fn forward_token(&self) -> Result<()> {
-        let r = &self.raw.rets;
         let ok = self.raw_arg(0, abi::DT_S32, 0).and_then(|a| {
-            if self.num_rets() == 0 {
+            let (ty, ptr) = self.ret_entry(0)?;
+            if ty != abi::RET_BUFFER {
                 return None;
             }
-            // SAFETY: as in `ret`.
-            unsafe {
-                if *r.types != abi::RET_BUFFER {
-                    return None;
-                }
-                let b = (*r.rets as *const abi::Buffer).as_ref()?;
-                if b.dtype != abi::DT_S32 || b.rank != 0 || b.data.is_null() {
-                    return None;
-                }
-                if a.data != b.data {
-                    *(b.data as *mut i32) = *(a.data as *const i32);
-                }
+            // SAFETY: as in `buffer` (`as_ref` checks for null).
+            let b = unsafe { (ptr as *const abi::Buffer).as_ref()? };
+            if b.dtype != abi::DT_S32 || b.rank != 0 || b.data.is_null() {
+                return None;
+            }
+            if a.data != b.data {
+                // SAFETY: both are rank-0 int32 buffers with non-null data,
+                // distinct (checked) and owned by XLA for this call; no
+                // reference to either is alive here.
+                unsafe { *(b.data as *mut i32) = *(a.data as *const i32) };
             }
             Some(())
         });
@@ -230,14 +267,22 @@ impl<'a> Frame<'a> {
     /// there are few of them: a linear scan is the cheapest lookup).
     fn find_attr(&self, name: &str) -> Option<(i32, *mut c_void)> {
         let at = &self.raw.attrs;
+        if at.types.is_null() || at.names.is_null() || at.attrs.is_null() {
+            return None;
+        }
         for i in 0..at.size.max(0) as usize {
-            // SAFETY: XLA guarantees `types`, `names`, `attrs` have `size` entries.
-            unsafe {
-                let span = &**at.names.add(i);
-                let key = std::slice::from_raw_parts(span.ptr as *const u8, span.len);
-                if key == name.as_bytes() {
-                    return Some((*at.types.add(i), *at.attrs.add(i)));
-                }
+            // SAFETY: XLA guarantees the non-null `types`, `names` and
+            // `attrs` arrays have `size` entries, and `i < size`.
+            let (ty, span, attr) = unsafe { (*at.types.add(i), *at.names.add(i), *at.attrs.add(i)) };
+            // SAFETY: a non-null name is an `XLA_FFI_ByteSpan` valid for the call.
+            let Some(span) = (unsafe { span.as_ref() }) else { continue };
+            if span.len != name.len() || span.ptr.is_null() {
+                continue;
+            }
+            // SAFETY: a non-null span pointer covers `len` bytes.
+            let key = unsafe { std::slice::from_raw_parts(span.ptr as *const u8, span.len) };
+            if key == name.as_bytes() {
+                return Some((ty, attr));
             }
         }
         None
@@ -255,11 +300,16 @@ impl<'a> Frame<'a> {
         let Some((ty, ptr)) = self.find_attr(name) else {
             return Ok(None);
         };
-        if ty != abi::ATTR_SCALAR {
+        if ty != abi::ATTR_SCALAR || ptr.is_null() {
             return Err(self.bad_attr(name, "an integer"));
         }
-        // SAFETY: a SCALAR attribute points at an `XLA_FFI_Scalar`.
+        // SAFETY: a non-null SCALAR attribute points at an `XLA_FFI_Scalar`.
         let s = unsafe { &*(ptr as *const abi::Scalar) };
+        if s.value.is_null() {
+            return Err(self.bad_attr(name, "an integer"));
+        }
+        // SAFETY: a non-null scalar value holds one element of `s.dtype`,
+        // which selects the type read.
         let v = unsafe {
             match s.dtype {
                 abi::DT_S64 => *(s.value as *const i64),
@@ -291,14 +341,17 @@ impl<'a> Frame<'a> {
         let Some((ty, ptr)) = self.find_attr(name) else {
             return Ok(None);
         };
-        if ty != abi::ATTR_STRING {
+        if ty != abi::ATTR_STRING || ptr.is_null() {
             return Err(self.bad_attr(name, "a string"));
         }
-        // SAFETY: a STRING attribute points at an `XLA_FFI_ByteSpan`.
+        // SAFETY: a non-null STRING attribute points at an `XLA_FFI_ByteSpan`.
         let span = unsafe { &*(ptr as *const abi::ByteSpan) };
         let bytes: &'a [u8] = if span.len == 0 {
             &[]
+        } else if span.ptr.is_null() {
+            return Err(self.bad_attr(name, "a string"));
         } else {
+            // SAFETY: a non-null span pointer covers `len` bytes, valid for the call.
             unsafe { std::slice::from_raw_parts(span.ptr as *const u8, span.len) }
         };
         std::str::from_utf8(bytes)
@@ -319,10 +372,10 @@ impl<'a> Frame<'a> {
         let Some((ty, ptr)) = self.find_attr(name) else {
             return Ok(None);
         };
-        if ty != abi::ATTR_ARRAY {
+        if ty != abi::ATTR_ARRAY || ptr.is_null() {
             return Err(self.bad_attr(name, "an int64 array"));
         }
-        // SAFETY: an ARRAY attribute points at an `XLA_FFI_Array`.
+        // SAFETY: a non-null ARRAY attribute points at an `XLA_FFI_Array`.
         let a = unsafe { &*(ptr as *const abi::Array) };
         if a.dtype != abi::DT_S64 {
             return Err(self.bad_attr(name, "an int64 array"));
@@ -330,6 +383,7 @@ impl<'a> Frame<'a> {
         if a.size == 0 || a.data.is_null() {
             return Ok(Some(&[]));
         }
+        // SAFETY: a non-null S64 array holds `size` i64s, valid for the call.
         Ok(Some(unsafe {
             std::slice::from_raw_parts(a.data as *const i64, a.size)
         }))
@@ -437,8 +491,13 @@ impl<'a> Buf<'a> {
         format!("{}: {} {}", self.op, self.what.0, self.what.1)
     }
 
+    /// Element count (dims are checked non-negative when the `Buf` is made).
+    fn checked_elements(&self) -> Option<usize> {
+        self.dims.iter().try_fold(1usize, |acc, &d| acc.checked_mul(usize::try_from(d).ok()?))
+    }
+
     pub fn num_elements(&self) -> usize {
-        self.dims.iter().map(|&d| d.max(0) as usize).product()
+        self.checked_elements().unwrap_or(usize::MAX)
     }
 
     pub fn dtype(&self) -> Result<DType> {
@@ -453,7 +512,18 @@ impl<'a> Buf<'a> {
 
     /// Bytes of the buffer as XLA lays it out (sub-byte types packed).
     pub fn byte_len(&self) -> Result<usize> {
-        Ok(self.dtype()?.packed_len(self.num_elements()))
+        // XLA packs the sub-byte dtypes: never more than n * itemsize.
+        let dtype = self.dtype()?;
+        self.checked_elements()
+            .filter(|n| n.checked_mul(dtype.itemsize()).is_some())
+            .map(|n| dtype.packed_len(n))
+            .ok_or_else(|| RtError::value(format!("{} is too large", self.describe())))
+    }
+
+    /// Address range of the data, for overlap checks.
+    pub fn byte_range(&self) -> Result<std::ops::Range<usize>> {
+        let start = self.data as usize;
+        Ok(start..start.saturating_add(self.byte_len()?))
     }
 
     #[inline]
@@ -496,7 +566,8 @@ impl<'a> Buf<'a> {
     pub fn scalar_i32(&self) -> Result<i32> {
         self.expect_dtype(DType::I32)?;
         self.expect_rank(0)?;
-        // SAFETY: a rank-0 int32 buffer holds one i32.
+        // SAFETY: a rank-0 int32 buffer (data checked non-null when the
+        // `Buf` was made, as it has one element) holds one readable i32.
         Ok(unsafe { *(self.data as *const i32) })
     }
 
@@ -508,24 +579,67 @@ impl<'a> Buf<'a> {
         if n == 0 {
             return Ok(&[]);
         }
+        // SAFETY: an int32 buffer with n > 0 elements has non-null data
+        // (checked when the `Buf` was made) holding n i32s, which XLA keeps
+        // alive and unchanged during the call (operands are read-only).
         Ok(unsafe { std::slice::from_raw_parts(self.data as *const i32, n) })
     }
 
+    /// Bytes of an operand buffer (read-only for the whole call).
     pub fn bytes(&self) -> Result<&'a [u8]> {
         let n = self.byte_len()?;
         if n == 0 {
             return Ok(&[]);
         }
+        // SAFETY: a buffer of n > 0 bytes has non-null data (checked when the
+        // `Buf` was made) covering n bytes, alive and unchanged for the call.
         Ok(unsafe { std::slice::from_raw_parts(self.data as *const u8, n) })
     }
 
     /// Bytes of a result buffer, to be filled.
-    pub fn bytes_mut(&self) -> Result<&'a mut [u8]> {
+    ///
+    /// # Safety
+    /// The returned slice must be the only reference to this memory while it
+    /// is alive: call this at most once per result buffer, and only for a
+    /// result that no operand slice (from [`Buf::bytes`] / [`Buf::i32s`]) or
+    /// other result slice overlaps -- XLA aliases a result with an operand
+    /// only when the call declares it (our wrappers alias just the token),
+    /// and callers that hold operand slices check [`Buf::byte_range`].
+    pub unsafe fn bytes_mut(&self) -> Result<&'a mut [u8]> {
         let n = self.byte_len()?;
         if n == 0 {
             return Ok(&mut []);
         }
+        // SAFETY: a buffer of n > 0 bytes has non-null data (checked when the
+        // `Buf` was made) covering n writable bytes owned by XLA for the
+        // call; exclusivity is the caller's contract (see above).
         Ok(unsafe { std::slice::from_raw_parts_mut(self.data as *mut u8, n) })
+    }
+
+    /// Writes a rank-1 result of exactly `values.len()` 4-byte elements of
+    /// `dtype` (C order).
+    pub fn write_words(&self, dtype: DType, values: &[[u8; 4]]) -> Result<()> {
+        self.expect_dtype(dtype)?;
+        self.expect_rank(1)?;
+        if self.num_elements() != values.len() || dtype.itemsize() != 4 {
+            return Err(RtError::value(format!(
+                "{} must have {} elements, got shape {:?}",
+                self.describe(),
+                values.len(),
+                self.dims
+            )));
+        }
+        if values.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: a result of `values.len() * 4 > 0` bytes has non-null data
+        // (checked when the `Buf` was made), owned by XLA for the call; the
+        // source is a distinct Rust slice, and no slice of this result is
+        // alive (results are otherwise written only through `bytes_mut`).
+        unsafe {
+            std::ptr::copy_nonoverlapping(values.as_ptr() as *const u8, self.data as *mut u8, values.len() * 4)
+        };
+        Ok(())
     }
 
     /// Writes an int32 scalar result.
@@ -533,6 +647,9 @@ impl<'a> Buf<'a> {
     pub fn write_i32(&self, v: i32) -> Result<()> {
         self.expect_dtype(DType::I32)?;
         self.expect_rank(0)?;
+        // SAFETY: a rank-0 int32 buffer has non-null data (checked when the
+        // `Buf` was made) for one i32; no slice of a result is held across
+        // this write (results are only written through `bytes_mut` elsewhere).
         unsafe { *(self.data as *mut i32) = v };
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! XLA FFI layer: one C-ABI handler per runtime operation, over
 //! `mosaic_rt_core`. No Python, no GIL: XLA's CPU runtime calls these on each
 //! simulated device's thread. See `ops` for the operand conventions.
+#![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 
 #[doc(hidden)]
 pub mod abi;
@@ -31,7 +32,9 @@ macro_rules! handlers {
                 pub unsafe extern "C" fn $name(
                     frame: *mut crate::abi::CallFrame,
                 ) -> *mut crate::abi::Error {
-                    crate::dispatch::run(frame, concat!("mosaic_rt_", stringify!($name)), $body)
+                    // SAFETY: `frame` is the call frame XLA passed us (this
+                    // function's own contract).
+                    unsafe { crate::dispatch::run(frame, concat!("mosaic_rt_", stringify!($name)), $body) }
                 }
             )*
         }

@@ -14,20 +14,29 @@ pub fn set_run_id(id: i64) {
     RUN_ID.with(|r| r.set(id));
 }
 
+/// # Safety
+/// `args` must point at valid args with a NUL-terminated message.
 unsafe extern "C" fn error_create(args: *mut abi::ErrorCreateArgs) -> *mut abi::Error {
-    let msg = CStr::from_ptr((*args).message)
+    // SAFETY: the function's contract (the handlers pass such args).
+    let msg = unsafe { CStr::from_ptr((*args).message) }
         .to_string_lossy()
         .into_owned();
     Box::into_raw(Box::new(msg)) as *mut abi::Error
 }
 
+/// # Safety
+/// `args` must point at valid, writable args.
 unsafe extern "C" fn run_id_get(args: *mut abi::RunIdGetArgs) -> *mut abi::Error {
-    (*args).run_id = RUN_ID.with(|r| r.get());
+    // SAFETY: the function's contract.
+    unsafe { (*args).run_id = RUN_ID.with(|r| r.get()) };
     std::ptr::null_mut()
 }
 
+/// # Safety
+/// `args` must point at valid, writable args.
 unsafe extern "C" fn device_ordinal_get(args: *mut abi::DeviceOrdinalGetArgs) -> *mut abi::Error {
-    (*args).device_ordinal = 0;
+    // SAFETY: the function's contract.
+    unsafe { (*args).device_ordinal = 0 };
     std::ptr::null_mut()
 }
 
@@ -170,6 +179,24 @@ impl FakeCall {
             data: v.as_mut_ptr() as *mut c_void,
         });
         self.named(name, AttrValue::Array(a, v))
+    }
+
+    /// Makes the data pointer of operand `i` null (robustness tests).
+    pub fn null_arg_data(mut self, i: usize) -> Self {
+        self.args[i].raw.data = std::ptr::null_mut();
+        self
+    }
+
+    /// Makes the data pointer of result `i` null (robustness tests).
+    pub fn null_ret_data(mut self, i: usize) -> Self {
+        self.rets[i].raw.data = std::ptr::null_mut();
+        self
+    }
+
+    /// Makes the dims pointer of operand `i` null (robustness tests).
+    pub fn null_arg_dims(mut self, i: usize) -> Self {
+        self.args[i].raw.dims = std::ptr::null_mut();
+        self
     }
 
     /// Bytes of result `i` after a call.

@@ -103,6 +103,7 @@ fn metadata_handshake_fills_the_api_version() {
         metadata: &mut meta,
     };
     for (_, addr) in mosaic_rt_ffi::handlers() {
+        // SAFETY: `handlers()` lists addresses of `abi::Handler` functions.
         let handler: abi::Handler = unsafe { std::mem::transmute(addr) };
         let mut fake = FakeCall::new();
         let mut p = fake.prepare();
@@ -280,4 +281,50 @@ fn a_malformed_call_still_fails_the_launch_it_names() {
     let theirs = waiter.join().unwrap();
     assert_eq!(mine, theirs);
     assert!(mine.contains("expected 8 operand(s)"), "{mine}");
+}
+
+#[test]
+fn null_buffer_pointers_are_errors_not_crashes() {
+    let handle = begin(0, 1, uid(), 5000).unwrap();
+    let sem = alloc_sem(handle, 0).unwrap();
+    // A result whose data pointer is null.
+    let e = core_call(handle, 0).arg_i32(sem).ret_i32().ret_i32().null_ret_data(1).call(h::semaphore_read).unwrap_err();
+    assert!(e.contains("result 1 has no data (null pointer)"), "{e}");
+    // An operand whose data pointer is null (the fast path falls back to
+    // the checked one).
+    let e = core_call(handle, 0)
+        .arg_i32(sem)
+        .arg_i32(1)
+        .arg_i32(-1)
+        .arg_i32(-1)
+        .ret_i32()
+        .null_arg_data(4)
+        .call(h::semaphore_signal)
+        .unwrap_err();
+    assert!(e.contains("operand 4 has no data (null pointer)"), "{e}");
+    // The handle (rank 1) with a null dims pointer.
+    let e = core_call(handle, 0).arg_i32(sem).ret_i32().ret_i32().null_arg_dims(1).call(h::semaphore_read).unwrap_err();
+    assert!(e.contains("operand 1 has a negative rank or no dimensions"), "{e}");
+    // The launch failed with those errors; a new one works.
+    let handle = begin(0, 1, uid(), 5000).unwrap();
+    let sem = alloc_sem(handle, 0).unwrap();
+    assert_eq!(read(handle, 0, sem).unwrap(), 0);
+    end(handle, 0).unwrap();
+}
+
+#[test]
+fn null_tables_in_the_frame_are_errors_not_crashes() {
+    let mut fake = FakeCall::new().arg_i32(0).arg_i32(0).ret_i32().ret(abi::DT_U32, &[2], 8).attr_i64("uid", uid());
+    let mut p = fake.prepare();
+    p.frame.args.types = std::ptr::null_mut();
+    let e = p.call(h::kernel_begin).unwrap_err();
+    assert!(e.contains("missing operand 0"), "{e}");
+    let mut p = fake.prepare();
+    p.frame.rets.rets = std::ptr::null_mut();
+    let e = p.call(h::kernel_begin).unwrap_err();
+    assert!(e.contains("missing result 0") || e.contains("bad token"), "{e}");
+    let mut p = fake.prepare();
+    p.frame.attrs.names = std::ptr::null_mut();
+    let e = p.call(h::kernel_begin).unwrap_err();
+    assert!(e.contains("missing attribute"), "{e}");
 }

@@ -31,6 +31,13 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Id {
     }
 }
 
+/// `v` as a u32 id or count called `what` in the message.
+pub fn id_arg(what: &str, v: Int) -> PyResult<u32> {
+    u32::try_from(v.0).map_err(|_| {
+        PyValueError::new_err(format!("{what} must be an integer in [0, {}], got {}", u32::MAX, v.0))
+    })
+}
+
 /// A signed 64-bit count (semaphore values, byte counts).
 #[derive(Clone, Copy, Debug)]
 pub struct Int(pub i64);

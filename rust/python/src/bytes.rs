@@ -51,25 +51,39 @@ impl Bytes {
         a0 < b1 && b0 < a1
     }
 
-    pub fn as_slice(&self) -> &[u8] {
+    /// The buffer's bytes.
+    ///
+    /// # Safety
+    /// The caller must hold the GIL for as long as the slice is alive, and
+    /// must not run Python code meanwhile that could write to the buffer
+    /// (with the GIL held no Python thread runs, so nobody else touches the
+    /// memory: the convention of PyO3's buffer API). Never release the GIL
+    /// (`py.detach`) while the slice is alive.
+    pub unsafe fn as_slice(&self) -> &[u8] {
         if self.len() == 0 {
             return &[];
         }
         // SAFETY: a contiguous buffer of len_bytes bytes, kept alive (and its
-        // exporter pinned) while `self.buf` is held.
+        // exporter pinned) while `self.buf` is held; nobody writes to it while
+        // the slice lives (the caller's contract).
         unsafe { std::slice::from_raw_parts(self.buf.buf_ptr() as *const u8, self.len()) }
     }
 
-    /// Only for buffers obtained with `writable = true`, and never while an
-    /// overlapping slice is alive (callers check `overlaps`).
+    /// The buffer's bytes, to be written.
+    ///
+    /// # Safety
+    /// As [`Bytes::as_slice`], and the buffer must have been obtained with
+    /// `writable = true`, and no other slice of the same memory (from this or
+    /// another `Bytes`) may be alive while this one is (check `overlaps`).
     #[allow(clippy::mut_from_ref)]
-    pub fn as_mut_slice(&self) -> &mut [u8] {
+    pub unsafe fn as_mut_slice(&self) -> &mut [u8] {
         if self.len() == 0 {
             return &mut [];
         }
         debug_assert!(!self.buf.readonly());
-        // SAFETY: as above, plus the buffer is writable and not aliased by
-        // another slice we hand out (checked by the caller).
+        // SAFETY: as in `as_slice`, plus the buffer is writable and nothing
+        // else reads or writes these bytes while the slice lives (the
+        // caller's contract).
         unsafe { std::slice::from_raw_parts_mut(self.buf.buf_ptr() as *mut u8, self.len()) }
     }
 }

@@ -1,5 +1,6 @@
 //! Python side of the XLA FFI layer: hands the handler pointers to Python and
 //! exposes the structured first error of failed launches.
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
 use std::ffi::c_void;
@@ -15,7 +16,9 @@ use std::ptr::NonNull;
 fn ffi_targets(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
     let out = PyDict::new(py);
     for (name, addr) in mosaic_rt_ffi::handlers() {
-        let ptr = NonNull::new(addr as *mut c_void).expect("handler address is non-null");
+        let Some(ptr) = NonNull::new(addr as *mut c_void) else {
+            return Err(PyRuntimeError::new_err(format!("mosaic_rt: handler {name} has a null address")));
+        };
         // SAFETY: `ptr` is an `extern "C"` handler of this module (see above).
         let capsule =
             unsafe { PyCapsule::new_with_pointer(py, ptr, c"mosaic_rt.xla_ffi_handler")? };

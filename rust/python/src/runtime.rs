@@ -6,13 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mosaic_rt_core::{
-    BufferKey, Config, DmaMode, DmaRequest, FillMode, Init, OobReads, RtError, Runtime,
+    timeout_from_secs, Access, BufferKey, Config, DmaMode, DmaRequest, FillMode, Init, OobReads,
+    RtError, Runtime,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyByteArray;
 
-use crate::args::{sem_kind, sem_kind_name, DTypeArg, Id, Int, RegionArg, Shape, Space};
+use crate::args::{id_arg, sem_kind, sem_kind_name, DTypeArg, Id, Int, RegionArg, Shape, Space};
 use crate::bytes::{check_len, Bytes};
 use crate::errors::{exception, kind_from_name, OrRaise};
 
@@ -24,15 +25,10 @@ pub struct PyRuntime {
     rt: Arc<Runtime>,
 }
 
-fn timeout_arg(seconds: Option<f64>) -> PyResult<Option<Duration>> {
+fn timeout_arg(py: Python<'_>, seconds: Option<f64>) -> PyResult<Option<Duration>> {
     match seconds {
         None => Ok(None),
-        Some(s) if s == f64::INFINITY => Ok(None),
-        Some(s) => Duration::try_from_secs_f64(s).map(Some).map_err(|_| {
-            PyValueError::new_err(format!(
-                "wait_timeout must be None or seconds >= 0, got {s}"
-            ))
-        }),
+        Some(s) => timeout_from_secs(s).or_raise(py),
     }
 }
 
@@ -44,31 +40,37 @@ fn product(shape: &[usize]) -> PyResult<usize> {
 }
 
 impl PyRuntime {
-    /// The key of buffer (space, id) as seen from (device, core).
-    fn key(
-        &self,
-        py: Python<'_>,
-        device: u32,
-        core: u32,
-        space: Space,
-        id: u32,
-    ) -> PyResult<BufferKey> {
-        self.rt
-            .topology()
-            .check(device, core)
-            .map_err(|e| e.at(device, core))
-            .or_raise(py)?;
-        let core = if space.0.is_shared_by_cores() {
-            0
-        } else {
-            core
-        };
-        Ok(BufferKey {
-            space: space.0,
-            id,
-            device,
-            core,
+    /// A device id argument, range-checked (the message names it and the
+    /// valid range, as the core's own checks do).
+    fn device(&self, device: Int) -> PyResult<u32> {
+        let n = self.rt.topology().num_devices;
+        u32::try_from(device.0).ok().filter(|&d| d < n).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "device id {} out of range: the kernel runs on {n} device(s) (valid ids 0 to {})",
+                device.0,
+                n - 1
+            ))
         })
+    }
+
+    /// A core id argument, range-checked.
+    fn core(&self, core: Int) -> PyResult<u32> {
+        let n = self.rt.topology().cores_per_device;
+        u32::try_from(core.0).ok().filter(|&c| c < n).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "core id {} out of range: each device has {n} core(s) (valid ids 0 to {})",
+                core.0,
+                n - 1
+            ))
+        })
+    }
+
+    /// (device, core, key) of buffer (space, id) as seen from the (device,
+    /// core) arguments, all range-checked.
+    fn key_arg(&self, device: Int, core: Int, space: Space, id: Int) -> PyResult<(u32, u32, BufferKey)> {
+        let (device, core) = (self.device(device)?, self.core(core)?);
+        let id = id_arg("buffer id", id)?;
+        Ok((device, core, BufferKey::for_access(space.0, id, device, core)))
     }
 
     /// Bytes a load/store of `region` moves.
@@ -78,15 +80,6 @@ impl PyRuntime {
         product(&shape)?
             .checked_mul(info.dtype.itemsize())
             .ok_or_else(|| PyValueError::new_err("region too large"))
-    }
-
-    /// Runs `f` with the GIL released when the work is big or may block.
-    fn maybe_detach<T: Send>(py: Python<'_>, detach: bool, f: impl FnOnce() -> T + Send) -> T {
-        if detach {
-            py.detach(f)
-        } else {
-            f()
-        }
     }
 
     /// Core runtime shared with other native layers (e.g. the FFI handlers).
@@ -118,7 +111,7 @@ impl PyRuntime {
             dma_mode: DmaMode::parse(dma_execution_mode).or_raise(py)?,
             oob_reads: OobReads::parse(out_of_bounds_reads).or_raise(py)?,
             fill: FillMode::parse(uninitialized_memory).or_raise(py)?,
-            wait_timeout: timeout_arg(wait_timeout)?,
+            wait_timeout: timeout_arg(py, wait_timeout)?,
             detect_races,
             // Python threads park: spinning would hold a CPU the GIL holder needs.
             spin_before_park: None,
@@ -183,6 +176,11 @@ impl PyRuntime {
     }
 
     // ------------------------------------------------------------ memory
+    //
+    // Python buffers handed in by the caller (`data`, `out`, `mask`) are only
+    // read or written with the GIL held: another Python thread could touch
+    // them otherwise. The GIL is released only around work on memory nobody
+    // else can reach: a result bytearray this call has just created.
 
     /// Allocates a buffer; `data` (C-order bytes of `logical_shape`) or the fill value.
     #[pyo3(signature = (device, core, space, dtype, shape, logical_shape=None, data=None))]
@@ -190,14 +188,16 @@ impl PyRuntime {
     fn allocate_buffer(
         &self,
         py: Python<'_>,
-        device: Id,
-        core: Option<Id>,
+        device: Int,
+        core: Option<Int>,
         space: Space,
         dtype: DTypeArg,
         shape: Shape,
         logical_shape: Option<Shape>,
         data: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u32> {
+        let device = self.device(device)?;
+        let core = core.map(|c| self.core(c)).transpose()?;
         let dtype = dtype.0;
         let logical = logical_shape.as_ref().map(|s| s.0.as_slice());
         let data = data.map(|d| Bytes::get(d, "data", false)).transpose()?;
@@ -208,35 +208,33 @@ impl PyRuntime {
             check_len("data", d.len(), want)?;
         }
         let init = match &data {
-            Some(d) => Init::Bytes(d.as_slice()),
+            // SAFETY: the GIL is held until `init` is dropped at the end of
+            // this function (no detach below while data is given).
+            Some(d) => Init::Bytes(unsafe { d.as_slice() }),
             None => Init::Fill,
         };
         let rt = &self.rt;
         let big = product(&shape.0)?.saturating_mul(dtype.itemsize()) >= DETACH_BYTES;
-        Self::maybe_detach(py, big, || {
-            rt.allocate_buffer(
-                device.0,
-                core.map(|c| c.0),
-                space.0,
-                dtype,
-                &shape.0,
-                logical,
-                init,
-            )
-        })
-        .or_raise(py)
+        let alloc = || rt.allocate_buffer(device, core, space.0, dtype, &shape.0, logical, init);
+        // Filling a big buffer with the fill value touches only our memory.
+        if big && data.is_none() {
+            py.detach(alloc).or_raise(py)
+        } else {
+            alloc().or_raise(py)
+        }
     }
 
     fn free_buffer(
         &self,
         py: Python<'_>,
-        device: Id,
-        core: Id,
+        device: Int,
+        core: Int,
         space: Space,
-        id: Id,
+        id: Int,
     ) -> PyResult<()> {
+        let (device, core) = (self.device(device)?, self.core(core)?);
         self.rt
-            .free_buffer(device.0, core.0, space.0, id.0)
+            .free_buffer(device, core, space.0, id_arg("buffer id", id)?)
             .or_raise(py)
     }
 
@@ -244,12 +242,12 @@ impl PyRuntime {
     fn buffer_info(
         &self,
         py: Python<'_>,
-        device: Id,
-        core: Id,
+        device: Int,
+        core: Int,
         space: Space,
-        id: Id,
+        id: Int,
     ) -> PyResult<(&'static str, Vec<usize>, Vec<usize>, u32)> {
-        let key = self.key(py, device.0, core.0, space, id.0)?;
+        let (_, _, key) = self.key_arg(device, core, space, id)?;
         let info = self.rt.buffer_info(key).or_raise(py)?;
         Ok((
             info.dtype.name(),
@@ -263,55 +261,96 @@ impl PyRuntime {
     fn buffer_content<'py>(
         &self,
         py: Python<'py>,
-        device: Id,
-        core: Id,
+        device: Int,
+        core: Int,
         space: Space,
-        id: Id,
+        id: Int,
     ) -> PyResult<Bound<'py, PyByteArray>> {
-        let key = self.key(py, device.0, core.0, space, id.0)?;
+        let (_, _, key) = self.key_arg(device, core, space, id)?;
         let bytes = self.rt.buffer_bytes(key).or_raise(py)?;
         Ok(PyByteArray::new(py, &bytes))
     }
 
-    /// (dtype name, shape) of what a load of `region` returns.
-    #[pyo3(signature = (device, core, space, id, region=RegionArg(Default::default())))]
+    /// (dtype name, shape) of what a load of `region` returns. With
+    /// `access` ("read", "write" or "swap": an unmasked swap) the region is
+    /// first checked as that access would check it (same errors), so callers
+    /// can refuse a huge region before allocating room for its value.
+    #[pyo3(signature = (device, core, space, id, region=RegionArg(Default::default()), access=None))]
+    #[allow(clippy::too_many_arguments)]
     fn region_layout(
         &self,
         py: Python<'_>,
-        device: Id,
-        core: Id,
+        device: Int,
+        core: Int,
         space: Space,
-        id: Id,
+        id: Int,
         region: RegionArg,
+        access: Option<&str>,
     ) -> PyResult<(&'static str, Vec<usize>)> {
-        let key = self.key(py, device.0, core.0, space, id.0)?;
+        let (d, c, key) = self.key_arg(device, core, Space(space.0), id)?;
+        if let Some(access) = access {
+            let access = match access {
+                "read" => Access::Read,
+                "write" => Access::Write,
+                "swap" => Access::Swap,
+                other => {
+                    return Err(PyValueError::new_err(format!(
+                        "access must be 'read', 'write' or 'swap', got {other:?}"
+                    )))
+                }
+            };
+            self.rt.check_access(d, c, space.0, key.id, &region.0, access).or_raise(py)?;
+        }
         let info = self.rt.buffer_info(key).or_raise(py)?;
         let shape = self.rt.region_shape(key, &region.0).or_raise(py)?;
         Ok((info.dtype.name(), shape))
     }
 
-    /// Reads `region` into `out` (writable, C-contiguous, exactly the region's bytes).
+    /// Reads `region`: into `out` (writable, C-contiguous, exactly the
+    /// region's bytes) and returns None, or, without `out`, into a new
+    /// bytearray that it returns.
+    #[pyo3(signature = (device, core, space, id, region=RegionArg(Default::default()), out=None))]
     #[allow(clippy::too_many_arguments)]
-    fn load(
+    fn load<'py>(
         &self,
-        py: Python<'_>,
-        device: Id,
-        core: Id,
+        py: Python<'py>,
+        device: Int,
+        core: Int,
         space: Space,
-        id: Id,
+        id: Int,
         region: RegionArg,
-        out: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        let key = self.key(py, device.0, core.0, Space(space.0), id.0)?;
+        out: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Option<Bound<'py, PyByteArray>>> {
+        let (d, c, key) = self.key_arg(device, core, Space(space.0), id)?;
         let want = self.region_bytes(py, key, &region)?;
-        let out = Bytes::get(out, "out", true)?;
-        check_len("out", out.len(), want)?;
-        let dst = out.as_mut_slice();
         let rt = &self.rt;
-        Self::maybe_detach(py, want >= DETACH_BYTES, || {
-            rt.load(device.0, core.0, space.0, id.0, &region.0, dst)
-        })
-        .or_raise(py)
+        let run = |dst: &mut [u8]| rt.load(d, c, space.0, key.id, &region.0, dst);
+        match out {
+            Some(out) => {
+                let out = Bytes::get(out, "out", true)?;
+                check_len("out", out.len(), want)?;
+                // SAFETY: the GIL is held while `dst` lives (no detach here),
+                // and it is the only slice of `out`.
+                let dst = unsafe { out.as_mut_slice() };
+                run(dst).or_raise(py)?;
+                Ok(None)
+            }
+            None => {
+                // Errors before allocating room for a (possibly huge) region.
+                self.rt.check_access(d, c, space.0, key.id, &region.0, Access::Read).or_raise(py)?;
+                let fresh = PyByteArray::new_with(py, want, |dst| {
+                    // Nobody else can reach the new bytearray: copying into
+                    // it without the GIL races with nothing.
+                    if want >= DETACH_BYTES {
+                        py.detach(|| run(dst))
+                    } else {
+                        run(dst)
+                    }
+                    .or_raise(py)
+                })?;
+                Ok(Some(fresh))
+            }
+        }
     }
 
     /// Writes `data` (C-contiguous, exactly the region's bytes) into `region`.
@@ -319,49 +358,51 @@ impl PyRuntime {
     fn store(
         &self,
         py: Python<'_>,
-        device: Id,
-        core: Id,
+        device: Int,
+        core: Int,
         space: Space,
-        id: Id,
+        id: Int,
         region: RegionArg,
         data: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let key = self.key(py, device.0, core.0, Space(space.0), id.0)?;
+        let (d, c, key) = self.key_arg(device, core, Space(space.0), id)?;
         let want = self.region_bytes(py, key, &region)?;
         let data = Bytes::get(data, "data", false)?;
         check_len("data", data.len(), want)?;
-        let src = data.as_slice();
-        let rt = &self.rt;
-        Self::maybe_detach(py, want >= DETACH_BYTES, || {
-            rt.store(device.0, core.0, space.0, id.0, &region.0, src)
-        })
-        .or_raise(py)
+        // SAFETY: the GIL is held while `src` lives (no detach here).
+        let src = unsafe { data.as_slice() };
+        self.rt
+            .store(d, c, space.0, key.id, &region.0, src)
+            .or_raise(py)
     }
 
     /// Writes `data` where `mask` (one byte per element) is set and puts the
-    /// previous values into `out`.
-    #[pyo3(signature = (device, core, space, id, region, data, out, mask=None))]
+    /// previous values into `out` (returning None), or, without `out`, into
+    /// a new bytearray that it returns.
+    #[pyo3(signature = (device, core, space, id, region, data, out=None, mask=None))]
     #[allow(clippy::too_many_arguments)]
-    fn swap(
+    fn swap<'py>(
         &self,
-        py: Python<'_>,
-        device: Id,
-        core: Id,
+        py: Python<'py>,
+        device: Int,
+        core: Int,
         space: Space,
-        id: Id,
+        id: Int,
         region: RegionArg,
-        data: &Bound<'_, PyAny>,
-        out: &Bound<'_, PyAny>,
-        mask: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<()> {
-        let key = self.key(py, device.0, core.0, Space(space.0), id.0)?;
+        data: &Bound<'py, PyAny>,
+        out: Option<&Bound<'py, PyAny>>,
+        mask: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Option<Bound<'py, PyByteArray>>> {
+        let (d, c, key) = self.key_arg(device, core, Space(space.0), id)?;
         let want = self.region_bytes(py, key, &region)?;
         let data = Bytes::get(data, "data", false)?;
-        let out = Bytes::get(out, "out", true)?;
         check_len("data", data.len(), want)?;
-        check_len("out", out.len(), want)?;
-        if out.overlaps(&data) {
-            return Err(PyValueError::new_err("out must not share memory with data"));
+        let out = out.map(|o| Bytes::get(o, "out", true)).transpose()?;
+        if let Some(out) = &out {
+            check_len("out", out.len(), want)?;
+            if out.overlaps(&data) {
+                return Err(PyValueError::new_err("out must not share memory with data"));
+            }
         }
         let mask = mask.map(|m| Bytes::get(m, "mask", false)).transpose()?;
         if let Some(m) = &mask {
@@ -372,39 +413,50 @@ impl PyRuntime {
                     m.len()
                 )));
             }
-            if out.overlaps(m) {
+            if out.as_ref().is_some_and(|o| o.overlaps(m)) {
                 return Err(PyValueError::new_err("out must not share memory with mask"));
             }
         }
-        let (src, dst) = (data.as_slice(), out.as_mut_slice());
-        let mask = mask.as_ref().map(|m| m.as_slice());
-        let rt = &self.rt;
-        Self::maybe_detach(py, want >= DETACH_BYTES, || {
-            rt.swap(device.0, core.0, space.0, id.0, &region.0, src, mask, dst)
-        })
-        .or_raise(py)
+        // SAFETY: the GIL is held while these slices live (no detach in this
+        // method: `data` and `mask` are caller buffers).
+        let (src, mask) = unsafe { (data.as_slice(), mask.as_ref().map(|m| m.as_slice())) };
+        let run = |dst: &mut [u8]| self.rt.swap(d, c, space.0, key.id, &region.0, src, mask, dst);
+        match &out {
+            Some(out) => {
+                // SAFETY: GIL held (as above); the only slice of `out`, which
+                // overlaps neither `data` nor `mask` (checked above).
+                let dst = unsafe { out.as_mut_slice() };
+                run(dst).or_raise(py)?;
+                Ok(None)
+            }
+            None => Ok(Some(PyByteArray::new_with(py, want, |dst| run(dst).or_raise(py))?)),
+        }
     }
 
     // -------------------------------------------------------- semaphores
 
-    #[pyo3(signature = (device, core=None, kind="regular", count=Id(1)))]
+    #[pyo3(signature = (device, core=None, kind="regular", count=Int(1)))]
     fn allocate_semaphores(
         &self,
         py: Python<'_>,
-        device: Id,
-        core: Option<Id>,
+        device: Int,
+        core: Option<Int>,
         kind: &str,
-        count: Id,
+        count: Int,
     ) -> PyResult<u32> {
+        let device = self.device(device)?;
+        let core = core.map(|c| self.core(c)).transpose()?;
         let kind = sem_kind(kind)?;
+        let count = id_arg("semaphore count", count)?;
         self.rt
-            .allocate_semaphores(device.0, core.map(|c| c.0), kind, count.0)
+            .allocate_semaphores(device, core, kind, count)
             .or_raise(py)
     }
 
-    fn barrier_semaphore(&self, py: Python<'_>, device: Id, collective_id: Id) -> PyResult<u32> {
+    fn barrier_semaphore(&self, py: Python<'_>, device: Int, collective_id: Int) -> PyResult<u32> {
+        let device = self.device(device)?;
         self.rt
-            .barrier_semaphore(device.0, collective_id.0)
+            .barrier_semaphore(device, id_arg("collective_id", collective_id)?)
             .or_raise(py)
     }
 
@@ -413,35 +465,34 @@ impl PyRuntime {
     fn signal(
         &self,
         py: Python<'_>,
-        device: Id,
-        core: Id,
-        sem: Id,
+        device: Int,
+        core: Int,
+        sem: Int,
         inc: Int,
-        target_device: Option<Id>,
-        target_core: Option<Id>,
+        target_device: Option<Int>,
+        target_core: Option<Int>,
     ) -> PyResult<()> {
+        let (device, core) = (self.device(device)?, self.core(core)?);
+        let target_device = target_device.map(|d| self.device(d)).transpose()?;
+        let target_core = target_core.map(|c| self.core(c)).transpose()?;
         self.rt
-            .semaphore_signal(
-                device.0,
-                core.0,
-                sem.0,
-                inc.0,
-                target_device.map(|d| d.0),
-                target_core.map(|c| c.0),
-            )
+            .semaphore_signal(device, core, id_arg("semaphore id", sem)?, inc.0, target_device, target_core)
             .or_raise(py)
     }
 
     /// Blocks (GIL released) until the count reaches `value`, then subtracts it.
     #[pyo3(signature = (device, core, sem, value=Int(1)))]
-    fn wait(&self, py: Python<'_>, device: Id, core: Id, sem: Id, value: Int) -> PyResult<()> {
+    fn wait(&self, py: Python<'_>, device: Int, core: Int, sem: Int, value: Int) -> PyResult<()> {
+        let (device, core) = (self.device(device)?, self.core(core)?);
+        let sem = id_arg("semaphore id", sem)?;
         let rt = &self.rt;
-        py.detach(|| rt.semaphore_wait(device.0, core.0, sem.0, value.0))
+        py.detach(|| rt.semaphore_wait(device, core, sem, value.0))
             .or_raise(py)
     }
 
-    fn read(&self, py: Python<'_>, device: Id, core: Id, sem: Id) -> PyResult<i64> {
-        self.rt.semaphore_read(device.0, core.0, sem.0).or_raise(py)
+    fn read(&self, py: Python<'_>, device: Int, core: Int, sem: Int) -> PyResult<i64> {
+        let (device, core) = (self.device(device)?, self.core(core)?);
+        self.rt.semaphore_read(device, core, id_arg("semaphore id", sem)?).or_raise(py)
     }
 
     /// Starts a DMA; regions as for `load`. `src_sem` and `dst_device` are
@@ -452,56 +503,73 @@ impl PyRuntime {
     fn dma_start(
         &self,
         py: Python<'_>,
-        device: Id,
-        core: Id,
+        device: Int,
+        core: Int,
         src_space: Space,
-        src_id: Id,
+        src_id: Int,
         src_region: RegionArg,
         dst_space: Space,
-        dst_id: Id,
+        dst_id: Int,
         dst_region: RegionArg,
-        dst_sem: Id,
-        src_sem: Option<Id>,
-        dst_device: Option<Id>,
+        dst_sem: Int,
+        src_sem: Option<Int>,
+        dst_device: Option<Int>,
     ) -> PyResult<()> {
         let req = DmaRequest {
-            device: device.0,
-            core: core.0,
+            device: self.device(device)?,
+            core: self.core(core)?,
             src_space: src_space.0,
-            src_id: src_id.0,
+            src_id: id_arg("source buffer id", src_id)?,
             src_region: src_region.0,
             dst_space: dst_space.0,
-            dst_id: dst_id.0,
+            dst_id: id_arg("destination buffer id", dst_id)?,
             dst_region: dst_region.0,
-            dst_sem: dst_sem.0,
-            src_sem: src_sem.map(|s| s.0),
-            dst_device: dst_device.map(|d| d.0),
+            dst_sem: id_arg("destination semaphore id", dst_sem)?,
+            src_sem: src_sem.map(|s| id_arg("source semaphore id", s)).transpose()?,
+            dst_device: dst_device.map(|d| self.device(d)).transpose()?,
         };
         let rt = &self.rt;
         py.detach(|| rt.dma_start(&req)).or_raise(py)
     }
 
     /// Waits (GIL released) for `nbytes` on DMA semaphore `sem`.
-    fn dma_wait(&self, py: Python<'_>, device: Id, core: Id, sem: Id, nbytes: Int) -> PyResult<()> {
+    fn dma_wait(&self, py: Python<'_>, device: Int, core: Int, sem: Int, nbytes: Int) -> PyResult<()> {
+        let (device, core) = (self.device(device)?, self.core(core)?);
+        let sem = id_arg("semaphore id", sem)?;
         let rt = &self.rt;
-        py.detach(|| rt.dma_wait(device.0, core.0, sem.0, nbytes.0))
+        py.detach(|| rt.dma_wait(device, core, sem, nbytes.0))
             .or_raise(py)
     }
 
     /// Rendezvous of all devices (GIL released while waiting).
-    fn device_barrier(&self, py: Python<'_>, device: Id) -> PyResult<()> {
+    fn device_barrier(&self, py: Python<'_>, device: Int) -> PyResult<()> {
+        let device = self.device(device)?;
         let rt = &self.rt;
-        py.detach(|| rt.device_barrier(device.0)).or_raise(py)
+        py.detach(|| rt.device_barrier(device)).or_raise(py)
     }
 
-    /// Non-zero semaphores as (sem, kind, device, core, count) tuples.
+    /// Semaphores left non-zero or with DMAs never waited for, as
+    /// (sem, kind, device, core, count, pending DMA descriptions) tuples.
     #[pyo3(signature = (device=None))]
-    fn leaks(&self, device: Option<Id>) -> Vec<(u32, &'static str, u32, u32, i64)> {
-        self.rt
-            .leaks(device.map(|d| d.0))
+    #[allow(clippy::type_complexity)]
+    fn leaks(
+        &self,
+        py: Python<'_>,
+        device: Option<Int>,
+    ) -> PyResult<Vec<(u32, &'static str, u32, u32, i64, Vec<String>)>> {
+        let device = device.map(|d| self.device(d)).transpose()?;
+        Ok(self
+            .rt
+            .leaks(device)
+            .or_raise(py)?
             .into_iter()
-            .map(|l| (l.sem, sem_kind_name(l.kind), l.device, l.core, l.count))
-            .collect()
+            .map(|l| (l.sem, sem_kind_name(l.kind), l.device, l.core, l.count, l.pending_dmas))
+            .collect())
+    }
+
+    /// Semaphore counter pages (512 counters each) materialised so far.
+    fn semaphore_pages_in_use(&self) -> usize {
+        self.rt.semaphore_pages_in_use()
     }
 
     // ----------------------------------------------------------- failure
@@ -513,11 +581,12 @@ impl PyRuntime {
         &self,
         py: Python<'py>,
         message: &str,
-        device: Id,
-        core: Id,
+        device: Int,
+        core: Int,
         kind: &str,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let err = RtError::new(kind_from_name(kind)?, message).at(device.0, core.0);
+        let (device, core) = (self.device(device)?, self.core(core)?);
+        let err = RtError::new(kind_from_name(kind)?, message).at(device, core);
         let root = self.rt.fail(err);
         exception(py, &root)
     }

@@ -59,6 +59,11 @@ impl<T> DmaMachine<T> {
         Ok(())
     }
 
+    /// Nothing has run yet.
+    pub fn is_started(&self) -> bool {
+        matches!(*lock(&self.stage), Stage::Started)
+    }
+
     pub fn is_completed(&self) -> bool {
         matches!(*lock(&self.stage), Stage::Completed)
     }

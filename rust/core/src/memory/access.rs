@@ -9,7 +9,7 @@ use super::buffer::Buffer;
 use super::copy::{copy_block, fill_pattern, for_each_element, Layout};
 use super::message::{self, Who};
 use super::plan::Plan;
-use super::{BufferKey, MemRef, MemorySpace, MemoryTable};
+use super::{Access, BufferKey, MemRef, MemorySpace, MemoryTable};
 use crate::config::{OobReads, Topology};
 use crate::error::{Result, RtError};
 use crate::region::Region;
@@ -180,6 +180,42 @@ impl MemoryTable {
         Ok(())
     }
 
+    /// Checks `r` for `access` as the access itself would (same errors:
+    /// bad ids, bad regions, out-of-bounds reads when they raise,
+    /// out-of-bounds writes and unmasked swaps) without moving data, and
+    /// returns the bytes of the value. Lets callers refuse a huge region
+    /// before allocating room for it.
+    pub fn check_access(&self, topo: &Topology, r: MemRef<'_>, access: Access) -> Result<usize> {
+        let action = match access {
+            Access::Read => "read",
+            Access::Write => "write",
+            Access::Swap => "swap",
+        };
+        let res = self.resolve(topo, r, action)?;
+        let in_bounds = || res.plan.clip(&res.buf.shape).as_deref() == Some(&*res.full);
+        match access {
+            Access::Read if self.oob_reads == OobReads::Raise && !in_bounds() => {
+                Err(message::oob_read(&res.who, r.region, &res.buf.logical_shape))
+            }
+            Access::Write if res.plan.any_out_of(&res.buf.shape) => {
+                Err(message::oob_write(&res.who, r.region, &res.buf.logical_shape))
+            }
+            Access::Swap if !in_bounds() => Err(message::oob_swap(&res.who, r.region, &res.buf.logical_shape)),
+            _ => Ok(res.bytes),
+        }
+    }
+
+    /// Checks that `src` can be copied to `dst` (both exist, the regions are
+    /// valid, same dtype and shape: the checks and messages of [`Self::copy`])
+    /// and returns the bytes a copy would move. Bounds are not checked: a
+    /// queued DMA reports them when it runs, as an eager one would.
+    pub fn check_copy(&self, topo: &Topology, src: MemRef<'_>, dst: MemRef<'_>) -> Result<usize> {
+        let s = self.resolve(topo, src, "read")?;
+        let d = self.resolve(topo, dst, "write")?;
+        same_dtype_and_shape(&s, &d)?;
+        Ok(s.bytes)
+    }
+
     /// Copies `src` to `dst` with load-then-store semantics (the read's
     /// bounds errors first, then the write's) and returns the bytes moved
     /// (the full region size, as DMA semaphores count). When the read is in
@@ -187,21 +223,19 @@ impl MemoryTable {
     pub fn copy(&self, topo: &Topology, src: MemRef<'_>, dst: MemRef<'_>) -> Result<usize> {
         let s = self.resolve(topo, src, "read")?;
         let d = self.resolve(topo, dst, "write")?;
-        if s.buf.dtype != d.buf.dtype || *s.full != *d.full {
-            return Err(RtError::value(format!(
-                "cannot copy {} {} of {} into {} {} of {}: dtypes or shapes differ",
-                s.buf.dtype.name(),
-                message::shape_repr(&s.full),
-                s.who,
-                d.buf.dtype.name(),
-                message::shape_repr(&d.full),
-                d.who
-            )));
-        }
+        same_dtype_and_shape(&s, &d)?;
         let read_in_bounds = s.plan.clip(&s.buf.shape).as_deref() == Some(&*s.full);
         if !read_in_bounds || Arc::ptr_eq(&s.buf, &d.buf) {
-            // Rare paths (padding fill, copies within one buffer): go through a temporary.
-            let mut tmp = vec![0u8; s.bytes];
+            // Rare paths (padding fill, copies within one buffer): go through a
+            // temporary -- after the checks the load and the store would make,
+            // so that a huge out-of-bounds region fails without allocating.
+            if !read_in_bounds && self.oob_reads == OobReads::Raise {
+                return Err(message::oob_read(&s.who, src.region, &s.buf.logical_shape));
+            }
+            if d.plan.any_out_of(&d.buf.shape) {
+                return Err(message::oob_write(&d.who, dst.region, &d.buf.logical_shape));
+            }
+            let mut tmp = zeroed(s.bytes, || format!("a copy of {} of {}", src.region.python_repr(), s.who))?;
             self.load(topo, src.device, src.core, src.space, src.id, src.region, &mut tmp)?;
             self.store(topo, dst.device, dst.core, dst.space, dst.id, dst.region, &tmp)?;
             return Ok(s.bytes);
@@ -227,4 +261,30 @@ impl MemoryTable {
         copy_block(&src_bytes, &from, &mut dst_bytes, &to, &counts, itemsize);
         Ok(s.bytes)
     }
+}
+
+/// The two sides of a copy must agree in dtype and shape.
+fn same_dtype_and_shape(s: &Resolved, d: &Resolved) -> Result<()> {
+    if s.buf.dtype != d.buf.dtype || *s.full != *d.full {
+        return Err(RtError::value(format!(
+            "cannot copy {} {} of {} into {} {} of {}: dtypes or shapes differ",
+            s.buf.dtype.name(),
+            message::shape_repr(&s.full),
+            s.who,
+            d.buf.dtype.name(),
+            message::shape_repr(&d.full),
+            d.who
+        )));
+    }
+    Ok(())
+}
+
+/// `n` zero bytes, or a MemoryError naming `what` (never an abort).
+pub(crate) fn zeroed(n: usize, what: impl FnOnce() -> String) -> Result<Vec<u8>> {
+    let mut v = Vec::new();
+    if v.try_reserve_exact(n).is_err() {
+        return Err(RtError::memory(format!("cannot allocate {n} bytes for {}", what())));
+    }
+    v.resize(n, 0);
+    Ok(v)
 }

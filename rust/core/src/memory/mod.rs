@@ -13,6 +13,7 @@ mod message;
 mod plan;
 mod table;
 
+pub(crate) use access::zeroed;
 pub use table::MemoryTable;
 
 use crate::dtype::DType;
@@ -98,6 +99,15 @@ impl std::fmt::Display for BufferKey {
             self.core
         )
     }
+}
+
+/// The kind of access [`MemoryTable::check_access`] checks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
+    /// An unmasked swap (every element read and written).
+    Swap,
 }
 
 /// A region of buffer (space, id) accessed from (device, core): one side of

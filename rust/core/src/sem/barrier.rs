@@ -54,7 +54,7 @@ impl DeviceBarrier {
             return Ok(());
         }
         let generation = st.generation;
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let deadline = super::deadline_after(timeout);
         loop {
             if st.generation != generation {
                 return Ok(());

@@ -2,72 +2,174 @@
 //! semaphores, counted per global core from 2000) and fixed ids (barrier
 //! semaphores keyed by collective id).
 //!
-//! Lookups take only a read lock on one table, so signals and waits from
-//! many cores never serialise on a global mutex.
+//! Internal ids always form one run `[2000, end)`: every allocation takes
+//! the ids `[first, first + count)` from its cores' counters, reusing the
+//! ids another core created already and creating the rest as one
+//! [`SemBlock`]. A block stores its counters densely and lazily (see
+//! `counters`), so a huge semaphore array costs almost nothing until used.
+//!
+//! Lookups take only a read lock on the table (a binary search over the
+//! blocks), so signals and waits from many cores never serialise on a
+//! global mutex.
 
+use super::counters::Counters;
 use super::{SemKind, Task};
 use crate::config::Topology;
 use crate::error::{Result, RtError};
 use crate::sync::{lock, Arc, AtomicI64, AtomicUsize, Mutex, Ordering, RwLock};
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// First internal semaphore id on every core (as stock).
 pub(crate) const FIRST_INTERNAL_ID: u32 = 2000;
 
-pub(crate) struct Semaphore {
-    pub id: u32,
+/// Semaphore ids travel through kernels as int32.
+pub(crate) const MAX_ID: u32 = i32::MAX as u32;
+
+/// At most this many counters (semaphores x global cores) per allocation,
+/// so that one allocation's page table stays within 1 GiB of address space.
+pub(crate) const MAX_COUNTERS: u64 = 1 << 36;
+
+/// Consecutive semaphore ids created by one allocation (or one fixed id).
+pub(crate) struct SemBlock {
+    pub first: u32,
+    pub len: u32,
     pub kind: SemKind,
     /// Who created it, for collision reports.
     pub owner: String,
-    /// One counter per global core.
-    pub counts: Box<[AtomicI64]>,
-    /// Queued DMA work that will signal this semaphore, per global core.
-    tasks: Mutex<HashMap<u32, Vec<Task>>>,
+    /// Counter of semaphore `first + off` on global core `g` at `g * len + off`.
+    counters: Counters,
+    /// Queued DMA work that will signal a semaphore, keyed by
+    /// `task_key(off, global core)`; entries stay once created (their Vec is
+    /// reused by the next DMA).
+    tasks: Mutex<HashMap<u64, Vec<Task>, BuildHasherDefault<IdHasher>>>,
     /// Number of queued tasks, so waiters skip the mutex when there are none.
     queued: AtomicUsize,
 }
 
-impl Semaphore {
-    fn new(id: u32, kind: SemKind, owner: String, num_cores: u32) -> Self {
-        Semaphore {
-            id,
+impl SemBlock {
+    fn new(first: u32, len: u32, kind: SemKind, owner: String, num_cores: u32) -> Result<Self> {
+        let n = u64::from(len) * u64::from(num_cores);
+        if n > MAX_COUNTERS {
+            return Err(RtError::value(format!(
+                "cannot allocate {len} semaphores: {len} semaphores x {num_cores} cores is {n} \
+                 counters, more than the limit of {MAX_COUNTERS}"
+            )));
+        }
+        let counters = usize::try_from(n)
+            .map_err(|_| RtError::memory(format!("cannot allocate {n} semaphore counters")))
+            .and_then(Counters::new)
+            .map_err(|e| {
+                RtError::new(e.kind, format!("cannot allocate {len} semaphores ({n} counters): {}", e.message))
+            })?;
+        Ok(SemBlock {
+            first,
+            len,
             kind,
             owner,
-            counts: (0..num_cores).map(|_| AtomicI64::new(0)).collect(),
-            tasks: Mutex::new(HashMap::new()),
+            counters,
+            tasks: Mutex::new(HashMap::default()),
             queued: AtomicUsize::new(0),
-        }
+        })
     }
 
-    pub fn push_task(&self, gcore: u32, task: Task) {
-        lock(&self.tasks).entry(gcore).or_default().push(task);
+    #[inline]
+    fn index(&self, off: u32, gcore: u32) -> usize {
+        gcore as usize * self.len as usize + off as usize
+    }
+
+    /// The counter of semaphore `first + off` on global core `gcore`.
+    #[inline]
+    pub fn counter(&self, off: u32, gcore: u32) -> Result<&AtomicI64> {
+        self.counters.get(self.index(off, gcore))
+    }
+
+    /// The counter if its storage exists already (the hot path: no error
+    /// value to build or move).
+    #[inline]
+    pub fn counter_if_present(&self, off: u32, gcore: u32) -> Option<&AtomicI64> {
+        self.counters.get_if_present(self.index(off, gcore))
+    }
+
+    /// Its current count, without materialising storage.
+    #[inline]
+    pub fn peek(&self, off: u32, gcore: u32) -> i64 {
+        self.counters.peek(self.index(off, gcore))
+    }
+
+    pub fn push_task(&self, off: u32, gcore: u32, task: Task) {
+        lock(&self.tasks).entry(task_key(off, gcore)).or_default().push(task);
         self.queued.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// The most recently queued task for `gcore` (stock pops from the end).
-    pub fn pop_task(&self, gcore: u32) -> Option<Task> {
+    /// The most recently queued task for (off, gcore) (stock pops from the end).
+    pub fn pop_task(&self, off: u32, gcore: u32) -> Option<Task> {
         if self.queued.load(Ordering::SeqCst) == 0 {
             return None;
         }
-        let mut tasks = lock(&self.tasks);
-        let task = tasks.get_mut(&gcore)?.pop()?;
+        let task = lock(&self.tasks).get_mut(&task_key(off, gcore))?.pop()?;
         self.queued.fetch_sub(1, Ordering::SeqCst);
         Some(task)
     }
 
-    pub fn has_task(&self, gcore: u32) -> bool {
-        self.queued.load(Ordering::SeqCst) > 0 && lock(&self.tasks).get(&gcore).is_some_and(|q| !q.is_empty())
+    pub fn has_task(&self, off: u32, gcore: u32) -> bool {
+        self.queued.load(Ordering::SeqCst) > 0
+            && lock(&self.tasks).get(&task_key(off, gcore)).is_some_and(|q| !q.is_empty())
+    }
+
+    /// Calls `f(off, gcore, count)` for every non-zero counter.
+    pub fn for_each_nonzero(&self, mut f: impl FnMut(u32, u32, i64)) {
+        let len = self.len as usize;
+        self.counters.for_each_nonzero(|i, v| f((i % len) as u32, (i / len) as u32, v));
+    }
+
+    /// Descriptions of the queued work that still has something to do, per
+    /// (off, gcore).
+    pub fn pending_work(&self) -> Vec<(u32, u32, Vec<String>)> {
+        if self.queued.load(Ordering::SeqCst) == 0 {
+            return Vec::new();
+        }
+        let tasks = lock(&self.tasks);
+        tasks
+            .iter()
+            .filter_map(|(&key, queue)| {
+                let (off, g) = ((key >> 32) as u32, key as u32);
+                let pending: Vec<String> = queue.iter().filter_map(|t| t.pending()).collect();
+                (!pending.is_empty()).then_some((off, g, pending))
+            })
+            .collect()
+    }
+
+    /// Counter pages materialised (memory diagnostics).
+    pub fn pages_in_use(&self) -> usize {
+        self.counters.pages_in_use()
     }
 }
 
-/// Identity hash: ids are small distinct integers, SipHash would only cost time.
+/// One semaphore held across a blocking wait (no table lock held).
+pub(crate) struct SemRef {
+    pub block: Arc<SemBlock>,
+    pub off: u32,
+}
+
+/// The task-queue key of (offset, global core).
+#[inline]
+fn task_key(off: u32, gcore: u32) -> u64 {
+    (u64::from(off) << 32) | u64::from(gcore)
+}
+
+/// A multiplicative hash: keys are small distinct integers, SipHash would
+/// only cost time.
 #[derive(Default)]
 pub(crate) struct IdHasher(u64);
 
 impl Hasher for IdHasher {
     fn finish(&self) -> u64 {
-        self.0
+        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
     }
     fn write(&mut self, bytes: &[u8]) {
         for b in bytes {
@@ -81,20 +183,55 @@ impl Hasher for IdHasher {
 
 type IdMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
 
-#[derive(Default)]
-struct Entry {
-    internal: Option<Arc<Semaphore>>,
-    fixed: Option<Arc<Semaphore>>,
+struct Table {
+    /// Internal ids `[FIRST_INTERNAL_ID, end)`, in blocks sorted by first id
+    /// that cover the range without gaps.
+    blocks: Vec<Arc<SemBlock>>,
+    end: u32,
+    /// Fixed-id semaphores (one-id blocks).
+    fixed: IdMap<Arc<SemBlock>>,
 }
 
-impl Entry {
-    fn resolve(&self, id: u32) -> Result<&Arc<Semaphore>> {
-        match (&self.internal, &self.fixed) {
+impl Table {
+    #[inline]
+    fn internal(&self, id: u32) -> Option<(&Arc<SemBlock>, u32)> {
+        if !(FIRST_INTERNAL_ID..self.end).contains(&id) {
+            return None;
+        }
+        // blocks[0].first == FIRST_INTERNAL_ID <= id, so the index is >= 1.
+        let i = self.blocks.partition_point(|b| b.first <= id) - 1;
+        let b = &self.blocks[i];
+        Some((b, id - b.first))
+    }
+
+    #[inline]
+    fn resolve(&self, id: u32) -> Result<(&Arc<SemBlock>, u32)> {
+        let fixed = if self.fixed.is_empty() { None } else { self.fixed.get(&id) };
+        match (self.internal(id), fixed) {
             (Some(_), Some(_)) => Err(collision_error(id)),
-            (Some(s), None) | (None, Some(s)) => Ok(s),
+            (Some(found), None) => Ok(found),
+            (None, Some(b)) => Ok((b, 0)),
             (None, None) => Err(unknown_error(id)),
         }
     }
+
+    /// The stock lookup message plus a sentence naming both owners.
+    fn collision_at_allocation(&self, id: u32) -> Option<RtError> {
+        let ((internal, _), fixed) = (self.internal(id)?, self.fixed.get(&id)?);
+        Some(RtError::value(format!(
+            "Semaphore {id} occurs as both fixed-id and internal. Fixed-id owner: {}; internal \
+             owner: {}.",
+            fixed.owner, internal.owner
+        )))
+    }
+}
+
+/// Whether fixed id `id` exists too (off the hot path: kernels rarely mix
+/// barrier semaphores with internal ids >= 2000).
+#[cold]
+#[inline(never)]
+fn shadowed(table: &Table, id: u32) -> bool {
+    table.fixed.contains_key(&id)
 }
 
 fn collision_error(id: u32) -> RtError {
@@ -107,7 +244,7 @@ fn unknown_error(id: u32) -> RtError {
 
 pub(crate) struct SemIds {
     num_cores: u32,
-    table: RwLock<IdMap<Entry>>,
+    table: RwLock<Table>,
     /// Next internal id per global core.
     next: Mutex<Vec<u32>>,
 }
@@ -116,22 +253,37 @@ impl SemIds {
     pub fn new(topo: &Topology) -> Self {
         SemIds {
             num_cores: topo.num_cores(),
-            table: RwLock::new(IdMap::default()),
+            table: RwLock::new(Table { blocks: Vec::new(), end: FIRST_INTERNAL_ID, fixed: IdMap::default() }),
             next: Mutex::new(vec![FIRST_INTERNAL_ID; topo.num_cores() as usize]),
         }
     }
 
-    /// Runs `f` on semaphore `id` under the table's read lock (no refcount traffic).
-    pub fn with<R>(&self, id: u32, f: impl FnOnce(&Semaphore) -> R) -> Result<R> {
+    /// Runs `f(block, offset)` on semaphore `id` under the table's read lock
+    /// (no refcount traffic).
+    #[inline]
+    pub fn with<R>(&self, id: u32, f: impl FnOnce(&SemBlock, u32) -> R) -> Result<R> {
         let table = read_lock(&self.table);
-        let entry = table.get(&id).ok_or_else(|| unknown_error(id))?;
-        Ok(f(entry.resolve(id)?))
+        let (block, off) = table.resolve(id)?;
+        Ok(f(block, off))
     }
 
-    pub fn get(&self, id: u32) -> Result<Arc<Semaphore>> {
+    /// The hot-path lookup: runs `f(block, offset)` for an internal id that
+    /// no fixed id shadows; `None` (also when `f` gives up) sends the caller
+    /// to the full, error-reporting path.
+    #[inline]
+    pub fn with_fast<R>(&self, id: u32, f: impl FnOnce(&SemBlock, u32) -> Option<R>) -> Option<R> {
         let table = read_lock(&self.table);
-        let entry = table.get(&id).ok_or_else(|| unknown_error(id))?;
-        entry.resolve(id).cloned()
+        let (block, off) = table.internal(id)?;
+        if !table.fixed.is_empty() && shadowed(&table, id) {
+            return None;
+        }
+        f(block, off)
+    }
+
+    pub fn get(&self, id: u32) -> Result<SemRef> {
+        let table = read_lock(&self.table);
+        let (block, off) = table.resolve(id)?;
+        Ok(SemRef { block: Arc::clone(block), off })
     }
 
     /// Allocates `count` internal ids on the target cores; see `SemTable::allocate`.
@@ -163,24 +315,31 @@ impl SemIds {
                 cores[0], next[g as usize]
             )));
         }
-        let end = first.checked_add(count).ok_or_else(|| {
-            RtError::value(format!("too many semaphores: cannot allocate {count} after id {first}"))
-        })?;
+        let end = u64::from(first) + u64::from(count);
+        if end > u64::from(MAX_ID) + 1 {
+            return Err(RtError::value(format!(
+                "cannot allocate {count} semaphores on device {device}: their ids would run from \
+                 {first} to {}, past the largest semaphore id {MAX_ID} (ids are int32)",
+                end - 1
+            )));
+        }
+        let end = end as u32;
+        let mut table = write_lock(&self.table);
+        // Ids below `table.end` exist already (another core allocated them);
+        // the rest become one new block.
+        if end > table.end {
+            let start = table.end;
+            let block = SemBlock::new(start, end - start, kind, owner, self.num_cores)?;
+            table.blocks.push(Arc::new(block));
+            table.end = end;
+        }
         for &g in &cores {
             next[g as usize] = end;
         }
-        let mut table = write_lock(&self.table);
-        let mut collision = None;
-        for id in first..end {
-            let entry = table.entry(id).or_default();
-            if entry.internal.is_none() {
-                entry.internal = Some(Arc::new(Semaphore::new(id, kind, owner.clone(), self.num_cores)));
-            }
-            if collision.is_none() {
-                collision = collision_at_allocation(id, entry);
-            }
-        }
-        match collision {
+        // Fixed ids are few: look for one inside [first, end).
+        let mut clashes: Vec<u32> = table.fixed.keys().copied().filter(|id| (first..end).contains(id)).collect();
+        clashes.sort_unstable();
+        match clashes.first().and_then(|&id| table.collision_at_allocation(id)) {
             Some(e) => Err(e),
             None => Ok(first),
         }
@@ -190,38 +349,25 @@ impl SemIds {
     pub fn ensure_fixed(&self, id: u32, kind: SemKind, owner: String) -> Result<u32> {
         {
             let table = read_lock(&self.table);
-            if let Some(e) = table.get(&id).filter(|e| e.fixed.is_some()) {
-                return e.resolve(id).map(|_| id);
+            if table.fixed.contains_key(&id) {
+                return table.resolve(id).map(|_| id);
             }
         }
         let mut table = write_lock(&self.table);
-        let entry = table.entry(id).or_default();
-        if entry.fixed.is_none() {
-            entry.fixed = Some(Arc::new(Semaphore::new(id, kind, owner, self.num_cores)));
+        if let Entry::Vacant(slot) = table.fixed.entry(id) {
+            slot.insert(Arc::new(SemBlock::new(id, 1, kind, owner, self.num_cores)?));
         }
-        match collision_at_allocation(id, entry) {
+        match table.collision_at_allocation(id) {
             Some(e) => Err(e),
             None => Ok(id),
         }
     }
 
-    /// Every semaphore of both namespaces.
-    pub fn all(&self) -> Vec<Arc<Semaphore>> {
+    /// Every block of both namespaces.
+    pub fn all(&self) -> Vec<Arc<SemBlock>> {
         let table = read_lock(&self.table);
-        table.values().flat_map(|e| e.internal.iter().chain(e.fixed.iter()).cloned()).collect()
+        table.blocks.iter().chain(table.fixed.values()).cloned().collect()
     }
-}
-
-/// The stock lookup message plus a sentence naming both owners.
-fn collision_at_allocation(id: u32, entry: &Entry) -> Option<RtError> {
-    let (Some(internal), Some(fixed)) = (&entry.internal, &entry.fixed) else {
-        return None;
-    };
-    Some(RtError::value(format!(
-        "Semaphore {id} occurs as both fixed-id and internal. Fixed-id owner: {}; internal \
-         owner: {}.",
-        fixed.owner, internal.owner
-    )))
 }
 
 // RwLock poisoning is ignored for the same reason as `sync::lock`.

@@ -1,12 +1,14 @@
 //! Semaphores: lock-free counters, parking waits, the device barrier and the
 //! kernel's failure state.
 //!
-//! Every semaphore has one `AtomicI64` per global core. A signal is an atomic
-//! add plus a wake-up only when the target core has a parked waiter; a wait
-//! is a compare-and-subtract, else it runs queued DMA work for its
+//! Every semaphore has one `AtomicI64` per global core (stored densely and
+//! lazily per allocation, see `counters`). A signal is an overflow-checked
+//! atomic add plus a wake-up only when the target core has a parked waiter;
+//! a wait is a compare-and-subtract, else it runs queued DMA work for its
 //! (semaphore, core), else it parks (see `park` for the protocol).
 
 mod barrier;
+mod counters;
 mod ids;
 mod park;
 
@@ -15,10 +17,11 @@ pub use park::WaitRecord;
 use crate::config::{Config, Topology};
 use crate::error::{ErrorKind, Result, RtError};
 use crate::runtime::Runtime;
-use crate::sync::Ordering;
+use crate::sync::{AtomicI64, Ordering};
 use barrier::DeviceBarrier;
 use ids::SemIds;
 use park::{Failure, Parker};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -29,7 +32,8 @@ pub enum SemKind {
     Barrier,
 }
 
-/// A semaphore left with a non-zero count.
+/// A semaphore left with a non-zero count, or with DMAs started but never
+/// waited for (on_wait mode: their data never moved).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Leak {
     pub sem: u32,
@@ -37,11 +41,35 @@ pub struct Leak {
     pub device: u32,
     pub core: u32,
     pub count: i64,
+    /// One description per DMA queued on this (semaphore, core) that never ran.
+    pub pending_dmas: Vec<String>,
+}
+
+impl Leak {
+    /// One line for leak reports (without the device).
+    pub fn describe(&self) -> String {
+        let mut s = format!("semaphore {} ({:?}) on core {} has count {}", self.sem, self.kind, self.core, self.count);
+        if !self.pending_dmas.is_empty() {
+            s.push_str(&format!(
+                " and {} DMA(s) started but never waited for (their data never moved): {}",
+                self.pending_dmas.len(),
+                self.pending_dmas.join("; ")
+            ));
+        }
+        s
+    }
 }
 
 /// Deferred work (a DMA step) that will signal a semaphore; run by a core
 /// waiting on that semaphore.
-pub type Task = Box<dyn FnOnce(&Runtime) -> Result<()> + Send>;
+pub trait Work: Send + Sync {
+    fn run(&self, rt: &Runtime) -> Result<()>;
+    /// What is still to do, for leak reports; `None` once done (e.g. the
+    /// other side of the DMA ran it already).
+    fn pending(&self) -> Option<String>;
+}
+
+pub type Task = Box<dyn Work>;
 
 pub struct SemTable {
     topo: Topology,
@@ -106,7 +134,7 @@ impl SemTable {
 
     /// Errs unless `sem` exists in exactly one namespace.
     pub fn check_exists(&self, sem: u32) -> Result<()> {
-        self.ids.with(sem, |_| ())
+        self.ids.with(sem, |_, _| ())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -131,23 +159,46 @@ impl SemTable {
         self.signal_global(gcore, sem, inc)
     }
 
-    /// Adds `inc` to `sem` on global core `gcore` (already validated).
+    /// Adds `inc` (>= 0) to `sem` on global core `gcore` (already
+    /// validated). A count that would pass [`MAX_COUNT`] is an error and
+    /// leaves the count unchanged.
+    #[inline]
     pub(crate) fn signal_global(&self, gcore: u32, sem: u32, inc: i64) -> Result<()> {
-        self.ids.with(sem, |s| s.counts[gcore as usize].fetch_add(inc, Ordering::SeqCst))?;
+        let added = self.ids.with_fast(sem, |s, off| add_count(s.counter_if_present(off, gcore)?, inc).ok());
+        let result = if added.is_none() { self.signal_slow(gcore, sem, inc) } else { Ok(()) };
+        // Also after a failed add: a waiter may have parked while the count
+        // was briefly over the limit, and must look again.
         self.parkers[gcore as usize].wake();
-        Ok(())
+        result
+    }
+
+    /// `signal_global` off the hot path: fixed ids, first use of a counter
+    /// page, overflow and unknown ids (with their errors).
+    #[cold]
+    #[inline(never)]
+    fn signal_slow(&self, gcore: u32, sem: u32, inc: i64) -> Result<()> {
+        self.ids.with(sem, |s, off| add_count(s.counter(off, gcore)?, inc).map_err(|c| self.overflow(sem, gcore, c, inc)))?
+    }
+
+    #[cold]
+    fn overflow(&self, sem: u32, gcore: u32, count: i64, inc: i64) -> RtError {
+        let (device, core) = (gcore / self.topo.cores_per_device, gcore % self.topo.cores_per_device);
+        RtError::value(format!(
+            "semaphore {sem} on device {device}, core {core} overflows: count {count} + increment \
+             {inc} exceeds the largest count {MAX_COUNT} (2**62)"
+        ))
     }
 
     /// Queues `task` to be run by a core waiting on `sem` on global core `gcore`.
     pub(crate) fn enqueue(&self, sem: u32, gcore: u32, task: Task) -> Result<()> {
-        self.ids.with(sem, |s| s.push_task(gcore, task))?;
+        self.ids.with(sem, |s, off| s.push_task(off, gcore, task))?;
         self.parkers[gcore as usize].wake();
         Ok(())
     }
 
     /// Takes the runtime so a waiter can run queued DMAs (which touch memory).
     pub fn wait(&self, rt: &Runtime, device: u32, core: u32, sem: u32, value: i64) -> Result<()> {
-        self.wait_with(device, core, sem, value, &mut |task: Task| task(rt))
+        self.wait_with(device, core, sem, value, &mut |task: Task| task.run(rt))
     }
 
     /// `wait` with the way queued tasks are run supplied by the caller
@@ -160,14 +211,22 @@ impl SemTable {
         value: i64,
         run_task: &mut dyn FnMut(Task) -> Result<()>,
     ) -> Result<()> {
-        if value < 0 {
+        if !(0..=MAX_COUNT).contains(&value) {
             return Err(RtError::value(format!(
-                "semaphore_wait on semaphore {sem} needs a value >= 0, got {value}"
+                "semaphore_wait on semaphore {sem} needs a value in [0, {MAX_COUNT}] (2**62), got {value}"
             )));
         }
         let gcore = self.topo.check(device, core)?;
-        let s = self.ids.get(sem)?;
-        let count = &s.counts[gcore as usize];
+        // Fast path: the count is there already (no reference counting, no
+        // error values).
+        if !self.failure.is_set()
+            && self.ids.with_fast(sem, |s, off| try_take(s.counter_if_present(off, gcore)?, value).then_some(())).is_some()
+        {
+            return Ok(());
+        }
+        let sem_ref = self.ids.get(sem)?;
+        let (s, off) = (&*sem_ref.block, sem_ref.off);
+        let count = s.counter(off, gcore)?;
         let parker = &self.parkers[gcore as usize];
         let record = WaitRecord { sem, value };
         let mut deadline = None;
@@ -179,7 +238,7 @@ impl SemTable {
             if try_take(count, value) {
                 return Ok(());
             }
-            if let Some(task) = s.pop_task(gcore) {
+            if let Some(task) = s.pop_task(off, gcore) {
                 run_task(task)?;
                 continue;
             }
@@ -187,17 +246,17 @@ impl SemTable {
                 spun = true;
                 if let Some(budget) = self.spin {
                     spin_until(budget, || {
-                        self.failure.is_set() || count.load(Ordering::SeqCst) >= value || s.has_task(gcore)
+                        self.failure.is_set() || can_take(count.load(Ordering::SeqCst), value) || s.has_task(off, gcore)
                     });
                     continue;
                 }
             }
-            let deadline = *deadline.get_or_insert_with(|| self.wait_timeout.map(|t| Instant::now() + t));
+            let deadline = *deadline.get_or_insert_with(|| deadline_after(self.wait_timeout));
             let timed_out = parker.park(record, deadline, || {
-                self.failure.is_set() || count.load(Ordering::SeqCst) >= value || s.has_task(gcore)
+                self.failure.is_set() || can_take(count.load(Ordering::SeqCst), value) || s.has_task(off, gcore)
             });
             // On timeout look once more: a wake-up may have raced the deadline.
-            if timed_out && !self.failure.is_set() && !s.has_task(gcore) {
+            if timed_out && !self.failure.is_set() && !s.has_task(off, gcore) {
                 if try_take(count, value) {
                     return Ok(());
                 }
@@ -216,7 +275,7 @@ impl SemTable {
 
     pub fn read(&self, topo: &Topology, device: u32, core: u32, sem: u32) -> Result<i64> {
         let gcore = topo.check(device, core)?;
-        self.ids.with(sem, |s| s.counts[gcore as usize].load(Ordering::SeqCst))
+        self.ids.with(sem, |s, off| s.peek(off, gcore))
     }
 
     pub fn device_barrier(&self, rt: &Runtime, device: u32) -> Result<()> {
@@ -235,21 +294,43 @@ impl SemTable {
         self.barrier.arrive(&self.failure, device, self.wait_timeout, &|| {})
     }
 
-    /// Semaphores with a non-zero count on a core of `device` (every device
-    /// for `None`), sorted by (device, core, semaphore id).
-    pub fn leaks(&self, topo: &Topology, device: Option<u32>) -> Vec<Leak> {
-        let mut leaks = Vec::new();
+    /// Semaphores with a non-zero count or DMAs queued but never run, on a
+    /// core of `device` (every device for `None`), sorted by (device, core,
+    /// semaphore id).
+    pub fn leaks(&self, topo: &Topology, device: Option<u32>) -> Result<Vec<Leak>> {
+        if let Some(d) = device {
+            topo.check(d, 0)?;
+        }
+        let cpd = topo.cores_per_device;
+        let mut found: BTreeMap<(u32, u32, u32, u8), Leak> = BTreeMap::new();
         for s in self.ids.all() {
-            for (g, c) in s.counts.iter().enumerate() {
-                let (d, core) = (g as u32 / topo.cores_per_device, g as u32 % topo.cores_per_device);
-                let count = c.load(Ordering::SeqCst);
-                if count != 0 && device.is_none_or(|want| want == d) {
-                    leaks.push(Leak { sem: s.id, kind: s.kind, device: d, core, count });
+            let mut nonzero = Vec::new();
+            s.for_each_nonzero(|off, g, count| nonzero.push((off, g, count, Vec::new())));
+            let pending = s.pending_work().into_iter().map(|(off, g, dmas)| (off, g, 0, dmas));
+            for (off, g, count, dmas) in nonzero.into_iter().chain(pending) {
+                let (d, core) = (g / cpd, g % cpd);
+                if device.is_some_and(|want| want != d) {
+                    continue;
                 }
+                let sem = s.first + off;
+                let leak = found.entry((d, core, sem, s.kind as u8)).or_insert_with(|| Leak {
+                    sem,
+                    kind: s.kind,
+                    device: d,
+                    core,
+                    count: 0,
+                    pending_dmas: Vec::new(),
+                });
+                leak.count += count;
+                leak.pending_dmas.extend(dmas);
             }
         }
-        leaks.sort_by_key(|l| (l.device, l.core, l.sem, l.kind as u8));
-        leaks
+        Ok(found.into_values().collect())
+    }
+
+    /// Counter pages (of 512 counters) materialised so far: memory diagnostics.
+    pub fn counter_pages_in_use(&self) -> usize {
+        self.ids.all().iter().map(|b| b.pages_in_use()).sum()
     }
 
     /// Records `err` unless a failure is recorded already, wakes every parked
@@ -274,11 +355,74 @@ impl SemTable {
     }
 }
 
-/// Subtracts `value` if the count is at least `value`.
+/// The deadline `timeout` from now; `None` (no deadline) without a timeout
+/// or when the deadline is not representable (a huge timeout never ends).
+pub(crate) fn deadline_after(timeout: Option<Duration>) -> Option<Instant> {
+    timeout.and_then(|t| Instant::now().checked_add(t))
+}
+
+/// The largest semaphore count (2**62). Far enough below `i64::MAX` that a
+/// signal can add first and check afterwards.
+pub const MAX_COUNT: i64 = 1 << 62;
+
+/// Increments up to this take the fast path of [`add_count`]. Counts over
+/// `MAX_COUNT` exist only while such an add is being taken back, so a count
+/// can never pass `MAX_COUNT + FAST_INC * (threads adding at once)`, far
+/// below `i64::MAX`.
+const FAST_INC: i64 = 1 << 32;
+
+/// Adds `inc` (>= 0) to `count` unless the sum would pass `MAX_COUNT`; on
+/// overflow returns the count, which is then unchanged.
+///
+/// Fast path: one `fetch_add`, taken back when it went over the limit. While
+/// an over-limit add is in flight the count is above `MAX_COUNT`, where
+/// waiters never take from it and other adds fail their fast path; the
+/// exact slow path waits such transients out.
 #[inline]
-fn try_take(count: &crate::sync::AtomicI64, value: i64) -> bool {
+fn add_count(count: &AtomicI64, inc: i64) -> std::result::Result<(), i64> {
+    if inc <= FAST_INC {
+        let old = count.fetch_add(inc, Ordering::SeqCst);
+        if old <= MAX_COUNT - inc {
+            return Ok(());
+        }
+        count.fetch_sub(inc, Ordering::SeqCst);
+    }
+    add_count_exact(count, inc)
+}
+
+#[cold]
+#[inline(never)]
+fn add_count_exact(count: &AtomicI64, inc: i64) -> std::result::Result<(), i64> {
     let mut current = count.load(Ordering::SeqCst);
-    while current >= value {
+    loop {
+        if current > MAX_COUNT {
+            // Another signal's over-limit add, about to be taken back.
+            crate::sync::yield_now();
+            current = count.load(Ordering::SeqCst);
+            continue;
+        }
+        if current > MAX_COUNT - inc {
+            return Err(current);
+        }
+        match count.compare_exchange_weak(current, current + inc, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(_) => return Ok(()),
+            Err(now) => current = now,
+        }
+    }
+}
+
+/// Whether a wait for `value` may take from `count`: never from a count over
+/// `MAX_COUNT` (that is an add being taken back).
+#[inline]
+fn can_take(count: i64, value: i64) -> bool {
+    count >= value && count <= MAX_COUNT
+}
+
+/// Subtracts `value` if [`can_take`].
+#[inline]
+fn try_take(count: &AtomicI64, value: i64) -> bool {
+    let mut current = count.load(Ordering::SeqCst);
+    while can_take(current, value) {
         match count.compare_exchange_weak(current, current - value, Ordering::SeqCst, Ordering::SeqCst) {
             Ok(_) => return true,
             Err(now) => current = now,

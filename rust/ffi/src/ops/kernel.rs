@@ -11,9 +11,8 @@ use std::time::Duration;
 /// The XLA run id of the current execution: equal on every device of one
 /// execution, different between executions (checked by tests/test_ffi_*).
 fn run_id(f: &Frame) -> Result<i64> {
-    // SAFETY: `api` was checked non-null by the dispatcher.
-    let api = unsafe { &*f.raw.api };
-    let get = api
+    let get = f
+        .api()?
         .run_id_get
         .ok_or_else(|| RtError::internal("XLA_FFI_RunId_Get is missing"))?;
     let mut args = abi::RunIdGetArgs {
@@ -22,7 +21,8 @@ fn run_id(f: &Frame) -> Result<i64> {
         ctx: f.raw.ctx,
         run_id: 0,
     };
-    // SAFETY: a valid args struct for the current call's context.
+    // SAFETY: XLA's `XLA_FFI_RunId_Get` from the call's API table, with a
+    // complete args struct for the current call's context.
     let err = unsafe { get(&mut args) };
     if !err.is_null() {
         return Err(RtError::internal("XLA_FFI_RunId_Get failed"));
@@ -32,8 +32,8 @@ fn run_id(f: &Frame) -> Result<i64> {
 
 /// The XLA device ordinal the calling program runs on.
 fn device_ordinal(f: &Frame) -> Result<i32> {
-    let api = unsafe { &*f.raw.api };
-    let get = api
+    let get = f
+        .api()?
         .device_ordinal_get
         .ok_or_else(|| RtError::internal("XLA_FFI_DeviceOrdinal_Get is missing"))?;
     let mut args = abi::DeviceOrdinalGetArgs {
@@ -42,6 +42,8 @@ fn device_ordinal(f: &Frame) -> Result<i32> {
         ctx: f.raw.ctx,
         device_ordinal: 0,
     };
+    // SAFETY: XLA's `XLA_FFI_DeviceOrdinal_Get` from the call's API table,
+    // with a complete args struct for the current call's context.
     let err = unsafe { get(&mut args) };
     if !err.is_null() {
         return Err(RtError::internal("XLA_FFI_DeviceOrdinal_Get failed"));
@@ -119,9 +121,7 @@ pub fn kernel_begin(c: &mut Call) -> Result<()> {
     // Checked after joining, so that a mismatch fails the whole launch and
     // wakes the devices that joined correctly.
     check_ordinal(&c.frame, device, config.num_devices)?;
-    // SAFETY: checked uint32[2] above.
-    unsafe { *(out.data as *mut [u32; 2]) = launch::split_handle(handle) };
-    Ok(())
+    out.write_words(DType::U32, &launch::split_handle(handle).map(u32::to_ne_bytes))
 }
 
 /// `kernel_end(token, handle, device) -> token`: leaves the launch; the
@@ -145,14 +145,13 @@ pub fn leak_report(c: &mut Call) -> Result<()> {
             "leak policy must be 'ignore', 'warn' or 'raise', got {policy:?}"
         )));
     }
-    let leaks = launch::with_runtime(handle, |rt| Ok(rt.leaks(Some(device))))?;
-    let describe = |l: &mosaic_rt_core::Leak| {
-        format!("semaphore {} ({:?}) on core {} has count {}", l.sem, l.kind, l.core, l.count)
-    };
+    let leaks = launch::with_runtime(handle, |rt| rt.leaks(Some(device)))?;
+    let describe = |l: &mosaic_rt_core::Leak| l.describe();
     if policy == "raise" && !leaks.is_empty() {
         let items: Vec<String> = leaks.iter().map(describe).collect();
         let msg = format!(
-            "{} semaphore(s) left with a non-zero count at kernel end on device {device}: {}",
+            "{} semaphore(s) left with a non-zero count or a DMA never waited for at kernel end \
+             on device {device}: {}",
             leaks.len(),
             items.join("; ")
         );
@@ -197,6 +196,5 @@ pub fn launch_info(c: &mut Call) -> Result<()> {
     }
     let id = run_id(f)?;
     let info = [id as i32, (id >> 32) as i32, device_ordinal(f)?];
-    unsafe { *(out.data as *mut [i32; 3]) = info };
-    Ok(())
+    out.write_words(DType::I32, &info.map(i32::to_ne_bytes))
 }

@@ -81,9 +81,13 @@ pub fn load(c: &mut Call) -> Result<()> {
     let id = f.arg_id(4, "buffer id")?;
     let space = space_attr(f, "space")?;
     let region = region(f, &REGION, 5)?;
-    f.ret(1)?.fill_elements(|out| {
-        launch::with_runtime(handle, |rt| rt.load(device, core, space, id, &region, out))
-    })
+    // SAFETY: the only slice of result 1, and no operand slice is alive
+    // (`region` copied the starts); XLA aliases only the token pair.
+    unsafe {
+        f.ret(1)?.fill_elements(|out| {
+            launch::with_runtime(handle, |rt| rt.load(device, core, space, id, &region, out))
+        })
+    }
 }
 
 /// `store(token, handle, device, core, id, starts, value) -> token`;
@@ -129,9 +133,18 @@ pub fn swap(c: &mut Call) -> Result<()> {
             "swap: result must have the value's dtype and shape",
         ));
     }
-    out.fill_elements(|out| {
-        launch::with_runtime(handle, |rt| {
-            rt.swap(device, core, space, id, &region, &data, mask, out)
+    let out_range = out.byte_range()?;
+    let overlaps = |r: std::ops::Range<usize>| !r.is_empty() && r.start < out_range.end && out_range.start < r.end;
+    if overlaps(value.byte_range()?) || f.num_args() == 8 && overlaps(f.arg(7)?.byte_range()?) {
+        return Err(RtError::value("swap: the result buffer overlaps the value or mask operand"));
+    }
+    // SAFETY: the only slice of result 1; it overlaps neither operand slice
+    // alive here (`data`, `mask`: checked just above).
+    unsafe {
+        out.fill_elements(|out| {
+            launch::with_runtime(handle, |rt| {
+                rt.swap(device, core, space, id, &region, &data, mask, out)
+            })
         })
-    })
+    }
 }

@@ -42,8 +42,9 @@ fn bad_handle(f: &Frame, i: usize) -> Result<u64> {
             f.op, b.dims
         )));
     }
-    // SAFETY: a uint32[2] buffer.
-    let parts = unsafe { *(b.data as *const [u32; 2]) };
+    let bytes = b.bytes()?;
+    let word = |k: usize| u32::from_ne_bytes([bytes[4 * k], bytes[4 * k + 1], bytes[4 * k + 2], bytes[4 * k + 3]]);
+    let parts = [word(0), word(1)];
     Ok(launch::join_handle(parts))
 }
 
