@@ -32,7 +32,9 @@ def translate(exc: BaseException) -> BaseException:
     ``ValueError``) and exact message, ``device`` / ``core`` attributes, and
     ``__cause__`` set to ``exc``.
     """
-    if not isinstance(exc, JaxRuntimeError):
+    # XLA errors arrive as JaxRuntimeError; jax 0.12 re-raises an error from
+    # inside a host callback (the several-cores launcher) as ValueError.
+    if not isinstance(exc, (JaxRuntimeError, ValueError)):
         return exc
     m = _MARKER.search(str(exc))
     if m is None:
@@ -62,7 +64,7 @@ def _forget_failed_runtime_tokens() -> None:
     for device, token in list(tokens.items()):
         try:
             token.block_until_ready()
-        except JaxRuntimeError as e:
+        except (JaxRuntimeError, ValueError) as e:
             if _MARKER.search(str(e)):
                 tokens.pop(device, None)
 
