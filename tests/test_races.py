@@ -164,7 +164,8 @@ def _x(devices):
 
 
 def _ours(case, mode, detect):
-    out = case.fn(mosaic_rt.InterpretParams(dma_execution_mode=mode, detect_races=detect),
+    out = case.fn(mosaic_rt.InterpretParams(dma_execution_mode=mode, detect_races=detect,
+                                            on_race="warn"),
                   _x(case.devices))
     return np.asarray(jax.block_until_ready(out))
 

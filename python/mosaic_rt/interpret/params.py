@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
+from mosaic_rt.jax_internals import STOCK_HAS_ON_RACE
 from mosaic_rt.jax_internals import StockInterpretParams as _StockParams
 
 
@@ -20,10 +21,15 @@ from mosaic_rt.jax_internals import StockInterpretParams as _StockParams
 class InterpretParams(_StockParams):
     """Parameters for running Pallas TPU kernels on mosaic_rt's native runtime.
 
-    Accepts every field of jax 0.10.2's ``pltpu.InterpretParams`` (see its
-    docstring) plus:
+    Accepts every field of the installed jax's ``pltpu.InterpretParams``
+    (see its docstring) plus:
 
     Attributes:
+      on_race: with ``detect_races=True``, what a data race does: ``"raise"``
+        (the kernel fails with ``mosaic_rt.RaceError`` at the first race)
+        or ``"warn"`` (a ``mosaic_rt.RaceWarning`` per distinct race). jax
+        0.11+ has this field with default ``"raise"``; on jax 0.10.2, whose
+        stock interpreter only prints races, the default is ``"warn"``.
       wait_timeout: seconds after which a blocked semaphore/DMA wait or
         barrier fails with ``mosaic_rt.WaitTimeout`` instead of hanging
         (``None``: no timeout).
@@ -32,6 +38,8 @@ class InterpretParams(_StockParams):
         (``mosaic_rt.SemaphoreLeakError``) or ``"ignore"``.
     """
 
+    if not STOCK_HAS_ON_RACE:
+        on_race: Literal["raise", "warn"] = "warn"
     wait_timeout: float | None = 120.0
     on_semaphore_leak: Literal["warn", "raise", "ignore"] = "warn"
 
@@ -71,6 +79,9 @@ class InterpretParams(_StockParams):
                     "wait_timeout must be a positive number of seconds or None (inf: no"
                     f" timeout), got {self.wait_timeout!r}."
                 )
+        if self.on_race not in ("raise", "warn"):
+            raise ValueError(
+                f"on_race must be 'raise' or 'warn', got {self.on_race!r}.")
         if self.on_semaphore_leak not in ("warn", "raise", "ignore"):
             raise ValueError(
                 "on_semaphore_leak must be 'warn', 'raise' or 'ignore', got"
