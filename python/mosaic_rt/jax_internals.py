@@ -135,6 +135,19 @@ pipeline_body_p = getattr(mosaic_pipeline, "pipeline_body_p", None)
 trace_value_p = getattr(mosaic_primitives, "trace_value_p", None)
 has_memory_space_p = getattr(mosaic_primitives, "has_memory_space_p", None)
 
+# Host callbacks a kernel may contain (jax.debug.print/callback,
+# io_callback, pure_callback): the interpreter runs them guarded.
+from jax._src import debugging as _debugging  # noqa: E402
+io_callback_p = callback.io_callback_p
+pure_callback_p = callback.pure_callback_p
+debug_callback_p = _debugging.debug_callback_p
+
+
+def summarize_source(source_info) -> str:
+    """`file.py:12:4 (fn)` of the user's innermost frame, as stock prints it."""
+    return source_info_util.summarize(source_info)
+
+
 # `pltpu.conv` (0.12): a TPU convolution, run with lax's on CPU.
 conv_p = getattr(mosaic_primitives, "conv_p", None)
 # TPU-only primitives: they drive MXU registers and result FIFOs, have no CPU

@@ -16,14 +16,17 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
+from mosaic_rt import _native
 from mosaic_rt import jax_internals as jx
-from mosaic_rt.interpret import device_ids, ops, views
+from mosaic_rt.interpret import device_ids, ops, sites, views
 from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.interpret.regions import to_region
 
 _SEMAPHORE = jx.MemorySpace.SEMAPHORE
+_TOKEN_SDS = jax.ShapeDtypeStruct((), jnp.int32)
 _HBM = jx.MemorySpace.HBM
 _ANY = jx.AnyMemorySpace
 
@@ -89,7 +92,8 @@ def eval_jaxpr(jaxpr: jx.Jaxpr, *args, ctx: Ctx, token):
         sentinel_for_floating_point_values=sentinel)
     for eqn in jaxpr.eqns:
         with jx.user_context(
-                eqn.source_info.traceback, name_stack=eqn.source_info.name_stack):
+                eqn.source_info.traceback, name_stack=eqn.source_info.name_stack), \
+                sites.at(eqn.source_info):
             token, out = _eval_eqn(eqn, env, ctx, token)
         out = out if eqn.primitive.multiple_results else [out]
         env.write_many(eqn.outvars, out)
@@ -362,6 +366,50 @@ def _pipeline_body(eqn, read, ctx, token):
     with jx.pallas_core.grid_env(env):
         token, _ = eval_closed(p["jaxpr"], *body_args, ctx=ctx, token=token)
     return token, []
+
+
+# ---------------------------------------------------------- host callbacks
+
+def _guarded(call, num_results):
+    """`call` (a host callback of the kernel) run so that the launch knows:
+    while it runs the core is busy in user code (never a deadlock), and if
+    it raises, the launch fails with that exception as its root cause, so
+    every other core's wait ends at once."""
+    from mosaic_rt.ffi import errors as ffi_errors
+
+    def run(token, handle, device, core, *args):
+        h = int(np.asarray(handle, np.uint64)[0]) | (int(np.asarray(handle, np.uint64)[1]) << 32)
+        d, c = int(device), int(core)
+        mark = getattr(_native, "callback_state", None)
+        if mark is not None:
+            mark(h, d, c, True)
+        try:
+            out = call(*args)
+        except BaseException as exc:
+            fail = getattr(_native, "fail_launch", None)
+            register = getattr(ffi_errors, "register_exception", None)
+            if fail is not None and register is not None:
+                fail(h, d, c, register(exc), type(exc).__name__, str(exc))
+            raise
+        finally:
+            if mark is not None:
+                mark(h, d, c, False)
+        results = list(out) if num_results else []
+        return (np.asarray(token, np.int32), *results)
+
+    return run
+
+
+@_rule(jx.io_callback_p, jx.pure_callback_p, jx.debug_callback_p)
+def _host_callback(eqn, read, ctx, token):
+    # Threaded on the token (program order with the native ops around it)
+    # and guarded (see _guarded); results as the original callback's.
+    results = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in eqn.outvars]
+    outs = jx.io_callback(
+        _guarded(eqn.params["callback"], len(results)),
+        (_TOKEN_SDS, *results), token, ctx.handle, ctx.device_id, ctx.core, *read())
+    token, *values = outs
+    return token, (values if eqn.primitive.multiple_results else values[0])
 
 
 # --------------------------------------------------------------------- misc
