@@ -458,6 +458,60 @@ def case_all_to_all(n=4):
     return Case(_sized("all_to_all", n, 4), fn, (x,), reference=ref)
 
 
+def case_routed_wait_traced_size():
+    # A routing table in SMEM says where each device sends its tile (slot =
+    # sender id). A receiver does not know statically how many tiles come:
+    # it waits once, on a descriptor whose leading slice has a traced size
+    # (the arrival count), i.e. for count tiles' worth of bytes. Devices
+    # nobody sends to skip the wait. Unused slots keep the zeros aliased in.
+    n = 4
+    route = np.array([1, 2, 1, 1], np.int32)  # device 1 gets 3 tiles, 2 gets 1
+    x = _tiles(n, seed=12)
+
+    def kernel(route_ref, x_ref, _, o_ref, send_sem, recv_sem):
+        me = lax.axis_index("x")
+        _full_barrier(n)
+        target = route_ref[me]
+        copy = pltpu.make_async_remote_copy(
+            x_ref, o_ref.at[me], send_sem, recv_sem,
+            device_id=(target,), device_id_type=_MESH)
+        copy.start()
+        copy.wait_send()
+        count = jnp.int32(0)
+        for i in range(n):
+            count += jnp.where(route_ref[i] == me, 1, 0)
+
+        @pl.when(count > 0)
+        def _():
+            all_arrivals = pltpu.make_async_remote_copy(
+                o_ref.at[pl.ds(0, count)], o_ref.at[pl.ds(0, count)],
+                send_sem, recv_sem, device_id=(me,), device_id_type=_MESH)
+            all_arrivals.wait_recv()
+
+    def fn(params, route, x):
+        call = pl.pallas_call(
+            kernel, out_shape=_sds((n, *_TILE)),
+            in_specs=[_SMEM, _ANY, _ANY], out_specs=_ANY,
+            scratch_shapes=[pltpu.SemaphoreType.DMA] * 2,
+            input_output_aliases={2: 0},
+            compiler_params=_collective(), interpret=params)
+
+        def body(route, b):
+            zeros = jnp.zeros((n, *_TILE), b.dtype)
+            return call(route, b, zeros).reshape(-1, _TILE[1])
+
+        mesh = _mesh((n,), ("x",))
+        return _run_sharded(body, mesh, (route, x), (P(), P("x")), P("x"))
+
+    def ref(route, x):
+        out = np.zeros((n, n, *_TILE), np.float32)
+        for sender, block in enumerate(_blocks(x, n)):
+            out[route[sender], sender] = block
+        return out.reshape(-1, _TILE[1])
+
+    return Case("routed_wait_traced_size", fn, (route, x), reference=ref)
+
+
 def _mesh_2d_case(name, target, seed):
     """A 2x2 ("x", "y") mesh where each device sends its block to `target`.
 
