@@ -196,14 +196,17 @@ def _med(xs):
 # -- the suite-like workload ------------------------------------------------------------
 
 
-def run_suite(passes: int, first_salt: int = 1) -> dict:
-    """Every zoo kernel once per side per pass; pass p uses salt first_salt + p."""
+def run_suite(passes: int, first_salt: int = 1, only: set[str] | None = None) -> dict:
+    """Every zoo kernel (or those named in `only`) once per side per pass;
+    pass p uses salt first_salt + p."""
     hits_before = persistent_cache_hits()
     kernels_out, per_pass = [], []
     flip = itertools.cycle([False, True])
     for p in range(passes):
         totals = {"stock": 0.0, "ours": 0.0}
         for kernel in zoo.kernels(first_salt + p):
+            if only is not None and kernel.name not in only:
+                continue
             stock_params, our_params = kernel.params()
             sides = [("stock", stock_params), ("ours", our_params)]
             if next(flip):

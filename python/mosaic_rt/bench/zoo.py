@@ -333,16 +333,16 @@ def kernels(salt: int = 0) -> list[ZooKernel]:
         add(f"io-alias grid={g}", "grid", 1, _io_alias, g, r8)
     for c in (2, 4, 8):
         add(f"dma-pipeline chunks={c}", "local dma", 1, _pipeline, c, r8)
-    for rows in (r8, 2 * r8):
-        add(f"dma-roundtrip rows={rows}", "local dma", 1, _roundtrip, rows)
+    for size, rows in (("small", r8), ("large", 2 * r8)):
+        add(f"dma-roundtrip {size}", "local dma", 1, _roundtrip, rows)
     for it in (4, 32):
         add(f"semaphores iters={it}", "semaphores", 1, _semaphores, it + s, r8)
     add("add grid=4 races", "races", 1, _add, 4, r8, knobs=races)
     add("dma-pipeline chunks=4 races", "races", 1, _pipeline, 4, r8, knobs=races)
     add("matmul blocks=1 races", "races", 1, _matmul, 1, 64 + 8 * s, knobs=races)
     add("semaphores iters=8 races", "races", 1, _semaphores, 8 + s, r8, knobs=races)
-    for rows in (r8, 2 * r8):
-        add(f"core_map 2 cores rows={rows}", "cores", 1, _core_swap, rows)
+    for size, rows in (("small", r8), ("large", 2 * r8)):
+        add(f"core_map 2 cores {size}", "cores", 1, _core_swap, rows)
     for g in (2, 4):
         add(f"parallel grid={g} 2 cores", "cores", 1, _parallel_grid, g, r8, knobs=two_cores)
     for n in (2, 4, 8):
