@@ -133,3 +133,120 @@ def test_a_hung_case_ends_the_run_with_code_4():
     assert done.returncode == 4
     assert "case 'stuck case' still running after 0.5 s" in done.stderr
     assert "Thread" in done.stderr  # the stacks of every thread
+
+
+# -- the rows beyond the per-kernel cases (cold calls, suite, launch, lowering) ------------
+
+from mosaic_rt.bench import cold, rows, zoo  # noqa: E402
+from mosaic_rt.bench.fmt import fmt_target  # noqa: E402
+
+
+def test_rows_are_listed_and_selected_by_filter():
+    listed = _bench(["--quick", "--list"])
+    assert listed.returncode == 0
+    for row in rows.ROWS:
+        assert f"{row.name}  (row" in listed.stdout
+    assert [r.key for r in rows.select(["cold"])] == ["cold_first_call"]
+    assert rows.select(["^semaphores iters=100$"]) == []
+    assert len(rows.select([])) == len(rows.ROWS)
+
+
+def test_lowering_and_launch_rows_write_json(tmp_path):
+    out, md = tmp_path / "out.json", tmp_path / "out.md"
+    done = _bench(["--quick", "--filter", "lowering and compile", "--filter", "launch per MiB",
+                   "--json", str(out), "--markdown", str(md)], timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads(out.read_text())
+    assert data["cases"] == [] and set(data["rows"]) == {"lowering", "launch_per_mib"}
+    low = data["rows"]["lowering"]
+    assert [k["name"] for k in low["kernels"]] == [
+        "blockspec-add grid=8", "dma-pipeline chunks=8", "matmul grid=2^3"]
+    for k in low["kernels"]:
+        for side in ("stock", "ours", "jnp"):
+            s = k[side]
+            assert s["compile_s"] > 0 and s["kernels"] >= 1 and s["reps"] == measure.QUICK.lowering_reps
+        assert k["ours"]["interp_s"] > 0 and k["jnp"]["interp_s"] == 0
+        assert k["ours_compile_over_jnp"] == k["ours"]["compile_s"] / k["jnp"]["compile_s"]
+    launch = data["rows"]["launch_per_mib"]
+    assert launch["ok"] and [p["mib"] for p in launch["points"]] == list(measure.QUICK.launch_mib)
+    assert all(launch["ms_per_mib"][k] is not None
+               for k in ("stock", "ours", "memcpy_fresh", "memcpy_warm"))
+    subjects = {t["subject"]: t for t in data["targets"]}
+    assert set(subjects) == {"launch per MiB", "lowering (our Python)", "compile vs plain jnp"}
+    assert subjects["lowering (our Python)"]["kind"] == "seconds"
+    assert subjects["launch per MiB"]["kind"] == "max"
+    table = md.read_text()
+    assert "Launch cost per MiB" in table and "Lowering and compile" in table
+    assert "| lowering (our Python) | <= 10.00 ms |" in table
+
+
+def test_collectives_have_an_xla_native_column(tmp_path):
+    out = tmp_path / "out.json"
+    done = _bench(["--quick", "--filter", "^right-permute 8dev 4KiB$", "--json", str(out)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    case = json.loads(out.read_text())["cases"][0]
+    _check_case(case, "right-permute 8dev 4KiB", 8)
+    assert case["native_correct"] is True
+    assert case["native"]["reps"] == case["ours"]["reps"]
+    assert case["ours_over_native"] == case["ours"]["median_s"] / case["native"]["median_s"]
+    targets = {t["subject"]: t for t in json.loads(out.read_text())["targets"]}
+    assert targets["right-permute vs XLA native"]["kind"] == "max"
+    assert "XLA native" in done.stdout
+
+
+def test_cold_row_sees_fresh_shapes_and_no_persistent_cache():
+    cold.disable_persistent_cache()
+    data = cold.run_cold(2, families=["blockspec-add", "semaphores"])
+    assert data["ok"] and data["persistent_cache_hits"] == 0
+    assert [f["family"] for f in data["families"]] == ["blockspec-add", "semaphores"]
+    for f in data["families"]:
+        assert len(f["stock_s"]) == len(f["ours_s"]) == 2 and f["error"] is None
+    assert data["ratio"] == data["stock_total_s"] / data["ours_total_s"]
+    # every measurement gets a kernel of its own (shape or constant)
+    variants = cold._family_variants()
+    for family, variant in variants.items():
+        if family in ("ping-pong", "right-permute", "all-gather", "reduce-scatter"):
+            continue  # need 2..8 devices (covered by the bench's own runs)
+        keys = set()
+        for k in range(4):
+            _, args, _ = variant(k)
+            keys.add(tuple(np.shape(a) for a in args))
+        assert len(keys) == 4 or family == "semaphores"  # semaphores: iters changes too
+    found = {v.subject: v for v in rows.verdicts({"cold_first_call": data})}
+    assert found["cold first call"].target == rows.COLD_TARGET
+    assert found["cold first call semaphores"].target == rows.COLD_FAMILY_TARGET
+
+
+def test_suite_workload_has_40_distinct_kernels_over_every_family():
+    kernels = zoo.kernels(1)
+    assert len(kernels) >= 40 and len({k.name for k in kernels}) == len(kernels)
+    families = {k.family for k in kernels}
+    assert families >= {"grid", "scratch", "local dma", "remote dma", "semaphores", "barrier",
+                        "races", "cores"}
+    assert any(dict(k.knobs).get("num_cores_or_threads", 1) > 1 for k in kernels)
+    assert any(k.name.startswith("core_map") for k in kernels)
+    assert max(k.devices for k in kernels) == 8
+    # another salt gives other shapes for the same kernels
+    a = {k.name: k.build()[1] for k in zoo.kernels(1) if k.devices == 1}
+    b = {k.name: k.build()[1] for k in zoo.kernels(2) if k.devices == 1}
+    assert all(tuple(map(np.shape, a[n])) != tuple(map(np.shape, b[n])) for n in a)
+
+
+def test_suite_workload_runs_a_subset_and_checks_results():
+    names = {"add grid=2", "dma-roundtrip large", "right-permute 2dev",
+             "core_map 2 cores small", "semaphores iters=8 races"}
+    data = cold.run_suite(1, only=names)
+    assert {k["name"] for k in data["kernels"]} == names
+    assert data["ok"], [k for k in data["kernels"] if not k["ok"]]
+    assert data["distinct_kernels"] == len(names) and len(data["passes"]) == 1
+    assert np.isclose(data["stock_total_s"], sum(k["stock_s"] for k in data["kernels"]))
+    found = {v.subject: v for v in rows.verdicts({"suite_workload": data})}
+    assert found["suite workload"].target == rows.SUITE_TARGET
+
+
+def test_verdict_kinds_format_as_bounds():
+    from mosaic_rt.bench.report import Verdict
+    assert fmt_target(Verdict("x", 1.5, 2.0, "", False, kind="max"), "target") == "<= 1.5x"
+    assert fmt_target({"target": 0.01, "measured": 0.02, "kind": "seconds"},
+                      "measured") == "20.00 ms"
+    assert fmt_target({"target": 5.0, "measured": None, "kind": "min"}, "target") == "5.0x"

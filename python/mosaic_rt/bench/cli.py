@@ -22,8 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="fewer, smaller cases and short budgets (about 2 minutes)")
     parser.add_argument("--filter", metavar="REGEX", action="append", default=[],
-                        help="run only cases whose name matches REGEX, case-insensitive "
-                             "search: a plain substring works (repeatable, any match)")
+                        help="run only cases and rows (cold first call, suite workload, "
+                             "launch per MiB, lowering and compile) whose name matches "
+                             "REGEX, case-insensitive search: a plain substring works "
+                             "(repeatable, any match)")
     parser.add_argument("--json", metavar="PATH", help="write machine-readable results here")
     parser.add_argument("--plot", metavar="PATH",
                         help="write a PNG bar chart of the ratios (needs matplotlib: "
@@ -43,6 +45,12 @@ def _select(quick: bool, filters: list[str]):
         patterns = [re.compile(f, re.IGNORECASE) for f in filters]
         cases = [c for c in cases if any(p.search(c.name) for p in patterns)]
     return cases
+
+
+def _select_rows(filters: list[str]):
+    from mosaic_rt.bench import rows
+
+    return rows.select(filters)
 
 
 def _ensure_devices(needed: int, argv: list[str]) -> int | None:
@@ -115,10 +123,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             return 2
     try:
         cases = _select(args.quick, args.filter)
+        extra = _select_rows(args.filter)
     except re.error as e:
         console.print(f"[bold red]bad --filter pattern:[/] {escape(str(e))}")
         return 2
-    if not cases:
+    if not cases and not extra:
         shown = escape(" ".join(repr(f) for f in args.filter))
         console.print(f"[bold red]no case matches --filter {shown}[/]; "
                       "use --list to see the names")
@@ -126,19 +135,24 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     if args.list:
         for c in cases:
             console.print(f"{c.name}  ({c.family}, {c.devices} device(s))")
+        for r in extra:
+            console.print(f"{r.name}  (row, {r.devices} device(s))")
         return 0
     if hasattr(signal, "SIGUSR1"):  # `kill -USR1 PID` prints every thread's stack
         faulthandler.register(signal.SIGUSR1, all_threads=True)
-    child_code = _ensure_devices(max(c.devices for c in cases), argv)
+    child_code = _ensure_devices(max(x.devices for x in [*cases, *extra]), argv)
     if child_code is not None:
         return child_code
 
-    from mosaic_rt.bench import measure, report
+    from mosaic_rt.bench import cold, measure, report
+    from mosaic_rt.bench import rows as rows_mod
 
+    # First calls must compile: no executable may come from an on-disk cache.
+    cold.disable_persistent_cache()
     budget = measure.QUICK if args.quick else measure.FULL
-    results = []
+    results, rows = [], {}
     with make_progress(console) as progress:
-        task = progress.add_task("warming up", total=len(cases))
+        task = progress.add_task("warming up", total=len(cases) + len(extra))
         measure.warm_up()
         for case in cases:
             progress.update(task, description=case.name)
@@ -147,18 +161,35 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             results.append(result)
             progress.console.print(_one_line(result))
             progress.advance(task)
+        for row in extra:
+            progress.update(task, description=row.name)
+            with _watchdog(row.name, budget.row_timeout_s):
+                try:
+                    rows[row.key] = row.run(budget)
+                    progress.console.print(row.summary(rows[row.key]))
+                except Exception as e:  # noqa: BLE001 - one failing row must not stop the run
+                    rows[row.key] = {"ok": False, "error": f"{type(e).__name__}: {e}"[:400]}
+                    progress.console.print(f"[bold red]ERROR[/] {row.name}: "
+                                           f"{escape(rows[row.key]['error'])}")
+            progress.advance(task)
         progress.update(task, description="done")
 
-    found = report.verdicts(results)
-    report.render(console, results, found)
+    good_rows = {k: v for k, v in rows.items() if "error" not in v}
+    found = report.verdicts(results) + rows_mod.verdicts(good_rows, results)
+    report.render(console, results, found, good_rows)
     bad = [r for r in results if not r.ok]
     for r in bad:
         why = r.error or ("outputs differ between stock and mosaic_rt" if not r.equal
-                          else "both outputs differ from the numpy reference")
+                          else "both outputs differ from the numpy reference"
+                          if not r.correct else "XLA native output differs from the reference")
         console.print(f"[bold red]FAILED[/] {r.case.name}: {escape(why)}")
+    bad_rows = [k for k, v in rows.items() if not v.get("ok", True)]
+    for k in bad_rows:
+        console.print(f"[bold red]FAILED[/] row {k}: "
+                      f"{escape(rows[k].get('error') or 'an output differs (see its table)')}")
     settings = {"quick": args.quick, "filter": args.filter, "argv": argv,
                 "budget": dataclasses.asdict(budget)}
-    data = report.to_json(results, found, settings)
+    data = report.to_json(results, found, settings, rows)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(data, f, indent=1)
@@ -172,7 +203,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     if args.plot:
         report.plot(results, args.plot)
         console.print(f"plot written to {args.plot}")
-    if bad:
+    if bad or bad_rows:
         return 1
     if args.strict and not all(v.passed for v in found):
         return 3

@@ -89,15 +89,15 @@ def _ping_pong_kernel(rounds, x_ref, o_ref, sem):
     o_ref[...] = x_ref[...] + count.astype(o_ref.dtype)
 
 
-def ping_pong(rounds: int):
+def ping_pong(rounds: int, rows: int = 8):
     """2 devices bounce a REGULAR semaphore `rounds` times (4 semaphore ops a round)."""
     mesh = _mesh(2)
-    x = _sharded(_block_input(2, 8), mesh)
+    x = _sharded(_block_input(2, rows), mesh)
 
     def fn(interpret):
         call = pl.pallas_call(
             functools.partial(_ping_pong_kernel, rounds),
-            out_shape=jax.ShapeDtypeStruct((8, _LANES), jnp.float32),
+            out_shape=jax.ShapeDtypeStruct((rows, _LANES), jnp.float32),
             scratch_shapes=[pltpu.SemaphoreType.REGULAR],
             compiler_params=pltpu.CompilerParams(collective_id=0),
             interpret=interpret,
@@ -232,3 +232,27 @@ def reduce_scatter(n: int, rows: int):
         return _shard_map(call, mesh)
 
     return fn, (x,)
+
+
+# -- XLA's own collectives (the "XLA native" column) ---------------------------------
+#
+# The same data through the same harness: a jitted shard_map over the same
+# mesh, taking the same sharded input, giving the same global output.
+
+
+def native_right_permute(n: int):
+    """`lax.ppermute` to the right neighbour (what `right_permute` computes)."""
+    perm = [(i, (i + 1) % n) for i in range(n)]
+    return _shard_map(lambda x: lax.ppermute(x, "x", perm), _mesh(n))
+
+
+def native_all_gather(n: int):
+    """`lax.all_gather` (tiled) of each device's block (what `all_gather` computes)."""
+    return _shard_map(lambda x: lax.all_gather(x, "x", tiled=True), _mesh(n))
+
+
+def native_reduce_scatter(n: int, rows: int):
+    """`lax.psum_scatter` of each device's n chunks (what `reduce_scatter` computes)."""
+    def body(x):
+        return lax.psum_scatter(x.reshape(n, rows, -1), "x", scatter_dimension=0, tiled=False)
+    return _shard_map(body, _mesh(n))

@@ -160,9 +160,9 @@ def _semaphore_loop_kernel(iters, x_ref, o_ref, sem):
     o_ref[...] = x_ref[...] + total.astype(o_ref.dtype)
 
 
-def semaphore_loop(iters: int):
+def semaphore_loop(iters: int, rows: int = 8):
     """One core: `iters` rounds of signal(2), wait(1), wait(1) on a REGULAR semaphore."""
-    x = jnp.asarray(_small_ints((8, _LANES), seed=6))
+    x = jnp.asarray(_small_ints((rows, _LANES), seed=6))
 
     def fn(interpret):
         return jax.jit(pl.pallas_call(

@@ -27,12 +27,22 @@ class Budget:
     max_reps_stock: int
     max_reps_ours: int
     case_timeout_s: float        # a case still running after this is hung: abort
+    # The rows of `mosaic_rt.bench.rows`.
+    cold_reps: int = 2           # cold first calls per side per family
+    suite_passes: int = 1        # passes over the 44 zoo kernels (fresh shapes each)
+    launch_mib: tuple = (0.25, 1.0, 4.0)
+    launch_reps_ours: int = 10   # per size; numpy copies get as many
+    launch_reps_stock: int = 2
+    lowering_reps: int = 2
+    row_timeout_s: float = 900   # a row still running after this is hung: abort
 
 
 QUICK = Budget(seconds_per_side=0.3, min_reps=2, max_reps_stock=5, max_reps_ours=100,
                case_timeout_s=120)
 FULL = Budget(seconds_per_side=2.0, min_reps=3, max_reps_stock=20, max_reps_ours=1000,
-              case_timeout_s=600)
+              case_timeout_s=600, cold_reps=4, suite_passes=2,
+              launch_mib=(0.25, 0.5, 1.0, 2.0, 4.0, 8.0), launch_reps_ours=30,
+              launch_reps_stock=3, lowering_reps=4, row_timeout_s=3000)
 
 
 @dataclasses.dataclass
@@ -54,6 +64,8 @@ class CaseResult:
     case: Case
     stock: SideResult | None = None
     ours: SideResult | None = None
+    native: SideResult | None = None   # XLA's own collective (cases that have one)
+    native_correct: bool | None = None  # native output vs the numpy reference
     equal: bool | None = None          # stock vs ours, raw bytes
     correct: bool | None = None        # stock output vs the numpy reference
     error: str | None = None
@@ -65,8 +77,16 @@ class CaseResult:
         return None
 
     @property
+    def ours_over_native(self) -> float | None:
+        """ours median / XLA native median (lower is better; 1.0 = XLA's speed)."""
+        if self.ours and self.native:
+            return self.ours.median_s / self.native.median_s
+        return None
+
+    @property
     def ok(self) -> bool:
-        return self.error is None and bool(self.equal) and bool(self.correct)
+        return (self.error is None and bool(self.equal) and bool(self.correct)
+                and self.native_correct is not False)
 
 
 def interpret_params(detect_races: bool):
@@ -96,7 +116,11 @@ def run_case(case: Case, budget: Budget) -> CaseResult:
         result.equal = _same_bytes(stock_out, ours_out)
         expected = np.asarray(case.expect(*[np.asarray(a) for a in args]), dtype=stock_out.dtype)
         result.correct = _same_bytes(stock_out, expected.reshape(stock_out.shape))
-        stock_times, ours_times = [], []
+        native_fn = case.native() if case.native is not None else None
+        if native_fn is not None:
+            native_first, native_out = _timed_call(native_fn, args)
+            result.native_correct = _same_bytes(native_out, expected.reshape(native_out.shape))
+        stock_times, ours_times, native_times = [], [], []
         while True:
             stock_done = len(stock_times) >= budget.min_reps and (
                 sum(stock_times) >= budget.seconds_per_side
@@ -110,11 +134,20 @@ def run_case(case: Case, budget: Budget) -> CaseResult:
                 t, stock_out = _timed_call(stock_fn, args)
                 stock_times.append(t)
             if not ours_done:
+                # XLA native (if any) gets ours' budget, paired with ours in
+                # alternating order so neither always runs on a warmer cache.
+                native_first_now = native_fn is not None and len(ours_times) % 2 == 1
+                if native_first_now:
+                    native_times.append(_timed_call(native_fn, args)[0])
                 t, ours_out = _timed_call(our_fn, args)
                 ours_times.append(t)
+                if native_fn is not None and not native_first_now:
+                    native_times.append(_timed_call(native_fn, args)[0])
         result.equal = result.equal and _same_bytes(stock_out, ours_out)
         result.stock = SideResult(stock_first, stock_times)
         result.ours = SideResult(ours_first, ours_times)
+        if native_fn is not None:
+            result.native = SideResult(native_first, native_times)
     except Exception as e:  # noqa: BLE001 - one failing case must not stop the suite
         lines = traceback.format_exception_only(type(e), e)
         result.error = "".join(lines).strip().splitlines()[-1][:400]

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
+from mosaic_rt.bench.fmt import fmt_ratio as _fmt_ratio
+from mosaic_rt.bench.fmt import fmt_target
+from mosaic_rt.bench.fmt import fmt_time as _fmt_time
 from mosaic_rt.bench.measure import CaseResult
 from mosaic_rt.bench.suite import FAMILIES
 
@@ -22,6 +25,9 @@ class Verdict:
     measured: float | None
     how: str
     passed: bool
+    # "min": a speed-up, measured >= target; "max": a ratio that must stay
+    # <= target (e.g. ours / XLA native); "seconds": a time <= target.
+    kind: str = "min"
 
 
 def _slope(points: list[tuple[int, float]]) -> float | None:
@@ -68,6 +74,8 @@ def verdicts(results: list[CaseResult]) -> list[Verdict]:
         passed = all(r.ok for r in rows) and (measured or 0) >= family.target
         found.append(Verdict(name, family.target, measured, how, passed))
     measured_rows = [r for r in results if r.stock and r.ours]
+    if not measured_rows:
+        return found
     slower = [r.case.name for r in measured_rows if r.ours.first_s > r.stock.first_s]
     found.append(Verdict(
         "first call", 1.0,
@@ -77,21 +85,8 @@ def verdicts(results: list[CaseResult]) -> list[Verdict]:
     return found
 
 
-def _fmt_time(s: float | None) -> str:
-    if s is None:
-        return "-"
-    if s >= 1:
-        return f"{s:.2f} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.2f} ms"
-    return f"{s * 1e6:.1f} us"
-
-
-def _fmt_ratio(x: float | None) -> str:
-    return "-" if x is None else f"{x:,.1f}x"
-
-
-def render(console, results: list[CaseResult], found: list[Verdict]) -> None:
+def render(console, results: list[CaseResult], found: list[Verdict],
+           rows: dict | None = None) -> None:
     from mosaic_rt.bench.console import Table, escape
 
     table = Table(title="stock pltpu.InterpretParams vs mosaic_rt.InterpretParams "
@@ -99,11 +94,12 @@ def render(console, results: list[CaseResult], found: list[Verdict]) -> None:
     for col, justify in [("case", "left"), ("dev", "right"), ("1st call stock", "right"),
                          ("1st call ours", "right"), ("stock", "right"), ("ours", "right"),
                          ("ratio", "right"), ("per op stock", "right"), ("per op ours", "right"),
-                         ("op", "left"), ("reps", "right"), ("equal", "center")]:
+                         ("op", "left"), ("reps", "right"), ("XLA native", "right"),
+                         ("ours/native", "right"), ("equal", "center")]:
         table.add_column(col, justify=justify, no_wrap=col == "case")
     for r in results:
         if r.error or not (r.stock and r.ours):
-            table.add_row(r.case.name, str(r.case.devices), *[""] * 9,
+            table.add_row(r.case.name, str(r.case.devices), *[""] * 11,
                           f"[bold red]ERROR[/] {escape(r.error or '')}")
             continue
         per_op = [_fmt_time(r.stock.median_s / r.case.ops), _fmt_time(r.ours.median_s / r.case.ops),
@@ -122,8 +118,11 @@ def render(console, results: list[CaseResult], found: list[Verdict]) -> None:
             f"{_fmt_time(r.stock.median_s)} [{_fmt_time(r.stock.min_s)}]",
             f"{_fmt_time(r.ours.median_s)} [{_fmt_time(r.ours.min_s)}]",
             _fmt_ratio(r.ratio), *per_op,
-            f"{len(r.stock.times_s)}/{len(r.ours.times_s)}", eq)
-    console.print(table)
+            f"{len(r.stock.times_s)}/{len(r.ours.times_s)}",
+            f"{_fmt_time(r.native.median_s)} [{_fmt_time(r.native.min_s)}]" if r.native else "-",
+            _fmt_ratio(r.ours_over_native), eq)
+    if results:
+        console.print(table)
 
     costs = family_costs(results)
     marginal = Table(title="marginal cost per operation (least-squares slope over each sweep)")
@@ -133,13 +132,18 @@ def render(console, results: list[CaseResult], found: list[Verdict]) -> None:
         if c["marginal_ratio"] is not None:
             marginal.add_row(name, FAMILIES[name].unit, _fmt_time(c["stock_marginal_s"]),
                              _fmt_time(c["ours_marginal_s"]), _fmt_ratio(c["marginal_ratio"]))
-    console.print(marginal)
+    if any(c["marginal_ratio"] is not None for c in costs.values()):
+        console.print(marginal)
+
+    if rows:
+        from mosaic_rt.bench import rows as extra_rows
+        extra_rows.render(console, rows)
 
     targets = Table(title="targets")
     for col in ("target", "needed", "measured", "judged by", "result"):
         targets.add_column(col, justify="right" if col in ("needed", "measured") else "left")
     for v in found:
-        targets.add_row(v.subject, _fmt_ratio(v.target), _fmt_ratio(v.measured), v.how,
+        targets.add_row(v.subject, fmt_target(v, "target"), fmt_target(v, "measured"), v.how,
                         "[green]PASS[/]" if v.passed else "[bold red]FAIL[/]")
     console.print(targets)
 
@@ -196,7 +200,8 @@ def _side(s) -> dict | None:
             "reps": len(s.times_s), "times_s": s.times_s}
 
 
-def to_json(results: list[CaseResult], found: list[Verdict], settings: dict) -> dict:
+def to_json(results: list[CaseResult], found: list[Verdict], settings: dict,
+            rows: dict | None = None) -> dict:
     cases = []
     for r in results:
         cases.append({
@@ -207,6 +212,8 @@ def to_json(results: list[CaseResult], found: list[Verdict], settings: dict) -> 
             "first_call_ratio": (r.stock.first_s / r.ours.first_s) if r.stock and r.ours else None,
             "per_op_stock_s": r.stock.median_s / r.case.ops if r.stock else None,
             "per_op_ours_s": r.ours.median_s / r.case.ops if r.ours else None,
+            "native": _side(r.native), "ours_over_native": r.ours_over_native,
+            "native_correct": r.native_correct,
             "equal": r.equal, "correct": r.correct, "error": r.error, "ok": r.ok,
         })
     return {
@@ -215,8 +222,11 @@ def to_json(results: list[CaseResult], found: list[Verdict], settings: dict) -> 
         "settings": settings,
         "cases": cases,
         "families": family_costs(results),
+        # The rows beyond the per-kernel cases (see mosaic_rt.bench.rows).
+        "rows": rows or {},
         "targets": [dataclasses.asdict(v) for v in found],
-        "all_equal": all(r.ok for r in results),
+        "all_equal": all(r.ok for r in results) and all(
+            d.get("ok", True) for d in (rows or {}).values()),
         "all_targets_met": all(v.passed for v in found),
     }
 

@@ -51,6 +51,9 @@ class Case:
     build: Callable              # () -> (fn(interpret) -> jitted program, args)
     expect: Callable             # args as numpy -> expected output
     detect_races: bool = False
+    # XLA's own equivalent (collectives): () -> jitted program taking the
+    # same args, timed in the same loop as a third side ("XLA native").
+    native: Callable | None = None
 
     @property
     def unit(self) -> str:
@@ -74,7 +77,7 @@ def _right_permute(rows, races=False):
                 "races" if races else "right-permute", n, n,
                 lambda: collectives.right_permute(n, rows),
                 lambda x: np.concatenate(np.roll(np.array(_per_device(x, n)), 1, axis=0)),
-                races)
+                races, native=None if races else lambda: collectives.native_right_permute(n))
 
 
 def _all_gather(rows, races=False):
@@ -82,7 +85,8 @@ def _all_gather(rows, races=False):
     return Case(f"all-gather 8dev {rows * 512 // 1024}KiB" + (" races" if races else ""),
                 "races" if races else "all-gather", n, n * (n - 1),
                 lambda: collectives.all_gather(n, rows),
-                lambda x: np.concatenate([x] * n), races)
+                lambda x: np.concatenate([x] * n), races,
+                native=None if races else lambda: collectives.native_all_gather(n))
 
 
 def _reduce_scatter(rows, races=False):
@@ -94,7 +98,8 @@ def _reduce_scatter(rows, races=False):
 
     return Case(f"reduce-scatter 8dev {rows * 512 // 1024}KiB" + (" races" if races else ""),
                 "races" if races else "reduce-scatter", n, n * (n - 1),
-                lambda: collectives.reduce_scatter(n, rows), expect, races)
+                lambda: collectives.reduce_scatter(n, rows), expect, races,
+                native=None if races else lambda: collectives.native_reduce_scatter(n, rows))
 
 
 def _pipeline(chunks, races=False):
