@@ -69,11 +69,6 @@ def test_a_second_process_loads_every_kernel_from_the_cache(tmp_path):
     assert second["sums"] == first["sums"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "each traced pallas_call takes its launch uid from a process-wide counter "
-    "(interpret/kernel.py `_kernel_uids`) and the uid is an FFI attribute, so the "
-    "HLO (and the cache key) of a kernel depends on how many kernels the process "
-    "traced before it; see benches/PERF_NOTES.md"))
 def test_cache_hits_do_not_depend_on_which_kernels_ran_before(tmp_path):
     _run(tmp_path, _KERNELS)
     # a later run of part of the suite (pytest -k, another order)

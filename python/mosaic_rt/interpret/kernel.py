@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import math
+import zlib
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from mosaic_rt import jax_internals as jx
@@ -32,13 +33,47 @@ split_list = jx.split_list
 pallas_core = jx.pallas_core
 _TOKEN = jax.ShapeDtypeStruct((), jnp.int32)
 
-# One id per traced pallas_call: all devices of a launch share it.
-_kernel_uids = itertools.count(1)
+def _launch_uid(name, jaxpr, grid_mapping, args) -> int:
+    """The id the devices of one launch meet under (with the XLA run and
+    each device's count of launches of that id). Derived from what the
+    kernel is, never from a process-wide counter: the same kernel lowers
+    to the same program in every process, so jax's persistent compilation
+    cache can serve it. Two different kernels sharing an id still meet
+    correctly: their launches are counted apart in program order."""
+    where = getattr(jaxpr.debug_info, "func_src_info", None) if jaxpr.debug_info else None
+    shapes = ",".join(f"{getattr(a, 'dtype', '?')}{tuple(getattr(a, 'shape', ()))}"
+                      for a in args)
+    text = f"{name}|{where}|{grid_mapping.grid}|{shapes}"
+    return zlib.crc32(text.encode()) & 0x7FFFFFFF or 1
+
+
+@functools.lru_cache(maxsize=256)
+def _grid_coordinates(grid, mosaic_params, seed):
+    """Stock's per-dimension visiting order of a static grid (a seeded
+    permutation of each "parallel" dimension), computed once on the host:
+    emitted inside the kernel it costs dozens of XLA kernels to compile."""
+    with jax.ensure_compile_time_eval():  # run now, even while tracing a jit
+        coords = jax.jit(lambda: jx.randomized_grid_coordinates(grid, mosaic_params, seed))()
+        return tuple(np.asarray(c) for c in coords)
 
 
 def interpret_pallas_call(*args, interpret_params: InterpretParams, **kwargs):
     with logging_ops.tracing_with(interpret_params.logging_mode):
         return _interpret_pallas_call(*args, interpret_params=interpret_params, **kwargs)
+
+
+def _visiting_order(grid, mosaic_params, seed):
+    parallel = jx.parallel_dim_semantics(mosaic_params, len(grid))
+    if not any(parallel):
+        return (jnp.zeros((0,), jnp.int32),) * len(grid)
+    static = all(isinstance(g, (int, np.integer)) for g in grid)
+    try:
+        if static:
+            coords = _grid_coordinates(tuple(int(g) for g in grid), mosaic_params, seed)
+            return tuple(jnp.asarray(c) for c in coords)
+    except TypeError:  # unhashable params: no cache, same result
+        pass
+    return jx.randomized_grid_coordinates(grid, mosaic_params, seed)
 
 
 def _interpret_pallas_call(
@@ -83,7 +118,8 @@ def _interpret_pallas_call(
         device_id = device_id * size + jnp.asarray(axis_indices[name], jnp.int32)
 
     token = jnp.zeros((), jnp.int32)
-    token, handle = ops.begin(token, device_id, uid=next(_kernel_uids),
+    uid = _launch_uid(name, jaxpr, grid_mapping, args)
+    token, handle = ops.begin(token, device_id, uid=uid,
                               num_devices=num_devices, params=params,
                               name=name or "kernel")
     alloc = functools.partial(ops.allocate_buffer, handle=handle, device=device_id,
@@ -174,7 +210,7 @@ def _interpret_pallas_call(
         # core_map: a fixed division of the grid between cores (as stock).
         randomized = (jnp.array((), dtype=jnp.int32),) * len(grid)
     else:
-        randomized = jx.randomized_grid_coordinates(grid, mosaic_params, params.random_seed)
+        randomized = _visiting_order(grid, mosaic_params, params.random_seed)
     parallel = jx.parallel_dim_semantics(mosaic_params, len(grid))
     subgrid = jx.parallel_subgrid_size(parallel, grid)
     cores = params.num_cores_per_device
