@@ -77,6 +77,7 @@ fn dma(bytes: usize, iters: u64, mode: DmaMode) -> (f64, f64) {
         dst_sem: sem,
         src_sem: None,
         dst_device: None,
+        dst_core: None,
     };
     let dma_ns = time(iters, || {
         rt.dma_start(&req).unwrap();

@@ -18,6 +18,8 @@ pub enum ErrorKind {
     Deadlock,
     /// Semaphores left with a non-zero count at kernel end (when raising).
     Leak,
+    /// A data race, with `on_race="raise"`.
+    Race,
     /// Valid request the runtime does not support.
     NotImplemented,
     /// A kernel-level error stock interpret mode raises as `RuntimeError`
@@ -40,6 +42,7 @@ impl ErrorKind {
             ErrorKind::Timeout => "WaitTimeout",
             ErrorKind::Deadlock => "DeadlockError",
             ErrorKind::Leak => "SemaphoreLeakError",
+            ErrorKind::Race => "RaceError",
             ErrorKind::NotImplemented => "NotImplementedError",
             ErrorKind::Runtime => "RuntimeError",
             ErrorKind::Memory => "MemoryError",
@@ -50,7 +53,7 @@ impl ErrorKind {
     /// Inverse of [`ErrorKind::python_type`].
     pub fn from_python_type(name: &str) -> Option<ErrorKind> {
         use ErrorKind::*;
-        [Value, Index, Aborted, Timeout, Deadlock, Leak, NotImplemented, Runtime, Memory, Internal]
+        [Value, Index, Aborted, Timeout, Deadlock, Leak, Race, NotImplemented, Runtime, Memory, Internal]
             .into_iter()
             .find(|k| k.python_type() == name)
     }
