@@ -103,13 +103,13 @@ fn two_cores_writing_one_hbm_element_race() {
     assert_eq!(r.len(), 1, "{r:?}");
     // Both accesses are named: buffer, region, core, kind.
     assert!(
-        r[0].contains("write of hbm buffer 100 of device 0, core 0[(slice(3, 4, 1),)] by device 0, core 1"),
+        r[0].contains("write of hbm buffer 100 of device 0, core 0[3:4] by device 0, core 1"),
         "{}",
         r[0]
     );
     assert!(
         r[0].contains(
-            "earlier write of hbm buffer 100 of device 0, core 0[(slice(3, 4, 1),)] by device 0, core 0"
+            "earlier write of hbm buffer 100 of device 0, core 0[3:4] by device 0, core 0"
         ),
         "{}",
         r[0]

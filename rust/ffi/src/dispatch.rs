@@ -91,6 +91,10 @@ fn execute(raw: &CallFrame, op: &'static str, body: Body) -> Option<String> {
             raw.stage
         )))
     } else {
+        // The op's source site (optional attribute): what the core records
+        // during the call (waits, DMA starts, accesses) carries it.
+        let site = call.frame.attr_i64_opt("site").ok().flatten().and_then(|s| u32::try_from(s).ok()).unwrap_or(0);
+        let _site = mosaic_rt_core::site::enter(site);
         match catch_unwind(AssertUnwindSafe(|| body(&mut call))) {
             Ok(r) => r,
             Err(panic) => Err(RtError::internal(format!(
