@@ -104,6 +104,12 @@ impl Runtime {
         self.sems.callback_state(device, core, inside)
     }
 
+    /// One look of the deadlock detector thread (exposed for tests: the
+    /// process counts as idle since `process_idle_since`).
+    pub fn sems_tick(&self, process_idle_since: Option<std::time::Instant>, now: std::time::Instant) {
+        self.sems.deadlock_tick(process_idle_since, now);
+    }
+
     /// What deadlock detection sees core (device, core) doing.
     pub fn core_state(&self, device: u32, core: u32) -> Result<crate::deadlock::CoreState> {
         self.sems.core_state(device, core)
