@@ -103,6 +103,7 @@ impl LaunchRegistry {
         }
         let runtime = Arc::new(Runtime::new_launch(config.clone())?);
         runtime.join_device(device)?;
+        #[cfg(not(loom))]
         runtime.watch();
         let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
         launch.instances.insert(occurrence, handle);

@@ -73,8 +73,8 @@ impl Runtime {
 
     /// Lets the process-wide deadlock detector look at this runtime (for
     /// devices that never join and cores that stop without telling us).
+    #[cfg(not(loom))]
     pub fn watch(self: &Arc<Self>) {
-        #[cfg(not(loom))]
         if self.config.detect_deadlocks && self.config.deadlock_idle.is_some() {
             let weak: std::sync::Weak<dyn crate::deadlock::detector::Watched> =
                 Arc::downgrade(self) as std::sync::Weak<Runtime>;
