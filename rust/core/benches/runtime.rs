@@ -12,6 +12,8 @@ fn runtime(devices: u32, mode: DmaMode) -> Arc<Runtime> {
         num_devices: devices,
         dma_mode: mode,
         wait_timeout: Some(Duration::from_secs(30)),
+        // MOSAIC_RT_BENCH_DEADLOCKS=1: with deadlock detection (as kernels run).
+        detect_deadlocks: std::env::var_os("MOSAIC_RT_BENCH_DEADLOCKS").is_some_and(|v| v == "1"),
         ..Config::default()
     };
     Arc::new(Runtime::new(config).unwrap())
