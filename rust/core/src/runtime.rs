@@ -317,9 +317,17 @@ impl Runtime {
     }
 
     /// Blocks until `sem` on (device, core) reaches `value`, then subtracts it.
+    #[inline]
     pub fn semaphore_wait(&self, device: u32, core: u32, sem: u32, value: i64) -> Result<()> {
+        self.semaphore_wait_at(device, core, sem, value, 0)
+    }
+
+    /// `semaphore_wait` from source site `site` (named by deadlock and
+    /// misuse reports; 0: the thread's current site).
+    #[inline]
+    pub fn semaphore_wait_at(&self, device: u32, core: u32, sem: u32, value: i64, site: u32) -> Result<()> {
         self.sems
-            .wait(self, device, core, sem, value)
+            .wait(self, device, core, sem, value, site)
             .map_err(|e| e.at(device, core))?;
         if let Some(races) = &self.races {
             races.wait_done(self.topo.global_core(device, core), sem);
@@ -340,6 +348,11 @@ impl Runtime {
     /// queued DMAs that signal it (on_wait mode).
     pub fn dma_wait(&self, device: u32, core: u32, sem: u32, bytes: i64) -> Result<()> {
         self.semaphore_wait(device, core, sem, bytes)
+    }
+
+    /// `dma_wait` from source site `site`.
+    pub fn dma_wait_at(&self, device: u32, core: u32, sem: u32, bytes: i64, site: u32) -> Result<()> {
+        self.semaphore_wait_at(device, core, sem, bytes, site)
     }
 
     /// Rendezvous of all devices (one call per device), like stock's barrier.

@@ -34,6 +34,20 @@ fn unknown_handle(handle: u64) -> RtError {
     ))
 }
 
+/// The runtime of `handle` from the registry (a cache miss). A launch that
+/// failed and was freed reports its root cause.
+#[cold]
+#[inline(never)]
+fn lookup(handle: u64) -> Result<Arc<Runtime>> {
+    match registry().get(handle) {
+        Some(rt) => Ok(rt),
+        None => Err(match registry().tombstone(handle) {
+            Some(root) => root,
+            None => unknown_handle(handle),
+        }),
+    }
+}
+
 /// Runs `f` on the runtime of `handle`.
 pub fn with_runtime<R>(handle: u64, f: impl FnOnce(&Runtime) -> Result<R>) -> Result<R> {
     CACHE.with(|cell| {
@@ -45,13 +59,7 @@ pub fn with_runtime<R>(handle: u64, f: impl FnOnce(&Runtime) -> Result<R>) -> Re
                 }
             }
         }
-        let Some(rt) = registry().get(handle) else {
-            // A launch that failed and was freed reports its root cause.
-            return Err(match registry().tombstone(handle) {
-                Some(root) => root,
-                None => unknown_handle(handle),
-            });
-        };
+        let rt = lookup(handle)?;
         *cell.borrow_mut() = Some((handle, rt));
         let slot = cell.borrow();
         f(&slot.as_ref().expect("just filled").1)

@@ -155,7 +155,7 @@ impl SemBlock {
 
     /// Descriptions (with start sites) of the queued work that still has
     /// something to do, per (off, gcore).
-    pub fn pending_work(&self) -> Vec<(u32, u32, Vec<(String, SiteId)>)> {
+    pub fn pending_work(&self) -> Vec<PendingWork> {
         if self.queued.load(Ordering::SeqCst) == 0 {
             return Vec::new();
         }
@@ -176,6 +176,9 @@ impl SemBlock {
         self.counters.pages_in_use()
     }
 }
+
+/// (offset, global core, [(description, start site)]) of queued work.
+pub(crate) type PendingWork = (u32, u32, Vec<(String, SiteId)>);
 
 /// One semaphore held across a blocking wait (no table lock held).
 pub(crate) struct SemRef {

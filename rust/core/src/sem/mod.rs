@@ -261,8 +261,10 @@ impl SemTable {
     }
 
     /// Takes the runtime so a waiter can run queued DMAs (which touch memory).
-    pub fn wait(&self, rt: &Runtime, device: u32, core: u32, sem: u32, value: i64) -> Result<()> {
-        self.wait_with(device, core, sem, value, &mut |task: Task| task.run(rt))
+    /// `site`: where the wait is in the kernel (0: the thread's current site).
+    #[inline]
+    pub fn wait(&self, rt: &Runtime, device: u32, core: u32, sem: u32, value: i64, site: SiteId) -> Result<()> {
+        self.wait_impl(device, core, sem, value, site, &mut |task: Task| task.run(rt))
     }
 
     /// `wait` with the way queued tasks are run supplied by the caller
@@ -273,6 +275,19 @@ impl SemTable {
         core: u32,
         sem: u32,
         value: i64,
+        run_task: &mut dyn FnMut(Task) -> Result<()>,
+    ) -> Result<()> {
+        self.wait_impl(device, core, sem, value, 0, run_task)
+    }
+
+    #[inline]
+    fn wait_impl(
+        &self,
+        device: u32,
+        core: u32,
+        sem: u32,
+        value: i64,
+        site: SiteId,
         run_task: &mut dyn FnMut(Task) -> Result<()>,
     ) -> Result<()> {
         if !(0..=MAX_COUNT).contains(&value) {
@@ -293,7 +308,8 @@ impl SemTable {
         let count = s.counter(off, gcore)?;
         let parker = &self.parkers[gcore as usize];
         let record = WaitRecord { sem, value };
-        let wait = Wait { sem, value, site: crate::site::current() };
+        let site = if site != 0 { site } else { crate::site::current() };
+        let wait = Wait { sem, value, site };
         let mut deadline = None;
         let mut spun = false;
         let mut checked = false;

@@ -225,6 +225,7 @@ pub fn core_end(c: &mut Call) -> Result<()> {
 /// `device_barrier(token, handle, device) -> token`.
 pub fn device_barrier(c: &mut Call) -> Result<()> {
     let (handle, device) = device_target(c, 3..=3, 1)?;
+    let _site = c.enter_site();
     launch::with_runtime(handle, |rt| rt.device_barrier(device))
 }
 

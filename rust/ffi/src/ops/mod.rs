@@ -131,11 +131,12 @@ pub fn region(f: &Frame, names: &RegionAttrs, starts_arg: usize) -> Result<Regio
     Ok(Region::new(dims))
 }
 
-/// An optional target id operand: with the static attribute `flag` the
+/// An optional target id operand: with the static attribute `flag` (its
+/// value, read by the caller) the
 /// operand is used exactly when the attribute is non-zero, and a negative
 /// value is an error naming it; without the attribute -1 means "not given".
-pub fn target_arg(f: &Frame, handle: u64, i: usize, flag: &str, what: &str) -> Result<Option<u32>> {
-    match f.attr_i64_opt(flag)? {
+pub fn target_arg(f: &Frame, handle: u64, i: usize, flag: Option<i64>, what: &str) -> Result<Option<u32>> {
+    match flag {
         None => f.arg_opt_id(i, what),
         Some(0) => Ok(None),
         Some(_) => {
