@@ -117,7 +117,9 @@ def idle_latency(reps=5):
 
     P = jax.sharding.PartitionSpec
     fn = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
-    x = jnp.ones((16, 128), jnp.float32)
+    x = jax.device_put(jnp.ones((16, 128), jnp.float32),
+                       jax.sharding.NamedSharding(mesh, P("x")))
+    _time_call(fn, (x,), True, 1)  # compile
     return _time_call(fn, (x,), True, reps)
 
 
