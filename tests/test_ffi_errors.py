@@ -44,7 +44,8 @@ def test_unsatisfiable_wait_times_out_with_a_clear_error():
     uid = fresh_uid()
 
     def body(d, _):
-        with begin(d, 1, uid=uid, wait_timeout_ms=300) as k:
+        # Deadlock detection off: the timeout is the last resort it replaces.
+        with begin(d, 1, uid=uid, wait_timeout_ms=300, detect_deadlocks=False) as k:
             k.token, s = F.allocate_semaphores(k.token, k.handle, d, 0)
             k.token = F.semaphore_wait(k.token, k.handle, d, 0, s, 2)
         return with_token(jnp.zeros((1,), jnp.int32), k.token)
@@ -93,7 +94,7 @@ def test_timeout_on_one_device_aborts_the_others():
     uid = fresh_uid()
 
     def body(d, _):
-        with begin(d, n, uid=uid, wait_timeout_ms=400) as k:
+        with begin(d, n, uid=uid, wait_timeout_ms=400, detect_deadlocks=False) as k:
             k.token, s = F.allocate_semaphores(k.token, k.handle, d, 0)
             # Device 0 waits for nothing; device 1 waits for a count never sent.
             k.token = F.semaphore_wait(k.token, k.handle, d, 0, s, d * 5)

@@ -119,13 +119,16 @@ def test_random_operands_never_crash_panic_or_hang(op, mode, knobs):
 
 
 @pytest.mark.parametrize("knobs, exc, text", [
-    ([1, 0, 2000, 1, -1, -1], ValueError, "device id 1 out of range: the kernel runs on 1 device(s)"),
-    ([-3, 0, 2000, 1, -1, -1], ValueError, "device id must be >= 0, got -3"),
-    ([0, 2, 2000, 1, -1, -1], ValueError, "core id 2 out of range: each device has 2 core(s)"),
-    ([0, 0, 2000, 1, 5, -1], ValueError, "device id 5 out of range"),
-    ([0, 0, 2000, 1, -1, 9], ValueError, "core id 9 out of range"),
-    ([0, 0, 1999, 1, -1, -1], ValueError, "semaphore 1999 does not exist"),
-    ([0, 0, 2000, -1, -1, -1], ValueError, "increment >= 0, got -1"),
+    ([1, 0, 2000, 1, 0, 0], ValueError, "device id 1 out of range: the kernel runs on 1 device(s)"),
+    ([-3, 0, 2000, 1, 0, 0], ValueError, "device id must be >= 0, got -3"),
+    ([0, 2, 2000, 1, 0, 0], ValueError, "core id 2 out of range: each device has 2 core(s)"),
+    ([0, 0, 2000, 1, 5, 0], ValueError, "device id 5 out of range"),
+    ([0, 0, 2000, 1, 0, 9], ValueError, "core id 9 out of range"),
+    # A given target is never "none": -1 is range-checked like any id.
+    ([0, 0, 2000, 1, -1, 0], ValueError, "target device id -1 out of range: valid ids are 0 to 0"),
+    ([0, 0, 2000, 1, 0, -1], ValueError, "target core id -1 out of range: valid ids are 0 to 1"),
+    ([0, 0, 1999, 1, 0, 0], ValueError, "semaphore 1999 does not exist"),
+    ([0, 0, 2000, -1, 0, 0], ValueError, "increment >= 0, got -1"),
 ])
 def test_bad_signal_operands_name_the_value(knobs, exc, text):
     with pytest.raises(exc) as info:

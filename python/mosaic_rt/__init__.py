@@ -6,8 +6,12 @@ from mosaic_rt import jax_internals as _jax_internals  # noqa: F401
 from mosaic_rt.errors import (
     DeadlockError,
     KernelAborted,
+    MisuseWarning,
     MosaicRuntimeError,
+    RaceError,
+    RaceWarning,
     SemaphoreLeakError,
+    SemaphoreLeakWarning,
     WaitTimeout,
 )
 from mosaic_rt.runtime import BufferInfo, Leak, Runtime
@@ -38,4 +42,8 @@ __all__ = [
     "MosaicRuntimeError",
     "SemaphoreLeakError",
     "WaitTimeout",
+    "RaceError",
+    "RaceWarning",
+    "SemaphoreLeakWarning",
+    "MisuseWarning",
 ]

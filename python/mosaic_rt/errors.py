@@ -44,6 +44,27 @@ class SemaphoreLeakError(MosaicRuntimeError):
     """Semaphores were left with a non-zero count when the kernel ended."""
 
 
+class RaceError(MosaicRuntimeError):
+    """A data race (``InterpretParams(detect_races=True, on_race="raise")``):
+    the message names both accesses (device, core or DMA, read or write,
+    buffer, index ranges, source lines)."""
+
+
+class RaceWarning(RuntimeWarning):
+    """A data race found with ``on_race="warn"``."""
+
+
+class SemaphoreLeakWarning(RuntimeWarning):
+    """A semaphore left non-zero (or a DMA never waited for) at kernel exit,
+    with ``on_semaphore_leak="warn"``."""
+
+
+class MisuseWarning(RuntimeWarning):
+    """A suspicious use of semaphores or DMAs that a legitimate kernel could
+    also make (e.g. a DMA semaphore waited with a size that matches none of
+    the DMAs pending on it)."""
+
+
 # Names used by the native layer (``ErrorKind::python_type`` in Rust).
 _BY_NAME: dict[str, type[BaseException]] = {
     "ValueError": ValueError,
@@ -55,6 +76,7 @@ _BY_NAME: dict[str, type[BaseException]] = {
     "WaitTimeout": WaitTimeout,
     "DeadlockError": DeadlockError,
     "SemaphoreLeakError": SemaphoreLeakError,
+    "RaceError": RaceError,
     "MosaicRuntimeError": MosaicRuntimeError,
 }
 

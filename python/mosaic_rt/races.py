@@ -11,9 +11,14 @@ counts as a launch too.
 
 Detection is exact (every running DMA is its own thread, unlike stock's
 random shared virtual ids) and costs time proportional to the elements
-each access touches, not to the kernel's history. The first race of a
-launch is printed to stderr as one ``RACE DETECTED: ...`` line;
-:func:`reports` returns the first ones in full.
+each access touches, not to the kernel's history. What a race does
+depends on ``on_race``: ``"raise"`` fails the launch with
+``mosaic_rt.RaceError`` at the racing access, ``"warn"`` queues a
+``mosaic_rt.RaceWarning`` (see :mod:`mosaic_rt.ffi.reports`), and without
+it the first race is printed to stderr. Each report names both accesses:
+read or write, buffer, index ranges (``[0:8, 0:128]``), device and core or
+DMA, and the source line of each (a DMA's: its start). :func:`reports`
+returns the first ones in full.
 """
 
 from __future__ import annotations

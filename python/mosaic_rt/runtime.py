@@ -91,11 +91,15 @@ class Runtime:
                  out_of_bounds_reads: str = "raise",
                  uninitialized_memory: str = "nan",
                  wait_timeout: float | None = 120.0,
-                 detect_races: bool = False):
+                 detect_races: bool = False,
+                 detect_deadlocks: bool = False):
+        # detect_deadlocks: each thread acts as the (device, core) it names;
+        # when every core is blocked (or its device has `leave`-d) and none
+        # can continue, every blocked call raises DeadlockError at once.
         self._rt = _native.Runtime(
             num_devices, cores_per_device, dma_execution_mode,
             out_of_bounds_reads, uninitialized_memory, wait_timeout,
-            bool(detect_races))
+            bool(detect_races), bool(detect_deadlocks))
 
     @property
     def native(self) -> _native.Runtime:
@@ -230,6 +234,11 @@ class Runtime:
         """Semaphores with a non-zero count, or with DMAs started and never
         waited for, on ``device`` (every device for None)."""
         return [Leak(*leak[:5], tuple(leak[5])) for leak in self._rt.leaks(device)]
+
+    def leave(self, device: int) -> None:
+        """Device ``device``'s program is done (with ``detect_deadlocks``:
+        its cores can no longer signal anyone)."""
+        self._rt.leave(device)
 
     # ------------------------------------------------------------ failure
 

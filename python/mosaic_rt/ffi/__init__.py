@@ -26,13 +26,15 @@ from __future__ import annotations
 import jax
 
 from mosaic_rt import _native
-from mosaic_rt.ffi.errors import native_errors, translate
+from mosaic_rt.ffi import reports
+from mosaic_rt.ffi.errors import fail_launch, native_errors, register_exception, translate
 from mosaic_rt.ffi.ops import (
     Launch,
     Region,
     allocate_buffer,
     allocate_semaphores,
     barrier_semaphore,
+    core_end,
     device_barrier,
     dma_start,
     dma_wait,
@@ -44,6 +46,7 @@ from mosaic_rt.ffi.ops import (
     leak_report,
     load,
     new_token,
+    pending_reports,
     semaphore_read,
     semaphore_signal,
     semaphore_wait,
@@ -70,6 +73,7 @@ __all__ = [
     "allocate_buffer",
     "allocate_semaphores",
     "barrier_semaphore",
+    "core_end",
     "device_barrier",
     "dma_start",
     "dma_wait",
@@ -80,8 +84,12 @@ __all__ = [
     "launch_info",
     "leak_report",
     "load",
+    "fail_launch",
     "native_errors",
     "new_token",
+    "pending_reports",
+    "register_exception",
+    "reports",
     "semaphore_read",
     "semaphore_signal",
     "semaphore_wait",

@@ -9,8 +9,11 @@ error table entry N (exact message, device, core).
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import itertools
 import re
+import threading
 
 from jax.errors import JaxRuntimeError
 
@@ -22,6 +25,41 @@ _MARKER = re.compile(r"\[mosaic_rt#(\d+)\] (\w+): (.*)", re.S)
 
 def _build(type_name: str, message: str, device, core) -> BaseException:
     return _from_native(type_name, message, device, core, None)
+
+
+# Exceptions raised by user code inside kernels (host callbacks), kept so the
+# native root cause can be re-raised as the ORIGINAL object. Bounded: the
+# oldest are forgotten (their errors then come back as MosaicRuntimeError
+# with the same type name and message).
+_EXCEPTIONS_KEPT = 256
+_exceptions: collections.OrderedDict[int, BaseException] = collections.OrderedDict()
+_exceptions_lock = threading.Lock()
+_keys = itertools.count(1)
+
+
+def register_exception(exc: BaseException) -> int:
+    """Keeps ``exc`` and returns its key for ``_native.fail_launch``."""
+    with _exceptions_lock:
+        key = next(_keys)
+        _exceptions[key] = exc
+        while len(_exceptions) > _EXCEPTIONS_KEPT:
+            _exceptions.popitem(last=False)
+        return key
+
+
+def registered_exception(key: int) -> BaseException | None:
+    with _exceptions_lock:
+        return _exceptions.get(key)
+
+
+def fail_launch(handle: int, device: int, core: int, exc: BaseException) -> bool:
+    """Fails launch ``handle`` with ``exc`` (raised on (device, core) outside
+    mosaic_rt's ops, e.g. in a user host callback) as its root cause and
+    wakes every waiter; ``translate`` then re-raises ``exc`` itself. False
+    if the launch has ended."""
+    key = register_exception(exc)
+    return _native.fail_launch(int(handle), int(device), int(core), key,
+                               type(exc).__name__, str(exc))
 
 
 def translate(exc: BaseException) -> BaseException:
@@ -39,12 +77,16 @@ def translate(exc: BaseException) -> BaseException:
     m = _MARKER.search(str(exc))
     if m is None:
         return exc
-    record = _native.take_error(int(m.group(1)))
+    record = _native.take_error_ex(int(m.group(1)))
     if record is None:
         # Dropped from the bounded table: the text still has type and message.
-        type_name, message, device, core = m.group(2), m.group(3), None, None
+        type_name, message, device, core, key = m.group(2), m.group(3), None, None, None
     else:
-        type_name, message, device, core = record
+        type_name, message, device, core, key = record
+    if key is not None:
+        original = registered_exception(key)
+        if original is not None:
+            return original
     new = _build(type_name, message, device, core)
     new.__cause__ = exc
     return new

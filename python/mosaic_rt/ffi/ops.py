@@ -98,8 +98,12 @@ def _ints(xs) -> np.ndarray:
     return np.asarray(tuple(int(x) for x in xs), np.int64)
 
 
-def _call(name: str, results, operands, **attrs):
-    """One side-effecting, token-threaded custom call (operand 0 -> result 0)."""
+def _call(name: str, results, operands, *, site: int = 0, **attrs):
+    """One side-effecting, token-threaded custom call (operand 0 -> result 0).
+    ``site``: the source-site id (``_native.intern_site``) the native side
+    names in reports and errors; 0 (unknown) adds no attribute."""
+    if site:
+        attrs["site"] = int(site)
     call = jax.ffi.ffi_call(
         f"mosaic_rt_{name}", (_I32, *results),
         has_side_effect=True, input_output_aliases={0: 0})
@@ -131,7 +135,11 @@ def kernel_begin(token, device, *, uid: int, num_devices: int, num_cores: int = 
                  uninitialized_memory: str = "nan",
                  wait_timeout_ms: int = 120_000,
                  device_ordinals=None,
-                 detect_races: bool = False):
+                 detect_races: bool = False,
+                 on_race: str | None = None,
+                 detect_deadlocks: bool = True,
+                 deadlock_idle_ms: int | None = None,
+                 site: int = 0):
     """Joins launch ``uid`` of the running XLA execution as ``device``.
 
     Every device of one execution that calls this with the same ``uid``
@@ -141,42 +149,74 @@ def kernel_begin(token, device, *, uid: int, num_devices: int, num_cores: int = 
     ``device_ordinals`` (optional): the XLA device id of each logical device
     (e.g. ``[d.id for d in mesh.devices.flat]``); the native side then checks
     that ``device`` runs where the mesh puts it. ``detect_races``: check
-    every access for data races (results in :mod:`mosaic_rt.races`).
+    every access for data races (results in :mod:`mosaic_rt.races`);
+    ``on_race``: "raise" (the first race fails the launch with
+    ``RaceError``), "warn" (each race is queued as a ``RaceWarning``, see
+    :mod:`mosaic_rt.ffi.reports`) or None/"print" (the first race is printed).
+    ``detect_deadlocks``: fail every blocked core with ``DeadlockError`` as
+    soon as none can continue; ``deadlock_idle_ms`` (default 800, <= 0:
+    off): how long the whole process must be idle before devices that
+    never joined the launch count as stuck.
     """
     extra = {}
     if device_ordinals is not None:
         extra["device_ordinals"] = _ints(device_ordinals)
+    if on_race is not None:
+        if on_race not in ("raise", "warn", "print"):
+            raise ValueError(f"on_race must be 'raise', 'warn' or 'print', got {on_race!r}")
+        extra["on_race"] = on_race
+    if not detect_deadlocks:
+        extra["detect_deadlocks"] = 0
+    if deadlock_idle_ms is not None:
+        extra["deadlock_idle_ms"] = int(deadlock_idle_ms)
     return _call("kernel_begin", (_HANDLE,), (token, _i32(device)), **extra,
                  uid=int(uid), num_devices=int(num_devices), num_cores=int(num_cores),
                  dma_execution_mode=dma_execution_mode,
                  out_of_bounds_reads=out_of_bounds_reads,
                  uninitialized_memory=uninitialized_memory,
                  wait_timeout_ms=int(wait_timeout_ms),
-                 detect_races=int(bool(detect_races)))
+                 detect_races=int(bool(detect_races)), site=site)
 
 
-def kernel_end(token, handle, device):
+def kernel_end(token, handle, device, *, site: int = 0):
     """Leaves the launch (the last device out frees it). Fails with the root
     cause if the launch failed on another device."""
-    return _call("kernel_end", (), (token, handle, _i32(device)))
+    return _call("kernel_end", (), (token, handle, _i32(device)), site=site)
 
 
-def leak_report(token, handle, device, *, policy: str = "ignore"):
+def leak_report(token, handle, device, *, policy: str = "ignore", site: int = 0):
     """``(token, count)``: (semaphore, core) pairs of ``device`` left non-zero.
     ``policy="raise"`` fails the launch with ``SemaphoreLeakError`` naming them;
-    ``"warn"`` prints one line per leak on stderr."""
-    return _call("leak_report", (_I32,), (token, handle, _i32(device)), policy=policy)
+    ``"warn"`` queues one ``SemaphoreLeakWarning`` report per leak (see
+    :func:`pending_reports` and :mod:`mosaic_rt.ffi.reports`)."""
+    return _call("leak_report", (_I32,), (token, handle, _i32(device)), policy=policy,
+                 site=site)
 
 
-def device_barrier(token, handle, device):
+def device_barrier(token, handle, device, *, site: int = 0):
     """Rendezvous of every device of the launch."""
-    return _call("device_barrier", (), (token, handle, _i32(device)))
+    return _call("device_barrier", (), (token, handle, _i32(device)), site=site)
 
 
-def sync_device_cores(token, handle, device):
+def sync_device_cores(token, handle, device, *, site: int = 0):
     """Makes the cores of ``device`` see each other's past (for race
     detection, before and after a multi-core grid; a no-op without it)."""
-    return _call("sync_device_cores", (), (token, handle, _i32(device)))
+    return _call("sync_device_cores", (), (token, handle, _i32(device)), site=site)
+
+
+def pending_reports(token):
+    """``(token, count)``: reports ("warn" policy: races, leaks, misuse)
+    queued in this process and not yet delivered. Emit after
+    :func:`leak_report`; when non-zero, a host callback running
+    :func:`mosaic_rt.ffi.reports.deliver` issues them as warnings."""
+    return _call("pending_reports", (_I32,), (token,))
+
+
+def core_end(token, handle, device, core, *, site: int = 0):
+    """The program of core (device, core) is done (several cores per device:
+    emit at the end of each core's program so deadlock detection knows it
+    will not signal anyone any more)."""
+    return _call("core_end", (), (token, handle, _i32(device), _i32(core)), site=site)
 
 
 def launch_info(token):
@@ -215,7 +255,7 @@ def kernel(token, device, *, leak_policy: str | None = None, **config):
 # -------------------------------------------------------------------- memory
 
 def allocate_buffer(token, handle, device, core, *, space, dtype, shape,
-                    logical_shape=None, init=None):
+                    logical_shape=None, init=None, site: int = 0):
     """``(token, buffer_id)``. ``core=None`` allocates on every core of the
     device. ``init`` (logical shape, ``dtype``) gives the contents; without it
     the buffer holds the fill value."""
@@ -226,35 +266,37 @@ def allocate_buffer(token, handle, device, core, *, space, dtype, shape,
     operands = [token, handle, _i32(device), _opt_i32(core)]
     if init is not None:
         operands.append(jnp.asarray(init, dtype))
-    return _call("allocate_buffer", (_I32,), operands, **attrs)
+    return _call("allocate_buffer", (_I32,), operands, site=site, **attrs)
 
 
-def free_buffer(token, handle, device, core, buffer_id, *, space):
+def free_buffer(token, handle, device, core, buffer_id, *, space, site: int = 0):
     """Drops one reference of the buffer (freed at zero)."""
     return _call("free_buffer", (), (token, handle, _i32(device), _i32(core), _i32(buffer_id)),
-                 space=_space(space))
+                 space=_space(space), site=site)
 
 
-def load(token, handle, device, core, buffer_id, region, *, space, shape, dtype):
+def load(token, handle, device, core, buffer_id, region, *, space, shape, dtype,
+         site: int = 0):
     """``(token, value)``: ``region`` of the buffer; ``shape``/``dtype`` are
     the value's (squeezed dims dropped)."""
     starts, attrs = _region_parts(region)
     out = jax.ShapeDtypeStruct(tuple(shape), _dtype(dtype, "load"))
     return _call("load", (out,),
                  (token, handle, _i32(device), _i32(core), _i32(buffer_id), starts),
-                 space=_space(space), **attrs)
+                 space=_space(space), site=site, **attrs)
 
 
-def store(token, handle, device, core, buffer_id, region, value, *, space):
+def store(token, handle, device, core, buffer_id, region, value, *, space, site: int = 0):
     """Writes ``value`` into ``region`` of the buffer."""
     _dtype(jnp.result_type(value), "store")
     starts, attrs = _region_parts(region)
     return _call("store", (),
                  (token, handle, _i32(device), _i32(core), _i32(buffer_id), starts, value),
-                 space=_space(space), **attrs)
+                 space=_space(space), site=site, **attrs)
 
 
-def swap(token, handle, device, core, buffer_id, region, value, mask=None, *, space):
+def swap(token, handle, device, core, buffer_id, region, value, mask=None, *, space,
+         site: int = 0):
     """``(token, old)``: writes ``value`` (where ``mask``) and returns the
     previous contents (masked-off elements give ``value``'s)."""
     starts, attrs = _region_parts(region)
@@ -264,68 +306,80 @@ def swap(token, handle, device, core, buffer_id, region, value, mask=None, *, sp
     if mask is not None:
         operands.append(jnp.asarray(mask, jnp.bool_))
     return _call("swap", (jax.ShapeDtypeStruct(value.shape, value.dtype),), operands,
-                 space=_space(space), **attrs)
+                 space=_space(space), site=site, **attrs)
 
 
 # ---------------------------------------------------------------- semaphores
 
-def allocate_semaphores(token, handle, device, core, *, kind: str = "regular", count: int = 1):
+def allocate_semaphores(token, handle, device, core, *, kind: str = "regular", count: int = 1,
+                        site: int = 0):
     """``(token, first_id)`` of ``count`` consecutive internal semaphores;
     ``core=None`` allocates on every core of the device."""
     if kind not in SEMAPHORE_KINDS:
         raise ValueError(f"semaphore kind must be one of {SEMAPHORE_KINDS}, got {kind!r}")
     return _call("allocate_semaphores", (_I32,),
-                 (token, handle, _i32(device), _opt_i32(core)), kind=kind, count=int(count))
+                 (token, handle, _i32(device), _opt_i32(core)), kind=kind, count=int(count),
+                 site=site)
 
 
-def barrier_semaphore(token, handle, device, *, collective_id: int):
+def barrier_semaphore(token, handle, device, *, collective_id: int, site: int = 0):
     """``(token, id)`` of the barrier semaphore of ``collective_id``."""
     return _call("barrier_semaphore", (_I32,), (token, handle, _i32(device)),
-                 collective_id=int(collective_id))
+                 collective_id=int(collective_id), site=site)
 
 
 def semaphore_signal(token, handle, device, core, sem, inc, *,
-                     target_device=None, target_core=None):
+                     target_device=None, target_core=None, site: int = 0):
     """Adds ``inc`` to ``sem`` on (target_device, target_core); defaults: the
-    signalling device, core 0 (stock's rule)."""
+    signalling device, core 0 (stock's rule). A given target (any traced or
+    concrete int, negative ones included) is range-checked natively: whether
+    a target is given is a static attribute, not a -1 sentinel."""
     return _call("semaphore_signal", (),
                  (token, handle, _i32(device), _i32(core), _i32(sem), _i32(inc),
-                  _opt_i32(target_device), _opt_i32(target_core)))
+                  _opt_i32(target_device), _opt_i32(target_core)),
+                 has_target_device=int(target_device is not None),
+                 has_target_core=int(target_core is not None), site=site)
 
 
-def semaphore_wait(token, handle, device, core, sem, value):
+def semaphore_wait(token, handle, device, core, sem, value, *, site: int = 0):
     """Blocks until ``sem`` reaches ``value`` on (device, core), then
     subtracts it. Ends on failure elsewhere or after the launch's timeout."""
     return _call("semaphore_wait", (),
-                 (token, handle, _i32(device), _i32(core), _i32(sem), _i32(value)))
+                 (token, handle, _i32(device), _i32(core), _i32(sem), _i32(value)), site=site)
 
 
-def semaphore_read(token, handle, device, core, sem):
+def semaphore_read(token, handle, device, core, sem, *, site: int = 0):
     """``(token, count)`` of ``sem`` on (device, core)."""
     return _call("semaphore_read", (_I32,),
-                 (token, handle, _i32(device), _i32(core), _i32(sem)))
+                 (token, handle, _i32(device), _i32(core), _i32(sem)), site=site)
 
 
 # ---------------------------------------------------------------------- DMAs
 
 def dma_start(token, handle, device, core, src_id, src_region, dst_id, dst_region,
-              dst_sem, *, src_space, dst_space, src_sem=None, dst_device=None):
+              dst_sem, *, src_space, dst_space, src_sem=None, dst_device=None,
+              dst_core=None, site: int = 0):
     """Starts a DMA. Remote copies give both ``src_sem`` and ``dst_device``
-    and land on the same core of ``dst_device``."""
+    and land on ``dst_core`` of ``dst_device`` (default: the issuing core).
+    Given targets are range-checked natively (negative ids included)."""
     if (src_sem is None) != (dst_device is None):
         raise ValueError("Either both or neither `src_sem` and `device_id` can be set.")
     src_starts, src_attrs = _region_parts(src_region, "src_")
     dst_starts, dst_attrs = _region_parts(dst_region, "dst_")
-    return _call("dma_start", (),
-                 (token, handle, _i32(device), _i32(core), _i32(src_id), src_starts,
-                  _i32(dst_id), dst_starts, _i32(dst_sem), _opt_i32(src_sem),
-                  _opt_i32(dst_device)),
+    operands = [token, handle, _i32(device), _i32(core), _i32(src_id), src_starts,
+                _i32(dst_id), dst_starts, _i32(dst_sem), _opt_i32(src_sem),
+                _opt_i32(dst_device)]
+    if dst_core is not None:
+        operands.append(_i32(dst_core))
+    return _call("dma_start", (), operands,
                  src_space=_space(src_space), dst_space=_space(dst_space),
+                 has_dst_device=int(dst_device is not None),
+                 has_dst_core=int(dst_core is not None), site=site,
                  **src_attrs, **dst_attrs)
 
 
-def dma_wait(token, handle, device, core, sem, *, nbytes: int):
+def dma_wait(token, handle, device, core, sem, *, nbytes: int, site: int = 0):
     """Waits for ``nbytes`` on DMA semaphore ``sem`` (running queued DMAs
     that signal it, in on_wait mode)."""
     return _call("dma_wait", (), (token, handle, _i32(device), _i32(core), _i32(sem)),
-                 bytes=int(nbytes))
+                 bytes=int(nbytes), site=site)

@@ -12,6 +12,8 @@ fn runtime(devices: u32, mode: DmaMode) -> Arc<Runtime> {
         num_devices: devices,
         dma_mode: mode,
         wait_timeout: Some(Duration::from_secs(30)),
+        // MOSAIC_RT_BENCH_DEADLOCKS=1: with deadlock detection (as kernels run).
+        detect_deadlocks: std::env::var_os("MOSAIC_RT_BENCH_DEADLOCKS").is_some_and(|v| v == "1"),
         ..Config::default()
     };
     Arc::new(Runtime::new(config).unwrap())
@@ -77,6 +79,7 @@ fn dma(bytes: usize, iters: u64, mode: DmaMode) -> (f64, f64) {
         dst_sem: sem,
         src_sem: None,
         dst_device: None,
+        dst_core: None,
     };
     let dma_ns = time(iters, || {
         rt.dma_start(&req).unwrap();

@@ -73,6 +73,29 @@ impl FillMode {
     }
 }
 
+/// What a data race does (`detect_races=True`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RacePolicy {
+    /// The first race of a launch is printed to stderr (a runtime driven
+    /// directly; stock's behaviour).
+    Print,
+    /// Each race is queued as a report for Python to issue as a warning.
+    Warn,
+    /// The first race fails the launch (`RaceError`).
+    Raise,
+}
+
+impl RacePolicy {
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "print" => Ok(RacePolicy::Print),
+            "warn" => Ok(RacePolicy::Warn),
+            "raise" => Ok(RacePolicy::Raise),
+            _ => Err(RtError::value(format!("on_race must be 'raise', 'warn' or 'print', got {s:?}"))),
+        }
+    }
+}
+
 /// Devices x cores. Global core id = device * cores_per_device + local core.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Topology {
@@ -126,12 +149,25 @@ pub struct Config {
     pub wait_timeout: Option<Duration>,
     /// Check every access for data races (`detect_races=True`).
     pub detect_races: bool,
+    /// What a race does (with `detect_races`).
+    pub on_race: RacePolicy,
     /// Before a wait parks its thread (after running any queued DMA), watch
     /// the counter this long. Waking a parked thread costs microseconds of
     /// OS scheduling, but spinning only pays when every simulated core has a
     /// CPU of its own, so the default is to park at once.
     pub spin_before_park: Option<Duration>,
+    /// Fail every blocked core with a deadlock error as soon as none can
+    /// continue (see `deadlock`). Off for a runtime driven directly, where
+    /// any thread may act as any core; kernel launches turn it on.
+    pub detect_deadlocks: bool,
+    /// With `detect_deadlocks`: how long the whole process must have been
+    /// idle before devices that never joined, and cores not blocked in
+    /// mosaic_rt, count as stuck. `None` turns that heuristic off.
+    pub deadlock_idle: Option<Duration>,
 }
+
+/// Default idle window of the deadlock heuristic.
+pub const DEFAULT_DEADLOCK_IDLE: Duration = Duration::from_millis(800);
 
 impl Default for Config {
     fn default() -> Self {
@@ -143,7 +179,10 @@ impl Default for Config {
             fill: FillMode::Nan,
             wait_timeout: Some(Duration::from_secs(120)),
             detect_races: false,
+            on_race: RacePolicy::Print,
             spin_before_park: None,
+            detect_deadlocks: false,
+            deadlock_idle: Some(DEFAULT_DEADLOCK_IDLE),
         }
     }
 }

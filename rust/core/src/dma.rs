@@ -11,11 +11,12 @@ use crate::races::DmaThread;
 use crate::region::Region;
 use crate::runtime::Runtime;
 use crate::sem::Work;
+use crate::site::{self, SiteId};
 use crate::sync::Arc;
 
 /// A DMA from a region of a buffer of (device, core) to a region of a buffer
-/// of (dst_device, core): remote copies land on the same local core of the
-/// target device.
+/// of (dst_device, dst_core): by default remote copies land on the same
+/// local core of the target device.
 #[derive(Clone, Debug)]
 pub struct DmaRequest {
     pub device: u32,
@@ -30,12 +31,16 @@ pub struct DmaRequest {
     /// Set exactly for remote copies (with `dst_device`).
     pub src_sem: Option<u32>,
     pub dst_device: Option<u32>,
+    /// The destination core (`None`: the issuing core). jax 0.12 lets a
+    /// remote DMA's device id name a core.
+    pub dst_core: Option<u32>,
 }
 
 /// Where a validated DMA goes and how many bytes it moves.
 #[derive(Clone, Copy)]
 struct Plan {
     dst_device: u32,
+    dst_core: u32,
     src_gcore: u32,
     dst_gcore: u32,
     bytes: i64,
@@ -46,12 +51,12 @@ struct Plan {
 /// The whole DMA at once (eager mode, or an on_wait DMA whose read has not
 /// run yet). The copy itself checks dtypes and shapes; the semaphores count
 /// the bytes it moved.
-fn copy_whole(rt: &Runtime, r: &DmaRequest, plan: &Plan, race: Option<DmaThread>) -> Result<()> {
+fn copy_whole(rt: &Runtime, r: &DmaRequest, plan: &Plan, race: Option<DmaThread>) -> Result<i64> {
     let src =
         MemRef { device: r.device, core: r.core, space: r.src_space, id: r.src_id, region: &r.src_region };
     let dst = MemRef {
         device: plan.dst_device,
-        core: r.core,
+        core: plan.dst_core,
         space: r.dst_space,
         id: r.dst_id,
         region: &r.dst_region,
@@ -59,31 +64,38 @@ fn copy_whole(rt: &Runtime, r: &DmaRequest, plan: &Plan, race: Option<DmaThread>
     // Not `rt.copy`: the accesses are the DMA's, not the issuing core's.
     let bytes = rt.memory.copy(&rt.topo, src, dst).map_err(|e| e.at(r.device, r.core))? as i64;
     let plan = &Plan { bytes, ..*plan };
-    note_read(rt, r, race);
-    note_write(rt, r, plan, race);
+    note_read(rt, r, race)?;
+    note_write(rt, r, plan, race)?;
     if let Some(src_sem) = r.src_sem {
         note_signal(rt, race, src_sem, plan.src_gcore);
         rt.sems.signal_global(plan.src_gcore, src_sem, plan.bytes)?;
     }
     note_signal(rt, race, r.dst_sem, plan.dst_gcore);
     note_end(rt, race);
-    rt.sems.signal_global(plan.dst_gcore, r.dst_sem, plan.bytes)
+    rt.sems.signal_global(plan.dst_gcore, r.dst_sem, plan.bytes)?;
+    Ok(plan.bytes)
 }
 
 // Race-detector hooks (`race` is Some exactly when detection is on).
 
-fn note_read(rt: &Runtime, r: &DmaRequest, race: Option<DmaThread>) {
+fn note_read(rt: &Runtime, r: &DmaRequest, race: Option<DmaThread>) -> Result<()> {
     if let (Some(races), Some(t)) = (&rt.races, race) {
         let key = buffer_key(r.src_space, r.src_id, r.device, r.core);
-        races.dma_access(&rt.memory, t, key, &r.src_region, false);
+        if let Some(e) = races.dma_access(&rt.memory, t, key, &r.src_region, false) {
+            return Err(e);
+        }
     }
+    Ok(())
 }
 
-fn note_write(rt: &Runtime, r: &DmaRequest, plan: &Plan, race: Option<DmaThread>) {
+fn note_write(rt: &Runtime, r: &DmaRequest, plan: &Plan, race: Option<DmaThread>) -> Result<()> {
     if let (Some(races), Some(t)) = (&rt.races, race) {
-        let key = buffer_key(r.dst_space, r.dst_id, plan.dst_device, r.core);
-        races.dma_access(&rt.memory, t, key, &r.dst_region, true);
+        let key = buffer_key(r.dst_space, r.dst_id, plan.dst_device, plan.dst_core);
+        if let Some(e) = races.dma_access(&rt.memory, t, key, &r.dst_region, true) {
+            return Err(e);
+        }
     }
+    Ok(())
 }
 
 /// Before the signal itself, so a waiter that sees the count sees the clock.
@@ -105,6 +117,8 @@ struct QueuedDma {
     plan: Plan,
     machine: DmaMachine<Vec<u8>>,
     race: Option<DmaThread>,
+    /// Where it was started.
+    site: SiteId,
 }
 
 impl QueuedDma {
@@ -119,7 +133,7 @@ impl QueuedDma {
         rt.memory
             .load(&rt.topo, r.device, r.core, r.src_space, r.src_id, &r.src_region, &mut data)
             .map_err(|e| e.at(r.device, r.core))?;
-        note_read(rt, r, self.race);
+        note_read(rt, r, self.race)?;
         if let Some(src_sem) = r.src_sem {
             note_signal(rt, self.race, src_sem, plan.src_gcore);
             rt.sems.signal_global(plan.src_gcore, src_sem, plan.bytes)?;
@@ -131,9 +145,9 @@ impl QueuedDma {
     fn store_destination(&self, rt: &Runtime, data: &[u8]) -> Result<()> {
         let (r, plan) = (&self.req, &self.plan);
         rt.memory
-            .store(&rt.topo, plan.dst_device, r.core, r.dst_space, r.dst_id, &r.dst_region, data)
-            .map_err(|e| e.at(plan.dst_device, r.core))?;
-        note_write(rt, r, plan, self.race);
+            .store(&rt.topo, plan.dst_device, plan.dst_core, r.dst_space, r.dst_id, &r.dst_region, data)
+            .map_err(|e| e.at(plan.dst_device, plan.dst_core))?;
+        note_write(rt, r, plan, self.race)?;
         note_signal(rt, self.race, r.dst_sem, plan.dst_gcore);
         note_end(rt, self.race);
         rt.sems.signal_global(plan.dst_gcore, r.dst_sem, plan.bytes)
@@ -144,19 +158,21 @@ impl QueuedDma {
     }
 
     fn run_read_write(&self, rt: &Runtime) -> Result<()> {
-        self.machine
-            .read_write(|| copy_whole(rt, &self.req, &self.plan, self.race), |data| self.store_destination(rt, data))
+        self.machine.read_write(
+            || copy_whole(rt, &self.req, &self.plan, self.race).map(|_| ()),
+            |data| self.store_destination(rt, data),
+        )
     }
 
     /// For leak reports: names both buffers, both semaphores and the cores.
     fn describe(&self) -> String {
         let (r, plan) = (&self.req, &self.plan);
-        let side = |space, id, device, region: &Region| {
-            let key = buffer_key(space, id, device, r.core);
+        let side = |space, id, device, core, region: &Region| {
+            let key = buffer_key(space, id, device, core);
             if region.dims.is_empty() {
                 format!("{key}")
             } else {
-                format!("{key} at {}", region.python_repr())
+                format!("{key}{}", region.slice_repr())
             }
         };
         let sems = match r.src_sem {
@@ -167,12 +183,13 @@ impl QueuedDma {
             None => format!("semaphore {}", r.dst_sem),
         };
         format!(
-            "DMA of {} bytes from {} to {}, started on device {}, core {} ({sems})",
+            "DMA of {} bytes from {} to {}, started on device {}, core {}{} ({sems})",
             plan.bytes,
-            side(r.src_space, r.src_id, r.device, &r.src_region),
-            side(r.dst_space, r.dst_id, plan.dst_device, &r.dst_region),
+            side(r.src_space, r.src_id, r.device, r.core, &r.src_region),
+            side(r.dst_space, r.dst_id, plan.dst_device, plan.dst_core, &r.dst_region),
             r.device,
-            r.core
+            r.core,
+            site::at(self.site)
         )
     }
 }
@@ -187,6 +204,12 @@ impl Work for ReadStep {
     fn pending(&self) -> Option<String> {
         self.0.machine.is_started().then(|| self.0.describe())
     }
+    fn site(&self) -> SiteId {
+        self.0.site
+    }
+    fn bytes(&self) -> Option<i64> {
+        self.0.machine.is_started().then_some(self.0.plan.bytes)
+    }
 }
 
 /// The receive side of a queued DMA: whatever is left of it.
@@ -198,6 +221,22 @@ impl Work for WriteStep {
     }
     fn pending(&self) -> Option<String> {
         (!self.0.machine.is_completed()).then(|| self.0.describe())
+    }
+    fn site(&self) -> SiteId {
+        self.0.site
+    }
+    fn bytes(&self) -> Option<i64> {
+        (!self.0.machine.is_completed()).then_some(self.0.plan.bytes)
+    }
+}
+
+/// Deadlock reports say how many bytes the DMAs started on a semaphore deliver.
+fn note_started(rt: &Runtime, req: &DmaRequest, plan: &Plan, bytes: i64) {
+    if rt.sems.monitor.enabled() {
+        rt.sems.dma_started(req.dst_sem, plan.dst_gcore, bytes);
+        if let Some(s) = req.src_sem {
+            rt.sems.dma_started(s, plan.src_gcore, bytes);
+        }
     }
 }
 
@@ -215,7 +254,13 @@ pub fn start(rt: &Runtime, req: &DmaRequest) -> Result<()> {
     let topo = rt.topology();
     let src_gcore = topo.check(req.device, req.core)?;
     let dst_device = req.dst_device.unwrap_or(req.device);
-    let dst_gcore = topo.check(dst_device, req.core)?;
+    let dst_core = req.dst_core.unwrap_or(req.core);
+    let dst_gcore = topo.check(dst_device, dst_core).map_err(|e| {
+        RtError::value(format!(
+            "DMA destination (device {dst_device}, core {dst_core}) out of range: {}",
+            e.message
+        ))
+    })?;
 
     rt.sems.check_exists(req.dst_sem)?;
     if let Some(s) = req.src_sem {
@@ -224,22 +269,26 @@ pub fn start(rt: &Runtime, req: &DmaRequest) -> Result<()> {
     if rt.config().dma_mode == DmaMode::Eager {
         // Nobody else can see this DMA: no state machine, and the copy
         // itself validates the two sides (this is the hot path).
-        let plan = Plan { dst_device, src_gcore, dst_gcore, bytes: 0 };
+        let plan = Plan { dst_device, dst_core, src_gcore, dst_gcore, bytes: 0 };
         let race = rt.races.as_ref().map(|races| races.dma_begin(req.device, req.core));
-        return copy_whole(rt, req, &plan, race);
+        let bytes = copy_whole(rt, req, &plan, race)?;
+        note_started(rt, req, &plan, bytes);
+        return Ok(());
     }
 
     // on_wait: validate now (exactly as the eager copy does: buffers,
     // regions, dtypes and shapes), so a bad DMA fails at its start, not at a
     // wait -- or never, if nobody waits.
     let src = MemRef { device: req.device, core: req.core, space: req.src_space, id: req.src_id, region: &req.src_region };
-    let dst = MemRef { device: dst_device, core: req.core, space: req.dst_space, id: req.dst_id, region: &req.dst_region };
+    let dst = MemRef { device: dst_device, core: dst_core, space: req.dst_space, id: req.dst_id, region: &req.dst_region };
     let bytes = rt.memory.check_copy(&topo, src, dst)?;
     let bytes = i64::try_from(bytes).map_err(|_| RtError::value(format!("DMA of {bytes} bytes is too large")))?;
 
-    let plan = Plan { dst_device, src_gcore, dst_gcore, bytes };
+    let plan = Plan { dst_device, dst_core, src_gcore, dst_gcore, bytes };
     let race = rt.races.as_ref().map(|races| races.dma_begin(req.device, req.core));
-    let dma = Arc::new(QueuedDma { req: req.clone(), plan, machine: DmaMachine::new(), race });
+    note_started(rt, req, &plan, bytes);
+    let site = site::current();
+    let dma = Arc::new(QueuedDma { req: req.clone(), plan, machine: DmaMachine::new(), race, site });
     if let Some(src_sem) = req.src_sem {
         rt.sems.enqueue(src_sem, src_gcore, Box::new(ReadStep(Arc::clone(&dma))))?;
     }

@@ -18,6 +18,11 @@ pub enum ErrorKind {
     Deadlock,
     /// Semaphores left with a non-zero count at kernel end (when raising).
     Leak,
+    /// A data race, with `on_race="raise"`.
+    Race,
+    /// A failure outside mosaic_rt's ops (a user host callback raised):
+    /// [`RtError::external`] names the Python exception.
+    External,
     /// Valid request the runtime does not support.
     NotImplemented,
     /// A kernel-level error stock interpret mode raises as `RuntimeError`
@@ -40,6 +45,8 @@ impl ErrorKind {
             ErrorKind::Timeout => "WaitTimeout",
             ErrorKind::Deadlock => "DeadlockError",
             ErrorKind::Leak => "SemaphoreLeakError",
+            ErrorKind::Race => "RaceError",
+            ErrorKind::External => "ExternalError",
             ErrorKind::NotImplemented => "NotImplementedError",
             ErrorKind::Runtime => "RuntimeError",
             ErrorKind::Memory => "MemoryError",
@@ -50,7 +57,7 @@ impl ErrorKind {
     /// Inverse of [`ErrorKind::python_type`].
     pub fn from_python_type(name: &str) -> Option<ErrorKind> {
         use ErrorKind::*;
-        [Value, Index, Aborted, Timeout, Deadlock, Leak, NotImplemented, Runtime, Memory, Internal]
+        [Value, Index, Aborted, Timeout, Deadlock, Leak, Race, External, NotImplemented, Runtime, Memory, Internal]
             .into_iter()
             .find(|k| k.python_type() == name)
     }
@@ -65,13 +72,16 @@ pub struct RtError {
     pub core: Option<u32>,
     /// For [`ErrorKind::Aborted`]: the first error of the kernel.
     pub root: Option<Box<RtError>>,
+    /// For [`ErrorKind::External`]: (key of the Python exception in the
+    /// binding's registry, its type name).
+    pub external: Option<Box<(u64, String)>>,
 }
 
 pub type Result<T> = std::result::Result<T, RtError>;
 
 impl RtError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        RtError { kind, message: message.into(), device: None, core: None, root: None }
+        RtError { kind, message: message.into(), device: None, core: None, root: None, external: None }
     }
     pub fn value(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Value, message)
@@ -87,6 +97,19 @@ impl RtError {
     }
     pub fn not_implemented(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::NotImplemented, message)
+    }
+    /// A failure outside mosaic_rt: Python exception `key` of type `type_name`.
+    pub fn external(key: u64, type_name: &str, message: impl Into<String>) -> Self {
+        let mut e = Self::new(ErrorKind::External, message);
+        e.external = Some(Box::new((key, type_name.to_string())));
+        e
+    }
+    /// The Python type name this error is raised as (an external error's own).
+    pub fn type_name(&self) -> &str {
+        match &self.external {
+            Some(x) => &x.1,
+            None => self.kind.python_type(),
+        }
     }
     /// Records where the error happened unless already known.
     pub fn at(mut self, device: u32, core: u32) -> Self {
@@ -111,7 +134,7 @@ impl RtError {
         };
         let message = format!(
             "kernel aborted on device {device}, core {core}: {place} failed first with {}: {}",
-            root.kind.python_type(),
+            root.type_name(),
             root.message
         );
         RtError {
@@ -120,13 +143,14 @@ impl RtError {
             device: Some(device),
             core: Some(core),
             root: Some(Box::new(root)),
+            external: None,
         }
     }
 }
 
 impl fmt::Display for RtError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.kind.python_type(), self.message)
+        write!(f, "{}: {}", self.type_name(), self.message)
     }
 }
 

@@ -10,6 +10,7 @@
 #![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 
 pub mod config;
+pub mod deadlock;
 pub mod dma;
 pub mod dtype;
 pub mod error;
@@ -17,13 +18,15 @@ pub mod memory;
 pub mod prng;
 pub mod races;
 pub mod region;
+pub mod reports;
 pub mod registry;
 pub mod revisit;
 pub mod runtime;
 pub mod sem;
+pub mod site;
 pub mod sync;
 
-pub use config::{timeout_from_secs, Config, DmaMode, FillMode, OobReads, Topology};
+pub use config::{timeout_from_secs, Config, DmaMode, FillMode, OobReads, RacePolicy, Topology};
 pub use dma::DmaRequest;
 pub use dtype::DType;
 pub use error::{ErrorKind, Result, RtError};

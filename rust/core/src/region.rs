@@ -92,6 +92,39 @@ impl Region {
     }
 }
 
+impl Region {
+    /// The region in Python slice notation, listed dims only:
+    /// `[0:8, 3, 0:16:2]`; the empty string for the whole buffer.
+    pub fn slice_repr(&self) -> String {
+        if self.dims.is_empty() {
+            return String::new();
+        }
+        format!("[{}]", self.dims.iter().map(dim_repr).collect::<Vec<_>>().join(", "))
+    }
+
+    /// The region in slice notation over every dim of a buffer of `shape`
+    /// (dims the region does not list are taken whole): `[0:8, 0:128]`.
+    pub fn slice_repr_in(&self, shape: &[usize]) -> String {
+        let mut parts: Vec<String> = self.dims.iter().map(dim_repr).collect();
+        for &n in shape.iter().skip(self.dims.len()) {
+            parts.push(format!("0:{n}"));
+        }
+        format!("[{}]", parts.join(", "))
+    }
+}
+
+fn dim_repr(d: &DimSel) -> String {
+    if d.squeezed {
+        return d.start.to_string();
+    }
+    let stop = d.start.saturating_add(d.size.saturating_mul(d.stride));
+    if d.stride == 1 {
+        format!("{}:{stop}", d.start)
+    } else {
+        format!("{}:{stop}:{}", d.start, d.stride)
+    }
+}
+
 /// `(a, b)`, `(a,)` or `()` -- Python's tuple repr of already-formatted items.
 pub fn python_tuple<S: AsRef<str>>(items: &[S]) -> String {
     match items {
@@ -117,6 +150,15 @@ mod tests {
             "(slice(2, 8, 2), 3)"
         );
         assert_eq!(python_tuple(&["8", "128"]), "(8, 128)");
+    }
+
+    #[test]
+    fn slice_notation() {
+        assert_eq!(Region::full().slice_repr(), "");
+        assert_eq!(Region::full().slice_repr_in(&[8, 128]), "[0:8, 0:128]");
+        let r = Region::new(vec![DimSel::slice(2, 3, 2), DimSel::index(3)]);
+        assert_eq!(r.slice_repr(), "[2:8:2, 3]");
+        assert_eq!(Region::new(vec![DimSel::slice(8, 8, 1)]).slice_repr_in(&[16, 128]), "[8:16, 0:128]");
     }
 
     #[test]

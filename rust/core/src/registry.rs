@@ -17,6 +17,10 @@ use std::collections::{HashMap, VecDeque};
 /// Failed instances kept waiting for their remaining devices.
 pub const MAX_FAILED_INSTANCES: usize = 64;
 
+/// Root causes of failed launches kept after their runtime is freed, so a
+/// late op of such a launch reports the root cause, not an unknown handle.
+pub const MAX_TOMBSTONES: usize = 256;
+
 type LaunchKey = (u64, i64);
 
 struct Instance {
@@ -50,6 +54,8 @@ pub struct LaunchRegistry {
     tables: Mutex<Tables>,
     /// handle -> runtime, read on every FFI call that is not cached.
     runtimes: RwLock<HashMap<u64, Arc<Runtime>>>,
+    /// (handle, root cause) of freed failed launches, oldest first.
+    tombstones: Mutex<VecDeque<(u64, RtError)>>,
 }
 
 impl Default for LaunchRegistry {
@@ -64,7 +70,14 @@ impl LaunchRegistry {
             next_handle: AtomicU64::new(1),
             tables: Mutex::new(Tables::default()),
             runtimes: RwLock::new(HashMap::new()),
+            tombstones: Mutex::new(VecDeque::new()),
         }
+    }
+
+    /// The root cause of launch `handle` if it failed and has been freed
+    /// (or evicted) since.
+    pub fn tombstone(&self, handle: u64) -> Option<RtError> {
+        lock(&self.tombstones).iter().rev().find(|(h, _)| *h == handle).map(|(_, e)| e.clone())
     }
 
     /// Joins (creating if first) the instance of this device's next launch of
@@ -85,9 +98,13 @@ impl LaunchRegistry {
             check_same_config(&inst.config, config, uid, run_id)?;
             let runtime = Arc::clone(&inst.runtime);
             bump_joins(&mut t, (uid, run_id), device);
+            runtime.join_device(device)?;
             return Ok((handle, runtime));
         }
-        let runtime = Arc::new(Runtime::new(config.clone())?);
+        let runtime = Arc::new(Runtime::new_launch(config.clone())?);
+        runtime.join_device(device)?;
+        #[cfg(not(loom))]
+        runtime.watch();
         let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
         launch.instances.insert(occurrence, handle);
         bump_joins(&mut t, (uid, run_id), device);
@@ -136,6 +153,11 @@ impl LaunchRegistry {
     }
 
     fn depart(&self, handle: u64, device: u32, abandoned: bool) {
+        // Outside the tables' lock: leaving may complete a deadlock, which
+        // fails the launch and wakes its waiters.
+        if let Some(rt) = self.get(handle) {
+            let _ = rt.leave_device(device);
+        }
         let mut t = lock(&self.tables);
         // Unknown handles were evicted already; nothing to do.
         let Some(inst) = t.instances.get_mut(&handle) else { return };
@@ -159,6 +181,13 @@ impl LaunchRegistry {
 
     fn remove(&self, t: &mut Tables, handle: u64) {
         let Some(inst) = t.instances.remove(&handle) else { return };
+        if let Some(root) = inst.runtime.failure() {
+            let mut tomb = lock(&self.tombstones);
+            tomb.push_back((handle, root));
+            while tomb.len() > MAX_TOMBSTONES {
+                tomb.pop_front();
+            }
+        }
         write(&self.runtimes).remove(&handle);
         t.failed.retain(|&h| h != handle);
         if let Some(launch) = t.launches.get_mut(&inst.launch) {

@@ -17,6 +17,8 @@ use crate::races::{RaceDetector, RaceLog};
 use crate::revisit::RevisitTracker;
 use crate::sem::{Leak, SemKind, SemTable};
 use crate::sync::{lock, Mutex};
+#[cfg(not(loom))]
+use std::sync::Arc;
 
 pub struct Runtime {
     pub(crate) config: Config,
@@ -37,16 +39,27 @@ pub(crate) struct CoreState {
 }
 
 impl Runtime {
+    /// A runtime driven directly: every device is present from the start.
     pub fn new(config: Config) -> Result<Runtime> {
+        Self::build(config, true)
+    }
+
+    /// The runtime of a kernel launch: devices join one by one
+    /// ([`Runtime::join_device`]) and leave ([`Runtime::leave_device`]).
+    pub fn new_launch(config: Config) -> Result<Runtime> {
+        Self::build(config, false)
+    }
+
+    fn build(config: Config, joined: bool) -> Result<Runtime> {
         config.validate()?;
         let topo = config.topology();
         Ok(Runtime {
             memory: MemoryTable::new(&config),
-            sems: SemTable::new(&config),
+            sems: SemTable::with_devices_joined(&config, joined),
             cores: (0..topo.num_cores()).map(|_| CoreState::default()).collect(),
             races: config
                 .detect_races
-                .then(|| RaceDetector::new(topo.num_devices, topo.cores_per_device)),
+                .then(|| RaceDetector::with_policy(topo.num_devices, topo.cores_per_device, config.on_race)),
             topo,
             config,
         })
@@ -54,6 +67,52 @@ impl Runtime {
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    // ---------------------------------------------------- launch membership
+
+    /// Lets the process-wide deadlock detector look at this runtime (for
+    /// devices that never join and cores that stop without telling us).
+    #[cfg(not(loom))]
+    pub fn watch(self: &Arc<Self>) {
+        if self.config.detect_deadlocks && self.config.deadlock_idle.is_some() {
+            let weak: std::sync::Weak<dyn crate::deadlock::detector::Watched> =
+                Arc::downgrade(self) as std::sync::Weak<Runtime>;
+            crate::deadlock::detector::watch(weak);
+        }
+    }
+
+    /// `device`'s program joined the launch.
+    pub fn join_device(&self, device: u32) -> Result<()> {
+        self.sems.join(device)
+    }
+
+    /// `device`'s program left the launch (all its cores are done); may
+    /// complete a deadlock, which then fails the launch.
+    pub fn leave_device(&self, device: u32) -> Result<()> {
+        self.sems.finish_device(device)
+    }
+
+    /// The program of core (device, core) ended (several cores per device).
+    pub fn finish_core(&self, device: u32, core: u32) -> Result<()> {
+        self.sems.finish_core(device, core)
+    }
+
+    /// Core (device, core) enters (`inside`) or leaves a user host
+    /// callback: deadlock detection never fires while a core is inside one.
+    pub fn callback_state(&self, device: u32, core: u32, inside: bool) -> Result<()> {
+        self.sems.callback_state(device, core, inside)
+    }
+
+    /// One look of the deadlock detector thread (exposed for tests: the
+    /// process counts as idle since `process_idle_since`).
+    pub fn sems_tick(&self, process_idle_since: Option<std::time::Instant>, now: std::time::Instant) {
+        self.sems.deadlock_tick(process_idle_since, now);
+    }
+
+    /// What deadlock detection sees core (device, core) doing.
+    pub fn core_state(&self, device: u32, core: u32) -> Result<crate::deadlock::CoreState> {
+        self.sems.core_state(device, core)
     }
 
     pub fn topology(&self) -> Topology {
@@ -143,8 +202,7 @@ impl Runtime {
         self.memory
             .load(&self.topo, device, core, space, id, region, out)
             .map_err(|e| e.at(device, core))?;
-        self.note_access(device, core, space, id, region, false);
-        Ok(())
+        self.note_access(device, core, space, id, region, false)
     }
 
     /// Writes `data` (C order, exactly the region's size) into `region`.
@@ -160,8 +218,7 @@ impl Runtime {
         self.memory
             .store(&self.topo, device, core, space, id, region, data)
             .map_err(|e| e.at(device, core))?;
-        self.note_access(device, core, space, id, region, true);
-        Ok(())
+        self.note_access(device, core, space, id, region, true)
     }
 
     /// Writes `data` where `mask` (one byte per element, non-zero = true) is
@@ -184,8 +241,7 @@ impl Runtime {
             .map_err(|e| e.at(device, core))?;
         // As stock: a swap is checked as a write (it conflicts with any
         // unordered access).
-        self.note_access(device, core, space, id, region, true);
-        Ok(())
+        self.note_access(device, core, space, id, region, true)
     }
 
     /// Copies `src` into `dst` with load-then-store semantics in one go (no
@@ -194,18 +250,21 @@ impl Runtime {
     pub fn copy(&self, src: MemRef<'_>, dst: MemRef<'_>) -> Result<usize> {
         let n = self.memory.copy(&self.topo, src, dst).map_err(|e| e.at(src.device, src.core))?;
         // Both sides are accesses of the copying core (the source's).
-        self.note_access(src.device, src.core, src.space, src.id, src.region, false);
-        self.note_access(src.device, src.core, dst.space, dst.id, dst.region, true);
+        self.note_access(src.device, src.core, src.space, src.id, src.region, false)?;
+        self.note_access(src.device, src.core, dst.space, dst.id, dst.region, true)?;
         Ok(n)
     }
 
     /// Race-detector hook for a successful access by (device, core).
     #[inline]
-    fn note_access(&self, device: u32, core: u32, space: MemorySpace, id: u32, region: &Region, write: bool) {
+    fn note_access(&self, device: u32, core: u32, space: MemorySpace, id: u32, region: &Region, write: bool) -> Result<()> {
         if let Some(races) = &self.races {
             let key = BufferKey::for_access(space, id, device, core);
-            races.core_access(&self.memory, device, core, key, region, write);
+            if let Some(e) = races.core_access(&self.memory, device, core, key, region, write) {
+                return Err(e);
+            }
         }
+        Ok(())
     }
 
     // ------------------------------------------------------------ semaphores
@@ -258,9 +317,17 @@ impl Runtime {
     }
 
     /// Blocks until `sem` on (device, core) reaches `value`, then subtracts it.
+    #[inline]
     pub fn semaphore_wait(&self, device: u32, core: u32, sem: u32, value: i64) -> Result<()> {
+        self.semaphore_wait_at(device, core, sem, value, 0)
+    }
+
+    /// `semaphore_wait` from source site `site` (named by deadlock and
+    /// misuse reports; 0: the thread's current site).
+    #[inline]
+    pub fn semaphore_wait_at(&self, device: u32, core: u32, sem: u32, value: i64, site: u32) -> Result<()> {
         self.sems
-            .wait(self, device, core, sem, value)
+            .wait(self, device, core, sem, value, site)
             .map_err(|e| e.at(device, core))?;
         if let Some(races) = &self.races {
             races.wait_done(self.topo.global_core(device, core), sem);
@@ -281,6 +348,11 @@ impl Runtime {
     /// queued DMAs that signal it (on_wait mode).
     pub fn dma_wait(&self, device: u32, core: u32, sem: u32, bytes: i64) -> Result<()> {
         self.semaphore_wait(device, core, sem, bytes)
+    }
+
+    /// `dma_wait` from source site `site`.
+    pub fn dma_wait_at(&self, device: u32, core: u32, sem: u32, bytes: i64, site: u32) -> Result<()> {
+        self.semaphore_wait_at(device, core, sem, bytes, site)
     }
 
     /// Rendezvous of all devices (one call per device), like stock's barrier.
@@ -376,5 +448,12 @@ impl Runtime {
             Some(root) => Err(RtError::aborted(&root, device, core)),
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(not(loom))]
+impl crate::deadlock::detector::Watched for Runtime {
+    fn tick(&self, process_idle_since: Option<std::time::Instant>, now: std::time::Instant) {
+        self.sems.deadlock_tick(process_idle_since, now);
     }
 }

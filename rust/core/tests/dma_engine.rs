@@ -66,6 +66,7 @@ fn local(core: u32, src: u32, dst: u32, sem: u32) -> DmaRequest {
         dst_sem: sem,
         src_sem: None,
         dst_device: None,
+        dst_core: None,
     }
 }
 
@@ -82,6 +83,7 @@ fn remote(src_device: u32, core: u32, dst_device: u32, src: u32, dst: u32, sems:
         dst_sem: sems.1,
         src_sem: Some(sems.0),
         dst_device: Some(dst_device),
+        dst_core: None,
     }
 }
 

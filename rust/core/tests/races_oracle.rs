@@ -194,6 +194,7 @@ fn run(seed: u64, mode: DmaMode) -> (Option<usize>, Option<usize>) {
                     dst_sem: sem,
                     src_sem: None,
                     dst_device: None,
+                    dst_core: None,
                 })
                 .unwrap();
                 let start_node = o.step(core, &[]);

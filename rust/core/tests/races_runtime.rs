@@ -75,6 +75,7 @@ fn local_dma(core: u32, src: (MemorySpace, u32), dst: (MemorySpace, u32), sem: u
         dst_sem: sem,
         src_sem: None,
         dst_device: None,
+        dst_core: None,
     }
 }
 
@@ -102,13 +103,13 @@ fn two_cores_writing_one_hbm_element_race() {
     assert_eq!(r.len(), 1, "{r:?}");
     // Both accesses are named: buffer, region, core, kind.
     assert!(
-        r[0].contains("write of hbm buffer 100 of device 0, core 0[(slice(3, 4, 1),)] by device 0, core 1"),
+        r[0].contains("write of hbm buffer 100 of device 0, core 0[3:4] by device 0, core 1"),
         "{}",
         r[0]
     );
     assert!(
         r[0].contains(
-            "earlier write of hbm buffer 100 of device 0, core 0[(slice(3, 4, 1),)] by device 0, core 0"
+            "earlier write of hbm buffer 100 of device 0, core 0[3:4] by device 0, core 0"
         ),
         "{}",
         r[0]
@@ -247,6 +248,7 @@ fn remote_copy(mode: DmaMode, read_before_wait: bool) -> Runtime {
                 dst_sem: recv,
                 src_sem: Some(send),
                 dst_device: Some(1),
+                dst_core: None,
             })
             .unwrap();
             rt.dma_wait(0, 0, send, 32).unwrap();
@@ -308,6 +310,7 @@ fn the_device_barrier_orders_everything_before_it() {
                     dst_sem: s,
                     src_sem: Some(s),
                     dst_device: Some(0),
+                    dst_core: None,
                 })
                 .unwrap();
                 rt.dma_wait(1, 0, s, 32).unwrap();

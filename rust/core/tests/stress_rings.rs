@@ -115,6 +115,7 @@ fn copy_ring(mode: DmaMode) {
                     dst_sem: dma_sem + 1,
                     src_sem: Some(dma_sem),
                     dst_device: Some(next),
+                    dst_core: None,
                 };
                 let bytes = (N * 4) as i64;
                 let mut out = vec![0u8; N * 4];

@@ -19,6 +19,24 @@ impl<'a> Call<'a> {
     pub fn bind(&mut self, handle: u64, device: u32) {
         self.bound = Some((handle, device));
     }
+
+    /// The op's source site: optional attribute `site` (0: unknown).
+    #[inline]
+    pub fn site(&self) -> u32 {
+        self.frame.attr_i64_opt("site").ok().flatten().and_then(|s| u32::try_from(s).ok()).unwrap_or(0)
+    }
+
+    /// Makes the op's site the calling thread's current one (what the core
+    /// records -- allocations, DMA starts, accesses -- carries it) until the
+    /// guard drops. Nothing is touched for an op without a site; the hot
+    /// semaphore ops pass their site explicitly instead.
+    #[inline]
+    pub fn enter_site(&self) -> Option<mosaic_rt_core::site::SiteGuard> {
+        match self.site() {
+            0 => None,
+            s => Some(mosaic_rt_core::site::enter(s)),
+        }
+    }
 }
 
 pub type Body = fn(&mut Call) -> Result<()>;

@@ -26,7 +26,7 @@ static TABLE: Mutex<Table> = Mutex::new(Table {
 });
 
 fn same_error(a: &RtError, b: &RtError) -> bool {
-    a.kind == b.kind && a.message == b.message && a.device == b.device && a.core == b.core
+    a.kind == b.kind && a.message == b.message && a.device == b.device && a.core == b.core && a.external == b.external
 }
 
 /// Records `root` (reusing the number of an equal recent entry, so every
@@ -60,7 +60,7 @@ pub fn lookup(n: u64) -> Option<RtError> {
 pub fn wire_message(n: u64, root: &RtError) -> String {
     format!(
         "[mosaic_rt#{n}] {}: {}",
-        root.kind.python_type(),
+        root.type_name(),
         root.message
     )
 }

@@ -322,6 +322,55 @@ impl<'a> Frame<'a> {
         Ok(Some(v))
     }
 
+    /// Several optional integer attributes in one pass (an attribute of
+    /// another type reads as absent).
+    pub fn attrs_i64_opt<const N: usize>(&self, names: [&str; N]) -> [Option<i64>; N] {
+        let mut out = [None; N];
+        let at = &self.raw.attrs;
+        if at.size <= 0 || at.types.is_null() || at.names.is_null() || at.attrs.is_null() {
+            return out;
+        }
+        for i in 0..at.size as usize {
+            // SAFETY: as in `find_attr`.
+            let (span, attr) = unsafe { (*at.names.add(i), *at.attrs.add(i)) };
+            // SAFETY: a non-null name is an `XLA_FFI_ByteSpan` valid for the call.
+            let Some(span) = (unsafe { span.as_ref() }) else { continue };
+            if span.ptr.is_null() {
+                continue;
+            }
+            // SAFETY: a non-null span pointer covers `len` bytes.
+            let key = unsafe { std::slice::from_raw_parts(span.ptr as *const u8, span.len) };
+            if let Some(k) = names.iter().position(|n| n.as_bytes() == key) {
+                // SAFETY: as in `find_attr`.
+                let ty = unsafe { *at.types.add(i) };
+                out[k] = self.scalar_i64(ty, attr);
+            }
+        }
+        out
+    }
+
+    fn scalar_i64(&self, ty: i32, ptr: *mut c_void) -> Option<i64> {
+        if ty != abi::ATTR_SCALAR || ptr.is_null() {
+            return None;
+        }
+        // SAFETY: a non-null SCALAR attribute points at an `XLA_FFI_Scalar`.
+        let s = unsafe { &*(ptr as *const abi::Scalar) };
+        if s.value.is_null() {
+            return None;
+        }
+        // SAFETY: a non-null scalar value holds one element of `s.dtype`,
+        // which selects the type read.
+        unsafe {
+            Some(match s.dtype {
+                abi::DT_S64 => *(s.value as *const i64),
+                abi::DT_S32 => *(s.value as *const i32) as i64,
+                abi::DT_U32 => *(s.value as *const u32) as i64,
+                abi::DT_S8 | abi::DT_PRED => *(s.value as *const i8) as i64,
+                _ => return None,
+            })
+        }
+    }
+
     pub fn attr_i64(&self, name: &str) -> Result<i64> {
         self.attr_i64_opt(name)?.ok_or_else(|| self.missing(name))
     }

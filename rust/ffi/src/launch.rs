@@ -34,6 +34,20 @@ fn unknown_handle(handle: u64) -> RtError {
     ))
 }
 
+/// The runtime of `handle` from the registry (a cache miss). A launch that
+/// failed and was freed reports its root cause.
+#[cold]
+#[inline(never)]
+fn lookup(handle: u64) -> Result<Arc<Runtime>> {
+    match registry().get(handle) {
+        Some(rt) => Ok(rt),
+        None => Err(match registry().tombstone(handle) {
+            Some(root) => root,
+            None => unknown_handle(handle),
+        }),
+    }
+}
+
 /// Runs `f` on the runtime of `handle`.
 pub fn with_runtime<R>(handle: u64, f: impl FnOnce(&Runtime) -> Result<R>) -> Result<R> {
     CACHE.with(|cell| {
@@ -45,9 +59,7 @@ pub fn with_runtime<R>(handle: u64, f: impl FnOnce(&Runtime) -> Result<R>) -> Re
                 }
             }
         }
-        let rt = registry()
-            .get(handle)
-            .ok_or_else(|| unknown_handle(handle))?;
+        let rt = lookup(handle)?;
         *cell.borrow_mut() = Some((handle, rt));
         let slot = cell.borrow();
         f(&slot.as_ref().expect("just filled").1)
@@ -88,4 +100,31 @@ pub fn fail_and_abandon(handle: u64, device: u32, err: RtError) -> RtError {
     };
     registry().abandon(handle, device);
     root.root_cause().clone()
+}
+
+/// Fails launch `handle` from outside any op (a user host callback or
+/// another non-mosaic_rt failure on (device, core)): records `err` as the
+/// root cause unless one is recorded, and wakes every waiter. Returns the
+/// launch's root cause; `None` if the launch is unknown (ended) and left no
+/// tombstone.
+pub fn fail_launch(handle: u64, device: u32, core: u32, err: RtError) -> Result<Option<RtError>> {
+    match registry().get(handle) {
+        Some(rt) => {
+            rt.topology().check(device, core)?;
+            Ok(Some(rt.fail(err.at(device, core))))
+        }
+        None => Ok(registry().tombstone(handle)),
+    }
+}
+
+/// Marks (device, core) of launch `handle` as inside (or out of) a user
+/// host callback.
+pub fn callback_state(handle: u64, device: u32, core: u32, inside: bool) -> Result<()> {
+    match registry().get(handle) {
+        Some(rt) => rt.callback_state(device, core, inside),
+        None => match registry().tombstone(handle) {
+            Some(_) => Ok(()), // the launch failed already: nothing to mark
+            None => Err(unknown_handle(handle)),
+        },
+    }
 }

@@ -11,6 +11,7 @@ pub mod errors;
 mod frame;
 mod launch;
 mod ops;
+pub mod sites;
 mod spin;
 #[doc(hidden)]
 pub mod testing;
@@ -50,6 +51,8 @@ handlers! {
     kernel_begin => crate::ops::kernel::kernel_begin,
     kernel_end => crate::ops::kernel::kernel_end,
     leak_report => crate::ops::kernel::leak_report,
+    pending_reports => crate::ops::kernel::pending_reports,
+    core_end => crate::ops::kernel::core_end,
     device_barrier => crate::ops::kernel::device_barrier,
     sync_device_cores => crate::ops::kernel::sync_device_cores,
     launch_info => crate::ops::kernel::launch_info,
@@ -70,6 +73,8 @@ handlers! {
     prng_seed => crate::ops::interp::prng_seed,
     prng_random_bits => crate::ops::interp::prng_random_bits,
 }
+
+pub use launch::{callback_state, fail_launch};
 
 /// The root cause recorded as `[mosaic_rt#n]`, if still known.
 pub fn recorded_error(n: u64) -> Option<mosaic_rt_core::RtError> {

@@ -3,6 +3,9 @@
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyDict};
+use crate::errors::OrRaise;
+use mosaic_rt_core::reports::{self, Detail};
+use mosaic_rt_core::RtError;
 use std::ffi::c_void;
 use std::ptr::NonNull;
 
@@ -31,8 +34,81 @@ fn ffi_targets(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 /// `(python type name, message, device, core)`, or `None` when it has been
 /// dropped from the bounded table (the caller then falls back to the text).
 #[pyfunction]
-fn take_error(n: u64) -> Option<(&'static str, String, Option<u32>, Option<u32>)> {
-    mosaic_rt_ffi::recorded_error(n).map(|e| (e.kind.python_type(), e.message, e.device, e.core))
+fn take_error(n: u64) -> Option<(String, String, Option<u32>, Option<u32>)> {
+    mosaic_rt_ffi::recorded_error(n).map(|e| (e.type_name().to_string(), e.message, e.device, e.core))
+}
+
+/// Like `take_error`, plus the key of the original Python exception when
+/// the root cause came from `fail_launch` (else None).
+#[pyfunction]
+#[allow(clippy::type_complexity)]
+fn take_error_ex(n: u64) -> Option<(String, String, Option<u32>, Option<u32>, Option<u64>)> {
+    mosaic_rt_ffi::recorded_error(n).map(|e| {
+        let key = e.external.as_ref().map(|x| x.0);
+        (e.type_name().to_string(), e.message, e.device, e.core, key)
+    })
+}
+
+/// The id of a source site's text (`file.py:12:4 (kernel)`), from 1; the
+/// same text always gets the same id. Pass it to ops as `site=`.
+#[pyfunction]
+fn intern_site(text: &str) -> u32 {
+    mosaic_rt_ffi::sites::intern(text)
+}
+
+/// The text of site `id` (None for 0 or an unknown id).
+#[pyfunction]
+fn site_text(id: u32) -> Option<String> {
+    mosaic_rt_ffi::sites::text(id)
+}
+
+fn detail_to_py<'py>(py: Python<'py>, d: &Detail) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match d {
+        Detail::Int(v) => v.into_pyobject(py)?.into_any(),
+        Detail::Str(s) => s.into_pyobject(py)?.into_any(),
+        Detail::None => py.None().into_bound(py),
+    })
+}
+
+/// Drains the queue of "warn" reports (races, leaks, misuse): a list of
+/// `(category, text, details)` with category "race" | "leak" | "misuse".
+#[pyfunction]
+fn take_reports(py: Python<'_>) -> PyResult<Vec<(&'static str, String, Bound<'_, PyDict>)>> {
+    let mut out = Vec::new();
+    for r in reports::take_all() {
+        let d = PyDict::new(py);
+        for (k, v) in &r.details {
+            d.set_item(*k, detail_to_py(py, v)?)?;
+        }
+        out.push((r.category.name(), r.text, d));
+    }
+    Ok(out)
+}
+
+/// Reports queued and not yet taken.
+#[pyfunction]
+fn pending_reports() -> usize {
+    reports::pending()
+}
+
+/// Fails launch `handle` with a failure from outside mosaic_rt's ops on
+/// (device, core): Python exception `exc_key` (see
+/// `mosaic_rt.ffi.errors.register_exception`) of type `type_name`. Wakes
+/// every waiter of the launch. Returns False if the launch is unknown (it
+/// has ended), True otherwise.
+#[pyfunction]
+fn fail_launch(py: Python<'_>, handle: u64, device: u32, core: u32, exc_key: u64, type_name: &str, message: &str) -> PyResult<bool> {
+    let err = RtError::external(exc_key, type_name, message);
+    let found = py.detach(|| mosaic_rt_ffi::fail_launch(handle, device, core, err)).or_raise(py)?;
+    Ok(found.is_some())
+}
+
+/// Marks (device, core) of launch `handle` as inside (`inside=True`) or out
+/// of a user host callback: deadlock detection never fires while a core is
+/// inside one.
+#[pyfunction]
+fn callback_state(py: Python<'_>, handle: u64, device: u32, core: u32, inside: bool) -> PyResult<()> {
+    py.detach(|| mosaic_rt_ffi::callback_state(handle, device, core, inside)).or_raise(py)
 }
 
 /// `(found, count, first reports)` of the most recent launch (or runtime)
@@ -46,5 +122,12 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(race_results, m)?)?;
     m.add_function(wrap_pyfunction!(ffi_targets, m)?)?;
     m.add_function(wrap_pyfunction!(take_error, m)?)?;
+    m.add_function(wrap_pyfunction!(take_error_ex, m)?)?;
+    m.add_function(wrap_pyfunction!(intern_site, m)?)?;
+    m.add_function(wrap_pyfunction!(site_text, m)?)?;
+    m.add_function(wrap_pyfunction!(take_reports, m)?)?;
+    m.add_function(wrap_pyfunction!(pending_reports, m)?)?;
+    m.add_function(wrap_pyfunction!(fail_launch, m)?)?;
+    m.add_function(wrap_pyfunction!(callback_state, m)?)?;
     Ok(())
 }

@@ -93,7 +93,7 @@ impl PyRuntime {
     #[new]
     #[pyo3(signature = (num_devices=Id(1), cores_per_device=Id(1), dma_execution_mode="on_wait",
                         out_of_bounds_reads="raise", uninitialized_memory="nan", wait_timeout=Some(120.0),
-                        detect_races=false))]
+                        detect_races=false, detect_deadlocks=false))]
     #[allow(clippy::too_many_arguments)] // mirrors the Python keyword arguments
     fn new(
         py: Python<'_>,
@@ -104,6 +104,7 @@ impl PyRuntime {
         uninitialized_memory: &str,
         wait_timeout: Option<f64>,
         detect_races: bool,
+        detect_deadlocks: bool,
     ) -> PyResult<Self> {
         let config = Config {
             num_devices: num_devices.0,
@@ -115,6 +116,11 @@ impl PyRuntime {
             detect_races,
             // Python threads park: spinning would hold a CPU the GIL holder needs.
             spin_before_park: None,
+            // Each thread acts as the cores it names: a deadlock is when all
+            // of them are blocked (no idle heuristic: every device is there).
+            detect_deadlocks,
+            deadlock_idle: None,
+            ..Config::default()
         };
         Ok(PyRuntime {
             rt: Arc::new(Runtime::new(config).or_raise(py)?),
@@ -527,6 +533,7 @@ impl PyRuntime {
             dst_sem: id_arg("destination semaphore id", dst_sem)?,
             src_sem: src_sem.map(|s| id_arg("source semaphore id", s)).transpose()?,
             dst_device: dst_device.map(|d| self.device(d)).transpose()?,
+            dst_core: None,
         };
         let rt = &self.rt;
         py.detach(|| rt.dma_start(&req)).or_raise(py)
@@ -589,6 +596,14 @@ impl PyRuntime {
         let err = RtError::new(kind_from_name(kind)?, message).at(device, core);
         let root = self.rt.fail(err);
         exception(py, &root)
+    }
+
+    /// Device `device`'s program is done: with `detect_deadlocks`, its cores
+    /// no longer count as able to signal anyone.
+    fn leave(&self, py: Python<'_>, device: Int) -> PyResult<()> {
+        let device = self.device(device)?;
+        let rt = Arc::clone(&self.rt);
+        py.detach(|| rt.leave_device(device)).or_raise(py)
     }
 
     /// The recorded root-cause failure as an exception object, or None.

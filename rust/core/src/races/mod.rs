@@ -27,7 +27,10 @@ pub use report::{latest, AccessRecord, Actor, RaceLog, MAX_REPORTS};
 pub use cell::{Conflict, Memo};
 pub use shadow::{Shadow, MAX_CHUNK};
 
+use crate::config::RacePolicy;
+use crate::error::{ErrorKind, RtError};
 use crate::memory::{BufferKey, MemoryTable};
+use crate::site::SiteId;
 use crate::region::Region;
 use report::lock;
 use std::collections::HashMap;
@@ -45,6 +48,7 @@ pub struct DmaThread {
 }
 
 pub struct RaceDetector {
+    policy: RacePolicy,
     cores_per_device: u32,
     num_cores: u32,
     state: Mutex<State>,
@@ -68,8 +72,14 @@ impl RaceDetector {
     /// A detector for `num_devices x cores_per_device` cores; it becomes the
     /// "most recent launch" whose races `latest()` returns.
     pub fn new(num_devices: u32, cores_per_device: u32) -> Self {
+        Self::with_policy(num_devices, cores_per_device, RacePolicy::Print)
+    }
+
+    /// A detector whose races are printed, queued as warnings or raised.
+    pub fn with_policy(num_devices: u32, cores_per_device: u32, policy: RacePolicy) -> Self {
         let num_cores = num_devices * cores_per_device;
         RaceDetector {
+            policy,
             cores_per_device,
             num_cores,
             state: Mutex::new(State {
@@ -103,9 +113,10 @@ impl RaceDetector {
         key: BufferKey,
         region: &Region,
         write: bool,
-    ) {
+    ) -> Option<RtError> {
         let thread = self.core_thread(device, core);
-        self.access(memory, thread, Actor::Core { device, core }, key, region, write);
+        let site = crate::site::current();
+        self.access(memory, thread, Actor::Core { device, core }, key, region, write, site)
     }
 
     /// Records an access by a DMA (its read of the source or write of the
@@ -117,10 +128,17 @@ impl RaceDetector {
         key: BufferKey,
         region: &Region,
         write: bool,
-    ) {
-        self.access(memory, dma.slot, dma.actor, key, region, write);
+    ) -> Option<RtError> {
+        let site = match dma.actor {
+            Actor::Dma { site, .. } => site,
+            Actor::Core { .. } => 0,
+        };
+        self.access(memory, dma.slot, dma.actor, key, region, write, site)
     }
 
+    /// Records the access; with policy "raise" a race is returned as the
+    /// error that fails the launch.
+    #[allow(clippy::too_many_arguments)]
     fn access(
         &self,
         memory: &MemoryTable,
@@ -129,14 +147,15 @@ impl RaceDetector {
         key: BufferKey,
         region: &Region,
         write: bool,
-    ) {
+        site: SiteId,
+    ) -> Option<RtError> {
         // The access succeeded, so the buffer exists and the region is valid.
-        let Ok(touched) = memory.touched_elements(key, region) else { return };
+        let Ok(touched) = memory.touched_elements(key, region) else { return None };
         let mut st = lock(&self.state);
         let State { clocks, records, shadows, .. } = &mut *st;
         let clock = &mut clocks[thread as usize];
         let now = clock.tick(thread);
-        let record = AccessRecord { actor, write, key, region: region.clone() };
+        let record = AccessRecord { actor, write, key, region: region.clone(), site };
         let shadow = shadows.entry(key).or_insert_with(|| Shadow::new(touched.len, touched.row));
         let mut conflict = None;
         let mut memo = Memo::default();
@@ -146,12 +165,33 @@ impl RaceDetector {
                 conflict = c;
             }
         });
+        let mut raised = None;
         if let Some(c) = conflict {
             let earlier =
                 records.get(c.earlier.thread as usize).and_then(|r| r.get(c.earlier.value as usize - 1));
-            self.log.record(report::describe(&record, earlier));
+            let shape = memory.info(key).map(|i| i.shape).unwrap_or_default();
+            let text = report::describe(&record, earlier, &shape);
+            match self.policy {
+                RacePolicy::Print => self.log.record(text, true),
+                RacePolicy::Warn => {
+                    self.log.record(text.clone(), false);
+                    crate::reports::push(crate::reports::Report {
+                        category: crate::reports::Category::Race,
+                        details: report::details(&record, earlier, &shape),
+                        text,
+                    });
+                }
+                RacePolicy::Raise => {
+                    self.log.record(text.clone(), false);
+                    let (device, core) = match actor {
+                        Actor::Core { device, core } | Actor::Dma { device, core, .. } => (device, core),
+                    };
+                    raised = Some(RtError::new(ErrorKind::Race, text).at(device, core));
+                }
+            }
         }
         records[thread as usize].push(record);
+        raised
     }
 
     /// A signal of `sem` on global core `target` by core (device, core):
@@ -210,7 +250,7 @@ impl RaceDetector {
         let mut st = lock(&self.state);
         let id = st.next_dma;
         st.next_dma += 1;
-        let actor = Actor::Dma { id, device, core };
+        let actor = Actor::Dma { id, device, core, site: crate::site::current() };
         let seen = &st.clocks[issuer];
         let free = st.free_slots.len();
         let reusable = (free.saturating_sub(REUSE_SCAN)..free).rev().find(|&k| {

@@ -2,6 +2,7 @@
 //! generations and abortable by the kernel's failure.
 
 use super::park::Failure;
+use crate::deadlock::{Monitor, Probe};
 use crate::error::{ErrorKind, Result, RtError};
 use crate::sync::{lock, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -34,39 +35,53 @@ impl DeviceBarrier {
 
     /// `on_complete` runs once per generation, by the last device to
     /// arrive, before any device leaves (the race detector joins clocks).
+    /// A device that would complete a deadlock by waiting gets the
+    /// deadlock error (its arrival taken back) and must fail the launch.
+    #[allow(clippy::too_many_arguments)]
     pub fn arrive(
         &self,
         failure: &Failure,
         device: u32,
         timeout: Option<Duration>,
         on_complete: &dyn Fn(),
+        monitor: &Monitor,
+        probe: &dyn Probe,
     ) -> Result<()> {
         let mut st = lock(&self.state);
         if let Some(root) = failure.get() {
-            return Err(RtError::aborted(&root, device, 0));
+            return Err(super::failed(&root, device, 0));
         }
         st.arrived += 1;
         if st.arrived == self.num_devices {
             on_complete();
+            monitor.barrier_completed(st.generation);
             st.arrived = 0;
             st.generation += 1;
             self.cv.notify_all();
             return Ok(());
         }
         let generation = st.generation;
+        if let Some(deadlock) = monitor.enter_barrier(device, generation, probe) {
+            st.arrived -= 1;
+            monitor.leave_barrier(device);
+            return Err(deadlock);
+        }
         let deadline = super::deadline_after(timeout);
         loop {
             if st.generation != generation {
+                monitor.leave_barrier(device);
                 return Ok(());
             }
             // Leaving early: take our arrival back so the count stays true.
             if let Some(root) = failure.get() {
                 st.arrived -= 1;
-                return Err(RtError::aborted(&root, device, 0));
+                monitor.leave_barrier(device);
+                return Err(super::failed(&root, device, 0));
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 st.arrived -= 1;
+                monitor.leave_barrier(device);
                 let secs = timeout.unwrap_or_default().as_secs_f64();
                 return Err(RtError::new(
                     ErrorKind::Timeout,

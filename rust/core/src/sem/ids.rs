@@ -16,6 +16,7 @@ use super::counters::Counters;
 use super::{SemKind, Task};
 use crate::config::Topology;
 use crate::error::{Result, RtError};
+use crate::site::SiteId;
 use crate::sync::{lock, Arc, AtomicI64, AtomicUsize, Mutex, Ordering, RwLock};
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -46,6 +47,10 @@ pub(crate) struct SemBlock {
     tasks: Mutex<HashMap<u64, Vec<Task>, BuildHasherDefault<IdHasher>>>,
     /// Number of queued tasks, so waiters skip the mutex when there are none.
     queued: AtomicUsize,
+    /// Where it was allocated (0: unknown).
+    pub site: SiteId,
+    /// (offset, core, value, site) of misuse already reported.
+    misuse: Mutex<Vec<(u32, u32, i64, SiteId)>>,
 }
 
 impl SemBlock {
@@ -71,6 +76,8 @@ impl SemBlock {
             counters,
             tasks: Mutex::new(HashMap::default()),
             queued: AtomicUsize::new(0),
+            site: crate::site::current(),
+            misuse: Mutex::new(Vec::new()),
         })
     }
 
@@ -124,9 +131,31 @@ impl SemBlock {
         self.counters.for_each_nonzero(|i, v| f((i % len) as u32, (i / len) as u32, v));
     }
 
-    /// Descriptions of the queued work that still has something to do, per
-    /// (off, gcore).
-    pub fn pending_work(&self) -> Vec<(u32, u32, Vec<String>)> {
+    /// (bytes, start site) of the DMA steps queued on (off, gcore).
+    pub fn pending_bytes(&self, off: u32, gcore: u32) -> Vec<(i64, SiteId)> {
+        if self.queued.load(Ordering::SeqCst) == 0 {
+            return Vec::new();
+        }
+        let tasks = lock(&self.tasks);
+        let Some(q) = tasks.get(&task_key(off, gcore)) else { return Vec::new() };
+        q.iter().filter_map(|t| Some((t.bytes()?, t.site()))).collect()
+    }
+
+    /// Records a misuse report for (off, gcore, value, site); false if it
+    /// was reported already (at most 64 per semaphore block).
+    pub fn note_misuse(&self, off: u32, gcore: u32, value: i64, site: SiteId) -> bool {
+        let mut seen = lock(&self.misuse);
+        let key = (off, gcore, value, site);
+        if seen.contains(&key) || seen.len() >= 64 {
+            return false;
+        }
+        seen.push(key);
+        true
+    }
+
+    /// Descriptions (with start sites) of the queued work that still has
+    /// something to do, per (off, gcore).
+    pub fn pending_work(&self) -> Vec<PendingWork> {
         if self.queued.load(Ordering::SeqCst) == 0 {
             return Vec::new();
         }
@@ -135,7 +164,8 @@ impl SemBlock {
             .iter()
             .filter_map(|(&key, queue)| {
                 let (off, g) = ((key >> 32) as u32, key as u32);
-                let pending: Vec<String> = queue.iter().filter_map(|t| t.pending()).collect();
+                let pending: Vec<(String, SiteId)> =
+                    queue.iter().filter_map(|t| Some((t.pending()?, t.site()))).collect();
                 (!pending.is_empty()).then_some((off, g, pending))
             })
             .collect()
@@ -146,6 +176,9 @@ impl SemBlock {
         self.counters.pages_in_use()
     }
 }
+
+/// (offset, global core, [(description, start site)]) of queued work.
+pub(crate) type PendingWork = (u32, u32, Vec<(String, SiteId)>);
 
 /// One semaphore held across a blocking wait (no table lock held).
 pub(crate) struct SemRef {

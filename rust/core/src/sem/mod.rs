@@ -10,12 +10,15 @@
 mod barrier;
 mod counters;
 mod ids;
+mod misuse;
 mod park;
 
 pub use park::WaitRecord;
 
 use crate::config::{Config, Topology};
+use crate::deadlock::{Monitor, Probe, Wait};
 use crate::error::{ErrorKind, Result, RtError};
+use crate::site::SiteId;
 use crate::runtime::Runtime;
 use crate::sync::{AtomicI64, Ordering};
 use barrier::DeviceBarrier;
@@ -43,12 +46,37 @@ pub struct Leak {
     pub count: i64,
     /// One description per DMA queued on this (semaphore, core) that never ran.
     pub pending_dmas: Vec<String>,
+    /// Where the semaphore was allocated (0: unknown).
+    pub site: SiteId,
+    /// The start site of each DMA in `pending_dmas` (0: unknown).
+    pub pending_sites: Vec<SiteId>,
+}
+
+impl SemKind {
+    /// The name reports use (as Pallas spells the semaphore types).
+    pub fn name(self) -> &'static str {
+        match self {
+            SemKind::Regular => "REGULAR",
+            SemKind::Dma => "DMA",
+            SemKind::Barrier => "BARRIER",
+        }
+    }
 }
 
 impl Leak {
     /// One line for leak reports (without the device).
     pub fn describe(&self) -> String {
-        let mut s = format!("semaphore {} ({:?}) on core {} has count {}", self.sem, self.kind, self.core, self.count);
+        let mut s = format!(
+            "{} semaphore {}{} on core {} has count {}",
+            self.kind.name(),
+            self.sem,
+            match crate::site::text(self.site) {
+                Some(t) => format!(" (allocated at {t})"),
+                None => String::new(),
+            },
+            self.core,
+            self.count
+        );
         if !self.pending_dmas.is_empty() {
             s.push_str(&format!(
                 " and {} DMA(s) started but never waited for (their data never moved): {}",
@@ -67,6 +95,14 @@ pub trait Work: Send + Sync {
     /// What is still to do, for leak reports; `None` once done (e.g. the
     /// other side of the DMA ran it already).
     fn pending(&self) -> Option<String>;
+    /// Where the work was started (0: unknown).
+    fn site(&self) -> SiteId {
+        0
+    }
+    /// The bytes it will signal, if it is a DMA step still to run.
+    fn bytes(&self) -> Option<i64> {
+        None
+    }
 }
 
 pub type Task = Box<dyn Work>;
@@ -79,6 +115,21 @@ pub struct SemTable {
     parkers: Box<[Parker]>,
     failure: Failure,
     barrier: DeviceBarrier,
+    pub(crate) monitor: Monitor,
+    /// Per global core: 1 + the global core that last signalled it (0:
+    /// none). A hint for deadlock reports, kept with plain atomics outside
+    /// the loom models.
+    last_signaller: Box<[std::sync::atomic::AtomicU32]>,
+}
+
+/// The error a core gets when the launch failed with `root`: a deadlock is
+/// every blocked core's own error, anything else an abort naming the root.
+pub(crate) fn failed(root: &RtError, device: u32, core: u32) -> RtError {
+    if root.kind == ErrorKind::Deadlock {
+        root.clone().at(device, core)
+    } else {
+        RtError::aborted(root, device, core)
+    }
 }
 
 /// Busy-waits until `ready()` or `budget` has passed.
@@ -99,8 +150,17 @@ fn spin_until(budget: Duration, ready: impl Fn() -> bool) {
 
 impl SemTable {
     pub fn new(config: &Config) -> Self {
+        Self::with_devices_joined(config, true)
+    }
+
+    /// `joined`: whether every device counts as present from the start (a
+    /// runtime driven directly) or joins later (a kernel launch; see
+    /// [`SemTable::join`]).
+    pub fn with_devices_joined(config: &Config, joined: bool) -> Self {
         let topo = config.topology();
         SemTable {
+            monitor: Monitor::new(topo, config.detect_deadlocks, config.deadlock_idle, joined),
+            last_signaller: (0..topo.num_cores()).map(|_| std::sync::atomic::AtomicU32::new(0)).collect(),
             topo,
             wait_timeout: config.wait_timeout,
             // Loom cannot model a time-bounded spin (and needs none).
@@ -153,9 +213,13 @@ impl SemTable {
                 "semaphore_signal of semaphore {sem} needs an increment >= 0, got {inc}"
             )));
         }
-        topo.check(device, core)?;
+        let src = topo.check(device, core)?;
         // Stock: no device id -> this device; no core index -> core 0.
         let gcore = topo.check(target_device.unwrap_or(device), target_core.unwrap_or(0))?;
+        let last = &self.last_signaller[gcore as usize];
+        if last.load(std::sync::atomic::Ordering::Relaxed) != src + 1 {
+            last.store(src + 1, std::sync::atomic::Ordering::Relaxed);
+        }
         self.signal_global(gcore, sem, inc)
     }
 
@@ -197,8 +261,10 @@ impl SemTable {
     }
 
     /// Takes the runtime so a waiter can run queued DMAs (which touch memory).
-    pub fn wait(&self, rt: &Runtime, device: u32, core: u32, sem: u32, value: i64) -> Result<()> {
-        self.wait_with(device, core, sem, value, &mut |task: Task| task.run(rt))
+    /// `site`: where the wait is in the kernel (0: the thread's current site).
+    #[inline]
+    pub fn wait(&self, rt: &Runtime, device: u32, core: u32, sem: u32, value: i64, site: SiteId) -> Result<()> {
+        self.wait_impl(device, core, sem, value, site, &mut |task: Task| task.run(rt))
     }
 
     /// `wait` with the way queued tasks are run supplied by the caller
@@ -209,6 +275,19 @@ impl SemTable {
         core: u32,
         sem: u32,
         value: i64,
+        run_task: &mut dyn FnMut(Task) -> Result<()>,
+    ) -> Result<()> {
+        self.wait_impl(device, core, sem, value, 0, run_task)
+    }
+
+    #[inline]
+    fn wait_impl(
+        &self,
+        device: u32,
+        core: u32,
+        sem: u32,
+        value: i64,
+        site: SiteId,
         run_task: &mut dyn FnMut(Task) -> Result<()>,
     ) -> Result<()> {
         if !(0..=MAX_COUNT).contains(&value) {
@@ -229,14 +308,21 @@ impl SemTable {
         let count = s.counter(off, gcore)?;
         let parker = &self.parkers[gcore as usize];
         let record = WaitRecord { sem, value };
+        let site = if site != 0 { site } else { crate::site::current() };
+        let wait = Wait { sem, value, site };
         let mut deadline = None;
         let mut spun = false;
+        let mut checked = false;
         loop {
             if let Some(root) = self.failure.get() {
-                return Err(RtError::aborted(&root, device, core));
+                return Err(failed(&root, device, core));
             }
             if try_take(count, value) {
                 return Ok(());
+            }
+            if !checked && s.kind == SemKind::Dma {
+                checked = true;
+                misuse::check_dma_wait(s, off, gcore, value, self.topo, wait.site);
             }
             if let Some(task) = s.pop_task(off, gcore) {
                 run_task(task)?;
@@ -252,9 +338,20 @@ impl SemTable {
                 }
             }
             let deadline = *deadline.get_or_insert_with(|| deadline_after(self.wait_timeout));
-            let timed_out = parker.park(record, deadline, || {
-                self.failure.is_set() || can_take(count.load(Ordering::SeqCst), value) || s.has_task(off, gcore)
-            });
+            let parked = parker.park(
+                record,
+                deadline,
+                || self.failure.is_set() || can_take(count.load(Ordering::SeqCst), value) || s.has_task(off, gcore),
+                || self.monitor.park(gcore, wait, self),
+                || self.monitor.unpark(gcore),
+            );
+            let timed_out = match parked {
+                Ok(t) => t,
+                Err(deadlock) => {
+                    let root = self.fail(deadlock);
+                    return Err(failed(&root, device, core));
+                }
+            };
             // On timeout look once more: a wake-up may have raced the deadline.
             if timed_out && !self.failure.is_set() && !s.has_task(off, gcore) {
                 if try_take(count, value) {
@@ -285,13 +382,81 @@ impl SemTable {
                 races.sync_all();
             }
         };
-        self.barrier.arrive(&self.failure, device, self.wait_timeout, &sync_clocks)
+        self.arrive(device, &sync_clocks)
     }
 
     /// The barrier without a runtime (model checks).
     pub fn barrier_arrive(&self, device: u32) -> Result<()> {
         self.topo.check(device, 0)?;
-        self.barrier.arrive(&self.failure, device, self.wait_timeout, &|| {})
+        self.arrive(device, &|| {})
+    }
+
+    fn arrive(&self, device: u32, on_complete: &dyn Fn()) -> Result<()> {
+        let r = self.barrier.arrive(&self.failure, device, self.wait_timeout, on_complete, &self.monitor, self);
+        match r {
+            Err(e) if e.kind == ErrorKind::Deadlock && self.failure.get().is_none() => {
+                let root = self.fail(e);
+                Err(failed(&root, device, 0))
+            }
+            r => r,
+        }
+    }
+
+    // ------------------------------------------------ deadlock detection
+
+    /// `device` joined the launch.
+    pub fn join(&self, device: u32) -> Result<()> {
+        self.topo.check(device, 0)?;
+        self.monitor.join(device);
+        Ok(())
+    }
+
+    /// Every core of `device` is done (its program left the launch).
+    pub fn finish_device(&self, device: u32) -> Result<()> {
+        self.topo.check(device, 0)?;
+        if let Some(e) = self.monitor.finish_device(device, self) {
+            self.fail(e);
+        }
+        Ok(())
+    }
+
+    /// The program of core (device, core) ended.
+    pub fn finish_core(&self, device: u32, core: u32) -> Result<()> {
+        let g = self.topo.check(device, core)?;
+        if let Some(e) = self.monitor.finish_core(g, self) {
+            self.fail(e);
+        }
+        Ok(())
+    }
+
+    /// Core (device, core) enters (`inside`) or leaves a user host callback.
+    pub fn callback_state(&self, device: u32, core: u32, inside: bool) -> Result<()> {
+        let g = self.topo.check(device, core)?;
+        if let Some(e) = self.monitor.callback(g, inside, self) {
+            self.fail(e);
+        }
+        Ok(())
+    }
+
+    /// The detector thread's periodic look (see `deadlock::detector`).
+    pub fn deadlock_tick(&self, process_idle_since: Option<Instant>, now: Instant) {
+        if self.failure.is_set() {
+            return;
+        }
+        if let Some(e) = self.monitor.tick(self, process_idle_since, now) {
+            self.fail(e);
+        }
+    }
+
+    /// The state deadlock detection sees for (device, core).
+    pub fn core_state(&self, device: u32, core: u32) -> Result<crate::deadlock::CoreState> {
+        let g = self.topo.check(device, core)?;
+        Ok(self.monitor.core_state(g))
+    }
+
+    /// Records a DMA of `bytes` started on DMA semaphore `sem` of `gcore`.
+    pub(crate) fn dma_started(&self, sem: u32, gcore: u32, bytes: i64) {
+        self.monitor.dma_started(sem, gcore, bytes);
     }
 
     /// Semaphores with a non-zero count or DMAs queued but never run, on a
@@ -307,6 +472,7 @@ impl SemTable {
             let mut nonzero = Vec::new();
             s.for_each_nonzero(|off, g, count| nonzero.push((off, g, count, Vec::new())));
             let pending = s.pending_work().into_iter().map(|(off, g, dmas)| (off, g, 0, dmas));
+            let alloc_site = s.site;
             for (off, g, count, dmas) in nonzero.into_iter().chain(pending) {
                 let (d, core) = (g / cpd, g % cpd);
                 if device.is_some_and(|want| want != d) {
@@ -320,9 +486,14 @@ impl SemTable {
                     core,
                     count: 0,
                     pending_dmas: Vec::new(),
+                    site: alloc_site,
+                    pending_sites: Vec::new(),
                 });
                 leak.count += count;
-                leak.pending_dmas.extend(dmas);
+                for (text, site) in dmas {
+                    leak.pending_dmas.push(text);
+                    leak.pending_sites.push(site);
+                }
             }
         }
         Ok(found.into_values().collect())
@@ -429,4 +600,38 @@ fn try_take(count: &AtomicI64, value: i64) -> bool {
         }
     }
     false
+}
+
+impl Probe for SemTable {
+    fn ready(&self, sem: u32, gcore: u32, value: i64) -> bool {
+        self.failure.is_set()
+            || self.ids.with(sem, |s, off| can_take(s.peek(off, gcore), value) || s.has_task(off, gcore)).unwrap_or(true)
+    }
+
+    fn describe(&self, sem: u32, gcore: u32) -> (&'static str, i64) {
+        self.ids.with(sem, |s, off| (s.kind.name(), s.peek(off, gcore))).unwrap_or(("unknown", 0))
+    }
+
+    fn is_dma(&self, sem: u32) -> bool {
+        self.ids.with(sem, |s, _| s.kind == SemKind::Dma).unwrap_or(false)
+    }
+
+    fn nonzero_elsewhere(&self, sem: u32, gcore: u32) -> Vec<(u32, i64)> {
+        self.ids
+            .with(sem, |s, off| {
+                (0..self.topo.num_cores())
+                    .filter(|&g| g != gcore)
+                    .filter_map(|g| {
+                        let c = s.peek(off, g);
+                        (c != 0).then_some((g, c))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn last_signaller(&self, gcore: u32) -> Option<u32> {
+        let v = self.last_signaller.get(gcore as usize)?.load(std::sync::atomic::Ordering::Relaxed);
+        v.checked_sub(1)
+    }
 }

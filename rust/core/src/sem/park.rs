@@ -13,7 +13,7 @@ use crate::error::RtError;
 use crate::sync::{lock, AtomicBool, AtomicU32, Condvar, Mutex, MutexGuard, Ordering};
 use std::time::Instant;
 
-/// What a parked core waits for. Read by a deadlock detector (later).
+/// What a parked core waits for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WaitRecord {
     pub sem: u32,
@@ -51,22 +51,36 @@ impl Parker {
     }
 
     /// Sleeps until woken or `deadline`, unless `ready()` already holds once
-    /// this thread is announced as a waiter. Returns true if the deadline passed.
-    pub fn park(&self, record: WaitRecord, deadline: Option<Instant>, ready: impl Fn() -> bool) -> bool {
+    /// this thread is announced as a waiter. Returns true if the deadline
+    /// passed. `parked()` runs (with this parker's lock held) right before
+    /// the thread sleeps; if it reports a deadlock the thread does not sleep
+    /// and the error is returned. `unparked()` runs right after it wakes.
+    pub fn park(
+        &self,
+        record: WaitRecord,
+        deadline: Option<Instant>,
+        ready: impl Fn() -> bool,
+        parked: impl FnOnce() -> Option<RtError>,
+        unparked: impl FnOnce(),
+    ) -> Result<bool, RtError> {
         let mut guard = lock(&self.state);
         self.waiters.fetch_add(1, Ordering::SeqCst);
         let mut timed_out = false;
         if !ready() {
             guard.waiting_on = Some(record);
-            on_park(&guard);
+            if let Some(deadlock) = parked() {
+                guard.waiting_on = None;
+                self.waiters.fetch_sub(1, Ordering::SeqCst);
+                return Err(deadlock);
+            }
             let (g, t) = self.sleep(guard, deadline);
             guard = g;
             timed_out = t;
             guard.waiting_on = None;
-            on_unpark(&guard);
+            unparked();
         }
         self.waiters.fetch_sub(1, Ordering::SeqCst);
-        timed_out
+        Ok(timed_out)
     }
 
     #[cfg(not(loom))]
@@ -103,11 +117,6 @@ impl Parker {
         lock(&self.state).waiting_on
     }
 }
-
-/// Deadlock-detector seam: called with the parker's lock held right before a
-/// core sleeps (`waiting_on` set) and right after it wakes. No detector yet.
-fn on_park(_state: &ParkState) {}
-fn on_unpark(_state: &ParkState) {}
 
 /// The first error of the kernel, and a flag readable without a lock.
 pub(crate) struct Failure {

@@ -30,6 +30,7 @@ fn shape_repr(xs: &[usize]) -> String {
 /// argument, block indices and grid point.
 pub fn copy_block(c: &mut Call) -> Result<()> {
     let (handle, device, core) = core_target(c, 10..=10, 1)?;
+    let _site = c.enter_site();
     let f = &c.frame;
     let src_id = f.arg_id(4, "source buffer id")?;
     let src_region = region(f, &SRC_REGION, 5)?;

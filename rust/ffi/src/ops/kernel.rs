@@ -5,7 +5,8 @@ use crate::abi;
 use crate::dispatch::Call;
 use crate::frame::Frame;
 use crate::launch;
-use mosaic_rt_core::{Config, DType, DmaMode, ErrorKind, FillMode, OobReads, Result, RtError};
+use mosaic_rt_core::reports::{self, Category, Detail, Report};
+use mosaic_rt_core::{site, Config, DType, DmaMode, ErrorKind, FillMode, OobReads, RacePolicy, Result, RtError};
 use std::time::Duration;
 
 /// The XLA run id of the current execution: equal on every device of one
@@ -64,6 +65,20 @@ fn config_from_attrs(f: &Frame) -> Result<Config> {
         // Optional (older callers do not pass it); any non-zero S64 turns it on.
         detect_races: f.attr_i64_opt("detect_races")?.is_some_and(|v| v != 0),
         spin_before_park: crate::spin::budget(f.attr_u32("num_devices")?, f.attr_u32("num_cores")?),
+        // Optional: race policy (default: stock's print).
+        on_race: match f.attr_str_opt("on_race")? {
+            Some(p) => RacePolicy::parse(p)?,
+            None => RacePolicy::Print,
+        },
+        // Optional: on unless 0.
+        detect_deadlocks: f.attr_i64_opt("detect_deadlocks")?.is_none_or(|v| v != 0),
+        // Optional: the idle window of the heuristic for devices that never
+        // join (<= 0: off).
+        deadlock_idle: match f.attr_i64_opt("deadlock_idle_ms")? {
+            None => Some(mosaic_rt_core::config::DEFAULT_DEADLOCK_IDLE),
+            Some(ms) if ms <= 0 => None,
+            Some(ms) => Some(Duration::from_millis(ms as u64)),
+        },
     })
 }
 
@@ -135,8 +150,10 @@ pub fn kernel_end(c: &mut Call) -> Result<()> {
 }
 
 /// `leak_report(token, handle, device) -> (token, int32 count)`: the number
-/// of (semaphore, core) pairs of `device` left non-zero; attribute
-/// `policy` = "ignore" | "raise" (raise fails the launch naming each leak).
+/// of (semaphore, core) pairs of `device` left non-zero (or with DMAs never
+/// waited for); attribute `policy` = "ignore" | "warn" | "raise" ("raise"
+/// fails the launch naming each leak; "warn" queues one report per leak for
+/// Python, see `pending_reports`).
 pub fn leak_report(c: &mut Call) -> Result<()> {
     let (handle, device) = device_target(c, 3..=3, 2)?;
     let policy = c.frame.attr_str("policy")?;
@@ -146,9 +163,8 @@ pub fn leak_report(c: &mut Call) -> Result<()> {
         )));
     }
     let leaks = launch::with_runtime(handle, |rt| rt.leaks(Some(device)))?;
-    let describe = |l: &mosaic_rt_core::Leak| l.describe();
     if policy == "raise" && !leaks.is_empty() {
-        let items: Vec<String> = leaks.iter().map(describe).collect();
+        let items: Vec<String> = leaks.iter().map(|l| l.describe()).collect();
         let msg = format!(
             "{} semaphore(s) left with a non-zero count or a DMA never waited for at kernel end \
              on device {device}: {}",
@@ -158,10 +174,8 @@ pub fn leak_report(c: &mut Call) -> Result<()> {
         return Err(RtError::new(ErrorKind::Leak, msg).at(device, leaks[0].core));
     }
     if policy == "warn" {
-        // No Python runs here (and stock only prints, too): one line per
-        // leaked (semaphore, core) on stderr.
         for l in &leaks {
-            eprintln!("mosaic_rt warning: at kernel exit on device {device}, {}", describe(l));
+            reports::push(leak_report_of(device, l));
         }
     }
     c.frame
@@ -169,9 +183,49 @@ pub fn leak_report(c: &mut Call) -> Result<()> {
         .write_i32(leaks.len().min(i32::MAX as usize) as i32)
 }
 
+/// The warning of one leak.
+pub fn leak_report_of(device: u32, l: &mosaic_rt_core::Leak) -> Report {
+    let dma_sites: Vec<String> =
+        l.pending_sites.iter().map(|&s| site::text(s).unwrap_or_else(|| "unknown".into())).collect();
+    Report {
+        category: Category::Leak,
+        text: format!("semaphore leak at kernel exit on device {device}: {}", l.describe()),
+        details: vec![
+            ("semaphore", l.sem.into()),
+            ("kind", Detail::from(l.kind.name())),
+            ("device", l.device.into()),
+            ("core", l.core.into()),
+            ("count", l.count.into()),
+            ("site", site::text(l.site).into()),
+            ("pending_dmas", Detail::Str(l.pending_dmas.join("\n"))),
+            ("pending_dma_sites", Detail::Str(dma_sites.join("\n"))),
+        ],
+    }
+}
+
+/// `pending_reports(token) -> (token, int32)`: reports ("warn" policy:
+/// races, leaks, misuse) queued in this process and not yet taken by
+/// Python (`_native.take_reports`). Emit after `leak_report` and drain with
+/// a host callback when non-zero.
+pub fn pending_reports(c: &mut Call) -> Result<()> {
+    let f = &c.frame;
+    f.expect_arity(1..=1, 2)?;
+    pass_token(f)?;
+    f.ret(1)?.write_i32(reports::pending().min(i32::MAX as usize) as i32)
+}
+
+/// `core_end(token, handle, device, core) -> token`: the program of core
+/// (device, core) is done (several cores per device: deadlock detection
+/// then knows the core will not signal anyone any more).
+pub fn core_end(c: &mut Call) -> Result<()> {
+    let (handle, device, core) = super::core_target(c, 4..=4, 1)?;
+    launch::with_runtime(handle, |rt| rt.finish_core(device, core))
+}
+
 /// `device_barrier(token, handle, device) -> token`.
 pub fn device_barrier(c: &mut Call) -> Result<()> {
     let (handle, device) = device_target(c, 3..=3, 1)?;
+    let _site = c.enter_site();
     launch::with_runtime(handle, |rt| rt.device_barrier(device))
 }
 

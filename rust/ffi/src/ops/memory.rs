@@ -26,6 +26,7 @@ fn shape_attr(c: &Call, name: &str) -> Result<Option<Vec<usize>>> {
 /// the buffer gets the fill value; `init` must have the logical shape.
 pub fn allocate_buffer(c: &mut Call) -> Result<()> {
     let (handle, device) = device_target(c, 4..=5, 2)?;
+    let _site = c.enter_site();
     let core = c.frame.arg_opt_id(3, "core id")?;
     let space = space_attr(&c.frame, "space")?;
     let dtype = DType::from_name(c.frame.attr_str("dtype")?)?;
@@ -68,6 +69,7 @@ pub fn allocate_buffer(c: &mut Call) -> Result<()> {
 /// `free_buffer(token, handle, device, core, id) -> token`; attribute `space`.
 pub fn free_buffer(c: &mut Call) -> Result<()> {
     let (handle, device, core) = core_target(c, 5..=5, 1)?;
+    let _site = c.enter_site();
     let id = c.frame.arg_id(4, "buffer id")?;
     let space = space_attr(&c.frame, "space")?;
     launch::with_runtime(handle, |rt| rt.free_buffer(device, core, space, id))
@@ -77,6 +79,7 @@ pub fn free_buffer(c: &mut Call) -> Result<()> {
 /// attributes `space`, `sizes`, `strides`, `squeezed`.
 pub fn load(c: &mut Call) -> Result<()> {
     let (handle, device, core) = core_target(c, 6..=6, 2)?;
+    let _site = c.enter_site();
     let f = &c.frame;
     let id = f.arg_id(4, "buffer id")?;
     let space = space_attr(f, "space")?;
@@ -94,6 +97,7 @@ pub fn load(c: &mut Call) -> Result<()> {
 /// attributes as for `load`.
 pub fn store(c: &mut Call) -> Result<()> {
     let (handle, device, core) = core_target(c, 7..=7, 1)?;
+    let _site = c.enter_site();
     let f = &c.frame;
     let id = f.arg_id(4, "buffer id")?;
     let space = space_attr(f, "space")?;
@@ -108,6 +112,7 @@ pub fn store(c: &mut Call) -> Result<()> {
 /// `mask` is a bool array of the value's shape.
 pub fn swap(c: &mut Call) -> Result<()> {
     let (handle, device, core) = core_target(c, 7..=8, 2)?;
+    let _site = c.enter_site();
     let f = &c.frame;
     let id = f.arg_id(4, "buffer id")?;
     let space = space_attr(f, "space")?;

@@ -130,3 +130,38 @@ pub fn region(f: &Frame, names: &RegionAttrs, starts_arg: usize) -> Result<Regio
         .collect();
     Ok(Region::new(dims))
 }
+
+/// An optional target id operand: with the static attribute `flag` (its
+/// value, read by the caller) the
+/// operand is used exactly when the attribute is non-zero, and a negative
+/// value is an error naming it; without the attribute -1 means "not given".
+pub fn target_arg(f: &Frame, handle: u64, i: usize, flag: Option<i64>, what: &str) -> Result<Option<u32>> {
+    match flag {
+        None => f.arg_opt_id(i, what),
+        Some(0) => Ok(None),
+        Some(_) => {
+            let v = f.arg_i32(i)?;
+            match u32::try_from(v) {
+                Ok(v) => Ok(Some(v)),
+                Err(_) => Err(negative_target(handle, what, v)),
+            }
+        }
+    }
+}
+
+#[cold]
+fn negative_target(handle: u64, what: &str, v: i32) -> RtError {
+    let topo = launch::with_runtime(handle, |rt| Ok(rt.topology())).ok();
+    let n = match topo {
+        Some(t) if what.contains("core") => Some(t.cores_per_device),
+        Some(t) => Some(t.num_devices),
+        None => None,
+    };
+    match n {
+        Some(n) => RtError::value(format!(
+            "{what} {v} out of range: valid ids are 0 to {} ({n} in the launch)",
+            n.saturating_sub(1)
+        )),
+        None => RtError::value(format!("{what} {v} out of range: ids are >= 0")),
+    }
+}

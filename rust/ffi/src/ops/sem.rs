@@ -19,6 +19,7 @@ fn count_arg(c: &Call, i: usize, what: &str) -> Result<i64> {
 /// ("regular" | "dma" | "barrier") and `count`.
 pub fn allocate_semaphores(c: &mut Call) -> Result<()> {
     let (handle, device) = device_target(c, 4..=4, 2)?;
+    let _site = c.enter_site();
     let core = c.frame.arg_opt_id(3, "core id")?;
     let kind = match c.frame.attr_str("kind")? {
         "regular" => SemKind::Regular,
@@ -47,15 +48,19 @@ pub fn barrier_semaphore(c: &mut Call) -> Result<()> {
 }
 
 /// `semaphore_signal(token, handle, device, core, sem, inc, target_device,
-/// target_core) -> token`; -1 target device = the signalling device, -1
-/// target core = core 0 (stock's rule).
+/// target_core) -> token`. Static attributes `has_target_device` /
+/// `has_target_core` (0 or 1) say whether each target is given; then any
+/// value is range-checked. Without them (older callers) -1 means not
+/// given. No target device = the signalling device, no target core = core
+/// 0 (stock's rule).
 pub fn semaphore_signal(c: &mut Call) -> Result<()> {
     let (handle, device, core) = core_target(c, 8..=8, 1)?;
     let f = &c.frame;
     let sem = f.arg_id(4, "semaphore id")?;
     let inc = f.arg_i32(5)? as i64;
-    let target_device = f.arg_opt_id(6, "target device id")?;
-    let target_core = f.arg_opt_id(7, "target core id")?;
+    let [has_device, has_core] = f.attrs_i64_opt(["has_target_device", "has_target_core"]);
+    let target_device = super::target_arg(f, handle, 6, has_device, "target device id")?;
+    let target_core = super::target_arg(f, handle, 7, has_core, "target core id")?;
     launch::with_runtime(handle, |rt| {
         rt.semaphore_signal(device, core, sem, inc, target_device, target_core)
     })
@@ -66,9 +71,8 @@ pub fn semaphore_wait(c: &mut Call) -> Result<()> {
     let (handle, device, core) = core_target(c, 6..=6, 1)?;
     let sem = c.frame.arg_id(4, "semaphore id")?;
     let value = count_arg(c, 5, "semaphore wait value")?;
-    launch::with_runtime(handle, |rt| {
-        rt.semaphore_wait(device, core, sem, value)
-    })
+    let site = c.site();
+    launch::with_runtime(handle, |rt| rt.semaphore_wait_at(device, core, sem, value, site))
 }
 
 /// `semaphore_read(token, handle, device, core, sem) -> (token, int32 count)`.

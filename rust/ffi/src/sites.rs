@@ -1,0 +1,65 @@
+//! The process-wide table of source sites: text <-> id (the core stores
+//! only ids). Python interns a site's text once at trace time
+//! (`_native.intern_site`) and passes the id to every op as attribute
+//! `site`.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, Once};
+
+/// Distinct sites kept; beyond this new texts get id 0 (unknown).
+pub const MAX_SITES: usize = 1 << 20;
+
+#[derive(Default)]
+struct Table {
+    ids: HashMap<String, u32>,
+    texts: Vec<String>,
+}
+
+static TABLE: Mutex<Option<Table>> = Mutex::new(None);
+
+fn install_resolver() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| mosaic_rt_core::site::set_resolver(text));
+}
+
+/// The id of `text` (from 1; the same text always gets the same id).
+pub fn intern(text: &str) -> u32 {
+    install_resolver();
+    let mut guard = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+    let t = guard.get_or_insert_with(Table::default);
+    if let Some(&id) = t.ids.get(text) {
+        return id;
+    }
+    if t.texts.len() >= MAX_SITES {
+        return 0;
+    }
+    t.texts.push(text.to_string());
+    let id = t.texts.len() as u32;
+    t.ids.insert(text.to_string(), id);
+    id
+}
+
+/// The text of site `id`.
+pub fn text(id: u32) -> Option<String> {
+    if id == 0 {
+        return None;
+    }
+    let guard = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+    guard.as_ref()?.texts.get(id as usize - 1).cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interning_is_stable_and_resolves() {
+        let a = intern("kernel.py:12:4 (k)");
+        assert_ne!(a, 0);
+        assert_eq!(intern("kernel.py:12:4 (k)"), a);
+        assert_ne!(intern("kernel.py:13:4 (k)"), a);
+        assert_eq!(text(a).as_deref(), Some("kernel.py:12:4 (k)"));
+        assert_eq!(mosaic_rt_core::site::text(a).as_deref(), Some("kernel.py:12:4 (k)"));
+        assert_eq!(text(0), None);
+    }
+}
