@@ -126,6 +126,12 @@ pub struct Config {
     pub wait_timeout: Option<Duration>,
     /// Check every access for data races (`detect_races=True`).
     pub detect_races: bool,
+    /// initcheck: a read of kernel-local memory (every space but HBM/ANY)
+    /// that nothing wrote in this launch is an `Uninitialized` error.
+    pub detect_uninitialized: bool,
+    /// Record a timeline (grid steps, DMAs, waits, signals) for export as
+    /// Chrome trace-event JSON (`Runtime::trace_json`).
+    pub trace: bool,
     /// Before a wait parks its thread (after running any queued DMA), watch
     /// the counter this long. Waking a parked thread costs microseconds of
     /// OS scheduling, but spinning only pays when every simulated core has a
@@ -143,6 +149,8 @@ impl Default for Config {
             fill: FillMode::Nan,
             wait_timeout: Some(Duration::from_secs(120)),
             detect_races: false,
+            detect_uninitialized: false,
+            trace: false,
             spin_before_park: None,
         }
     }

@@ -23,6 +23,9 @@ pub enum ErrorKind {
     /// A kernel-level error stock interpret mode raises as `RuntimeError`
     /// (e.g. an output block revisited).
     Runtime,
+    /// initcheck: a read of elements nothing wrote in this launch (raised
+    /// as `mosaic_rt.UninitializedReadError`, a `ValueError`).
+    Uninitialized,
     /// The host could not provide the memory a request needs (raised as
     /// `MemoryError`; the message names the size).
     Memory,
@@ -42,6 +45,7 @@ impl ErrorKind {
             ErrorKind::Leak => "SemaphoreLeakError",
             ErrorKind::NotImplemented => "NotImplementedError",
             ErrorKind::Runtime => "RuntimeError",
+            ErrorKind::Uninitialized => "UninitializedReadError",
             ErrorKind::Memory => "MemoryError",
             ErrorKind::Internal => "MosaicRuntimeError",
         }
@@ -50,7 +54,7 @@ impl ErrorKind {
     /// Inverse of [`ErrorKind::python_type`].
     pub fn from_python_type(name: &str) -> Option<ErrorKind> {
         use ErrorKind::*;
-        [Value, Index, Aborted, Timeout, Deadlock, Leak, NotImplemented, Runtime, Memory, Internal]
+        [Value, Index, Aborted, Timeout, Deadlock, Leak, NotImplemented, Runtime, Uninitialized, Memory, Internal]
             .into_iter()
             .find(|k| k.python_type() == name)
     }
