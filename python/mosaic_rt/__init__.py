@@ -8,6 +8,7 @@ from mosaic_rt.errors import (
     KernelAborted,
     MosaicRuntimeError,
     SemaphoreLeakError,
+    UninitializedReadError,
     WaitTimeout,
 )
 from mosaic_rt.runtime import BufferInfo, Leak, Runtime
@@ -37,5 +38,6 @@ __all__ = [
     "KernelAborted",
     "MosaicRuntimeError",
     "SemaphoreLeakError",
+    "UninitializedReadError",
     "WaitTimeout",
 ]

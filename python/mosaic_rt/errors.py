@@ -44,6 +44,13 @@ class SemaphoreLeakError(MosaicRuntimeError):
     """Semaphores were left with a non-zero count when the kernel ended."""
 
 
+class UninitializedReadError(ValueError):
+    """A read of kernel-local memory (VMEM, SMEM, scratch, semaphore
+    memory) that nothing wrote in this launch (``detect_uninitialized=True``).
+    The message names the buffer, the never-written index range (e.g.
+    ``[0:8, 64:128]``) and the region read; ``device`` / ``core`` say where."""
+
+
 # Names used by the native layer (``ErrorKind::python_type`` in Rust).
 _BY_NAME: dict[str, type[BaseException]] = {
     "ValueError": ValueError,
@@ -55,6 +62,7 @@ _BY_NAME: dict[str, type[BaseException]] = {
     "WaitTimeout": WaitTimeout,
     "DeadlockError": DeadlockError,
     "SemaphoreLeakError": SemaphoreLeakError,
+    "UninitializedReadError": UninitializedReadError,
     "MosaicRuntimeError": MosaicRuntimeError,
 }
 

@@ -84,6 +84,12 @@ class Runtime:
     as ``ValueError`` (bad ids/shapes/dtypes), ``IndexError`` (out of
     bounds), ``KernelAborted`` (another core failed first; ``.root`` is that
     failure), ``WaitTimeout``, or another ``MosaicRuntimeError``.
+
+    ``detect_uninitialized=True`` (initcheck): a read of kernel-local memory
+    (every space but HBM/ANY) that nothing wrote since it was allocated --
+    by a store, swap, DMA, block copy or its initial value -- raises
+    ``UninitializedReadError`` naming the never-written range.
+    ``trace=True`` records a timeline: see :meth:`trace_json`.
     """
 
     def __init__(self, num_devices: int = 1, cores_per_device: int = 1, *,
@@ -91,11 +97,13 @@ class Runtime:
                  out_of_bounds_reads: str = "raise",
                  uninitialized_memory: str = "nan",
                  wait_timeout: float | None = 120.0,
-                 detect_races: bool = False):
+                 detect_races: bool = False,
+                 detect_uninitialized: bool = False,
+                 trace: bool = False):
         self._rt = _native.Runtime(
             num_devices, cores_per_device, dma_execution_mode,
             out_of_bounds_reads, uninitialized_memory, wait_timeout,
-            bool(detect_races))
+            bool(detect_races), bool(detect_uninitialized), bool(trace))
 
     @property
     def native(self) -> _native.Runtime:
@@ -108,6 +116,7 @@ class Runtime:
     out_of_bounds_reads = property(lambda self: self._rt.out_of_bounds_reads)
     uninitialized_memory = property(lambda self: self._rt.uninitialized_memory)
     wait_timeout = property(lambda self: self._rt.wait_timeout)
+    detect_uninitialized = property(lambda self: self._rt.detect_uninitialized)
 
     def __repr__(self) -> str:
         return repr(self._rt)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from typing import Any
 
 import jax
@@ -131,7 +132,9 @@ def kernel_begin(token, device, *, uid: int, num_devices: int, num_cores: int = 
                  uninitialized_memory: str = "nan",
                  wait_timeout_ms: int = 120_000,
                  device_ordinals=None,
-                 detect_races: bool = False):
+                 detect_races: bool = False,
+                 detect_uninitialized: bool = False,
+                 trace_path: str | None = None):
     """Joins launch ``uid`` of the running XLA execution as ``device``.
 
     Every device of one execution that calls this with the same ``uid``
@@ -142,10 +145,18 @@ def kernel_begin(token, device, *, uid: int, num_devices: int, num_cores: int = 
     (e.g. ``[d.id for d in mesh.devices.flat]``); the native side then checks
     that ``device`` runs where the mesh puts it. ``detect_races``: check
     every access for data races (results in :mod:`mosaic_rt.races`).
+    ``detect_uninitialized``: reads of kernel-local memory never written in
+    this launch raise ``UninitializedReadError``. ``trace_path``: record a
+    timeline and write it as Chrome trace-event JSON when the launch ends
+    (see :mod:`mosaic_rt.timeline` for the file names).
     """
     extra = {}
     if device_ordinals is not None:
         extra["device_ordinals"] = _ints(device_ordinals)
+    if detect_uninitialized:
+        extra["detect_uninitialized"] = 1
+    if trace_path:
+        extra["trace_path"] = os.path.abspath(os.fspath(trace_path))
     return _call("kernel_begin", (_HANDLE,), (token, _i32(device)), **extra,
                  uid=int(uid), num_devices=int(num_devices), num_cores=int(num_cores),
                  dma_execution_mode=dma_execution_mode,

@@ -22,6 +22,7 @@ pub mod revisit;
 pub mod runtime;
 pub mod sem;
 pub mod sync;
+pub mod trace;
 
 pub use config::{timeout_from_secs, Config, DmaMode, FillMode, OobReads, Topology};
 pub use dma::DmaRequest;

@@ -17,6 +17,7 @@ use crate::races::{RaceDetector, RaceLog};
 use crate::revisit::RevisitTracker;
 use crate::sem::{Leak, SemKind, SemTable};
 use crate::sync::{lock, Mutex};
+use crate::trace::Tracer;
 
 pub struct Runtime {
     pub(crate) config: Config,
@@ -28,6 +29,8 @@ pub struct Runtime {
     pub(crate) cores: Vec<CoreState>,
     /// Only with `detect_races`: every hook is one branch on this when off.
     pub(crate) races: Option<RaceDetector>,
+    /// Only with `trace`: every hook is one branch on this when off.
+    pub(crate) trace: Option<Tracer>,
 }
 
 #[derive(Default)]
@@ -47,6 +50,7 @@ impl Runtime {
             races: config
                 .detect_races
                 .then(|| RaceDetector::new(topo.num_devices, topo.cores_per_device)),
+            trace: config.trace.then(|| Tracer::new(topo.num_devices, topo.cores_per_device)),
             topo,
             config,
         })
@@ -252,6 +256,9 @@ impl Runtime {
                 races.core_signal(device, core, sem, target);
             }
         }
+        if let Some(t) = &self.trace {
+            crate::trace::core_signal(t, &self.topo, device, core, sem, inc, target_device, target_core);
+        }
         self.sems
             .signal(&self.topo, device, core, sem, inc, target_device, target_core)
             .map_err(|e| e.at(device, core))
@@ -259,6 +266,14 @@ impl Runtime {
 
     /// Blocks until `sem` on (device, core) reaches `value`, then subtracts it.
     pub fn semaphore_wait(&self, device: u32, core: u32, sem: u32, value: i64) -> Result<()> {
+        if let Some(t) = &self.trace {
+            return crate::trace::traced_wait(t, device, core, "wait", sem, value, || self.wait_untraced(device, core, sem, value));
+        }
+        self.wait_untraced(device, core, sem, value)
+    }
+
+    #[inline]
+    fn wait_untraced(&self, device: u32, core: u32, sem: u32, value: i64) -> Result<()> {
         self.sems
             .wait(self, device, core, sem, value)
             .map_err(|e| e.at(device, core))?;
@@ -280,12 +295,23 @@ impl Runtime {
     /// Waits for `bytes` on DMA semaphore `sem` of (device, core), running
     /// queued DMAs that signal it (on_wait mode).
     pub fn dma_wait(&self, device: u32, core: u32, sem: u32, bytes: i64) -> Result<()> {
-        self.semaphore_wait(device, core, sem, bytes)
+        if let Some(t) = &self.trace {
+            return crate::trace::traced_wait(t, device, core, "dma_wait", sem, bytes, || self.wait_untraced(device, core, sem, bytes));
+        }
+        self.wait_untraced(device, core, sem, bytes)
     }
 
     /// Rendezvous of all devices (one call per device), like stock's barrier.
     pub fn device_barrier(&self, device: u32) -> Result<()> {
+        if let Some(t) = &self.trace {
+            return crate::trace::traced_barrier(t, device, || self.sems.device_barrier(self, device).map_err(|e| e.at(device, 0)));
+        }
         self.sems.device_barrier(self, device).map_err(|e| e.at(device, 0))
+    }
+
+    /// The timeline recorder (`None` without `trace`).
+    pub fn tracer(&self) -> Option<&Tracer> {
+        self.trace.as_ref()
     }
 
     /// Makes the cores of `device` see each other's past (stock does this
