@@ -6,10 +6,14 @@ parameter on) ``pallas_call`` kernels."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
 
 import mosaic_rt
 import mosaic_rt.ffi as F
@@ -59,16 +63,14 @@ def test_initial_values_dmas_and_hbm():
         r.dma_start(0, 0, ("vmem", dst, None), ("hbm", src, None), sem)
 
 
-def test_masked_swaps_read_only_what_they_select():
+def test_swaps_are_writes_of_what_their_mask_selects():
+    # Pallas lowers `ref[...] = x` to a swap whose old value is dropped.
     r = rt()
     v = r.allocate_buffer(0, 0, "vmem", shape=(4,), dtype=np.int32)
-    new = np.arange(4, dtype=np.int32)
-    r.swap(0, 0, "vmem", v, new, mask=[False] * 4)  # selects nothing: reads nothing
-    with pytest.raises(mosaic_rt.UninitializedReadError, match=r"at \[2\]: 1 of the 1"):
-        r.swap(0, 0, "vmem", v, new, mask=[False, False, True, False])
-    r.store(0, 0, "vmem", v, np.int32(7), [(2, 1)])
-    old = r.swap(0, 0, "vmem", v, new, mask=[False, False, True, False])
-    np.testing.assert_array_equal(old, [0, 1, 7, 3])
+    r.swap(0, 0, "vmem", v, np.arange(4, dtype=np.int32), mask=[False, False, True, False])
+    assert r.load(0, 0, "vmem", v, [2]) == 2
+    with pytest.raises(mosaic_rt.UninitializedReadError, match=r"at \[0:2\]: 2 of the 3"):
+        r.load(0, 0, "vmem", v, [(0, 3)])
 
 
 def test_detection_is_off_by_default():
@@ -112,38 +114,37 @@ def test_ffi_without_the_attribute_reads_fill_values():
 
 
 # ------------------------------------------------------------- pallas_call
+#
+# Until the interpreter passes InterpretParams(detect_uninitialized=True) on
+# to kernel_begin, the fixture turns detection on for every launch.
 
-def _params(**kw):
-    # Strictly expected to fail until the interpreter accepts the parameter
-    # (then these tests pass and the xfail marks must go).
-    return mosaic_rt.InterpretParams(detect_uninitialized=True, **kw)
+@pytest.fixture
+def initcheck(monkeypatch):
+    monkeypatch.setattr(F, "kernel_begin",
+                        functools.partial(F.kernel_begin, detect_uninitialized=True))
 
 
-pallas_pending = pytest.mark.xfail(
-    strict=True, reason="InterpretParams(detect_uninitialized=...) is wired by the interpreter")
+@pytest.mark.xfail(strict=True, reason="InterpretParams(detect_uninitialized=...) is wired "
+                                       "by the interpreter; drop this mark then")
+def test_interpret_params_take_the_flag():
+    assert mosaic_rt.InterpretParams(detect_uninitialized=True).detect_uninitialized
 
 
-@pallas_pending
-def test_pallas_scratch_read_before_write_is_reported():
-    from jax.experimental import pallas as pl
-    from jax.experimental.pallas import tpu as pltpu
-
+def test_pallas_scratch_read_before_write_is_reported(initcheck):
     def kernel(x_ref, o_ref, acc_ref):
         o_ref[...] = x_ref[...] + acc_ref[...]   # acc never written
 
     x = jnp.ones((8, 128), jnp.float32)
     call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
                           scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32)],
-                          interpret=_params())
-    with pytest.raises(mosaic_rt.UninitializedReadError, match=r"at \[0:8, 0:128\]"):
+                          interpret=mosaic_rt.InterpretParams())
+    with pytest.raises(mosaic_rt.UninitializedReadError,
+                       match=r"vmem buffer 104 of device 0, core 0 at \[0:8, 0:128\]: 1024 of the 1024"):
         with F.native_errors():
             jax.block_until_ready(call(x))
 
 
-@pallas_pending
-def test_pallas_half_written_output_block_is_reported_at_copy_out():
-    from jax.experimental import pallas as pl
-
+def test_pallas_half_written_output_block_is_reported_at_copy_out(initcheck):
     def kernel(x_ref, o_ref):
         o_ref[:4, :] = x_ref[:4, :]
 
@@ -151,22 +152,45 @@ def test_pallas_half_written_output_block_is_reported_at_copy_out():
     call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2,),
                           in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
                           out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
-                          interpret=_params())
-    with pytest.raises(mosaic_rt.UninitializedReadError, match=r"at \[4:8, 0:128\]"):
+                          interpret=mosaic_rt.InterpretParams())
+    with pytest.raises(mosaic_rt.UninitializedReadError,
+                       match=r"at \[4:8, 0:128\]: 512 of the 1024 element\(s\) read"):
         with F.native_errors():
             jax.block_until_ready(call(x))
 
 
-@pallas_pending
-def test_pallas_correct_kernels_pass_unchanged():
-    from jax.experimental import pallas as pl
+# Corpus kernels that really read memory nothing wrote (fill-value reads).
+_UNINITIALIZED_CASES = {"buffer_bounds_padded", "uninitialized_nan", "uninitialized_zero"}
+_SAMPLE = ["add_2d", "matmul_f32_acc", "manual_double_buffer_dma", "run_scoped_nested",
+           "scalar_prefetch_gather", "padding_not_divisible", "input_output_alias_partial",
+           "semaphore_array_scratch", "uninitialized_nan", "buffer_bounds_padded"]
 
-    def add_one(x_ref, o_ref):
-        o_ref[...] = x_ref[...] + 1.0
 
-    x = jnp.arange(16 * 128, dtype=jnp.float32).reshape(16, 128)
-    out = pl.pallas_call(add_one, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2,),
-                         in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
-                         out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
-                         interpret=_params())(x)
-    np.testing.assert_array_equal(np.asarray(out), np.asarray(x) + 1)
+def _corpus_cases(names=None):
+    from kernels.single_device import CASES
+    return [c for c in CASES if not (c.expect_error or c.ours_error)
+            and (names is None or c.name in names)]
+
+
+def _run_case(case):
+    with F.native_errors():
+        return jax.tree.map(np.asarray, case.fn(mosaic_rt.InterpretParams(), *case.args))
+
+
+def _check_case(case):
+    if case.name in _UNINITIALIZED_CASES:
+        with pytest.raises(mosaic_rt.UninitializedReadError):
+            _run_case(case)
+    else:
+        _run_case(case)  # no false report
+
+
+@pytest.mark.parametrize("case", _corpus_cases(_SAMPLE), ids=lambda c: c.name)
+def test_corpus_sample_reports_exactly_the_real_uninitialized_reads(initcheck, case):
+    _check_case(case)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", _corpus_cases(), ids=lambda c: c.name)
+def test_whole_corpus_reports_exactly_the_real_uninitialized_reads(initcheck, case):
+    _check_case(case)

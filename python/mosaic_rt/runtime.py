@@ -240,6 +240,21 @@ class Runtime:
         waited for, on ``device`` (every device for None)."""
         return [Leak(*leak[:5], tuple(leak[5])) for leak in self._rt.leaks(device)]
 
+    # ----------------------------------------------------------- timeline
+
+    def trace_json(self) -> str:
+        """The timeline so far as Chrome trace-event JSON (see
+        :mod:`mosaic_rt.timeline`); needs ``Runtime(trace=True)``."""
+        text = self._rt.trace_json()
+        if text is None:
+            raise ValueError("this runtime does not trace: create it with Runtime(trace=True)")
+        return text
+
+    def write_trace(self, path) -> None:
+        """Writes :meth:`trace_json` to ``path``."""
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.trace_json())
+
     # ------------------------------------------------------------ failure
 
     def fail(self, message: str, device: int, core: int,

@@ -151,7 +151,6 @@ impl MemoryTable {
             if *in_bounds != *r.full {
                 return Err(oob());
             }
-            init_shadow::check_read(&r.buf, &r.plan, Some(&r.full), &r.who, region)?;
             copy_block(&content, &at, out, &dense, &r.full, itemsize);
             if let Some(counts) = write_counts {
                 copy_block(data, &dense, &mut content, &at, &counts, itemsize);
@@ -168,7 +167,6 @@ impl MemoryTable {
         if selected_in_bounds != mask.iter().filter(|&&m| m != 0).count() {
             return Err(oob());
         }
-        init_shadow::check_read_masked(&r.buf, &r.plan, &in_bounds, &r.full, mask, &r.who, region)?;
         // out = where(mask, old, data); then content = where(mask, data, old)
         // within the logical shape.
         out.copy_from_slice(data);

@@ -11,6 +11,11 @@
 //! consecutive elements are set and checked a 64-bit word at a time, and a
 //! word already full is only loaded.
 //!
+//! A swap counts as a write only: Pallas lowers every `ref[...] = x` to a
+//! swap whose old value is almost always dropped, so checking the swap's
+//! read would flag every first store into fresh memory. (An interpreter
+//! that knows a swap's result is used can issue a load first.)
+//!
 //! The hooks in `access.rs` are one call each, behind `buf.init_shadow()`
 //! being `Some`, which it is only when the feature is on.
 
@@ -162,30 +167,7 @@ pub(crate) fn check_read(buf: &Buffer, plan: &Plan, counts: Option<&[usize]>, wh
     if ok {
         return Ok(());
     }
-    Err(uninitialized(buf, shadow, plan, counts, None, who, region))
-}
-
-/// `check_read` of the mask-selected elements of the `counts` block (the
-/// result has shape `full`; `mask` has one byte per result element).
-pub(crate) fn check_read_masked(
-    buf: &Buffer,
-    plan: &Plan,
-    counts: &[usize],
-    full: &[usize],
-    mask: &[u8],
-    who: &Who,
-    region: &Region,
-) -> Result<()> {
-    let Some(shadow) = buf.init_shadow() else { return Ok(()) };
-    let at = plan.buffer_layout(&buf.shape, 1);
-    let mut ok = true;
-    for_each_element(counts, &at, &Layout::dense(full, 1), |e, m| {
-        ok &= mask[m] == 0 || shadow.is_set(e);
-    });
-    if ok {
-        return Ok(());
-    }
-    Err(uninitialized(buf, shadow, plan, counts, Some((full, mask)), who, region))
+    Err(uninitialized(buf, shadow, plan, counts, who, region))
 }
 
 // ------------------------------------------------------------ the report
@@ -199,7 +181,6 @@ fn uninitialized(
     shadow: &InitShadow,
     plan: &Plan,
     counts: &[usize],
-    mask: Option<(&[usize], &[u8])>,
     who: &Who,
     region: &Region,
 ) -> RtError {
@@ -208,14 +189,7 @@ fn uninitialized(
     let (mut lo, mut hi) = (vec![usize::MAX; rank], vec![0usize; rank]);
     let (mut read, mut missing) = (0usize, 0usize);
     let at = plan.buffer_layout(shape, 1);
-    let dense = match mask {
-        Some((full, _)) => Layout::dense(full, 1),
-        None => Layout::dense(counts, 1),
-    };
-    for_each_element(counts, &at, &dense, |e, m| {
-        if mask.is_some_and(|(_, mask)| mask[m] == 0) {
-            return;
-        }
+    for_each_element(counts, &at, &at, |e, _| {
         read += 1;
         if shadow.is_set(e) {
             return;
