@@ -185,8 +185,10 @@ def summary(trace: dict[str, Any]) -> str:
 
 
 # Colours per span category (and for waits that failed).
-_COLOURS = {"grid": "#9ecae1", "wait": "#fd8d3c", "dma": "#74c476", "error": "#d62728"}
-_LABELS = {"grid": "grid step", "wait": "blocked (wait / barrier)", "dma": "DMA in flight"}
+_COLOURS = {"grid": "#9ecae1", "wait": "#fd8d3c", "barrier": "#fdd0a2", "dma": "#74c476",
+            "error": "#d62728"}
+_LABELS = {"grid": "grid step", "wait": "blocked in a wait", "barrier": "device barrier",
+           "dma": "DMA in flight"}
 
 
 def render_png(trace: dict[str, Any], png: str | os.PathLike, *, title: str | None = None,
@@ -262,7 +264,7 @@ def render_png(trace: dict[str, Any], png: str | os.PathLike, *, title: str | No
     for i in range(len(rows)):
         ax.axhline(i + 0.5, color="#eeeeee", linewidth=0.6, zorder=0)
     handles = [Patch(facecolor=_COLOURS[c], edgecolor="#555555", label=_LABELS[c])
-               for c in ("grid", "wait", "dma") if any(k[0] == c for k in bars)]
+               for c in ("grid", "wait", "barrier", "dma") if any(k[0] == c for k in bars)]
     if any(k[0] == "error" for k in bars):
         handles.append(Patch(facecolor=_COLOURS["error"], label="wait that failed"))
     if sig_x:

@@ -21,6 +21,7 @@ pub mod registry;
 pub mod revisit;
 pub mod runtime;
 pub mod sem;
+pub mod site;
 pub mod sync;
 pub mod trace;
 

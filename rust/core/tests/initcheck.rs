@@ -288,3 +288,16 @@ fn random_region(rng: &mut Rng, shape: &[usize]) -> (Region, Vec<usize>) {
     }
     (Region::new(dims), flat)
 }
+
+#[test]
+fn reports_name_the_site_of_the_read() {
+    fn resolve(site: u32) -> Option<String> {
+        (site == 41).then(|| "kernel.py:12:4 (body)".to_string())
+    }
+    mosaic_rt_core::site::set_resolver(resolve);
+    let rt = runtime(DmaMode::Eager);
+    let v = fresh(&rt, 0, VMEM, &[8]);
+    let _site = mosaic_rt_core::site::enter(41);
+    let msg = uninit(load(&rt, VMEM, v, &Region::full(), 8).unwrap_err());
+    assert!(msg.ends_with("wrote them); read at kernel.py:12:4 (body)"), "{msg}");
+}

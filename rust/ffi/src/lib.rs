@@ -73,7 +73,7 @@ handlers! {
 }
 
 /// Timelines: trace files written, the JSON of a runtime, site texts.
-pub use ops::trace::{set_site_resolver, trace_json, written as trace_files_written};
+pub use ops::trace::{trace_json, written as trace_files_written};
 
 /// The root cause recorded as `[mosaic_rt#n]`, if still known.
 pub fn recorded_error(n: u64) -> Option<mosaic_rt_core::RtError> {

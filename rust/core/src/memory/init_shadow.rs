@@ -207,12 +207,16 @@ fn uninitialized(
         .map(|k| if hi[k] == lo[k] + 1 { lo[k].to_string() } else { format!("{}:{}", lo[k], hi[k]) })
         .collect();
     let key = super::BufferKey::for_access(who.space, who.id, who.device, who.core);
+    let site = match crate::site::current() {
+        0 => String::new(),
+        s => format!("; read{}", crate::site::at(s)),
+    };
     RtError::new(
         ErrorKind::Uninitialized,
         format!(
             "Uninitialized read of {key} at [{}]: {missing} of the {read} element(s) read ({}) \
              were never written in this launch (no store, DMA, block copy or initial value \
-             wrote them)",
+             wrote them){site}",
             bbox.join(", "),
             slice_notation(region, &buf.logical_shape),
         ),

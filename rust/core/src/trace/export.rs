@@ -5,8 +5,8 @@
 //! "core C DMA lane K" threads (tid = 1000 * (C + 1) + K). DMAs in flight
 //! at once go to different lanes, so spans never overlap on a track.
 //!
-//! Events: complete spans (`"ph": "X"`) for grid steps, waits, barriers and
-//! DMAs; thread-scoped instants (`"ph": "i"`) for signals; flows
+//! Events: complete spans (`"ph": "X"`, `cat` "grid", "wait", "barrier" or
+//! "dma") for grid steps, waits, device barriers and DMAs; thread-scoped instants (`"ph": "i"`) for signals; flows
 //! (`"ph": "s"` on the signal or DMA, `"ph": "f"` with `"bp": "e"` on the
 //! released wait, same `id`) for each completed wait. Timestamps are
 //! microseconds (nanosecond precision) from the launch start.
@@ -21,7 +21,7 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 /// Turns a site id into text (`None`: unknown; exported as `site#N`).
-pub type SiteResolver<'a> = dyn Fn(u32) -> Option<String> + 'a;
+type SiteResolver<'a> = dyn Fn(u32) -> Option<String> + 'a;
 
 /// Lanes per core (DMAs in flight at once beyond this share the last lane).
 const MAX_LANES: u32 = 999;

@@ -14,16 +14,15 @@
 //! into one mutex-protected log; timestamps are nanoseconds from the
 //! launch's start (`Instant`, monotonic across threads).
 //!
-//! Sites: each event carries the `site` id of the op that caused it (set per
-//! core by the FFI layer through [`Tracer::set_site`]; 0 = unknown), and the
-//! exporter turns ids into text through a resolver the caller provides.
+//! Sites: each event carries the site id of the op that caused it
+//! ([`crate::site::current`], set by the FFI layer for the duration of each
+//! call; 0 = unknown); the export resolves ids to text through the site
+//! table's resolver ([`crate::site::text`]).
 
 mod export;
 
-pub use export::SiteResolver;
-
+use crate::site;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -131,8 +130,6 @@ pub struct Tracer {
     start: Instant,
     num_devices: u32,
     cores_per_device: u32,
-    /// Per global core: the site of the op it is running.
-    sites: Box<[AtomicU32]>,
     state: Mutex<State>,
     /// Devices whose program has ended (normally or not).
     finished: Mutex<Vec<bool>>,
@@ -158,12 +155,10 @@ pub struct WaitStart {
 
 impl Tracer {
     pub fn new(num_devices: u32, cores_per_device: u32) -> Self {
-        let n = (num_devices * cores_per_device) as usize;
         Tracer {
             start: Instant::now(),
             num_devices,
             cores_per_device,
-            sites: (0..n).map(|_| AtomicU32::new(0)).collect(),
             state: Mutex::new(State::default()),
             finished: Mutex::new(vec![false; num_devices as usize]),
         }
@@ -179,18 +174,6 @@ impl Tracer {
         (device < self.num_devices && core < self.cores_per_device).then(|| device * self.cores_per_device + core)
     }
 
-    /// The op (device, core) runs next was emitted at `site` (0: unknown).
-    #[inline]
-    pub fn set_site(&self, device: u32, core: u32, site: u32) {
-        if let Some(g) = self.gcore(device, core) {
-            self.sites[g as usize].store(site, Ordering::Relaxed);
-        }
-    }
-
-    fn site(&self, gcore: u32) -> u32 {
-        self.sites.get(gcore as usize).map_or(0, |s| s.load(Ordering::Relaxed))
-    }
-
     // ------------------------------------------------------------- grid
 
     /// A grid step of (device, core) begins (`begin`) or ends; `indices`
@@ -198,7 +181,7 @@ impl Tracer {
     pub fn grid_step(&self, device: u32, core: u32, indices: &[i64], begin: bool) {
         let Some(g) = self.gcore(device, core) else { return };
         let now = self.now();
-        let site = self.site(g);
+        let site = site::current();
         let mut st = lock(&self.state);
         // A begin closes a step left open (a missing end marker).
         if let Some(open) = st.steps.remove(&g) {
@@ -216,7 +199,7 @@ impl Tracer {
     pub fn signal(&self, device: u32, core: u32, sem: u32, inc: i64, target: u32) {
         let Some(g) = self.gcore(device, core) else { return };
         let ts = self.now();
-        let site = self.site(g);
+        let site = site::current();
         let (td, tc) = (target / self.cores_per_device, target % self.cores_per_device);
         let name = if target == g {
             format!("signal sem {sem} +{inc}")
@@ -237,8 +220,8 @@ impl Tracer {
     /// A wait (or barrier) of (device, core) starts.
     #[inline]
     pub fn wait_begin(&self, device: u32, core: u32) -> WaitStart {
-        let site = self.gcore(device, core).map_or(0, |g| self.site(g));
-        WaitStart { begin: self.now(), site }
+        let _ = (device, core);
+        WaitStart { begin: self.now(), site: site::current() }
     }
 
     /// A wait of (device, core) for `value` on `sem` returned (`error`: the
@@ -296,7 +279,7 @@ impl Tracer {
         lock(&self.state).push(Event::Span {
             track: Track::Core(g),
             name: "device barrier".to_string(),
-            cat: "wait",
+            cat: "barrier",
             begin: start.begin,
             end,
             site: start.site,
@@ -311,7 +294,7 @@ impl Tracer {
     pub fn dma_begin(&self, device: u32, core: u32, what: String, args: Vec<(&'static str, Arg)>) -> TraceDma {
         let g = self.gcore(device, core).unwrap_or(0);
         let begin = self.now();
-        let site = self.site(g);
+        let site = site::current();
         let mut st = lock(&self.state);
         let id = st.next_dma;
         st.next_dma += 1;
@@ -333,7 +316,7 @@ impl Tracer {
         let end = self.now();
         let mut st = lock(&self.state);
         if let Some(open) = st.dmas.remove(&dma.id) {
-            st.push(dma_span(dma.id, open, end.max(0), true));
+            st.push(dma_span(dma.id, open, end, true));
         }
     }
 
@@ -357,9 +340,8 @@ impl Tracer {
     }
 
     /// The timeline so far as Chrome trace-event JSON: steps and DMAs still
-    /// open end now (DMAs marked `completed: false`). `resolve` turns site
-    /// ids into text.
-    pub fn to_json(&self, resolve: &SiteResolver<'_>) -> String {
+    /// open end now (DMAs marked `completed: false`).
+    pub fn to_json(&self) -> String {
         let now = self.now();
         let st = lock(&self.state);
         let mut events = st.events.clone();
@@ -376,7 +358,7 @@ impl Tracer {
         }
         let dropped = st.dropped;
         drop(st);
-        export::chrome_json(&events, self.num_devices, self.cores_per_device, dropped, resolve)
+        export::chrome_json(&events, self.num_devices, self.cores_per_device, dropped, &site::text)
     }
 }
 

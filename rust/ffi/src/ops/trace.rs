@@ -12,7 +12,7 @@ use crate::dispatch::Call;
 use crate::launch;
 use mosaic_rt_core::{Result, RtError, Runtime};
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock, RwLock};
+use std::sync::{Mutex, OnceLock};
 
 /// `grid_step(token, handle, device, core, indices) -> token`: a grid step
 /// of (device, core) begins (attribute `phase="begin"`; `indices` are its
@@ -76,25 +76,9 @@ pub fn written() -> Vec<String> {
     lock(outputs()).written.clone()
 }
 
-type Resolver = Box<dyn Fn(u32) -> Option<String> + Send + Sync>;
-
-fn resolver() -> &'static RwLock<Option<Resolver>> {
-    static R: OnceLock<RwLock<Option<Resolver>>> = OnceLock::new();
-    R.get_or_init(|| RwLock::new(None))
-}
-
-/// Installs how site ids become text in exported traces (the binding's
-/// site table); without one they read `site#N`.
-pub fn set_site_resolver(f: Resolver) {
-    *resolver().write().unwrap_or_else(|p| p.into_inner()) = Some(f);
-}
-
 /// The launch's timeline as Chrome trace-event JSON (`None` without tracing).
 pub fn trace_json(rt: &Runtime) -> Option<String> {
-    let t = rt.tracer()?;
-    let r = resolver().read().unwrap_or_else(|p| p.into_inner());
-    let resolve = |site: u32| r.as_ref().and_then(|f| f(site));
-    Some(t.to_json(&resolve))
+    Some(rt.tracer()?.to_json())
 }
 
 /// At `kernel_begin`: the launch `handle` writes its trace to `base`.
