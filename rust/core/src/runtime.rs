@@ -29,8 +29,9 @@ pub struct Runtime {
     pub(crate) cores: Vec<CoreState>,
     /// Only with `detect_races`: every hook is one branch on this when off.
     pub(crate) races: Option<RaceDetector>,
-    /// Only with `trace`: every hook is one branch on this when off.
-    pub(crate) trace: Option<Tracer>,
+    /// Only with `trace`: every hook is one branch on this when off (boxed:
+    /// the hot fields stay together).
+    pub(crate) trace: Option<Box<Tracer>>,
 }
 
 #[derive(Default)]
@@ -50,7 +51,7 @@ impl Runtime {
             races: config
                 .detect_races
                 .then(|| RaceDetector::new(topo.num_devices, topo.cores_per_device)),
-            trace: config.trace.then(|| Tracer::new(topo.num_devices, topo.cores_per_device)),
+            trace: config.trace.then(|| Box::new(Tracer::new(topo.num_devices, topo.cores_per_device))),
             topo,
             config,
         })
@@ -265,14 +266,23 @@ impl Runtime {
     }
 
     /// Blocks until `sem` on (device, core) reaches `value`, then subtracts it.
+    #[inline]
     pub fn semaphore_wait(&self, device: u32, core: u32, sem: u32, value: i64) -> Result<()> {
-        if let Some(t) = &self.trace {
-            return crate::trace::traced_wait(t, device, core, "wait", sem, value, || self.wait_untraced(device, core, sem, value));
+        if self.trace.is_some() {
+            return self.wait_traced(device, core, "wait", sem, value);
         }
         self.wait_untraced(device, core, sem, value)
     }
 
-    #[inline]
+    /// A wait recorded on the timeline (off the hot path).
+    #[cold]
+    #[inline(never)]
+    fn wait_traced(&self, device: u32, core: u32, what: &'static str, sem: u32, value: i64) -> Result<()> {
+        let Some(t) = &self.trace else { return self.wait_untraced(device, core, sem, value) };
+        crate::trace::traced_wait(t, device, core, what, sem, value, || self.wait_untraced(device, core, sem, value))
+    }
+
+    #[inline(always)]
     fn wait_untraced(&self, device: u32, core: u32, sem: u32, value: i64) -> Result<()> {
         self.sems
             .wait(self, device, core, sem, value)
@@ -295,8 +305,8 @@ impl Runtime {
     /// Waits for `bytes` on DMA semaphore `sem` of (device, core), running
     /// queued DMAs that signal it (on_wait mode).
     pub fn dma_wait(&self, device: u32, core: u32, sem: u32, bytes: i64) -> Result<()> {
-        if let Some(t) = &self.trace {
-            return crate::trace::traced_wait(t, device, core, "dma_wait", sem, bytes, || self.wait_untraced(device, core, sem, bytes));
+        if self.trace.is_some() {
+            return self.wait_traced(device, core, "dma_wait", sem, bytes);
         }
         self.wait_untraced(device, core, sem, bytes)
     }
@@ -311,7 +321,7 @@ impl Runtime {
 
     /// The timeline recorder (`None` without `trace`).
     pub fn tracer(&self) -> Option<&Tracer> {
-        self.trace.as_ref()
+        self.trace.as_deref()
     }
 
     /// Makes the cores of `device` see each other's past (stock does this

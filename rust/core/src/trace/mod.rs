@@ -438,6 +438,8 @@ pub(crate) fn dma_end(rt: &Runtime, dma: Option<TraceDma>) {
 /// A core's signal (before the count changes); bad ids record nothing
 /// (the signal itself reports them).
 #[allow(clippy::too_many_arguments)]
+#[cold]
+#[inline(never)]
 pub(crate) fn core_signal(
     t: &Tracer,
     topo: &crate::config::Topology,
@@ -454,6 +456,8 @@ pub(crate) fn core_signal(
 }
 
 /// Runs `wait` as a traced wait of (device, core) for `value` on `sem`.
+#[cold]
+#[inline(never)]
 pub(crate) fn traced_wait(
     t: &Tracer,
     device: u32,
@@ -470,6 +474,8 @@ pub(crate) fn traced_wait(
 }
 
 /// Runs `barrier` as a traced device barrier of `device`.
+#[cold]
+#[inline(never)]
 pub(crate) fn traced_barrier(
     t: &Tracer,
     device: u32,
