@@ -28,7 +28,7 @@ use std::time::Instant;
 
 /// Events kept per launch; later ones are counted as dropped (the export
 /// says how many).
-pub const MAX_EVENTS: usize = 2_000_000;
+pub const MAX_EVENTS: usize = 1_000_000;
 
 /// An event argument.
 #[derive(Clone, Debug, PartialEq)]
