@@ -156,7 +156,7 @@ def kernel_begin(token, device, *, uid: int, num_devices: int, num_cores: int = 
     if detect_uninitialized:
         extra["detect_uninitialized"] = 1
     if trace_path:
-        extra["trace_path"] = os.path.abspath(os.fspath(trace_path))
+        extra["trace_path"] = os.path.abspath(os.path.expanduser(os.fspath(trace_path)))
     return _call("kernel_begin", (_HANDLE,), (token, _i32(device)), **extra,
                  uid=int(uid), num_devices=int(num_devices), num_cores=int(num_cores),
                  dma_execution_mode=dma_execution_mode,
