@@ -217,10 +217,9 @@ impl Tracer {
         st.last_signal.insert((sem, target), FlowSource::Core { gcore: g, ts });
     }
 
-    /// A wait (or barrier) of (device, core) starts.
+    /// A wait (or barrier) starts on the calling thread.
     #[inline]
-    pub fn wait_begin(&self, device: u32, core: u32) -> WaitStart {
-        let _ = (device, core);
+    pub fn wait_begin(&self) -> WaitStart {
         WaitStart { begin: self.now(), site: site::current() }
     }
 
@@ -467,7 +466,7 @@ pub(crate) fn traced_wait(
     value: i64,
     wait: impl FnOnce() -> crate::error::Result<()>,
 ) -> crate::error::Result<()> {
-    let start = t.wait_begin(device, core);
+    let start = t.wait_begin();
     let result = wait();
     t.wait_end(start, device, core, what, sem, value, result.as_ref().err().map(|e| e.kind.python_type()));
     result
@@ -481,7 +480,7 @@ pub(crate) fn traced_barrier(
     device: u32,
     barrier: impl FnOnce() -> crate::error::Result<()>,
 ) -> crate::error::Result<()> {
-    let start = t.wait_begin(device, 0);
+    let start = t.wait_begin();
     let result = barrier();
     t.barrier_end(start, device, result.as_ref().err().map(|e| e.kind.python_type()));
     result
