@@ -12,6 +12,7 @@ from mosaic_rt.errors import (
     RaceWarning,
     SemaphoreLeakError,
     SemaphoreLeakWarning,
+    UninitializedReadError,
     WaitTimeout,
 )
 from mosaic_rt.runtime import BufferInfo, Leak, Runtime
@@ -21,6 +22,7 @@ from mosaic_rt.interpret.mode import force_interpret_mode, set_interpret_mode
 from mosaic_rt.interpret import seam as _seam
 from mosaic_rt import tpu
 from mosaic_rt import races
+from mosaic_rt import timeline
 
 # Route pallas_call(interpret=mosaic_rt.InterpretParams()) to our interpreter
 # (stock InterpretParams keep the stock path).
@@ -30,6 +32,7 @@ from mosaic_rt._version import __version__  # noqa: E402
 
 __all__ = [
     "tpu",
+    "timeline",
     "InterpretParams",
     "force_interpret_mode",
     "set_interpret_mode",
@@ -41,6 +44,7 @@ __all__ = [
     "KernelAborted",
     "MosaicRuntimeError",
     "SemaphoreLeakError",
+    "UninitializedReadError",
     "WaitTimeout",
     "RaceError",
     "RaceWarning",

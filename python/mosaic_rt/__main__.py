@@ -1,4 +1,5 @@
-"""Command line: `python -m mosaic_rt demo [...]` and `python -m mosaic_rt bench [...]`."""
+"""Command line: `python -m mosaic_rt demo [...]`, `python -m mosaic_rt bench [...]` and
+`python -m mosaic_rt trace TRACE.json [--png PNG] [--check]`."""
 
 from __future__ import annotations
 
@@ -16,8 +17,17 @@ def main(argv: list[str] | None = None) -> int:
     bench = sub.add_parser("bench", help="time real kernels: stock interpret mode vs mosaic_rt")
     from mosaic_rt.bench.cli import add_arguments as add_bench_arguments
     add_bench_arguments(bench)
+    trace = sub.add_parser("trace", help="summarise, check or draw a kernel's timeline file")
+    trace.add_argument("path", help="Chrome trace-event JSON written by a kernel (trace_path=...)")
+    trace.add_argument("--png", metavar="PNG",
+                       help="draw the timeline into this PNG (needs matplotlib: "
+                            "pip install 'mosaic_rt[plot]')")
+    trace.add_argument("--check", action="store_true",
+                       help="validate the file's structure; exit 1 on a problem")
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    if args.command == "trace":
+        return _trace(args)
     if args.command == "bench":
         from mosaic_rt.bench.cli import run as bench_run
         return bench_run(args, argv[argv.index("bench") + 1:])
@@ -27,6 +37,33 @@ def main(argv: list[str] | None = None) -> int:
         from mosaic_rt.demo import main as demo_main
         return demo_main(args.devices, args.rounds, args.elems)
     return 2
+
+
+def _trace(args) -> int:
+    from mosaic_rt import timeline
+    if args.png:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print("error: --png needs matplotlib: pip install 'mosaic_rt[plot]'", file=sys.stderr)
+            return 2
+    try:
+        data = timeline.load(args.path)
+    except (OSError, ValueError) as e:
+        print(f"error: cannot read {args.path}: {e}", file=sys.stderr)
+        return 2
+    print(f"{args.path}: {timeline.summary(data)}")
+    status = 0
+    if args.check:
+        problems = timeline.check(data)
+        for p in problems:
+            print(f"problem: {p}")
+        print("structure: ok" if not problems else f"structure: {len(problems)} problem(s)")
+        status = 1 if problems else 0
+    if args.png:
+        timeline.render_png(data, args.png)
+        print(f"wrote {args.png}")
+    return status
 
 
 if __name__ == "__main__":

@@ -63,6 +63,11 @@ class MisuseWarning(RuntimeWarning):
     """A suspicious use of semaphores or DMAs that a legitimate kernel could
     also make (e.g. a DMA semaphore waited with a size that matches none of
     the DMAs pending on it)."""
+class UninitializedReadError(ValueError):
+    """A read of kernel-local memory (VMEM, SMEM, scratch, semaphore
+    memory) that nothing wrote in this launch (``detect_uninitialized=True``).
+    The message names the buffer, the never-written index range (e.g.
+    ``[0:8, 64:128]``) and the region read; ``device`` / ``core`` say where."""
 
 
 # Names used by the native layer (``ErrorKind::python_type`` in Rust).
@@ -77,6 +82,7 @@ _BY_NAME: dict[str, type[BaseException]] = {
     "DeadlockError": DeadlockError,
     "SemaphoreLeakError": SemaphoreLeakError,
     "RaceError": RaceError,
+    "UninitializedReadError": UninitializedReadError,
     "MosaicRuntimeError": MosaicRuntimeError,
 }
 

@@ -84,6 +84,12 @@ class Runtime:
     as ``ValueError`` (bad ids/shapes/dtypes), ``IndexError`` (out of
     bounds), ``KernelAborted`` (another core failed first; ``.root`` is that
     failure), ``WaitTimeout``, or another ``MosaicRuntimeError``.
+
+    ``detect_uninitialized=True`` (initcheck): a read of kernel-local memory
+    (every space but HBM/ANY) that nothing wrote since it was allocated --
+    by a store, swap, DMA, block copy or its initial value -- raises
+    ``UninitializedReadError`` naming the never-written range.
+    ``trace=True`` records a timeline: see :meth:`trace_json`.
     """
 
     def __init__(self, num_devices: int = 1, cores_per_device: int = 1, *,
@@ -92,14 +98,17 @@ class Runtime:
                  uninitialized_memory: str = "nan",
                  wait_timeout: float | None = 120.0,
                  detect_races: bool = False,
-                 detect_deadlocks: bool = False):
+                 detect_deadlocks: bool = False,
+                 detect_uninitialized: bool = False,
+                 trace: bool = False):
         # detect_deadlocks: each thread acts as the (device, core) it names;
         # when every core is blocked (or its device has `leave`-d) and none
         # can continue, every blocked call raises DeadlockError at once.
         self._rt = _native.Runtime(
             num_devices, cores_per_device, dma_execution_mode,
             out_of_bounds_reads, uninitialized_memory, wait_timeout,
-            bool(detect_races), bool(detect_deadlocks))
+            bool(detect_races), bool(detect_deadlocks), bool(detect_uninitialized),
+            bool(trace))
 
     @property
     def native(self) -> _native.Runtime:
@@ -112,6 +121,7 @@ class Runtime:
     out_of_bounds_reads = property(lambda self: self._rt.out_of_bounds_reads)
     uninitialized_memory = property(lambda self: self._rt.uninitialized_memory)
     wait_timeout = property(lambda self: self._rt.wait_timeout)
+    detect_uninitialized = property(lambda self: self._rt.detect_uninitialized)
 
     def __repr__(self) -> str:
         return repr(self._rt)
@@ -239,6 +249,21 @@ class Runtime:
         """Device ``device``'s program is done (with ``detect_deadlocks``:
         its cores can no longer signal anyone)."""
         self._rt.leave(device)
+
+    # ----------------------------------------------------------- timeline
+
+    def trace_json(self) -> str:
+        """The timeline so far as Chrome trace-event JSON (see
+        :mod:`mosaic_rt.timeline`); needs ``Runtime(trace=True)``."""
+        text = self._rt.trace_json()
+        if text is None:
+            raise ValueError("this runtime does not trace: create it with Runtime(trace=True)")
+        return text
+
+    def write_trace(self, path) -> None:
+        """Writes :meth:`trace_json` to ``path``."""
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.trace_json())
 
     # ------------------------------------------------------------ failure
 

@@ -54,6 +54,7 @@ from mosaic_rt.ffi.ops import (
     swap,
     sync_device_cores,
 )
+from mosaic_rt.ffi.trace import grid_step
 
 
 def _register_targets() -> tuple[str, ...]:
@@ -78,6 +79,7 @@ __all__ = [
     "dma_start",
     "dma_wait",
     "free_buffer",
+    "grid_step",
     "kernel",
     "kernel_begin",
     "kernel_end",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from typing import Any
 
 import jax
@@ -139,6 +140,8 @@ def kernel_begin(token, device, *, uid: int, num_devices: int, num_cores: int = 
                  on_race: str | None = None,
                  detect_deadlocks: bool = True,
                  deadlock_idle_ms: int | None = None,
+                 detect_uninitialized: bool = False,
+                 trace_path: str | None = None,
                  site: int = 0):
     """Joins launch ``uid`` of the running XLA execution as ``device``.
 
@@ -157,6 +160,10 @@ def kernel_begin(token, device, *, uid: int, num_devices: int, num_cores: int = 
     soon as none can continue; ``deadlock_idle_ms`` (default 800, <= 0:
     off): how long the whole process must be idle before devices that
     never joined the launch count as stuck.
+    ``detect_uninitialized``: reads of kernel-local memory never written in
+    this launch raise ``UninitializedReadError``. ``trace_path``: record a
+    timeline and write it as Chrome trace-event JSON when the launch ends
+    (see :mod:`mosaic_rt.timeline` for the file names).
     """
     extra = {}
     if device_ordinals is not None:
@@ -169,6 +176,10 @@ def kernel_begin(token, device, *, uid: int, num_devices: int, num_cores: int = 
         extra["detect_deadlocks"] = 0
     if deadlock_idle_ms is not None:
         extra["deadlock_idle_ms"] = int(deadlock_idle_ms)
+    if detect_uninitialized:
+        extra["detect_uninitialized"] = 1
+    if trace_path:
+        extra["trace_path"] = os.path.abspath(os.path.expanduser(os.fspath(trace_path)))
     return _call("kernel_begin", (_HANDLE,), (token, _i32(device)), **extra,
                  uid=int(uid), num_devices=int(num_devices), num_cores=int(num_cores),
                  dma_execution_mode=dma_execution_mode,

@@ -151,6 +151,12 @@ pub struct Config {
     pub detect_races: bool,
     /// What a race does (with `detect_races`).
     pub on_race: RacePolicy,
+    /// initcheck: a read of kernel-local memory (every space but HBM/ANY)
+    /// that nothing wrote in this launch is an `Uninitialized` error.
+    pub detect_uninitialized: bool,
+    /// Record a timeline (grid steps, DMAs, waits, signals) for export as
+    /// Chrome trace-event JSON (`Runtime::trace_json`).
+    pub trace: bool,
     /// Before a wait parks its thread (after running any queued DMA), watch
     /// the counter this long. Waking a parked thread costs microseconds of
     /// OS scheduling, but spinning only pays when every simulated core has a
@@ -180,6 +186,8 @@ impl Default for Config {
             wait_timeout: Some(Duration::from_secs(120)),
             detect_races: false,
             on_race: RacePolicy::Print,
+            detect_uninitialized: false,
+            trace: false,
             spin_before_park: None,
             detect_deadlocks: false,
             deadlock_idle: Some(DEFAULT_DEADLOCK_IDLE),

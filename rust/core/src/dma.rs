@@ -13,6 +13,7 @@ use crate::runtime::Runtime;
 use crate::sem::Work;
 use crate::site::{self, SiteId};
 use crate::sync::Arc;
+use crate::trace::{self, TraceDma};
 
 /// A DMA from a region of a buffer of (device, core) to a region of a buffer
 /// of (dst_device, dst_core): by default remote copies land on the same
@@ -51,7 +52,7 @@ struct Plan {
 /// The whole DMA at once (eager mode, or an on_wait DMA whose read has not
 /// run yet). The copy itself checks dtypes and shapes; the semaphores count
 /// the bytes it moved.
-fn copy_whole(rt: &Runtime, r: &DmaRequest, plan: &Plan, race: Option<DmaThread>) -> Result<i64> {
+fn copy_whole(rt: &Runtime, r: &DmaRequest, plan: &Plan, race: Option<DmaThread>, tr: Option<TraceDma>) -> Result<i64> {
     let src =
         MemRef { device: r.device, core: r.core, space: r.src_space, id: r.src_id, region: &r.src_region };
     let dst = MemRef {
@@ -68,10 +69,13 @@ fn copy_whole(rt: &Runtime, r: &DmaRequest, plan: &Plan, race: Option<DmaThread>
     note_write(rt, r, plan, race)?;
     if let Some(src_sem) = r.src_sem {
         note_signal(rt, race, src_sem, plan.src_gcore);
+        trace::dma_signal(rt, tr, src_sem, plan.src_gcore);
         rt.sems.signal_global(plan.src_gcore, src_sem, plan.bytes)?;
     }
     note_signal(rt, race, r.dst_sem, plan.dst_gcore);
     note_end(rt, race);
+    trace::dma_signal(rt, tr, r.dst_sem, plan.dst_gcore);
+    trace::dma_end(rt, tr);
     rt.sems.signal_global(plan.dst_gcore, r.dst_sem, plan.bytes)?;
     Ok(plan.bytes)
 }
@@ -119,6 +123,7 @@ struct QueuedDma {
     race: Option<DmaThread>,
     /// Where it was started.
     site: SiteId,
+    trace: Option<TraceDma>,
 }
 
 impl QueuedDma {
@@ -136,6 +141,7 @@ impl QueuedDma {
         note_read(rt, r, self.race)?;
         if let Some(src_sem) = r.src_sem {
             note_signal(rt, self.race, src_sem, plan.src_gcore);
+            trace::dma_signal(rt, self.trace, src_sem, plan.src_gcore);
             rt.sems.signal_global(plan.src_gcore, src_sem, plan.bytes)?;
         }
         Ok(data)
@@ -150,6 +156,8 @@ impl QueuedDma {
         note_write(rt, r, plan, self.race)?;
         note_signal(rt, self.race, r.dst_sem, plan.dst_gcore);
         note_end(rt, self.race);
+        trace::dma_signal(rt, self.trace, r.dst_sem, plan.dst_gcore);
+        trace::dma_end(rt, self.trace);
         rt.sems.signal_global(plan.dst_gcore, r.dst_sem, plan.bytes)
     }
 
@@ -159,7 +167,7 @@ impl QueuedDma {
 
     fn run_read_write(&self, rt: &Runtime) -> Result<()> {
         self.machine.read_write(
-            || copy_whole(rt, &self.req, &self.plan, self.race).map(|_| ()),
+            || copy_whole(rt, &self.req, &self.plan, self.race, self.trace).map(|_| ()),
             |data| self.store_destination(rt, data),
         )
     }
@@ -271,7 +279,7 @@ pub fn start(rt: &Runtime, req: &DmaRequest) -> Result<()> {
         // itself validates the two sides (this is the hot path).
         let plan = Plan { dst_device, dst_core, src_gcore, dst_gcore, bytes: 0 };
         let race = rt.races.as_ref().map(|races| races.dma_begin(req.device, req.core));
-        let bytes = copy_whole(rt, req, &plan, race)?;
+        let bytes = copy_whole(rt, req, &plan, race, trace::dma_begin(rt, req))?;
         note_started(rt, req, &plan, bytes);
         return Ok(());
     }
@@ -288,7 +296,8 @@ pub fn start(rt: &Runtime, req: &DmaRequest) -> Result<()> {
     let race = rt.races.as_ref().map(|races| races.dma_begin(req.device, req.core));
     note_started(rt, req, &plan, bytes);
     let site = site::current();
-    let dma = Arc::new(QueuedDma { req: req.clone(), plan, machine: DmaMachine::new(), race, site });
+    let trace = trace::dma_begin(rt, req);
+    let dma = Arc::new(QueuedDma { req: req.clone(), plan, machine: DmaMachine::new(), race, site, trace });
     if let Some(src_sem) = req.src_sem {
         rt.sems.enqueue(src_sem, src_gcore, Box::new(ReadStep(Arc::clone(&dma))))?;
     }

@@ -28,6 +28,9 @@ pub enum ErrorKind {
     /// A kernel-level error stock interpret mode raises as `RuntimeError`
     /// (e.g. an output block revisited).
     Runtime,
+    /// initcheck: a read of elements nothing wrote in this launch (raised
+    /// as `mosaic_rt.UninitializedReadError`, a `ValueError`).
+    Uninitialized,
     /// The host could not provide the memory a request needs (raised as
     /// `MemoryError`; the message names the size).
     Memory,
@@ -49,6 +52,7 @@ impl ErrorKind {
             ErrorKind::External => "ExternalError",
             ErrorKind::NotImplemented => "NotImplementedError",
             ErrorKind::Runtime => "RuntimeError",
+            ErrorKind::Uninitialized => "UninitializedReadError",
             ErrorKind::Memory => "MemoryError",
             ErrorKind::Internal => "MosaicRuntimeError",
         }
@@ -57,7 +61,7 @@ impl ErrorKind {
     /// Inverse of [`ErrorKind::python_type`].
     pub fn from_python_type(name: &str) -> Option<ErrorKind> {
         use ErrorKind::*;
-        [Value, Index, Aborted, Timeout, Deadlock, Leak, Race, External, NotImplemented, Runtime, Memory, Internal]
+        [Value, Index, Aborted, Timeout, Deadlock, Leak, Race, External, NotImplemented, Runtime, Uninitialized, Memory, Internal]
             .into_iter()
             .find(|k| k.python_type() == name)
     }

@@ -25,6 +25,7 @@ pub mod runtime;
 pub mod sem;
 pub mod site;
 pub mod sync;
+pub mod trace;
 
 pub use config::{timeout_from_secs, Config, DmaMode, FillMode, OobReads, RacePolicy, Topology};
 pub use dma::DmaRequest;

@@ -19,6 +19,7 @@ use crate::sem::{Leak, SemKind, SemTable};
 use crate::sync::{lock, Mutex};
 #[cfg(not(loom))]
 use std::sync::Arc;
+use crate::trace::Tracer;
 
 pub struct Runtime {
     pub(crate) config: Config,
@@ -30,6 +31,9 @@ pub struct Runtime {
     pub(crate) cores: Vec<CoreState>,
     /// Only with `detect_races`: every hook is one branch on this when off.
     pub(crate) races: Option<RaceDetector>,
+    /// Only with `trace`: every hook is one branch on this when off (boxed:
+    /// the hot fields stay together).
+    pub(crate) trace: Option<Box<Tracer>>,
 }
 
 #[derive(Default)]
@@ -60,6 +64,7 @@ impl Runtime {
             races: config
                 .detect_races
                 .then(|| RaceDetector::with_policy(topo.num_devices, topo.cores_per_device, config.on_race)),
+            trace: config.trace.then(|| Box::new(Tracer::new(topo.num_devices, topo.cores_per_device))),
             topo,
             config,
         })
@@ -311,6 +316,9 @@ impl Runtime {
                 races.core_signal(device, core, sem, target);
             }
         }
+        if let Some(t) = &self.trace {
+            crate::trace::core_signal(t, &self.topo, device, core, sem, inc, target_device, target_core);
+        }
         self.sems
             .signal(&self.topo, device, core, sem, inc, target_device, target_core)
             .map_err(|e| e.at(device, core))
@@ -326,6 +334,24 @@ impl Runtime {
     /// misuse reports; 0: the thread's current site).
     #[inline]
     pub fn semaphore_wait_at(&self, device: u32, core: u32, sem: u32, value: i64, site: u32) -> Result<()> {
+        if self.trace.is_some() {
+            return self.wait_traced(device, core, "wait", sem, value, site);
+        }
+        self.wait_untraced(device, core, sem, value, site)
+    }
+
+    /// A wait recorded on the timeline (off the hot path).
+    #[cold]
+    #[inline(never)]
+    fn wait_traced(&self, device: u32, core: u32, what: &'static str, sem: u32, value: i64, site: u32) -> Result<()> {
+        let Some(t) = &self.trace else { return self.wait_untraced(device, core, sem, value, site) };
+        crate::trace::traced_wait(t, device, core, what, sem, value, || {
+            self.wait_untraced(device, core, sem, value, site)
+        })
+    }
+
+    #[inline(always)]
+    fn wait_untraced(&self, device: u32, core: u32, sem: u32, value: i64, site: u32) -> Result<()> {
         self.sems
             .wait(self, device, core, sem, value, site)
             .map_err(|e| e.at(device, core))?;
@@ -347,17 +373,28 @@ impl Runtime {
     /// Waits for `bytes` on DMA semaphore `sem` of (device, core), running
     /// queued DMAs that signal it (on_wait mode).
     pub fn dma_wait(&self, device: u32, core: u32, sem: u32, bytes: i64) -> Result<()> {
-        self.semaphore_wait(device, core, sem, bytes)
+        self.dma_wait_at(device, core, sem, bytes, 0)
     }
 
     /// `dma_wait` from source site `site`.
     pub fn dma_wait_at(&self, device: u32, core: u32, sem: u32, bytes: i64, site: u32) -> Result<()> {
-        self.semaphore_wait_at(device, core, sem, bytes, site)
+        if self.trace.is_some() {
+            return self.wait_traced(device, core, "dma_wait", sem, bytes, site);
+        }
+        self.wait_untraced(device, core, sem, bytes, site)
     }
 
     /// Rendezvous of all devices (one call per device), like stock's barrier.
     pub fn device_barrier(&self, device: u32) -> Result<()> {
+        if let Some(t) = &self.trace {
+            return crate::trace::traced_barrier(t, device, || self.sems.device_barrier(self, device).map_err(|e| e.at(device, 0)));
+        }
         self.sems.device_barrier(self, device).map_err(|e| e.at(device, 0))
+    }
+
+    /// The timeline recorder (`None` without `trace`).
+    pub fn tracer(&self) -> Option<&Tracer> {
+        self.trace.as_deref()
     }
 
     /// Makes the cores of `device` see each other's past (stock does this

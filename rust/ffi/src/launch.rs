@@ -95,7 +95,14 @@ pub fn leave(handle: u64, device: u32) {
 pub fn fail_and_abandon(handle: u64, device: u32, err: RtError) -> RtError {
     evict(handle);
     let root = match registry().get(handle) {
-        Some(rt) => rt.fail(err),
+        Some(rt) => {
+            let root = rt.fail(err);
+            // The timeline of a failed launch is written too (best effort).
+            if let Err(e) = crate::ops::trace::device_finished(handle, &rt, device) {
+                eprintln!("mosaic_rt: {e}");
+            }
+            root
+        }
         None => err,
     };
     registry().abandon(handle, device);

@@ -72,9 +72,12 @@ handlers! {
     check_revisit => crate::ops::interp::check_revisit,
     prng_seed => crate::ops::interp::prng_seed,
     prng_random_bits => crate::ops::interp::prng_random_bits,
+    grid_step => crate::ops::trace::grid_step,
 }
 
 pub use launch::{callback_state, fail_launch};
+/// Timelines: trace files written, the JSON of a runtime, site texts.
+pub use ops::trace::{trace_json, written as trace_files_written};
 
 /// The root cause recorded as `[mosaic_rt#n]`, if still known.
 pub fn recorded_error(n: u64) -> Option<mosaic_rt_core::RtError> {

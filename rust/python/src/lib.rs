@@ -9,6 +9,7 @@ mod bytes;
 mod errors;
 mod ffi;
 mod runtime;
+mod trace;
 
 pub use runtime::PyRuntime;
 
@@ -16,5 +17,6 @@ pub use runtime::PyRuntime;
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<runtime::PyRuntime>()?;
     ffi::register(m)?;
+    trace::register(m)?;
     Ok(())
 }

@@ -93,7 +93,8 @@ impl PyRuntime {
     #[new]
     #[pyo3(signature = (num_devices=Id(1), cores_per_device=Id(1), dma_execution_mode="on_wait",
                         out_of_bounds_reads="raise", uninitialized_memory="nan", wait_timeout=Some(120.0),
-                        detect_races=false, detect_deadlocks=false))]
+                        detect_races=false, detect_deadlocks=false, detect_uninitialized=false,
+                        trace=false))]
     #[allow(clippy::too_many_arguments)] // mirrors the Python keyword arguments
     fn new(
         py: Python<'_>,
@@ -105,6 +106,8 @@ impl PyRuntime {
         wait_timeout: Option<f64>,
         detect_races: bool,
         detect_deadlocks: bool,
+        detect_uninitialized: bool,
+        trace: bool,
     ) -> PyResult<Self> {
         let config = Config {
             num_devices: num_devices.0,
@@ -114,6 +117,8 @@ impl PyRuntime {
             fill: FillMode::parse(uninitialized_memory).or_raise(py)?,
             wait_timeout: timeout_arg(py, wait_timeout)?,
             detect_races,
+            detect_uninitialized,
+            trace,
             // Python threads park: spinning would hold a CPU the GIL holder needs.
             spin_before_park: None,
             // Each thread acts as the cores it names: a deadlock is when all
@@ -159,6 +164,11 @@ impl PyRuntime {
             FillMode::Nan => "nan",
             FillMode::Zero => "zero",
         }
+    }
+
+    #[getter]
+    fn detect_uninitialized(&self) -> bool {
+        self.rt.config().detect_uninitialized
     }
 
     #[getter]
@@ -580,6 +590,13 @@ impl PyRuntime {
     }
 
     // ----------------------------------------------------------- failure
+
+    /// The timeline so far as Chrome trace-event JSON, or None without
+    /// `trace=True`.
+    fn trace_json(&self, py: Python<'_>) -> Option<String> {
+        let rt = &self.rt;
+        py.detach(|| mosaic_rt_ffi::trace_json(rt))
+    }
 
     /// Records a failure of (device, core) -- unless one is recorded already --
     /// waking every parked waiter; returns the recorded root cause (not raised).

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::buffer::Buffer;
 use super::copy::{copy_block, fill_pattern, for_each_element, Layout};
+use super::init_shadow;
 use super::message::{self, Who};
 use super::plan::Plan;
 use super::{Access, BufferKey, MemRef, MemorySpace, MemoryTable};
@@ -72,6 +73,7 @@ impl MemoryTable {
         let itemsize = r.itemsize();
         let in_bounds = r.plan.clip(&r.buf.shape);
         if in_bounds.as_deref() == Some(&*r.full) {
+            init_shadow::check_read(&r.buf, &r.plan, in_bounds.as_deref(), &r.who, region)?;
             let src = r.plan.buffer_layout(&r.buf.shape, itemsize);
             copy_block(&r.buf.read(), &src, out, &r.dense(), &r.full, itemsize);
             return Ok(());
@@ -79,6 +81,7 @@ impl MemoryTable {
         if self.oob_reads == OobReads::Raise {
             return Err(message::oob_read(&r.who, region, &r.buf.logical_shape));
         }
+        init_shadow::check_read(&r.buf, &r.plan, in_bounds.as_deref(), &r.who, region)?;
         // "uninitialized": fill values, with the in-bounds part in the low corner.
         fill_pattern(out, &r.buf.dtype.fill_bytes(self.fill));
         if let Some(counts) = in_bounds {
@@ -109,6 +112,7 @@ impl MemoryTable {
             let itemsize = r.itemsize();
             let dst = r.plan.buffer_layout(&r.buf.shape, itemsize);
             copy_block(data, &r.dense(), &mut r.buf.write(), &dst, &counts, itemsize);
+            init_shadow::mark(&r.buf, &r.plan, &counts);
         }
         Ok(())
     }
@@ -150,6 +154,7 @@ impl MemoryTable {
             copy_block(&content, &at, out, &dense, &r.full, itemsize);
             if let Some(counts) = write_counts {
                 copy_block(data, &dense, &mut content, &at, &counts, itemsize);
+                init_shadow::mark(&r.buf, &r.plan, &counts);
             }
             return Ok(());
         };
@@ -176,6 +181,7 @@ impl MemoryTable {
                     content[a..a + itemsize].copy_from_slice(&data[d..d + itemsize]);
                 }
             });
+            init_shadow::mark_masked(&r.buf, &r.plan, &counts, &r.full, mask);
         }
         Ok(())
     }
@@ -243,6 +249,7 @@ impl MemoryTable {
         if d.plan.any_out_of(&d.buf.shape) {
             return Err(message::oob_write(&d.who, dst.region, &d.buf.logical_shape));
         }
+        init_shadow::check_read(&s.buf, &s.plan, Some(&s.full), &s.who, src.region)?;
         let Some(counts) = d.plan.clip(&d.buf.logical_shape) else {
             return Ok(s.bytes);
         };
@@ -259,6 +266,7 @@ impl MemoryTable {
             src_bytes = s.buf.read();
         }
         copy_block(&src_bytes, &from, &mut dst_bytes, &to, &counts, itemsize);
+        init_shadow::mark(&d.buf, &d.plan, &counts);
         Ok(s.bytes)
     }
 }

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::copy::fill_pattern;
+use super::init_shadow::InitShadow;
 use super::message::shape_repr;
 use super::BufferInfo;
 use crate::dtype::DType;
@@ -18,6 +19,8 @@ pub(crate) struct Buffer {
     /// Changed only under the owning table shard's write lock.
     pub ref_count: AtomicU32,
     content: RwLock<Vec<u8>>,
+    /// initcheck: which elements were written (only with detection on).
+    init: Option<InitShadow>,
 }
 
 /// Number of elements of `shape`, or a ValueError on overflow.
@@ -31,6 +34,9 @@ pub(crate) fn element_count(shape: &[usize]) -> Result<usize> {
 impl Buffer {
     /// A buffer of `shape` filled with `fill` (one element's bytes), with
     /// `init` (C-order bytes of `logical_shape`) placed in the low corner.
+    /// With `track_init` (initcheck), the elements `init` gives are marked
+    /// written and all others not.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         dtype: DType,
         shape: &[usize],
@@ -38,6 +44,7 @@ impl Buffer {
         fill: &[u8],
         init: Option<&[u8]>,
         ref_count: u32,
+        track_init: bool,
     ) -> Result<Buffer> {
         let bytes = element_count(shape)?
             .checked_mul(dtype.itemsize())
@@ -60,13 +67,34 @@ impl Buffer {
             let dst = super::copy::Layout::dense(shape, itemsize);
             super::copy::copy_block(init, &full, &mut content, &dst, logical_shape, itemsize);
         }
+        let init_shadow = match track_init {
+            false => None,
+            true => {
+                let shadow = InitShadow::new(element_count(shape)?)?;
+                if init.is_some() {
+                    let logical = super::copy::Layout::dense(shape, 1);
+                    let mut c = super::dims::Dims::new();
+                    logical_shape.iter().for_each(|&n| c.push(n));
+                    super::elements::Touched { len: 0, row: 1, counts: Some(c), at: logical }
+                        .for_each_run(|start, len| shadow.mark_range(start, len));
+                }
+                Some(shadow)
+            }
+        };
         Ok(Buffer {
             dtype,
             shape: shape.to_vec(),
             logical_shape: logical_shape.to_vec(),
             ref_count: AtomicU32::new(ref_count),
             content: RwLock::new(content),
+            init: init_shadow,
         })
+    }
+
+    /// The initcheck shadow (`None` unless `detect_uninitialized`).
+    #[inline]
+    pub(crate) fn init_shadow(&self) -> Option<&InitShadow> {
+        self.init.as_ref()
     }
 
     pub fn info(&self) -> BufferInfo {

@@ -14,8 +14,8 @@ pub(crate) struct Touched {
     pub len: usize,
     /// Elements in a row (the innermost allocated dim; 1 for scalars).
     pub row: usize,
-    counts: Option<Dims<usize>>,
-    at: Layout,
+    pub(crate) counts: Option<Dims<usize>>,
+    pub(crate) at: Layout,
 }
 
 impl Touched {

@@ -9,11 +9,13 @@ mod buffer;
 mod copy;
 mod dims;
 mod elements;
+mod init_shadow;
 mod message;
 mod plan;
 mod table;
 
 pub(crate) use access::zeroed;
+pub use init_shadow::slice_notation;
 pub use table::MemoryTable;
 
 use crate::dtype::DType;

@@ -57,6 +57,8 @@ pub struct MemoryTable {
     shards: Vec<Shard>,
     pub(crate) oob_reads: OobReads,
     pub(crate) fill: FillMode,
+    /// initcheck: kernel-local buffers get a written-elements shadow.
+    pub(crate) detect_uninit: bool,
 }
 
 impl MemoryTable {
@@ -67,7 +69,12 @@ impl MemoryTable {
                 next_ids: Mutex::new(vec![FIRST_BUFFER_ID; config.cores_per_device as usize]),
             })
             .collect();
-        MemoryTable { shards, oob_reads: config.oob_reads, fill: config.fill }
+        MemoryTable {
+            shards,
+            oob_reads: config.oob_reads,
+            fill: config.fill,
+            detect_uninit: config.detect_uninitialized,
+        }
     }
 
     fn shard(&self, device: u32) -> Result<&Shard> {
@@ -146,14 +153,16 @@ impl MemoryTable {
             let key = BufferKey { space, id, device, core: 0 };
             let exists = shard.buffers.read().unwrap_or_else(|p| p.into_inner()).contains_key(&key);
             if !exists {
-                let buf = Buffer::new(dtype, shape, logical, &fill, init, topo.cores_per_device)?;
+                let buf = Buffer::new(dtype, shape, logical, &fill, init, topo.cores_per_device, false)?;
                 let mut map = shard.buffers.write().unwrap_or_else(|p| p.into_inner());
                 map.entry(key).or_insert_with(|| Arc::new(buf));
             }
         } else {
             let mut fresh = Vec::with_capacity(cores.len());
+            // initcheck tracks kernel-local memory (HBM/ANY hold inputs and outputs).
+            let track = self.detect_uninit;
             for &c in &cores {
-                let buf = Buffer::new(dtype, shape, logical, &fill, init, 1)?;
+                let buf = Buffer::new(dtype, shape, logical, &fill, init, 1, track)?;
                 fresh.push((BufferKey { space, id, device, core: c }, Arc::new(buf)));
             }
             let mut map = shard.buffers.write().unwrap_or_else(|p| p.into_inner());

@@ -64,6 +64,8 @@ fn config_from_attrs(f: &Frame) -> Result<Config> {
         wait_timeout: (timeout_ms > 0).then(|| Duration::from_millis(timeout_ms as u64)),
         // Optional (older callers do not pass it); any non-zero S64 turns it on.
         detect_races: f.attr_i64_opt("detect_races")?.is_some_and(|v| v != 0),
+        detect_uninitialized: f.attr_i64_opt("detect_uninitialized")?.is_some_and(|v| v != 0),
+        trace: f.attr_str_opt("trace_path")?.is_some_and(|p| !p.is_empty()),
         spin_before_park: crate::spin::budget(f.attr_u32("num_devices")?, f.attr_u32("num_cores")?),
         // Optional: race policy (default: stock's print).
         on_race: match f.attr_str_opt("on_race")? {
@@ -133,6 +135,9 @@ pub fn kernel_begin(c: &mut Call) -> Result<()> {
     }
     let handle = launch::join(uid, run_id(f)?, device, &config).map_err(|e| e.at(device, 0))?;
     c.bind(handle, device);
+    if let Some(path) = c.frame.attr_str_opt("trace_path")?.filter(|p| !p.is_empty()) {
+        super::trace::set_output(handle, path);
+    }
     // Checked after joining, so that a mismatch fails the whole launch and
     // wakes the devices that joined correctly.
     check_ordinal(&c.frame, device, config.num_devices)?;
@@ -145,6 +150,7 @@ pub fn kernel_end(c: &mut Call) -> Result<()> {
     let (handle, device) = device_target(c, 3..=3, 1)?;
     // A launch that failed elsewhere must not end quietly on this device.
     launch::with_runtime(handle, |rt| rt.check_failed_at(device, 0))?;
+    launch::with_runtime(handle, |rt| super::trace::device_finished(handle, rt, device))?;
     launch::leave(handle, device);
     Ok(())
 }

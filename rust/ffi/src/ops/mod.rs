@@ -8,6 +8,7 @@ pub mod interp;
 pub mod kernel;
 pub mod memory;
 pub mod sem;
+pub mod trace;
 
 use crate::dispatch::Call;
 use crate::frame::Frame;

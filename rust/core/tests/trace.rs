@@ -1,0 +1,158 @@
+//! Timelines (`Config::trace`): what a launch records and how it is
+//! exported. (tests/test_timeline.py checks the files structurally with a
+//! JSON parser.)
+
+use mosaic_rt_core::{Config, DType, DmaMode, DmaRequest, Init, MemorySpace, Region, Runtime, SemKind};
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+fn runtime(devices: u32, mode: DmaMode, trace: bool) -> Runtime {
+    Runtime::new(Config {
+        num_devices: devices,
+        dma_mode: mode,
+        trace,
+        wait_timeout: Some(Duration::from_secs(10)),
+        ..Config::default()
+    })
+    .unwrap()
+}
+
+fn json(rt: &Runtime) -> String {
+    rt.tracer().unwrap().to_json()
+}
+
+fn count(haystack: &str, needle: &str) -> usize {
+    haystack.matches(needle).count()
+}
+
+#[test]
+fn tracing_is_off_by_default() {
+    assert!(runtime(1, DmaMode::Eager, false).tracer().is_none());
+}
+
+#[test]
+fn signals_waits_and_flows() {
+    let rt = Arc::new(runtime(2, DmaMode::OnWait, true));
+    let sem = rt.allocate_semaphores(0, None, SemKind::Regular, 1).unwrap();
+    let sem1 = rt.allocate_semaphores(1, None, SemKind::Regular, 1).unwrap();
+    assert_eq!(sem, sem1);
+    let waiter = {
+        let rt = Arc::clone(&rt);
+        thread::spawn(move || {
+            rt.tracer().unwrap().grid_step(1, 0, &[0, 1], true);
+            rt.semaphore_wait(1, 0, sem, 2).unwrap();
+            rt.tracer().unwrap().grid_step(1, 0, &[], false);
+        })
+    };
+    thread::sleep(Duration::from_millis(20));
+    {
+        // What the FFI layer does around each call.
+        let _site = mosaic_rt_core::site::enter(7);
+        rt.semaphore_signal(0, 0, sem, 1, Some(1), None).unwrap();
+        rt.semaphore_signal(0, 0, sem, 1, Some(1), None).unwrap();
+    }
+    waiter.join().unwrap();
+    let j = json(&rt);
+    assert_eq!(count(&j, "\"name\": \"step (0, 1)\""), 1, "{j}");
+    assert_eq!(count(&j, "\"name\": \"signal sem 2000 +1 -> device 1, core 0\""), 2);
+    assert_eq!(count(&j, "\"name\": \"wait sem 2000 >= 2\""), 1);
+    // One flow: from the last signal to the wait it released.
+    assert_eq!(count(&j, "\"ph\": \"s\""), 1);
+    assert_eq!(count(&j, "\"ph\": \"f\", \"bp\": \"e\""), 1);
+    // Without a site table (the binding's) sites read `site#N`.
+    assert_eq!(count(&j, "\"site\": \"site#7\""), 2);
+    assert!(j.contains("\"process_name\", \"pid\": 1, \"tid\": 0, \"args\": {\"name\": \"device 1\"}"));
+    // The wait lasted at least the 20 ms the signaller slept.
+    let wait = j.lines().find(|l| l.contains("wait sem 2000")).unwrap();
+    let dur: f64 = wait.split("\"dur\": ").nth(1).unwrap().split(',').next().unwrap().parse().unwrap();
+    assert!(dur >= 15_000.0, "{wait}");
+}
+
+fn dma(src: u32, dst: u32, sem: u32) -> DmaRequest {
+    DmaRequest {
+        device: 0,
+        core: 0,
+        src_space: MemorySpace::Hbm,
+        src_id: src,
+        src_region: Region::full(),
+        dst_space: MemorySpace::Vmem,
+        dst_id: dst,
+        dst_region: Region::full(),
+        dst_sem: sem,
+        src_sem: None,
+        dst_device: None,
+        dst_core: None,
+    }
+}
+
+#[test]
+fn dmas_are_spans_on_lanes_and_their_completion_releases_the_wait() {
+    for mode in [DmaMode::Eager, DmaMode::OnWait] {
+        let rt = runtime(1, mode, true);
+        let sem = rt.allocate_semaphores(0, Some(0), SemKind::Dma, 1).unwrap();
+        let src = rt.allocate_buffer(0, Some(0), MemorySpace::Hbm, DType::F32, &[8, 128], None, Init::Bytes(&[0; 4096])).unwrap();
+        let a = rt.allocate_buffer(0, Some(0), MemorySpace::Vmem, DType::F32, &[8, 128], None, Init::Fill).unwrap();
+        let b = rt.allocate_buffer(0, Some(0), MemorySpace::Vmem, DType::F32, &[8, 128], None, Init::Fill).unwrap();
+        // Two DMAs in flight at once (on_wait): two lanes.
+        rt.dma_start(&dma(src, a, sem)).unwrap();
+        rt.dma_start(&dma(src, b, sem)).unwrap();
+        rt.dma_wait(0, 0, sem, 4096).unwrap();
+        rt.dma_wait(0, 0, sem, 4096).unwrap();
+        let j = json(&rt);
+        assert_eq!(count(&j, "\"cat\": \"dma\""), 2, "{mode:?}: {j}");
+        assert!(j.contains("\"name\": \"DMA #0 hbm 100[0:8, 0:128] -> vmem 101[0:8, 0:128]\""), "{j}");
+        assert_eq!(count(&j, "\"name\": \"dma_wait sem 2000 >= 4096 B\""), 2);
+        assert_eq!(count(&j, "\"ph\": \"s\""), 2);
+        assert_eq!(count(&j, "\"ph\": \"f\""), 2);
+        let lanes = count(&j, "\"name\": \"core 0 DMA lane 1\"");
+        assert_eq!(lanes, (mode == DmaMode::OnWait) as usize, "{mode:?}");
+    }
+}
+
+#[test]
+fn unfinished_dmas_and_steps_end_at_export() {
+    let rt = runtime(1, DmaMode::OnWait, true);
+    let sem = rt.allocate_semaphores(0, Some(0), SemKind::Dma, 1).unwrap();
+    let src = rt.allocate_buffer(0, Some(0), MemorySpace::Hbm, DType::F32, &[8], None, Init::Fill).unwrap();
+    let dst = rt.allocate_buffer(0, Some(0), MemorySpace::Vmem, DType::F32, &[8], None, Init::Fill).unwrap();
+    rt.tracer().unwrap().grid_step(0, 0, &[3], true);
+    rt.dma_start(&DmaRequest { src_region: Region::full(), ..dma(src, dst, sem) }).unwrap();
+    let j = json(&rt);
+    assert!(j.contains("\"completed\": \"no: never waited for\""), "{j}");
+    assert!(j.contains("\"name\": \"step (3)\""), "{j}");
+}
+
+#[test]
+fn barriers_and_failed_waits_are_spans() {
+    let rt = Arc::new(Runtime::new(Config {
+        num_devices: 2,
+        trace: true,
+        wait_timeout: Some(Duration::from_millis(50)),
+        ..Config::default()
+    })
+    .unwrap());
+    let other = {
+        let rt = Arc::clone(&rt);
+        thread::spawn(move || rt.device_barrier(1).unwrap())
+    };
+    rt.device_barrier(0).unwrap();
+    other.join().unwrap();
+    let sem = rt.allocate_semaphores(0, Some(0), SemKind::Regular, 1).unwrap();
+    rt.semaphore_wait(0, 0, sem, 1).unwrap_err();
+    let j = json(&rt);
+    assert_eq!(count(&j, "\"name\": \"device barrier\""), 2);
+    assert!(j.contains("\"error\": \"WaitTimeout\""), "{j}");
+    assert_eq!(count(&j, "\"ph\": \"f\""), 0);
+}
+
+#[test]
+fn the_last_device_to_finish_is_told_once() {
+    let rt = runtime(3, DmaMode::Eager, true);
+    let t = rt.tracer().unwrap();
+    assert!(!t.device_finished(2));
+    assert!(!t.device_finished(2));
+    assert!(!t.device_finished(0));
+    assert!(t.device_finished(1));
+    assert!(!t.device_finished(1));
+}
