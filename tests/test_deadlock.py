@@ -338,8 +338,6 @@ def test_a_large_remote_dma_is_not_a_deadlock(mode):
     np.testing.assert_array_equal(out, np.concatenate([xn[rows:], xn[:rows]]))
 
 
-@pytest.mark.xfail(strict=True, reason="interpreter wiring (lead): user host callbacks "
-                   "inside kernels must call _native.callback_state")
 def test_a_host_callback_that_sleeps_inside_the_kernel_is_not_a_deadlock():
     n = 2
 

@@ -6,7 +6,6 @@ parameter on) ``pallas_call`` kernels."""
 
 from __future__ import annotations
 
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -114,37 +113,26 @@ def test_ffi_without_the_attribute_reads_fill_values():
 
 
 # ------------------------------------------------------------- pallas_call
-#
-# Until the interpreter passes InterpretParams(detect_uninitialized=True) on
-# to kernel_begin, the fixture turns detection on for every launch.
 
-@pytest.fixture
-def initcheck(monkeypatch):
-    monkeypatch.setattr(F, "kernel_begin",
-                        functools.partial(F.kernel_begin, detect_uninitialized=True))
-
-
-@pytest.mark.xfail(strict=True, reason="InterpretParams(detect_uninitialized=...) is wired "
-                                       "by the interpreter; drop this mark then")
 def test_interpret_params_take_the_flag():
     assert mosaic_rt.InterpretParams(detect_uninitialized=True).detect_uninitialized
 
 
-def test_pallas_scratch_read_before_write_is_reported(initcheck):
+def test_pallas_scratch_read_before_write_is_reported():
     def kernel(x_ref, o_ref, acc_ref):
         o_ref[...] = x_ref[...] + acc_ref[...]   # acc never written
 
     x = jnp.ones((8, 128), jnp.float32)
     call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
                           scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32)],
-                          interpret=mosaic_rt.InterpretParams())
+                          interpret=mosaic_rt.InterpretParams(detect_uninitialized=True))
     with pytest.raises(mosaic_rt.UninitializedReadError,
                        match=r"vmem buffer 104 of device 0, core 0 at \[0:8, 0:128\]: 1024 of the 1024"):
         with F.native_errors():
             jax.block_until_ready(call(x))
 
 
-def test_pallas_half_written_output_block_is_reported_at_copy_out(initcheck):
+def test_pallas_half_written_output_block_is_reported_at_copy_out():
     def kernel(x_ref, o_ref):
         o_ref[:4, :] = x_ref[:4, :]
 
@@ -152,7 +140,7 @@ def test_pallas_half_written_output_block_is_reported_at_copy_out(initcheck):
     call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2,),
                           in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
                           out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
-                          interpret=mosaic_rt.InterpretParams())
+                          interpret=mosaic_rt.InterpretParams(detect_uninitialized=True))
     with pytest.raises(mosaic_rt.UninitializedReadError,
                        match=r"at \[4:8, 0:128\]: 512 of the 1024 element\(s\) read"):
         with F.native_errors():
@@ -174,7 +162,7 @@ def _corpus_cases(names=None):
 
 def _run_case(case):
     with F.native_errors():
-        return jax.tree.map(np.asarray, case.fn(mosaic_rt.InterpretParams(), *case.args))
+        return jax.tree.map(np.asarray, case.fn(mosaic_rt.InterpretParams(detect_uninitialized=True), *case.args))
 
 
 def _check_case(case):
@@ -186,11 +174,11 @@ def _check_case(case):
 
 
 @pytest.mark.parametrize("case", _corpus_cases(_SAMPLE), ids=lambda c: c.name)
-def test_corpus_sample_reports_exactly_the_real_uninitialized_reads(initcheck, case):
+def test_corpus_sample_reports_exactly_the_real_uninitialized_reads(case):
     _check_case(case)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", _corpus_cases(), ids=lambda c: c.name)
-def test_whole_corpus_reports_exactly_the_real_uninitialized_reads(initcheck, case):
+def test_whole_corpus_reports_exactly_the_real_uninitialized_reads(case):
     _check_case(case)

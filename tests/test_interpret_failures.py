@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import re
 import time
 
 import jax
@@ -224,7 +225,8 @@ def test_unsatisfiable_wait_ends_with_wait_timeout():
         kernel, out_shape=jax.ShapeDtypeStruct((1,), jnp.int32),
         out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
         scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-        interpret=_params(wait_timeout=timeout))
+        # Deadlock detection off: the timeout is the last resort it leaves.
+        interpret=_params(wait_timeout=timeout, detect_deadlocks=False))
     start = time.monotonic()
     with pytest.raises(mosaic_rt.WaitTimeout) as info:
         with mosaic_rt.native_errors():
@@ -235,4 +237,29 @@ def test_unsatisfiable_wait_ends_with_wait_timeout():
     message = str(info.value)
     assert "semaphore" in message and "wait" in message, message
     assert info.value.device in range(n), info.value.device
+    _assert_next_launch_works()
+
+
+def test_unsatisfiable_wait_is_a_deadlock_reported_at_once():
+    n = 2
+
+    def kernel(o_ref, sem):
+        # Nobody ever signals `sem`.
+        pl.semaphore_wait(sem, 1)
+        o_ref[0] = 1
+
+    call = pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct((1,), jnp.int32),
+        out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
+        scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+        interpret=_params(wait_timeout=60.0))
+    start = time.monotonic()
+    with pytest.raises(mosaic_rt.DeadlockError) as info:
+        with mosaic_rt.native_errors():
+            _run_on_ring(call, n)
+    assert time.monotonic() - start < 30, "deadlock found by the timeout, not detection"
+    message = str(info.value)
+    for device in range(n):
+        assert re.search(rf"device {device}, core 0: waits on REGULAR semaphore \d+ for 1"
+                         r" \(count is 0\) at .*test_interpret_failures.py:\d+", message), message
     _assert_next_launch_works()

@@ -6,6 +6,7 @@ for the same kernel, and outputs must not change with detection on or off.
 from __future__ import annotations
 
 import dataclasses
+import re
 import functools
 from typing import Callable
 
@@ -201,9 +202,33 @@ def test_reports_name_both_accesses():
     _ours(CASES[1], "on_wait", True)
     report = mosaic_rt.races.reports()[0]
     assert report.startswith("RACE DETECTED: ")
-    assert "DMA #0 (started by device 0, core 0)" in report, report
-    assert "read of vmem buffer" in report and "write of vmem buffer" in report, report
+    # Both sides: which access, the index ranges, and the kernel lines (the
+    # DMA by the line that started it).
+    here = __file__
+    assert re.search(r"write of vmem buffer \d+ of device 0, core 0\[0:8, 0:128\] by DMA #0"
+                     rf" \(started by device 0, core 0 at {re.escape(here)}:\d+:\d+"
+                     r" \(_read_before_wait\)\)", report), report
+    assert re.search(r"read of vmem buffer \d+ of device 0, core 0\[0:1, 0:128\] by device 0,"
+                     rf" core 0 at {re.escape(here)}:\d+:\d+ \(_read_before_wait\)", report), report
     assert mosaic_rt.races.count() >= 1
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_on_race_raise_fails_at_the_first_race(mode):
+    with pytest.raises(mosaic_rt.RaceError, match=r"RACE DETECTED: .*\(_read_before_wait\)"):
+        with mosaic_rt.native_errors():
+            out = CASES[1].fn(mosaic_rt.InterpretParams(dma_execution_mode=mode,
+                                                        detect_races=True, on_race="raise"),
+                              _x(CASES[1].devices))
+            jax.block_until_ready(out)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_on_race_warn_issues_one_race_warning_per_report(mode):
+    with pytest.warns(mosaic_rt.RaceWarning, match=r"RACE DETECTED: .*\(_read_before_wait\)"):
+        _ours(CASES[1], mode, True)
+        # pytest's plugin delivers after the test; here, inside pytest.warns.
+        assert mosaic_rt.deliver_reports() == 1
 
 
 def test_a_new_detecting_launch_resets_the_flag():

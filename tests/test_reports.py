@@ -254,8 +254,11 @@ def test_a_negative_dma_destination_device_is_named():
             h, t = k.handle, k.token
             t, buf = F.allocate_buffer(t, h, d, 0, space="vmem", dtype=_F32, shape=(8,))
             t, sems = F.allocate_semaphores(t, h, d, 0, kind="dma", count=2)
+            # Device 0 names device -1; device 1 copies to itself (a copy
+            # to device 0 could find its buffer not allocated yet).
             t = F.dma_start(t, h, d, 0, buf, None, buf, None, sems + 1, src_space="vmem",
-                            dst_space="vmem", src_sem=sems, dst_device=d - 1)
+                            dst_space="vmem", src_sem=sems,
+                            dst_device=jnp.where(d == 0, -1, d))
             k.token = t
         return with_token(jnp.zeros((1, 1), jnp.int32), k.token)
 

@@ -17,6 +17,7 @@ from mosaic_rt.errors import (
 )
 from mosaic_rt.runtime import BufferInfo, Leak, Runtime
 from mosaic_rt.ffi import native_errors
+from mosaic_rt.ffi.reports import deliver as deliver_reports
 from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.interpret.mode import force_interpret_mode, set_interpret_mode
 from mosaic_rt.interpret import seam as _seam
@@ -37,6 +38,7 @@ __all__ = [
     "force_interpret_mode",
     "set_interpret_mode",
     "native_errors",
+    "deliver_reports",
     "BufferInfo",
     "Leak",
     "Runtime",

@@ -52,11 +52,14 @@ def registered_exception(key: int) -> BaseException | None:
         return _exceptions.get(key)
 
 
-def fail_launch(handle: int, device: int, core: int, exc: BaseException) -> bool:
+def fail_launch(handle: int, device: int, core: int, exc: BaseException) -> str | None:
     """Fails launch ``handle`` with ``exc`` (raised on (device, core) outside
     mosaic_rt's ops, e.g. in a user host callback) as its root cause and
-    wakes every waiter; ``translate`` then re-raises ``exc`` itself. False
-    if the launch has ended."""
+    wakes every waiter; ``translate`` then re-raises ``exc`` itself.
+    Returns the launch's root cause as the ``[mosaic_rt#N] ...`` text the
+    native ops fail with (raise it from the failing callback too, so that
+    whichever device XLA reports, the user gets the root cause), or None if
+    the launch has ended."""
     key = register_exception(exc)
     return _native.fail_launch(int(handle), int(device), int(core), key,
                                type(exc).__name__, str(exc))

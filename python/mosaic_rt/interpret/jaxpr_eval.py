@@ -378,22 +378,20 @@ def _guarded(call, num_results):
     from mosaic_rt.ffi import errors as ffi_errors
 
     def run(token, handle, device, core, *args):
-        h = int(np.asarray(handle, np.uint64)[0]) | (int(np.asarray(handle, np.uint64)[1]) << 32)
-        d, c = int(device), int(core)
-        mark = getattr(_native, "callback_state", None)
-        if mark is not None:
-            mark(h, d, c, True)
+        parts = np.asarray(handle, np.uint64)
+        h, d, c = int(parts[0]) | (int(parts[1]) << 32), int(device), int(core)
+        _native.callback_state(h, d, c, True)
         try:
             out = call(*args)
-        except BaseException as exc:
-            fail = getattr(_native, "fail_launch", None)
-            register = getattr(ffi_errors, "register_exception", None)
-            if fail is not None and register is not None:
-                fail(h, d, c, register(exc), type(exc).__name__, str(exc))
-            raise
+        except Exception as exc:
+            root = ffi_errors.fail_launch(h, d, c, exc)
+            if root is None:
+                raise
+            # Whichever device XLA reports, the error carries the launch's
+            # root cause (this exception: native_errors() re-raises it).
+            raise RuntimeError(root) from exc
         finally:
-            if mark is not None:
-                mark(h, d, c, False)
+            _native.callback_state(h, d, c, False)
         results = list(out) if num_results else []
         return (np.asarray(token, np.int32), *results)
 
@@ -476,14 +474,12 @@ def _dma_start(eqn, read, ctx, token):
     if dst_sem is None:
         raise ValueError("TPU interpret mode needs a destination semaphore"
                          " (`sem`) for every DMA.")
+    # A negative or too large target is an error (as in stock, which fails
+    # to find the buffer); the runtime names the id and the valid range.
     target, target_core = _target(ctx, target, eqn.params["device_id_type"])
-    if target_core is not None:
-        raise NotImplementedError(
-            "A DMA to another core (a core axis in device_id) is not supported"
-            " yet by mosaic_rt.")
-    if target is not None:
-        target, _ = _wrapped(ctx, target, ctx.core)
-    elif src_sem is not None:
+    if target is None and target_core is not None:
+        target = ctx.device_id  # a core axis only: another core of this device
+    elif target is None and src_sem is not None:
         # A local copy that also counts its read on src_sem (jax 0.12): the
         # runtime's two-semaphore copy, to this very device.
         target = ctx.device_id
@@ -497,7 +493,7 @@ def _dma_start(eqn, read, ctx, token):
         dst_space=space_code(dst_space), dst=dst, dst_region=to_region(dst_transforms),
         dst_sem=_sem_ids(dst_sem, dst_sem_t),
         src_sem=None if src_sem is None else _sem_ids(src_sem, src_sem_t),
-        dst_device=target)
+        dst_device=target, dst_core=target_core)
     return token, []
 
 
@@ -510,8 +506,12 @@ def _dma_wait(eqn, read, ctx, token):
     sem, sem_t = jx.ref_and_transforms(sem)
     src_aval = jx.transform_type(src_transforms, eqn.invars[0].aval)
     nbytes = math.prod(src_aval.shape) * src_aval.dtype.itemsize
-    token = ops.semaphore_wait(token, ctx.handle, ctx.device_id, ctx.core,
-                               _sem_ids(sem, sem_t), nbytes)
+    if isinstance(nbytes, int):
+        token = ops.dma_wait(token, ctx.handle, ctx.device_id, ctx.core,
+                             _sem_ids(sem, sem_t), nbytes)
+    else:  # a slice of traced size: the byte count is known at run time only
+        token = ops.semaphore_wait(token, ctx.handle, ctx.device_id, ctx.core,
+                                   _sem_ids(sem, sem_t), nbytes)
     return token, []
 
 

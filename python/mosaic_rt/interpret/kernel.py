@@ -19,7 +19,7 @@ import numpy as np
 from jax import lax
 
 from mosaic_rt import jax_internals as jx
-from mosaic_rt.interpret import logging_ops, ops
+from mosaic_rt.interpret import logging_ops, ops, sites
 from mosaic_rt.interpret.cores import run_cores_concurrently
 from mosaic_rt.interpret.jaxpr_eval import (
     Ctx, eval_jaxpr, forward_any_to_hbm, semaphore_kind, space_code)
@@ -58,7 +58,10 @@ def _grid_coordinates(grid, mosaic_params, seed):
 
 
 def interpret_pallas_call(*args, interpret_params: InterpretParams, **kwargs):
-    with logging_ops.tracing_with(interpret_params.logging_mode):
+    # Ops outside the kernel body (scratch allocations, block copies, the
+    # leak check) carry the kernel function's line.
+    with logging_ops.tracing_with(interpret_params.logging_mode), \
+            sites.at_kernel(kwargs.get("jaxpr")):
         return _interpret_pallas_call(*args, interpret_params=interpret_params, **kwargs)
 
 
@@ -257,6 +260,8 @@ def _interpret_pallas_call(
         def body(carry):
             it, loop_idx, point, prev_starts, cur_idx, cur_starts, token = carry
             cctx = ctx.replace(grid_point=point)
+            if params.trace_path is not None:
+                token = ops.grid_step(token, handle, device_id, core, point, phase="begin")
             if params.grid_point_recorder is not None:
                 token = jx.io_callback(params.grid_point_recorder, _TOKEN,
                                              token, point, core)
@@ -295,6 +300,8 @@ def _interpret_pallas_call(
                         name=output_names[j], block_indices=cur_idx[k], grid_point=point)
                     token = lax.cond(changed, copy_out, lambda t: t, token)
                 token = ops.check_revisit(token, handle, device_id, core, loop_idx, out_regions)
+                if params.trace_path is not None:
+                    token = ops.grid_step(token, handle, device_id, core, (), phase="end")
             return (it + 1, next_loop_idx, next_point, cur_starts, next_idx, next_starts, token)
 
         init_loop_idx = jx.grid_indices(grid, first_iter)
@@ -302,7 +309,11 @@ def _interpret_pallas_call(
         with pallas_core.grid_env(local_grid_env(init_point)):
             token, init_idx, init_starts = all_block_starts(init_point, ctx, token)
         carry = (first_iter, init_loop_idx, init_point, init_starts, init_idx, init_starts, token)
-        return lax.while_loop(lambda c: c[0] < loop_bound, body, carry)[-1]
+        token = lax.while_loop(lambda c: c[0] < loop_bound, body, carry)[-1]
+        if cores > 1:
+            # Deadlock detection learns at once that this core is done.
+            token = ops.core_end(token, handle, device_id, core)
+        return token
 
     if cores == 1:
         token = run_core(jnp.int32(0), token)

@@ -2,7 +2,9 @@
 `mosaic_rt.ffi` that speak in jaxpr terms (avals, params, id arrays).
 
 Semaphore refs are int32 arrays of semaphore ids; scalar ids are taken from
-them after indexing. `READY` tells the test-suite the interpreter is usable.
+them after indexing. Every op carries the source site of the equation being
+emitted (`sites.current()`), so native reports name the kernel line.
+`READY` tells the test-suite the interpreter is usable.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import numpy as np
 from mosaic_rt import ffi
 from mosaic_rt.ffi.ops import _call, _i32, _region_parts, _space
 from mosaic_rt.interpret import logging_ops as lg
+from mosaic_rt.interpret import sites
 from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.interpret.regions import Region
 from mosaic_rt.jax_internals import STOCK_MEMORY_SPACE_INDEX, MemorySpace, padded_shape
@@ -44,20 +47,37 @@ def begin(token, device, *, uid, num_devices, params: InterpretParams, name):
         out_of_bounds_reads=params.out_of_bounds_reads,
         uninitialized_memory=params.uninitialized_memory,
         detect_races=params.detect_races,
+        on_race=params.on_race if params.detect_races else None,
+        detect_uninitialized=params.detect_uninitialized,
+        detect_deadlocks=params.detect_deadlocks,
+        trace_path=params.trace_path,
         # None, inf, or more milliseconds than int64 holds: 0, no timeout.
         wait_timeout_ms=(0 if timeout is None or not timeout * 1000 < 2**63
-                         else max(1, int(timeout * 1000))))
+                         else max(1, int(timeout * 1000))),
+        site=sites.current())
 
 
 def end(token, handle, device, *, on_leak):
+    # Races and leaks of policy "warn" wait in a native queue, issued as
+    # Python warnings by mosaic_rt.reports (no host callback in the program:
+    # it would keep jax from caching it).
     if on_leak != "ignore":
         token, _ = ffi.leak_report(token, handle, device, policy=on_leak)
     return ffi.kernel_end(token, handle, device)
 
 
-def device_barrier(token, handle, device):
-    return ffi.device_barrier(token, handle, device)
+def core_end(token, handle, device, core):
+    """This core's program is done (deadlock detection knows at once)."""
+    return ffi.core_end(token, handle, device, core)
 
+
+def grid_step(token, handle, device, core, point, *, phase):
+    """A grid step's start (with its point) or end, on the timeline."""
+    return ffi.grid_step(token, handle, device, core, point, phase=phase)
+
+
+def device_barrier(token, handle, device):
+    return ffi.device_barrier(token, handle, device, site=sites.current())
 
 def sync_device_cores(token, handle, device):
     return ffi.sync_device_cores(token, handle, device)
@@ -78,7 +98,7 @@ def allocate_buffer(token, *, handle, device, core, space, params: InterpretPara
     content = _padded_shape(logical, dtype, space, params)
     token, buf = ffi.allocate_buffer(
         token, handle, device, core, space=space, dtype=dtype,
-        shape=content, logical_shape=logical, init=init)
+        shape=content, logical_shape=logical, init=init, site=sites.current())
     token = lg.log(token, lg.SHARED_MEMORY, "allocate_buffer", device,
                    -1 if core is None else core, space=_space(space), buffer_id=buf,
                    logical_shape=jnp.asarray(logical, jnp.int32),
@@ -102,7 +122,7 @@ def _log_access(token, op, device, core, space, buf, region):
 
 def load(token, handle, device, core, space, buf, region, aval):
     token, value = ffi.load(token, handle, device, core, buf, region, space=space,
-                            shape=aval.shape, dtype=aval.dtype)
+                            shape=aval.shape, dtype=aval.dtype, site=sites.current())
     return _log_access(token, "get_buffer_content", device, core, space, buf, region), value
 
 
@@ -112,52 +132,63 @@ def swap(token, handle, device, core, space, buf, region, value, mask, aval):
         value = jnp.broadcast_to(value, aval.shape)
     if mask is not None:
         mask = jnp.broadcast_to(jnp.asarray(mask, jnp.bool_), aval.shape)
-    token, old = ffi.swap(token, handle, device, core, buf, region, value, mask, space=space)
+    token, old = ffi.swap(token, handle, device, core, buf, region, value, mask, space=space,
+                          site=sites.current())
     return _log_access(token, "swap_buffer_content", device, core, space, buf, region), old
 
 
 def store(token, handle, device, core, space, buf, region, value):
-    token = ffi.store(token, handle, device, core, buf, region, value, space=space)
+    token = ffi.store(token, handle, device, core, buf, region, value, space=space,
+                      site=sites.current())
     return _log_access(token, "store_buffer_content", device, core, space, buf, region)
 
 
 def allocate_semaphores(token, handle, device, core, shape, *, kind):
     count = math.prod(shape)
     token, first = ffi.allocate_semaphores(token, handle, device, core, kind=kind,
-                                           count=max(count, 1))
+                                           count=max(count, 1), site=sites.current())
     ids = first + jnp.arange(count, dtype=jnp.int32).reshape(shape)
     return token, ids
 
 
 def barrier_semaphore(token, handle, device, collective_id):
-    return ffi.barrier_semaphore(token, handle, device, collective_id=collective_id)
+    return ffi.barrier_semaphore(token, handle, device, collective_id=collective_id,
+                                 site=sites.current())
 
 
 def semaphore_signal(token, handle, device, core, sem, inc, target_device, target_core):
     token = ffi.semaphore_signal(token, handle, device, core, _scalar_id(sem), inc,
-                                 target_device=target_device, target_core=target_core)
+                                 target_device=target_device, target_core=target_core,
+                                 site=sites.current())
     return lg.log(token, lg.SEMAPHORE, "signal", device, core, semaphore=_scalar_id(sem),
                   inc=inc, target_device=-1 if target_device is None else target_device,
                   target_core=-1 if target_core is None else target_core)
 
 
 def semaphore_wait(token, handle, device, core, sem, value):
-    token = ffi.semaphore_wait(token, handle, device, core, _scalar_id(sem), value)
+    token = ffi.semaphore_wait(token, handle, device, core, _scalar_id(sem), value,
+                               site=sites.current())
     return lg.log(token, lg.SEMAPHORE, "wait", device, core, semaphore=_scalar_id(sem),
                   value=value)
 
 
 def semaphore_read(token, handle, device, core, sem):
-    return ffi.semaphore_read(token, handle, device, core, _scalar_id(sem))
+    return ffi.semaphore_read(token, handle, device, core, _scalar_id(sem),
+                              site=sites.current())
 
 
 def dma_start(token, handle, device, core, *, src_space, src, src_region, dst_space,
-              dst, dst_region, dst_sem, src_sem, dst_device):
+              dst, dst_region, dst_sem, src_sem, dst_device, dst_core=None):
     return ffi.dma_start(
         token, handle, device, core, src, src_region, dst, dst_region,
         _scalar_id(dst_sem), src_space=src_space, dst_space=dst_space,
         src_sem=None if src_sem is None else _scalar_id(src_sem),
-        dst_device=dst_device)
+        dst_device=dst_device, dst_core=dst_core, site=sites.current())
+
+
+def dma_wait(token, handle, device, core, sem, nbytes):
+    return ffi.dma_wait(token, handle, device, core, _scalar_id(sem), nbytes=nbytes,
+                        site=sites.current())
 
 
 def _ids(xs):
@@ -179,7 +210,8 @@ def _copy_block(token, handle, device, core, src, src_region, dst, dst_region, *
                   _i32(dst), dst_starts, _ids(block_indices),
                   jnp.asarray(grid_point, jnp.int32).reshape(-1)),
                  src_space=_space(src_space), dst_space=_space(dst_space),
-                 direction=direction, arg_name=str(name), **src_attrs, **dst_attrs)
+                 direction=direction, arg_name=str(name), site=sites.current(),
+                 **src_attrs, **dst_attrs)
 
 
 def copy_block_in(token, *, handle, device, core, src, src_region, dst_space, dst,
@@ -218,7 +250,7 @@ def check_revisit(token, handle, device, core, loop_idx, regions):
     start_vec, attrs = _region_parts(merged)
     return _call("check_revisit", (),
                  (token, handle, _i32(device), _i32(core), _ids(loop_idx), start_vec),
-                 ranks=np.asarray(ranks, np.int64), **attrs)
+                 ranks=np.asarray(ranks, np.int64), site=sites.current(), **attrs)
 
 
 def prng_seed(token, handle, device, core, seeds):

@@ -11,6 +11,7 @@ interpreter; stock instances keep the stock path.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Literal
 
 from mosaic_rt.jax_internals import STOCK_HAS_ON_RACE
@@ -30,6 +31,21 @@ class InterpretParams(_StockParams):
         or ``"warn"`` (a ``mosaic_rt.RaceWarning`` per distinct race). jax
         0.11+ has this field with default ``"raise"``; on jax 0.10.2, whose
         stock interpreter only prints races, the default is ``"warn"``.
+      detect_uninitialized: check every read of kernel-local memory (VMEM,
+        SMEM, scratch) and fail with ``mosaic_rt.UninitializedReadError``
+        naming the buffer, the never-written index range and the source line
+        when it reads elements nothing wrote in this launch (stock only
+        fills such memory with NaN or zero, see ``uninitialized_memory``).
+      trace_path: write each launch's timeline (grid steps, DMAs, waits,
+        signals, with source lines) as Chrome trace-event JSON to this path
+        (later launches: ``name-1.json``, ``name-2.json``, ...; see
+        ``mosaic_rt.timeline``); ``None``: no timeline.
+      detect_deadlocks: when every core of a launch is blocked and nothing
+        pending can wake any of them, fail every wait at once with
+        ``mosaic_rt.DeadlockError`` listing each blocked core (semaphore,
+        value awaited, count, source line) instead of waiting for
+        ``wait_timeout``. A device that never reaches the kernel is judged
+        stuck only after the whole process has been idle for ~0.8 s.
       wait_timeout: seconds after which a blocked semaphore/DMA wait or
         barrier fails with ``mosaic_rt.WaitTimeout`` instead of hanging
         (``None``: no timeout).
@@ -40,6 +56,9 @@ class InterpretParams(_StockParams):
 
     if not STOCK_HAS_ON_RACE:
         on_race: Literal["raise", "warn"] = "warn"
+    detect_uninitialized: bool = False
+    detect_deadlocks: bool = True
+    trace_path: str | None = None
     wait_timeout: float | None = 120.0
     on_semaphore_leak: Literal["warn", "raise", "ignore"] = "warn"
 
@@ -79,6 +98,11 @@ class InterpretParams(_StockParams):
                     "wait_timeout must be a positive number of seconds or None (inf: no"
                     f" timeout), got {self.wait_timeout!r}."
                 )
+        for flag in ("detect_uninitialized", "detect_deadlocks"):
+            if not isinstance(getattr(self, flag), bool):
+                raise TypeError(f"{flag} must be a bool, got {getattr(self, flag)!r}.")
+        if self.trace_path is not None and not isinstance(self.trace_path, (str, os.PathLike)):
+            raise TypeError(f"trace_path must be a path or None, got {self.trace_path!r}.")
         if self.on_race not in ("raise", "warn"):
             raise ValueError(
                 f"on_race must be 'raise' or 'warn', got {self.on_race!r}.")

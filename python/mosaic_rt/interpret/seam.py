@@ -42,7 +42,9 @@ def install() -> None:
         def dispatch(*args, interpret_params, **kwargs):
             from mosaic_rt.interpret.params import InterpretParams
             if isinstance(interpret_params, InterpretParams):
+                from mosaic_rt.ffi import reports
                 from mosaic_rt.interpret.kernel import interpret_pallas_call
+                reports.deliver_in_background()  # outside pytest (see reports)
                 return interpret_pallas_call(
                     *args, interpret_params=interpret_params, **kwargs)
             return stock_impl(*args, interpret_params=interpret_params, **kwargs)

@@ -45,6 +45,26 @@ def at(source_info):
         _current.frame = prev
 
 
+@contextlib.contextmanager
+def at_kernel(jaxpr):
+    """Ops outside any equation (scratch allocation, block copies, the leak
+    check) carry the kernel function's definition line."""
+    prev = getattr(_current, "frame", None)
+    _current.frame = [None, _kernel_site(jaxpr)]
+    try:
+        yield
+    finally:
+        _current.frame = prev
+
+
+def _kernel_site(jaxpr) -> int:
+    info = getattr(getattr(jaxpr, "debug_info", None), "func_src_info", None)
+    if not info:
+        return 0
+    name, sep, where = str(info).rpartition(" at ")  # "kernel at /a/b.py:12"
+    return _intern(f"{where} ({name})" if sep else str(info))
+
+
 def current() -> int:
     """The site of the equation being emitted (0 outside any)."""
     frame = getattr(_current, "frame", None)

@@ -12,7 +12,7 @@ pub const MAX_SITES: usize = 1 << 20;
 #[derive(Default)]
 struct Table {
     ids: HashMap<String, u32>,
-    texts: Vec<String>,
+    texts: HashMap<u32, String>,
 }
 
 static TABLE: Mutex<Option<Table>> = Mutex::new(None);
@@ -22,7 +22,21 @@ fn install_resolver() {
     ONCE.call_once(|| mosaic_rt_core::site::set_resolver(text));
 }
 
-/// The id of `text` (from 1; the same text always gets the same id).
+/// FNV-1a of the text: ids must not depend on the order texts are interned
+/// in, because they are attributes of the compiled program -- the same
+/// kernel must lower to the same program in every process (jax's persistent
+/// compilation cache keys on it).
+fn hash(text: &str) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in text.bytes() {
+        h ^= b as u32;
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h
+}
+
+/// The id of `text` (never 0; the same text always gets the same id, in
+/// every process, unless two texts collide -- then the later one probes on).
 pub fn intern(text: &str) -> u32 {
     install_resolver();
     let mut guard = TABLE.lock().unwrap_or_else(|p| p.into_inner());
@@ -33,8 +47,11 @@ pub fn intern(text: &str) -> u32 {
     if t.texts.len() >= MAX_SITES {
         return 0;
     }
-    t.texts.push(text.to_string());
-    let id = t.texts.len() as u32;
+    let mut id = hash(text).max(1);
+    while t.texts.contains_key(&id) {
+        id = id.wrapping_add(1).max(1);
+    }
+    t.texts.insert(id, text.to_string());
     t.ids.insert(text.to_string(), id);
     id
 }
@@ -45,7 +62,7 @@ pub fn text(id: u32) -> Option<String> {
         return None;
     }
     let guard = TABLE.lock().unwrap_or_else(|p| p.into_inner());
-    guard.as_ref()?.texts.get(id as usize - 1).cloned()
+    guard.as_ref()?.texts.get(&id).cloned()
 }
 
 #[cfg(test)]
@@ -61,5 +78,7 @@ mod tests {
         assert_eq!(text(a).as_deref(), Some("kernel.py:12:4 (k)"));
         assert_eq!(mosaic_rt_core::site::text(a).as_deref(), Some("kernel.py:12:4 (k)"));
         assert_eq!(text(0), None);
+        // Order-independent: the id is a function of the text.
+        assert_eq!(intern("kernel.py:99:1 (z)"), hash("kernel.py:99:1 (z)").max(1));
     }
 }

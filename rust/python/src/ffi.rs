@@ -97,10 +97,21 @@ fn pending_reports() -> usize {
 /// every waiter of the launch. Returns False if the launch is unknown (it
 /// has ended), True otherwise.
 #[pyfunction]
-fn fail_launch(py: Python<'_>, handle: u64, device: u32, core: u32, exc_key: u64, type_name: &str, message: &str) -> PyResult<bool> {
+fn fail_launch(
+    py: Python<'_>,
+    handle: u64,
+    device: u32,
+    core: u32,
+    exc_key: u64,
+    type_name: &str,
+    message: &str,
+) -> PyResult<Option<String>> {
     let err = RtError::external(exc_key, type_name, message);
-    let found = py.detach(|| mosaic_rt_ffi::fail_launch(handle, device, core, err)).or_raise(py)?;
-    Ok(found.is_some())
+    let root = py.detach(|| mosaic_rt_ffi::fail_launch(handle, device, core, err)).or_raise(py)?;
+    // The launch's root cause (this failure, or an earlier one) as the
+    // `[mosaic_rt#N]` message the FFI handlers raise, for the caller to
+    // raise in its turn.
+    Ok(root.map(|r| mosaic_rt_ffi::errors::wire_message(mosaic_rt_ffi::errors::record(&r), &r)))
 }
 
 /// Marks (device, core) of launch `handle` as inside (`inside=True`) or out
