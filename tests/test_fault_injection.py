@@ -191,3 +191,63 @@ def test_random_core_fault_ends_every_core_promptly(cores, seed):
     assert time.monotonic() - start < PROMPT
     np.testing.assert_array_equal(cores([-1, -1]),
                                   np.full((CORES * TILE[0], TILE[1]), float(ROUNDS)))
+
+
+# --------------------------------------------------- a user host callback
+
+class UserCallbackError(RuntimeError):
+    pass
+
+
+def _callback_ring():
+    def check(me, round_, fault):
+        if int(me) == int(fault[0]) and int(round_) == int(fault[1]):
+            raise UserCallbackError(f"user callback failed on device {int(me)}")
+
+    def kernel(fault_ref, x_ref, o_ref, sem):
+        me = lax.axis_index("x")
+        barrier = pltpu.get_barrier_semaphore()
+
+        def round_(r, carry):
+            # The callback may raise on one device while the others wait in
+            # the barrier for its signal.
+            jax.debug.callback(check, me, r, jnp.stack([fault_ref[0], fault_ref[1]]))
+            for hop in range(1, N):
+                pl.semaphore_signal(barrier, 1, device_id=(lax.rem(me + hop, N),))
+            pl.semaphore_wait(barrier, N - 1)
+            return carry + 1.0
+
+        o_ref[...] = x_ref[...] + lax.fori_loop(0, ROUNDS, round_, 0.0)
+
+    call = pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct(TILE, jnp.float32),
+        in_specs=[SMEM, VMEM], out_specs=VMEM, scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+        compiler_params=pltpu.CompilerParams(collective_id=0),
+        interpret=mosaic_rt.InterpretParams(wait_timeout=WAIT_TIMEOUT))
+    mesh = Mesh(np.array(jax.devices()[:N]), ("x",))
+    fn = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=(P(), P("x")),
+                               out_specs=P("x"), check_vma=False))
+    x = jax.device_put(np.zeros((N * TILE[0], TILE[1]), np.float32),
+                       NamedSharding(mesh, P("x")))
+    run = lambda fault: np.asarray(jax.block_until_ready(fn(jnp.asarray(fault, jnp.int32), x)))
+    run([-1, -1])
+    return run
+
+
+@pytest.fixture(scope="module")
+def callback_ring():
+    return _callback_ring()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("seed", range(3))
+def test_a_failing_user_callback_ends_every_device_with_its_exception(callback_ring, seed):
+    rng = np.random.default_rng(200 + seed)
+    fault = [int(rng.integers(N)), int(rng.integers(ROUNDS))]
+    start = time.monotonic()
+    with pytest.raises(UserCallbackError, match=f"user callback failed on device {fault[0]}"):
+        with mosaic_rt.native_errors():
+            callback_ring(fault)
+    assert time.monotonic() - start < PROMPT
+    np.testing.assert_array_equal(callback_ring([-1, -1]),
+                                  np.full((N * TILE[0], TILE[1]), float(ROUNDS)))
