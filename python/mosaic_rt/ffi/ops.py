@@ -394,3 +394,87 @@ def dma_wait(token, handle, device, core, sem, *, nbytes: int, site: int = 0):
     that signal it, in on_wait mode)."""
     return _call("dma_wait", (), (token, handle, _i32(device), _i32(core), _i32(sem)),
                  bytes=int(nbytes), site=site)
+
+
+# ---------------------------------------------------------------- grid loop
+
+_PRED = jax.ShapeDtypeStruct((), jnp.bool_)
+
+
+@dataclasses.dataclass(frozen=True)
+class GridBlock:
+    """One BlockSpec block the native grid loop copies: an input (HBM
+    buffer ``hbm_id`` -> kernel buffer ``kernel_id`` in ``space``) or an
+    output (the other way). ``factors``: per block dimension, block index ->
+    element start (the block size for blocked dims, else 1)."""
+    output: bool
+    space: Any
+    hbm_id: Any
+    kernel_id: Any
+    sizes: tuple[int, ...]
+    squeezed: tuple[bool, ...]
+    factors: tuple[int, ...]
+    name: str = "unknown"
+
+
+def _scalars(xs):
+    """int32 scalar operands: numpy constants for Python ints."""
+    return [np.int32(x) if isinstance(x, (int, np.integer)) else jnp.asarray(x, jnp.int32)
+            for x in xs]
+
+
+def grid_begin(token, handle, device, core, *, grid, order, iters_per_core: int,
+               num_iterations: int, blocks, revisit, site: int = 0):
+    """Starts the native grid loop of (device, core) (see ``grid_copy_in``).
+
+    ``grid``: static dims (>= 1); ``order``: per dim its visiting order (a
+    permutation, or empty for the identity); the core runs iterations
+    ``core * iters_per_core`` up to ``min(.. + iters_per_core, num_iterations)``.
+    ``blocks``: the :class:`GridBlock` s copied per step (inputs first);
+    ``revisit``: per pallas_call output the index of its block in
+    ``blocks`` whose revisits are errors, or -1. Returns
+    ``(token, go, p0, p1)``: whether the first iteration runs, its grid
+    point and the next one (tuples of int32 scalars)."""
+    nd = len(grid)
+    operands = [token, handle, _i32(device), _i32(core)]
+    for b in blocks:
+        operands += _scalars((b.hbm_id, b.kernel_id))
+    names = [str(b.name) for b in blocks]
+    if any("\x1f" in n for n in names):
+        names = [n.replace("\x1f", " ") for n in names]
+    out = _call(
+        "grid_begin", (_PRED,) + (_I32,) * (2 * nd), operands, site=site,
+        grid=_ints(grid), order=_ints(i for o in order for i in o),
+        order_lens=_ints(len(o) for o in order),
+        iters_per_core=int(iters_per_core), num_iterations=int(num_iterations),
+        block_outputs=_ints(int(b.output) for b in blocks),
+        block_spaces=_ints(_space(b.space) for b in blocks),
+        block_ranks=_ints(len(b.sizes) for b in blocks),
+        block_sizes=_ints(s for b in blocks for s in b.sizes),
+        block_squeezed=_ints(int(bool(s)) for b in blocks for s in b.squeezed),
+        block_factors=_ints(f for b in blocks for f in b.factors),
+        block_names="\x1f".join(names), revisit=_ints(revisit))
+    token, go, *points = out
+    return token, go, tuple(points[:nd]), tuple(points[nd:])
+
+
+def grid_copy_in(token, handle, device, core, indices, *, site: int = 0):
+    """Copies in this step's input blocks that moved since the previous step
+    (all on the first): ``indices`` are the block indices of every input
+    block of ``grid_begin``, block after block."""
+    return _call("grid_copy_in", (), [token, handle, _i32(device), _i32(core),
+                                      *_scalars(indices)], site=site)
+
+
+def grid_copy_out(token, handle, device, core, indices, next_indices, *, ndim: int,
+                  site: int = 0):
+    """Copies out this step's output blocks the next step does not write
+    (all on the last step), checks for revisited output blocks, and moves
+    the loop on. ``indices`` / ``next_indices``: the output blocks' indices
+    in this and the next step. Returns ``(token, go, point)``: whether the
+    next step runs and the grid point of the step after it."""
+    cur, nxt = _scalars(indices), _scalars(next_indices)
+    token, go, *point = _call(
+        "grid_copy_out", (_PRED,) + (_I32,) * ndim,
+        [token, handle, _i32(device), _i32(core), *cur, *nxt], site=site)
+    return token, go, tuple(point)

@@ -66,17 +66,47 @@ def interpret_pallas_call(*args, interpret_params: InterpretParams, **kwargs):
 
 
 def _visiting_order(grid, mosaic_params, seed):
+    """Per grid dim its visiting order (empty: the identity); numpy arrays
+    when the grid is static."""
     parallel = jx.parallel_dim_semantics(mosaic_params, len(grid))
     if not any(parallel):
-        return (jnp.zeros((0,), jnp.int32),) * len(grid)
+        return (np.zeros((0,), np.int32),) * len(grid)
     static = all(isinstance(g, (int, np.integer)) for g in grid)
     try:
         if static:
-            coords = _grid_coordinates(tuple(int(g) for g in grid), mosaic_params, seed)
-            return tuple(jnp.asarray(c) for c in coords)
+            return _grid_coordinates(tuple(int(g) for g in grid), mosaic_params, seed)
     except TypeError:  # unhashable params: no cache, same result
         pass
     return jx.randomized_grid_coordinates(grid, mosaic_params, seed)
+
+
+def _static_order(randomized):
+    """The visiting orders as tuples of ints, or None if any is traced."""
+    try:
+        return tuple(tuple(int(i) for i in np.asarray(c).reshape(-1)) for c in randomized)
+    except (TypeError, jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError):
+        return None
+
+
+def _block_factors(bm):
+    """Per block dim: block index -> element start factor (stock's starts)."""
+    out = []
+    for b in bm.block_shape:
+        if isinstance(b, (pallas_core.Squeezed, pallas_core.Element)):
+            out.append(1)
+        elif isinstance(b, pallas_core.Blocked):
+            out.append(int(b.block_size))
+        else:
+            raise ValueError(f"Unsupported block dim type: {type(b)}")
+    return tuple(out)
+
+
+def _idx32(x):
+    """A block index as an int32 scalar (a numpy constant when static)."""
+    if isinstance(x, (int, np.integer)):
+        return np.int32(x)
+    x = jnp.asarray(x)
+    return x if x.dtype == jnp.int32 else lax.convert_element_type(x, jnp.int32)
 
 
 def _interpret_pallas_call(
@@ -249,7 +279,81 @@ def _interpret_pallas_call(
             starts.append(st)
         return token, tuple(idxs), tuple(starts)
 
-    def run_core(core, token):
+    # The grid loop's bookkeeping runs natively (ops.grid_*) when the grid
+    # and visiting order are static; else (dynamic grids, memory logging)
+    # it is emitted as XLA, as stock does.
+    order = _static_order(randomized)
+    static_grid = all(isinstance(g, (int, np.integer)) for g in grid)
+    n_static = math.prod(int(g) for g in grid) if static_grid else 0
+    native_grid = (order is not None and n_static > 0
+                   and not logging_ops.enabled(logging_ops.SHARED_MEMORY))
+    tracked, blocks, revisit, n_tracked_in = [], [], [], 0
+    if native_grid:
+        sub = int(subgrid)
+        per_core_static = ((sub + cores - 1) // cores) * (n_static // sub)
+        tracked = [k for k in range(n_in + n_out) if spaces[k] is not _HBM]
+        blocks = [ops.GridBlock(
+            output=k >= n_in, space=space_code(spaces[k]),
+            hbm_id=input_ids[k] if k < n_in else output_ids[k - n_in],
+            kernel_id=kernel_in_ids[k] if k < n_in else kernel_out_ids[k - n_in],
+            sizes=tuple(int(x) for x in block_shapes[k]), squeezed=squeezed[k],
+            factors=_block_factors(block_mappings[k]),
+            name=input_names[k] if k < n_in else output_names[k - n_in]) for k in tracked]
+        revisit = [tracked.index(n_in + j) if (n_in + j in tracked and j not in out_alias)
+                   else -1 for j in range(n_out)]
+        n_tracked_in = sum(1 for k in tracked if k < n_in)
+
+    def tracked_indices(point, ctx, token):
+        """Evaluates every index map at `point`; the block indices of the
+        tracked blocks, flattened (inputs first)."""
+        flat = []
+        for k, bm in enumerate(block_mappings):
+            token, bi = eval_jaxpr(bm.index_map_jaxpr.jaxpr, *bm.index_map_jaxpr.consts,
+                                   *point, *scalar_ids, ctx=ctx, token=token)
+            if k in tracked:
+                flat.append(tuple(_idx32(i) for i in bi))
+        return token, flat
+
+    def run_core_native(core, token):
+        ctx = Ctx(handle=handle, device_id=device_id, core=core,
+                  grid_mapping=grid_mapping, mesh=mesh, axis_sizes=axis_sizes,
+                  axis_indices=axis_indices, mosaic_params=mosaic_params, params=params,
+                  num_devices=num_devices)
+        token, go, p0, p1 = ops.grid_begin(
+            token, handle, device_id, core, grid=tuple(int(g) for g in grid), order=order,
+            iters_per_core=per_core_static, num_iterations=n_static,
+            blocks=blocks, revisit=revisit)
+        with pallas_core.grid_env(local_grid_env(p0)):
+            token, idx0 = tracked_indices(p0, ctx, token)
+
+        def body(carry):
+            token, go, point, next_point, idx = carry
+            cctx = ctx.replace(grid_point=point)
+            if params.trace_path is not None:
+                token = ops.grid_step(token, handle, device_id, core, point, phase="begin")
+            if params.grid_point_recorder is not None:
+                vec = (jnp.stack(point) if point else jnp.zeros((0,), jnp.int32))
+                token = jx.io_callback(params.grid_point_recorder, _TOKEN, token, vec, core)
+            with pallas_core.grid_env(local_grid_env(point)):
+                token, next_idx = tracked_indices(next_point, cctx, token)
+                token = ops.grid_copy_in(token, handle, device_id, core,
+                                         [i for b in idx[:n_tracked_in] for i in b])
+                token, _ = eval_jaxpr(jaxpr, *kernel_args, ctx=cctx, token=token)
+                token, go, after = ops.grid_copy_out(
+                    token, handle, device_id, core,
+                    [i for b in idx[n_tracked_in:] for i in b],
+                    [i for b in next_idx[n_tracked_in:] for i in b], ndim=len(grid))
+                if params.trace_path is not None:
+                    token = ops.grid_step(token, handle, device_id, core, (), phase="end")
+            return (token, go, next_point, after, tuple(next_idx))
+
+        carry = (token, go, p0, p1, tuple(idx0))
+        token = lax.while_loop(lambda c: c[1], body, carry)[0]
+        if cores > 1:
+            token = ops.core_end(token, handle, device_id, core)
+        return token
+
+    def run_core_xla(core, token):
         ctx = Ctx(handle=handle, device_id=device_id, core=core,
                   grid_mapping=grid_mapping, mesh=mesh, axis_sizes=axis_sizes,
                   axis_indices=axis_indices, mosaic_params=mosaic_params, params=params,
@@ -314,6 +418,8 @@ def _interpret_pallas_call(
             # Deadlock detection learns at once that this core is done.
             token = ops.core_end(token, handle, device_id, core)
         return token
+
+    run_core = run_core_native if native_grid else run_core_xla
 
     if cores == 1:
         token = run_core(jnp.int32(0), token)

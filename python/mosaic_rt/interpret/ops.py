@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mosaic_rt import ffi
+from mosaic_rt.ffi import ops as ffi_ops
 from mosaic_rt.ffi.ops import _call, _i32, _region_parts, _space
 from mosaic_rt.interpret import logging_ops as lg
 from mosaic_rt.interpret import sites
@@ -260,3 +261,20 @@ def prng_seed(token, handle, device, core, seeds):
 def prng_random_bits(token, handle, device, core, aval):
     return _call("prng_random_bits", (jax.ShapeDtypeStruct(aval.shape, aval.dtype),),
                  (token, handle, _i32(device), _i32(core)))
+
+
+GridBlock = ffi_ops.GridBlock
+
+
+def grid_begin(token, handle, device, core, **kwargs):
+    """The native grid loop of this core: ``(token, go, p0, p1)``."""
+    return ffi_ops.grid_begin(token, handle, device, core, site=sites.current(), **kwargs)
+
+
+def grid_copy_in(token, handle, device, core, indices):
+    return ffi_ops.grid_copy_in(token, handle, device, core, indices, site=sites.current())
+
+
+def grid_copy_out(token, handle, device, core, indices, next_indices, *, ndim):
+    return ffi_ops.grid_copy_out(token, handle, device, core, indices, next_indices,
+                                 ndim=ndim, site=sites.current())

@@ -14,6 +14,7 @@ pub mod deadlock;
 pub mod dma;
 pub mod dtype;
 pub mod error;
+pub mod grid;
 pub mod memory;
 pub mod prng;
 pub mod races;

@@ -14,6 +14,7 @@ use crate::dtype::DType;
 use crate::region::Region;
 use crate::prng::CorePrng;
 use crate::races::{RaceDetector, RaceLog};
+use crate::grid::GridLoop;
 use crate::revisit::RevisitTracker;
 use crate::sem::{Leak, SemKind, SemTable};
 use crate::sync::{lock, Mutex};
@@ -40,6 +41,8 @@ pub struct Runtime {
 pub(crate) struct CoreState {
     revisit: Mutex<RevisitTracker>,
     prng: Mutex<CorePrng>,
+    /// The native grid loop (`grid_begin` .. its last `grid_copy_out`).
+    grid: Mutex<Option<GridLoop>>,
 }
 
 impl Runtime {
@@ -451,6 +454,26 @@ impl Runtime {
     ) -> Result<()> {
         let g = self.topo.check(device, core)?;
         lock(&self.cores[g as usize].revisit).visit(loop_idx, blocks).map_err(|e| e.at(device, core))
+    }
+
+    /// Starts the native grid loop of (device, core) (see [`crate::grid`]).
+    pub fn grid_begin(&self, device: u32, core: u32, grid: GridLoop) -> Result<()> {
+        let g = self.topo.check(device, core)?;
+        *lock(&self.cores[g as usize].grid) = Some(grid);
+        Ok(())
+    }
+
+    /// Runs `f` on the grid loop of (device, core) (only that core's thread
+    /// uses it, so the lock is uncontended; `f` may use the runtime).
+    pub fn with_grid<R>(&self, device: u32, core: u32, f: impl FnOnce(&mut GridLoop) -> Result<R>) -> Result<R> {
+        let g = self.topo.check(device, core)?;
+        let mut guard = lock(&self.cores[g as usize].grid);
+        match guard.as_mut() {
+            Some(grid) => f(grid),
+            None => Err(RtError::value(format!(
+                "grid step on device {device}, core {core} without grid_begin"
+            ))),
+        }
     }
 
     /// Reseeds the PRNG of (device, core) (`pltpu.prng_seed`).

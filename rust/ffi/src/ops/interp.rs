@@ -8,7 +8,7 @@ use crate::frame::Frame;
 use crate::launch;
 use mosaic_rt_core::memory::MemRef;
 use mosaic_rt_core::region::python_tuple;
-use mosaic_rt_core::{BufferKey, DType, DimSel, ErrorKind, Region, Result, RtError};
+use mosaic_rt_core::{BufferKey, DType, DimSel, ErrorKind, Region, Result, RtError, Runtime};
 
 fn ints_repr(xs: &[i32]) -> String {
     let items: Vec<String> = xs.iter().map(|x| x.to_string()).collect();
@@ -43,38 +43,67 @@ pub fn copy_block(c: &mut Call) -> Result<()> {
         "output" => false,
         d => return Err(RtError::value(format!("copy_block: bad direction {d:?}"))),
     };
+    let block_indices = f.arg(8)?.i32s()?;
+    let grid_point = f.arg(9)?.i32s()?;
+    let name = f.attr_str("arg_name")?;
     launch::with_runtime(handle, |rt| {
         let src = MemRef { device, core, space: src_space, id: src_id, region: &src_region };
         let dst = MemRef { device, core, space: dst_space, id: dst_id, region: &dst_region };
-        let result = rt.copy(src, dst);
-        let err = match result {
-            Ok(_) => return Ok(()),
-            Err(e) => e,
-        };
-        let oob = if input {
-            err.kind == ErrorKind::Index
-        } else {
-            err.message.starts_with("Out-of-bounds write")
-        };
-        if !oob {
-            return Err(err);
-        }
-        let (space, id, reg, what) = if input {
-            (src_space, src_id, &src_region, "input")
-        } else {
-            (dst_space, dst_id, &dst_region, "output")
-        };
-        let info = rt.buffer_info(BufferKey::for_access(space, id, device, core))?;
-        Err(RtError::index(format!(
-            "Out-of-bounds block index {} for {what} \"{}\" in iteration {} on device \
-             {device} (core {core}): reading [{}] but {what} has shape {}.",
-            ints_repr(f.arg(8)?.i32s()?),
-            f.attr_str("arg_name")?,
-            ints_repr(f.arg(9)?.i32s()?),
-            reg.python_repr(),
-            shape_repr(&info.logical_shape)
-        )))
+        block_copy(rt, src, dst, input, block_indices, name, grid_point)
     })
+}
+
+/// Copies one BlockSpec block (`input`: HBM -> kernel buffer, else kernel
+/// buffer -> HBM); an out-of-bounds block is reported the way stock reports
+/// it, naming the argument, block indices and grid point.
+pub(crate) fn block_copy(
+    rt: &Runtime,
+    src: MemRef<'_>,
+    dst: MemRef<'_>,
+    input: bool,
+    block_indices: &[i32],
+    name: &str,
+    grid_point: &[i32],
+) -> Result<()> {
+    let err = match rt.copy(src, dst) {
+        Ok(_) => return Ok(()),
+        Err(e) => e,
+    };
+    block_copy_error(rt, src, dst, input, block_indices, name, grid_point, err)
+}
+
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn block_copy_error(
+    rt: &Runtime,
+    src: MemRef<'_>,
+    dst: MemRef<'_>,
+    input: bool,
+    block_indices: &[i32],
+    name: &str,
+    grid_point: &[i32],
+    err: RtError,
+) -> Result<()> {
+    let oob = if input {
+        err.kind == ErrorKind::Index
+    } else {
+        err.message.starts_with("Out-of-bounds write")
+    };
+    if !oob {
+        return Err(err);
+    }
+    let (hbm, what) = if input { (src, "input") } else { (dst, "output") };
+    let (device, core) = (src.device, src.core);
+    let info = rt.buffer_info(BufferKey::for_access(hbm.space, hbm.id, device, core))?;
+    Err(RtError::index(format!(
+        "Out-of-bounds block index {} for {what} \"{name}\" in iteration {} on device \
+         {device} (core {core}): reading [{}] but {what} has shape {}.",
+        ints_repr(block_indices),
+        ints_repr(grid_point),
+        hbm.region.python_repr(),
+        shape_repr(&info.logical_shape)
+    )))
 }
 
 /// `check_revisit(token, handle, device, core, loop_idx, starts) -> token`.

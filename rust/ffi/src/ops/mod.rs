@@ -4,6 +4,7 @@
 //! Static parameters are attributes, dynamic ones operands.
 
 pub mod dma;
+pub mod grid;
 pub mod interp;
 pub mod kernel;
 pub mod memory;

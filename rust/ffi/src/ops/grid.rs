@@ -1,0 +1,204 @@
+//! The grid loop of a BlockSpec pallas_call as three ops (see
+//! `mosaic_rt_core::grid`): per grid step one call before the kernel body
+//! (copy-in) and one after it (copy-out, revisit check, next grid point),
+//! so the emitted program computes nothing but the user's index maps.
+//!
+//! ```text
+//! token, go, p0.., p1.. = grid_begin(token, handle, device, core, (hbm_id, kernel_id) per block)
+//! token, idx0 = index maps at p0
+//! while go:                                   # carry: token, go, p_k, p_k+1, idx_k
+//!     token, idx_k+1 = index maps at p_k+1
+//!     token = grid_copy_in(token, handle, device, core, idx_k of the input blocks..)
+//!     token = kernel body at p_k
+//!     token, go, p_k+2.. = grid_copy_out(token, handle, device, core,
+//!                                        idx_k of the output blocks.., idx_k+1 of them..)
+//! ```
+//!
+//! Points are int32 scalar results, `go` a pred scalar. Block indices are
+//! int32 scalar operands, block after block.
+
+use super::interp::block_copy;
+use super::{core_target, handle_arg, pass_token};
+use crate::dispatch::Call;
+use crate::frame::Frame;
+use crate::launch;
+use mosaic_rt_core::grid::{Block, BlockCopy, GridLoop, GridSpec};
+use mosaic_rt_core::memory::MemRef;
+use mosaic_rt_core::{MemorySpace, Region, Result, RtError, Runtime};
+
+/// `grid_begin(token, handle, device, core, (hbm id, kernel id) per block)
+/// -> (token, go, p0.., p1..)`.
+///
+/// Attributes: `grid`, `order` (the visiting orders, concatenated) and
+/// `order_lens` (per dim, 0 for the identity), `iters_per_core`,
+/// `num_iterations`; per block `block_outputs` (0/1), `block_spaces` (the
+/// kernel buffer's space), `block_ranks`, and concatenated `block_sizes`,
+/// `block_squeezed`, `block_factors`; `block_names` (joined by U+001F);
+/// `revisit` (per pallas_call output: its block, or -1 if untracked).
+pub fn grid_begin(c: &mut Call) -> Result<()> {
+    let (handle, device, core) = target(c, |f| Ok(2 + 2 * f.attr_i64s("grid")?.len()))?;
+    let f = &c.frame;
+    let grid = f.attr_i64s("grid")?.to_vec();
+    let spec = GridSpec {
+        order: split(f.attr_i64s("order")?, f.attr_i64s("order_lens")?, "order")?,
+        grid,
+        iters_per_core: f.attr_i64("iters_per_core")?,
+        num_iterations: f.attr_i64("num_iterations")?,
+    };
+    let blocks = blocks(f)?;
+    let revisit = f
+        .attr_i64s("revisit")?
+        .iter()
+        .map(|&b| usize::try_from(b).ok())
+        .collect();
+    let grid = GridLoop::new(spec, blocks, revisit, core)?;
+    let points: Vec<i32> = grid.point().into_iter().chain(grid.next_point()).collect();
+    write_step(f, grid.go(), &points)?;
+    launch::with_runtime(handle, |rt| rt.grid_begin(device, core, grid))
+}
+
+/// Like `core_target` for ops with a variable number of operands (>= 4)
+/// and `rets(frame)` results.
+fn target(c: &mut Call, rets: impl FnOnce(&Frame) -> Result<usize>) -> Result<(u64, u32, u32)> {
+    let handle = handle_arg(&c.frame, 1)?;
+    let device = c.frame.arg_id(2, "device id")?;
+    c.bind(handle, device);
+    let rets = rets(&c.frame)?;
+    c.frame.expect_arity(4..=usize::MAX, rets)?;
+    pass_token(&c.frame)?;
+    Ok((handle, device, c.frame.arg_id(3, "core id")?))
+}
+
+fn split(flat: &[i64], lens: &[i64], what: &str) -> Result<Vec<Vec<i64>>> {
+    let mut out = Vec::with_capacity(lens.len());
+    let mut at = 0usize;
+    for &n in lens {
+        let n = usize::try_from(n).map_err(|_| RtError::value(format!("grid_begin: negative {what} length")))?;
+        let part = flat
+            .get(at..at + n)
+            .ok_or_else(|| RtError::value(format!("grid_begin: {what} lengths exceed the values")))?;
+        out.push(part.to_vec());
+        at += n;
+    }
+    if at != flat.len() {
+        return Err(RtError::value(format!("grid_begin: {what} has values past its lengths")));
+    }
+    Ok(out)
+}
+
+fn blocks(f: &Frame) -> Result<Vec<Block>> {
+    let outputs = f.attr_i64s("block_outputs")?;
+    let n = outputs.len();
+    let spaces = f.attr_i64s("block_spaces")?;
+    let ranks = f.attr_i64s("block_ranks")?;
+    let sizes = split(f.attr_i64s("block_sizes")?, ranks, "block_sizes")?;
+    let squeezed = split(f.attr_i64s("block_squeezed")?, ranks, "block_squeezed")?;
+    let factors = split(f.attr_i64s("block_factors")?, ranks, "block_factors")?;
+    let names: Vec<&str> = match f.attr_str("block_names")? {
+        "" if n == 0 => Vec::new(),
+        s => s.split('\u{1f}').collect(),
+    };
+    if spaces.len() != n || ranks.len() != n || names.len() != n || f.num_args() != 4 + 2 * n {
+        return Err(RtError::value(format!(
+            "grid_begin: {n} blocks but {} spaces, {} ranks, {} names and {} buffer ids",
+            spaces.len(),
+            ranks.len(),
+            names.len(),
+            f.num_args().saturating_sub(4)
+        )));
+    }
+    let mut out = Vec::with_capacity(n);
+    for (b, (((sizes, squeezed), factors), name)) in sizes.into_iter().zip(squeezed).zip(factors).zip(names).enumerate() {
+        out.push(Block {
+            output: outputs[b] != 0,
+            space: MemorySpace::from_code(spaces[b])?,
+            hbm_id: f.arg_id(4 + 2 * b, "HBM buffer id")?,
+            kernel_id: f.arg_id(5 + 2 * b, "kernel buffer id")?,
+            sizes,
+            squeezed: squeezed.into_iter().map(|s| s != 0).collect(),
+            factors,
+            name: name.to_string(),
+        });
+    }
+    Ok(out)
+}
+
+/// Writes `go` (result 1, pred) and the grid point coordinates (results 2..).
+fn write_step(f: &Frame, go: bool, points: &[i32]) -> Result<()> {
+    let r = f.ret(1)?;
+    r.expect_dtype(mosaic_rt_core::DType::Bool)?;
+    r.expect_rank(0)?;
+    // SAFETY: the only slice of result 1 (a 1-byte pred scalar, checked);
+    // no other slice of it is alive, and results are not aliased to
+    // operands but the token.
+    let byte = unsafe { r.bytes_mut()? };
+    byte[0] = go as u8;
+    for (k, &p) in points.iter().enumerate() {
+        f.ret(2 + k)?.write_i32(p)?;
+    }
+    Ok(())
+}
+
+fn indices(f: &Frame) -> Result<Vec<i32>> {
+    (4..f.num_args()).map(|i| f.arg_i32(i)).collect()
+}
+
+fn copy(rt: &Runtime, device: u32, core: u32, c: &BlockCopy<'_>) -> Result<()> {
+    let b = c.block;
+    let whole = Region::full();
+    let hbm = MemRef { device, core, space: MemorySpace::Hbm, id: b.hbm_id, region: c.region };
+    let kernel = MemRef { device, core, space: b.space, id: b.kernel_id, region: &whole };
+    if b.output {
+        block_copy(rt, kernel, hbm, false, c.indices, &b.name, c.point)
+    } else {
+        block_copy(rt, hbm, kernel, true, c.indices, &b.name, c.point)
+    }
+}
+
+/// `grid_copy_in(token, handle, device, core, idx..) -> token`: copies in
+/// the input blocks of this step that moved (block indices of every input
+/// block, in order).
+pub fn grid_copy_in(c: &mut Call) -> Result<()> {
+    let (handle, device, core) = core_target(c, 4..=usize::MAX, 1)?;
+    let _site = c.enter_site();
+    let idx = indices(&c.frame)?;
+    launch::with_runtime(handle, |rt| {
+        rt.with_grid(device, core, |g| g.copy_in(&idx, |b| copy(rt, device, core, b)))
+    })
+}
+
+/// `grid_copy_out(token, handle, device, core, cur.., next..) -> (token, go,
+/// p..)`: copies out the output blocks of this step that the next step does
+/// not write (`cur`/`next`: their block indices in this and the next step),
+/// checks for revisited blocks, and returns whether the loop goes on and the
+/// grid point after the next one (whose block indices the next step
+/// computes).
+pub fn grid_copy_out(c: &mut Call) -> Result<()> {
+    let (handle, device, core) = target(c, |f| Ok(f.num_rets().max(2)))?;
+    let _site = c.enter_site();
+    let f = &c.frame;
+    let idx = indices(f)?;
+    if idx.len() % 2 != 0 {
+        return Err(RtError::value("grid_copy_out: block indices must come in (cur, next) halves"));
+    }
+    let (cur, next) = idx.split_at(idx.len() / 2);
+    launch::with_runtime(handle, |rt| {
+        rt.with_grid(device, core, |g| {
+            g.copy_out(
+                cur,
+                next,
+                |b| copy(rt, device, core, b),
+                |loop_idx, blocks| rt.check_revisit(device, core, loop_idx, blocks),
+            )?;
+            let nd = g.loop_indices().len();
+            if f.num_rets() != 2 + nd {
+                return Err(RtError::value(format!(
+                    "grid_copy_out: a {nd}-d grid needs {} results, got {}",
+                    2 + nd,
+                    f.num_rets()
+                )));
+            }
+            write_step(f, g.go(), &g.next_point())
+        })
+    })
+}
