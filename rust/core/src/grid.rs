@@ -283,9 +283,12 @@ mod tests {
         }
     }
 
+    /// (output?, first start, point) of one copy.
+    type Copy = (bool, i64, Vec<i32>);
+
     /// Runs the loop with the index map `i, j -> (i, 0)`; returns the copies
-    /// as (output?, first start, point) and the revisit calls' loop indices.
-    fn run(mut g: GridLoop) -> (Vec<(bool, i64, Vec<i32>)>, Vec<Vec<i64>>) {
+    /// and the revisit calls' loop indices.
+    fn run(mut g: GridLoop) -> (Vec<Copy>, Vec<Vec<i64>>) {
         let mut copies = Vec::new();
         let mut visits = Vec::new();
         while g.go() {

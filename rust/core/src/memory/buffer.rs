@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use super::copy::fill_pattern;
+use super::copy::extend_with_pattern;
 use super::init_shadow::InitShadow;
 use super::message::shape_repr;
 use super::BufferInfo;
@@ -57,15 +57,22 @@ impl Buffer {
                 shape_repr(shape)
             ))
         })?;
-        content.resize(bytes, 0);
-        if init.is_none() || shape != logical_shape {
-            fill_pattern(&mut content, fill);
-        }
-        if let Some(init) = init {
-            let itemsize = dtype.itemsize();
-            let full = super::copy::Layout::dense(logical_shape, itemsize);
-            let dst = super::copy::Layout::dense(shape, itemsize);
-            super::copy::copy_block(init, &full, &mut content, &dst, logical_shape, itemsize);
+        match init {
+            // The whole content given: one pass, no fill.
+            Some(init) if shape == logical_shape && init.len() == bytes => content.extend_from_slice(init),
+            _ => {
+                if init.is_none() || shape != logical_shape {
+                    extend_with_pattern(&mut content, bytes, fill);
+                } else {
+                    content.resize(bytes, 0);
+                }
+                if let Some(init) = init {
+                    let itemsize = dtype.itemsize();
+                    let full = super::copy::Layout::dense(logical_shape, itemsize);
+                    let dst = super::copy::Layout::dense(shape, itemsize);
+                    super::copy::copy_block(init, &full, &mut content, &dst, logical_shape, itemsize);
+                }
+            }
         }
         let init_shadow = match track_init {
             false => None,

@@ -144,14 +144,39 @@ pub(crate) fn for_each_element(
     }
 }
 
-/// Fills `dst` with repetitions of the element `pattern`.
+/// Fills `dst` with repetitions of the element `pattern` at memcpy speed:
+/// one element, then copies of the filled prefix doubling in size (a copy
+/// per element costs a `memcpy` call each).
 pub(crate) fn fill_pattern(dst: &mut [u8], pattern: &[u8]) {
+    if pattern.is_empty() || dst.is_empty() {
+        return;
+    }
     if pattern.iter().all(|&b| b == pattern[0]) {
         dst.fill(pattern[0]);
-    } else {
-        for chunk in dst.chunks_exact_mut(pattern.len()) {
-            chunk.copy_from_slice(pattern);
-        }
+        return;
+    }
+    let p = pattern.len().min(dst.len());
+    dst[..p].copy_from_slice(&pattern[..p]);
+    let mut filled = p;
+    while filled < dst.len() {
+        let m = filled.min(dst.len() - filled);
+        dst.copy_within(..m, filled);
+        filled += m;
+    }
+}
+
+/// Appends `n` bytes of repetitions of `pattern` to `v` in one pass (no
+/// zeroing first; reserve the capacity before).
+pub(crate) fn extend_with_pattern(v: &mut Vec<u8>, n: usize, pattern: &[u8]) {
+    let start = v.len();
+    if pattern.is_empty() || pattern.iter().all(|&b| b == pattern[0]) {
+        v.resize(start + n, pattern.first().copied().unwrap_or(0));
+        return;
+    }
+    v.extend_from_slice(&pattern[..pattern.len().min(n)]);
+    while v.len() - start < n {
+        let filled = v.len() - start;
+        v.extend_from_within(start..start + filled.min(n - filled));
     }
 }
 
@@ -189,6 +214,25 @@ mod tests {
             merge_dims(&strided(0, &[16, 8]), &Layout::dense(&[3, 2], 4), &[3, 2], 4);
         assert_eq!(run, 4);
         assert_eq!(loops.iter().map(|l| (l.count, l.src, l.dst)).collect::<Vec<_>>(), [(6, 8, 4)]);
+    }
+
+    fn naive_fill(n: usize, pattern: &[u8]) -> Vec<u8> {
+        (0..n).map(|i| pattern[i % pattern.len()]).collect()
+    }
+
+    #[test]
+    fn fills_repeat_the_pattern() {
+        for pattern in [&[1u8, 2, 3, 4][..], &[7, 7], &[0xff, 0x7f], &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]] {
+            for n in [0usize, 1, 3, 4, 5, 16, 17, 64, 1000, 4096, 4100] {
+                let mut dst = vec![0u8; n];
+                fill_pattern(&mut dst, pattern);
+                assert_eq!(dst, naive_fill(n, pattern), "{pattern:?} {n}");
+                let mut v = vec![9u8; 3];
+                extend_with_pattern(&mut v, n, pattern);
+                assert_eq!(&v[..3], &[9, 9, 9]);
+                assert_eq!(&v[3..], &naive_fill(n, pattern)[..], "{pattern:?} {n}");
+            }
+        }
     }
 
     #[test]
