@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from mosaic_rt._dtypes import dtype_name
 
 _I32 = jax.ShapeDtypeStruct((), jnp.int32)
+_NO_STARTS = np.zeros((0,), np.int32)
 _HANDLE = jax.ShapeDtypeStruct((2,), jnp.uint32)
 
 #: Memory space codes (``MemorySpace`` in rust/core/src/memory).
@@ -44,12 +47,19 @@ class Region:
     starts: Any = ()
 
     def start_vector(self):
-        """The starts as one int32 vector (the op's dynamic operand)."""
-        if not isinstance(self.starts, (tuple, list)):
-            return jnp.asarray(self.starts, jnp.int32).reshape(-1)
-        if not self.starts:
-            return jnp.zeros((0,), jnp.int32)
-        return jnp.stack([_i32(s).reshape(()) for s in self.starts])
+        """The starts as one int32 vector (the op's dynamic operand): a
+        numpy constant when every start is a Python/numpy int."""
+        starts = self.starts
+        if not isinstance(starts, (tuple, list)):
+            if isinstance(starts, (np.ndarray, np.generic, int)):
+                return np.asarray(starts, np.int32).reshape(-1)
+            starts = _as_i32(starts)
+            return starts if starts.ndim == 1 else lax.reshape(starts, (math.prod(starts.shape),))
+        if all(isinstance(s, _STATIC_INTS) for s in starts):
+            return np.asarray(starts, np.int32).reshape(-1)
+        return lax.concatenate(
+            [np.asarray([s], np.int32) if isinstance(s, _STATIC_INTS)
+             else lax.reshape(_as_i32(s), (1,)) for s in starts], 0)
 
     @staticmethod
     def index(*indices) -> "Region":
@@ -70,7 +80,25 @@ def new_token():
     return jnp.zeros((), jnp.int32)
 
 
+_STATIC_INTS = (int, np.integer)
+
+
+def _as_i32(x):
+    """A traced (or concrete) value as an int32 array, without a convert
+    when it already is one."""
+    if getattr(x, "dtype", None) == np.int32:
+        return x
+    return lax.convert_element_type(x, np.int32)
+
+
 def _i32(x):
+    """An int32 scalar operand: a numpy constant for a static int."""
+    if isinstance(x, _STATIC_INTS) and not isinstance(x, bool):
+        return np.int32(x)
+    if isinstance(x, (np.ndarray, np.generic)):
+        return np.asarray(x, np.int32)
+    if hasattr(x, "dtype") and hasattr(x, "shape"):
+        return _as_i32(x)
     return jnp.asarray(x, jnp.int32)
 
 
@@ -116,7 +144,7 @@ def _region_parts(region, prefix: str = ""):
     """(int32 start vector operand, attributes) of a region."""
     if region is None:
         sizes = strides = squeezed = ()
-        starts = jnp.zeros((0,), jnp.int32)
+        starts = _NO_STARTS
     else:
         sizes, strides, squeezed = region.sizes, region.strides, region.squeezed
         starts = region.start_vector()
@@ -125,7 +153,7 @@ def _region_parts(region, prefix: str = ""):
         f"{prefix}strides": _ints(strides),
         f"{prefix}squeezed": _ints(int(bool(s)) for s in squeezed),
     }
-    return jnp.asarray(starts, jnp.int32).reshape(-1), attrs
+    return starts, attrs
 
 
 # ------------------------------------------------------------------ launches
@@ -419,8 +447,7 @@ class GridBlock:
 
 def _scalars(xs):
     """int32 scalar operands: numpy constants for Python ints."""
-    return [np.int32(x) if isinstance(x, (int, np.integer)) else jnp.asarray(x, jnp.int32)
-            for x in xs]
+    return [_i32(x) for x in xs]
 
 
 def grid_begin(token, handle, device, core, *, grid, order, iters_per_core: int,
@@ -478,3 +505,13 @@ def grid_copy_out(token, handle, device, core, indices, next_indices, *, ndim: i
         "grid_copy_out", (_PRED,) + (_I32,) * ndim,
         [token, handle, _i32(device), _i32(core), *cur, *nxt], site=site)
     return token, go, tuple(point)
+
+
+def wrap_target(device, core, *, num_devices: int, num_cores: int):
+    """``(device, core)`` of a signal target after stock's wrap of negative
+    ids through the global core id ``device * num_cores + core`` (wraps once;
+    other ids unchanged). One pure native call (no token)."""
+    call = jax.ffi.ffi_call("mosaic_rt_wrap_target", (_I32, _I32))
+    d, c = call(_i32(device), _i32(core), num_devices=int(num_devices),
+                num_cores=int(num_cores))
+    return d, c

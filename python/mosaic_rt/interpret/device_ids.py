@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import math
 
-import jax.numpy as jnp
+import numpy as np
 
+from mosaic_rt.ffi import ops as ffi_ops
 from mosaic_rt.jax_internals import JAX_VERSION, DeviceIdType
 
 # jax 0.12 reads a dict key ("x",) as the axis "x"; earlier releases treat
@@ -99,19 +100,18 @@ def to_logical(device_id, device_id_type, *, axis_sizes: dict, axis_indices: dic
 
 
 def wrap_negative(device, core, *, num_devices: int, num_cores: int):
-    """Stock's wrap of a negative target (see the module doc), at run time.
+    """Stock's wrap of a negative target (see the module doc).
 
     `device` and `core` are int32 scalars (traced or not). Ids stay as
     given when the global core id is not negative, so the native range
-    check sees (and names) the user's out-of-range value.
+    check sees (and names) the user's out-of-range value. Static ids are
+    wrapped here; traced ones by one native call (no XLA kernels).
     """
-    if isinstance(device, int) and isinstance(core, int) and device >= 0 and core >= 0:
+    if isinstance(device, (int, np.integer)) and isinstance(core, (int, np.integer)):
+        device, core = int(device), int(core)
+        total = num_devices * num_cores
+        g = device * num_cores + core
+        if g < 0 and g + total >= 0:
+            return (g + total) // num_cores, (g + total) % num_cores
         return device, core
-    device = jnp.asarray(device, jnp.int32)
-    core = jnp.asarray(core, jnp.int32)
-    total = num_devices * num_cores
-    g = device * num_cores + core
-    wrapped = g + total
-    negative = (g < 0) & (wrapped >= 0)
-    return (jnp.where(negative, wrapped // num_cores, device),
-            jnp.where(negative, wrapped % num_cores, core))
+    return ffi_ops.wrap_target(device, core, num_devices=num_devices, num_cores=num_cores)

@@ -30,12 +30,13 @@ _SMEM_CODE = STOCK_MEMORY_SPACE_INDEX[MemorySpace.SMEM]
 
 
 def _scalar_id(x):
-    x = jnp.asarray(x)
+    if not hasattr(x, "shape"):
+        x = jnp.asarray(x)
     if x.shape != ():
         raise ValueError(
             f"expected a single semaphore, got a semaphore array of shape {x.shape};"
             " index it first")
-    return x.astype(jnp.int32)
+    return _i32(x)
 
 
 def begin(token, device, *, uid, num_devices, params: InterpretParams, name):
@@ -193,8 +194,7 @@ def dma_wait(token, handle, device, core, sem, nbytes):
 
 
 def _ids(xs):
-    xs = [jnp.asarray(x, jnp.int32).reshape(()) for x in xs]
-    return jnp.stack(xs) if xs else jnp.zeros((0,), jnp.int32)
+    return Region(starts=tuple(xs)).start_vector()
 
 
 def _copy_block(token, handle, device, core, src, src_region, dst, dst_region, *,

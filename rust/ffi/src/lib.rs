@@ -74,6 +74,7 @@ handlers! {
     grid_copy_in => crate::ops::grid::grid_copy_in,
     grid_copy_out => crate::ops::grid::grid_copy_out,
     prng_seed => crate::ops::interp::prng_seed,
+    wrap_target => crate::ops::interp::wrap_target,
     prng_random_bits => crate::ops::interp::prng_random_bits,
     grid_step => crate::ops::trace::grid_step,
 }

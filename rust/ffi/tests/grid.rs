@@ -157,3 +157,26 @@ fn steps_without_grid_begin_are_errors() {
     let e = core_call(handle).ret_i32().call(h::grid_copy_in).unwrap_err();
     assert!(e.contains("without grid_begin"), "{e}");
 }
+
+fn wrap(device: i32, core: i32, devices: i64, cores: i64) -> (i32, i32) {
+    let mut c = FakeCall::new()
+        .arg_i32(device)
+        .arg_i32(core)
+        .ret_i32()
+        .ret_i32()
+        .attr_i64("num_devices", devices)
+        .attr_i64("num_cores", cores);
+    c.call(h::wrap_target).unwrap();
+    (c.ret_i32_value(0), c.ret_i32_value(1))
+}
+
+#[test]
+fn negative_signal_targets_wrap_through_the_global_core_id() {
+    assert_eq!(wrap(-1, 0, 4, 1), (3, 0));
+    assert_eq!(wrap(2, 1, 4, 2), (2, 1));
+    assert_eq!(wrap(0, -1, 4, 2), (3, 1));
+    assert_eq!(wrap(-1, 1, 4, 2), (3, 1));
+    // Too negative to wrap once: unchanged, for the range check to name.
+    assert_eq!(wrap(-5, 0, 4, 1), (-5, 0));
+    assert_eq!(wrap(-2, 0, 1, 1), (-2, 0));
+}

@@ -169,3 +169,26 @@ pub fn prng_random_bits(c: &mut Call) -> Result<()> {
     Ok(())
 }
 
+
+/// `wrap_target(device, core) -> (device, core)` (pure: no token, handle or
+/// side effect): stock's wrap of a negative signal target. Stock indexes its
+/// per-core tables with the global core id `device * num_cores + core`, so
+/// a negative id that is still >= `-num_devices * num_cores` wraps once
+/// (device -1 is the last device; core -1 of device 0 the last core of the
+/// last device). Other ids pass unchanged, for the signal's own range check
+/// to name. Attributes `num_devices`, `num_cores`.
+pub fn wrap_target(c: &mut Call) -> Result<()> {
+    let f = &c.frame;
+    f.expect_arity(2..=2, 2)?;
+    let (device, core) = (f.arg_i32(0)? as i64, f.arg_i32(1)? as i64);
+    let cores = f.attr_i64("num_cores")?.max(1);
+    let total = f.attr_i64("num_devices")?.max(1) * cores;
+    let global = device * cores + core;
+    let (d, k) = if global < 0 && global + total >= 0 {
+        ((global + total) / cores, (global + total) % cores)
+    } else {
+        (device, core)
+    };
+    f.ret(0)?.write_i32(d as i32)?;
+    f.ret(1)?.write_i32(k as i32)
+}
