@@ -209,3 +209,24 @@ def test_cores_split_a_parallel_grid_as_stock(tmp_path):
     events = events["traceEvents"] if isinstance(events, dict) else events
     grid = [e for e in events if e.get("ph") == "X" and e.get("cat") == "grid"]
     assert len(grid) == 8, grid
+
+
+@pytest.mark.parametrize("grid,semantics", [
+    ((2, 2, 2), ("parallel", "parallel", "arbitrary")),
+    ((5,), ("parallel",)),
+    ((1, 7), ("parallel", "parallel")),
+    ((2000,), ("parallel",)),  # two shuffle rounds
+])
+def test_visiting_order_in_numpy_equals_jax_random(grid, semantics):
+    from mosaic_rt import jax_internals as jx
+    from mosaic_rt.interpret import kernel
+
+    mp = pltpu.CompilerParams(dimension_semantics=semantics)
+    for seed in (None, 1, 12345, 2**31 - 1):
+        ref = jax.jit(lambda: jx.randomized_grid_coordinates(grid, mp, seed))()
+        got = kernel._numpy_grid_coordinates(
+            grid, jx.parallel_dim_semantics(mp, len(grid)), seed or 0)
+        assert got is not None
+        for a, b in zip(ref, got):
+            assert np.asarray(a).dtype == b.dtype
+            np.testing.assert_array_equal(np.asarray(a), b)
