@@ -27,6 +27,7 @@ from mosaic_rt._dtypes import dtype_name
 
 _I32 = jax.ShapeDtypeStruct((), jnp.int32)
 _NO_STARTS = np.zeros((0,), np.int32)
+_DYNAMIC_START = -(2**63)  # a region's `fixed` start taken from the operand
 _HANDLE = jax.ShapeDtypeStruct((2,), jnp.uint32)
 
 #: Memory space codes (``MemorySpace`` in rust/core/src/memory).
@@ -142,17 +143,31 @@ def _call(name: str, results, operands, *, site: int = 0, **attrs):
 
 def _region_parts(region, prefix: str = ""):
     """(int32 start vector operand, attributes) of a region."""
+    fixed = None
     if region is None:
         sizes = strides = squeezed = ()
         starts = _NO_STARTS
     else:
         sizes, strides, squeezed = region.sizes, region.strides, region.squeezed
-        starts = region.start_vector()
+        parts = region.starts
+        static = ([isinstance(s, _STATIC_INTS) for s in parts]
+                  if isinstance(parts, (tuple, list)) else [])
+        if any(static) and not all(static):
+            # Static starts as an attribute, only the dynamic ones as the
+            # operand: no concatenate of constants and scalars to compile.
+            fixed = np.asarray([int(s) if st else _DYNAMIC_START
+                                for s, st in zip(parts, static)], np.int64)
+            starts = Region(starts=tuple(s for s, st in zip(parts, static) if not st)
+                            ).start_vector()
+        else:
+            starts = region.start_vector()
     attrs = {
         f"{prefix}sizes": _ints(sizes),
         f"{prefix}strides": _ints(strides),
         f"{prefix}squeezed": _ints(int(bool(s)) for s in squeezed),
     }
+    if fixed is not None:
+        attrs[f"{prefix}fixed"] = fixed
     return starts, attrs
 
 
@@ -515,3 +530,10 @@ def wrap_target(device, core, *, num_devices: int, num_cores: int):
     d, c = call(_i32(device), _i32(core), num_devices=int(num_devices),
                 num_cores=int(num_cores))
     return d, c
+
+
+def iota_ids(first, shape):
+    """``first + arange(prod(shape)).reshape(shape)`` as int32, by one pure
+    native call (the ids of a semaphore array allocated in one run)."""
+    call = jax.ffi.ffi_call("mosaic_rt_iota_ids", jax.ShapeDtypeStruct(tuple(shape), jnp.int32))
+    return call(_i32(first))

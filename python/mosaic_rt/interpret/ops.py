@@ -149,7 +149,7 @@ def allocate_semaphores(token, handle, device, core, shape, *, kind):
     count = math.prod(shape)
     token, first = ffi.allocate_semaphores(token, handle, device, core, kind=kind,
                                            count=max(count, 1), site=sites.current())
-    ids = first + jnp.arange(count, dtype=jnp.int32).reshape(shape)
+    ids = first if tuple(shape) == () else ffi_ops.iota_ids(first, shape)
     return token, ids
 
 

@@ -75,6 +75,7 @@ handlers! {
     grid_copy_out => crate::ops::grid::grid_copy_out,
     prng_seed => crate::ops::interp::prng_seed,
     wrap_target => crate::ops::interp::wrap_target,
+    iota_ids => crate::ops::interp::iota_ids,
     prng_random_bits => crate::ops::interp::prng_random_bits,
     grid_step => crate::ops::trace::grid_step,
 }

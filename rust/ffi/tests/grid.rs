@@ -180,3 +180,35 @@ fn negative_signal_targets_wrap_through_the_global_core_id() {
     assert_eq!(wrap(-5, 0, 4, 1), (-5, 0));
     assert_eq!(wrap(-2, 0, 1, 1), (-2, 0));
 }
+
+#[test]
+fn regions_take_static_starts_from_an_attribute_and_dynamic_ones_from_the_operand() {
+    let handle = begin();
+    let x: Vec<i32> = (0..8).collect();
+    let id = alloc(handle, VMEM, &[4, 2], Some(&x));
+    let load = |fixed: &[i64], dynamic: &[i32]| {
+        let mut c = core_call(handle)
+            .arg_i32(id)
+            .arg_i32s(dynamic)
+            .ret_i32()
+            .ret(abi::DT_S32, &[1, 1], 4)
+            .attr_i64("space", VMEM)
+            .attr_i64s("sizes", &[1, 1])
+            .attr_i64s("strides", &[1, 1])
+            .attr_i64s("squeezed", &[0, 0])
+            .attr_i64s("fixed", fixed);
+        c.call(h::load).map(|_| c.ret_i32_value(1))
+    };
+    assert_eq!(load(&[i64::MIN, 1], &[2]), Ok(5));
+    assert_eq!(load(&[3, i64::MIN], &[0]), Ok(6));
+    let e = load(&[i64::MIN, i64::MIN], &[1]).unwrap_err();
+    assert!(e.contains("fixed starts"), "{e}");
+}
+
+#[test]
+fn semaphore_id_arrays_count_up_from_the_first() {
+    let mut c = FakeCall::new().arg_i32(2000).ret(abi::DT_S32, &[2, 3], 24);
+    c.call(h::iota_ids).unwrap();
+    let ids: Vec<i32> = c.ret_bytes(0).chunks(4).map(|b| i32::from_le_bytes(b.try_into().unwrap())).collect();
+    assert_eq!(ids, vec![2000, 2001, 2002, 2003, 2004, 2005]);
+}

@@ -192,3 +192,21 @@ pub fn wrap_target(c: &mut Call) -> Result<()> {
     f.ret(0)?.write_i32(d as i32)?;
     f.ret(1)?.write_i32(k as i32)
 }
+
+/// `iota_ids(first) -> int32[shape]` (pure): `first + 0, first + 1, ...` in
+/// C order, the ids of a semaphore array allocated as one consecutive run
+/// (no XLA kernel for the arange-and-add).
+pub fn iota_ids(c: &mut Call) -> Result<()> {
+    let f = &c.frame;
+    f.expect_arity(1..=1, 1)?;
+    let first = f.arg_i32(0)?;
+    let out = f.ret(0)?;
+    out.expect_dtype(DType::I32)?;
+    // SAFETY: the only slice of result 0; the operand was read above and no
+    // slice of it is alive.
+    let bytes = unsafe { out.bytes_mut()? };
+    for (k, chunk) in bytes.chunks_exact_mut(4).enumerate() {
+        chunk.copy_from_slice(&first.wrapping_add(k as i32).to_ne_bytes());
+    }
+    Ok(())
+}

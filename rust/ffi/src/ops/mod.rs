@@ -86,22 +86,31 @@ pub struct RegionAttrs {
     pub sizes: &'static str,
     pub strides: &'static str,
     pub squeezed: &'static str,
+    /// Optional: per dim a static start, or [`DYNAMIC_START`] for the next
+    /// entry of the start operand (which then holds only those).
+    pub fixed: &'static str,
 }
+
+/// In a region's `fixed` starts attribute: "take this start from the operand".
+pub const DYNAMIC_START: i64 = i64::MIN;
 
 pub const REGION: RegionAttrs = RegionAttrs {
     sizes: "sizes",
     strides: "strides",
     squeezed: "squeezed",
+    fixed: "fixed",
 };
 pub const SRC_REGION: RegionAttrs = RegionAttrs {
     sizes: "src_sizes",
     strides: "src_strides",
     squeezed: "src_squeezed",
+    fixed: "src_fixed",
 };
 pub const DST_REGION: RegionAttrs = RegionAttrs {
     sizes: "dst_sizes",
     strides: "dst_strides",
     squeezed: "dst_squeezed",
+    fixed: "dst_fixed",
 };
 
 /// A region: static sizes, strides and squeezed flags (attributes named by
@@ -112,6 +121,9 @@ pub fn region(f: &Frame, names: &RegionAttrs, starts_arg: usize) -> Result<Regio
     let squeezed = f.attr_i64s(names.squeezed)?;
     let starts = f.arg(starts_arg)?.i32s()?;
     let n = sizes.len();
+    if starts.len() != n && strides.len() == n && squeezed.len() == n {
+        return fixed_region(f, names, sizes, strides, squeezed, starts);
+    }
     if strides.len() != n || squeezed.len() != n || starts.len() != n {
         return Err(RtError::value(format!(
             "{}: region {:?} has {n} sizes but {} strides, {} squeezed flags and {} starts",
@@ -130,6 +142,37 @@ pub fn region(f: &Frame, names: &RegionAttrs, starts_arg: usize) -> Result<Regio
             squeezed: squeezed[i] != 0,
         })
         .collect();
+    Ok(Region::new(dims))
+}
+
+/// A region whose static starts are an attribute (`names.fixed`) and whose
+/// operand holds only the dynamic ones (so the program needs no vector of
+/// constants and scalars: no concatenate kernel).
+#[cold]
+#[inline(never)]
+fn fixed_region(f: &Frame, names: &RegionAttrs, sizes: &[i64], strides: &[i64], squeezed: &[i64], dynamic: &[i32]) -> Result<Region> {
+    let fixed = f.attr_i64s_opt(names.fixed)?.unwrap_or(&[]);
+    let mut next = dynamic.iter();
+    let mut dims = Vec::with_capacity(sizes.len());
+    for (i, &size) in sizes.iter().enumerate() {
+        let start = match fixed.get(i) {
+            Some(&DYNAMIC_START) => next.next().map(|&s| s as i64),
+            Some(&s) => Some(s),
+            None => None,
+        };
+        let Some(start) = start else { break };
+        dims.push(DimSel { start, size, stride: strides[i], squeezed: squeezed[i] != 0 });
+    }
+    if dims.len() != sizes.len() || fixed.len() != sizes.len() || next.next().is_some() {
+        return Err(RtError::value(format!(
+            "{}: region {:?} has {} sizes but {} fixed starts and {} dynamic starts",
+            f.op,
+            names.sizes,
+            sizes.len(),
+            fixed.len(),
+            dynamic.len()
+        )));
+    }
     Ok(Region::new(dims))
 }
 
