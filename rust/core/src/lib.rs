@@ -36,3 +36,4 @@ pub use region::{DimSel, Region};
 pub use registry::LaunchRegistry;
 pub use runtime::Runtime;
 pub use sem::{Leak, SemKind, MAX_COUNT};
+pub use sync::IgnorePoison;

@@ -11,7 +11,7 @@
 use crate::config::Config;
 use crate::error::{Result, RtError};
 use crate::runtime::Runtime;
-use crate::sync::{lock, Arc, AtomicU64, Mutex, Ordering, RwLock};
+use crate::sync::{lock, Arc, AtomicU64, IgnorePoison, Mutex, Ordering, RwLock};
 use std::collections::{HashMap, VecDeque};
 
 /// Failed instances kept waiting for their remaining devices.
@@ -119,12 +119,12 @@ impl LaunchRegistry {
                 failed: false,
             },
         );
-        write(&self.runtimes).insert(handle, Arc::clone(&runtime));
+        self.runtimes.write().ignore_poison().insert(handle, Arc::clone(&runtime));
         Ok((handle, runtime))
     }
 
     pub fn get(&self, handle: u64) -> Option<Arc<Runtime>> {
-        read(&self.runtimes).get(&handle).cloned()
+        self.runtimes.read().ignore_poison().get(&handle).cloned()
     }
 
     /// The device finished its program normally.
@@ -188,7 +188,7 @@ impl LaunchRegistry {
                 tomb.pop_front();
             }
         }
-        write(&self.runtimes).remove(&handle);
+        self.runtimes.write().ignore_poison().remove(&handle);
         t.failed.retain(|&h| h != handle);
         if let Some(launch) = t.launches.get_mut(&inst.launch) {
             launch.instances.remove(&inst.occurrence);
@@ -233,10 +233,3 @@ fn check_same_config(a: &Config, b: &Config, uid: u64, run_id: i64) -> Result<()
     Ok(())
 }
 
-fn read<T>(l: &RwLock<T>) -> impl std::ops::Deref<Target = T> + '_ {
-    l.read().unwrap_or_else(|p| p.into_inner())
-}
-
-fn write<T>(l: &RwLock<T>) -> impl std::ops::DerefMut<Target = T> + '_ {
-    l.write().unwrap_or_else(|p| p.into_inner())
-}

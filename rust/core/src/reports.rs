@@ -4,6 +4,7 @@
 //! stderr lines written by native code.
 
 use std::collections::VecDeque;
+use crate::sync::IgnorePoison;
 use std::sync::Mutex;
 
 /// Undelivered reports kept; older ones are dropped beyond this (and
@@ -79,7 +80,7 @@ struct Queue {
 static QUEUE: Mutex<Queue> = Mutex::new(Queue { reports: VecDeque::new(), dropped: 0 });
 
 fn queue() -> std::sync::MutexGuard<'static, Queue> {
-    QUEUE.lock().unwrap_or_else(|p| p.into_inner())
+    QUEUE.lock().ignore_poison()
 }
 
 /// Queues a report.

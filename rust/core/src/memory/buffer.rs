@@ -10,6 +10,7 @@ use super::message::shape_repr;
 use super::BufferInfo;
 use crate::dtype::DType;
 use crate::error::{Result, RtError};
+use crate::sync::IgnorePoison;
 
 pub(crate) struct Buffer {
     pub dtype: DType,
@@ -109,10 +110,10 @@ impl Buffer {
     /// Read access to the bytes. Poisoning is ignored: a panic elsewhere is
     /// reported at the FFI boundary and must not wedge every other core.
     pub fn read(&self) -> RwLockReadGuard<'_, Vec<u8>> {
-        self.content.read().unwrap_or_else(|p| p.into_inner())
+        self.content.read().ignore_poison()
     }
 
     pub fn write(&self) -> RwLockWriteGuard<'_, Vec<u8>> {
-        self.content.write().unwrap_or_else(|p| p.into_inner())
+        self.content.write().ignore_poison()
     }
 }

@@ -16,6 +16,7 @@ use crate::config::{Config, FillMode, OobReads, Topology};
 use crate::dtype::DType;
 use crate::error::{Result, RtError};
 use crate::region::Region;
+use crate::sync::IgnorePoison;
 
 /// Buffer ids count from here per (device, core), as in stock.
 const FIRST_BUFFER_ID: u32 = 100;
@@ -89,7 +90,7 @@ impl MemoryTable {
     /// The buffer of `key`; the shard lock is released before returning.
     pub(crate) fn get(&self, key: BufferKey, action: &str) -> Result<Arc<Buffer>> {
         let shard = self.shard(key.device)?;
-        let map = shard.buffers.read().unwrap_or_else(|p| p.into_inner());
+        let map = shard.buffers.read().ignore_poison();
         map.get(&key).cloned().ok_or_else(|| no_such_buffer(key, action))
     }
 
@@ -134,7 +135,7 @@ impl MemoryTable {
 
         // Take one id per target core; they must agree (ids are kept in sync).
         let id = {
-            let mut next = shard.next_ids.lock().unwrap_or_else(|p| p.into_inner());
+            let mut next = shard.next_ids.lock().ignore_poison();
             let id = next[cores[0] as usize];
             if let Some(&c) = cores.iter().find(|&&c| next[c as usize] != id) {
                 return Err(RtError::internal(format!(
@@ -151,10 +152,10 @@ impl MemoryTable {
         if space.is_shared_by_cores() {
             // One buffer per device, referenced by every core.
             let key = BufferKey { space, id, device, core: 0 };
-            let exists = shard.buffers.read().unwrap_or_else(|p| p.into_inner()).contains_key(&key);
+            let exists = shard.buffers.read().ignore_poison().contains_key(&key);
             if !exists {
                 let buf = Buffer::new(dtype, shape, logical, &fill, init, topo.cores_per_device, false)?;
-                let mut map = shard.buffers.write().unwrap_or_else(|p| p.into_inner());
+                let mut map = shard.buffers.write().ignore_poison();
                 map.entry(key).or_insert_with(|| Arc::new(buf));
             }
         } else {
@@ -165,7 +166,7 @@ impl MemoryTable {
                 let buf = Buffer::new(dtype, shape, logical, &fill, init, 1, track)?;
                 fresh.push((BufferKey { space, id, device, core: c }, Arc::new(buf)));
             }
-            let mut map = shard.buffers.write().unwrap_or_else(|p| p.into_inner());
+            let mut map = shard.buffers.write().ignore_poison();
             for (key, buf) in fresh {
                 map.entry(key).or_insert(buf);
             }
@@ -184,7 +185,7 @@ impl MemoryTable {
         topo.check(device, core)?;
         let key = BufferKey::for_access(space, id, device, core);
         let shard = self.shard(device)?;
-        let mut map = shard.buffers.write().unwrap_or_else(|p| p.into_inner());
+        let mut map = shard.buffers.write().ignore_poison();
         let buf = map.get(&key).ok_or_else(|| no_such_buffer(key, "free"))?;
         // Only changed under this write lock, so load-then-store is exact.
         let left = buf.ref_count.load(Ordering::Relaxed) - 1;

@@ -32,7 +32,7 @@ use crate::error::{ErrorKind, RtError};
 use crate::memory::{BufferKey, MemoryTable};
 use crate::site::SiteId;
 use crate::region::Region;
-use report::lock;
+use crate::sync::IgnorePoison;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -151,7 +151,7 @@ impl RaceDetector {
     ) -> Option<RtError> {
         // The access succeeded, so the buffer exists and the region is valid.
         let Ok(touched) = memory.touched_elements(key, region) else { return None };
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock().ignore_poison();
         let State { clocks, records, shadows, .. } = &mut *st;
         let clock = &mut clocks[thread as usize];
         let now = clock.tick(thread);
@@ -206,14 +206,14 @@ impl RaceDetector {
     }
 
     fn release(&self, thread: u32, sem: u32, target: u32) {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock().ignore_poison();
         let State { clocks, sems, .. } = &mut *st;
         sems.entry((sem, target)).or_default().join(&clocks[thread as usize]);
     }
 
     /// A successful wait on `sem` by global core `gcore`.
     pub fn wait_done(&self, gcore: u32, sem: u32) {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock().ignore_poison();
         let State { clocks, sems, .. } = &mut *st;
         if let Some(c) = sems.get(&(sem, gcore)) {
             clocks[gcore as usize].join(c);
@@ -222,7 +222,7 @@ impl RaceDetector {
 
     /// Joins the clocks of cores `cores` (all see each other's past).
     fn sync_cores(&self, cores: std::ops::Range<u32>) {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock().ignore_poison();
         let mut all = VectorClock::default();
         for g in cores.clone() {
             all.join(&st.clocks[g as usize]);
@@ -247,7 +247,7 @@ impl RaceDetector {
     /// issuer's.
     pub fn dma_begin(&self, device: u32, core: u32) -> DmaThread {
         let issuer = self.core_thread(device, core) as usize;
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock().ignore_poison();
         let id = st.next_dma;
         st.next_dma += 1;
         let actor = Actor::Dma { id, device, core, site: crate::site::current() };
@@ -275,23 +275,23 @@ impl RaceDetector {
 
     /// The DMA has completed: its component may be reused.
     pub fn dma_end(&self, dma: DmaThread) {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock().ignore_poison();
         let last = st.clocks[dma.slot as usize].get(dma.slot);
         st.free_slots.push((dma.slot, last));
     }
 
     /// Drops the shadow state of a freed buffer.
     pub fn forget(&self, key: BufferKey) {
-        lock(&self.state).shadows.remove(&key);
+        self.state.lock().ignore_poison().shadows.remove(&key);
     }
 
     /// Buffers with shadow state, for tests.
     pub fn num_shadows(&self) -> usize {
-        lock(&self.state).shadows.len()
+        self.state.lock().ignore_poison().shadows.len()
     }
 
     /// Clock components in use (cores + DMA slots), for tests.
     pub fn num_threads(&self) -> usize {
-        lock(&self.state).clocks.len()
+        self.state.lock().ignore_poison().clocks.len()
     }
 }

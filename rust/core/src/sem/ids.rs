@@ -17,7 +17,7 @@ use super::{SemKind, Task};
 use crate::config::Topology;
 use crate::error::{Result, RtError};
 use crate::site::SiteId;
-use crate::sync::{lock, Arc, AtomicI64, AtomicUsize, Mutex, Ordering, RwLock};
+use crate::sync::{lock, Arc, AtomicI64, AtomicUsize, IgnorePoison, Mutex, Ordering, RwLock};
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -295,7 +295,7 @@ impl SemIds {
     /// (no refcount traffic).
     #[inline]
     pub fn with<R>(&self, id: u32, f: impl FnOnce(&SemBlock, u32) -> R) -> Result<R> {
-        let table = read_lock(&self.table);
+        let table = self.table.read().ignore_poison();
         let (block, off) = table.resolve(id)?;
         Ok(f(block, off))
     }
@@ -305,7 +305,7 @@ impl SemIds {
     /// to the full, error-reporting path.
     #[inline]
     pub fn with_fast<R>(&self, id: u32, f: impl FnOnce(&SemBlock, u32) -> Option<R>) -> Option<R> {
-        let table = read_lock(&self.table);
+        let table = self.table.read().ignore_poison();
         let (block, off) = table.internal(id)?;
         if !table.fixed.is_empty() && shadowed(&table, id) {
             return None;
@@ -314,7 +314,7 @@ impl SemIds {
     }
 
     pub fn get(&self, id: u32) -> Result<SemRef> {
-        let table = read_lock(&self.table);
+        let table = self.table.read().ignore_poison();
         let (block, off) = table.resolve(id)?;
         Ok(SemRef { block: Arc::clone(block), off })
     }
@@ -357,7 +357,7 @@ impl SemIds {
             )));
         }
         let end = end as u32;
-        let mut table = write_lock(&self.table);
+        let mut table = self.table.write().ignore_poison();
         // Ids below `table.end` exist already (another core allocated them);
         // the rest become one new block.
         if end > table.end {
@@ -381,12 +381,12 @@ impl SemIds {
     /// Creates fixed-id semaphore `id` on first use and returns `id`.
     pub fn ensure_fixed(&self, id: u32, kind: SemKind, owner: String) -> Result<u32> {
         {
-            let table = read_lock(&self.table);
+            let table = self.table.read().ignore_poison();
             if table.fixed.contains_key(&id) {
                 return table.resolve(id).map(|_| id);
             }
         }
-        let mut table = write_lock(&self.table);
+        let mut table = self.table.write().ignore_poison();
         if let Entry::Vacant(slot) = table.fixed.entry(id) {
             slot.insert(Arc::new(SemBlock::new(id, 1, kind, owner, self.num_cores)?));
         }
@@ -398,16 +398,8 @@ impl SemIds {
 
     /// Every block of both namespaces.
     pub fn all(&self) -> Vec<Arc<SemBlock>> {
-        let table = read_lock(&self.table);
+        let table = self.table.read().ignore_poison();
         table.blocks.iter().chain(table.fixed.values()).cloned().collect()
     }
 }
 
-// RwLock poisoning is ignored for the same reason as `sync::lock`.
-fn read_lock<T>(l: &RwLock<T>) -> impl std::ops::Deref<Target = T> + '_ {
-    l.read().unwrap_or_else(|p| p.into_inner())
-}
-
-fn write_lock<T>(l: &RwLock<T>) -> impl std::ops::DerefMut<Target = T> + '_ {
-    l.write().unwrap_or_else(|p| p.into_inner())
-}

@@ -23,7 +23,8 @@ mod export;
 
 use crate::site;
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use crate::sync::IgnorePoison;
+use std::sync::Mutex;
 use std::time::Instant;
 
 /// Events kept per launch; later ones are counted as dropped (the export
@@ -135,10 +136,6 @@ pub struct Tracer {
     finished: Mutex<Vec<bool>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// A DMA being traced (`Tracer::dma_begin`).
 #[derive(Clone, Copy, Debug)]
 pub struct TraceDma {
@@ -182,7 +179,7 @@ impl Tracer {
         let Some(g) = self.gcore(device, core) else { return };
         let now = self.now();
         let site = site::current();
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock().ignore_poison();
         // A begin closes a step left open (a missing end marker).
         if let Some(open) = st.steps.remove(&g) {
             st.push(step_span(g, open, now));
@@ -212,7 +209,7 @@ impl Tracer {
             ("target_device", Arg::Int(td as i64)),
             ("target_core", Arg::Int(tc as i64)),
         ];
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock().ignore_poison();
         st.push(Event::Instant { gcore: g, name, cat: "signal", ts, site, args });
         st.last_signal.insert((sem, target), FlowSource::Core { gcore: g, ts });
     }
@@ -245,7 +242,7 @@ impl Tracer {
             args.push(("error", Arg::Str(kind.to_string())));
         }
         let name = format!("{what} sem {sem} >= {value}{unit}");
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock().ignore_poison();
         st.push(Event::Span {
             track: Track::Core(g),
             name,
@@ -275,7 +272,7 @@ impl Tracer {
         if let Some(kind) = error {
             args.push(("error", Arg::Str(kind.to_string())));
         }
-        lock(&self.state).push(Event::Span {
+        self.state.lock().ignore_poison().push(Event::Span {
             track: Track::Core(g),
             name: "device barrier".to_string(),
             cat: "barrier",
@@ -294,7 +291,7 @@ impl Tracer {
         let g = self.gcore(device, core).unwrap_or(0);
         let begin = self.now();
         let site = site::current();
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock().ignore_poison();
         let id = st.next_dma;
         st.next_dma += 1;
         let name = format!("DMA #{id} {what}");
@@ -307,13 +304,13 @@ impl Tracer {
     pub fn dma_signal(&self, dma: TraceDma, sem: u32, target: u32) {
         let ts = self.now();
         let from = FlowSource::Dma { issuer: dma.issuer, id: dma.id, ts };
-        lock(&self.state).last_signal.insert((sem, target), from);
+        self.state.lock().ignore_poison().last_signal.insert((sem, target), from);
     }
 
     /// DMA `dma` completed (its data has landed): closes its span.
     pub fn dma_end(&self, dma: TraceDma) {
         let end = self.now();
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock().ignore_poison();
         if let Some(open) = st.dmas.remove(&dma.id) {
             st.push(dma_span(dma.id, open, end, true));
         }
@@ -324,7 +321,7 @@ impl Tracer {
     /// `device`'s program ended (normally or on an error). True exactly
     /// once: for the call that makes every device finished.
     pub fn device_finished(&self, device: u32) -> bool {
-        let mut f = lock(&self.finished);
+        let mut f = self.finished.lock().ignore_poison();
         let Some(slot) = f.get_mut(device as usize) else { return false };
         if *slot {
             return false;
@@ -335,14 +332,14 @@ impl Tracer {
 
     /// Events recorded so far (open steps and DMAs not included).
     pub fn num_events(&self) -> usize {
-        lock(&self.state).events.len()
+        self.state.lock().ignore_poison().events.len()
     }
 
     /// The timeline so far as Chrome trace-event JSON: steps and DMAs still
     /// open end now (DMAs marked `completed: false`).
     pub fn to_json(&self) -> String {
         let now = self.now();
-        let st = lock(&self.state);
+        let st = self.state.lock().ignore_poison();
         let mut events = st.events.clone();
         let mut open: Vec<_> = st.steps.iter().map(|(&g, s)| (g, s.begin, s.indices.clone(), s.site)).collect();
         open.sort_by_key(|o| o.0);
