@@ -9,6 +9,7 @@
 //! are thin layers on top of [`Runtime`].
 #![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 
+mod enum_str;
 pub mod config;
 pub mod deadlock;
 pub mod dma;
@@ -27,7 +28,7 @@ pub mod site;
 pub mod sync;
 pub mod trace;
 
-pub use config::{timeout_from_secs, Config, DmaMode, FillMode, OobReads, RacePolicy, Topology};
+pub use config::{timeout_from_secs, Config, DmaMode, FillMode, LeakPolicy, OobReads, RacePolicy, Topology};
 pub use dma::DmaRequest;
 pub use dtype::DType;
 pub use error::{ErrorKind, Result, RtError};

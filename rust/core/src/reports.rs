@@ -4,6 +4,7 @@
 //! stderr lines written by native code.
 
 use std::collections::VecDeque;
+use crate::enum_str::enum_str;
 use crate::sync::IgnorePoison;
 use std::sync::Mutex;
 
@@ -11,21 +12,13 @@ use std::sync::Mutex;
 /// counted in [`dropped`]).
 pub const MAX_QUEUED: usize = 1024;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Category {
-    Race,
-    Leak,
-    Misuse,
-}
-
-impl Category {
-    /// The name Python sees (`mosaic_rt.ffi.reports` maps it to a warning class).
-    pub fn name(self) -> &'static str {
-        match self {
-            Category::Race => "race",
-            Category::Leak => "leak",
-            Category::Misuse => "misuse",
-        }
+enum_str! {
+    /// The kind of a report; Python sees `as_str()` (`mosaic_rt.ffi.reports`
+    /// maps it to a warning class).
+    pub enum Category as "report category" {
+        Race = "race",
+        Leak = "leak",
+        Misuse = "misuse",
     }
 }
 

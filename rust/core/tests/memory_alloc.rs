@@ -73,7 +73,7 @@ fn hbm_is_shared_by_cores_and_ref_counted() {
         let e = mem.free(&topo, 1, 0, space, id).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Value);
         assert!(
-            e.message.contains(&format!("{} buffer {id} of device 1, core 0", space.name())),
+            e.message.contains(&format!("{} buffer {id} of device 1, core 0", space.as_str())),
             "{e}"
         );
     }

@@ -6,14 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mosaic_rt_core::{
-    timeout_from_secs, Access, BufferKey, Config, DmaMode, DmaRequest, FillMode, Init, OobReads,
-    RtError, Runtime,
+    timeout_from_secs, Access, BufferKey, Config, DmaRequest, Init, RtError, Runtime, SemKind,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyByteArray;
 
-use crate::args::{id_arg, sem_kind, sem_kind_name, DTypeArg, Id, Int, RegionArg, Shape, Space};
+use crate::args::{choice, id_arg, DTypeArg, Id, Int, RegionArg, Shape, Space};
 use crate::bytes::{check_len, Bytes};
 use crate::errors::{exception, kind_from_name, OrRaise};
 
@@ -112,9 +111,9 @@ impl PyRuntime {
         let config = Config {
             num_devices: num_devices.0,
             cores_per_device: cores_per_device.0,
-            dma_mode: DmaMode::parse(dma_execution_mode).or_raise(py)?,
-            oob_reads: OobReads::parse(out_of_bounds_reads).or_raise(py)?,
-            fill: FillMode::parse(uninitialized_memory).or_raise(py)?,
+            dma_mode: dma_execution_mode.parse().or_raise(py)?,
+            oob_reads: out_of_bounds_reads.parse().or_raise(py)?,
+            fill: uninitialized_memory.parse().or_raise(py)?,
             wait_timeout: timeout_arg(py, wait_timeout)?,
             detect_races,
             detect_uninitialized,
@@ -144,26 +143,17 @@ impl PyRuntime {
 
     #[getter]
     fn dma_execution_mode(&self) -> &'static str {
-        match self.rt.config().dma_mode {
-            DmaMode::Eager => "eager",
-            DmaMode::OnWait => "on_wait",
-        }
+        self.rt.config().dma_mode.as_str()
     }
 
     #[getter]
     fn out_of_bounds_reads(&self) -> &'static str {
-        match self.rt.config().oob_reads {
-            OobReads::Raise => "raise",
-            OobReads::Uninitialized => "uninitialized",
-        }
+        self.rt.config().oob_reads.as_str()
     }
 
     #[getter]
     fn uninitialized_memory(&self) -> &'static str {
-        match self.rt.config().fill {
-            FillMode::Nan => "nan",
-            FillMode::Zero => "zero",
-        }
+        self.rt.config().fill.as_str()
     }
 
     #[getter]
@@ -305,16 +295,7 @@ impl PyRuntime {
     ) -> PyResult<(&'static str, Vec<usize>)> {
         let (d, c, key) = self.key_arg(device, core, Space(space.0), id)?;
         if let Some(access) = access {
-            let access = match access {
-                "read" => Access::Read,
-                "write" => Access::Write,
-                "swap" => Access::Swap,
-                other => {
-                    return Err(PyValueError::new_err(format!(
-                        "access must be 'read', 'write' or 'swap', got {other:?}"
-                    )))
-                }
-            };
+            let access: Access = choice(access)?;
             self.rt.check_access(d, c, space.0, key.id, &region.0, access).or_raise(py)?;
         }
         let info = self.rt.buffer_info(key).or_raise(py)?;
@@ -462,7 +443,7 @@ impl PyRuntime {
     ) -> PyResult<u32> {
         let device = self.device(device)?;
         let core = core.map(|c| self.core(c)).transpose()?;
-        let kind = sem_kind(kind)?;
+        let kind: SemKind = choice(kind)?;
         let count = id_arg("semaphore count", count)?;
         self.rt
             .allocate_semaphores(device, core, kind, count)
@@ -580,7 +561,7 @@ impl PyRuntime {
             .leaks(device)
             .or_raise(py)?
             .into_iter()
-            .map(|l| (l.sem, sem_kind_name(l.kind), l.device, l.core, l.count, l.pending_dmas))
+            .map(|l| (l.sem, l.kind.as_str(), l.device, l.core, l.count, l.pending_dmas))
             .collect())
     }
 

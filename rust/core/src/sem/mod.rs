@@ -17,6 +17,7 @@ pub use park::WaitRecord;
 
 use crate::config::{Config, Topology};
 use crate::deadlock::{Monitor, Probe, Wait};
+use crate::enum_str::enum_str;
 use crate::error::{ErrorKind, Result, RtError};
 use crate::site::SiteId;
 use crate::runtime::Runtime;
@@ -27,12 +28,13 @@ use park::{Failure, Parker};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SemKind {
-    Regular,
-    /// Counts bytes.
-    Dma,
-    Barrier,
+enum_str! {
+    pub enum SemKind as "semaphore kind" {
+        Regular = "regular",
+        /// Counts bytes.
+        Dma = "dma",
+        Barrier = "barrier",
+    }
 }
 
 /// A semaphore left with a non-zero count, or with DMAs started but never
@@ -54,7 +56,7 @@ pub struct Leak {
 
 impl SemKind {
     /// The name reports use (as Pallas spells the semaphore types).
-    pub fn name(self) -> &'static str {
+    pub fn pallas_name(self) -> &'static str {
         match self {
             SemKind::Regular => "REGULAR",
             SemKind::Dma => "DMA",
@@ -68,7 +70,7 @@ impl Leak {
     pub fn describe(&self) -> String {
         let mut s = format!(
             "{} semaphore {}{} on core {} has count {}",
-            self.kind.name(),
+            self.kind.pallas_name(),
             self.sem,
             match crate::site::text(self.site) {
                 Some(t) => format!(" (allocated at {t})"),
@@ -609,7 +611,7 @@ impl Probe for SemTable {
     }
 
     fn describe(&self, sem: u32, gcore: u32) -> (&'static str, i64) {
-        self.ids.with(sem, |s, off| (s.kind.name(), s.peek(off, gcore))).unwrap_or(("unknown", 0))
+        self.ids.with(sem, |s, off| (s.kind.pallas_name(), s.peek(off, gcore))).unwrap_or(("unknown", 0))
     }
 
     fn is_dma(&self, sem: u32) -> bool {
