@@ -81,11 +81,11 @@ fn empty_slice_at_the_end_counts_as_out_of_bounds_for_reads_like_stock() {
 }
 
 #[test]
-fn oob_write_is_a_value_error_with_stock_text_and_writes_nothing() {
+fn oob_write_is_its_own_kind_with_stock_text_and_writes_nothing() {
     let (mem, topo, id) = setup(OobReads::Uninitialized, FillMode::Nan);
     let before = mem.content(BufferKey { space: HBM, id, device: 0, core: 0 }).unwrap();
     let e = mem.store(&topo, 0, 1, HBM, id, &rows(3, 2), &[0; 6]).unwrap_err();
-    assert_eq!(e.kind, ErrorKind::Value);
+    assert_eq!(e.kind, ErrorKind::OutOfBoundsWrite);
     assert_eq!(
         e.message,
         "Out-of-bounds write of (0 1 hbm 100): writing [(slice(3, 5, 1),)] but buffer has shape (4, 3) ."
@@ -184,7 +184,7 @@ fn swap_returns_old_values_and_writes_new_ones() {
     // Partly out of bounds: error, nothing written.
     let mut out = [0u8; 6];
     let e = mem.swap(&topo, 0, 1, HBM, id, &rows(3, 2), &[0; 6], None, &mut out).unwrap_err();
-    assert_eq!(e.kind, ErrorKind::Value);
+    assert_eq!(e.kind, ErrorKind::OutOfBoundsWrite);
     assert_eq!(
         e.message,
         "Out-of-bounds swap of (0 1 hbm 100): swapping [(slice(3, 5, 1),)] but buffer has shape (4, 3) ."
@@ -215,7 +215,7 @@ fn masked_swap() {
     let e = mem
         .swap(&topo, 0, 1, HBM, id, &rows(3, 2), &data, Some(&[1, 0, 0, 0, 0, 1]), &mut out)
         .unwrap_err();
-    assert_eq!(e.kind, ErrorKind::Value);
+    assert_eq!(e.kind, ErrorKind::OutOfBoundsWrite);
     assert_eq!(
         e.message,
         "Out-of-bounds masked swap of (0 1 hbm 100): swapping [(slice(3, 5, 1),)] but buffer has shape (4, 3) . "
@@ -294,7 +294,7 @@ fn copies_between_buffers() {
     let e = mem.copy(&topo, mref(HBM, src, &rows(3, 2)), mref(VMEM, dst, &whole)).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Index);
     let e = mem.copy(&topo, mref(HBM, src, &rows(0, 1)), mref(VMEM, dst, &rows(2, 1))).unwrap_err();
-    assert_eq!(e.kind, ErrorKind::Value);
+    assert_eq!(e.kind, ErrorKind::OutOfBoundsWrite);
     assert!(e.message.starts_with("Out-of-bounds write of (0 1 vmem 101)"), "{e}");
     // Overlapping copy within one buffer reads everything before writing.
     assert_eq!(

@@ -131,7 +131,7 @@ fn random_stores() {
             }
             Err(()) => {
                 rejected += 1;
-                assert_eq!(got.unwrap_err().kind, ErrorKind::Value, "case {case}")
+                assert_eq!(got.unwrap_err().kind, ErrorKind::OutOfBoundsWrite, "case {case}")
             }
         }
         assert_eq!(
