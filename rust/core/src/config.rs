@@ -80,25 +80,58 @@ impl Topology {
     pub fn global_core(&self, device: u32, core: u32) -> u32 {
         device * self.cores_per_device + core
     }
-    /// Checks a (device, core) pair and returns its global core id.
+    /// Checks a (device, core) pair and returns its global core id. The one
+    /// range check of device and core ids: every layer uses it (or
+    /// [`Self::device_id`] / [`Self::core_id`] for ids given as any integer).
     #[inline]
     pub fn check(&self, device: u32, core: u32) -> Result<u32> {
-        if device >= self.num_devices || core >= self.cores_per_device {
-            return Err(self.out_of_range(device, core));
+        if device >= self.num_devices {
+            return Err(self.device_out_of_range(device.into()));
+        }
+        if core >= self.cores_per_device {
+            return Err(self.core_out_of_range(core.into()));
         }
         Ok(self.global_core(device, core))
     }
 
+    /// Checks a device id alone.
+    #[inline]
+    pub fn check_device(&self, device: u32) -> Result<()> {
+        if device >= self.num_devices {
+            return Err(self.device_out_of_range(device.into()));
+        }
+        Ok(())
+    }
+
+    /// A device id given as any integer (negative ones included), checked.
+    pub fn device_id(&self, device: i64) -> Result<u32> {
+        u32::try_from(device)
+            .ok()
+            .filter(|&d| d < self.num_devices)
+            .ok_or_else(|| self.device_out_of_range(device))
+    }
+
+    /// A core id given as any integer, checked.
+    pub fn core_id(&self, core: i64) -> Result<u32> {
+        u32::try_from(core)
+            .ok()
+            .filter(|&c| c < self.cores_per_device)
+            .ok_or_else(|| self.core_out_of_range(core))
+    }
+
     #[cold]
     #[inline(never)]
-    fn out_of_range(&self, device: u32, core: u32) -> RtError {
-        if device >= self.num_devices {
-            return RtError::value(format!(
-                "device id {device} out of range: the kernel runs on {} device(s) (valid ids 0 to {})",
-                self.num_devices,
-                self.num_devices.saturating_sub(1)
-            ));
-        }
+    fn device_out_of_range(&self, device: i64) -> RtError {
+        RtError::value(format!(
+            "device id {device} out of range: the kernel runs on {} device(s) (valid ids 0 to {})",
+            self.num_devices,
+            self.num_devices.saturating_sub(1)
+        ))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn core_out_of_range(&self, core: i64) -> RtError {
         RtError::value(format!(
             "core id {core} out of range: each device has {} core(s) (valid ids 0 to {})",
             self.cores_per_device,

@@ -63,7 +63,7 @@ fn copy_whole(rt: &Runtime, r: &DmaRequest, plan: &Plan, race: Option<DmaThread>
         region: &r.dst_region,
     };
     // Not `rt.copy`: the accesses are the DMA's, not the issuing core's.
-    let bytes = rt.memory.copy(&rt.topo, src, dst).map_err(|e| e.at(r.device, r.core))? as i64;
+    let bytes = rt.memory.copy(src, dst).map_err(|e| e.at(r.device, r.core))? as i64;
     let plan = &Plan { bytes, ..*plan };
     note_read(rt, r, race)?;
     note_write(rt, r, plan, race)?;
@@ -132,11 +132,11 @@ impl QueuedDma {
         let (r, plan) = (&self.req, &self.plan);
         // Bounds first: a huge out-of-bounds region fails without allocating.
         let src = MemRef { device: r.device, core: r.core, space: r.src_space, id: r.src_id, region: &r.src_region };
-        let n = rt.memory.check_access(&rt.topo, src, Access::Read).map_err(|e| e.at(r.device, r.core))?;
+        let n = rt.memory.check_access(src, Access::Read).map_err(|e| e.at(r.device, r.core))?;
         let mut data = crate::memory::zeroed(n, || format!("a DMA of {n} bytes"))?;
         // Not `rt.load`: the access is the DMA's, not the issuing core's.
         rt.memory
-            .load(&rt.topo, r.device, r.core, r.src_space, r.src_id, &r.src_region, &mut data)
+            .load(src, &mut data)
             .map_err(|e| e.at(r.device, r.core))?;
         note_read(rt, r, self.race)?;
         if let Some(src_sem) = r.src_sem {
@@ -150,8 +150,9 @@ impl QueuedDma {
     /// Stores into the destination, then signals the receive semaphore.
     fn store_destination(&self, rt: &Runtime, data: &[u8]) -> Result<()> {
         let (r, plan) = (&self.req, &self.plan);
+        let dst = MemRef::new(plan.dst_device, plan.dst_core, r.dst_space, r.dst_id, &r.dst_region);
         rt.memory
-            .store(&rt.topo, plan.dst_device, plan.dst_core, r.dst_space, r.dst_id, &r.dst_region, data)
+            .store(dst, data)
             .map_err(|e| e.at(plan.dst_device, plan.dst_core))?;
         note_write(rt, r, plan, self.race)?;
         note_signal(rt, self.race, r.dst_sem, plan.dst_gcore);
@@ -289,7 +290,7 @@ pub fn start(rt: &Runtime, req: &DmaRequest) -> Result<()> {
     // wait -- or never, if nobody waits.
     let src = MemRef { device: req.device, core: req.core, space: req.src_space, id: req.src_id, region: &req.src_region };
     let dst = MemRef { device: dst_device, core: dst_core, space: req.dst_space, id: req.dst_id, region: &req.dst_region };
-    let bytes = rt.memory.check_copy(&topo, src, dst)?;
+    let bytes = rt.memory.check_copy(src, dst)?;
     let bytes = i64::try_from(bytes).map_err(|_| RtError::value(format!("DMA of {bytes} bytes is too large")))?;
 
     let plan = Plan { dst_device, dst_core, src_gcore, dst_gcore, bytes };

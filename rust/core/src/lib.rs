@@ -32,7 +32,7 @@ pub use config::{timeout_from_secs, Config, DmaMode, FillMode, LeakPolicy, OobRe
 pub use dma::DmaRequest;
 pub use dtype::DType;
 pub use error::{ErrorKind, Result, RtError};
-pub use memory::{Access, BufferInfo, BufferKey, Init, MemorySpace};
+pub use memory::{Access, BufferInfo, BufferKey, Init, MemRef, MemorySpace};
 pub use region::{DimSel, Region};
 pub use registry::LaunchRegistry;
 pub use runtime::Runtime;

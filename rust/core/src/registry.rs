@@ -84,12 +84,7 @@ impl LaunchRegistry {
     /// (uid, run_id); returns its handle (non-zero, never reused) and runtime.
     pub fn join(&self, uid: u64, run_id: i64, device: u32, config: &Config) -> Result<(u64, Arc<Runtime>)> {
         config.validate()?;
-        if device >= config.num_devices {
-            return Err(RtError::value(format!(
-                "device id {device} out of range: the kernel runs on {} device(s)",
-                config.num_devices
-            )));
-        }
+        config.topology().check_device(device)?;
         let mut t = lock(&self.tables);
         let launch = t.launches.entry((uid, run_id)).or_default();
         let occurrence = launch.joins.get(&device).copied().unwrap_or(0);

@@ -145,13 +145,13 @@ impl Runtime {
     ) -> Result<u32> {
         self.check_failed_at(device, core.unwrap_or(0))?;
         self.memory
-            .allocate(&self.topo, device, core, space, dtype, shape, logical_shape, init)
+            .allocate(device, core, space, dtype, shape, logical_shape, init)
             .map_err(|e| e.at(device, core.unwrap_or(0)))
     }
 
     /// Drops one reference of the buffer; it is freed at zero.
     pub fn free_buffer(&self, device: u32, core: u32, space: MemorySpace, id: u32) -> Result<()> {
-        self.memory.free(&self.topo, device, core, space, id).map_err(|e| e.at(device, core))?;
+        self.memory.free(device, core, space, id).map_err(|e| e.at(device, core))?;
         if let Some(races) = &self.races {
             // Ids are never reused, so a freed buffer's shadow state is dead
             // (run_scoped scratch in a loop would otherwise pile up).
@@ -177,95 +177,52 @@ impl Runtime {
         self.memory.region_shape(key, region)
     }
 
-    /// Checks an access of `region` of buffer (space, id) from (device,
-    /// core) as the access would (same errors) and returns the bytes of its
-    /// value, without moving data.
-    pub fn check_access(
-        &self,
-        device: u32,
-        core: u32,
-        space: MemorySpace,
-        id: u32,
-        region: &Region,
-        access: Access,
-    ) -> Result<usize> {
-        let r = MemRef { device, core, space, id, region };
-        self.memory.check_access(&self.topo, r, access).map_err(|e| e.at(device, core))
+    /// Checks access `access` of `r` as the access would (same errors) and
+    /// returns the bytes of its value, without moving data.
+    pub fn check_access(&self, r: MemRef<'_>, access: Access) -> Result<usize> {
+        self.memory.check_access(r, access).map_err(|e| e.at(r.device, r.core))
     }
 
-    /// Reads `region` of buffer (space, id) as seen from (device, core) into
-    /// `out` (C order, exactly the region's size).
-    pub fn load(
-        &self,
-        device: u32,
-        core: u32,
-        space: MemorySpace,
-        id: u32,
-        region: &Region,
-        out: &mut [u8],
-    ) -> Result<()> {
-        self.memory
-            .load(&self.topo, device, core, space, id, region, out)
-            .map_err(|e| e.at(device, core))?;
-        self.note_access(device, core, space, id, region, false)
+    /// Reads `r` (buffer (space, id) as seen from (device, core)) into `out`
+    /// (C order, exactly the region's size).
+    pub fn load(&self, r: MemRef<'_>, out: &mut [u8]) -> Result<()> {
+        self.memory.load(r, out).map_err(|e| e.at(r.device, r.core))?;
+        self.note_access(r.device, r.core, r, false)
     }
 
-    /// Writes `data` (C order, exactly the region's size) into `region`.
-    pub fn store(
-        &self,
-        device: u32,
-        core: u32,
-        space: MemorySpace,
-        id: u32,
-        region: &Region,
-        data: &[u8],
-    ) -> Result<()> {
-        self.memory
-            .store(&self.topo, device, core, space, id, region, data)
-            .map_err(|e| e.at(device, core))?;
-        self.note_access(device, core, space, id, region, true)
+    /// Writes `data` (C order, exactly the region's size) into `r`.
+    pub fn store(&self, r: MemRef<'_>, data: &[u8]) -> Result<()> {
+        self.memory.store(r, data).map_err(|e| e.at(r.device, r.core))?;
+        self.note_access(r.device, r.core, r, true)
     }
 
-    /// Writes `data` where `mask` (one byte per element, non-zero = true) is
-    /// set, or everywhere without a mask, and returns the previous values in
-    /// `out` (masked-off elements of `out` get `data`'s values, as stock).
-    #[allow(clippy::too_many_arguments)]
-    pub fn swap(
-        &self,
-        device: u32,
-        core: u32,
-        space: MemorySpace,
-        id: u32,
-        region: &Region,
-        data: &[u8],
-        mask: Option<&[u8]>,
-        out: &mut [u8],
-    ) -> Result<()> {
-        self.memory
-            .swap(&self.topo, device, core, space, id, region, data, mask, out)
-            .map_err(|e| e.at(device, core))?;
+    /// Writes `data` into `r` where `mask` (one byte per element, non-zero =
+    /// true) is set, or everywhere without a mask, and returns the previous
+    /// values in `out` (masked-off elements of `out` get `data`'s values, as
+    /// stock).
+    pub fn swap(&self, r: MemRef<'_>, data: &[u8], mask: Option<&[u8]>, out: &mut [u8]) -> Result<()> {
+        self.memory.swap(r, data, mask, out).map_err(|e| e.at(r.device, r.core))?;
         // As stock: a swap is checked as a write (it conflicts with any
         // unordered access).
-        self.note_access(device, core, space, id, region, true)
+        self.note_access(r.device, r.core, r, true)
     }
 
     /// Copies `src` into `dst` with load-then-store semantics in one go (no
     /// intermediate buffer when the read is in bounds); returns the bytes
     /// moved. Errors are attributed to the source's (device, core).
     pub fn copy(&self, src: MemRef<'_>, dst: MemRef<'_>) -> Result<usize> {
-        let n = self.memory.copy(&self.topo, src, dst).map_err(|e| e.at(src.device, src.core))?;
+        let n = self.memory.copy(src, dst).map_err(|e| e.at(src.device, src.core))?;
         // Both sides are accesses of the copying core (the source's).
-        self.note_access(src.device, src.core, src.space, src.id, src.region, false)?;
-        self.note_access(src.device, src.core, dst.space, dst.id, dst.region, true)?;
+        self.note_access(src.device, src.core, src, false)?;
+        self.note_access(src.device, src.core, dst, true)?;
         Ok(n)
     }
 
-    /// Race-detector hook for a successful access by (device, core).
+    /// Race-detector hook for a successful access of `r` by (device, core).
     #[inline]
-    fn note_access(&self, device: u32, core: u32, space: MemorySpace, id: u32, region: &Region, write: bool) -> Result<()> {
+    fn note_access(&self, device: u32, core: u32, r: MemRef<'_>, write: bool) -> Result<()> {
         if let Some(races) = &self.races {
-            let key = BufferKey::for_access(space, id, device, core);
-            if let Some(e) = races.core_access(&self.memory, device, core, key, region, write) {
+            if let Some(e) = races.core_access(&self.memory, device, core, r.key(), r.region, write) {
                 return Err(e);
             }
         }
@@ -285,7 +242,7 @@ impl Runtime {
         count: u32,
     ) -> Result<u32> {
         self.sems
-            .allocate(&self.topo, device, core, kind, count)
+            .allocate(device, core, kind, count)
             .map_err(|e| e.at(device, core.unwrap_or(0)))
     }
 
@@ -299,7 +256,6 @@ impl Runtime {
     /// Adds `inc` to `sem` on (target_device, target_core). `None` target
     /// device means the signalling device; `None` target core means core 0,
     /// exactly as stock interpret mode does.
-    #[allow(clippy::too_many_arguments)]
     pub fn semaphore_signal(
         &self,
         device: u32,
@@ -320,7 +276,7 @@ impl Runtime {
             crate::trace::core_signal(t, &self.topo, device, core, sem, inc, target_device, target_core);
         }
         self.sems
-            .signal(&self.topo, device, core, sem, inc, target_device, target_core)
+            .signal(device, core, sem, inc, target_device, target_core)
             .map_err(|e| e.at(device, core))
     }
 
@@ -362,7 +318,7 @@ impl Runtime {
     }
 
     pub fn semaphore_read(&self, device: u32, core: u32, sem: u32) -> Result<i64> {
-        self.sems.read(&self.topo, device, core, sem).map_err(|e| e.at(device, core))
+        self.sems.read(device, core, sem).map_err(|e| e.at(device, core))
     }
 
     /// Starts a DMA (see [`DmaRequest`]); in `eager` mode it completes here.
@@ -428,7 +384,7 @@ impl Runtime {
     /// Semaphores with a non-zero count, or with DMAs started and never
     /// waited for (on_wait mode), on `device` (all devices if `None`).
     pub fn leaks(&self, device: Option<u32>) -> Result<Vec<Leak>> {
-        self.sems.leaks(&self.topo, device)
+        self.sems.leaks(device)
     }
 
     /// Semaphore counter pages (512 counters each) materialised so far; for

@@ -21,7 +21,7 @@ fn table(devices: u32, cores: u32) -> (Arc<SemTable>, u32) {
     let config = Config { num_devices: devices, cores_per_device: cores, wait_timeout: None, ..Config::default() };
     let table = SemTable::new(&config);
     let sem = (0..devices)
-        .map(|d| table.allocate(&config.topology(), d, None, SemKind::Regular, 1).unwrap())
+        .map(|d| table.allocate(d, None, SemKind::Regular, 1).unwrap())
         .last()
         .unwrap();
     (Arc::new(table), sem)

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mosaic_rt_core::{
-    timeout_from_secs, Access, BufferKey, Config, DmaRequest, Init, RtError, Runtime, SemKind,
+    timeout_from_secs, Access, BufferKey, Config, DmaRequest, Init, MemRef, Region, RtError, Runtime,
+    SemKind,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -39,37 +40,27 @@ fn product(shape: &[usize]) -> PyResult<usize> {
 }
 
 impl PyRuntime {
-    /// A device id argument, range-checked (the message names it and the
-    /// valid range, as the core's own checks do).
+    /// A device id argument, range-checked by the core's one check (a plain
+    /// `ValueError`).
     fn device(&self, device: Int) -> PyResult<u32> {
-        let n = self.rt.topology().num_devices;
-        u32::try_from(device.0).ok().filter(|&d| d < n).ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "device id {} out of range: the kernel runs on {n} device(s) (valid ids 0 to {})",
-                device.0,
-                n - 1
-            ))
-        })
+        self.rt.topology().device_id(device.0).map_err(|e| PyValueError::new_err(e.message))
     }
 
     /// A core id argument, range-checked.
     fn core(&self, core: Int) -> PyResult<u32> {
-        let n = self.rt.topology().cores_per_device;
-        u32::try_from(core.0).ok().filter(|&c| c < n).ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "core id {} out of range: each device has {n} core(s) (valid ids 0 to {})",
-                core.0,
-                n - 1
-            ))
-        })
+        self.rt.topology().core_id(core.0).map_err(|e| PyValueError::new_err(e.message))
     }
 
-    /// (device, core, key) of buffer (space, id) as seen from the (device,
-    /// core) arguments, all range-checked.
-    fn key_arg(&self, device: Int, core: Int, space: Space, id: Int) -> PyResult<(u32, u32, BufferKey)> {
+    /// `region` of buffer (space, id) as seen from the (device, core)
+    /// arguments, all range-checked.
+    fn mem_ref<'r>(&self, device: Int, core: Int, space: &Space, id: Int, region: &'r Region) -> PyResult<MemRef<'r>> {
         let (device, core) = (self.device(device)?, self.core(core)?);
-        let id = id_arg("buffer id", id)?;
-        Ok((device, core, BufferKey::for_access(space.0, id, device, core)))
+        Ok(MemRef::new(device, core, space.0, id_arg("buffer id", id)?, region))
+    }
+
+    /// The key of buffer (space, id) as seen from (device, core).
+    fn key_arg(&self, device: Int, core: Int, space: Space, id: Int) -> PyResult<BufferKey> {
+        Ok(self.mem_ref(device, core, &space, id, &Region::full())?.key())
     }
 
     /// Bytes a load/store of `region` moves.
@@ -253,7 +244,7 @@ impl PyRuntime {
         space: Space,
         id: Int,
     ) -> PyResult<(&'static str, Vec<usize>, Vec<usize>, u32)> {
-        let (_, _, key) = self.key_arg(device, core, space, id)?;
+        let key = self.key_arg(device, core, space, id)?;
         let info = self.rt.buffer_info(key).or_raise(py)?;
         Ok((
             info.dtype.name(),
@@ -272,7 +263,7 @@ impl PyRuntime {
         space: Space,
         id: Int,
     ) -> PyResult<Bound<'py, PyByteArray>> {
-        let (_, _, key) = self.key_arg(device, core, space, id)?;
+        let key = self.key_arg(device, core, space, id)?;
         let bytes = self.rt.buffer_bytes(key).or_raise(py)?;
         Ok(PyByteArray::new(py, &bytes))
     }
@@ -293,10 +284,11 @@ impl PyRuntime {
         region: RegionArg,
         access: Option<&str>,
     ) -> PyResult<(&'static str, Vec<usize>)> {
-        let (d, c, key) = self.key_arg(device, core, Space(space.0), id)?;
+        let r = self.mem_ref(device, core, &space, id, &region.0)?;
+        let key = r.key();
         if let Some(access) = access {
             let access: Access = choice(access)?;
-            self.rt.check_access(d, c, space.0, key.id, &region.0, access).or_raise(py)?;
+            self.rt.check_access(r, access).or_raise(py)?;
         }
         let info = self.rt.buffer_info(key).or_raise(py)?;
         let shape = self.rt.region_shape(key, &region.0).or_raise(py)?;
@@ -318,10 +310,11 @@ impl PyRuntime {
         region: RegionArg,
         out: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Option<Bound<'py, PyByteArray>>> {
-        let (d, c, key) = self.key_arg(device, core, Space(space.0), id)?;
+        let r = self.mem_ref(device, core, &space, id, &region.0)?;
+        let key = r.key();
         let want = self.region_bytes(py, key, &region)?;
         let rt = &self.rt;
-        let run = |dst: &mut [u8]| rt.load(d, c, space.0, key.id, &region.0, dst);
+        let run = |dst: &mut [u8]| rt.load(r, dst);
         match out {
             Some(out) => {
                 let out = Bytes::get(out, "out", true)?;
@@ -334,7 +327,7 @@ impl PyRuntime {
             }
             None => {
                 // Errors before allocating room for a (possibly huge) region.
-                self.rt.check_access(d, c, space.0, key.id, &region.0, Access::Read).or_raise(py)?;
+                self.rt.check_access(r, Access::Read).or_raise(py)?;
                 let fresh = PyByteArray::new_with(py, want, |dst| {
                     // Nobody else can reach the new bytearray: copying into
                     // it without the GIL races with nothing.
@@ -362,14 +355,15 @@ impl PyRuntime {
         region: RegionArg,
         data: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let (d, c, key) = self.key_arg(device, core, Space(space.0), id)?;
+        let r = self.mem_ref(device, core, &space, id, &region.0)?;
+        let key = r.key();
         let want = self.region_bytes(py, key, &region)?;
         let data = Bytes::get(data, "data", false)?;
         check_len("data", data.len(), want)?;
         // SAFETY: the GIL is held while `src` lives (no detach here).
         let src = unsafe { data.as_slice() };
         self.rt
-            .store(d, c, space.0, key.id, &region.0, src)
+            .store(r, src)
             .or_raise(py)
     }
 
@@ -390,7 +384,8 @@ impl PyRuntime {
         out: Option<&Bound<'py, PyAny>>,
         mask: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Option<Bound<'py, PyByteArray>>> {
-        let (d, c, key) = self.key_arg(device, core, Space(space.0), id)?;
+        let r = self.mem_ref(device, core, &space, id, &region.0)?;
+        let key = r.key();
         let want = self.region_bytes(py, key, &region)?;
         let data = Bytes::get(data, "data", false)?;
         check_len("data", data.len(), want)?;
@@ -417,7 +412,7 @@ impl PyRuntime {
         // SAFETY: the GIL is held while these slices live (no detach in this
         // method: `data` and `mask` are caller buffers).
         let (src, mask) = unsafe { (data.as_slice(), mask.as_ref().map(|m| m.as_slice())) };
-        let run = |dst: &mut [u8]| self.rt.swap(d, c, space.0, key.id, &region.0, src, mask, dst);
+        let run = |dst: &mut [u8]| self.rt.swap(r, src, mask, dst);
         match &out {
             Some(out) => {
                 // SAFETY: GIL held (as above); the only slice of `out`, which

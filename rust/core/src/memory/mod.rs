@@ -99,8 +99,8 @@ enum_str! {
     }
 }
 
-/// A region of buffer (space, id) accessed from (device, core): one side of
-/// [`MemoryTable::copy`].
+/// A region of buffer (space, id) accessed from (device, core): what every
+/// load, store, swap and copy names.
 #[derive(Clone, Copy, Debug)]
 pub struct MemRef<'a> {
     pub device: u32,
@@ -108,6 +108,18 @@ pub struct MemRef<'a> {
     pub space: MemorySpace,
     pub id: u32,
     pub region: &'a Region,
+}
+
+impl<'a> MemRef<'a> {
+    pub fn new(device: u32, core: u32, space: MemorySpace, id: u32, region: &'a Region) -> Self {
+        MemRef { device, core, space, id, region }
+    }
+
+    /// The key of the buffer it names (see [`BufferKey::for_access`]).
+    #[inline]
+    pub fn key(&self) -> BufferKey {
+        BufferKey::for_access(self.space, self.id, self.device, self.core)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

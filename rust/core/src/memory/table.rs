@@ -55,6 +55,7 @@ struct Shard {
 }
 
 pub struct MemoryTable {
+    pub(super) topo: Topology,
     shards: Vec<Shard>,
     pub(crate) oob_reads: OobReads,
     pub(crate) fill: FillMode,
@@ -71,6 +72,7 @@ impl MemoryTable {
             })
             .collect();
         MemoryTable {
+            topo: config.topology(),
             shards,
             oob_reads: config.oob_reads,
             fill: config.fill,
@@ -79,12 +81,8 @@ impl MemoryTable {
     }
 
     fn shard(&self, device: u32) -> Result<&Shard> {
-        self.shards.get(device as usize).ok_or_else(|| {
-            RtError::value(format!(
-                "device id {device} out of range: the kernel runs on {} device(s)",
-                self.shards.len()
-            ))
-        })
+        self.topo.check_device(device)?;
+        Ok(&self.shards[device as usize])
     }
 
     /// The buffer of `key`; the shard lock is released before returning.
@@ -94,10 +92,9 @@ impl MemoryTable {
         map.get(&key).cloned().ok_or_else(|| no_such_buffer(key, action))
     }
 
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)] // the buffer's place and its four properties
     pub fn allocate(
         &self,
-        topo: &Topology,
         device: u32,
         core: Option<u32>,
         space: MemorySpace,
@@ -106,6 +103,7 @@ impl MemoryTable {
         logical_shape: Option<&[usize]>,
         init: Init<'_>,
     ) -> Result<u32> {
+        let topo = self.topo;
         let cores: Vec<u32> = match core {
             Some(c) => vec![c],
             None => (0..topo.cores_per_device).collect(),
@@ -174,15 +172,8 @@ impl MemoryTable {
         Ok(id)
     }
 
-    pub fn free(
-        &self,
-        topo: &Topology,
-        device: u32,
-        core: u32,
-        space: MemorySpace,
-        id: u32,
-    ) -> Result<()> {
-        topo.check(device, core)?;
+    pub fn free(&self, device: u32, core: u32, space: MemorySpace, id: u32) -> Result<()> {
+        self.topo.check(device, core)?;
         let key = BufferKey::for_access(space, id, device, core);
         let shard = self.shard(device)?;
         let mut map = shard.buffers.write().ignore_poison();

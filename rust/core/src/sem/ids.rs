@@ -276,16 +276,16 @@ fn unknown_error(id: u32) -> RtError {
 }
 
 pub(crate) struct SemIds {
-    num_cores: u32,
+    topo: Topology,
     table: RwLock<Table>,
     /// Next internal id per global core.
     next: Mutex<Vec<u32>>,
 }
 
 impl SemIds {
-    pub fn new(topo: &Topology) -> Self {
+    pub fn new(topo: Topology) -> Self {
         SemIds {
-            num_cores: topo.num_cores(),
+            topo,
             table: RwLock::new(Table { blocks: Vec::new(), end: FIRST_INTERNAL_ID, fixed: IdMap::default() }),
             next: Mutex::new(vec![FIRST_INTERNAL_ID; topo.num_cores() as usize]),
         }
@@ -320,14 +320,8 @@ impl SemIds {
     }
 
     /// Allocates `count` internal ids on the target cores; see `SemTable::allocate`.
-    pub fn allocate_internal(
-        &self,
-        topo: &Topology,
-        device: u32,
-        core: Option<u32>,
-        kind: SemKind,
-        count: u32,
-    ) -> Result<u32> {
+    pub fn allocate_internal(&self, device: u32, core: Option<u32>, kind: SemKind, count: u32) -> Result<u32> {
+        let topo = &self.topo;
         let cores: Vec<u32> = match core {
             Some(c) => vec![topo.check(device, c)?],
             None => {
@@ -362,7 +356,7 @@ impl SemIds {
         // the rest become one new block.
         if end > table.end {
             let start = table.end;
-            let block = SemBlock::new(start, end - start, kind, owner, self.num_cores)?;
+            let block = SemBlock::new(start, end - start, kind, owner, self.topo.num_cores())?;
             table.blocks.push(Arc::new(block));
             table.end = end;
         }
@@ -388,7 +382,7 @@ impl SemIds {
         }
         let mut table = self.table.write().ignore_poison();
         if let Entry::Vacant(slot) = table.fixed.entry(id) {
-            slot.insert(Arc::new(SemBlock::new(id, 1, kind, owner, self.num_cores)?));
+            slot.insert(Arc::new(SemBlock::new(id, 1, kind, owner, self.topo.num_cores())?));
         }
         match table.collision_at_allocation(id) {
             Some(e) => Err(e),

@@ -167,7 +167,7 @@ impl SemTable {
             wait_timeout: config.wait_timeout,
             // Loom cannot model a time-bounded spin (and needs none).
             spin: if cfg!(loom) { None } else { config.spin_before_park },
-            ids: SemIds::new(&topo),
+            ids: SemIds::new(topo),
             parkers: (0..topo.num_cores()).map(|_| Parker::new()).collect(),
             failure: Failure::new(),
             barrier: DeviceBarrier::new(topo.num_devices),
@@ -177,15 +177,8 @@ impl SemTable {
     /// Allocates `count` internal semaphores on (device, core), or on every
     /// core of the device for `None`, and returns the first id. Each global
     /// core has its own id counter (from 2000); all target cores must agree.
-    pub fn allocate(
-        &self,
-        topo: &Topology,
-        device: u32,
-        core: Option<u32>,
-        kind: SemKind,
-        count: u32,
-    ) -> Result<u32> {
-        self.ids.allocate_internal(topo, device, core, kind, count)
+    pub fn allocate(&self, device: u32, core: Option<u32>, kind: SemKind, count: u32) -> Result<u32> {
+        self.ids.allocate_internal(device, core, kind, count)
     }
 
     /// The fixed-id barrier semaphore of `collective_id` (created on first use).
@@ -199,10 +192,11 @@ impl SemTable {
         self.ids.with(sem, |_, _| ())
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Adds `inc` to `sem` on (target_device, target_core), signalled by
+    /// (device, core). No target device: the signalling device; no target
+    /// core: core 0 (stock's rule).
     pub fn signal(
         &self,
-        topo: &Topology,
         device: u32,
         core: u32,
         sem: u32,
@@ -215,9 +209,9 @@ impl SemTable {
                 "semaphore_signal of semaphore {sem} needs an increment >= 0, got {inc}"
             )));
         }
-        let src = topo.check(device, core)?;
+        let src = self.topo.check(device, core)?;
         // Stock: no device id -> this device; no core index -> core 0.
-        let gcore = topo.check(target_device.unwrap_or(device), target_core.unwrap_or(0))?;
+        let gcore = self.topo.check(target_device.unwrap_or(device), target_core.unwrap_or(0))?;
         let last = &self.last_signaller[gcore as usize];
         if last.load(std::sync::atomic::Ordering::Relaxed) != src + 1 {
             last.store(src + 1, std::sync::atomic::Ordering::Relaxed);
@@ -372,8 +366,8 @@ impl SemTable {
         }
     }
 
-    pub fn read(&self, topo: &Topology, device: u32, core: u32, sem: u32) -> Result<i64> {
-        let gcore = topo.check(device, core)?;
+    pub fn read(&self, device: u32, core: u32, sem: u32) -> Result<i64> {
+        let gcore = self.topo.check(device, core)?;
         self.ids.with(sem, |s, off| s.peek(off, gcore))
     }
 
@@ -464,11 +458,11 @@ impl SemTable {
     /// Semaphores with a non-zero count or DMAs queued but never run, on a
     /// core of `device` (every device for `None`), sorted by (device, core,
     /// semaphore id).
-    pub fn leaks(&self, topo: &Topology, device: Option<u32>) -> Result<Vec<Leak>> {
+    pub fn leaks(&self, device: Option<u32>) -> Result<Vec<Leak>> {
         if let Some(d) = device {
-            topo.check(d, 0)?;
+            self.topo.check(d, 0)?;
         }
-        let cpd = topo.cores_per_device;
+        let cpd = self.topo.cores_per_device;
         let mut found: BTreeMap<(u32, u32, u32, u8), Leak> = BTreeMap::new();
         for s in self.ids.all() {
             let mut nonzero = Vec::new();

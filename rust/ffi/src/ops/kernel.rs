@@ -121,13 +121,7 @@ pub fn kernel_begin(c: &mut Call) -> Result<()> {
     let device = f.arg_id(1, "device id")?;
     let uid = f.attr_i64("uid")? as u64;
     let config = config_from_attrs(f)?;
-    if device >= config.num_devices {
-        return Err(RtError::value(format!(
-            "device id {device} out of range: the kernel runs on {} device(s)",
-            config.num_devices
-        ))
-        .at(device, 0));
-    }
+    config.topology().check_device(device).map_err(|e| e.at(device, 0))?;
     let out = f.ret(1)?;
     out.expect_dtype(DType::U32)?;
     if out.dims != [2] {
