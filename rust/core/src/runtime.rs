@@ -1,13 +1,16 @@
 //! The `Runtime`: one simulated running kernel. This file is the public
 //! contract used by the FFI layer and the pyo3 binding; the work is done in
-//! `memory` (buffers), `sem` (semaphores, waits, barrier, failure) and `dma`.
+//! `memory` (buffers), `sem` (semaphores, waits, barrier, failure) and `dma`,
+//! none of which knows of the runtime: it owns them and wires them together
+//! (the DMA engine gets a [`DmaEnv`], the semaphore table callbacks), and
+//! adds the race-detector and timeline hooks around each operation.
 //!
 //! Errors are returned, never recorded implicitly: the caller decides whether
 //! an error ends the kernel (the FFI layer calls [`Runtime::fail`] on every
 //! error; the Python binding leaves that to the user).
 
 use crate::config::{Config, Topology};
-use crate::dma::DmaRequest;
+use crate::dma::{DmaEnv, DmaRequest, DmaStep};
 use crate::error::{Result, RtError};
 use crate::memory::{Access, BufferInfo, BufferKey, Init, MemRef, MemorySpace, MemoryTable};
 use crate::dtype::DType;
@@ -22,22 +25,23 @@ use std::sync::Arc;
 use crate::trace::Tracer;
 
 pub struct Runtime {
-    pub(crate) config: Config,
-    pub(crate) topo: Topology,
-    pub(crate) memory: MemoryTable,
-    pub(crate) sems: SemTable,
+    config: Config,
+    topo: Topology,
+    memory: MemoryTable,
+    /// The semaphores, with on_wait DMAs' steps queued on them.
+    sems: SemTable<DmaStep>,
     /// Per global core: output-revisit history and PRNG state. Only the
     /// core's own thread touches them, so the locks are uncontended.
-    pub(crate) cores: Vec<CoreState>,
+    cores: Vec<CoreState>,
     /// Only with `detect_races`: every hook is one branch on this when off.
-    pub(crate) races: Option<RaceDetector>,
+    races: Option<RaceDetector>,
     /// Only with `trace`: every hook is one branch on this when off (boxed:
     /// the hot fields stay together).
-    pub(crate) trace: Option<Box<Tracer>>,
+    trace: Option<Box<Tracer>>,
 }
 
 #[derive(Default)]
-pub(crate) struct CoreState {
+struct CoreState {
     revisit: Mutex<RevisitTracker>,
     prng: Mutex<CorePrng>,
 }
@@ -72,6 +76,19 @@ impl Runtime {
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// What the DMA engine works with.
+    #[inline]
+    fn dma_env(&self) -> DmaEnv<'_> {
+        DmaEnv {
+            topo: self.topo,
+            mode: self.config.dma_mode,
+            memory: &self.memory,
+            sems: &self.sems,
+            races: self.races.as_ref(),
+            trace: self.trace.as_deref(),
+        }
     }
 
     // ---------------------------------------------------- launch membership
@@ -265,19 +282,30 @@ impl Runtime {
         target_device: Option<u32>,
         target_core: Option<u32>,
     ) -> Result<()> {
-        if let Some(races) = &self.races {
-            // Before the count changes: a waiter that sees it sees the clock.
-            let target = self.topo.check(target_device.unwrap_or(device), target_core.unwrap_or(0));
-            if let (Ok(_), Ok(target)) = (self.topo.check(device, core), target) {
-                races.core_signal(device, core, sem, target);
-            }
-        }
-        if let Some(t) = &self.trace {
-            crate::trace::core_signal(t, &self.topo, device, core, sem, inc, target_device, target_core);
+        if self.races.is_some() || self.trace.is_some() {
+            self.note_signal(device, core, sem, inc, target_device, target_core);
         }
         self.sems
             .signal(device, core, sem, inc, target_device, target_core)
             .map_err(|e| e.at(device, core))
+    }
+
+    /// Race-detector and timeline hooks of a signal, before the count
+    /// changes (a waiter that sees the count sees the clock); invalid ids
+    /// record nothing (the signal itself reports them).
+    #[cold]
+    #[inline(never)]
+    fn note_signal(&self, device: u32, core: u32, sem: u32, inc: i64, target_device: Option<u32>, target_core: Option<u32>) {
+        // Stock: no device id -> this device; no core index -> core 0.
+        let target = self.topo.check(target_device.unwrap_or(device), target_core.unwrap_or(0));
+        if let (Ok(_), Ok(target)) = (self.topo.check(device, core), target) {
+            if let Some(races) = &self.races {
+                races.core_signal(device, core, sem, target);
+            }
+            if let Some(t) = &self.trace {
+                crate::trace::core_signal(t, device, core, sem, inc, target);
+            }
+        }
     }
 
     /// Blocks until `sem` on (device, core) reaches `value`, then subtracts it.
@@ -290,8 +318,15 @@ impl Runtime {
     /// misuse reports; 0: the thread's current site).
     #[inline]
     pub fn semaphore_wait_at(&self, device: u32, core: u32, sem: u32, value: i64, site: u32) -> Result<()> {
+        self.wait(device, core, "wait", sem, value, site)
+    }
+
+    /// A semaphore wait; `what` names it on the timeline ("wait" or
+    /// "dma_wait": the only difference between the two).
+    #[inline(always)]
+    fn wait(&self, device: u32, core: u32, what: &'static str, sem: u32, value: i64, site: u32) -> Result<()> {
         if self.trace.is_some() {
-            return self.wait_traced(device, core, "wait", sem, value, site);
+            return self.wait_traced(device, core, what, sem, value, site);
         }
         self.wait_untraced(device, core, sem, value, site)
     }
@@ -309,7 +344,7 @@ impl Runtime {
     #[inline(always)]
     fn wait_untraced(&self, device: u32, core: u32, sem: u32, value: i64, site: u32) -> Result<()> {
         self.sems
-            .wait(self, device, core, sem, value, site)
+            .wait(device, core, sem, value, site, &mut |step: DmaStep| step.run(&self.dma_env()))
             .map_err(|e| e.at(device, core))?;
         if let Some(races) = &self.races {
             races.wait_done(self.topo.global_core(device, core), sem);
@@ -323,29 +358,34 @@ impl Runtime {
 
     /// Starts a DMA (see [`DmaRequest`]); in `eager` mode it completes here.
     pub fn dma_start(&self, req: &DmaRequest) -> Result<()> {
-        crate::dma::start(self, req).map_err(|e| e.at(req.device, req.core))
+        crate::dma::start(&self.dma_env(), req).map_err(|e| e.at(req.device, req.core))
     }
 
     /// Waits for `bytes` on DMA semaphore `sem` of (device, core), running
-    /// queued DMAs that signal it (on_wait mode).
+    /// queued DMAs that signal it (on_wait mode): a semaphore wait, named
+    /// "dma_wait" on the timeline.
     pub fn dma_wait(&self, device: u32, core: u32, sem: u32, bytes: i64) -> Result<()> {
         self.dma_wait_at(device, core, sem, bytes, 0)
     }
 
     /// `dma_wait` from source site `site`.
     pub fn dma_wait_at(&self, device: u32, core: u32, sem: u32, bytes: i64, site: u32) -> Result<()> {
-        if self.trace.is_some() {
-            return self.wait_traced(device, core, "dma_wait", sem, bytes, site);
-        }
-        self.wait_untraced(device, core, sem, bytes, site)
+        self.wait(device, core, "dma_wait", sem, bytes, site)
     }
 
     /// Rendezvous of all devices (one call per device), like stock's barrier.
     pub fn device_barrier(&self, device: u32) -> Result<()> {
-        if let Some(t) = &self.trace {
-            return crate::trace::traced_barrier(t, device, || self.sems.device_barrier(self, device).map_err(|e| e.at(device, 0)));
+        // The last device to arrive makes every core see every other's past.
+        let sync_clocks = || {
+            if let Some(races) = &self.races {
+                races.sync_all();
+            }
+        };
+        let barrier = || self.sems.device_barrier(device, &sync_clocks).map_err(|e| e.at(device, 0));
+        match &self.trace {
+            Some(t) => crate::trace::traced_barrier(t, device, barrier),
+            None => barrier(),
         }
-        self.sems.device_barrier(self, device).map_err(|e| e.at(device, 0))
     }
 
     /// The timeline recorder (`None` without `trace`).
@@ -437,10 +477,7 @@ impl Runtime {
 
     /// Err(Aborted) naming the root cause if the kernel has failed.
     pub fn check_failed_at(&self, device: u32, core: u32) -> Result<()> {
-        match self.sems.failure() {
-            Some(root) => Err(RtError::aborted(&root, device, core)),
-            None => Ok(()),
-        }
+        self.sems.check_failed_at(device, core)
     }
 }
 

@@ -48,7 +48,7 @@ fn a_waiter_creating_the_page_is_woken_by_the_first_signal() {
             let t = Arc::clone(&t);
             thread::spawn(move || t.signal(0, 0, sem, 1, Some(4), None).unwrap())
         };
-        t.wait_with(4, 0, sem, 1, &mut |_| panic!("no tasks in this model")).unwrap();
+        t.wait(4, 0, sem, 1, 0, &mut |_| panic!("no tasks in this model")).unwrap();
         signaller.join().unwrap();
         assert_eq!(t.read(4, 0, sem).unwrap(), 0);
     });
@@ -70,7 +70,7 @@ fn adds_racing_at_the_largest_count_are_exact_and_never_taken_over_the_limit() {
             .collect();
         // A waiter for the whole count: it must never take an over-limit
         // transient (that would leave a negative count behind).
-        t.wait_with(0, 0, sem, MAX_COUNT, &mut |_| panic!("no tasks in this model")).unwrap();
+        t.wait(0, 0, sem, MAX_COUNT, 0, &mut |_| panic!("no tasks in this model")).unwrap();
         let ok = adders.into_iter().map(|a| a.join().unwrap()).filter(|&ok| ok).count() as i64;
         // The first add always fits; the second only once the waiter took
         // the count. Nothing is lost or counted twice.

@@ -34,7 +34,7 @@ fn table(devices: u32) -> (Arc<SemTable>, u32) {
 }
 
 fn wait(t: &SemTable, device: u32, sem: u32) -> mosaic_rt_core::Result<()> {
-    t.wait_with(device, 0, sem, 1, &mut |_| panic!("no tasks in this model"))
+    t.wait(device, 0, sem, 1, 0, &mut |_| panic!("no tasks in this model"))
 }
 
 #[test]

@@ -64,7 +64,7 @@ fn read_task_and_read_write_task_race() {
             thread::spawn(move || m.machine.read_write(|| m.write(&m.read()?), |d| m.write(d)).unwrap())
         };
         // Device 1 waits for the bytes (parks until the write signals).
-        m.sems.wait_with(1, 0, m.sem, BYTES, &mut |_| panic!("no queued tasks")).unwrap();
+        m.sems.wait(1, 0, m.sem, BYTES, 0, &mut |_| panic!("no queued tasks")).unwrap();
         sender.join().unwrap();
         receiver.join().unwrap();
         assert_eq!(m.reads.load(Ordering::SeqCst), 1);

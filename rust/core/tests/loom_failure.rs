@@ -37,7 +37,7 @@ fn assert_aborted_by_root(result: mosaic_rt_core::Result<()>) {
 fn spawn_wait(t: &Arc<SemTable>, device: u32, core: u32, sem: u32) -> thread::JoinHandle<()> {
     let t = Arc::clone(t);
     thread::spawn(move || {
-        assert_aborted_by_root(t.wait_with(device, core, sem, 1, &mut |_| panic!("no tasks in this model")))
+        assert_aborted_by_root(t.wait(device, core, sem, 1, 0, &mut |_| panic!("no tasks in this model")))
     })
 }
 
@@ -72,7 +72,7 @@ fn failure_wakes_a_semaphore_waiter_and_a_barrier_waiter() {
         let a = spawn_wait(&t, 0, 0, sem);
         let b = {
             let t = Arc::clone(&t);
-            thread::spawn(move || assert_aborted_by_root(t.barrier_arrive(1)))
+            thread::spawn(move || assert_aborted_by_root(t.device_barrier(1, &|| {})))
         };
         t.fail(RtError::value("core died").at(1, 0));
         a.join().unwrap();
@@ -92,7 +92,7 @@ fn the_first_failure_is_the_root_for_everyone() {
         let other = second.join().unwrap();
         // Both callers get the same recorded root, whichever came first.
         assert_eq!(first, other);
-        let err = t.wait_with(0, 0, sem, 1, &mut |_| panic!("no tasks")).unwrap_err();
+        let err = t.wait(0, 0, sem, 1, 0, &mut |_| panic!("no tasks")).unwrap_err();
         assert_eq!(err.root.unwrap().message, first.message);
     });
 }

@@ -24,7 +24,7 @@ fn table(devices: u32) -> (Arc<SemTable>, u32) {
 }
 
 fn wait(t: &SemTable, device: u32, sem: u32, value: i64) -> mosaic_rt_core::Result<()> {
-    t.wait_with(device, 0, sem, value, &mut |_| panic!("no tasks in this model"))
+    t.wait(device, 0, sem, value, 0, &mut |_| panic!("no tasks in this model"))
 }
 
 #[test]
@@ -88,8 +88,8 @@ fn barrier_of_two_devices_and_failure() {
     model(|| {
         let (t, _) = table(2);
         let t2 = Arc::clone(&t);
-        let other = thread::spawn(move || t2.barrier_arrive(1).unwrap());
-        t.barrier_arrive(0).unwrap();
+        let other = thread::spawn(move || t2.device_barrier(1, &|| {}).unwrap());
+        t.device_barrier(0, &|| {}).unwrap();
         other.join().unwrap();
     });
     model(|| {
@@ -98,7 +98,7 @@ fn barrier_of_two_devices_and_failure() {
         let failer = thread::spawn(move || {
             t2.fail(RtError::value("device 1 died"));
         });
-        assert_eq!(t.barrier_arrive(0).unwrap_err().kind, ErrorKind::Aborted);
+        assert_eq!(t.device_barrier(0, &|| {}).unwrap_err().kind, ErrorKind::Aborted);
         failer.join().unwrap();
     });
 }

@@ -93,7 +93,7 @@ fn fixed_then_internal_collision_is_reported_at_allocation_and_lookup() {
     for err in [
         t.signal(0, 0, 2000, 1, None, None).unwrap_err(),
         t.read(0, 0, 2000).unwrap_err(),
-        t.wait_with(0, 0, 2000, 0, &mut |_| unreachable!()).unwrap_err(),
+        t.wait(0, 0, 2000, 0, 0, &mut |_| unreachable!()).unwrap_err(),
         t.barrier_semaphore(2000).unwrap_err(),
     ] {
         assert_eq!(err.kind, ErrorKind::Value);

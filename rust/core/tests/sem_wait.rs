@@ -13,7 +13,7 @@ fn table(devices: u32, cores: u32, timeout: Option<Duration>) -> Arc<SemTable> {
 }
 
 fn wait(t: &SemTable, device: u32, core: u32, sem: u32, value: i64) -> mosaic_rt_core::Result<()> {
-    t.wait_with(device, core, sem, value, &mut |_| panic!("no tasks are queued in these tests"))
+    t.wait(device, core, sem, value, 0, &mut |_| panic!("no tasks are queued in these tests"))
 }
 
 /// Polls until `device, core` is parked (bounded).

@@ -154,6 +154,7 @@ impl Drop for Counters {
     }
 }
 
+#[cfg(not(loom))] // loom builds allocate through loom, which cannot fail
 fn out_of_memory(what: &str, bytes: usize) -> RtError {
     RtError::memory(format!("cannot allocate {bytes} bytes for {what}"))
 }

@@ -13,7 +13,7 @@
 //! global mutex.
 
 use super::counters::Counters;
-use super::{SemKind, Task};
+use super::{Queued, SemKind};
 use crate::config::Topology;
 use crate::error::{Result, RtError};
 use crate::site::SiteId;
@@ -33,7 +33,7 @@ pub(crate) const MAX_ID: u32 = i32::MAX as u32;
 pub(crate) const MAX_COUNTERS: u64 = 1 << 36;
 
 /// Consecutive semaphore ids created by one allocation (or one fixed id).
-pub(crate) struct SemBlock {
+pub(crate) struct SemBlock<T> {
     pub first: u32,
     pub len: u32,
     pub kind: SemKind,
@@ -44,7 +44,7 @@ pub(crate) struct SemBlock {
     /// Queued DMA work that will signal a semaphore, keyed by
     /// `task_key(off, global core)`; entries stay once created (their Vec is
     /// reused by the next DMA).
-    tasks: Mutex<HashMap<u64, Vec<Task>, BuildHasherDefault<IdHasher>>>,
+    tasks: Mutex<HashMap<u64, Vec<T>, BuildHasherDefault<IdHasher>>>,
     /// Number of queued tasks, so waiters skip the mutex when there are none.
     queued: AtomicUsize,
     /// Where it was allocated (0: unknown).
@@ -53,7 +53,7 @@ pub(crate) struct SemBlock {
     misuse: Mutex<Vec<(u32, u32, i64, SiteId)>>,
 }
 
-impl SemBlock {
+impl<T: Queued> SemBlock<T> {
     fn new(first: u32, len: u32, kind: SemKind, owner: String, num_cores: u32) -> Result<Self> {
         let n = u64::from(len) * u64::from(num_cores);
         if n > MAX_COUNTERS {
@@ -105,13 +105,13 @@ impl SemBlock {
         self.counters.peek(self.index(off, gcore))
     }
 
-    pub fn push_task(&self, off: u32, gcore: u32, task: Task) {
+    pub fn push_task(&self, off: u32, gcore: u32, task: T) {
         lock(&self.tasks).entry(task_key(off, gcore)).or_default().push(task);
         self.queued.fetch_add(1, Ordering::SeqCst);
     }
 
     /// The most recently queued task for (off, gcore) (stock pops from the end).
-    pub fn pop_task(&self, off: u32, gcore: u32) -> Option<Task> {
+    pub fn pop_task(&self, off: u32, gcore: u32) -> Option<T> {
         if self.queued.load(Ordering::SeqCst) == 0 {
             return None;
         }
@@ -181,8 +181,8 @@ impl SemBlock {
 pub(crate) type PendingWork = (u32, u32, Vec<(String, SiteId)>);
 
 /// One semaphore held across a blocking wait (no table lock held).
-pub(crate) struct SemRef {
-    pub block: Arc<SemBlock>,
+pub(crate) struct SemRef<T> {
+    pub block: Arc<SemBlock<T>>,
     pub off: u32,
 }
 
@@ -216,18 +216,18 @@ impl Hasher for IdHasher {
 
 type IdMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
 
-struct Table {
+struct Table<T> {
     /// Internal ids `[FIRST_INTERNAL_ID, end)`, in blocks sorted by first id
     /// that cover the range without gaps.
-    blocks: Vec<Arc<SemBlock>>,
+    blocks: Vec<Arc<SemBlock<T>>>,
     end: u32,
     /// Fixed-id semaphores (one-id blocks).
-    fixed: IdMap<Arc<SemBlock>>,
+    fixed: IdMap<Arc<SemBlock<T>>>,
 }
 
-impl Table {
+impl<T> Table<T> {
     #[inline]
-    fn internal(&self, id: u32) -> Option<(&Arc<SemBlock>, u32)> {
+    fn internal(&self, id: u32) -> Option<(&Arc<SemBlock<T>>, u32)> {
         if !(FIRST_INTERNAL_ID..self.end).contains(&id) {
             return None;
         }
@@ -238,7 +238,7 @@ impl Table {
     }
 
     #[inline]
-    fn resolve(&self, id: u32) -> Result<(&Arc<SemBlock>, u32)> {
+    fn resolve(&self, id: u32) -> Result<(&Arc<SemBlock<T>>, u32)> {
         let fixed = if self.fixed.is_empty() { None } else { self.fixed.get(&id) };
         match (self.internal(id), fixed) {
             (Some(_), Some(_)) => Err(collision_error(id)),
@@ -263,7 +263,7 @@ impl Table {
 /// barrier semaphores with internal ids >= 2000).
 #[cold]
 #[inline(never)]
-fn shadowed(table: &Table, id: u32) -> bool {
+fn shadowed<T>(table: &Table<T>, id: u32) -> bool {
     table.fixed.contains_key(&id)
 }
 
@@ -275,14 +275,14 @@ fn unknown_error(id: u32) -> RtError {
     RtError::value(format!("semaphore {id} does not exist: it was never allocated in this kernel"))
 }
 
-pub(crate) struct SemIds {
+pub(crate) struct SemIds<T> {
     topo: Topology,
-    table: RwLock<Table>,
+    table: RwLock<Table<T>>,
     /// Next internal id per global core.
     next: Mutex<Vec<u32>>,
 }
 
-impl SemIds {
+impl<T: Queued> SemIds<T> {
     pub fn new(topo: Topology) -> Self {
         SemIds {
             topo,
@@ -294,7 +294,7 @@ impl SemIds {
     /// Runs `f(block, offset)` on semaphore `id` under the table's read lock
     /// (no refcount traffic).
     #[inline]
-    pub fn with<R>(&self, id: u32, f: impl FnOnce(&SemBlock, u32) -> R) -> Result<R> {
+    pub fn with<R>(&self, id: u32, f: impl FnOnce(&SemBlock<T>, u32) -> R) -> Result<R> {
         let table = self.table.read().ignore_poison();
         let (block, off) = table.resolve(id)?;
         Ok(f(block, off))
@@ -304,7 +304,7 @@ impl SemIds {
     /// no fixed id shadows; `None` (also when `f` gives up) sends the caller
     /// to the full, error-reporting path.
     #[inline]
-    pub fn with_fast<R>(&self, id: u32, f: impl FnOnce(&SemBlock, u32) -> Option<R>) -> Option<R> {
+    pub fn with_fast<R>(&self, id: u32, f: impl FnOnce(&SemBlock<T>, u32) -> Option<R>) -> Option<R> {
         let table = self.table.read().ignore_poison();
         let (block, off) = table.internal(id)?;
         if !table.fixed.is_empty() && shadowed(&table, id) {
@@ -313,7 +313,7 @@ impl SemIds {
         f(block, off)
     }
 
-    pub fn get(&self, id: u32) -> Result<SemRef> {
+    pub fn get(&self, id: u32) -> Result<SemRef<T>> {
         let table = self.table.read().ignore_poison();
         let (block, off) = table.resolve(id)?;
         Ok(SemRef { block: Arc::clone(block), off })
@@ -391,7 +391,7 @@ impl SemIds {
     }
 
     /// Every block of both namespaces.
-    pub fn all(&self) -> Vec<Arc<SemBlock>> {
+    pub fn all(&self) -> Vec<Arc<SemBlock<T>>> {
         let table = self.table.read().ignore_poison();
         table.blocks.iter().chain(table.fixed.values()).cloned().collect()
     }

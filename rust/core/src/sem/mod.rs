@@ -4,8 +4,12 @@
 //! Every semaphore has one `AtomicI64` per global core (stored densely and
 //! lazily per allocation, see `counters`). A signal is an overflow-checked
 //! atomic add plus a wake-up only when the target core has a parked waiter;
-//! a wait is a compare-and-subtract, else it runs queued DMA work for its
+//! a wait is a compare-and-subtract, else it runs work queued for its
 //! (semaphore, core), else it parks (see `park` for the protocol).
+//!
+//! The table knows nothing of its users: queued work is any [`Queued`]
+//! type (the DMA engine's steps), run by the waiter's own callback, and
+//! what the device barrier does on completion is the caller's callback.
 
 mod barrier;
 mod counters;
@@ -20,7 +24,6 @@ use crate::deadlock::{Monitor, Probe, Wait};
 use crate::enum_str::enum_str;
 use crate::error::{ErrorKind, Result, RtError};
 use crate::site::SiteId;
-use crate::runtime::Runtime;
 use crate::sync::{AtomicI64, Ordering};
 use barrier::DeviceBarrier;
 use ids::SemIds;
@@ -90,10 +93,10 @@ impl Leak {
     }
 }
 
-/// Deferred work (a DMA step) that will signal a semaphore; run by a core
-/// waiting on that semaphore.
-pub trait Work: Send + Sync {
-    fn run(&self, rt: &Runtime) -> Result<()>;
+/// Deferred work (a DMA step) that will signal a semaphore, queued on it
+/// until a core waiting on that semaphore takes it and runs it (through
+/// the waiter's `run_task` callback: the table only keeps and describes it).
+pub trait Queued: Send + Sync {
     /// What is still to do, for leak reports; `None` once done (e.g. the
     /// other side of the DMA ran it already).
     fn pending(&self) -> Option<String>;
@@ -107,17 +110,26 @@ pub trait Work: Send + Sync {
     }
 }
 
-pub type Task = Box<dyn Work>;
+/// The work of a table that never queues any (tests, models of the park
+/// protocol).
+pub enum NoWork {}
 
-pub struct SemTable {
+impl Queued for NoWork {
+    fn pending(&self) -> Option<String> {
+        match *self {}
+    }
+}
+
+/// The semaphores of one launch; `T` is the work queued on them.
+pub struct SemTable<T: Queued = NoWork> {
     topo: Topology,
     wait_timeout: Option<Duration>,
     spin: Option<Duration>,
-    ids: SemIds,
+    ids: SemIds<T>,
     parkers: Box<[Parker]>,
     failure: Failure,
     barrier: DeviceBarrier,
-    pub(crate) monitor: Monitor,
+    monitor: Monitor,
     /// Per global core: 1 + the global core that last signalled it (0:
     /// none). A hint for deadlock reports, kept with plain atomics outside
     /// the loom models.
@@ -151,10 +163,13 @@ fn spin_until(budget: Duration, ready: impl Fn() -> bool) {
 }
 
 impl SemTable {
+    /// A table with no queued work whose devices are all present.
     pub fn new(config: &Config) -> Self {
         Self::with_devices_joined(config, true)
     }
+}
 
+impl<T: Queued> SemTable<T> {
     /// `joined`: whether every device counts as present from the start (a
     /// runtime driven directly) or joins later (a kernel launch; see
     /// [`SemTable::join`]).
@@ -250,41 +265,25 @@ impl SemTable {
     }
 
     /// Queues `task` to be run by a core waiting on `sem` on global core `gcore`.
-    pub(crate) fn enqueue(&self, sem: u32, gcore: u32, task: Task) -> Result<()> {
+    pub(crate) fn enqueue(&self, sem: u32, gcore: u32, task: T) -> Result<()> {
         self.ids.with(sem, |s, off| s.push_task(off, gcore, task))?;
         self.parkers[gcore as usize].wake();
         Ok(())
     }
 
-    /// Takes the runtime so a waiter can run queued DMAs (which touch memory).
-    /// `site`: where the wait is in the kernel (0: the thread's current site).
+    /// Blocks until `sem` on (device, core) reaches `value`, then subtracts
+    /// it. Work queued on the semaphore is handed to `run_task` (which runs
+    /// it: queued DMAs touch memory the table knows nothing of). `site`:
+    /// where the wait is in the kernel (0: the thread's current site).
     #[inline]
-    pub fn wait(&self, rt: &Runtime, device: u32, core: u32, sem: u32, value: i64, site: SiteId) -> Result<()> {
-        self.wait_impl(device, core, sem, value, site, &mut |task: Task| task.run(rt))
-    }
-
-    /// `wait` with the way queued tasks are run supplied by the caller
-    /// (model checks of the park protocol run without a `Runtime`).
-    pub fn wait_with(
-        &self,
-        device: u32,
-        core: u32,
-        sem: u32,
-        value: i64,
-        run_task: &mut dyn FnMut(Task) -> Result<()>,
-    ) -> Result<()> {
-        self.wait_impl(device, core, sem, value, 0, run_task)
-    }
-
-    #[inline]
-    fn wait_impl(
+    pub fn wait(
         &self,
         device: u32,
         core: u32,
         sem: u32,
         value: i64,
         site: SiteId,
-        run_task: &mut dyn FnMut(Task) -> Result<()>,
+        run_task: &mut dyn FnMut(T) -> Result<()>,
     ) -> Result<()> {
         if !(0..=MAX_COUNT).contains(&value) {
             return Err(RtError::value(format!(
@@ -371,23 +370,11 @@ impl SemTable {
         self.ids.with(sem, |s, off| s.peek(off, gcore))
     }
 
-    pub fn device_barrier(&self, rt: &Runtime, device: u32) -> Result<()> {
+    /// Rendezvous of all devices (one call per device). `on_complete` runs
+    /// once per generation, by the last device to arrive, before any device
+    /// leaves.
+    pub fn device_barrier(&self, device: u32, on_complete: &dyn Fn()) -> Result<()> {
         self.topo.check(device, 0)?;
-        let sync_clocks = || {
-            if let Some(races) = &rt.races {
-                races.sync_all();
-            }
-        };
-        self.arrive(device, &sync_clocks)
-    }
-
-    /// The barrier without a runtime (model checks).
-    pub fn barrier_arrive(&self, device: u32) -> Result<()> {
-        self.topo.check(device, 0)?;
-        self.arrive(device, &|| {})
-    }
-
-    fn arrive(&self, device: u32, on_complete: &dyn Fn()) -> Result<()> {
         let r = self.barrier.arrive(&self.failure, device, self.wait_timeout, on_complete, &self.monitor, self);
         match r {
             Err(e) if e.kind == ErrorKind::Deadlock && self.failure.get().is_none() => {
@@ -450,9 +437,12 @@ impl SemTable {
         Ok(self.monitor.core_state(g))
     }
 
-    /// Records a DMA of `bytes` started on DMA semaphore `sem` of `gcore`.
+    /// Records a DMA of `bytes` started on DMA semaphore `sem` of `gcore`
+    /// (for deadlock reports; nothing without deadlock detection).
     pub(crate) fn dma_started(&self, sem: u32, gcore: u32, bytes: i64) {
-        self.monitor.dma_started(sem, gcore, bytes);
+        if self.monitor.enabled() {
+            self.monitor.dma_started(sem, gcore, bytes);
+        }
     }
 
     /// Semaphores with a non-zero count or DMAs queued but never run, on a
@@ -513,6 +503,14 @@ impl SemTable {
 
     pub fn failure(&self) -> Option<RtError> {
         self.failure.get()
+    }
+
+    /// Err(Aborted) naming the root cause if the kernel has failed.
+    pub fn check_failed_at(&self, device: u32, core: u32) -> Result<()> {
+        match self.failure.get() {
+            Some(root) => Err(RtError::aborted(&root, device, core)),
+            None => Ok(()),
+        }
     }
 
     /// What the core is parked on right now (deadlock-detector seam).
@@ -598,7 +596,7 @@ fn try_take(count: &AtomicI64, value: i64) -> bool {
     false
 }
 
-impl Probe for SemTable {
+impl<T: Queued> Probe for SemTable<T> {
     fn ready(&self, sem: u32, gcore: u32, value: i64) -> bool {
         self.failure.is_set()
             || self.ids.with(sem, |s, off| can_take(s.peek(off, gcore), value) || s.has_task(off, gcore)).unwrap_or(true)

@@ -392,64 +392,28 @@ fn dma_span(id: u64, d: OpenDma, end: u64, completed: bool) -> Event {
 // One call each from the runtime and the DMA engine; all are no-ops (one
 // branch) when tracing is off.
 
-use crate::dma::DmaRequest;
-use crate::runtime::Runtime;
-
-/// A DMA starts: its span (named after both sides) begins.
-#[inline]
-pub(crate) fn dma_begin(rt: &Runtime, r: &DmaRequest) -> Option<TraceDma> {
-    let t = rt.trace.as_ref()?;
-    let dst_device = r.dst_device.unwrap_or(r.device);
-    let dst_core = r.dst_core.unwrap_or(r.core);
-    let side = |space: crate::memory::MemorySpace, id: u32, device: u32, core: u32, region: &crate::region::Region| {
-        let here = if device == r.device { String::new() } else { format!(" of device {device}") };
-        let logical = crate::memory::BufferKey::for_access(space, id, device, core);
-        let shape = rt.memory.info(logical).map(|i| i.logical_shape).unwrap_or_default();
-        format!("{} {id}{here}{}", space.as_str(), crate::memory::slice_notation(region, &shape))
-    };
-    let src = side(r.src_space, r.src_id, r.device, r.core, &r.src_region);
-    let dst = side(r.dst_space, r.dst_id, dst_device, dst_core, &r.dst_region);
-    let mut args = vec![("src", Arg::Str(src.clone())), ("dst", Arg::Str(dst.clone())), ("dst_sem", Arg::Int(r.dst_sem as i64))];
-    if let Some(s) = r.src_sem {
-        args.push(("src_sem", Arg::Int(s as i64)));
-    }
-    Some(t.dma_begin(r.device, r.core, format!("{src} -> {dst}"), args))
-}
-
 /// A DMA signals `sem` on global core `gcore` (before the count changes).
 #[inline]
-pub(crate) fn dma_signal(rt: &Runtime, dma: Option<TraceDma>, sem: u32, gcore: u32) {
-    if let (Some(t), Some(d)) = (&rt.trace, dma) {
+pub(crate) fn dma_signal(t: Option<&Tracer>, dma: Option<TraceDma>, sem: u32, gcore: u32) {
+    if let (Some(t), Some(d)) = (t, dma) {
         t.dma_signal(d, sem, gcore);
     }
 }
 
 /// A DMA completed.
 #[inline]
-pub(crate) fn dma_end(rt: &Runtime, dma: Option<TraceDma>) {
-    if let (Some(t), Some(d)) = (&rt.trace, dma) {
+pub(crate) fn dma_end(t: Option<&Tracer>, dma: Option<TraceDma>) {
+    if let (Some(t), Some(d)) = (t, dma) {
         t.dma_end(d);
     }
 }
 
-/// A core's signal (before the count changes); bad ids record nothing
-/// (the signal itself reports them).
-#[allow(clippy::too_many_arguments)]
+/// A core's signal of `sem` on global core `target` (before the count
+/// changes).
 #[cold]
 #[inline(never)]
-pub(crate) fn core_signal(
-    t: &Tracer,
-    topo: &crate::config::Topology,
-    device: u32,
-    core: u32,
-    sem: u32,
-    inc: i64,
-    target_device: Option<u32>,
-    target_core: Option<u32>,
-) {
-    if let Ok(target) = topo.check(target_device.unwrap_or(device), target_core.unwrap_or(0)) {
-        t.signal(device, core, sem, inc, target);
-    }
+pub(crate) fn core_signal(t: &Tracer, device: u32, core: u32, sem: u32, inc: i64, target: u32) {
+    t.signal(device, core, sem, inc, target);
 }
 
 /// Runs `wait` as a traced wait of (device, core) for `value` on `sem`.
