@@ -5,8 +5,9 @@
 #![cfg(loom)]
 
 use loom::thread;
-use mosaic_rt_core::sem::{SemKind, SemTable};
-use mosaic_rt_core::sync::Arc;
+use mosaic_rt_core::internals::SemTable;
+use mosaic_rt_core::SemKind;
+use mosaic_rt_core::internals::sync::Arc;
 use mosaic_rt_core::Config;
 
 /// Under loom a page holds 4 counters and tables of at most 4 are dense:

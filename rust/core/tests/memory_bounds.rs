@@ -4,7 +4,8 @@
 mod memory_support;
 
 use memory_support::*;
-use mosaic_rt_core::memory::{MemRef, MemoryTable};
+use mosaic_rt_core::internals::MemoryTable;
+use mosaic_rt_core::MemRef;
 use mosaic_rt_core::{
     BufferKey, DType, DimSel, ErrorKind, FillMode, Init, MemorySpace, OobReads, Region,
 };

@@ -1,7 +1,7 @@
 //! Quick end-to-end check of allocate / load / store / free on MemoryTable.
 
 use mosaic_rt_core::MemRef;
-use mosaic_rt_core::memory::MemoryTable;
+use mosaic_rt_core::internals::MemoryTable;
 use mosaic_rt_core::{Config, DType, DimSel, Init, MemorySpace, Region};
 
 #[test]

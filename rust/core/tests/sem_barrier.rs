@@ -1,6 +1,6 @@
 //! The device barrier: rendezvous, reuse across generations, abort, timeout.
 
-use mosaic_rt_core::sem::SemTable;
+use mosaic_rt_core::internals::SemTable;
 use mosaic_rt_core::{Config, ErrorKind, RtError};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;

@@ -1,7 +1,8 @@
 //! Semaphore id namespaces: internal ids per core from 2000, fixed ids,
 //! collisions at allocation and lookup.
 
-use mosaic_rt_core::sem::{SemKind, SemTable};
+use mosaic_rt_core::internals::SemTable;
+use mosaic_rt_core::SemKind;
 use mosaic_rt_core::{Config, ErrorKind};
 
 fn table(devices: u32, cores: u32) -> SemTable {

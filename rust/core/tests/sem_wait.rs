@@ -1,6 +1,7 @@
 //! Signal / wait counts, target rules, argument checks, timeouts, failure.
 
-use mosaic_rt_core::sem::{SemKind, SemTable, WaitRecord};
+use mosaic_rt_core::internals::{SemTable, WaitRecord};
+use mosaic_rt_core::SemKind;
 use mosaic_rt_core::{Config, ErrorKind, RtError};
 use std::sync::Arc;
 use std::thread;

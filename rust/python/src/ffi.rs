@@ -126,7 +126,7 @@ fn callback_state(py: Python<'_>, handle: u64, device: u32, core: u32, inside: b
 /// that ran with race detection, or `None` if there was none.
 #[pyfunction]
 fn race_results() -> Option<(bool, u64, Vec<String>)> {
-    mosaic_rt_core::races::latest().map(|log| (log.found(), log.count(), log.reports()))
+    mosaic_rt_core::latest_race_log().map(|log| (log.found(), log.count(), log.reports()))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

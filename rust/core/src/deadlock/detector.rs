@@ -51,14 +51,6 @@ pub fn watch(w: Weak<dyn Watched>) {
     s.wake.notify_all();
 }
 
-/// Runtimes watched right now (tests).
-pub fn watched() -> usize {
-    let s = shared();
-    let mut w = s.watched.lock().ignore_poison();
-    w.retain(|x| x.strong_count() > 0);
-    w.len()
-}
-
 fn run(s: &Shared) {
     let mut last_cpu = process_cpu_time();
     let mut busy_at = Instant::now();

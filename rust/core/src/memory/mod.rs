@@ -12,11 +12,11 @@ mod elements;
 mod init_shadow;
 mod message;
 mod plan;
-mod table;
+pub(crate) mod table;
 
 pub(crate) use access::zeroed;
-pub use init_shadow::slice_notation;
-pub use table::MemoryTable;
+pub(crate) use init_shadow::slice_notation;
+pub(crate) use table::MemoryTable;
 
 use crate::dtype::DType;
 use crate::enum_str::enum_str;
@@ -90,7 +90,7 @@ impl std::fmt::Display for BufferKey {
 }
 
 enum_str! {
-    /// The kind of access [`MemoryTable::check_access`] checks.
+    /// The kind of access `Runtime::check_access` checks.
     pub enum Access as "access" {
         Read = "read",
         Write = "write",

@@ -22,10 +22,12 @@ mod clock;
 mod report;
 mod shadow;
 
-pub use clock::{Epoch, VectorClock};
-pub use report::{latest, AccessRecord, Actor, RaceLog, MAX_REPORTS};
-pub use cell::{Conflict, Memo};
-pub use shadow::{Shadow, MAX_CHUNK};
+#[cfg(any(feature = "internals", loom))]
+pub use clock::Epoch;
+pub use clock::VectorClock;
+pub use report::{latest_race_log, AccessRecord, Actor, RaceLog};
+pub use cell::Memo;
+pub use shadow::Shadow;
 
 use crate::config::RacePolicy;
 use crate::error::{ErrorKind, RtError};
@@ -69,13 +71,9 @@ struct State {
 }
 
 impl RaceDetector {
-    /// A detector for `num_devices x cores_per_device` cores; it becomes the
-    /// "most recent launch" whose races `latest()` returns.
-    pub fn new(num_devices: u32, cores_per_device: u32) -> Self {
-        Self::with_policy(num_devices, cores_per_device, RacePolicy::Print)
-    }
-
-    /// A detector whose races are printed, queued as warnings or raised.
+    /// A detector for `num_devices x cores_per_device` cores whose races are
+    /// printed, queued as warnings or raised; it becomes the "most recent
+    /// launch" whose races [`latest_race_log`] returns.
     pub fn with_policy(num_devices: u32, cores_per_device: u32, policy: RacePolicy) -> Self {
         let num_cores = num_devices * cores_per_device;
         RaceDetector {

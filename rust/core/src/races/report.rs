@@ -164,6 +164,6 @@ pub(crate) fn begin_launch() -> Arc<RaceLog> {
 }
 
 /// The log of the most recent runtime created with race detection on.
-pub fn latest() -> Option<Arc<RaceLog>> {
+pub fn latest_race_log() -> Option<Arc<RaceLog>> {
     LATEST.lock().ignore_poison().clone()
 }

@@ -162,6 +162,7 @@ fn spin_until(budget: Duration, ready: impl Fn() -> bool) {
     }
 }
 
+#[cfg(any(test, feature = "internals", loom))] // tests and models only
 impl SemTable {
     /// A table with no queued work whose devices are all present.
     pub fn new(config: &Config) -> Self {
@@ -514,6 +515,7 @@ impl<T: Queued> SemTable<T> {
     }
 
     /// What the core is parked on right now (deadlock-detector seam).
+    #[cfg(any(test, feature = "internals", loom))] // tests only
     pub fn waiting_on(&self, device: u32, core: u32) -> Result<Option<WaitRecord>> {
         let gcore = self.topo.check(device, core)?;
         Ok(self.parkers[gcore as usize].waiting_on())

@@ -113,6 +113,7 @@ impl Parker {
     }
 
     /// What this core is parked on, if it is parked.
+    #[cfg(any(test, feature = "internals", loom))] // tests only
     pub fn waiting_on(&self) -> Option<WaitRecord> {
         lock(&self.state).waiting_on
     }

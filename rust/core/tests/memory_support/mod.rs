@@ -2,7 +2,7 @@
 //! factory, and a naive element-by-element reference of stock's semantics.
 #![allow(dead_code)]
 
-use mosaic_rt_core::memory::MemoryTable;
+use mosaic_rt_core::internals::MemoryTable;
 use mosaic_rt_core::{Config, FillMode, OobReads, Region};
 
 /// xorshift64*: deterministic, dependency-free.

@@ -77,7 +77,7 @@ fn config_from_attrs(f: &Frame) -> Result<Config> {
         // Optional: the idle window of the heuristic for devices that never
         // join (<= 0: off).
         deadlock_idle: match f.attr_i64_opt("deadlock_idle_ms")? {
-            None => Some(mosaic_rt_core::config::DEFAULT_DEADLOCK_IDLE),
+            None => Some(mosaic_rt_core::DEFAULT_DEADLOCK_IDLE),
             Some(ms) if ms <= 0 => None,
             Some(ms) => Some(Duration::from_millis(ms as u64)),
         },
