@@ -149,7 +149,7 @@ impl Runtime {
     /// once per device (key core 0) and are reference-counted across cores.
     /// `shape` is the allocated (possibly padded) shape, `logical_shape` the
     /// user-visible one (defaults to `shape`).
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)] // where (device, core, space) and what (dtype, shapes, init)
     pub fn allocate_buffer(
         &self,
         device: u32,
@@ -336,7 +336,8 @@ impl Runtime {
     #[inline(never)]
     fn wait_traced(&self, device: u32, core: u32, what: &'static str, sem: u32, value: i64, site: u32) -> Result<()> {
         let Some(t) = &self.trace else { return self.wait_untraced(device, core, sem, value, site) };
-        crate::trace::traced_wait(t, device, core, what, sem, value, || {
+        let on = crate::trace::WaitOn { device, core, what, sem, value };
+        crate::trace::traced_wait(t, on, || {
             self.wait_untraced(device, core, sem, value, site)
         })
     }

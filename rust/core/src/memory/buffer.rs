@@ -37,7 +37,6 @@ impl Buffer {
     /// `init` (C-order bytes of `logical_shape`) placed in the low corner.
     /// With `track_init` (initcheck), the elements `init` gives are marked
     /// written and all others not.
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         dtype: DType,
         shape: &[usize],

@@ -92,7 +92,7 @@ impl MemoryTable {
         map.get(&key).cloned().ok_or_else(|| no_such_buffer(key, action))
     }
 
-    #[allow(clippy::too_many_arguments)] // the buffer's place and its four properties
+    #[allow(clippy::too_many_arguments)] // where (device, core, space) and what (dtype, shapes, init)
     pub fn allocate(
         &self,
         device: u32,

@@ -32,7 +32,6 @@ pub use shadow::Shadow;
 use crate::config::RacePolicy;
 use crate::error::{ErrorKind, RtError};
 use crate::memory::{BufferKey, MemoryTable};
-use crate::site::SiteId;
 use crate::region::Region;
 use crate::sync::IgnorePoison;
 use std::collections::HashMap;
@@ -114,7 +113,8 @@ impl RaceDetector {
     ) -> Option<RtError> {
         let thread = self.core_thread(device, core);
         let site = crate::site::current();
-        self.access(memory, thread, Actor::Core { device, core }, key, region, write, site)
+        let record = AccessRecord { actor: Actor::Core { device, core }, write, key, region: region.clone(), site };
+        self.access(memory, thread, record)
     }
 
     /// Records an access by a DMA (its read of the source or write of the
@@ -131,29 +131,20 @@ impl RaceDetector {
             Actor::Dma { site, .. } => site,
             Actor::Core { .. } => 0,
         };
-        self.access(memory, dma.slot, dma.actor, key, region, write, site)
+        let record = AccessRecord { actor: dma.actor, write, key, region: region.clone(), site };
+        self.access(memory, dma.slot, record)
     }
 
-    /// Records the access; with policy "raise" a race is returned as the
-    /// error that fails the launch.
-    #[allow(clippy::too_many_arguments)]
-    fn access(
-        &self,
-        memory: &MemoryTable,
-        thread: u32,
-        actor: Actor,
-        key: BufferKey,
-        region: &Region,
-        write: bool,
-        site: SiteId,
-    ) -> Option<RtError> {
+    /// Records the access (by vector-clock thread `thread`); with policy
+    /// "raise" a race is returned as the error that fails the launch.
+    fn access(&self, memory: &MemoryTable, thread: u32, record: AccessRecord) -> Option<RtError> {
+        let (actor, key, write) = (record.actor, record.key, record.write);
         // The access succeeded, so the buffer exists and the region is valid.
-        let Ok(touched) = memory.touched_elements(key, region) else { return None };
+        let Ok(touched) = memory.touched_elements(key, &record.region) else { return None };
         let mut st = self.state.lock().ignore_poison();
         let State { clocks, records, shadows, .. } = &mut *st;
         let clock = &mut clocks[thread as usize];
         let now = clock.tick(thread);
-        let record = AccessRecord { actor, write, key, region: region.clone(), site };
         let shadow = shadows.entry(key).or_insert_with(|| Shadow::new(touched.len, touched.row));
         let mut conflict = None;
         let mut memo = Memo::default();

@@ -114,7 +114,7 @@ impl Shadow {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)] // the chunk, the element range and the access
     fn part_chunk(
         &mut self,
         c: usize,

@@ -37,7 +37,6 @@ impl DeviceBarrier {
     /// arrive, before any device leaves (the race detector joins clocks).
     /// A device that would complete a deadlock by waiting gets the
     /// deadlock error (its arrival taken back) and must fail the launch.
-    #[allow(clippy::too_many_arguments)]
     pub fn arrive(
         &self,
         failure: &Failure,

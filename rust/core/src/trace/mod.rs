@@ -150,6 +150,17 @@ pub struct WaitStart {
     site: u32,
 }
 
+/// What a traced semaphore wait waits for.
+#[derive(Clone, Copy, Debug)]
+pub struct WaitOn {
+    pub device: u32,
+    pub core: u32,
+    /// Its name on the timeline: "wait" or "dma_wait" (counts bytes).
+    pub what: &'static str,
+    pub sem: u32,
+    pub value: i64,
+}
+
 impl Tracer {
     pub fn new(num_devices: u32, cores_per_device: u32) -> Self {
         Tracer {
@@ -220,20 +231,10 @@ impl Tracer {
         WaitStart { begin: self.now(), site: site::current() }
     }
 
-    /// A wait of (device, core) for `value` on `sem` returned (`error`: the
-    /// error kind it failed with). A completed wait gets a flow from the
-    /// last signal into (sem, core).
-    #[allow(clippy::too_many_arguments)]
-    pub fn wait_end(
-        &self,
-        start: WaitStart,
-        device: u32,
-        core: u32,
-        what: &'static str,
-        sem: u32,
-        value: i64,
-        error: Option<&'static str>,
-    ) {
+    /// The wait `on` returned (`error`: the error kind it failed with). A
+    /// completed wait gets a flow from the last signal into (sem, core).
+    pub fn wait_end(&self, start: WaitStart, on: WaitOn, error: Option<&'static str>) {
+        let WaitOn { device, core, what, sem, value } = on;
         let Some(g) = self.gcore(device, core) else { return };
         let end = self.now().max(start.begin);
         let unit = if what == "dma_wait" { " B" } else { "" };
@@ -416,21 +417,17 @@ pub(crate) fn core_signal(t: &Tracer, device: u32, core: u32, sem: u32, inc: i64
     t.signal(device, core, sem, inc, target);
 }
 
-/// Runs `wait` as a traced wait of (device, core) for `value` on `sem`.
+/// Runs `wait` as the traced wait `on`.
 #[cold]
 #[inline(never)]
 pub(crate) fn traced_wait(
     t: &Tracer,
-    device: u32,
-    core: u32,
-    what: &'static str,
-    sem: u32,
-    value: i64,
+    on: WaitOn,
     wait: impl FnOnce() -> crate::error::Result<()>,
 ) -> crate::error::Result<()> {
     let start = t.wait_begin();
     let result = wait();
-    t.wait_end(start, device, core, what, sem, value, result.as_ref().err().map(|e| e.kind.python_type()));
+    t.wait_end(start, on, result.as_ref().err().map(|e| e.kind.python_type()));
     result
 }
 
