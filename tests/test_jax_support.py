@@ -43,3 +43,19 @@ def test_jax_internals_are_imported_in_one_place():
             if re.match(r"\s*(from|import)\s+jax\._src\b", line):
                 offenders.append(f"{path.relative_to(PACKAGE)}:{n}: {line.strip()}")
     assert not offenders, "JAX internals outside jax_internals.py:\n" + "\n".join(offenders)
+
+
+def test_memory_space_codes_have_one_source_and_agree_with_stock():
+    import mosaic_rt._native as native
+    from mosaic_rt import jax_internals as jx
+    from mosaic_rt.ffi import ops as ffi_ops
+    from mosaic_rt.interpret.jaxpr_eval import space_code
+
+    assert ffi_ops.MEMORY_SPACES is native.MEMORY_SPACES
+    assert ffi_ops.SEMAPHORE_KINDS == native.SEMAPHORE_KINDS == ("regular", "dma", "barrier")
+    # Every TPU memory space of the installed jax maps to the code stock gives it.
+    stock = jx.stock_interpreter.TPU_MEMORY_SPACE_IDXS
+    for space in jx.MemorySpace:
+        if space in stock and isinstance(space.value, str):
+            assert space_code(space) == stock[space], space
+    assert space_code(jx.AnyMemorySpace) == native.MEMORY_SPACES["hbm"]

@@ -176,7 +176,19 @@ parallel_dim_semantics = stock_interpreter._get_parallel_dim_semantics
 parallel_subgrid_size = stock_interpreter._get_parallel_subgrid_size
 # User-registered interpret rules (`register_tpu_interpret_impl`).
 stock_interpret_impls = stock_interpreter._interpret_impls
-STOCK_MEMORY_SPACE_INDEX = stock_interpreter.TPU_MEMORY_SPACE_IDXS
+
+
+def memory_space_name(memory_space) -> str:
+    """The core's spelling of a memory space (a key of
+    ``mosaic_rt._native.MEMORY_SPACES``): pallas' and pltpu's enums carry it
+    as their value; stock treats DEFAULT as VMEM."""
+    name = getattr(memory_space, "value", None)
+    if name == "default":
+        return "vmem"
+    if not isinstance(name, str):
+        raise NotImplementedError(
+            f"memory space {memory_space!r} is not supported by TPU interpret mode")
+    return name
 
 # The pallas_call seam (see mosaic_rt.interpret.seam): pallas_call's
 # lowering looks this module attribute up at lowering time.

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from mosaic_rt import _native
 from mosaic_rt._dtypes import dtype_name
 
 _I32 = jax.ShapeDtypeStruct((), jnp.int32)
@@ -30,12 +31,9 @@ _NO_STARTS = np.zeros((0,), np.int32)
 _DYNAMIC_START = -(2**63)  # a region's `fixed` start taken from the operand
 _HANDLE = jax.ShapeDtypeStruct((2,), jnp.uint32)
 
-#: Memory space codes (``MemorySpace`` in rust/core/src/memory).
-MEMORY_SPACES = {
-    "vmem": 0, "vmem_shared": 1, "smem": 2, "cmem": 3,
-    "semaphore_mem": 4, "hbm": 5, "any": 6,
-}
-SEMAPHORE_KINDS = ("regular", "dma", "barrier")
+# The core's spellings and codes, exported by the binding (one source).
+MEMORY_SPACES = _native.MEMORY_SPACES
+SEMAPHORE_KINDS = _native.SEMAPHORE_KINDS
 
 
 @dataclasses.dataclass(frozen=True)

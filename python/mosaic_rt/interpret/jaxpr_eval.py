@@ -32,10 +32,8 @@ _ANY = jx.AnyMemorySpace
 
 
 def space_code(memory_space) -> int:
-    """Stock's numbering of memory spaces (ANY is forwarded to HBM)."""
-    if memory_space is _ANY:
-        memory_space = _HBM
-    return jx.STOCK_MEMORY_SPACE_INDEX[memory_space]
+    """The core's code of a memory space (ANY is forwarded to HBM)."""
+    return _native.MEMORY_SPACES[jx.memory_space_name(forward_any_to_hbm(memory_space))]
 
 
 def forward_any_to_hbm(memory_space):

@@ -15,18 +15,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from mosaic_rt import ffi
+from mosaic_rt import _native, ffi
 from mosaic_rt.ffi import ops as ffi_ops
 from mosaic_rt.ffi.ops import _call, _i32, _region_parts, _space
 from mosaic_rt.interpret import logging_ops as lg
 from mosaic_rt.interpret import sites
 from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.interpret.regions import Region
-from mosaic_rt.jax_internals import STOCK_MEMORY_SPACE_INDEX, MemorySpace, padded_shape
+from mosaic_rt.jax_internals import padded_shape
 
 READY = True
 
-_SMEM_CODE = STOCK_MEMORY_SPACE_INDEX[MemorySpace.SMEM]
+_SMEM_CODE = _native.MEMORY_SPACES["smem"]
 
 
 def _scalar_id(x):

@@ -1,5 +1,6 @@
 //! Static configuration of one runtime (one running kernel).
 
+use crate::enum_str::enum_str;
 use crate::error::{Result, RtError};
 use std::time::{Duration, Instant};
 
@@ -15,84 +16,53 @@ pub fn timeout_from_secs(seconds: f64) -> Result<Option<Duration>> {
     Ok(Duration::try_from_secs_f64(seconds).ok().filter(|&d| Instant::now().checked_add(d).is_some()))
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DmaMode {
-    /// Copy at `dma_start`.
-    Eager,
-    /// Queue the copy; a core waiting on the DMA's semaphore runs it.
-    OnWait,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OobReads {
-    Raise,
-    /// Out-of-bounds parts of a read return the fill value.
-    Uninitialized,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FillMode {
-    /// NaN for floats, the max value for integers, `true` for bool.
-    Nan,
-    Zero,
-}
-
-impl DmaMode {
-    pub fn parse(s: &str) -> Result<Self> {
-        match s {
-            "eager" => Ok(DmaMode::Eager),
-            "on_wait" => Ok(DmaMode::OnWait),
-            _ => Err(RtError::value(format!(
-                "dma_execution_mode must be 'eager' or 'on_wait', got {s:?}"
-            ))),
-        }
+enum_str! {
+    pub enum DmaMode as "dma_execution_mode" {
+        /// Copy at `dma_start`.
+        Eager = "eager",
+        /// Queue the copy; a core waiting on the DMA's semaphore runs it.
+        OnWait = "on_wait",
     }
 }
 
-impl OobReads {
-    pub fn parse(s: &str) -> Result<Self> {
-        match s {
-            "raise" => Ok(OobReads::Raise),
-            "uninitialized" => Ok(OobReads::Uninitialized),
-            _ => Err(RtError::value(format!(
-                "out_of_bounds_reads must be 'raise' or 'uninitialized', got {s:?}"
-            ))),
-        }
+enum_str! {
+    pub enum OobReads as "out_of_bounds_reads" {
+        Raise = "raise",
+        /// Out-of-bounds parts of a read return the fill value.
+        Uninitialized = "uninitialized",
     }
 }
 
-impl FillMode {
-    pub fn parse(s: &str) -> Result<Self> {
-        match s {
-            "nan" => Ok(FillMode::Nan),
-            "zero" => Ok(FillMode::Zero),
-            _ => Err(RtError::value(format!(
-                "uninitialized_memory must be 'nan' or 'zero', got {s:?}"
-            ))),
-        }
+enum_str! {
+    pub enum FillMode as "uninitialized_memory" {
+        /// NaN for floats, the max value for integers, `true` for bool.
+        Nan = "nan",
+        Zero = "zero",
     }
 }
 
-/// What a data race does (`detect_races=True`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RacePolicy {
-    /// The first race of a launch is printed to stderr (a runtime driven
-    /// directly; stock's behaviour).
-    Print,
-    /// Each race is queued as a report for Python to issue as a warning.
-    Warn,
-    /// The first race fails the launch (`RaceError`).
-    Raise,
+enum_str! {
+    /// What a data race does (`detect_races=True`).
+    pub enum RacePolicy as "on_race" {
+        /// The first race fails the launch (`RaceError`).
+        Raise = "raise",
+        /// Each race is queued as a report for Python to issue as a warning.
+        Warn = "warn",
+        /// The first race of a launch is printed to stderr (a runtime driven
+        /// directly; stock's behaviour).
+        Print = "print",
+    }
 }
 
-impl RacePolicy {
-    pub fn parse(s: &str) -> Result<Self> {
-        match s {
-            "print" => Ok(RacePolicy::Print),
-            "warn" => Ok(RacePolicy::Warn),
-            "raise" => Ok(RacePolicy::Raise),
-            _ => Err(RtError::value(format!("on_race must be 'raise', 'warn' or 'print', got {s:?}"))),
-        }
+enum_str! {
+    /// What semaphores left non-zero (or DMAs never waited for) at kernel
+    /// end do (`on_semaphore_leak`).
+    pub enum LeakPolicy as "leak policy" {
+        Ignore = "ignore",
+        /// One report per leak, for Python to issue as a warning.
+        Warn = "warn",
+        /// The launch fails naming every leak (`SemaphoreLeakError`).
+        Raise = "raise",
     }
 }
 
@@ -110,25 +80,58 @@ impl Topology {
     pub fn global_core(&self, device: u32, core: u32) -> u32 {
         device * self.cores_per_device + core
     }
-    /// Checks a (device, core) pair and returns its global core id.
+    /// Checks a (device, core) pair and returns its global core id. The one
+    /// range check of device and core ids: every layer uses it (or
+    /// [`Self::device_id`] / [`Self::core_id`] for ids given as any integer).
     #[inline]
     pub fn check(&self, device: u32, core: u32) -> Result<u32> {
-        if device >= self.num_devices || core >= self.cores_per_device {
-            return Err(self.out_of_range(device, core));
+        if device >= self.num_devices {
+            return Err(self.device_out_of_range(device.into()));
+        }
+        if core >= self.cores_per_device {
+            return Err(self.core_out_of_range(core.into()));
         }
         Ok(self.global_core(device, core))
     }
 
+    /// Checks a device id alone.
+    #[inline]
+    pub fn check_device(&self, device: u32) -> Result<()> {
+        if device >= self.num_devices {
+            return Err(self.device_out_of_range(device.into()));
+        }
+        Ok(())
+    }
+
+    /// A device id given as any integer (negative ones included), checked.
+    pub fn device_id(&self, device: i64) -> Result<u32> {
+        u32::try_from(device)
+            .ok()
+            .filter(|&d| d < self.num_devices)
+            .ok_or_else(|| self.device_out_of_range(device))
+    }
+
+    /// A core id given as any integer, checked.
+    pub fn core_id(&self, core: i64) -> Result<u32> {
+        u32::try_from(core)
+            .ok()
+            .filter(|&c| c < self.cores_per_device)
+            .ok_or_else(|| self.core_out_of_range(core))
+    }
+
     #[cold]
     #[inline(never)]
-    fn out_of_range(&self, device: u32, core: u32) -> RtError {
-        if device >= self.num_devices {
-            return RtError::value(format!(
-                "device id {device} out of range: the kernel runs on {} device(s) (valid ids 0 to {})",
-                self.num_devices,
-                self.num_devices.saturating_sub(1)
-            ));
-        }
+    fn device_out_of_range(&self, device: i64) -> RtError {
+        RtError::value(format!(
+            "device id {device} out of range: the kernel runs on {} device(s) (valid ids 0 to {})",
+            self.num_devices,
+            self.num_devices.saturating_sub(1)
+        ))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn core_out_of_range(&self, core: i64) -> RtError {
         RtError::value(format!(
             "core id {core} out of range: each device has {} core(s) (valid ids 0 to {})",
             self.cores_per_device,

@@ -1,19 +1,35 @@
 //! The DMA engine: validation, byte counting, eager or on_wait execution.
+//!
+//! A DMA copies a region of a buffer of (device, core) to a region of a
+//! buffer of (dst_device, dst_core) and signals, with the bytes it moved,
+//! its receive semaphore -- and, for a remote copy, its send semaphore on
+//! the issuing core.
+//!
+//! * `eager`: [`start`] copies at once, buffer to buffer, and signals.
+//! * `on_wait`: [`start`] validates the DMA (so a bad one fails at its
+//!   start, as an eager one would) and queues its steps on the semaphores
+//!   they signal: the read step on the send semaphore (remote copies only),
+//!   the rest on the receive semaphore. A core waiting on one of them runs
+//!   the step ([`DmaStep::run`]); the [`DmaMachine`] makes each step run
+//!   exactly once, whichever core gets there first.
+//!
+//! The engine knows nothing of the runtime: it works on a [`DmaEnv`], the
+//! parts of a runtime a DMA touches, and the semaphore table only keeps its
+//! steps and hands them to waiters.
 
 mod machine;
 
 pub use machine::DmaMachine;
 
-use crate::config::DmaMode;
+use crate::config::{DmaMode, Topology};
 use crate::error::{Result, RtError};
-use crate::memory::{Access, BufferKey, MemRef, MemorySpace};
-use crate::races::DmaThread;
+use crate::memory::{Access, BufferKey, MemRef, MemoryTable, MemorySpace};
+use crate::races::{DmaThread, RaceDetector};
 use crate::region::Region;
-use crate::runtime::Runtime;
-use crate::sem::Work;
+use crate::sem::{Queued, SemTable};
 use crate::site::{self, SiteId};
 use crate::sync::Arc;
-use crate::trace::{self, TraceDma};
+use crate::trace::{self, Arg, TraceDma, Tracer};
 
 /// A DMA from a region of a buffer of (device, core) to a region of a buffer
 /// of (dst_device, dst_core): by default remote copies land on the same
@@ -37,6 +53,29 @@ pub struct DmaRequest {
     pub dst_core: Option<u32>,
 }
 
+impl DmaRequest {
+    fn src(&self) -> MemRef<'_> {
+        MemRef::new(self.device, self.core, self.src_space, self.src_id, &self.src_region)
+    }
+
+    fn dst(&self, plan: &Plan) -> MemRef<'_> {
+        MemRef::new(plan.dst_device, plan.dst_core, self.dst_space, self.dst_id, &self.dst_region)
+    }
+}
+
+/// What the DMA engine works with, borrowed from a runtime for one call.
+#[derive(Clone, Copy)]
+pub(crate) struct DmaEnv<'a> {
+    pub topo: Topology,
+    pub mode: DmaMode,
+    pub memory: &'a MemoryTable,
+    pub sems: &'a SemTable<DmaStep>,
+    /// `Some` exactly with race detection.
+    pub races: Option<&'a RaceDetector>,
+    /// `Some` exactly with a timeline.
+    pub trace: Option<&'a Tracer>,
+}
+
 /// Where a validated DMA goes and how many bytes it moves.
 #[derive(Clone, Copy)]
 struct Plan {
@@ -47,55 +86,43 @@ struct Plan {
     bytes: i64,
 }
 
-/// Read and write at once: a direct buffer-to-buffer copy (no intermediate
-/// Vec), then the send (remote only) and receive signals.
-/// The whole DMA at once (eager mode, or an on_wait DMA whose read has not
-/// run yet). The copy itself checks dtypes and shapes; the semaphores count
-/// the bytes it moved.
-fn copy_whole(rt: &Runtime, r: &DmaRequest, plan: &Plan, race: Option<DmaThread>, tr: Option<TraceDma>) -> Result<i64> {
-    let src =
-        MemRef { device: r.device, core: r.core, space: r.src_space, id: r.src_id, region: &r.src_region };
-    let dst = MemRef {
-        device: plan.dst_device,
-        core: plan.dst_core,
-        space: r.dst_space,
-        id: r.dst_id,
-        region: &r.dst_region,
-    };
-    // Not `rt.copy`: the accesses are the DMA's, not the issuing core's.
-    let bytes = rt.memory.copy(&rt.topo, src, dst).map_err(|e| e.at(r.device, r.core))? as i64;
+/// The whole DMA in one go (eager mode, or an on_wait DMA whose read has
+/// not run yet): a direct buffer-to-buffer copy (no intermediate Vec; the
+/// copy checks dtypes and shapes), then the send signal (remote copies
+/// only) and the receive signal, both counting the bytes the copy moved.
+fn copy_whole(env: &DmaEnv, r: &DmaRequest, plan: &Plan, race: Option<DmaThread>, tr: Option<TraceDma>) -> Result<i64> {
+    // Not `Runtime::copy`: the accesses are the DMA's, not the issuing core's.
+    let bytes = env.memory.copy(r.src(), r.dst(plan)).map_err(|e| e.at(r.device, r.core))? as i64;
     let plan = &Plan { bytes, ..*plan };
-    note_read(rt, r, race)?;
-    note_write(rt, r, plan, race)?;
+    note_read(env, r, race)?;
+    note_write(env, r, plan, race)?;
     if let Some(src_sem) = r.src_sem {
-        note_signal(rt, race, src_sem, plan.src_gcore);
-        trace::dma_signal(rt, tr, src_sem, plan.src_gcore);
-        rt.sems.signal_global(plan.src_gcore, src_sem, plan.bytes)?;
+        note_signal(env, race, src_sem, plan.src_gcore);
+        trace::dma_signal(env.trace, tr, src_sem, plan.src_gcore);
+        env.sems.signal_global(plan.src_gcore, src_sem, plan.bytes)?;
     }
-    note_signal(rt, race, r.dst_sem, plan.dst_gcore);
-    note_end(rt, race);
-    trace::dma_signal(rt, tr, r.dst_sem, plan.dst_gcore);
-    trace::dma_end(rt, tr);
-    rt.sems.signal_global(plan.dst_gcore, r.dst_sem, plan.bytes)?;
+    note_signal(env, race, r.dst_sem, plan.dst_gcore);
+    note_end(env, race);
+    trace::dma_signal(env.trace, tr, r.dst_sem, plan.dst_gcore);
+    trace::dma_end(env.trace, tr);
+    env.sems.signal_global(plan.dst_gcore, r.dst_sem, plan.bytes)?;
     Ok(plan.bytes)
 }
 
 // Race-detector hooks (`race` is Some exactly when detection is on).
 
-fn note_read(rt: &Runtime, r: &DmaRequest, race: Option<DmaThread>) -> Result<()> {
-    if let (Some(races), Some(t)) = (&rt.races, race) {
-        let key = buffer_key(r.src_space, r.src_id, r.device, r.core);
-        if let Some(e) = races.dma_access(&rt.memory, t, key, &r.src_region, false) {
+fn note_read(env: &DmaEnv, r: &DmaRequest, race: Option<DmaThread>) -> Result<()> {
+    if let (Some(races), Some(t)) = (env.races, race) {
+        if let Some(e) = races.dma_access(env.memory, t, r.src().key(), &r.src_region, false) {
             return Err(e);
         }
     }
     Ok(())
 }
 
-fn note_write(rt: &Runtime, r: &DmaRequest, plan: &Plan, race: Option<DmaThread>) -> Result<()> {
-    if let (Some(races), Some(t)) = (&rt.races, race) {
-        let key = buffer_key(r.dst_space, r.dst_id, plan.dst_device, plan.dst_core);
-        if let Some(e) = races.dma_access(&rt.memory, t, key, &r.dst_region, true) {
+fn note_write(env: &DmaEnv, r: &DmaRequest, plan: &Plan, race: Option<DmaThread>) -> Result<()> {
+    if let (Some(races), Some(t)) = (env.races, race) {
+        if let Some(e) = races.dma_access(env.memory, t, r.dst(plan).key(), &r.dst_region, true) {
             return Err(e);
         }
     }
@@ -103,20 +130,20 @@ fn note_write(rt: &Runtime, r: &DmaRequest, plan: &Plan, race: Option<DmaThread>
 }
 
 /// Before the signal itself, so a waiter that sees the count sees the clock.
-fn note_signal(rt: &Runtime, race: Option<DmaThread>, sem: u32, gcore: u32) {
-    if let (Some(races), Some(t)) = (&rt.races, race) {
+fn note_signal(env: &DmaEnv, race: Option<DmaThread>, sem: u32, gcore: u32) {
+    if let (Some(races), Some(t)) = (env.races, race) {
         races.dma_signal(t, sem, gcore);
     }
 }
 
-fn note_end(rt: &Runtime, race: Option<DmaThread>) {
-    if let (Some(races), Some(t)) = (&rt.races, race) {
+fn note_end(env: &DmaEnv, race: Option<DmaThread>) {
+    if let (Some(races), Some(t)) = (env.races, race) {
         races.dma_end(t);
     }
 }
 
-/// A queued DMA, shared by the tasks that may run its steps.
-struct QueuedDma {
+/// A queued DMA, shared by the steps that may run it.
+pub(crate) struct QueuedDma {
     req: DmaRequest,
     plan: Plan,
     machine: DmaMachine<Vec<u8>>,
@@ -128,59 +155,43 @@ struct QueuedDma {
 
 impl QueuedDma {
     /// Loads the source region, then signals the send semaphore (remote only).
-    fn load_source(&self, rt: &Runtime) -> Result<Vec<u8>> {
+    fn load_source(&self, env: &DmaEnv) -> Result<Vec<u8>> {
         let (r, plan) = (&self.req, &self.plan);
         // Bounds first: a huge out-of-bounds region fails without allocating.
-        let src = MemRef { device: r.device, core: r.core, space: r.src_space, id: r.src_id, region: &r.src_region };
-        let n = rt.memory.check_access(&rt.topo, src, Access::Read).map_err(|e| e.at(r.device, r.core))?;
+        let n = env.memory.check_access(r.src(), Access::Read).map_err(|e| e.at(r.device, r.core))?;
         let mut data = crate::memory::zeroed(n, || format!("a DMA of {n} bytes"))?;
-        // Not `rt.load`: the access is the DMA's, not the issuing core's.
-        rt.memory
-            .load(&rt.topo, r.device, r.core, r.src_space, r.src_id, &r.src_region, &mut data)
-            .map_err(|e| e.at(r.device, r.core))?;
-        note_read(rt, r, self.race)?;
+        // Not `Runtime::load`: the access is the DMA's, not the issuing core's.
+        env.memory.load(r.src(), &mut data).map_err(|e| e.at(r.device, r.core))?;
+        note_read(env, r, self.race)?;
         if let Some(src_sem) = r.src_sem {
-            note_signal(rt, self.race, src_sem, plan.src_gcore);
-            trace::dma_signal(rt, self.trace, src_sem, plan.src_gcore);
-            rt.sems.signal_global(plan.src_gcore, src_sem, plan.bytes)?;
+            note_signal(env, self.race, src_sem, plan.src_gcore);
+            trace::dma_signal(env.trace, self.trace, src_sem, plan.src_gcore);
+            env.sems.signal_global(plan.src_gcore, src_sem, plan.bytes)?;
         }
         Ok(data)
     }
 
     /// Stores into the destination, then signals the receive semaphore.
-    fn store_destination(&self, rt: &Runtime, data: &[u8]) -> Result<()> {
+    fn store_destination(&self, env: &DmaEnv, data: &[u8]) -> Result<()> {
         let (r, plan) = (&self.req, &self.plan);
-        rt.memory
-            .store(&rt.topo, plan.dst_device, plan.dst_core, r.dst_space, r.dst_id, &r.dst_region, data)
-            .map_err(|e| e.at(plan.dst_device, plan.dst_core))?;
-        note_write(rt, r, plan, self.race)?;
-        note_signal(rt, self.race, r.dst_sem, plan.dst_gcore);
-        note_end(rt, self.race);
-        trace::dma_signal(rt, self.trace, r.dst_sem, plan.dst_gcore);
-        trace::dma_end(rt, self.trace);
-        rt.sems.signal_global(plan.dst_gcore, r.dst_sem, plan.bytes)
-    }
-
-    fn run_read(&self, rt: &Runtime) -> Result<()> {
-        self.machine.read(|| self.load_source(rt))
-    }
-
-    fn run_read_write(&self, rt: &Runtime) -> Result<()> {
-        self.machine.read_write(
-            || copy_whole(rt, &self.req, &self.plan, self.race, self.trace).map(|_| ()),
-            |data| self.store_destination(rt, data),
-        )
+        env.memory.store(r.dst(plan), data).map_err(|e| e.at(plan.dst_device, plan.dst_core))?;
+        note_write(env, r, plan, self.race)?;
+        note_signal(env, self.race, r.dst_sem, plan.dst_gcore);
+        note_end(env, self.race);
+        trace::dma_signal(env.trace, self.trace, r.dst_sem, plan.dst_gcore);
+        trace::dma_end(env.trace, self.trace);
+        env.sems.signal_global(plan.dst_gcore, r.dst_sem, plan.bytes)
     }
 
     /// For leak reports: names both buffers, both semaphores and the cores.
     fn describe(&self) -> String {
         let (r, plan) = (&self.req, &self.plan);
-        let side = |space, id, device, core, region: &Region| {
-            let key = buffer_key(space, id, device, core);
-            if region.dims.is_empty() {
+        let side = |m: MemRef<'_>| {
+            let key = m.key();
+            if m.region.dims.is_empty() {
                 format!("{key}")
             } else {
-                format!("{key}{}", region.slice_repr())
+                format!("{key}{}", m.region.slice_repr())
             }
         };
         let sems = match r.src_sem {
@@ -193,8 +204,8 @@ impl QueuedDma {
         format!(
             "DMA of {} bytes from {} to {}, started on device {}, core {}{} ({sems})",
             plan.bytes,
-            side(r.src_space, r.src_id, r.device, r.core, &r.src_region),
-            side(r.dst_space, r.dst_id, plan.dst_device, plan.dst_core, &r.dst_region),
+            side(r.src()),
+            side(r.dst(plan)),
             r.device,
             r.core,
             site::at(self.site)
@@ -202,64 +213,88 @@ impl QueuedDma {
     }
 }
 
-/// The send side of a queued remote DMA: its read step.
-struct ReadStep(Arc<QueuedDma>);
-
-impl Work for ReadStep {
-    fn run(&self, rt: &Runtime) -> Result<()> {
-        self.0.run_read(rt)
-    }
-    fn pending(&self) -> Option<String> {
-        self.0.machine.is_started().then(|| self.0.describe())
-    }
-    fn site(&self) -> SiteId {
-        self.0.site
-    }
-    fn bytes(&self) -> Option<i64> {
-        self.0.machine.is_started().then_some(self.0.plan.bytes)
-    }
+/// A step of a queued (on_wait) DMA, queued on the semaphore it signals.
+pub(crate) enum DmaStep {
+    /// The send side of a remote DMA (on its send semaphore): the read.
+    Read(Arc<QueuedDma>),
+    /// The receive side (on its receive semaphore): whatever is left.
+    Write(Arc<QueuedDma>),
 }
 
-/// The receive side of a queued DMA: whatever is left of it.
-struct WriteStep(Arc<QueuedDma>);
+impl DmaStep {
+    /// Runs the step unless another core ran it already.
+    pub(crate) fn run(self, env: &DmaEnv) -> Result<()> {
+        match self {
+            DmaStep::Read(d) => d.machine.read(|| d.load_source(env)),
+            DmaStep::Write(d) => d.machine.read_write(
+                || copy_whole(env, &d.req, &d.plan, d.race, d.trace).map(|_| ()),
+                |data| d.store_destination(env, data),
+            ),
+        }
+    }
 
-impl Work for WriteStep {
-    fn run(&self, rt: &Runtime) -> Result<()> {
-        self.0.run_read_write(rt)
+    fn dma(&self) -> &QueuedDma {
+        match self {
+            DmaStep::Read(d) | DmaStep::Write(d) => d,
+        }
     }
-    fn pending(&self) -> Option<String> {
-        (!self.0.machine.is_completed()).then(|| self.0.describe())
-    }
-    fn site(&self) -> SiteId {
-        self.0.site
-    }
-    fn bytes(&self) -> Option<i64> {
-        (!self.0.machine.is_completed()).then_some(self.0.plan.bytes)
-    }
-}
 
-/// Deadlock reports say how many bytes the DMAs started on a semaphore deliver.
-fn note_started(rt: &Runtime, req: &DmaRequest, plan: &Plan, bytes: i64) {
-    if rt.sems.monitor.enabled() {
-        rt.sems.dma_started(req.dst_sem, plan.dst_gcore, bytes);
-        if let Some(s) = req.src_sem {
-            rt.sems.dma_started(s, plan.src_gcore, bytes);
+    /// Whether the step still has something to do.
+    fn is_pending(&self) -> bool {
+        match self {
+            DmaStep::Read(d) => d.machine.is_started(),
+            DmaStep::Write(d) => !d.machine.is_completed(),
         }
     }
 }
 
-fn buffer_key(space: MemorySpace, id: u32, device: u32, core: u32) -> BufferKey {
-    let core = if space.is_shared_by_cores() { 0 } else { core };
-    BufferKey { space, id, device, core }
+impl Queued for DmaStep {
+    fn pending(&self) -> Option<String> {
+        self.is_pending().then(|| self.dma().describe())
+    }
+    fn site(&self) -> SiteId {
+        self.dma().site
+    }
+    fn bytes(&self) -> Option<i64> {
+        self.is_pending().then_some(self.dma().plan.bytes)
+    }
 }
 
-/// Starts `req` on `rt` (eager: copies now; on_wait: queues the work).
-pub fn start(rt: &Runtime, req: &DmaRequest) -> Result<()> {
+/// Deadlock reports say how many bytes the DMAs started on a semaphore deliver.
+fn note_started(env: &DmaEnv, req: &DmaRequest, plan: &Plan, bytes: i64) {
+    env.sems.dma_started(req.dst_sem, plan.dst_gcore, bytes);
+    if let Some(s) = req.src_sem {
+        env.sems.dma_started(s, plan.src_gcore, bytes);
+    }
+}
+
+/// A DMA starts on the timeline: its span is named after both sides.
+fn trace_begin(env: &DmaEnv, r: &DmaRequest) -> Option<TraceDma> {
+    let t = env.trace?;
+    let dst_device = r.dst_device.unwrap_or(r.device);
+    let dst_core = r.dst_core.unwrap_or(r.core);
+    let side = |space: MemorySpace, id: u32, device: u32, core: u32, region: &Region| {
+        let here = if device == r.device { String::new() } else { format!(" of device {device}") };
+        let logical = BufferKey::for_access(space, id, device, core);
+        let shape = env.memory.info(logical).map(|i| i.logical_shape).unwrap_or_default();
+        format!("{} {id}{here}{}", space.as_str(), crate::memory::slice_notation(region, &shape))
+    };
+    let src = side(r.src_space, r.src_id, r.device, r.core, &r.src_region);
+    let dst = side(r.dst_space, r.dst_id, dst_device, dst_core, &r.dst_region);
+    let mut args = vec![("src", Arg::Str(src.clone())), ("dst", Arg::Str(dst.clone())), ("dst_sem", Arg::Int(r.dst_sem as i64))];
+    if let Some(s) = r.src_sem {
+        args.push(("src_sem", Arg::Int(s as i64)));
+    }
+    Some(t.dma_begin(r.device, r.core, format!("{src} -> {dst}"), args))
+}
+
+/// Starts `req` (eager: copies now; on_wait: queues its steps).
+pub(crate) fn start(env: &DmaEnv, req: &DmaRequest) -> Result<()> {
     if req.src_sem.is_some() != req.dst_device.is_some() {
         return Err(RtError::value("Either both or neither `src_sem` and `device_id` can be set."));
     }
-    rt.check_failed_at(req.device, req.core)?;
-    let topo = rt.topology();
+    env.sems.check_failed_at(req.device, req.core)?;
+    let topo = env.topo;
     let src_gcore = topo.check(req.device, req.core)?;
     let dst_device = req.dst_device.unwrap_or(req.device);
     let dst_core = req.dst_core.unwrap_or(req.core);
@@ -270,36 +305,35 @@ pub fn start(rt: &Runtime, req: &DmaRequest) -> Result<()> {
         ))
     })?;
 
-    rt.sems.check_exists(req.dst_sem)?;
+    env.sems.check_exists(req.dst_sem)?;
     if let Some(s) = req.src_sem {
-        rt.sems.check_exists(s)?;
+        env.sems.check_exists(s)?;
     }
-    if rt.config().dma_mode == DmaMode::Eager {
+    if env.mode == DmaMode::Eager {
         // Nobody else can see this DMA: no state machine, and the copy
         // itself validates the two sides (this is the hot path).
         let plan = Plan { dst_device, dst_core, src_gcore, dst_gcore, bytes: 0 };
-        let race = rt.races.as_ref().map(|races| races.dma_begin(req.device, req.core));
-        let bytes = copy_whole(rt, req, &plan, race, trace::dma_begin(rt, req))?;
-        note_started(rt, req, &plan, bytes);
+        let race = env.races.map(|races| races.dma_begin(req.device, req.core));
+        let bytes = copy_whole(env, req, &plan, race, trace_begin(env, req))?;
+        note_started(env, req, &plan, bytes);
         return Ok(());
     }
 
     // on_wait: validate now (exactly as the eager copy does: buffers,
     // regions, dtypes and shapes), so a bad DMA fails at its start, not at a
     // wait -- or never, if nobody waits.
-    let src = MemRef { device: req.device, core: req.core, space: req.src_space, id: req.src_id, region: &req.src_region };
-    let dst = MemRef { device: dst_device, core: dst_core, space: req.dst_space, id: req.dst_id, region: &req.dst_region };
-    let bytes = rt.memory.check_copy(&topo, src, dst)?;
+    let plan = Plan { dst_device, dst_core, src_gcore, dst_gcore, bytes: 0 };
+    let bytes = env.memory.check_copy(req.src(), req.dst(&plan))?;
     let bytes = i64::try_from(bytes).map_err(|_| RtError::value(format!("DMA of {bytes} bytes is too large")))?;
 
-    let plan = Plan { dst_device, dst_core, src_gcore, dst_gcore, bytes };
-    let race = rt.races.as_ref().map(|races| races.dma_begin(req.device, req.core));
-    note_started(rt, req, &plan, bytes);
+    let plan = Plan { bytes, ..plan };
+    let race = env.races.map(|races| races.dma_begin(req.device, req.core));
+    note_started(env, req, &plan, bytes);
     let site = site::current();
-    let trace = trace::dma_begin(rt, req);
+    let trace = trace_begin(env, req);
     let dma = Arc::new(QueuedDma { req: req.clone(), plan, machine: DmaMachine::new(), race, site, trace });
     if let Some(src_sem) = req.src_sem {
-        rt.sems.enqueue(src_sem, src_gcore, Box::new(ReadStep(Arc::clone(&dma))))?;
+        env.sems.enqueue(src_sem, src_gcore, DmaStep::Read(Arc::clone(&dma)))?;
     }
-    rt.sems.enqueue(req.dst_sem, dst_gcore, Box::new(WriteStep(dma)))
+    env.sems.enqueue(req.dst_sem, dst_gcore, DmaStep::Write(dma))
 }

@@ -7,8 +7,12 @@ use std::fmt;
 pub enum ErrorKind {
     /// Bad ids, id collisions, shape/dtype mismatches, bad configuration.
     Value,
-    /// Out-of-bounds accesses.
+    /// Out-of-bounds reads.
     Index,
+    /// Out-of-bounds writes and swaps: raised as `ValueError`, as stock
+    /// does, but a kind of their own so that callers tell them from other
+    /// value errors without reading the message.
+    OutOfBoundsWrite,
     /// This core was stopped because another core failed first; the root
     /// cause is in [`RtError::root`].
     Aborted,
@@ -44,6 +48,7 @@ impl ErrorKind {
         match self {
             ErrorKind::Value => "ValueError",
             ErrorKind::Index => "IndexError",
+            ErrorKind::OutOfBoundsWrite => "ValueError",
             ErrorKind::Aborted => "KernelAborted",
             ErrorKind::Timeout => "WaitTimeout",
             ErrorKind::Deadlock => "DeadlockError",
@@ -58,7 +63,8 @@ impl ErrorKind {
         }
     }
 
-    /// Inverse of [`ErrorKind::python_type`].
+    /// Inverse of [`ErrorKind::python_type`] (`"ValueError"` is
+    /// [`ErrorKind::Value`]).
     pub fn from_python_type(name: &str) -> Option<ErrorKind> {
         use ErrorKind::*;
         [Value, Index, Aborted, Timeout, Deadlock, Leak, Race, External, NotImplemented, Runtime, Uninitialized, Memory, Internal]

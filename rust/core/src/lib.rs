@@ -2,38 +2,86 @@
 //!
 //! One [`Runtime`] simulates one running Pallas TPU kernel on
 //! `num_devices x cores_per_device` cores: semaphore counters (one atomic per
-//! semaphore and global core), the DMA engine and simulated memory. There is
-//! no process-global state; any number of runtimes may live at once.
+//! semaphore and global core), the DMA engine and simulated memory. Any
+//! number of runtimes may live at once; a launch's state lives in its
+//! runtime. What is process-wide, and why:
 //!
-//! Nothing here knows about Python or XLA: the FFI crate and the pyo3 binding
-//! are thin layers on top of [`Runtime`].
+//! * [`reports`]: the queue of "warn" reports (races, leaks, misuse) that
+//!   Python drains and issues as warnings;
+//! * [`latest_race_log`]: the race log of the most recent runtime created
+//!   with race detection (`mosaic_rt.races`);
+//! * [`site`]: the resolver from site ids to kernel source lines, installed
+//!   once by the FFI layer's interning table;
+//! * the deadlock detector thread (one per process, started by the first
+//!   launch that needs it), which watches live launches through weak
+//!   references.
+//!
+//! The core links neither Python nor XLA: the FFI crate and the pyo3
+//! binding are thin layers on top of [`Runtime`]. It does speak stock
+//! interpret mode's language, because users and tests match on it: error
+//! texts reproduce stock's messages character for character (including the
+//! Python reprs of indices and shapes, see [`region::python_tuple`]), and
+//! each [`ErrorKind`] names the exception class the layers above raise it as.
+//!
+//! Modules (runtime -> dma -> sem / memory / races / trace; nothing below
+//! the runtime knows of it): `runtime` (the public contract), `dma` (the DMA
+//! engine over a `DmaEnv`), `sem` (counters, waits, barrier, failure;
+//! generic over the work queued on a semaphore), `memory`, `races`, `trace`,
+//! `deadlock`, `registry` (the launches of a process), `grid` (a grid
+//! loop's block bookkeeping), `config`, `error`.
 #![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 
-pub mod config;
-pub mod deadlock;
-pub mod dma;
-pub mod dtype;
-pub mod error;
+mod enum_str;
+
+mod config;
+mod deadlock;
+mod dma;
+mod dtype;
+mod error;
 pub mod grid;
 pub mod memory;
-pub mod prng;
-pub mod races;
+mod prng;
+mod races;
 pub mod region;
+mod registry;
 pub mod reports;
-pub mod registry;
-pub mod revisit;
-pub mod runtime;
-pub mod sem;
+mod revisit;
+mod runtime;
+mod sem;
 pub mod site;
-pub mod sync;
-pub mod trace;
+mod sync;
+mod trace;
 
-pub use config::{timeout_from_secs, Config, DmaMode, FillMode, OobReads, RacePolicy, Topology};
+pub use config::{
+    timeout_from_secs, Config, DmaMode, FillMode, LeakPolicy, OobReads, RacePolicy, Topology, DEFAULT_DEADLOCK_IDLE,
+};
+pub use deadlock::CoreState;
 pub use dma::DmaRequest;
 pub use dtype::DType;
 pub use error::{ErrorKind, Result, RtError};
-pub use memory::{Access, BufferInfo, BufferKey, Init, MemorySpace};
+pub use memory::{Access, BufferInfo, BufferKey, Init, MemRef, MemorySpace};
+pub use races::{latest_race_log, RaceLog};
 pub use region::{DimSel, Region};
 pub use registry::LaunchRegistry;
 pub use runtime::Runtime;
 pub use sem::{Leak, SemKind, MAX_COUNT};
+pub use sync::IgnorePoison;
+pub use trace::Tracer;
+
+/// Internal types for this crate's own tests and loom models (the
+/// `internals` feature, which only the crate's dev-dependency on itself
+/// turns on). Not an API.
+#[cfg(any(feature = "internals", loom))]
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::dma::DmaMachine;
+    pub use crate::memory::table::MemoryTable;
+    pub use crate::races::{Epoch, Memo, Shadow, VectorClock};
+    pub use crate::registry::MAX_FAILED_INSTANCES;
+    pub use crate::sem::{NoWork, SemTable, WaitRecord};
+
+    /// std's primitives, or loom's under `--cfg loom`.
+    pub mod sync {
+        pub use crate::sync::{Arc, AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Mutex, Ordering};
+    }
+}

@@ -5,6 +5,14 @@
 //! size 1 that is `squeezed` out of the result shape. Dimensions not listed
 //! are taken whole. This is what Pallas `NDIndexer`s reduce to once their
 //! dynamic starts are known.
+//!
+//! The one region type of the Rust side. The layers above only carry it:
+//! the FFI reads one from an op's attributes (`RegionAttrs` names them: the
+//! static sizes, strides and squeezed flags) and a start-vector operand; the
+//! binding converts Python's spelling (`RegionArg`: `None` or per-dimension
+//! ints and `(start, size[, stride])` tuples). On the Python side,
+//! `mosaic_rt.ffi.ops.Region` is the trace-time description an op is
+//! emitted with (static sizes, traced starts).
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct DimSel {

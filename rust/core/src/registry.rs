@@ -11,7 +11,7 @@
 use crate::config::Config;
 use crate::error::{Result, RtError};
 use crate::runtime::Runtime;
-use crate::sync::{lock, Arc, AtomicU64, Mutex, Ordering, RwLock};
+use crate::sync::{lock, Arc, AtomicU64, IgnorePoison, Mutex, Ordering, RwLock};
 use std::collections::{HashMap, VecDeque};
 
 /// Failed instances kept waiting for their remaining devices.
@@ -84,12 +84,7 @@ impl LaunchRegistry {
     /// (uid, run_id); returns its handle (non-zero, never reused) and runtime.
     pub fn join(&self, uid: u64, run_id: i64, device: u32, config: &Config) -> Result<(u64, Arc<Runtime>)> {
         config.validate()?;
-        if device >= config.num_devices {
-            return Err(RtError::value(format!(
-                "device id {device} out of range: the kernel runs on {} device(s)",
-                config.num_devices
-            )));
-        }
+        config.topology().check_device(device)?;
         let mut t = lock(&self.tables);
         let launch = t.launches.entry((uid, run_id)).or_default();
         let occurrence = launch.joins.get(&device).copied().unwrap_or(0);
@@ -119,12 +114,12 @@ impl LaunchRegistry {
                 failed: false,
             },
         );
-        write(&self.runtimes).insert(handle, Arc::clone(&runtime));
+        self.runtimes.write().ignore_poison().insert(handle, Arc::clone(&runtime));
         Ok((handle, runtime))
     }
 
     pub fn get(&self, handle: u64) -> Option<Arc<Runtime>> {
-        read(&self.runtimes).get(&handle).cloned()
+        self.runtimes.read().ignore_poison().get(&handle).cloned()
     }
 
     /// The device finished its program normally.
@@ -188,7 +183,7 @@ impl LaunchRegistry {
                 tomb.pop_front();
             }
         }
-        write(&self.runtimes).remove(&handle);
+        self.runtimes.write().ignore_poison().remove(&handle);
         t.failed.retain(|&h| h != handle);
         if let Some(launch) = t.launches.get_mut(&inst.launch) {
             launch.instances.remove(&inst.occurrence);
@@ -233,10 +228,3 @@ fn check_same_config(a: &Config, b: &Config, uid: u64, run_id: i64) -> Result<()
     Ok(())
 }
 
-fn read<T>(l: &RwLock<T>) -> impl std::ops::Deref<Target = T> + '_ {
-    l.read().unwrap_or_else(|p| p.into_inner())
-}
-
-fn write<T>(l: &RwLock<T>) -> impl std::ops::DerefMut<Target = T> + '_ {
-    l.write().unwrap_or_else(|p| p.into_inner())
-}

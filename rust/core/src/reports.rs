@@ -4,27 +4,21 @@
 //! stderr lines written by native code.
 
 use std::collections::VecDeque;
+use crate::enum_str::enum_str;
+use crate::sync::IgnorePoison;
 use std::sync::Mutex;
 
 /// Undelivered reports kept; older ones are dropped beyond this (and
 /// counted in [`dropped`]).
 pub const MAX_QUEUED: usize = 1024;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Category {
-    Race,
-    Leak,
-    Misuse,
-}
-
-impl Category {
-    /// The name Python sees (`mosaic_rt.ffi.reports` maps it to a warning class).
-    pub fn name(self) -> &'static str {
-        match self {
-            Category::Race => "race",
-            Category::Leak => "leak",
-            Category::Misuse => "misuse",
-        }
+enum_str! {
+    /// The kind of a report; Python sees `as_str()` (`mosaic_rt.ffi.reports`
+    /// maps it to a warning class).
+    pub enum Category as "report category" {
+        Race = "race",
+        Leak = "leak",
+        Misuse = "misuse",
     }
 }
 
@@ -79,7 +73,7 @@ struct Queue {
 static QUEUE: Mutex<Queue> = Mutex::new(Queue { reports: VecDeque::new(), dropped: 0 });
 
 fn queue() -> std::sync::MutexGuard<'static, Queue> {
-    QUEUE.lock().unwrap_or_else(|p| p.into_inner())
+    QUEUE.lock().ignore_poison()
 }
 
 /// Queues a report.

@@ -1,13 +1,16 @@
 //! The `Runtime`: one simulated running kernel. This file is the public
 //! contract used by the FFI layer and the pyo3 binding; the work is done in
-//! `memory` (buffers), `sem` (semaphores, waits, barrier, failure) and `dma`.
+//! `memory` (buffers), `sem` (semaphores, waits, barrier, failure) and `dma`,
+//! none of which knows of the runtime: it owns them and wires them together
+//! (the DMA engine gets a [`DmaEnv`], the semaphore table callbacks), and
+//! adds the race-detector and timeline hooks around each operation.
 //!
 //! Errors are returned, never recorded implicitly: the caller decides whether
 //! an error ends the kernel (the FFI layer calls [`Runtime::fail`] on every
 //! error; the Python binding leaves that to the user).
 
 use crate::config::{Config, Topology};
-use crate::dma::DmaRequest;
+use crate::dma::{DmaEnv, DmaRequest, DmaStep};
 use crate::error::{Result, RtError};
 use crate::memory::{Access, BufferInfo, BufferKey, Init, MemRef, MemorySpace, MemoryTable};
 use crate::dtype::DType;
@@ -23,22 +26,23 @@ use std::sync::Arc;
 use crate::trace::Tracer;
 
 pub struct Runtime {
-    pub(crate) config: Config,
-    pub(crate) topo: Topology,
-    pub(crate) memory: MemoryTable,
-    pub(crate) sems: SemTable,
+    config: Config,
+    topo: Topology,
+    memory: MemoryTable,
+    /// The semaphores, with on_wait DMAs' steps queued on them.
+    sems: SemTable<DmaStep>,
     /// Per global core: output-revisit history and PRNG state. Only the
     /// core's own thread touches them, so the locks are uncontended.
-    pub(crate) cores: Vec<CoreState>,
+    cores: Vec<CoreState>,
     /// Only with `detect_races`: every hook is one branch on this when off.
-    pub(crate) races: Option<RaceDetector>,
+    races: Option<RaceDetector>,
     /// Only with `trace`: every hook is one branch on this when off (boxed:
     /// the hot fields stay together).
-    pub(crate) trace: Option<Box<Tracer>>,
+    trace: Option<Box<Tracer>>,
 }
 
 #[derive(Default)]
-pub(crate) struct CoreState {
+struct CoreState {
     revisit: Mutex<RevisitTracker>,
     prng: Mutex<CorePrng>,
     /// The native grid loop (`grid_begin` .. its last `grid_copy_out`).
@@ -75,6 +79,19 @@ impl Runtime {
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// What the DMA engine works with.
+    #[inline]
+    fn dma_env(&self) -> DmaEnv<'_> {
+        DmaEnv {
+            topo: self.topo,
+            mode: self.config.dma_mode,
+            memory: &self.memory,
+            sems: &self.sems,
+            races: self.races.as_ref(),
+            trace: self.trace.as_deref(),
+        }
     }
 
     // ---------------------------------------------------- launch membership
@@ -135,7 +152,7 @@ impl Runtime {
     /// once per device (key core 0) and are reference-counted across cores.
     /// `shape` is the allocated (possibly padded) shape, `logical_shape` the
     /// user-visible one (defaults to `shape`).
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)] // where (device, core, space) and what (dtype, shapes, init)
     pub fn allocate_buffer(
         &self,
         device: u32,
@@ -148,13 +165,13 @@ impl Runtime {
     ) -> Result<u32> {
         self.check_failed_at(device, core.unwrap_or(0))?;
         self.memory
-            .allocate(&self.topo, device, core, space, dtype, shape, logical_shape, init)
+            .allocate(device, core, space, dtype, shape, logical_shape, init)
             .map_err(|e| e.at(device, core.unwrap_or(0)))
     }
 
     /// Drops one reference of the buffer; it is freed at zero.
     pub fn free_buffer(&self, device: u32, core: u32, space: MemorySpace, id: u32) -> Result<()> {
-        self.memory.free(&self.topo, device, core, space, id).map_err(|e| e.at(device, core))?;
+        self.memory.free(device, core, space, id).map_err(|e| e.at(device, core))?;
         if let Some(races) = &self.races {
             // Ids are never reused, so a freed buffer's shadow state is dead
             // (run_scoped scratch in a loop would otherwise pile up).
@@ -180,95 +197,52 @@ impl Runtime {
         self.memory.region_shape(key, region)
     }
 
-    /// Checks an access of `region` of buffer (space, id) from (device,
-    /// core) as the access would (same errors) and returns the bytes of its
-    /// value, without moving data.
-    pub fn check_access(
-        &self,
-        device: u32,
-        core: u32,
-        space: MemorySpace,
-        id: u32,
-        region: &Region,
-        access: Access,
-    ) -> Result<usize> {
-        let r = MemRef { device, core, space, id, region };
-        self.memory.check_access(&self.topo, r, access).map_err(|e| e.at(device, core))
+    /// Checks access `access` of `r` as the access would (same errors) and
+    /// returns the bytes of its value, without moving data.
+    pub fn check_access(&self, r: MemRef<'_>, access: Access) -> Result<usize> {
+        self.memory.check_access(r, access).map_err(|e| e.at(r.device, r.core))
     }
 
-    /// Reads `region` of buffer (space, id) as seen from (device, core) into
-    /// `out` (C order, exactly the region's size).
-    pub fn load(
-        &self,
-        device: u32,
-        core: u32,
-        space: MemorySpace,
-        id: u32,
-        region: &Region,
-        out: &mut [u8],
-    ) -> Result<()> {
-        self.memory
-            .load(&self.topo, device, core, space, id, region, out)
-            .map_err(|e| e.at(device, core))?;
-        self.note_access(device, core, space, id, region, false)
+    /// Reads `r` (buffer (space, id) as seen from (device, core)) into `out`
+    /// (C order, exactly the region's size).
+    pub fn load(&self, r: MemRef<'_>, out: &mut [u8]) -> Result<()> {
+        self.memory.load(r, out).map_err(|e| e.at(r.device, r.core))?;
+        self.note_access(r.device, r.core, r, false)
     }
 
-    /// Writes `data` (C order, exactly the region's size) into `region`.
-    pub fn store(
-        &self,
-        device: u32,
-        core: u32,
-        space: MemorySpace,
-        id: u32,
-        region: &Region,
-        data: &[u8],
-    ) -> Result<()> {
-        self.memory
-            .store(&self.topo, device, core, space, id, region, data)
-            .map_err(|e| e.at(device, core))?;
-        self.note_access(device, core, space, id, region, true)
+    /// Writes `data` (C order, exactly the region's size) into `r`.
+    pub fn store(&self, r: MemRef<'_>, data: &[u8]) -> Result<()> {
+        self.memory.store(r, data).map_err(|e| e.at(r.device, r.core))?;
+        self.note_access(r.device, r.core, r, true)
     }
 
-    /// Writes `data` where `mask` (one byte per element, non-zero = true) is
-    /// set, or everywhere without a mask, and returns the previous values in
-    /// `out` (masked-off elements of `out` get `data`'s values, as stock).
-    #[allow(clippy::too_many_arguments)]
-    pub fn swap(
-        &self,
-        device: u32,
-        core: u32,
-        space: MemorySpace,
-        id: u32,
-        region: &Region,
-        data: &[u8],
-        mask: Option<&[u8]>,
-        out: &mut [u8],
-    ) -> Result<()> {
-        self.memory
-            .swap(&self.topo, device, core, space, id, region, data, mask, out)
-            .map_err(|e| e.at(device, core))?;
+    /// Writes `data` into `r` where `mask` (one byte per element, non-zero =
+    /// true) is set, or everywhere without a mask, and returns the previous
+    /// values in `out` (masked-off elements of `out` get `data`'s values, as
+    /// stock).
+    pub fn swap(&self, r: MemRef<'_>, data: &[u8], mask: Option<&[u8]>, out: &mut [u8]) -> Result<()> {
+        self.memory.swap(r, data, mask, out).map_err(|e| e.at(r.device, r.core))?;
         // As stock: a swap is checked as a write (it conflicts with any
         // unordered access).
-        self.note_access(device, core, space, id, region, true)
+        self.note_access(r.device, r.core, r, true)
     }
 
     /// Copies `src` into `dst` with load-then-store semantics in one go (no
     /// intermediate buffer when the read is in bounds); returns the bytes
     /// moved. Errors are attributed to the source's (device, core).
     pub fn copy(&self, src: MemRef<'_>, dst: MemRef<'_>) -> Result<usize> {
-        let n = self.memory.copy(&self.topo, src, dst).map_err(|e| e.at(src.device, src.core))?;
+        let n = self.memory.copy(src, dst).map_err(|e| e.at(src.device, src.core))?;
         // Both sides are accesses of the copying core (the source's).
-        self.note_access(src.device, src.core, src.space, src.id, src.region, false)?;
-        self.note_access(src.device, src.core, dst.space, dst.id, dst.region, true)?;
+        self.note_access(src.device, src.core, src, false)?;
+        self.note_access(src.device, src.core, dst, true)?;
         Ok(n)
     }
 
-    /// Race-detector hook for a successful access by (device, core).
+    /// Race-detector hook for a successful access of `r` by (device, core).
     #[inline]
-    fn note_access(&self, device: u32, core: u32, space: MemorySpace, id: u32, region: &Region, write: bool) -> Result<()> {
+    fn note_access(&self, device: u32, core: u32, r: MemRef<'_>, write: bool) -> Result<()> {
         if let Some(races) = &self.races {
-            let key = BufferKey::for_access(space, id, device, core);
-            if let Some(e) = races.core_access(&self.memory, device, core, key, region, write) {
+            if let Some(e) = races.core_access(&self.memory, device, core, r.key(), r.region, write) {
                 return Err(e);
             }
         }
@@ -288,7 +262,7 @@ impl Runtime {
         count: u32,
     ) -> Result<u32> {
         self.sems
-            .allocate(&self.topo, device, core, kind, count)
+            .allocate(device, core, kind, count)
             .map_err(|e| e.at(device, core.unwrap_or(0)))
     }
 
@@ -302,7 +276,6 @@ impl Runtime {
     /// Adds `inc` to `sem` on (target_device, target_core). `None` target
     /// device means the signalling device; `None` target core means core 0,
     /// exactly as stock interpret mode does.
-    #[allow(clippy::too_many_arguments)]
     pub fn semaphore_signal(
         &self,
         device: u32,
@@ -312,19 +285,30 @@ impl Runtime {
         target_device: Option<u32>,
         target_core: Option<u32>,
     ) -> Result<()> {
-        if let Some(races) = &self.races {
-            // Before the count changes: a waiter that sees it sees the clock.
-            let target = self.topo.check(target_device.unwrap_or(device), target_core.unwrap_or(0));
-            if let (Ok(_), Ok(target)) = (self.topo.check(device, core), target) {
-                races.core_signal(device, core, sem, target);
-            }
-        }
-        if let Some(t) = &self.trace {
-            crate::trace::core_signal(t, &self.topo, device, core, sem, inc, target_device, target_core);
+        if self.races.is_some() || self.trace.is_some() {
+            self.note_signal(device, core, sem, inc, target_device, target_core);
         }
         self.sems
-            .signal(&self.topo, device, core, sem, inc, target_device, target_core)
+            .signal(device, core, sem, inc, target_device, target_core)
             .map_err(|e| e.at(device, core))
+    }
+
+    /// Race-detector and timeline hooks of a signal, before the count
+    /// changes (a waiter that sees the count sees the clock); invalid ids
+    /// record nothing (the signal itself reports them).
+    #[cold]
+    #[inline(never)]
+    fn note_signal(&self, device: u32, core: u32, sem: u32, inc: i64, target_device: Option<u32>, target_core: Option<u32>) {
+        // Stock: no device id -> this device; no core index -> core 0.
+        let target = self.topo.check(target_device.unwrap_or(device), target_core.unwrap_or(0));
+        if let (Ok(_), Ok(target)) = (self.topo.check(device, core), target) {
+            if let Some(races) = &self.races {
+                races.core_signal(device, core, sem, target);
+            }
+            if let Some(t) = &self.trace {
+                crate::trace::core_signal(t, device, core, sem, inc, target);
+            }
+        }
     }
 
     /// Blocks until `sem` on (device, core) reaches `value`, then subtracts it.
@@ -337,8 +321,15 @@ impl Runtime {
     /// misuse reports; 0: the thread's current site).
     #[inline]
     pub fn semaphore_wait_at(&self, device: u32, core: u32, sem: u32, value: i64, site: u32) -> Result<()> {
+        self.wait(device, core, "wait", sem, value, site)
+    }
+
+    /// A semaphore wait; `what` names it on the timeline ("wait" or
+    /// "dma_wait": the only difference between the two).
+    #[inline(always)]
+    fn wait(&self, device: u32, core: u32, what: &'static str, sem: u32, value: i64, site: u32) -> Result<()> {
         if self.trace.is_some() {
-            return self.wait_traced(device, core, "wait", sem, value, site);
+            return self.wait_traced(device, core, what, sem, value, site);
         }
         self.wait_untraced(device, core, sem, value, site)
     }
@@ -348,7 +339,8 @@ impl Runtime {
     #[inline(never)]
     fn wait_traced(&self, device: u32, core: u32, what: &'static str, sem: u32, value: i64, site: u32) -> Result<()> {
         let Some(t) = &self.trace else { return self.wait_untraced(device, core, sem, value, site) };
-        crate::trace::traced_wait(t, device, core, what, sem, value, || {
+        let on = crate::trace::WaitOn { device, core, what, sem, value };
+        crate::trace::traced_wait(t, on, || {
             self.wait_untraced(device, core, sem, value, site)
         })
     }
@@ -356,7 +348,7 @@ impl Runtime {
     #[inline(always)]
     fn wait_untraced(&self, device: u32, core: u32, sem: u32, value: i64, site: u32) -> Result<()> {
         self.sems
-            .wait(self, device, core, sem, value, site)
+            .wait(device, core, sem, value, site, &mut |step: DmaStep| step.run(&self.dma_env()))
             .map_err(|e| e.at(device, core))?;
         if let Some(races) = &self.races {
             races.wait_done(self.topo.global_core(device, core), sem);
@@ -365,34 +357,39 @@ impl Runtime {
     }
 
     pub fn semaphore_read(&self, device: u32, core: u32, sem: u32) -> Result<i64> {
-        self.sems.read(&self.topo, device, core, sem).map_err(|e| e.at(device, core))
+        self.sems.read(device, core, sem).map_err(|e| e.at(device, core))
     }
 
     /// Starts a DMA (see [`DmaRequest`]); in `eager` mode it completes here.
     pub fn dma_start(&self, req: &DmaRequest) -> Result<()> {
-        crate::dma::start(self, req).map_err(|e| e.at(req.device, req.core))
+        crate::dma::start(&self.dma_env(), req).map_err(|e| e.at(req.device, req.core))
     }
 
     /// Waits for `bytes` on DMA semaphore `sem` of (device, core), running
-    /// queued DMAs that signal it (on_wait mode).
+    /// queued DMAs that signal it (on_wait mode): a semaphore wait, named
+    /// "dma_wait" on the timeline.
     pub fn dma_wait(&self, device: u32, core: u32, sem: u32, bytes: i64) -> Result<()> {
         self.dma_wait_at(device, core, sem, bytes, 0)
     }
 
     /// `dma_wait` from source site `site`.
     pub fn dma_wait_at(&self, device: u32, core: u32, sem: u32, bytes: i64, site: u32) -> Result<()> {
-        if self.trace.is_some() {
-            return self.wait_traced(device, core, "dma_wait", sem, bytes, site);
-        }
-        self.wait_untraced(device, core, sem, bytes, site)
+        self.wait(device, core, "dma_wait", sem, bytes, site)
     }
 
     /// Rendezvous of all devices (one call per device), like stock's barrier.
     pub fn device_barrier(&self, device: u32) -> Result<()> {
-        if let Some(t) = &self.trace {
-            return crate::trace::traced_barrier(t, device, || self.sems.device_barrier(self, device).map_err(|e| e.at(device, 0)));
+        // The last device to arrive makes every core see every other's past.
+        let sync_clocks = || {
+            if let Some(races) = &self.races {
+                races.sync_all();
+            }
+        };
+        let barrier = || self.sems.device_barrier(device, &sync_clocks).map_err(|e| e.at(device, 0));
+        match &self.trace {
+            Some(t) => crate::trace::traced_barrier(t, device, barrier),
+            None => barrier(),
         }
-        self.sems.device_barrier(self, device).map_err(|e| e.at(device, 0))
     }
 
     /// The timeline recorder (`None` without `trace`).
@@ -431,7 +428,7 @@ impl Runtime {
     /// Semaphores with a non-zero count, or with DMAs started and never
     /// waited for (on_wait mode), on `device` (all devices if `None`).
     pub fn leaks(&self, device: Option<u32>) -> Result<Vec<Leak>> {
-        self.sems.leaks(&self.topo, device)
+        self.sems.leaks(device)
     }
 
     /// Semaphore counter pages (512 counters each) materialised so far; for
@@ -504,10 +501,7 @@ impl Runtime {
 
     /// Err(Aborted) naming the root cause if the kernel has failed.
     pub fn check_failed_at(&self, device: u32, core: u32) -> Result<()> {
-        match self.sems.failure() {
-            Some(root) => Err(RtError::aborted(&root, device, core)),
-            None => Ok(()),
-        }
+        self.sems.check_failed_at(device, core)
     }
 }
 

@@ -3,7 +3,7 @@
 //! `ErrorKind::Deadlock` naming the blocked cores, and correct programs with
 //! long waits must never be reported.
 
-use mosaic_rt_core::deadlock::CoreState;
+use mosaic_rt_core::CoreState;
 use mosaic_rt_core::{
     Config, DType, DmaMode, DmaRequest, ErrorKind, Init, LaunchRegistry, MemorySpace, Region, RtError, Runtime,
     SemKind,

@@ -42,7 +42,7 @@ fn fresh(rt: &Runtime, device: u32, space: MemorySpace, shape: &[usize]) -> u32 
 
 fn load(rt: &Runtime, space: MemorySpace, id: u32, region: &Region, n: usize) -> Result<Vec<u8>, RtError> {
     let mut out = vec![0u8; 4 * n];
-    rt.load(0, 0, space, id, region, &mut out).map(|_| out)
+    rt.load(MemRef::new(0, 0, space, id, region), &mut out).map(|_| out)
 }
 
 fn uninit(e: RtError) -> String {
@@ -64,13 +64,13 @@ fn fresh_memory_reads_fail_and_written_memory_reads_pass() {
          block copy or initial value wrote them)"
     );
     // Write rows 0..4 only: a read of rows 2..6 names rows 4..6.
-    rt.store(0, 0, VMEM, v, &rows(0, 4), &[0u8; 4 * 4 * 128]).unwrap();
+    rt.store(MemRef::new(0, 0, VMEM, v, &rows(0, 4)), &[0u8; 4 * 4 * 128]).unwrap();
     load(&rt, VMEM, v, &rows(0, 4), 4 * 128).unwrap();
     let msg = uninit(load(&rt, VMEM, v, &rows(2, 4), 4 * 128).unwrap_err());
     assert!(msg.contains("at [4:6, 0:128]: 256 of the 512 element(s) read ([2:6, 0:128])"), "{msg}");
     // Columns: a write of column block 64..128 of rows 4..6.
     let cols = Region::new(vec![DimSel::slice(4, 2, 1), DimSel::slice(64, 64, 1)]);
-    rt.store(0, 0, VMEM, v, &cols, &[0u8; 4 * 2 * 64]).unwrap();
+    rt.store(MemRef::new(0, 0, VMEM, v, &cols), &[0u8; 4 * 2 * 64]).unwrap();
     let msg = uninit(load(&rt, VMEM, v, &rows(2, 4), 4 * 128).unwrap_err());
     assert!(msg.contains("at [4:6, 0:64]: 128 of the 512"), "{msg}");
     // A single element: an integer index in the report.
@@ -86,7 +86,7 @@ fn initial_values_count_as_written_and_hbm_is_not_checked() {
         .allocate_buffer(0, Some(0), MemorySpace::Smem, DType::I32, &[4], None, Init::Bytes(&[1u8; 16]))
         .unwrap();
     let mut out = [0u8; 16];
-    rt.load(0, 0, MemorySpace::Smem, init, &Region::full(), &mut out).unwrap();
+    rt.load(MemRef::new(0, 0, MemorySpace::Smem, init, &Region::full()), &mut out).unwrap();
     let hbm = fresh(&rt, 0, HBM, &[8]);
     load(&rt, HBM, hbm, &Region::full(), 8).unwrap();
     // Padding beyond the logical shape of an initialised buffer is not written.
@@ -114,10 +114,10 @@ fn swaps_are_writes_of_what_their_mask_selects() {
     let v = fresh(&rt, 0, VMEM, &[8]);
     let data = [0u8; 32];
     let mut out = [0u8; 32];
-    rt.swap(0, 0, VMEM, v, &rows(0, 2), &data[..8], None, &mut out[..8]).unwrap();
+    rt.swap(MemRef::new(0, 0, VMEM, v, &rows(0, 2)), &data[..8], None, &mut out[..8]).unwrap();
     load(&rt, VMEM, v, &rows(0, 2), 2).unwrap();
     // A masked swap writes only its selected elements.
-    rt.swap(0, 0, VMEM, v, &Region::full(), &data, Some(&[0, 0, 1, 0, 1, 0, 0, 0]), &mut out).unwrap();
+    rt.swap(MemRef::new(0, 0, VMEM, v, &Region::full()), &data, Some(&[0, 0, 1, 0, 1, 0, 0, 0]), &mut out).unwrap();
     load(&rt, VMEM, v, &rows(0, 3), 3).unwrap();
     let msg = uninit(load(&rt, VMEM, v, &rows(0, 5), 5).unwrap_err());
     assert!(msg.contains("at [3]: 1 of the 5"), "{msg}");
@@ -204,7 +204,7 @@ fn remote_dmas_mark_the_other_devices_memory() {
     rt.dma_wait(1, 0, recv, 32).unwrap();
     rt.dma_wait(0, 0, send, 32).unwrap();
     let mut out = [0u8; 32];
-    rt.load(1, 0, VMEM, dst, &Region::full(), &mut out).unwrap();
+    rt.load(MemRef::new(1, 0, VMEM, dst, &Region::full()), &mut out).unwrap();
 }
 
 #[test]
@@ -216,7 +216,7 @@ fn out_of_bounds_reads_check_only_their_in_bounds_part() {
     })
     .unwrap();
     let v = fresh(&rt, 0, VMEM, &[8]);
-    rt.store(0, 0, VMEM, v, &rows(4, 4), &[0; 16]).unwrap();
+    rt.store(MemRef::new(0, 0, VMEM, v, &rows(4, 4)), &[0; 16]).unwrap();
     load(&rt, VMEM, v, &rows(4, 8), 8).unwrap();
     assert!(uninit(load(&rt, VMEM, v, &rows(2, 8), 8).unwrap_err()).contains("at [2:4]: 2 of the 6"));
 }
@@ -237,13 +237,13 @@ fn random_programs_match_a_per_element_model() {
             let count = elems.len();
             match rng.range(0, 2) {
                 0 => {
-                    rt.store(0, 0, VMEM, v, &region, &vec![0u8; 4 * count]).unwrap();
+                    rt.store(MemRef::new(0, 0, VMEM, v, &region), &vec![0u8; 4 * count]).unwrap();
                     elems.iter().for_each(|&e| written[e] = true);
                 }
                 1 => {
                     let mask: Vec<u8> = (0..count).map(|_| rng.chance(50) as u8).collect();
                     let mut out = vec![0u8; 4 * count];
-                    rt.swap(0, 0, VMEM, v, &region, &vec![0u8; 4 * count], Some(&mask), &mut out).unwrap();
+                    rt.swap(MemRef::new(0, 0, VMEM, v, &region), &vec![0u8; 4 * count], Some(&mask), &mut out).unwrap();
                     elems.iter().zip(&mask).filter(|(_, &m)| m != 0).for_each(|(&e, _)| written[e] = true);
                 }
                 _ => {

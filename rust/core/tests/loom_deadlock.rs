@@ -6,8 +6,9 @@
 #![cfg(loom)]
 
 use loom::thread;
-use mosaic_rt_core::sem::{SemKind, SemTable};
-use mosaic_rt_core::sync::Arc;
+use mosaic_rt_core::internals::SemTable;
+use mosaic_rt_core::SemKind;
+use mosaic_rt_core::internals::sync::Arc;
 use mosaic_rt_core::{Config, ErrorKind};
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
@@ -27,14 +28,14 @@ fn table(devices: u32) -> (Arc<SemTable>, u32) {
     };
     let table = SemTable::new(&config);
     let sem = (0..devices)
-        .map(|d| table.allocate(&config.topology(), d, None, SemKind::Regular, 1).unwrap())
+        .map(|d| table.allocate(d, None, SemKind::Regular, 1).unwrap())
         .last()
         .unwrap();
     (Arc::new(table), sem)
 }
 
 fn wait(t: &SemTable, device: u32, sem: u32) -> mosaic_rt_core::Result<()> {
-    t.wait_with(device, 0, sem, 1, &mut |_| panic!("no tasks in this model"))
+    t.wait(device, 0, sem, 1, 0, &mut |_| panic!("no tasks in this model"))
 }
 
 #[test]
@@ -45,17 +46,13 @@ fn a_signal_racing_a_park_is_never_a_deadlock() {
         let (t, sem) = table(2);
         let t1 = Arc::clone(&t);
         let peer = thread::spawn(move || {
-            t1.signal(&t1_topo(), 1, 0, sem, 1, Some(0), None).unwrap();
+            t1.signal(1, 0, sem, 1, Some(0), None).unwrap();
             wait(&t1, 1, sem).unwrap();
         });
         wait(&t, 0, sem).unwrap();
-        t.signal(&t1_topo(), 0, 0, sem, 1, Some(1), None).unwrap();
+        t.signal(0, 0, sem, 1, Some(1), None).unwrap();
         peer.join().unwrap();
     });
-}
-
-fn t1_topo() -> mosaic_rt_core::Topology {
-    mosaic_rt_core::Topology { num_devices: 2, cores_per_device: 1 }
 }
 
 #[test]
@@ -66,7 +63,7 @@ fn a_signal_then_finish_racing_a_park_is_never_a_deadlock() {
         let (t, sem) = table(2);
         let t1 = Arc::clone(&t);
         let peer = thread::spawn(move || {
-            t1.signal(&t1_topo(), 1, 0, sem, 1, Some(0), None).unwrap();
+            t1.signal(1, 0, sem, 1, Some(0), None).unwrap();
             t1.finish_device(1).unwrap();
         });
         wait(&t, 0, sem).unwrap();

@@ -4,9 +4,10 @@
 #![cfg(loom)]
 
 use loom::thread;
-use mosaic_rt_core::dma::DmaMachine;
-use mosaic_rt_core::sem::{SemKind, SemTable};
-use mosaic_rt_core::sync::{Arc, AtomicUsize, Ordering};
+use mosaic_rt_core::internals::DmaMachine;
+use mosaic_rt_core::internals::SemTable;
+use mosaic_rt_core::SemKind;
+use mosaic_rt_core::internals::sync::{Arc, AtomicUsize, Ordering};
 use mosaic_rt_core::{Config, Result};
 
 const BYTES: i64 = 16;
@@ -23,7 +24,7 @@ impl Model {
     fn new() -> Arc<Model> {
         let config = Config { num_devices: 2, wait_timeout: None, ..Config::default() };
         let sems = SemTable::new(&config);
-        let sem = sems.allocate(&config.topology(), 0, None, SemKind::Dma, 1).unwrap();
+        let sem = sems.allocate(0, None, SemKind::Dma, 1).unwrap();
         Arc::new(Model {
             machine: DmaMachine::new(),
             sems,
@@ -36,7 +37,7 @@ impl Model {
     /// The read step: produces the data and signals the send semaphore on device 0.
     fn read(&self) -> Result<u32> {
         self.reads.fetch_add(1, Ordering::SeqCst);
-        self.sems.signal(&topo(), 0, 0, self.sem, BYTES, None, None)?;
+        self.sems.signal(0, 0, self.sem, BYTES, None, None)?;
         Ok(7)
     }
 
@@ -44,12 +45,8 @@ impl Model {
     fn write(&self, data: &u32) -> Result<()> {
         assert_eq!(*data, 7);
         self.writes.fetch_add(1, Ordering::SeqCst);
-        self.sems.signal(&topo(), 0, 0, self.sem, BYTES, Some(1), None)
+        self.sems.signal(0, 0, self.sem, BYTES, Some(1), None)
     }
-}
-
-fn topo() -> mosaic_rt_core::Topology {
-    Config { num_devices: 2, ..Config::default() }.topology()
 }
 
 #[test]
@@ -68,13 +65,13 @@ fn read_task_and_read_write_task_race() {
             thread::spawn(move || m.machine.read_write(|| m.write(&m.read()?), |d| m.write(d)).unwrap())
         };
         // Device 1 waits for the bytes (parks until the write signals).
-        m.sems.wait_with(1, 0, m.sem, BYTES, &mut |_| panic!("no queued tasks")).unwrap();
+        m.sems.wait(1, 0, m.sem, BYTES, 0, &mut |_| panic!("no queued tasks")).unwrap();
         sender.join().unwrap();
         receiver.join().unwrap();
         assert_eq!(m.reads.load(Ordering::SeqCst), 1);
         assert_eq!(m.writes.load(Ordering::SeqCst), 1);
         assert!(m.machine.is_completed());
-        assert_eq!(m.sems.read(&topo(), 0, 0, m.sem).unwrap(), BYTES);
-        assert_eq!(m.sems.read(&topo(), 1, 0, m.sem).unwrap(), 0);
+        assert_eq!(m.sems.read(0, 0, m.sem).unwrap(), BYTES);
+        assert_eq!(m.sems.read(1, 0, m.sem).unwrap(), 0);
     });
 }

@@ -5,8 +5,9 @@
 #![cfg(loom)]
 
 use loom::thread;
-use mosaic_rt_core::sem::{SemKind, SemTable};
-use mosaic_rt_core::sync::Arc;
+use mosaic_rt_core::internals::SemTable;
+use mosaic_rt_core::SemKind;
+use mosaic_rt_core::internals::sync::Arc;
 use mosaic_rt_core::{Config, ErrorKind, RtError};
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
@@ -21,7 +22,7 @@ fn table(devices: u32, cores: u32) -> (Arc<SemTable>, u32) {
     let config = Config { num_devices: devices, cores_per_device: cores, wait_timeout: None, ..Config::default() };
     let table = SemTable::new(&config);
     let sem = (0..devices)
-        .map(|d| table.allocate(&config.topology(), d, None, SemKind::Regular, 1).unwrap())
+        .map(|d| table.allocate(d, None, SemKind::Regular, 1).unwrap())
         .last()
         .unwrap();
     (Arc::new(table), sem)
@@ -37,7 +38,7 @@ fn assert_aborted_by_root(result: mosaic_rt_core::Result<()>) {
 fn spawn_wait(t: &Arc<SemTable>, device: u32, core: u32, sem: u32) -> thread::JoinHandle<()> {
     let t = Arc::clone(t);
     thread::spawn(move || {
-        assert_aborted_by_root(t.wait_with(device, core, sem, 1, &mut |_| panic!("no tasks in this model")))
+        assert_aborted_by_root(t.wait(device, core, sem, 1, 0, &mut |_| panic!("no tasks in this model")))
     })
 }
 
@@ -72,7 +73,7 @@ fn failure_wakes_a_semaphore_waiter_and_a_barrier_waiter() {
         let a = spawn_wait(&t, 0, 0, sem);
         let b = {
             let t = Arc::clone(&t);
-            thread::spawn(move || assert_aborted_by_root(t.barrier_arrive(1)))
+            thread::spawn(move || assert_aborted_by_root(t.device_barrier(1, &|| {})))
         };
         t.fail(RtError::value("core died").at(1, 0));
         a.join().unwrap();
@@ -92,7 +93,7 @@ fn the_first_failure_is_the_root_for_everyone() {
         let other = second.join().unwrap();
         // Both callers get the same recorded root, whichever came first.
         assert_eq!(first, other);
-        let err = t.wait_with(0, 0, sem, 1, &mut |_| panic!("no tasks")).unwrap_err();
+        let err = t.wait(0, 0, sem, 1, 0, &mut |_| panic!("no tasks")).unwrap_err();
         assert_eq!(err.root.unwrap().message, first.message);
     });
 }

@@ -6,7 +6,7 @@
 #![cfg(loom)]
 
 use loom::thread;
-use mosaic_rt_core::sync::Arc;
+use mosaic_rt_core::internals::sync::Arc;
 use mosaic_rt_core::{Config, LaunchRegistry, RtError, SemKind};
 
 fn model(f: impl Fn() + Sync + Send + 'static) {

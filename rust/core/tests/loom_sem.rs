@@ -4,8 +4,9 @@
 #![cfg(loom)]
 
 use loom::thread;
-use mosaic_rt_core::sem::{SemKind, SemTable};
-use mosaic_rt_core::sync::Arc;
+use mosaic_rt_core::internals::SemTable;
+use mosaic_rt_core::SemKind;
+use mosaic_rt_core::internals::sync::Arc;
 use mosaic_rt_core::{Config, ErrorKind, RtError};
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
@@ -19,24 +20,23 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 fn table(devices: u32) -> (Arc<SemTable>, u32) {
     let config = Config { num_devices: devices, wait_timeout: None, ..Config::default() };
     let table = SemTable::new(&config);
-    let sem = table.allocate(&config.topology(), 0, None, SemKind::Regular, 1).unwrap();
+    let sem = table.allocate(0, None, SemKind::Regular, 1).unwrap();
     (Arc::new(table), sem)
 }
 
 fn wait(t: &SemTable, device: u32, sem: u32, value: i64) -> mosaic_rt_core::Result<()> {
-    t.wait_with(device, 0, sem, value, &mut |_| panic!("no tasks in this model"))
+    t.wait(device, 0, sem, value, 0, &mut |_| panic!("no tasks in this model"))
 }
 
 #[test]
 fn signal_wakes_a_parked_waiter() {
     model(|| {
         let (t, sem) = table(2);
-        let topo = Config { num_devices: 2, ..Config::default() }.topology();
         let t2 = Arc::clone(&t);
-        let signaller = thread::spawn(move || t2.signal(&topo, 1, 0, sem, 1, Some(0), None).unwrap());
+        let signaller = thread::spawn(move || t2.signal(1, 0, sem, 1, Some(0), None).unwrap());
         wait(&t, 0, sem, 1).unwrap();
         signaller.join().unwrap();
-        assert_eq!(t.read(&topo, 0, 0, sem).unwrap(), 0);
+        assert_eq!(t.read(0, 0, sem).unwrap(), 0);
     });
 }
 
@@ -44,18 +44,17 @@ fn signal_wakes_a_parked_waiter() {
 fn two_signallers_one_waiter_for_the_sum() {
     model(|| {
         let (t, sem) = table(1);
-        let topo = Config::default().topology();
         let signallers: Vec<_> = (0..2)
             .map(|_| {
                 let t = Arc::clone(&t);
-                thread::spawn(move || t.signal(&topo, 0, 0, sem, 1, None, None).unwrap())
+                thread::spawn(move || t.signal(0, 0, sem, 1, None, None).unwrap())
             })
             .collect();
         wait(&t, 0, sem, 2).unwrap();
         for s in signallers {
             s.join().unwrap();
         }
-        assert_eq!(t.read(&topo, 0, 0, sem).unwrap(), 0);
+        assert_eq!(t.read(0, 0, sem).unwrap(), 0);
     });
 }
 
@@ -63,13 +62,12 @@ fn two_signallers_one_waiter_for_the_sum() {
 fn two_waiters_on_one_core_each_take_their_share() {
     model(|| {
         let (t, sem) = table(1);
-        let topo = Config::default().topology();
         let t2 = Arc::clone(&t);
         let other = thread::spawn(move || wait(&t2, 0, sem, 1).unwrap());
-        t.signal(&topo, 0, 0, sem, 2, None, None).unwrap();
+        t.signal(0, 0, sem, 2, None, None).unwrap();
         wait(&t, 0, sem, 1).unwrap();
         other.join().unwrap();
-        assert_eq!(t.read(&topo, 0, 0, sem).unwrap(), 0);
+        assert_eq!(t.read(0, 0, sem).unwrap(), 0);
     });
 }
 
@@ -91,8 +89,8 @@ fn barrier_of_two_devices_and_failure() {
     model(|| {
         let (t, _) = table(2);
         let t2 = Arc::clone(&t);
-        let other = thread::spawn(move || t2.barrier_arrive(1).unwrap());
-        t.barrier_arrive(0).unwrap();
+        let other = thread::spawn(move || t2.device_barrier(1, &|| {}).unwrap());
+        t.device_barrier(0, &|| {}).unwrap();
         other.join().unwrap();
     });
     model(|| {
@@ -101,7 +99,7 @@ fn barrier_of_two_devices_and_failure() {
         let failer = thread::spawn(move || {
             t2.fail(RtError::value("device 1 died"));
         });
-        assert_eq!(t.barrier_arrive(0).unwrap_err().kind, ErrorKind::Aborted);
+        assert_eq!(t.device_barrier(0, &|| {}).unwrap_err().kind, ErrorKind::Aborted);
         failer.join().unwrap();
     });
 }

@@ -4,6 +4,7 @@
 mod memory_support;
 
 use memory_support::*;
+use mosaic_rt_core::MemRef;
 use mosaic_rt_core::{
     BufferKey, DType, DimSel, ErrorKind, FillMode, Init, MemorySpace, OobReads, Region,
 };
@@ -17,8 +18,8 @@ fn key(space: MemorySpace, id: u32, device: u32, core: u32) -> BufferKey {
 
 #[test]
 fn ids_count_from_100_per_device_and_core() {
-    let (mem, topo) = table(2, 2, OobReads::Raise, FillMode::Nan);
-    let alloc = |d, c| mem.allocate(&topo, d, c, VMEM, DType::I32, &[2], None, Init::Fill).unwrap();
+    let mem = table(2, 2, OobReads::Raise, FillMode::Nan);
+    let alloc = |d, c| mem.allocate(d, c, VMEM, DType::I32, &[2], None, Init::Fill).unwrap();
     assert_eq!(alloc(0, Some(0)), 100);
     assert_eq!(alloc(0, Some(0)), 101);
     assert_eq!(alloc(0, Some(1)), 100);
@@ -28,7 +29,7 @@ fn ids_count_from_100_per_device_and_core() {
     assert_eq!(alloc(0, None), 102);
     assert_eq!(alloc(0, Some(1)), 103);
     // Device 1: core 0 at 101, core 1 at 100 -> out of sync is an internal error.
-    let e = mem.allocate(&topo, 1, None, VMEM, DType::I32, &[2], None, Init::Fill).unwrap_err();
+    let e = mem.allocate(1, None, VMEM, DType::I32, &[2], None, Init::Fill).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Internal, "{e}");
     // ...and consumed no ids.
     assert_eq!(alloc(1, Some(1)), 100);
@@ -37,18 +38,18 @@ fn ids_count_from_100_per_device_and_core() {
 
 #[test]
 fn all_core_allocation_makes_one_private_buffer_per_core() {
-    let (mem, topo) = table(1, 3, OobReads::Raise, FillMode::Zero);
+    let mem = table(1, 3, OobReads::Raise, FillMode::Zero);
     let id = mem
-        .allocate(&topo, 0, None, VMEM, DType::U8, &[4], None, Init::Bytes(&[1, 2, 3, 4]))
+        .allocate(0, None, VMEM, DType::U8, &[4], None, Init::Bytes(&[1, 2, 3, 4]))
         .unwrap();
-    mem.store(&topo, 0, 1, VMEM, id, &Region::full(), &[9; 4]).unwrap();
+    mem.store(MemRef::new(0, 1, VMEM, id, &Region::full()), &[9; 4]).unwrap();
     for core in 0..3 {
         let info = mem.info(key(VMEM, id, 0, core)).unwrap();
         assert_eq!(info.ref_count, 1);
         let want = if core == 1 { vec![9; 4] } else { vec![1, 2, 3, 4] };
         assert_eq!(mem.content(key(VMEM, id, 0, core)).unwrap(), want);
     }
-    mem.free(&topo, 0, 1, VMEM, id).unwrap();
+    mem.free(0, 1, VMEM, id).unwrap();
     assert!(mem.info(key(VMEM, id, 0, 1)).is_err());
     assert!(mem.info(key(VMEM, id, 0, 0)).is_ok());
 }
@@ -56,24 +57,24 @@ fn all_core_allocation_makes_one_private_buffer_per_core() {
 #[test]
 fn hbm_is_shared_by_cores_and_ref_counted() {
     for space in [MemorySpace::Hbm, MemorySpace::Any] {
-        let (mem, topo) = table(2, 2, OobReads::Raise, FillMode::Zero);
-        let id = mem.allocate(&topo, 1, None, space, DType::I16, &[3], None, Init::Fill).unwrap();
+        let mem = table(2, 2, OobReads::Raise, FillMode::Zero);
+        let id = mem.allocate(1, None, space, DType::I16, &[3], None, Init::Fill).unwrap();
         assert_eq!(mem.info(key(space, id, 1, 0)).unwrap().ref_count, 2);
         assert!(mem.info(key(space, id, 1, 1)).is_err(), "HBM is keyed with core 0");
         // A store from core 1 is seen by core 0.
-        mem.store(&topo, 1, 1, space, id, &Region::full(), &[5, 0, 6, 0, 7, 0]).unwrap();
+        mem.store(MemRef::new(1, 1, space, id, &Region::full()), &[5, 0, 6, 0, 7, 0]).unwrap();
         let mut out = [0u8; 6];
-        mem.load(&topo, 1, 0, space, id, &Region::full(), &mut out).unwrap();
+        mem.load(MemRef::new(1, 0, space, id, &Region::full()), &mut out).unwrap();
         assert_eq!(out, [5, 0, 6, 0, 7, 0]);
-        mem.free(&topo, 1, 1, space, id).unwrap();
+        mem.free(1, 1, space, id).unwrap();
         assert_eq!(mem.info(key(space, id, 1, 0)).unwrap().ref_count, 1);
-        mem.free(&topo, 1, 0, space, id).unwrap();
+        mem.free(1, 0, space, id).unwrap();
         let e = mem.info(key(space, id, 1, 0)).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Value);
-        let e = mem.free(&topo, 1, 0, space, id).unwrap_err();
+        let e = mem.free(1, 0, space, id).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Value);
         assert!(
-            e.message.contains(&format!("{} buffer {id} of device 1, core 0", space.name())),
+            e.message.contains(&format!("{} buffer {id} of device 1, core 0", space.as_str())),
             "{e}"
         );
     }
@@ -82,11 +83,11 @@ fn hbm_is_shared_by_cores_and_ref_counted() {
 #[test]
 fn per_core_hbm_allocations_share_one_buffer() {
     // Each core's thread allocates "its" HBM buffer; ids agree, one buffer exists.
-    let (mem, topo) = table(1, 2, OobReads::Raise, FillMode::Zero);
+    let mem = table(1, 2, OobReads::Raise, FillMode::Zero);
     let a =
-        mem.allocate(&topo, 0, Some(0), HBM, DType::U8, &[2], None, Init::Bytes(&[1, 2])).unwrap();
+        mem.allocate(0, Some(0), HBM, DType::U8, &[2], None, Init::Bytes(&[1, 2])).unwrap();
     let b =
-        mem.allocate(&topo, 0, Some(1), HBM, DType::U8, &[2], None, Init::Bytes(&[3, 4])).unwrap();
+        mem.allocate(0, Some(1), HBM, DType::U8, &[2], None, Init::Bytes(&[3, 4])).unwrap();
     assert_eq!(a, b);
     let info = mem.info(key(HBM, a, 0, 0)).unwrap();
     assert_eq!(info.ref_count, 2);
@@ -95,44 +96,44 @@ fn per_core_hbm_allocations_share_one_buffer() {
 
 #[test]
 fn invalid_allocations_are_value_errors() {
-    let (mem, topo) = table(1, 2, OobReads::Raise, FillMode::Nan);
+    let mem = table(1, 2, OobReads::Raise, FillMode::Nan);
     let e = mem
-        .allocate(&topo, 0, None, VMEM, DType::F32, &[8, 64], Some(&[8, 128]), Init::Fill)
+        .allocate(0, None, VMEM, DType::F32, &[8, 64], Some(&[8, 128]), Init::Fill)
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
     assert_eq!(e.message, "Logical shape (8, 128) cannot be bigger than content shape (8, 64).");
     let e = mem
-        .allocate(&topo, 0, None, VMEM, DType::F32, &[8, 64], Some(&[8]), Init::Fill)
+        .allocate(0, None, VMEM, DType::F32, &[8, 64], Some(&[8]), Init::Fill)
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
     let e = mem
-        .allocate(&topo, 0, None, VMEM, DType::F32, &[4], None, Init::Bytes(&[0; 12]))
+        .allocate(0, None, VMEM, DType::F32, &[4], None, Init::Bytes(&[0; 12]))
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
     assert!(e.message.contains("must have 16 bytes, got 12"), "{e}");
-    let e = mem.allocate(&topo, 1, None, VMEM, DType::F32, &[4], None, Init::Fill).unwrap_err();
+    let e = mem.allocate(1, None, VMEM, DType::F32, &[4], None, Init::Fill).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
-    let e = mem.allocate(&topo, 0, Some(2), VMEM, DType::F32, &[4], None, Init::Fill).unwrap_err();
+    let e = mem.allocate(0, Some(2), VMEM, DType::F32, &[4], None, Init::Fill).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
     let e = mem
-        .allocate(&topo, 0, Some(0), VMEM, DType::F64, &[1 << 40, 1 << 40], None, Init::Fill)
+        .allocate(0, Some(0), VMEM, DType::F64, &[1 << 40, 1 << 40], None, Init::Fill)
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value, "{e}");
-    let e = mem.free(&topo, 0, 0, VMEM, 100).unwrap_err();
+    let e = mem.free(0, 0, VMEM, 100).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
     assert!(e.message.contains("vmem buffer 100 of device 0, core 0"), "{e}");
     let mut out = [0u8; 4];
-    let e = mem.load(&topo, 0, 0, VMEM, 7, &Region::full(), &mut out).unwrap_err();
+    let e = mem.load(MemRef::new(0, 0, VMEM, 7, &Region::full()), &mut out).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
 }
 
 #[test]
 fn fresh_memory_holds_the_fill_value() {
     for fill in [FillMode::Nan, FillMode::Zero] {
-        let (mem, topo) = table(1, 1, OobReads::Raise, fill);
+        let mem = table(1, 1, OobReads::Raise, fill);
         for dtype in DType::ALL {
             let id =
-                mem.allocate(&topo, 0, Some(0), VMEM, dtype, &[3, 2], None, Init::Fill).unwrap();
+                mem.allocate(0, Some(0), VMEM, dtype, &[3, 2], None, Init::Fill).unwrap();
             let want: Vec<u8> = dtype.fill_bytes(fill).repeat(6);
             assert_eq!(mem.content(key(VMEM, id, 0, 0)).unwrap(), want, "{dtype:?} {fill:?}");
         }
@@ -141,10 +142,10 @@ fn fresh_memory_holds_the_fill_value() {
 
 #[test]
 fn init_goes_to_the_logical_corner_and_padding_gets_fill() {
-    let (mem, topo) = table(1, 1, OobReads::Raise, FillMode::Nan);
+    let mem = table(1, 1, OobReads::Raise, FillMode::Nan);
     let init: Vec<u8> = (1..=6).collect(); // logical (2, 3) of int8
     let id = mem
-        .allocate(&topo, 0, Some(0), VMEM, DType::I8, &[3, 4], Some(&[2, 3]), Init::Bytes(&init))
+        .allocate(0, Some(0), VMEM, DType::I8, &[3, 4], Some(&[2, 3]), Init::Bytes(&init))
         .unwrap();
     let f = 0x7f;
     assert_eq!(mem.content(key(VMEM, id, 0, 0)).unwrap(), [1, 2, 3, f, 4, 5, 6, f, f, f, f, f]);
@@ -155,40 +156,40 @@ fn init_goes_to_the_logical_corner_and_padding_gets_fill() {
     let r = Region::new(vec![DimSel::index(1)]);
     assert_eq!(mem.region_shape(key(VMEM, id, 0, 0), &r).unwrap(), [3]);
     let mut out = [0u8; 6];
-    mem.load(&topo, 0, 0, VMEM, id, &Region::full(), &mut out).unwrap();
+    mem.load(MemRef::new(0, 0, VMEM, id, &Region::full()), &mut out).unwrap();
     assert_eq!(out, [1, 2, 3, 4, 5, 6]);
     // Reading the padding is in bounds of the allocation: it returns fill values.
     let pad = Region::new(vec![DimSel::slice(2, 1, 1), DimSel::slice(0, 4, 1)]);
     let mut out = [0u8; 4];
-    mem.load(&topo, 0, 0, VMEM, id, &pad, &mut out).unwrap();
+    mem.load(MemRef::new(0, 0, VMEM, id, &pad), &mut out).unwrap();
     assert_eq!(out, [f; 4]);
     // Writing over the padding is allowed, but only the logical part changes.
     let all = Region::new(vec![DimSel::slice(0, 3, 1), DimSel::slice(0, 4, 1)]);
-    mem.store(&topo, 0, 0, VMEM, id, &all, &[0; 12]).unwrap();
+    mem.store(MemRef::new(0, 0, VMEM, id, &all), &[0; 12]).unwrap();
     assert_eq!(mem.content(key(VMEM, id, 0, 0)).unwrap(), [0, 0, 0, f, 0, 0, 0, f, f, f, f, f]);
 }
 
 #[test]
 fn every_dtype_round_trips() {
     let mut rng = Rng::new(11);
-    let (mem, topo) = table(1, 1, OobReads::Raise, FillMode::Nan);
+    let mem = table(1, 1, OobReads::Raise, FillMode::Nan);
     for dtype in DType::ALL {
         let n = 5 * 7 * dtype.itemsize();
         let init = rng.bytes(n);
         let id = mem
-            .allocate(&topo, 0, Some(0), VMEM, dtype, &[5, 7], None, Init::Bytes(&init))
+            .allocate(0, Some(0), VMEM, dtype, &[5, 7], None, Init::Bytes(&init))
             .unwrap();
         let mut out = vec![0u8; n];
-        mem.load(&topo, 0, 0, VMEM, id, &Region::full(), &mut out).unwrap();
+        mem.load(MemRef::new(0, 0, VMEM, id, &Region::full()), &mut out).unwrap();
         assert_eq!(out, init, "{dtype:?}");
         let data = rng.bytes(n);
-        mem.store(&topo, 0, 0, VMEM, id, &Region::full(), &data).unwrap();
-        mem.load(&topo, 0, 0, VMEM, id, &Region::full(), &mut out).unwrap();
+        mem.store(MemRef::new(0, 0, VMEM, id, &Region::full()), &data).unwrap();
+        mem.load(MemRef::new(0, 0, VMEM, id, &Region::full()), &mut out).unwrap();
         assert_eq!(out, data, "{dtype:?}");
         // A strided column, element by element.
         let col = Region::new(vec![DimSel::slice(1, 2, 2), DimSel::index(3)]);
         let mut two = vec![0u8; 2 * dtype.itemsize()];
-        mem.load(&topo, 0, 0, VMEM, id, &col, &mut two).unwrap();
+        mem.load(MemRef::new(0, 0, VMEM, id, &col), &mut two).unwrap();
         let s = dtype.itemsize();
         let at = |r: usize| (r * 7 + 3) * s;
         assert_eq!(two, [&data[at(1)..at(1) + s], &data[at(3)..at(3) + s]].concat(), "{dtype:?}");
@@ -197,10 +198,9 @@ fn every_dtype_round_trips() {
 
 #[test]
 fn scalars_have_rank_zero() {
-    let (mem, topo) = table(1, 1, OobReads::Raise, FillMode::Zero);
+    let mem = table(1, 1, OobReads::Raise, FillMode::Zero);
     let id = mem
         .allocate(
-            &topo,
             0,
             Some(0),
             MemorySpace::Smem,
@@ -211,12 +211,12 @@ fn scalars_have_rank_zero() {
         )
         .unwrap();
     let mut out = [0u8; 4];
-    mem.load(&topo, 0, 0, MemorySpace::Smem, id, &Region::full(), &mut out).unwrap();
+    mem.load(MemRef::new(0, 0, MemorySpace::Smem, id, &Region::full()), &mut out).unwrap();
     assert_eq!(out, [7, 0, 0, 0]);
-    mem.store(&topo, 0, 0, MemorySpace::Smem, id, &Region::full(), &[1, 2, 3, 4]).unwrap();
+    mem.store(MemRef::new(0, 0, MemorySpace::Smem, id, &Region::full()), &[1, 2, 3, 4]).unwrap();
     assert_eq!(mem.content(key(MemorySpace::Smem, id, 0, 0)).unwrap(), [1, 2, 3, 4]);
     let e = mem
-        .load(&topo, 0, 0, MemorySpace::Smem, id, &Region::new(vec![DimSel::index(0)]), &mut out)
+        .load(MemRef::new(0, 0, MemorySpace::Smem, id, &Region::new(vec![DimSel::index(0)])), &mut out)
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
 }

@@ -4,9 +4,10 @@
 mod memory_support;
 
 use memory_support::*;
-use mosaic_rt_core::memory::{MemRef, MemoryTable};
+use mosaic_rt_core::internals::MemoryTable;
+use mosaic_rt_core::MemRef;
 use mosaic_rt_core::{
-    BufferKey, DType, DimSel, ErrorKind, FillMode, Init, MemorySpace, OobReads, Region, Topology,
+    BufferKey, DType, DimSel, ErrorKind, FillMode, Init, MemorySpace, OobReads, Region,
 };
 
 const VMEM: MemorySpace = MemorySpace::Vmem;
@@ -17,19 +18,19 @@ fn rows(start: i64, size: i64) -> Region {
 }
 
 /// An int8 (4, 3) HBM buffer holding 0..12 on a 1-device, 2-core topology.
-fn setup(oob: OobReads, fill: FillMode) -> (MemoryTable, Topology, u32) {
-    let (mem, topo) = table(1, 2, oob, fill);
+fn setup(oob: OobReads, fill: FillMode) -> (MemoryTable, u32) {
+    let mem = table(1, 2, oob, fill);
     let init: Vec<u8> = (0..12).collect();
     let id =
-        mem.allocate(&topo, 0, None, HBM, DType::I8, &[4, 3], None, Init::Bytes(&init)).unwrap();
-    (mem, topo, id)
+        mem.allocate(0, None, HBM, DType::I8, &[4, 3], None, Init::Bytes(&init)).unwrap();
+    (mem, id)
 }
 
 #[test]
 fn oob_read_raises_stock_text_with_accessing_core() {
-    let (mem, topo, id) = setup(OobReads::Raise, FillMode::Nan);
+    let (mem, id) = setup(OobReads::Raise, FillMode::Nan);
     let mut out = [0u8; 9];
-    let e = mem.load(&topo, 0, 1, HBM, id, &rows(2, 3), &mut out).unwrap_err();
+    let e = mem.load(MemRef::new(0, 1, HBM, id, &rows(2, 3)), &mut out).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Index);
     assert_eq!(
         e.message,
@@ -37,7 +38,7 @@ fn oob_read_raises_stock_text_with_accessing_core() {
     );
     let mut out = [0u8; 1];
     let r = Region::new(vec![DimSel::index(4), DimSel::index(0)]);
-    let e = mem.load(&topo, 0, 0, HBM, id, &r, &mut out).unwrap_err();
+    let e = mem.load(MemRef::new(0, 0, HBM, id, &r), &mut out).unwrap_err();
     assert_eq!(
         e.message,
         "Out-of-bounds read of (0 0 hbm 100): reading [(4, 0)] but buffer has shape (4, 3)."
@@ -45,7 +46,7 @@ fn oob_read_raises_stock_text_with_accessing_core() {
     // Strided: rows 1 and 4 -> partially out.
     let mut out = [0u8; 6];
     let r = Region::new(vec![DimSel::slice(1, 2, 3)]);
-    let e = mem.load(&topo, 0, 0, HBM, id, &r, &mut out).unwrap_err();
+    let e = mem.load(MemRef::new(0, 0, HBM, id, &r), &mut out).unwrap_err();
     assert_eq!(
         e.message,
         "Out-of-bounds read of (0 0 hbm 100): reading [(slice(1, 7, 3),)] but buffer has shape (4, 3)."
@@ -55,43 +56,43 @@ fn oob_read_raises_stock_text_with_accessing_core() {
 #[test]
 fn oob_read_uninitialized_fills_and_keeps_the_low_corner() {
     for (fill, f) in [(FillMode::Nan, 0x7f), (FillMode::Zero, 0)] {
-        let (mem, topo, id) = setup(OobReads::Uninitialized, fill);
+        let (mem, id) = setup(OobReads::Uninitialized, fill);
         let mut out = [0u8; 9];
-        mem.load(&topo, 0, 0, HBM, id, &rows(2, 3), &mut out).unwrap();
+        mem.load(MemRef::new(0, 0, HBM, id, &rows(2, 3)), &mut out).unwrap();
         assert_eq!(out, [6, 7, 8, 9, 10, 11, f, f, f]);
         // Entirely out of bounds.
-        mem.load(&topo, 0, 0, HBM, id, &rows(4, 3), &mut out).unwrap();
+        mem.load(MemRef::new(0, 0, HBM, id, &rows(4, 3)), &mut out).unwrap();
         assert_eq!(out, [f; 9]);
         // Column window past the end, on two rows.
         let r = Region::new(vec![DimSel::slice(1, 2, 1), DimSel::slice(1, 3, 1)]);
         let mut out = [0u8; 6];
-        mem.load(&topo, 0, 0, HBM, id, &r, &mut out).unwrap();
+        mem.load(MemRef::new(0, 0, HBM, id, &r), &mut out).unwrap();
         assert_eq!(out, [4, 5, f, 7, 8, f]);
     }
 }
 
 #[test]
 fn empty_slice_at_the_end_counts_as_out_of_bounds_for_reads_like_stock() {
-    let (mem, topo, id) = setup(OobReads::Raise, FillMode::Nan);
-    let e = mem.load(&topo, 0, 0, HBM, id, &rows(4, 0), &mut []).unwrap_err();
+    let (mem, id) = setup(OobReads::Raise, FillMode::Nan);
+    let e = mem.load(MemRef::new(0, 0, HBM, id, &rows(4, 0)), &mut []).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Index);
     // ...but not for writes (nothing is written).
-    mem.store(&topo, 0, 0, HBM, id, &rows(4, 0), &[]).unwrap();
-    mem.load(&topo, 0, 0, HBM, id, &rows(3, 0), &mut []).unwrap();
+    mem.store(MemRef::new(0, 0, HBM, id, &rows(4, 0)), &[]).unwrap();
+    mem.load(MemRef::new(0, 0, HBM, id, &rows(3, 0)), &mut []).unwrap();
 }
 
 #[test]
-fn oob_write_is_a_value_error_with_stock_text_and_writes_nothing() {
-    let (mem, topo, id) = setup(OobReads::Uninitialized, FillMode::Nan);
+fn oob_write_is_its_own_kind_with_stock_text_and_writes_nothing() {
+    let (mem, id) = setup(OobReads::Uninitialized, FillMode::Nan);
     let before = mem.content(BufferKey { space: HBM, id, device: 0, core: 0 }).unwrap();
-    let e = mem.store(&topo, 0, 1, HBM, id, &rows(3, 2), &[0; 6]).unwrap_err();
-    assert_eq!(e.kind, ErrorKind::Value);
+    let e = mem.store(MemRef::new(0, 1, HBM, id, &rows(3, 2)), &[0; 6]).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::OutOfBoundsWrite);
     assert_eq!(
         e.message,
         "Out-of-bounds write of (0 1 hbm 100): writing [(slice(3, 5, 1),)] but buffer has shape (4, 3) ."
     );
     let r = Region::new(vec![DimSel::index(0), DimSel::slice(1, 2, 2)]);
-    let e = mem.store(&topo, 0, 0, HBM, id, &r, &[0; 2]).unwrap_err();
+    let e = mem.store(MemRef::new(0, 0, HBM, id, &r), &[0; 2]).unwrap_err();
     assert_eq!(
         e.message,
         "Out-of-bounds write of (0 0 hbm 100): writing [(0, slice(1, 5, 2))] but buffer has shape (4, 3) ."
@@ -101,27 +102,22 @@ fn oob_write_is_a_value_error_with_stock_text_and_writes_nothing() {
 
 #[test]
 fn error_texts_show_the_logical_shape() {
-    let (mem, topo) = table(1, 1, OobReads::Raise, FillMode::Nan);
+    let mem = table(1, 1, OobReads::Raise, FillMode::Nan);
     let id = mem
-        .allocate(&topo, 0, Some(0), VMEM, DType::F32, &[8, 128], Some(&[5, 100]), Init::Fill)
+        .allocate(0, Some(0), VMEM, DType::F32, &[8, 128], Some(&[5, 100]), Init::Fill)
         .unwrap();
     let mut out = vec![0u8; 9 * 100 * 4];
-    let e = mem.load(&topo, 0, 0, VMEM, id, &rows(0, 9), &mut out).unwrap_err();
+    let e = mem.load(MemRef::new(0, 0, VMEM, id, &rows(0, 9)), &mut out).unwrap_err();
     assert_eq!(
         e.message,
         "Out-of-bounds read of (0 0 vmem 100): reading [(slice(0, 9, 1),)] but buffer has shape (5, 100)."
     );
     let scalar = mem
-        .allocate(&topo, 0, Some(0), MemorySpace::Smem, DType::I32, &[2], None, Init::Fill)
+        .allocate(0, Some(0), MemorySpace::Smem, DType::I32, &[2], None, Init::Fill)
         .unwrap();
     let e = mem
         .store(
-            &topo,
-            0,
-            0,
-            MemorySpace::Smem,
-            scalar,
-            &Region::new(vec![DimSel::index(2)]),
+            MemRef::new(0, 0, MemorySpace::Smem, scalar, &Region::new(vec![DimSel::index(2)])),
             &[0; 4],
         )
         .unwrap_err();
@@ -133,46 +129,41 @@ fn error_texts_show_the_logical_shape() {
 
 #[test]
 fn wrong_byte_lengths_and_bad_regions_are_value_errors() {
-    let (mem, topo, id) = setup(OobReads::Raise, FillMode::Nan);
+    let (mem, id) = setup(OobReads::Raise, FillMode::Nan);
     let mut out = [0u8; 5];
-    let e = mem.load(&topo, 0, 0, HBM, id, &rows(0, 2), &mut out).unwrap_err();
+    let e = mem.load(MemRef::new(0, 0, HBM, id, &rows(0, 2)), &mut out).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
     assert!(
         e.message.contains("has 5 bytes but the region has shape (2, 3) and needs 6 bytes"),
         "{e}"
     );
     assert_eq!(
-        mem.store(&topo, 0, 0, HBM, id, &rows(0, 2), &[0; 7]).unwrap_err().kind,
+        mem.store(MemRef::new(0, 0, HBM, id, &rows(0, 2)), &[0; 7]).unwrap_err().kind,
         ErrorKind::Value
     );
     let mut out6 = [0u8; 6];
     let e =
-        mem.swap(&topo, 0, 0, HBM, id, &rows(0, 2), &[0; 6], Some(&[1; 5]), &mut out6).unwrap_err();
+        mem.swap(MemRef::new(0, 0, HBM, id, &rows(0, 2)), &[0; 6], Some(&[1; 5]), &mut out6).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
     for bad in [
         Region::new(vec![DimSel::slice(-1, 1, 1)]),
         Region::new(vec![DimSel::slice(0, 1, 0)]),
         Region::new(vec![DimSel::index(0), DimSel::index(0), DimSel::index(0)]),
     ] {
-        let e = mem.load(&topo, 0, 0, HBM, id, &bad, &mut []).unwrap_err();
+        let e = mem.load(MemRef::new(0, 0, HBM, id, &bad), &mut []).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Value, "{bad:?}");
     }
-    let e = mem.load(&topo, 0, 2, HBM, id, &rows(0, 2), &mut out6).unwrap_err();
+    let e = mem.load(MemRef::new(0, 2, HBM, id, &rows(0, 2)), &mut out6).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
     assert!(e.message.contains("core id 2 out of range"), "{e}");
 }
 
 #[test]
 fn swap_returns_old_values_and_writes_new_ones() {
-    let (mem, topo, id) = setup(OobReads::Raise, FillMode::Nan);
+    let (mem, id) = setup(OobReads::Raise, FillMode::Nan);
     let mut old = [0u8; 3];
     mem.swap(
-        &topo,
-        0,
-        0,
-        HBM,
-        id,
-        &Region::new(vec![DimSel::index(1)]),
+        MemRef::new(0, 0, HBM, id, &Region::new(vec![DimSel::index(1)])),
         &[20, 21, 22],
         None,
         &mut old,
@@ -183,39 +174,39 @@ fn swap_returns_old_values_and_writes_new_ones() {
     assert_eq!(mem.content(key).unwrap()[3..6], [20, 21, 22]);
     // Partly out of bounds: error, nothing written.
     let mut out = [0u8; 6];
-    let e = mem.swap(&topo, 0, 1, HBM, id, &rows(3, 2), &[0; 6], None, &mut out).unwrap_err();
-    assert_eq!(e.kind, ErrorKind::Value);
+    let e = mem.swap(MemRef::new(0, 1, HBM, id, &rows(3, 2)), &[0; 6], None, &mut out).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::OutOfBoundsWrite);
     assert_eq!(
         e.message,
         "Out-of-bounds swap of (0 1 hbm 100): swapping [(slice(3, 5, 1),)] but buffer has shape (4, 3) ."
     );
-    let e = mem.swap(&topo, 0, 1, HBM, id, &rows(4, 2), &[0; 6], None, &mut out).unwrap_err();
+    let e = mem.swap(MemRef::new(0, 1, HBM, id, &rows(4, 2)), &[0; 6], None, &mut out).unwrap_err();
     assert!(e.message.starts_with("Out-of-bounds swap of"), "{e}");
     assert_eq!(mem.content(key).unwrap()[9..12], [9, 10, 11]);
 }
 
 #[test]
 fn masked_swap() {
-    let (mem, topo, id) = setup(OobReads::Raise, FillMode::Nan);
+    let (mem, id) = setup(OobReads::Raise, FillMode::Nan);
     let key = BufferKey { space: HBM, id, device: 0, core: 0 };
     // In bounds: out = where(mask, old, data); content = where(mask, data, old).
     let mut out = [0u8; 3];
     let r = Region::new(vec![DimSel::index(0)]);
-    mem.swap(&topo, 0, 0, HBM, id, &r, &[50, 51, 52], Some(&[1, 0, 1]), &mut out).unwrap();
+    mem.swap(MemRef::new(0, 0, HBM, id, &r), &[50, 51, 52], Some(&[1, 0, 1]), &mut out).unwrap();
     assert_eq!(out, [0, 51, 2]);
     assert_eq!(mem.content(key).unwrap()[0..3], [50, 1, 52]);
     // Partly out of bounds with the mask false outside: allowed.
     let mut out = [0u8; 6];
     let data = [60, 61, 62, 63, 64, 65];
-    mem.swap(&topo, 0, 0, HBM, id, &rows(3, 2), &data, Some(&[0, 1, 0, 0, 0, 0]), &mut out)
+    mem.swap(MemRef::new(0, 0, HBM, id, &rows(3, 2)), &data, Some(&[0, 1, 0, 0, 0, 0]), &mut out)
         .unwrap();
     assert_eq!(out, [60, 10, 62, 63, 64, 65]);
     assert_eq!(mem.content(key).unwrap()[9..12], [9, 61, 11]);
     // Mask true on an out-of-bounds element: error (note stock's trailing space), no write.
     let e = mem
-        .swap(&topo, 0, 1, HBM, id, &rows(3, 2), &data, Some(&[1, 0, 0, 0, 0, 1]), &mut out)
+        .swap(MemRef::new(0, 1, HBM, id, &rows(3, 2)), &data, Some(&[1, 0, 0, 0, 0, 1]), &mut out)
         .unwrap_err();
-    assert_eq!(e.kind, ErrorKind::Value);
+    assert_eq!(e.kind, ErrorKind::OutOfBoundsWrite);
     assert_eq!(
         e.message,
         "Out-of-bounds masked swap of (0 1 hbm 100): swapping [(slice(3, 5, 1),)] but buffer has shape (4, 3) . "
@@ -224,23 +215,22 @@ fn masked_swap() {
     // Out of bounds in the LAST dim only (a column window past the end).
     let r = Region::new(vec![DimSel::slice(0, 2, 1), DimSel::slice(2, 2, 1)]);
     let mut out = [0u8; 4];
-    let e = mem.swap(&topo, 0, 0, HBM, id, &r, &[0; 4], Some(&[0, 1, 0, 0]), &mut out).unwrap_err();
+    let e = mem.swap(MemRef::new(0, 0, HBM, id, &r), &[0; 4], Some(&[0, 1, 0, 0]), &mut out).unwrap_err();
     assert!(e.message.starts_with("Out-of-bounds masked swap"), "{e}");
-    mem.swap(&topo, 0, 0, HBM, id, &r, &[70, 71, 72, 73], Some(&[1, 0, 1, 0]), &mut out).unwrap();
+    mem.swap(MemRef::new(0, 0, HBM, id, &r), &[70, 71, 72, 73], Some(&[1, 0, 1, 0]), &mut out).unwrap();
     assert_eq!(out, [52, 71, 5, 73]);
     // Entirely out of bounds: the masked error even with an all-false mask.
     let e = mem
-        .swap(&topo, 0, 0, HBM, id, &rows(4, 2), &[0; 6], Some(&[0; 6]), &mut [0; 6])
+        .swap(MemRef::new(0, 0, HBM, id, &rows(4, 2)), &[0; 6], Some(&[0; 6]), &mut [0; 6])
         .unwrap_err();
     assert!(e.message.starts_with("Out-of-bounds masked swap"), "{e}");
 }
 
 #[test]
 fn swaps_only_write_within_the_logical_shape() {
-    let (mem, topo) = table(1, 1, OobReads::Raise, FillMode::Zero);
+    let mem = table(1, 1, OobReads::Raise, FillMode::Zero);
     let id = mem
         .allocate(
-            &topo,
             0,
             Some(0),
             VMEM,
@@ -253,15 +243,10 @@ fn swaps_only_write_within_the_logical_shape() {
     let key = BufferKey { space: VMEM, id, device: 0, core: 0 };
     let r = Region::new(vec![DimSel::index(0), DimSel::slice(0, 4, 1)]);
     let mut out = [0u8; 4];
-    mem.swap(&topo, 0, 0, VMEM, id, &r, &[9, 9, 9, 9], None, &mut out).unwrap();
+    mem.swap(MemRef::new(0, 0, VMEM, id, &r), &[9, 9, 9, 9], None, &mut out).unwrap();
     assert_eq!(out, [1, 2, 3, 0]);
     mem.swap(
-        &topo,
-        0,
-        0,
-        VMEM,
-        id,
-        &Region::new(vec![DimSel::index(1), DimSel::slice(0, 4, 1)]),
+        MemRef::new(0, 0, VMEM, id, &Region::new(vec![DimSel::index(1), DimSel::slice(0, 4, 1)])),
         &[8; 4],
         Some(&[1, 0, 1, 1]),
         &mut out,
@@ -277,28 +262,28 @@ fn mref(space: MemorySpace, id: u32, region: &Region) -> MemRef<'_> {
 
 #[test]
 fn copies_between_buffers() {
-    let (mem, topo, src) = setup(OobReads::Raise, FillMode::Zero);
-    let dst = mem.allocate(&topo, 0, Some(1), VMEM, DType::I8, &[2, 3], None, Init::Fill).unwrap();
+    let (mem, src) = setup(OobReads::Raise, FillMode::Zero);
+    let dst = mem.allocate(0, Some(1), VMEM, DType::I8, &[2, 3], None, Init::Fill).unwrap();
     let whole = Region::full();
     let r = Region::new(vec![DimSel::slice(1, 2, 2)]);
-    assert_eq!(mem.copy(&topo, mref(HBM, src, &r), mref(VMEM, dst, &whole)).unwrap(), 6);
+    assert_eq!(mem.copy(mref(HBM, src, &r), mref(VMEM, dst, &whole)).unwrap(), 6);
     assert_eq!(
         mem.content(BufferKey { space: VMEM, id: dst, device: 0, core: 1 }).unwrap(),
         [3, 4, 5, 9, 10, 11]
     );
     // Shape mismatch.
-    let e = mem.copy(&topo, mref(HBM, src, &rows(0, 3)), mref(VMEM, dst, &whole)).unwrap_err();
+    let e = mem.copy(mref(HBM, src, &rows(0, 3)), mref(VMEM, dst, &whole)).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
     assert!(e.message.contains("int8 (3, 3)") && e.message.contains("int8 (2, 3)"), "{e}");
     // Read errors come first, then write errors.
-    let e = mem.copy(&topo, mref(HBM, src, &rows(3, 2)), mref(VMEM, dst, &whole)).unwrap_err();
+    let e = mem.copy(mref(HBM, src, &rows(3, 2)), mref(VMEM, dst, &whole)).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Index);
-    let e = mem.copy(&topo, mref(HBM, src, &rows(0, 1)), mref(VMEM, dst, &rows(2, 1))).unwrap_err();
-    assert_eq!(e.kind, ErrorKind::Value);
+    let e = mem.copy(mref(HBM, src, &rows(0, 1)), mref(VMEM, dst, &rows(2, 1))).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::OutOfBoundsWrite);
     assert!(e.message.starts_with("Out-of-bounds write of (0 1 vmem 101)"), "{e}");
     // Overlapping copy within one buffer reads everything before writing.
     assert_eq!(
-        mem.copy(&topo, mref(HBM, src, &rows(0, 3)), mref(HBM, src, &rows(1, 3))).unwrap(),
+        mem.copy(mref(HBM, src, &rows(0, 3)), mref(HBM, src, &rows(1, 3))).unwrap(),
         9
     );
     let key = BufferKey { space: HBM, id: src, device: 0, core: 0 };
@@ -307,15 +292,14 @@ fn copies_between_buffers() {
 
 #[test]
 fn uninitialized_copy_reads_fill_values() {
-    let (mem, topo, src) = setup(OobReads::Uninitialized, FillMode::Nan);
+    let (mem, src) = setup(OobReads::Uninitialized, FillMode::Nan);
     let dst = mem
-        .allocate(&topo, 0, Some(0), VMEM, DType::I8, &[2, 3], None, Init::Bytes(&[0; 6]))
+        .allocate(0, Some(0), VMEM, DType::I8, &[2, 3], None, Init::Bytes(&[0; 6]))
         .unwrap();
     let whole = Region::full();
     let r = rows(3, 2);
     let bytes = mem
         .copy(
-            &topo,
             MemRef { device: 0, core: 0, space: HBM, id: src, region: &r },
             MemRef { device: 0, core: 0, space: VMEM, id: dst, region: &whole },
         )

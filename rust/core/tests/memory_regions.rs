@@ -4,6 +4,7 @@
 mod memory_support;
 
 use memory_support::*;
+use mosaic_rt_core::MemRef;
 use mosaic_rt_core::{DType, DimSel, ErrorKind, FillMode, Init, MemorySpace, OobReads, Region};
 
 fn random_case(rng: &mut Rng) -> (Vec<usize>, Vec<usize>, Region) {
@@ -35,7 +36,7 @@ fn random_case(rng: &mut Rng) -> (Vec<usize>, Vec<usize>, Region) {
 
 fn check_random_loads(oob: OobReads, fill: FillMode, seed: u64) {
     let mut rng = Rng::new(seed);
-    let (mem, topo) = table(1, 1, oob, fill);
+    let mem = table(1, 1, oob, fill);
     let (mut in_bounds, mut out_of_bounds) = (0, 0);
     for case in 0..3000 {
         let dtype = DType::ALL[rng.range(0, 12) as usize];
@@ -44,7 +45,6 @@ fn check_random_loads(oob: OobReads, fill: FillMode, seed: u64) {
         let init = rng.bytes(numel(&logical) * size);
         let id = mem
             .allocate(
-                &topo,
                 0,
                 Some(0),
                 MemorySpace::Vmem,
@@ -59,7 +59,7 @@ fn check_random_loads(oob: OobReads, fill: FillMode, seed: u64) {
         let full = full_shape(&region, &logical);
         assert_eq!(mem.region_shape(key, &region).unwrap(), full);
         let mut out = vec![0u8; numel(&full) * size];
-        let got = mem.load(&topo, 0, 0, MemorySpace::Vmem, id, &region, &mut out);
+        let got = mem.load(MemRef::new(0, 0, MemorySpace::Vmem, id, &region), &mut out);
         let want = ref_load(
             &content,
             &shape,
@@ -81,7 +81,7 @@ fn check_random_loads(oob: OobReads, fill: FillMode, seed: u64) {
                 assert_eq!(e.kind, ErrorKind::Index);
             }
         }
-        mem.free(&topo, 0, 0, MemorySpace::Vmem, id).unwrap();
+        mem.free(0, 0, MemorySpace::Vmem, id).unwrap();
     }
     // Both outcomes must be well represented for the comparison to mean much.
     assert!(in_bounds > 500, "{in_bounds}");
@@ -108,7 +108,7 @@ fn random_loads_uninitialized_zero() {
 #[test]
 fn random_stores() {
     let mut rng = Rng::new(4);
-    let (mem, topo) = table(1, 2, OobReads::Raise, FillMode::Nan);
+    let mem = table(1, 2, OobReads::Raise, FillMode::Nan);
     let (mut written, mut rejected) = (0, 0);
     for case in 0..3000 {
         let dtype = DType::ALL[rng.range(0, 12) as usize];
@@ -117,13 +117,13 @@ fn random_stores() {
         let init = rng.bytes(numel(&logical) * size);
         let space = if rng.chance(50) { MemorySpace::Hbm } else { MemorySpace::Smem };
         let id = mem
-            .allocate(&topo, 0, None, space, dtype, &shape, Some(&logical), Init::Bytes(&init))
+            .allocate(0, None, space, dtype, &shape, Some(&logical), Init::Bytes(&init))
             .unwrap();
         let key = mosaic_rt_core::BufferKey::for_access(space, id, 0, 1);
         let mut expected = mem.content(key).unwrap();
         let full = full_shape(&region, &logical);
         let data = rng.bytes(numel(&full) * size);
-        let got = mem.store(&topo, 0, 1, space, id, &region, &data);
+        let got = mem.store(MemRef::new(0, 1, space, id, &region), &data);
         match ref_store(&mut expected, &shape, &logical, size, &region, &data) {
             Ok(()) => {
                 written += 1;
@@ -131,7 +131,7 @@ fn random_stores() {
             }
             Err(()) => {
                 rejected += 1;
-                assert_eq!(got.unwrap_err().kind, ErrorKind::Value, "case {case}")
+                assert_eq!(got.unwrap_err().kind, ErrorKind::OutOfBoundsWrite, "case {case}")
             }
         }
         assert_eq!(
@@ -140,7 +140,7 @@ fn random_stores() {
             "case {case}: {shape:?} {logical:?} {region:?}"
         );
         for core in 0..2 {
-            mem.free(&topo, 0, core, space, id).unwrap();
+            mem.free(0, core, space, id).unwrap();
         }
     }
     assert!(written > 500 && rejected > 150, "{written} {rejected}");
@@ -150,7 +150,7 @@ fn random_stores() {
 #[test]
 fn random_copies_match_load_then_store() {
     let mut rng = Rng::new(5);
-    let (mem, topo) = table(2, 1, OobReads::Uninitialized, FillMode::Zero);
+    let mem = table(2, 1, OobReads::Uninitialized, FillMode::Zero);
     for case in 0..1500 {
         let dtype = DType::ALL[rng.range(0, 12) as usize];
         let size = dtype.itemsize();
@@ -158,7 +158,6 @@ fn random_copies_match_load_then_store() {
         let init = rng.bytes(numel(&logical) * size);
         let src = mem
             .allocate(
-                &topo,
                 0,
                 Some(0),
                 MemorySpace::Hbm,
@@ -171,10 +170,10 @@ fn random_copies_match_load_then_store() {
         // Destination: same shape with the region's full shape, on the other device.
         let full = full_shape(&region, &logical);
         let dst = mem
-            .allocate(&topo, 1, Some(0), MemorySpace::Vmem, dtype, &full, None, Init::Fill)
+            .allocate(1, Some(0), MemorySpace::Vmem, dtype, &full, None, Init::Fill)
             .unwrap();
         let mut via_load = vec![0u8; numel(&full) * size];
-        let loaded = mem.load(&topo, 0, 0, MemorySpace::Hbm, src, &region, &mut via_load);
+        let loaded = mem.load(MemRef::new(0, 0, MemorySpace::Hbm, src, &region), &mut via_load);
         let s = mosaic_rt_core::memory::MemRef {
             device: 0,
             core: 0,
@@ -190,7 +189,7 @@ fn random_copies_match_load_then_store() {
             id: dst,
             region: &whole,
         };
-        let copied = mem.copy(&topo, s, d);
+        let copied = mem.copy(s, d);
         match (loaded, copied) {
             (Ok(()), Ok(bytes)) => {
                 assert_eq!(bytes, via_load.len());
@@ -207,7 +206,7 @@ fn random_copies_match_load_then_store() {
             (Err(a), Err(b)) => assert_eq!(a, b),
             (a, b) => panic!("case {case}: load {a:?} but copy {b:?}"),
         }
-        mem.free(&topo, 0, 0, MemorySpace::Hbm, src).unwrap();
-        mem.free(&topo, 1, 0, MemorySpace::Vmem, dst).unwrap();
+        mem.free(0, 0, MemorySpace::Hbm, src).unwrap();
+        mem.free(1, 0, MemorySpace::Vmem, dst).unwrap();
     }
 }

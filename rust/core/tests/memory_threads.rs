@@ -34,20 +34,20 @@ fn with_watchdog(name: &str, body: impl FnOnce() + Send + 'static) {
 fn cores_write_their_own_rows_of_shared_hbm() {
     with_watchdog("rows", || {
         const CORES: u32 = 8;
-        let (mem, topo) = table(1, CORES, OobReads::Raise, FillMode::Zero);
+        let mem = table(1, CORES, OobReads::Raise, FillMode::Zero);
         let id = mem
-            .allocate(&topo, 0, None, HBM, DType::U32, &[CORES as usize, 64], None, Init::Fill)
+            .allocate(0, None, HBM, DType::U32, &[CORES as usize, 64], None, Init::Fill)
             .unwrap();
         thread::scope(|s| {
             for core in 0..CORES {
-                let (mem, topo) = (&mem, &topo);
+                let mem = &mem;
                 s.spawn(move || {
                     let row = Region::new(vec![DimSel::index(core as i64)]);
                     for step in 0..2000u32 {
                         let v = (core << 16 | step).to_le_bytes().repeat(64);
-                        mem.store(topo, 0, core, HBM, id, &row, &v).unwrap();
+                        mem.store(MemRef::new(0, core, HBM, id, &row), &v).unwrap();
                         let mut out = vec![0u8; 256];
-                        mem.load(topo, 0, core, HBM, id, &row, &mut out).unwrap();
+                        mem.load(MemRef::new(0, core, HBM, id, &row), &mut out).unwrap();
                         assert_eq!(out, v);
                     }
                 });
@@ -64,21 +64,21 @@ fn cores_write_their_own_rows_of_shared_hbm() {
 #[test]
 fn loads_never_see_torn_stores() {
     with_watchdog("torn", || {
-        let (mem, topo) = table(2, 1, OobReads::Raise, FillMode::Zero);
+        let mem = table(2, 1, OobReads::Raise, FillMode::Zero);
         let id =
-            mem.allocate(&topo, 1, Some(0), HBM, DType::U8, &[64, 1024], None, Init::Fill).unwrap();
+            mem.allocate(1, Some(0), HBM, DType::U8, &[64, 1024], None, Init::Fill).unwrap();
         thread::scope(|s| {
-            let (mem, topo) = (&mem, &topo);
+            let mem = &mem;
             s.spawn(move || {
                 for k in 0..300u32 {
-                    mem.store(topo, 1, 0, HBM, id, &Region::full(), &vec![k as u8; 65536]).unwrap();
+                    mem.store(MemRef::new(1, 0, HBM, id, &Region::full()), &vec![k as u8; 65536]).unwrap();
                 }
             });
             for _ in 0..2 {
                 s.spawn(move || {
                     let mut out = vec![0u8; 65536];
                     for _ in 0..300 {
-                        mem.load(topo, 1, 0, HBM, id, &Region::full(), &mut out).unwrap();
+                        mem.load(MemRef::new(1, 0, HBM, id, &Region::full()), &mut out).unwrap();
                         assert!(out.iter().all(|&b| b == out[0]), "torn read");
                     }
                 });
@@ -90,15 +90,15 @@ fn loads_never_see_torn_stores() {
 #[test]
 fn opposite_remote_copies_do_not_deadlock() {
     with_watchdog("copies", || {
-        let (mem, topo) = table(2, 1, OobReads::Raise, FillMode::Zero);
+        let mem = table(2, 1, OobReads::Raise, FillMode::Zero);
         let a =
-            mem.allocate(&topo, 0, Some(0), HBM, DType::F32, &[16, 128], None, Init::Fill).unwrap();
+            mem.allocate(0, Some(0), HBM, DType::F32, &[16, 128], None, Init::Fill).unwrap();
         let b =
-            mem.allocate(&topo, 1, Some(0), HBM, DType::F32, &[16, 128], None, Init::Fill).unwrap();
+            mem.allocate(1, Some(0), HBM, DType::F32, &[16, 128], None, Init::Fill).unwrap();
         let whole = Region::full();
         thread::scope(|s| {
             for device in 0..2u32 {
-                let (mem, topo, whole) = (&mem, &topo, &whole);
+                let (mem, whole) = (&mem, &whole);
                 s.spawn(move || {
                     let (mine, theirs) = if device == 0 { (a, b) } else { (b, a) };
                     for _ in 0..3000 {
@@ -110,7 +110,7 @@ fn opposite_remote_copies_do_not_deadlock() {
                             id: theirs,
                             region: whole,
                         };
-                        assert_eq!(mem.copy(topo, src, dst).unwrap(), 16 * 128 * 4);
+                        assert_eq!(mem.copy(src, dst).unwrap(), 16 * 128 * 4);
                     }
                 });
             }
@@ -121,13 +121,13 @@ fn opposite_remote_copies_do_not_deadlock() {
 #[test]
 fn allocation_churn_alongside_accesses() {
     with_watchdog("churn", || {
-        let (mem, topo) = table(4, 2, OobReads::Raise, FillMode::Nan);
+        let mem = table(4, 2, OobReads::Raise, FillMode::Nan);
         let shared =
-            mem.allocate(&topo, 0, None, HBM, DType::I32, &[8, 8], None, Init::Fill).unwrap();
+            mem.allocate(0, None, HBM, DType::I32, &[8, 8], None, Init::Fill).unwrap();
         thread::scope(|s| {
             for device in 0..4u32 {
                 for core in 0..2u32 {
-                    let (mem, topo) = (&mem, &topo);
+                    let mem = &mem;
                     s.spawn(move || {
                         let mut rng = Rng::new((device * 2 + core) as u64);
                         // Device 0's ids start after the shared HBM buffer's.
@@ -136,7 +136,6 @@ fn allocation_churn_alongside_accesses() {
                             let data = rng.bytes(16);
                             let id = mem
                                 .allocate(
-                                    topo,
                                     device,
                                     Some(core),
                                     MemorySpace::Vmem,
@@ -149,12 +148,7 @@ fn allocation_churn_alongside_accesses() {
                             assert_eq!(id, expected_id);
                             let mut out = [0u8; 16];
                             mem.load(
-                                topo,
-                                device,
-                                core,
-                                MemorySpace::Vmem,
-                                id,
-                                &Region::full(),
+                                MemRef::new(device, core, MemorySpace::Vmem, id, &Region::full()),
                                 &mut out,
                             )
                             .unwrap();
@@ -162,8 +156,8 @@ fn allocation_churn_alongside_accesses() {
                             // Remote reads of device 0's shared HBM from everywhere.
                             let row = Region::new(vec![DimSel::index(core as i64)]);
                             let mut row_out = [0u8; 32];
-                            mem.load(topo, 0, core, HBM, shared, &row, &mut row_out).unwrap();
-                            mem.free(topo, device, core, MemorySpace::Vmem, id).unwrap();
+                            mem.load(MemRef::new(0, core, HBM, shared, &row), &mut row_out).unwrap();
+                            mem.free(device, core, MemorySpace::Vmem, id).unwrap();
                         }
                     });
                 }

@@ -7,6 +7,7 @@ use std::hint::black_box;
 use std::time::Instant;
 
 use memory_support::*;
+use mosaic_rt_core::MemRef;
 use mosaic_rt_core::{DType, DimSel, FillMode, Init, MemorySpace, OobReads, Region};
 
 fn per_iter(iters: u32, mut f: impl FnMut()) -> f64 {
@@ -23,12 +24,11 @@ fn per_iter(iters: u32, mut f: impl FnMut()) -> f64 {
 #[test]
 #[ignore]
 fn timing_load_vs_memcpy() {
-    let (mem, topo) = table(1, 1, OobReads::Raise, FillMode::Nan);
+    let mem = table(1, 1, OobReads::Raise, FillMode::Nan);
     let mib = 1 << 20;
     let init = vec![3u8; mib];
     let id = mem
         .allocate(
-            &topo,
             0,
             Some(0),
             MemorySpace::Hbm,
@@ -40,7 +40,7 @@ fn timing_load_vs_memcpy() {
         .unwrap();
     let mut out = vec![0u8; mib];
     let load = per_iter(2000, || {
-        mem.load(&topo, 0, 0, MemorySpace::Hbm, id, &Region::full(), &mut out).unwrap();
+        mem.load(MemRef::new(0, 0, MemorySpace::Hbm, id, &Region::full()), &mut out).unwrap();
         black_box(&out);
     });
     let src = vec![5u8; mib];
@@ -58,18 +58,18 @@ fn timing_load_vs_memcpy() {
     let block = Region::new(vec![DimSel::slice(8, 8, 1), DimSel::slice(128, 128, 1)]);
     let mut small = vec![0u8; 8 * 128 * 4];
     let t = per_iter(200_000, || {
-        mem.load(&topo, 0, 0, MemorySpace::Hbm, id, &block, &mut small).unwrap();
+        mem.load(MemRef::new(0, 0, MemorySpace::Hbm, id, &block), &mut small).unwrap();
         black_box(&small);
     });
     println!("(8, 128) f32 block load: {t:.0} ns");
     let t = per_iter(200_000, || {
-        mem.store(&topo, 0, 0, MemorySpace::Hbm, id, &block, &small).unwrap();
+        mem.store(MemRef::new(0, 0, MemorySpace::Hbm, id, &block), &small).unwrap();
     });
     println!("(8, 128) f32 block store: {t:.0} ns");
     let one = Region::new(vec![DimSel::index(3), DimSel::index(7)]);
     let mut four = [0u8; 4];
     let t = per_iter(1_000_000, || {
-        mem.load(&topo, 0, 0, MemorySpace::Hbm, id, &one, &mut four).unwrap();
+        mem.load(MemRef::new(0, 0, MemorySpace::Hbm, id, &one), &mut four).unwrap();
         black_box(&four);
     });
     println!("scalar load: {t:.0} ns");

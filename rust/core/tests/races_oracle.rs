@@ -7,6 +7,7 @@
 //! same for both (after a race, per-location summaries may legitimately
 //! differ from the full history).
 
+use mosaic_rt_core::MemRef;
 use mosaic_rt_core::{
     Config, DType, DimSel, DmaMode, DmaRequest, Init, MemorySpace, Region, Runtime, SemKind,
 };
@@ -153,9 +154,9 @@ fn run(seed: u64, mode: DmaMode) -> (Option<usize>, Option<usize>) {
                 let write = rng.below(2) == 0;
                 let n = (len * 4) as usize;
                 if write {
-                    rt.store(0, core, HBM, bufs[b as usize], &region(start, len), &vec![1; n]).unwrap();
+                    rt.store(MemRef::new(0, core, HBM, bufs[b as usize], &region(start, len)), &vec![1; n]).unwrap();
                 } else {
-                    rt.load(0, core, HBM, bufs[b as usize], &region(start, len), &mut vec![0; n]).unwrap();
+                    rt.load(MemRef::new(0, core, HBM, bufs[b as usize], &region(start, len)), &mut vec![0; n]).unwrap();
                 }
                 let node = o.step(core, &[]);
                 oracle_racy = o.access(node, write, b, start, len);

@@ -2,6 +2,7 @@
 //! several cores per device are exercised directly (the interpreter does not
 //! run multi-core kernels yet).
 
+use mosaic_rt_core::MemRef;
 use mosaic_rt_core::{
     Config, DType, DimSel, DmaMode, DmaRequest, Init, MemorySpace, Region, Runtime, SemKind,
 };
@@ -38,12 +39,12 @@ fn slice(start: i64, size: i64) -> Region {
 
 fn write(rt: &Runtime, device: u32, core: u32, space: MemorySpace, id: u32, region: &Region) {
     let n = rt.region_shape(key(space, id, device, core), region).unwrap().iter().product::<usize>();
-    rt.store(device, core, space, id, region, &vec![1u8; 4 * n]).unwrap();
+    rt.store(MemRef::new(device, core, space, id, region), &vec![1u8; 4 * n]).unwrap();
 }
 
 fn read(rt: &Runtime, device: u32, core: u32, space: MemorySpace, id: u32, region: &Region) {
     let n = rt.region_shape(key(space, id, device, core), region).unwrap().iter().product::<usize>();
-    rt.load(device, core, space, id, region, &mut vec![0u8; 4 * n]).unwrap();
+    rt.load(MemRef::new(device, core, space, id, region), &mut vec![0u8; 4 * n]).unwrap();
 }
 
 fn key(space: MemorySpace, id: u32, device: u32, core: u32) -> mosaic_rt_core::BufferKey {
@@ -378,7 +379,7 @@ fn outputs_are_the_same_with_races_on_and_off() {
             let rt = runtime(1, 1, mode, detect);
             let (src, dst) = (buffer(&rt, 0, HBM), buffer(&rt, 0, VMEM));
             let s = sem(&rt, 0, SemKind::Dma);
-            rt.store(0, 0, HBM, src, &slice(2, 2), &[7u8; 8]).unwrap();
+            rt.store(MemRef::new(0, 0, HBM, src, &slice(2, 2)), &[7u8; 8]).unwrap();
             rt.dma_start(&local_dma(0, (HBM, src), (VMEM, dst), s)).unwrap();
             rt.dma_wait(0, 0, s, 32).unwrap();
             rt.buffer_bytes(key(VMEM, dst, 0, 0)).unwrap()
@@ -414,8 +415,8 @@ fn cost_of_race_detection_per_element() {
                     let start = std::time::Instant::now();
                     for _ in 0..reps {
                         for r in &regions {
-                            rt.store(0, 0, VMEM, x, r, &data).unwrap();
-                            rt.load(0, 0, VMEM, x, r, &mut out).unwrap();
+                            rt.store(MemRef::new(0, 0, VMEM, x, r), &data).unwrap();
+                            rt.load(MemRef::new(0, 0, VMEM, x, r), &mut out).unwrap();
                         }
                     }
                     start.elapsed().as_nanos() as f64 / (2 * reps * n) as f64

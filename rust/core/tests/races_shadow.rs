@@ -3,7 +3,7 @@
 //! with random happens-before, every chunk size gives the same first
 //! conflict per access and the same state per element.
 
-use mosaic_rt_core::races::{Epoch, Memo, Shadow, VectorClock};
+use mosaic_rt_core::internals::{Epoch, Memo, Shadow, VectorClock};
 
 struct Rng(u64);
 

@@ -1,6 +1,6 @@
 //! Launch registry: pairing of joins, teardown, eviction, config checks.
 
-use mosaic_rt_core::registry::MAX_FAILED_INSTANCES;
+use mosaic_rt_core::internals::MAX_FAILED_INSTANCES;
 use mosaic_rt_core::{Config, DmaMode, ErrorKind, LaunchRegistry, RtError};
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -1,6 +1,7 @@
 //! Multi-thread stress: semaphore rings and remote-copy rings in both DMA
 //! modes, one thread per simulated core. Bounded by the wait timeout.
 
+use mosaic_rt_core::MemRef;
 use mosaic_rt_core::{Config, DType, DmaMode, DmaRequest, Init, MemorySpace, Region, Runtime, SemKind};
 use std::sync::Arc;
 use std::thread;
@@ -121,13 +122,13 @@ fn copy_ring(mode: DmaMode) {
                 let mut out = vec![0u8; N * 4];
                 for round in 0..ROUNDS {
                     let value = (d * 10_000 + round) as f32;
-                    rt.store(d, 0, MemorySpace::Vmem, src, &Region::full(), &f32_bytes(value, N)).unwrap();
+                    rt.store(MemRef::new(d, 0, MemorySpace::Vmem, src, &Region::full()), &f32_bytes(value, N)).unwrap();
                     // The next device's dst is free once it handed us a credit.
                     rt.semaphore_wait(d, 0, credit, 1).unwrap();
                     rt.dma_start(&req).unwrap();
                     rt.dma_wait(d, 0, dma_sem, bytes).unwrap(); // sent: src reusable
                     rt.dma_wait(d, 0, dma_sem + 1, bytes).unwrap(); // received from prev
-                    rt.load(d, 0, MemorySpace::Vmem, dst, &Region::full(), &mut out).unwrap();
+                    rt.load(MemRef::new(d, 0, MemorySpace::Vmem, dst, &Region::full()), &mut out).unwrap();
                     assert_eq!(out, f32_bytes((prev * 10_000 + round) as f32, N), "device {d} round {round}");
                     rt.semaphore_signal(d, 0, credit, 1, Some(prev), None).unwrap();
                 }

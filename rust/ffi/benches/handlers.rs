@@ -2,6 +2,7 @@
 //! (no XLA) vs the same runtime calls made directly. Prints a table.
 //! Run: cargo bench -p mosaic_rt_ffi
 
+use mosaic_rt_core::MemRef;
 use mosaic_rt_core::{Config, DType, DimSel, Init, MemorySpace, Region, Runtime, SemKind};
 use mosaic_rt_ffi::abi;
 use mosaic_rt_ffi::c_handlers as h;
@@ -143,7 +144,7 @@ fn main() {
     let mut out = vec![0u8; 512];
     per_op("direct Runtime: load f32[128] row", 1, || {
         let region = Region::new(vec![DimSel::index(3)]);
-        rt.load(0, 0, MemorySpace::Vmem, b, &region, &mut out)
+        rt.load(MemRef::new(0, 0, MemorySpace::Vmem, b, &region), &mut out)
             .unwrap();
     });
     per_op("direct Runtime: signal + wait, per op", 2, || {

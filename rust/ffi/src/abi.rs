@@ -199,6 +199,10 @@ pub struct DeviceOrdinalGetArgs {
     pub device_ordinal: i32,
 }
 
+// The function pointer types below are XLA's; calling one is unsafe with
+// XLA's contract: a valid, complete args struct (or call frame) for the
+// current call.
+
 /// `XLA_FFI_Handler`.
 pub type Handler = unsafe extern "C" fn(*mut CallFrame) -> *mut Error;
 pub type ErrorCreateFn = unsafe extern "C" fn(*mut ErrorCreateArgs) -> *mut Error;

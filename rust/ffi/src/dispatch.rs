@@ -141,6 +141,10 @@ mod tests {
     use super::*;
     use crate::testing::FakeCall;
 
+    /// A handler whose body panics.
+    ///
+    /// # Safety
+    /// As every handler: `frame` is a valid call frame.
     unsafe extern "C" fn panicking(frame: *mut CallFrame) -> *mut abi::Error {
         // SAFETY: called by `FakeCall::call` with a valid frame.
         unsafe {

@@ -7,7 +7,7 @@
 //! right exception type with device and core.
 
 use crate::abi::{self, Api};
-use mosaic_rt_core::RtError;
+use mosaic_rt_core::{IgnorePoison, RtError};
 use std::collections::VecDeque;
 use std::ffi::CString;
 use std::sync::Mutex;
@@ -32,7 +32,7 @@ fn same_error(a: &RtError, b: &RtError) -> bool {
 /// Records `root` (reusing the number of an equal recent entry, so every
 /// device aborted by one failure reports the same N) and returns N.
 pub fn record(root: &RtError) -> u64 {
-    let mut t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+    let mut t = TABLE.lock().ignore_poison();
     if let Some((n, _)) = t.entries.iter().rev().find(|(_, e)| same_error(e, root)) {
         return *n;
     }
@@ -49,7 +49,7 @@ pub fn record(root: &RtError) -> u64 {
 
 /// The root cause recorded as N, if still in the table.
 pub fn lookup(n: u64) -> Option<RtError> {
-    let t = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+    let t = TABLE.lock().ignore_poison();
     t.entries
         .iter()
         .find(|(k, _)| *k == n)

@@ -4,6 +4,7 @@
 //! `site`.
 
 use std::collections::HashMap;
+use mosaic_rt_core::IgnorePoison;
 use std::sync::{Mutex, Once};
 
 /// Distinct sites kept; beyond this new texts get id 0 (unknown).
@@ -39,7 +40,7 @@ fn hash(text: &str) -> u32 {
 /// every process, unless two texts collide -- then the later one probes on).
 pub fn intern(text: &str) -> u32 {
     install_resolver();
-    let mut guard = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+    let mut guard = TABLE.lock().ignore_poison();
     let t = guard.get_or_insert_with(Table::default);
     if let Some(&id) = t.ids.get(text) {
         return id;
@@ -61,7 +62,7 @@ pub fn text(id: u32) -> Option<String> {
     if id == 0 {
         return None;
     }
-    let guard = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+    let guard = TABLE.lock().ignore_poison();
     guard.as_ref()?.texts.get(&id).cloned()
 }
 

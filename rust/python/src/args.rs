@@ -1,7 +1,8 @@
 //! Conversion of Python arguments into the core's types, with clear
 //! `ValueError`/`TypeError` messages instead of bare `OverflowError`s.
 
-use mosaic_rt_core::{DType, DimSel, MemorySpace, Region, SemKind};
+use mosaic_rt_core::{DType, DimSel, MemorySpace, Region, RtError};
+use std::str::FromStr;
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyList, PyString, PyTuple};
@@ -124,18 +125,19 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Space {
         if let Ok(name) = obj.extract::<&str>() {
             let lower = name.to_ascii_lowercase();
             let lower = lower.strip_prefix("memoryspace.").unwrap_or(&lower);
-            return (0..7)
-                .filter_map(|c| MemorySpace::from_code(c).ok())
-                .find(|s| {
-                    s.name() == lower || (lower == "semaphore" && *s == MemorySpace::Semaphore)
-                })
-                .map(Space)
-                .ok_or_else(|| {
-                    PyValueError::new_err(format!(
-                        "unknown memory space {name:?}: expected one of vmem, vmem_shared, smem, \
-                         cmem, semaphore_mem, hbm, any (or their codes 0-6)"
-                    ))
-                });
+            // Lenient: any case, a `MemorySpace.` prefix, "semaphore".
+            let space = match lower {
+                "semaphore" => Ok(MemorySpace::Semaphore),
+                _ => lower.parse::<MemorySpace>(),
+            };
+            return space.map(Space).map_err(|_| {
+                let names: Vec<&str> = MemorySpace::ALL.iter().map(|s| s.as_str()).collect();
+                PyValueError::new_err(format!(
+                    "unknown memory space {name:?}: expected one of {} (or their codes 0-{})",
+                    names.join(", "),
+                    MemorySpace::ALL.len() - 1
+                ))
+            });
         }
         if obj.is_instance_of::<PyInt>() {
             let code = int64(&obj)?;
@@ -150,23 +152,10 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Space {
     }
 }
 
-pub fn sem_kind(name: &str) -> PyResult<SemKind> {
-    match name {
-        "regular" => Ok(SemKind::Regular),
-        "dma" => Ok(SemKind::Dma),
-        "barrier" => Ok(SemKind::Barrier),
-        _ => Err(PyValueError::new_err(format!(
-            "semaphore kind must be 'regular', 'dma' or 'barrier', got {name:?}"
-        ))),
-    }
-}
-
-pub fn sem_kind_name(kind: SemKind) -> &'static str {
-    match kind {
-        SemKind::Regular => "regular",
-        SemKind::Dma => "dma",
-        SemKind::Barrier => "barrier",
-    }
+/// A string argument spelling a core enum (`"regular"`, `"read"`, ...): the
+/// core's own parser, its error raised as a plain `ValueError`.
+pub fn choice<T: FromStr<Err = RtError>>(name: &str) -> PyResult<T> {
+    name.parse().map_err(|e: RtError| PyValueError::new_err(e.message))
 }
 
 /// A region: `None` (whole buffer) or a sequence with one entry per leading

@@ -80,7 +80,7 @@ fn take_reports(py: Python<'_>) -> PyResult<Vec<(&'static str, String, Bound<'_,
         for (k, v) in &r.details {
             d.set_item(*k, detail_to_py(py, v)?)?;
         }
-        out.push((r.category.name(), r.text, d));
+        out.push((r.category.as_str(), r.text, d));
     }
     Ok(out)
 }
@@ -126,7 +126,7 @@ fn callback_state(py: Python<'_>, handle: u64, device: u32, core: u32, inside: b
 /// that ran with race detection, or `None` if there was none.
 #[pyfunction]
 fn race_results() -> Option<(bool, u64, Vec<String>)> {
-    mosaic_rt_core::races::latest().map(|log| (log.found(), log.count(), log.reports()))
+    mosaic_rt_core::latest_race_log().map(|log| (log.found(), log.count(), log.reports()))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -2,7 +2,9 @@
 //! Kept thin: argument conversion and error mapping; the work is in
 //! `mosaic_rt_core`, numpy handling in `python/mosaic_rt/runtime.py`.
 #![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
+use mosaic_rt_core::{LeakPolicy, MemorySpace, SemKind};
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
 
 mod args;
 mod bytes;
@@ -18,5 +20,20 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<runtime::PyRuntime>()?;
     ffi::register(m)?;
     trace::register(m)?;
+    constants(m)
+}
+
+/// The core's spellings and codes, so Python keeps no table of its own:
+/// `MEMORY_SPACES` ({stock name: code}), `SEMAPHORE_KINDS` and
+/// `LEAK_POLICIES` (the strings the ops accept).
+fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    let spaces = PyDict::new(py);
+    for s in MemorySpace::ALL {
+        spaces.set_item(s.as_str(), s.code())?;
+    }
+    m.add("MEMORY_SPACES", spaces)?;
+    m.add("SEMAPHORE_KINDS", PyTuple::new(py, SemKind::ALL.iter().map(|k| k.as_str()))?)?;
+    m.add("LEAK_POLICIES", PyTuple::new(py, LeakPolicy::ALL.iter().map(|p| p.as_str()))?)?;
     Ok(())
 }

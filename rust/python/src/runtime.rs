@@ -6,14 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mosaic_rt_core::{
-    timeout_from_secs, Access, BufferKey, Config, DmaMode, DmaRequest, FillMode, Init, OobReads,
-    RtError, Runtime,
+    timeout_from_secs, Access, BufferKey, Config, DmaRequest, Init, MemRef, Region, RtError, Runtime,
+    SemKind,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyByteArray;
 
-use crate::args::{id_arg, sem_kind, sem_kind_name, DTypeArg, Id, Int, RegionArg, Shape, Space};
+use crate::args::{choice, id_arg, DTypeArg, Id, Int, RegionArg, Shape, Space};
 use crate::bytes::{check_len, Bytes};
 use crate::errors::{exception, kind_from_name, OrRaise};
 
@@ -40,37 +40,27 @@ fn product(shape: &[usize]) -> PyResult<usize> {
 }
 
 impl PyRuntime {
-    /// A device id argument, range-checked (the message names it and the
-    /// valid range, as the core's own checks do).
+    /// A device id argument, range-checked by the core's one check (a plain
+    /// `ValueError`).
     fn device(&self, device: Int) -> PyResult<u32> {
-        let n = self.rt.topology().num_devices;
-        u32::try_from(device.0).ok().filter(|&d| d < n).ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "device id {} out of range: the kernel runs on {n} device(s) (valid ids 0 to {})",
-                device.0,
-                n - 1
-            ))
-        })
+        self.rt.topology().device_id(device.0).map_err(|e| PyValueError::new_err(e.message))
     }
 
     /// A core id argument, range-checked.
     fn core(&self, core: Int) -> PyResult<u32> {
-        let n = self.rt.topology().cores_per_device;
-        u32::try_from(core.0).ok().filter(|&c| c < n).ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "core id {} out of range: each device has {n} core(s) (valid ids 0 to {})",
-                core.0,
-                n - 1
-            ))
-        })
+        self.rt.topology().core_id(core.0).map_err(|e| PyValueError::new_err(e.message))
     }
 
-    /// (device, core, key) of buffer (space, id) as seen from the (device,
-    /// core) arguments, all range-checked.
-    fn key_arg(&self, device: Int, core: Int, space: Space, id: Int) -> PyResult<(u32, u32, BufferKey)> {
+    /// `region` of buffer (space, id) as seen from the (device, core)
+    /// arguments, all range-checked.
+    fn mem_ref<'r>(&self, device: Int, core: Int, space: &Space, id: Int, region: &'r Region) -> PyResult<MemRef<'r>> {
         let (device, core) = (self.device(device)?, self.core(core)?);
-        let id = id_arg("buffer id", id)?;
-        Ok((device, core, BufferKey::for_access(space.0, id, device, core)))
+        Ok(MemRef::new(device, core, space.0, id_arg("buffer id", id)?, region))
+    }
+
+    /// The key of buffer (space, id) as seen from (device, core).
+    fn key_arg(&self, device: Int, core: Int, space: Space, id: Int) -> PyResult<BufferKey> {
+        Ok(self.mem_ref(device, core, &space, id, &Region::full())?.key())
     }
 
     /// Bytes a load/store of `region` moves.
@@ -112,9 +102,9 @@ impl PyRuntime {
         let config = Config {
             num_devices: num_devices.0,
             cores_per_device: cores_per_device.0,
-            dma_mode: DmaMode::parse(dma_execution_mode).or_raise(py)?,
-            oob_reads: OobReads::parse(out_of_bounds_reads).or_raise(py)?,
-            fill: FillMode::parse(uninitialized_memory).or_raise(py)?,
+            dma_mode: dma_execution_mode.parse().or_raise(py)?,
+            oob_reads: out_of_bounds_reads.parse().or_raise(py)?,
+            fill: uninitialized_memory.parse().or_raise(py)?,
             wait_timeout: timeout_arg(py, wait_timeout)?,
             detect_races,
             detect_uninitialized,
@@ -144,26 +134,17 @@ impl PyRuntime {
 
     #[getter]
     fn dma_execution_mode(&self) -> &'static str {
-        match self.rt.config().dma_mode {
-            DmaMode::Eager => "eager",
-            DmaMode::OnWait => "on_wait",
-        }
+        self.rt.config().dma_mode.as_str()
     }
 
     #[getter]
     fn out_of_bounds_reads(&self) -> &'static str {
-        match self.rt.config().oob_reads {
-            OobReads::Raise => "raise",
-            OobReads::Uninitialized => "uninitialized",
-        }
+        self.rt.config().oob_reads.as_str()
     }
 
     #[getter]
     fn uninitialized_memory(&self) -> &'static str {
-        match self.rt.config().fill {
-            FillMode::Nan => "nan",
-            FillMode::Zero => "zero",
-        }
+        self.rt.config().fill.as_str()
     }
 
     #[getter]
@@ -263,7 +244,7 @@ impl PyRuntime {
         space: Space,
         id: Int,
     ) -> PyResult<(&'static str, Vec<usize>, Vec<usize>, u32)> {
-        let (_, _, key) = self.key_arg(device, core, space, id)?;
+        let key = self.key_arg(device, core, space, id)?;
         let info = self.rt.buffer_info(key).or_raise(py)?;
         Ok((
             info.dtype.name(),
@@ -282,7 +263,7 @@ impl PyRuntime {
         space: Space,
         id: Int,
     ) -> PyResult<Bound<'py, PyByteArray>> {
-        let (_, _, key) = self.key_arg(device, core, space, id)?;
+        let key = self.key_arg(device, core, space, id)?;
         let bytes = self.rt.buffer_bytes(key).or_raise(py)?;
         Ok(PyByteArray::new(py, &bytes))
     }
@@ -303,19 +284,11 @@ impl PyRuntime {
         region: RegionArg,
         access: Option<&str>,
     ) -> PyResult<(&'static str, Vec<usize>)> {
-        let (d, c, key) = self.key_arg(device, core, Space(space.0), id)?;
+        let r = self.mem_ref(device, core, &space, id, &region.0)?;
+        let key = r.key();
         if let Some(access) = access {
-            let access = match access {
-                "read" => Access::Read,
-                "write" => Access::Write,
-                "swap" => Access::Swap,
-                other => {
-                    return Err(PyValueError::new_err(format!(
-                        "access must be 'read', 'write' or 'swap', got {other:?}"
-                    )))
-                }
-            };
-            self.rt.check_access(d, c, space.0, key.id, &region.0, access).or_raise(py)?;
+            let access: Access = choice(access)?;
+            self.rt.check_access(r, access).or_raise(py)?;
         }
         let info = self.rt.buffer_info(key).or_raise(py)?;
         let shape = self.rt.region_shape(key, &region.0).or_raise(py)?;
@@ -337,10 +310,11 @@ impl PyRuntime {
         region: RegionArg,
         out: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Option<Bound<'py, PyByteArray>>> {
-        let (d, c, key) = self.key_arg(device, core, Space(space.0), id)?;
+        let r = self.mem_ref(device, core, &space, id, &region.0)?;
+        let key = r.key();
         let want = self.region_bytes(py, key, &region)?;
         let rt = &self.rt;
-        let run = |dst: &mut [u8]| rt.load(d, c, space.0, key.id, &region.0, dst);
+        let run = |dst: &mut [u8]| rt.load(r, dst);
         match out {
             Some(out) => {
                 let out = Bytes::get(out, "out", true)?;
@@ -353,7 +327,7 @@ impl PyRuntime {
             }
             None => {
                 // Errors before allocating room for a (possibly huge) region.
-                self.rt.check_access(d, c, space.0, key.id, &region.0, Access::Read).or_raise(py)?;
+                self.rt.check_access(r, Access::Read).or_raise(py)?;
                 let fresh = PyByteArray::new_with(py, want, |dst| {
                     // Nobody else can reach the new bytearray: copying into
                     // it without the GIL races with nothing.
@@ -381,14 +355,15 @@ impl PyRuntime {
         region: RegionArg,
         data: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let (d, c, key) = self.key_arg(device, core, Space(space.0), id)?;
+        let r = self.mem_ref(device, core, &space, id, &region.0)?;
+        let key = r.key();
         let want = self.region_bytes(py, key, &region)?;
         let data = Bytes::get(data, "data", false)?;
         check_len("data", data.len(), want)?;
         // SAFETY: the GIL is held while `src` lives (no detach here).
         let src = unsafe { data.as_slice() };
         self.rt
-            .store(d, c, space.0, key.id, &region.0, src)
+            .store(r, src)
             .or_raise(py)
     }
 
@@ -409,7 +384,8 @@ impl PyRuntime {
         out: Option<&Bound<'py, PyAny>>,
         mask: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Option<Bound<'py, PyByteArray>>> {
-        let (d, c, key) = self.key_arg(device, core, Space(space.0), id)?;
+        let r = self.mem_ref(device, core, &space, id, &region.0)?;
+        let key = r.key();
         let want = self.region_bytes(py, key, &region)?;
         let data = Bytes::get(data, "data", false)?;
         check_len("data", data.len(), want)?;
@@ -436,7 +412,7 @@ impl PyRuntime {
         // SAFETY: the GIL is held while these slices live (no detach in this
         // method: `data` and `mask` are caller buffers).
         let (src, mask) = unsafe { (data.as_slice(), mask.as_ref().map(|m| m.as_slice())) };
-        let run = |dst: &mut [u8]| self.rt.swap(d, c, space.0, key.id, &region.0, src, mask, dst);
+        let run = |dst: &mut [u8]| self.rt.swap(r, src, mask, dst);
         match &out {
             Some(out) => {
                 // SAFETY: GIL held (as above); the only slice of `out`, which
@@ -462,7 +438,7 @@ impl PyRuntime {
     ) -> PyResult<u32> {
         let device = self.device(device)?;
         let core = core.map(|c| self.core(c)).transpose()?;
-        let kind = sem_kind(kind)?;
+        let kind: SemKind = choice(kind)?;
         let count = id_arg("semaphore count", count)?;
         self.rt
             .allocate_semaphores(device, core, kind, count)
@@ -580,7 +556,7 @@ impl PyRuntime {
             .leaks(device)
             .or_raise(py)?
             .into_iter()
-            .map(|l| (l.sem, sem_kind_name(l.kind), l.device, l.core, l.count, l.pending_dmas))
+            .map(|l| (l.sem, l.kind.as_str(), l.device, l.core, l.count, l.pending_dmas))
             .collect())
     }
 

@@ -8,6 +8,7 @@
 //! one CPU used -- for the runtime's idle window. It holds only weak
 //! references, so a finished launch is freed as usual.
 
+use crate::sync::IgnorePoison;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -46,16 +47,8 @@ fn shared() -> &'static Arc<Shared> {
 /// Starts watching `w` (until it is dropped).
 pub fn watch(w: Weak<dyn Watched>) {
     let s = shared();
-    s.watched.lock().unwrap_or_else(|p| p.into_inner()).push(w);
+    s.watched.lock().ignore_poison().push(w);
     s.wake.notify_all();
-}
-
-/// Runtimes watched right now (tests).
-pub fn watched() -> usize {
-    let s = shared();
-    let mut w = s.watched.lock().unwrap_or_else(|p| p.into_inner());
-    w.retain(|x| x.strong_count() > 0);
-    w.len()
 }
 
 fn run(s: &Shared) {
@@ -63,11 +56,11 @@ fn run(s: &Shared) {
     let mut busy_at = Instant::now();
     loop {
         {
-            let mut w = s.watched.lock().unwrap_or_else(|p| p.into_inner());
+            let mut w = s.watched.lock().ignore_poison();
             w.retain(|x| x.strong_count() > 0);
             if w.is_empty() {
                 // Nothing to watch: sleep until something is.
-                let _unused = s.wake.wait(w).unwrap_or_else(|p| p.into_inner());
+                let _unused = s.wake.wait(w).ignore_poison();
                 last_cpu = process_cpu_time();
                 busy_at = Instant::now();
                 continue;
@@ -87,7 +80,7 @@ fn run(s: &Shared) {
         };
         last_cpu = cpu;
         let live: Vec<Arc<dyn Watched>> = {
-            let w = s.watched.lock().unwrap_or_else(|p| p.into_inner());
+            let w = s.watched.lock().ignore_poison();
             w.iter().filter_map(Weak::upgrade).collect()
         };
         for x in live {

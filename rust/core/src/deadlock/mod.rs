@@ -34,6 +34,8 @@
 //! locks. The monitor's lock is never held while waking anyone.
 
 mod report;
+// The detector thread (not part of the loom models).
+#[cfg(not(loom))]
 pub mod detector;
 
 use crate::config::Topology;

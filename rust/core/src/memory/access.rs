@@ -10,10 +10,9 @@ use super::copy::{copy_block, fill_pattern, for_each_element, Layout};
 use super::init_shadow;
 use super::message::{self, Who};
 use super::plan::Plan;
-use super::{Access, BufferKey, MemRef, MemorySpace, MemoryTable};
-use crate::config::{OobReads, Topology};
+use super::{Access, MemRef, MemoryTable};
+use crate::config::OobReads;
 use crate::error::{Result, RtError};
-use crate::region::Region;
 
 /// One access resolved: the buffer, the plan and the result shape.
 struct Resolved {
@@ -41,9 +40,9 @@ impl Resolved {
 }
 
 impl MemoryTable {
-    fn resolve(&self, topo: &Topology, r: MemRef<'_>, action: &str) -> Result<Resolved> {
-        topo.check(r.device, r.core)?;
-        let key = BufferKey::for_access(r.space, r.id, r.device, r.core);
+    fn resolve(&self, r: MemRef<'_>, action: &str) -> Result<Resolved> {
+        self.topo.check(r.device, r.core)?;
+        let key = r.key();
         let buf = self.get(key, action)?;
         let plan = Plan::new(r.region, &buf.logical_shape)?;
         let full = plan.full_shape();
@@ -57,18 +56,10 @@ impl MemoryTable {
         Ok(Resolved { who, buf, plan, full, bytes })
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub fn load(
-        &self,
-        topo: &Topology,
-        device: u32,
-        core: u32,
-        space: MemorySpace,
-        id: u32,
-        region: &Region,
-        out: &mut [u8],
-    ) -> Result<()> {
-        let r = self.resolve(topo, MemRef { device, core, space, id, region }, "read")?;
+    /// Reads `r` into `out` (C order, exactly the region's size).
+    pub fn load(&self, r: MemRef<'_>, out: &mut [u8]) -> Result<()> {
+        let region = r.region;
+        let r = self.resolve(r, "read")?;
         r.check_len("out", out.len(), r.bytes)?;
         let itemsize = r.itemsize();
         let in_bounds = r.plan.clip(&r.buf.shape);
@@ -91,18 +82,10 @@ impl MemoryTable {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub fn store(
-        &self,
-        topo: &Topology,
-        device: u32,
-        core: u32,
-        space: MemorySpace,
-        id: u32,
-        region: &Region,
-        data: &[u8],
-    ) -> Result<()> {
-        let r = self.resolve(topo, MemRef { device, core, space, id, region }, "write")?;
+    /// Writes `data` (C order, exactly the region's size) into `r`.
+    pub fn store(&self, r: MemRef<'_>, data: &[u8]) -> Result<()> {
+        let region = r.region;
+        let r = self.resolve(r, "write")?;
         r.check_len("data", data.len(), r.bytes)?;
         if r.plan.any_out_of(&r.buf.shape) {
             return Err(message::oob_write(&r.who, region, &r.buf.logical_shape));
@@ -117,20 +100,11 @@ impl MemoryTable {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub fn swap(
-        &self,
-        topo: &Topology,
-        device: u32,
-        core: u32,
-        space: MemorySpace,
-        id: u32,
-        region: &Region,
-        data: &[u8],
-        mask: Option<&[u8]>,
-        out: &mut [u8],
-    ) -> Result<()> {
-        let r = self.resolve(topo, MemRef { device, core, space, id, region }, "swap")?;
+    /// Writes `data` into `r` where `mask` is set (everywhere without one)
+    /// and puts the previous values into `out`.
+    pub fn swap(&self, r: MemRef<'_>, data: &[u8], mask: Option<&[u8]>, out: &mut [u8]) -> Result<()> {
+        let region = r.region;
+        let r = self.resolve(r, "swap")?;
         r.check_len("data", data.len(), r.bytes)?;
         r.check_len("out", out.len(), r.bytes)?;
         let itemsize = r.itemsize();
@@ -191,13 +165,8 @@ impl MemoryTable {
     /// out-of-bounds writes and unmasked swaps) without moving data, and
     /// returns the bytes of the value. Lets callers refuse a huge region
     /// before allocating room for it.
-    pub fn check_access(&self, topo: &Topology, r: MemRef<'_>, access: Access) -> Result<usize> {
-        let action = match access {
-            Access::Read => "read",
-            Access::Write => "write",
-            Access::Swap => "swap",
-        };
-        let res = self.resolve(topo, r, action)?;
+    pub fn check_access(&self, r: MemRef<'_>, access: Access) -> Result<usize> {
+        let res = self.resolve(r, access.as_str())?;
         let in_bounds = || res.plan.clip(&res.buf.shape).as_deref() == Some(&*res.full);
         match access {
             Access::Read if self.oob_reads == OobReads::Raise && !in_bounds() => {
@@ -215,9 +184,9 @@ impl MemoryTable {
     /// valid, same dtype and shape: the checks and messages of [`Self::copy`])
     /// and returns the bytes a copy would move. Bounds are not checked: a
     /// queued DMA reports them when it runs, as an eager one would.
-    pub fn check_copy(&self, topo: &Topology, src: MemRef<'_>, dst: MemRef<'_>) -> Result<usize> {
-        let s = self.resolve(topo, src, "read")?;
-        let d = self.resolve(topo, dst, "write")?;
+    pub fn check_copy(&self, src: MemRef<'_>, dst: MemRef<'_>) -> Result<usize> {
+        let s = self.resolve(src, "read")?;
+        let d = self.resolve(dst, "write")?;
         same_dtype_and_shape(&s, &d)?;
         Ok(s.bytes)
     }
@@ -226,9 +195,9 @@ impl MemoryTable {
     /// bounds errors first, then the write's) and returns the bytes moved
     /// (the full region size, as DMA semaphores count). When the read is in
     /// bounds, bytes go buffer to buffer with no intermediate copy.
-    pub fn copy(&self, topo: &Topology, src: MemRef<'_>, dst: MemRef<'_>) -> Result<usize> {
-        let s = self.resolve(topo, src, "read")?;
-        let d = self.resolve(topo, dst, "write")?;
+    pub fn copy(&self, src: MemRef<'_>, dst: MemRef<'_>) -> Result<usize> {
+        let s = self.resolve(src, "read")?;
+        let d = self.resolve(dst, "write")?;
         same_dtype_and_shape(&s, &d)?;
         let read_in_bounds = s.plan.clip(&s.buf.shape).as_deref() == Some(&*s.full);
         if !read_in_bounds || Arc::ptr_eq(&s.buf, &d.buf) {
@@ -242,8 +211,8 @@ impl MemoryTable {
                 return Err(message::oob_write(&d.who, dst.region, &d.buf.logical_shape));
             }
             let mut tmp = zeroed(s.bytes, || format!("a copy of {} of {}", src.region.python_repr(), s.who))?;
-            self.load(topo, src.device, src.core, src.space, src.id, src.region, &mut tmp)?;
-            self.store(topo, dst.device, dst.core, dst.space, dst.id, dst.region, &tmp)?;
+            self.load(src, &mut tmp)?;
+            self.store(dst, &tmp)?;
             return Ok(s.bytes);
         }
         if d.plan.any_out_of(&d.buf.shape) {

@@ -10,6 +10,7 @@ use super::message::shape_repr;
 use super::BufferInfo;
 use crate::dtype::DType;
 use crate::error::{Result, RtError};
+use crate::sync::IgnorePoison;
 
 pub(crate) struct Buffer {
     pub dtype: DType,
@@ -36,7 +37,6 @@ impl Buffer {
     /// `init` (C-order bytes of `logical_shape`) placed in the low corner.
     /// With `track_init` (initcheck), the elements `init` gives are marked
     /// written and all others not.
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         dtype: DType,
         shape: &[usize],
@@ -116,10 +116,10 @@ impl Buffer {
     /// Read access to the bytes. Poisoning is ignored: a panic elsewhere is
     /// reported at the FFI boundary and must not wedge every other core.
     pub fn read(&self) -> RwLockReadGuard<'_, Vec<u8>> {
-        self.content.read().unwrap_or_else(|p| p.into_inner())
+        self.content.read().ignore_poison()
     }
 
     pub fn write(&self) -> RwLockWriteGuard<'_, Vec<u8>> {
-        self.content.write().unwrap_or_else(|p| p.into_inner())
+        self.content.write().ignore_poison()
     }
 }

@@ -2,7 +2,7 @@
 //! messages character for character (users and tests match on them).
 
 use super::{BufferKey, MemorySpace};
-use crate::error::RtError;
+use crate::error::{ErrorKind, RtError};
 use crate::region::{python_tuple, Region};
 
 pub(crate) fn shape_repr(shape: &[usize]) -> String {
@@ -20,7 +20,7 @@ pub(crate) struct Who {
 
 impl std::fmt::Display for Who {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "({} {} {} {})", self.device, self.core, self.space.name(), self.id)
+        write!(f, "({} {} {} {})", self.device, self.core, self.space.as_str(), self.id)
     }
 }
 
@@ -33,7 +33,7 @@ pub(crate) fn oob_read(who: &Who, region: &Region, logical: &[usize]) -> RtError
 }
 
 pub(crate) fn oob_write(who: &Who, region: &Region, logical: &[usize]) -> RtError {
-    RtError::value(format!(
+    RtError::new(ErrorKind::OutOfBoundsWrite, format!(
         "Out-of-bounds write of {who}: writing [{}] but buffer has shape {} .",
         region.python_repr(),
         shape_repr(logical)
@@ -41,7 +41,7 @@ pub(crate) fn oob_write(who: &Who, region: &Region, logical: &[usize]) -> RtErro
 }
 
 pub(crate) fn oob_swap(who: &Who, region: &Region, logical: &[usize]) -> RtError {
-    RtError::value(format!(
+    RtError::new(ErrorKind::OutOfBoundsWrite, format!(
         "Out-of-bounds swap of {who}: swapping [{}] but buffer has shape {} .",
         region.python_repr(),
         shape_repr(logical)
@@ -49,7 +49,7 @@ pub(crate) fn oob_swap(who: &Who, region: &Region, logical: &[usize]) -> RtError
 }
 
 pub(crate) fn oob_masked_swap(who: &Who, region: &Region, logical: &[usize]) -> RtError {
-    RtError::value(format!(
+    RtError::new(ErrorKind::OutOfBoundsWrite, format!(
         "Out-of-bounds masked swap of {who}: swapping [{}] but buffer has shape {} . ",
         region.python_repr(),
         shape_repr(logical)

@@ -12,60 +12,46 @@ mod elements;
 mod init_shadow;
 mod message;
 mod plan;
-mod table;
+pub(crate) mod table;
 
 pub(crate) use access::zeroed;
-pub use init_shadow::slice_notation;
-pub use table::MemoryTable;
+pub(crate) use init_shadow::slice_notation;
+pub(crate) use table::MemoryTable;
 
 use crate::dtype::DType;
+use crate::enum_str::enum_str;
 use crate::error::Result;
 use crate::region::Region;
 
-/// TPU memory spaces, numbered as stock interpret mode numbers them
-/// (`mosaic_core.MemorySpace` order, then pallas `ANY`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum MemorySpace {
-    Vmem = 0,
-    VmemShared = 1,
-    Smem = 2,
-    Cmem = 3,
-    Semaphore = 4,
-    Hbm = 5,
-    Any = 6,
+enum_str! {
+    /// TPU memory spaces, numbered as stock interpret mode numbers them
+    /// (`mosaic_core.MemorySpace` order, then pallas `ANY`): the code is the
+    /// declaration index, and the one table of codes that Python uses
+    /// (`_native.MEMORY_SPACES`). The spelling is stock's (error messages).
+    pub enum MemorySpace as "memory space" {
+        Vmem = "vmem",
+        VmemShared = "vmem_shared",
+        Smem = "smem",
+        Cmem = "cmem",
+        Semaphore = "semaphore_mem",
+        Hbm = "hbm",
+        Any = "any",
+    }
 }
 
 impl MemorySpace {
+    /// The space's code (what op attributes carry).
+    pub const fn code(self) -> i64 {
+        self as i64
+    }
+
     pub fn from_code(code: i64) -> Result<MemorySpace> {
-        use MemorySpace::*;
-        Ok(match code {
-            0 => Vmem,
-            1 => VmemShared,
-            2 => Smem,
-            3 => Cmem,
-            4 => Semaphore,
-            5 => Hbm,
-            6 => Any,
-            _ => {
-                return Err(crate::error::RtError::value(format!(
-                    "unknown memory space code {code}"
-                )))
-            }
-        })
+        usize::try_from(code)
+            .ok()
+            .and_then(|i| MemorySpace::ALL.get(i).copied())
+            .ok_or_else(|| crate::error::RtError::value(format!("unknown memory space code {code}")))
     }
-    /// Stock's name (used in error messages).
-    pub fn name(self) -> &'static str {
-        use MemorySpace::*;
-        match self {
-            Vmem => "vmem",
-            VmemShared => "vmem_shared",
-            Smem => "smem",
-            Cmem => "cmem",
-            Semaphore => "semaphore_mem",
-            Hbm => "hbm",
-            Any => "any",
-        }
-    }
+
     /// HBM/ANY buffers are shared by the cores of a device (key core 0).
     pub fn is_shared_by_cores(self) -> bool {
         matches!(self, MemorySpace::Hbm | MemorySpace::Any)
@@ -95,7 +81,7 @@ impl std::fmt::Display for BufferKey {
         write!(
             f,
             "{} buffer {} of device {}, core {}",
-            self.space.name(),
+            self.space.as_str(),
             self.id,
             self.device,
             self.core
@@ -103,17 +89,18 @@ impl std::fmt::Display for BufferKey {
     }
 }
 
-/// The kind of access [`MemoryTable::check_access`] checks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
-    Read,
-    Write,
-    /// An unmasked swap (every element read and written).
-    Swap,
+enum_str! {
+    /// The kind of access `Runtime::check_access` checks.
+    pub enum Access as "access" {
+        Read = "read",
+        Write = "write",
+        /// An unmasked swap (every element read and written).
+        Swap = "swap",
+    }
 }
 
-/// A region of buffer (space, id) accessed from (device, core): one side of
-/// [`MemoryTable::copy`].
+/// A region of buffer (space, id) accessed from (device, core): what every
+/// load, store, swap and copy names.
 #[derive(Clone, Copy, Debug)]
 pub struct MemRef<'a> {
     pub device: u32,
@@ -121,6 +108,18 @@ pub struct MemRef<'a> {
     pub space: MemorySpace,
     pub id: u32,
     pub region: &'a Region,
+}
+
+impl<'a> MemRef<'a> {
+    pub fn new(device: u32, core: u32, space: MemorySpace, id: u32, region: &'a Region) -> Self {
+        MemRef { device, core, space, id, region }
+    }
+
+    /// The key of the buffer it names (see [`BufferKey::for_access`]).
+    #[inline]
+    pub fn key(&self) -> BufferKey {
+        BufferKey::for_access(self.space, self.id, self.device, self.core)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -16,6 +16,7 @@ use crate::config::{Config, FillMode, OobReads, Topology};
 use crate::dtype::DType;
 use crate::error::{Result, RtError};
 use crate::region::Region;
+use crate::sync::IgnorePoison;
 
 /// Buffer ids count from here per (device, core), as in stock.
 const FIRST_BUFFER_ID: u32 = 100;
@@ -54,6 +55,7 @@ struct Shard {
 }
 
 pub struct MemoryTable {
+    pub(super) topo: Topology,
     shards: Vec<Shard>,
     pub(crate) oob_reads: OobReads,
     pub(crate) fill: FillMode,
@@ -70,6 +72,7 @@ impl MemoryTable {
             })
             .collect();
         MemoryTable {
+            topo: config.topology(),
             shards,
             oob_reads: config.oob_reads,
             fill: config.fill,
@@ -78,25 +81,20 @@ impl MemoryTable {
     }
 
     fn shard(&self, device: u32) -> Result<&Shard> {
-        self.shards.get(device as usize).ok_or_else(|| {
-            RtError::value(format!(
-                "device id {device} out of range: the kernel runs on {} device(s)",
-                self.shards.len()
-            ))
-        })
+        self.topo.check_device(device)?;
+        Ok(&self.shards[device as usize])
     }
 
     /// The buffer of `key`; the shard lock is released before returning.
     pub(crate) fn get(&self, key: BufferKey, action: &str) -> Result<Arc<Buffer>> {
         let shard = self.shard(key.device)?;
-        let map = shard.buffers.read().unwrap_or_else(|p| p.into_inner());
+        let map = shard.buffers.read().ignore_poison();
         map.get(&key).cloned().ok_or_else(|| no_such_buffer(key, action))
     }
 
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)] // where (device, core, space) and what (dtype, shapes, init)
     pub fn allocate(
         &self,
-        topo: &Topology,
         device: u32,
         core: Option<u32>,
         space: MemorySpace,
@@ -105,6 +103,7 @@ impl MemoryTable {
         logical_shape: Option<&[usize]>,
         init: Init<'_>,
     ) -> Result<u32> {
+        let topo = self.topo;
         let cores: Vec<u32> = match core {
             Some(c) => vec![c],
             None => (0..topo.cores_per_device).collect(),
@@ -134,7 +133,7 @@ impl MemoryTable {
 
         // Take one id per target core; they must agree (ids are kept in sync).
         let id = {
-            let mut next = shard.next_ids.lock().unwrap_or_else(|p| p.into_inner());
+            let mut next = shard.next_ids.lock().ignore_poison();
             let id = next[cores[0] as usize];
             if let Some(&c) = cores.iter().find(|&&c| next[c as usize] != id) {
                 return Err(RtError::internal(format!(
@@ -151,10 +150,10 @@ impl MemoryTable {
         if space.is_shared_by_cores() {
             // One buffer per device, referenced by every core.
             let key = BufferKey { space, id, device, core: 0 };
-            let exists = shard.buffers.read().unwrap_or_else(|p| p.into_inner()).contains_key(&key);
+            let exists = shard.buffers.read().ignore_poison().contains_key(&key);
             if !exists {
                 let buf = Buffer::new(dtype, shape, logical, &fill, init, topo.cores_per_device, false)?;
-                let mut map = shard.buffers.write().unwrap_or_else(|p| p.into_inner());
+                let mut map = shard.buffers.write().ignore_poison();
                 map.entry(key).or_insert_with(|| Arc::new(buf));
             }
         } else {
@@ -165,7 +164,7 @@ impl MemoryTable {
                 let buf = Buffer::new(dtype, shape, logical, &fill, init, 1, track)?;
                 fresh.push((BufferKey { space, id, device, core: c }, Arc::new(buf)));
             }
-            let mut map = shard.buffers.write().unwrap_or_else(|p| p.into_inner());
+            let mut map = shard.buffers.write().ignore_poison();
             for (key, buf) in fresh {
                 map.entry(key).or_insert(buf);
             }
@@ -173,18 +172,11 @@ impl MemoryTable {
         Ok(id)
     }
 
-    pub fn free(
-        &self,
-        topo: &Topology,
-        device: u32,
-        core: u32,
-        space: MemorySpace,
-        id: u32,
-    ) -> Result<()> {
-        topo.check(device, core)?;
+    pub fn free(&self, device: u32, core: u32, space: MemorySpace, id: u32) -> Result<()> {
+        self.topo.check(device, core)?;
         let key = BufferKey::for_access(space, id, device, core);
         let shard = self.shard(device)?;
-        let mut map = shard.buffers.write().unwrap_or_else(|p| p.into_inner());
+        let mut map = shard.buffers.write().ignore_poison();
         let buf = map.get(&key).ok_or_else(|| no_such_buffer(key, "free"))?;
         // Only changed under this write lock, so load-then-store is exact.
         let left = buf.ref_count.load(Ordering::Relaxed) - 1;

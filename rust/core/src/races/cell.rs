@@ -65,6 +65,7 @@ impl SharedReads {
     }
 
     /// The reads of `cell` as epochs (for comparing states in tests).
+    #[cfg(any(test, feature = "internals", loom))] // tests only
     pub fn reads(&self, cell: Cell) -> Vec<Epoch> {
         if cell.is_shared() {
             self.get(cell.read).epochs().collect()

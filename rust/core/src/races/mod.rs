@@ -22,17 +22,18 @@ mod clock;
 mod report;
 mod shadow;
 
-pub use clock::{Epoch, VectorClock};
-pub use report::{latest, AccessRecord, Actor, RaceLog, MAX_REPORTS};
-pub use cell::{Conflict, Memo};
-pub use shadow::{Shadow, MAX_CHUNK};
+#[cfg(any(feature = "internals", loom))]
+pub use clock::Epoch;
+pub use clock::VectorClock;
+pub use report::{latest_race_log, AccessRecord, Actor, RaceLog};
+pub use cell::Memo;
+pub use shadow::Shadow;
 
 use crate::config::RacePolicy;
 use crate::error::{ErrorKind, RtError};
 use crate::memory::{BufferKey, MemoryTable};
-use crate::site::SiteId;
 use crate::region::Region;
-use report::lock;
+use crate::sync::IgnorePoison;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -69,13 +70,9 @@ struct State {
 }
 
 impl RaceDetector {
-    /// A detector for `num_devices x cores_per_device` cores; it becomes the
-    /// "most recent launch" whose races `latest()` returns.
-    pub fn new(num_devices: u32, cores_per_device: u32) -> Self {
-        Self::with_policy(num_devices, cores_per_device, RacePolicy::Print)
-    }
-
-    /// A detector whose races are printed, queued as warnings or raised.
+    /// A detector for `num_devices x cores_per_device` cores whose races are
+    /// printed, queued as warnings or raised; it becomes the "most recent
+    /// launch" whose races [`latest_race_log`] returns.
     pub fn with_policy(num_devices: u32, cores_per_device: u32, policy: RacePolicy) -> Self {
         let num_cores = num_devices * cores_per_device;
         RaceDetector {
@@ -116,7 +113,8 @@ impl RaceDetector {
     ) -> Option<RtError> {
         let thread = self.core_thread(device, core);
         let site = crate::site::current();
-        self.access(memory, thread, Actor::Core { device, core }, key, region, write, site)
+        let record = AccessRecord { actor: Actor::Core { device, core }, write, key, region: region.clone(), site };
+        self.access(memory, thread, record)
     }
 
     /// Records an access by a DMA (its read of the source or write of the
@@ -133,29 +131,20 @@ impl RaceDetector {
             Actor::Dma { site, .. } => site,
             Actor::Core { .. } => 0,
         };
-        self.access(memory, dma.slot, dma.actor, key, region, write, site)
+        let record = AccessRecord { actor: dma.actor, write, key, region: region.clone(), site };
+        self.access(memory, dma.slot, record)
     }
 
-    /// Records the access; with policy "raise" a race is returned as the
-    /// error that fails the launch.
-    #[allow(clippy::too_many_arguments)]
-    fn access(
-        &self,
-        memory: &MemoryTable,
-        thread: u32,
-        actor: Actor,
-        key: BufferKey,
-        region: &Region,
-        write: bool,
-        site: SiteId,
-    ) -> Option<RtError> {
+    /// Records the access (by vector-clock thread `thread`); with policy
+    /// "raise" a race is returned as the error that fails the launch.
+    fn access(&self, memory: &MemoryTable, thread: u32, record: AccessRecord) -> Option<RtError> {
+        let (actor, key, write) = (record.actor, record.key, record.write);
         // The access succeeded, so the buffer exists and the region is valid.
-        let Ok(touched) = memory.touched_elements(key, region) else { return None };
-        let mut st = lock(&self.state);
+        let Ok(touched) = memory.touched_elements(key, &record.region) else { return None };
+        let mut st = self.state.lock().ignore_poison();
         let State { clocks, records, shadows, .. } = &mut *st;
         let clock = &mut clocks[thread as usize];
         let now = clock.tick(thread);
-        let record = AccessRecord { actor, write, key, region: region.clone(), site };
         let shadow = shadows.entry(key).or_insert_with(|| Shadow::new(touched.len, touched.row));
         let mut conflict = None;
         let mut memo = Memo::default();
@@ -206,14 +195,14 @@ impl RaceDetector {
     }
 
     fn release(&self, thread: u32, sem: u32, target: u32) {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock().ignore_poison();
         let State { clocks, sems, .. } = &mut *st;
         sems.entry((sem, target)).or_default().join(&clocks[thread as usize]);
     }
 
     /// A successful wait on `sem` by global core `gcore`.
     pub fn wait_done(&self, gcore: u32, sem: u32) {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock().ignore_poison();
         let State { clocks, sems, .. } = &mut *st;
         if let Some(c) = sems.get(&(sem, gcore)) {
             clocks[gcore as usize].join(c);
@@ -222,7 +211,7 @@ impl RaceDetector {
 
     /// Joins the clocks of cores `cores` (all see each other's past).
     fn sync_cores(&self, cores: std::ops::Range<u32>) {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock().ignore_poison();
         let mut all = VectorClock::default();
         for g in cores.clone() {
             all.join(&st.clocks[g as usize]);
@@ -247,7 +236,7 @@ impl RaceDetector {
     /// issuer's.
     pub fn dma_begin(&self, device: u32, core: u32) -> DmaThread {
         let issuer = self.core_thread(device, core) as usize;
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock().ignore_poison();
         let id = st.next_dma;
         st.next_dma += 1;
         let actor = Actor::Dma { id, device, core, site: crate::site::current() };
@@ -275,23 +264,23 @@ impl RaceDetector {
 
     /// The DMA has completed: its component may be reused.
     pub fn dma_end(&self, dma: DmaThread) {
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock().ignore_poison();
         let last = st.clocks[dma.slot as usize].get(dma.slot);
         st.free_slots.push((dma.slot, last));
     }
 
     /// Drops the shadow state of a freed buffer.
     pub fn forget(&self, key: BufferKey) {
-        lock(&self.state).shadows.remove(&key);
+        self.state.lock().ignore_poison().shadows.remove(&key);
     }
 
     /// Buffers with shadow state, for tests.
     pub fn num_shadows(&self) -> usize {
-        lock(&self.state).shadows.len()
+        self.state.lock().ignore_poison().shadows.len()
     }
 
     /// Clock components in use (cores + DMA slots), for tests.
     pub fn num_threads(&self) -> usize {
-        lock(&self.state).clocks.len()
+        self.state.lock().ignore_poison().clocks.len()
     }
 }

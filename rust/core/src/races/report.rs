@@ -7,7 +7,8 @@ use crate::site::SiteId;
 use crate::region::Region;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 // std, not crate::sync: race detection is not part of the loom models.
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
+use crate::sync::IgnorePoison;
 
 /// Reports kept per launch; further races are only counted.
 pub const MAX_REPORTS: usize = 32;
@@ -102,7 +103,7 @@ pub fn details(now: &AccessRecord, earlier: Option<&AccessRecord>, shape: &[usiz
         out.push((names[6], r.describe(shape).into()));
     }
     let mut out = vec![
-        ("space", Detail::from(now.key.space.name())),
+        ("space", Detail::from(now.key.space.as_str())),
         ("buffer", now.key.id.into()),
         ("buffer_device", now.key.device.into()),
         ("buffer_core", now.key.core.into()),
@@ -132,7 +133,7 @@ impl RaceLog {
             // One line, like stock's print; the rest via `reports()`.
             eprintln!("{report}");
         }
-        let mut reports = lock(&self.reports);
+        let mut reports = self.reports.lock().ignore_poison();
         if reports.len() < MAX_REPORTS {
             reports.push(report);
         }
@@ -149,12 +150,8 @@ impl RaceLog {
 
     /// The first `MAX_REPORTS` reports.
     pub fn reports(&self) -> Vec<String> {
-        lock(&self.reports).clone()
+        self.reports.lock().ignore_poison().clone()
     }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 static LATEST: Mutex<Option<Arc<RaceLog>>> = Mutex::new(None);
@@ -162,11 +159,11 @@ static LATEST: Mutex<Option<Arc<RaceLog>>> = Mutex::new(None);
 /// A fresh log that becomes the "most recent launch with race detection".
 pub(crate) fn begin_launch() -> Arc<RaceLog> {
     let log = Arc::new(RaceLog::default());
-    *lock(&LATEST) = Some(Arc::clone(&log));
+    *LATEST.lock().ignore_poison() = Some(Arc::clone(&log));
     log
 }
 
 /// The log of the most recent runtime created with race detection on.
-pub fn latest() -> Option<Arc<RaceLog>> {
-    lock(&LATEST).clone()
+pub fn latest_race_log() -> Option<Arc<RaceLog>> {
+    LATEST.lock().ignore_poison().clone()
 }

@@ -47,14 +47,6 @@ impl Shadow {
         Shadow { len, chunk, shift: chunk.trailing_zeros(), chunks, shared: SharedReads::default() }
     }
 
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Records a read (or write) of elements `start..start + len` at epoch
     /// `now` by a thread whose clock is `clock`, reusing `memo` (one per
     /// access). Returns the first conflict in element order.
@@ -122,7 +114,7 @@ impl Shadow {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments)] // the chunk, the element range and the access
     fn part_chunk(
         &mut self,
         c: usize,
@@ -146,6 +138,7 @@ impl Shadow {
     }
 
     /// The state of element `i`: its last write and its reads since then.
+    #[cfg(any(test, feature = "internals", loom))] // tests only
     pub fn state(&self, i: usize) -> (Epoch, Vec<Epoch>) {
         let cell = match &self.chunks[i / self.chunk] {
             Chunk::Uniform(cell) => *cell,
@@ -157,6 +150,7 @@ impl Shadow {
     }
 
     /// Chunks kept per element (for tests: uniform blocks stay uniform).
+    #[cfg(any(test, feature = "internals", loom))] // tests only
     pub fn split_chunks(&self) -> usize {
         self.chunks.iter().filter(|c| matches!(c, Chunk::Split(_))).count()
     }

@@ -4,7 +4,7 @@
 use super::park::Failure;
 use crate::deadlock::{Monitor, Probe};
 use crate::error::{ErrorKind, Result, RtError};
-use crate::sync::{lock, Condvar, Mutex};
+use crate::sync::{lock, Condvar, IgnorePoison, Mutex};
 use std::time::{Duration, Instant};
 
 struct State {
@@ -37,7 +37,6 @@ impl DeviceBarrier {
     /// arrive, before any device leaves (the race detector joins clocks).
     /// A device that would complete a deadlock by waiting gets the
     /// deadlock error (its arrival taken back) and must fail the launch.
-    #[allow(clippy::too_many_arguments)]
     pub fn arrive(
         &self,
         failure: &Failure,
@@ -103,8 +102,8 @@ impl DeviceBarrier {
         left: Option<Duration>,
     ) -> crate::sync::MutexGuard<'a, State> {
         match left {
-            None => self.cv.wait(st).unwrap_or_else(|p| p.into_inner()),
-            Some(l) => self.cv.wait_timeout(st, l).unwrap_or_else(|p| p.into_inner()).0,
+            None => self.cv.wait(st).ignore_poison(),
+            Some(l) => self.cv.wait_timeout(st, l).ignore_poison().0,
         }
     }
 
@@ -114,6 +113,6 @@ impl DeviceBarrier {
         st: crate::sync::MutexGuard<'a, State>,
         _left: Option<Duration>,
     ) -> crate::sync::MutexGuard<'a, State> {
-        self.cv.wait(st).unwrap_or_else(|p| p.into_inner())
+        self.cv.wait(st).ignore_poison()
     }
 }

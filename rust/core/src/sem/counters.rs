@@ -12,7 +12,7 @@
 //! holds zeros. Allocations of at most one page are dense instead (allocated
 //! at once, one load less on the hot path).
 
-use crate::error::{Result, RtError};
+use crate::error::Result;
 use crate::sync::{AtomicI64, AtomicPtr, Ordering};
 
 /// Counters per page (a power of two). Small under loom, whose atomics are
@@ -154,8 +154,9 @@ impl Drop for Counters {
     }
 }
 
-fn out_of_memory(what: &str, bytes: usize) -> RtError {
-    RtError::memory(format!("cannot allocate {bytes} bytes for {what}"))
+#[cfg(not(loom))] // loom builds allocate through loom, which cannot fail
+fn out_of_memory(what: &str, bytes: usize) -> crate::error::RtError {
+    crate::error::RtError::memory(format!("cannot allocate {bytes} bytes for {what}"))
 }
 
 /// A zeroed page, leaked (owned by the table entry it gets published in).

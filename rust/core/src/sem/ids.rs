@@ -13,11 +13,11 @@
 //! global mutex.
 
 use super::counters::Counters;
-use super::{SemKind, Task};
+use super::{Queued, SemKind};
 use crate::config::Topology;
 use crate::error::{Result, RtError};
 use crate::site::SiteId;
-use crate::sync::{lock, Arc, AtomicI64, AtomicUsize, Mutex, Ordering, RwLock};
+use crate::sync::{lock, Arc, AtomicI64, AtomicUsize, IgnorePoison, Mutex, Ordering, RwLock};
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -33,7 +33,7 @@ pub(crate) const MAX_ID: u32 = i32::MAX as u32;
 pub(crate) const MAX_COUNTERS: u64 = 1 << 36;
 
 /// Consecutive semaphore ids created by one allocation (or one fixed id).
-pub(crate) struct SemBlock {
+pub(crate) struct SemBlock<T> {
     pub first: u32,
     pub len: u32,
     pub kind: SemKind,
@@ -44,7 +44,7 @@ pub(crate) struct SemBlock {
     /// Queued DMA work that will signal a semaphore, keyed by
     /// `task_key(off, global core)`; entries stay once created (their Vec is
     /// reused by the next DMA).
-    tasks: Mutex<HashMap<u64, Vec<Task>, BuildHasherDefault<IdHasher>>>,
+    tasks: Mutex<HashMap<u64, Vec<T>, BuildHasherDefault<IdHasher>>>,
     /// Number of queued tasks, so waiters skip the mutex when there are none.
     queued: AtomicUsize,
     /// Where it was allocated (0: unknown).
@@ -53,7 +53,7 @@ pub(crate) struct SemBlock {
     misuse: Mutex<Vec<(u32, u32, i64, SiteId)>>,
 }
 
-impl SemBlock {
+impl<T: Queued> SemBlock<T> {
     fn new(first: u32, len: u32, kind: SemKind, owner: String, num_cores: u32) -> Result<Self> {
         let n = u64::from(len) * u64::from(num_cores);
         if n > MAX_COUNTERS {
@@ -105,13 +105,13 @@ impl SemBlock {
         self.counters.peek(self.index(off, gcore))
     }
 
-    pub fn push_task(&self, off: u32, gcore: u32, task: Task) {
+    pub fn push_task(&self, off: u32, gcore: u32, task: T) {
         lock(&self.tasks).entry(task_key(off, gcore)).or_default().push(task);
         self.queued.fetch_add(1, Ordering::SeqCst);
     }
 
     /// The most recently queued task for (off, gcore) (stock pops from the end).
-    pub fn pop_task(&self, off: u32, gcore: u32) -> Option<Task> {
+    pub fn pop_task(&self, off: u32, gcore: u32) -> Option<T> {
         if self.queued.load(Ordering::SeqCst) == 0 {
             return None;
         }
@@ -181,8 +181,8 @@ impl SemBlock {
 pub(crate) type PendingWork = (u32, u32, Vec<(String, SiteId)>);
 
 /// One semaphore held across a blocking wait (no table lock held).
-pub(crate) struct SemRef {
-    pub block: Arc<SemBlock>,
+pub(crate) struct SemRef<T> {
+    pub block: Arc<SemBlock<T>>,
     pub off: u32,
 }
 
@@ -216,18 +216,18 @@ impl Hasher for IdHasher {
 
 type IdMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
 
-struct Table {
+struct Table<T> {
     /// Internal ids `[FIRST_INTERNAL_ID, end)`, in blocks sorted by first id
     /// that cover the range without gaps.
-    blocks: Vec<Arc<SemBlock>>,
+    blocks: Vec<Arc<SemBlock<T>>>,
     end: u32,
     /// Fixed-id semaphores (one-id blocks).
-    fixed: IdMap<Arc<SemBlock>>,
+    fixed: IdMap<Arc<SemBlock<T>>>,
 }
 
-impl Table {
+impl<T> Table<T> {
     #[inline]
-    fn internal(&self, id: u32) -> Option<(&Arc<SemBlock>, u32)> {
+    fn internal(&self, id: u32) -> Option<(&Arc<SemBlock<T>>, u32)> {
         if !(FIRST_INTERNAL_ID..self.end).contains(&id) {
             return None;
         }
@@ -238,7 +238,7 @@ impl Table {
     }
 
     #[inline]
-    fn resolve(&self, id: u32) -> Result<(&Arc<SemBlock>, u32)> {
+    fn resolve(&self, id: u32) -> Result<(&Arc<SemBlock<T>>, u32)> {
         let fixed = if self.fixed.is_empty() { None } else { self.fixed.get(&id) };
         match (self.internal(id), fixed) {
             (Some(_), Some(_)) => Err(collision_error(id)),
@@ -263,7 +263,7 @@ impl Table {
 /// barrier semaphores with internal ids >= 2000).
 #[cold]
 #[inline(never)]
-fn shadowed(table: &Table, id: u32) -> bool {
+fn shadowed<T>(table: &Table<T>, id: u32) -> bool {
     table.fixed.contains_key(&id)
 }
 
@@ -275,17 +275,17 @@ fn unknown_error(id: u32) -> RtError {
     RtError::value(format!("semaphore {id} does not exist: it was never allocated in this kernel"))
 }
 
-pub(crate) struct SemIds {
-    num_cores: u32,
-    table: RwLock<Table>,
+pub(crate) struct SemIds<T> {
+    topo: Topology,
+    table: RwLock<Table<T>>,
     /// Next internal id per global core.
     next: Mutex<Vec<u32>>,
 }
 
-impl SemIds {
-    pub fn new(topo: &Topology) -> Self {
+impl<T: Queued> SemIds<T> {
+    pub fn new(topo: Topology) -> Self {
         SemIds {
-            num_cores: topo.num_cores(),
+            topo,
             table: RwLock::new(Table { blocks: Vec::new(), end: FIRST_INTERNAL_ID, fixed: IdMap::default() }),
             next: Mutex::new(vec![FIRST_INTERNAL_ID; topo.num_cores() as usize]),
         }
@@ -294,8 +294,8 @@ impl SemIds {
     /// Runs `f(block, offset)` on semaphore `id` under the table's read lock
     /// (no refcount traffic).
     #[inline]
-    pub fn with<R>(&self, id: u32, f: impl FnOnce(&SemBlock, u32) -> R) -> Result<R> {
-        let table = read_lock(&self.table);
+    pub fn with<R>(&self, id: u32, f: impl FnOnce(&SemBlock<T>, u32) -> R) -> Result<R> {
+        let table = self.table.read().ignore_poison();
         let (block, off) = table.resolve(id)?;
         Ok(f(block, off))
     }
@@ -304,8 +304,8 @@ impl SemIds {
     /// no fixed id shadows; `None` (also when `f` gives up) sends the caller
     /// to the full, error-reporting path.
     #[inline]
-    pub fn with_fast<R>(&self, id: u32, f: impl FnOnce(&SemBlock, u32) -> Option<R>) -> Option<R> {
-        let table = read_lock(&self.table);
+    pub fn with_fast<R>(&self, id: u32, f: impl FnOnce(&SemBlock<T>, u32) -> Option<R>) -> Option<R> {
+        let table = self.table.read().ignore_poison();
         let (block, off) = table.internal(id)?;
         if !table.fixed.is_empty() && shadowed(&table, id) {
             return None;
@@ -313,21 +313,15 @@ impl SemIds {
         f(block, off)
     }
 
-    pub fn get(&self, id: u32) -> Result<SemRef> {
-        let table = read_lock(&self.table);
+    pub fn get(&self, id: u32) -> Result<SemRef<T>> {
+        let table = self.table.read().ignore_poison();
         let (block, off) = table.resolve(id)?;
         Ok(SemRef { block: Arc::clone(block), off })
     }
 
     /// Allocates `count` internal ids on the target cores; see `SemTable::allocate`.
-    pub fn allocate_internal(
-        &self,
-        topo: &Topology,
-        device: u32,
-        core: Option<u32>,
-        kind: SemKind,
-        count: u32,
-    ) -> Result<u32> {
+    pub fn allocate_internal(&self, device: u32, core: Option<u32>, kind: SemKind, count: u32) -> Result<u32> {
+        let topo = &self.topo;
         let cores: Vec<u32> = match core {
             Some(c) => vec![topo.check(device, c)?],
             None => {
@@ -357,12 +351,12 @@ impl SemIds {
             )));
         }
         let end = end as u32;
-        let mut table = write_lock(&self.table);
+        let mut table = self.table.write().ignore_poison();
         // Ids below `table.end` exist already (another core allocated them);
         // the rest become one new block.
         if end > table.end {
             let start = table.end;
-            let block = SemBlock::new(start, end - start, kind, owner, self.num_cores)?;
+            let block = SemBlock::new(start, end - start, kind, owner, self.topo.num_cores())?;
             table.blocks.push(Arc::new(block));
             table.end = end;
         }
@@ -381,14 +375,14 @@ impl SemIds {
     /// Creates fixed-id semaphore `id` on first use and returns `id`.
     pub fn ensure_fixed(&self, id: u32, kind: SemKind, owner: String) -> Result<u32> {
         {
-            let table = read_lock(&self.table);
+            let table = self.table.read().ignore_poison();
             if table.fixed.contains_key(&id) {
                 return table.resolve(id).map(|_| id);
             }
         }
-        let mut table = write_lock(&self.table);
+        let mut table = self.table.write().ignore_poison();
         if let Entry::Vacant(slot) = table.fixed.entry(id) {
-            slot.insert(Arc::new(SemBlock::new(id, 1, kind, owner, self.num_cores)?));
+            slot.insert(Arc::new(SemBlock::new(id, 1, kind, owner, self.topo.num_cores())?));
         }
         match table.collision_at_allocation(id) {
             Some(e) => Err(e),
@@ -397,17 +391,9 @@ impl SemIds {
     }
 
     /// Every block of both namespaces.
-    pub fn all(&self) -> Vec<Arc<SemBlock>> {
-        let table = read_lock(&self.table);
+    pub fn all(&self) -> Vec<Arc<SemBlock<T>>> {
+        let table = self.table.read().ignore_poison();
         table.blocks.iter().chain(table.fixed.values()).cloned().collect()
     }
 }
 
-// RwLock poisoning is ignored for the same reason as `sync::lock`.
-fn read_lock<T>(l: &RwLock<T>) -> impl std::ops::Deref<Target = T> + '_ {
-    l.read().unwrap_or_else(|p| p.into_inner())
-}
-
-fn write_lock<T>(l: &RwLock<T>) -> impl std::ops::DerefMut<Target = T> + '_ {
-    l.write().unwrap_or_else(|p| p.into_inner())
-}

@@ -3,6 +3,7 @@
 //! for the total of several DMAs on one semaphore is a real pattern).
 
 use super::ids::SemBlock;
+use super::Queued;
 use crate::config::Topology;
 use crate::reports::{self, Category, Detail, Report};
 use crate::site::{self, SiteId};
@@ -12,7 +13,7 @@ use crate::site::{self, SiteId};
 /// semaphore and `value` matches none of them, nor their total, nor their
 /// total plus the count already there -- a descriptor waited with a
 /// different size than it was started with.
-pub(crate) fn check_dma_wait(s: &SemBlock, off: u32, gcore: u32, value: i64, topo: Topology, wait_site: SiteId) {
+pub(crate) fn check_dma_wait<T: Queued>(s: &SemBlock<T>, off: u32, gcore: u32, value: i64, topo: Topology, wait_site: SiteId) {
     let pending = s.pending_bytes(off, gcore);
     if pending.is_empty() {
         return;

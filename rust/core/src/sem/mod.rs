@@ -4,8 +4,12 @@
 //! Every semaphore has one `AtomicI64` per global core (stored densely and
 //! lazily per allocation, see `counters`). A signal is an overflow-checked
 //! atomic add plus a wake-up only when the target core has a parked waiter;
-//! a wait is a compare-and-subtract, else it runs queued DMA work for its
+//! a wait is a compare-and-subtract, else it runs work queued for its
 //! (semaphore, core), else it parks (see `park` for the protocol).
+//!
+//! The table knows nothing of its users: queued work is any [`Queued`]
+//! type (the DMA engine's steps), run by the waiter's own callback, and
+//! what the device barrier does on completion is the caller's callback.
 
 mod barrier;
 mod counters;
@@ -17,9 +21,9 @@ pub use park::WaitRecord;
 
 use crate::config::{Config, Topology};
 use crate::deadlock::{Monitor, Probe, Wait};
+use crate::enum_str::enum_str;
 use crate::error::{ErrorKind, Result, RtError};
 use crate::site::SiteId;
-use crate::runtime::Runtime;
 use crate::sync::{AtomicI64, Ordering};
 use barrier::DeviceBarrier;
 use ids::SemIds;
@@ -27,12 +31,13 @@ use park::{Failure, Parker};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SemKind {
-    Regular,
-    /// Counts bytes.
-    Dma,
-    Barrier,
+enum_str! {
+    pub enum SemKind as "semaphore kind" {
+        Regular = "regular",
+        /// Counts bytes.
+        Dma = "dma",
+        Barrier = "barrier",
+    }
 }
 
 /// A semaphore left with a non-zero count, or with DMAs started but never
@@ -54,7 +59,7 @@ pub struct Leak {
 
 impl SemKind {
     /// The name reports use (as Pallas spells the semaphore types).
-    pub fn name(self) -> &'static str {
+    pub fn pallas_name(self) -> &'static str {
         match self {
             SemKind::Regular => "REGULAR",
             SemKind::Dma => "DMA",
@@ -68,7 +73,7 @@ impl Leak {
     pub fn describe(&self) -> String {
         let mut s = format!(
             "{} semaphore {}{} on core {} has count {}",
-            self.kind.name(),
+            self.kind.pallas_name(),
             self.sem,
             match crate::site::text(self.site) {
                 Some(t) => format!(" (allocated at {t})"),
@@ -88,10 +93,10 @@ impl Leak {
     }
 }
 
-/// Deferred work (a DMA step) that will signal a semaphore; run by a core
-/// waiting on that semaphore.
-pub trait Work: Send + Sync {
-    fn run(&self, rt: &Runtime) -> Result<()>;
+/// Deferred work (a DMA step) that will signal a semaphore, queued on it
+/// until a core waiting on that semaphore takes it and runs it (through
+/// the waiter's `run_task` callback: the table only keeps and describes it).
+pub trait Queued: Send + Sync {
     /// What is still to do, for leak reports; `None` once done (e.g. the
     /// other side of the DMA ran it already).
     fn pending(&self) -> Option<String>;
@@ -105,17 +110,26 @@ pub trait Work: Send + Sync {
     }
 }
 
-pub type Task = Box<dyn Work>;
+/// The work of a table that never queues any (tests, models of the park
+/// protocol).
+pub enum NoWork {}
 
-pub struct SemTable {
+impl Queued for NoWork {
+    fn pending(&self) -> Option<String> {
+        match *self {}
+    }
+}
+
+/// The semaphores of one launch; `T` is the work queued on them.
+pub struct SemTable<T: Queued = NoWork> {
     topo: Topology,
     wait_timeout: Option<Duration>,
     spin: Option<Duration>,
-    ids: SemIds,
+    ids: SemIds<T>,
     parkers: Box<[Parker]>,
     failure: Failure,
     barrier: DeviceBarrier,
-    pub(crate) monitor: Monitor,
+    monitor: Monitor,
     /// Per global core: 1 + the global core that last signalled it (0:
     /// none). A hint for deadlock reports, kept with plain atomics outside
     /// the loom models.
@@ -148,11 +162,15 @@ fn spin_until(budget: Duration, ready: impl Fn() -> bool) {
     }
 }
 
+#[cfg(any(test, feature = "internals", loom))] // tests and models only
 impl SemTable {
+    /// A table with no queued work whose devices are all present.
     pub fn new(config: &Config) -> Self {
         Self::with_devices_joined(config, true)
     }
+}
 
+impl<T: Queued> SemTable<T> {
     /// `joined`: whether every device counts as present from the start (a
     /// runtime driven directly) or joins later (a kernel launch; see
     /// [`SemTable::join`]).
@@ -165,7 +183,7 @@ impl SemTable {
             wait_timeout: config.wait_timeout,
             // Loom cannot model a time-bounded spin (and needs none).
             spin: if cfg!(loom) { None } else { config.spin_before_park },
-            ids: SemIds::new(&topo),
+            ids: SemIds::new(topo),
             parkers: (0..topo.num_cores()).map(|_| Parker::new()).collect(),
             failure: Failure::new(),
             barrier: DeviceBarrier::new(topo.num_devices),
@@ -175,15 +193,8 @@ impl SemTable {
     /// Allocates `count` internal semaphores on (device, core), or on every
     /// core of the device for `None`, and returns the first id. Each global
     /// core has its own id counter (from 2000); all target cores must agree.
-    pub fn allocate(
-        &self,
-        topo: &Topology,
-        device: u32,
-        core: Option<u32>,
-        kind: SemKind,
-        count: u32,
-    ) -> Result<u32> {
-        self.ids.allocate_internal(topo, device, core, kind, count)
+    pub fn allocate(&self, device: u32, core: Option<u32>, kind: SemKind, count: u32) -> Result<u32> {
+        self.ids.allocate_internal(device, core, kind, count)
     }
 
     /// The fixed-id barrier semaphore of `collective_id` (created on first use).
@@ -197,10 +208,11 @@ impl SemTable {
         self.ids.with(sem, |_, _| ())
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Adds `inc` to `sem` on (target_device, target_core), signalled by
+    /// (device, core). No target device: the signalling device; no target
+    /// core: core 0 (stock's rule).
     pub fn signal(
         &self,
-        topo: &Topology,
         device: u32,
         core: u32,
         sem: u32,
@@ -213,9 +225,9 @@ impl SemTable {
                 "semaphore_signal of semaphore {sem} needs an increment >= 0, got {inc}"
             )));
         }
-        let src = topo.check(device, core)?;
+        let src = self.topo.check(device, core)?;
         // Stock: no device id -> this device; no core index -> core 0.
-        let gcore = topo.check(target_device.unwrap_or(device), target_core.unwrap_or(0))?;
+        let gcore = self.topo.check(target_device.unwrap_or(device), target_core.unwrap_or(0))?;
         let last = &self.last_signaller[gcore as usize];
         if last.load(std::sync::atomic::Ordering::Relaxed) != src + 1 {
             last.store(src + 1, std::sync::atomic::Ordering::Relaxed);
@@ -254,41 +266,25 @@ impl SemTable {
     }
 
     /// Queues `task` to be run by a core waiting on `sem` on global core `gcore`.
-    pub(crate) fn enqueue(&self, sem: u32, gcore: u32, task: Task) -> Result<()> {
+    pub(crate) fn enqueue(&self, sem: u32, gcore: u32, task: T) -> Result<()> {
         self.ids.with(sem, |s, off| s.push_task(off, gcore, task))?;
         self.parkers[gcore as usize].wake();
         Ok(())
     }
 
-    /// Takes the runtime so a waiter can run queued DMAs (which touch memory).
-    /// `site`: where the wait is in the kernel (0: the thread's current site).
+    /// Blocks until `sem` on (device, core) reaches `value`, then subtracts
+    /// it. Work queued on the semaphore is handed to `run_task` (which runs
+    /// it: queued DMAs touch memory the table knows nothing of). `site`:
+    /// where the wait is in the kernel (0: the thread's current site).
     #[inline]
-    pub fn wait(&self, rt: &Runtime, device: u32, core: u32, sem: u32, value: i64, site: SiteId) -> Result<()> {
-        self.wait_impl(device, core, sem, value, site, &mut |task: Task| task.run(rt))
-    }
-
-    /// `wait` with the way queued tasks are run supplied by the caller
-    /// (model checks of the park protocol run without a `Runtime`).
-    pub fn wait_with(
-        &self,
-        device: u32,
-        core: u32,
-        sem: u32,
-        value: i64,
-        run_task: &mut dyn FnMut(Task) -> Result<()>,
-    ) -> Result<()> {
-        self.wait_impl(device, core, sem, value, 0, run_task)
-    }
-
-    #[inline]
-    fn wait_impl(
+    pub fn wait(
         &self,
         device: u32,
         core: u32,
         sem: u32,
         value: i64,
         site: SiteId,
-        run_task: &mut dyn FnMut(Task) -> Result<()>,
+        run_task: &mut dyn FnMut(T) -> Result<()>,
     ) -> Result<()> {
         if !(0..=MAX_COUNT).contains(&value) {
             return Err(RtError::value(format!(
@@ -370,28 +366,16 @@ impl SemTable {
         }
     }
 
-    pub fn read(&self, topo: &Topology, device: u32, core: u32, sem: u32) -> Result<i64> {
-        let gcore = topo.check(device, core)?;
+    pub fn read(&self, device: u32, core: u32, sem: u32) -> Result<i64> {
+        let gcore = self.topo.check(device, core)?;
         self.ids.with(sem, |s, off| s.peek(off, gcore))
     }
 
-    pub fn device_barrier(&self, rt: &Runtime, device: u32) -> Result<()> {
+    /// Rendezvous of all devices (one call per device). `on_complete` runs
+    /// once per generation, by the last device to arrive, before any device
+    /// leaves.
+    pub fn device_barrier(&self, device: u32, on_complete: &dyn Fn()) -> Result<()> {
         self.topo.check(device, 0)?;
-        let sync_clocks = || {
-            if let Some(races) = &rt.races {
-                races.sync_all();
-            }
-        };
-        self.arrive(device, &sync_clocks)
-    }
-
-    /// The barrier without a runtime (model checks).
-    pub fn barrier_arrive(&self, device: u32) -> Result<()> {
-        self.topo.check(device, 0)?;
-        self.arrive(device, &|| {})
-    }
-
-    fn arrive(&self, device: u32, on_complete: &dyn Fn()) -> Result<()> {
         let r = self.barrier.arrive(&self.failure, device, self.wait_timeout, on_complete, &self.monitor, self);
         match r {
             Err(e) if e.kind == ErrorKind::Deadlock && self.failure.get().is_none() => {
@@ -454,19 +438,22 @@ impl SemTable {
         Ok(self.monitor.core_state(g))
     }
 
-    /// Records a DMA of `bytes` started on DMA semaphore `sem` of `gcore`.
+    /// Records a DMA of `bytes` started on DMA semaphore `sem` of `gcore`
+    /// (for deadlock reports; nothing without deadlock detection).
     pub(crate) fn dma_started(&self, sem: u32, gcore: u32, bytes: i64) {
-        self.monitor.dma_started(sem, gcore, bytes);
+        if self.monitor.enabled() {
+            self.monitor.dma_started(sem, gcore, bytes);
+        }
     }
 
     /// Semaphores with a non-zero count or DMAs queued but never run, on a
     /// core of `device` (every device for `None`), sorted by (device, core,
     /// semaphore id).
-    pub fn leaks(&self, topo: &Topology, device: Option<u32>) -> Result<Vec<Leak>> {
+    pub fn leaks(&self, device: Option<u32>) -> Result<Vec<Leak>> {
         if let Some(d) = device {
-            topo.check(d, 0)?;
+            self.topo.check(d, 0)?;
         }
-        let cpd = topo.cores_per_device;
+        let cpd = self.topo.cores_per_device;
         let mut found: BTreeMap<(u32, u32, u32, u8), Leak> = BTreeMap::new();
         for s in self.ids.all() {
             let mut nonzero = Vec::new();
@@ -519,7 +506,16 @@ impl SemTable {
         self.failure.get()
     }
 
+    /// Err(Aborted) naming the root cause if the kernel has failed.
+    pub fn check_failed_at(&self, device: u32, core: u32) -> Result<()> {
+        match self.failure.get() {
+            Some(root) => Err(RtError::aborted(&root, device, core)),
+            None => Ok(()),
+        }
+    }
+
     /// What the core is parked on right now (deadlock-detector seam).
+    #[cfg(any(test, feature = "internals", loom))] // tests only
     pub fn waiting_on(&self, device: u32, core: u32) -> Result<Option<WaitRecord>> {
         let gcore = self.topo.check(device, core)?;
         Ok(self.parkers[gcore as usize].waiting_on())
@@ -602,14 +598,14 @@ fn try_take(count: &AtomicI64, value: i64) -> bool {
     false
 }
 
-impl Probe for SemTable {
+impl<T: Queued> Probe for SemTable<T> {
     fn ready(&self, sem: u32, gcore: u32, value: i64) -> bool {
         self.failure.is_set()
             || self.ids.with(sem, |s, off| can_take(s.peek(off, gcore), value) || s.has_task(off, gcore)).unwrap_or(true)
     }
 
     fn describe(&self, sem: u32, gcore: u32) -> (&'static str, i64) {
-        self.ids.with(sem, |s, off| (s.kind.name(), s.peek(off, gcore))).unwrap_or(("unknown", 0))
+        self.ids.with(sem, |s, off| (s.kind.pallas_name(), s.peek(off, gcore))).unwrap_or(("unknown", 0))
     }
 
     fn is_dma(&self, sem: u32) -> bool {

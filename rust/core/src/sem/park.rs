@@ -10,7 +10,7 @@
 //! it, so the parker's re-check sees the change.
 
 use crate::error::RtError;
-use crate::sync::{lock, AtomicBool, AtomicU32, Condvar, Mutex, MutexGuard, Ordering};
+use crate::sync::{lock, AtomicBool, IgnorePoison, AtomicU32, Condvar, Mutex, MutexGuard, Ordering};
 use std::time::Instant;
 
 /// What a parked core waits for.
@@ -90,13 +90,13 @@ impl Parker {
         deadline: Option<Instant>,
     ) -> (MutexGuard<'a, ParkState>, bool) {
         match deadline {
-            None => (self.cv.wait(guard).unwrap_or_else(|p| p.into_inner()), false),
+            None => (self.cv.wait(guard).ignore_poison(), false),
             Some(d) => {
                 let left = d.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     return (guard, true);
                 }
-                let (g, _) = self.cv.wait_timeout(guard, left).unwrap_or_else(|p| p.into_inner());
+                let (g, _) = self.cv.wait_timeout(guard, left).ignore_poison();
                 (g, Instant::now() >= d)
             }
         }
@@ -109,10 +109,11 @@ impl Parker {
         guard: MutexGuard<'a, ParkState>,
         _deadline: Option<Instant>,
     ) -> (MutexGuard<'a, ParkState>, bool) {
-        (self.cv.wait(guard).unwrap_or_else(|p| p.into_inner()), false)
+        (self.cv.wait(guard).ignore_poison(), false)
     }
 
     /// What this core is parked on, if it is parked.
+    #[cfg(any(test, feature = "internals", loom))] // tests only
     pub fn waiting_on(&self) -> Option<WaitRecord> {
         lock(&self.state).waiting_on
     }

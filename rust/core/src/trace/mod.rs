@@ -23,7 +23,8 @@ mod export;
 
 use crate::site;
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use crate::sync::IgnorePoison;
+use std::sync::Mutex;
 use std::time::Instant;
 
 /// Events kept per launch; later ones are counted as dropped (the export
@@ -135,10 +136,6 @@ pub struct Tracer {
     finished: Mutex<Vec<bool>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// A DMA being traced (`Tracer::dma_begin`).
 #[derive(Clone, Copy, Debug)]
 pub struct TraceDma {
@@ -151,6 +148,17 @@ pub struct TraceDma {
 pub struct WaitStart {
     begin: u64,
     site: u32,
+}
+
+/// What a traced semaphore wait waits for.
+#[derive(Clone, Copy, Debug)]
+pub struct WaitOn {
+    pub device: u32,
+    pub core: u32,
+    /// Its name on the timeline: "wait" or "dma_wait" (counts bytes).
+    pub what: &'static str,
+    pub sem: u32,
+    pub value: i64,
 }
 
 impl Tracer {
@@ -182,7 +190,7 @@ impl Tracer {
         let Some(g) = self.gcore(device, core) else { return };
         let now = self.now();
         let site = site::current();
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock().ignore_poison();
         // A begin closes a step left open (a missing end marker).
         if let Some(open) = st.steps.remove(&g) {
             st.push(step_span(g, open, now));
@@ -212,7 +220,7 @@ impl Tracer {
             ("target_device", Arg::Int(td as i64)),
             ("target_core", Arg::Int(tc as i64)),
         ];
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock().ignore_poison();
         st.push(Event::Instant { gcore: g, name, cat: "signal", ts, site, args });
         st.last_signal.insert((sem, target), FlowSource::Core { gcore: g, ts });
     }
@@ -223,20 +231,10 @@ impl Tracer {
         WaitStart { begin: self.now(), site: site::current() }
     }
 
-    /// A wait of (device, core) for `value` on `sem` returned (`error`: the
-    /// error kind it failed with). A completed wait gets a flow from the
-    /// last signal into (sem, core).
-    #[allow(clippy::too_many_arguments)]
-    pub fn wait_end(
-        &self,
-        start: WaitStart,
-        device: u32,
-        core: u32,
-        what: &'static str,
-        sem: u32,
-        value: i64,
-        error: Option<&'static str>,
-    ) {
+    /// The wait `on` returned (`error`: the error kind it failed with). A
+    /// completed wait gets a flow from the last signal into (sem, core).
+    pub fn wait_end(&self, start: WaitStart, on: WaitOn, error: Option<&'static str>) {
+        let WaitOn { device, core, what, sem, value } = on;
         let Some(g) = self.gcore(device, core) else { return };
         let end = self.now().max(start.begin);
         let unit = if what == "dma_wait" { " B" } else { "" };
@@ -245,7 +243,7 @@ impl Tracer {
             args.push(("error", Arg::Str(kind.to_string())));
         }
         let name = format!("{what} sem {sem} >= {value}{unit}");
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock().ignore_poison();
         st.push(Event::Span {
             track: Track::Core(g),
             name,
@@ -275,7 +273,7 @@ impl Tracer {
         if let Some(kind) = error {
             args.push(("error", Arg::Str(kind.to_string())));
         }
-        lock(&self.state).push(Event::Span {
+        self.state.lock().ignore_poison().push(Event::Span {
             track: Track::Core(g),
             name: "device barrier".to_string(),
             cat: "barrier",
@@ -294,7 +292,7 @@ impl Tracer {
         let g = self.gcore(device, core).unwrap_or(0);
         let begin = self.now();
         let site = site::current();
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock().ignore_poison();
         let id = st.next_dma;
         st.next_dma += 1;
         let name = format!("DMA #{id} {what}");
@@ -307,13 +305,13 @@ impl Tracer {
     pub fn dma_signal(&self, dma: TraceDma, sem: u32, target: u32) {
         let ts = self.now();
         let from = FlowSource::Dma { issuer: dma.issuer, id: dma.id, ts };
-        lock(&self.state).last_signal.insert((sem, target), from);
+        self.state.lock().ignore_poison().last_signal.insert((sem, target), from);
     }
 
     /// DMA `dma` completed (its data has landed): closes its span.
     pub fn dma_end(&self, dma: TraceDma) {
         let end = self.now();
-        let mut st = lock(&self.state);
+        let mut st = self.state.lock().ignore_poison();
         if let Some(open) = st.dmas.remove(&dma.id) {
             st.push(dma_span(dma.id, open, end, true));
         }
@@ -324,7 +322,7 @@ impl Tracer {
     /// `device`'s program ended (normally or on an error). True exactly
     /// once: for the call that makes every device finished.
     pub fn device_finished(&self, device: u32) -> bool {
-        let mut f = lock(&self.finished);
+        let mut f = self.finished.lock().ignore_poison();
         let Some(slot) = f.get_mut(device as usize) else { return false };
         if *slot {
             return false;
@@ -335,14 +333,14 @@ impl Tracer {
 
     /// Events recorded so far (open steps and DMAs not included).
     pub fn num_events(&self) -> usize {
-        lock(&self.state).events.len()
+        self.state.lock().ignore_poison().events.len()
     }
 
     /// The timeline so far as Chrome trace-event JSON: steps and DMAs still
     /// open end now (DMAs marked `completed: false`).
     pub fn to_json(&self) -> String {
         let now = self.now();
-        let st = lock(&self.state);
+        let st = self.state.lock().ignore_poison();
         let mut events = st.events.clone();
         let mut open: Vec<_> = st.steps.iter().map(|(&g, s)| (g, s.begin, s.indices.clone(), s.site)).collect();
         open.sort_by_key(|o| o.0);
@@ -395,81 +393,41 @@ fn dma_span(id: u64, d: OpenDma, end: u64, completed: bool) -> Event {
 // One call each from the runtime and the DMA engine; all are no-ops (one
 // branch) when tracing is off.
 
-use crate::dma::DmaRequest;
-use crate::runtime::Runtime;
-
-/// A DMA starts: its span (named after both sides) begins.
-#[inline]
-pub(crate) fn dma_begin(rt: &Runtime, r: &DmaRequest) -> Option<TraceDma> {
-    let t = rt.trace.as_ref()?;
-    let dst_device = r.dst_device.unwrap_or(r.device);
-    let dst_core = r.dst_core.unwrap_or(r.core);
-    let side = |space: crate::memory::MemorySpace, id: u32, device: u32, core: u32, region: &crate::region::Region| {
-        let here = if device == r.device { String::new() } else { format!(" of device {device}") };
-        let logical = crate::memory::BufferKey::for_access(space, id, device, core);
-        let shape = rt.memory.info(logical).map(|i| i.logical_shape).unwrap_or_default();
-        format!("{} {id}{here}{}", space.name(), crate::memory::slice_notation(region, &shape))
-    };
-    let src = side(r.src_space, r.src_id, r.device, r.core, &r.src_region);
-    let dst = side(r.dst_space, r.dst_id, dst_device, dst_core, &r.dst_region);
-    let mut args = vec![("src", Arg::Str(src.clone())), ("dst", Arg::Str(dst.clone())), ("dst_sem", Arg::Int(r.dst_sem as i64))];
-    if let Some(s) = r.src_sem {
-        args.push(("src_sem", Arg::Int(s as i64)));
-    }
-    Some(t.dma_begin(r.device, r.core, format!("{src} -> {dst}"), args))
-}
-
 /// A DMA signals `sem` on global core `gcore` (before the count changes).
 #[inline]
-pub(crate) fn dma_signal(rt: &Runtime, dma: Option<TraceDma>, sem: u32, gcore: u32) {
-    if let (Some(t), Some(d)) = (&rt.trace, dma) {
+pub(crate) fn dma_signal(t: Option<&Tracer>, dma: Option<TraceDma>, sem: u32, gcore: u32) {
+    if let (Some(t), Some(d)) = (t, dma) {
         t.dma_signal(d, sem, gcore);
     }
 }
 
 /// A DMA completed.
 #[inline]
-pub(crate) fn dma_end(rt: &Runtime, dma: Option<TraceDma>) {
-    if let (Some(t), Some(d)) = (&rt.trace, dma) {
+pub(crate) fn dma_end(t: Option<&Tracer>, dma: Option<TraceDma>) {
+    if let (Some(t), Some(d)) = (t, dma) {
         t.dma_end(d);
     }
 }
 
-/// A core's signal (before the count changes); bad ids record nothing
-/// (the signal itself reports them).
-#[allow(clippy::too_many_arguments)]
+/// A core's signal of `sem` on global core `target` (before the count
+/// changes).
 #[cold]
 #[inline(never)]
-pub(crate) fn core_signal(
-    t: &Tracer,
-    topo: &crate::config::Topology,
-    device: u32,
-    core: u32,
-    sem: u32,
-    inc: i64,
-    target_device: Option<u32>,
-    target_core: Option<u32>,
-) {
-    if let Ok(target) = topo.check(target_device.unwrap_or(device), target_core.unwrap_or(0)) {
-        t.signal(device, core, sem, inc, target);
-    }
+pub(crate) fn core_signal(t: &Tracer, device: u32, core: u32, sem: u32, inc: i64, target: u32) {
+    t.signal(device, core, sem, inc, target);
 }
 
-/// Runs `wait` as a traced wait of (device, core) for `value` on `sem`.
+/// Runs `wait` as the traced wait `on`.
 #[cold]
 #[inline(never)]
 pub(crate) fn traced_wait(
     t: &Tracer,
-    device: u32,
-    core: u32,
-    what: &'static str,
-    sem: u32,
-    value: i64,
+    on: WaitOn,
     wait: impl FnOnce() -> crate::error::Result<()>,
 ) -> crate::error::Result<()> {
     let start = t.wait_begin();
     let result = wait();
-    t.wait_end(start, device, core, what, sem, value, result.as_ref().err().map(|e| e.kind.python_type()));
+    t.wait_end(start, on, result.as_ref().err().map(|e| e.kind.python_type()));
     result
 }
 

@@ -2,8 +2,8 @@
 //! factory, and a naive element-by-element reference of stock's semantics.
 #![allow(dead_code)]
 
-use mosaic_rt_core::memory::MemoryTable;
-use mosaic_rt_core::{Config, FillMode, OobReads, Region, Topology};
+use mosaic_rt_core::internals::MemoryTable;
+use mosaic_rt_core::{Config, FillMode, OobReads, Region};
 
 /// xorshift64*: deterministic, dependency-free.
 pub struct Rng(u64);
@@ -30,7 +30,7 @@ impl Rng {
     }
 }
 
-pub fn table(devices: u32, cores: u32, oob: OobReads, fill: FillMode) -> (MemoryTable, Topology) {
+pub fn table(devices: u32, cores: u32, oob: OobReads, fill: FillMode) -> MemoryTable {
     let config = Config {
         num_devices: devices,
         cores_per_device: cores,
@@ -38,7 +38,7 @@ pub fn table(devices: u32, cores: u32, oob: OobReads, fill: FillMode) -> (Memory
         fill,
         ..Config::default()
     };
-    (MemoryTable::new(&config), config.topology())
+    MemoryTable::new(&config)
 }
 
 pub fn numel(shape: &[usize]) -> usize {

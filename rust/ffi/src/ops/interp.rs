@@ -85,11 +85,9 @@ fn block_copy_error(
     grid_point: &[i32],
     err: RtError,
 ) -> Result<()> {
-    let oob = if input {
-        err.kind == ErrorKind::Index
-    } else {
-        err.message.starts_with("Out-of-bounds write")
-    };
+    // A block outside its HBM buffer: an index error when read, an
+    // out-of-bounds write when written back.
+    let oob = if input { err.kind == ErrorKind::Index } else { err.kind == ErrorKind::OutOfBoundsWrite };
     if !oob {
         return Err(err);
     }

@@ -6,7 +6,7 @@ use crate::dispatch::Call;
 use crate::frame::Frame;
 use crate::launch;
 use mosaic_rt_core::reports::{self, Category, Detail, Report};
-use mosaic_rt_core::{site, Config, DType, DmaMode, ErrorKind, FillMode, OobReads, RacePolicy, Result, RtError};
+use mosaic_rt_core::{site, Config, DType, ErrorKind, LeakPolicy, RacePolicy, Result, RtError};
 use std::time::Duration;
 
 /// The XLA run id of the current execution: equal on every device of one
@@ -57,9 +57,9 @@ fn config_from_attrs(f: &Frame) -> Result<Config> {
     Ok(Config {
         num_devices: f.attr_u32("num_devices")?,
         cores_per_device: f.attr_u32("num_cores")?,
-        dma_mode: DmaMode::parse(f.attr_str("dma_execution_mode")?)?,
-        oob_reads: OobReads::parse(f.attr_str("out_of_bounds_reads")?)?,
-        fill: FillMode::parse(f.attr_str("uninitialized_memory")?)?,
+        dma_mode: f.attr_str("dma_execution_mode")?.parse()?,
+        oob_reads: f.attr_str("out_of_bounds_reads")?.parse()?,
+        fill: f.attr_str("uninitialized_memory")?.parse()?,
         // <= 0: no timeout.
         wait_timeout: (timeout_ms > 0).then(|| Duration::from_millis(timeout_ms as u64)),
         // Optional (older callers do not pass it); any non-zero S64 turns it on.
@@ -69,7 +69,7 @@ fn config_from_attrs(f: &Frame) -> Result<Config> {
         spin_before_park: crate::spin::budget(f.attr_u32("num_devices")?, f.attr_u32("num_cores")?),
         // Optional: race policy (default: stock's print).
         on_race: match f.attr_str_opt("on_race")? {
-            Some(p) => RacePolicy::parse(p)?,
+            Some(p) => p.parse()?,
             None => RacePolicy::Print,
         },
         // Optional: on unless 0.
@@ -77,7 +77,7 @@ fn config_from_attrs(f: &Frame) -> Result<Config> {
         // Optional: the idle window of the heuristic for devices that never
         // join (<= 0: off).
         deadlock_idle: match f.attr_i64_opt("deadlock_idle_ms")? {
-            None => Some(mosaic_rt_core::config::DEFAULT_DEADLOCK_IDLE),
+            None => Some(mosaic_rt_core::DEFAULT_DEADLOCK_IDLE),
             Some(ms) if ms <= 0 => None,
             Some(ms) => Some(Duration::from_millis(ms as u64)),
         },
@@ -121,13 +121,7 @@ pub fn kernel_begin(c: &mut Call) -> Result<()> {
     let device = f.arg_id(1, "device id")?;
     let uid = f.attr_i64("uid")? as u64;
     let config = config_from_attrs(f)?;
-    if device >= config.num_devices {
-        return Err(RtError::value(format!(
-            "device id {device} out of range: the kernel runs on {} device(s)",
-            config.num_devices
-        ))
-        .at(device, 0));
-    }
+    config.topology().check_device(device).map_err(|e| e.at(device, 0))?;
     let out = f.ret(1)?;
     out.expect_dtype(DType::U32)?;
     if out.dims != [2] {
@@ -162,14 +156,9 @@ pub fn kernel_end(c: &mut Call) -> Result<()> {
 /// Python, see `pending_reports`).
 pub fn leak_report(c: &mut Call) -> Result<()> {
     let (handle, device) = device_target(c, 3..=3, 2)?;
-    let policy = c.frame.attr_str("policy")?;
-    if !matches!(policy, "ignore" | "warn" | "raise") {
-        return Err(RtError::value(format!(
-            "leak policy must be 'ignore', 'warn' or 'raise', got {policy:?}"
-        )));
-    }
+    let policy: LeakPolicy = c.frame.attr_str("policy")?.parse()?;
     let leaks = launch::with_runtime(handle, |rt| rt.leaks(Some(device)))?;
-    if policy == "raise" && !leaks.is_empty() {
+    if policy == LeakPolicy::Raise && !leaks.is_empty() {
         let items: Vec<String> = leaks.iter().map(|l| l.describe()).collect();
         let msg = format!(
             "{} semaphore(s) left with a non-zero count or a DMA never waited for at kernel end \
@@ -179,7 +168,7 @@ pub fn leak_report(c: &mut Call) -> Result<()> {
         );
         return Err(RtError::new(ErrorKind::Leak, msg).at(device, leaks[0].core));
     }
-    if policy == "warn" {
+    if policy == LeakPolicy::Warn {
         for l in &leaks {
             reports::push(leak_report_of(device, l));
         }
@@ -198,7 +187,7 @@ pub fn leak_report_of(device: u32, l: &mosaic_rt_core::Leak) -> Report {
         text: format!("semaphore leak at kernel exit on device {device}: {}", l.describe()),
         details: vec![
             ("semaphore", l.sem.into()),
-            ("kind", Detail::from(l.kind.name())),
+            ("kind", Detail::from(l.kind.pallas_name())),
             ("device", l.device.into()),
             ("core", l.core.into()),
             ("count", l.count.into()),

@@ -3,7 +3,7 @@
 use super::{core_target, device_target, region, space_attr, REGION};
 use crate::dispatch::Call;
 use crate::launch;
-use mosaic_rt_core::{DType, Init, Result, RtError};
+use mosaic_rt_core::{DType, Init, MemRef, Result, RtError};
 
 fn shape_attr(c: &Call, name: &str) -> Result<Option<Vec<usize>>> {
     let f = &c.frame;
@@ -88,7 +88,7 @@ pub fn load(c: &mut Call) -> Result<()> {
     // (`region` copied the starts); XLA aliases only the token pair.
     unsafe {
         f.ret(1)?.fill_elements(|out| {
-            launch::with_runtime(handle, |rt| rt.load(device, core, space, id, &region, out))
+            launch::with_runtime(handle, |rt| rt.load(MemRef::new(device, core, space, id, &region), out))
         })
     }
 }
@@ -104,7 +104,7 @@ pub fn store(c: &mut Call) -> Result<()> {
     let region = region(f, &REGION, 5)?;
     let data = f.arg(6)?.elements()?;
     launch::with_runtime(handle, |rt| {
-        rt.store(device, core, space, id, &region, &data)
+        rt.store(MemRef::new(device, core, space, id, &region), &data)
     })
 }
 
@@ -148,7 +148,7 @@ pub fn swap(c: &mut Call) -> Result<()> {
     unsafe {
         out.fill_elements(|out| {
             launch::with_runtime(handle, |rt| {
-                rt.swap(device, core, space, id, &region, &data, mask, out)
+                rt.swap(MemRef::new(device, core, space, id, &region), &data, mask, out)
             })
         })
     }

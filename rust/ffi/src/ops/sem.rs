@@ -21,16 +21,7 @@ pub fn allocate_semaphores(c: &mut Call) -> Result<()> {
     let (handle, device) = device_target(c, 4..=4, 2)?;
     let _site = c.enter_site();
     let core = c.frame.arg_opt_id(3, "core id")?;
-    let kind = match c.frame.attr_str("kind")? {
-        "regular" => SemKind::Regular,
-        "dma" => SemKind::Dma,
-        "barrier" => SemKind::Barrier,
-        k => {
-            return Err(RtError::value(format!(
-                "semaphore kind must be 'regular', 'dma' or 'barrier', got {k:?}"
-            )))
-        }
-    };
+    let kind: SemKind = c.frame.attr_str("kind")?.parse()?;
     let count = c.frame.attr_u32("count")?;
     let first = launch::with_runtime(handle, |rt| {
         rt.allocate_semaphores(device, core, kind, count)

@@ -10,7 +10,7 @@
 use super::core_target;
 use crate::dispatch::Call;
 use crate::launch;
-use mosaic_rt_core::{Result, RtError, Runtime};
+use mosaic_rt_core::{IgnorePoison, Result, RtError, Runtime};
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
@@ -52,10 +52,6 @@ fn paths() -> &'static Mutex<HashMap<u64, String>> {
     PATHS.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// `base` for the first launch, else `base` with `-N` before its extension.
 pub fn numbered(base: &str, n: u32) -> String {
     if n == 0 {
@@ -73,7 +69,7 @@ pub fn numbered(base: &str, n: u32) -> String {
 
 /// Trace files written by this process, oldest first.
 pub fn written() -> Vec<String> {
-    lock(outputs()).written.clone()
+    outputs().lock().ignore_poison().written.clone()
 }
 
 /// The launch's timeline as Chrome trace-event JSON (`None` without tracing).
@@ -83,7 +79,7 @@ pub fn trace_json(rt: &Runtime) -> Option<String> {
 
 /// At `kernel_begin`: the launch `handle` writes its trace to `base`.
 pub fn set_output(handle: u64, base: &str) {
-    lock(paths()).entry(handle).or_insert_with(|| base.to_string());
+    paths().lock().ignore_poison().entry(handle).or_insert_with(|| base.to_string());
 }
 
 /// `device` of launch `handle` finished (normally or not). The last one
@@ -93,10 +89,10 @@ pub fn device_finished(handle: u64, rt: &Runtime, device: u32) -> Result<()> {
     if !t.device_finished(device) {
         return Ok(());
     }
-    let Some(base) = lock(paths()).remove(&handle) else { return Ok(()) };
+    let Some(base) = paths().lock().ignore_poison().remove(&handle) else { return Ok(()) };
     let json = trace_json(rt).unwrap_or_default();
     let path = {
-        let mut out = lock(outputs());
+        let mut out = outputs().lock().ignore_poison();
         let n = out.counts.entry(base.clone()).or_insert(0);
         let path = numbered(&base, *n);
         *n += 1;
