@@ -7,15 +7,11 @@ steady-state medians and the ratios (target for initcheck: within 2x).
 Not a test; run after ``pip install .`` (a release build):
 
     python benches/bench_initcheck.py [--quick]
-
-Until the interpreter passes ``InterpretParams(detect_uninitialized=...,
-trace_path=...)`` on, the flags are injected into ``kernel_begin`` here.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import statistics
 import tempfile
@@ -27,14 +23,6 @@ import numpy as np
 import mosaic_rt
 import mosaic_rt.ffi as F
 from mosaic_rt.bench.local import blockspec_add, dma_pipeline
-
-_ORIGINAL_BEGIN = F.kernel_begin
-
-
-def _mode(extra: dict):
-    """Makes every kernel_begin traced from now on carry `extra`."""
-    F.kernel_begin = functools.partial(_ORIGINAL_BEGIN, **extra) if extra else _ORIGINAL_BEGIN
-
 
 def median_seconds(call, args, budget: float, min_runs: int = 5) -> tuple[float, int]:
     jax.block_until_ready(call(*args))  # compile + first run
@@ -62,20 +50,17 @@ def main() -> int:
     print(f"| {'kernel':<26} | {'off':>10} | {'initcheck':>10} | {'ratio':>6} | "
           f"{'trace':>10} | {'ratio':>6} |")
     print(f"|{'-' * 28}|{'-' * 12}|{'-' * 12}|{'-' * 8}|{'-' * 12}|{'-' * 8}|")
-    params = mosaic_rt.InterpretParams()
     for label, make, sizes in cases:
         for n in sizes:
             got = {}
             outs = {}
             for name, extra in modes:
-                _mode(extra)
                 fn, inputs = make(n)
-                call = fn(params)  # traced under this mode's kernel_begin
+                call = fn(mosaic_rt.InterpretParams(**extra))
                 # A traced launch writes a file per call: fewer of them.
                 with F.native_errors():
                     got[name], _ = median_seconds(call, inputs, budget / 4 if name == "trace" else budget)
                     outs[name] = np.asarray(call(*inputs))
-            _mode({})
             for name in outs:
                 np.testing.assert_array_equal(outs[name], outs["off"])
             us = {k: v * 1e6 for k, v in got.items()}

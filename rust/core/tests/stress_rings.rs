@@ -162,3 +162,59 @@ fn same_semaphore_on_every_device(rt: &Runtime, devices: u32) -> u32 {
     assert!(ids.iter().all(|&id| id == ids[0]));
     ids[0]
 }
+
+/// Regression: a core checking a DMA wait for misuse (walking the queue of
+/// its semaphore) while another core ran a queued DMA step (holding the
+/// step's lock, signalling) and a third allocated semaphores (the table's
+/// write lock) deadlocked on locks -- the 8-device right-permute bench hung.
+/// Ring of on_wait remote copies with an allocation every round (the data
+/// is not checked: rounds overlap); the run must finish (a lock cycle would
+/// hang it: bounded by a channel timeout).
+#[test]
+fn dma_steps_misuse_checks_and_allocations_never_deadlock() {
+    const DEVICES: u32 = 8;
+    const ROUNDS: u32 = 20_000;
+    const N: usize = 256;
+    let rt = runtime(DEVICES, 1, DmaMode::OnWait);
+    let mut ids = (0, 0, 0);
+    for d in 0..DEVICES {
+        let alloc =
+            |init| rt.allocate_buffer(d, None, MemorySpace::Vmem, DType::F32, &[N], None, init).unwrap();
+        let (src, dst) = (alloc(Init::Fill), alloc(Init::Fill));
+        let dma = rt.allocate_semaphores(d, None, SemKind::Dma, 2).unwrap();
+        ids = (src, dst, dma);
+    }
+    let (src, dst, dma_sem) = ids;
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    for d in 0..DEVICES {
+        let rt = Arc::clone(&rt);
+        let done = done_tx.clone();
+        thread::spawn(move || {
+            let req = DmaRequest {
+                device: d,
+                core: 0,
+                src_space: MemorySpace::Vmem,
+                src_id: src,
+                src_region: Region::full(),
+                dst_space: MemorySpace::Vmem,
+                dst_id: dst,
+                dst_region: Region::full(),
+                dst_sem: dma_sem + 1,
+                src_sem: Some(dma_sem),
+                dst_device: Some((d + 1) % DEVICES),
+                dst_core: None,
+            };
+            let bytes = (N * 4) as i64;
+            for _ in 0..ROUNDS {
+                rt.dma_start(&req).unwrap();
+                rt.allocate_semaphores(d, None, SemKind::Regular, 1).unwrap();
+                rt.dma_wait(d, 0, dma_sem + 1, bytes).unwrap();
+                rt.dma_wait(d, 0, dma_sem, bytes).unwrap();
+            }
+            done.send(d).unwrap();
+        });
+    }
+    for _ in 0..DEVICES {
+        done_rx.recv_timeout(Duration::from_secs(30)).expect("a lock cycle hung the ring");
+    }
+}

@@ -4,8 +4,18 @@
 //!
 //! Kept free of memory and semaphores so loom can model-check it alone; the
 //! production DMA drives it with closures that touch both.
+//!
+//! Those closures signal semaphores, so the step lock is held while other
+//! locks (the semaphore table's) are taken. Observers that already hold a
+//! semaphore-table lock (leak and misuse checks walking a queue) must
+//! therefore never take the step lock: they read `progress`, an atomic
+//! mirror of the stage, which may lag a step in progress by that step.
 
-use crate::sync::{lock, Mutex};
+use crate::sync::{lock, AtomicU32, Mutex, Ordering};
+
+const STARTED: u32 = 0;
+const READ: u32 = 1;
+const COMPLETED: u32 = 2;
 
 enum Stage<T> {
     Started,
@@ -18,6 +28,8 @@ pub struct DmaMachine<T> {
     // Steps run under this lock, as stock does, so a racing core waits for
     // the step in progress instead of repeating it.
     stage: Mutex<Stage<T>>,
+    /// The stage's number, written under `stage` after each transition.
+    progress: AtomicU32,
 }
 
 impl<T> Default for DmaMachine<T> {
@@ -28,7 +40,7 @@ impl<T> Default for DmaMachine<T> {
 
 impl<T> DmaMachine<T> {
     pub fn new() -> Self {
-        DmaMachine { stage: Mutex::new(Stage::Started) }
+        DmaMachine { stage: Mutex::new(Stage::Started), progress: AtomicU32::new(STARTED) }
     }
 
     /// Runs the read step unless it has run. `read` returns the data (and
@@ -37,6 +49,7 @@ impl<T> DmaMachine<T> {
         let mut stage = lock(&self.stage);
         if let Stage::Started = *stage {
             *stage = Stage::Read(read()?);
+            self.progress.store(READ, Ordering::SeqCst);
         }
         Ok(())
     }
@@ -56,15 +69,18 @@ impl<T> DmaMachine<T> {
             Stage::Completed => return Ok(()),
         }
         *stage = Stage::Completed; // drops the data
+        self.progress.store(COMPLETED, Ordering::SeqCst);
         Ok(())
     }
 
-    /// Nothing has run yet.
+    /// Nothing has run yet (or the first step is running now). Lock-free:
+    /// see the module doc.
     pub fn is_started(&self) -> bool {
-        matches!(*lock(&self.stage), Stage::Started)
+        self.progress.load(Ordering::SeqCst) == STARTED
     }
 
+    /// Both steps have run. Lock-free: see the module doc.
     pub fn is_completed(&self) -> bool {
-        matches!(*lock(&self.stage), Stage::Completed)
+        self.progress.load(Ordering::SeqCst) == COMPLETED
     }
 }
