@@ -39,6 +39,7 @@ from mosaic_rt.ffi.ops import (
     dma_start,
     dma_wait,
     free_buffer,
+    grid_step,
     kernel,
     kernel_begin,
     kernel_end,
@@ -54,7 +55,6 @@ from mosaic_rt.ffi.ops import (
     swap,
     sync_device_cores,
 )
-from mosaic_rt.ffi.trace import grid_step
 
 
 def _register_targets() -> tuple[str, ...]:
