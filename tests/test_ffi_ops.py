@@ -165,11 +165,11 @@ def test_allocate_load_store_swap_free():
             t, b = F.allocate_buffer(t, h, d, 0, space="vmem", dtype=np.float32,
                                      shape=(4, 6), init=xin)
             # rows 1..2, every other column from 1: a (2, 3) window
-            win = F.Region.slices((1, 2), (1, 3, 2))
+            win = F.TracedRegion.slices((1, 2), (1, 3, 2))
             t, got = F.load(t, h, d, 0, b, win, space="vmem", shape=(2, 3), dtype=np.float32)
             t = F.store(t, h, d, 0, b, win, -got, space="vmem")
             mask = jnp.array([True, False, True, False, True, False])
-            t, old = F.swap(t, h, d, 0, b, F.Region.index(3), jnp.full((6,), 7.0), mask,
+            t, old = F.swap(t, h, d, 0, b, F.TracedRegion.index(3), jnp.full((6,), 7.0), mask,
                             space="vmem")
             t, whole = F.load(t, h, d, 0, b, None, space="vmem", shape=(4, 6), dtype=np.float32)
             t = F.free_buffer(t, h, d, 0, b, space="vmem")
@@ -194,7 +194,7 @@ def test_fill_value_and_dynamic_starts():
             t, b = F.allocate_buffer(t, h, d, 0, space="smem", dtype=np.int32, shape=(8,))
 
             def put(i, tok):
-                return F.store(tok, h, d, 0, b, F.Region.index(i), i * i, space="smem")
+                return F.store(tok, h, d, 0, b, F.TracedRegion.index(i), i * i, space="smem")
 
             t = jax.lax.fori_loop(2, 6, put, t)
             t, v = F.load(t, h, d, 0, b, None, space="smem", shape=(8,), dtype=np.int32)
@@ -211,7 +211,7 @@ def test_out_of_bounds_load_is_an_index_error():
         with begin(d, 1, uid=uid) as k:
             h, t = k.handle, k.token
             t, b = F.allocate_buffer(t, h, d, 0, space="vmem", dtype=np.int32, shape=(4,))
-            t, v = F.load(t, h, d, 0, b, F.Region.slices((3, 2)), space="vmem",
+            t, v = F.load(t, h, d, 0, b, F.TracedRegion.slices((3, 2)), space="vmem",
                           shape=(2,), dtype=np.int32)
             k.token = t
         return with_token(v[:1], k.token)
@@ -411,7 +411,7 @@ def test_local_dma_between_strided_regions(mode):
                                        init=jnp.zeros((2, 4), jnp.int32))
             t, sem = F.allocate_semaphores(t, h, d, 0, kind="dma")
             # rows 0 and 2, columns 1, 3, 5, 7 -> the whole (2, 4) destination
-            t = F.dma_start(t, h, d, 0, src, F.Region.slices((0, 2, 2), (1, 4, 2)), dst, None, sem,
+            t = F.dma_start(t, h, d, 0, src, F.TracedRegion.slices((0, 2, 2), (1, 4, 2)), dst, None, sem,
                             src_space="hbm", dst_space="vmem")
             t, before = F.semaphore_read(t, h, d, 0, sem)
             t = F.dma_wait(t, h, d, 0, sem, nbytes=2 * 4 * 4)

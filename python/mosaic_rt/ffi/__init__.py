@@ -30,7 +30,7 @@ from mosaic_rt.ffi import reports
 from mosaic_rt.ffi.errors import fail_launch, native_errors, register_exception, translate
 from mosaic_rt.ffi.ops import (
     Launch,
-    Region,
+    TracedRegion,
     allocate_buffer,
     allocate_semaphores,
     barrier_semaphore,
@@ -69,7 +69,7 @@ TARGETS: tuple[str, ...] = _register_targets()
 
 __all__ = [
     "Launch",
-    "Region",
+    "TracedRegion",
     "TARGETS",
     "allocate_buffer",
     "allocate_semaphores",

@@ -19,12 +19,12 @@ import numpy as np
 from jax import lax
 
 from mosaic_rt import jax_internals as jx
-from mosaic_rt.interpret import logging_ops, ops, sites
+from mosaic_rt.interpret import logging_ops, native_calls, sites
 from mosaic_rt.interpret.cores import run_cores_concurrently
 from mosaic_rt.interpret.jaxpr_eval import (
     Ctx, eval_jaxpr, forward_any_to_hbm, semaphore_kind, space_code)
 from mosaic_rt.interpret.params import InterpretParams
-from mosaic_rt.interpret.regions import FULL, Region, block_region
+from mosaic_rt.interpret.regions import FULL, TracedRegion, block_region
 
 _HBM = jx.MemorySpace.HBM
 _SMEM = jx.MemorySpace.SMEM
@@ -217,10 +217,10 @@ def _interpret_pallas_call(
 
     token = jnp.zeros((), jnp.int32)
     uid = _launch_uid(name, jaxpr, grid_mapping, args)
-    token, handle = ops.begin(token, device_id, uid=uid,
-                              num_devices=num_devices, params=params,
-                              name=name or "kernel")
-    alloc = functools.partial(ops.allocate_buffer, handle=handle, device=device_id,
+    token, handle = native_calls.begin(token, device_id, uid=uid,
+                                       num_devices=num_devices, params=params,
+                                       name=name or "kernel")
+    alloc = functools.partial(native_calls.allocate_buffer, handle=handle, device=device_id,
                               params=params)
 
     # Inputs live in HBM, padded to whole blocks (as stock).
@@ -271,8 +271,8 @@ def _interpret_pallas_call(
         else:
             space = forward_any_to_hbm(var.aval.memory_space)
         if space is _SEMAPHORE:
-            token, ids = ops.allocate_semaphores(token, handle, device_id, None,
-                                                 var.aval.shape, kind=semaphore_kind(var.aval))
+            token, ids = native_calls.allocate_semaphores(
+                token, handle, device_id, None, var.aval.shape, kind=semaphore_kind(var.aval))
             kernel_args.append(ids)
         elif space is _HBM:
             kernel_args.append(input_ids[i] if is_in else output_ids[out_j])
@@ -283,7 +283,7 @@ def _interpret_pallas_call(
 
     if mosaic_params.collective_id is None:
         # No barrier semaphore of its own: all devices start together.
-        token = ops.device_barrier(token, handle, device_id)
+        token = native_calls.device_barrier(token, handle, device_id)
 
     _, kernel_in_ids, kernel_out_ids, _ = split_list(
         kernel_args, [grid_mapping.num_index_operands, n_in, n_out])
@@ -344,9 +344,9 @@ def _interpret_pallas_call(
             starts.append(st)
         return token, tuple(idxs), tuple(starts)
 
-    # The grid loop's bookkeeping runs natively (ops.grid_*) when the grid
-    # and visiting order are static; else (dynamic grids, memory logging)
-    # it is emitted as XLA, as stock does.
+    # The grid loop's bookkeeping runs natively (native_calls.grid_*) when
+    # the grid and visiting order are static; else (dynamic grids, memory
+    # logging) it is emitted as XLA, as stock does.
     order = _static_order(randomized)
     static_grid = all(isinstance(g, (int, np.integer)) for g in grid)
     n_static = math.prod(int(g) for g in grid) if static_grid else 0
@@ -357,7 +357,7 @@ def _interpret_pallas_call(
         sub = int(subgrid)
         per_core_static = ((sub + cores - 1) // cores) * (n_static // sub)
         tracked = [k for k in range(n_in + n_out) if spaces[k] is not _HBM]
-        blocks = [ops.GridBlock(
+        blocks = [native_calls.GridBlock(
             output=k >= n_in, space=space_code(spaces[k]),
             hbm_id=input_ids[k] if k < n_in else output_ids[k - n_in],
             kernel_id=kernel_in_ids[k] if k < n_in else kernel_out_ids[k - n_in],
@@ -384,7 +384,7 @@ def _interpret_pallas_call(
                   grid_mapping=grid_mapping, mesh=mesh, axis_sizes=axis_sizes,
                   axis_indices=axis_indices, mosaic_params=mosaic_params, params=params,
                   num_devices=num_devices)
-        token, go, p0, p1 = ops.grid_begin(
+        token, go, p0, p1 = native_calls.grid_begin(
             token, handle, device_id, core, grid=tuple(int(g) for g in grid), order=order,
             iters_per_core=per_core_static, num_iterations=n_static,
             blocks=blocks, revisit=revisit)
@@ -395,27 +395,28 @@ def _interpret_pallas_call(
             token, go, point, next_point, idx = carry
             cctx = ctx.replace(grid_point=point)
             if params.trace_path is not None:
-                token = ops.grid_step(token, handle, device_id, core, point, phase="begin")
+                token = native_calls.grid_step(token, handle, device_id, core, point,
+                                               phase="begin")
             if params.grid_point_recorder is not None:
                 vec = (jnp.stack(point) if point else jnp.zeros((0,), jnp.int32))
                 token = jx.io_callback(params.grid_point_recorder, _TOKEN, token, vec, core)
             with pallas_core.grid_env(local_grid_env(point)):
                 token, next_idx = tracked_indices(next_point, cctx, token)
-                token = ops.grid_copy_in(token, handle, device_id, core,
-                                         [i for b in idx[:n_tracked_in] for i in b])
+                token = native_calls.grid_copy_in(token, handle, device_id, core,
+                                                  [i for b in idx[:n_tracked_in] for i in b])
                 token, _ = eval_jaxpr(jaxpr, *kernel_args, ctx=cctx, token=token)
-                token, go, after = ops.grid_copy_out(
+                token, go, after = native_calls.grid_copy_out(
                     token, handle, device_id, core,
                     [i for b in idx[n_tracked_in:] for i in b],
                     [i for b in next_idx[n_tracked_in:] for i in b], ndim=len(grid))
                 if params.trace_path is not None:
-                    token = ops.grid_step(token, handle, device_id, core, (), phase="end")
+                    token = native_calls.grid_step(token, handle, device_id, core, (), phase="end")
             return (token, go, next_point, after, tuple(next_idx))
 
         carry = (token, go, p0, p1, tuple(idx0))
         token = lax.while_loop(lambda c: c[1], body, carry)[0]
         if cores > 1:
-            token = ops.core_end(token, handle, device_id, core)
+            token = native_calls.core_end(token, handle, device_id, core)
         return token
 
     def run_core_xla(core, token):
@@ -430,7 +431,8 @@ def _interpret_pallas_call(
             it, loop_idx, point, prev_starts, cur_idx, cur_starts, token = carry
             cctx = ctx.replace(grid_point=point)
             if params.trace_path is not None:
-                token = ops.grid_step(token, handle, device_id, core, point, phase="begin")
+                token = native_calls.grid_step(token, handle, device_id, core, point,
+                                               phase="begin")
             if params.grid_point_recorder is not None:
                 token = jx.io_callback(params.grid_point_recorder, _TOKEN,
                                              token, point, core)
@@ -444,7 +446,7 @@ def _interpret_pallas_call(
                         continue
                     changed = (it == first_iter) | jnp.any(cur_starts[j] != prev_starts[j])
                     copy_in = functools.partial(
-                        ops.copy_block_in, handle=handle, device=device_id, core=core,
+                        native_calls.copy_block_in, handle=handle, device=device_id, core=core,
                         src=input_ids[j],
                         src_region=block_region(cur_starts[j], block_shapes[j], squeezed[j]),
                         dst_space=space_code(spaces[j]), dst=kernel_in_ids[j],
@@ -463,14 +465,15 @@ def _interpret_pallas_call(
                     out_regions.append(None if j in out_alias else region)
                     changed = (it + 1 == loop_bound) | jnp.any(cur_starts[k] != next_starts[k])
                     copy_out = functools.partial(
-                        ops.copy_block_out, handle=handle, device=device_id, core=core,
+                        native_calls.copy_block_out, handle=handle, device=device_id, core=core,
                         src_space=space_code(spaces[k]), src=kernel_out_ids[j],
                         dst=output_ids[j], dst_region=region,
                         name=output_names[j], block_indices=cur_idx[k], grid_point=point)
                     token = lax.cond(changed, copy_out, lambda t: t, token)
-                token = ops.check_revisit(token, handle, device_id, core, loop_idx, out_regions)
+                token = native_calls.check_revisit(token, handle, device_id, core, loop_idx,
+                                                   out_regions)
                 if params.trace_path is not None:
-                    token = ops.grid_step(token, handle, device_id, core, (), phase="end")
+                    token = native_calls.grid_step(token, handle, device_id, core, (), phase="end")
             return (it + 1, next_loop_idx, next_point, cur_starts, next_idx, next_starts, token)
 
         init_loop_idx = jx.grid_indices(grid, first_iter)
@@ -481,7 +484,7 @@ def _interpret_pallas_call(
         token = lax.while_loop(lambda c: c[0] < loop_bound, body, carry)[-1]
         if cores > 1:
             # Deadlock detection learns at once that this core is done.
-            token = ops.core_end(token, handle, device_id, core)
+            token = native_calls.core_end(token, handle, device_id, core)
         return token
 
     run_core = run_core_native if native_grid else run_core_xla
@@ -493,18 +496,18 @@ def _interpret_pallas_call(
         # (so core 0's read of the outputs is ordered after every core).
         sync = params.detect_races
         if sync:
-            token = ops.sync_device_cores(token, handle, device_id)
+            token = native_calls.sync_device_cores(token, handle, device_id)
         token = run_cores_concurrently(run_core, cores, token, device=device_id,
                                        num_devices=num_devices)
         if sync:
-            token = ops.sync_device_cores(token, handle, device_id)
+            token = native_calls.sync_device_cores(token, handle, device_id)
 
     results = []
     for buf, shape, aval in zip(output_ids, output_shapes, output_avals):
-        region = Region(sizes=tuple(aval.shape), strides=(1,) * len(aval.shape),
+        region = TracedRegion(sizes=tuple(aval.shape), strides=(1,) * len(aval.shape),
                         squeezed=(False,) * len(aval.shape), starts=(0,) * len(aval.shape))
-        token, r = ops.load(token, handle, device_id, 0, space_code(_HBM), buf,
-                            region if aval.shape else FULL, aval)
+        token, r = native_calls.load(token, handle, device_id, 0, space_code(_HBM), buf,
+                                     region if aval.shape else FULL, aval)
         results.append(r)
-    ops.end(token, handle, device_id, on_leak=params.on_semaphore_leak)
+    native_calls.end(token, handle, device_id, on_leak=params.on_semaphore_leak)
     return results

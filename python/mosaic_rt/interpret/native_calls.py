@@ -1,5 +1,7 @@
-"""The interpreter's view of the native ops: thin adapters over
-`mosaic_rt.ffi` that speak in jaxpr terms (avals, params, id arrays).
+"""The interpreter's native calls: thin adapters over the typed wrappers of
+`mosaic_rt.ffi.ops` (which alone emit native ops) that speak in jaxpr terms
+(avals, params, id arrays) and add what the interpreter knows: the source
+site, `logging_mode`'s logs, `buffer_bounds` padding.
 
 Semaphore refs are int32 arrays of semaphore ids; scalar ids are taken from
 them after indexing. Every op carries the source site of the equation being
