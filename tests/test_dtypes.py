@@ -264,10 +264,10 @@ def test_ffi_ops_move_every_dtype_through_xla(name):
             h, t = k.handle, k.token
             t, b = F.allocate_buffer(t, h, 0, 0, space="vmem", dtype=dt, shape=(3, 5), init=xin)
             t, fresh = F.allocate_buffer(t, h, 0, 0, space="vmem", dtype=dt, shape=(3, 5))
-            win = F.Region.slices((1, 2), (0, 3, 2))
+            win = F.TracedRegion.slices((1, 2), (0, 3, 2))
             t, got = F.load(t, h, 0, 0, b, win, space="vmem", shape=(2, 3), dtype=dt)
             t = F.store(t, h, 0, 0, fresh, win, vin, space="vmem")
-            t, old = F.swap(t, h, 0, 0, b, F.Region.index(2), rin,
+            t, old = F.swap(t, h, 0, 0, b, F.TracedRegion.index(2), rin,
                             jnp.array([1, 0, 1, 0, 1], bool), space="vmem")
             t, whole = F.load(t, h, 0, 0, b, None, space="vmem", shape=(3, 5), dtype=dt)
             t, filled = F.load(t, h, 0, 0, fresh, None, space="vmem", shape=(3, 5), dtype=dt)

@@ -64,7 +64,7 @@ def test_all_to_all_remote_dma(n, mode):
             # Every destination buffer must exist before the first remote write.
             t = F.device_barrier(t, h, d)
             for p in range(n):
-                t = F.dma_start(t, h, d, 0, src, F.Region.index(p), dst, F.Region.index(d), recv,
+                t = F.dma_start(t, h, d, 0, src, F.TracedRegion.index(p), dst, F.TracedRegion.index(d), recv,
                                 src_space="hbm", dst_space="hbm",
                                 src_sem=send, dst_device=p)
             for _ in range(n):
@@ -91,13 +91,13 @@ def test_barrier_orders_stores_before_remote_reads(n):
         with begin(d, n, uid=uid) as k:
             h, t = k.handle, k.token
             t, buf = F.allocate_buffer(t, h, d, 0, space="vmem", dtype=np.int32, shape=(2,))
-            t = F.store(t, h, d, 0, buf, F.Region.index(0), d * 10 + 1, space="vmem")
+            t = F.store(t, h, d, 0, buf, F.TracedRegion.index(0), d * 10 + 1, space="vmem")
             t = F.device_barrier(t, h, d)
             t, sem = F.allocate_semaphores(t, h, d, 0, kind="regular")
             t = F.semaphore_signal(t, h, d, 0, sem, d + 1, target_device=(d + 1) % n)
             t = F.semaphore_wait(t, h, d, 0, sem, (d + n - 1) % n + 1)
             t = F.device_barrier(t, h, d)
-            t, v = F.load(t, h, d, 0, buf, F.Region.index(0), space="vmem", shape=(), dtype=np.int32)
+            t, v = F.load(t, h, d, 0, buf, F.TracedRegion.index(0), space="vmem", shape=(), dtype=np.int32)
             k.token = t
         return with_token(v[None], k.token)
 

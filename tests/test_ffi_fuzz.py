@@ -50,20 +50,20 @@ def _build(op, mode):
                 t, v = F.semaphore_read(t, h, k[0], k[1], k[2])
                 out = out + v.astype(f32)
             elif op == "load":
-                t, v = F.load(t, h, k[0], k[1], k[2], F.Region.slices((k[3], 2)), space="vmem",
+                t, v = F.load(t, h, k[0], k[1], k[2], F.TracedRegion.slices((k[3], 2)), space="vmem",
                               shape=(2,), dtype=f32)
                 out = out + v
             elif op == "store":
-                t = F.store(t, h, k[0], k[1], k[2], F.Region.slices((k[3], 2)),
+                t = F.store(t, h, k[0], k[1], k[2], F.TracedRegion.slices((k[3], 2)),
                             jnp.ones((2,), f32), space="vmem")
             elif op == "dma":
-                t = F.dma_start(t, h, k[0], k[1], k[2], F.Region.slices((k[3], 2)), buf,
-                                F.Region.slices((k[4], 2)), k[5], src_space="vmem",
+                t = F.dma_start(t, h, k[0], k[1], k[2], F.TracedRegion.slices((k[3], 2)), buf,
+                                F.TracedRegion.slices((k[4], 2)), k[5], src_space="vmem",
                                 dst_space="vmem")
                 t = F.dma_wait(t, h, 0, 0, sem, nbytes=8)
             elif op == "remote_dma":
-                t = F.dma_start(t, h, 0, 0, buf, F.Region.slices((k[3], 2)), buf,
-                                F.Region.slices((k[4], 2)), k[5], src_space="vmem",
+                t = F.dma_start(t, h, 0, 0, buf, F.TracedRegion.slices((k[3], 2)), buf,
+                                F.TracedRegion.slices((k[4], 2)), k[5], src_space="vmem",
                                 dst_space="vmem", src_sem=k[2], dst_device=k[0])
             elif op == "free":
                 t = F.free_buffer(t, h, k[0], k[1], k[2], space="vmem")

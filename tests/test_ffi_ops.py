@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ast
+import pathlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,6 +12,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import mosaic_rt.ffi as F
+import mosaic_rt.ffi.ops as ffi_ops
 from mosaic_rt import _native
 from test_ffi_support import begin, dummy_rows, fresh_uid, on_devices, run_on_devices, with_token
 
@@ -29,6 +33,93 @@ def test_every_target_is_registered_once():
                "dma_wait", "semaphore_signal", "semaphore_wait", "copy_block",
                "check_revisit", "prng_random_bits"):
         assert f"mosaic_rt_{op}" in F.TARGETS
+
+
+def test_every_target_has_one_public_typed_wrapper():
+    for target in _native.ffi_targets():
+        op = target.removeprefix("mosaic_rt_")
+        wrapper = getattr(ffi_ops, op, None)
+        assert callable(wrapper), f"no wrapper mosaic_rt.ffi.ops.{op} for {target}"
+        assert wrapper.__doc__, f"mosaic_rt.ffi.ops.{op} has no docstring"
+
+
+_FFI_OPS = pathlib.Path(ffi_ops.__file__)
+_OPS_MODULE = "mosaic_rt.ffi.ops"
+
+
+def _native_call_offences(source: str, name: str, package: tuple[str, ...]) -> list[str]:
+    """Places in the source of module `name` of `package` that emit a native
+    op other than through a public wrapper of ffi/ops.py: `ffi_call`, a
+    target's name, a private helper of ffi/ops.py (`_call`, `_region_parts`,
+    ...)."""
+    targets = set(_native.ffi_targets())
+    tree = ast.parse(source, name)
+    aliases = set()  # names bound to the module mosaic_rt.ffi.ops
+    found = []
+
+    def offence(node, what):
+        found.append(f"{name}:{node.lineno}: {what}")
+
+    for node in ast.walk(tree):
+        module = node.module if isinstance(node, ast.ImportFrom) else None
+        if module is not None or getattr(node, "level", 0):
+            if node.level:  # relative: resolved against the file's package
+                module = ".".join(package[:len(package) - node.level + 1]
+                                  + ((module,) if module else ()))
+        if module == _OPS_MODULE:
+            for a in node.names:
+                if a.name.startswith("_"):
+                    offence(node, f"imports private {a.name} of {_OPS_MODULE}")
+        elif module == "mosaic_rt.ffi":
+            aliases.update(a.asname or a.name for a in node.names if a.name == "ops")
+        elif isinstance(node, ast.Import):
+            aliases.update(a.asname for a in node.names if a.name == _OPS_MODULE and a.asname)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute):
+            if node.attr == "ffi_call":
+                offence(node, "calls jax.ffi.ffi_call")
+            base = node.value
+            is_ops = ((isinstance(base, ast.Name) and base.id in aliases)
+                      or (isinstance(base, ast.Attribute) and base.attr == "ops"))
+            if is_ops and node.attr.startswith("_") and not node.attr.startswith("__"):
+                offence(node, f"uses private {node.attr} of {_OPS_MODULE}")
+        elif isinstance(node, ast.Name) and node.id == "ffi_call":
+            offence(node, "calls ffi_call")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if node.value in targets or any(t in node.value for t in targets):
+                offence(node, f"names native target {node.value!r}")
+        elif isinstance(node, ast.JoinedStr):
+            head = node.values[0] if node.values else None
+            if isinstance(head, ast.Constant) and str(head.value).startswith("mosaic_rt_"):
+                offence(node, "builds a native target name")
+    return found
+
+
+def test_only_ffi_ops_emits_native_calls():
+    """ffi/ops.py's promise: one typed wrapper per native op, and every
+    native op of the package goes through its wrapper (the FFI encoding --
+    operands, attributes, regions -- has one home)."""
+    root = _FFI_OPS.parent.parent.parent
+    offenders = []
+    for path in sorted((root / "mosaic_rt").rglob("*.py")):
+        if path != _FFI_OPS:
+            rel = path.relative_to(root)
+            offenders += _native_call_offences(path.read_text(), str(rel), rel.parent.parts)
+    assert not offenders, "native ops emitted outside mosaic_rt/ffi/ops.py:\n" + \
+        "\n".join(offenders)
+
+
+def test_the_native_call_scan_finds_each_kind_of_offence():
+    source = (
+        "import jax\n"
+        "from .ops import _call\n"
+        "from mosaic_rt.ffi import ops as fo\n"
+        "a = fo._region_parts(None)\n"
+        "b = jax.ffi.ffi_call('mosaic_rt_copy_block', ())\n"
+        "c = f'mosaic_rt_{a}'\n")
+    found = _native_call_offences(source, "bad.py", ("mosaic_rt", "ffi"))
+    kinds = sorted(o.split(": ", 1)[1].split(" ")[0] for o in found)
+    assert kinds == ["builds", "calls", "imports", "names", "uses"], kinds
 
 
 def test_lowered_hlo_has_our_custom_calls_and_no_python_callback():
@@ -74,11 +165,11 @@ def test_allocate_load_store_swap_free():
             t, b = F.allocate_buffer(t, h, d, 0, space="vmem", dtype=np.float32,
                                      shape=(4, 6), init=xin)
             # rows 1..2, every other column from 1: a (2, 3) window
-            win = F.Region.slices((1, 2), (1, 3, 2))
+            win = F.TracedRegion.slices((1, 2), (1, 3, 2))
             t, got = F.load(t, h, d, 0, b, win, space="vmem", shape=(2, 3), dtype=np.float32)
             t = F.store(t, h, d, 0, b, win, -got, space="vmem")
             mask = jnp.array([True, False, True, False, True, False])
-            t, old = F.swap(t, h, d, 0, b, F.Region.index(3), jnp.full((6,), 7.0), mask,
+            t, old = F.swap(t, h, d, 0, b, F.TracedRegion.index(3), jnp.full((6,), 7.0), mask,
                             space="vmem")
             t, whole = F.load(t, h, d, 0, b, None, space="vmem", shape=(4, 6), dtype=np.float32)
             t = F.free_buffer(t, h, d, 0, b, space="vmem")
@@ -103,7 +194,7 @@ def test_fill_value_and_dynamic_starts():
             t, b = F.allocate_buffer(t, h, d, 0, space="smem", dtype=np.int32, shape=(8,))
 
             def put(i, tok):
-                return F.store(tok, h, d, 0, b, F.Region.index(i), i * i, space="smem")
+                return F.store(tok, h, d, 0, b, F.TracedRegion.index(i), i * i, space="smem")
 
             t = jax.lax.fori_loop(2, 6, put, t)
             t, v = F.load(t, h, d, 0, b, None, space="smem", shape=(8,), dtype=np.int32)
@@ -120,7 +211,7 @@ def test_out_of_bounds_load_is_an_index_error():
         with begin(d, 1, uid=uid) as k:
             h, t = k.handle, k.token
             t, b = F.allocate_buffer(t, h, d, 0, space="vmem", dtype=np.int32, shape=(4,))
-            t, v = F.load(t, h, d, 0, b, F.Region.slices((3, 2)), space="vmem",
+            t, v = F.load(t, h, d, 0, b, F.TracedRegion.slices((3, 2)), space="vmem",
                           shape=(2,), dtype=np.int32)
             k.token = t
         return with_token(v[:1], k.token)
@@ -320,7 +411,7 @@ def test_local_dma_between_strided_regions(mode):
                                        init=jnp.zeros((2, 4), jnp.int32))
             t, sem = F.allocate_semaphores(t, h, d, 0, kind="dma")
             # rows 0 and 2, columns 1, 3, 5, 7 -> the whole (2, 4) destination
-            t = F.dma_start(t, h, d, 0, src, F.Region.slices((0, 2, 2), (1, 4, 2)), dst, None, sem,
+            t = F.dma_start(t, h, d, 0, src, F.TracedRegion.slices((0, 2, 2), (1, 4, 2)), dst, None, sem,
                             src_space="hbm", dst_space="vmem")
             t, before = F.semaphore_read(t, h, d, 0, sem)
             t = F.dma_wait(t, h, d, 0, sem, nbytes=2 * 4 * 4)

@@ -219,12 +219,12 @@ def test_cores_split_a_parallel_grid_as_stock(tmp_path):
 ])
 def test_visiting_order_in_numpy_equals_jax_random(grid, semantics):
     from mosaic_rt import jax_internals as jx
-    from mosaic_rt.interpret import kernel
+    from mosaic_rt.interpret import visiting_order
 
     mp = pltpu.CompilerParams(dimension_semantics=semantics)
     for seed in (None, 1, 12345, 2**31 - 1):
         ref = jax.jit(lambda: jx.randomized_grid_coordinates(grid, mp, seed))()
-        got = kernel._numpy_grid_coordinates(
+        got = visiting_order._numpy_grid_coordinates(
             grid, jx.parallel_dim_semantics(mp, len(grid)), seed or 0)
         assert got is not None
         for a, b in zip(ref, got):

@@ -86,7 +86,7 @@ def test_ffi_loads_raise_the_type_through_native_errors():
         with begin(d, 2, uid=uid, detect_uninitialized=True) as k:
             k.token, b = F.allocate_buffer(k.token, k.handle, d, 0, space="vmem",
                                            dtype=np.float32, shape=(8, 128))
-            k.token, x = F.load(k.token, k.handle, d, 0, b, F.Region.slices((2, 3)),
+            k.token, x = F.load(k.token, k.handle, d, 0, b, F.TracedRegion.slices((2, 3)),
                                 space="vmem", shape=(3, 128), dtype=np.float32)
         return with_token(x[:1, :1].astype(jnp.int32), k.token)
 

@@ -34,7 +34,7 @@ def _load_mosaic_rt():
     try:
         import mosaic_rt
 
-        ops = importlib.import_module("mosaic_rt.interpret.ops")
+        ops = importlib.import_module("mosaic_rt.interpret.native_calls")
     except Exception:  # noqa: BLE001 - any import failure means "not available"
         return None
     return mosaic_rt if getattr(ops, "READY", False) is True else None

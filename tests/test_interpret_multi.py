@@ -4,9 +4,9 @@
 `pltpu.InterpretParams` only and checks its numpy reference: the corpus is
 valid and runs today. `test_parity` compares stock with ours bit for bit for
 each DMA execution mode and race-detection setting; it is skipped until
-`mosaic_rt.interpret.ops.READY is True`. A multi-core case may skip while ours
-still reports "several cores per device" as not implemented; every other
-failure fails.
+`mosaic_rt.interpret.native_calls.READY is True`. A multi-core case may skip
+while ours still reports "several cores per device" as not implemented;
+every other failure fails.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _load_ours():
         import mosaic_rt
 
         params = mosaic_rt.InterpretParams
-        ops = importlib.import_module("mosaic_rt.interpret.ops")
+        ops = importlib.import_module("mosaic_rt.interpret.native_calls")
     except Exception:  # noqa: BLE001 - any import failure means "not available"
         return None
     return params if getattr(ops, "READY", False) is True else None

@@ -3,7 +3,8 @@
 `test_stock_runs` runs every corpus case under stock only and checks it does
 what the case says (matches its numpy reference, or raises the expected
 error): it proves the corpus is valid and runs today. Every other test needs
-our interpreter and is skipped until `mosaic_rt.interpret.ops.READY is True`.
+our interpreter and is skipped until
+`mosaic_rt.interpret.native_calls.READY is True`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def _load_ours():
         params = getattr(mosaic_rt, "InterpretParams", None)
         if params is None:
             from mosaic_rt.interpret.params import InterpretParams as params
-        ops = importlib.import_module("mosaic_rt.interpret.ops")
+        ops = importlib.import_module("mosaic_rt.interpret.native_calls")
     except Exception:  # noqa: BLE001 - any import failure means "not available"
         return None
     return params if getattr(ops, "READY", False) is True else None

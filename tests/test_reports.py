@@ -52,7 +52,7 @@ def _racy(on_race, *, deliver=False):
             t, sem = F.allocate_semaphores(t, h, d, 0, kind="dma")
             t = F.dma_start(t, h, d, 0, src, None, dst, None, sem, src_space="hbm",
                             dst_space="vmem", site=_SITE_START)
-            t, v = F.load(t, h, d, 0, dst, F.Region.slices((0, 8), (0, 128)), space="vmem",
+            t, v = F.load(t, h, d, 0, dst, F.TracedRegion.slices((0, 8), (0, 128)), space="vmem",
                           shape=(8, 128), dtype=_F32, site=_SITE_LOAD)
             t = F.dma_wait(t, h, d, 0, sem, nbytes=8 * 128 * 4)
             t, n = F.pending_reports(t)
@@ -175,7 +175,7 @@ def test_a_dma_wait_matching_no_pending_dma_is_a_misuse_warning():
             t, src = F.allocate_buffer(t, h, d, 0, space="hbm", dtype=_F32, shape=(16, 128))
             t, dst = F.allocate_buffer(t, h, d, 0, space="vmem", dtype=_F32, shape=(16, 128))
             t, sem = F.allocate_semaphores(t, h, d, 0, kind="dma")
-            half = [F.Region.slices((0, 8)), F.Region.slices((8, 8))]
+            half = [F.TracedRegion.slices((0, 8)), F.TracedRegion.slices((8, 8))]
             for r in half:
                 t = F.dma_start(t, h, d, 0, src, r, dst, r, sem, src_space="hbm",
                                 dst_space="vmem", site=_SITE_START)

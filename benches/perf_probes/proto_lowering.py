@@ -1,6 +1,6 @@
 """Prototype lowering fixes by monkeypatching (scratch only):
   L1 `_i32` / `_opt_i32` keep Python / numpy ints as numpy int32 constants (no convert_element_type binds)
-  L2 `Region.start_vector` builds a numpy constant when every start is static
+  L2 `TracedRegion.start_vector` builds a numpy constant when every start is static
   L3 `wrap_negative` with lax primitives (no jnp/pjit wrappers)
   F1 randomized grid coordinates computed at trace time (constants)
 Measures interpreter Python, MLIR emission, XLA compile and kernels for base vs patched, interleaved."""
@@ -12,10 +12,10 @@ jax.config.update("jax_enable_compilation_cache", False)
 import mosaic_rt
 from mosaic_rt import jax_internals as jx
 from mosaic_rt.ffi import ops as fops
-from mosaic_rt.interpret import ops as iops, device_ids, jaxpr_eval
+from mosaic_rt.interpret import native_calls as iops, device_ids, jaxpr_eval
 from mosaic_rt.bench import lowering, local, collectives, measure, cold
 
-orig = dict(i32=fops._i32, opt=fops._opt_i32, sv=fops.Region.start_vector, wrap=device_ids.wrap_negative,
+orig = dict(i32=fops._i32, opt=fops._opt_i32, sv=fops.TracedRegion.start_vector, wrap=device_ids.wrap_negative,
             coords=jx.randomized_grid_coordinates)
 def _static(x): return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 def i32(x): return np.int32(x) if _static(x) else orig["i32"](x)
@@ -44,7 +44,7 @@ def coords(grid, mosaic_params, random_seed):
 def patch(on, which):
     fops._i32 = i32 if on and "L1" in which else orig["i32"]; iops._i32 = fops._i32
     fops._opt_i32 = opt_i32 if on and "L1" in which else orig["opt"]
-    fops.Region.start_vector = sv if on and "L2" in which else orig["sv"]
+    fops.TracedRegion.start_vector = sv if on and "L2" in which else orig["sv"]
     device_ids.wrap_negative = wrap if on and "L3" in which else orig["wrap"]
     jx.randomized_grid_coordinates = coords if on and "F1" in which else orig["coords"]
 

@@ -9,7 +9,7 @@ from typing_extensions import Buffer
 
 Space = str | int  # "vmem", "vmem_shared", "smem", "cmem", "semaphore_mem", "hbm", "any" or 0-6
 RegionEntry = int | tuple[int, int] | tuple[int, int, int]
-Region = Sequence[RegionEntry] | None
+RegionSpec = Sequence[RegionEntry] | None  # the binding's RegionArg
 
 class Runtime:
     def __init__(
@@ -56,21 +56,21 @@ class Runtime:
     ) -> tuple[str, list[int], list[int], int]: ...
     def buffer_content(self, device: int, core: int, space: Space, id: int) -> bytearray: ...
     def region_layout(
-        self, device: int, core: int, space: Space, id: int, region: Region = None,
+        self, device: int, core: int, space: Space, id: int, region: RegionSpec = None,
         access: str | None = None,  # "read" | "write" | "swap": check bounds first
     ) -> tuple[str, list[int]]: ...
     # Without `out`, load/swap return the bytes in a new bytearray.
     def load(
-        self, device: int, core: int, space: Space, id: int, region: Region = None, out: Buffer | None = None
+        self, device: int, core: int, space: Space, id: int, region: RegionSpec = None, out: Buffer | None = None
     ) -> bytearray | None: ...
-    def store(self, device: int, core: int, space: Space, id: int, region: Region, data: Buffer) -> None: ...
+    def store(self, device: int, core: int, space: Space, id: int, region: RegionSpec, data: Buffer) -> None: ...
     def swap(
         self,
         device: int,
         core: int,
         space: Space,
         id: int,
-        region: Region,
+        region: RegionSpec,
         data: Buffer,
         out: Buffer | None = None,
         mask: Buffer | None = None,
@@ -97,10 +97,10 @@ class Runtime:
         core: int,
         src_space: Space,
         src_id: int,
-        src_region: Region,
+        src_region: RegionSpec,
         dst_space: Space,
         dst_id: int,
-        dst_region: Region,
+        dst_region: RegionSpec,
         dst_sem: int,
         src_sem: int | None = None,
         dst_device: int | None = None,

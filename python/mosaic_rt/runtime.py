@@ -23,7 +23,9 @@ from mosaic_rt._dtypes import canonical_bytes, dtype_name, numpy_dtype
 
 __all__ = ["BufferInfo", "Leak", "Runtime", "numpy_dtype"]
 
-Region = Sequence[Any] | None
+# Python's spelling of a region (see the module doc), which the binding
+# converts (its `RegionArg`) into the core's `Region`.
+RegionSpec = Sequence[Any] | None
 # (memory space, buffer id) or (memory space, buffer id, region)
 BufferRef = tuple
 
@@ -173,13 +175,13 @@ class Runtime:
         return np.frombuffer(raw, dtype=info.dtype).reshape(info.shape)
 
     def load(self, device: int, core: int, space: str | int, buffer_id: int,
-             region: Region = None) -> np.ndarray:
+             region: RegionSpec = None) -> np.ndarray:
         name, shape = self._rt.region_layout(device, core, space, buffer_id, region, "read")
         raw = self._rt.load(device, core, space, buffer_id, region)
         return np.frombuffer(raw, dtype=_DTYPES[name]).reshape(shape)
 
     def store(self, device: int, core: int, space: str | int, buffer_id: int,
-              value: Any, region: Region = None) -> None:
+              value: Any, region: RegionSpec = None) -> None:
         """Writes ``value`` (broadcast to the region's shape; same dtype)."""
         # Bounds are checked before the value is broadcast to the region.
         name, shape = self._rt.region_layout(device, core, space, buffer_id, region, "write")
@@ -187,7 +189,7 @@ class Runtime:
         self._rt.store(device, core, space, buffer_id, region, data)
 
     def swap(self, device: int, core: int, space: str | int, buffer_id: int,
-             value: Any, region: Region = None, mask: Any = None) -> np.ndarray:
+             value: Any, region: RegionSpec = None, mask: Any = None) -> np.ndarray:
         """Stores ``value`` where ``mask`` is true (everywhere without a mask)
         and returns the previous contents (masked-off elements: ``value``)."""
         name, shape = self._rt.region_layout(device, core, space, buffer_id, region,

@@ -30,7 +30,7 @@ from mosaic_rt.ffi import reports
 from mosaic_rt.ffi.errors import fail_launch, native_errors, register_exception, translate
 from mosaic_rt.ffi.ops import (
     Launch,
-    Region,
+    TracedRegion,
     allocate_buffer,
     allocate_semaphores,
     barrier_semaphore,
@@ -39,6 +39,7 @@ from mosaic_rt.ffi.ops import (
     dma_start,
     dma_wait,
     free_buffer,
+    grid_step,
     kernel,
     kernel_begin,
     kernel_end,
@@ -54,7 +55,6 @@ from mosaic_rt.ffi.ops import (
     swap,
     sync_device_cores,
 )
-from mosaic_rt.ffi.trace import grid_step
 
 
 def _register_targets() -> tuple[str, ...]:
@@ -69,7 +69,7 @@ TARGETS: tuple[str, ...] = _register_targets()
 
 __all__ = [
     "Launch",
-    "Region",
+    "TracedRegion",
     "TARGETS",
     "allocate_buffer",
     "allocate_semaphores",

@@ -2,12 +2,15 @@
 
 Every wrapper takes the token first and returns the new token first. Call
 them while tracing (inside ``jit`` / ``shard_map``); Python does not run at
-execution time.
+execution time. No other module emits a native op (the FFI encoding of
+operands, attributes and regions lives here only).
 
-Regions (``load``/``store``/``swap``/``dma_start``) are :class:`Region`s:
-``sizes``, ``strides`` and ``squeezed`` (static, one entry per leading buffer
-dimension; remaining dimensions are taken whole) and ``starts`` (int32
-scalars or one int32 vector), or ``None`` for the whole buffer.
+Regions (``load``/``store``/``swap``/``dma_start``/``copy_block``) are
+:class:`TracedRegion`s: ``sizes``, ``strides`` and ``squeezed`` (static, one
+entry per leading buffer dimension; remaining dimensions are taken whole) and
+``starts`` (int32 scalars or one int32 vector, traced or not), or ``None``
+for the whole buffer. The handler rebuilds the core's ``Region`` from the
+op's attributes and start operand.
 """
 
 from __future__ import annotations
@@ -37,9 +40,10 @@ SEMAPHORE_KINDS = _native.SEMAPHORE_KINDS
 
 
 @dataclasses.dataclass(frozen=True)
-class Region:
-    """A region of a buffer (see the module doc): per leading dimension a
-    static size, stride and squeezed flag, and a dynamic start."""
+class TracedRegion:
+    """A region of a buffer as an op is emitted with, at trace time (see the
+    module doc): per leading dimension a static size, stride and squeezed
+    flag, and a start that may be traced."""
     sizes: tuple[int, ...] = ()
     strides: tuple[int, ...] = ()
     squeezed: tuple[bool, ...] = ()
@@ -61,16 +65,16 @@ class Region:
              else lax.reshape(_as_i32(s), (1,)) for s in starts], 0)
 
     @staticmethod
-    def index(*indices) -> "Region":
+    def index(*indices) -> "TracedRegion":
         """Integer indices of the leading dimensions (dropped from the value)."""
         k = len(indices)
-        return Region((1,) * k, (1,) * k, (True,) * k, tuple(indices))
+        return TracedRegion((1,) * k, (1,) * k, (True,) * k, tuple(indices))
 
     @staticmethod
-    def slices(*dims) -> "Region":
+    def slices(*dims) -> "TracedRegion":
         """``(start, size[, stride])`` per leading dimension."""
         dims = [tuple(d) + (1,) * (3 - len(d)) for d in dims]
-        return Region(tuple(d[1] for d in dims), tuple(d[2] for d in dims),
+        return TracedRegion(tuple(d[1] for d in dims), tuple(d[2] for d in dims),
                       (False,) * len(dims), tuple(d[0] for d in dims))
 
 
@@ -155,8 +159,8 @@ def _region_parts(region, prefix: str = ""):
             # operand: no concatenate of constants and scalars to compile.
             fixed = np.asarray([int(s) if st else _DYNAMIC_START
                                 for s, st in zip(parts, static)], np.int64)
-            starts = Region(starts=tuple(s for s, st in zip(parts, static) if not st)
-                            ).start_vector()
+            starts = TracedRegion(
+                starts=tuple(s for s, st in zip(parts, static) if not st)).start_vector()
         else:
             starts = region.start_vector()
     attrs = {
@@ -435,6 +439,92 @@ def dma_wait(token, handle, device, core, sem, *, nbytes: int, site: int = 0):
     that signal it, in on_wait mode)."""
     return _call("dma_wait", (), (token, handle, _i32(device), _i32(core), _i32(sem)),
                  bytes=int(nbytes), site=site)
+
+
+# ------------------------------------------- block copies, revisits, PRNG
+
+def _i32_vector(xs):
+    """Ints or int32 scalars (static or traced) as one int32 vector operand."""
+    return TracedRegion(starts=tuple(xs)).start_vector()
+
+
+def copy_block(token, handle, device, core, src_id, src_region, dst_id, dst_region, *,
+               src_space, dst_space, direction: str, name, block_indices, grid_point,
+               site: int = 0):
+    """Copies one BlockSpec block: ``direction="input"`` from its HBM buffer
+    into the kernel's buffer, ``"output"`` back (the grid loop in XLA; the
+    native loop copies in :func:`grid_copy_in` / :func:`grid_copy_out`).
+    ``name`` (the pallas_call argument), ``block_indices`` and
+    ``grid_point`` only name the block when it is out of bounds (stock's
+    ``IndexError``)."""
+    src_starts, src_attrs = _region_parts(src_region, "src_")
+    dst_starts, dst_attrs = _region_parts(dst_region, "dst_")
+    return _call("copy_block", (),
+                 (token, handle, _i32(device), _i32(core), _i32(src_id), src_starts,
+                  _i32(dst_id), dst_starts, _i32_vector(block_indices),
+                  jnp.asarray(grid_point, jnp.int32).reshape(-1)),
+                 src_space=_space(src_space), dst_space=_space(dst_space),
+                 direction=direction, arg_name=str(name), site=site,
+                 **src_attrs, **dst_attrs)
+
+
+def check_revisit(token, handle, device, core, loop_idx, regions, *, site: int = 0):
+    """Fails if an output block is written again after (device, core) moved
+    on to another block of that output. ``loop_idx``: the grid indices of
+    this step; ``regions``: per pallas_call output the :class:`TracedRegion` of
+    this step's block, or None for an output that is not checked. Emits
+    nothing when no output is checked."""
+    ranks, sizes, strides, squeezed, starts = [], [], [], [], []
+    for r in regions:
+        if r is None:
+            ranks.append(-1)
+            continue
+        ranks.append(len(r.sizes))
+        sizes += r.sizes
+        strides += r.strides
+        squeezed += r.squeezed
+        starts.append(r.start_vector())
+    if all(r < 0 for r in ranks):
+        return token
+    # One region of every checked block's dimensions, split again by `ranks`.
+    merged = TracedRegion(tuple(sizes), tuple(strides), tuple(squeezed),
+                    jnp.concatenate(starts) if starts else jnp.zeros((0,), jnp.int32))
+    start_vec, attrs = _region_parts(merged)
+    return _call("check_revisit", (),
+                 (token, handle, _i32(device), _i32(core), _i32_vector(loop_idx), start_vec),
+                 ranks=np.asarray(ranks, np.int64), site=site, **attrs)
+
+
+def prng_seed(token, handle, device, core, seeds):
+    """Seeds the PRNG of (device, core) with ``seeds`` (ints or int32
+    scalars), as ``pltpu.prng_seed``."""
+    return _call("prng_seed", (), (token, handle, _i32(device), _i32(core),
+                                   _i32_vector(seeds)))
+
+
+def prng_random_bits(token, handle, device, core, *, shape, dtype):
+    """``(token, bits)``: an array of ``shape`` and ``dtype`` (int32 or
+    uint32) of random words from the PRNG of (device, core)."""
+    return _call("prng_random_bits", (jax.ShapeDtypeStruct(tuple(shape), dtype),),
+                 (token, handle, _i32(device), _i32(core)))
+
+
+# ------------------------------------------------------------------ timeline
+
+def grid_step(token, handle, device, core, indices=(), *, phase: str = "begin"):
+    """Marks the start (``phase="begin"``, with the step's grid ``indices``)
+    or the end (``phase="end"``) of a grid step of (device, core) on the
+    launch's timeline (see :mod:`mosaic_rt.timeline`). A no-op unless the
+    launch traces (``trace_path``); emit it only then, it still costs one
+    custom call per step."""
+    if phase not in ("begin", "end"):
+        raise ValueError(f"phase must be 'begin' or 'end', got {phase!r}")
+    if isinstance(indices, (tuple, list)):
+        idx = (jnp.stack([_i32(i).reshape(()) for i in indices]) if indices
+               else jnp.zeros((0,), jnp.int32))
+    else:
+        idx = jnp.asarray(indices, jnp.int32).reshape(-1)
+    return _call("grid_step", (), (token, handle, _i32(device), _i32(core), idx), phase=phase)
 
 
 # ---------------------------------------------------------------- grid loop

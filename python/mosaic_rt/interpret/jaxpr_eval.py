@@ -1,7 +1,7 @@
 """Evaluates a Pallas TPU kernel jaxpr at trace time, emitting ordinary JAX
-for compute and one native op (`mosaic_rt.interpret.ops`) per memory, DMA
-and semaphore operation. A token is threaded through every native op so XLA
-keeps the program order of each core.
+for compute and one native op (through `mosaic_rt.interpret.native_calls`)
+per memory, DMA and semaphore operation. A token is threaded through every
+native op so XLA keeps the program order of each core.
 
 Refs are represented by their buffer id (int32 scalar); semaphore refs by
 int32 arrays of semaphore ids, indexed like the refs they stand for.
@@ -21,7 +21,7 @@ from jax import lax
 
 from mosaic_rt import _native
 from mosaic_rt import jax_internals as jx
-from mosaic_rt.interpret import device_ids, ops, sites, views
+from mosaic_rt.interpret import device_ids, native_calls, sites, views
 from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.interpret.regions import to_region
 
@@ -54,9 +54,9 @@ def _space_or_raise_if_hbm(aval, primitive_name, message=None):
 class Ctx:
     """Trace-time facts about the core whose program is being emitted."""
 
-    handle: Any                 # runtime handle (traced) from `ops.begin`
+    handle: Any                 # runtime handle (traced) from `native_calls.begin`
     device_id: Any              # logical device id (traced int32)
-    core: Any                   # local core id (int or traced int32)
+    core: Any                   # local core id (int or traced int32); None: the launch's
     grid_point: Any = None
     grid_mapping: jx.GridMapping
     mesh: Any
@@ -148,24 +148,24 @@ def _eval_eqn(eqn, env, ctx: Ctx, token):
 def _load_view(token, ctx, space, ref, ref_aval, transforms, aval):
     region, rest, base = views.split(transforms, ref_aval)
     if not rest:
-        return ops.load(token, ctx.handle, ctx.device_id, ctx.core, space_code(space),
-                        ref, region, aval)
-    token, value = ops.load(token, ctx.handle, ctx.device_id, ctx.core, space_code(space),
-                            ref, region, base)
+        return native_calls.load(token, ctx.handle, ctx.device_id, ctx.core,
+                                 space_code(space), ref, region, aval)
+    token, value = native_calls.load(token, ctx.handle, ctx.device_id, ctx.core,
+                                     space_code(space), ref, region, base)
     return token, views.read(value, rest)
 
 
 def _swap_view(token, ctx, space, ref, ref_aval, transforms, val, mask, aval):
     region, rest, base = views.split(transforms, ref_aval)
     if not rest:
-        return ops.swap(token, ctx.handle, ctx.device_id, ctx.core, space_code(space),
-                        ref, region, val, mask, aval)
-    token, value = ops.load(token, ctx.handle, ctx.device_id, ctx.core, space_code(space),
-                            ref, region, base)
+        return native_calls.swap(token, ctx.handle, ctx.device_id, ctx.core,
+                                 space_code(space), ref, region, val, mask, aval)
+    token, value = native_calls.load(token, ctx.handle, ctx.device_id, ctx.core,
+                                     space_code(space), ref, region, base)
     val = jnp.broadcast_to(jnp.asarray(val, aval.dtype), aval.shape)
     old, new = views.write(value, rest, val, mask)
-    token = ops.store(token, ctx.handle, ctx.device_id, ctx.core, space_code(space),
-                      ref, region, new)
+    token = native_calls.store(token, ctx.handle, ctx.device_id, ctx.core,
+                               space_code(space), ref, region, new)
     return token, old
 
 
@@ -228,7 +228,7 @@ def _run_scoped(eqn, read, ctx, token):
     for v in body.invars:
         aval = v.aval
         if aval.memory_space is _SEMAPHORE:
-            token, ids = ops.allocate_semaphores(
+            token, ids = native_calls.allocate_semaphores(
                 token, ctx.handle, ctx.device_id, ctx.core, aval.shape,
                 kind=semaphore_kind(aval))
             allocs.append(ids)
@@ -238,7 +238,7 @@ def _run_scoped(eqn, read, ctx, token):
         else:
             space = _space_or_raise_if_hbm(
                 aval, "run_scoped_p", "Cannot allocate HBM in `run_scoped`.")
-        token, buf = ops.allocate_buffer(
+        token, buf = native_calls.allocate_buffer(
             token, handle=ctx.handle, device=ctx.device_id, core=ctx.core,
             space=space_code(space), shape=aval.shape, dtype=aval.dtype,
             params=ctx.params)
@@ -247,7 +247,7 @@ def _run_scoped(eqn, read, ctx, token):
     # Semaphores are not freed (as stock: their ids are never reused).
     for buf, v in zip(allocs, body.invars):
         if v.aval.memory_space is not _SEMAPHORE:
-            token = ops.free_buffer(
+            token = native_calls.free_buffer(
                 token, ctx.handle, ctx.device_id, ctx.core,
                 space_code(forward_any_to_hbm(v.aval.memory_space)), buf)
     return token, out
@@ -446,13 +446,13 @@ def _conv(eqn, read, ctx, token):
 
 @_rule(jx.prng_seed_p)
 def _prng_seed(eqn, read, ctx, token):
-    return ops.prng_seed(token, ctx.handle, ctx.device_id, ctx.core, read()), []
+    return native_calls.prng_seed(token, ctx.handle, ctx.device_id, ctx.core, read()), []
 
 
 @_rule(jx.prng_random_bits_p)
 def _prng_random_bits(eqn, read, ctx, token):
-    return ops.prng_random_bits(token, ctx.handle, ctx.device_id, ctx.core,
-                                eqn.outvars[0].aval)
+    return native_calls.prng_random_bits(token, ctx.handle, ctx.device_id, ctx.core,
+                                         eqn.outvars[0].aval)
 
 
 # -------------------------------------------------------------- semaphores
@@ -485,7 +485,7 @@ def _dma_start(eqn, read, ctx, token):
     # Refs whose memory space is unknown are HBM refs (stock does the same).
     src_space = forward_any_to_hbm(getattr(orig_src.aval, "memory_space", None)) or _HBM
     dst_space = forward_any_to_hbm(getattr(orig_dst.aval, "memory_space", None)) or _HBM
-    token = ops.dma_start(
+    token = native_calls.dma_start(
         token, ctx.handle, ctx.device_id, ctx.core,
         src_space=space_code(src_space), src=src, src_region=to_region(src_transforms),
         dst_space=space_code(dst_space), dst=dst, dst_region=to_region(dst_transforms),
@@ -505,11 +505,11 @@ def _dma_wait(eqn, read, ctx, token):
     src_aval = jx.transform_type(src_transforms, eqn.invars[0].aval)
     nbytes = math.prod(src_aval.shape) * src_aval.dtype.itemsize
     if isinstance(nbytes, int):
-        token = ops.dma_wait(token, ctx.handle, ctx.device_id, ctx.core,
-                             _sem_ids(sem, sem_t), nbytes)
+        token = native_calls.dma_wait(token, ctx.handle, ctx.device_id, ctx.core,
+                                      _sem_ids(sem, sem_t), nbytes)
     else:  # a slice of traced size: the byte count is known at run time only
-        token = ops.semaphore_wait(token, ctx.handle, ctx.device_id, ctx.core,
-                                   _sem_ids(sem, sem_t), nbytes)
+        token = native_calls.semaphore_wait(token, ctx.handle, ctx.device_id, ctx.core,
+                                            _sem_ids(sem, sem_t), nbytes)
     return token, []
 
 
@@ -520,8 +520,8 @@ def _barrier_semaphore(eqn, read, ctx, token):
             "get_barrier_semaphore requires a collective_id: pass"
             " compiler_params=pltpu.CompilerParams(collective_id=...) to the"
             " pallas_call.")
-    return ops.barrier_semaphore(token, ctx.handle, ctx.device_id,
-                                 ctx.mosaic_params.collective_id)
+    return native_calls.barrier_semaphore(token, ctx.handle, ctx.device_id,
+                                          ctx.mosaic_params.collective_id)
 
 
 @_rule(jx.semaphore_signal_p)
@@ -538,8 +538,8 @@ def _semaphore_signal(eqn, read, ctx, token):
         target, core_index = _wrapped(
             ctx, ctx.device_id if target is None else target,
             0 if core_index is None else core_index)
-    token = ops.semaphore_signal(token, ctx.handle, ctx.device_id, ctx.core,
-                                 _sem_ids(sem, sem_t), inc, target, core_index)
+    token = native_calls.semaphore_signal(token, ctx.handle, ctx.device_id, ctx.core,
+                                          _sem_ids(sem, sem_t), inc, target, core_index)
     return token, []
 
 
@@ -549,13 +549,13 @@ def _semaphore_wait(eqn, read, ctx, token):
         eqn.params["args_tree"], read())
     if not decrement:
         raise NotImplementedError("Non-decrementing wait is not supported.")
-    token = ops.semaphore_wait(token, ctx.handle, ctx.device_id, ctx.core,
-                               _sem_ids(sem, sem_t), value)
+    token = native_calls.semaphore_wait(token, ctx.handle, ctx.device_id, ctx.core,
+                                        _sem_ids(sem, sem_t), value)
     return token, []
 
 
 @_rule(jx.semaphore_read_p)
 def _semaphore_read(eqn, read, ctx, token):
     sem, sem_t = jax.tree.unflatten(eqn.params["args_tree"], read())
-    return ops.semaphore_read(token, ctx.handle, ctx.device_id, ctx.core,
-                              _sem_ids(sem, sem_t))
+    return native_calls.semaphore_read(token, ctx.handle, ctx.device_id, ctx.core,
+                                       _sem_ids(sem, sem_t))

@@ -1,6 +1,6 @@
-"""Ref transforms (Pallas `NDIndexer`s) -> native regions.
+"""Ref transforms (Pallas `NDIndexer`s) -> `TracedRegion`s (`mosaic_rt.ffi.ops`).
 
-A native region is, per leading buffer dimension, a static (size, stride,
+A traced region is, per leading buffer dimension, a static (size, stride,
 squeezed) triple plus a dynamic start; the starts travel as one int32 vector
 operand, the rest as FFI attributes. Successive indexers compose the way
 stock interpret mode composes them, so error messages name the same ranges.
@@ -8,11 +8,11 @@ stock interpret mode composes them, so error messages name the same ranges.
 
 from __future__ import annotations
 
-from mosaic_rt.ffi.ops import Region  # noqa: F401 (re-exported)
+from mosaic_rt.ffi.ops import TracedRegion  # noqa: F401 (re-exported)
 from mosaic_rt.jax_internals import ANNOTATION_TRANSFORMS, NDIndexer, Slice
 
 
-FULL = Region()
+FULL = TracedRegion()
 
 
 def _static_int(x, what: str) -> int:
@@ -63,7 +63,7 @@ def _compose(outer, inner):
         j += 1
 
 
-def to_region(transforms) -> Region:
+def to_region(transforms) -> TracedRegion:
     dims: list = []
     for t in transforms or ():
         if t is None or isinstance(t, ANNOTATION_TRANSFORMS):
@@ -75,7 +75,7 @@ def to_region(transforms) -> Region:
         dims = _compose(dims, _dims_of(t))
     if not dims:
         return FULL
-    return Region(
+    return TracedRegion(
         sizes=tuple(d[1] for d in dims),
         strides=tuple(d[2] for d in dims),
         squeezed=tuple(d[3] for d in dims),
@@ -83,10 +83,10 @@ def to_region(transforms) -> Region:
     )
 
 
-def block_region(starts, block_shape, squeezed) -> Region:
-    """Region of one BlockSpec block: `starts` is an int32 vector."""
+def block_region(starts, block_shape, squeezed) -> TracedRegion:
+    """The region of one BlockSpec block: `starts` is an int32 vector."""
     n = len(block_shape)
-    return Region(
+    return TracedRegion(
         sizes=tuple(int(s) for s in block_shape),
         strides=(1,) * n,
         squeezed=tuple(bool(s) for s in squeezed),

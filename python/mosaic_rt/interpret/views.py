@@ -15,13 +15,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from mosaic_rt.interpret.regions import Region, to_region
+from mosaic_rt.interpret.regions import TracedRegion, to_region
 from mosaic_rt.jax_internals import (
     ANNOTATION_TRANSFORMS, BitcastTransform, NDIndexer, ReshapeTransform, Slice,
     TransposeTransform, bitcast_array, transform_type)
 
 
-def split(transforms, ref_aval) -> tuple[Region, tuple, object]:
+def split(transforms, ref_aval) -> tuple[TracedRegion, tuple, object]:
     """(native region of the leading indexers, the remaining transforms, the
     aval of the leading region's value)."""
     transforms = tuple(t for t in (transforms or ())

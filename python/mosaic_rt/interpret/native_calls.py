@@ -1,5 +1,7 @@
-"""The interpreter's view of the native ops: thin adapters over
-`mosaic_rt.ffi` that speak in jaxpr terms (avals, params, id arrays).
+"""The interpreter's native calls: thin adapters over the typed wrappers of
+`mosaic_rt.ffi.ops` (which alone emit native ops) that speak in jaxpr terms
+(avals, params, id arrays) and add what the interpreter knows: the source
+site, `logging_mode`'s logs, `buffer_bounds` padding.
 
 Semaphore refs are int32 arrays of semaphore ids; scalar ids are taken from
 them after indexing. Every op carries the source site of the equation being
@@ -11,17 +13,13 @@ from __future__ import annotations
 
 import math
 
-import jax
 import jax.numpy as jnp
-import numpy as np
 
-from mosaic_rt import _native, ffi
+from mosaic_rt import _native
 from mosaic_rt.ffi import ops as ffi_ops
-from mosaic_rt.ffi.ops import _call, _i32, _region_parts, _space
 from mosaic_rt.interpret import logging_ops as lg
 from mosaic_rt.interpret import sites
 from mosaic_rt.interpret.params import InterpretParams
-from mosaic_rt.interpret.regions import Region
 from mosaic_rt.jax_internals import padded_shape
 
 READY = True
@@ -30,19 +28,25 @@ _SMEM_CODE = _native.MEMORY_SPACES["smem"]
 
 
 def _scalar_id(x):
+    """One semaphore id (the wrappers make it an int32 operand)."""
     if not hasattr(x, "shape"):
         x = jnp.asarray(x)
     if x.shape != ():
         raise ValueError(
             f"expected a single semaphore, got a semaphore array of shape {x.shape};"
             " index it first")
-    return _i32(x)
+    return x
+
+
+def _space(space) -> int:
+    """The core's code of a memory space given by name or code (for logs)."""
+    return ffi_ops.MEMORY_SPACES[space] if isinstance(space, str) else int(space)
 
 
 def begin(token, device, *, uid, num_devices, params: InterpretParams, name):
     del name
     timeout = params.wait_timeout
-    return ffi.kernel_begin(
+    return ffi_ops.kernel_begin(
         token, device, uid=uid, num_devices=num_devices,
         num_cores=params.num_cores_per_device,
         dma_execution_mode=params.dma_execution_mode,
@@ -64,25 +68,25 @@ def end(token, handle, device, *, on_leak):
     # Python warnings by mosaic_rt.reports (no host callback in the program:
     # it would keep jax from caching it).
     if on_leak != "ignore":
-        token, _ = ffi.leak_report(token, handle, device, policy=on_leak)
-    return ffi.kernel_end(token, handle, device)
+        token, _ = ffi_ops.leak_report(token, handle, device, policy=on_leak)
+    return ffi_ops.kernel_end(token, handle, device)
 
 
 def core_end(token, handle, device, core):
     """This core's program is done (deadlock detection knows at once)."""
-    return ffi.core_end(token, handle, device, core)
+    return ffi_ops.core_end(token, handle, device, core)
 
 
 def grid_step(token, handle, device, core, point, *, phase):
     """A grid step's start (with its point) or end, on the timeline."""
-    return ffi.grid_step(token, handle, device, core, point, phase=phase)
+    return ffi_ops.grid_step(token, handle, device, core, point, phase=phase)
 
 
 def device_barrier(token, handle, device):
-    return ffi.device_barrier(token, handle, device, site=sites.current())
+    return ffi_ops.device_barrier(token, handle, device, site=sites.current())
 
 def sync_device_cores(token, handle, device):
-    return ffi.sync_device_cores(token, handle, device)
+    return ffi_ops.sync_device_cores(token, handle, device)
 
 
 def _padded_shape(shape, dtype, space, params: InterpretParams):
@@ -98,7 +102,7 @@ def allocate_buffer(token, *, handle, device, core, space, params: InterpretPara
         shape, dtype = init.shape, init.dtype
     logical = tuple(shape)
     content = _padded_shape(logical, dtype, space, params)
-    token, buf = ffi.allocate_buffer(
+    token, buf = ffi_ops.allocate_buffer(
         token, handle, device, core, space=space, dtype=dtype,
         shape=content, logical_shape=logical, init=init, site=sites.current())
     token = lg.log(token, lg.SHARED_MEMORY, "allocate_buffer", device,
@@ -109,7 +113,7 @@ def allocate_buffer(token, *, handle, device, core, space, params: InterpretPara
 
 
 def free_buffer(token, handle, device, core, space, buf):
-    token = ffi.free_buffer(token, handle, device, core, buf, space=space)
+    token = ffi_ops.free_buffer(token, handle, device, core, buf, space=space)
     return lg.log(token, lg.SHARED_MEMORY, "deallocate_buffer", device, core,
                   space=_space(space), buffer_id=buf)
 
@@ -123,7 +127,7 @@ def _log_access(token, op, device, core, space, buf, region):
 
 
 def load(token, handle, device, core, space, buf, region, aval):
-    token, value = ffi.load(token, handle, device, core, buf, region, space=space,
+    token, value = ffi_ops.load(token, handle, device, core, buf, region, space=space,
                             shape=aval.shape, dtype=aval.dtype, site=sites.current())
     return _log_access(token, "get_buffer_content", device, core, space, buf, region), value
 
@@ -134,32 +138,32 @@ def swap(token, handle, device, core, space, buf, region, value, mask, aval):
         value = jnp.broadcast_to(value, aval.shape)
     if mask is not None:
         mask = jnp.broadcast_to(jnp.asarray(mask, jnp.bool_), aval.shape)
-    token, old = ffi.swap(token, handle, device, core, buf, region, value, mask, space=space,
+    token, old = ffi_ops.swap(token, handle, device, core, buf, region, value, mask, space=space,
                           site=sites.current())
     return _log_access(token, "swap_buffer_content", device, core, space, buf, region), old
 
 
 def store(token, handle, device, core, space, buf, region, value):
-    token = ffi.store(token, handle, device, core, buf, region, value, space=space,
+    token = ffi_ops.store(token, handle, device, core, buf, region, value, space=space,
                       site=sites.current())
     return _log_access(token, "store_buffer_content", device, core, space, buf, region)
 
 
 def allocate_semaphores(token, handle, device, core, shape, *, kind):
     count = math.prod(shape)
-    token, first = ffi.allocate_semaphores(token, handle, device, core, kind=kind,
+    token, first = ffi_ops.allocate_semaphores(token, handle, device, core, kind=kind,
                                            count=max(count, 1), site=sites.current())
     ids = first if tuple(shape) == () else ffi_ops.iota_ids(first, shape)
     return token, ids
 
 
 def barrier_semaphore(token, handle, device, collective_id):
-    return ffi.barrier_semaphore(token, handle, device, collective_id=collective_id,
+    return ffi_ops.barrier_semaphore(token, handle, device, collective_id=collective_id,
                                  site=sites.current())
 
 
 def semaphore_signal(token, handle, device, core, sem, inc, target_device, target_core):
-    token = ffi.semaphore_signal(token, handle, device, core, _scalar_id(sem), inc,
+    token = ffi_ops.semaphore_signal(token, handle, device, core, _scalar_id(sem), inc,
                                  target_device=target_device, target_core=target_core,
                                  site=sites.current())
     return lg.log(token, lg.SEMAPHORE, "signal", device, core, semaphore=_scalar_id(sem),
@@ -168,20 +172,20 @@ def semaphore_signal(token, handle, device, core, sem, inc, target_device, targe
 
 
 def semaphore_wait(token, handle, device, core, sem, value):
-    token = ffi.semaphore_wait(token, handle, device, core, _scalar_id(sem), value,
+    token = ffi_ops.semaphore_wait(token, handle, device, core, _scalar_id(sem), value,
                                site=sites.current())
     return lg.log(token, lg.SEMAPHORE, "wait", device, core, semaphore=_scalar_id(sem),
                   value=value)
 
 
 def semaphore_read(token, handle, device, core, sem):
-    return ffi.semaphore_read(token, handle, device, core, _scalar_id(sem),
+    return ffi_ops.semaphore_read(token, handle, device, core, _scalar_id(sem),
                               site=sites.current())
 
 
 def dma_start(token, handle, device, core, *, src_space, src, src_region, dst_space,
               dst, dst_region, dst_sem, src_sem, dst_device, dst_core=None):
-    return ffi.dma_start(
+    return ffi_ops.dma_start(
         token, handle, device, core, src, src_region, dst, dst_region,
         _scalar_id(dst_sem), src_space=src_space, dst_space=dst_space,
         src_sem=None if src_sem is None else _scalar_id(src_sem),
@@ -189,30 +193,21 @@ def dma_start(token, handle, device, core, *, src_space, src, src_region, dst_sp
 
 
 def dma_wait(token, handle, device, core, sem, nbytes):
-    return ffi.dma_wait(token, handle, device, core, _scalar_id(sem), nbytes=nbytes,
+    return ffi_ops.dma_wait(token, handle, device, core, _scalar_id(sem), nbytes=nbytes,
                         site=sites.current())
-
-
-def _ids(xs):
-    return Region(starts=tuple(xs)).start_vector()
 
 
 def _copy_block(token, handle, device, core, src, src_region, dst, dst_region, *,
                 src_space, dst_space, direction, name, block_indices, grid_point):
-    src_starts, src_attrs = _region_parts(src_region, "src_")
-    dst_starts, dst_attrs = _region_parts(dst_region, "dst_")
     if lg.enabled(lg.SHARED_MEMORY):
         token = _log_access(token, "get_buffer_content", device, core, src_space, src,
                             src_region)
         token = _log_access(token, "store_buffer_content", device, core, dst_space, dst,
                             dst_region)
-    return _call("copy_block", (),
-                 (token, handle, _i32(device), _i32(core), _i32(src), src_starts,
-                  _i32(dst), dst_starts, _ids(block_indices),
-                  jnp.asarray(grid_point, jnp.int32).reshape(-1)),
-                 src_space=_space(src_space), dst_space=_space(dst_space),
-                 direction=direction, arg_name=str(name), site=sites.current(),
-                 **src_attrs, **dst_attrs)
+    return ffi_ops.copy_block(
+        token, handle, device, core, src, src_region, dst, dst_region,
+        src_space=src_space, dst_space=dst_space, direction=direction, name=name,
+        block_indices=block_indices, grid_point=grid_point, site=sites.current())
 
 
 def copy_block_in(token, *, handle, device, core, src, src_region, dst_space, dst,
@@ -234,33 +229,17 @@ def copy_block_out(token, *, handle, device, core, src_space, src, dst, dst_regi
 def check_revisit(token, handle, device, core, loop_idx, regions):
     """Fails if an output block is written again after the core moved on
     (`regions[i]` is None for outputs that are not tracked)."""
-    ranks, sizes, strides, squeezed, starts = [], [], [], [], []
-    for r in regions:
-        if r is None:
-            ranks.append(-1)
-            continue
-        ranks.append(len(r.sizes))
-        sizes += r.sizes
-        strides += r.strides
-        squeezed += r.squeezed
-        starts.append(r.start_vector())
-    if all(r < 0 for r in ranks):
-        return token
-    merged = Region(tuple(sizes), tuple(strides), tuple(squeezed),
-                    jnp.concatenate(starts) if starts else jnp.zeros((0,), jnp.int32))
-    start_vec, attrs = _region_parts(merged)
-    return _call("check_revisit", (),
-                 (token, handle, _i32(device), _i32(core), _ids(loop_idx), start_vec),
-                 ranks=np.asarray(ranks, np.int64), site=sites.current(), **attrs)
+    return ffi_ops.check_revisit(token, handle, device, core, loop_idx, regions,
+                                 site=sites.current())
 
 
 def prng_seed(token, handle, device, core, seeds):
-    return _call("prng_seed", (), (token, handle, _i32(device), _i32(core), _ids(seeds)))
+    return ffi_ops.prng_seed(token, handle, device, core, seeds)
 
 
 def prng_random_bits(token, handle, device, core, aval):
-    return _call("prng_random_bits", (jax.ShapeDtypeStruct(aval.shape, aval.dtype),),
-                 (token, handle, _i32(device), _i32(core)))
+    return ffi_ops.prng_random_bits(token, handle, device, core, shape=aval.shape,
+                                    dtype=aval.dtype)
 
 
 GridBlock = ffi_ops.GridBlock

@@ -1,0 +1,163 @@
+"""The buffers of one launch, allocated before its grid loop runs.
+
+In HBM: the pallas_call's inputs (padded to whole blocks, as stock) and
+outputs (an output aliased to an input is that input's buffer); in SMEM:
+the scalar-prefetch operands. Then the kernel's own arguments: a buffer per
+block operand in its memory space (block operands left in HBM are passed
+the HBM buffer itself), scratch buffers and semaphores. Every buffer is
+shared by the cores of the device (`core=None`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+
+from mosaic_rt import jax_internals as jx
+from mosaic_rt.interpret import native_calls
+from mosaic_rt.interpret.jaxpr_eval import Ctx, forward_any_to_hbm, semaphore_kind, space_code
+
+_HBM = jx.MemorySpace.HBM
+_SMEM = jx.MemorySpace.SMEM
+_SEMAPHORE = jx.MemorySpace.SEMAPHORE
+pallas_core = jx.pallas_core
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockOperands:
+    """The pallas_call's BlockSpec operands, inputs then outputs: what the
+    grid loop copies between HBM and the kernel's buffers."""
+
+    mappings: tuple      # their BlockMappings
+    shapes: list         # block shapes
+    squeezed: list       # per block dim: squeezed out of the kernel's view?
+    spaces: list         # the kernel-side memory space (ANY is HBM)
+    in_names: list       # argument names, for errors naming a block
+    out_names: list
+    n_in: int
+    n_out: int
+
+    @classmethod
+    def of(cls, jaxpr: jx.Jaxpr, grid_mapping: jx.GridMapping) -> "BlockOperands":
+        mappings = grid_mapping.block_mappings
+        n_in, n_out = grid_mapping.num_inputs, grid_mapping.num_outputs
+        if jaxpr.debug_info.arg_names is not None:
+            in_names, out_names = jx.split_list(
+                list(jaxpr.debug_info.arg_names[grid_mapping.slice_block_ops]), [n_in])
+        else:
+            in_names, out_names = ["unknown"] * n_in, ["unknown"] * n_out
+        return cls(
+            mappings=mappings,
+            shapes=[jx.block_shape(bm) for bm in mappings],
+            squeezed=[tuple(isinstance(b, pallas_core.Squeezed) for b in bm.block_shape)
+                      for bm in mappings],
+            spaces=[forward_any_to_hbm(bm.transformed_block_aval.memory_space)
+                    for bm in mappings],
+            in_names=in_names, out_names=out_names, n_in=n_in, n_out=n_out)
+
+    def check_hbm_blocks(self, jaxpr: jx.Jaxpr, grid_mapping: jx.GridMapping):
+        """A block operand left in HBM is not copied, so its block must be
+        the whole operand (stock's error otherwise)."""
+        in_vars, out_vars = jx.split_list(jaxpr.invars[grid_mapping.slice_block_ops],
+                                          [self.n_in])
+        for j, var in enumerate(in_vars):
+            if self.spaces[j] is _HBM and var.aval.shape != self.shapes[j]:
+                raise ValueError(f"Kernel input {j} in HBM but does not have trivial BlockSpec.")
+        for j, var in enumerate(out_vars):
+            k = self.n_in + j
+            if self.spaces[k] is _HBM and var.aval.shape != self.shapes[k]:
+                raise ValueError(f"Kernel output {j} in HBM but does not have trivial BlockSpec.")
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchBuffers:
+    """Buffer ids (traced int32) of a launch, per operand."""
+
+    input_ids: list       # HBM buffer of each input
+    output_ids: list      # HBM buffer of each output
+    output_avals: list    # each output as the pallas_call returns it
+    out_alias: dict       # output index -> the input it aliases
+    scalar_ids: list      # SMEM buffer of each scalar-prefetch operand
+    kernel_args: list     # the kernel jaxpr's arguments (scalars, blocks, scratch)
+    kernel_in_ids: list   # the kernel's buffer of each input block
+    kernel_out_ids: list  # the kernel's buffer of each output block
+
+
+def allocate(token, ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, inputs,
+             input_output_aliases):
+    """``(token, LaunchBuffers)``: allocates every buffer of the launch (see
+    the module doc)."""
+    alloc = functools.partial(native_calls.allocate_buffer, handle=ctx.handle,
+                              device=ctx.device_id, params=ctx.params)
+    inputs = [jx.pad_to_block_dimension(a, bs, ctx.params.uninitialized_memory)
+              for a, bs in zip(inputs, blocks.shapes[:blocks.n_in])]
+    input_ids = []
+    for a in inputs:
+        token, buf = alloc(token, core=None, space=space_code(_HBM), init=a)
+        input_ids.append(buf)
+
+    out_alias = {o: i - len(scalars) for i, o in input_output_aliases}
+    if any(i < 0 for i in out_alias.values()):
+        raise ValueError("Aliasing of scalar prefetch arguments is not currently "
+                         "supported in TPU interpret mode.")
+    token, output_ids, output_avals = _allocate_outputs(
+        token, alloc, ctx.grid_mapping, blocks, inputs, input_ids, out_alias)
+
+    scalar_ids = []
+    for s in scalars:
+        token, buf = alloc(token, core=None, space=space_code(_SMEM), init=s)
+        scalar_ids.append(buf)
+
+    token, kernel_args = _allocate_kernel_args(token, alloc, ctx, jaxpr, blocks, input_ids,
+                                               output_ids, scalar_ids)
+    _, kernel_in_ids, kernel_out_ids, _ = jx.split_list(
+        kernel_args, [ctx.grid_mapping.num_index_operands, blocks.n_in, blocks.n_out])
+    return token, LaunchBuffers(
+        input_ids=input_ids, output_ids=output_ids, output_avals=output_avals,
+        out_alias=out_alias, scalar_ids=scalar_ids, kernel_args=kernel_args,
+        kernel_in_ids=kernel_in_ids, kernel_out_ids=kernel_out_ids)
+
+
+def _allocate_outputs(token, alloc, grid_mapping, blocks, inputs, input_ids, out_alias):
+    """The outputs' HBM buffers, padded to whole blocks; an aliased output
+    is its (padded) input."""
+    output_ids, output_avals = [], []
+    for j, bm in enumerate(grid_mapping.block_mappings_output):
+        if j in out_alias:
+            aliased = inputs[out_alias[j]]
+            output_ids.append(input_ids[out_alias[j]])
+            output_avals.append(jax.ShapeDtypeStruct(aliased.shape, aliased.dtype))
+            continue
+        aval = bm.array_aval
+        block = blocks.shapes[blocks.n_in + j]
+        padded = tuple(-(-d // b) * b for d, b in zip(aval.shape, block))
+        token, buf = alloc(token, core=None, space=space_code(_HBM),
+                           shape=padded, dtype=aval.dtype)
+        output_ids.append(buf)
+        output_avals.append(jax.ShapeDtypeStruct(aval.shape, aval.dtype))
+    return token, output_ids, output_avals
+
+
+def _allocate_kernel_args(token, alloc, ctx, jaxpr, blocks, input_ids, output_ids, scalar_ids):
+    """The kernel jaxpr's arguments: scalar-prefetch buffers, then per block
+    operand and scratch operand a buffer (or semaphore ids) of its own."""
+    kernel_args = list(scalar_ids)
+    n_in, n_out = blocks.n_in, blocks.n_out
+    for i, var in enumerate(jaxpr.invars[ctx.grid_mapping.num_index_operands:]):
+        out_j = i - n_in
+        is_in, is_out = i < n_in, 0 <= out_j < n_out
+        space = blocks.spaces[i] if is_in or is_out else forward_any_to_hbm(var.aval.memory_space)
+        if space is _SEMAPHORE:
+            token, ids = native_calls.allocate_semaphores(
+                token, ctx.handle, ctx.device_id, None, var.aval.shape,
+                kind=semaphore_kind(var.aval))
+            kernel_args.append(ids)
+        elif space is _HBM:
+            kernel_args.append(input_ids[i] if is_in else output_ids[out_j])
+        else:
+            token, buf = alloc(token, core=None, space=space_code(space),
+                               shape=var.aval.shape, dtype=var.aval.dtype)
+            kernel_args.append(buf)
+    return token, kernel_args
