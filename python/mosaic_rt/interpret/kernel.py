@@ -61,11 +61,7 @@ def _interpret_pallas_call(
     axis_sizes, axis_indices, num_devices, device_id = _this_device()
 
     token = jnp.zeros((), jnp.int32)
-    # Under mesh axes the launch id has always hashed the last axis's name
-    # in place of the kernel's: kept, so programs (and jax's cache keys) stay
-    # as they were; any name works as long as every device uses the same.
-    uid_name = list(axis_sizes)[-1] if axis_sizes else name
-    uid = _launch_uid(uid_name, jaxpr, grid_mapping, args)
+    uid = _launch_uid(name, jaxpr, grid_mapping, args)
     token, handle = native_calls.begin(token, device_id, uid=uid,
                                        num_devices=num_devices, params=params,
                                        name=name or "kernel")

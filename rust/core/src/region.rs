@@ -11,7 +11,7 @@
 //! static sizes, strides and squeezed flags) and a start-vector operand; the
 //! binding converts Python's spelling (`RegionArg`: `None` or per-dimension
 //! ints and `(start, size[, stride])` tuples). On the Python side,
-//! `mosaic_rt.ffi.ops.Region` is the trace-time description an op is
+//! `mosaic_rt.ffi.ops.TracedRegion` is the trace-time description an op is
 //! emitted with (static sizes, traced starts).
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
