@@ -74,6 +74,25 @@ fn many_signallers_one_waiter_per_device() {
     assert!(rt.leaks(None).unwrap().is_empty());
 }
 
+/// Device `d` copies its whole `src` into `dst` of device `next`, signalling
+/// `sems` (send) and `sems + 1` (receive, on `next`).
+fn ring_copy(d: u32, next: u32, src: u32, dst: u32, sems: u32) -> DmaRequest {
+    DmaRequest {
+        device: d,
+        core: 0,
+        src_space: MemorySpace::Vmem,
+        src_id: src,
+        src_region: Region::full(),
+        dst_space: MemorySpace::Vmem,
+        dst_id: dst,
+        dst_region: Region::full(),
+        dst_sem: sems + 1,
+        src_sem: Some(sems),
+        dst_device: Some(next),
+        dst_core: None,
+    }
+}
+
 fn f32_bytes(v: f32, n: usize) -> Vec<u8> {
     (0..n).flat_map(|_| v.to_le_bytes()).collect()
 }
@@ -104,20 +123,7 @@ fn copy_ring(mode: DmaMode) {
             thread::spawn(move || {
                 let next = (d + 1) % DEVICES;
                 let prev = (d + DEVICES - 1) % DEVICES;
-                let req = DmaRequest {
-                    device: d,
-                    core: 0,
-                    src_space: MemorySpace::Vmem,
-                    src_id: src,
-                    src_region: Region::full(),
-                    dst_space: MemorySpace::Vmem,
-                    dst_id: dst,
-                    dst_region: Region::full(),
-                    dst_sem: dma_sem + 1,
-                    src_sem: Some(dma_sem),
-                    dst_device: Some(next),
-                    dst_core: None,
-                };
+                let req = ring_copy(d, next, src, dst, dma_sem);
                 let bytes = (N * 4) as i64;
                 let mut out = vec![0u8; N * 4];
                 for round in 0..ROUNDS {
@@ -190,20 +196,7 @@ fn dma_steps_misuse_checks_and_allocations_never_deadlock() {
         let rt = Arc::clone(&rt);
         let done = done_tx.clone();
         thread::spawn(move || {
-            let req = DmaRequest {
-                device: d,
-                core: 0,
-                src_space: MemorySpace::Vmem,
-                src_id: src,
-                src_region: Region::full(),
-                dst_space: MemorySpace::Vmem,
-                dst_id: dst,
-                dst_region: Region::full(),
-                dst_sem: dma_sem + 1,
-                src_sem: Some(dma_sem),
-                dst_device: Some((d + 1) % DEVICES),
-                dst_core: None,
-            };
+            let req = ring_copy(d, (d + 1) % DEVICES, src, dst, dma_sem);
             let bytes = (N * 4) as i64;
             for _ in 0..ROUNDS {
                 rt.dma_start(&req).unwrap();

@@ -102,6 +102,30 @@ enum AttrValue {
     Array(Box<abi::Array>, #[allow(dead_code)] Vec<i64>),
 }
 
+/// Launch uids of [`begin_single_device`]: distinct within a test process.
+static NEXT_TEST_UID: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(1 << 40);
+
+/// Joins a fresh one-device, one-core launch through `kernel_begin` (eager
+/// DMAs, out-of-bounds reads raise, fresh memory filled as `fill`: "zero" or
+/// "nan") and returns its handle.
+pub fn begin_single_device(fill: &str) -> [u32; 2] {
+    let mut c = FakeCall::new()
+        .arg_i32(0)
+        .arg_i32(0)
+        .ret_i32()
+        .ret(abi::DT_U32, &[2], 8)
+        .attr_i64("uid", NEXT_TEST_UID.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+        .attr_i64("num_devices", 1)
+        .attr_i64("num_cores", 1)
+        .attr_str("dma_execution_mode", "eager")
+        .attr_str("out_of_bounds_reads", "raise")
+        .attr_str("uninitialized_memory", fill)
+        .attr_i64("wait_timeout_ms", 5000);
+    c.call(crate::c_handlers::kernel_begin).expect("kernel_begin of a test launch");
+    let b = c.ret_bytes(1);
+    [u32::from_le_bytes([b[0], b[1], b[2], b[3]]), u32::from_le_bytes([b[4], b[5], b[6], b[7]])]
+}
+
 /// One call frame with owned operands, results and attributes.
 #[derive(Default)]
 pub struct FakeCall {

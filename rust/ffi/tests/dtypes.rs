@@ -4,32 +4,13 @@
 
 use mosaic_rt_core::{DType, FillMode};
 use mosaic_rt_ffi::c_handlers as h;
-use mosaic_rt_ffi::testing::FakeCall;
+use mosaic_rt_ffi::testing::{begin_single_device, FakeCall};
 use mosaic_rt_ffi::{abi, dtype_to_xla, xla_to_dtype};
-use std::sync::atomic::{AtomicI64, Ordering};
 
-static NEXT_UID: AtomicI64 = AtomicI64::new(1_000_000);
 const VMEM: i64 = 0;
 
 fn begin(fill: &str) -> [u32; 2] {
-    let mut c = FakeCall::new()
-        .arg_i32(0)
-        .arg_i32(0)
-        .ret_i32()
-        .ret(abi::DT_U32, &[2], 8)
-        .attr_i64("uid", NEXT_UID.fetch_add(1, Ordering::Relaxed))
-        .attr_i64("num_devices", 1)
-        .attr_i64("num_cores", 1)
-        .attr_str("dma_execution_mode", "eager")
-        .attr_str("out_of_bounds_reads", "raise")
-        .attr_str("uninitialized_memory", fill)
-        .attr_i64("wait_timeout_ms", 5000);
-    c.call(h::kernel_begin).unwrap();
-    let b = c.ret_bytes(1);
-    [
-        u32::from_le_bytes(b[0..4].try_into().unwrap()),
-        u32::from_le_bytes(b[4..8].try_into().unwrap()),
-    ]
+    begin_single_device(fill)
 }
 
 fn end(handle: [u32; 2]) {

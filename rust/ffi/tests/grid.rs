@@ -5,29 +5,13 @@
 
 use mosaic_rt_ffi::abi;
 use mosaic_rt_ffi::c_handlers as h;
-use mosaic_rt_ffi::testing::FakeCall;
-use std::sync::atomic::{AtomicI64, Ordering};
+use mosaic_rt_ffi::testing::{begin_single_device, FakeCall};
 
-static NEXT_UID: AtomicI64 = AtomicI64::new(2_000_000);
 const VMEM: i64 = 0;
 const HBM: i64 = 5;
 
 fn begin() -> [u32; 2] {
-    let mut c = FakeCall::new()
-        .arg_i32(0)
-        .arg_i32(0)
-        .ret_i32()
-        .ret(abi::DT_U32, &[2], 8)
-        .attr_i64("uid", NEXT_UID.fetch_add(1, Ordering::Relaxed))
-        .attr_i64("num_devices", 1)
-        .attr_i64("num_cores", 1)
-        .attr_str("dma_execution_mode", "eager")
-        .attr_str("out_of_bounds_reads", "raise")
-        .attr_str("uninitialized_memory", "zero")
-        .attr_i64("wait_timeout_ms", 5000);
-    c.call(h::kernel_begin).unwrap();
-    let b = c.ret_bytes(1);
-    [u32::from_le_bytes(b[0..4].try_into().unwrap()), u32::from_le_bytes(b[4..8].try_into().unwrap())]
+    begin_single_device("zero")
 }
 
 fn core_call(handle: [u32; 2]) -> FakeCall {
