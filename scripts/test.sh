@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every test of mosaic_rt, from a fresh clone (CI runs exactly this command):
-#   1. Rust, once: cargo test --workspace and the loom model tests;
+#   1. Rust, once: cargo test --workspace, rustfmt + clippy, the loom model tests;
 #   2. scripts/test_wheel.sh: the release wheel and sdist, installed into fresh
 #      venvs (.venv-test/) on Python 3.11 + jax 0.10.2, 3.12 and 3.13 + jax
 #      0.12.0.1, with no Rust on PATH; README examples and the ping bench;
@@ -36,6 +36,14 @@ rust_tests() {
     cargo test --workspace
 }
 
+rust_style() {
+    # Formatting (rustfmt.toml) and lints, clippy's unsafe-block rule included.
+    if ! cargo fmt --version > /dev/null 2>&1 || ! cargo clippy --version > /dev/null 2>&1; then
+        echo "skipped: rustfmt / clippy not installed (rustup component add rustfmt clippy)"; return 0
+    fi
+    cargo fmt --all --check && cargo clippy --workspace --all-targets -- -D warnings
+}
+
 loom_tests() {
     # Loom models run with --cfg loom, which rebuilds every crate: keep those
     # artifacts apart so the two builds do not invalidate each other.
@@ -60,10 +68,12 @@ pytest_in() {  # pytest_in PY [PYTEST ARGS]: the wheel's venv plus test extras
 if [ "${1:-}" = "--here" ]; then
     shift
     phase "cargo test --workspace" rust_tests
+    phase "rustfmt + clippy" rust_style
     phase "loom model tests" loom_tests
     phase "pytest ($(python --version 2>&1))" python -m pytest -q "$@"
 else
     phase "cargo test --workspace" rust_tests
+    phase "rustfmt + clippy" rust_style
     phase "loom model tests" loom_tests
     phase "wheel: build, install beside jax, smoke test (3.11, 3.12, 3.13)" bash scripts/test_wheel.sh
     phase "pytest: Python 3.11 + jax 0.10.2" pytest_in 3.11 "$@"

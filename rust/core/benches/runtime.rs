@@ -126,8 +126,7 @@ fn main() {
 
 /// Allocates one regular semaphore on every device (the ids agree) and returns its id.
 fn same_semaphore_on_every_device(rt: &Runtime, devices: u32) -> u32 {
-    let ids: Vec<u32> =
-        (0..devices).map(|d| rt.allocate_semaphores(d, None, SemKind::Regular, 1).unwrap()).collect();
+    let ids: Vec<u32> = (0..devices).map(|d| rt.allocate_semaphores(d, None, SemKind::Regular, 1).unwrap()).collect();
     assert!(ids.iter().all(|&id| id == ids[0]));
     ids[0]
 }

@@ -105,18 +105,12 @@ impl Topology {
 
     /// A device id given as any integer (negative ones included), checked.
     pub fn device_id(&self, device: i64) -> Result<u32> {
-        u32::try_from(device)
-            .ok()
-            .filter(|&d| d < self.num_devices)
-            .ok_or_else(|| self.device_out_of_range(device))
+        u32::try_from(device).ok().filter(|&d| d < self.num_devices).ok_or_else(|| self.device_out_of_range(device))
     }
 
     /// A core id given as any integer, checked.
     pub fn core_id(&self, core: i64) -> Result<u32> {
-        u32::try_from(core)
-            .ok()
-            .filter(|&c| c < self.cores_per_device)
-            .ok_or_else(|| self.core_out_of_range(core))
+        u32::try_from(core).ok().filter(|&c| c < self.cores_per_device).ok_or_else(|| self.core_out_of_range(core))
     }
 
     #[cold]

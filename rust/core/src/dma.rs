@@ -23,7 +23,7 @@ pub use machine::DmaMachine;
 
 use crate::config::{DmaMode, Topology};
 use crate::error::{Result, RtError};
-use crate::memory::{Access, BufferKey, MemRef, MemoryTable, MemorySpace};
+use crate::memory::{Access, BufferKey, MemRef, MemorySpace, MemoryTable};
 use crate::races::{DmaThread, RaceDetector};
 use crate::region::Region;
 use crate::sem::{Queued, SemTable};
@@ -281,7 +281,8 @@ fn trace_begin(env: &DmaEnv, r: &DmaRequest) -> Option<TraceDma> {
     };
     let src = side(r.src_space, r.src_id, r.device, r.core, &r.src_region);
     let dst = side(r.dst_space, r.dst_id, dst_device, dst_core, &r.dst_region);
-    let mut args = vec![("src", Arg::Str(src.clone())), ("dst", Arg::Str(dst.clone())), ("dst_sem", Arg::Int(r.dst_sem as i64))];
+    let mut args =
+        vec![("src", Arg::Str(src.clone())), ("dst", Arg::Str(dst.clone())), ("dst_sem", Arg::Int(r.dst_sem as i64))];
     if let Some(s) = r.src_sem {
         args.push(("src_sem", Arg::Int(s as i64)));
     }
@@ -299,10 +300,7 @@ pub(crate) fn start(env: &DmaEnv, req: &DmaRequest) -> Result<()> {
     let dst_device = req.dst_device.unwrap_or(req.device);
     let dst_core = req.dst_core.unwrap_or(req.core);
     let dst_gcore = topo.check(dst_device, dst_core).map_err(|e| {
-        RtError::value(format!(
-            "DMA destination (device {dst_device}, core {dst_core}) out of range: {}",
-            e.message
-        ))
+        RtError::value(format!("DMA destination (device {dst_device}, core {dst_core}) out of range: {}", e.message))
     })?;
 
     env.sems.check_exists(req.dst_sem)?;

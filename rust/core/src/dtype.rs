@@ -112,8 +112,7 @@ impl DType {
         use DType::*;
         match self {
             Bool | I8 | U8 | I4 | U4 | I2 | U2 | F4E2M1FN => 1,
-            F8E5M2 | F8E4M3FN | F8E4M3B11FNUZ | F8E5M2FNUZ | F8E4M3FNUZ | F8E4M3 | F8E3M4
-            | F8E8M0FNU => 1,
+            F8E5M2 | F8E4M3FN | F8E4M3B11FNUZ | F8E5M2FNUZ | F8E4M3FNUZ | F8E4M3 | F8E3M4 | F8E8M0FNU => 1,
             I16 | U16 | F16 | BF16 => 2,
             I32 | U32 | F32 => 4,
             I64 | U64 | F64 | C64 => 8,
@@ -196,10 +195,7 @@ impl DType {
 
     pub fn from_name(name: &str) -> Result<DType> {
         DType::ALL.into_iter().find(|d| d.name() == name).ok_or_else(|| {
-            RtError::value(format!(
-                "unsupported dtype {name:?}: expected one of {}",
-                DType::all_names()
-            ))
+            RtError::value(format!("unsupported dtype {name:?}: expected one of {}", DType::all_names()))
         })
     }
 
@@ -213,12 +209,7 @@ impl DType {
         usize::try_from(code)
             .ok()
             .and_then(|i| DType::ALL.get(i).copied())
-            .ok_or_else(|| {
-                RtError::value(format!(
-                    "unknown dtype code {code}: expected 0 to {}",
-                    DType::ALL.len() - 1
-                ))
-            })
+            .ok_or_else(|| RtError::value(format!("unknown dtype code {code}: expected 0 to {}", DType::ALL.len() - 1)))
     }
 
     /// Little-endian bytes of the value that fills fresh or out-of-bounds
@@ -296,10 +287,7 @@ impl DType {
         let per_byte = 8 / bits;
         let mask = (1u8 << bits) - 1;
         for (out, chunk) in packed.iter_mut().zip(elements.chunks(per_byte)) {
-            *out = chunk
-                .iter()
-                .enumerate()
-                .fold(0u8, |acc, (j, &e)| acc | ((e & mask) << (j * bits)));
+            *out = chunk.iter().enumerate().fold(0u8, |acc, (j, &e)| acc | ((e & mask) << (j * bits)));
         }
     }
 

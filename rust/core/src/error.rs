@@ -67,9 +67,23 @@ impl ErrorKind {
     /// [`ErrorKind::Value`]).
     pub fn from_python_type(name: &str) -> Option<ErrorKind> {
         use ErrorKind::*;
-        [Value, Index, Aborted, Timeout, Deadlock, Leak, Race, External, NotImplemented, Runtime, Uninitialized, Memory, Internal]
-            .into_iter()
-            .find(|k| k.python_type() == name)
+        [
+            Value,
+            Index,
+            Aborted,
+            Timeout,
+            Deadlock,
+            Leak,
+            Race,
+            External,
+            NotImplemented,
+            Runtime,
+            Uninitialized,
+            Memory,
+            Internal,
+        ]
+        .into_iter()
+        .find(|k| k.python_type() == name)
     }
 }
 

@@ -61,10 +61,7 @@ impl Block {
     }
 
     fn starts(&self, idx: &[i32]) -> Vec<i64> {
-        idx.iter()
-            .zip(&self.factors)
-            .map(|(&i, &f)| i.wrapping_mul(f as i32) as i64)
-            .collect()
+        idx.iter().zip(&self.factors).map(|(&i, &f)| i.wrapping_mul(f as i32) as i64).collect()
     }
 
     fn region(&self, starts: &[i64]) -> Region {
@@ -130,7 +127,9 @@ impl GridLoop {
                 return Err(RtError::value("grid_begin: block sizes, squeezed flags and factors differ in length"));
             }
         }
-        if let Some(&Some(b)) = revisit.iter().find(|r| matches!(r, Some(b) if *b >= blocks.len() || !blocks[*b].output)) {
+        if let Some(&Some(b)) =
+            revisit.iter().find(|r| matches!(r, Some(b) if *b >= blocks.len() || !blocks[*b].output))
+        {
             return Err(RtError::value(format!("grid_begin: revisit block {b} is not an output block")));
         }
         let first = core as i64 * spec.iters_per_core;
@@ -252,8 +251,7 @@ impl GridLoop {
             }
             regions[b] = Some(region);
         }
-        let tracked: Vec<Option<Region>> =
-            self.revisit.iter().map(|r| r.and_then(|b| regions[b].take())).collect();
+        let tracked: Vec<Option<Region>> = self.revisit.iter().map(|r| r.and_then(|b| regions[b].take())).collect();
         revisit(&self.loop_idx, &tracked)?;
         self.it += 1;
         self.loop_idx = self.next_indices(&self.loop_idx);
@@ -321,17 +319,18 @@ mod tests {
 
     #[test]
     fn copies_only_blocks_that_move() {
-        let g = GridLoop::new(spec(&[2, 3], vec![vec![], vec![]], 6), vec![block(false, 8), block(true, 8)], vec![Some(1)], 0).unwrap();
+        let g = GridLoop::new(
+            spec(&[2, 3], vec![vec![], vec![]], 6),
+            vec![block(false, 8), block(true, 8)],
+            vec![Some(1)],
+            0,
+        )
+        .unwrap();
         let (copies, visits) = run(g);
         // Input copied at (0, 0) and (1, 0); output copied out after (0, 2) and (1, 2).
         assert_eq!(
             copies,
-            vec![
-                (false, 0, vec![0, 0]),
-                (true, 0, vec![0, 2]),
-                (false, 8, vec![1, 0]),
-                (true, 8, vec![1, 2]),
-            ]
+            vec![(false, 0, vec![0, 0]), (true, 0, vec![0, 2]), (false, 8, vec![1, 0]), (true, 8, vec![1, 2]),]
         );
         assert_eq!(visits.len(), 6);
         assert_eq!(visits[4], vec![1, 1]);
@@ -341,7 +340,8 @@ mod tests {
     fn cores_split_the_iterations_and_visit_in_order() {
         // Two cores over a parallel dim of 4 visited as 2, 0, 3, 1.
         let order = vec![vec![2, 0, 3, 1]];
-        let g = GridLoop::new(spec(&[4], order.clone(), 2), vec![block(false, 8), block(true, 8)], vec![Some(1)], 1).unwrap();
+        let g = GridLoop::new(spec(&[4], order.clone(), 2), vec![block(false, 8), block(true, 8)], vec![Some(1)], 1)
+            .unwrap();
         assert_eq!(g.point(), vec![3]);
         assert_eq!(g.next_point(), vec![1]);
         let (copies, visits) = run(g);

@@ -71,8 +71,7 @@ mod tests {
 
     #[test]
     fn same_seed_same_bits_different_seed_different_bits() {
-        let (mut a, mut b, mut c) =
-            (CorePrng::seeded(&[42]), CorePrng::seeded(&[42]), CorePrng::seeded(&[43]));
+        let (mut a, mut b, mut c) = (CorePrng::seeded(&[42]), CorePrng::seeded(&[42]), CorePrng::seeded(&[43]));
         let (mut x, mut y, mut z) = ([0u32; 9], [0u32; 9], [0u32; 9]);
         a.fill_u32(&mut x);
         b.fill_u32(&mut y);

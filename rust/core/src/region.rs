@@ -153,10 +153,7 @@ mod tests {
     fn python_reprs() {
         assert_eq!(Region::full().python_repr(), "()");
         assert_eq!(Region::new(vec![DimSel::slice(0, 8, 1)]).python_repr(), "(slice(0, 8, 1),)");
-        assert_eq!(
-            Region::new(vec![DimSel::slice(2, 3, 2), DimSel::index(3)]).python_repr(),
-            "(slice(2, 8, 2), 3)"
-        );
+        assert_eq!(Region::new(vec![DimSel::slice(2, 3, 2), DimSel::index(3)]).python_repr(), "(slice(2, 8, 2), 3)");
         assert_eq!(python_tuple(&["8", "128"]), "(8, 128)");
     }
 

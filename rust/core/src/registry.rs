@@ -227,4 +227,3 @@ fn check_same_config(a: &Config, b: &Config, uid: u64, run_id: i64) -> Result<()
     }
     Ok(())
 }
-

@@ -3,9 +3,9 @@
 //! warnings. Nothing is printed here: pytest can capture warnings, not
 //! stderr lines written by native code.
 
-use std::collections::VecDeque;
 use crate::enum_str::enum_str;
 use crate::sync::IgnorePoison;
+use std::collections::VecDeque;
 use std::sync::Mutex;
 
 /// Undelivered reports kept; older ones are dropped beyond this (and

@@ -11,19 +11,19 @@
 
 use crate::config::{Config, Topology};
 use crate::dma::{DmaEnv, DmaRequest, DmaStep};
-use crate::error::{Result, RtError};
-use crate::memory::{Access, BufferInfo, BufferKey, Init, MemRef, MemorySpace, MemoryTable};
 use crate::dtype::DType;
-use crate::region::Region;
+use crate::error::{Result, RtError};
+use crate::grid::GridLoop;
+use crate::memory::{Access, BufferInfo, BufferKey, Init, MemRef, MemorySpace, MemoryTable};
 use crate::prng::CorePrng;
 use crate::races::{RaceDetector, RaceLog};
-use crate::grid::GridLoop;
+use crate::region::Region;
 use crate::revisit::RevisitTracker;
 use crate::sem::{Leak, SemKind, SemTable};
 use crate::sync::{lock, Mutex};
+use crate::trace::Tracer;
 #[cfg(not(loom))]
 use std::sync::Arc;
-use crate::trace::Tracer;
 
 pub struct Runtime {
     config: Config,
@@ -254,16 +254,8 @@ impl Runtime {
     /// Allocates `count` consecutive internal semaphores on (device, core) --
     /// every core of the device when `core` is `None` -- and returns the first
     /// id (ids count from 2000 per core and stay in sync across cores).
-    pub fn allocate_semaphores(
-        &self,
-        device: u32,
-        core: Option<u32>,
-        kind: SemKind,
-        count: u32,
-    ) -> Result<u32> {
-        self.sems
-            .allocate(device, core, kind, count)
-            .map_err(|e| e.at(device, core.unwrap_or(0)))
+    pub fn allocate_semaphores(&self, device: u32, core: Option<u32>, kind: SemKind, count: u32) -> Result<u32> {
+        self.sems.allocate(device, core, kind, count).map_err(|e| e.at(device, core.unwrap_or(0)))
     }
 
     /// The barrier semaphore of `collective_id` (fixed-id namespace); it is
@@ -288,9 +280,7 @@ impl Runtime {
         if self.races.is_some() || self.trace.is_some() {
             self.note_signal(device, core, sem, inc, target_device, target_core);
         }
-        self.sems
-            .signal(device, core, sem, inc, target_device, target_core)
-            .map_err(|e| e.at(device, core))
+        self.sems.signal(device, core, sem, inc, target_device, target_core).map_err(|e| e.at(device, core))
     }
 
     /// Race-detector and timeline hooks of a signal, before the count
@@ -298,7 +288,15 @@ impl Runtime {
     /// record nothing (the signal itself reports them).
     #[cold]
     #[inline(never)]
-    fn note_signal(&self, device: u32, core: u32, sem: u32, inc: i64, target_device: Option<u32>, target_core: Option<u32>) {
+    fn note_signal(
+        &self,
+        device: u32,
+        core: u32,
+        sem: u32,
+        inc: i64,
+        target_device: Option<u32>,
+        target_core: Option<u32>,
+    ) {
         // Stock: no device id -> this device; no core index -> core 0.
         let target = self.topo.check(target_device.unwrap_or(device), target_core.unwrap_or(0));
         if let (Ok(_), Ok(target)) = (self.topo.check(device, core), target) {
@@ -340,9 +338,7 @@ impl Runtime {
     fn wait_traced(&self, device: u32, core: u32, what: &'static str, sem: u32, value: i64, site: u32) -> Result<()> {
         let Some(t) = &self.trace else { return self.wait_untraced(device, core, sem, value, site) };
         let on = crate::trace::WaitOn { device, core, what, sem, value };
-        crate::trace::traced_wait(t, on, || {
-            self.wait_untraced(device, core, sem, value, site)
-        })
+        crate::trace::traced_wait(t, on, || self.wait_untraced(device, core, sem, value, site))
     }
 
     #[inline(always)]
@@ -442,13 +438,7 @@ impl Runtime {
     /// Records the output blocks iteration `loop_idx` of (device, core)
     /// wrote; fails (stock's "Revisited block ..." error) if a block is
     /// written again after the core had moved on to other blocks.
-    pub fn check_revisit(
-        &self,
-        device: u32,
-        core: u32,
-        loop_idx: &[i64],
-        blocks: &[Option<Region>],
-    ) -> Result<()> {
+    pub fn check_revisit(&self, device: u32, core: u32, loop_idx: &[i64], blocks: &[Option<Region>]) -> Result<()> {
         let g = self.topo.check(device, core)?;
         lock(&self.cores[g as usize].revisit).visit(loop_idx, blocks).map_err(|e| e.at(device, core))
     }
@@ -467,9 +457,7 @@ impl Runtime {
         let mut guard = lock(&self.cores[g as usize].grid);
         match guard.as_mut() {
             Some(grid) => f(grid),
-            None => Err(RtError::value(format!(
-                "grid step on device {device}, core {core} without grid_begin"
-            ))),
+            None => Err(RtError::value(format!("grid step on device {device}, core {core} without grid_begin"))),
         }
     }
 

@@ -5,8 +5,7 @@
 
 use mosaic_rt_core::CoreState;
 use mosaic_rt_core::{
-    Config, DType, DmaMode, DmaRequest, ErrorKind, Init, LaunchRegistry, MemorySpace, Region, RtError, Runtime,
-    SemKind,
+    Config, DType, DmaMode, DmaRequest, ErrorKind, Init, LaunchRegistry, MemorySpace, Region, RtError, Runtime, SemKind,
 };
 use std::sync::Arc;
 use std::thread;
@@ -33,10 +32,7 @@ fn sem(rt: &Runtime, kind: SemKind) -> u32 {
 }
 
 /// Runs `f(device)` on one thread per device; returns the results.
-fn on_devices<T: Send + 'static>(
-    rt: &Arc<Runtime>,
-    f: impl Fn(&Runtime, u32) -> T + Send + Sync + 'static,
-) -> Vec<T> {
+fn on_devices<T: Send + 'static>(rt: &Arc<Runtime>, f: impl Fn(&Runtime, u32) -> T + Send + Sync + 'static) -> Vec<T> {
     let f = Arc::new(f);
     let handles: Vec<_> = (0..rt.topology().num_devices)
         .map(|d| {
@@ -266,12 +262,8 @@ fn the_detector_thread_finds_a_device_that_never_joins() {
 #[test]
 fn without_detection_a_wait_times_out() {
     let rt = Arc::new(
-        Runtime::new(Config {
-            detect_deadlocks: false,
-            wait_timeout: Some(Duration::from_millis(50)),
-            ..config(1, 1)
-        })
-        .unwrap(),
+        Runtime::new(Config { detect_deadlocks: false, wait_timeout: Some(Duration::from_millis(50)), ..config(1, 1) })
+            .unwrap(),
     );
     let s = sem(&rt, SemKind::Regular);
     assert_eq!(rt.semaphore_wait(0, 0, s, 1).unwrap_err().kind, ErrorKind::Timeout);

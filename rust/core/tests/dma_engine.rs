@@ -30,22 +30,13 @@ fn as_f32(bytes: &[u8]) -> Vec<f32> {
 /// An f32 buffer of `n` elements on (device, core), filled with `first..`.
 fn buffer(rt: &Runtime, device: u32, core: u32, space: MemorySpace, n: usize, first: f32) -> u32 {
     let values: Vec<f32> = (0..n).map(|i| first + i as f32).collect();
-    rt.allocate_buffer(device, Some(core), space, DType::F32, &[n], None, Init::Bytes(&f32_bytes(&values)))
-        .unwrap()
+    rt.allocate_buffer(device, Some(core), space, DType::F32, &[n], None, Init::Bytes(&f32_bytes(&values))).unwrap()
 }
 
 /// A zero-filled f32 VMEM buffer of `n` elements on (device, core).
 fn zeros(rt: &Runtime, device: u32, core: u32, n: usize) -> u32 {
-    rt.allocate_buffer(
-        device,
-        Some(core),
-        MemorySpace::Vmem,
-        DType::F32,
-        &[n],
-        None,
-        Init::Bytes(&vec![0u8; 4 * n]),
-    )
-    .unwrap()
+    rt.allocate_buffer(device, Some(core), MemorySpace::Vmem, DType::F32, &[n], None, Init::Bytes(&vec![0u8; 4 * n]))
+        .unwrap()
 }
 
 fn content(rt: &Runtime, device: u32, core: u32, space: MemorySpace, id: u32) -> Vec<f32> {
@@ -235,8 +226,7 @@ fn dtype_or_size_mismatch_names_both_sides() {
         let rt = runtime(1, 1, mode);
         let src = buffer(&rt, 0, 0, MemorySpace::Hbm, 8, 1.0);
         let small = zeros(&rt, 0, 0, 4);
-        let ints =
-            rt.allocate_buffer(0, Some(0), MemorySpace::Vmem, DType::I32, &[8], None, Init::Fill).unwrap();
+        let ints = rt.allocate_buffer(0, Some(0), MemorySpace::Vmem, DType::I32, &[8], None, Init::Fill).unwrap();
         let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
         let e = rt.dma_start(&local(0, src, small, sem)).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Value);
@@ -254,10 +244,7 @@ fn unknown_semaphore_device_or_buffer_is_rejected() {
     assert!(e.message.contains("4242"), "{}", e.message);
     let e = rt.dma_start(&DmaRequest { src_sem: Some(4243), ..req.clone() }).unwrap_err();
     assert!(e.message.contains("4243"), "{}", e.message);
-    assert_eq!(
-        rt.dma_start(&DmaRequest { dst_device: Some(2), ..req.clone() }).unwrap_err().kind,
-        ErrorKind::Value
-    );
+    assert_eq!(rt.dma_start(&DmaRequest { dst_device: Some(2), ..req.clone() }).unwrap_err().kind, ErrorKind::Value);
     assert!(rt.dma_start(&DmaRequest { src_id: 999, ..req.clone() }).is_err());
     assert_eq!(content(&rt, 1, 1, MemorySpace::Vmem, req.dst_id), vec![0.0; 4]);
 }
@@ -395,7 +382,11 @@ fn huge_out_of_bounds_dma_regions_are_errors_not_aborts() {
         rt.allocate_semaphores(1, None, SemKind::Dma, 2).unwrap();
         let local = DmaRequest { src_region: huge.clone(), dst_region: huge.clone(), ..local(0, src, dst, sems) };
         let local = DmaRequest { src_space: MemorySpace::Vmem, ..local };
-        let remote = DmaRequest { src_region: huge.clone(), dst_region: huge.clone(), ..remote(0, 0, 1, src, far, (sems, sems + 1)) };
+        let remote = DmaRequest {
+            src_region: huge.clone(),
+            dst_region: huge.clone(),
+            ..remote(0, 0, 1, src, far, (sems, sems + 1))
+        };
         for (req, wait_on) in [(local, (0, sems)), (remote, (1, sems + 1))] {
             let e = match rt.dma_start(&req) {
                 Err(e) => e,

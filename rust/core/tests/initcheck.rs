@@ -82,17 +82,15 @@ fn fresh_memory_reads_fail_and_written_memory_reads_pass() {
 #[test]
 fn initial_values_count_as_written_and_hbm_is_not_checked() {
     let rt = runtime(DmaMode::Eager);
-    let init = rt
-        .allocate_buffer(0, Some(0), MemorySpace::Smem, DType::I32, &[4], None, Init::Bytes(&[1u8; 16]))
-        .unwrap();
+    let init =
+        rt.allocate_buffer(0, Some(0), MemorySpace::Smem, DType::I32, &[4], None, Init::Bytes(&[1u8; 16])).unwrap();
     let mut out = [0u8; 16];
     rt.load(MemRef::new(0, 0, MemorySpace::Smem, init, &Region::full()), &mut out).unwrap();
     let hbm = fresh(&rt, 0, HBM, &[8]);
     load(&rt, HBM, hbm, &Region::full(), 8).unwrap();
     // Padding beyond the logical shape of an initialised buffer is not written.
-    let padded = rt
-        .allocate_buffer(0, Some(0), VMEM, DType::F32, &[4, 8], Some(&[3, 8]), Init::Bytes(&[0u8; 4 * 24]))
-        .unwrap();
+    let padded =
+        rt.allocate_buffer(0, Some(0), VMEM, DType::F32, &[4, 8], Some(&[3, 8]), Init::Bytes(&[0u8; 4 * 24])).unwrap();
     load(&rt, VMEM, padded, &rows(0, 3), 24).unwrap();
     let msg = uninit(load(&rt, VMEM, padded, &rows(2, 2), 16).unwrap_err());
     assert!(msg.contains("at [3, 0:8]: 8 of the 16"), "{msg}");

@@ -5,10 +5,10 @@
 #![cfg(loom)]
 
 use loom::thread;
-use mosaic_rt_core::internals::SemTable;
-use mosaic_rt_core::SemKind;
 use mosaic_rt_core::internals::sync::Arc;
+use mosaic_rt_core::internals::SemTable;
 use mosaic_rt_core::Config;
+use mosaic_rt_core::SemKind;
 
 /// Under loom a page holds 4 counters and tables of at most 4 are dense:
 /// 5 devices x 1 core x 1 semaphore is a paged table of two pages.

@@ -6,9 +6,9 @@
 #![cfg(loom)]
 
 use loom::thread;
+use mosaic_rt_core::internals::sync::Arc;
 use mosaic_rt_core::internals::SemTable;
 use mosaic_rt_core::SemKind;
-use mosaic_rt_core::internals::sync::Arc;
 use mosaic_rt_core::{Config, ErrorKind};
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
@@ -27,10 +27,7 @@ fn table(devices: u32) -> (Arc<SemTable>, u32) {
         ..Config::default()
     };
     let table = SemTable::new(&config);
-    let sem = (0..devices)
-        .map(|d| table.allocate(d, None, SemKind::Regular, 1).unwrap())
-        .last()
-        .unwrap();
+    let sem = (0..devices).map(|d| table.allocate(d, None, SemKind::Regular, 1).unwrap()).last().unwrap();
     (Arc::new(table), sem)
 }
 

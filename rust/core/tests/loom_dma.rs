@@ -4,10 +4,10 @@
 #![cfg(loom)]
 
 use loom::thread;
+use mosaic_rt_core::internals::sync::{Arc, AtomicUsize, Ordering};
 use mosaic_rt_core::internals::DmaMachine;
 use mosaic_rt_core::internals::SemTable;
 use mosaic_rt_core::SemKind;
-use mosaic_rt_core::internals::sync::{Arc, AtomicUsize, Ordering};
 use mosaic_rt_core::{Config, Result};
 
 const BYTES: i64 = 16;

@@ -5,9 +5,9 @@
 #![cfg(loom)]
 
 use loom::thread;
+use mosaic_rt_core::internals::sync::Arc;
 use mosaic_rt_core::internals::SemTable;
 use mosaic_rt_core::SemKind;
-use mosaic_rt_core::internals::sync::Arc;
 use mosaic_rt_core::{Config, ErrorKind, RtError};
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
@@ -21,10 +21,7 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 fn table(devices: u32, cores: u32) -> (Arc<SemTable>, u32) {
     let config = Config { num_devices: devices, cores_per_device: cores, wait_timeout: None, ..Config::default() };
     let table = SemTable::new(&config);
-    let sem = (0..devices)
-        .map(|d| table.allocate(d, None, SemKind::Regular, 1).unwrap())
-        .last()
-        .unwrap();
+    let sem = (0..devices).map(|d| table.allocate(d, None, SemKind::Regular, 1).unwrap()).last().unwrap();
     (Arc::new(table), sem)
 }
 

@@ -4,9 +4,9 @@
 #![cfg(loom)]
 
 use loom::thread;
+use mosaic_rt_core::internals::sync::Arc;
 use mosaic_rt_core::internals::SemTable;
 use mosaic_rt_core::SemKind;
-use mosaic_rt_core::internals::sync::Arc;
 use mosaic_rt_core::{Config, ErrorKind, RtError};
 
 fn model(f: impl Fn() + Sync + Send + 'static) {

@@ -5,9 +5,7 @@ mod memory_support;
 
 use memory_support::*;
 use mosaic_rt_core::MemRef;
-use mosaic_rt_core::{
-    BufferKey, DType, DimSel, ErrorKind, FillMode, Init, MemorySpace, OobReads, Region,
-};
+use mosaic_rt_core::{BufferKey, DType, DimSel, ErrorKind, FillMode, Init, MemorySpace, OobReads, Region};
 
 const VMEM: MemorySpace = MemorySpace::Vmem;
 const HBM: MemorySpace = MemorySpace::Hbm;
@@ -39,9 +37,7 @@ fn ids_count_from_100_per_device_and_core() {
 #[test]
 fn all_core_allocation_makes_one_private_buffer_per_core() {
     let mem = table(1, 3, OobReads::Raise, FillMode::Zero);
-    let id = mem
-        .allocate(0, None, VMEM, DType::U8, &[4], None, Init::Bytes(&[1, 2, 3, 4]))
-        .unwrap();
+    let id = mem.allocate(0, None, VMEM, DType::U8, &[4], None, Init::Bytes(&[1, 2, 3, 4])).unwrap();
     mem.store(MemRef::new(0, 1, VMEM, id, &Region::full()), &[9; 4]).unwrap();
     for core in 0..3 {
         let info = mem.info(key(VMEM, id, 0, core)).unwrap();
@@ -73,10 +69,7 @@ fn hbm_is_shared_by_cores_and_ref_counted() {
         assert_eq!(e.kind, ErrorKind::Value);
         let e = mem.free(1, 0, space, id).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Value);
-        assert!(
-            e.message.contains(&format!("{} buffer {id} of device 1, core 0", space.as_str())),
-            "{e}"
-        );
+        assert!(e.message.contains(&format!("{} buffer {id} of device 1, core 0", space.as_str())), "{e}");
     }
 }
 
@@ -84,10 +77,8 @@ fn hbm_is_shared_by_cores_and_ref_counted() {
 fn per_core_hbm_allocations_share_one_buffer() {
     // Each core's thread allocates "its" HBM buffer; ids agree, one buffer exists.
     let mem = table(1, 2, OobReads::Raise, FillMode::Zero);
-    let a =
-        mem.allocate(0, Some(0), HBM, DType::U8, &[2], None, Init::Bytes(&[1, 2])).unwrap();
-    let b =
-        mem.allocate(0, Some(1), HBM, DType::U8, &[2], None, Init::Bytes(&[3, 4])).unwrap();
+    let a = mem.allocate(0, Some(0), HBM, DType::U8, &[2], None, Init::Bytes(&[1, 2])).unwrap();
+    let b = mem.allocate(0, Some(1), HBM, DType::U8, &[2], None, Init::Bytes(&[3, 4])).unwrap();
     assert_eq!(a, b);
     let info = mem.info(key(HBM, a, 0, 0)).unwrap();
     assert_eq!(info.ref_count, 2);
@@ -97,27 +88,19 @@ fn per_core_hbm_allocations_share_one_buffer() {
 #[test]
 fn invalid_allocations_are_value_errors() {
     let mem = table(1, 2, OobReads::Raise, FillMode::Nan);
-    let e = mem
-        .allocate(0, None, VMEM, DType::F32, &[8, 64], Some(&[8, 128]), Init::Fill)
-        .unwrap_err();
+    let e = mem.allocate(0, None, VMEM, DType::F32, &[8, 64], Some(&[8, 128]), Init::Fill).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
     assert_eq!(e.message, "Logical shape (8, 128) cannot be bigger than content shape (8, 64).");
-    let e = mem
-        .allocate(0, None, VMEM, DType::F32, &[8, 64], Some(&[8]), Init::Fill)
-        .unwrap_err();
+    let e = mem.allocate(0, None, VMEM, DType::F32, &[8, 64], Some(&[8]), Init::Fill).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
-    let e = mem
-        .allocate(0, None, VMEM, DType::F32, &[4], None, Init::Bytes(&[0; 12]))
-        .unwrap_err();
+    let e = mem.allocate(0, None, VMEM, DType::F32, &[4], None, Init::Bytes(&[0; 12])).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
     assert!(e.message.contains("must have 16 bytes, got 12"), "{e}");
     let e = mem.allocate(1, None, VMEM, DType::F32, &[4], None, Init::Fill).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
     let e = mem.allocate(0, Some(2), VMEM, DType::F32, &[4], None, Init::Fill).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
-    let e = mem
-        .allocate(0, Some(0), VMEM, DType::F64, &[1 << 40, 1 << 40], None, Init::Fill)
-        .unwrap_err();
+    let e = mem.allocate(0, Some(0), VMEM, DType::F64, &[1 << 40, 1 << 40], None, Init::Fill).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value, "{e}");
     let e = mem.free(0, 0, VMEM, 100).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
@@ -132,8 +115,7 @@ fn fresh_memory_holds_the_fill_value() {
     for fill in [FillMode::Nan, FillMode::Zero] {
         let mem = table(1, 1, OobReads::Raise, fill);
         for dtype in DType::ALL {
-            let id =
-                mem.allocate(0, Some(0), VMEM, dtype, &[3, 2], None, Init::Fill).unwrap();
+            let id = mem.allocate(0, Some(0), VMEM, dtype, &[3, 2], None, Init::Fill).unwrap();
             let want: Vec<u8> = dtype.fill_bytes(fill).repeat(6);
             assert_eq!(mem.content(key(VMEM, id, 0, 0)).unwrap(), want, "{dtype:?} {fill:?}");
         }
@@ -144,9 +126,7 @@ fn fresh_memory_holds_the_fill_value() {
 fn init_goes_to_the_logical_corner_and_padding_gets_fill() {
     let mem = table(1, 1, OobReads::Raise, FillMode::Nan);
     let init: Vec<u8> = (1..=6).collect(); // logical (2, 3) of int8
-    let id = mem
-        .allocate(0, Some(0), VMEM, DType::I8, &[3, 4], Some(&[2, 3]), Init::Bytes(&init))
-        .unwrap();
+    let id = mem.allocate(0, Some(0), VMEM, DType::I8, &[3, 4], Some(&[2, 3]), Init::Bytes(&init)).unwrap();
     let f = 0x7f;
     assert_eq!(mem.content(key(VMEM, id, 0, 0)).unwrap(), [1, 2, 3, f, 4, 5, 6, f, f, f, f, f]);
     let info = mem.info(key(VMEM, id, 0, 0)).unwrap();
@@ -176,9 +156,7 @@ fn every_dtype_round_trips() {
     for dtype in DType::ALL {
         let n = 5 * 7 * dtype.itemsize();
         let init = rng.bytes(n);
-        let id = mem
-            .allocate(0, Some(0), VMEM, dtype, &[5, 7], None, Init::Bytes(&init))
-            .unwrap();
+        let id = mem.allocate(0, Some(0), VMEM, dtype, &[5, 7], None, Init::Bytes(&init)).unwrap();
         let mut out = vec![0u8; n];
         mem.load(MemRef::new(0, 0, VMEM, id, &Region::full()), &mut out).unwrap();
         assert_eq!(out, init, "{dtype:?}");
@@ -199,24 +177,13 @@ fn every_dtype_round_trips() {
 #[test]
 fn scalars_have_rank_zero() {
     let mem = table(1, 1, OobReads::Raise, FillMode::Zero);
-    let id = mem
-        .allocate(
-            0,
-            Some(0),
-            MemorySpace::Smem,
-            DType::I32,
-            &[],
-            None,
-            Init::Bytes(&[7, 0, 0, 0]),
-        )
-        .unwrap();
+    let id = mem.allocate(0, Some(0), MemorySpace::Smem, DType::I32, &[], None, Init::Bytes(&[7, 0, 0, 0])).unwrap();
     let mut out = [0u8; 4];
     mem.load(MemRef::new(0, 0, MemorySpace::Smem, id, &Region::full()), &mut out).unwrap();
     assert_eq!(out, [7, 0, 0, 0]);
     mem.store(MemRef::new(0, 0, MemorySpace::Smem, id, &Region::full()), &[1, 2, 3, 4]).unwrap();
     assert_eq!(mem.content(key(MemorySpace::Smem, id, 0, 0)).unwrap(), [1, 2, 3, 4]);
-    let e = mem
-        .load(MemRef::new(0, 0, MemorySpace::Smem, id, &Region::new(vec![DimSel::index(0)])), &mut out)
-        .unwrap_err();
+    let e =
+        mem.load(MemRef::new(0, 0, MemorySpace::Smem, id, &Region::new(vec![DimSel::index(0)])), &mut out).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
 }

@@ -6,9 +6,7 @@ mod memory_support;
 use memory_support::*;
 use mosaic_rt_core::internals::MemoryTable;
 use mosaic_rt_core::MemRef;
-use mosaic_rt_core::{
-    BufferKey, DType, DimSel, ErrorKind, FillMode, Init, MemorySpace, OobReads, Region,
-};
+use mosaic_rt_core::{BufferKey, DType, DimSel, ErrorKind, FillMode, Init, MemorySpace, OobReads, Region};
 
 const VMEM: MemorySpace = MemorySpace::Vmem;
 const HBM: MemorySpace = MemorySpace::Hbm;
@@ -21,8 +19,7 @@ fn rows(start: i64, size: i64) -> Region {
 fn setup(oob: OobReads, fill: FillMode) -> (MemoryTable, u32) {
     let mem = table(1, 2, oob, fill);
     let init: Vec<u8> = (0..12).collect();
-    let id =
-        mem.allocate(0, None, HBM, DType::I8, &[4, 3], None, Init::Bytes(&init)).unwrap();
+    let id = mem.allocate(0, None, HBM, DType::I8, &[4, 3], None, Init::Bytes(&init)).unwrap();
     (mem, id)
 }
 
@@ -39,10 +36,7 @@ fn oob_read_raises_stock_text_with_accessing_core() {
     let mut out = [0u8; 1];
     let r = Region::new(vec![DimSel::index(4), DimSel::index(0)]);
     let e = mem.load(MemRef::new(0, 0, HBM, id, &r), &mut out).unwrap_err();
-    assert_eq!(
-        e.message,
-        "Out-of-bounds read of (0 0 hbm 100): reading [(4, 0)] but buffer has shape (4, 3)."
-    );
+    assert_eq!(e.message, "Out-of-bounds read of (0 0 hbm 100): reading [(4, 0)] but buffer has shape (4, 3).");
     // Strided: rows 1 and 4 -> partially out.
     let mut out = [0u8; 6];
     let r = Region::new(vec![DimSel::slice(1, 2, 3)]);
@@ -103,28 +97,18 @@ fn oob_write_is_its_own_kind_with_stock_text_and_writes_nothing() {
 #[test]
 fn error_texts_show_the_logical_shape() {
     let mem = table(1, 1, OobReads::Raise, FillMode::Nan);
-    let id = mem
-        .allocate(0, Some(0), VMEM, DType::F32, &[8, 128], Some(&[5, 100]), Init::Fill)
-        .unwrap();
+    let id = mem.allocate(0, Some(0), VMEM, DType::F32, &[8, 128], Some(&[5, 100]), Init::Fill).unwrap();
     let mut out = vec![0u8; 9 * 100 * 4];
     let e = mem.load(MemRef::new(0, 0, VMEM, id, &rows(0, 9)), &mut out).unwrap_err();
     assert_eq!(
         e.message,
         "Out-of-bounds read of (0 0 vmem 100): reading [(slice(0, 9, 1),)] but buffer has shape (5, 100)."
     );
-    let scalar = mem
-        .allocate(0, Some(0), MemorySpace::Smem, DType::I32, &[2], None, Init::Fill)
-        .unwrap();
+    let scalar = mem.allocate(0, Some(0), MemorySpace::Smem, DType::I32, &[2], None, Init::Fill).unwrap();
     let e = mem
-        .store(
-            MemRef::new(0, 0, MemorySpace::Smem, scalar, &Region::new(vec![DimSel::index(2)])),
-            &[0; 4],
-        )
+        .store(MemRef::new(0, 0, MemorySpace::Smem, scalar, &Region::new(vec![DimSel::index(2)])), &[0; 4])
         .unwrap_err();
-    assert_eq!(
-        e.message,
-        "Out-of-bounds write of (0 0 smem 101): writing [(2,)] but buffer has shape (2,) ."
-    );
+    assert_eq!(e.message, "Out-of-bounds write of (0 0 smem 101): writing [(2,)] but buffer has shape (2,) .");
 }
 
 #[test]
@@ -133,17 +117,10 @@ fn wrong_byte_lengths_and_bad_regions_are_value_errors() {
     let mut out = [0u8; 5];
     let e = mem.load(MemRef::new(0, 0, HBM, id, &rows(0, 2)), &mut out).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
-    assert!(
-        e.message.contains("has 5 bytes but the region has shape (2, 3) and needs 6 bytes"),
-        "{e}"
-    );
-    assert_eq!(
-        mem.store(MemRef::new(0, 0, HBM, id, &rows(0, 2)), &[0; 7]).unwrap_err().kind,
-        ErrorKind::Value
-    );
+    assert!(e.message.contains("has 5 bytes but the region has shape (2, 3) and needs 6 bytes"), "{e}");
+    assert_eq!(mem.store(MemRef::new(0, 0, HBM, id, &rows(0, 2)), &[0; 7]).unwrap_err().kind, ErrorKind::Value);
     let mut out6 = [0u8; 6];
-    let e =
-        mem.swap(MemRef::new(0, 0, HBM, id, &rows(0, 2)), &[0; 6], Some(&[1; 5]), &mut out6).unwrap_err();
+    let e = mem.swap(MemRef::new(0, 0, HBM, id, &rows(0, 2)), &[0; 6], Some(&[1; 5]), &mut out6).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
     for bad in [
         Region::new(vec![DimSel::slice(-1, 1, 1)]),
@@ -162,13 +139,7 @@ fn wrong_byte_lengths_and_bad_regions_are_value_errors() {
 fn swap_returns_old_values_and_writes_new_ones() {
     let (mem, id) = setup(OobReads::Raise, FillMode::Nan);
     let mut old = [0u8; 3];
-    mem.swap(
-        MemRef::new(0, 0, HBM, id, &Region::new(vec![DimSel::index(1)])),
-        &[20, 21, 22],
-        None,
-        &mut old,
-    )
-    .unwrap();
+    mem.swap(MemRef::new(0, 0, HBM, id, &Region::new(vec![DimSel::index(1)])), &[20, 21, 22], None, &mut old).unwrap();
     assert_eq!(old, [3, 4, 5]);
     let key = BufferKey { space: HBM, id, device: 0, core: 0 };
     assert_eq!(mem.content(key).unwrap()[3..6], [20, 21, 22]);
@@ -198,14 +169,11 @@ fn masked_swap() {
     // Partly out of bounds with the mask false outside: allowed.
     let mut out = [0u8; 6];
     let data = [60, 61, 62, 63, 64, 65];
-    mem.swap(MemRef::new(0, 0, HBM, id, &rows(3, 2)), &data, Some(&[0, 1, 0, 0, 0, 0]), &mut out)
-        .unwrap();
+    mem.swap(MemRef::new(0, 0, HBM, id, &rows(3, 2)), &data, Some(&[0, 1, 0, 0, 0, 0]), &mut out).unwrap();
     assert_eq!(out, [60, 10, 62, 63, 64, 65]);
     assert_eq!(mem.content(key).unwrap()[9..12], [9, 61, 11]);
     // Mask true on an out-of-bounds element: error (note stock's trailing space), no write.
-    let e = mem
-        .swap(MemRef::new(0, 1, HBM, id, &rows(3, 2)), &data, Some(&[1, 0, 0, 0, 0, 1]), &mut out)
-        .unwrap_err();
+    let e = mem.swap(MemRef::new(0, 1, HBM, id, &rows(3, 2)), &data, Some(&[1, 0, 0, 0, 0, 1]), &mut out).unwrap_err();
     assert_eq!(e.kind, ErrorKind::OutOfBoundsWrite);
     assert_eq!(
         e.message,
@@ -220,26 +188,15 @@ fn masked_swap() {
     mem.swap(MemRef::new(0, 0, HBM, id, &r), &[70, 71, 72, 73], Some(&[1, 0, 1, 0]), &mut out).unwrap();
     assert_eq!(out, [52, 71, 5, 73]);
     // Entirely out of bounds: the masked error even with an all-false mask.
-    let e = mem
-        .swap(MemRef::new(0, 0, HBM, id, &rows(4, 2)), &[0; 6], Some(&[0; 6]), &mut [0; 6])
-        .unwrap_err();
+    let e = mem.swap(MemRef::new(0, 0, HBM, id, &rows(4, 2)), &[0; 6], Some(&[0; 6]), &mut [0; 6]).unwrap_err();
     assert!(e.message.starts_with("Out-of-bounds masked swap"), "{e}");
 }
 
 #[test]
 fn swaps_only_write_within_the_logical_shape() {
     let mem = table(1, 1, OobReads::Raise, FillMode::Zero);
-    let id = mem
-        .allocate(
-            0,
-            Some(0),
-            VMEM,
-            DType::U8,
-            &[2, 4],
-            Some(&[2, 3]),
-            Init::Bytes(&[1, 2, 3, 4, 5, 6]),
-        )
-        .unwrap();
+    let id =
+        mem.allocate(0, Some(0), VMEM, DType::U8, &[2, 4], Some(&[2, 3]), Init::Bytes(&[1, 2, 3, 4, 5, 6])).unwrap();
     let key = BufferKey { space: VMEM, id, device: 0, core: 0 };
     let r = Region::new(vec![DimSel::index(0), DimSel::slice(0, 4, 1)]);
     let mut out = [0u8; 4];
@@ -267,10 +224,7 @@ fn copies_between_buffers() {
     let whole = Region::full();
     let r = Region::new(vec![DimSel::slice(1, 2, 2)]);
     assert_eq!(mem.copy(mref(HBM, src, &r), mref(VMEM, dst, &whole)).unwrap(), 6);
-    assert_eq!(
-        mem.content(BufferKey { space: VMEM, id: dst, device: 0, core: 1 }).unwrap(),
-        [3, 4, 5, 9, 10, 11]
-    );
+    assert_eq!(mem.content(BufferKey { space: VMEM, id: dst, device: 0, core: 1 }).unwrap(), [3, 4, 5, 9, 10, 11]);
     // Shape mismatch.
     let e = mem.copy(mref(HBM, src, &rows(0, 3)), mref(VMEM, dst, &whole)).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
@@ -282,10 +236,7 @@ fn copies_between_buffers() {
     assert_eq!(e.kind, ErrorKind::OutOfBoundsWrite);
     assert!(e.message.starts_with("Out-of-bounds write of (0 1 vmem 101)"), "{e}");
     // Overlapping copy within one buffer reads everything before writing.
-    assert_eq!(
-        mem.copy(mref(HBM, src, &rows(0, 3)), mref(HBM, src, &rows(1, 3))).unwrap(),
-        9
-    );
+    assert_eq!(mem.copy(mref(HBM, src, &rows(0, 3)), mref(HBM, src, &rows(1, 3))).unwrap(), 9);
     let key = BufferKey { space: HBM, id: src, device: 0, core: 0 };
     assert_eq!(mem.content(key).unwrap(), [0, 1, 2, 0, 1, 2, 3, 4, 5, 6, 7, 8]);
 }
@@ -293,9 +244,7 @@ fn copies_between_buffers() {
 #[test]
 fn uninitialized_copy_reads_fill_values() {
     let (mem, src) = setup(OobReads::Uninitialized, FillMode::Nan);
-    let dst = mem
-        .allocate(0, Some(0), VMEM, DType::I8, &[2, 3], None, Init::Bytes(&[0; 6]))
-        .unwrap();
+    let dst = mem.allocate(0, Some(0), VMEM, DType::I8, &[2, 3], None, Init::Bytes(&[0; 6])).unwrap();
     let whole = Region::full();
     let r = rows(3, 2);
     let bytes = mem

@@ -10,10 +10,8 @@ use mosaic_rt_core::{DType, DimSel, ErrorKind, FillMode, Init, MemorySpace, OobR
 fn random_case(rng: &mut Rng) -> (Vec<usize>, Vec<usize>, Region) {
     let rank = rng.range(0, 4) as usize;
     let shape: Vec<usize> = (0..rank).map(|_| rng.range(1, 6) as usize).collect();
-    let logical: Vec<usize> = shape
-        .iter()
-        .map(|&n| if rng.chance(30) { rng.range(1, n as i64) as usize } else { n })
-        .collect();
+    let logical: Vec<usize> =
+        shape.iter().map(|&n| if rng.chance(30) { rng.range(1, n as i64) as usize } else { n }).collect();
     let listed = rng.range(0, rank as i64) as usize;
     let dims = (0..listed)
         .map(|k| {
@@ -25,8 +23,7 @@ fn random_case(rng: &mut Rng) -> (Vec<usize>, Vec<usize>, Region) {
                 DimSel::index(start)
             } else {
                 let stride = rng.range(1, 3);
-                let max_size =
-                    if rng.chance(15) { n + 1 } else { ((n - start).max(0) + stride - 1) / stride };
+                let max_size = if rng.chance(15) { n + 1 } else { ((n - start).max(0) + stride - 1) / stride };
                 DimSel::slice(start, rng.range(0, max_size.max(0)), stride)
             }
         })
@@ -43,17 +40,8 @@ fn check_random_loads(oob: OobReads, fill: FillMode, seed: u64) {
         let size = dtype.itemsize();
         let (shape, logical, region) = random_case(&mut rng);
         let init = rng.bytes(numel(&logical) * size);
-        let id = mem
-            .allocate(
-                0,
-                Some(0),
-                MemorySpace::Vmem,
-                dtype,
-                &shape,
-                Some(&logical),
-                Init::Bytes(&init),
-            )
-            .unwrap();
+        let id =
+            mem.allocate(0, Some(0), MemorySpace::Vmem, dtype, &shape, Some(&logical), Init::Bytes(&init)).unwrap();
         let key = mosaic_rt_core::BufferKey { space: MemorySpace::Vmem, id, device: 0, core: 0 };
         let content = mem.content(key).unwrap();
         let full = full_shape(&region, &logical);
@@ -116,9 +104,7 @@ fn random_stores() {
         let (shape, logical, region) = random_case(&mut rng);
         let init = rng.bytes(numel(&logical) * size);
         let space = if rng.chance(50) { MemorySpace::Hbm } else { MemorySpace::Smem };
-        let id = mem
-            .allocate(0, None, space, dtype, &shape, Some(&logical), Init::Bytes(&init))
-            .unwrap();
+        let id = mem.allocate(0, None, space, dtype, &shape, Some(&logical), Init::Bytes(&init)).unwrap();
         let key = mosaic_rt_core::BufferKey::for_access(space, id, 0, 1);
         let mut expected = mem.content(key).unwrap();
         let full = full_shape(&region, &logical);
@@ -134,11 +120,7 @@ fn random_stores() {
                 assert_eq!(got.unwrap_err().kind, ErrorKind::OutOfBoundsWrite, "case {case}")
             }
         }
-        assert_eq!(
-            mem.content(key).unwrap(),
-            expected,
-            "case {case}: {shape:?} {logical:?} {region:?}"
-        );
+        assert_eq!(mem.content(key).unwrap(), expected, "case {case}: {shape:?} {logical:?} {region:?}");
         for core in 0..2 {
             mem.free(0, core, space, id).unwrap();
         }
@@ -156,49 +138,23 @@ fn random_copies_match_load_then_store() {
         let size = dtype.itemsize();
         let (shape, logical, region) = random_case(&mut rng);
         let init = rng.bytes(numel(&logical) * size);
-        let src = mem
-            .allocate(
-                0,
-                Some(0),
-                MemorySpace::Hbm,
-                dtype,
-                &shape,
-                Some(&logical),
-                Init::Bytes(&init),
-            )
-            .unwrap();
+        let src =
+            mem.allocate(0, Some(0), MemorySpace::Hbm, dtype, &shape, Some(&logical), Init::Bytes(&init)).unwrap();
         // Destination: same shape with the region's full shape, on the other device.
         let full = full_shape(&region, &logical);
-        let dst = mem
-            .allocate(1, Some(0), MemorySpace::Vmem, dtype, &full, None, Init::Fill)
-            .unwrap();
+        let dst = mem.allocate(1, Some(0), MemorySpace::Vmem, dtype, &full, None, Init::Fill).unwrap();
         let mut via_load = vec![0u8; numel(&full) * size];
         let loaded = mem.load(MemRef::new(0, 0, MemorySpace::Hbm, src, &region), &mut via_load);
-        let s = mosaic_rt_core::memory::MemRef {
-            device: 0,
-            core: 0,
-            space: MemorySpace::Hbm,
-            id: src,
-            region: &region,
-        };
+        let s =
+            mosaic_rt_core::memory::MemRef { device: 0, core: 0, space: MemorySpace::Hbm, id: src, region: &region };
         let whole = Region::full();
-        let d = mosaic_rt_core::memory::MemRef {
-            device: 1,
-            core: 0,
-            space: MemorySpace::Vmem,
-            id: dst,
-            region: &whole,
-        };
+        let d =
+            mosaic_rt_core::memory::MemRef { device: 1, core: 0, space: MemorySpace::Vmem, id: dst, region: &whole };
         let copied = mem.copy(s, d);
         match (loaded, copied) {
             (Ok(()), Ok(bytes)) => {
                 assert_eq!(bytes, via_load.len());
-                let key = mosaic_rt_core::BufferKey {
-                    space: MemorySpace::Vmem,
-                    id: dst,
-                    device: 1,
-                    core: 0,
-                };
+                let key = mosaic_rt_core::BufferKey { space: MemorySpace::Vmem, id: dst, device: 1, core: 0 };
                 if numel(&full) > 0 {
                     assert_eq!(mem.content(key).unwrap(), via_load, "case {case}");
                 }

@@ -23,9 +23,7 @@ fn with_watchdog(name: &str, body: impl FnOnce() + Send + 'static) {
     match rx.recv_timeout(Duration::from_secs(60)) {
         Ok(()) => worker.join().unwrap(),
         // The body panicked (sender dropped): re-raise its panic.
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            std::panic::resume_unwind(worker.join().unwrap_err())
-        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => std::panic::resume_unwind(worker.join().unwrap_err()),
         Err(mpsc::RecvTimeoutError::Timeout) => panic!("{name}: deadlock (no progress in 60 s)"),
     }
 }
@@ -35,9 +33,7 @@ fn cores_write_their_own_rows_of_shared_hbm() {
     with_watchdog("rows", || {
         const CORES: u32 = 8;
         let mem = table(1, CORES, OobReads::Raise, FillMode::Zero);
-        let id = mem
-            .allocate(0, None, HBM, DType::U32, &[CORES as usize, 64], None, Init::Fill)
-            .unwrap();
+        let id = mem.allocate(0, None, HBM, DType::U32, &[CORES as usize, 64], None, Init::Fill).unwrap();
         thread::scope(|s| {
             for core in 0..CORES {
                 let mem = &mem;
@@ -65,8 +61,7 @@ fn cores_write_their_own_rows_of_shared_hbm() {
 fn loads_never_see_torn_stores() {
     with_watchdog("torn", || {
         let mem = table(2, 1, OobReads::Raise, FillMode::Zero);
-        let id =
-            mem.allocate(1, Some(0), HBM, DType::U8, &[64, 1024], None, Init::Fill).unwrap();
+        let id = mem.allocate(1, Some(0), HBM, DType::U8, &[64, 1024], None, Init::Fill).unwrap();
         thread::scope(|s| {
             let mem = &mem;
             s.spawn(move || {
@@ -91,10 +86,8 @@ fn loads_never_see_torn_stores() {
 fn opposite_remote_copies_do_not_deadlock() {
     with_watchdog("copies", || {
         let mem = table(2, 1, OobReads::Raise, FillMode::Zero);
-        let a =
-            mem.allocate(0, Some(0), HBM, DType::F32, &[16, 128], None, Init::Fill).unwrap();
-        let b =
-            mem.allocate(1, Some(0), HBM, DType::F32, &[16, 128], None, Init::Fill).unwrap();
+        let a = mem.allocate(0, Some(0), HBM, DType::F32, &[16, 128], None, Init::Fill).unwrap();
+        let b = mem.allocate(1, Some(0), HBM, DType::F32, &[16, 128], None, Init::Fill).unwrap();
         let whole = Region::full();
         thread::scope(|s| {
             for device in 0..2u32 {
@@ -103,13 +96,7 @@ fn opposite_remote_copies_do_not_deadlock() {
                     let (mine, theirs) = if device == 0 { (a, b) } else { (b, a) };
                     for _ in 0..3000 {
                         let src = MemRef { device, core: 0, space: HBM, id: mine, region: whole };
-                        let dst = MemRef {
-                            device: 1 - device,
-                            core: 0,
-                            space: HBM,
-                            id: theirs,
-                            region: whole,
-                        };
+                        let dst = MemRef { device: 1 - device, core: 0, space: HBM, id: theirs, region: whole };
                         assert_eq!(mem.copy(src, dst).unwrap(), 16 * 128 * 4);
                     }
                 });
@@ -122,8 +109,7 @@ fn opposite_remote_copies_do_not_deadlock() {
 fn allocation_churn_alongside_accesses() {
     with_watchdog("churn", || {
         let mem = table(4, 2, OobReads::Raise, FillMode::Nan);
-        let shared =
-            mem.allocate(0, None, HBM, DType::I32, &[8, 8], None, Init::Fill).unwrap();
+        let shared = mem.allocate(0, None, HBM, DType::I32, &[8, 8], None, Init::Fill).unwrap();
         thread::scope(|s| {
             for device in 0..4u32 {
                 for core in 0..2u32 {
@@ -147,11 +133,8 @@ fn allocation_churn_alongside_accesses() {
                                 .unwrap();
                             assert_eq!(id, expected_id);
                             let mut out = [0u8; 16];
-                            mem.load(
-                                MemRef::new(device, core, MemorySpace::Vmem, id, &Region::full()),
-                                &mut out,
-                            )
-                            .unwrap();
+                            mem.load(MemRef::new(device, core, MemorySpace::Vmem, id, &Region::full()), &mut out)
+                                .unwrap();
                             assert_eq!(out[..], data[..]);
                             // Remote reads of device 0's shared HBM from everywhere.
                             let row = Region::new(vec![DimSel::index(core as i64)]);
@@ -163,9 +146,6 @@ fn allocation_churn_alongside_accesses() {
                 }
             }
         });
-        assert_eq!(
-            mem.info(BufferKey { space: HBM, id: shared, device: 0, core: 0 }).unwrap().ref_count,
-            2
-        );
+        assert_eq!(mem.info(BufferKey { space: HBM, id: shared, device: 0, core: 0 }).unwrap().ref_count, 2);
     });
 }

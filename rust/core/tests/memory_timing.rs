@@ -27,17 +27,7 @@ fn timing_load_vs_memcpy() {
     let mem = table(1, 1, OobReads::Raise, FillMode::Nan);
     let mib = 1 << 20;
     let init = vec![3u8; mib];
-    let id = mem
-        .allocate(
-            0,
-            Some(0),
-            MemorySpace::Hbm,
-            DType::F32,
-            &[256, 1024],
-            None,
-            Init::Bytes(&init),
-        )
-        .unwrap();
+    let id = mem.allocate(0, Some(0), MemorySpace::Hbm, DType::F32, &[256, 1024], None, Init::Bytes(&init)).unwrap();
     let mut out = vec![0u8; mib];
     let load = per_iter(2000, || {
         mem.load(MemRef::new(0, 0, MemorySpace::Hbm, id, &Region::full()), &mut out).unwrap();
@@ -48,11 +38,7 @@ fn timing_load_vs_memcpy() {
         out.copy_from_slice(black_box(&src));
         black_box(&out);
     });
-    println!(
-        "1 MiB contiguous load: {:.1} us; copy_from_slice: {:.1} us",
-        load / 1e3,
-        memcpy / 1e3
-    );
+    println!("1 MiB contiguous load: {:.1} us; copy_from_slice: {:.1} us", load / 1e3, memcpy / 1e3);
 
     // A (8, 128) f32 block of the (256, 1024) buffer: 8 runs of 512 bytes.
     let block = Region::new(vec![DimSel::slice(8, 8, 1), DimSel::slice(128, 128, 1)]);

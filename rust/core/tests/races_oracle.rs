@@ -8,9 +8,7 @@
 //! differ from the full history).
 
 use mosaic_rt_core::MemRef;
-use mosaic_rt_core::{
-    Config, DType, DimSel, DmaMode, DmaRequest, Init, MemorySpace, Region, Runtime, SemKind,
-};
+use mosaic_rt_core::{Config, DType, DimSel, DmaMode, DmaRequest, Init, MemorySpace, Region, Runtime, SemKind};
 use std::collections::HashMap;
 
 const CORES: u32 = 3;
@@ -107,10 +105,7 @@ fn run(seed: u64, mode: DmaMode) -> (Option<usize>, Option<usize>) {
     })
     .unwrap();
     let bufs: Vec<u32> = (0..2)
-        .map(|_| {
-            rt.allocate_buffer(0, None, HBM, DType::F32, &[LEN as usize], None, Init::Bytes(&[0; 32]))
-                .unwrap()
-        })
+        .map(|_| rt.allocate_buffer(0, None, HBM, DType::F32, &[LEN as usize], None, Init::Bytes(&[0; 32])).unwrap())
         .collect();
     let reg = rt.allocate_semaphores(0, None, SemKind::Regular, 1).unwrap();
     let mut counts = [0i64; CORES as usize];
@@ -177,8 +172,7 @@ fn run(seed: u64, mode: DmaMode) -> (Option<usize>, Option<usize>) {
             7 => {
                 let len = 1 + rng.below(4) as i64;
                 let (sb, db) = (rng.below(2) as u32, rng.below(2) as u32);
-                let (ss, ds) =
-                    (rng.below((LEN - len + 1) as u64) as i64, rng.below((LEN - len + 1) as u64) as i64);
+                let (ss, ds) = (rng.below((LEN - len + 1) as u64) as i64, rng.below((LEN - len + 1) as u64) as i64);
                 if sb == db && ss < ds + len && ds < ss + len {
                     continue; // overlapping copies within one buffer: not a DMA a kernel makes
                 }
@@ -199,8 +193,7 @@ fn run(seed: u64, mode: DmaMode) -> (Option<usize>, Option<usize>) {
                 })
                 .unwrap();
                 let start_node = o.step(core, &[]);
-                let d =
-                    PendingDma { core, sem, bytes: len * 4, start_node, src: (sb, ss), dst: (db, ds), len };
+                let d = PendingDma { core, sem, bytes: len * 4, start_node, src: (sb, ss), dst: (db, ds), len };
                 if mode == DmaMode::Eager {
                     oracle_racy = run_dma(&mut o, &d, &mut dma_thread);
                 }
@@ -244,8 +237,7 @@ fn first_race_matches_a_brute_force_happens_before_oracle() {
     for mode in [DmaMode::Eager, DmaMode::OnWait] {
         let (mut racy, mut clean) = (0, 0);
         // RACES_ORACLE_ITERS=N runs more programs (default 2000).
-        let iterations: u64 =
-            std::env::var("RACES_ORACLE_ITERS").ok().and_then(|s| s.parse().ok()).unwrap_or(2000);
+        let iterations: u64 = std::env::var("RACES_ORACLE_ITERS").ok().and_then(|s| s.parse().ok()).unwrap_or(2000);
         for seed in 0..iterations {
             let (ours, oracle) = run(seed, mode);
             assert_eq!(ours, oracle, "seed {seed}, {mode:?}: first racing op (ours vs oracle)");

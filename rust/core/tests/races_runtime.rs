@@ -3,9 +3,7 @@
 //! run multi-core kernels yet).
 
 use mosaic_rt_core::MemRef;
-use mosaic_rt_core::{
-    Config, DType, DimSel, DmaMode, DmaRequest, Init, MemorySpace, Region, Runtime, SemKind,
-};
+use mosaic_rt_core::{Config, DType, DimSel, DmaMode, DmaRequest, Init, MemorySpace, Region, Runtime, SemKind};
 use std::thread;
 use std::time::Duration;
 
@@ -103,18 +101,8 @@ fn two_cores_writing_one_hbm_element_race() {
     let r = reports(&rt);
     assert_eq!(r.len(), 1, "{r:?}");
     // Both accesses are named: buffer, region, core, kind.
-    assert!(
-        r[0].contains("write of hbm buffer 100 of device 0, core 0[3:4] by device 0, core 1"),
-        "{}",
-        r[0]
-    );
-    assert!(
-        r[0].contains(
-            "earlier write of hbm buffer 100 of device 0, core 0[3:4] by device 0, core 0"
-        ),
-        "{}",
-        r[0]
-    );
+    assert!(r[0].contains("write of hbm buffer 100 of device 0, core 0[3:4] by device 0, core 1"), "{}", r[0]);
+    assert!(r[0].contains("earlier write of hbm buffer 100 of device 0, core 0[3:4] by device 0, core 0"), "{}", r[0]);
 }
 
 #[test]

@@ -8,8 +8,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 fn table(devices: u32, cores: u32, timeout: Option<Duration>) -> Arc<SemTable> {
-    let config =
-        Config { num_devices: devices, cores_per_device: cores, wait_timeout: timeout, ..Config::default() };
+    let config = Config { num_devices: devices, cores_per_device: cores, wait_timeout: timeout, ..Config::default() };
     Arc::new(SemTable::new(&config))
 }
 
@@ -96,10 +95,7 @@ fn wait_times_out_with_a_clear_message() {
     let e = wait(&t, 1, 1, s, 4).unwrap_err();
     assert!(start.elapsed() >= Duration::from_millis(50));
     assert_eq!(e.kind, ErrorKind::Timeout);
-    assert_eq!(
-        e.message,
-        format!("semaphore {s} on device 1, core 1 waited 0.05s for count >= 4; count is 1")
-    );
+    assert_eq!(e.message, format!("semaphore {s} on device 1, core 1 waited 0.05s for count >= 4; count is 1"));
     // The count is untouched by the failed wait.
     assert_eq!(t.read(1, 1, s).unwrap(), 1);
 }
@@ -117,11 +113,7 @@ fn failure_wakes_a_parked_waiter_with_the_root_cause() {
     assert_eq!(e.kind, ErrorKind::Aborted);
     assert_eq!(e.root.as_deref(), Some(&root));
     assert_eq!((e.device, e.core), (Some(0), Some(0)));
-    assert!(
-        e.message.contains("device 1, core 0 failed first with IndexError: out of bounds read"),
-        "{}",
-        e.message
-    );
+    assert!(e.message.contains("device 1, core 0 failed first with IndexError: out of bounds read"), "{}", e.message);
 }
 
 #[test]

@@ -107,8 +107,7 @@ fn copy_ring(mode: DmaMode) {
     let rt = runtime(DEVICES, 1, mode);
     let mut ids = (0, 0, 0, 0);
     for d in 0..DEVICES {
-        let alloc =
-            |init| rt.allocate_buffer(d, None, MemorySpace::Vmem, DType::F32, &[N], None, init).unwrap();
+        let alloc = |init| rt.allocate_buffer(d, None, MemorySpace::Vmem, DType::F32, &[N], None, init).unwrap();
         let (src, dst) = (alloc(Init::Fill), alloc(Init::Fill));
         let dma = rt.allocate_semaphores(d, None, SemKind::Dma, 2).unwrap();
         let credit = rt.allocate_semaphores(d, None, SemKind::Regular, 1).unwrap();
@@ -163,8 +162,7 @@ fn remote_copy_ring_on_wait() {
 
 /// Allocates one regular semaphore on every device (the ids agree) and returns its id.
 fn same_semaphore_on_every_device(rt: &Runtime, devices: u32) -> u32 {
-    let ids: Vec<u32> =
-        (0..devices).map(|d| rt.allocate_semaphores(d, None, SemKind::Regular, 1).unwrap()).collect();
+    let ids: Vec<u32> = (0..devices).map(|d| rt.allocate_semaphores(d, None, SemKind::Regular, 1).unwrap()).collect();
     assert!(ids.iter().all(|&id| id == ids[0]));
     ids[0]
 }
@@ -184,8 +182,7 @@ fn dma_steps_misuse_checks_and_allocations_never_deadlock() {
     let rt = runtime(DEVICES, 1, DmaMode::OnWait);
     let mut ids = (0, 0, 0);
     for d in 0..DEVICES {
-        let alloc =
-            |init| rt.allocate_buffer(d, None, MemorySpace::Vmem, DType::F32, &[N], None, init).unwrap();
+        let alloc = |init| rt.allocate_buffer(d, None, MemorySpace::Vmem, DType::F32, &[N], None, init).unwrap();
         let (src, dst) = (alloc(Init::Fill), alloc(Init::Fill));
         let dma = rt.allocate_semaphores(d, None, SemKind::Dma, 2).unwrap();
         ids = (src, dst, dma);

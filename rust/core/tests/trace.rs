@@ -91,7 +91,9 @@ fn dmas_are_spans_on_lanes_and_their_completion_releases_the_wait() {
     for mode in [DmaMode::Eager, DmaMode::OnWait] {
         let rt = runtime(1, mode, true);
         let sem = rt.allocate_semaphores(0, Some(0), SemKind::Dma, 1).unwrap();
-        let src = rt.allocate_buffer(0, Some(0), MemorySpace::Hbm, DType::F32, &[8, 128], None, Init::Bytes(&[0; 4096])).unwrap();
+        let src = rt
+            .allocate_buffer(0, Some(0), MemorySpace::Hbm, DType::F32, &[8, 128], None, Init::Bytes(&[0; 4096]))
+            .unwrap();
         let a = rt.allocate_buffer(0, Some(0), MemorySpace::Vmem, DType::F32, &[8, 128], None, Init::Fill).unwrap();
         let b = rt.allocate_buffer(0, Some(0), MemorySpace::Vmem, DType::F32, &[8, 128], None, Init::Fill).unwrap();
         // Two DMAs in flight at once (on_wait): two lanes.
@@ -125,13 +127,15 @@ fn unfinished_dmas_and_steps_end_at_export() {
 
 #[test]
 fn barriers_and_failed_waits_are_spans() {
-    let rt = Arc::new(Runtime::new(Config {
-        num_devices: 2,
-        trace: true,
-        wait_timeout: Some(Duration::from_millis(50)),
-        ..Config::default()
-    })
-    .unwrap());
+    let rt = Arc::new(
+        Runtime::new(Config {
+            num_devices: 2,
+            trace: true,
+            wait_timeout: Some(Duration::from_millis(50)),
+            ..Config::default()
+        })
+        .unwrap(),
+    );
     let other = {
         let rt = Arc::clone(&rt);
         thread::spawn(move || rt.device_barrier(1).unwrap())

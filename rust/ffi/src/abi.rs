@@ -252,10 +252,7 @@ mod tests {
         assert_eq!(size_of::<Args>(), 40);
         assert_eq!(size_of::<Attrs>(), 48);
         assert_eq!(offset_of!(CallFrame, args), 40);
-        assert_eq!(
-            offset_of!(CallFrame, attrs) + size_of::<Attrs>(),
-            CALL_FRAME_STRUCT_SIZE
-        );
+        assert_eq!(offset_of!(CallFrame, attrs) + size_of::<Attrs>(), CALL_FRAME_STRUCT_SIZE);
         assert_eq!(offset_of!(Metadata, traits), 32);
         assert_eq!(offset_of!(Api, error_create), 48);
         assert_eq!(offset_of!(Api, run_id_get), 48 + 16 * 8);

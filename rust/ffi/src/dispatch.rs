@@ -82,9 +82,7 @@ pub unsafe fn run(frame: *mut CallFrame, op: &'static str, body: Body) -> *mut a
     let message = match outcome {
         Ok(None) => return std::ptr::null_mut(),
         Ok(Some(msg)) => msg,
-        Err(_) => format!(
-            "[mosaic_rt] MosaicRuntimeError: internal error while reporting a failure of {op}"
-        ),
+        Err(_) => format!("[mosaic_rt] MosaicRuntimeError: internal error while reporting a failure of {op}"),
     };
     // SAFETY: `api` is the API table of the current call.
     unsafe { errors::ffi_error(api, &message) }
@@ -93,10 +91,7 @@ pub unsafe fn run(frame: *mut CallFrame, op: &'static str, body: Body) -> *mut a
 /// Checks the frame, runs the body and turns any failure (error or panic)
 /// into the wire message of the launch's root cause.
 fn execute(raw: &CallFrame, op: &'static str, body: Body) -> Option<String> {
-    let mut call = Call {
-        frame: Frame { raw, op },
-        bound: None,
-    };
+    let mut call = Call { frame: Frame { raw, op }, bound: None };
     let result = if raw.struct_size < abi::CALL_FRAME_STRUCT_SIZE {
         Err(RtError::internal(format!(
             "{op}: XLA call frame too small ({} < {} bytes): incompatible jaxlib",
@@ -104,17 +99,13 @@ fn execute(raw: &CallFrame, op: &'static str, body: Body) -> Option<String> {
             abi::CALL_FRAME_STRUCT_SIZE
         )))
     } else if raw.stage != abi::STAGE_EXECUTE {
-        Err(RtError::internal(format!(
-            "{op}: unexpected execution stage {}",
-            raw.stage
-        )))
+        Err(RtError::internal(format!("{op}: unexpected execution stage {}", raw.stage)))
     } else {
         match catch_unwind(AssertUnwindSafe(|| body(&mut call))) {
             Ok(r) => r,
-            Err(panic) => Err(RtError::internal(format!(
-                "{op} panicked (a bug in mosaic_rt): {}",
-                panic_message(&*panic)
-            ))),
+            Err(panic) => {
+                Err(RtError::internal(format!("{op} panicked (a bug in mosaic_rt): {}", panic_message(&*panic))))
+            }
         }
     };
     let err = result.err()?;
@@ -147,23 +138,18 @@ mod tests {
     /// As every handler: `frame` is a valid call frame.
     unsafe extern "C" fn panicking(frame: *mut CallFrame) -> *mut abi::Error {
         // SAFETY: called by `FakeCall::call` with a valid frame.
-        unsafe {
-            run(frame, "mosaic_rt_test_panic", |_| {
-                panic!("deliberate {}", 42)
-            })
-        }
+        unsafe { run(frame, "mosaic_rt_test_panic", |_| panic!("deliberate {}", 42)) }
     }
 
     #[test]
     fn a_panic_becomes_an_ffi_error() {
         let prev = std::panic::take_hook();
         std::panic::set_hook(Box::new(|_| {})); // keep the test output clean
-        let e = FakeCall::new()
-            .arg_i32(0)
-            .ret_i32()
-            .call(panicking)
-            .unwrap_err();
+        let e = FakeCall::new().arg_i32(0).ret_i32().call(panicking).unwrap_err();
         std::panic::set_hook(prev);
-        assert!(e.contains("MosaicRuntimeError: mosaic_rt_test_panic panicked (a bug in mosaic_rt): deliberate 42"), "{e}");
+        assert!(
+            e.contains("MosaicRuntimeError: mosaic_rt_test_panic panicked (a bug in mosaic_rt): deliberate 42"),
+            "{e}"
+        );
     }
 }

@@ -20,10 +20,7 @@ struct Table {
     entries: VecDeque<(u64, RtError)>,
 }
 
-static TABLE: Mutex<Table> = Mutex::new(Table {
-    next: 1,
-    entries: VecDeque::new(),
-});
+static TABLE: Mutex<Table> = Mutex::new(Table { next: 1, entries: VecDeque::new() });
 
 fn same_error(a: &RtError, b: &RtError) -> bool {
     a.kind == b.kind && a.message == b.message && a.device == b.device && a.core == b.core && a.external == b.external
@@ -50,19 +47,12 @@ pub fn record(root: &RtError) -> u64 {
 /// The root cause recorded as N, if still in the table.
 pub fn lookup(n: u64) -> Option<RtError> {
     let t = TABLE.lock().ignore_poison();
-    t.entries
-        .iter()
-        .find(|(k, _)| *k == n)
-        .map(|(_, e)| e.clone())
+    t.entries.iter().find(|(k, _)| *k == n).map(|(_, e)| e.clone())
 }
 
 /// The message XLA carries to Python for root cause number `n`.
 pub fn wire_message(n: u64, root: &RtError) -> String {
-    format!(
-        "[mosaic_rt#{n}] {}: {}",
-        root.type_name(),
-        root.message
-    )
+    format!("[mosaic_rt#{n}] {}: {}", root.type_name(), root.message)
 }
 
 /// Creates an XLA error owning a copy of `message`.
@@ -105,9 +95,6 @@ mod tests {
             record(&RtError::index(format!("filler {i}")));
         }
         assert!(lookup(n).is_none());
-        assert_eq!(
-            wire_message(7, &e),
-            "[mosaic_rt#7] ValueError: boom unique-1"
-        );
+        assert_eq!(wire_message(7, &e), "[mosaic_rt#7] ValueError: boom unique-1");
     }
 }

@@ -56,10 +56,7 @@ impl<'a> Frame<'a> {
         } else {
             format!("{} to {}", args.start(), args.end())
         };
-        RtError::value(format!(
-            "{}: expected {want} operand(s) and {rets} result(s), got {n} and {r}",
-            self.op
-        ))
+        RtError::value(format!("{}: expected {want} operand(s) and {rets} result(s), got {n} and {r}", self.op))
     }
 
     /// (type, pointer) of operand `i`, if it exists and the tables are there.
@@ -98,12 +95,7 @@ impl<'a> Frame<'a> {
     }
 
     #[inline]
-    fn buffer(
-        &self,
-        is_buffer: bool,
-        ptr: *mut c_void,
-        what: (&'static str, usize),
-    ) -> Result<Buf<'a>> {
+    fn buffer(&self, is_buffer: bool, ptr: *mut c_void, what: (&'static str, usize)) -> Result<Buf<'a>> {
         if !is_buffer || ptr.is_null() {
             return Err(self.not_an_array(what));
         }
@@ -122,13 +114,7 @@ impl<'a> Frame<'a> {
         if dims.iter().any(|&d| d < 0) {
             return Err(self.bad_buffer(what, "has a negative dimension"));
         }
-        let buf = Buf {
-            dtype: b.dtype,
-            data: b.data,
-            dims,
-            what,
-            op: self.op,
-        };
+        let buf = Buf { dtype: b.dtype, data: b.data, dims, what, op: self.op };
         if b.data.is_null() && buf.checked_elements() != Some(0) {
             return Err(self.bad_buffer(what, "has no data (null pointer)"));
         }
@@ -154,10 +140,7 @@ impl<'a> Frame<'a> {
 
     #[cold]
     fn not_an_array(&self, what: (&str, usize)) -> RtError {
-        RtError::value(format!(
-            "{}: {} {} is not an array",
-            self.op, what.0, what.1
-        ))
+        RtError::value(format!("{}: {} {} is not an array", self.op, what.0, what.1))
     }
 
     /// Operand `i` if it is an array of `dtype` and `rank` (the hot path:
@@ -171,8 +154,7 @@ impl<'a> Frame<'a> {
         }
         // SAFETY: as in `buffer` (`as_ref` checks for null).
         let b = unsafe { (ptr as *const abi::Buffer).as_ref()? };
-        (b.dtype == dtype && b.rank == rank && !b.data.is_null() && (rank == 0 || !b.dims.is_null()))
-            .then_some(b)
+        (b.dtype == dtype && b.rank == rank && !b.data.is_null() && (rank == 0 || !b.dims.is_null())).then_some(b)
     }
 
     /// An int32 scalar operand.
@@ -257,10 +239,7 @@ impl<'a> Frame<'a> {
         a.expect_rank(0)?;
         r.expect_dtype(DType::I32)?;
         r.expect_rank(0)?;
-        Err(RtError::value(format!(
-            "{}: bad token operand or result",
-            self.op
-        )))
+        Err(RtError::value(format!("{}: bad token operand or result", self.op)))
     }
 
     /// The attribute called `name` (attributes arrive sorted by name, but
@@ -378,12 +357,8 @@ impl<'a> Frame<'a> {
     /// An integer attribute that must fit `u32` (ids, counts, codes).
     pub fn attr_u32(&self, name: &str) -> Result<u32> {
         let v = self.attr_i64(name)?;
-        u32::try_from(v).map_err(|_| {
-            RtError::value(format!(
-                "{}: attribute {name:?} must be in [0, 2**32), got {v}",
-                self.op
-            ))
-        })
+        u32::try_from(v)
+            .map_err(|_| RtError::value(format!("{}: attribute {name:?} must be in [0, 2**32), got {v}", self.op)))
     }
 
     pub fn attr_str_opt(&self, name: &str) -> Result<Option<&'a str>> {
@@ -403,9 +378,7 @@ impl<'a> Frame<'a> {
             // SAFETY: a non-null span pointer covers `len` bytes, valid for the call.
             unsafe { std::slice::from_raw_parts(span.ptr as *const u8, span.len) }
         };
-        std::str::from_utf8(bytes)
-            .map(Some)
-            .map_err(|_| self.bad_attr(name, "UTF-8"))
+        std::str::from_utf8(bytes).map(Some).map_err(|_| self.bad_attr(name, "UTF-8"))
     }
 
     pub fn attr_str(&self, name: &str) -> Result<&'a str> {
@@ -433,9 +406,7 @@ impl<'a> Frame<'a> {
             return Ok(Some(&[]));
         }
         // SAFETY: a non-null S64 array holds `size` i64s, valid for the call.
-        Ok(Some(unsafe {
-            std::slice::from_raw_parts(a.data as *const i64, a.size)
-        }))
+        Ok(Some(unsafe { std::slice::from_raw_parts(a.data as *const i64, a.size) }))
     }
 }
 
@@ -551,11 +522,7 @@ impl<'a> Buf<'a> {
 
     pub fn dtype(&self) -> Result<DType> {
         xla_to_dtype(self.dtype).ok_or_else(|| {
-            RtError::value(format!(
-                "{} has unsupported dtype {}",
-                self.describe(),
-                xla_dtype_name(self.dtype)
-            ))
+            RtError::value(format!("{} has unsupported dtype {}", self.describe(), xla_dtype_name(self.dtype)))
         })
     }
 
@@ -585,12 +552,7 @@ impl<'a> Buf<'a> {
 
     #[cold]
     fn wrong_dtype(&self, want: DType) -> RtError {
-        RtError::value(format!(
-            "{} must be {}, got {}",
-            self.describe(),
-            want.name(),
-            xla_dtype_name(self.dtype)
-        ))
+        RtError::value(format!("{} must be {}, got {}", self.describe(), want.name(), xla_dtype_name(self.dtype)))
     }
 
     #[inline]
@@ -603,11 +565,7 @@ impl<'a> Buf<'a> {
 
     #[cold]
     fn wrong_rank(&self, rank: usize) -> RtError {
-        RtError::value(format!(
-            "{} must have rank {rank}, got shape {:?}",
-            self.describe(),
-            self.dims
-        ))
+        RtError::value(format!("{} must have rank {rank}, got shape {:?}", self.describe(), self.dims))
     }
 
     /// An int32 scalar operand (ids, values).
@@ -685,9 +643,7 @@ impl<'a> Buf<'a> {
         // (checked when the `Buf` was made), owned by XLA for the call; the
         // source is a distinct Rust slice, and no slice of this result is
         // alive (results are otherwise written only through `bytes_mut`).
-        unsafe {
-            std::ptr::copy_nonoverlapping(values.as_ptr() as *const u8, self.data as *mut u8, values.len() * 4)
-        };
+        unsafe { std::ptr::copy_nonoverlapping(values.as_ptr() as *const u8, self.data as *mut u8, values.len() * 4) };
         Ok(())
     }
 

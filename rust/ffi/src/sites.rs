@@ -3,8 +3,8 @@
 //! (`_native.intern_site`) and passes the id to every op as attribute
 //! `site`.
 
-use std::collections::HashMap;
 use mosaic_rt_core::IgnorePoison;
+use std::collections::HashMap;
 use std::sync::{Mutex, Once};
 
 /// Distinct sites kept; beyond this new texts get id 0 (unknown).

@@ -18,9 +18,7 @@ pub fn set_run_id(id: i64) {
 /// `args` must point at valid args with a NUL-terminated message.
 unsafe extern "C" fn error_create(args: *mut abi::ErrorCreateArgs) -> *mut abi::Error {
     // SAFETY: the function's contract (the handlers pass such args).
-    let msg = unsafe { CStr::from_ptr((*args).message) }
-        .to_string_lossy()
-        .into_owned();
+    let msg = unsafe { CStr::from_ptr((*args).message) }.to_string_lossy().into_owned();
     Box::into_raw(Box::new(msg)) as *mut abi::Error
 }
 
@@ -89,11 +87,7 @@ fn owned_buffer(dtype: i32, dims: &[i64], mut data: Vec<u8>) -> OwnedBuffer {
         rank: dims.len() as i64,
         dims: dims.as_mut_ptr(),
     });
-    OwnedBuffer {
-        raw,
-        _dims: dims,
-        data,
-    }
+    OwnedBuffer { raw, _dims: dims, data }
 }
 
 enum AttrValue {
@@ -169,39 +163,26 @@ impl FakeCall {
 
     fn named(mut self, name: &str, value: AttrValue) -> Self {
         let name = name.to_string();
-        let span = Box::new(ByteSpan {
-            ptr: name.as_ptr() as *const _,
-            len: name.len(),
-        });
+        let span = Box::new(ByteSpan { ptr: name.as_ptr() as *const _, len: name.len() });
         self.attrs.push((span, name, value));
         self
     }
 
     pub fn attr_i64(self, name: &str, v: i64) -> Self {
         let mut b = Box::new(v);
-        let s = Box::new(abi::Scalar {
-            dtype: abi::DT_S64,
-            value: &mut *b as *mut i64 as *mut c_void,
-        });
+        let s = Box::new(abi::Scalar { dtype: abi::DT_S64, value: &mut *b as *mut i64 as *mut c_void });
         self.named(name, AttrValue::Scalar(s, b))
     }
 
     pub fn attr_str(self, name: &str, v: &str) -> Self {
         let v = v.to_string();
-        let s = Box::new(ByteSpan {
-            ptr: v.as_ptr() as *const _,
-            len: v.len(),
-        });
+        let s = Box::new(ByteSpan { ptr: v.as_ptr() as *const _, len: v.len() });
         self.named(name, AttrValue::Str(s, v))
     }
 
     pub fn attr_i64s(self, name: &str, v: &[i64]) -> Self {
         let mut v = v.to_vec();
-        let a = Box::new(abi::Array {
-            dtype: abi::DT_S64,
-            size: v.len(),
-            data: v.as_mut_ptr() as *mut c_void,
-        });
+        let a = Box::new(abi::Array { dtype: abi::DT_S64, size: v.len(), data: v.as_mut_ptr() as *mut c_void });
         self.named(name, AttrValue::Array(a, v))
     }
 
@@ -242,33 +223,20 @@ impl FakeCall {
     pub fn prepare(&mut self) -> Prepared<'_> {
         self.attrs.sort_by(|a, b| a.1.cmp(&b.1)); // XLA sorts attributes by name
         let mut arg_types = vec![abi::ARG_BUFFER; self.args.len()];
-        let mut arg_ptrs: Vec<*mut c_void> = self
-            .args
-            .iter_mut()
-            .map(|b| &mut *b.raw as *mut abi::Buffer as *mut c_void)
-            .collect();
+        let mut arg_ptrs: Vec<*mut c_void> =
+            self.args.iter_mut().map(|b| &mut *b.raw as *mut abi::Buffer as *mut c_void).collect();
         let mut ret_types = vec![abi::RET_BUFFER; self.rets.len()];
-        let mut ret_ptrs: Vec<*mut c_void> = self
-            .rets
-            .iter_mut()
-            .map(|b| &mut *b.raw as *mut abi::Buffer as *mut c_void)
-            .collect();
+        let mut ret_ptrs: Vec<*mut c_void> =
+            self.rets.iter_mut().map(|b| &mut *b.raw as *mut abi::Buffer as *mut c_void).collect();
         let mut attr_types = Vec::new();
         let mut attr_names = Vec::new();
         let mut attr_ptrs = Vec::new();
         for (span, _, value) in self.attrs.iter_mut() {
             attr_names.push(&mut **span as *mut ByteSpan);
             let (ty, ptr) = match value {
-                AttrValue::Scalar(s, _) => (
-                    abi::ATTR_SCALAR,
-                    &mut **s as *mut abi::Scalar as *mut c_void,
-                ),
-                AttrValue::Str(s, _) => {
-                    (abi::ATTR_STRING, &mut **s as *mut ByteSpan as *mut c_void)
-                }
-                AttrValue::Array(a, _) => {
-                    (abi::ATTR_ARRAY, &mut **a as *mut abi::Array as *mut c_void)
-                }
+                AttrValue::Scalar(s, _) => (abi::ATTR_SCALAR, &mut **s as *mut abi::Scalar as *mut c_void),
+                AttrValue::Str(s, _) => (abi::ATTR_STRING, &mut **s as *mut ByteSpan as *mut c_void),
+                AttrValue::Array(a, _) => (abi::ATTR_ARRAY, &mut **a as *mut abi::Array as *mut c_void),
             };
             attr_types.push(ty);
             attr_ptrs.push(ptr);
@@ -307,23 +275,13 @@ impl FakeCall {
         Prepared {
             frame,
             _api: api,
-            _keep: (
-                arg_types, arg_ptrs, ret_types, ret_ptrs, attr_types, attr_names, attr_ptrs,
-            ),
+            _keep: (arg_types, arg_ptrs, ret_types, ret_ptrs, attr_types, attr_names, attr_ptrs),
             _owner: std::marker::PhantomData,
         }
     }
 }
 
-type Keep = (
-    Vec<i32>,
-    Vec<*mut c_void>,
-    Vec<i32>,
-    Vec<*mut c_void>,
-    Vec<i32>,
-    Vec<*mut ByteSpan>,
-    Vec<*mut c_void>,
-);
+type Keep = (Vec<i32>, Vec<*mut c_void>, Vec<i32>, Vec<*mut c_void>, Vec<i32>, Vec<*mut ByteSpan>, Vec<*mut c_void>);
 
 /// A call frame pointing into a borrowed [`FakeCall`].
 pub struct Prepared<'a> {

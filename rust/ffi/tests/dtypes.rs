@@ -14,13 +14,7 @@ fn begin(fill: &str) -> [u32; 2] {
 }
 
 fn end(handle: [u32; 2]) {
-    FakeCall::new()
-        .arg_i32(0)
-        .arg_handle(handle)
-        .arg_i32(0)
-        .ret_i32()
-        .call(h::kernel_end)
-        .unwrap();
+    FakeCall::new().arg_i32(0).arg_handle(handle).arg_i32(0).ret_i32().call(h::kernel_end).unwrap();
 }
 
 fn core_call(handle: [u32; 2]) -> FakeCall {
@@ -45,12 +39,8 @@ fn alloc(handle: [u32; 2], d: DType, n: usize, init: Option<&[u8]>) -> Result<i3
     if let Some(init) = init {
         c = c.arg(dtype_to_xla(d), &[n as i64], packed(d, init));
     }
-    let mut c = c
-        .ret_i32()
-        .ret_i32()
-        .attr_i64("space", VMEM)
-        .attr_str("dtype", d.name())
-        .attr_i64s("shape", &[n as i64]);
+    let mut c =
+        c.ret_i32().ret_i32().attr_i64("space", VMEM).attr_str("dtype", d.name()).attr_i64s("shape", &[n as i64]);
     c.call(h::allocate_buffer)?;
     Ok(c.ret_i32_value(1))
 }
@@ -88,9 +78,7 @@ fn store(handle: [u32; 2], d: DType, id: i32, elements: &[u8]) {
 /// Distinct canonical element bytes (sub-byte values in the low bits).
 fn sample(d: DType, n: usize, seed: u8) -> Vec<u8> {
     let mask = if d.is_packed() { (1u8 << d.bits()) - 1 } else { 0xff };
-    (0..n * d.itemsize())
-        .map(|i| ((i as u8).wrapping_mul(37).wrapping_add(seed)) & mask)
-        .collect()
+    (0..n * d.itemsize()).map(|i| ((i as u8).wrapping_mul(37).wrapping_add(seed)) & mask).collect()
 }
 
 #[test]
@@ -142,11 +130,7 @@ fn every_dtype_fills_stores_loads_swaps_and_copies() {
 
             // DMA fresh -> id (eager), then wait for n * itemsize bytes.
             let sem = {
-                let mut c = core_call(handle)
-                    .ret_i32()
-                    .ret_i32()
-                    .attr_str("kind", "dma")
-                    .attr_i64("count", 1);
+                let mut c = core_call(handle).ret_i32().ret_i32().attr_str("kind", "dma").attr_i64("count", 1);
                 c.call(h::allocate_semaphores).unwrap();
                 c.ret_i32_value(1)
             };

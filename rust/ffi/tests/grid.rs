@@ -104,7 +104,14 @@ fn run(n: usize, out_rows: &[i32]) -> Result<Vec<i32>, String> {
             .call(h::store)?;
         let cur = out_rows[point as usize];
         let nxt = out_rows[next as usize];
-        let mut c = core_call(handle).arg_i32(cur).arg_i32(0).arg_i32(nxt).arg_i32(0).ret_i32().ret(abi::DT_PRED, &[], 1).ret_i32();
+        let mut c = core_call(handle)
+            .arg_i32(cur)
+            .arg_i32(0)
+            .arg_i32(nxt)
+            .arg_i32(0)
+            .ret_i32()
+            .ret(abi::DT_PRED, &[], 1)
+            .ret_i32();
         c.call(h::grid_copy_out)?;
         let (g, after) = step_results(&c, 1);
         go = g;

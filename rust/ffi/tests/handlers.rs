@@ -22,10 +22,7 @@ fn begin(device: i32, num_devices: i64, uid: i64, timeout_ms: i64) -> Result<[u3
         .attr_i64("wait_timeout_ms", timeout_ms);
     c.call(h::kernel_begin)?;
     let b = c.ret_bytes(1);
-    Ok([
-        u32::from_le_bytes(b[0..4].try_into().unwrap()),
-        u32::from_le_bytes(b[4..8].try_into().unwrap()),
-    ])
+    Ok([u32::from_le_bytes(b[0..4].try_into().unwrap()), u32::from_le_bytes(b[4..8].try_into().unwrap())])
 }
 
 fn uid() -> i64 {
@@ -33,10 +30,7 @@ fn uid() -> i64 {
 }
 
 fn device_call(handle: [u32; 2], device: i32) -> FakeCall {
-    FakeCall::new()
-        .arg_i32(0)
-        .arg_handle(handle)
-        .arg_i32(device)
+    FakeCall::new().arg_i32(0).arg_handle(handle).arg_i32(device)
 }
 
 fn core_call(handle: [u32; 2], device: i32) -> FakeCall {
@@ -44,31 +38,17 @@ fn core_call(handle: [u32; 2], device: i32) -> FakeCall {
 }
 
 fn alloc_sem(handle: [u32; 2], device: i32) -> Result<i32, String> {
-    let mut c = core_call(handle, device)
-        .ret_i32()
-        .ret_i32()
-        .attr_str("kind", "regular")
-        .attr_i64("count", 1);
+    let mut c = core_call(handle, device).ret_i32().ret_i32().attr_str("kind", "regular").attr_i64("count", 1);
     c.call(h::allocate_semaphores)?;
     Ok(c.ret_i32_value(1))
 }
 
 fn signal(handle: [u32; 2], device: i32, sem: i32, inc: i32, target: i32) -> Result<(), String> {
-    core_call(handle, device)
-        .arg_i32(sem)
-        .arg_i32(inc)
-        .arg_i32(target)
-        .arg_i32(-1)
-        .ret_i32()
-        .call(h::semaphore_signal)
+    core_call(handle, device).arg_i32(sem).arg_i32(inc).arg_i32(target).arg_i32(-1).ret_i32().call(h::semaphore_signal)
 }
 
 fn wait(handle: [u32; 2], device: i32, sem: i32, value: i32) -> Result<(), String> {
-    core_call(handle, device)
-        .arg_i32(sem)
-        .arg_i32(value)
-        .ret_i32()
-        .call(h::semaphore_wait)
+    core_call(handle, device).arg_i32(sem).arg_i32(value).ret_i32().call(h::semaphore_wait)
 }
 
 fn read(handle: [u32; 2], device: i32, sem: i32) -> Result<i32, String> {
@@ -112,13 +92,7 @@ fn metadata_handshake_fills_the_api_version() {
         p.frame.extension_start = &mut ext.extension_base;
         meta.traits = 77;
         assert!(p.call(handler).is_ok());
-        assert_eq!(
-            (
-                meta.api_version.major_version,
-                meta.api_version.minor_version
-            ),
-            (0, 3)
-        );
+        assert_eq!((meta.api_version.major_version, meta.api_version.minor_version), (0, 3));
         assert_eq!(meta.traits, 0);
     }
 }
@@ -174,22 +148,11 @@ fn errors_carry_the_root_cause_and_fail_the_launch() {
 #[test]
 fn bad_operands_are_reported_not_crashes() {
     let handle = begin(0, 1, uid(), 5000).unwrap();
-    let e = core_call(handle, 0)
-        .arg_i32(2000)
-        .ret_i32()
-        .call(h::semaphore_signal)
-        .unwrap_err();
-    assert!(
-        e.contains("expected 8 operand(s) and 1 result(s), got 5 and 1"),
-        "{e}"
-    );
+    let e = core_call(handle, 0).arg_i32(2000).ret_i32().call(h::semaphore_signal).unwrap_err();
+    assert!(e.contains("expected 8 operand(s) and 1 result(s), got 5 and 1"), "{e}");
     let handle = begin(0, 1, uid(), 5000).unwrap();
-    let e = core_call(handle, 0)
-        .arg(abi::DT_F32, &[], vec![0; 4])
-        .ret_i32()
-        .ret_i32()
-        .call(h::semaphore_read)
-        .unwrap_err();
+    let e =
+        core_call(handle, 0).arg(abi::DT_F32, &[], vec![0; 4]).ret_i32().ret_i32().call(h::semaphore_read).unwrap_err();
     assert!(e.contains("operand 4 must be int32, got float32"), "{e}");
 }
 
@@ -254,10 +217,7 @@ fn a_failure_wakes_the_other_device_with_the_root_cause() {
     let theirs = waiter.join().unwrap();
     assert!(t0.elapsed().as_secs() < 5);
     assert_eq!(mine, theirs); // the root cause, same number, on both devices
-    assert!(
-        mine.contains("ValueError") && mine.contains("9898"),
-        "{mine}"
-    );
+    assert!(mine.contains("ValueError") && mine.contains("9898"), "{mine}");
 }
 
 #[test]
@@ -274,11 +234,7 @@ fn a_malformed_call_still_fails_the_launch_it_names() {
     alloc_sem(handle, 1).unwrap();
     // One operand short: the handle and device are still readable, so the
     // launch is failed and the waiter on device 0 is woken.
-    let mine = core_call(handle, 1)
-        .arg_i32(2000)
-        .ret_i32()
-        .call(h::semaphore_signal)
-        .unwrap_err();
+    let mine = core_call(handle, 1).arg_i32(2000).ret_i32().call(h::semaphore_signal).unwrap_err();
     let theirs = waiter.join().unwrap();
     assert_eq!(mine, theirs);
     assert!(mine.contains("expected 8 operand(s)"), "{mine}");

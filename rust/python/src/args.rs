@@ -2,10 +2,10 @@
 //! `ValueError`/`TypeError` messages instead of bare `OverflowError`s.
 
 use mosaic_rt_core::{DType, DimSel, MemorySpace, Region, RtError};
-use std::str::FromStr;
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyList, PyString, PyTuple};
+use std::str::FromStr;
 
 /// Extracts a Python int as i64, turning overflow into a ValueError.
 fn int64(obj: &Bound<'_, PyAny>) -> PyResult<i64> {
@@ -26,17 +26,16 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Id {
     type Error = PyErr;
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         let v = int64(&obj)?;
-        u32::try_from(v).map(Id).map_err(|_| {
-            PyValueError::new_err(format!("expected an integer in [0, {}], got {v}", u32::MAX))
-        })
+        u32::try_from(v)
+            .map(Id)
+            .map_err(|_| PyValueError::new_err(format!("expected an integer in [0, {}], got {v}", u32::MAX)))
     }
 }
 
 /// `v` as a u32 id or count called `what` in the message.
 pub fn id_arg(what: &str, v: Int) -> PyResult<u32> {
-    u32::try_from(v.0).map_err(|_| {
-        PyValueError::new_err(format!("{what} must be an integer in [0, {}], got {}", u32::MAX, v.0))
-    })
+    u32::try_from(v.0)
+        .map_err(|_| PyValueError::new_err(format!("{what} must be an integer in [0, {}], got {}", u32::MAX, v.0)))
 }
 
 /// A signed 64-bit count (semaphore values, byte counts).
@@ -57,17 +56,14 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Shape {
     type Error = PyErr;
     fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         if obj.is_instance_of::<PyString>() {
-            return Err(PyTypeError::new_err(
-                "a shape must be a sequence of ints, got a str",
-            ));
+            return Err(PyTypeError::new_err("a shape must be a sequence of ints, got a str"));
         }
         let mut dims = Vec::new();
         for item in obj.try_iter()? {
             let item = item?;
             let v = int64(&item)?;
-            let d = usize::try_from(v).map_err(|_| {
-                PyValueError::new_err(format!("shape dimensions must be >= 0, got {v}"))
-            })?;
+            let d = usize::try_from(v)
+                .map_err(|_| PyValueError::new_err(format!("shape dimensions must be >= 0, got {v}")))?;
             dims.push(d);
         }
         Ok(Shape(dims))
@@ -104,11 +100,9 @@ impl<'a, 'py> FromPyObject<'a, 'py> for DTypeArg {
         DType::from_name(&name).map(DTypeArg).map_err(|e| {
             let message = match given {
                 // Say what numpy made of the name the user gave.
-                Some(g) if g != name => e.message.replacen(
-                    &format!("{name:?}"),
-                    &format!("{g:?} (numpy dtype {name})"),
-                    1,
-                ),
+                Some(g) if g != name => {
+                    e.message.replacen(&format!("{name:?}"), &format!("{g:?} (numpy dtype {name})"), 1)
+                }
                 _ => e.message,
             };
             PyValueError::new_err(message)
@@ -141,9 +135,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Space {
         }
         if obj.is_instance_of::<PyInt>() {
             let code = int64(&obj)?;
-            return MemorySpace::from_code(code)
-                .map(Space)
-                .map_err(|e| PyValueError::new_err(e.message));
+            return MemorySpace::from_code(code).map(Space).map_err(|e| PyValueError::new_err(e.message));
         }
         Err(PyTypeError::new_err(format!(
             "a memory space is a name such as 'vmem' or an int code, got {}",

@@ -26,9 +26,7 @@ impl Bytes {
             },
         };
         if !buf.is_c_contiguous() {
-            return Err(PyValueError::new_err(format!(
-                "{what} must be C-contiguous"
-            )));
+            return Err(PyValueError::new_err(format!("{what} must be C-contiguous")));
         }
         if writable && buf.readonly() {
             return Err(PyValueError::new_err(format!("{what} must be writable")));
@@ -99,22 +97,17 @@ fn byte_view<'py>(obj: &Bound<'py, PyAny>, what: &str) -> PyResult<Option<Bound<
     }
     // reshape(-1) of a C-contiguous array is a view (and makes 0-d arrays 1-d,
     // which `view` needs to change the item size).
-    obj.call_method1("reshape", (-1,))?
-        .call_method1("view", ("uint8",))
-        .map(Some)
-        .map_err(|e| {
-            PyTypeError::new_err(format!(
-                "{what} (dtype {}) cannot be read as bytes: {e}",
-                obj.getattr("dtype").map(|d| d.to_string()).unwrap_or_default()
-            ))
-        })
+    obj.call_method1("reshape", (-1,))?.call_method1("view", ("uint8",)).map(Some).map_err(|e| {
+        PyTypeError::new_err(format!(
+            "{what} (dtype {}) cannot be read as bytes: {e}",
+            obj.getattr("dtype").map(|d| d.to_string()).unwrap_or_default()
+        ))
+    })
 }
 
 pub fn check_len(what: &str, got: usize, want: usize) -> PyResult<()> {
     if got != want {
-        return Err(PyValueError::new_err(format!(
-            "{what} has {got} bytes but the region needs {want} bytes"
-        )));
+        return Err(PyValueError::new_err(format!("{what} has {got} bytes but the region needs {want} bytes")));
     }
     Ok(())
 }

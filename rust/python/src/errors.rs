@@ -17,13 +17,7 @@ pub fn exception<'py>(py: Python<'py>, err: &RtError) -> PyResult<Bound<'py, PyA
         None => None,
     };
     let build = FROM_NATIVE.import(py, "mosaic_rt.errors", "_from_native")?;
-    build.call1((
-        err.kind.python_type(),
-        &err.message,
-        err.device,
-        err.core,
-        root,
-    ))
+    build.call1((err.kind.python_type(), &err.message, err.device, err.core, root))
 }
 
 pub fn to_pyerr(py: Python<'_>, err: &RtError) -> PyErr {

@@ -1,11 +1,11 @@
 //! Python side of the XLA FFI layer: hands the handler pointers to Python and
 //! exposes the structured first error of failed launches.
-use pyo3::exceptions::PyRuntimeError;
-use pyo3::prelude::*;
-use pyo3::types::{PyCapsule, PyDict};
 use crate::errors::OrRaise;
 use mosaic_rt_core::reports::{self, Detail};
 use mosaic_rt_core::RtError;
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyCapsule, PyDict};
 use std::ffi::c_void;
 use std::ptr::NonNull;
 
@@ -23,8 +23,7 @@ fn ffi_targets(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
             return Err(PyRuntimeError::new_err(format!("mosaic_rt: handler {name} has a null address")));
         };
         // SAFETY: `ptr` is an `extern "C"` handler of this module (see above).
-        let capsule =
-            unsafe { PyCapsule::new_with_pointer(py, ptr, c"mosaic_rt.xla_ffi_handler")? };
+        let capsule = unsafe { PyCapsule::new_with_pointer(py, ptr, c"mosaic_rt.xla_ffi_handler")? };
         out.set_item(name, capsule)?;
     }
     Ok(out)

@@ -6,8 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mosaic_rt_core::{
-    timeout_from_secs, Access, BufferKey, Config, DmaRequest, Init, MemRef, Region, RtError, Runtime,
-    SemKind,
+    timeout_from_secs, Access, BufferKey, Config, DmaRequest, Init, MemRef, Region, RtError, Runtime, SemKind,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -67,9 +66,7 @@ impl PyRuntime {
     fn region_bytes(&self, py: Python<'_>, key: BufferKey, region: &RegionArg) -> PyResult<usize> {
         let info = self.rt.buffer_info(key).or_raise(py)?;
         let shape = self.rt.region_shape(key, &region.0).or_raise(py)?;
-        product(&shape)?
-            .checked_mul(info.dtype.itemsize())
-            .ok_or_else(|| PyValueError::new_err("region too large"))
+        product(&shape)?.checked_mul(info.dtype.itemsize()).ok_or_else(|| PyValueError::new_err("region too large"))
     }
 
     /// Core runtime shared with other native layers (e.g. the FFI handlers).
@@ -117,9 +114,7 @@ impl PyRuntime {
             deadlock_idle: None,
             ..Config::default()
         };
-        Ok(PyRuntime {
-            rt: Arc::new(Runtime::new(config).or_raise(py)?),
-        })
+        Ok(PyRuntime { rt: Arc::new(Runtime::new(config).or_raise(py)?) })
     }
 
     #[getter]
@@ -167,8 +162,7 @@ impl PyRuntime {
             self.dma_execution_mode(),
             self.out_of_bounds_reads(),
             self.uninitialized_memory(),
-            c.wait_timeout
-                .map_or("None".to_string(), |d| d.as_secs_f64().to_string())
+            c.wait_timeout.map_or("None".to_string(), |d| d.as_secs_f64().to_string())
         )
     }
 
@@ -221,18 +215,9 @@ impl PyRuntime {
         }
     }
 
-    fn free_buffer(
-        &self,
-        py: Python<'_>,
-        device: Int,
-        core: Int,
-        space: Space,
-        id: Int,
-    ) -> PyResult<()> {
+    fn free_buffer(&self, py: Python<'_>, device: Int, core: Int, space: Space, id: Int) -> PyResult<()> {
         let (device, core) = (self.device(device)?, self.core(core)?);
-        self.rt
-            .free_buffer(device, core, space.0, id_arg("buffer id", id)?)
-            .or_raise(py)
+        self.rt.free_buffer(device, core, space.0, id_arg("buffer id", id)?).or_raise(py)
     }
 
     /// (dtype name, allocated shape, logical shape, reference count).
@@ -246,12 +231,7 @@ impl PyRuntime {
     ) -> PyResult<(&'static str, Vec<usize>, Vec<usize>, u32)> {
         let key = self.key_arg(device, core, space, id)?;
         let info = self.rt.buffer_info(key).or_raise(py)?;
-        Ok((
-            info.dtype.name(),
-            info.shape,
-            info.logical_shape,
-            info.ref_count,
-        ))
+        Ok((info.dtype.name(), info.shape, info.logical_shape, info.ref_count))
     }
 
     /// The whole (allocated) content as a bytearray.
@@ -331,12 +311,7 @@ impl PyRuntime {
                 let fresh = PyByteArray::new_with(py, want, |dst| {
                     // Nobody else can reach the new bytearray: copying into
                     // it without the GIL races with nothing.
-                    if want >= DETACH_BYTES {
-                        py.detach(|| run(dst))
-                    } else {
-                        run(dst)
-                    }
-                    .or_raise(py)
+                    if want >= DETACH_BYTES { py.detach(|| run(dst)) } else { run(dst) }.or_raise(py)
                 })?;
                 Ok(Some(fresh))
             }
@@ -362,9 +337,7 @@ impl PyRuntime {
         check_len("data", data.len(), want)?;
         // SAFETY: the GIL is held while `src` lives (no detach here).
         let src = unsafe { data.as_slice() };
-        self.rt
-            .store(r, src)
-            .or_raise(py)
+        self.rt.store(r, src).or_raise(py)
     }
 
     /// Writes `data` where `mask` (one byte per element) is set and puts the
@@ -440,16 +413,12 @@ impl PyRuntime {
         let core = core.map(|c| self.core(c)).transpose()?;
         let kind: SemKind = choice(kind)?;
         let count = id_arg("semaphore count", count)?;
-        self.rt
-            .allocate_semaphores(device, core, kind, count)
-            .or_raise(py)
+        self.rt.allocate_semaphores(device, core, kind, count).or_raise(py)
     }
 
     fn barrier_semaphore(&self, py: Python<'_>, device: Int, collective_id: Int) -> PyResult<u32> {
         let device = self.device(device)?;
-        self.rt
-            .barrier_semaphore(device, id_arg("collective_id", collective_id)?)
-            .or_raise(py)
+        self.rt.barrier_semaphore(device, id_arg("collective_id", collective_id)?).or_raise(py)
     }
 
     #[pyo3(signature = (device, core, sem, inc=Int(1), target_device=None, target_core=None))]
@@ -478,8 +447,7 @@ impl PyRuntime {
         let (device, core) = (self.device(device)?, self.core(core)?);
         let sem = id_arg("semaphore id", sem)?;
         let rt = &self.rt;
-        py.detach(|| rt.semaphore_wait(device, core, sem, value.0))
-            .or_raise(py)
+        py.detach(|| rt.semaphore_wait(device, core, sem, value.0)).or_raise(py)
     }
 
     fn read(&self, py: Python<'_>, device: Int, core: Int, sem: Int) -> PyResult<i64> {
@@ -530,8 +498,7 @@ impl PyRuntime {
         let (device, core) = (self.device(device)?, self.core(core)?);
         let sem = id_arg("semaphore id", sem)?;
         let rt = &self.rt;
-        py.detach(|| rt.dma_wait(device, core, sem, nbytes.0))
-            .or_raise(py)
+        py.detach(|| rt.dma_wait(device, core, sem, nbytes.0)).or_raise(py)
     }
 
     /// Rendezvous of all devices (GIL released while waiting).

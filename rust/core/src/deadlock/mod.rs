@@ -61,7 +61,10 @@ pub enum CoreState {
     Running,
     Parked(Wait),
     /// In the device barrier of `generation`.
-    Barrier { generation: u64, site: SiteId },
+    Barrier {
+        generation: u64,
+        site: SiteId,
+    },
     Finished,
 }
 

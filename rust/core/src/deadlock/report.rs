@@ -66,7 +66,11 @@ pub(super) fn describe(
                                 w.sem,
                                 t.count,
                                 t.bytes,
-                                if t.last_site == 0 { " at an unknown site".to_string() } else { site::at(t.last_site) }
+                                if t.last_site == 0 {
+                                    " at an unknown site".to_string()
+                                } else {
+                                    site::at(t.last_site)
+                                }
                             );
                         }
                     }
@@ -153,8 +157,7 @@ fn find_cycle(edges: &[(u32, Vec<u32>)]) -> Option<Vec<u32>> {
         let mut cur = start;
         // Follow the smallest successor that waits itself.
         for _ in 0..=graph.len() {
-            let Some(next) =
-                graph.get(&cur).and_then(|e| e.iter().copied().filter(|n| graph.contains_key(n)).min())
+            let Some(next) = graph.get(&cur).and_then(|e| e.iter().copied().filter(|n| graph.contains_key(n)).min())
             else {
                 break;
             };

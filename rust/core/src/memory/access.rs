@@ -50,9 +50,7 @@ impl MemoryTable {
         let bytes = full
             .iter()
             .try_fold(buf.dtype.itemsize(), |acc, &n| acc.checked_mul(n))
-            .ok_or_else(|| {
-                RtError::value(format!("region {} of {who} is too large", r.region.python_repr()))
-            })?;
+            .ok_or_else(|| RtError::value(format!("region {} of {who} is too large", r.region.python_repr())))?;
         Ok(Resolved { who, buf, plan, full, bytes })
     }
 

@@ -60,14 +60,7 @@ fn merge_dims(s: &Layout, d: &Layout, counts: &[usize], itemsize: usize) -> (usi
 
 /// Copies the `counts`-shaped block at `s` in `src` to `d` in `dst`.
 /// Panics (never UB) if a layout points outside its slice: callers check bounds.
-pub(crate) fn copy_block(
-    src: &[u8],
-    s: &Layout,
-    dst: &mut [u8],
-    d: &Layout,
-    counts: &[usize],
-    itemsize: usize,
-) {
+pub(crate) fn copy_block(src: &[u8], s: &Layout, dst: &mut [u8], d: &Layout, counts: &[usize], itemsize: usize) {
     if counts.contains(&0) {
         return;
     }
@@ -111,12 +104,7 @@ pub(crate) fn copy_block(
 
 /// Calls `f(a_offset, b_offset)` for every element of the `counts` block,
 /// in C order, with byte offsets in layouts `a` and `b`.
-pub(crate) fn for_each_element(
-    counts: &[usize],
-    a: &Layout,
-    b: &Layout,
-    mut f: impl FnMut(usize, usize),
-) {
+pub(crate) fn for_each_element(counts: &[usize], a: &Layout, b: &Layout, mut f: impl FnMut(usize, usize)) {
     if counts.contains(&0) {
         return;
     }
@@ -204,14 +192,10 @@ mod tests {
         let dst = Layout::dense(&[8, 128], 4);
         let (run, loops) = merge_dims(&src, &dst, &[8, 128], 4);
         assert_eq!(run, 512);
-        assert_eq!(
-            loops.iter().map(|l| (l.count, l.src, l.dst)).collect::<Vec<_>>(),
-            [(8, 4096, 512)]
-        );
+        assert_eq!(loops.iter().map(|l| (l.count, l.src, l.dst)).collect::<Vec<_>>(), [(8, 4096, 512)]);
         // Strided innermost dim: element-sized runs; rows that continue the
         // same stride merge into one loop.
-        let (run, loops) =
-            merge_dims(&strided(0, &[16, 8]), &Layout::dense(&[3, 2], 4), &[3, 2], 4);
+        let (run, loops) = merge_dims(&strided(0, &[16, 8]), &Layout::dense(&[3, 2], 4), &[3, 2], 4);
         assert_eq!(run, 4);
         assert_eq!(loops.iter().map(|l| (l.count, l.src, l.dst)).collect::<Vec<_>>(), [(6, 8, 4)]);
     }
@@ -222,7 +206,9 @@ mod tests {
 
     #[test]
     fn fills_repeat_the_pattern() {
-        for pattern in [&[1u8, 2, 3, 4][..], &[7, 7], &[0xff, 0x7f], &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]] {
+        for pattern in
+            [&[1u8, 2, 3, 4][..], &[7, 7], &[0xff, 0x7f], &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]]
+        {
             for n in [0usize, 1, 3, 4, 5, 16, 17, 64, 1000, 4096, 4100] {
                 let mut dst = vec![0u8; n];
                 fill_pattern(&mut dst, pattern);
@@ -240,14 +226,7 @@ mod tests {
         let src: Vec<u8> = (0..=255).collect();
         let mut dst = vec![0u8; 12];
         // Rows 1, 3, 5 (stride 2 of a (8, 32)-byte buffer), bytes 4..8 of each.
-        copy_block(
-            &src,
-            &strided(32 + 4, &[64, 1]),
-            &mut dst,
-            &Layout::dense(&[3, 4], 1),
-            &[3, 4],
-            1,
-        );
+        copy_block(&src, &strided(32 + 4, &[64, 1]), &mut dst, &Layout::dense(&[3, 4], 1), &[3, 4], 1);
         assert_eq!(dst, [36, 37, 38, 39, 100, 101, 102, 103, 164, 165, 166, 167]);
     }
 }

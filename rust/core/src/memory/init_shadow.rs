@@ -50,9 +50,9 @@ impl InitShadow {
     pub fn new(len: usize) -> Result<InitShadow> {
         let n = len.div_ceil(64);
         let mut words = Vec::new();
-        words.try_reserve_exact(n).map_err(|_| {
-            RtError::memory(format!("cannot allocate the initcheck shadow of {len} elements"))
-        })?;
+        words
+            .try_reserve_exact(n)
+            .map_err(|_| RtError::memory(format!("cannot allocate the initcheck shadow of {len} elements")))?;
         words.resize_with(n, || AtomicU64::new(0));
         Ok(InitShadow { words: words.into_boxed_slice(), len })
     }
@@ -160,7 +160,13 @@ pub(crate) fn mark_masked(buf: &Buffer, plan: &Plan, counts: &[usize], full: &[u
 /// bounds, nothing read): an `Uninitialized` error naming the never-written
 /// elements when some are.
 #[inline]
-pub(crate) fn check_read(buf: &Buffer, plan: &Plan, counts: Option<&[usize]>, who: &Who, region: &Region) -> Result<()> {
+pub(crate) fn check_read(
+    buf: &Buffer,
+    plan: &Plan,
+    counts: Option<&[usize]>,
+    who: &Who,
+    region: &Region,
+) -> Result<()> {
     let (Some(shadow), Some(counts)) = (buf.init_shadow(), counts) else { return Ok(()) };
     let mut ok = true;
     touched(buf, plan, counts).for_each_run(|start, len| ok &= shadow.all_set(start, len));

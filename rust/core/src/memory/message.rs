@@ -33,43 +33,44 @@ pub(crate) fn oob_read(who: &Who, region: &Region, logical: &[usize]) -> RtError
 }
 
 pub(crate) fn oob_write(who: &Who, region: &Region, logical: &[usize]) -> RtError {
-    RtError::new(ErrorKind::OutOfBoundsWrite, format!(
-        "Out-of-bounds write of {who}: writing [{}] but buffer has shape {} .",
-        region.python_repr(),
-        shape_repr(logical)
-    ))
+    RtError::new(
+        ErrorKind::OutOfBoundsWrite,
+        format!(
+            "Out-of-bounds write of {who}: writing [{}] but buffer has shape {} .",
+            region.python_repr(),
+            shape_repr(logical)
+        ),
+    )
 }
 
 pub(crate) fn oob_swap(who: &Who, region: &Region, logical: &[usize]) -> RtError {
-    RtError::new(ErrorKind::OutOfBoundsWrite, format!(
-        "Out-of-bounds swap of {who}: swapping [{}] but buffer has shape {} .",
-        region.python_repr(),
-        shape_repr(logical)
-    ))
+    RtError::new(
+        ErrorKind::OutOfBoundsWrite,
+        format!(
+            "Out-of-bounds swap of {who}: swapping [{}] but buffer has shape {} .",
+            region.python_repr(),
+            shape_repr(logical)
+        ),
+    )
 }
 
 pub(crate) fn oob_masked_swap(who: &Who, region: &Region, logical: &[usize]) -> RtError {
-    RtError::new(ErrorKind::OutOfBoundsWrite, format!(
-        "Out-of-bounds masked swap of {who}: swapping [{}] but buffer has shape {} . ",
-        region.python_repr(),
-        shape_repr(logical)
-    ))
+    RtError::new(
+        ErrorKind::OutOfBoundsWrite,
+        format!(
+            "Out-of-bounds masked swap of {who}: swapping [{}] but buffer has shape {} . ",
+            region.python_repr(),
+            shape_repr(logical)
+        ),
+    )
 }
 
 pub(crate) fn no_such_buffer(key: BufferKey, action: &str) -> RtError {
-    RtError::value(format!(
-        "cannot {action} {key}: no such buffer (never allocated, or already freed)"
-    ))
+    RtError::value(format!("cannot {action} {key}: no such buffer (never allocated, or already freed)"))
 }
 
 /// `what` ("data", "out", "mask") has the wrong byte length for the region.
-pub(crate) fn wrong_len(
-    who: &Who,
-    what: &str,
-    got: usize,
-    shape: &[usize],
-    want: usize,
-) -> RtError {
+pub(crate) fn wrong_len(who: &Who, what: &str, got: usize, shape: &[usize], want: usize) -> RtError {
     RtError::value(format!(
         "{what} for {who} has {got} bytes but the region has shape {} and needs {want} bytes",
         shape_repr(shape)

@@ -78,14 +78,7 @@ impl BufferKey {
 
 impl std::fmt::Display for BufferKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} buffer {} of device {}, core {}",
-            self.space.as_str(),
-            self.id,
-            self.device,
-            self.core
-        )
+        write!(f, "{} buffer {} of device {}, core {}", self.space.as_str(), self.id, self.device, self.core)
     }
 }
 

@@ -22,11 +22,11 @@ mod clock;
 mod report;
 mod shadow;
 
+pub use cell::Memo;
 #[cfg(any(feature = "internals", loom))]
 pub use clock::Epoch;
 pub use clock::VectorClock;
 pub use report::{latest_race_log, AccessRecord, Actor, RaceLog};
-pub use cell::Memo;
 pub use shadow::Shadow;
 
 use crate::config::RacePolicy;
@@ -156,8 +156,7 @@ impl RaceDetector {
         });
         let mut raised = None;
         if let Some(c) = conflict {
-            let earlier =
-                records.get(c.earlier.thread as usize).and_then(|r| r.get(c.earlier.value as usize - 1));
+            let earlier = records.get(c.earlier.thread as usize).and_then(|r| r.get(c.earlier.value as usize - 1));
             let shape = memory.info(key).map(|i| i.shape).unwrap_or_default();
             let text = report::describe(&record, earlier, &shape);
             match self.policy {

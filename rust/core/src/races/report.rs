@@ -2,13 +2,13 @@
 //! kept for Python (`mosaic_rt.races`).
 
 use crate::memory::BufferKey;
+use crate::region::Region;
 use crate::reports::Detail;
 use crate::site::SiteId;
-use crate::region::Region;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 // std, not crate::sync: race detection is not part of the loom models.
-use std::sync::{Arc, Mutex};
 use crate::sync::IgnorePoison;
+use std::sync::{Arc, Mutex};
 
 /// Reports kept per launch; further races are only counted.
 pub const MAX_REPORTS: usize = 32;
@@ -69,11 +69,9 @@ impl AccessRecord {
 /// ordered with.
 pub fn describe(now: &AccessRecord, earlier: Option<&AccessRecord>, shape: &[usize]) -> String {
     match earlier {
-        Some(e) => format!(
-            "RACE DETECTED: {} is not ordered with the earlier {}",
-            now.describe(shape),
-            e.describe(shape)
-        ),
+        Some(e) => {
+            format!("RACE DETECTED: {} is not ordered with the earlier {}", now.describe(shape), e.describe(shape))
+        }
         None => format!("RACE DETECTED: {} is not ordered with an earlier access", now.describe(shape)),
     }
 }
@@ -82,7 +80,15 @@ pub fn describe(now: &AccessRecord, earlier: Option<&AccessRecord>, shape: &[usi
 pub fn details(now: &AccessRecord, earlier: Option<&AccessRecord>, shape: &[usize]) -> Vec<(&'static str, Detail)> {
     fn side(prefix: bool, r: &AccessRecord, shape: &[usize], out: &mut Vec<(&'static str, Detail)>) {
         let names: [&'static str; 7] = if prefix {
-            ["earlier_device", "earlier_core", "earlier_dma", "earlier_access", "earlier_region", "earlier_site", "earlier_text"]
+            [
+                "earlier_device",
+                "earlier_core",
+                "earlier_dma",
+                "earlier_access",
+                "earlier_region",
+                "earlier_site",
+                "earlier_text",
+            ]
         } else {
             ["device", "core", "dma", "access", "region", "site", "text"]
         };

@@ -129,8 +129,7 @@ impl Shadow {
             let n = self.chunk.min(self.len - c * self.chunk);
             // Element 0 keeps the chunk's shared clock (if any), the others
             // get copies: shared clocks are updated in place per element.
-            let cells: Box<[Cell]> =
-                (0..n).map(|k| if k == 0 { cell } else { self.shared.fork(cell) }).collect();
+            let cells: Box<[Cell]> = (0..n).map(|k| if k == 0 { cell } else { self.shared.fork(cell) }).collect();
             self.chunks[c] = Chunk::Split(cells);
         }
         let Chunk::Split(cells) = &mut self.chunks[c] else { unreachable!() };

@@ -20,11 +20,7 @@ pub(crate) struct DeviceBarrier {
 
 impl DeviceBarrier {
     pub fn new(num_devices: u32) -> Self {
-        DeviceBarrier {
-            num_devices,
-            state: Mutex::new(State { generation: 0, arrived: 0 }),
-            cv: Condvar::new(),
-        }
+        DeviceBarrier { num_devices, state: Mutex::new(State { generation: 0, arrived: 0 }), cv: Condvar::new() }
     }
 
     /// Wakes waiters so they notice a failure (set before this call).

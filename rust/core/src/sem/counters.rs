@@ -120,8 +120,7 @@ impl Counters {
     /// Pages materialised so far (memory diagnostics; dense counters count
     /// as one page).
     pub fn pages_in_use(&self) -> usize {
-        usize::from(!self.dense.is_empty())
-            + self.pages.iter().filter(|p| !p.load(Ordering::Acquire).is_null()).count()
+        usize::from(!self.dense.is_empty()) + self.pages.iter().filter(|p| !p.load(Ordering::Acquire).is_null()).count()
     }
 
     #[cold]

@@ -396,4 +396,3 @@ impl<T: Queued> SemIds<T> {
         table.blocks.iter().chain(table.fixed.values()).cloned().collect()
     }
 }
-

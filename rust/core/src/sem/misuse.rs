@@ -13,7 +13,14 @@ use crate::site::{self, SiteId};
 /// semaphore and `value` matches none of them, nor their total, nor their
 /// total plus the count already there -- a descriptor waited with a
 /// different size than it was started with.
-pub(crate) fn check_dma_wait<T: Queued>(s: &SemBlock<T>, off: u32, gcore: u32, value: i64, topo: Topology, wait_site: SiteId) {
+pub(crate) fn check_dma_wait<T: Queued>(
+    s: &SemBlock<T>,
+    off: u32,
+    gcore: u32,
+    value: i64,
+    topo: Topology,
+    wait_site: SiteId,
+) {
     let pending = s.pending_bytes(off, gcore);
     if pending.is_empty() {
         return;

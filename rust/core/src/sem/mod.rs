@@ -253,7 +253,8 @@ impl<T: Queued> SemTable<T> {
     #[cold]
     #[inline(never)]
     fn signal_slow(&self, gcore: u32, sem: u32, inc: i64) -> Result<()> {
-        self.ids.with(sem, |s, off| add_count(s.counter(off, gcore)?, inc).map_err(|c| self.overflow(sem, gcore, c, inc)))?
+        self.ids
+            .with(sem, |s, off| add_count(s.counter(off, gcore)?, inc).map_err(|c| self.overflow(sem, gcore, c, inc)))?
     }
 
     #[cold]
@@ -295,7 +296,10 @@ impl<T: Queued> SemTable<T> {
         // Fast path: the count is there already (no reference counting, no
         // error values).
         if !self.failure.is_set()
-            && self.ids.with_fast(sem, |s, off| try_take(s.counter_if_present(off, gcore)?, value).then_some(())).is_some()
+            && self
+                .ids
+                .with_fast(sem, |s, off| try_take(s.counter_if_present(off, gcore)?, value).then_some(()))
+                .is_some()
         {
             return Ok(());
         }
@@ -601,7 +605,10 @@ fn try_take(count: &AtomicI64, value: i64) -> bool {
 impl<T: Queued> Probe for SemTable<T> {
     fn ready(&self, sem: u32, gcore: u32, value: i64) -> bool {
         self.failure.is_set()
-            || self.ids.with(sem, |s, off| can_take(s.peek(off, gcore), value) || s.has_task(off, gcore)).unwrap_or(true)
+            || self
+                .ids
+                .with(sem, |s, off| can_take(s.peek(off, gcore), value) || s.has_task(off, gcore))
+                .unwrap_or(true)
     }
 
     fn describe(&self, sem: u32, gcore: u32) -> (&'static str, i64) {

@@ -10,7 +10,7 @@
 //! it, so the parker's re-check sees the change.
 
 use crate::error::RtError;
-use crate::sync::{lock, AtomicBool, IgnorePoison, AtomicU32, Condvar, Mutex, MutexGuard, Ordering};
+use crate::sync::{lock, AtomicBool, AtomicU32, Condvar, IgnorePoison, Mutex, MutexGuard, Ordering};
 use std::time::Instant;
 
 /// What a parked core waits for.

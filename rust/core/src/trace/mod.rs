@@ -22,8 +22,8 @@
 mod export;
 
 use crate::site;
-use std::collections::HashMap;
 use crate::sync::IgnorePoison;
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -350,7 +350,8 @@ impl Tracer {
         let mut dmas: Vec<_> = st.dmas.iter().collect();
         dmas.sort_by_key(|(id, _)| **id);
         for (&id, d) in dmas {
-            let d = OpenDma { issuer: d.issuer, begin: d.begin, name: d.name.clone(), site: d.site, args: d.args.clone() };
+            let d =
+                OpenDma { issuer: d.issuer, begin: d.begin, name: d.name.clone(), site: d.site, args: d.args.clone() };
             events.push(dma_span(id, d, now, false));
         }
         let dropped = st.dropped;

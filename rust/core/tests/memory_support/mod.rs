@@ -31,13 +31,7 @@ impl Rng {
 }
 
 pub fn table(devices: u32, cores: u32, oob: OobReads, fill: FillMode) -> MemoryTable {
-    let config = Config {
-        num_devices: devices,
-        cores_per_device: cores,
-        oob_reads: oob,
-        fill,
-        ..Config::default()
-    };
+    let config = Config { num_devices: devices, cores_per_device: cores, oob_reads: oob, fill, ..Config::default() };
     MemoryTable::new(&config)
 }
 
@@ -47,11 +41,8 @@ pub fn numel(shape: &[usize]) -> usize {
 
 /// Per buffer dim (start, size, stride, squeezed), trailing dims whole logical dims.
 pub fn normalized(region: &Region, logical: &[usize]) -> Vec<(usize, usize, usize, bool)> {
-    let mut v: Vec<_> = region
-        .dims
-        .iter()
-        .map(|d| (d.start as usize, d.size as usize, d.stride as usize, d.squeezed))
-        .collect();
+    let mut v: Vec<_> =
+        region.dims.iter().map(|d| (d.start as usize, d.size as usize, d.stride as usize, d.squeezed)).collect();
     for &n in &logical[region.dims.len()..] {
         v.push((0, n, 1, false));
     }
@@ -67,8 +58,7 @@ pub fn element_coords(region: &Region, logical: &[usize]) -> Vec<Vec<usize>> {
     let dims = normalized(region, logical);
     let mut out = vec![vec![]];
     for &(start, size, stride, squeezed) in &dims {
-        let idxs: Vec<usize> =
-            if squeezed { vec![start] } else { (0..size).map(|i| start + i * stride).collect() };
+        let idxs: Vec<usize> = if squeezed { vec![start] } else { (0..size).map(|i| start + i * stride).collect() };
         out = out
             .into_iter()
             .flat_map(|c| {
@@ -106,10 +96,8 @@ pub fn ref_load(
     let coords = element_coords(region, logical);
     // Stock compares clipped and full shapes per dim, so a dim running past
     // the end counts even when another dim selects nothing.
-    let partial = dims
-        .iter()
-        .zip(shape)
-        .any(|(&(start, size, stride, _), &n)| size > 0 && start + (size - 1) * stride >= n);
+    let partial =
+        dims.iter().zip(shape).any(|(&(start, size, stride, _), &n)| size > 0 && start + (size - 1) * stride >= n);
     if (entirely_oob || partial) && !uninitialized {
         return None;
     }
@@ -135,13 +123,16 @@ pub fn ref_store(
     data: &[u8],
 ) -> Result<(), ()> {
     let dims = normalized(region, logical);
-    let oob = dims.iter().zip(shape).any(|(&(start, size, stride, squeezed), &n)| {
-        if squeezed {
-            start >= n
-        } else {
-            size > 0 && start + (size - 1) * stride >= n
-        }
-    });
+    let oob =
+        dims.iter().zip(shape).any(
+            |(&(start, size, stride, squeezed), &n)| {
+                if squeezed {
+                    start >= n
+                } else {
+                    size > 0 && start + (size - 1) * stride >= n
+                }
+            },
+        );
     if oob {
         return Err(());
     }

@@ -20,11 +20,8 @@ pub fn dma_start(c: &mut Call) -> Result<()> {
     let _site = c.enter_site();
     let f = &c.frame;
     let [has_device, has_core] = f.attrs_i64_opt(["has_dst_device", "has_dst_core"]);
-    let dst_core = if f.num_args() == 12 {
-        super::target_arg(f, handle, 11, has_core, "destination core id")?
-    } else {
-        None
-    };
+    let dst_core =
+        if f.num_args() == 12 { super::target_arg(f, handle, 11, has_core, "destination core id")? } else { None };
     let req = DmaRequest {
         device,
         core,
@@ -49,9 +46,7 @@ pub fn dma_wait(c: &mut Call) -> Result<()> {
     let sem = c.frame.arg_id(4, "semaphore id")?;
     let bytes = c.frame.attr_i64("bytes")?;
     if bytes < 0 {
-        return Err(RtError::value(format!(
-            "dma_wait: bytes must be >= 0, got {bytes}"
-        )));
+        return Err(RtError::value(format!("dma_wait: bytes must be >= 0, got {bytes}")));
     }
     let site = c.site();
     launch::with_runtime(handle, |rt| rt.dma_wait_at(device, core, sem, bytes, site))

@@ -46,11 +46,7 @@ pub fn grid_begin(c: &mut Call) -> Result<()> {
         num_iterations: f.attr_i64("num_iterations")?,
     };
     let blocks = blocks(f)?;
-    let revisit = f
-        .attr_i64s("revisit")?
-        .iter()
-        .map(|&b| usize::try_from(b).ok())
-        .collect();
+    let revisit = f.attr_i64s("revisit")?.iter().map(|&b| usize::try_from(b).ok()).collect();
     let grid = GridLoop::new(spec, blocks, revisit, core)?;
     let points: Vec<i32> = grid.point().into_iter().chain(grid.next_point()).collect();
     write_step(f, grid.go(), &points)?;
@@ -108,7 +104,8 @@ fn blocks(f: &Frame) -> Result<Vec<Block>> {
         )));
     }
     let mut out = Vec::with_capacity(n);
-    for (b, (((sizes, squeezed), factors), name)) in sizes.into_iter().zip(squeezed).zip(factors).zip(names).enumerate() {
+    for (b, (((sizes, squeezed), factors), name)) in sizes.into_iter().zip(squeezed).zip(factors).zip(names).enumerate()
+    {
         out.push(Block {
             output: outputs[b] != 0,
             space: MemorySpace::from_code(spaces[b])?,
@@ -162,9 +159,7 @@ pub fn grid_copy_in(c: &mut Call) -> Result<()> {
     let (handle, device, core) = core_target(c, 4..=usize::MAX, 1)?;
     let _site = c.enter_site();
     let idx = indices(&c.frame)?;
-    launch::with_runtime(handle, |rt| {
-        rt.with_grid(device, core, |g| g.copy_in(&idx, |b| copy(rt, device, core, b)))
-    })
+    launch::with_runtime(handle, |rt| rt.with_grid(device, core, |g| g.copy_in(&idx, |b| copy(rt, device, core, b))))
 }
 
 /// `grid_copy_out(token, handle, device, core, cur.., next..) -> (token, go,

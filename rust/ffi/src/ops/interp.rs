@@ -152,10 +152,7 @@ pub fn prng_random_bits(c: &mut Call) -> Result<()> {
     let out = c.frame.ret(1)?;
     let dtype = out.dtype()?;
     if !matches!(dtype, DType::I32 | DType::U32) {
-        return Err(RtError::value(format!(
-            "prng_random_bits: result must be int32 or uint32, got {}",
-            dtype.name()
-        )));
+        return Err(RtError::value(format!("prng_random_bits: result must be int32 or uint32, got {}", dtype.name())));
     }
     // SAFETY: the only slice of result 1, and no operand slice is alive.
     let bytes = unsafe { out.bytes_mut()? };
@@ -166,7 +163,6 @@ pub fn prng_random_bits(c: &mut Call) -> Result<()> {
     }
     Ok(())
 }
-
 
 /// `wrap_target(device, core) -> (device, core)` (pure: no token, handle or
 /// side effect): stock's wrap of a negative signal target. Stock indexes its

@@ -12,10 +12,7 @@ use std::time::Duration;
 /// The XLA run id of the current execution: equal on every device of one
 /// execution, different between executions (checked by tests/test_ffi_*).
 fn run_id(f: &Frame) -> Result<i64> {
-    let get = f
-        .api()?
-        .run_id_get
-        .ok_or_else(|| RtError::internal("XLA_FFI_RunId_Get is missing"))?;
+    let get = f.api()?.run_id_get.ok_or_else(|| RtError::internal("XLA_FFI_RunId_Get is missing"))?;
     let mut args = abi::RunIdGetArgs {
         struct_size: std::mem::size_of::<abi::RunIdGetArgs>(),
         extension_start: std::ptr::null_mut(),
@@ -33,10 +30,7 @@ fn run_id(f: &Frame) -> Result<i64> {
 
 /// The XLA device ordinal the calling program runs on.
 fn device_ordinal(f: &Frame) -> Result<i32> {
-    let get = f
-        .api()?
-        .device_ordinal_get
-        .ok_or_else(|| RtError::internal("XLA_FFI_DeviceOrdinal_Get is missing"))?;
+    let get = f.api()?.device_ordinal_get.ok_or_else(|| RtError::internal("XLA_FFI_DeviceOrdinal_Get is missing"))?;
     let mut args = abi::DeviceOrdinalGetArgs {
         struct_size: std::mem::size_of::<abi::DeviceOrdinalGetArgs>(),
         extension_start: std::ptr::null_mut(),
@@ -173,9 +167,7 @@ pub fn leak_report(c: &mut Call) -> Result<()> {
             reports::push(leak_report_of(device, l));
         }
     }
-    c.frame
-        .ret(1)?
-        .write_i32(leaks.len().min(i32::MAX as usize) as i32)
+    c.frame.ret(1)?.write_i32(leaks.len().min(i32::MAX as usize) as i32)
 }
 
 /// The warning of one leak.

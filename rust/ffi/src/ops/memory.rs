@@ -12,9 +12,7 @@ fn shape_attr(c: &Call, name: &str) -> Result<Option<Vec<usize>>> {
     };
     dims.iter()
         .map(|&d| {
-            usize::try_from(d).map_err(|_| {
-                RtError::value(format!("{}: {name} has a negative dimension {d}", f.op))
-            })
+            usize::try_from(d).map_err(|_| RtError::value(format!("{}: {name} has a negative dimension {d}", f.op)))
         })
         .collect::<Result<Vec<_>>>()
         .map(Some)
@@ -30,24 +28,16 @@ pub fn allocate_buffer(c: &mut Call) -> Result<()> {
     let core = c.frame.arg_opt_id(3, "core id")?;
     let space = space_attr(&c.frame, "space")?;
     let dtype = DType::from_name(c.frame.attr_str("dtype")?)?;
-    let shape = shape_attr(c, "shape")?
-        .ok_or_else(|| RtError::value("allocate_buffer: missing attribute \"shape\""))?;
+    let shape =
+        shape_attr(c, "shape")?.ok_or_else(|| RtError::value("allocate_buffer: missing attribute \"shape\""))?;
     let logical = shape_attr(c, "logical_shape")?;
     let logical_shape = logical.as_deref().unwrap_or(&shape);
-    let init_buf = if c.frame.num_args() == 5 {
-        Some(c.frame.arg(4)?)
-    } else {
-        None
-    };
+    let init_buf = if c.frame.num_args() == 5 { Some(c.frame.arg(4)?) } else { None };
     let init_elements = match &init_buf {
         None => None,
         Some(b) => {
             b.expect_dtype(dtype)?;
-            if b.dims
-                .iter()
-                .map(|&d| d as usize)
-                .ne(logical_shape.iter().copied())
-            {
+            if b.dims.iter().map(|&d| d as usize).ne(logical_shape.iter().copied()) {
                 return Err(RtError::value(format!(
                     "allocate_buffer: initial value has shape {:?}, expected {:?}",
                     b.dims, logical_shape
@@ -103,9 +93,7 @@ pub fn store(c: &mut Call) -> Result<()> {
     let space = space_attr(f, "space")?;
     let region = region(f, &REGION, 5)?;
     let data = f.arg(6)?.elements()?;
-    launch::with_runtime(handle, |rt| {
-        rt.store(MemRef::new(device, core, space, id, &region), &data)
-    })
+    launch::with_runtime(handle, |rt| rt.store(MemRef::new(device, core, space, id, &region), &data))
 }
 
 /// `swap(token, handle, device, core, id, starts, value[, mask]) -> (token, old)`;
@@ -134,9 +122,7 @@ pub fn swap(c: &mut Call) -> Result<()> {
     };
     let out = f.ret(1)?;
     if out.dtype != value.dtype || out.dims != value.dims {
-        return Err(RtError::value(
-            "swap: result must have the value's dtype and shape",
-        ));
+        return Err(RtError::value("swap: result must have the value's dtype and shape"));
     }
     let out_range = out.byte_range()?;
     let overlaps = |r: std::ops::Range<usize>| !r.is_empty() && r.start < out_range.end && out_range.start < r.end;
@@ -147,9 +133,7 @@ pub fn swap(c: &mut Call) -> Result<()> {
     // alive here (`data`, `mask`: checked just above).
     unsafe {
         out.fill_elements(|out| {
-            launch::with_runtime(handle, |rt| {
-                rt.swap(MemRef::new(device, core, space, id, &region), &data, mask, out)
-            })
+            launch::with_runtime(handle, |rt| rt.swap(MemRef::new(device, core, space, id, &region), &data, mask, out))
         })
     }
 }

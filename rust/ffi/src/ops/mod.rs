@@ -66,11 +66,7 @@ pub fn device_target(c: &mut Call, args: RangeInclusive<usize>, rets: usize) -> 
 
 /// Reads `token, handle, device, core` and binds the call to that launch.
 #[inline]
-pub fn core_target(
-    c: &mut Call,
-    args: RangeInclusive<usize>,
-    rets: usize,
-) -> Result<(u64, u32, u32)> {
+pub fn core_target(c: &mut Call, args: RangeInclusive<usize>, rets: usize) -> Result<(u64, u32, u32)> {
     let (handle, device) = device_target(c, args, rets)?;
     let core = c.frame.arg_id(3, "core id")?;
     Ok((handle, device, core))
@@ -94,24 +90,12 @@ pub struct RegionAttrs {
 /// In a region's `fixed` starts attribute: "take this start from the operand".
 pub const DYNAMIC_START: i64 = i64::MIN;
 
-pub const REGION: RegionAttrs = RegionAttrs {
-    sizes: "sizes",
-    strides: "strides",
-    squeezed: "squeezed",
-    fixed: "fixed",
-};
-pub const SRC_REGION: RegionAttrs = RegionAttrs {
-    sizes: "src_sizes",
-    strides: "src_strides",
-    squeezed: "src_squeezed",
-    fixed: "src_fixed",
-};
-pub const DST_REGION: RegionAttrs = RegionAttrs {
-    sizes: "dst_sizes",
-    strides: "dst_strides",
-    squeezed: "dst_squeezed",
-    fixed: "dst_fixed",
-};
+pub const REGION: RegionAttrs =
+    RegionAttrs { sizes: "sizes", strides: "strides", squeezed: "squeezed", fixed: "fixed" };
+pub const SRC_REGION: RegionAttrs =
+    RegionAttrs { sizes: "src_sizes", strides: "src_strides", squeezed: "src_squeezed", fixed: "src_fixed" };
+pub const DST_REGION: RegionAttrs =
+    RegionAttrs { sizes: "dst_sizes", strides: "dst_strides", squeezed: "dst_squeezed", fixed: "dst_fixed" };
 
 /// A region: static sizes, strides and squeezed flags (attributes named by
 /// `names`) and a dynamic int32 start vector operand.
@@ -135,12 +119,7 @@ pub fn region(f: &Frame, names: &RegionAttrs, starts_arg: usize) -> Result<Regio
         )));
     }
     let dims = (0..n)
-        .map(|i| DimSel {
-            start: starts[i] as i64,
-            size: sizes[i],
-            stride: strides[i],
-            squeezed: squeezed[i] != 0,
-        })
+        .map(|i| DimSel { start: starts[i] as i64, size: sizes[i], stride: strides[i], squeezed: squeezed[i] != 0 })
         .collect();
     Ok(Region::new(dims))
 }
@@ -150,7 +129,14 @@ pub fn region(f: &Frame, names: &RegionAttrs, starts_arg: usize) -> Result<Regio
 /// constants and scalars: no concatenate kernel).
 #[cold]
 #[inline(never)]
-fn fixed_region(f: &Frame, names: &RegionAttrs, sizes: &[i64], strides: &[i64], squeezed: &[i64], dynamic: &[i32]) -> Result<Region> {
+fn fixed_region(
+    f: &Frame,
+    names: &RegionAttrs,
+    sizes: &[i64],
+    strides: &[i64],
+    squeezed: &[i64],
+    dynamic: &[i32],
+) -> Result<Region> {
     let fixed = f.attr_i64s_opt(names.fixed)?.unwrap_or(&[]);
     let mut next = dynamic.iter();
     let mut dims = Vec::with_capacity(sizes.len());

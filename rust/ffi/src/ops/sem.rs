@@ -23,9 +23,7 @@ pub fn allocate_semaphores(c: &mut Call) -> Result<()> {
     let core = c.frame.arg_opt_id(3, "core id")?;
     let kind: SemKind = c.frame.attr_str("kind")?.parse()?;
     let count = c.frame.attr_u32("count")?;
-    let first = launch::with_runtime(handle, |rt| {
-        rt.allocate_semaphores(device, core, kind, count)
-    })?;
+    let first = launch::with_runtime(handle, |rt| rt.allocate_semaphores(device, core, kind, count))?;
     c.frame.ret(1)?.write_i32(first as i32)
 }
 
@@ -52,9 +50,7 @@ pub fn semaphore_signal(c: &mut Call) -> Result<()> {
     let [has_device, has_core] = f.attrs_i64_opt(["has_target_device", "has_target_core"]);
     let target_device = super::target_arg(f, handle, 6, has_device, "target device id")?;
     let target_core = super::target_arg(f, handle, 7, has_core, "target core id")?;
-    launch::with_runtime(handle, |rt| {
-        rt.semaphore_signal(device, core, sem, inc, target_device, target_core)
-    })
+    launch::with_runtime(handle, |rt| rt.semaphore_signal(device, core, sem, inc, target_device, target_core))
 }
 
 /// `semaphore_wait(token, handle, device, core, sem, value) -> token`.
@@ -71,7 +67,6 @@ pub fn semaphore_read(c: &mut Call) -> Result<()> {
     let (handle, device, core) = core_target(c, 5..=5, 2)?;
     let sem = c.frame.arg_id(4, "semaphore id")?;
     let v = launch::with_runtime(handle, |rt| rt.semaphore_read(device, core, sem))?;
-    let v = i32::try_from(v)
-        .map_err(|_| RtError::value(format!("semaphore {sem} count {v} does not fit int32")))?;
+    let v = i32::try_from(v).map_err(|_| RtError::value(format!("semaphore {sem} count {v} does not fit int32")))?;
     c.frame.ret(1)?.write_i32(v)
 }

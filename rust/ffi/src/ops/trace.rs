@@ -99,8 +99,7 @@ pub fn device_finished(handle: u64, rt: &Runtime, device: u32) -> Result<()> {
         out.written.push(path.clone());
         path
     };
-    std::fs::write(&path, json)
-        .map_err(|e| RtError::value(format!("cannot write the kernel's trace to {path:?}: {e}")))
+    std::fs::write(&path, json).map_err(|e| RtError::value(format!("cannot write the kernel's trace to {path:?}: {e}")))
 }
 
 #[cfg(test)]
