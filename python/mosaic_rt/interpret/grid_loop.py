@@ -192,17 +192,19 @@ def _tracked_indices(loop: GridLoop, point, ctx: Ctx, token):
     return token, flat
 
 
+def _block_factor(b):
+    """Block dim `b`'s element start per block index (stock's starts): None
+    when the index is the start itself (Squeezed, Element)."""
+    if isinstance(b, (pallas_core.Squeezed, pallas_core.Element)):
+        return None
+    if isinstance(b, pallas_core.Blocked):
+        return b.block_size
+    raise ValueError(f"Unsupported block dim type: {type(b)}")
+
+
 def _block_factors(bm):
-    """Per block dim: block index -> element start factor (stock's starts)."""
-    out = []
-    for b in bm.block_shape:
-        if isinstance(b, (pallas_core.Squeezed, pallas_core.Element)):
-            out.append(1)
-        elif isinstance(b, pallas_core.Blocked):
-            out.append(int(b.block_size))
-        else:
-            raise ValueError(f"Unsupported block dim type: {type(b)}")
-    return tuple(out)
+    """Per block dim: block index -> element start factor."""
+    return tuple(1 if f is None else int(f) for f in map(_block_factor, bm.block_shape))
 
 
 def _idx32(x):
@@ -319,11 +321,8 @@ def _all_block_starts(loop: GridLoop, point, ctx: Ctx, token):
 
 def _element_start(i, b):
     """The element start of block index `i` along block dim `b`."""
-    if isinstance(b, (pallas_core.Squeezed, pallas_core.Element)):
-        return i
-    if isinstance(b, pallas_core.Blocked):
-        return i * b.block_size
-    raise ValueError(f"Unsupported block dim type: {type(b)}")
+    factor = _block_factor(b)
+    return i if factor is None else i * factor
 
 
 # ---------------------------------------------------------------- both loops
