@@ -60,18 +60,36 @@ impl Block {
         self.sizes.len()
     }
 
-    fn starts(&self, idx: &[i32]) -> Vec<i64> {
-        idx.iter().zip(&self.factors).map(|(&i, &f)| i.wrapping_mul(f as i32) as i64).collect()
+    /// Element start along dim `k` of block index `i` (int32 wrapping, as stock).
+    fn start(&self, k: usize, i: i32) -> i64 {
+        i.wrapping_mul(self.factors[k] as i32) as i64
     }
 
-    fn region(&self, starts: &[i64]) -> Region {
+    /// Whether block indices `a` and `b` give different element starts.
+    fn starts_differ(&self, a: &[i32], b: &[i32]) -> bool {
+        (0..self.rank()).any(|k| self.start(k, a[k]) != self.start(k, b[k]))
+    }
+
+    /// The block's region at element start 0 (its starts are set per step).
+    fn region_at_origin(&self) -> Region {
         Region::new(
-            starts
+            self.sizes
                 .iter()
-                .zip(self.sizes.iter().zip(&self.squeezed))
-                .map(|(&start, (&size, &squeezed))| DimSel { start, size, stride: 1, squeezed })
+                .zip(&self.squeezed)
+                .map(|(&size, &squeezed)| DimSel { start: 0, size, stride: 1, squeezed })
                 .collect(),
         )
+    }
+
+    /// Moves `region` (this block's) to block indices `idx`; whether it moved.
+    fn move_region(&self, region: &mut Region, idx: &[i32]) -> bool {
+        let mut moved = false;
+        for (k, dim) in region.dims.iter_mut().enumerate() {
+            let start = self.start(k, idx[k]);
+            moved |= dim.start != start;
+            dim.start = start;
+        }
+        moved
     }
 }
 
@@ -96,10 +114,16 @@ pub struct GridLoop {
     it: i64,
     bound: i64,
     loop_idx: Vec<i64>,
+    /// The grid point of `loop_idx` (kept, not rebuilt per step).
+    point: Vec<i32>,
     /// Whether an iteration has copied its inputs (the first copies all).
     stepped: bool,
-    /// Per block: the starts of the last iteration that copied in (inputs).
-    prev: Vec<Vec<i64>>,
+    /// Per block: its region at the latest iteration that computed it
+    /// (inputs: the last copy-in step, so a compare tells a move).
+    regions: Vec<Region>,
+    /// Per pallas_call output: the region the revisit check is given (the
+    /// tracked block's, updated in place each step), or `None`.
+    revisit_regions: Vec<Option<Region>>,
 }
 
 impl GridLoop {
@@ -140,8 +164,22 @@ impl GridLoop {
             loop_idx[d] = rest.rem_euclid(spec.grid[d]);
             rest = rest.div_euclid(spec.grid[d]);
         }
-        let prev = vec![Vec::new(); blocks.len()];
-        Ok(GridLoop { spec, blocks, revisit, it: first, bound, loop_idx, stepped: false, prev })
+        let regions: Vec<Region> = blocks.iter().map(Block::region_at_origin).collect();
+        let revisit_regions = revisit.iter().map(|r| r.map(|b| regions[b].clone())).collect();
+        let mut grid = GridLoop {
+            spec,
+            blocks,
+            revisit,
+            it: first,
+            bound,
+            loop_idx,
+            point: Vec::new(),
+            stepped: false,
+            regions,
+            revisit_regions,
+        };
+        grid.point = grid.point_of(&grid.loop_idx);
+        Ok(grid)
     }
 
     /// Whether the current iteration runs.
@@ -158,33 +196,60 @@ impl GridLoop {
         &self.loop_idx
     }
 
-    fn next_indices(&self, idx: &[i64]) -> Vec<i64> {
-        let mut next = idx.to_vec();
-        for d in (0..next.len()).rev() {
-            next[d] += 1;
-            if next[d] != self.spec.grid[d] {
+    /// Advances loop indices `idx` by one iteration (carry from the last
+    /// dim, wrapping to all zeros).
+    fn advance(&self, idx: &mut [i64]) {
+        for d in (0..idx.len()).rev() {
+            idx[d] += 1;
+            if idx[d] != self.spec.grid[d] {
                 break;
             }
-            next[d] = 0;
+            idx[d] = 0;
         }
-        next
+    }
+
+    /// Grid coordinate `d` of loop index `i` (through the visiting order).
+    fn coord(&self, d: usize, i: i64) -> i32 {
+        let order = &self.spec.order[d];
+        if order.is_empty() {
+            i as i32
+        } else {
+            order[i as usize] as i32
+        }
     }
 
     fn point_of(&self, idx: &[i64]) -> Vec<i32> {
-        idx.iter()
-            .zip(&self.spec.order)
-            .map(|(&i, order)| if order.is_empty() { i as i32 } else { order[i as usize] as i32 })
-            .collect()
+        idx.iter().enumerate().map(|(d, &i)| self.coord(d, i)).collect()
     }
 
     /// The grid point of the current iteration.
-    pub fn point(&self) -> Vec<i32> {
-        self.point_of(&self.loop_idx)
+    pub fn point(&self) -> &[i32] {
+        &self.point
+    }
+
+    /// Calls `f` with each coordinate of the next iteration's grid point
+    /// (wrapping after the last), without building the point.
+    pub fn for_next_point(&self, mut f: impl FnMut(usize, i32) -> Result<()>) -> Result<()> {
+        // The carry of `advance`, coordinate by coordinate: dims after the
+        // first that does not wrap are incremented or wrapped to 0.
+        let nd = self.loop_idx.len();
+        let carry_from = (0..nd).rev().find(|&d| self.loop_idx[d] + 1 != self.spec.grid[d]);
+        for d in 0..nd {
+            let i = match carry_from {
+                Some(c) if d < c => self.loop_idx[d],
+                Some(c) if d == c => self.loop_idx[d] + 1,
+                _ => 0,
+            };
+            f(d, self.coord(d, i))?;
+        }
+        Ok(())
     }
 
     /// The grid point of the next iteration (wrapping after the last).
     pub fn next_point(&self) -> Vec<i32> {
-        self.point_of(&self.next_indices(&self.loop_idx))
+        let mut idx = self.loop_idx.clone();
+        self.advance(&mut idx);
+        self.point_of(&idx)
     }
 
     fn check_indices(&self, what: &str, outputs: bool, idx: &[i32], copies: usize) -> Result<()> {
@@ -200,21 +265,16 @@ impl GridLoop {
     /// indices, input after input. `copy` moves one block.
     pub fn copy_in(&mut self, idx: &[i32], mut copy: impl FnMut(&BlockCopy<'_>) -> Result<()>) -> Result<()> {
         self.check_indices("grid_copy_in", false, idx, 1)?;
-        let point = self.point();
         let mut at = 0;
-        for b in 0..self.blocks.len() {
-            let block = &self.blocks[b];
+        for (block, region) in self.blocks.iter().zip(self.regions.iter_mut()) {
             if block.output {
                 continue;
             }
             let indices = &idx[at..at + block.rank()];
             at += block.rank();
-            let starts = block.starts(indices);
-            if !self.stepped || starts != self.prev[b] {
-                let region = block.region(&starts);
-                copy(&BlockCopy { block, region: &region, indices, point: &point })?;
+            if block.move_region(region, indices) || !self.stepped {
+                copy(&BlockCopy { block, region, indices, point: &self.point })?;
             }
-            self.prev[b] = starts;
         }
         self.stepped = true;
         Ok(())
@@ -233,28 +293,32 @@ impl GridLoop {
     ) -> Result<()> {
         self.check_indices("grid_copy_out", true, cur, 1)?;
         self.check_indices("grid_copy_out", true, next, 1)?;
-        let point = self.point();
         let last = self.it + 1 == self.bound;
-        let mut regions: Vec<Option<Region>> = vec![None; self.blocks.len()];
         let mut at = 0;
-        for (b, block) in self.blocks.iter().enumerate() {
+        for (block, region) in self.blocks.iter().zip(self.regions.iter_mut()) {
             if !block.output {
                 continue;
             }
-            let indices = &cur[at..at + block.rank()];
-            let starts = block.starts(indices);
-            let moved = last || starts != block.starts(&next[at..at + block.rank()]);
+            let (indices, next) = (&cur[at..at + block.rank()], &next[at..at + block.rank()]);
             at += block.rank();
-            let region = block.region(&starts);
-            if moved {
-                copy(&BlockCopy { block, region: &region, indices, point: &point })?;
+            block.move_region(region, indices);
+            if last || block.starts_differ(indices, next) {
+                copy(&BlockCopy { block, region, indices, point: &self.point })?;
             }
-            regions[b] = Some(region);
         }
-        let tracked: Vec<Option<Region>> = self.revisit.iter().map(|r| r.and_then(|b| regions[b].take())).collect();
-        revisit(&self.loop_idx, &tracked)?;
+        for (tracked, b) in self.revisit_regions.iter_mut().zip(&self.revisit) {
+            if let (Some(tracked), Some(b)) = (tracked, b) {
+                tracked.dims.copy_from_slice(&self.regions[*b].dims);
+            }
+        }
+        revisit(&self.loop_idx, &self.revisit_regions)?;
         self.it += 1;
-        self.loop_idx = self.next_indices(&self.loop_idx);
+        let mut idx = std::mem::take(&mut self.loop_idx);
+        self.advance(&mut idx);
+        for (d, &i) in idx.iter().enumerate() {
+            self.point[d] = self.coord(d, i);
+        }
+        self.loop_idx = idx;
         Ok(())
     }
 }
@@ -356,7 +420,31 @@ mod tests {
     #[test]
     fn starts_wrap_like_int32() {
         let b = Block { factors: vec![1 << 20, 1], ..block(false, 8) };
-        assert_eq!(b.starts(&[4096, 5]), vec![0, 5]);
+        let mut region = b.region_at_origin();
+        assert!(b.move_region(&mut region, &[4096, 5]));
+        assert_eq!((region.dims[0].start, region.dims[1].start), (0, 5));
+        assert!(!b.starts_differ(&[4096, 0], &[0, 0]));
+    }
+
+    #[test]
+    fn next_point_coordinates_carry_and_wrap() {
+        // A 2 x 3 grid whose last dim is visited as 2, 0, 1.
+        let mut g = GridLoop::new(spec(&[2, 3], vec![vec![], vec![2, 0, 1]], 6), vec![], vec![], 0).unwrap();
+        let mut seen = Vec::new();
+        while g.go() {
+            let mut next = vec![0; 2];
+            g.for_next_point(|d, p| {
+                next[d] = p;
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(next, g.next_point());
+            seen.push((g.point().to_vec(), next));
+            g.copy_out(&[], &[], |_| Ok(()), |_, _| Ok(())).unwrap();
+        }
+        assert_eq!(seen[0], (vec![0, 2], vec![0, 0]));
+        assert_eq!(seen[2], (vec![0, 1], vec![1, 2]));
+        assert_eq!(seen[5], (vec![1, 1], vec![0, 2]));
     }
 
     #[test]

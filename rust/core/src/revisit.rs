@@ -7,13 +7,20 @@
 //! block and a map block -> (first, last) iteration, so a check is O(1).
 
 use crate::error::{ErrorKind, Result, RtError};
+use crate::memory::table::KeyHasher;
 use crate::region::{python_tuple, Region};
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+
+/// Block -> (first, last) iteration that wrote it. Hashed with the
+/// memory table's integer hasher: one insert per grid step, SipHash
+/// showed in grid-step profiles.
+type Seen = HashMap<Region, (Vec<i64>, Vec<i64>), BuildHasherDefault<KeyHasher>>;
 
 #[derive(Default)]
 struct OutputHistory {
     last: Option<Region>,
-    seen: HashMap<Region, (Vec<i64>, Vec<i64>)>,
+    seen: Seen,
 }
 
 /// Revisit history of one core.
@@ -58,11 +65,20 @@ impl RevisitTracker {
         for (i, block) in blocks.iter().enumerate() {
             let Some(block) = block else { continue };
             let hist = &mut self.outputs[i];
-            hist.seen
-                .entry(block.clone())
-                .and_modify(|(_, last)| *last = loop_idx.to_vec())
-                .or_insert_with(|| (loop_idx.to_vec(), loop_idx.to_vec()));
-            hist.last = Some(block.clone());
+            match hist.seen.get_mut(block) {
+                Some((_, last)) => {
+                    last.clear();
+                    last.extend_from_slice(loop_idx);
+                }
+                None => {
+                    hist.seen.insert(block.clone(), (loop_idx.to_vec(), loop_idx.to_vec()));
+                }
+            }
+            // Reuse the last block's allocation (same rank every step).
+            match &mut hist.last {
+                Some(last) if last.dims.len() == block.dims.len() => last.dims.copy_from_slice(&block.dims),
+                last => *last = Some(block.clone()),
+            }
         }
         Ok(())
     }

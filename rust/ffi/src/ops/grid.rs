@@ -48,7 +48,7 @@ pub fn grid_begin(c: &mut Call) -> Result<()> {
     let blocks = blocks(f)?;
     let revisit = f.attr_i64s("revisit")?.iter().map(|&b| usize::try_from(b).ok()).collect();
     let grid = GridLoop::new(spec, blocks, revisit, core)?;
-    let points: Vec<i32> = grid.point().into_iter().chain(grid.next_point()).collect();
+    let points: Vec<i32> = grid.point().iter().copied().chain(grid.next_point()).collect();
     write_step(f, grid.go(), &points)?;
     launch::with_runtime(handle, |rt| rt.grid_begin(device, core, grid))
 }
@@ -122,6 +122,15 @@ fn blocks(f: &Frame) -> Result<Vec<Block>> {
 
 /// Writes `go` (result 1, pred) and the grid point coordinates (results 2..).
 fn write_step(f: &Frame, go: bool, points: &[i32]) -> Result<()> {
+    write_go(f, go)?;
+    for (k, &p) in points.iter().enumerate() {
+        f.ret(2 + k)?.write_i32(p)?;
+    }
+    Ok(())
+}
+
+/// Writes `go` (result 1, a pred scalar).
+fn write_go(f: &Frame, go: bool) -> Result<()> {
     let r = f.ret(1)?;
     r.expect_dtype(mosaic_rt_core::DType::Bool)?;
     r.expect_rank(0)?;
@@ -130,9 +139,6 @@ fn write_step(f: &Frame, go: bool, points: &[i32]) -> Result<()> {
     // operands but the token.
     let byte = unsafe { r.bytes_mut()? };
     byte[0] = go as u8;
-    for (k, &p) in points.iter().enumerate() {
-        f.ret(2 + k)?.write_i32(p)?;
-    }
     Ok(())
 }
 
@@ -193,7 +199,8 @@ pub fn grid_copy_out(c: &mut Call) -> Result<()> {
                     f.num_rets()
                 )));
             }
-            write_step(f, g.go(), &g.next_point())
+            write_go(f, g.go())?;
+            g.for_next_point(|d, p| f.ret(2 + d)?.write_i32(p))
         })
     })
 }
