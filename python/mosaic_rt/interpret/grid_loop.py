@@ -156,11 +156,16 @@ def _run_core_native(loop: GridLoop, core, token):
     with pallas_core.grid_env(_local_grid_env(loop, p0)):
         token, idx0 = _tracked_indices(loop, p0, ctx, token)
 
+    # Only block indices that are neither a grid index nor a constant are
+    # carried: every carried scalar costs XLA a copy per step.
+    sources = _index_sources(loop)
+
     def body(carry):
         # `idx`: the tracked blocks' indices at `point`. Those at
         # `next_point` are evaluated before the body (as in the XLA loop):
         # grid_copy_out compares the two.
-        token, go, point, next_point, idx = carry
+        token, go, point, next_point, carried = carry
+        idx = _rebuild_indices(sources, point, carried, idx0)
         cctx = ctx.replace(grid_point=point)
         token = _begin_step(loop, core, point, token, stack_point=True)
         with pallas_core.grid_env(_local_grid_env(loop, point)):
@@ -174,11 +179,52 @@ def _run_core_native(loop: GridLoop, core, token):
                 [i for b in idx[n_in:] for i in b],
                 [i for b in next_idx[n_in:] for i in b], ndim=len(loop.grid))
             token = _end_step(loop, core, token)
-        return (token, go, next_point, after, tuple(next_idx))
+        return (token, go, next_point, after, _carried_indices(sources, next_idx))
 
-    carry = (token, go, p0, p1, tuple(idx0))
+    carry = (token, go, p0, p1, _carried_indices(sources, idx0))
     token = lax.while_loop(lambda c: c[1], body, carry)[0]
     return _core_done(loop, core, token)
+
+
+def _index_sources(loop: GridLoop):
+    """Per tracked block, per block index, where a step takes it from (the
+    same at every point, read off the index map): ``("point", d)`` when the
+    map returns grid index `d` itself, ``("const",)`` for a literal, else
+    ``("carry",)`` (computed the step before and carried)."""
+    sources = []
+    for k in loop.native.tracked:
+        jaxpr = loop.blocks.mappings[k].index_map_jaxpr.jaxpr
+        grid_vars = jaxpr.invars[:len(loop.grid)]
+        defined = {id(v) for v in jaxpr.constvars + jaxpr.invars}
+        defined |= {id(v) for eqn in jaxpr.eqns for v in eqn.outvars}
+        block = []
+        for v in jaxpr.outvars:
+            point_dim = next((d for d, g in enumerate(grid_vars) if v is g), None)
+            if point_dim is not None:
+                block.append(("point", point_dim))
+            elif id(v) not in defined:
+                block.append(("const",))
+            else:
+                block.append(("carry",))
+        sources.append(tuple(block))
+    return tuple(sources)
+
+
+def _carried_indices(sources, idx):
+    """The entries of `idx` (per tracked block its indices) that are carried."""
+    return tuple(i for src, b in zip(sources, idx) for s, i in zip(src, b) if s[0] == "carry")
+
+
+def _rebuild_indices(sources, point, carried, consts):
+    """The tracked blocks' indices at `point` from their sources; literals
+    are taken from `consts` (the indices at the first point)."""
+    carried = iter(carried)
+    idx = []
+    for src, const_block in zip(sources, consts):
+        idx.append(tuple(point[s[1]] if s[0] == "point" else
+                         const_block[d] if s[0] == "const" else next(carried)
+                         for d, s in enumerate(src)))
+    return idx
 
 
 def _tracked_indices(loop: GridLoop, point, ctx: Ctx, token):
