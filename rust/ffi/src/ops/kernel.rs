@@ -132,10 +132,12 @@ pub fn kernel_begin(c: &mut Call) -> Result<()> {
     out.write_words(DType::U32, &launch::split_handle(handle).map(u32::to_ne_bytes))
 }
 
-/// `kernel_end(token, handle, device) -> token`: leaves the launch; the
-/// last device out tears it down.
+/// `kernel_end(token, handle, device, *inputs) -> token`: leaves the
+/// launch; the last device out tears it down. `inputs` are the device's
+/// borrowed inputs (`allocate_buffer`'s `borrow`), passed only so that XLA
+/// keeps them alive and unmodified until the borrow ends here.
 pub fn kernel_end(c: &mut Call) -> Result<()> {
-    let (handle, device) = device_target(c, 3..=3, 1)?;
+    let (handle, device) = device_target(c, 3..=usize::MAX, 1)?;
     // A launch that failed elsewhere must not end quietly on this device.
     launch::with_runtime(handle, |rt| rt.check_failed_at(device, 0))?;
     launch::with_runtime(handle, |rt| super::trace::device_finished(handle, rt, device))?;
