@@ -135,8 +135,8 @@ mod tests {
         let data = vec![1u8, 2, 3, 4];
         // SAFETY: `data` outlives `lock` and is not modified meanwhile.
         let lock = RwLock::new(unsafe { Content::borrowed(data.as_ptr(), data.len()) });
-        assert_eq!(&*ContentRead::new(lock.read().unwrap(), "b").unwrap(), &[1, 2, 3, 4]);
-        let err = ContentWrite::new(lock.write().unwrap(), "hbm buffer 100").err().unwrap();
+        assert_eq!(&*ContentRead::new(lock.read().unwrap(), &"b").unwrap(), &[1, 2, 3, 4]);
+        let err = ContentWrite::new(lock.write().unwrap(), &"hbm buffer 100").err().unwrap();
         assert_eq!(err.kind, crate::error::ErrorKind::Internal);
         assert!(err.message.contains("hbm buffer 100: write to an input buffer borrowed read-only"));
     }
@@ -152,9 +152,9 @@ mod tests {
         gone.release_borrowed(false);
         assert!(matches!(&kept, Content::Owned(v) if v[..] == data[..] && v.as_ptr() != data.as_ptr()));
         let lock = RwLock::new(gone);
-        let err = ContentRead::new(lock.read().unwrap(), "b").err().unwrap();
+        let err = ContentRead::new(lock.read().unwrap(), &"b").err().unwrap();
         assert!(err.message.contains("after its device left the launch"), "{err}");
-        let mut w = ContentWrite::new(RwLock::new(kept).write().unwrap(), "b").map(|_| ()).ok();
+        let mut w = ContentWrite::new(RwLock::new(kept).write().unwrap(), &"b").map(|_| ()).ok();
         assert!(w.take().is_some(), "the kept copy is ours to write");
     }
 }
