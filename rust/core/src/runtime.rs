@@ -188,7 +188,13 @@ impl Runtime {
     /// `bytes` must stay valid and unmodified after this call returns until
     /// [`Runtime::release_borrowed`] for `device` has returned (which
     /// [`Runtime::leave_device`] runs) or the runtime is dropped.
-    pub unsafe fn allocate_borrowed_buffer(&self, device: u32, dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<u32> {
+    pub unsafe fn allocate_borrowed_buffer(
+        &self,
+        device: u32,
+        dtype: DType,
+        shape: &[usize],
+        bytes: &[u8],
+    ) -> Result<u32> {
         self.check_failed_at(device, 0)?;
         // SAFETY: this fn's contract, passed on.
         unsafe { self.memory.allocate_borrowed(device, dtype, shape, bytes) }.map_err(|e| e.at(device, 0))

@@ -102,7 +102,8 @@ fn reused_allocations_are_filled_again() {
             let want = if fill == FillMode::Nan { u8::MAX } else { 0 };
             assert!(mem.content(hbm(id, device)).unwrap().iter().all(|&b| b == want), "{fill:?} {round}");
             mem.store(MemRef::new(device, 0, HBM, id, &Region::full()), &vec![round + 1; n]).unwrap();
-            let given = mem.allocate(device, None, HBM, DType::U8, &[n / 2, 2], None, Init::Bytes(&vec![9; n])).unwrap();
+            let given =
+                mem.allocate(device, None, HBM, DType::U8, &[n / 2, 2], None, Init::Bytes(&vec![9; n])).unwrap();
             assert!(mem.content(hbm(given, device)).unwrap().iter().all(|&b| b == 9));
         }
     }

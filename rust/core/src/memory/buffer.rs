@@ -110,7 +110,13 @@ impl Buffer {
     /// of `shape` times the itemsize; any pointer if `len` is 0) that stay
     /// valid and unmodified until [`Buffer::release_borrowed`] has run on
     /// this buffer or the buffer is dropped, whichever comes first.
-    pub unsafe fn borrowed(dtype: DType, shape: &[usize], ptr: *const u8, len: usize, ref_count: u32) -> Result<Buffer> {
+    pub unsafe fn borrowed(
+        dtype: DType,
+        shape: &[usize],
+        ptr: *const u8,
+        len: usize,
+        ref_count: u32,
+    ) -> Result<Buffer> {
         let want = element_count(shape)?.checked_mul(dtype.itemsize());
         if want != Some(len) {
             return Err(RtError::internal(format!(

@@ -15,7 +15,10 @@ use crate::error::{Result, RtError};
 pub(crate) enum Content {
     Owned(Vec<u8>),
     /// `len` bytes at `ptr`, valid and unchanged until the borrow ends.
-    Borrowed { ptr: *const u8, len: usize },
+    Borrowed {
+        ptr: *const u8,
+        len: usize,
+    },
     /// A borrow that ended, or a buffer being dropped.
     Released,
 }
@@ -132,7 +135,7 @@ mod tests {
 
     #[test]
     fn borrowed_bytes_read_but_never_write() {
-        let data = vec![1u8, 2, 3, 4];
+        let data = [1u8, 2, 3, 4];
         // SAFETY: `data` outlives `lock` and is not modified meanwhile.
         let lock = RwLock::new(unsafe { Content::borrowed(data.as_ptr(), data.len()) });
         assert_eq!(&*ContentRead::new(lock.read().unwrap(), &"b").unwrap(), &[1, 2, 3, 4]);
@@ -145,9 +148,8 @@ mod tests {
     fn release_keeps_a_copy_or_nothing() {
         let data = vec![5u8; 300_000];
         // SAFETY: `data` outlives both values and is not modified meanwhile.
-        let (mut kept, mut gone) = unsafe {
-            (Content::borrowed(data.as_ptr(), data.len()), Content::borrowed(data.as_ptr(), data.len()))
-        };
+        let (mut kept, mut gone) =
+            unsafe { (Content::borrowed(data.as_ptr(), data.len()), Content::borrowed(data.as_ptr(), data.len())) };
         kept.release_borrowed(true);
         gone.release_borrowed(false);
         assert!(matches!(&kept, Content::Owned(v) if v[..] == data[..] && v.as_ptr() != data.as_ptr()));

@@ -56,7 +56,9 @@ pub fn allocate_buffer(c: &mut Call) -> Result<()> {
             // `ffi/ops.py`), so XLA keeps it alive and unmodified until that
             // call, which leaves the launch; leaving (or failing) ends the
             // borrow first (`Runtime::leave_device` / `release_borrowed`).
-            let id = launch::with_runtime(handle, |rt| unsafe { rt.allocate_borrowed_buffer(device, dtype, &shape, bytes) })?;
+            let id = launch::with_runtime(handle, |rt| unsafe {
+                rt.allocate_borrowed_buffer(device, dtype, &shape, bytes)
+            })?;
             return c.frame.ret(1)?.write_i32(id as i32);
         }
     }
