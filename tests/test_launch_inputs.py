@@ -197,13 +197,16 @@ def test_many_launches_of_varying_sizes_do_not_grow_memory():
                                    scratch=[pltpu.VMEM(x.shape, x.dtype),
                                             pltpu.SemaphoreType.DMA(())])), x,
                      np.asarray(x) * 2.0 + 1.0)
+    # Warm up first: XLA's and malloc's own memory settles over the first
+    # launches. A leak of our buffers would grow by >= 0.25 MiB per launch
+    # (125 MiB over the 500 measured); malloc's own drift stays far below.
     rss = []
-    for i in range(400):
+    for i in range(600):
         fn, x, want = fns[list(fns)[i % len(fns)]]
         out = np.asarray(fn(x))
         if i % 97 == 0:
             np.testing.assert_array_equal(out, want)
-        if i in (100, 399):
+        if i in (99, 599):
             rss.append(_rss_bytes())
     growth = rss[1] - rss[0]
-    assert growth < 32 << 20, f"RSS grew by {growth / 2**20:.1f} MiB from launch 100 to 400"
+    assert growth < 48 << 20, f"RSS grew by {growth / 2**20:.1f} MiB from launch 100 to 600"
