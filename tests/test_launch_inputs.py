@@ -18,6 +18,8 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import mosaic_rt
+import mosaic_rt.ffi as F
+from mosaic_rt.errors import MosaicRuntimeError
 
 _ANY = pl.BlockSpec(memory_space=pl.ANY)
 
@@ -36,10 +38,10 @@ def _borrows(fn, *args) -> int:
     return jax.jit(fn).lower(*args).as_text().count("borrow = 1")
 
 
-def _both(make, x):
+def _both(make, x, **knobs):
     """(stock result, our result, our jitted fn) of `make(params)(x)`."""
-    stock = np.asarray(jax.jit(make(pltpu.InterpretParams()))(x))
-    ours_fn = make(mosaic_rt.InterpretParams())
+    stock = np.asarray(jax.jit(make(pltpu.InterpretParams(**knobs)))(x))
+    ours_fn = make(mosaic_rt.InterpretParams(**knobs))
     return stock, np.asarray(jax.jit(ours_fn)(x)), ours_fn
 
 
@@ -66,7 +68,8 @@ def _write_vmem_block(x_ref, o_ref):
     o_ref[...] = x_ref[...] + 1.0
 
 
-def test_read_only_inputs_are_borrowed_and_match_stock():
+@pytest.mark.parametrize("knobs", [{}, {"detect_races": True, "dma_execution_mode": "eager"}])
+def test_read_only_inputs_are_borrowed_and_match_stock(knobs):
     x = _x()
     keep = np.asarray(x).copy()
     # An HBM input read by a DMA and a load; a VMEM-blocked input (only the
@@ -81,7 +84,7 @@ def test_read_only_inputs_are_borrowed_and_match_stock():
             out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)), grid=(2,)),
     }
     for name, make in cases.items():
-        stock, ours, fn = _both(make, x)
+        stock, ours, fn = _both(make, x, **knobs)
         np.testing.assert_array_equal(ours.view(np.uint32), stock.view(np.uint32), err_msg=name)
         assert _borrows(fn, x) == 1, name
     np.testing.assert_array_equal(np.asarray(x), keep)
@@ -117,8 +120,16 @@ def _dma_into_input_in_loop_and_scope(x_ref, o_ref, scratch, sem):
     _dma_copy_kernel(x_ref, o_ref, sem)
 
 
+def _dma_into_input_in_while(x_ref, o_ref, scratch, sem):
+    def body(i):
+        _dma_into(x_ref.at[pl.ds(8, 8)], jnp.full((8, 128), 9.0, jnp.float32), sem, scratch)
+        return i + 1
+    lax.while_loop(lambda i: i < 2, body, 0)
+    _dma_copy_kernel(x_ref, o_ref, sem)
+
+
 @pytest.mark.parametrize("kernel", [_dma_into_input, _dma_into_input_in_when,
-                                    _dma_into_input_in_loop_and_scope])
+                                    _dma_into_input_in_loop_and_scope, _dma_into_input_in_while])
 def test_an_input_the_kernel_writes_is_copied(kernel):
     x = _x(seed=1)
     keep = np.asarray(x).copy()
@@ -210,3 +221,34 @@ def test_many_launches_of_varying_sizes_do_not_grow_memory():
             rss.append(_rss_bytes())
     growth = rss[1] - rss[0]
     assert growth < 48 << 20, f"RSS grew by {growth / 2**20:.1f} MiB from launch 100 to 600"
+
+
+def _borrowing_launch(keep_alive: bool):
+    """One device's launch through the FFI wrappers that borrows `x` and
+    reads it back, passing `x` to kernel_end only if `keep_alive`."""
+    def f(x):
+        token, handle = F.kernel_begin(F.new_token(), jnp.int32(0), uid=0x5EED, num_devices=1)
+        token, buf = F.allocate_buffer(token, handle, 0, None, space="hbm", dtype=x.dtype,
+                                       shape=x.shape, init=x, borrow=True)
+        token, out = F.load(token, handle, 0, 0, buf, None, space="hbm", shape=x.shape,
+                            dtype=x.dtype)
+        token = F.kernel_end(token, handle, 0, keep_alive=(x,) if keep_alive else ())
+        return out, token
+    return jax.jit(f)
+
+
+def test_kernel_end_checks_that_borrowed_inputs_were_kept_alive():
+    x = _x(seed=3)
+    out, _ = _borrowing_launch(True)(x)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(x))
+    with pytest.raises(MosaicRuntimeError, match="not an operand of its kernel_end"):
+        with F.native_errors():
+            jax.block_until_ready(_borrowing_launch(False)(x))
+    out, _ = _borrowing_launch(True)(x)  # the next launch is fine
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(x))
+
+
+def test_borrow_needs_an_initial_value():
+    with pytest.raises(ValueError, match="borrow=True needs an init value"):
+        F.allocate_buffer(F.new_token(), jnp.zeros((2,), jnp.uint32), 0, None, space="hbm",
+                          dtype=jnp.float32, shape=(8,), borrow=True)

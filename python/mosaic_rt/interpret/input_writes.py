@@ -52,7 +52,8 @@ def _eqn_may_write(eqn, at: list[int]) -> bool:
     inner = _sub_jaxpr_vars(eqn)
     if inner is None or any(len(vars_) != len(eqn.invars) for _, vars_ in inner):
         return True
-    return any(vars_[i] is None or _may_write(jaxpr, vars_[i])
+    # None: the sub-jaxpr does not bind that operand, so cannot write it.
+    return any(vars_[i] is not None and _may_write(jaxpr, vars_[i])
                for i in at for jaxpr, vars_ in inner)
 
 

@@ -200,6 +200,11 @@ impl Runtime {
         unsafe { self.memory.allocate_borrowed(device, dtype, shape, bytes) }.map_err(|e| e.at(device, 0))
     }
 
+    /// The memory `device`'s input buffers borrow now, as (address, length).
+    pub fn borrowed_ranges(&self, device: u32) -> Vec<(usize, usize)> {
+        self.memory.borrowed_ranges(device)
+    }
+
     /// Whether buffer `key` borrows XLA's memory (tests, diagnostics).
     pub fn is_borrowed(&self, key: BufferKey) -> Result<bool> {
         self.memory.is_borrowed(key)

@@ -145,6 +145,11 @@ impl Buffer {
         self.content.write().ignore_poison().release_borrowed(keep);
     }
 
+    /// The borrowed memory as (address, length), if borrowed.
+    pub fn borrowed_range(&self) -> Option<(usize, usize)> {
+        self.content.read().ignore_poison().borrowed_range()
+    }
+
     /// Whether the bytes are borrowed (tests, diagnostics).
     pub fn is_borrowed(&self) -> bool {
         self.content.read().ignore_poison().is_borrowed()

@@ -44,6 +44,14 @@ impl Content {
         matches!(self, Content::Borrowed { .. })
     }
 
+    /// The borrowed memory as (address, length), if borrowed.
+    pub(crate) fn borrowed_range(&self) -> Option<(usize, usize)> {
+        match self {
+            Content::Borrowed { ptr, len } => Some((*ptr as usize, *len)),
+            _ => None,
+        }
+    }
+
     /// Ends a borrow: `keep` copies the bytes into our own allocation,
     /// otherwise they are gone. Our own bytes stay as they are.
     pub(crate) fn release_borrowed(&mut self, keep: bool) {

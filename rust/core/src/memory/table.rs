@@ -191,6 +191,13 @@ impl MemoryTable {
         }
     }
 
+    /// The memory `device`'s buffers borrow now, as (address, length).
+    pub fn borrowed_ranges(&self, device: u32) -> Vec<(usize, usize)> {
+        let Ok(shard) = self.shard(device) else { return Vec::new() };
+        let map = shard.buffers.read().ignore_poison();
+        map.values().filter_map(|b| b.borrowed_range()).collect()
+    }
+
     /// Whether buffer `key` is borrowed (tests, diagnostics).
     pub fn is_borrowed(&self, key: BufferKey) -> Result<bool> {
         Ok(self.get(key, "inspect")?.is_borrowed())

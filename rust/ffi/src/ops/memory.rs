@@ -50,7 +50,8 @@ pub fn allocate_buffer(c: &mut Call) -> Result<()> {
         }
     };
     if let (Some(std::borrow::Cow::Borrowed(bytes)), true) = (&init_elements, borrow_requested(c)?) {
-        if core.is_none() && space == MemorySpace::Hbm && logical_shape == shape.as_slice() {
+        // An empty input has nothing to copy (and no address to check).
+        if core.is_none() && space == MemorySpace::Hbm && logical_shape == shape.as_slice() && !bytes.is_empty() {
             // SAFETY: the interpreter passes this operand to the device's
             // `kernel_end` as well (the "borrow" attribute's contract, see
             // `ffi/ops.py`), so XLA keeps it alive and unmodified until that
