@@ -109,3 +109,34 @@ fn reused_allocations_are_filled_again() {
     }
     assert!(mosaic_rt_core::pooled_bytes() <= 256 << 20);
 }
+
+#[test]
+fn a_reused_allocation_shows_only_fill_values_or_what_was_written() {
+    let n = 1 << 19;
+    let region = |start: i64, size: i64| Region::new(vec![mosaic_rt_core::DimSel::slice(start, size, 1)]);
+    for round in 0..4u8 {
+        // Leave old bytes (round + 1) in four parked allocations of this size.
+        {
+            let mem = table(1, 1, OobReads::Raise, FillMode::Nan);
+            for _ in 0..4 {
+                let id = mem.allocate(0, None, HBM, DType::U8, &[n], None, Init::Fill).unwrap();
+                mem.store(MemRef::new(0, 0, HBM, id, &Region::full()), &vec![round + 1; n]).unwrap();
+            }
+        }
+        let mem = table(1, 1, OobReads::Raise, FillMode::Nan);
+        let alloc = || mem.allocate(0, None, HBM, DType::U8, &[n], None, Init::Fill).unwrap();
+        let (partial, whole, by_dma, src) = (alloc(), alloc(), alloc(), alloc());
+        // A partial write: the rest holds fill values, never old bytes.
+        mem.store(MemRef::new(0, 0, HBM, partial, &region(8, 8)), &[7; 8]).unwrap();
+        let got = mem.content(hbm(partial, 0)).unwrap();
+        assert!(got[8..16].iter().all(|&b| b == 7) && got[..8].iter().chain(&got[16..]).all(|&b| b == u8::MAX));
+        // Whole writes (a store, a DMA) replace every byte.
+        mem.store(MemRef::new(0, 0, HBM, whole, &region(0, n as i64)), &vec![3; n]).unwrap();
+        assert!(mem.content(hbm(whole, 0)).unwrap().iter().all(|&b| b == 3));
+        let full = Region::full();
+        mem.copy(MemRef::new(0, 0, HBM, whole, &full), MemRef::new(0, 0, HBM, by_dma, &full)).unwrap();
+        assert!(mem.content(hbm(by_dma, 0)).unwrap().iter().all(|&b| b == 3));
+        // Never written: fill values.
+        assert!(mem.content(hbm(src, 0)).unwrap().iter().all(|&b| b == u8::MAX), "round {round}");
+    }
+}

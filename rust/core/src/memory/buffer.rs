@@ -53,6 +53,20 @@ impl Buffer {
             .checked_mul(dtype.itemsize())
             .ok_or_else(|| RtError::value(format!("shape {} is too large", shape_repr(shape))))?;
         let mut content = super::pool::take(bytes);
+        if init.is_none() && content.len() >= bytes && bytes > 0 {
+            // A reused allocation: its old bytes stand in until the first
+            // access, which fills them unless it overwrites them all.
+            content.truncate(bytes);
+            return Ok(Buffer::with_content(
+                dtype,
+                shape,
+                logical_shape,
+                Content::Unfilled { v: content, pattern: fill.to_vec() },
+                ref_count,
+                track_init.then(|| InitShadow::new(element_count(shape)?)).transpose()?,
+            ));
+        }
+        content.clear();
         content.try_reserve_exact(bytes).map_err(|_| {
             RtError::value(format!(
                 "cannot allocate {bytes} bytes for a {} buffer of shape {}",
@@ -91,14 +105,25 @@ impl Buffer {
                 Some(shadow)
             }
         };
-        Ok(Buffer {
+        Ok(Buffer::with_content(dtype, shape, logical_shape, Content::Owned(content), ref_count, init_shadow))
+    }
+
+    fn with_content(
+        dtype: DType,
+        shape: &[usize],
+        logical_shape: &[usize],
+        content: Content,
+        ref_count: u32,
+        init: Option<InitShadow>,
+    ) -> Buffer {
+        Buffer {
             dtype,
             shape: shape.to_vec(),
             logical_shape: logical_shape.to_vec(),
             ref_count: AtomicU32::new(ref_count),
-            content: RwLock::new(Content::Owned(content)),
-            init: init_shadow,
-        })
+            content: RwLock::new(content),
+            init,
+        }
     }
 
     /// A buffer whose bytes are `len` bytes at `ptr`, borrowed read-only:
@@ -174,19 +199,36 @@ impl Buffer {
     /// borrow that has ended). Poisoning is ignored: a panic elsewhere is
     /// reported at the FFI boundary and must not wedge every other core.
     pub fn read(&self, who: &dyn std::fmt::Display) -> Result<ContentRead<'_>> {
+        {
+            let guard = self.content.read().ignore_poison();
+            if !matches!(*guard, Content::Unfilled { .. }) {
+                return ContentRead::new(guard, who);
+            }
+        }
+        // Once filled a buffer stays filled, so the read below sees bytes.
+        self.content.write().ignore_poison().fill_pending();
         ContentRead::new(self.content.read().ignore_poison(), who)
     }
 
     /// Write access to the bytes; an internal error for borrowed ones.
-    pub fn write(&self, who: &dyn std::fmt::Display) -> Result<ContentWrite<'_>> {
-        ContentWrite::new(self.content.write().ignore_poison(), who)
+    /// `covers_all`: the caller overwrites every byte and cannot fail
+    /// before it has (pending fill values are then skipped).
+    pub fn write(&self, who: &dyn std::fmt::Display, covers_all: bool) -> Result<ContentWrite<'_>> {
+        let mut guard = self.content.write().ignore_poison();
+        guard.prepare_write(covers_all);
+        ContentWrite::new(guard, who)
+    }
+
+    /// Whether a write through `plan` replaces every byte of this buffer.
+    pub(crate) fn covered_by(&self, plan: &super::plan::Plan) -> bool {
+        self.shape == self.logical_shape && plan.covers(&self.shape)
     }
 }
 
 impl Drop for Buffer {
     fn drop(&mut self) {
         let content = std::mem::replace(self.content.get_mut().ignore_poison(), Content::Released);
-        if let Content::Owned(v) = content {
+        if let Some(v) = content.into_allocation() {
             super::pool::give(v);
         }
     }

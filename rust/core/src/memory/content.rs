@@ -1,10 +1,15 @@
 //! The bytes of a buffer: our own allocation, or XLA's operand memory
 //! borrowed read-only for one launch (an input the kernel never writes,
 //! decided by the interpreter), or nothing once such a borrow has ended.
+//! A fresh large buffer of fill values may hold a reused allocation's old
+//! bytes until its first access (`Unfilled`): a write over the whole
+//! buffer replaces them and the fill pass is never made; any other access
+//! fills first.
 //!
 //! Reads and writes go through [`ContentRead`] / [`ContentWrite`], made
 //! only from the buffer's lock guard, so a borrowed buffer can never be
-//! written (an internal error instead) and an ended borrow never read.
+//! written (an internal error instead), an ended borrow never read, and old
+//! bytes never seen.
 
 use std::fmt::Display;
 use std::ops::{Deref, DerefMut};
@@ -21,6 +26,12 @@ pub(crate) enum Content {
     },
     /// A borrow that ended, or a buffer being dropped.
     Released,
+    /// Our own allocation, still holding old bytes where the fill values
+    /// (`pattern`, one element) belong.
+    Unfilled {
+        v: Vec<u8>,
+        pattern: Vec<u8>,
+    },
 }
 
 // SAFETY: `Borrowed` is a shared, read-only view of memory that its creator
@@ -52,6 +63,37 @@ impl Content {
         }
     }
 
+    /// Writes the pending fill values (no-op unless `Unfilled`).
+    pub(crate) fn fill_pending(&mut self) {
+        if let Content::Unfilled { v, pattern } = self {
+            let n = v.len();
+            let mut v = std::mem::take(v);
+            v.clear();
+            super::copy::extend_with_pattern(&mut v, n, pattern);
+            *self = Content::Owned(v);
+        }
+    }
+
+    /// Ready for a write: `covers_all` (the write replaces every byte, and
+    /// cannot fail once it starts) takes the old bytes as they are,
+    /// otherwise pending fill values are written first.
+    pub(crate) fn prepare_write(&mut self, covers_all: bool) {
+        if let Content::Unfilled { v, .. } = self {
+            match covers_all {
+                true => *self = Content::Owned(std::mem::take(v)),
+                false => self.fill_pending(),
+            }
+        }
+    }
+
+    /// Our own allocation back, for the pool (any other content: none).
+    pub(crate) fn into_allocation(self) -> Option<Vec<u8>> {
+        match self {
+            Content::Owned(v) | Content::Unfilled { v, .. } => Some(v),
+            Content::Borrowed { .. } | Content::Released => None,
+        }
+    }
+
     /// Ends a borrow: `keep` copies the bytes into our own allocation,
     /// otherwise they are gone. Our own bytes stay as they are.
     pub(crate) fn release_borrowed(&mut self, keep: bool) {
@@ -59,6 +101,7 @@ impl Content {
             *self = match keep {
                 true => {
                     let mut v = super::pool::take(self.bytes().len());
+                    v.clear();
                     v.extend_from_slice(self.bytes());
                     Content::Owned(v)
                 }
@@ -70,7 +113,8 @@ impl Content {
     fn bytes(&self) -> &[u8] {
         match self {
             Content::Owned(v) => v,
-            Content::Borrowed { len: 0, .. } | Content::Released => &[],
+            // Never handed out (`ContentRead` / `ContentWrite` refuse it).
+            Content::Borrowed { len: 0, .. } | Content::Released | Content::Unfilled { .. } => &[],
             // SAFETY: a live borrow: `len` readable bytes at `ptr`, unchanged
             // while it lasts (the contract of `Content::borrowed`), and the
             // returned slice lives no longer than `&self`, during which the
@@ -85,12 +129,13 @@ pub(crate) struct ContentRead<'a>(RwLockReadGuard<'a, Content>);
 
 impl<'a> ContentRead<'a> {
     pub(crate) fn new(guard: RwLockReadGuard<'a, Content>, who: &dyn Display) -> Result<Self> {
-        if let Content::Released = *guard {
-            return Err(RtError::internal(format!(
+        match *guard {
+            Content::Released => Err(RtError::internal(format!(
                 "{who}: read of a borrowed input buffer after its device left the launch"
-            )));
+            ))),
+            Content::Unfilled { .. } => Err(RtError::internal(format!("{who}: read before the fill values"))),
+            _ => Ok(ContentRead(guard)),
         }
-        Ok(ContentRead(guard))
     }
 }
 
@@ -115,6 +160,7 @@ impl<'a> ContentWrite<'a> {
             Content::Released => Err(RtError::internal(format!(
                 "{who}: write to a borrowed input buffer after its device left the launch"
             ))),
+            Content::Unfilled { .. } => Err(RtError::internal(format!("{who}: write before the fill values"))),
         }
     }
 }
@@ -150,6 +196,25 @@ mod tests {
         let err = ContentWrite::new(lock.write().unwrap(), &"hbm buffer 100").err().unwrap();
         assert_eq!(err.kind, crate::error::ErrorKind::Internal);
         assert!(err.message.contains("hbm buffer 100: write to an input buffer borrowed read-only"));
+    }
+
+    #[test]
+    fn old_bytes_are_replaced_whole_or_filled_over() {
+        let unfilled = || Content::Unfilled { v: vec![9u8; 8], pattern: vec![1, 2] };
+        let lock = RwLock::new(unfilled());
+        assert!(ContentRead::new(lock.read().unwrap(), &"b").is_err(), "old bytes are never read");
+        lock.write().unwrap().fill_pending();
+        assert_eq!(&*ContentRead::new(lock.read().unwrap(), &"b").unwrap(), &[1, 2, 1, 2, 1, 2, 1, 2]);
+        let lock = RwLock::new(unfilled());
+        lock.write().unwrap().prepare_write(false);
+        assert_eq!(&*ContentRead::new(lock.read().unwrap(), &"b").unwrap(), &[1, 2, 1, 2, 1, 2, 1, 2]);
+        let lock = RwLock::new(unfilled());
+        let mut g = lock.write().unwrap();
+        g.prepare_write(true);
+        let mut w = ContentWrite::new(g, &"b").unwrap();
+        w.copy_from_slice(&[5; 8]);
+        drop(w);
+        assert_eq!(&*ContentRead::new(lock.read().unwrap(), &"b").unwrap(), &[5; 8]);
     }
 
     #[test]

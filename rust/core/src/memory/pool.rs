@@ -5,9 +5,10 @@
 //! kernel faulted in every page again (page faults were more than half of
 //! the per-MiB launch cost). Dropped buffers of at least [`MIN_POOLED`]
 //! bytes park their allocation here and the next allocation of a similar
-//! size takes it. Only the allocation is reused: every buffer is written
-//! whole (initial value or fill pattern) before anyone reads it, so nothing
-//! crosses from one launch or device to another.
+//! size takes it, old bytes included (initialized memory a buffer may keep
+//! until it is filled, see `content.rs`). Only the allocation is reused:
+//! every buffer is written whole (initial value or fill pattern) before
+//! anyone reads it, so nothing crosses from one launch or device to another.
 //!
 //! Bounded: at most [`MAX_BYTES`] parked (the oldest go first), and an
 //! allocation parked for longer than [`MAX_IDLE`] is freed at the next pool
@@ -45,8 +46,9 @@ impl Pool {
         Pool { parked: Vec::new(), bytes: 0, max_bytes, max_idle }
     }
 
-    /// An empty vector with room for `bytes` (a parked one whose capacity
-    /// is at most a quarter larger, else a new one).
+    /// A vector with room for `bytes`: a parked one (whose capacity is at
+    /// most a quarter larger, still holding its old bytes), else a new empty
+    /// one.
     pub(crate) fn take(&mut self, bytes: usize, now: Instant) -> Vec<u8> {
         self.expire(now);
         if bytes >= MIN_POOLED {
@@ -63,7 +65,7 @@ impl Pool {
 
     /// Parks `v`'s allocation (or frees it: too small, or larger than the
     /// whole pool).
-    pub(crate) fn give(&mut self, mut v: Vec<u8>, now: Instant) {
+    pub(crate) fn give(&mut self, v: Vec<u8>, now: Instant) {
         self.expire(now);
         let cap = v.capacity();
         if cap < MIN_POOLED || cap > self.max_bytes {
@@ -73,7 +75,6 @@ impl Pool {
             let old = self.parked.remove(0);
             self.bytes -= old.v.capacity();
         }
-        v.clear();
         self.bytes += cap;
         self.parked.push(Parked { v, since: now });
     }
@@ -93,7 +94,8 @@ impl Pool {
     }
 }
 
-/// An empty vector with room for `bytes`, from the process pool if it has one.
+/// A vector with room for `bytes`, from the process pool if it has one (its
+/// old bytes still in it: clear it unless you mean to keep them).
 pub(crate) fn take(bytes: usize) -> Vec<u8> {
     if bytes < MIN_POOLED {
         return Vec::new();
@@ -127,7 +129,7 @@ mod tests {
     }
 
     #[test]
-    fn reuses_an_allocation_of_the_same_size_empty() {
+    fn reuses_an_allocation_of_the_same_size() {
         let now = Instant::now();
         let mut pool = Pool::new(64 * MIB, MAX_IDLE);
         let v = vec_of(4 * MIB);
@@ -136,7 +138,7 @@ mod tests {
         assert_eq!(pool.parked_bytes(), 4 * MIB);
         let again = pool.take(4 * MIB, now);
         assert_eq!(again.as_ptr(), ptr);
-        assert!(again.is_empty(), "a reused allocation holds no old bytes");
+        assert_eq!(again.len(), 4 * MIB, "old bytes kept: initialized memory to overwrite");
         assert_eq!(pool.parked_bytes(), 0);
     }
 
