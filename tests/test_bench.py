@@ -171,12 +171,22 @@ def test_lowering_and_launch_rows_write_json(tmp_path):
     assert launch["ok"] and [p["mib"] for p in launch["points"]] == list(measure.QUICK.launch_mib)
     assert all(launch["ms_per_mib"][k] is not None
                for k in ("stock", "ours", "memcpy_fresh", "memcpy_warm"))
+    over = launch["overhead"]
+    assert over["ok"] and [p["mib"] for p in over["points"]] == list(measure.QUICK.launch_mib)
+    slopes = over["ms_per_mib"]
+    for side in ("stock", "ours"):
+        assert over["overhead_ms_per_mib"][side] == slopes[side] - slopes["memcpy_fresh"]
+    assert over["ours_over_memcpy"] == over["overhead_ms_per_mib"]["ours"] / slopes["memcpy_fresh"]
     subjects = {t["subject"]: t for t in data["targets"]}
-    assert set(subjects) == {"launch per MiB", "lowering (our Python)", "compile vs plain jnp"}
+    assert set(subjects) == {"launch per MiB", "launch overhead per MiB", "lowering (our Python)",
+                             "compile vs plain jnp"}
+    assert subjects["launch overhead per MiB"]["kind"] == "max"
+    assert subjects["launch overhead per MiB"]["measured"] == over["ours_over_memcpy"]
     assert subjects["lowering (our Python)"]["kind"] == "seconds"
     assert subjects["launch per MiB"]["kind"] == "max"
     table = md.read_text()
     assert "Launch cost per MiB" in table and "Lowering and compile" in table
+    assert "Launch overhead per MiB" in table and "| overhead (ms/MiB) |" in table
     assert "| lowering (our Python) | <= 10.00 ms |" in table
 
 

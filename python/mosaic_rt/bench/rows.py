@@ -2,7 +2,8 @@
 
 * "cold first call": a never-seen kernel per family, end to end (`cold`).
 * "suite workload": 44 distinct small kernels, each run once (`cold`, `zoo`).
-* "launch per MiB": a DMA pipeline swept over its input size vs numpy (`launch`).
+* "launch per MiB": a DMA pipeline, and the launch overhead alone (a kernel
+  that is one HBM -> HBM DMA), swept over the input size vs numpy (`launch`).
 * "lowering and compile": trace / interpreter Python / MLIR / XLA compile /
   first run, beside a plain jnp program of the same loop (`lowering`).
 
@@ -19,7 +20,7 @@ from mosaic_rt.bench.fmt import fmt_ratio as _fmt_ratio
 from mosaic_rt.bench.fmt import fmt_time as _fmt_time
 
 COLD_TARGET, COLD_FAMILY_TARGET, SUITE_TARGET = 5.0, 3.0, 3.0
-LAUNCH_TARGET = 1.0          # ours per MiB <= a numpy copy of the same data
+LAUNCH_TARGET = 1.0          # launch overhead per MiB <= a numpy copy of the same data
 LOWERING_TARGET_S = 10e-3    # interpreter Python per kernel
 COMPILE_TARGET = 2.0         # ours compile <= 2x a plain jnp program's
 
@@ -54,6 +55,10 @@ def _run_lowering(budget):
     return lowering.run_lowering(budget.lowering_reps)
 
 
+def _fmt_ms(v) -> str:
+    return "-" if v is None else f"{v:.3f} ms/MiB"
+
+
 def _ok(d) -> str:
     return "" if d.get("ok", True) else ", [bold red]MISMATCH[/]"
 
@@ -67,8 +72,10 @@ ROWS = [
                   f"{_fmt_time(d['stock_total_s'])}, ours {_fmt_time(d['ours_total_s'])}, "
                   f"{_fmt_ratio(d['ratio'])}{_ok(d)}"),
     Row("launch per MiB", "launch_per_mib", 1, _run_launch,
-        lambda d: f"launch per MiB: ours {d['ms_per_mib']['ours']:.3f} ms/MiB, numpy copy "
-                  f"{d['ms_per_mib']['memcpy_fresh']:.3f} ms/MiB{_ok(d)}"),
+        lambda d: f"launch per MiB: DMA pipeline ours {d['ms_per_mib']['ours']:.3f} ms/MiB, "
+                  f"launch overhead ours {_fmt_ms(d['overhead']['overhead_ms_per_mib']['ours'])} "
+                  f"stock {_fmt_ms(d['overhead']['overhead_ms_per_mib']['stock'])}, numpy copy "
+                  f"{d['ms_per_mib']['memcpy_fresh']:.3f} ms/MiB{_ok(d)}{_ok(d['overhead'])}"),
     Row("lowering and compile", "lowering", 1, _run_lowering,
         lambda d: "lowering and compile: " + ", ".join(
             f"{k['name']} ours lower {_fmt_time(k['ours']['interp_s'])} compile "
@@ -111,9 +118,17 @@ def verdicts(rows: dict, results=()) -> list:
             f"total stock/ours, {d['distinct_kernels']} kernels x {len(d['passes'])} pass(es)",
             d["ok"] and not d["persistent_cache_hits"] and (d["ratio"] or 0) >= SUITE_TARGET))
     if (d := rows.get("launch_per_mib")) is not None:
+        o = d["overhead"]
+        found.append(Verdict(
+            "launch overhead per MiB", LAUNCH_TARGET, o["ours_over_memcpy"],
+            "(ours - numpy copy) / numpy copy, marginal ms per MiB, kernel = one HBM->HBM DMA; "
+            f"stock {_fmt_ratio_or_dash(o['stock_over_memcpy'])}",
+            o["ok"] and o["ours_over_memcpy"] is not None
+            and o["ours_over_memcpy"] <= LAUNCH_TARGET, kind="max"))
         found.append(Verdict(
             "launch per MiB", LAUNCH_TARGET, d["ours_over_memcpy"],
-            "ours / numpy copy, marginal ms per MiB over the sweep",
+            "DMA pipeline / numpy copy, marginal ms per MiB (includes the kernel's own "
+            "passes over the data: reference only, cannot reach 1x)",
             d["ok"] and d["ours_over_memcpy"] is not None
             and d["ours_over_memcpy"] <= LAUNCH_TARGET, kind="max"))
     if (d := rows.get("lowering")) is not None:
@@ -141,6 +156,10 @@ def verdicts(rows: dict, results=()) -> list:
 
 
 NATIVE_TARGET = 1.5          # ours <= 1.5x XLA's own collective
+
+
+def _fmt_ratio_or_dash(v) -> str:
+    return "-" if v is None else f"{v:.2f}x"
 
 
 # -- console -----------------------------------------------------------------------------
@@ -188,6 +207,20 @@ def render(console, rows: dict) -> None:
         s = d["ms_per_mib"]
         t.add_row("slope", "", *(f"{s[k]:.3f} ms/MiB" if s[k] is not None else "-"
                                  for k in ("stock", "ours", "memcpy_fresh", "memcpy_warm")))
+        console.print(t)
+        o = d["overhead"]
+        t = Table(title="launch overhead per MiB: one HBM -> HBM DMA of the whole pl.ANY input "
+                        "(steady-state median; ms/MiB of input)")
+        for col in ("input", "stock", "ours", "numpy copy", "numpy copyto (warm)"):
+            t.add_column(col, justify="right")
+        for p in o["points"]:
+            t.add_row(f"{p['mib']:g} MiB",
+                      *(f"{_fmt_time(p[k + '_s'])} ({p[k + '_ms_per_mib']:.3f})"
+                        for k in ("stock", "ours", "memcpy_fresh", "memcpy_warm")))
+        s = o["ms_per_mib"]
+        t.add_row("slope", *(_fmt_ms(s[k]) for k in ("stock", "ours", "memcpy_fresh", "memcpy_warm")))
+        t.add_row("overhead (slope - numpy copy)",
+                  *(_fmt_ms(o["overhead_ms_per_mib"][k]) for k in ("stock", "ours")), "", "")
         console.print(t)
     if (d := rows.get("lowering")) is not None:
         t = Table(title=f"lowering and compile of one kernel (median of {d['reps']}, fresh "
@@ -245,6 +278,23 @@ def markdown(rows: dict) -> list[str]:
         lines.append("| slope (ms/MiB) | | " + " | ".join(
             f"{s[k]:.3f}" if s[k] is not None else "-"
             for k in ("stock", "ours", "memcpy_fresh", "memcpy_warm")) + " |")
+        o = d["overhead"]
+        lines += ["", "Launch overhead per MiB (kernel = one HBM -> HBM DMA of the whole "
+                      "`pl.ANY` input; median call, in parentheses ms per MiB of input; overhead "
+                      "= slope - numpy copy's slope):", "",
+                  "| input | stock | ours | numpy copy | numpy copyto (warm) |",
+                  "|--:|--:|--:|--:|--:|"]
+        for p in o["points"]:
+            cells = [f"{_fmt_time(p[k + '_s'])} ({p[k + '_ms_per_mib']:.3f})"
+                     for k in ("stock", "ours", "memcpy_fresh", "memcpy_warm")]
+            lines.append(f"| {p['mib']:g} MiB | " + " | ".join(cells) + " |")
+        s = o["ms_per_mib"]
+        lines.append("| slope (ms/MiB) | " + " | ".join(
+            f"{s[k]:.3f}" if s[k] is not None else "-"
+            for k in ("stock", "ours", "memcpy_fresh", "memcpy_warm")) + " |")
+        lines.append("| overhead (ms/MiB) | " + " | ".join(
+            f"{o['overhead_ms_per_mib'][k]:.3f}" if o["overhead_ms_per_mib"][k] is not None
+            else "-" for k in ("stock", "ours")) + " | | |")
     if (d := rows.get("lowering")) is not None:
         lines += ["", f"Lowering and compile of one kernel (median of {d['reps']}; "
                       "kernels = fusions XLA compiles to machine code):", "",

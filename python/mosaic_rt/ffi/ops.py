@@ -234,10 +234,12 @@ def kernel_begin(token, device, *, uid: int, num_devices: int, num_cores: int = 
                  detect_races=int(bool(detect_races)), site=site)
 
 
-def kernel_end(token, handle, device, *, site: int = 0):
+def kernel_end(token, handle, device, *, keep_alive=(), site: int = 0):
     """Leaves the launch (the last device out frees it). Fails with the root
-    cause if the launch failed on another device."""
-    return _call("kernel_end", (), (token, handle, _i32(device)), site=site)
+    cause if the launch failed on another device. ``keep_alive``: the
+    device's ``allocate_buffer(..., borrow=True)`` inputs (XLA keeps them
+    unmodified until this call, which ends their borrow)."""
+    return _call("kernel_end", (), (token, handle, _i32(device), *keep_alive), site=site)
 
 
 def leak_report(token, handle, device, *, policy: str = "ignore", site: int = 0):
@@ -311,12 +313,20 @@ def kernel(token, device, *, leak_policy: str | None = None, **config):
 # -------------------------------------------------------------------- memory
 
 def allocate_buffer(token, handle, device, core, *, space, dtype, shape,
-                    logical_shape=None, init=None, site: int = 0):
+                    logical_shape=None, init=None, borrow: bool = False, site: int = 0):
     """``(token, buffer_id)``. ``core=None`` allocates on every core of the
     device. ``init`` (logical shape, ``dtype``) gives the contents; without it
-    the buffer holds the fill value."""
+    the buffer holds the fill value. ``borrow=True``: the buffer reads
+    ``init``'s memory instead of a copy and every write to it fails (an
+    unpadded HBM buffer on every core; otherwise a copy as usual); the
+    caller must pass the same ``init`` to this device's :func:`kernel_end`
+    as ``keep_alive``."""
     dtype = _dtype(dtype, "allocate_buffer")
     attrs = dict(space=_space(space), dtype=dtype.name, shape=_ints(shape))
+    if borrow:
+        if init is None:
+            raise ValueError("allocate_buffer: borrow=True needs an init value to borrow")
+        attrs["borrow"] = 1
     if logical_shape is not None:
         attrs["logical_shape"] = _ints(logical_shape)
     operands = [token, handle, _i32(device), _opt_i32(core)]

@@ -16,7 +16,7 @@ import functools
 import jax
 
 from mosaic_rt import jax_internals as jx
-from mosaic_rt.interpret import native_calls
+from mosaic_rt.interpret import input_writes, native_calls
 from mosaic_rt.interpret.jaxpr_eval import Ctx, forward_any_to_hbm, semaphore_kind, space_code
 
 _HBM = jx.MemorySpace.HBM
@@ -83,6 +83,7 @@ class LaunchBuffers:
     kernel_args: list     # the kernel jaxpr's arguments (scalars, blocks, scratch)
     kernel_in_ids: list   # the kernel's buffer of each input block
     kernel_out_ids: list  # the kernel's buffer of each output block
+    borrowed: list        # inputs whose HBM buffer borrows their memory (kept alive to kernel_end)
 
 
 def allocate(token, ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, inputs,
@@ -93,15 +94,18 @@ def allocate(token, ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, i
                               device=ctx.device_id, params=ctx.params)
     inputs = [jx.pad_to_block_dimension(a, bs, ctx.params.uninitialized_memory)
               for a, bs in zip(inputs, blocks.shapes[:blocks.n_in])]
-    input_ids = []
-    for a in inputs:
-        token, buf = alloc(token, core=None, space=space_code(_HBM), init=a)
-        input_ids.append(buf)
-
     out_alias = {o: i - len(scalars) for i, o in input_output_aliases}
     if any(i < 0 for i in out_alias.values()):
         raise ValueError("Aliasing of scalar prefetch arguments is not currently "
                          "supported in TPU interpret mode.")
+    borrow = _borrowable_inputs(ctx, jaxpr, blocks, set(out_alias.values()))
+    input_ids, borrowed = [], []
+    for a, b in zip(inputs, borrow):
+        token, buf = alloc(token, core=None, space=space_code(_HBM), init=a, borrow=b)
+        input_ids.append(buf)
+        if b:
+            borrowed.append(a)
+
     token, output_ids, output_avals = _allocate_outputs(
         token, alloc, ctx.grid_mapping, blocks, inputs, input_ids, out_alias)
 
@@ -117,7 +121,21 @@ def allocate(token, ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, i
     return token, LaunchBuffers(
         input_ids=input_ids, output_ids=output_ids, output_avals=output_avals,
         out_alias=out_alias, scalar_ids=scalar_ids, kernel_args=kernel_args,
-        kernel_in_ids=kernel_in_ids, kernel_out_ids=kernel_out_ids)
+        kernel_in_ids=kernel_in_ids, kernel_out_ids=kernel_out_ids, borrowed=borrowed)
+
+
+def _borrowable_inputs(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, aliased) -> list[bool]:
+    """Per input, whether its HBM buffer may borrow XLA's operand memory
+    instead of a copy: never aliased to an output and never written by the
+    kernel (`input_writes`; an input in VMEM/SMEM blocks is only read, by
+    the block copies). Launches with several cores per device keep copying
+    (their grid loops run on private XLA clients)."""
+    if ctx.params.num_cores_per_device > 1:
+        return [False] * blocks.n_in
+    in_vars = jaxpr.invars[ctx.grid_mapping.num_index_operands:][:blocks.n_in]
+    unwritten = input_writes.never_written(jaxpr, in_vars)
+    return [j not in aliased and (blocks.spaces[j] is not _HBM or unwritten[j])
+            for j in range(blocks.n_in)]
 
 
 def _allocate_outputs(token, alloc, grid_mapping, blocks, inputs, input_ids, out_alias):

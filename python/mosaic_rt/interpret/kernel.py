@@ -81,7 +81,8 @@ def _interpret_pallas_call(
     token = grid_loop.run_cores(loop, token)
 
     token, results = _read_outputs(token, ctx, bufs)
-    native_calls.end(token, handle, device_id, on_leak=params.on_semaphore_leak)
+    native_calls.end(token, handle, device_id, on_leak=params.on_semaphore_leak,
+                     keep_alive=bufs.borrowed)
     return results
 
 

@@ -63,13 +63,13 @@ def begin(token, device, *, uid, num_devices, params: InterpretParams, name):
         site=sites.current())
 
 
-def end(token, handle, device, *, on_leak):
+def end(token, handle, device, *, on_leak, keep_alive=()):
     # Races and leaks of policy "warn" wait in a native queue, issued as
     # Python warnings by mosaic_rt.reports (no host callback in the program:
     # it would keep jax from caching it).
     if on_leak != "ignore":
         token, _ = ffi_ops.leak_report(token, handle, device, policy=on_leak)
-    return ffi_ops.kernel_end(token, handle, device)
+    return ffi_ops.kernel_end(token, handle, device, keep_alive=keep_alive)
 
 
 def core_end(token, handle, device, core):
@@ -96,7 +96,7 @@ def _padded_shape(shape, dtype, space, params: InterpretParams):
 
 
 def allocate_buffer(token, *, handle, device, core, space, params: InterpretParams,
-                    init=None, shape=None, dtype=None):
+                    init=None, shape=None, dtype=None, borrow=False):
     if init is not None:
         init = jnp.asarray(init)
         shape, dtype = init.shape, init.dtype
@@ -104,7 +104,7 @@ def allocate_buffer(token, *, handle, device, core, space, params: InterpretPara
     content = _padded_shape(logical, dtype, space, params)
     token, buf = ffi_ops.allocate_buffer(
         token, handle, device, core, space=space, dtype=dtype,
-        shape=content, logical_shape=logical, init=init, site=sites.current())
+        shape=content, logical_shape=logical, init=init, borrow=borrow, site=sites.current())
     token = lg.log(token, lg.SHARED_MEMORY, "allocate_buffer", device,
                    -1 if core is None else core, space=_space(space), buffer_id=buf,
                    logical_shape=jnp.asarray(logical, jnp.int32),

@@ -115,7 +115,17 @@ impl Runtime {
     /// `device`'s program left the launch (all its cores are done); may
     /// complete a deadlock, which then fails the launch.
     pub fn leave_device(&self, device: u32) -> Result<()> {
+        self.release_borrowed(device);
         self.sems.finish_device(device)
+    }
+
+    /// Ends the borrows of `device`'s input buffers (its XLA operands may be
+    /// freed once its program stops): with other devices in the launch the
+    /// bytes are copied (a peer may still read them with a remote DMA),
+    /// otherwise dropped. Run when the device leaves, is abandoned, or a
+    /// host callback of it fails.
+    pub fn release_borrowed(&self, device: u32) {
+        self.memory.release_borrowed(device, self.config.num_devices > 1);
     }
 
     /// The program of core (device, core) ended (several cores per device).
@@ -170,6 +180,36 @@ impl Runtime {
     }
 
     /// Drops one reference of the buffer; it is freed at zero.
+    /// An HBM input buffer of `device` over `bytes` (C order, `shape`),
+    /// borrowed read-only instead of copied; any write to it fails with an
+    /// internal error.
+    ///
+    /// # Safety
+    /// `bytes` must stay valid and unmodified after this call returns until
+    /// [`Runtime::release_borrowed`] for `device` has returned (which
+    /// [`Runtime::leave_device`] runs) or the runtime is dropped.
+    pub unsafe fn allocate_borrowed_buffer(
+        &self,
+        device: u32,
+        dtype: DType,
+        shape: &[usize],
+        bytes: &[u8],
+    ) -> Result<u32> {
+        self.check_failed_at(device, 0)?;
+        // SAFETY: this fn's contract, passed on.
+        unsafe { self.memory.allocate_borrowed(device, dtype, shape, bytes) }.map_err(|e| e.at(device, 0))
+    }
+
+    /// The memory `device`'s input buffers borrow now, as (address, length).
+    pub fn borrowed_ranges(&self, device: u32) -> Vec<(usize, usize)> {
+        self.memory.borrowed_ranges(device)
+    }
+
+    /// Whether buffer `key` borrows XLA's memory (tests, diagnostics).
+    pub fn is_borrowed(&self, key: BufferKey) -> Result<bool> {
+        self.memory.is_borrowed(key)
+    }
+
     pub fn free_buffer(&self, device: u32, core: u32, space: MemorySpace, id: u32) -> Result<()> {
         self.memory.free(device, core, space, id).map_err(|e| e.at(device, core))?;
         if let Some(races) = &self.races {

@@ -118,7 +118,11 @@ pub fn fail_launch(handle: u64, device: u32, core: u32, err: RtError) -> Result<
     match registry().get(handle) {
         Some(rt) => {
             rt.topology().check(device, core)?;
-            Ok(Some(rt.fail(err.at(device, core))))
+            let root = rt.fail(err.at(device, core));
+            // The device's program stops with this error and XLA may free its
+            // operands: nothing may read them afterwards.
+            rt.release_borrowed(device);
+            Ok(Some(root))
         }
         None => Ok(registry().tombstone(handle)),
     }

@@ -64,7 +64,7 @@ impl MemoryTable {
         if in_bounds.as_deref() == Some(&*r.full) {
             init_shadow::check_read(&r.buf, &r.plan, in_bounds.as_deref(), &r.who, region)?;
             let src = r.plan.buffer_layout(&r.buf.shape, itemsize);
-            copy_block(&r.buf.read(), &src, out, &r.dense(), &r.full, itemsize);
+            copy_block(&r.buf.read(&r.who)?, &src, out, &r.dense(), &r.full, itemsize);
             return Ok(());
         }
         if self.oob_reads == OobReads::Raise {
@@ -75,7 +75,7 @@ impl MemoryTable {
         fill_pattern(out, &r.buf.dtype.fill_bytes(self.fill));
         if let Some(counts) = in_bounds {
             let src = r.plan.buffer_layout(&r.buf.shape, itemsize);
-            copy_block(&r.buf.read(), &src, out, &r.dense(), &counts, itemsize);
+            copy_block(&r.buf.read(&r.who)?, &src, out, &r.dense(), &counts, itemsize);
         }
         Ok(())
     }
@@ -92,7 +92,7 @@ impl MemoryTable {
         if let Some(counts) = r.plan.clip(&r.buf.logical_shape) {
             let itemsize = r.itemsize();
             let dst = r.plan.buffer_layout(&r.buf.shape, itemsize);
-            copy_block(data, &r.dense(), &mut r.buf.write(), &dst, &counts, itemsize);
+            copy_block(data, &r.dense(), &mut r.buf.write(&r.who, r.buf.covered_by(&r.plan))?, &dst, &counts, itemsize);
             init_shadow::mark(&r.buf, &r.plan, &counts);
         }
         Ok(())
@@ -114,7 +114,7 @@ impl MemoryTable {
             None => message::oob_swap(&r.who, region, logical),
             Some(_) => message::oob_masked_swap(&r.who, region, logical),
         };
-        let mut content = r.buf.write();
+        let mut content = r.buf.write(&r.who, false)?;
         let in_bounds = r.plan.clip(&r.buf.shape).ok_or_else(oob)?;
         let at = r.plan.buffer_layout(&r.buf.shape, itemsize);
         let dense = r.dense();
@@ -226,11 +226,11 @@ impl MemoryTable {
         // Lock in address order so two opposite copies cannot deadlock.
         let (src_bytes, mut dst_bytes);
         if Arc::as_ptr(&s.buf) < Arc::as_ptr(&d.buf) {
-            src_bytes = s.buf.read();
-            dst_bytes = d.buf.write();
+            src_bytes = s.buf.read(&s.who)?;
+            dst_bytes = d.buf.write(&d.who, d.buf.covered_by(&d.plan))?;
         } else {
-            dst_bytes = d.buf.write();
-            src_bytes = s.buf.read();
+            dst_bytes = d.buf.write(&d.who, d.buf.covered_by(&d.plan))?;
+            src_bytes = s.buf.read(&s.who)?;
         }
         copy_block(&src_bytes, &from, &mut dst_bytes, &to, &counts, itemsize);
         init_shadow::mark(&d.buf, &d.plan, &counts);

@@ -1,9 +1,12 @@
 //! One simulated buffer: its shapes, dtype and bytes behind their own lock,
-//! so accesses to different buffers never contend.
+//! so accesses to different buffers never contend. The bytes are our own
+//! allocation (pooled, see `pool.rs`) or, for an input the kernel provably
+//! never writes, XLA's operand memory borrowed read-only (see `content.rs`).
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::RwLock;
 
+use super::content::{Content, ContentRead, ContentWrite};
 use super::copy::extend_with_pattern;
 use super::init_shadow::InitShadow;
 use super::message::shape_repr;
@@ -19,7 +22,7 @@ pub(crate) struct Buffer {
     pub logical_shape: Vec<usize>,
     /// Changed only under the owning table shard's write lock.
     pub ref_count: AtomicU32,
-    content: RwLock<Vec<u8>>,
+    content: RwLock<Content>,
     /// initcheck: which elements were written (only with detection on).
     init: Option<InitShadow>,
 }
@@ -49,7 +52,21 @@ impl Buffer {
         let bytes = element_count(shape)?
             .checked_mul(dtype.itemsize())
             .ok_or_else(|| RtError::value(format!("shape {} is too large", shape_repr(shape))))?;
-        let mut content = Vec::new();
+        let mut content = super::pool::take(bytes);
+        if init.is_none() && content.len() >= bytes && bytes > 0 {
+            // A reused allocation: its old bytes stand in until the first
+            // access, which fills them unless it overwrites them all.
+            content.truncate(bytes);
+            return Ok(Buffer::with_content(
+                dtype,
+                shape,
+                logical_shape,
+                Content::Unfilled { v: content, pattern: fill.to_vec() },
+                ref_count,
+                track_init.then(|| InitShadow::new(element_count(shape)?)).transpose()?,
+            ));
+        }
+        content.clear();
         content.try_reserve_exact(bytes).map_err(|_| {
             RtError::value(format!(
                 "cannot allocate {bytes} bytes for a {} buffer of shape {}",
@@ -88,14 +105,79 @@ impl Buffer {
                 Some(shadow)
             }
         };
-        Ok(Buffer {
+        Ok(Buffer::with_content(dtype, shape, logical_shape, Content::Owned(content), ref_count, init_shadow))
+    }
+
+    fn with_content(
+        dtype: DType,
+        shape: &[usize],
+        logical_shape: &[usize],
+        content: Content,
+        ref_count: u32,
+        init: Option<InitShadow>,
+    ) -> Buffer {
+        Buffer {
             dtype,
             shape: shape.to_vec(),
             logical_shape: logical_shape.to_vec(),
             ref_count: AtomicU32::new(ref_count),
             content: RwLock::new(content),
-            init: init_shadow,
+            init,
+        }
+    }
+
+    /// A buffer whose bytes are `len` bytes at `ptr`, borrowed read-only:
+    /// every write fails (see [`Buffer::write`]). No fill and no initcheck
+    /// shadow (the whole logical shape is the initial value).
+    ///
+    /// # Safety
+    /// `ptr` must point to `len` readable bytes (`len` = the element count
+    /// of `shape` times the itemsize; any pointer if `len` is 0) that stay
+    /// valid and unmodified until [`Buffer::release_borrowed`] has run on
+    /// this buffer or the buffer is dropped, whichever comes first.
+    pub unsafe fn borrowed(
+        dtype: DType,
+        shape: &[usize],
+        ptr: *const u8,
+        len: usize,
+        ref_count: u32,
+    ) -> Result<Buffer> {
+        let want = element_count(shape)?.checked_mul(dtype.itemsize());
+        if want != Some(len) {
+            return Err(RtError::internal(format!(
+                "a borrowed {} buffer of shape {} needs {want:?} bytes, got {len}",
+                dtype.name(),
+                shape_repr(shape)
+            )));
+        }
+        Ok(Buffer {
+            dtype,
+            shape: shape.to_vec(),
+            logical_shape: shape.to_vec(),
+            ref_count: AtomicU32::new(ref_count),
+            // SAFETY: the caller's contract is `Content::borrowed`'s.
+            content: RwLock::new(unsafe { Content::borrowed(ptr, len) }),
+            init: None,
         })
+    }
+
+    /// Ends a borrow (no-op for our own bytes): with `keep`, the bytes are
+    /// copied into our own allocation (another thread may still read them);
+    /// without, any later access fails. Waits for accesses in progress (the
+    /// content's write lock), so once this returns nothing refers to the
+    /// borrowed memory.
+    pub fn release_borrowed(&self, keep: bool) {
+        self.content.write().ignore_poison().release_borrowed(keep);
+    }
+
+    /// The borrowed memory as (address, length), if borrowed.
+    pub fn borrowed_range(&self) -> Option<(usize, usize)> {
+        self.content.read().ignore_poison().borrowed_range()
+    }
+
+    /// Whether the bytes are borrowed (tests, diagnostics).
+    pub fn is_borrowed(&self) -> bool {
+        self.content.read().ignore_poison().is_borrowed()
     }
 
     /// The initcheck shadow (`None` unless `detect_uninitialized`).
@@ -113,13 +195,41 @@ impl Buffer {
         }
     }
 
-    /// Read access to the bytes. Poisoning is ignored: a panic elsewhere is
+    /// Read access to the bytes (`who` names the buffer in the error of a
+    /// borrow that has ended). Poisoning is ignored: a panic elsewhere is
     /// reported at the FFI boundary and must not wedge every other core.
-    pub fn read(&self) -> RwLockReadGuard<'_, Vec<u8>> {
-        self.content.read().ignore_poison()
+    pub fn read(&self, who: &dyn std::fmt::Display) -> Result<ContentRead<'_>> {
+        {
+            let guard = self.content.read().ignore_poison();
+            if !matches!(*guard, Content::Unfilled { .. }) {
+                return ContentRead::new(guard, who);
+            }
+        }
+        // Once filled a buffer stays filled, so the read below sees bytes.
+        self.content.write().ignore_poison().fill_pending();
+        ContentRead::new(self.content.read().ignore_poison(), who)
     }
 
-    pub fn write(&self) -> RwLockWriteGuard<'_, Vec<u8>> {
-        self.content.write().ignore_poison()
+    /// Write access to the bytes; an internal error for borrowed ones.
+    /// `covers_all`: the caller overwrites every byte and cannot fail
+    /// before it has (pending fill values are then skipped).
+    pub fn write(&self, who: &dyn std::fmt::Display, covers_all: bool) -> Result<ContentWrite<'_>> {
+        let mut guard = self.content.write().ignore_poison();
+        guard.prepare_write(covers_all);
+        ContentWrite::new(guard, who)
+    }
+
+    /// Whether a write through `plan` replaces every byte of this buffer.
+    pub(crate) fn covered_by(&self, plan: &super::plan::Plan) -> bool {
+        self.shape == self.logical_shape && plan.covers(&self.shape)
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        let content = std::mem::replace(self.content.get_mut().ignore_poison(), Content::Released);
+        if let Some(v) = content.into_allocation() {
+            super::pool::give(v);
+        }
     }
 }

@@ -6,16 +6,19 @@
 
 mod access;
 mod buffer;
+mod content;
 mod copy;
 mod dims;
 mod elements;
 mod init_shadow;
 mod message;
 mod plan;
+mod pool;
 pub(crate) mod table;
 
 pub(crate) use access::zeroed;
 pub(crate) use init_shadow::slice_notation;
+pub use pool::pooled_bytes;
 pub(crate) use table::MemoryTable;
 
 use crate::dtype::DType;

@@ -89,6 +89,19 @@ impl Plan {
         })
     }
 
+    /// Whether the selection is every element of a buffer of `shape`, each
+    /// once, in C order (a write through it leaves no old byte).
+    pub fn covers(&self, shape: &[usize]) -> bool {
+        self.dims.len() == shape.len()
+            && self.dims.iter().zip(shape).all(|(d, &n)| {
+                d.start == 0
+                    && match d.squeezed {
+                        true => n == 1,
+                        false => d.size == n && (d.stride == 1 || n <= 1),
+                    }
+            })
+    }
+
     /// Byte layout of the selection inside a C-order buffer of `content`
     /// shape, over the result dims.
     pub fn buffer_layout(&self, content: &[usize], itemsize: usize) -> Layout {

@@ -131,21 +131,7 @@ impl MemoryTable {
         let fill = dtype.fill_bytes(self.fill);
         let shard = self.shard(device)?;
 
-        // Take one id per target core; they must agree (ids are kept in sync).
-        let id = {
-            let mut next = shard.next_ids.lock().ignore_poison();
-            let id = next[cores[0] as usize];
-            if let Some(&c) = cores.iter().find(|&&c| next[c as usize] != id) {
-                return Err(RtError::internal(format!(
-                    "buffer ids out of sync on device {device}: core {} would get {id}, core {c} would get {}",
-                    cores[0], next[c as usize]
-                )));
-            }
-            for &c in &cores {
-                next[c as usize] += 1;
-            }
-            id
-        };
+        let id = take_id(shard, device, &cores)?;
 
         if space.is_shared_by_cores() {
             // One buffer per device, referenced by every core.
@@ -172,6 +158,51 @@ impl MemoryTable {
         Ok(id)
     }
 
+    /// An HBM buffer of `device` (shared by its cores) whose bytes are
+    /// `bytes`, borrowed read-only instead of copied: any write fails. Ends
+    /// with [`MemoryTable::release_borrowed`].
+    ///
+    /// # Safety
+    /// `bytes` must stay valid and unmodified after this call returns, until
+    /// `release_borrowed(device, ..)` has returned or this table is dropped.
+    pub unsafe fn allocate_borrowed(&self, device: u32, dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<u32> {
+        let topo = self.topo;
+        let cores: Vec<u32> = (0..topo.cores_per_device).collect();
+        topo.check_device(device)?;
+        // SAFETY: `bytes` outlives the buffer's borrow (this fn's contract),
+        // which `release_borrowed` ends before the memory may go away.
+        let buf = unsafe { Buffer::borrowed(dtype, shape, bytes.as_ptr(), bytes.len(), topo.cores_per_device)? };
+        let shard = self.shard(device)?;
+        let id = take_id(shard, device, &cores)?;
+        let key = BufferKey { space: MemorySpace::Hbm, id, device, core: 0 };
+        shard.buffers.write().ignore_poison().insert(key, Arc::new(buf));
+        Ok(id)
+    }
+
+    /// Ends every borrow of `device`'s buffers (see
+    /// [`Buffer::release_borrowed`]: `keep` copies the bytes for readers on
+    /// other threads). Once this returns nothing refers to borrowed memory
+    /// of the device.
+    pub fn release_borrowed(&self, device: u32, keep: bool) {
+        let Ok(shard) = self.shard(device) else { return };
+        let bufs: Vec<Arc<Buffer>> = shard.buffers.read().ignore_poison().values().cloned().collect();
+        for buf in bufs {
+            buf.release_borrowed(keep);
+        }
+    }
+
+    /// The memory `device`'s buffers borrow now, as (address, length).
+    pub fn borrowed_ranges(&self, device: u32) -> Vec<(usize, usize)> {
+        let Ok(shard) = self.shard(device) else { return Vec::new() };
+        let map = shard.buffers.read().ignore_poison();
+        map.values().filter_map(|b| b.borrowed_range()).collect()
+    }
+
+    /// Whether buffer `key` is borrowed (tests, diagnostics).
+    pub fn is_borrowed(&self, key: BufferKey) -> Result<bool> {
+        Ok(self.get(key, "inspect")?.is_borrowed())
+    }
+
     pub fn free(&self, device: u32, core: u32, space: MemorySpace, id: u32) -> Result<()> {
         self.topo.check(device, core)?;
         let key = BufferKey::for_access(space, id, device, core);
@@ -192,13 +223,30 @@ impl MemoryTable {
     }
 
     pub fn content(&self, key: BufferKey) -> Result<Vec<u8>> {
-        Ok(self.get(key, "read")?.read().clone())
+        Ok(self.get(key, "read")?.read(&key)?.to_vec())
     }
 
     pub fn region_shape(&self, key: BufferKey, region: &Region) -> Result<Vec<usize>> {
         let buf = self.get(key, "index")?;
         Ok(Plan::new(region, &buf.logical_shape)?.full_shape().to_vec())
     }
+}
+
+/// One id for a buffer on each of `cores` of `device`; they must agree
+/// (ids are kept in sync).
+fn take_id(shard: &Shard, device: u32, cores: &[u32]) -> Result<u32> {
+    let mut next = shard.next_ids.lock().ignore_poison();
+    let id = next[cores[0] as usize];
+    if let Some(&c) = cores.iter().find(|&&c| next[c as usize] != id) {
+        return Err(RtError::internal(format!(
+            "buffer ids out of sync on device {device}: core {} would get {id}, core {c} would get {}",
+            cores[0], next[c as usize]
+        )));
+    }
+    for &c in cores {
+        next[c as usize] += 1;
+    }
+    Ok(id)
 }
 
 /// Stock's `Buffer` checks: same rank, logical <= allocated per dim.

@@ -132,15 +132,40 @@ pub fn kernel_begin(c: &mut Call) -> Result<()> {
     out.write_words(DType::U32, &launch::split_handle(handle).map(u32::to_ne_bytes))
 }
 
-/// `kernel_end(token, handle, device) -> token`: leaves the launch; the
-/// last device out tears it down.
+/// `kernel_end(token, handle, device, *inputs) -> token`: leaves the
+/// launch; the last device out tears it down. `inputs` are the device's
+/// borrowed inputs (`allocate_buffer`'s `borrow`), passed only so that XLA
+/// keeps them alive and unmodified until the borrow ends here.
 pub fn kernel_end(c: &mut Call) -> Result<()> {
-    let (handle, device) = device_target(c, 3..=3, 1)?;
+    let (handle, device) = device_target(c, 3..=usize::MAX, 1)?;
+    check_borrows_kept_alive(c, handle, device)?;
     // A launch that failed elsewhere must not end quietly on this device.
     launch::with_runtime(handle, |rt| rt.check_failed_at(device, 0))?;
     launch::with_runtime(handle, |rt| super::trace::device_finished(handle, rt, device))?;
     launch::leave(handle, device);
     Ok(())
+}
+
+/// Every input `device` borrows must be an operand of its `kernel_end`
+/// (that is what kept it alive until now): a wiring slip in the interpreter
+/// fails loudly in tests instead of reading memory XLA may have reused.
+fn check_borrows_kept_alive(c: &Call, handle: u64, device: u32) -> Result<()> {
+    let borrowed = launch::with_runtime(handle, |rt| Ok(rt.borrowed_ranges(device)))?;
+    if borrowed.is_empty() {
+        return Ok(());
+    }
+    let f = &c.frame;
+    let kept = (3..f.num_args())
+        .map(|i| f.arg(i).and_then(|b| b.byte_range()).map(|r| (r.start, r.len())))
+        .collect::<Result<Vec<_>>>()?;
+    match borrowed.iter().find(|b| !kept.contains(b)) {
+        None => Ok(()),
+        Some(&(at, len)) => Err(RtError::internal(format!(
+            "kernel_end: device {device} borrowed {len} bytes of XLA memory at {at:#x} for an input \
+             that is not an operand of its kernel_end (nothing kept it alive)"
+        ))
+        .at(device, 0)),
+    }
 }
 
 /// `leak_report(token, handle, device) -> (token, int32 count)`: the number

@@ -3,7 +3,7 @@
 use super::{core_target, device_target, region, space_attr, REGION};
 use crate::dispatch::Call;
 use crate::launch;
-use mosaic_rt_core::{DType, Init, MemRef, Result, RtError};
+use mosaic_rt_core::{DType, Init, MemRef, MemorySpace, Result, RtError};
 
 fn shape_attr(c: &Call, name: &str) -> Result<Option<Vec<usize>>> {
     let f = &c.frame;
@@ -22,6 +22,9 @@ fn shape_attr(c: &Call, name: &str) -> Result<Option<Vec<usize>>> {
 /// `core` = -1 allocates on every core of the device. Attributes: `space`,
 /// `dtype` (numpy name), `shape`, optional `logical_shape`. Without `init`
 /// the buffer gets the fill value; `init` must have the logical shape.
+/// Optional attribute `borrow` (non-zero): an HBM buffer on every core,
+/// unpadded, of a byte-sized dtype, uses `init`'s memory read-only instead
+/// of a copy; the caller must pass `init` to the device's `kernel_end` too.
 pub fn allocate_buffer(c: &mut Call) -> Result<()> {
     let (handle, device) = device_target(c, 4..=5, 2)?;
     let _site = c.enter_site();
@@ -46,6 +49,20 @@ pub fn allocate_buffer(c: &mut Call) -> Result<()> {
             Some(b.elements()?)
         }
     };
+    if let (Some(std::borrow::Cow::Borrowed(bytes)), true) = (&init_elements, borrow_requested(c)?) {
+        // An empty input has nothing to copy (and no address to check).
+        if core.is_none() && space == MemorySpace::Hbm && logical_shape == shape.as_slice() && !bytes.is_empty() {
+            // SAFETY: the interpreter passes this operand to the device's
+            // `kernel_end` as well (the "borrow" attribute's contract, see
+            // `ffi/ops.py`), so XLA keeps it alive and unmodified until that
+            // call, which leaves the launch; leaving (or failing) ends the
+            // borrow first (`Runtime::leave_device` / `release_borrowed`).
+            let id = launch::with_runtime(handle, |rt| unsafe {
+                rt.allocate_borrowed_buffer(device, dtype, &shape, bytes)
+            })?;
+            return c.frame.ret(1)?.write_i32(id as i32);
+        }
+    }
     let init = match &init_elements {
         None => Init::Fill,
         Some(e) => Init::Bytes(e),
@@ -54,6 +71,11 @@ pub fn allocate_buffer(c: &mut Call) -> Result<()> {
         rt.allocate_buffer(device, core, space, dtype, &shape, logical.as_deref(), init)
     })?;
     c.frame.ret(1)?.write_i32(id as i32)
+}
+
+/// Whether the optional `borrow` attribute asks for a borrowed input.
+fn borrow_requested(c: &Call) -> Result<bool> {
+    Ok(c.frame.attr_i64_opt("borrow")?.is_some_and(|v| v != 0))
 }
 
 /// `free_buffer(token, handle, device, core, id) -> token`; attribute `space`.
