@@ -154,9 +154,11 @@ def _region_parts(region, prefix: str = ""):
         parts = region.starts
         static = ([isinstance(s, _STATIC_INTS) for s in parts]
                   if isinstance(parts, (tuple, list)) else [])
-        if any(static) and not all(static):
+        if any(static):
             # Static starts as an attribute, only the dynamic ones as the
-            # operand: no concatenate of constants and scalars to compile.
+            # operand: no concatenate of constants and scalars to compile
+            # (nor, when all are static, a broadcast of a constant vector,
+            # which XLA compiles as a fusion).
             fixed = np.asarray([int(s) if st else _DYNAMIC_START
                                 for s, st in zip(parts, static)], np.int64)
             starts = TracedRegion(
@@ -625,3 +627,14 @@ def iota_ids(first, shape):
     native call (the ids of a semaphore array allocated in one run)."""
     call = jax.ffi.ffi_call("mosaic_rt_iota_ids", jax.ShapeDtypeStruct(tuple(shape), jnp.int32))
     return call(_i32(first))
+
+
+def scalar_program(program, operands, result_dtypes):
+    """The outputs of a scalar program (``mosaic_rt_core::scalar``'s int64
+    wire format, as :mod:`mosaic_rt.interpret.scalar_program` builds it)
+    over ``operands`` (rank-0 integers/bools, and int vectors it indexes),
+    by one pure native call (no token: XLA may CSE or drop it). Returns one
+    rank-0 array per entry of ``result_dtypes``."""
+    results = tuple(jax.ShapeDtypeStruct((), np.dtype(d)) for d in result_dtypes)
+    call = jax.ffi.ffi_call("mosaic_rt_scalar_program", results)
+    return list(call(*operands, program=np.asarray(program, np.int64)))

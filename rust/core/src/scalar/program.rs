@@ -165,7 +165,7 @@ impl<'a> Program<'a> {
                     let which = self.meta[args[0] as usize].ty;
                     arg(1 + ops::select_case(which, arg(0), n - 1))
                 }
-                Op::Index => self.index(inputs, args),
+                Op::Index => self.index(inputs, &vals, args),
                 _ if op.is_comparison() => ops::binary(op, self.meta[args[0] as usize].ty, arg(0), arg(1)),
                 _ => ops::binary(op, ty, arg(0), arg(1)),
             };
@@ -179,12 +179,12 @@ impl<'a> Program<'a> {
 
     /// Element of vector input `args[0]` at the int32 starts `args[1..]`,
     /// each clamped into its dimension as `dynamic_slice` clamps.
-    fn index(&self, inputs: &[&[u8]], args: &[i64]) -> u64 {
+    fn index(&self, inputs: &[&[u8]], vals: &[u64], args: &[i64]) -> u64 {
         let vec = args[0] as usize;
         let (ty, dims) = self.input(vec);
         let mut flat = 0usize;
         for (k, &d) in dims.iter().enumerate() {
-            let start = ScalarType::I32.read(inputs[args[1 + k] as usize], 0);
+            let start = vals[args[1 + k] as usize];
             flat = flat * d as usize + ops::clamp_start(start, d as usize);
         }
         ty.read(inputs[vec], flat)
@@ -431,6 +431,23 @@ mod tests {
         for (i, j, want) in [(0, 0, 10), (1, 2, 15), (-1, 1, 11), (5, 9, 15), (1, -7, 13)] {
             assert_eq!(run1(&b, &[&data, &i32s(&[i]), &i32s(&[j])], 4), i32s(&[want]), "[{i}, {j}]");
         }
+    }
+
+    #[test]
+    fn index_by_computed_values_and_constants() {
+        let mut b = B::default();
+        let v = b.input(I32, &[4]);
+        let i = b.input(I32, &[]);
+        let one = b.konst(I32, 1);
+        let next = b.op(Op::Add, I32, &[i, one], 0);
+        let e = b.op(Op::Index, I32, &[v, next], 0);
+        let c = b.op(Op::Index, I32, &[v, one], 0);
+        b.outputs.extend([e, c]);
+        let words = b.words();
+        let p = Program::decode(&words).unwrap();
+        let (mut o0, mut o1) = ([0u8; 4], [0u8; 4]);
+        p.run(&[&i32s(&[5, 6, 7, 8]), &i32s(&[2])], &mut [&mut o0, &mut o1]).unwrap();
+        assert_eq!((i32::from_ne_bytes(o0), i32::from_ne_bytes(o1)), (8, 6));
     }
 
     #[test]
