@@ -161,8 +161,13 @@ def _region_parts(region, prefix: str = ""):
             # which XLA compiles as a fusion).
             fixed = np.asarray([int(s) if st else _DYNAMIC_START
                                 for s, st in zip(parts, static)], np.int64)
-            starts = TracedRegion(
-                starts=tuple(s for s, st in zip(parts, static) if not st)).start_vector()
+            dynamic = tuple(s for s, st in zip(parts, static) if not st)
+            # No dynamic start: an empty vector made in the program, not a
+            # numpy constant (jax would hoist that into a shard_map body as
+            # an operand of its own, which sdy rejects when the body
+            # reads no input).
+            starts = (TracedRegion(starts=dynamic).start_vector() if dynamic
+                      else jnp.zeros((0,), jnp.int32))
         else:
             starts = region.start_vector()
     attrs = {
