@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import os
 from typing import Any
@@ -640,6 +641,13 @@ def scalar_program(program, operands, result_dtypes):
     over ``operands`` (rank-0 integers/bools, and int vectors it indexes),
     by one pure native call (no token: XLA may CSE or drop it). Returns one
     rank-0 array per entry of ``result_dtypes``."""
-    results = tuple(jax.ShapeDtypeStruct((), np.dtype(d)) for d in result_dtypes)
-    call = jax.ffi.ffi_call("mosaic_rt_scalar_program", results)
+    call = _scalar_program_call(tuple(np.dtype(d) for d in result_dtypes))
     return list(call(*operands, program=np.asarray(program, np.int64)))
+
+
+@functools.lru_cache(maxsize=256)
+def _scalar_program_call(result_dtypes):
+    # Building an ffi_call costs ~50 us of tracing time; programs of one
+    # result signature share it.
+    results = tuple(jax.ShapeDtypeStruct((), d) for d in result_dtypes)
+    return jax.ffi.ffi_call("mosaic_rt_scalar_program", results)

@@ -19,6 +19,9 @@ Ref = int
 
 OPS = _native.SCALAR_OPS
 TYPES = _native.SCALAR_TYPES
+# Keyed by the dtype itself: numpy's `dtype.name` is slow Python, and this
+# runs for every value of every program at trace time.
+_TYPE_CODES = {np.dtype(name): code for name, code in TYPES.items()}
 MAX_VALUES = _native.SCALAR_MAX_VALUES
 _FORMAT = _native.SCALAR_FORMAT
 _I32 = np.dtype(np.int32)
@@ -27,7 +30,7 @@ _I32 = np.dtype(np.int32)
 def is_scalar_type(dtype) -> bool:
     """Whether scalar programs compute on ``dtype`` (ints and bool)."""
     try:
-        return np.dtype(dtype).name in TYPES
+        return dtype in _TYPE_CODES or np.dtype(dtype) in _TYPE_CODES
     except TypeError:  # extended dtypes (semaphores, PRNG keys)
         return False
 
@@ -36,7 +39,14 @@ def canonical(value, dtype) -> int:
     """``value`` wrapped into ``dtype`` as the core keeps it, as an int64
     word: two's complement (numpy's integer cast wraps), 0/1 for bool,
     uint64's upper half as negative words."""
-    v = int(np.asarray(value).astype(dtype))
+    dtype = np.dtype(dtype)
+    if isinstance(value, (int, np.integer, np.bool_)) and dtype.kind in "iu":
+        bits = 8 * dtype.itemsize
+        v = int(value) & ((1 << bits) - 1)
+        if dtype.kind == "i" and v >> (bits - 1):
+            v -= 1 << bits
+    else:
+        v = int(np.asarray(value).astype(dtype))
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
@@ -48,7 +58,7 @@ class ProgramBuilder:
         self._input_words: list[int] = []
         self._inputs_by_id: dict[int, Ref] = {}
         self._instrs: list[tuple[int, int, tuple[Ref, ...], int]] = []
-        self._consts: dict[tuple[str, int], Ref] = {}
+        self._consts: dict[tuple[np.dtype, int], Ref] = {}
         self._dtypes: dict[Ref, np.dtype] = {}
 
     @property
@@ -71,7 +81,7 @@ class ProgramBuilder:
         shape = tuple(np.shape(value))
         ref = -(len(self._operands) + 1)
         self._operands.append(value)
-        self._input_words += [TYPES[dtype.name], len(shape), *shape]
+        self._input_words += [_TYPE_CODES[dtype], len(shape), *shape]
         self._inputs_by_id[id(value)] = ref
         self._dtypes[ref] = dtype
         return ref
@@ -79,7 +89,7 @@ class ProgramBuilder:
     def const(self, value, dtype) -> Ref:
         dtype = np.dtype(dtype)
         word = canonical(value, dtype)
-        key = (dtype.name, word)
+        key = (dtype, word)
         ref = self._consts.get(key)
         if ref is None:
             ref = self._consts[key] = self._add(OPS["const"], dtype, (), word)
@@ -90,7 +100,7 @@ class ProgramBuilder:
 
     def _add(self, code, dtype, args, imm) -> Ref:
         ref = len(self._instrs)
-        self._instrs.append((code, TYPES[dtype.name], args, imm))
+        self._instrs.append((code, _TYPE_CODES[dtype], args, imm))
         self._dtypes[ref] = dtype
         return ref
 
