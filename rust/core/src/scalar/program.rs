@@ -24,21 +24,31 @@ use crate::error::{Result, RtError};
 pub const FORMAT: i64 = 1;
 /// Most values (inputs plus instructions) in one program: the interpreter
 /// splits longer runs, so evaluation needs no heap.
-pub const MAX_VALUES: usize = 256;
+pub const MAX_VALUES: usize = 128;
 
+/// What decoding learnt of a value (4 bytes: the table is re-made per call).
 #[derive(Clone, Copy)]
 struct Meta {
     ty: ScalarType,
     /// > 0 only for a vector input, whose dims start at word `dims_at`.
-    rank: u32,
-    dims_at: u32,
+    rank: u8,
+    dims_at: u16,
 }
 
 const NO_META: Meta = Meta { ty: ScalarType::Bool, rank: 0, dims_at: 0 };
 
+/// The values of one evaluation (inputs, then one per instruction).
+pub struct Values([u64; MAX_VALUES]);
+
 /// A validated program over its words.
 pub struct Program<'a> {
     words: &'a [i64],
+    layout: Layout,
+}
+
+/// What decoding learnt of a program's words (reusable for equal words).
+#[derive(Clone, Copy)]
+struct Layout {
     n_inputs: usize,
     n_values: usize,
     instrs_at: usize,
@@ -90,14 +100,14 @@ impl<'a> Program<'a> {
         for m in meta.iter_mut().take(n_inputs) {
             let ty = ScalarType::from_code(r.next("input type")?)?;
             let rank = r.count("input rank", 8)?;
-            let dims_at = r.pos;
+            let dims_at = u16::try_from(r.pos).map_err(|_| bad("inputs too long".to_string()))?;
             for _ in 0..rank {
                 let d = r.next("input dim")?;
                 if d < 1 {
                     return Err(bad(format!("vector input dimension {d} (must be >= 1)")));
                 }
             }
-            *m = Meta { ty, rank: rank as u32, dims_at: dims_at as u32 };
+            *m = Meta { ty, rank: rank as u8, dims_at };
         }
         let instrs_at = r.pos;
         for k in 0..n_instrs {
@@ -112,74 +122,119 @@ impl<'a> Program<'a> {
         if r.pos != words.len() {
             return Err(bad(format!("{} words after the outputs", words.len() - r.pos)));
         }
-        Ok(Program { words, n_inputs, n_values, instrs_at, outputs_at, n_outputs, meta })
+        Ok(Program { words, layout: Layout { n_inputs, n_values, instrs_at, outputs_at, n_outputs, meta } })
     }
 
     pub fn num_inputs(&self) -> usize {
-        self.n_inputs
+        self.layout.n_inputs
     }
 
     pub fn num_outputs(&self) -> usize {
-        self.n_outputs
+        self.layout.n_outputs
     }
 
     /// Type and dims (empty: a scalar) of input `i < num_inputs()`.
     pub fn input(&self, i: usize) -> (ScalarType, &'a [i64]) {
-        let m = self.meta[i];
-        (m.ty, &self.words[m.dims_at as usize..(m.dims_at + m.rank) as usize])
+        let m = self.layout.meta[i];
+        let at = m.dims_at as usize;
+        (m.ty, &self.words[at..at + m.rank as usize])
     }
 
     /// Type of output `j < num_outputs()`.
     pub fn output_type(&self, j: usize) -> ScalarType {
-        self.meta[self.words[self.outputs_at + j] as usize].ty
+        self.layout.meta[self.words[self.layout.outputs_at + j] as usize].ty
     }
 
     /// Evaluates the program: `inputs[i]` holds input i's native-endian
     /// elements (C order), each `outputs[j]` receives output j.
     pub fn run(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
-        self.check_buffers(inputs, outputs)?;
-        let mut vals = [0u64; MAX_VALUES];
-        for (i, v) in vals.iter_mut().enumerate().take(self.n_inputs) {
-            if self.meta[i].rank == 0 {
-                *v = self.meta[i].ty.read(inputs[i], 0);
+        if inputs.len() != self.layout.n_inputs || outputs.len() != self.layout.n_outputs {
+            return Err(bad(format!(
+                "{} inputs and {} outputs given, the program has {} and {}",
+                inputs.len(),
+                outputs.len(),
+                self.layout.n_inputs,
+                self.layout.n_outputs
+            )));
+        }
+        for (i, buf) in inputs.iter().enumerate() {
+            self.check_input(i, buf.len())?;
+        }
+        for (j, buf) in outputs.iter().enumerate() {
+            if buf.len() != self.output_type(j).size() {
+                return Err(bad(format!(
+                    "output {j} has {} bytes, expected one {}",
+                    buf.len(),
+                    self.output_type(j).name()
+                )));
+            }
+        }
+        let values = self.eval(|i| inputs[i]);
+        for (j, out) in outputs.iter_mut().enumerate() {
+            let (ty, v) = self.output(&values, j);
+            ty.write(v, out);
+        }
+        Ok(())
+    }
+
+    /// Checks that input `i` has `len` bytes (all its elements).
+    pub fn check_input(&self, i: usize, len: usize) -> Result<()> {
+        let (ty, dims) = self.input(i);
+        let n: usize = dims.iter().map(|&d| d as usize).product();
+        if len != n * ty.size() {
+            return Err(bad(format!("input {i} has {len} bytes, expected {n} {}", ty.name())));
+        }
+        Ok(())
+    }
+
+    /// Every value of the program; `input(i)` gives input i's bytes, whose
+    /// lengths the caller checked ([`Program::check_input`]).
+    pub fn eval<'b>(&self, input: impl Fn(usize) -> &'b [u8]) -> Values {
+        let mut vals = Values([0u64; MAX_VALUES]);
+        for i in 0..self.layout.n_inputs {
+            if self.layout.meta[i].rank == 0 {
+                vals.0[i] = self.layout.meta[i].ty.read(input(i), 0);
             }
         }
         let w = self.words;
-        let mut pos = self.instrs_at;
-        for v in self.n_inputs..self.n_values {
+        let mut pos = self.layout.instrs_at;
+        for v in self.layout.n_inputs..self.layout.n_values {
             // Decoded already: every word below is known to be valid.
             let op = Op::ALL[w[pos] as usize];
-            let ty = self.meta[v].ty;
+            let ty = self.layout.meta[v].ty;
             let n = w[pos + 2] as usize;
             let args = &w[pos + 3..pos + 3 + n];
             let imm = w[pos + 3 + n];
             pos += 4 + n;
-            let arg = |k: usize| vals[args[k] as usize];
-            vals[v] = match op {
+            let arg = |k: usize| vals.0[args[k] as usize];
+            vals.0[v] = match op {
                 Op::Const => imm as u64,
                 Op::Neg | Op::Abs | Op::Sign | Op::Not => ops::unary(op, ty, arg(0)),
                 Op::Clamp => ops::clamp(ty, arg(0), arg(1), arg(2)),
                 Op::Convert => ops::convert(ty, arg(0)),
                 Op::IntegerPow => ops::integer_pow(ty, arg(0), imm as u64),
                 Op::SelectN => {
-                    let which = self.meta[args[0] as usize].ty;
+                    let which = self.layout.meta[args[0] as usize].ty;
                     arg(1 + ops::select_case(which, arg(0), n - 1))
                 }
-                Op::Index => self.index(inputs, &vals, args),
-                _ if op.is_comparison() => ops::binary(op, self.meta[args[0] as usize].ty, arg(0), arg(1)),
+                Op::Index => self.index(&input, &vals.0, args),
+                _ if op.is_comparison() => ops::binary(op, self.layout.meta[args[0] as usize].ty, arg(0), arg(1)),
                 _ => ops::binary(op, ty, arg(0), arg(1)),
             };
         }
-        for (j, out) in outputs.iter_mut().enumerate() {
-            let v = w[self.outputs_at + j] as usize;
-            self.meta[v].ty.write(vals[v], out);
-        }
-        Ok(())
+        vals
+    }
+
+    /// (type, canonical value) of output `j < num_outputs()`.
+    #[inline]
+    pub fn output(&self, values: &Values, j: usize) -> (ScalarType, u64) {
+        let v = self.words[self.layout.outputs_at + j] as usize;
+        (self.layout.meta[v].ty, values.0[v])
     }
 
     /// Element of vector input `args[0]` at the int32 starts `args[1..]`,
     /// each clamped into its dimension as `dynamic_slice` clamps.
-    fn index(&self, inputs: &[&[u8]], vals: &[u64], args: &[i64]) -> u64 {
+    fn index<'b>(&self, input: &impl Fn(usize) -> &'b [u8], vals: &[u64], args: &[i64]) -> u64 {
         let vec = args[0] as usize;
         let (ty, dims) = self.input(vec);
         let mut flat = 0usize;
@@ -187,33 +242,48 @@ impl<'a> Program<'a> {
             let start = vals[args[1 + k] as usize];
             flat = flat * d as usize + ops::clamp_start(start, d as usize);
         }
-        ty.read(inputs[vec], flat)
+        ty.read(input(vec), flat)
+    }
+}
+
+/// Decoded programs by their words: a kernel runs the same few programs
+/// every loop step, and decoding (checking) one costs more than running it.
+/// Entries match by content, so a reused address of other words never
+/// matches wrongly; when full, the oldest entry goes.
+pub struct DecodeCache {
+    entries: Vec<(Vec<i64>, Layout)>,
+    oldest: usize,
+}
+
+/// Programs a [`DecodeCache`] keeps.
+const CACHED_PROGRAMS: usize = 32;
+
+impl DecodeCache {
+    pub const fn new() -> DecodeCache {
+        DecodeCache { entries: Vec::new(), oldest: 0 }
     }
 
-    fn check_buffers(&self, inputs: &[&[u8]], outputs: &[&mut [u8]]) -> Result<()> {
-        if inputs.len() != self.n_inputs || outputs.len() != self.n_outputs {
-            return Err(bad(format!(
-                "{} inputs and {} outputs given, the program has {} and {}",
-                inputs.len(),
-                outputs.len(),
-                self.n_inputs,
-                self.n_outputs
-            )));
+    /// `Program::decode(words)`, from the cache when these words were
+    /// decoded before.
+    pub fn decode<'a>(&mut self, words: &'a [i64]) -> Result<Program<'a>> {
+        if let Some((_, layout)) = self.entries.iter().find(|(w, _)| w.as_slice() == words) {
+            return Ok(Program { words, layout: *layout });
         }
-        for (i, buf) in inputs.iter().enumerate() {
-            let (ty, dims) = self.input(i);
-            let n: usize = dims.iter().map(|&d| d as usize).product();
-            if buf.len() != n * ty.size() {
-                return Err(bad(format!("input {i} has {} bytes, expected {} {}", buf.len(), n, ty.name())));
-            }
+        let program = Program::decode(words)?;
+        let entry = (words.to_vec(), program.layout);
+        if self.entries.len() < CACHED_PROGRAMS {
+            self.entries.push(entry);
+        } else {
+            self.entries[self.oldest] = entry;
+            self.oldest = (self.oldest + 1) % CACHED_PROGRAMS;
         }
-        for (j, buf) in outputs.iter().enumerate() {
-            let ty = self.output_type(j);
-            if buf.len() != ty.size() {
-                return Err(bad(format!("output {j} has {} bytes, expected one {}", buf.len(), ty.name())));
-            }
-        }
-        Ok(())
+        Ok(program)
+    }
+}
+
+impl Default for DecodeCache {
+    fn default() -> Self {
+        DecodeCache::new()
     }
 }
 
@@ -530,7 +600,40 @@ mod tests {
         assert!(decode_err(&[FORMAT, 0, 0, 0, 5]).contains("1 words after"));
         assert!(decode_err(&[FORMAT, 1, 0, 0, 3, 1, 0]).contains("dimension 0"));
         assert!(decode_err(&[FORMAT, 0, 0, 1, 0]).contains("value 0 used before"));
-        assert!(decode_err(&[FORMAT, 200, 100, 0]).contains("at most 256"));
+        assert!(decode_err(&[FORMAT, 100, 100, 0]).contains("200 values, at most 128"));
+    }
+
+    #[test]
+    fn the_decode_cache_matches_by_content() {
+        let unary = |op: Op| {
+            let mut b = B::default();
+            let x = b.input(I32, &[]);
+            let y = b.op(op, I32, &[x], 0);
+            b.outputs.push(y);
+            b.words()
+        };
+        let (neg, not) = (unary(Op::Neg), unary(Op::Not));
+        assert_eq!(neg.len(), not.len(), "same length, different content");
+        let mut cache = DecodeCache::new();
+        let input = 5i32.to_ne_bytes();
+        for _ in 0..2 {
+            for (w, want) in [(&neg, -5i64), (&not, !5i64)] {
+                let p = cache.decode(w).unwrap();
+                assert_eq!(p.output(&p.eval(|_| &input[..]), 0).1, want as u64);
+            }
+        }
+        assert_eq!(cache.entries.len(), 2);
+        assert!(cache.decode(&[FORMAT, 9]).is_err(), "bad programs are not cached");
+        assert_eq!(cache.entries.len(), 2);
+        for k in 0..(CACHED_PROGRAMS as i64 + 5) {
+            let mut b = B::default();
+            let c = b.konst(I32, k);
+            b.outputs.push(c);
+            let words = b.words();
+            let p = cache.decode(&words).unwrap();
+            assert_eq!(p.output(&p.eval(|_| &[]), 0).1, k as u64);
+        }
+        assert_eq!(cache.entries.len(), CACHED_PROGRAMS);
     }
 
     #[test]
