@@ -43,7 +43,25 @@ pub struct Values([u64; MAX_VALUES]);
 /// A validated program over its words.
 pub struct Program<'a> {
     words: &'a [i64],
-    layout: Layout,
+    layout: LayoutRef<'a>,
+}
+
+/// A program's layout: its own (decoded just now) or a cache's (no copy
+/// of the table on the hot path).
+enum LayoutRef<'a> {
+    Owned(Box<Layout>),
+    Cached(&'a Layout),
+}
+
+impl std::ops::Deref for LayoutRef<'_> {
+    type Target = Layout;
+    #[inline]
+    fn deref(&self) -> &Layout {
+        match self {
+            LayoutRef::Owned(l) => l,
+            LayoutRef::Cached(l) => l,
+        }
+    }
 }
 
 /// What decoding learnt of a program's words (reusable for equal words).
@@ -122,7 +140,8 @@ impl<'a> Program<'a> {
         if r.pos != words.len() {
             return Err(bad(format!("{} words after the outputs", words.len() - r.pos)));
         }
-        Ok(Program { words, layout: Layout { n_inputs, n_values, instrs_at, outputs_at, n_outputs, meta } })
+        let layout = Layout { n_inputs, n_values, instrs_at, outputs_at, n_outputs, meta };
+        Ok(Program { words, layout: LayoutRef::Owned(Box::new(layout)) })
     }
 
     pub fn num_inputs(&self) -> usize {
@@ -265,19 +284,24 @@ impl DecodeCache {
 
     /// `Program::decode(words)`, from the cache when these words were
     /// decoded before.
-    pub fn decode<'a>(&mut self, words: &'a [i64]) -> Result<Program<'a>> {
-        if let Some((_, layout)) = self.entries.iter().find(|(w, _)| w.as_slice() == words) {
-            return Ok(Program { words, layout: *layout });
-        }
-        let program = Program::decode(words)?;
-        let entry = (words.to_vec(), program.layout);
-        if self.entries.len() < CACHED_PROGRAMS {
-            self.entries.push(entry);
-        } else {
-            self.entries[self.oldest] = entry;
-            self.oldest = (self.oldest + 1) % CACHED_PROGRAMS;
-        }
-        Ok(program)
+    pub fn decode<'a>(&'a mut self, words: &'a [i64]) -> Result<Program<'a>> {
+        let k = match self.entries.iter().position(|(w, _)| w.as_slice() == words) {
+            Some(k) => k,
+            None => {
+                let layout = *Program::decode(words)?.layout;
+                let entry = (words.to_vec(), layout);
+                if self.entries.len() < CACHED_PROGRAMS {
+                    self.entries.push(entry);
+                    self.entries.len() - 1
+                } else {
+                    let k = self.oldest;
+                    self.entries[k] = entry;
+                    self.oldest = (k + 1) % CACHED_PROGRAMS;
+                    k
+                }
+            }
+        };
+        Ok(Program { words, layout: LayoutRef::Cached(&self.entries[k].1) })
     }
 }
 

@@ -18,7 +18,11 @@ use mosaic_rt_core::{Result, RtError};
 pub fn scalar_program(c: &mut Call) -> Result<()> {
     let f = &c.frame;
     let words = f.attr_i64s("program")?;
-    let program = DECODED.with(|cache| cache.borrow_mut().decode(words))?;
+    DECODED.with(|cache| run(f, &mut cache.borrow_mut(), words))
+}
+
+fn run(f: &Frame, cache: &mut DecodeCache, words: &[i64]) -> Result<()> {
+    let program = cache.decode(words)?;
     let (n_in, n_out) = (program.num_inputs(), program.num_outputs());
     f.expect_arity(n_in..=n_in, n_out)?;
     for i in 0..n_in {
