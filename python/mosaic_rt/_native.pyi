@@ -124,6 +124,10 @@ class Runtime:
 MEMORY_SPACES: dict[str, int]  # {"vmem": 0, "vmem_shared": 1, ..., "hbm": 5, "any": 6}
 SEMAPHORE_KINDS: tuple[str, ...]  # ("regular", "dma", "barrier")
 LEAK_POLICIES: tuple[str, ...]  # ("ignore", "warn", "raise")
+SCALAR_OPS: dict[str, int]  # scalar-program op codes by name ("add": 1, ..., "index": 28)
+SCALAR_TYPES: dict[str, int]  # scalar-program type codes by dtype name ("bool": 0, "int8": 1, ...)
+SCALAR_FORMAT: int  # the scalar-program wire format version
+SCALAR_MAX_VALUES: int  # most values (inputs + instructions) in one scalar program
 
 def race_results() -> tuple[bool, int, list[str]] | None: ...
 def take_error(n: int) -> tuple[str, str, int | None, int | None] | None: ...

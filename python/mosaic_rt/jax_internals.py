@@ -82,9 +82,16 @@ from jax._src.state import types as state_types
 from jax._src.state.utils import bitcast as bitcast_array
 from jax._src.util import split_list
 
+try:
+    from jax._src.lax.control_flow.conditionals import _switch_internal
+except ImportError:  # a jax without it: lax.switch (one clamp more)
+    _switch_internal = None
+
 # --------------------------------------------------------------- names
 
 Jaxpr = jax_core.Jaxpr
+Literal = jax_core.Literal
+Tracer = jax_core.Tracer
 MemorySpace = mosaic_core.MemorySpace
 AnyMemorySpace = pallas_core.MemorySpace.ANY
 CompilerParams = mosaic_core.CompilerParams
@@ -203,6 +210,16 @@ STOCK_HAS_ON_RACE = "on_race" in getattr(StockInterpretParams, "__dataclass_fiel
 
 
 # ---------------------------------------------------- version differences
+
+def switch_on_clamped_index(index, branches, operands):
+    """``lax.switch`` for an int32 ``index`` already clamped to the branches:
+    binds the conditional without switch's own convert and clamp (two XLA
+    fusions per `pl.when`). Falls back to ``lax.switch`` where jax lacks
+    the internal entry point."""
+    if _switch_internal is None:
+        return jax.lax.switch(index, branches, *operands)
+    return _switch_internal(index, branches, operands, branches_platforms=None)
+
 
 def closed_jaxpr_parts(closed) -> tuple[Jaxpr, list]:
     """(jaxpr, consts) of a closed jaxpr: a `ClosedJaxpr` before 0.12, a

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import os
 from typing import Any
@@ -154,13 +155,20 @@ def _region_parts(region, prefix: str = ""):
         parts = region.starts
         static = ([isinstance(s, _STATIC_INTS) for s in parts]
                   if isinstance(parts, (tuple, list)) else [])
-        if any(static) and not all(static):
+        if any(static):
             # Static starts as an attribute, only the dynamic ones as the
-            # operand: no concatenate of constants and scalars to compile.
+            # operand: no concatenate of constants and scalars to compile
+            # (nor, when all are static, a broadcast of a constant vector,
+            # which XLA compiles as a fusion).
             fixed = np.asarray([int(s) if st else _DYNAMIC_START
                                 for s, st in zip(parts, static)], np.int64)
-            starts = TracedRegion(
-                starts=tuple(s for s, st in zip(parts, static) if not st)).start_vector()
+            dynamic = tuple(s for s, st in zip(parts, static) if not st)
+            # No dynamic start: an empty vector made in the program, not a
+            # numpy constant (jax would hoist that into a shard_map body as
+            # an operand of its own, which sdy rejects when the body
+            # reads no input).
+            starts = (TracedRegion(starts=dynamic).start_vector() if dynamic
+                      else jnp.zeros((0,), jnp.int32))
         else:
             starts = region.start_vector()
     attrs = {
@@ -635,3 +643,21 @@ def iota_ids(first, shape):
     native call (the ids of a semaphore array allocated in one run)."""
     call = jax.ffi.ffi_call("mosaic_rt_iota_ids", jax.ShapeDtypeStruct(tuple(shape), jnp.int32))
     return call(_i32(first))
+
+
+def scalar_program(program, operands, result_dtypes):
+    """The outputs of a scalar program (``mosaic_rt_core::scalar``'s int64
+    wire format, as :mod:`mosaic_rt.interpret.scalar_program` builds it)
+    over ``operands`` (rank-0 integers/bools, and int vectors it indexes),
+    by one pure native call (no token: XLA may CSE or drop it). Returns one
+    rank-0 array per entry of ``result_dtypes``."""
+    call = _scalar_program_call(tuple(np.dtype(d) for d in result_dtypes))
+    return list(call(*operands, program=np.asarray(program, np.int64)))
+
+
+@functools.lru_cache(maxsize=256)
+def _scalar_program_call(result_dtypes):
+    # Building an ffi_call costs ~50 us of tracing time; programs of one
+    # result signature share it.
+    results = tuple(jax.ShapeDtypeStruct((), d) for d in result_dtypes)
+    return jax.ffi.ffi_call("mosaic_rt_scalar_program", results)

@@ -21,7 +21,7 @@ from jax import lax
 
 from mosaic_rt import _native
 from mosaic_rt import jax_internals as jx
-from mosaic_rt.interpret import device_ids, native_calls, sites, views
+from mosaic_rt.interpret import device_ids, native_calls, scalar_runs, sites, views
 from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.interpret.regions import to_region
 
@@ -83,19 +83,52 @@ def _wrapped(ctx: Ctx, device, core):
 
 
 def eval_jaxpr(jaxpr: jx.Jaxpr, *args, ctx: Ctx, token):
-    """Emits `jaxpr` for the core of `ctx`; returns (token, outputs)."""
+    """Emits `jaxpr` for the core of `ctx`; returns (token, outputs). Runs
+    of rank-0 integer/bool equations become one native scalar program each
+    (`scalar_runs`), not XLA fusions."""
     sentinel = jnp.inf if ctx.params.skip_floating_point_ops else None
     env = jx.JaxprEnv(
         vars=jaxpr.constvars + jaxpr.invars, values=args,
         sentinel_for_floating_point_values=sentinel)
-    for eqn in jaxpr.eqns:
+    eqns = jaxpr.eqns
+    runs = scalar_runs.plan(jaxpr)
+    clamped = None  # (cond eqn, its branch index clamped by the run before it)
+    i = 0
+    while i < len(eqns):
+        run = runs.get(i)
+        if run is not None:
+            emitted, index = _native_run(eqns[i:run.end], run, env)
+            if emitted:
+                clamped = (eqns[run.end], index) if index is not None else None
+                i = run.end
+                continue
+        eqn = eqns[i]
         with jx.user_context(
                 eqn.source_info.traceback, name_stack=eqn.source_info.name_stack), \
                 sites.at(eqn.source_info):
-            token, out = _eval_eqn(eqn, env, ctx, token)
+            if clamped is not None and clamped[0] is eqn:
+                token, out = _switch(eqn, clamped[1], env.read_many(eqn.invars[1:]), ctx, token)
+            else:
+                token, out = _eval_eqn(eqn, env, ctx, token)
+        clamped = None
         out = out if eqn.primitive.multiple_results else [out]
         env.write_many(eqn.outvars, out)
+        i += 1
     return token, env.read_many(jaxpr.outvars)
+
+
+def _native_run(eqns, run, env):
+    """Emits a run of scalar equations natively and writes its outputs.
+    Returns (whether emitted -- not when all its operands are constants --,
+    the clamped index of the cond after it or None)."""
+    eqn = eqns[0]
+    with jx.user_context(eqn.source_info.traceback, name_stack=eqn.source_info.name_stack):
+        result = scalar_runs.emit(eqns, run, env.read)
+    if result is None:
+        return False, None
+    values, clamped = result
+    env.write_many(run.outputs, values)
+    return True, clamped
 
 
 def eval_closed(closed, *args, ctx: Ctx, token):
@@ -270,17 +303,32 @@ def semaphore_kind(aval) -> str:
 @_rule(lax.cond_p)
 def _cond(eqn, read, ctx, token):
     index, *args = read()
+    branches = len(eqn.params["branches"])
+    if not isinstance(index, jx.Tracer):
+        # Known at trace time: emit only the branch taken.
+        chosen = eqn.params["branches"][min(max(int(index), 0), branches - 1)]
+        return eval_closed(chosen, *args, ctx=ctx, token=token)
+    return _switch(eqn, scalar_runs.clamp_index(index, branches), args, ctx, token)
+
+
+def _switch(eqn, index, args, ctx, token):
+    """The conditional of a `cond` equation on an int32 index already
+    clamped to its branches (as lax.switch clamps, but natively)."""
 
     def branch(closed):
         return lambda tok, *a: eval_closed(closed, *a, ctx=ctx, token=tok)
 
-    return lax.switch(index, [branch(b) for b in eqn.params["branches"]], token, *args)
+    return jx.switch_on_clamped_index(
+        index, [branch(b) for b in eqn.params["branches"]], (token, *args))
 
 
 @_rule(lax.scan_p)
 def _scan(eqn, read, ctx, token):
     p = eqn.params
     consts, init, xs = jx.scan_operands(p, read())
+    length = p.get("length")
+    if not xs and _scan_has_no_ys(p, len(init)) and length:
+        return _counted_loop(p, consts, init, length, ctx, token)
 
     def body(carry, x):
         tok, c = carry
@@ -289,9 +337,32 @@ def _scan(eqn, read, ctx, token):
         return (tok, c), ys
 
     (token, carry), ys = lax.scan(body, (token, init), xs=xs,
-                                  length=p.get("length"), reverse=p["reverse"],
+                                  length=length, reverse=p["reverse"],
                                   unroll=p.get("unroll", 1))
     return token, carry + ys
+
+
+def _scan_has_no_ys(params, num_carry: int) -> bool:
+    closed = params["jaxpr"]
+    jaxpr, _ = jx.closed_jaxpr_parts(closed)
+    return len(jaxpr.outvars) == num_carry
+
+
+def _counted_loop(p, consts, init, length: int, ctx, token):
+    """A scan without xs or ys (a fori_loop) as a while loop whose counter
+    and condition are one native call per step: lax.scan's own counter
+    would be two XLA fusions (add, compare)."""
+
+    def step(carry):
+        tok, i, c, _ = carry
+        tok, res = eval_closed(p["jaxpr"], *consts, *c, ctx=ctx, token=tok)
+        c, _ = jx.scan_body_results(p, res)
+        i, go = scalar_runs.count_step(i, length)
+        return tok, i, c, go
+
+    token, _, carry, _ = lax.while_loop(
+        lambda c: c[3], step, (token, np.int32(0), list(init), np.bool_(True)))
+    return token, list(carry)
 
 
 @_rule(lax.while_p)
@@ -458,6 +529,15 @@ def _prng_random_bits(eqn, read, ctx, token):
 # -------------------------------------------------------------- semaphores
 
 def _sem_ids(sem, transforms):
+    """The ids a (transformed) semaphore ref names: one integer index per
+    dimension of an id array is a native lookup (no dynamic-slice fusion)."""
+    transforms = [t for t in (transforms or ()) if t is not None]
+    if len(transforms) == 1 and isinstance(transforms[0], jx.NDIndexer):
+        indices = transforms[0].indices
+        if not any(isinstance(i, jx.Slice) for i in indices):
+            ids = scalar_runs.index_vector(sem, tuple(indices))
+            if ids is not None:
+                return ids
     return jx.transform_array(sem, transforms)
 
 

@@ -47,6 +47,7 @@ mod registry;
 pub mod reports;
 mod revisit;
 mod runtime;
+pub mod scalar;
 mod sem;
 pub mod site;
 mod sync;

@@ -76,6 +76,7 @@ handlers! {
     prng_seed => crate::ops::interp::prng_seed,
     wrap_target => crate::ops::interp::wrap_target,
     iota_ids => crate::ops::interp::iota_ids,
+    scalar_program => crate::ops::scalar::scalar_program,
     prng_random_bits => crate::ops::interp::prng_random_bits,
     grid_step => crate::ops::trace::grid_step,
 }

@@ -2,6 +2,7 @@
 //! Kept thin: argument conversion and error mapping; the work is in
 //! `mosaic_rt_core`, numpy handling in `python/mosaic_rt/runtime.py`.
 #![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
+use mosaic_rt_core::scalar::{self, Op, ScalarType};
 use mosaic_rt_core::{LeakPolicy, MemorySpace, SemKind};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -25,7 +26,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
 
 /// The core's spellings and codes, so Python keeps no table of its own:
 /// `MEMORY_SPACES` ({stock name: code}), `SEMAPHORE_KINDS` and
-/// `LEAK_POLICIES` (the strings the ops accept).
+/// `LEAK_POLICIES` (the strings the ops accept), `SCALAR_OPS` and
+/// `SCALAR_TYPES` ({name: code} of scalar programs, `mosaic_rt_core::scalar`).
 fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     let spaces = PyDict::new(py);
@@ -35,5 +37,17 @@ fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MEMORY_SPACES", spaces)?;
     m.add("SEMAPHORE_KINDS", PyTuple::new(py, SemKind::ALL.iter().map(|k| k.as_str()))?)?;
     m.add("LEAK_POLICIES", PyTuple::new(py, LeakPolicy::ALL.iter().map(|p| p.as_str()))?)?;
+    let ops = PyDict::new(py);
+    for op in Op::ALL {
+        ops.set_item(op.name(), op.code())?;
+    }
+    m.add("SCALAR_OPS", ops)?;
+    let types = PyDict::new(py);
+    for t in ScalarType::ALL {
+        types.set_item(t.name(), t.code())?;
+    }
+    m.add("SCALAR_TYPES", types)?;
+    m.add("SCALAR_FORMAT", scalar::FORMAT)?;
+    m.add("SCALAR_MAX_VALUES", scalar::MAX_VALUES)?;
     Ok(())
 }

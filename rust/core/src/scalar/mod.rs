@@ -1,0 +1,17 @@
+//! Straight-line programs over rank-0 integers and bools, evaluated natively
+//! so that a kernel's index arithmetic (loop counters, `pl.when` predicates,
+//! `(me + k) % n`, semaphore-array indexing) never becomes an XLA fusion:
+//! XLA:CPU spends ~10 ms of LLVM codegen per fusion, even for one `s32[] add`,
+//! and nothing to compile a custom call.
+//!
+//! Results must be bit-identical to XLA's, so every op implements XLA:CPU's
+//! integer semantics (see `ops`). Floats are out of scope: XLA may contract
+//! or reassociate them.
+
+mod ops;
+mod program;
+mod types;
+
+pub use ops::Op;
+pub use program::{DecodeCache, Program, FORMAT, MAX_VALUES};
+pub use types::ScalarType;

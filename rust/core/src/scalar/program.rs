@@ -1,0 +1,679 @@
+//! A scalar program: its wire format, validation and evaluation.
+//!
+//! Wire format (one int64 array, built by `mosaic_rt.interpret.scalar_program`):
+//!
+//! ```text
+//! FORMAT, n_inputs, n_instrs, n_outputs,
+//! per input:  type, rank, dims[rank]            (rank 0: a scalar)
+//! per instr:  op, type, n_args, args[n_args], imm
+//! per output: value
+//! ```
+//!
+//! Values are numbered inputs first, then one per instruction in order; an
+//! instruction's arguments name earlier values. `type` is the result's
+//! [`ScalarType`] code, `imm` the op's immediate (a constant's canonical
+//! value, an integer power's exponent, else 0). Vector inputs (rank > 0)
+//! are only read by `index`. Everything is checked once by
+//! [`Program::decode`]; evaluation then cannot fail.
+
+use super::ops::{self, Op};
+use super::types::ScalarType;
+use crate::error::{Result, RtError};
+
+/// The format version, first word of every program.
+pub const FORMAT: i64 = 1;
+/// Most values (inputs plus instructions) in one program: the interpreter
+/// splits longer runs, so evaluation needs no heap.
+pub const MAX_VALUES: usize = 128;
+
+/// What decoding learnt of a value (4 bytes: the table is re-made per call).
+#[derive(Clone, Copy)]
+struct Meta {
+    ty: ScalarType,
+    /// > 0 only for a vector input, whose dims start at word `dims_at`.
+    rank: u8,
+    dims_at: u16,
+}
+
+const NO_META: Meta = Meta { ty: ScalarType::Bool, rank: 0, dims_at: 0 };
+
+/// The values of one evaluation (inputs, then one per instruction).
+pub struct Values([u64; MAX_VALUES]);
+
+/// A validated program over its words.
+pub struct Program<'a> {
+    words: &'a [i64],
+    layout: LayoutRef<'a>,
+}
+
+/// A program's layout: its own (decoded just now) or a cache's (no copy
+/// of the table on the hot path).
+enum LayoutRef<'a> {
+    Owned(Box<Layout>),
+    Cached(&'a Layout),
+}
+
+impl std::ops::Deref for LayoutRef<'_> {
+    type Target = Layout;
+    #[inline]
+    fn deref(&self) -> &Layout {
+        match self {
+            LayoutRef::Owned(l) => l,
+            LayoutRef::Cached(l) => l,
+        }
+    }
+}
+
+/// What decoding learnt of a program's words (reusable for equal words).
+#[derive(Clone, Copy)]
+struct Layout {
+    n_inputs: usize,
+    n_values: usize,
+    instrs_at: usize,
+    outputs_at: usize,
+    n_outputs: usize,
+    meta: [Meta; MAX_VALUES],
+}
+
+/// A cursor over the words, failing clearly at the end.
+struct Reader<'a> {
+    words: &'a [i64],
+    pos: usize,
+}
+
+impl Reader<'_> {
+    fn next(&mut self, what: &str) -> Result<i64> {
+        let w =
+            self.words.get(self.pos).copied().ok_or_else(|| bad(format!("truncated at word {} ({what})", self.pos)))?;
+        self.pos += 1;
+        Ok(w)
+    }
+
+    fn count(&mut self, what: &str, max: usize) -> Result<usize> {
+        let n = self.next(what)?;
+        usize::try_from(n).ok().filter(|&n| n <= max).ok_or_else(|| bad(format!("{what} {n} out of range 0..={max}")))
+    }
+}
+
+#[cold]
+fn bad(message: String) -> RtError {
+    RtError::value(format!("scalar program: {message}"))
+}
+
+impl<'a> Program<'a> {
+    /// Parses and type-checks `words`.
+    pub fn decode(words: &'a [i64]) -> Result<Program<'a>> {
+        let mut r = Reader { words, pos: 0 };
+        let format = r.next("format")?;
+        if format != FORMAT {
+            return Err(bad(format!("format {format}, expected {FORMAT} (a mosaic_rt build mismatch)")));
+        }
+        let n_inputs = r.count("input count", MAX_VALUES)?;
+        let n_instrs = r.count("instruction count", MAX_VALUES)?;
+        let n_outputs = r.count("output count", MAX_VALUES)?;
+        if n_inputs + n_instrs > MAX_VALUES {
+            return Err(bad(format!("{} values, at most {MAX_VALUES}", n_inputs + n_instrs)));
+        }
+        let mut meta = [NO_META; MAX_VALUES];
+        for m in meta.iter_mut().take(n_inputs) {
+            let ty = ScalarType::from_code(r.next("input type")?)?;
+            let rank = r.count("input rank", 8)?;
+            let dims_at = u16::try_from(r.pos).map_err(|_| bad("inputs too long".to_string()))?;
+            for _ in 0..rank {
+                let d = r.next("input dim")?;
+                if d < 1 {
+                    return Err(bad(format!("vector input dimension {d} (must be >= 1)")));
+                }
+            }
+            *m = Meta { ty, rank: rank as u8, dims_at };
+        }
+        let instrs_at = r.pos;
+        for k in 0..n_instrs {
+            let v = n_inputs + k;
+            meta[v] = Meta { ty: check_instr(&mut r, &meta[..v], words)?, rank: 0, dims_at: 0 };
+        }
+        let outputs_at = r.pos;
+        let n_values = n_inputs + n_instrs;
+        for _ in 0..n_outputs {
+            scalar_arg(&meta[..n_values], r.next("output")?)?;
+        }
+        if r.pos != words.len() {
+            return Err(bad(format!("{} words after the outputs", words.len() - r.pos)));
+        }
+        let layout = Layout { n_inputs, n_values, instrs_at, outputs_at, n_outputs, meta };
+        Ok(Program { words, layout: LayoutRef::Owned(Box::new(layout)) })
+    }
+
+    pub fn num_inputs(&self) -> usize {
+        self.layout.n_inputs
+    }
+
+    pub fn num_outputs(&self) -> usize {
+        self.layout.n_outputs
+    }
+
+    /// Type and dims (empty: a scalar) of input `i < num_inputs()`.
+    pub fn input(&self, i: usize) -> (ScalarType, &'a [i64]) {
+        let m = self.layout.meta[i];
+        let at = m.dims_at as usize;
+        (m.ty, &self.words[at..at + m.rank as usize])
+    }
+
+    /// Type of output `j < num_outputs()`.
+    pub fn output_type(&self, j: usize) -> ScalarType {
+        self.layout.meta[self.words[self.layout.outputs_at + j] as usize].ty
+    }
+
+    /// Evaluates the program: `inputs[i]` holds input i's native-endian
+    /// elements (C order), each `outputs[j]` receives output j.
+    pub fn run(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
+        if inputs.len() != self.layout.n_inputs || outputs.len() != self.layout.n_outputs {
+            return Err(bad(format!(
+                "{} inputs and {} outputs given, the program has {} and {}",
+                inputs.len(),
+                outputs.len(),
+                self.layout.n_inputs,
+                self.layout.n_outputs
+            )));
+        }
+        for (i, buf) in inputs.iter().enumerate() {
+            self.check_input(i, buf.len())?;
+        }
+        for (j, buf) in outputs.iter().enumerate() {
+            if buf.len() != self.output_type(j).size() {
+                return Err(bad(format!(
+                    "output {j} has {} bytes, expected one {}",
+                    buf.len(),
+                    self.output_type(j).name()
+                )));
+            }
+        }
+        let values = self.eval(|i| inputs[i]);
+        for (j, out) in outputs.iter_mut().enumerate() {
+            let (ty, v) = self.output(&values, j);
+            ty.write(v, out);
+        }
+        Ok(())
+    }
+
+    /// Checks that input `i` has `len` bytes (all its elements).
+    pub fn check_input(&self, i: usize, len: usize) -> Result<()> {
+        let (ty, dims) = self.input(i);
+        let n: usize = dims.iter().map(|&d| d as usize).product();
+        if len != n * ty.size() {
+            return Err(bad(format!("input {i} has {len} bytes, expected {n} {}", ty.name())));
+        }
+        Ok(())
+    }
+
+    /// Every value of the program; `input(i)` gives input i's bytes, whose
+    /// lengths the caller checked ([`Program::check_input`]).
+    pub fn eval<'b>(&self, input: impl Fn(usize) -> &'b [u8]) -> Values {
+        let mut vals = Values([0u64; MAX_VALUES]);
+        for i in 0..self.layout.n_inputs {
+            if self.layout.meta[i].rank == 0 {
+                vals.0[i] = self.layout.meta[i].ty.read(input(i), 0);
+            }
+        }
+        let w = self.words;
+        let mut pos = self.layout.instrs_at;
+        for v in self.layout.n_inputs..self.layout.n_values {
+            // Decoded already: every word below is known to be valid.
+            let op = Op::ALL[w[pos] as usize];
+            let ty = self.layout.meta[v].ty;
+            let n = w[pos + 2] as usize;
+            let args = &w[pos + 3..pos + 3 + n];
+            let imm = w[pos + 3 + n];
+            pos += 4 + n;
+            let arg = |k: usize| vals.0[args[k] as usize];
+            vals.0[v] = match op {
+                Op::Const => imm as u64,
+                Op::Neg | Op::Abs | Op::Sign | Op::Not => ops::unary(op, ty, arg(0)),
+                Op::Clamp => ops::clamp(ty, arg(0), arg(1), arg(2)),
+                Op::Convert => ops::convert(ty, arg(0)),
+                Op::IntegerPow => ops::integer_pow(ty, arg(0), imm as u64),
+                Op::SelectN => {
+                    let which = self.layout.meta[args[0] as usize].ty;
+                    arg(1 + ops::select_case(which, arg(0), n - 1))
+                }
+                Op::Index => self.index(&input, &vals.0, args),
+                _ if op.is_comparison() => ops::binary(op, self.layout.meta[args[0] as usize].ty, arg(0), arg(1)),
+                _ => ops::binary(op, ty, arg(0), arg(1)),
+            };
+        }
+        vals
+    }
+
+    /// (type, canonical value) of output `j < num_outputs()`.
+    #[inline]
+    pub fn output(&self, values: &Values, j: usize) -> (ScalarType, u64) {
+        let v = self.words[self.layout.outputs_at + j] as usize;
+        (self.layout.meta[v].ty, values.0[v])
+    }
+
+    /// Element of vector input `args[0]` at the int32 starts `args[1..]`,
+    /// each clamped into its dimension as `dynamic_slice` clamps.
+    fn index<'b>(&self, input: &impl Fn(usize) -> &'b [u8], vals: &[u64], args: &[i64]) -> u64 {
+        let vec = args[0] as usize;
+        let (ty, dims) = self.input(vec);
+        let mut flat = 0usize;
+        for (k, &d) in dims.iter().enumerate() {
+            let start = vals[args[1 + k] as usize];
+            flat = flat * d as usize + ops::clamp_start(start, d as usize);
+        }
+        ty.read(input(vec), flat)
+    }
+}
+
+/// Decoded programs by their words: a kernel runs the same few programs
+/// every loop step, and decoding (checking) one costs more than running it.
+/// Entries match by content, so a reused address of other words never
+/// matches wrongly; when full, the oldest entry goes.
+pub struct DecodeCache {
+    entries: Vec<(Vec<i64>, Layout)>,
+    oldest: usize,
+}
+
+/// Programs a [`DecodeCache`] keeps.
+const CACHED_PROGRAMS: usize = 32;
+
+impl DecodeCache {
+    pub const fn new() -> DecodeCache {
+        DecodeCache { entries: Vec::new(), oldest: 0 }
+    }
+
+    /// `Program::decode(words)`, from the cache when these words were
+    /// decoded before.
+    pub fn decode<'a>(&'a mut self, words: &'a [i64]) -> Result<Program<'a>> {
+        let k = match self.entries.iter().position(|(w, _)| w.as_slice() == words) {
+            Some(k) => k,
+            None => {
+                let layout = *Program::decode(words)?.layout;
+                let entry = (words.to_vec(), layout);
+                if self.entries.len() < CACHED_PROGRAMS {
+                    self.entries.push(entry);
+                    self.entries.len() - 1
+                } else {
+                    let k = self.oldest;
+                    self.entries[k] = entry;
+                    self.oldest = (k + 1) % CACHED_PROGRAMS;
+                    k
+                }
+            }
+        };
+        Ok(Program { words, layout: LayoutRef::Cached(&self.entries[k].1) })
+    }
+}
+
+impl Default for DecodeCache {
+    fn default() -> Self {
+        DecodeCache::new()
+    }
+}
+
+/// The type of scalar value `v` (an earlier value, not a vector input).
+fn scalar_arg(meta: &[Meta], v: i64) -> Result<ScalarType> {
+    let m = usize::try_from(v)
+        .ok()
+        .and_then(|i| meta.get(i))
+        .ok_or_else(|| bad(format!("value {v} used before it is defined")))?;
+    if m.rank != 0 {
+        return Err(bad(format!("vector input {v} used as a scalar (only `index` reads vectors)")));
+    }
+    Ok(m.ty)
+}
+
+/// Checks one instruction at the reader and returns its result type.
+fn check_instr(r: &mut Reader, meta: &[Meta], words: &[i64]) -> Result<ScalarType> {
+    let code = r.next("op")?;
+    let op = Op::from_code(code).ok_or_else(|| bad(format!("unknown op code {code}")))?;
+    let ty = ScalarType::from_code(r.next("result type")?)?;
+    let n = r.count("argument count", MAX_VALUES)?;
+    let args_at = r.pos;
+    for _ in 0..n {
+        r.next("argument")?;
+    }
+    let args = &words[args_at..args_at + n];
+    let imm = r.next("immediate")?;
+    let name = op.name();
+    let arity = |want: usize| -> Result<()> {
+        if n != want {
+            return Err(bad(format!("{name} takes {want} argument(s), got {n}")));
+        }
+        Ok(())
+    };
+    let need_int = || -> Result<()> {
+        if !ty.is_int() {
+            return Err(bad(format!("{name} of bool")));
+        }
+        Ok(())
+    };
+    // Every argument has the result's type (the common case).
+    let all_of = |t: ScalarType, from: usize| -> Result<()> {
+        for &a in &args[from..] {
+            let at = scalar_arg(meta, a)?;
+            if at != t {
+                return Err(bad(format!("{name} of {} given a {} argument", t.name(), at.name())));
+            }
+        }
+        Ok(())
+    };
+    match op {
+        Op::Const => {
+            arity(0)?;
+            let canonical = ops::convert(ty, imm as u64);
+            if ty == ScalarType::Bool && imm as u64 > 1 || canonical != imm as u64 {
+                return Err(bad(format!("constant {imm} is not a canonical {}", ty.name())));
+            }
+        }
+        Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Rem => {
+            arity(2)?;
+            need_int()?;
+            all_of(ty, 0)?;
+        }
+        Op::ShiftLeft | Op::ShiftRightArithmetic | Op::ShiftRightLogical => {
+            arity(2)?;
+            need_int()?;
+            all_of(ty, 0)?;
+        }
+        Op::Max | Op::Min | Op::And | Op::Or | Op::Xor => {
+            arity(2)?;
+            all_of(ty, 0)?;
+        }
+        Op::Neg | Op::Abs | Op::Sign => {
+            arity(1)?;
+            need_int()?;
+            all_of(ty, 0)?;
+        }
+        Op::Not => {
+            arity(1)?;
+            all_of(ty, 0)?;
+        }
+        Op::Clamp => {
+            arity(3)?;
+            all_of(ty, 0)?;
+        }
+        Op::Eq | Op::Ne | Op::Lt | Op::Le | Op::Gt | Op::Ge => {
+            arity(2)?;
+            if ty != ScalarType::Bool {
+                return Err(bad(format!("{name} returns bool, not {}", ty.name())));
+            }
+            all_of(scalar_arg(meta, args[0])?, 1)?;
+        }
+        Op::SelectN => {
+            if n < 2 {
+                return Err(bad(format!("{name} needs an index and at least one case, got {n} argument(s)")));
+            }
+            match scalar_arg(meta, args[0])? {
+                ScalarType::Bool if n <= 3 => {}
+                ScalarType::I32 => {}
+                t => return Err(bad(format!("{name} index of type {} with {} case(s)", t.name(), n - 1))),
+            }
+            all_of(ty, 1)?;
+        }
+        Op::Convert => {
+            arity(1)?;
+            scalar_arg(meta, args[0])?;
+        }
+        Op::IntegerPow => {
+            arity(1)?;
+            need_int()?;
+            all_of(ty, 0)?;
+            if imm < 0 {
+                return Err(bad(format!("{name} with negative exponent {imm}")));
+            }
+        }
+        Op::Index => {
+            let vec = args.first().copied().unwrap_or(-1);
+            let m = usize::try_from(vec).ok().and_then(|i| meta.get(i)).filter(|m| m.rank > 0);
+            let m = m.ok_or_else(|| bad(format!("{name} of value {vec}, which is not a vector input")))?;
+            arity(1 + m.rank as usize)?;
+            if m.ty != ty {
+                return Err(bad(format!("{name} of a {} vector typed {}", m.ty.name(), ty.name())));
+            }
+            all_of(ScalarType::I32, 1)?;
+        }
+    }
+    Ok(ty)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ScalarType::*;
+
+    /// Builds programs the way the Python side does.
+    #[derive(Default)]
+    struct B {
+        inputs: Vec<i64>,
+        n_in: i64,
+        instrs: Vec<i64>,
+        n_instr: i64,
+        outputs: Vec<i64>,
+    }
+
+    impl B {
+        fn input(&mut self, t: ScalarType, dims: &[i64]) -> i64 {
+            self.inputs.extend([t.code(), dims.len() as i64]);
+            self.inputs.extend(dims);
+            self.n_in += 1;
+            self.n_in - 1
+        }
+        fn op(&mut self, op: Op, t: ScalarType, args: &[i64], imm: i64) -> i64 {
+            self.instrs.extend([op.code(), t.code(), args.len() as i64]);
+            self.instrs.extend(args);
+            self.instrs.push(imm);
+            self.n_instr += 1;
+            self.n_in + self.n_instr - 1
+        }
+        fn konst(&mut self, t: ScalarType, v: i64) -> i64 {
+            self.op(Op::Const, t, &[], t.wrap(v as u64) as i64)
+        }
+        fn words(&self) -> Vec<i64> {
+            let mut w = vec![FORMAT, self.n_in, self.n_instr, self.outputs.len() as i64];
+            w.extend(&self.inputs);
+            w.extend(&self.instrs);
+            w.extend(&self.outputs);
+            w
+        }
+    }
+
+    fn i32s(xs: &[i32]) -> Vec<u8> {
+        xs.iter().flat_map(|x| x.to_ne_bytes()).collect()
+    }
+
+    fn run1(b: &B, inputs: &[&[u8]], out_size: usize) -> Vec<u8> {
+        let words = b.words();
+        let p = Program::decode(&words).unwrap();
+        let mut out = vec![0u8; out_size];
+        p.run(inputs, &mut [&mut out[..]]).unwrap();
+        out
+    }
+
+    #[test]
+    fn remainder_of_jnp_runs_as_one_program() {
+        // jnp.remainder(a, b) for int32, as jax writes it.
+        let mut b = B::default();
+        let (x, y) = (b.input(I32, &[]), b.input(I32, &[]));
+        let zero = b.konst(I32, 0);
+        let one = b.konst(I32, 1);
+        let is0 = b.op(Op::Eq, Bool, &[y, zero], 0);
+        let d = b.op(Op::SelectN, I32, &[is0, y, one], 0);
+        let r = b.op(Op::Rem, I32, &[x, d], 0);
+        let nz = b.op(Op::Ne, Bool, &[r, zero], 0);
+        let rn = b.op(Op::Lt, Bool, &[r, zero], 0);
+        let dn = b.op(Op::Lt, Bool, &[d, zero], 0);
+        let diff = b.op(Op::Ne, Bool, &[rn, dn], 0);
+        let fix = b.op(Op::And, Bool, &[diff, nz], 0);
+        let sum = b.op(Op::Add, I32, &[r, d], 0);
+        let out = b.op(Op::SelectN, I32, &[fix, r, sum], 0);
+        b.outputs.push(out);
+        for (a, m, want) in [(-1, 8, 7), (9, 8, 1), (-9, -8, -1), (7, -3, -2), (5, 0, 0)] {
+            let got = run1(&b, &[&i32s(&[a]), &i32s(&[m])], 4);
+            assert_eq!(got, i32s(&[want]), "{a} % {m}");
+        }
+    }
+
+    #[test]
+    fn index_clamps_like_dynamic_slice() {
+        let mut b = B::default();
+        let v = b.input(I32, &[2, 3]);
+        let (i, j) = (b.input(I32, &[]), b.input(I32, &[]));
+        let e = b.op(Op::Index, I32, &[v, i, j], 0);
+        b.outputs.push(e);
+        let data = i32s(&[10, 11, 12, 13, 14, 15]);
+        for (i, j, want) in [(0, 0, 10), (1, 2, 15), (-1, 1, 11), (5, 9, 15), (1, -7, 13)] {
+            assert_eq!(run1(&b, &[&data, &i32s(&[i]), &i32s(&[j])], 4), i32s(&[want]), "[{i}, {j}]");
+        }
+    }
+
+    #[test]
+    fn index_by_computed_values_and_constants() {
+        let mut b = B::default();
+        let v = b.input(I32, &[4]);
+        let i = b.input(I32, &[]);
+        let one = b.konst(I32, 1);
+        let next = b.op(Op::Add, I32, &[i, one], 0);
+        let e = b.op(Op::Index, I32, &[v, next], 0);
+        let c = b.op(Op::Index, I32, &[v, one], 0);
+        b.outputs.extend([e, c]);
+        let words = b.words();
+        let p = Program::decode(&words).unwrap();
+        let (mut o0, mut o1) = ([0u8; 4], [0u8; 4]);
+        p.run(&[&i32s(&[5, 6, 7, 8]), &i32s(&[2])], &mut [&mut o0, &mut o1]).unwrap();
+        assert_eq!((i32::from_ne_bytes(o0), i32::from_ne_bytes(o1)), (8, 6));
+    }
+
+    #[test]
+    fn several_outputs_of_several_types() {
+        let mut b = B::default();
+        let x = b.input(I64, &[]);
+        let c = b.konst(I64, -3);
+        let lt = b.op(Op::Lt, Bool, &[x, c], 0);
+        let narrow = b.op(Op::Convert, U8, &[x], 0);
+        let p = b.op(Op::IntegerPow, I64, &[x], 3);
+        b.outputs.extend([lt, narrow, p, x]);
+        let words = b.words();
+        let prog = Program::decode(&words).unwrap();
+        assert_eq!(prog.num_outputs(), 4);
+        assert_eq!(prog.output_type(1), U8);
+        let (mut o0, mut o1, mut o2, mut o3) = ([9u8; 1], [0u8; 1], [0u8; 8], [0u8; 8]);
+        let input = (-300i64).to_ne_bytes();
+        prog.run(&[&input], &mut [&mut o0, &mut o1, &mut o2, &mut o3]).unwrap();
+        assert_eq!(o0, [1]);
+        assert_eq!(o1, [(-300i64) as u8]);
+        assert_eq!(i64::from_ne_bytes(o2), -27_000_000);
+        assert_eq!(o3, input);
+    }
+
+    fn decode_err(words: &[i64]) -> String {
+        match Program::decode(words) {
+            Err(e) => e.message,
+            Ok(_) => panic!("decoded {words:?}"),
+        }
+    }
+
+    #[test]
+    fn malformed_programs_fail_at_decode_with_clear_messages() {
+        assert!(decode_err(&[]).contains("truncated"));
+        assert!(decode_err(&[7, 0, 0, 0]).contains("format 7"));
+        // An add of bool, a forward reference, a type mismatch.
+        let mut b = B::default();
+        let x = b.input(Bool, &[]);
+        b.op(Op::Add, Bool, &[x, x], 0);
+        assert!(decode_err(&b.words()).contains("add of bool"), "{}", decode_err(&b.words()));
+        let mut b = B::default();
+        let x = b.input(I32, &[]);
+        b.op(Op::Add, I32, &[x, 5], 0);
+        assert!(decode_err(&b.words()).contains("used before it is defined"));
+        let mut b = B::default();
+        let (x, y) = (b.input(I32, &[]), b.input(I8, &[]));
+        b.op(Op::Mul, I32, &[x, y], 0);
+        assert!(decode_err(&b.words()).contains("given a int8 argument"));
+        // A vector read as a scalar, an index with the wrong arity.
+        let mut b = B::default();
+        let v = b.input(I32, &[4]);
+        b.op(Op::Neg, I32, &[v], 0);
+        assert!(decode_err(&b.words()).contains("vector input 0 used as a scalar"));
+        let mut b = B::default();
+        let v = b.input(I32, &[4]);
+        b.op(Op::Index, I32, &[v], 0);
+        assert!(decode_err(&b.words()).contains("takes 2 argument"));
+        // Non-canonical constants, negative powers, comparisons typed int.
+        let mut b = B::default();
+        b.op(Op::Const, I8, &[], 200);
+        assert!(decode_err(&b.words()).contains("not a canonical int8"));
+        let mut b = B::default();
+        b.op(Op::Const, Bool, &[], 2);
+        assert!(decode_err(&b.words()).contains("not a canonical bool"));
+        let mut b = B::default();
+        let x = b.input(I32, &[]);
+        b.op(Op::IntegerPow, I32, &[x], -1);
+        assert!(decode_err(&b.words()).contains("negative exponent"));
+        let mut b = B::default();
+        let x = b.input(I32, &[]);
+        b.op(Op::Lt, I32, &[x, x], 0);
+        assert!(decode_err(&b.words()).contains("returns bool"));
+        // select_n with a bool index and three cases; unknown codes; junk at the end.
+        let mut b = B::default();
+        let (p, x) = (b.input(Bool, &[]), b.input(I32, &[]));
+        b.op(Op::SelectN, I32, &[p, x, x, x], 0);
+        assert!(decode_err(&b.words()).contains("index of type bool with 3 case"));
+        assert!(decode_err(&[FORMAT, 0, 1, 0, 99, 3, 0, 0]).contains("unknown op code 99"));
+        assert!(decode_err(&[FORMAT, 1, 0, 0, 11, 0]).contains("unknown type code 11"));
+        assert!(decode_err(&[FORMAT, 0, 0, 0, 5]).contains("1 words after"));
+        assert!(decode_err(&[FORMAT, 1, 0, 0, 3, 1, 0]).contains("dimension 0"));
+        assert!(decode_err(&[FORMAT, 0, 0, 1, 0]).contains("value 0 used before"));
+        assert!(decode_err(&[FORMAT, 100, 100, 0]).contains("200 values, at most 128"));
+    }
+
+    #[test]
+    fn the_decode_cache_matches_by_content() {
+        let unary = |op: Op| {
+            let mut b = B::default();
+            let x = b.input(I32, &[]);
+            let y = b.op(op, I32, &[x], 0);
+            b.outputs.push(y);
+            b.words()
+        };
+        let (neg, not) = (unary(Op::Neg), unary(Op::Not));
+        assert_eq!(neg.len(), not.len(), "same length, different content");
+        let mut cache = DecodeCache::new();
+        let input = 5i32.to_ne_bytes();
+        for _ in 0..2 {
+            for (w, want) in [(&neg, -5i64), (&not, !5i64)] {
+                let p = cache.decode(w).unwrap();
+                assert_eq!(p.output(&p.eval(|_| &input[..]), 0).1, want as u64);
+            }
+        }
+        assert_eq!(cache.entries.len(), 2);
+        assert!(cache.decode(&[FORMAT, 9]).is_err(), "bad programs are not cached");
+        assert_eq!(cache.entries.len(), 2);
+        for k in 0..(CACHED_PROGRAMS as i64 + 5) {
+            let mut b = B::default();
+            let c = b.konst(I32, k);
+            b.outputs.push(c);
+            let words = b.words();
+            let p = cache.decode(&words).unwrap();
+            assert_eq!(p.output(&p.eval(|_| &[]), 0).1, k as u64);
+        }
+        assert_eq!(cache.entries.len(), CACHED_PROGRAMS);
+    }
+
+    #[test]
+    fn buffers_of_the_wrong_size_are_rejected() {
+        let mut b = B::default();
+        let x = b.input(I32, &[]);
+        b.outputs.push(x);
+        let words = b.words();
+        let p = Program::decode(&words).unwrap();
+        let mut out = [0u8; 4];
+        let e = p.run(&[&[0u8; 8]], &mut [&mut out]).unwrap_err();
+        assert!(e.message.contains("input 0 has 8 bytes"), "{}", e.message);
+        let mut small = [0u8; 2];
+        let e = p.run(&[&[0u8; 4]], &mut [&mut small]).unwrap_err();
+        assert!(e.message.contains("output 0 has 2 bytes"), "{}", e.message);
+        let e = p.run(&[], &mut [&mut out]).unwrap_err();
+        assert!(e.message.contains("0 inputs and 1 outputs given"), "{}", e.message);
+    }
+}
