@@ -13,6 +13,7 @@ another jax fails here with one clear ImportError.
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -81,6 +82,10 @@ from jax._src.state import primitives as state_primitives
 from jax._src.state import types as state_types
 from jax._src.state.utils import bitcast as bitcast_array
 from jax._src.util import split_list
+from jax._src.sharding_impls import SPMDAxisContext
+from jax._src.lib.mlir.dialects import hlo
+from jax.extend import core as jax_extend_core
+from jax.interpreters import mlir
 
 try:
     from jax._src.lax.control_flow.conditionals import _switch_internal
@@ -269,6 +274,42 @@ def mesh_axis_names(mesh) -> tuple:
 def axis_sizes() -> dict:
     """Sizes of the named axes in scope (shard_map / pmap), in mesh order."""
     return dict(jax_core.get_axis_env().axis_sizes)
+
+
+def full_manual_mesh_axes(ctx) -> list[tuple[str, int]] | None:
+    """``[(axis name, size)]`` of the mesh when the lowering context ``ctx``
+    is a shard_map manual over every mesh axis (so `partition-id` is the
+    device's row-major mesh position, the last axis fastest); None otherwise
+    (partial-auto shard_map, pmap, no mesh)."""
+    axis_ctx = ctx.module_context.axis_context
+    if not isinstance(axis_ctx, SPMDAxisContext):
+        return None
+    mesh = axis_ctx.mesh
+    names, sizes = tuple(mesh.axis_names), tuple(mesh.axis_sizes)
+    if axis_ctx.manual_axes and axis_ctx.manual_axes != frozenset(names):
+        return None
+    if mesh.size != math.prod(sizes):
+        return None
+    return list(zip(names, sizes))
+
+
+def make_primitive(name: str, *, multiple_results: bool, abstract_eval, lowering):
+    """A primitive of ours that only ever lowers (bound while interpreting
+    inside pallas_call's lowering, so no transformation rules are needed)."""
+    prim = jax_extend_core.Primitive(name)
+    prim.multiple_results = multiple_results
+    prim.def_abstract_eval(abstract_eval)
+    mlir.register_lowering(prim, lowering)
+    return prim
+
+
+lower_fun = mlir.lower_fun
+ShapedArray = jax_core.ShapedArray
+# The device's partition id (uint32), as jax's own axis_index lowering reads it.
+partition_id_p = make_primitive(
+    "mosaic_rt_partition_id", multiple_results=False,
+    abstract_eval=lambda: ShapedArray((), np.dtype(np.uint32)),
+    lowering=lambda ctx: [hlo.partition_id()])
 
 
 def block_shape(block_mapping) -> tuple[int, ...]:

@@ -15,10 +15,9 @@ import math
 import zlib
 
 import jax.numpy as jnp
-from jax import lax
 
 from mosaic_rt import jax_internals as jx
-from mosaic_rt.interpret import buffers, grid_loop, logging_ops, native_calls, sites
+from mosaic_rt.interpret import buffers, device_coords, grid_loop, logging_ops, native_calls, sites
 from mosaic_rt.interpret.buffers import BlockOperands
 from mosaic_rt.interpret.jaxpr_eval import Ctx, space_code
 from mosaic_rt.interpret.params import InterpretParams
@@ -108,10 +107,7 @@ def _this_device():
     coordinates, the last axis fastest)."""
     axis_sizes = jx.axis_sizes()
     num_devices = math.prod(axis_sizes.values()) if axis_sizes else 1
-    axis_indices = {k: lax.axis_index(k) for k in axis_sizes}
-    device_id = jnp.zeros((), jnp.int32)
-    for axis, size in axis_sizes.items():
-        device_id = device_id * size + jnp.asarray(axis_indices[axis], jnp.int32)
+    axis_indices, device_id = device_coords.this_device(axis_sizes)
     return axis_sizes, axis_indices, num_devices, device_id
 
 
