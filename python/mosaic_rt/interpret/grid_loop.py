@@ -73,7 +73,10 @@ def plan(ctx: Ctx, jaxpr: jx.Jaxpr, grid, blocks: BlockOperands,
     num_iterations = functools.reduce(jnp.multiply, grid) if grid else 1
     if isinstance(ctx.mesh, jx.TensorCoreMesh):
         # core_map: a fixed division of the grid between cores (as stock).
-        randomized = (jnp.array((), dtype=jnp.int32),) * len(grid)
+        # Empty orders (the index itself) as host constants, so the native
+        # loop takes them: a traced one would force the XLA loop, whose
+        # per-core bounds cost three scalar fusions to compile.
+        randomized = (np.zeros((0,), np.int32),) * len(grid)
     else:
         randomized = visiting_order(grid, mosaic_params, params.random_seed)
     parallel = jx.parallel_dim_semantics(mosaic_params, len(grid))
