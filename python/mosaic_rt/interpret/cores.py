@@ -94,7 +94,7 @@ def _run_core(jaxpr, const_types, consts, core: int, slot: int, slots: int):
 def _run_all(jaxpr, num_cores, num_devices, token, device, *consts):
     consts = [np.asarray(c) for c in consts]
     first = int(device) * num_cores  # this device's cores among the launch's
-    const_types = tuple((c.shape, c.dtype) for c in consts)
+    const_types = tuple((tuple(c.shape), np.dtype(c.dtype)) for c in consts)
     with futures.ThreadPoolExecutor(max_workers=num_cores,
                                     thread_name_prefix="mosaic_rt-core") as pool:
         runs = [pool.submit(_run_core, jaxpr, const_types, consts, i, first + i,
@@ -113,12 +113,34 @@ def _run_all(jaxpr, num_cores, num_devices, token, device, *consts):
     return token
 
 
+# Compiles core programs ahead of their first launch (see `_prefetch`).
+_PREFETCH = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="mosaic_rt-compile")
+
+
+def _prefetch(jaxpr, const_types, slots: int) -> None:
+    """Lowers and compiles the core program in the background while the
+    caller's own program is still being lowered and compiled, so the first
+    launch finds it ready (XLA compiles with the GIL released). Failures are
+    left for the launch itself to raise, where they belong."""
+    def compile_for(slot):
+        try:
+            _CLIENT.program((jaxpr, const_types),
+                            lambda: _lowered_core_program(jaxpr, const_types), slot, slots)
+        except Exception:  # noqa: BLE001 - the launch compiles again and reports
+            pass
+
+    for slot in range(0, slots, _PER_DEVICE):  # one program per private device
+        _PREFETCH.submit(compile_for, slot)
+
+
 def run_cores_concurrently(run_core, num_cores: int, token, *, device, num_devices: int):
     """Emits a launch of `run_core(core, token)` on `num_cores` threads of
     logical device `device` (traced) of `num_devices`."""
     closed = jax.make_jaxpr(lambda core: run_core(core, jnp.zeros((), jnp.int32)))(
         jnp.int32(0))
     jaxpr, consts = jx.closed_jaxpr_parts(closed)
+    const_types = tuple((tuple(c.shape), np.dtype(c.dtype)) for c in consts)
+    _prefetch(jaxpr, const_types, num_cores * num_devices)
     return jx.io_callback(
         functools.partial(_run_all, jaxpr, num_cores, num_devices), _TOKEN, token,
         device, *consts)
