@@ -222,9 +222,22 @@ def test_cold_row_sees_fresh_shapes_and_no_persistent_cache():
             _, args, _ = variant(k)
             keys.add(tuple(np.shape(a) for a in args))
         assert len(keys) == 4 or family == "semaphores"  # semaphores: iters changes too
+    for f in data["families"]:
+        assert len(f["floor_s"]) == 2 and f["floor_ok"]
+        assert f["ours_over_floor"] == f["ours_median_s"] / f["floor_median_s"]
     found = {v.subject: v for v in rows.verdicts({"cold_first_call": data})}
     assert found["cold first call"].target == rows.COLD_TARGET
     assert found["cold first call semaphores"].target == rows.COLD_FAMILY_TARGET
+
+
+def test_cold_floors_compute_what_each_familys_kernel_computes():
+    floors = cold._family_floors()
+    assert set(floors) == set(cold._family_variants())
+    for family, floor in floors.items():
+        program, args, expected = floor(1)
+        out = np.asarray(jax.block_until_ready(program(*args)))
+        np.testing.assert_allclose(out.reshape(-1), np.asarray(expected).reshape(-1),
+                                   rtol=1e-5, err_msg=family)
 
 
 def test_suite_workload_has_40_distinct_kernels_over_every_family():

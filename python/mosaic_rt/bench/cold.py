@@ -126,6 +126,64 @@ def _family_variants() -> dict[str, Callable[[int], tuple]]:
             "blockspec-add": blockspec_add, "matmul": matmul, "semaphores": semaphores}
 
 
+def _family_floors() -> dict[str, Callable[[int], tuple]]:
+    """family -> floor(k) -> (jitted program, args, expected): the same math
+    as the family's kernel at variant k written as a plain jax program (the
+    kernel's loop kept as a loop, collectives as XLA's own). Its cold call
+    is what jax itself takes to trace, compile and run that math, the floor
+    under any interpreter's cold call."""
+    variants = _family_variants()
+
+    def counted(n):
+        return jax.lax.fori_loop(0, n, lambda i, c: c + 1, jax.numpy.int32(0))
+
+    def ping_pong(k):
+        _, (x,), expected = variants["ping-pong"](k)
+        rounds = 11 + k
+        mesh = collectives._mesh(2)
+        fn = collectives._shard_map(lambda x: x + counted(rounds).astype(x.dtype), mesh)
+        return fn, (x,), expected
+
+    def semaphores(k):
+        _, (x,), expected = variants["semaphores"](k)
+        iters = 101 + k
+        return jax.jit(lambda x: x + counted(iters).astype(x.dtype)), (x,), expected
+
+    def dma_pipeline(k):
+        _, (x,), expected = variants["dma-pipeline"](k)
+
+        def chunks(x):
+            def step(i, out):
+                return out.at[i].set(x[i] * 2 + 1)
+            return jax.lax.fori_loop(0, x.shape[0], step, jax.numpy.zeros_like(x))
+        return jax.jit(chunks), (x,), expected
+
+    def native(family, make):
+        def floor(k):
+            _, (x,), expected = variants[family](k)
+            return make(x), (x,), expected
+        return floor
+
+    def binary(family, op):
+        def floor(k):
+            _, args, expected = variants[family](k)
+            return jax.jit(op), args, expected
+        return floor
+
+    rows = lambda x: x.shape[0] // 8  # noqa: E731 - the per-device rows of an 8-device input
+    return {
+        "ping-pong": ping_pong,
+        "right-permute": native("right-permute", lambda x: collectives.native_right_permute(8)),
+        "all-gather": native("all-gather", lambda x: collectives.native_all_gather(8)),
+        "reduce-scatter": native("reduce-scatter",
+                                 lambda x: collectives.native_reduce_scatter(8, rows(x) // 8)),
+        "dma-pipeline": dma_pipeline,
+        "blockspec-add": binary("blockspec-add", lambda x, y: x + y),
+        "matmul": binary("matmul", lambda a, b: a @ b),
+        "semaphores": semaphores,
+    }
+
+
 COLD_DEVICES = {"ping-pong": 2, "right-permute": 8, "all-gather": 8, "reduce-scatter": 8}
 
 
@@ -136,6 +194,8 @@ class ColdFamily:
     ours_s: list[float]
     ok: bool
     error: str | None = None
+    floor_s: list[float] = dataclasses.field(default_factory=list)
+    floor_ok: bool = True
 
     @property
     def ratio(self) -> float | None:
@@ -144,11 +204,13 @@ class ColdFamily:
         return None
 
 
-def run_cold(reps: int, families: list[str] | None = None) -> dict:
-    """Cold first calls, `reps` per side per family, interleaved."""
+def run_cold(reps: int, families: list[str] | None = None, with_floor: bool = True) -> dict:
+    """Cold first calls, `reps` per side per family, interleaved; with
+    `with_floor`, each rep also times the family's plain-jax floor."""
     from mosaic_rt.bench.measure import interpret_params
 
     variants = _family_variants()
+    floors = _family_floors() if with_floor else None
     names = families or list(variants)
     counters = {f: itertools.count() for f in names}
     hits_before = persistent_cache_hits()
@@ -172,6 +234,12 @@ def run_cold(reps: int, families: list[str] | None = None) -> dict:
                     break
                 times.append(dt)
                 row.ok = row.ok and _same(out, expected)
+            if floors is not None and not row.error:
+                program, args, expected = floors[f](next(counters[f]))
+                dt, out = cold_call(lambda _: program, args, None)
+                row.floor_s.append(dt)
+                row.floor_ok = row.floor_ok and np.allclose(
+                    np.asarray(out).reshape(-1), np.asarray(expected).reshape(-1))
     fams = list(rows.values())
     done = [r for r in fams if r.stock_s and r.ours_s]
     stock_total = sum(statistics.median(r.stock_s) for r in done)
@@ -180,7 +248,9 @@ def run_cold(reps: int, families: list[str] | None = None) -> dict:
         "reps_per_side": reps,
         "families": [dataclasses.asdict(r) | {"ratio": r.ratio,
                                               "stock_median_s": _med(r.stock_s),
-                                              "ours_median_s": _med(r.ours_s)}
+                                              "ours_median_s": _med(r.ours_s),
+                                              "floor_median_s": _med(r.floor_s),
+                                              "ours_over_floor": _over(r.ours_s, r.floor_s)}
                      for r in fams],
         "stock_total_s": stock_total, "ours_total_s": ours_total,
         "ratio": stock_total / ours_total if ours_total else None,
@@ -191,6 +261,10 @@ def run_cold(reps: int, families: list[str] | None = None) -> dict:
 
 def _med(xs):
     return statistics.median(xs) if xs else None
+
+
+def _over(xs, ys):
+    return statistics.median(xs) / statistics.median(ys) if xs and ys else None
 
 
 # -- the suite-like workload ------------------------------------------------------------
