@@ -185,7 +185,13 @@ def _run_core_native(loop: GridLoop, core, token):
         return (token, go, next_point, after, _carried_indices(sources, next_idx))
 
     carry = (token, go, p0, p1, _carried_indices(sources, idx0))
-    token = lax.while_loop(lambda c: c[1], body, carry)[0]
+    if native.num_iterations == 1 and loop.cores == 1:
+        # One step, which always runs: straight-line code. A loop XLA cannot
+        # see through (its condition is native) costs compile time in every
+        # grid-less kernel for nothing.
+        token = body(carry)[0]
+    else:
+        token = lax.while_loop(lambda c: c[1], body, carry)[0]
     return _core_done(loop, core, token)
 
 
