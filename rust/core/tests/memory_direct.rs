@@ -34,7 +34,8 @@ fn slices(dims: &[(usize, usize)]) -> Region {
 #[test]
 fn an_output_is_written_in_xla_memory_and_the_rest_filled_at_kernel_end() {
     let rt = runtime();
-    let mut xla = vec![0xABu8; 4 * 4 * 4]; // 4 x 4 f32 of XLA garbage
+    // 4 x 4 f32 of XLA's garbage.
+    let mut xla = vec![0xABu8; 4 * 4 * 4];
     // SAFETY: `xla` outlives `rt` and nothing else touches it until
     // `finish_direct_outputs` below.
     let id = unsafe { rt.allocate_direct_output(0, DType::F32, &[4, 4], xla.as_mut_ptr(), xla.len()) }.unwrap();

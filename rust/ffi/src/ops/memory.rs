@@ -89,13 +89,14 @@ pub fn allocate_buffer(c: &mut Call) -> Result<()> {
 fn allocate_direct(c: &mut Call, handle: u64, device: u32) -> Result<()> {
     let _site = c.enter_site();
     let f = &c.frame;
-    if !f.attr_i64_opt("direct")?.is_some_and(|v| v != 0) || f.num_args() != 4 {
+    if f.attr_i64_opt("direct")?.is_none_or(|v| v == 0) || f.num_args() != 4 {
         return Err(RtError::internal("allocate_buffer: a third result needs attribute direct and no init"));
     }
     let core = f.arg_opt_id(3, "core id")?;
     let space = space_attr(f, "space")?;
     let dtype = DType::from_name(f.attr_str("dtype")?)?;
-    let shape = shape_attr(c, "shape")?.ok_or_else(|| RtError::value("allocate_buffer: missing attribute \"shape\""))?;
+    let shape =
+        shape_attr(c, "shape")?.ok_or_else(|| RtError::value("allocate_buffer: missing attribute \"shape\""))?;
     let logical = shape_attr(c, "logical_shape")?;
     let out = f.ret(2)?;
     out.expect_dtype(dtype)?;
