@@ -144,6 +144,43 @@ def test_an_aliased_output_is_read_back():
     assert _directs(fn, x) == 0
 
 
+def test_an_aliased_output_beside_one_written_in_place():
+    x = _x(seed=13)
+
+    def kernel(x_ref, o_ref, p_ref, sem):
+        del x_ref
+        _dma_head(o_ref.at[pl.ds(8, 8)], p_ref, sem)
+        _dma_head(p_ref, o_ref, sem)
+
+    shape = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    ours, stock, fn = _both(
+        lambda p: _call(kernel, p, [shape, shape], out_specs=[_ANY, _ANY], aliases={0: 0}), x)
+    _same_bits(ours, stock)
+    assert _directs(fn, x) == 1
+
+
+def _write_input_then_dma(x_ref, o_ref, scratch, sem):
+    scratch[...] = jnp.full(scratch.shape, 3.0, jnp.float32)
+    _dma_whole(scratch, x_ref.at[pl.ds(0, 8)], sem)
+    _dma_whole(x_ref, o_ref, sem)
+
+
+def test_donated_input_the_kernel_writes():
+    # The input is copied into simulated memory (the kernel writes it), so
+    # XLA may give the output the donated input's memory right away.
+    x = _x(seed=14)
+    want = np.asarray(x)
+
+    def make(params):
+        return _call(_write_input_then_dma, params, jax.ShapeDtypeStruct(x.shape, x.dtype),
+                     scratch=(pltpu.VMEM((8, 128), jnp.float32), _DMA))
+
+    stock = jax.jit(make(pltpu.InterpretParams()))(jnp.asarray(want))
+    fn = jax.jit(make(mosaic_rt.InterpretParams()), donate_argnums=0)
+    for _ in range(3):
+        _same_bits(fn(jnp.asarray(want)), stock)
+
+
 def test_in_a_loop_that_feeds_each_output_to_the_next_launch():
     x = _x(seed=5)
 
