@@ -13,8 +13,10 @@ marginal (least-squares slopes over the sweep).
 * Launch overhead: a kernel whose body is one HBM -> HBM DMA of the whole
   `pl.ANY` input into the `pl.ANY` output (its one inherent copy). Its slope
   minus the fresh numpy copy's is what the launch adds per MiB (placing the
-  input in simulated HBM, reading the result back, allocating); judged
-  against one numpy copy (target <= 1x), stock's beside it.
+  input in simulated HBM, allocating and filling the output, reading it
+  back -- today the input is borrowed and the DMA writes XLA's result
+  buffer in place, so little is left); judged against one numpy copy
+  (target <= 1x), stock's beside it.
 """
 
 from __future__ import annotations

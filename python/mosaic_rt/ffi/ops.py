@@ -242,12 +242,26 @@ def kernel_begin(token, device, *, uid: int, num_devices: int, num_cores: int = 
                  detect_races=int(bool(detect_races)), site=site)
 
 
-def kernel_end(token, handle, device, *, keep_alive=(), site: int = 0):
+def kernel_end(token, handle, device, *, keep_alive=(), outputs=(), site: int = 0):
     """Leaves the launch (the last device out frees it). Fails with the root
     cause if the launch failed on another device. ``keep_alive``: the
     device's ``allocate_buffer(..., borrow=True)`` inputs (XLA keeps them
-    unmodified until this call, which ends their borrow)."""
-    return _call("kernel_end", (), (token, handle, _i32(device), *keep_alive), site=site)
+    unmodified until this call, which ends their borrow). ``outputs``: the
+    device's ``allocate_buffer(..., direct=True)`` results, in allocation
+    order; returns ``token`` without them, else ``(token, outputs)``: the
+    same buffers, now holding the kernel's outputs."""
+    operands = (token, handle, _i32(device), *keep_alive, *outputs)
+    if not outputs:
+        return _call("kernel_end", (), operands, site=site)
+    first = len(operands) - len(outputs)
+    # Each output operand aliased to its result: XLA hands the result the
+    # operand's memory, the one the kernel wrote (checked natively).
+    aliases = {0: 0, **{first + k: 1 + k for k in range(len(outputs))}}
+    results = [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in outputs]
+    call = jax.ffi.ffi_call("mosaic_rt_kernel_end", (_I32, *results),
+                            has_side_effect=True, input_output_aliases=aliases)
+    out = call(*operands, **({"site": int(site)} if site else {}))
+    return out[0], list(out[1:])
 
 
 def leak_report(token, handle, device, *, policy: str = "ignore", site: int = 0):
@@ -321,16 +335,31 @@ def kernel(token, device, *, leak_policy: str | None = None, **config):
 # -------------------------------------------------------------------- memory
 
 def allocate_buffer(token, handle, device, core, *, space, dtype, shape,
-                    logical_shape=None, init=None, borrow: bool = False, site: int = 0):
+                    logical_shape=None, init=None, borrow: bool = False, direct: bool = False,
+                    site: int = 0):
     """``(token, buffer_id)``. ``core=None`` allocates on every core of the
     device. ``init`` (logical shape, ``dtype``) gives the contents; without it
     the buffer holds the fill value. ``borrow=True``: the buffer reads
     ``init``'s memory instead of a copy and every write to it fails (an
     unpadded HBM buffer on every core; otherwise a copy as usual); the
     caller must pass the same ``init`` to this device's :func:`kernel_end`
-    as ``keep_alive``."""
+    as ``keep_alive``. ``direct=True`` (an unpadded HBM output buffer on
+    every core, no ``init``, a byte-sized dtype): returns ``(token,
+    buffer_id, out)``, where ``out`` is XLA's buffer the kernel writes in
+    place; the caller must pass ``out`` to this device's :func:`kernel_end`
+    as one of its ``outputs`` and use it nowhere else (the kernel's output
+    is ``kernel_end``'s result)."""
     dtype = _dtype(dtype, "allocate_buffer")
     attrs = dict(space=_space(space), dtype=dtype.name, shape=_ints(shape))
+    if direct:
+        if init is not None or borrow or core is not None:
+            raise ValueError("allocate_buffer: direct=True needs core=None and no init/borrow")
+        attrs["direct"] = 1
+        if logical_shape is not None:
+            attrs["logical_shape"] = _ints(logical_shape)
+        out = jax.ShapeDtypeStruct(tuple(shape), dtype)
+        return _call("allocate_buffer", (_I32, out), [token, handle, _i32(device), _opt_i32(core)],
+                     site=site, **attrs)
     if borrow:
         if init is None:
             raise ValueError("allocate_buffer: borrow=True needs an init value to borrow")

@@ -1,7 +1,9 @@
 """The buffers of one launch, allocated before its grid loop runs.
 
 In HBM: the pallas_call's inputs (padded to whole blocks, as stock) and
-outputs (an output aliased to an input is that input's buffer); in SMEM:
+outputs (an output aliased to an input is that input's buffer; an output
+of a single-device, single-core launch that needs no padding is written in
+place in XLA's result buffer, see `_direct_outputs`); in SMEM:
 the scalar-prefetch operands. Then the kernel's own arguments: a buffer per
 block operand in its memory space (block operands left in HBM are passed
 the HBM buffer itself), scratch buffers and semaphores. Every buffer is
@@ -12,8 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import jax
+import jax.numpy as jnp
 
 from mosaic_rt import jax_internals as jx
 from mosaic_rt.interpret import input_writes, native_calls
@@ -84,6 +88,7 @@ class LaunchBuffers:
     kernel_in_ids: list   # the kernel's buffer of each input block
     kernel_out_ids: list  # the kernel's buffer of each output block
     borrowed: list        # inputs whose HBM buffer borrows their memory (kept alive to kernel_end)
+    direct: list          # per output: XLA's buffer it is written in (to kernel_end), or None
 
 
 def allocate(token, ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, inputs,
@@ -106,8 +111,8 @@ def allocate(token, ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, i
         if b:
             borrowed.append(a)
 
-    token, output_ids, output_avals = _allocate_outputs(
-        token, alloc, ctx.grid_mapping, blocks, inputs, input_ids, out_alias)
+    token, output_ids, output_avals, direct = _allocate_outputs(
+        token, alloc, ctx, blocks, inputs, input_ids, out_alias)
 
     scalar_ids = []
     for s in scalars:
@@ -121,7 +126,8 @@ def allocate(token, ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, i
     return token, LaunchBuffers(
         input_ids=input_ids, output_ids=output_ids, output_avals=output_avals,
         out_alias=out_alias, scalar_ids=scalar_ids, kernel_args=kernel_args,
-        kernel_in_ids=kernel_in_ids, kernel_out_ids=kernel_out_ids, borrowed=borrowed)
+        kernel_in_ids=kernel_in_ids, kernel_out_ids=kernel_out_ids, borrowed=borrowed,
+        direct=direct)
 
 
 def _borrowable_inputs(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, aliased) -> list[bool]:
@@ -138,24 +144,45 @@ def _borrowable_inputs(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, aliased
             for j in range(blocks.n_in)]
 
 
-def _allocate_outputs(token, alloc, grid_mapping, blocks, inputs, input_ids, out_alias):
-    """The outputs' HBM buffers, padded to whole blocks; an aliased output
-    is its (padded) input."""
-    output_ids, output_avals = [], []
-    for j, bm in enumerate(grid_mapping.block_mappings_output):
+def _allocate_outputs(token, alloc, ctx: Ctx, blocks, inputs, input_ids, out_alias):
+    """``(token, ids, avals, direct)``: the outputs' HBM buffers, padded to
+    whole blocks; an aliased output is its (padded) input. ``direct[j]``:
+    XLA's buffer output j is written in (or None: read back at the end)."""
+    output_ids, output_avals, direct = [], [], []
+    for j, bm in enumerate(ctx.grid_mapping.block_mappings_output):
         if j in out_alias:
             aliased = inputs[out_alias[j]]
             output_ids.append(input_ids[out_alias[j]])
             output_avals.append(jax.ShapeDtypeStruct(aliased.shape, aliased.dtype))
+            direct.append(None)
             continue
         aval = bm.array_aval
         block = blocks.shapes[blocks.n_in + j]
         padded = tuple(-(-d // b) * b for d, b in zip(aval.shape, block))
-        token, buf = alloc(token, core=None, space=space_code(_HBM),
-                           shape=padded, dtype=aval.dtype)
+        out = None
+        if padded == tuple(aval.shape) and _direct_output_ok(ctx, aval):
+            token, buf, out = alloc(token, core=None, space=space_code(_HBM),
+                                    shape=padded, dtype=aval.dtype, direct=True)
+        else:
+            token, buf = alloc(token, core=None, space=space_code(_HBM),
+                               shape=padded, dtype=aval.dtype)
         output_ids.append(buf)
         output_avals.append(jax.ShapeDtypeStruct(aval.shape, aval.dtype))
-    return token, output_ids, output_avals
+        direct.append(out)
+    return token, output_ids, output_avals, direct
+
+
+def _direct_output_ok(ctx: Ctx, aval) -> bool:
+    """Whether an (unaliased, unpadded) output may be written in place in
+    XLA's result buffer instead of read back at kernel end. Only in a
+    launch of one device and one core: there the device's own program is
+    the only writer and is done at `kernel_end` (with peers, a remote DMA
+    may still write after this device left; several cores run their grid
+    loops on private XLA clients). Not for empty outputs (no memory) or
+    sub-byte dtypes (XLA packs them, simulated memory does not)."""
+    return (ctx.num_devices == 1 and ctx.params.num_cores_per_device == 1
+            and math.prod(aval.shape) > 0
+            and jax.dtypes.itemsize_bits(aval.dtype) == 8 * jnp.dtype(aval.dtype).itemsize)
 
 
 def _allocate_kernel_args(token, alloc, ctx, jaxpr, blocks, input_ids, output_ids, scalar_ids):

@@ -5,7 +5,8 @@ Same observable behaviour as stock TPU interpret mode (buffers, ids, grid
 order, block copies, revisit check), but every memory/DMA/semaphore step is a
 native FFI op instead of a Python callback. The phases of a launch: join it
 (`kernel_begin`), allocate its buffers (`buffers`), run the grid loop on
-every core (`grid_loop`), read the outputs back, leave it (`kernel_end`).
+every core (`grid_loop`), read the outputs back, leave it (`kernel_end`,
+which returns the outputs written in place in XLA's result buffers).
 """
 
 from __future__ import annotations
@@ -80,9 +81,16 @@ def _interpret_pallas_call(
     token = grid_loop.run_cores(loop, token)
 
     token, results = _read_outputs(token, ctx, bufs)
-    native_calls.end(token, handle, device_id, on_leak=params.on_semaphore_leak,
-                     keep_alive=bufs.borrowed)
-    return results
+    direct = [out for out in bufs.direct if out is not None]
+    if not direct:
+        native_calls.end(token, handle, device_id, on_leak=params.on_semaphore_leak,
+                         keep_alive=bufs.borrowed)
+        return results
+    # Outputs written in place come back from kernel_end (it aliases them).
+    _, written = native_calls.end(token, handle, device_id, on_leak=params.on_semaphore_leak,
+                                  keep_alive=bufs.borrowed, outputs=direct)
+    written = iter(written)
+    return [next(written) if r is None else r for r in results]
 
 
 def _launch_params(params: InterpretParams, compiler_params, mesh):
@@ -127,9 +135,13 @@ def _launch_uid(name, jaxpr, grid_mapping, args) -> int:
 
 def _read_outputs(token, ctx: Ctx, bufs: buffers.LaunchBuffers):
     """``(token, outputs)``: each output read back from its HBM buffer by
-    core 0 (without the padding to whole blocks)."""
+    core 0 (without the padding to whole blocks); ``None`` for an output
+    written in place (its value is `kernel_end`'s result)."""
     results = []
-    for buf, aval in zip(bufs.output_ids, bufs.output_avals):
+    for buf, aval, direct in zip(bufs.output_ids, bufs.output_avals, bufs.direct):
+        if direct is not None:
+            results.append(None)
+            continue
         region = TracedRegion(sizes=tuple(aval.shape), strides=(1,) * len(aval.shape),
                               squeezed=(False,) * len(aval.shape),
                               starts=(0,) * len(aval.shape))

@@ -63,13 +63,15 @@ def begin(token, device, *, uid, num_devices, params: InterpretParams, name):
         site=sites.current())
 
 
-def end(token, handle, device, *, on_leak, keep_alive=()):
+def end(token, handle, device, *, on_leak, keep_alive=(), outputs=()):
+    """Leaves the launch; with direct ``outputs`` (see `allocate_buffer`)
+    returns ``(token, outputs)``, their final values."""
     # Races and leaks of policy "warn" wait in a native queue, issued as
     # Python warnings by mosaic_rt.reports (no host callback in the program:
     # it would keep jax from caching it).
     if on_leak != "ignore":
         token, _ = ffi_ops.leak_report(token, handle, device, policy=on_leak)
-    return ffi_ops.kernel_end(token, handle, device, keep_alive=keep_alive)
+    return ffi_ops.kernel_end(token, handle, device, keep_alive=keep_alive, outputs=outputs)
 
 
 def core_end(token, handle, device, core):
@@ -96,20 +98,30 @@ def _padded_shape(shape, dtype, space, params: InterpretParams):
 
 
 def allocate_buffer(token, *, handle, device, core, space, params: InterpretParams,
-                    init=None, shape=None, dtype=None, borrow=False):
+                    init=None, shape=None, dtype=None, borrow=False, direct=False):
+    """``(token, id)``; with ``direct=True`` ``(token, id, out)``: ``out`` is
+    XLA's buffer the kernel writes in place (see `ffi_ops.allocate_buffer`),
+    ``None`` when `buffer_bounds` pads the buffer (an ordinary one then)."""
     if init is not None:
         init = jnp.asarray(init)
         shape, dtype = init.shape, init.dtype
     logical = tuple(shape)
     content = _padded_shape(logical, dtype, space, params)
-    token, buf = ffi_ops.allocate_buffer(
-        token, handle, device, core, space=space, dtype=dtype,
-        shape=content, logical_shape=logical, init=init, borrow=borrow, site=sites.current())
+    out = None
+    if direct and content == logical:
+        token, buf, out = ffi_ops.allocate_buffer(
+            token, handle, device, core, space=space, dtype=dtype, shape=content,
+            direct=True, site=sites.current())
+    else:
+        token, buf = ffi_ops.allocate_buffer(
+            token, handle, device, core, space=space, dtype=dtype,
+            shape=content, logical_shape=logical, init=init, borrow=borrow,
+            site=sites.current())
     token = lg.log(token, lg.SHARED_MEMORY, "allocate_buffer", device,
                    -1 if core is None else core, space=_space(space), buffer_id=buf,
                    logical_shape=jnp.asarray(logical, jnp.int32),
                    content_shape=jnp.asarray(content, jnp.int32))
-    return token, buf
+    return (token, buf, out) if direct else (token, buf)
 
 
 def free_buffer(token, handle, device, core, space, buf):

@@ -200,6 +200,37 @@ impl Runtime {
         unsafe { self.memory.allocate_borrowed(device, dtype, shape, bytes) }.map_err(|e| e.at(device, 0))
     }
 
+    /// An HBM output buffer of `device` written in place in XLA's result
+    /// memory (`len` bytes at `ptr`) instead of copied out at kernel end;
+    /// it holds the fill values until written.
+    ///
+    /// # Safety
+    /// `ptr` must point to `len` writable bytes that nothing else reads or
+    /// writes after this call returns until [`Runtime::finish_direct_outputs`]
+    /// or [`Runtime::release_borrowed`] for `device` has returned (which
+    /// [`Runtime::leave_device`] runs) or the runtime is dropped.
+    pub unsafe fn allocate_direct_output(
+        &self,
+        device: u32,
+        dtype: DType,
+        shape: &[usize],
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<u32> {
+        self.check_failed_at(device, 0)?;
+        // SAFETY: this fn's contract, passed on.
+        unsafe { self.memory.allocate_direct(device, dtype, shape, ptr, len) }.map_err(|e| e.at(device, 0))
+    }
+
+    /// Kernel end of `device`'s direct outputs: checks that `results` (the
+    /// (address, length) of the XLA result buffers kernel_end received, in
+    /// allocation order) are the memory they were written in, writes their
+    /// pending fill values and ends their borrows. A mismatch is an
+    /// internal error.
+    pub fn finish_direct_outputs(&self, device: u32, results: &[(usize, usize)]) -> Result<()> {
+        self.memory.finish_direct_outputs(device, results).map_err(|e| e.at(device, 0))
+    }
+
     /// The memory `device`'s input buffers borrow now, as (address, length).
     pub fn borrowed_ranges(&self, device: u32) -> Vec<(usize, usize)> {
         self.memory.borrowed_ranges(device)

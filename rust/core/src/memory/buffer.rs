@@ -1,7 +1,8 @@
 //! One simulated buffer: its shapes, dtype and bytes behind their own lock,
 //! so accesses to different buffers never contend. The bytes are our own
 //! allocation (pooled, see `pool.rs`) or, for an input the kernel provably
-//! never writes, XLA's operand memory borrowed read-only (see `content.rs`).
+//! never writes, XLA's operand memory borrowed read-only, or for an output,
+//! XLA's result buffer written in place (see `content.rs`).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::RwLock;
@@ -161,13 +162,57 @@ impl Buffer {
         })
     }
 
+    /// A buffer whose bytes are XLA's result memory of an output (`len`
+    /// bytes at `ptr`), written in place: it holds the fill values `fill`
+    /// until written (lazily, as `Unfilled`). No initcheck shadow (HBM).
+    ///
+    /// # Safety
+    /// `ptr` must point to `len` writable bytes (`len` = the element count
+    /// of `shape` times the itemsize, > 0) that nothing else reads or
+    /// writes until [`Buffer::release_borrowed`] has run on this buffer or
+    /// the buffer is dropped, whichever comes first.
+    pub unsafe fn direct(
+        dtype: DType,
+        shape: &[usize],
+        ptr: *mut u8,
+        len: usize,
+        fill: &[u8],
+        ref_count: u32,
+    ) -> Result<Buffer> {
+        let want = element_count(shape)?.checked_mul(dtype.itemsize());
+        if want != Some(len) || len == 0 || ptr.is_null() {
+            return Err(RtError::internal(format!(
+                "a direct {} output buffer of shape {} needs {want:?} bytes at a non-null address, got {len}",
+                dtype.name(),
+                shape_repr(shape)
+            )));
+        }
+        // SAFETY: the caller's contract is `Content::direct`'s.
+        let content = unsafe { Content::direct(ptr, len, fill) };
+        Ok(Buffer::with_content(dtype, shape, shape, content, ref_count, None))
+    }
+
+    /// XLA's result memory this buffer writes in place, as (address,
+    /// length), while it does.
+    pub fn direct_range(&self) -> Option<(usize, usize)> {
+        self.content.read().ignore_poison().direct_range()
+    }
+
     /// Ends a borrow (no-op for our own bytes): with `keep`, the bytes are
     /// copied into our own allocation (another thread may still read them);
-    /// without, any later access fails. Waits for accesses in progress (the
+    /// without, any later access fails (and XLA's result memory of a direct
+    /// output is not written again). Waits for accesses in progress (the
     /// content's write lock), so once this returns nothing refers to the
     /// borrowed memory.
     pub fn release_borrowed(&self, keep: bool) {
         self.content.write().ignore_poison().release_borrowed(keep);
+    }
+
+    /// Ends a direct output's borrow at kernel end, writing its pending
+    /// fill values into XLA's result memory first (see
+    /// `Content::finish_direct`); waits for accesses in progress.
+    pub fn finish_direct(&self) {
+        self.content.write().ignore_poison().finish_direct();
     }
 
     /// The borrowed memory as (address, length), if borrowed.
@@ -201,7 +246,7 @@ impl Buffer {
     pub fn read(&self, who: &dyn std::fmt::Display) -> Result<ContentRead<'_>> {
         {
             let guard = self.content.read().ignore_poison();
-            if !matches!(*guard, Content::Unfilled { .. }) {
+            if !guard.fill_is_pending() {
                 return ContentRead::new(guard, who);
             }
         }

@@ -1,6 +1,8 @@
 //! The bytes of a buffer: our own allocation, or XLA's operand memory
 //! borrowed read-only for one launch (an input the kernel never writes,
-//! decided by the interpreter), or nothing once such a borrow has ended.
+//! decided by the interpreter), or XLA's result buffer of an output written
+//! in place (`Direct`: no copy-out at kernel end), or nothing once such a
+//! borrow has ended.
 //! A fresh large buffer of fill values may hold a reused allocation's old
 //! bytes until its first access (`Unfilled`): a write over the whole
 //! buffer replaces them and the fill pass is never made; any other access
@@ -24,6 +26,14 @@ pub(crate) enum Content {
         ptr: *const u8,
         len: usize,
     },
+    /// `len` bytes at `ptr` that we may read and write until the borrow
+    /// ends: XLA's result buffer of an output. `pending`: the fill values
+    /// (one element) not yet written over XLA's uninitialized bytes.
+    Direct {
+        ptr: *mut u8,
+        len: usize,
+        pending: Option<Vec<u8>>,
+    },
     /// A borrow that ended, or a buffer being dropped.
     Released,
     /// Our own allocation, still holding old bytes where the fill values
@@ -37,7 +47,10 @@ pub(crate) enum Content {
 // SAFETY: `Borrowed` is a shared, read-only view of memory that its creator
 // guarantees valid and unchanged until the borrow ends (see
 // `Content::borrowed`); it is only ever read through `&[u8]`, which is
-// fine from any thread. `Owned` is a `Vec<u8>`, which is Send + Sync.
+// fine from any thread. `Direct` is memory that its creator guarantees
+// exclusively ours until the borrow ends (see `Content::direct`): like a
+// `Vec<u8>`, written only through `&mut self` (the buffer's write lock).
+// `Owned` is a `Vec<u8>`, which is Send + Sync.
 unsafe impl Send for Content {}
 // SAFETY: as for Send: shared access only reads.
 unsafe impl Sync for Content {}
@@ -49,6 +62,29 @@ impl Content {
     /// has run on this value or it is dropped, whichever comes first.
     pub(crate) unsafe fn borrowed(ptr: *const u8, len: usize) -> Content {
         Content::Borrowed { ptr, len }
+    }
+
+    /// XLA's result memory, written in place until the borrow ends.
+    ///
+    /// # Safety
+    /// `ptr` must point to `len` writable bytes (non-null, `len` > 0) that
+    /// nothing else reads or writes until [`Content::release_borrowed`] has
+    /// run on this value or it is dropped, whichever comes first.
+    pub(crate) unsafe fn direct(ptr: *mut u8, len: usize, fill: &[u8]) -> Content {
+        Content::Direct { ptr, len, pending: Some(fill.to_vec()) }
+    }
+
+    /// XLA's result memory written in place, as (address, length).
+    pub(crate) fn direct_range(&self) -> Option<(usize, usize)> {
+        match self {
+            Content::Direct { ptr, len, .. } => Some((*ptr as usize, *len)),
+            _ => None,
+        }
+    }
+
+    /// Whether the fill values are still to be written.
+    pub(crate) fn fill_is_pending(&self) -> bool {
+        matches!(self, Content::Unfilled { .. } | Content::Direct { pending: Some(_), .. })
     }
 
     pub(crate) fn is_borrowed(&self) -> bool {
@@ -63,14 +99,22 @@ impl Content {
         }
     }
 
-    /// Writes the pending fill values (no-op unless `Unfilled`).
+    /// Writes the pending fill values (no-op unless some are pending).
     pub(crate) fn fill_pending(&mut self) {
-        if let Content::Unfilled { v, pattern } = self {
-            let n = v.len();
-            let mut v = std::mem::take(v);
-            v.clear();
-            super::copy::extend_with_pattern(&mut v, n, pattern);
-            *self = Content::Owned(v);
+        match self {
+            Content::Unfilled { v, pattern } => {
+                let n = v.len();
+                let mut v = std::mem::take(v);
+                v.clear();
+                super::copy::extend_with_pattern(&mut v, n, pattern);
+                *self = Content::Owned(v);
+            }
+            Content::Direct { pending, .. } => {
+                if let Some(pattern) = pending.take() {
+                    super::copy::fill_pattern(self.bytes_mut(), &pattern);
+                }
+            }
+            _ => {}
         }
     }
 
@@ -78,11 +122,16 @@ impl Content {
     /// cannot fail once it starts) takes the old bytes as they are,
     /// otherwise pending fill values are written first.
     pub(crate) fn prepare_write(&mut self, covers_all: bool) {
-        if let Content::Unfilled { v, .. } = self {
-            match covers_all {
+        match self {
+            Content::Unfilled { v, .. } => match covers_all {
                 true => *self = Content::Owned(std::mem::take(v)),
                 false => self.fill_pending(),
-            }
+            },
+            Content::Direct { pending, .. } => match covers_all {
+                true => *pending = None,
+                false => self.fill_pending(),
+            },
+            _ => {}
         }
     }
 
@@ -90,14 +139,18 @@ impl Content {
     pub(crate) fn into_allocation(self) -> Option<Vec<u8>> {
         match self {
             Content::Owned(v) | Content::Unfilled { v, .. } => Some(v),
-            Content::Borrowed { .. } | Content::Released => None,
+            Content::Borrowed { .. } | Content::Direct { .. } | Content::Released => None,
         }
     }
 
-    /// Ends a borrow: `keep` copies the bytes into our own allocation,
-    /// otherwise they are gone. Our own bytes stay as they are.
+    /// Ends a borrow: `keep` copies the bytes into our own allocation
+    /// (after a direct output's pending fill values), otherwise they are
+    /// gone without another write. Our own bytes stay as they are.
     pub(crate) fn release_borrowed(&mut self, keep: bool) {
-        if let Content::Borrowed { .. } = self {
+        if keep {
+            self.fill_pending();
+        }
+        if let Content::Borrowed { .. } | Content::Direct { .. } = self {
             *self = match keep {
                 true => {
                     let mut v = super::pool::take(self.bytes().len());
@@ -110,16 +163,49 @@ impl Content {
         }
     }
 
+    /// Ends a direct output's borrow at kernel end: its never-written
+    /// bytes get the fill values (what the result holds there in stock),
+    /// then the memory is XLA's again.
+    pub(crate) fn finish_direct(&mut self) {
+        if let Content::Direct { .. } = self {
+            self.fill_pending();
+            *self = Content::Released;
+        }
+    }
+
     fn bytes(&self) -> &[u8] {
         match self {
             Content::Owned(v) => v,
             // Never handed out (`ContentRead` / `ContentWrite` refuse it).
-            Content::Borrowed { len: 0, .. } | Content::Released | Content::Unfilled { .. } => &[],
+            Content::Borrowed { len: 0, .. }
+            | Content::Direct { len: 0, .. }
+            | Content::Released
+            | Content::Unfilled { .. } => &[],
             // SAFETY: a live borrow: `len` readable bytes at `ptr`, unchanged
             // while it lasts (the contract of `Content::borrowed`), and the
             // returned slice lives no longer than `&self`, during which the
             // borrow cannot end (ending it needs `&mut self`).
             Content::Borrowed { ptr, len } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
+            // SAFETY: a live direct borrow: `len` bytes at `ptr` only we
+            // touch while it lasts (the contract of `Content::direct`);
+            // the slice lives no longer than `&self`, and writes need
+            // `&mut self`.
+            Content::Direct { ptr, len, .. } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
+        }
+    }
+
+    /// The writable bytes: our own, or XLA's result memory (empty for any
+    /// other content; `ContentWrite` refuses those).
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Content::Owned(v) => v,
+            Content::Direct { len: 0, .. } => &mut [],
+            // SAFETY: a live direct borrow: `len` writable bytes at `ptr`
+            // that nothing else touches while it lasts (the contract of
+            // `Content::direct`); the slice is tied to `&mut self`, so it
+            // is the only one.
+            Content::Direct { ptr, len, .. } => unsafe { std::slice::from_raw_parts_mut(*ptr, *len) },
+            _ => &mut [],
         }
     }
 }
@@ -133,7 +219,9 @@ impl<'a> ContentRead<'a> {
             Content::Released => Err(RtError::internal(format!(
                 "{who}: read of a borrowed input buffer after its device left the launch"
             ))),
-            Content::Unfilled { .. } => Err(RtError::internal(format!("{who}: read before the fill values"))),
+            Content::Unfilled { .. } | Content::Direct { pending: Some(_), .. } => {
+                Err(RtError::internal(format!("{who}: read before the fill values")))
+            }
             _ => Ok(ContentRead(guard)),
         }
     }
@@ -146,13 +234,14 @@ impl Deref for ContentRead<'_> {
     }
 }
 
-/// Write access to a buffer's own bytes (never to borrowed ones).
+/// Write access to a buffer's own bytes or XLA's result memory (never to
+/// borrowed inputs).
 pub(crate) struct ContentWrite<'a>(RwLockWriteGuard<'a, Content>);
 
 impl<'a> ContentWrite<'a> {
     pub(crate) fn new(guard: RwLockWriteGuard<'a, Content>, who: &dyn Display) -> Result<Self> {
         match *guard {
-            Content::Owned(_) => Ok(ContentWrite(guard)),
+            Content::Owned(_) | Content::Direct { pending: None, .. } => Ok(ContentWrite(guard)),
             Content::Borrowed { .. } => Err(RtError::internal(format!(
                 "{who}: write to an input buffer borrowed read-only from XLA (the interpreter \
                  judged that the kernel never writes this input; please report this kernel)"
@@ -160,7 +249,9 @@ impl<'a> ContentWrite<'a> {
             Content::Released => Err(RtError::internal(format!(
                 "{who}: write to a borrowed input buffer after its device left the launch"
             ))),
-            Content::Unfilled { .. } => Err(RtError::internal(format!("{who}: write before the fill values"))),
+            Content::Unfilled { .. } | Content::Direct { pending: Some(_), .. } => {
+                Err(RtError::internal(format!("{who}: write before the fill values")))
+            }
         }
     }
 }
@@ -174,11 +265,9 @@ impl Deref for ContentWrite<'_> {
 
 impl DerefMut for ContentWrite<'_> {
     fn deref_mut(&mut self) -> &mut [u8] {
-        match &mut *self.0 {
-            Content::Owned(v) => v,
-            // `new` admits only owned bytes and the guard keeps them so.
-            _ => unreachable!("ContentWrite over bytes that are not our own"),
-        }
+        // `new` admits only writable bytes (our own, or a direct result
+        // with its fill done) and the guard keeps them so.
+        self.0.bytes_mut()
     }
 }
 

@@ -179,6 +179,75 @@ impl MemoryTable {
         Ok(id)
     }
 
+    /// An HBM output buffer of `device` (shared by its cores) whose bytes
+    /// are `len` bytes at `ptr`: XLA's result buffer of the output, written
+    /// in place. Holds the fill values until written. Ends with
+    /// [`MemoryTable::finish_direct_outputs`] or `release_borrowed`.
+    ///
+    /// # Safety
+    /// `ptr` must point to `len` writable bytes that nothing else reads or
+    /// writes after this call returns, until `finish_direct_outputs` or
+    /// `release_borrowed(device, ..)` has returned or this table is dropped.
+    pub unsafe fn allocate_direct(
+        &self,
+        device: u32,
+        dtype: DType,
+        shape: &[usize],
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<u32> {
+        let topo = self.topo;
+        let cores: Vec<u32> = (0..topo.cores_per_device).collect();
+        topo.check_device(device)?;
+        let fill = dtype.fill_bytes(self.fill);
+        // SAFETY: the memory is ours until the buffer's borrow ends (this
+        // fn's contract), which `finish_direct_outputs` / `release_borrowed`
+        // do before XLA may use it again.
+        let buf = unsafe { Buffer::direct(dtype, shape, ptr, len, &fill, topo.cores_per_device)? };
+        let shard = self.shard(device)?;
+        let id = take_id(shard, device, &cores)?;
+        let key = BufferKey { space: MemorySpace::Hbm, id, device, core: 0 };
+        shard.buffers.write().ignore_poison().insert(key, Arc::new(buf));
+        Ok(id)
+    }
+
+    /// `device`'s direct output buffers, in allocation order.
+    fn direct_outputs(&self, device: u32) -> Vec<(u32, Arc<Buffer>, (usize, usize))> {
+        let Ok(shard) = self.shard(device) else { return Vec::new() };
+        let map = shard.buffers.read().ignore_poison();
+        let mut out: Vec<_> =
+            map.iter().filter_map(|(k, b)| b.direct_range().map(|r| (k.id, Arc::clone(b), r))).collect();
+        out.sort_by_key(|(id, ..)| *id);
+        out
+    }
+
+    /// Kernel end of `device`: `results` are the (address, length) of the
+    /// XLA buffers `kernel_end` received for its direct outputs, in
+    /// allocation order. They must be exactly the memory those outputs have
+    /// written (otherwise XLA copied a buffer between the allocation and
+    /// kernel end, and the kernel wrote memory XLA may have reused: an
+    /// internal error, never a silent wrong result). On a match every
+    /// output gets its pending fill values and its borrow ends; on a
+    /// mismatch the borrows end without another write.
+    pub fn finish_direct_outputs(&self, device: u32, results: &[(usize, usize)]) -> Result<()> {
+        let outs = self.direct_outputs(device);
+        let registered: Vec<(usize, usize)> = outs.iter().map(|(_, _, r)| *r).collect();
+        if registered != results {
+            for (_, buf, _) in &outs {
+                buf.release_borrowed(false);
+            }
+            return Err(RtError::internal(format!(
+                "kernel_end: device {device} wrote its outputs in place at {} but received the result                  buffers {} (XLA copied an output between its allocation and kernel end; please                  report this program)",
+                ranges_repr(&registered),
+                ranges_repr(results)
+            )));
+        }
+        for (_, buf, _) in &outs {
+            buf.finish_direct();
+        }
+        Ok(())
+    }
+
     /// Ends every borrow of `device`'s buffers (see
     /// [`Buffer::release_borrowed`]: `keep` copies the bytes for readers on
     /// other threads). Once this returns nothing refers to borrowed memory
@@ -247,6 +316,12 @@ fn take_id(shard: &Shard, device: u32, cores: &[u32]) -> Result<u32> {
         next[c as usize] += 1;
     }
     Ok(id)
+}
+
+/// `[addr+len, ...]` for an error message.
+fn ranges_repr(ranges: &[(usize, usize)]) -> String {
+    let items: Vec<String> = ranges.iter().map(|(at, len)| format!("{at:#x}+{len}")).collect();
+    format!("[{}]", items.join(", "))
 }
 
 /// Stock's `Buffer` checks: same rank, logical <= allocated per dim.

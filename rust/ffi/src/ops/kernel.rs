@@ -132,18 +132,44 @@ pub fn kernel_begin(c: &mut Call) -> Result<()> {
     out.write_words(DType::U32, &launch::split_handle(handle).map(u32::to_ne_bytes))
 }
 
-/// `kernel_end(token, handle, device, *inputs) -> token`: leaves the
-/// launch; the last device out tears it down. `inputs` are the device's
-/// borrowed inputs (`allocate_buffer`'s `borrow`), passed only so that XLA
-/// keeps them alive and unmodified until the borrow ends here.
+/// `kernel_end(token, handle, device, *inputs, *outputs) -> (token,
+/// *outputs)`: leaves the launch; the last device out tears it down.
+/// `inputs` are the device's borrowed inputs (`allocate_buffer`'s
+/// `borrow`), passed only so that XLA keeps them alive and unmodified until
+/// the borrow ends here. `outputs` (as many as results after the token,
+/// each aliased to its result) are the device's direct outputs
+/// (`allocate_buffer`'s `direct`), in allocation order: they must be the
+/// very memory the kernel wrote (an internal error otherwise).
 pub fn kernel_end(c: &mut Call) -> Result<()> {
-    let (handle, device) = device_target(c, 3..=usize::MAX, 1)?;
+    let n_out = c.frame.num_rets().max(1) - 1;
+    let (handle, device) = device_target(c, (3 + n_out)..=usize::MAX, 1 + n_out)?;
     check_borrows_kept_alive(c, handle, device)?;
     // A launch that failed elsewhere must not end quietly on this device.
     launch::with_runtime(handle, |rt| rt.check_failed_at(device, 0))?;
+    let results = direct_results(&c.frame, n_out)?;
+    launch::with_runtime(handle, |rt| rt.finish_direct_outputs(device, &results))?;
     launch::with_runtime(handle, |rt| super::trace::device_finished(handle, rt, device))?;
     launch::leave(handle, device);
     Ok(())
+}
+
+/// (address, length) of each of the `n` direct outputs: the last `n`
+/// operands, each the same memory as its result (XLA aliases them; a
+/// difference means the result is not what the kernel wrote).
+fn direct_results(f: &crate::frame::Frame, n: usize) -> Result<Vec<(usize, usize)>> {
+    let first = f.num_args() - n;
+    (0..n)
+        .map(|k| {
+            let (arg, ret) = (f.arg(first + k)?.byte_range()?, f.ret(1 + k)?.byte_range()?);
+            if arg != ret {
+                return Err(RtError::internal(format!(
+                    "kernel_end: direct output {k} arrives at {:#x} but its result is at {:#x} (not aliased)",
+                    arg.start, ret.start
+                )));
+            }
+            Ok((arg.start, arg.len()))
+        })
+        .collect()
 }
 
 /// Every input `device` borrows must be an operand of its `kernel_end`

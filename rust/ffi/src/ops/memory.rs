@@ -25,8 +25,19 @@ fn shape_attr(c: &Call, name: &str) -> Result<Option<Vec<usize>>> {
 /// Optional attribute `borrow` (non-zero): an HBM buffer on every core,
 /// unpadded, of a byte-sized dtype, uses `init`'s memory read-only instead
 /// of a copy; the caller must pass `init` to the device's `kernel_end` too.
+///
+/// Optional attribute `direct` (non-zero) with a result 2 of the buffer's
+/// dtype and shape: an HBM output buffer on every core, unpadded, without
+/// `init`, whose bytes are that XLA result buffer, written in place (no
+/// copy-out at kernel end). The caller must pass result 2 to the device's
+/// `kernel_end` as a direct output (aliased to a `kernel_end` result), with
+/// no other use: `kernel_end` checks it receives that same memory.
 pub fn allocate_buffer(c: &mut Call) -> Result<()> {
-    let (handle, device) = device_target(c, 4..=5, 2)?;
+    let rets = if c.frame.num_rets() == 3 { 3 } else { 2 };
+    let (handle, device) = device_target(c, 4..=5, rets)?;
+    if rets == 3 {
+        return allocate_direct(c, handle, device);
+    }
     let _site = c.enter_site();
     let core = c.frame.arg_opt_id(3, "core id")?;
     let space = space_attr(&c.frame, "space")?;
@@ -71,6 +82,49 @@ pub fn allocate_buffer(c: &mut Call) -> Result<()> {
         rt.allocate_buffer(device, core, space, dtype, &shape, logical.as_deref(), init)
     })?;
     c.frame.ret(1)?.write_i32(id as i32)
+}
+
+/// `allocate_buffer` of a direct output (see there): registers result 2's
+/// memory as the buffer's bytes.
+fn allocate_direct(c: &mut Call, handle: u64, device: u32) -> Result<()> {
+    let _site = c.enter_site();
+    let f = &c.frame;
+    if f.attr_i64_opt("direct")?.is_none_or(|v| v == 0) || f.num_args() != 4 {
+        return Err(RtError::internal("allocate_buffer: a third result needs attribute direct and no init"));
+    }
+    let core = f.arg_opt_id(3, "core id")?;
+    let space = space_attr(f, "space")?;
+    let dtype = DType::from_name(f.attr_str("dtype")?)?;
+    let shape =
+        shape_attr(c, "shape")?.ok_or_else(|| RtError::value("allocate_buffer: missing attribute \"shape\""))?;
+    let logical = shape_attr(c, "logical_shape")?;
+    let out = f.ret(2)?;
+    out.expect_dtype(dtype)?;
+    let direct_ok = core.is_none()
+        && space == MemorySpace::Hbm
+        && logical.as_ref().is_none_or(|l| *l == shape)
+        && !dtype.is_packed()
+        && out.dims.iter().map(|&d| d as usize).eq(shape.iter().copied());
+    if !direct_ok {
+        return Err(RtError::internal(format!(
+            "allocate_buffer: a direct output must be an unpadded HBM buffer on every core of a \
+             byte-sized dtype with result 2 of its shape (got {space:?} core {core:?}, shape {shape:?}, \
+             logical {logical:?}, {}, result {:?})",
+            dtype.name(),
+            out.dims
+        )));
+    }
+    let len = out.byte_len()?;
+    // SAFETY: result 2 is XLA's buffer for this call's result, which the
+    // interpreter passes on only to the device's `kernel_end` (aliased to a
+    // result of it, the attribute's contract, see `ffi/ops.py`): XLA keeps
+    // that memory for this value, untouched by anything else, until
+    // `kernel_end`, which checks the address and ends the borrow
+    // (`finish_direct_outputs`); leaving or failing ends it first otherwise.
+    let id = launch::with_runtime(handle, |rt| unsafe {
+        rt.allocate_direct_output(device, dtype, &shape, out.data as *mut u8, len)
+    })?;
+    f.ret(1)?.write_i32(id as i32)
 }
 
 /// Whether the optional `borrow` attribute asks for a borrowed input.
