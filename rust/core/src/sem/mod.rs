@@ -459,16 +459,18 @@ impl<T: Queued> SemTable<T> {
         }
         let cpd = self.topo.cores_per_device;
         let mut found: BTreeMap<(u32, u32, u32, u8), Leak> = BTreeMap::new();
+        let wanted = |g: u32| device.is_none_or(|want| want == g / cpd);
         for s in self.ids.all() {
             let mut nonzero = Vec::new();
-            s.for_each_nonzero(|off, g, count| nonzero.push((off, g, count, Vec::new())));
-            let pending = s.pending_work().into_iter().map(|(off, g, dmas)| (off, g, 0, dmas));
+            s.for_each_nonzero(|off, g, count| {
+                if wanted(g) {
+                    nonzero.push((off, g, count, Vec::new()));
+                }
+            });
+            let pending = s.pending_work(wanted).into_iter().map(|(off, g, dmas)| (off, g, 0, dmas));
             let alloc_site = s.site;
             for (off, g, count, dmas) in nonzero.into_iter().chain(pending) {
                 let (d, core) = (g / cpd, g % cpd);
-                if device.is_some_and(|want| want != d) {
-                    continue;
-                }
                 let sem = s.first + off;
                 let leak = found.entry((d, core, sem, s.kind as u8)).or_insert_with(|| Leak {
                     sem,

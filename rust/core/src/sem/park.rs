@@ -4,10 +4,11 @@
 //! task push, failure flag) and then reads `waiters` with an RMW; a parker
 //! takes its mutex, increments `waiters` and re-checks its condition before
 //! sleeping on the condvar. Both RMWs are ordered in `waiters`' modification
-//! order: either the waker's comes second and sees `waiters > 0` (and
-//! notifies under the mutex, which the parker only releases inside
-//! `Condvar::wait`), or it comes first and the parker's RMW synchronizes with
-//! it, so the parker's re-check sees the change.
+//! order: either the waker's comes second and sees `waiters > 0`, then
+//! takes and releases the mutex (which the parker only releases inside
+//! `Condvar::wait`, so the parker is then waiting) and notifies, or it comes
+//! first and the parker's RMW synchronizes with it, so the parker's re-check
+//! sees the change.
 
 use crate::error::RtError;
 use crate::sync::{lock, AtomicBool, AtomicU32, Condvar, IgnorePoison, Mutex, MutexGuard, Ordering};
@@ -45,7 +46,13 @@ impl Parker {
         // RMW acquires it and so sees the change. This needs no store-load
         // SeqCst ordering (which loom does not model).
         if self.waiters.fetch_add(0, Ordering::SeqCst) > 0 {
-            let _guard = lock(&self.state);
+            // Taking the lock orders this wake after a concurrent parker's
+            // re-check (the parker holds it from its increment until
+            // `Condvar::wait` releases it, atomically with starting to
+            // wait). Notifying after releasing it spares the woken thread
+            // from blocking at once on the lock the waker still holds (a
+            // second sleep and wake-up per hand-off).
+            drop(lock(&self.state));
             self.cv.notify_all();
         }
     }
