@@ -244,7 +244,7 @@ impl<T: Queued> SemTable<T> {
         let result = if added.is_none() { self.signal_slow(gcore, sem, inc) } else { Ok(()) };
         // Also after a failed add: a waiter may have parked while the count
         // was briefly over the limit, and must look again.
-        self.parkers[gcore as usize].wake();
+        self.parkers[gcore as usize].wake(Some(sem));
         result
     }
 
@@ -269,7 +269,7 @@ impl<T: Queued> SemTable<T> {
     /// Queues `task` to be run by a core waiting on `sem` on global core `gcore`.
     pub(crate) fn enqueue(&self, sem: u32, gcore: u32, task: T) -> Result<()> {
         self.ids.with(sem, |s, off| s.push_task(off, gcore, task))?;
-        self.parkers[gcore as usize].wake();
+        self.parkers[gcore as usize].wake(Some(sem));
         Ok(())
     }
 
@@ -502,7 +502,7 @@ impl<T: Queued> SemTable<T> {
     pub fn fail(&self, err: RtError) -> RtError {
         let root = self.failure.record(err);
         for p in self.parkers.iter() {
-            p.wake();
+            p.wake(None);
         }
         self.barrier.wake_all();
         root
