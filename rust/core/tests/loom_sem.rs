@@ -10,9 +10,14 @@ use mosaic_rt_core::SemKind;
 use mosaic_rt_core::{Config, ErrorKind, RtError};
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
     // Bound 5 explores these 2-3 thread models in ~5 s (unbounded: ~5 min).
-    builder.preemption_bound = Some(5);
+    model_bounded(5, f);
+}
+
+/// Three threads that each park or wake: bound 3 keeps them to seconds.
+fn model_bounded(bound: usize, f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(bound);
     builder.check(f);
 }
 
@@ -101,5 +106,70 @@ fn barrier_of_two_devices_and_failure() {
         });
         assert_eq!(t.device_barrier(0, &|| {}).unwrap_err().kind, ErrorKind::Aborted);
         failer.join().unwrap();
+    });
+}
+
+/// A table on `devices` x 1 cores with two regular semaphores, no timeout.
+fn table_of_two(devices: u32) -> (Arc<SemTable>, u32, u32) {
+    let config = Config { num_devices: devices, wait_timeout: None, ..Config::default() };
+    let table = SemTable::new(&config);
+    let first = table.allocate(0, None, SemKind::Regular, 2).unwrap();
+    (Arc::new(table), first, first + 1)
+}
+
+#[test]
+fn a_signal_of_another_semaphore_does_not_hide_the_awaited_one() {
+    // Wakers skip a parked core that waits on another semaphore: the skip
+    // must never swallow the wake-up of the awaited one.
+    model(|| {
+        let (t, a, b) = table_of_two(2);
+        let t2 = Arc::clone(&t);
+        let signaller = thread::spawn(move || {
+            t2.signal(1, 0, b, 1, Some(0), None).unwrap();
+            t2.signal(1, 0, a, 1, Some(0), None).unwrap();
+        });
+        wait(&t, 0, a, 1).unwrap();
+        signaller.join().unwrap();
+        assert_eq!(t.read(0, 0, a).unwrap(), 0);
+        assert_eq!(t.read(0, 0, b).unwrap(), 1);
+    });
+}
+
+#[test]
+fn racing_signals_of_both_semaphores_wake_the_waiter() {
+    // One waker may skip because a notify is pending (`notified`) or because
+    // its semaphore is not awaited, while the other's wake-up is in flight.
+    model_bounded(3, || {
+        let (t, a, b) = table_of_two(3);
+        let signallers: Vec<_> = [(1, b), (2, a)]
+            .into_iter()
+            .map(|(device, sem)| {
+                let t = Arc::clone(&t);
+                thread::spawn(move || t.signal(device, 0, sem, 1, Some(0), None).unwrap())
+            })
+            .collect();
+        wait(&t, 0, a, 1).unwrap();
+        for s in signallers {
+            s.join().unwrap();
+        }
+        assert_eq!(t.read(0, 0, a).unwrap(), 0);
+    });
+}
+
+#[test]
+fn two_waiters_on_one_core_wait_on_different_semaphores() {
+    // Only the record of one sleeper is kept: with two the wake-up must
+    // never be skipped (here the one for `a` is the only one coming).
+    model_bounded(3, || {
+        let (t, a, b) = table_of_two(1);
+        let t2 = Arc::clone(&t);
+        let other = thread::spawn(move || wait(&t2, 0, b, 1).unwrap());
+        let t3 = Arc::clone(&t);
+        let signaller = thread::spawn(move || t3.signal(0, 0, a, 1, None, None).unwrap());
+        wait(&t, 0, a, 1).unwrap();
+        t.signal(0, 0, b, 1, None, None).unwrap();
+        other.join().unwrap();
+        signaller.join().unwrap();
+        assert_eq!((t.read(0, 0, a).unwrap(), t.read(0, 0, b).unwrap()), (0, 0));
     });
 }

@@ -154,8 +154,11 @@ impl<T: Queued> SemBlock<T> {
     }
 
     /// Descriptions (with start sites) of the queued work that still has
-    /// something to do, per (off, gcore).
-    pub fn pending_work(&self) -> Vec<PendingWork> {
+    /// something to do, per (off, gcore), on the global cores `keep` accepts.
+    /// Filtering first matters: a device's leak check runs while other
+    /// devices' DMAs are still queued, and describing those (string
+    /// formatting under the queue lock) would only slow their owners down.
+    pub fn pending_work(&self, keep: impl Fn(u32) -> bool) -> Vec<PendingWork> {
         if self.queued.load(Ordering::SeqCst) == 0 {
             return Vec::new();
         }
@@ -164,6 +167,9 @@ impl<T: Queued> SemBlock<T> {
             .iter()
             .filter_map(|(&key, queue)| {
                 let (off, g) = ((key >> 32) as u32, key as u32);
+                if queue.is_empty() || !keep(g) {
+                    return None;
+                }
                 let pending: Vec<(String, SiteId)> =
                     queue.iter().filter_map(|t| Some((t.pending()?, t.site()))).collect();
                 (!pending.is_empty()).then_some((off, g, pending))

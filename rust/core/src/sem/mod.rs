@@ -244,7 +244,7 @@ impl<T: Queued> SemTable<T> {
         let result = if added.is_none() { self.signal_slow(gcore, sem, inc) } else { Ok(()) };
         // Also after a failed add: a waiter may have parked while the count
         // was briefly over the limit, and must look again.
-        self.parkers[gcore as usize].wake();
+        self.parkers[gcore as usize].wake(Some(sem));
         result
     }
 
@@ -269,7 +269,7 @@ impl<T: Queued> SemTable<T> {
     /// Queues `task` to be run by a core waiting on `sem` on global core `gcore`.
     pub(crate) fn enqueue(&self, sem: u32, gcore: u32, task: T) -> Result<()> {
         self.ids.with(sem, |s, off| s.push_task(off, gcore, task))?;
-        self.parkers[gcore as usize].wake();
+        self.parkers[gcore as usize].wake(Some(sem));
         Ok(())
     }
 
@@ -459,16 +459,18 @@ impl<T: Queued> SemTable<T> {
         }
         let cpd = self.topo.cores_per_device;
         let mut found: BTreeMap<(u32, u32, u32, u8), Leak> = BTreeMap::new();
+        let wanted = |g: u32| device.is_none_or(|want| want == g / cpd);
         for s in self.ids.all() {
             let mut nonzero = Vec::new();
-            s.for_each_nonzero(|off, g, count| nonzero.push((off, g, count, Vec::new())));
-            let pending = s.pending_work().into_iter().map(|(off, g, dmas)| (off, g, 0, dmas));
+            s.for_each_nonzero(|off, g, count| {
+                if wanted(g) {
+                    nonzero.push((off, g, count, Vec::new()));
+                }
+            });
+            let pending = s.pending_work(wanted).into_iter().map(|(off, g, dmas)| (off, g, 0, dmas));
             let alloc_site = s.site;
             for (off, g, count, dmas) in nonzero.into_iter().chain(pending) {
                 let (d, core) = (g / cpd, g % cpd);
-                if device.is_some_and(|want| want != d) {
-                    continue;
-                }
                 let sem = s.first + off;
                 let leak = found.entry((d, core, sem, s.kind as u8)).or_insert_with(|| Leak {
                     sem,
@@ -500,7 +502,7 @@ impl<T: Queued> SemTable<T> {
     pub fn fail(&self, err: RtError) -> RtError {
         let root = self.failure.record(err);
         for p in self.parkers.iter() {
-            p.wake();
+            p.wake(None);
         }
         self.barrier.wake_all();
         root

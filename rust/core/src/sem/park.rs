@@ -4,10 +4,21 @@
 //! task push, failure flag) and then reads `waiters` with an RMW; a parker
 //! takes its mutex, increments `waiters` and re-checks its condition before
 //! sleeping on the condvar. Both RMWs are ordered in `waiters`' modification
-//! order: either the waker's comes second and sees `waiters > 0` (and
-//! notifies under the mutex, which the parker only releases inside
-//! `Condvar::wait`), or it comes first and the parker's RMW synchronizes with
-//! it, so the parker's re-check sees the change.
+//! order: either the waker's comes second and sees `waiters > 0`, then
+//! takes and releases the mutex (which the parker only releases inside
+//! `Condvar::wait`, so the parker is then waiting) and notifies, or it comes
+//! first and the parker's RMW synchronizes with it, so the parker's re-check
+//! sees the change.
+//!
+//! A waker holding the mutex may skip the notify (the futex wake-up, a
+//! context switch and an inter-processor interrupt) when it cannot matter:
+//! * `notified`: every sleeping thread has been notified since it began to
+//!   sleep and has not yet re-taken the mutex; it re-checks after it does,
+//!   i.e. after this waker's change.
+//! * the only thread parked here waits on another semaphore: a change to
+//!   this one cannot make it ready (ring kernels let a device run steps
+//!   ahead of its right neighbour, whose every DMA start would otherwise
+//!   wake it).
 
 use crate::error::RtError;
 use crate::sync::{lock, AtomicBool, AtomicU32, Condvar, IgnorePoison, Mutex, MutexGuard, Ordering};
@@ -22,7 +33,12 @@ pub struct WaitRecord {
 
 #[derive(Default)]
 pub(crate) struct ParkState {
+    /// The record of the last thread that went to sleep here, while it
+    /// sleeps (cleared when a sleeper wakes).
     pub waiting_on: Option<WaitRecord>,
+    /// Every sleeping thread has been notified (cleared when one starts to
+    /// sleep).
+    notified: bool,
 }
 
 /// One per global core.
@@ -37,17 +53,40 @@ impl Parker {
         Parker { waiters: AtomicU32::new(0), state: Mutex::new(ParkState::default()), cv: Condvar::new() }
     }
 
-    /// Wakes the threads parked here, if any. Call after publishing the change.
+    /// Wakes the threads parked here, if any, for a change to semaphore
+    /// `sem` (`None`: a change any waiter must see, e.g. a failure). Call
+    /// after publishing the change.
     #[inline]
-    pub fn wake(&self) {
+    pub fn wake(&self, sem: Option<u32>) {
         // An RMW, not a load: it reads the latest `waiters` in modification
         // order, and if it comes before the parker's increment the parker's
         // RMW acquires it and so sees the change. This needs no store-load
         // SeqCst ordering (which loom does not model).
         if self.waiters.fetch_add(0, Ordering::SeqCst) > 0 {
-            let _guard = lock(&self.state);
-            self.cv.notify_all();
+            self.wake_slow(sem);
         }
+    }
+
+    #[inline(never)]
+    fn wake_slow(&self, sem: Option<u32>) {
+        // Under the lock a parker is either sleeping or not yet re-checking
+        // (it holds the lock from its increment until `Condvar::wait`
+        // releases it); `waiters` changes only under the lock, so it counts
+        // exactly the threads between those points.
+        let mut st = lock(&self.state);
+        let other_sem = match (sem, st.waiting_on) {
+            (Some(s), Some(w)) => w.sem != s && self.waiters.load(Ordering::SeqCst) == 1,
+            _ => false,
+        };
+        if st.notified || other_sem {
+            return;
+        }
+        st.notified = true;
+        // Notifying after releasing the lock spares the woken thread from
+        // blocking at once on the lock the waker still holds (a second
+        // sleep and wake-up per hand-off).
+        drop(st);
+        self.cv.notify_all();
     }
 
     /// Sleeps until woken or `deadline`, unless `ready()` already holds once
@@ -73,6 +112,7 @@ impl Parker {
                 self.waiters.fetch_sub(1, Ordering::SeqCst);
                 return Err(deadlock);
             }
+            guard.notified = false;
             let (g, t) = self.sleep(guard, deadline);
             guard = g;
             timed_out = t;
