@@ -37,8 +37,22 @@ struct Meta {
 
 const NO_META: Meta = Meta { ty: ScalarType::Bool, rank: 0, dims_at: 0 };
 
-/// The values of one evaluation (inputs, then one per instruction).
+/// The values of one evaluation (inputs, then one per instruction). An
+/// evaluation writes every value before reading it, so one `Values` can be
+/// reused across evaluations without clearing (1 KiB a call otherwise).
 pub struct Values([u64; MAX_VALUES]);
+
+impl Values {
+    pub const fn new() -> Values {
+        Values([0u64; MAX_VALUES])
+    }
+}
+
+impl Default for Values {
+    fn default() -> Self {
+        Values::new()
+    }
+}
 
 /// A validated program over its words.
 pub struct Program<'a> {
@@ -209,7 +223,13 @@ impl<'a> Program<'a> {
     /// Every value of the program; `input(i)` gives input i's bytes, whose
     /// lengths the caller checked ([`Program::check_input`]).
     pub fn eval<'b>(&self, input: impl Fn(usize) -> &'b [u8]) -> Values {
-        let mut vals = Values([0u64; MAX_VALUES]);
+        let mut vals = Values::new();
+        self.eval_into(&mut vals, input);
+        vals
+    }
+
+    /// [`Program::eval`] into `vals` (whatever it held before).
+    pub fn eval_into<'b>(&self, vals: &mut Values, input: impl Fn(usize) -> &'b [u8]) {
         for i in 0..self.layout.n_inputs {
             if self.layout.meta[i].rank == 0 {
                 vals.0[i] = self.layout.meta[i].ty.read(input(i), 0);
@@ -241,7 +261,6 @@ impl<'a> Program<'a> {
                 _ => ops::binary(op, ty, arg(0), arg(1)),
             };
         }
-        vals
     }
 
     /// (type, canonical value) of output `j < num_outputs()`.
