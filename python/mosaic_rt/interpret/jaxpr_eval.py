@@ -143,12 +143,13 @@ def _eval_with(eqn, i, env, computed, ctx, token):
     """Equation i with what the scalar programs computed for it: its
     semaphore ids, its clamped branch index, its branches' hoisted items."""
     if eqn.primitive is lax.cond_p:
-        index, *args = env.read_many(eqn.invars)
+        args = env.read_many(eqn.invars[1:])
         branches = eqn.params["branches"]
         presets = [scalar_items.branch_preset(i, k, computed) for k in range(len(branches))]
         clamped = computed.get(("clamp", i))
-        if clamped is not None:
+        if clamped is not None:  # (the index itself may not be emitted at all)
             return _switch(eqn, clamped, args, ctx, token, presets)
+        index = env.read(eqn.invars[0])
         if not isinstance(index, jx.Tracer):
             # Known at trace time: emit only the branch taken.
             k = min(max(int(index), 0), len(branches) - 1)

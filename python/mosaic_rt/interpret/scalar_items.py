@@ -132,10 +132,18 @@ def around(eqn, j: int, plan) -> list[Item]:
     return items
 
 
+def clamps(eqn) -> bool:
+    """Whether `eqn` is a `cond` whose index an item clamps."""
+    if eqn.primitive is not lax.cond_p:
+        return False
+    index = eqn.invars[0]
+    return not isinstance(index, jx.Literal) and index.aval.dtype == _I32
+
+
 def _cond_items(eqn, j, plan) -> list[Item]:
     index = eqn.invars[0]
     items = []
-    if not isinstance(index, jx.Literal) and index.aval.dtype == _I32:
+    if clamps(eqn):
         top = len(eqn.params["branches"]) - 1
         items.append(Item(
             (("clamp", j),), (index,), 3, j,

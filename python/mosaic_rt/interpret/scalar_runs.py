@@ -87,69 +87,69 @@ def _plan(jaxpr, count) -> Plan:
     # Where each value becomes available, and where it is first needed.
     defined_at = {v: j + 1 for j, e in enumerate(eqns) if j not in absorbed for v in e.outvars}
     by_key = {k: m for m, it in enumerate(items) for k in it.keys}
-    first_use: dict = {}
+    readers: dict = {}       # key -> indices of the items reading it
+    for m, it in enumerate(items):
+        for d in it.deps:
+            if not isinstance(d, jx.Literal) and d in by_key:
+                readers.setdefault(d, []).append(m)
+    outside: dict = {}       # var -> first non-item equation (n: the result) reading it
     for j, e in enumerate(eqns):
         if j not in absorbed:
+            # A cond whose index is clamped by an item reads the clamped
+            # index (or, when that is a constant, the index's constant value).
+            skip = e.invars[0] if scalar_items.clamps(e) else None
             for v in e.invars:
-                if not isinstance(v, jx.Literal):
-                    first_use.setdefault(v, j)
+                if not isinstance(v, jx.Literal) and v is not skip:
+                    outside.setdefault(v, j)
     for v in jaxpr.outvars:
         if not isinstance(v, jx.Literal):
-            first_use.setdefault(v, n)
+            outside.setdefault(v, n)
 
     earliest = []
     for it in items:
         at = 0
         for d in it.deps:
-            if isinstance(d, jx.Literal):
-                continue
-            m = by_key.get(d)
-            at = max(at, earliest[m] if m is not None else defined_at.get(d, 0))
+            if not isinstance(d, jx.Literal):
+                m = by_key.get(d)
+                at = max(at, earliest[m] if m is not None else defined_at.get(d, 0))
         earliest.append(at)
-    latest = [0] * len(items)
-    used_outside = [it.exported for it in items]  # read by a non-item or the jaxpr's result
+    latest = [-1] * len(items)  # -1: dead, nothing reads it
+    used_outside = [it.exported or any(k in outside for k in it.keys) for it in items]
     for m in range(len(items) - 1, -1, -1):
         it = items[m]
-        at = it.origin if it.exported else _NEVER
+        at = min((outside[k] for k in it.keys if k in outside),
+                 default=it.origin if it.exported else _NEVER)
         for k in it.keys:
-            if k in first_use:
-                at = min(at, first_use[k])
-                used_outside[m] = True
-        if at == _NEVER:  # dead: nothing reads it
-            latest[m] = -1
-            continue
-        latest[m] = at
-        for d in it.deps:
-            if not isinstance(d, jx.Literal) and d in by_key:
-                first_use[d] = min(first_use.get(d, n), at)
+            for r in readers.get(k, ()):
+                if latest[r] >= 0:
+                    at = min(at, latest[r])
+        if at != _NEVER:
+            latest[m] = at
 
     # Interval stabbing: the fewest points covering every item's interval.
     point_of = [-1] * len(items)
     point = -1
     for m in sorted((m for m in range(len(items)) if latest[m] >= 0), key=lambda m: latest[m]):
-        if point < earliest[m] or point < 0:
+        if point < 0 or point < earliest[m]:
             point = latest[m]
         point_of[m] = point
     groups: dict[int, list] = {}
+    exports: dict[int, set] = {}
     for m, p in enumerate(point_of):
-        if p >= 0:
-            groups.setdefault(p, []).append(items[m])
-    exports: dict[int, set] = {p: set() for p in groups}
-    for m, it in enumerate(items):
-        if point_of[m] < 0:
+        if p < 0:
             continue
-        readers = {point_of[r] for r, other in enumerate(items)
-                   if point_of[r] >= 0 and any(k in other.deps for k in it.keys)}
-        if used_outside[m] or readers - {point_of[m]}:
-            exports[point_of[m]].update(it.keys)
+        groups.setdefault(p, []).append(items[m])
+        keys = items[m].keys
+        if used_outside[m] or any(point_of[r] != p for k in keys for r in readers.get(k, ())):
+            exports.setdefault(p, set()).update(keys)
     # Dead equation items are absorbed too (never evaluated: nothing reads them).
-    entry, entry_needed = _entry(jaxpr, items, latest, used_outside, by_key)
+    entry, entry_needed = _entry(jaxpr, items, latest, used_outside, by_key, readers)
     return Plan({p: tuple(g) for p, g in groups.items()},
-                {p: frozenset(e) for p, e in exports.items()},
+                {p: frozenset(exports.get(p, ())) for p in groups},
                 frozenset(absorbed), entry, entry_needed)
 
 
-def _entry(jaxpr, items, latest, used_outside, by_key):
+def _entry(jaxpr, items, latest, used_outside, by_key, readers):
     """The items that read only `jaxpr.invars`, literals and each other,
     and which of their keys the rest of the jaxpr reads."""
     invars = set(jaxpr.invars)
@@ -164,12 +164,10 @@ def _entry(jaxpr, items, latest, used_outside, by_key):
             entry.append(it)
     needed = set()
     for m in entry_ids:
-        it = items[m]
-        readers_outside = used_outside[m] or any(
-            r not in entry_ids and any(k in other.deps for k in it.keys)
-            for r, other in enumerate(items) if latest[r] >= 0)
-        if readers_outside:
-            needed.update(it.keys)
+        keys = items[m].keys
+        if used_outside[m] or any(r not in entry_ids and latest[r] >= 0
+                                  for k in keys for r in readers.get(k, ())):
+            needed.update(keys)
     return tuple(entry), frozenset(needed)
 
 
