@@ -680,6 +680,30 @@ mod tests {
     }
 
     #[test]
+    fn reused_values_do_not_leak_into_the_next_evaluation() {
+        // A long program, then a short one whose values overlap its slots.
+        let mut long = B::default();
+        let x = long.input(I32, &[]);
+        let mut v = x;
+        for _ in 0..20 {
+            v = long.op(Op::Mul, I32, &[v, v], 0);
+        }
+        long.outputs.push(v);
+        let mut short = B::default();
+        let y = short.input(I32, &[]);
+        let one = short.konst(I32, 1);
+        let s = short.op(Op::Add, I32, &[y, one], 0);
+        short.outputs.push(s);
+        let (lw, sw) = (long.words(), short.words());
+        let mut vals = Values::new();
+        let three = 3i32.to_ne_bytes();
+        Program::decode(&lw).unwrap().eval_into(&mut vals, |_| &three[..]);
+        let p = Program::decode(&sw).unwrap();
+        p.eval_into(&mut vals, |_| &three[..]);
+        assert_eq!(p.output(&vals, 0).1, 4);
+    }
+
+    #[test]
     fn buffers_of_the_wrong_size_are_rejected() {
         let mut b = B::default();
         let x = b.input(I32, &[]);
