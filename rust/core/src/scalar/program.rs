@@ -289,12 +289,37 @@ impl<'a> Program<'a> {
 /// Entries match by content, so a reused address of other words never
 /// matches wrongly; when full, the oldest entry goes.
 pub struct DecodeCache {
-    entries: Vec<(Vec<i64>, Layout)>,
+    entries: Vec<Entry>,
     oldest: usize,
+}
+
+struct Entry {
+    words: Vec<i64>,
+    layout: Layout,
+    /// [`fingerprint`] of `words`, and the address they were last seen at:
+    /// a call at that address with that fingerprint and length is this
+    /// program without comparing every word (which costs more than the
+    /// program's evaluation).
+    fingerprint: u64,
+    seen_at: usize,
 }
 
 /// Programs a [`DecodeCache`] keeps.
 const CACHED_PROGRAMS: usize = 32;
+
+/// The multiplier of [`fingerprint`] (odd: every power is distinct mod 2^64).
+const FINGERPRINT_BASE: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// `sum(words[i] * B^(i+1)) mod 2^64` (`mosaic_rt.interpret.scalar_program`
+/// computes the same with numpy and passes it with the words).
+pub fn fingerprint(words: &[i64]) -> u64 {
+    let (mut h, mut p) = (0u64, FINGERPRINT_BASE);
+    for &w in words {
+        h = h.wrapping_add((w as u64).wrapping_mul(p));
+        p = p.wrapping_mul(FINGERPRINT_BASE);
+    }
+    h
+}
 
 impl DecodeCache {
     pub const fn new() -> DecodeCache {
@@ -304,23 +329,49 @@ impl DecodeCache {
     /// `Program::decode(words)`, from the cache when these words were
     /// decoded before.
     pub fn decode<'a>(&'a mut self, words: &'a [i64]) -> Result<Program<'a>> {
-        let k = match self.entries.iter().position(|(w, _)| w.as_slice() == words) {
+        let k = self.find_or_decode(words)?;
+        Ok(Program { words, layout: LayoutRef::Cached(&self.entries[k].layout) })
+    }
+
+    /// [`DecodeCache::decode`] of words whose [`fingerprint`] the caller
+    /// states: when the same words were seen at the same address, no word
+    /// is compared.
+    pub fn decode_fingerprinted<'a>(&'a mut self, words: &'a [i64], fingerprint_: u64) -> Result<Program<'a>> {
+        let at = words.as_ptr() as usize;
+        let hit = self
+            .entries
+            .iter()
+            .position(|e| e.seen_at == at && e.fingerprint == fingerprint_ && e.words.len() == words.len());
+        let k = match hit {
             Some(k) => k,
             None => {
-                let layout = *Program::decode(words)?.layout;
-                let entry = (words.to_vec(), layout);
-                if self.entries.len() < CACHED_PROGRAMS {
-                    self.entries.push(entry);
-                    self.entries.len() - 1
-                } else {
-                    let k = self.oldest;
-                    self.entries[k] = entry;
-                    self.oldest = (k + 1) % CACHED_PROGRAMS;
-                    k
+                if fingerprint(words) != fingerprint_ {
+                    return Err(bad(format!(
+                        "fingerprint {fingerprint_:#x} does not match its words (a mosaic_rt build mismatch)"
+                    )));
                 }
+                let k = self.find_or_decode(words)?;
+                self.entries[k].seen_at = at;
+                k
             }
         };
-        Ok(Program { words, layout: LayoutRef::Cached(&self.entries[k].1) })
+        Ok(Program { words, layout: LayoutRef::Cached(&self.entries[k].layout) })
+    }
+
+    fn find_or_decode(&mut self, words: &[i64]) -> Result<usize> {
+        if let Some(k) = self.entries.iter().position(|e| e.words.as_slice() == words) {
+            return Ok(k);
+        }
+        let layout = *Program::decode(words)?.layout;
+        let entry = Entry { words: words.to_vec(), layout, fingerprint: fingerprint(words), seen_at: 0 };
+        if self.entries.len() < CACHED_PROGRAMS {
+            self.entries.push(entry);
+            return Ok(self.entries.len() - 1);
+        }
+        let k = self.oldest;
+        self.entries[k] = entry;
+        self.oldest = (k + 1) % CACHED_PROGRAMS;
+        Ok(k)
     }
 }
 
@@ -677,6 +728,37 @@ mod tests {
             assert_eq!(p.output(&p.eval(|_| &[]), 0).1, k as u64);
         }
         assert_eq!(cache.entries.len(), CACHED_PROGRAMS);
+    }
+
+    #[test]
+    fn fingerprinted_lookups_check_the_fingerprint_and_match_by_address() {
+        let mut b = B::default();
+        let x = b.input(I32, &[]);
+        let y = b.op(Op::Neg, I32, &[x], 0);
+        b.outputs.push(y);
+        let words = b.words();
+        let mut other = words.clone();
+        other[other.len() - 5] = Op::Not.code(); // same length, another op
+        let input = 5i32.to_ne_bytes();
+        let mut cache = DecodeCache::new();
+        for _ in 0..2 {
+            for (w, want) in [(&words, -5i64), (&other, !5i64)] {
+                let p = cache.decode_fingerprinted(w, fingerprint(w)).unwrap();
+                assert_eq!(p.output(&p.eval(|_| &input[..]), 0).1, want as u64);
+            }
+        }
+        assert_eq!(cache.entries.len(), 2);
+        let e = cache.decode_fingerprinted(&words, fingerprint(&words) ^ 1).err().unwrap();
+        assert!(e.message.contains("does not match its words"), "{}", e.message);
+        // Other words at an address seen before (a freed program's) are
+        // decoded, not taken for the old ones.
+        let mut reused = words.clone();
+        let at = reused.as_ptr();
+        cache.decode_fingerprinted(&reused, fingerprint(&reused)).unwrap();
+        reused.copy_from_slice(&other);
+        assert_eq!(reused.as_ptr(), at);
+        let p = cache.decode_fingerprinted(&reused, fingerprint(&reused)).unwrap();
+        assert_eq!(p.output(&p.eval(|_| &input[..]), 0).1, !5i64 as u64);
     }
 
     #[test]
