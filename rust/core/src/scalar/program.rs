@@ -738,7 +738,9 @@ mod tests {
         b.outputs.push(y);
         let words = b.words();
         let mut other = words.clone();
-        other[other.len() - 5] = Op::Not.code(); // same length, another op
+        // Same length, another op (header 4 words, the input 2, then the op).
+        assert_eq!(other[6], Op::Neg.code());
+        other[6] = Op::Not.code();
         let input = 5i32.to_ne_bytes();
         let mut cache = DecodeCache::new();
         for _ in 0..2 {
