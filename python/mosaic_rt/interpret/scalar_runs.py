@@ -60,7 +60,7 @@ def plan(jaxpr, count: int | None = None) -> Plan:
     hit = _PLANS.get(key)
     if hit is not None and hit[0] is jaxpr:
         return hit[1]
-    if len(_PLANS) > 4096:  # plans of jaxprs traced long ago
+    if len(_PLANS) > 512:  # plans of jaxprs traced long ago (they hold the jaxprs)
         _PLANS.clear()
     result = _plan(jaxpr, count)
     _PLANS[key] = (jaxpr, result)
