@@ -231,3 +231,80 @@ def test_dma_kernels_compile_almost_no_fusions(case, most):
     # comparison keeps this test meaningful should XLA change its fusion).
     stock, _ = _fusions(program(pltpu.InterpretParams()), args)
     assert stock > count + 8, (stock, count)
+
+
+# ------------------------------------------------- folded scalar programs
+
+_SCALAR_CALL = re.compile(r'custom_call_target="mosaic_rt_scalar_program"')
+
+
+def _scalar_calls(fn, args) -> int:
+    hlo = fn.lower(*args).compile().as_text()
+    return sum(bool(_SCALAR_CALL.search(ln)) for ln in hlo.splitlines())
+
+
+def test_pipeline_scalar_work_is_one_program_per_loop_step():
+    """The double-buffered pipeline's index math, semaphore lookups (also
+    those inside its `pl.when`s), branch clamps and loop counter are folded
+    into one program per loop step, plus one for the lookups before the
+    loop (they were 12 calls, 9 of them per step)."""
+    program, args = local.dma_pipeline(8)
+    assert _scalar_calls(program(mosaic_rt.InterpretParams()), args) == 2
+
+
+_signal = getattr(pl, "semaphore_signal", None) or pltpu.semaphore_signal
+_wait = getattr(pl, "semaphore_wait", None) or pltpu.semaphore_wait
+
+
+def _folding_kernel(idx_ref, x_hbm, o_ref, buf, sems, flags):
+    """Semaphore lookups at computed, loaded, negative and out-of-range
+    indices, in a loop, in (nested) `pl.when`s and next to a loaded index:
+    every one a scalar item some group folds."""
+    n = x_hbm.shape[0]
+
+    def step(i, acc):
+        slot = i % 3
+        k = (i * 5 + 1) % 3
+        copy = pltpu.make_async_copy(x_hbm.at[i], buf.at[slot], sems.at[slot])
+        copy.start()
+
+        @pl.when(i % 2 == 0)
+        def _():
+            _signal(flags.at[k % 2], 1)
+            _wait(flags.at[(k + 2) % 2], 1)
+
+        @pl.when(i % 2 == 1)
+        def _():
+            @pl.when(i > 2)
+            def _():
+                _signal(flags.at[1 - k % 2], 2)
+                _wait(flags.at[-1 - k % 2 + 2 - 2], 2)  # negative: from the end
+
+        j = idx_ref[i]  # an index known only after a load
+        _signal(flags.at[j], 3)
+        _wait(flags.at[j - 2 * (j // 2)], 3)
+        copy.wait()
+        o_ref[i] = buf[slot] * 2.0 + acc.astype(jnp.float32)
+        return acc + slot + k * (i < 5).astype(jnp.int32)
+
+    lax.fori_loop(0, n, step, jnp.int32(0))
+
+
+@pytest.mark.parametrize("detect_races", [False, True])
+def test_folded_lookups_and_loops_match_stock(detect_races):
+    n = 7
+    x = jnp.arange(n * 8 * 128, dtype=jnp.float32).reshape(n, 8, 128)
+    idx = jnp.asarray([0, 1, 1, 0, 1, 0, 0], jnp.int32)
+
+    def run(params):
+        call = pl.pallas_call(
+            _folding_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec(memory_space=pl.ANY)],
+            scratch_shapes=[pltpu.VMEM((3, 8, 128), jnp.float32), pltpu.SemaphoreType.DMA((3,)),
+                            pltpu.SemaphoreType.REGULAR((2,))],
+            interpret=params)
+        return np.asarray(jax.jit(call)(idx, x))
+
+    ours = run(mosaic_rt.InterpretParams(detect_races=detect_races))
+    stock = run(pltpu.InterpretParams(detect_races=detect_races))
+    np.testing.assert_array_equal(ours.view(np.uint8), stock.view(np.uint8))

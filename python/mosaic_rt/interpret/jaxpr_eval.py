@@ -9,6 +9,7 @@ int32 arrays of semaphore ids, indexed like the refs they stand for.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -21,7 +22,8 @@ from jax import lax
 
 from mosaic_rt import _native
 from mosaic_rt import jax_internals as jx
-from mosaic_rt.interpret import device_ids, native_calls, scalar_runs, sites, views
+from mosaic_rt.interpret import (device_ids, native_calls, scalar_items, scalar_runs, sites,
+                                  views)
 from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.interpret.regions import to_region
 
@@ -65,6 +67,9 @@ class Ctx:
     mosaic_params: jx.CompilerParams
     params: InterpretParams
     num_devices: int = 1
+    # Semaphore ids of the equation being evaluated, looked up by a scalar
+    # program already (by operand role: "dst"/"src" of a DMA start, "sem").
+    sem_ids: dict | None = None
 
     def replace(self, **changes) -> "Ctx":
         return dataclasses.replace(self, **changes)
@@ -82,59 +87,86 @@ def _wrapped(ctx: Ctx, device, core):
                                     num_cores=ctx.params.num_cores_per_device)
 
 
-def eval_jaxpr(jaxpr: jx.Jaxpr, *args, ctx: Ctx, token):
-    """Emits `jaxpr` for the core of `ctx`; returns (token, outputs). Runs
-    of rank-0 integer/bool equations become one native scalar program each
-    (`scalar_runs`), not XLA fusions."""
+def eval_jaxpr(jaxpr: jx.Jaxpr, *args, ctx: Ctx, token, preset=None):
+    """Emits `jaxpr` for the core of `ctx`; returns (token, outputs). Its
+    rank-0 integer/bool work runs as few native scalar programs as its data
+    flow allows (`scalar_runs`), not XLA fusions; `preset` holds what the
+    parent computed of it already (hoisted items, by key)."""
+    token, outs, _ = _eval_block(jaxpr, args, ctx, token, preset, None)
+    return token, outs
+
+
+def _eval_block(jaxpr, args, ctx: Ctx, token, preset, count):
+    """`eval_jaxpr`, also returning the keys its scalar programs computed
+    (with `count`: the counter step of a loop of `count` steps)."""
     sentinel = jnp.inf if ctx.params.skip_floating_point_ops else None
     env = jx.JaxprEnv(
         vars=jaxpr.constvars + jaxpr.invars, values=args,
         sentinel_for_floating_point_values=sentinel)
     eqns = jaxpr.eqns
-    runs = scalar_runs.plan(jaxpr)
-    clamped = None  # (cond eqn, its branch index clamped by the run before it)
-    i = 0
-    while i < len(eqns):
-        run = runs.get(i)
-        if run is not None:
-            emitted, index = _native_run(eqns[i:run.end], run, env)
-            if emitted:
-                clamped = (eqns[run.end], index) if index is not None else None
-                i = run.end
-                continue
+    plan = scalar_runs.plan(jaxpr, count)
+    computed = dict(preset or {})
+    for key, value in computed.items():
+        if not isinstance(key, tuple):
+            env.write(key, value)
+    for i in range(len(eqns) + 1):
+        group = plan.groups.get(i)
+        if group is not None:
+            _emit_group(group, plan.exports[i], env, computed, ctx)
+        if i == len(eqns) or i in plan.absorbed:
+            continue
         eqn = eqns[i]
         with jx.user_context(
                 eqn.source_info.traceback, name_stack=eqn.source_info.name_stack), \
                 sites.at(eqn.source_info):
-            if clamped is not None and clamped[0] is eqn:
-                token, out = _switch(eqn, clamped[1], env.read_many(eqn.invars[1:]), ctx, token)
-            else:
-                token, out = _eval_eqn(eqn, env, ctx, token)
-        clamped = None
+            token, out = _eval_with(eqn, i, env, computed, ctx, token)
         out = out if eqn.primitive.multiple_results else [out]
         env.write_many(eqn.outvars, out)
-        i += 1
-    return token, env.read_many(jaxpr.outvars)
+    return token, env.read_many(jaxpr.outvars), computed
 
 
-def _native_run(eqns, run, env):
-    """Emits a run of scalar equations natively and writes its outputs.
-    Returns (whether emitted -- not when all its operands are constants --,
-    the clamped index of the cond after it or None)."""
-    eqn = eqns[0]
-    with jx.user_context(eqn.source_info.traceback, name_stack=eqn.source_info.name_stack):
-        result = scalar_runs.emit(eqns, run, env.read)
-    if result is None:
-        return False, None
-    values, clamped = result
-    env.write_many(run.outputs, values)
-    return True, clamped
+def _emit_group(group, exports, env, computed, ctx):
+    """Emits one group of scalar items (`scalar_runs.emit_group`)."""
+    def eval_concrete(eqn):
+        token, out = _eval_eqn(eqn, env, ctx, None)
+        env.write_many(eqn.outvars, out if eqn.primitive.multiple_results else [out])
+
+    first = next((it.eqn for it in group if it.eqn is not None), None)
+    info = first.source_info if first is not None else None
+    with (jx.user_context(info.traceback, name_stack=info.name_stack)
+          if info is not None else contextlib.nullcontext()):
+        scalar_runs.emit_group(group, exports, read=env.read, computed=computed,
+                               write=env.write, eval_concrete=eval_concrete)
 
 
-def eval_closed(closed, *args, ctx: Ctx, token):
+def _eval_with(eqn, i, env, computed, ctx, token):
+    """Equation i with what the scalar programs computed for it: its
+    semaphore ids, its clamped branch index, its branches' hoisted items."""
+    if eqn.primitive is lax.cond_p:
+        args = env.read_many(eqn.invars[1:])
+        branches = eqn.params["branches"]
+        presets = [scalar_items.branch_preset(i, k, computed) for k in range(len(branches))]
+        clamped = computed.get(("clamp", i))
+        if clamped is not None:  # (the index itself may not be emitted at all)
+            return _switch(eqn, clamped, args, ctx, token, presets)
+        index = env.read(eqn.invars[0])
+        if not isinstance(index, jx.Tracer):
+            # Known at trace time: emit only the branch taken.
+            k = min(max(int(index), 0), len(branches) - 1)
+            return eval_closed(branches[k], *args, ctx=ctx, token=token, preset=presets[k])
+        return _switch(eqn, scalar_runs.clamp_index(index, len(branches)), args, ctx,
+                       token, presets)
+    sem_ids = {key[2]: v for key, v in computed.items()
+               if isinstance(key, tuple) and key[0] == "sem" and key[1] == i}
+    if sem_ids:
+        ctx = ctx.replace(sem_ids=sem_ids)
+    return _eval_eqn(eqn, env, ctx, token)
+
+
+def eval_closed(closed, *args, ctx: Ctx, token, preset=None):
     """Emits a closed jaxpr (an eqn param), consts first."""
     jaxpr, consts = jx.closed_jaxpr_parts(closed)
-    return eval_jaxpr(jaxpr, *consts, *args, ctx=ctx, token=token)
+    return eval_jaxpr(jaxpr, *consts, *args, ctx=ctx, token=token, preset=preset)
 
 
 _RULES: dict[Any, Any] = {}
@@ -311,15 +343,27 @@ def _cond(eqn, read, ctx, token):
     return _switch(eqn, scalar_runs.clamp_index(index, branches), args, ctx, token)
 
 
-def _switch(eqn, index, args, ctx, token):
+def _switch(eqn, index, args, ctx, token, presets=None):
     """The conditional of a `cond` equation on an int32 index already
-    clamped to its branches (as lax.switch clamps, but natively)."""
+    clamped to its branches (as lax.switch clamps, but natively). The
+    branches' hoisted scalar values (`presets`) are extra operands."""
+    branches = eqn.params["branches"]
+    presets = presets or [{}] * len(branches)
+    keys = [list(p) for p in presets]
+    extra = [v for p in presets for v in p.values()]
+    nargs = len(args)
 
-    def branch(closed):
-        return lambda tok, *a: eval_closed(closed, *a, ctx=ctx, token=tok)
+    def branch(k, closed):
+        start = nargs + sum(len(ks) for ks in keys[:k])
+
+        def run(tok, *a):
+            preset = dict(zip(keys[k], a[start:start + len(keys[k])]))
+            return eval_closed(closed, *a[:nargs], ctx=ctx, token=tok, preset=preset)
+
+        return run
 
     return jx.switch_on_clamped_index(
-        index, [branch(b) for b in eqn.params["branches"]], (token, *args))
+        index, [branch(k, b) for k, b in enumerate(branches)], (token, *args, *extra))
 
 
 @_rule(lax.scan_p)
@@ -350,15 +394,17 @@ def _scan_has_no_ys(params, num_carry: int) -> bool:
 
 def _counted_loop(p, consts, init, length: int, ctx, token):
     """A scan without xs or ys (a fori_loop) as a while loop whose counter
-    and condition are one native call per step: lax.scan's own counter
-    would be two XLA fusions (add, compare)."""
+    and condition are computed by the body's first scalar program (lax.scan's
+    own counter would be two XLA fusions: add, compare)."""
+
+    jaxpr, body_consts = jx.closed_jaxpr_parts(p["jaxpr"])
 
     def step(carry):
         tok, i, c, _ = carry
-        tok, res = eval_closed(p["jaxpr"], *consts, *c, ctx=ctx, token=tok)
+        tok, res, computed = _eval_block(jaxpr, (*body_consts, *consts, *c), ctx, tok,
+                                         {scalar_items.COUNTER: i}, length)
         c, _ = jx.scan_body_results(p, res)
-        i, go = scalar_runs.count_step(i, length)
-        return tok, i, c, go
+        return tok, computed[scalar_items.COUNT_NEXT], c, computed[scalar_items.COUNT_GO]
 
     token, _, carry, _ = lax.while_loop(
         lambda c: c[3], step, (token, np.int32(0), list(init), np.bool_(True)))
@@ -528,9 +574,12 @@ def _prng_random_bits(eqn, read, ctx, token):
 
 # -------------------------------------------------------------- semaphores
 
-def _sem_ids(sem, transforms):
+def _sem_ids(ctx, role, sem, transforms):
     """The ids a (transformed) semaphore ref names: one integer index per
-    dimension of an id array is a native lookup (no dynamic-slice fusion)."""
+    dimension of an id array is a native lookup (no dynamic-slice fusion),
+    usually done by a scalar program of the block already (`ctx.sem_ids`)."""
+    if ctx.sem_ids is not None and role in ctx.sem_ids:
+        return ctx.sem_ids[role]
     transforms = [t for t in (transforms or ()) if t is not None]
     if len(transforms) == 1 and isinstance(transforms[0], jx.NDIndexer):
         indices = transforms[0].indices
@@ -569,8 +618,8 @@ def _dma_start(eqn, read, ctx, token):
         token, ctx.handle, ctx.device_id, ctx.core,
         src_space=space_code(src_space), src=src, src_region=to_region(src_transforms),
         dst_space=space_code(dst_space), dst=dst, dst_region=to_region(dst_transforms),
-        dst_sem=_sem_ids(dst_sem, dst_sem_t),
-        src_sem=None if src_sem is None else _sem_ids(src_sem, src_sem_t),
+        dst_sem=_sem_ids(ctx, "dst", dst_sem, dst_sem_t),
+        src_sem=None if src_sem is None else _sem_ids(ctx, "src", src_sem, src_sem_t),
         dst_device=target, dst_core=target_core)
     return token, []
 
@@ -586,10 +635,10 @@ def _dma_wait(eqn, read, ctx, token):
     nbytes = math.prod(src_aval.shape) * src_aval.dtype.itemsize
     if isinstance(nbytes, int):
         token = native_calls.dma_wait(token, ctx.handle, ctx.device_id, ctx.core,
-                                      _sem_ids(sem, sem_t), nbytes)
+                                      _sem_ids(ctx, "sem", sem, sem_t), nbytes)
     else:  # a slice of traced size: the byte count is known at run time only
         token = native_calls.semaphore_wait(token, ctx.handle, ctx.device_id, ctx.core,
-                                            _sem_ids(sem, sem_t), nbytes)
+                                            _sem_ids(ctx, "sem", sem, sem_t), nbytes)
     return token, []
 
 
@@ -619,7 +668,7 @@ def _semaphore_signal(eqn, read, ctx, token):
             ctx, ctx.device_id if target is None else target,
             0 if core_index is None else core_index)
     token = native_calls.semaphore_signal(token, ctx.handle, ctx.device_id, ctx.core,
-                                          _sem_ids(sem, sem_t), inc, target, core_index)
+                                          _sem_ids(ctx, "sem", sem, sem_t), inc, target, core_index)
     return token, []
 
 
@@ -630,7 +679,7 @@ def _semaphore_wait(eqn, read, ctx, token):
     if not decrement:
         raise NotImplementedError("Non-decrementing wait is not supported.")
     token = native_calls.semaphore_wait(token, ctx.handle, ctx.device_id, ctx.core,
-                                        _sem_ids(sem, sem_t), value)
+                                        _sem_ids(ctx, "sem", sem, sem_t), value)
     return token, []
 
 
@@ -638,4 +687,4 @@ def _semaphore_wait(eqn, read, ctx, token):
 def _semaphore_read(eqn, read, ctx, token):
     sem, sem_t = jax.tree.unflatten(eqn.params["args_tree"], read())
     return native_calls.semaphore_read(token, ctx.handle, ctx.device_id, ctx.core,
-                                       _sem_ids(sem, sem_t))
+                                       _sem_ids(ctx, "sem", sem, sem_t))

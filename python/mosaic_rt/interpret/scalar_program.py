@@ -59,6 +59,7 @@ class ProgramBuilder:
         self._inputs_by_id: dict[int, Ref] = {}
         self._instrs: list[tuple[int, int, tuple[Ref, ...], int]] = []
         self._consts: dict[tuple[np.dtype, int], Ref] = {}
+        self._seen: dict[tuple, Ref] = {}  # instructions, for common subexpressions
         self._dtypes: dict[Ref, np.dtype] = {}
 
     @property
@@ -99,9 +100,14 @@ class ProgramBuilder:
         return self._add(OPS[name], np.dtype(dtype), tuple(args), int(imm))
 
     def _add(self, code, dtype, args, imm) -> Ref:
-        ref = len(self._instrs)
-        self._instrs.append((code, _TYPE_CODES[dtype], args, imm))
-        self._dtypes[ref] = dtype
+        # Ops are pure: an instruction equal to an earlier one is that one
+        # (a group often looks up the same semaphore or adds 1 twice).
+        instr = (code, _TYPE_CODES[dtype], args, imm)
+        ref = self._seen.get(instr)
+        if ref is None:
+            ref = self._seen[instr] = len(self._instrs)
+            self._instrs.append(instr)
+            self._dtypes[ref] = dtype
         return ref
 
     def clamp_i32(self, ref: Ref, lo: int, hi: int) -> Ref:
@@ -121,10 +127,14 @@ class ProgramBuilder:
         return np.asarray(words, np.int64)
 
     def emit(self, outputs) -> list:
-        """The traced values of ``outputs`` (refs), by one native call."""
+        """The traced values of ``outputs`` (refs), by one native call
+        (which returns each distinct ref once)."""
         if self.num_values > MAX_VALUES:
             raise ValueError(
                 f"scalar program of {self.num_values} values (at most {MAX_VALUES}):"
                 " a bug in mosaic_rt's run splitting")
-        return ffi_ops.scalar_program(self.words(outputs), self._operands,
-                                      [self._dtypes[r] for r in outputs])
+        distinct = list(dict.fromkeys(outputs))
+        values = ffi_ops.scalar_program(self.words(distinct), self._operands,
+                                        [self._dtypes[r] for r in distinct])
+        by_ref = dict(zip(distinct, values))
+        return [by_ref[r] for r in outputs]

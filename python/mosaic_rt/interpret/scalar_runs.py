@@ -1,170 +1,249 @@
-"""Runs of a kernel jaxpr's rank-0 integer/bool equations, computed by one
-native scalar program each instead of XLA fusions (see `scalar_program`).
+"""The rank-0 integer/bool work of a kernel jaxpr, gathered into as few
+native scalar programs (`scalar_program`) as the block's data flow allows:
+each program is one native call (~250 ns at run time, nothing to compile),
+where XLA would compile a fusion per stretch (~10 ms each).
 
-`plan(jaxpr)` finds the runs: maximal stretches of *consecutive* eligible
-equations (an eligible primitive, or a `jit` whose whole body is eligible,
-as jnp's `remainder` / `where`), every operand and result a rank-0 int or
-bool. A run's program reads the values it takes from outside the run
-(trace-time constants become literals) and returns those used after it.
-A run whose operands are all constants is left to XLA (constant folding).
+`plan(jaxpr)` lists the block's *items*, pure scalar computations:
+
+* an eligible equation (an eligible primitive, or a `jit` whose whole body
+  is eligible, as jnp's `remainder` / `where`; every operand and result a
+  rank-0 int or bool);
+* the semaphore-array lookup `sems.at[i]` of a DMA / semaphore equation
+  (`scalar_items.lookups`);
+* the branch index of a `cond`, clamped to its branches;
+* a `cond` branch's own items that read only the branch's operands,
+  hoisted out of the branch (computed whether or not it runs: pure, and
+  cheaper than a call of their own inside it) and passed in as operands;
+* a counted loop's counter step (`COUNTER`).
+
+Items are pure, so an item may run anywhere between the equation that
+defines its last operand and its first reader: the plan groups them with
+the fewest groups (interval stabbing: sorted by latest point, each group at
+the latest point of its first item), and `emit_group` emits one program per
+group. Items whose operands are all trace-time constants stay constants.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
-from jax import lax
-from jax.core import ShapedArray
 
 from mosaic_rt import jax_internals as jx
+from mosaic_rt.interpret import scalar_items
+from mosaic_rt.interpret.scalar_items import Item
 from mosaic_rt.interpret.scalar_program import MAX_VALUES, ProgramBuilder, is_scalar_type
 
-# Primitive -> scalar-program op (the same semantics on rank-0 ints/bools).
-_OPS = {
-    lax.add_p: "add", lax.sub_p: "sub", lax.mul_p: "mul", lax.div_p: "div",
-    lax.rem_p: "rem", lax.neg_p: "neg", lax.abs_p: "abs", lax.sign_p: "sign",
-    lax.max_p: "max", lax.min_p: "min", lax.clamp_p: "clamp",
-    lax.and_p: "and", lax.or_p: "or", lax.xor_p: "xor", lax.not_p: "not",
-    lax.shift_left_p: "shift_left",
-    lax.shift_right_arithmetic_p: "shift_right_arithmetic",
-    lax.shift_right_logical_p: "shift_right_logical",
-    lax.eq_p: "eq", lax.ne_p: "ne", lax.lt_p: "lt", lax.le_p: "le", lax.gt_p: "gt",
-    lax.ge_p: "ge", lax.select_n_p: "select_n",
-    lax.convert_element_type_p: "convert_element_type",
-    lax.integer_pow_p: "integer_pow",
-}
+_NEVER = math.inf
 _I32 = np.dtype(np.int32)
 
 
 @dataclasses.dataclass(frozen=True)
-class Run:
-    end: int                 # index of the first equation after the run
-    outputs: tuple           # vars defined in the run and read after it
-    # (index var, number of branches) when a `cond` on a value of the run
-    # follows it: the run also returns the index clamped to the branches.
-    cond_index: tuple | None = None
+class Plan:
+    groups: dict            # equation index -> items emitted before it (n: at the end)
+    exports: dict           # equation index -> keys of its group read outside it
+    absorbed: frozenset     # indices of the equations that are items
+    # Items a parent may hoist (they read only the jaxpr's invars and
+    # literals) and the keys of theirs that the rest of the jaxpr reads.
+    entry: tuple
+    entry_needed: frozenset
 
 
-def _scalar_aval(aval) -> bool:
-    return (isinstance(aval, ShapedArray) and aval.shape == ()
-            and is_scalar_type(aval.dtype))
+_PLANS: dict = {}
 
 
-def _weight(eqn) -> int | None:
-    """An upper bound of the values `eqn` adds to a program, or None when
-    it cannot run natively."""
-    if not all(_scalar_aval(v.aval) for v in (*eqn.invars, *eqn.outvars)):
-        return None
-    prim = eqn.primitive
-    if prim is jx.jit_p:
-        inner, consts = jx.closed_jaxpr_parts(eqn.params["jaxpr"])
-        weights = [_weight(e) for e in inner.eqns]
-        if None in weights:
-            return None
-        return sum(weights) + len(consts)
-    if prim not in _OPS:
-        return None
-    if prim is lax.integer_pow_p and eqn.params["y"] < 0:
-        return None
-    return 1 + len(eqn.invars)
+def plan(jaxpr, count: int | None = None) -> Plan:
+    """The plan of `jaxpr` (cached per jaxpr object); with `count`, also
+    the counter step of a loop of `count` steps (`COUNTER`)."""
+    key = (id(jaxpr), count)
+    hit = _PLANS.get(key)
+    if hit is not None and hit[0] is jaxpr:
+        return hit[1]
+    if len(_PLANS) > 512:  # plans of jaxprs traced long ago (they hold the jaxprs)
+        _PLANS.clear()
+    result = _plan(jaxpr, count)
+    _PLANS[key] = (jaxpr, result)
+    return result
 
 
-def plan(jaxpr) -> dict[int, Run]:
-    """The runs of `jaxpr`, by the index of their first equation."""
+def _plan(jaxpr, count) -> Plan:
     eqns = jaxpr.eqns
     n = len(eqns)
-    weights = [_weight(e) for e in eqns]
-    if not any(w is not None for w in weights):
-        return {}
-    last_use = {}
-    for k, e in enumerate(eqns):
-        for v in e.invars:
-            if not isinstance(v, jx.Literal):
-                last_use[v] = k
+    items: list[Item] = []
+    absorbed = set()
+    for j, e in enumerate(eqns):
+        item = scalar_items.of_eqn(e, j)
+        if item is not None:
+            items.append(item)
+            absorbed.add(j)
+        else:
+            items.extend(scalar_items.around(e, j, plan))
+    if count is not None:
+        items.append(scalar_items.counter(count, n))
+    if not items:
+        return Plan({}, {}, frozenset(), (), frozenset())
+
+    # Where each value becomes available, and where it is first needed.
+    defined_at = {v: j + 1 for j, e in enumerate(eqns) if j not in absorbed for v in e.outvars}
+    by_key = {k: m for m, it in enumerate(items) for k in it.keys}
+    readers: dict = {}       # key -> indices of the items reading it
+    for m, it in enumerate(items):
+        for d in it.deps:
+            if not isinstance(d, jx.Literal) and d in by_key:
+                readers.setdefault(d, []).append(m)
+    outside: dict = {}       # var -> first non-item equation (n: the result) reading it
+    for j, e in enumerate(eqns):
+        if j not in absorbed:
+            # A cond whose index is clamped by an item reads the clamped
+            # index (or, when that is a constant, the index's constant value).
+            skip = e.invars[0] if scalar_items.clamps(e) else None
+            for v in e.invars:
+                if not isinstance(v, jx.Literal) and v is not skip:
+                    outside.setdefault(v, j)
     for v in jaxpr.outvars:
         if not isinstance(v, jx.Literal):
-            last_use[v] = n
-    runs = {}
-    i = 0
-    while i < n:
-        if weights[i] is None or weights[i] > MAX_VALUES - 8:
-            i += 1
+            outside.setdefault(v, n)
+
+    earliest = []
+    for it in items:
+        at = 0
+        for d in it.deps:
+            if not isinstance(d, jx.Literal):
+                m = by_key.get(d)
+                at = max(at, earliest[m] if m is not None else defined_at.get(d, 0))
+        earliest.append(at)
+    latest = [-1] * len(items)  # -1: dead, nothing reads it
+    used_outside = [it.exported or any(k in outside for k in it.keys) for it in items]
+    for m in range(len(items) - 1, -1, -1):
+        it = items[m]
+        at = min((outside[k] for k in it.keys if k in outside),
+                 default=it.origin if it.exported else _NEVER)
+        for k in it.keys:
+            for r in readers.get(k, ()):
+                if latest[r] >= 0:
+                    at = min(at, latest[r])
+        if at != _NEVER:
+            latest[m] = at
+
+    # Interval stabbing: the fewest points covering every item's interval.
+    point_of = [-1] * len(items)
+    point = -1
+    for m in sorted((m for m in range(len(items)) if latest[m] >= 0), key=lambda m: latest[m]):
+        if point < 0 or point < earliest[m]:
+            point = latest[m]
+        point_of[m] = point
+    groups: dict[int, list] = {}
+    exports: dict[int, set] = {}
+    for m, p in enumerate(point_of):
+        if p < 0:
             continue
-        start, total = i, 0
-        while i < n and weights[i] is not None and total + weights[i] <= MAX_VALUES - 8:
-            total += weights[i]
-            i += 1
-        defined = {v for e in eqns[start:i] for v in e.outvars}
-        outputs = tuple(v for e in eqns[start:i] for v in e.outvars
-                        if last_use.get(v, -1) >= i)
-        runs[start] = Run(i, outputs, _cond_index(eqns[i] if i < n else None, defined))
-    return runs
+        groups.setdefault(p, []).append(items[m])
+        keys = items[m].keys
+        if used_outside[m] or any(point_of[r] != p for k in keys for r in readers.get(k, ())):
+            exports.setdefault(p, set()).update(keys)
+    # Dead equation items are absorbed too (never evaluated: nothing reads them).
+    entry, entry_needed = _entry(jaxpr, items, latest, used_outside, by_key, readers)
+    return Plan({p: tuple(g) for p, g in groups.items()},
+                {p: frozenset(exports.get(p, ())) for p in groups},
+                frozenset(absorbed), entry, entry_needed)
 
 
-def _cond_index(eqn, defined):
-    if eqn is None or eqn.primitive is not lax.cond_p:
-        return None
-    index = eqn.invars[0]
-    if isinstance(index, jx.Literal) or index not in defined or index.aval.dtype != _I32:
-        return None
-    return index, len(eqn.params["branches"])
+def _entry(jaxpr, items, latest, used_outside, by_key, readers):
+    """The items that read only `jaxpr.invars`, literals and each other,
+    and which of their keys the rest of the jaxpr reads."""
+    invars = set(jaxpr.invars)
+    entry_ids = set()
+    entry = []
+    for m, it in enumerate(items):
+        if latest[m] < 0:
+            continue
+        if all(isinstance(d, jx.Literal) or d in invars or by_key.get(d) in entry_ids
+               for d in it.deps):
+            entry_ids.add(m)
+            entry.append(it)
+    needed = set()
+    for m in entry_ids:
+        keys = items[m].keys
+        if used_outside[m] or any(r not in entry_ids and latest[r] >= 0
+                                  for k in keys for r in readers.get(k, ())):
+            needed.update(keys)
+    return tuple(entry), frozenset(needed)
 
 
-def emit(eqns, run: Run, read):
-    """Emits the run's equations as one native program. Returns
-    ``(values of run.outputs, clamped cond index or None)``, or None when
-    every operand is a trace-time constant (left to XLA)."""
+def emit_group(items, exports, *, read, computed, write, eval_concrete):
+    """Emits one group: items whose operands are all trace-time constants
+    are evaluated as constants (`eval_concrete`; others than equations of
+    this jaxpr are skipped: their reader computes them), the others by one
+    native program (more when it would exceed `MAX_VALUES`). Results of
+    equations go to `write`, the other keys into `computed`; items whose
+    results are in `computed` already (hoisted by the parent) are skipped."""
     b = ProgramBuilder()
-    refs: dict = {}
+    refs: dict = {}    # key of an item computed by `b` -> its ref
 
-    def ref(v):
-        if isinstance(v, jx.Literal):
-            return b.const(v.val, v.aval.dtype)
-        r = refs.get(v)
-        if r is None:
-            value = read(v)
-            if isinstance(value, jx.Tracer):
-                r = b.input(value, v.aval.dtype)
+    def flush(rest):
+        nonlocal b
+        wanted = set(exports)
+        for it in rest:
+            wanted.update(d for d in it.deps if not isinstance(d, jx.Literal))
+        keys = [k for k in refs if k in wanted]
+        if keys:
+            _store(keys, b.emit([refs[k] for k in keys]), computed, write)
+        b = ProgramBuilder()
+        refs.clear()
+
+    for pos, it in enumerate(items):
+        if any(k in computed for k in it.keys):
+            continue
+        if b.num_values + it.weight > MAX_VALUES:
+            flush(items[pos:])
+        values = []
+        native = False
+        for d in it.deps:
+            if isinstance(d, jx.Literal):
+                values.append(None)
+                continue
+            if d in refs:
+                values.append(None)
+                native = True
+                continue
+            if isinstance(d, tuple):
+                value = computed.get(d)
+                if value is None:  # skipped (constant operands): its reader computes it
+                    break
             else:
-                r = b.const(value, v.aval.dtype)
-            refs[v] = r
+                value = read(d)
+            native |= isinstance(value, jx.Tracer)
+            values.append(value)
+        else:
+            if native and it.native_ok(values):
+                out = it.build(b, [_ref(b, refs, d, v) for d, v in zip(it.deps, values)], values)
+                refs.update(zip(it.keys, out))
+                continue
+            if it.eqn is not None and it.local:
+                eval_concrete(it.eqn)
+    flush(())
+
+
+def _ref(b: ProgramBuilder, refs, dep, value):
+    if isinstance(dep, jx.Literal):
+        return b.const(dep.val, dep.aval.dtype)
+    r = refs.get(dep)
+    if r is not None:
         return r
-
-    for e in eqns:
-        refs.update(zip(e.outvars, _emit_eqn(b, e, ref)))
-    if b.num_inputs == 0:
-        return None
-    outs = [refs[v] for v in run.outputs]
-    clamped = None
-    if run.cond_index is not None:
-        var, branches = run.cond_index
-        outs.append(b.clamp_i32(refs[var], 0, branches - 1))
-    values = b.emit(outs)
-    if run.cond_index is not None:
-        clamped = values.pop()
-    return values, clamped
+    if isinstance(value, jx.Tracer):  # (a semaphore ref's aval is not its ids' type)
+        return b.input(value, value.dtype)
+    return b.const(value, dep.aval.dtype)
 
 
-def _emit_eqn(b: ProgramBuilder, eqn, ref) -> list:
-    """Refs of `eqn`'s results; `ref` gives the refs of its operands."""
-    prim = eqn.primitive
-    if prim is jx.jit_p:
-        inner, consts = jx.closed_jaxpr_parts(eqn.params["jaxpr"])
-        local = dict(zip(inner.invars, (ref(v) for v in eqn.invars)))
-        local.update((c, b.const(x, c.aval.dtype)) for c, x in zip(inner.constvars, consts))
+def _store(keys, values, computed, write):
+    for k, v in zip(keys, values):
+        computed[k] = v
+        if not isinstance(k, tuple):
+            write(k, v)
 
-        def inner_ref(v):
-            return b.const(v.val, v.aval.dtype) if isinstance(v, jx.Literal) else local[v]
 
-        for e in inner.eqns:
-            local.update(zip(e.outvars, _emit_eqn(b, e, inner_ref)))
-        return [inner_ref(v) for v in inner.outvars]
-    dtype = eqn.outvars[0].aval.dtype
-    args = [ref(v) for v in eqn.invars]
-    imm = eqn.params["y"] if prim is lax.integer_pow_p else 0
-    return [b.op(_OPS[prim], dtype, args, imm)]
-
+# ------------------------------------------- single calls (no plan item)
 
 def clamp_index(index, branches: int):
     """A traced int32 branch index clamped to ``0..branches`` natively."""
@@ -172,36 +251,21 @@ def clamp_index(index, branches: int):
     return b.emit([b.clamp_i32(b.input(index, _I32), 0, branches - 1)])[0]
 
 
-def count_step(i, length: int):
-    """``(i + 1, i + 1 < length)`` of a traced int32 loop counter, natively."""
-    b = ProgramBuilder()
-    nxt = b.op("add", _I32, (b.input(i, _I32), b.const(1, _I32)))
-    go = b.op("lt", np.bool_, (nxt, b.const(length, _I32)))
-    return tuple(b.emit([nxt, go]))
-
-
 def index_vector(vec, indices):
-    """``vec[indices]`` (one int index per dimension) as `transform_array`
-    computes it -- each index cast to int32, a negative one counted from
-    the end, then clamped into its dimension as `dynamic_slice` clamps --
-    by one native call. None when not applicable (so the caller uses XLA)."""
+    """``vec[indices]`` (one int index per dimension) by one native call,
+    as `scalar_items.add_index` computes it. None when not applicable (so
+    the caller uses XLA)."""
     shape = tuple(np.shape(vec))
     if (not shape or len(indices) != len(shape) or not isinstance(vec, jx.Tracer)
             or not is_scalar_type(vec.dtype)
             or not all(np.shape(i) == () and is_scalar_type(_dtype_of(i)) for i in indices)):
         return None
     b = ProgramBuilder()
-    args = [b.input(vec, vec.dtype)]
-    for i, dim in zip(indices, shape):
+    refs = []
+    for i in indices:
         dtype = _dtype_of(i)
-        r = b.input(i, dtype) if isinstance(i, jx.Tracer) else b.const(i, dtype)
-        if dtype != _I32:
-            r = b.op("convert_element_type", _I32, (r,))
-        zero = b.const(0, _I32)
-        negative = b.op("lt", np.bool_, (r, zero))
-        wrapped = b.op("add", _I32, (r, b.const(dim, _I32)))
-        args.append(b.op("select_n", _I32, (negative, r, wrapped)))
-    return b.emit([b.op("index", vec.dtype, args)])[0]
+        refs.append((b.input(i, dtype) if isinstance(i, jx.Tracer) else b.const(i, dtype), dtype))
+    return b.emit([scalar_items.add_index(b, b.input(vec, vec.dtype), shape, vec.dtype, refs)])[0]
 
 
 def _dtype_of(x) -> np.dtype:

@@ -13,5 +13,5 @@ mod program;
 mod types;
 
 pub use ops::Op;
-pub use program::{DecodeCache, Program, FORMAT, MAX_VALUES};
+pub use program::{fingerprint, DecodeCache, Program, Values, FORMAT, MAX_VALUES};
 pub use types::ScalarType;

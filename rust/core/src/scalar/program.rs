@@ -37,8 +37,22 @@ struct Meta {
 
 const NO_META: Meta = Meta { ty: ScalarType::Bool, rank: 0, dims_at: 0 };
 
-/// The values of one evaluation (inputs, then one per instruction).
+/// The values of one evaluation (inputs, then one per instruction). An
+/// evaluation writes every value before reading it, so one `Values` can be
+/// reused across evaluations without clearing (1 KiB a call otherwise).
 pub struct Values([u64; MAX_VALUES]);
+
+impl Values {
+    pub const fn new() -> Values {
+        Values([0u64; MAX_VALUES])
+    }
+}
+
+impl Default for Values {
+    fn default() -> Self {
+        Values::new()
+    }
+}
 
 /// A validated program over its words.
 pub struct Program<'a> {
@@ -209,7 +223,13 @@ impl<'a> Program<'a> {
     /// Every value of the program; `input(i)` gives input i's bytes, whose
     /// lengths the caller checked ([`Program::check_input`]).
     pub fn eval<'b>(&self, input: impl Fn(usize) -> &'b [u8]) -> Values {
-        let mut vals = Values([0u64; MAX_VALUES]);
+        let mut vals = Values::new();
+        self.eval_into(&mut vals, input);
+        vals
+    }
+
+    /// [`Program::eval`] into `vals` (whatever it held before).
+    pub fn eval_into<'b>(&self, vals: &mut Values, input: impl Fn(usize) -> &'b [u8]) {
         for i in 0..self.layout.n_inputs {
             if self.layout.meta[i].rank == 0 {
                 vals.0[i] = self.layout.meta[i].ty.read(input(i), 0);
@@ -241,7 +261,6 @@ impl<'a> Program<'a> {
                 _ => ops::binary(op, ty, arg(0), arg(1)),
             };
         }
-        vals
     }
 
     /// (type, canonical value) of output `j < num_outputs()`.
@@ -270,12 +289,37 @@ impl<'a> Program<'a> {
 /// Entries match by content, so a reused address of other words never
 /// matches wrongly; when full, the oldest entry goes.
 pub struct DecodeCache {
-    entries: Vec<(Vec<i64>, Layout)>,
+    entries: Vec<Entry>,
     oldest: usize,
+}
+
+struct Entry {
+    words: Vec<i64>,
+    layout: Layout,
+    /// [`fingerprint`] of `words`, and the address they were last seen at:
+    /// a call at that address with that fingerprint and length is this
+    /// program without comparing every word (which costs more than the
+    /// program's evaluation).
+    fingerprint: u64,
+    seen_at: usize,
 }
 
 /// Programs a [`DecodeCache`] keeps.
 const CACHED_PROGRAMS: usize = 32;
+
+/// The multiplier of [`fingerprint`] (odd: every power is distinct mod 2^64).
+const FINGERPRINT_BASE: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// `sum(words[i] * B^(i+1)) mod 2^64` (`mosaic_rt.interpret.scalar_program`
+/// computes the same with numpy and passes it with the words).
+pub fn fingerprint(words: &[i64]) -> u64 {
+    let (mut h, mut p) = (0u64, FINGERPRINT_BASE);
+    for &w in words {
+        h = h.wrapping_add((w as u64).wrapping_mul(p));
+        p = p.wrapping_mul(FINGERPRINT_BASE);
+    }
+    h
+}
 
 impl DecodeCache {
     pub const fn new() -> DecodeCache {
@@ -285,23 +329,49 @@ impl DecodeCache {
     /// `Program::decode(words)`, from the cache when these words were
     /// decoded before.
     pub fn decode<'a>(&'a mut self, words: &'a [i64]) -> Result<Program<'a>> {
-        let k = match self.entries.iter().position(|(w, _)| w.as_slice() == words) {
+        let k = self.find_or_decode(words)?;
+        Ok(Program { words, layout: LayoutRef::Cached(&self.entries[k].layout) })
+    }
+
+    /// [`DecodeCache::decode`] of words whose [`fingerprint`] the caller
+    /// states: when the same words were seen at the same address, no word
+    /// is compared.
+    pub fn decode_fingerprinted<'a>(&'a mut self, words: &'a [i64], fingerprint_: u64) -> Result<Program<'a>> {
+        let at = words.as_ptr() as usize;
+        let hit = self
+            .entries
+            .iter()
+            .position(|e| e.seen_at == at && e.fingerprint == fingerprint_ && e.words.len() == words.len());
+        let k = match hit {
             Some(k) => k,
             None => {
-                let layout = *Program::decode(words)?.layout;
-                let entry = (words.to_vec(), layout);
-                if self.entries.len() < CACHED_PROGRAMS {
-                    self.entries.push(entry);
-                    self.entries.len() - 1
-                } else {
-                    let k = self.oldest;
-                    self.entries[k] = entry;
-                    self.oldest = (k + 1) % CACHED_PROGRAMS;
-                    k
+                if fingerprint(words) != fingerprint_ {
+                    return Err(bad(format!(
+                        "fingerprint {fingerprint_:#x} does not match its words (a mosaic_rt build mismatch)"
+                    )));
                 }
+                let k = self.find_or_decode(words)?;
+                self.entries[k].seen_at = at;
+                k
             }
         };
-        Ok(Program { words, layout: LayoutRef::Cached(&self.entries[k].1) })
+        Ok(Program { words, layout: LayoutRef::Cached(&self.entries[k].layout) })
+    }
+
+    fn find_or_decode(&mut self, words: &[i64]) -> Result<usize> {
+        if let Some(k) = self.entries.iter().position(|e| e.words.as_slice() == words) {
+            return Ok(k);
+        }
+        let layout = *Program::decode(words)?.layout;
+        let entry = Entry { words: words.to_vec(), layout, fingerprint: fingerprint(words), seen_at: 0 };
+        if self.entries.len() < CACHED_PROGRAMS {
+            self.entries.push(entry);
+            return Ok(self.entries.len() - 1);
+        }
+        let k = self.oldest;
+        self.entries[k] = entry;
+        self.oldest = (k + 1) % CACHED_PROGRAMS;
+        Ok(k)
     }
 }
 
@@ -658,6 +728,63 @@ mod tests {
             assert_eq!(p.output(&p.eval(|_| &[]), 0).1, k as u64);
         }
         assert_eq!(cache.entries.len(), CACHED_PROGRAMS);
+    }
+
+    #[test]
+    fn fingerprinted_lookups_check_the_fingerprint_and_match_by_address() {
+        let mut b = B::default();
+        let x = b.input(I32, &[]);
+        let y = b.op(Op::Neg, I32, &[x], 0);
+        b.outputs.push(y);
+        let words = b.words();
+        let mut other = words.clone();
+        // Same length, another op (header 4 words, the input 2, then the op).
+        assert_eq!(other[6], Op::Neg.code());
+        other[6] = Op::Not.code();
+        let input = 5i32.to_ne_bytes();
+        let mut cache = DecodeCache::new();
+        for _ in 0..2 {
+            for (w, want) in [(&words, -5i64), (&other, !5i64)] {
+                let p = cache.decode_fingerprinted(w, fingerprint(w)).unwrap();
+                assert_eq!(p.output(&p.eval(|_| &input[..]), 0).1, want as u64);
+            }
+        }
+        assert_eq!(cache.entries.len(), 2);
+        let e = cache.decode_fingerprinted(&words, fingerprint(&words) ^ 1).err().unwrap();
+        assert!(e.message.contains("does not match its words"), "{}", e.message);
+        // Other words at an address seen before (a freed program's) are
+        // decoded, not taken for the old ones.
+        let mut reused = words.clone();
+        let at = reused.as_ptr();
+        cache.decode_fingerprinted(&reused, fingerprint(&reused)).unwrap();
+        reused.copy_from_slice(&other);
+        assert_eq!(reused.as_ptr(), at);
+        let p = cache.decode_fingerprinted(&reused, fingerprint(&reused)).unwrap();
+        assert_eq!(p.output(&p.eval(|_| &input[..]), 0).1, !5i64 as u64);
+    }
+
+    #[test]
+    fn reused_values_do_not_leak_into_the_next_evaluation() {
+        // A long program, then a short one whose values overlap its slots.
+        let mut long = B::default();
+        let x = long.input(I32, &[]);
+        let mut v = x;
+        for _ in 0..20 {
+            v = long.op(Op::Mul, I32, &[v, v], 0);
+        }
+        long.outputs.push(v);
+        let mut short = B::default();
+        let y = short.input(I32, &[]);
+        let one = short.konst(I32, 1);
+        let s = short.op(Op::Add, I32, &[y, one], 0);
+        short.outputs.push(s);
+        let (lw, sw) = (long.words(), short.words());
+        let mut vals = Values::new();
+        let three = 3i32.to_ne_bytes();
+        Program::decode(&lw).unwrap().eval_into(&mut vals, |_| &three[..]);
+        let p = Program::decode(&sw).unwrap();
+        p.eval_into(&mut vals, |_| &three[..]);
+        assert_eq!(p.output(&vals, 0).1, 4);
     }
 
     #[test]

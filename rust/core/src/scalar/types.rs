@@ -153,6 +153,20 @@ impl ScalarType {
         }
     }
 
+    /// Canonical `v` as one native-endian element: the first `size()` bytes.
+    #[inline]
+    pub fn bytes(self, v: u64) -> [u8; 8] {
+        let word = v.to_ne_bytes();
+        if cfg!(target_endian = "little") {
+            word
+        } else {
+            let mut out = [0u8; 8];
+            let n = self.size();
+            out[..n].copy_from_slice(&word[8 - n..]);
+            out
+        }
+    }
+
     /// Writes canonical `v` as one native-endian element into `out`.
     #[inline]
     pub fn write(self, v: u64, out: &mut [u8]) {

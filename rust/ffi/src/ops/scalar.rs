@@ -2,54 +2,97 @@
 //! effect, so XLA may CSE or drop it): runs the `program` attribute (an
 //! int64 array, `mosaic_rt_core::scalar`'s wire format) over rank-0
 //! integer/bool operands (and int vectors read by `index`). Called once per
-//! run of a kernel's index arithmetic, often every loop step: no heap.
+//! group of a kernel's scalar work, often every loop step: no heap, and
+//! every operand and result is looked at once.
 
 use crate::dispatch::Call;
-use crate::frame::{Buf, Frame};
-use mosaic_rt_core::scalar::{DecodeCache, ScalarType};
+use crate::frame::{dtype_to_xla, Buf, Frame};
+use mosaic_rt_core::scalar::{DecodeCache, Program, ScalarType, Values};
+use mosaic_rt_core::{Result, RtError};
 use std::cell::RefCell;
 
-thread_local! {
-    /// Each XLA thread's recently run programs (decoding checks every word).
-    static DECODED: RefCell<DecodeCache> = const { RefCell::new(DecodeCache::new()) };
+/// Each XLA thread's recently run programs (decoding checks every word) and
+/// its scratch values (reused: an evaluation writes each value it reads).
+struct State {
+    cache: DecodeCache,
+    values: Values,
 }
-use mosaic_rt_core::{Result, RtError};
+
+thread_local! {
+    static STATE: RefCell<State> =
+        const { RefCell::new(State { cache: DecodeCache::new(), values: Values::new() }) };
+}
+
+/// Programs of at most this many operands keep their operand slices in a
+/// small stack array (a bigger one costs more to clear than it saves).
+const FEW_INPUTS: usize = 8;
 
 pub fn scalar_program(c: &mut Call) -> Result<()> {
     let f = &c.frame;
     let words = f.attr_i64s("program")?;
-    DECODED.with(|cache| run(f, &mut cache.borrow_mut(), words))
+    let fingerprint = f.attr_i64_opt("fingerprint")?;
+    STATE.with(|state| {
+        let state = &mut *state.borrow_mut();
+        let program = match fingerprint {
+            Some(fp) => state.cache.decode_fingerprinted(words, fp as u64)?,
+            None => state.cache.decode(words)?,
+        };
+        run(f, &program, &mut state.values)
+    })
 }
 
-fn run(f: &Frame, cache: &mut DecodeCache, words: &[i64]) -> Result<()> {
-    let program = cache.decode(words)?;
+fn run(f: &Frame, program: &Program, values: &mut Values) -> Result<()> {
     let (n_in, n_out) = (program.num_inputs(), program.num_outputs());
     f.expect_arity(n_in..=n_in, n_out)?;
-    for i in 0..n_in {
-        let (ty, dims) = program.input(i);
-        let buf = f.arg(i)?;
-        expect(f, &buf, ty, dims)?;
-        program.check_input(i, buf.byte_len()?)?;
+    if n_in <= FEW_INPUTS {
+        let mut inputs: [&[u8]; FEW_INPUTS] = [&[]; FEW_INPUTS];
+        for (i, slot) in inputs.iter_mut().enumerate().take(n_in) {
+            *slot = input(f, program, i)?;
+        }
+        program.eval_into(values, |i| inputs[i]);
+    } else {
+        for i in 0..n_in {
+            input(f, program, i)?;
+        }
+        // Every operand was just checked to be an array of the program's size.
+        program.eval_into(values, |i| f.arg(i).and_then(|b| b.bytes()).unwrap_or(&[]));
     }
     for j in 0..n_out {
-        expect(f, &f.ret(j)?, program.output_type(j), &[])?;
-    }
-    // Every operand was just checked to be an array of the program's size.
-    let values = program.eval(|i| f.arg(i).and_then(|b| b.bytes()).unwrap_or(&[]));
-    for j in 0..n_out {
-        let (ty, v) = program.output(&values, j);
-        // SAFETY: each result is taken once; XLA aliases no result with an
-        // operand (the wrapper declares no aliasing), and no operand slice
-        // is alive any more.
-        ty.write(v, unsafe { f.ret(j)?.bytes_mut()? });
+        let (ty, v) = program.output(values, j);
+        let buf = f.ret(j)?;
+        expect(f, &buf, ty, &[])?;
+        let word = ty.bytes(v);
+        // SAFETY: `f.ret` checked the data pointer is non-null, and `expect`
+        // that the buffer is one element of `ty`: XLA gives it `ty.size()`
+        // writable bytes. Each result is written once; XLA aliases no result
+        // with an operand (the wrapper declares no aliasing), and no operand
+        // slice is used any more.
+        unsafe { std::ptr::copy_nonoverlapping(word.as_ptr(), buf.data as *mut u8, ty.size()) };
     }
     Ok(())
 }
 
-/// Checks a buffer's dtype and dims against the program's.
+/// Operand `i`'s bytes, checked against the program's type and dims.
+fn input<'a>(f: &Frame<'a>, program: &Program, i: usize) -> Result<&'a [u8]> {
+    let (ty, dims) = program.input(i);
+    let buf = f.arg(i)?;
+    expect(f, &buf, ty, dims)?;
+    let n: usize = dims.iter().map(|&d| d as usize).product();
+    // SAFETY: `f.arg` checked the data pointer is non-null, and `expect` that
+    // the buffer is `dims` (each >= 1, checked at decode) elements of `ty`:
+    // XLA gives it `n * ty.size()` bytes, unchanged during the call.
+    Ok(unsafe { std::slice::from_raw_parts(buf.data as *const u8, n * ty.size()) })
+}
+
+/// Checks a buffer's dtype and dims against the program's (XLA's dtype
+/// code compared directly: this runs for every operand of every call).
 fn expect(f: &Frame, buf: &Buf, ty: ScalarType, dims: &[i64]) -> Result<()> {
-    buf.expect_dtype(ty.dtype())?;
-    if buf.dims != dims {
+    if buf.dtype != dtype_to_xla(ty.dtype()) {
+        buf.expect_dtype(ty.dtype())?; // the error naming both
+    }
+    // Not `buf.dims != dims`: that calls libc's memcmp, whose AVX-512
+    // variant costs ~100 ns even for the empty dims of a scalar here.
+    if buf.dims.len() != dims.len() || buf.dims.iter().zip(dims).any(|(a, b)| a != b) {
         return Err(RtError::value(format!(
             "{}: a buffer has shape {:?}, the program expects {dims:?}",
             f.op, buf.dims
