@@ -328,24 +328,24 @@ impl<T: Queued> SemIds<T> {
     /// Allocates `count` internal ids on the target cores; see `SemTable::allocate`.
     pub fn allocate_internal(&self, device: u32, core: Option<u32>, kind: SemKind, count: u32) -> Result<u32> {
         let topo = &self.topo;
-        let cores: Vec<u32> = match core {
-            Some(c) => vec![topo.check(device, c)?],
+        // The target cores' global ids (a device's cores are consecutive).
+        let cores = match core {
+            Some(c) => {
+                let g = topo.check(device, c)?;
+                g..g + 1
+            }
             None => {
-                topo.check(device, 0)?;
-                (0..topo.cores_per_device).map(|c| topo.global_core(device, c)).collect()
+                let g = topo.check(device, 0)?;
+                g..g + topo.cores_per_device
             }
         };
-        let owner = match core {
-            Some(c) => format!("semaphore allocated on device {device}, core {c}"),
-            None => format!("semaphore allocated on device {device}, every core"),
-        };
         let mut next = lock(&self.next);
-        let first = next[cores[0] as usize];
-        if let Some(&g) = cores.iter().find(|&&g| next[g as usize] != first) {
+        let first = next[cores.start as usize];
+        if let Some(g) = cores.clone().find(|&g| next[g as usize] != first) {
             return Err(RtError::internal(format!(
                 "internal semaphore ids out of sync on device {device}: global core {} would \
                  start at {first}, global core {g} at {}",
-                cores[0], next[g as usize]
+                cores.start, next[g as usize]
             )));
         }
         let end = u64::from(first) + u64::from(count);
@@ -362,11 +362,16 @@ impl<T: Queued> SemIds<T> {
         // the rest become one new block.
         if end > table.end {
             let start = table.end;
+            // Built only here: most calls (the other cores) make no block.
+            let owner = match core {
+                Some(c) => format!("semaphore allocated on device {device}, core {c}"),
+                None => format!("semaphore allocated on device {device}, every core"),
+            };
             let block = SemBlock::new(start, end - start, kind, owner, self.topo.num_cores())?;
             table.blocks.push(Arc::new(block));
             table.end = end;
         }
-        for &g in &cores {
+        for g in cores {
             next[g as usize] = end;
         }
         // Fixed ids are few: look for one inside [first, end).
@@ -379,7 +384,7 @@ impl<T: Queued> SemIds<T> {
     }
 
     /// Creates fixed-id semaphore `id` on first use and returns `id`.
-    pub fn ensure_fixed(&self, id: u32, kind: SemKind, owner: String) -> Result<u32> {
+    pub fn ensure_fixed(&self, id: u32, kind: SemKind, owner: impl FnOnce() -> String) -> Result<u32> {
         {
             let table = self.table.read().ignore_poison();
             if table.fixed.contains_key(&id) {
@@ -388,7 +393,7 @@ impl<T: Queued> SemIds<T> {
         }
         let mut table = self.table.write().ignore_poison();
         if let Entry::Vacant(slot) = table.fixed.entry(id) {
-            slot.insert(Arc::new(SemBlock::new(id, 1, kind, owner, self.topo.num_cores())?));
+            slot.insert(Arc::new(SemBlock::new(id, 1, kind, owner(), self.topo.num_cores())?));
         }
         match table.collision_at_allocation(id) {
             Some(e) => Err(e),

@@ -199,7 +199,7 @@ impl<T: Queued> SemTable<T> {
 
     /// The fixed-id barrier semaphore of `collective_id` (created on first use).
     pub fn barrier_semaphore(&self, collective_id: u32) -> Result<u32> {
-        let owner = format!("barrier semaphore of collective_id {collective_id}");
+        let owner = || format!("barrier semaphore of collective_id {collective_id}");
         self.ids.ensure_fixed(collective_id, SemKind::Barrier, owner)
     }
 
