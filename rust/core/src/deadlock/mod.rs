@@ -361,7 +361,7 @@ impl Monitor {
         st.reported = true;
         let mut dmas = HashMap::new();
         for (g, m) in self.dmas.iter().enumerate() {
-            dmas.extend(lock(m).iter().map(|(&sem, t)| ((sem, g as u32), t.clone())));
+            dmas.extend(lock(m).iter().map(|(&sem, &t)| ((sem, g as u32), t)));
         }
         let text = report::describe(&self.topo, st, probe, &dmas, idle);
         Some(RtError::new(ErrorKind::Deadlock, text))
