@@ -13,6 +13,7 @@
 //! global mutex.
 
 use super::counters::Counters;
+use super::task_queue::TaskQueue;
 use super::{Queued, SemKind};
 use crate::config::Topology;
 use crate::error::{Result, RtError};
@@ -42,9 +43,12 @@ pub(crate) struct SemBlock<T> {
     /// Counter of semaphore `first + off` on global core `g` at `g * len + off`.
     counters: Counters,
     /// Queued DMA work that will signal a semaphore, keyed by
-    /// `task_key(off, global core)`; entries stay once created (their Vec is
+    /// `task_key(off, global core)`; entries stay once created (their storage is
     /// reused by the next DMA).
-    tasks: Mutex<HashMap<u64, Vec<T>, BuildHasherDefault<IdHasher>>>,
+    tasks: Mutex<HashMap<u64, TaskQueue<T>, BuildHasherDefault<IdHasher>>>,
+    /// Capacity `tasks` gets at its first push (one allocation instead of
+    /// several doublings: blocks are made anew by every launch).
+    tasks_hint: usize,
     /// Number of queued tasks, so waiters skip the mutex when there are none.
     queued: AtomicUsize,
     /// Where it was allocated (0: unknown).
@@ -75,6 +79,7 @@ impl<T: Queued> SemBlock<T> {
             owner,
             counters,
             tasks: Mutex::new(HashMap::default()),
+            tasks_hint: usize::try_from(n).unwrap_or(usize::MAX).min(64),
             queued: AtomicUsize::new(0),
             site: crate::site::current(),
             misuse: Mutex::new(Vec::new()),
@@ -106,7 +111,12 @@ impl<T: Queued> SemBlock<T> {
     }
 
     pub fn push_task(&self, off: u32, gcore: u32, task: T) {
-        lock(&self.tasks).entry(task_key(off, gcore)).or_default().push(task);
+        let mut tasks = lock(&self.tasks);
+        if tasks.capacity() == 0 {
+            tasks.reserve(self.tasks_hint);
+        }
+        tasks.entry(task_key(off, gcore)).or_default().push(task);
+        drop(tasks);
         self.queued.fetch_add(1, Ordering::SeqCst);
     }
 

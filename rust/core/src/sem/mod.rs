@@ -16,6 +16,7 @@ mod counters;
 mod ids;
 mod misuse;
 mod park;
+mod task_queue;
 
 pub use park::WaitRecord;
 
