@@ -82,7 +82,7 @@ fn dma(bytes: usize, iters: u64, mode: DmaMode) -> (f64, f64) {
         dst_core: None,
     };
     let dma_ns = time(iters, || {
-        rt.dma_start(&req).unwrap();
+        rt.dma_start(req.clone()).unwrap();
         rt.dma_wait(0, 0, sem, bytes as i64).unwrap();
     });
     let from = vec![1u8; bytes];

@@ -289,8 +289,9 @@ fn trace_begin(env: &DmaEnv, r: &DmaRequest) -> Option<TraceDma> {
     Some(t.dma_begin(r.device, r.core, format!("{src} -> {dst}"), args))
 }
 
-/// Starts `req` (eager: copies now; on_wait: queues its steps).
-pub(crate) fn start(env: &DmaEnv, req: &DmaRequest) -> Result<()> {
+/// Starts `req` (eager: copies now; on_wait: queues its steps). Taken by
+/// value: a queued DMA keeps it (no clone of its regions per DMA).
+pub(crate) fn start(env: &DmaEnv, req: DmaRequest) -> Result<()> {
     if req.src_sem.is_some() != req.dst_device.is_some() {
         return Err(RtError::value("Either both or neither `src_sem` and `device_id` can be set."));
     }
@@ -312,8 +313,8 @@ pub(crate) fn start(env: &DmaEnv, req: &DmaRequest) -> Result<()> {
         // itself validates the two sides (this is the hot path).
         let plan = Plan { dst_device, dst_core, src_gcore, dst_gcore, bytes: 0 };
         let race = env.races.map(|races| races.dma_begin(req.device, req.core));
-        let bytes = copy_whole(env, req, &plan, race, trace_begin(env, req))?;
-        note_started(env, req, &plan, bytes);
+        let bytes = copy_whole(env, &req, &plan, race, trace_begin(env, &req))?;
+        note_started(env, &req, &plan, bytes);
         return Ok(());
     }
 
@@ -326,12 +327,13 @@ pub(crate) fn start(env: &DmaEnv, req: &DmaRequest) -> Result<()> {
 
     let plan = Plan { bytes, ..plan };
     let race = env.races.map(|races| races.dma_begin(req.device, req.core));
-    note_started(env, req, &plan, bytes);
+    note_started(env, &req, &plan, bytes);
     let site = site::current();
-    let trace = trace_begin(env, req);
-    let dma = Arc::new(QueuedDma { req: req.clone(), plan, machine: DmaMachine::new(), race, site, trace });
-    if let Some(src_sem) = req.src_sem {
+    let trace = trace_begin(env, &req);
+    let (src_sem, dst_sem) = (req.src_sem, req.dst_sem);
+    let dma = Arc::new(QueuedDma { req, plan, machine: DmaMachine::new(), race, site, trace });
+    if let Some(src_sem) = src_sem {
         env.sems.enqueue(src_sem, src_gcore, DmaStep::Read(Arc::clone(&dma)))?;
     }
-    env.sems.enqueue(req.dst_sem, dst_gcore, DmaStep::Write(dma))
+    env.sems.enqueue(dst_sem, dst_gcore, DmaStep::Write(dma))
 }

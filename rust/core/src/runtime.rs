@@ -428,8 +428,9 @@ impl Runtime {
     }
 
     /// Starts a DMA (see [`DmaRequest`]); in `eager` mode it completes here.
-    pub fn dma_start(&self, req: &DmaRequest) -> Result<()> {
-        crate::dma::start(&self.dma_env(), req).map_err(|e| e.at(req.device, req.core))
+    pub fn dma_start(&self, req: DmaRequest) -> Result<()> {
+        let (device, core) = (req.device, req.core);
+        crate::dma::start(&self.dma_env(), req).map_err(|e| e.at(device, core))
     }
 
     /// Waits for `bytes` on DMA semaphore `sem` of (device, core), running

@@ -196,7 +196,7 @@ fn a_dma_wait_for_more_than_the_started_dmas_deliver() {
             dst_device: None,
             dst_core: None,
         };
-        rt.dma_start(&req).unwrap();
+        rt.dma_start(req.clone()).unwrap();
         let msg = deadlock(rt.dma_wait(0, 0, s, 64));
         assert!(msg.contains("the 1 DMA(s) started on it deliver 32 bytes"), "{mode:?}: {msg}");
     }

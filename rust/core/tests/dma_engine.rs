@@ -84,7 +84,7 @@ fn local_eager_copies_at_start_and_signals_bytes() {
     let src = buffer(&rt, 0, 0, MemorySpace::Hbm, 8, 1.0);
     let dst = zeros(&rt, 0, 0, 8);
     let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
-    rt.dma_start(&local(0, src, dst, sem)).unwrap();
+    rt.dma_start(local(0, src, dst, sem)).unwrap();
     assert_eq!(content(&rt, 0, 0, MemorySpace::Vmem, dst), (1..=8).map(|x| x as f32).collect::<Vec<_>>());
     assert_eq!(rt.semaphore_read(0, 0, sem).unwrap(), 32);
     rt.dma_wait(0, 0, sem, 32).unwrap();
@@ -99,7 +99,7 @@ fn local_on_wait_copies_when_waited_on() {
     let sem = rt.allocate_semaphores(0, Some(1), SemKind::Dma, 1).unwrap();
     let mut req = local(1, src, dst, sem);
     req.src_region = Region::new(vec![DimSel::slice(2, 4, 1)]);
-    rt.dma_start(&req).unwrap();
+    rt.dma_start(req.clone()).unwrap();
     assert_eq!(content(&rt, 0, 1, MemorySpace::Vmem, dst), vec![0.0; 4]);
     assert_eq!(rt.semaphore_read(0, 1, sem).unwrap(), 0);
     rt.dma_wait(0, 1, sem, 16).unwrap();
@@ -115,7 +115,7 @@ fn strided_region_counts_its_own_bytes() {
     let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
     let mut req = local(0, src, dst, sem);
     req.src_region = Region::new(vec![DimSel::slice(1, 3, 3)]);
-    rt.dma_start(&req).unwrap();
+    rt.dma_start(req.clone()).unwrap();
     assert_eq!(rt.semaphore_read(0, 0, sem).unwrap(), 12);
     assert_eq!(content(&rt, 0, 0, MemorySpace::Vmem, dst), vec![1.0, 4.0, 7.0]);
 }
@@ -134,7 +134,7 @@ fn remote_setup(mode: DmaMode) -> (Runtime, DmaRequest) {
 #[test]
 fn remote_eager_signals_send_on_source_and_recv_on_destination_core() {
     let (rt, req) = remote_setup(DmaMode::Eager);
-    rt.dma_start(&req).unwrap();
+    rt.dma_start(req.clone()).unwrap();
     let sem = req.dst_sem;
     // Same local core (1) on both devices; nothing on core 0.
     assert_eq!(rt.semaphore_read(0, 1, sem).unwrap(), 16);
@@ -150,7 +150,7 @@ fn remote_eager_signals_send_on_source_and_recv_on_destination_core() {
 #[test]
 fn remote_on_wait_sender_first_reads_then_receiver_writes() {
     let (rt, req) = remote_setup(DmaMode::OnWait);
-    rt.dma_start(&req).unwrap();
+    rt.dma_start(req.clone()).unwrap();
     assert_eq!(rt.semaphore_read(0, 1, req.dst_sem).unwrap(), 0);
     rt.dma_wait(0, 1, req.src_sem.unwrap(), 16).unwrap();
     // Read done, write not yet.
@@ -164,7 +164,7 @@ fn remote_on_wait_sender_first_reads_then_receiver_writes() {
 #[test]
 fn remote_on_wait_receiver_first_does_both_steps_once() {
     let (rt, req) = remote_setup(DmaMode::OnWait);
-    rt.dma_start(&req).unwrap();
+    rt.dma_start(req.clone()).unwrap();
     rt.dma_wait(1, 1, req.dst_sem, 16).unwrap();
     assert_eq!(content(&rt, 1, 1, MemorySpace::Vmem, req.dst_id), vec![5.0, 6.0, 7.0, 8.0]);
     // The send semaphore was signalled by the read, exactly once.
@@ -183,7 +183,7 @@ fn remote_on_wait_across_threads() {
         thread::spawn(move || rt.dma_wait(1, 1, sem, 16))
     };
     thread::sleep(Duration::from_millis(20));
-    rt.dma_start(&req).unwrap();
+    rt.dma_start(req.clone()).unwrap();
     rt.dma_wait(0, 1, req.src_sem.unwrap(), 16).unwrap();
     receiver.join().unwrap().unwrap();
     assert_eq!(content(&rt, 1, 1, MemorySpace::Vmem, req.dst_id), vec![5.0, 6.0, 7.0, 8.0]);
@@ -197,8 +197,8 @@ fn queued_dmas_run_last_in_first_out() {
     let a = zeros(&rt, 0, 0, 2);
     let b = zeros(&rt, 0, 0, 2);
     let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
-    rt.dma_start(&local(0, src, a, sem)).unwrap();
-    rt.dma_start(&local(0, src, b, sem)).unwrap();
+    rt.dma_start(local(0, src, a, sem)).unwrap();
+    rt.dma_start(local(0, src, b, sem)).unwrap();
     rt.dma_wait(0, 0, sem, 8).unwrap();
     assert_eq!(content(&rt, 0, 0, MemorySpace::Vmem, a), vec![0.0, 0.0]);
     assert_eq!(content(&rt, 0, 0, MemorySpace::Vmem, b), vec![1.0, 2.0]);
@@ -211,7 +211,7 @@ fn descriptor_invariant_has_the_exact_stock_message() {
     let (rt, req) = remote_setup(DmaMode::Eager);
     let msg = "Either both or neither `src_sem` and `device_id` can be set.";
     for bad in [DmaRequest { src_sem: None, ..req.clone() }, DmaRequest { dst_device: None, ..req.clone() }] {
-        let e = rt.dma_start(&bad).unwrap_err();
+        let e = rt.dma_start(bad.clone()).unwrap_err();
         assert_eq!((e.kind, e.message.as_str()), (ErrorKind::Value, msg));
     }
 }
@@ -228,10 +228,10 @@ fn dtype_or_size_mismatch_names_both_sides() {
         let small = zeros(&rt, 0, 0, 4);
         let ints = rt.allocate_buffer(0, Some(0), MemorySpace::Vmem, DType::I32, &[8], None, Init::Fill).unwrap();
         let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
-        let e = rt.dma_start(&local(0, src, small, sem)).unwrap_err();
+        let e = rt.dma_start(local(0, src, small, sem)).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Value);
         assert!(e.message.contains(f32_8) && e.message.contains(f32_4), "{}", e.message);
-        let e = rt.dma_start(&local(0, src, ints, sem)).unwrap_err();
+        let e = rt.dma_start(local(0, src, ints, sem)).unwrap_err();
         assert!(e.message.contains(f32_8) && e.message.contains(i32_8), "{}", e.message);
         assert_eq!(rt.semaphore_read(0, 0, sem).unwrap(), 0);
     }
@@ -240,12 +240,12 @@ fn dtype_or_size_mismatch_names_both_sides() {
 #[test]
 fn unknown_semaphore_device_or_buffer_is_rejected() {
     let (rt, req) = remote_setup(DmaMode::Eager);
-    let e = rt.dma_start(&DmaRequest { dst_sem: 4242, ..req.clone() }).unwrap_err();
+    let e = rt.dma_start(DmaRequest { dst_sem: 4242, ..req.clone() }).unwrap_err();
     assert!(e.message.contains("4242"), "{}", e.message);
-    let e = rt.dma_start(&DmaRequest { src_sem: Some(4243), ..req.clone() }).unwrap_err();
+    let e = rt.dma_start(DmaRequest { src_sem: Some(4243), ..req.clone() }).unwrap_err();
     assert!(e.message.contains("4243"), "{}", e.message);
-    assert_eq!(rt.dma_start(&DmaRequest { dst_device: Some(2), ..req.clone() }).unwrap_err().kind, ErrorKind::Value);
-    assert!(rt.dma_start(&DmaRequest { src_id: 999, ..req.clone() }).is_err());
+    assert_eq!(rt.dma_start(DmaRequest { dst_device: Some(2), ..req.clone() }).unwrap_err().kind, ErrorKind::Value);
+    assert!(rt.dma_start(DmaRequest { src_id: 999, ..req.clone() }).is_err());
     assert_eq!(content(&rt, 1, 1, MemorySpace::Vmem, req.dst_id), vec![0.0; 4]);
 }
 
@@ -255,7 +255,7 @@ fn failing_queued_dma_returns_its_error_to_the_waiter() {
     let src = buffer(&rt, 0, 0, MemorySpace::Hbm, 2, 1.0);
     let dst = zeros(&rt, 0, 0, 2);
     let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
-    rt.dma_start(&local(0, src, dst, sem)).unwrap();
+    rt.dma_start(local(0, src, dst, sem)).unwrap();
     rt.free_buffer(0, 0, MemorySpace::Vmem, dst).unwrap();
     let e = rt.dma_wait(0, 0, sem, 8).unwrap_err();
     assert_ne!(e.kind, ErrorKind::Timeout);
@@ -268,7 +268,7 @@ fn dma_start_after_failure_aborts() {
     let dst = zeros(&rt, 0, 0, 2);
     let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
     rt.fail(mosaic_rt_core::RtError::value("boom"));
-    assert_eq!(rt.dma_start(&local(0, src, dst, sem)).unwrap_err().kind, ErrorKind::Aborted);
+    assert_eq!(rt.dma_start(local(0, src, dst, sem)).unwrap_err().kind, ErrorKind::Aborted);
 }
 
 /// A 2-D f32 VMEM buffer of `shape` on (device, core), zero-filled.
@@ -289,7 +289,7 @@ fn remote_dma_with_mismatched_shapes_fails_at_start_in_both_modes_with_one_messa
         let send = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
         let recv = rt.allocate_semaphores(1, None, SemKind::Dma, 1).unwrap();
         assert_eq!(send, recv);
-        let e = rt.dma_start(&remote(0, 0, 1, src, dst, (send, recv))).unwrap_err();
+        let e = rt.dma_start(remote(0, 0, 1, src, dst, (send, recv))).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Value, "{mode:?}: {e}");
         assert!(e.message.contains("(8, 128)") && e.message.contains("(16, 64)"), "{e}");
         // Nothing was queued or signalled.
@@ -309,7 +309,7 @@ fn on_wait_dma_never_waited_is_reported_as_a_leak_naming_it() {
     let sems = rt.allocate_semaphores(0, None, SemKind::Dma, 2).unwrap();
     rt.allocate_semaphores(1, None, SemKind::Dma, 2).unwrap();
     let (send, recv) = (sems, sems + 1);
-    rt.dma_start(&remote(0, 0, 1, src, dst, (send, recv))).unwrap();
+    rt.dma_start(remote(0, 0, 1, src, dst, (send, recv))).unwrap();
     let leaks = rt.leaks(None).unwrap();
     assert_eq!(leaks.len(), 2, "{leaks:?}");
     let (on_sender, on_receiver) = (&leaks[0], &leaks[1]);
@@ -345,7 +345,7 @@ fn local_on_wait_dma_never_waited_is_a_leak_and_eager_leaves_the_count() {
         let src = buffer(&rt, 0, 0, MemorySpace::Hbm, 4, 1.0);
         let dst = zeros(&rt, 0, 0, 4);
         let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
-        rt.dma_start(&local(0, src, dst, sem)).unwrap();
+        rt.dma_start(local(0, src, dst, sem)).unwrap();
         let leaks = rt.leaks(Some(0)).unwrap();
         assert_eq!(leaks.len(), 1, "{mode:?}");
         match mode {
@@ -388,7 +388,7 @@ fn huge_out_of_bounds_dma_regions_are_errors_not_aborts() {
             ..remote(0, 0, 1, src, far, (sems, sems + 1))
         };
         for (req, wait_on) in [(local, (0, sems)), (remote, (1, sems + 1))] {
-            let e = match rt.dma_start(&req) {
+            let e = match rt.dma_start(req.clone()) {
                 Err(e) => e,
                 Ok(()) => rt.dma_wait(wait_on.0, 0, wait_on.1, 1).unwrap_err(),
             };

@@ -171,16 +171,16 @@ fn dmas_write_and_read_in_both_modes() {
         let a = fresh(&rt, 0, VMEM, &[8]);
         let b = fresh(&rt, 0, VMEM, &[8]);
         // HBM -> a[0:4]: a DMA write.
-        rt.dma_start(&dma((HBM, hbm, rows(0, 4)), (VMEM, a, rows(0, 4)), sem)).unwrap();
+        rt.dma_start(dma((HBM, hbm, rows(0, 4)), (VMEM, a, rows(0, 4)), sem)).unwrap();
         rt.dma_wait(0, 0, sem, 16).unwrap();
         load(&rt, VMEM, a, &rows(0, 4), 4).unwrap();
         // a[2:6] -> b: a DMA read of two never-written elements; eager
         // fails at the start, on_wait at the wait that runs it.
         let req = dma((VMEM, a, rows(2, 4)), (VMEM, b, rows(0, 4)), sem);
         let e = match mode {
-            DmaMode::Eager => rt.dma_start(&req).unwrap_err(),
+            DmaMode::Eager => rt.dma_start(req.clone()).unwrap_err(),
             DmaMode::OnWait => {
-                rt.dma_start(&req).unwrap();
+                rt.dma_start(req.clone()).unwrap();
                 rt.dma_wait(0, 0, sem, 16).unwrap_err()
             }
         };
@@ -198,7 +198,7 @@ fn remote_dmas_mark_the_other_devices_memory() {
     let mut req = dma((VMEM, src, Region::full()), (VMEM, dst, Region::full()), recv);
     req.src_sem = Some(send);
     req.dst_device = Some(1);
-    rt.dma_start(&req).unwrap();
+    rt.dma_start(req.clone()).unwrap();
     rt.dma_wait(1, 0, recv, 32).unwrap();
     rt.dma_wait(0, 0, send, 32).unwrap();
     let mut out = [0u8; 32];

@@ -177,7 +177,7 @@ fn run(seed: u64, mode: DmaMode) -> (Option<usize>, Option<usize>) {
                     continue; // overlapping copies within one buffer: not a DMA a kernel makes
                 }
                 let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
-                rt.dma_start(&DmaRequest {
+                rt.dma_start(DmaRequest {
                     device: 0,
                     core,
                     src_space: HBM,

@@ -176,7 +176,7 @@ fn dma_write_vs_local_read_before_and_after_the_wait() {
         let rt = races(1, 1, mode);
         let (src, dst) = (buffer(&rt, 0, HBM), buffer(&rt, 0, VMEM));
         let s = sem(&rt, 0, SemKind::Dma);
-        rt.dma_start(&local_dma(0, (HBM, src), (VMEM, dst), s)).unwrap();
+        rt.dma_start(local_dma(0, (HBM, src), (VMEM, dst), s)).unwrap();
         read(&rt, 0, 0, VMEM, dst, &slice(0, 1));
         rt.dma_wait(0, 0, s, 32).unwrap();
         assert!(found(&rt), "{mode:?}");
@@ -189,7 +189,7 @@ fn dma_write_vs_local_read_before_and_after_the_wait() {
         let (src, dst) = (buffer(&rt, 0, HBM), buffer(&rt, 0, VMEM));
         let s = sem(&rt, 0, SemKind::Dma);
         write(&rt, 0, 0, HBM, src, &Region::full()); // before the start: ordered too
-        rt.dma_start(&local_dma(0, (HBM, src), (VMEM, dst), s)).unwrap();
+        rt.dma_start(local_dma(0, (HBM, src), (VMEM, dst), s)).unwrap();
         rt.dma_wait(0, 0, s, 32).unwrap();
         read(&rt, 0, 0, VMEM, dst, &Region::full());
         write(&rt, 0, 0, HBM, src, &Region::full());
@@ -203,7 +203,7 @@ fn writing_a_dma_source_before_the_wait_races_with_its_read() {
         let rt = races(1, 1, mode);
         let (src, dst) = (buffer(&rt, 0, HBM), buffer(&rt, 0, VMEM));
         let s = sem(&rt, 0, SemKind::Dma);
-        rt.dma_start(&local_dma(0, (HBM, src), (VMEM, dst), s)).unwrap();
+        rt.dma_start(local_dma(0, (HBM, src), (VMEM, dst), s)).unwrap();
         write(&rt, 0, 0, HBM, src, &slice(7, 1));
         rt.dma_wait(0, 0, s, 32).unwrap();
         assert!(found(&rt), "{mode:?}");
@@ -225,7 +225,7 @@ fn remote_copy(mode: DmaMode, read_before_wait: bool) -> Runtime {
     thread::scope(|scope| {
         scope.spawn(|| {
             write(&rt, 0, 0, VMEM, src, &Region::full());
-            rt.dma_start(&DmaRequest {
+            rt.dma_start(DmaRequest {
                 device: 0,
                 core: 0,
                 src_space: VMEM,
@@ -287,7 +287,7 @@ fn the_device_barrier_orders_everything_before_it() {
                     thread::sleep(Duration::from_millis(20));
                 }
                 // Device 1 overwrites device 0's buffer with a remote DMA.
-                rt.dma_start(&DmaRequest {
+                rt.dma_start(DmaRequest {
                     device: 1,
                     core: 0,
                     src_space: HBM,
@@ -327,7 +327,7 @@ fn dma_clock_components_are_reused_once_seen() {
         let s = sem(&rt, 0, SemKind::Dma);
         // Double buffering: two DMAs in flight, each waited before reuse.
         for _ in 0..50 {
-            rt.dma_start(&local_dma(0, (HBM, src), (VMEM, dst), s)).unwrap();
+            rt.dma_start(local_dma(0, (HBM, src), (VMEM, dst), s)).unwrap();
             rt.dma_wait(0, 0, s, 32).unwrap();
             read(&rt, 0, 0, VMEM, dst, &Region::full());
         }
@@ -347,10 +347,10 @@ fn reused_components_still_catch_races_of_the_previous_dma() {
         let (src, dst) = (buffer(&rt, 0, HBM), buffer(&rt, 0, HBM));
         let s = sem(&rt, 0, SemKind::Dma);
         // Core 0's DMA writes dst; core 1 never synchronises with it.
-        rt.dma_start(&local_dma(0, (HBM, src), (HBM, dst), s)).unwrap();
+        rt.dma_start(local_dma(0, (HBM, src), (HBM, dst), s)).unwrap();
         rt.dma_wait(0, 0, s, 32).unwrap();
         // A second DMA of core 0 reuses the component...
-        rt.dma_start(&local_dma(0, (HBM, src), (HBM, src), s)).unwrap();
+        rt.dma_start(local_dma(0, (HBM, src), (HBM, src), s)).unwrap();
         rt.dma_wait(0, 0, s, 32).unwrap();
         assert_eq!(rt_threads(&rt), 3, "2 cores + 1 DMA component");
         assert!(!found(&rt), "{:?}", reports(&rt));
@@ -368,7 +368,7 @@ fn outputs_are_the_same_with_races_on_and_off() {
             let (src, dst) = (buffer(&rt, 0, HBM), buffer(&rt, 0, VMEM));
             let s = sem(&rt, 0, SemKind::Dma);
             rt.store(MemRef::new(0, 0, HBM, src, &slice(2, 2)), &[7u8; 8]).unwrap();
-            rt.dma_start(&local_dma(0, (HBM, src), (VMEM, dst), s)).unwrap();
+            rt.dma_start(local_dma(0, (HBM, src), (VMEM, dst), s)).unwrap();
             rt.dma_wait(0, 0, s, 32).unwrap();
             rt.buffer_bytes(key(VMEM, dst, 0, 0)).unwrap()
         };

@@ -130,7 +130,7 @@ fn copy_ring(mode: DmaMode) {
                     rt.store(MemRef::new(d, 0, MemorySpace::Vmem, src, &Region::full()), &f32_bytes(value, N)).unwrap();
                     // The next device's dst is free once it handed us a credit.
                     rt.semaphore_wait(d, 0, credit, 1).unwrap();
-                    rt.dma_start(&req).unwrap();
+                    rt.dma_start(req.clone()).unwrap();
                     rt.dma_wait(d, 0, dma_sem, bytes).unwrap(); // sent: src reusable
                     rt.dma_wait(d, 0, dma_sem + 1, bytes).unwrap(); // received from prev
                     rt.load(MemRef::new(d, 0, MemorySpace::Vmem, dst, &Region::full()), &mut out).unwrap();
@@ -196,7 +196,7 @@ fn dma_steps_misuse_checks_and_allocations_never_deadlock() {
             let req = ring_copy(d, (d + 1) % DEVICES, src, dst, dma_sem);
             let bytes = (N * 4) as i64;
             for _ in 0..ROUNDS {
-                rt.dma_start(&req).unwrap();
+                rt.dma_start(req.clone()).unwrap();
                 rt.allocate_semaphores(d, None, SemKind::Regular, 1).unwrap();
                 rt.dma_wait(d, 0, dma_sem + 1, bytes).unwrap();
                 rt.dma_wait(d, 0, dma_sem, bytes).unwrap();

@@ -97,8 +97,8 @@ fn dmas_are_spans_on_lanes_and_their_completion_releases_the_wait() {
         let a = rt.allocate_buffer(0, Some(0), MemorySpace::Vmem, DType::F32, &[8, 128], None, Init::Fill).unwrap();
         let b = rt.allocate_buffer(0, Some(0), MemorySpace::Vmem, DType::F32, &[8, 128], None, Init::Fill).unwrap();
         // Two DMAs in flight at once (on_wait): two lanes.
-        rt.dma_start(&dma(src, a, sem)).unwrap();
-        rt.dma_start(&dma(src, b, sem)).unwrap();
+        rt.dma_start(dma(src, a, sem)).unwrap();
+        rt.dma_start(dma(src, b, sem)).unwrap();
         rt.dma_wait(0, 0, sem, 4096).unwrap();
         rt.dma_wait(0, 0, sem, 4096).unwrap();
         let j = json(&rt);
@@ -119,7 +119,7 @@ fn unfinished_dmas_and_steps_end_at_export() {
     let src = rt.allocate_buffer(0, Some(0), MemorySpace::Hbm, DType::F32, &[8], None, Init::Fill).unwrap();
     let dst = rt.allocate_buffer(0, Some(0), MemorySpace::Vmem, DType::F32, &[8], None, Init::Fill).unwrap();
     rt.tracer().unwrap().grid_step(0, 0, &[3], true);
-    rt.dma_start(&DmaRequest { src_region: Region::full(), ..dma(src, dst, sem) }).unwrap();
+    rt.dma_start(DmaRequest { src_region: Region::full(), ..dma(src, dst, sem) }).unwrap();
     let j = json(&rt);
     assert!(j.contains("\"completed\": \"no: never waited for\""), "{j}");
     assert!(j.contains("\"name\": \"step (3)\""), "{j}");

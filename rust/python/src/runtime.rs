@@ -490,7 +490,7 @@ impl PyRuntime {
             dst_core: None,
         };
         let rt = &self.rt;
-        py.detach(|| rt.dma_start(&req)).or_raise(py)
+        py.detach(|| rt.dma_start(req)).or_raise(py)
     }
 
     /// Waits (GIL released) for `nbytes` on DMA semaphore `sem`.

@@ -40,9 +40,11 @@ pub mod detector;
 
 use crate::config::Topology;
 use crate::error::{ErrorKind, RtError};
+use crate::memory::table::KeyHasher;
 use crate::site::SiteId;
 use crate::sync::{lock, Mutex};
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::time::{Duration, Instant};
 
 pub use report::DmaTotals;
@@ -90,9 +92,14 @@ pub(crate) struct Monitor {
     idle: Option<Duration>,
     topo: Topology,
     state: Mutex<State>,
-    /// Bytes of the DMAs started on each (DMA semaphore, global core).
-    dmas: Mutex<HashMap<(u32, u32), DmaTotals>>,
+    /// Per global core: bytes of the DMAs started on each of its DMA
+    /// semaphores. One map per core, so DMA starts on different cores do
+    /// not contend, with the integer hasher (a DMA start is a hot path).
+    dmas: Vec<Mutex<SemDmas>>,
 }
+
+/// DMA totals of one core's semaphores, by semaphore id.
+type SemDmas = HashMap<u32, DmaTotals, BuildHasherDefault<KeyHasher>>;
 
 pub(crate) struct State {
     joined: Vec<bool>,
@@ -149,7 +156,7 @@ impl Monitor {
                 last_change: Instant::now(),
                 reported: false,
             }),
-            dmas: Mutex::new(HashMap::new()),
+            dmas: (0..if enabled { topo.num_cores() } else { 0 }).map(|_| Mutex::new(SemDmas::default())).collect(),
         }
     }
 
@@ -276,8 +283,9 @@ impl Monitor {
             return;
         }
         let site = crate::site::current();
-        let mut d = lock(&self.dmas);
-        let t = d.entry((sem, gcore)).or_default();
+        let Some(dmas) = self.dmas.get(gcore as usize) else { return };
+        let mut d = lock(dmas);
+        let t = d.entry(sem).or_default();
         t.count += 1;
         t.bytes = t.bytes.saturating_add(bytes);
         t.last_site = site;
@@ -351,7 +359,10 @@ impl Monitor {
             return None;
         }
         st.reported = true;
-        let dmas = lock(&self.dmas).clone();
+        let mut dmas = HashMap::new();
+        for (g, m) in self.dmas.iter().enumerate() {
+            dmas.extend(lock(m).iter().map(|(&sem, &t)| ((sem, g as u32), t)));
+        }
         let text = report::describe(&self.topo, st, probe, &dmas, idle);
         Some(RtError::new(ErrorKind::Deadlock, text))
     }

@@ -13,6 +13,7 @@
 //! global mutex.
 
 use super::counters::Counters;
+use super::task_queue::TaskQueue;
 use super::{Queued, SemKind};
 use crate::config::Topology;
 use crate::error::{Result, RtError};
@@ -42,9 +43,12 @@ pub(crate) struct SemBlock<T> {
     /// Counter of semaphore `first + off` on global core `g` at `g * len + off`.
     counters: Counters,
     /// Queued DMA work that will signal a semaphore, keyed by
-    /// `task_key(off, global core)`; entries stay once created (their Vec is
+    /// `task_key(off, global core)`; entries stay once created (their storage is
     /// reused by the next DMA).
-    tasks: Mutex<HashMap<u64, Vec<T>, BuildHasherDefault<IdHasher>>>,
+    tasks: Mutex<HashMap<u64, TaskQueue<T>, BuildHasherDefault<IdHasher>>>,
+    /// Capacity `tasks` gets at its first push (one allocation instead of
+    /// several doublings: blocks are made anew by every launch).
+    tasks_hint: usize,
     /// Number of queued tasks, so waiters skip the mutex when there are none.
     queued: AtomicUsize,
     /// Where it was allocated (0: unknown).
@@ -75,6 +79,7 @@ impl<T: Queued> SemBlock<T> {
             owner,
             counters,
             tasks: Mutex::new(HashMap::default()),
+            tasks_hint: usize::try_from(n).unwrap_or(usize::MAX).min(64),
             queued: AtomicUsize::new(0),
             site: crate::site::current(),
             misuse: Mutex::new(Vec::new()),
@@ -106,7 +111,12 @@ impl<T: Queued> SemBlock<T> {
     }
 
     pub fn push_task(&self, off: u32, gcore: u32, task: T) {
-        lock(&self.tasks).entry(task_key(off, gcore)).or_default().push(task);
+        let mut tasks = lock(&self.tasks);
+        if tasks.capacity() == 0 {
+            tasks.reserve(self.tasks_hint);
+        }
+        tasks.entry(task_key(off, gcore)).or_default().push(task);
+        drop(tasks);
         self.queued.fetch_add(1, Ordering::SeqCst);
     }
 
@@ -328,24 +338,24 @@ impl<T: Queued> SemIds<T> {
     /// Allocates `count` internal ids on the target cores; see `SemTable::allocate`.
     pub fn allocate_internal(&self, device: u32, core: Option<u32>, kind: SemKind, count: u32) -> Result<u32> {
         let topo = &self.topo;
-        let cores: Vec<u32> = match core {
-            Some(c) => vec![topo.check(device, c)?],
+        // The target cores' global ids (a device's cores are consecutive).
+        let cores = match core {
+            Some(c) => {
+                let g = topo.check(device, c)?;
+                g..g + 1
+            }
             None => {
-                topo.check(device, 0)?;
-                (0..topo.cores_per_device).map(|c| topo.global_core(device, c)).collect()
+                let g = topo.check(device, 0)?;
+                g..g + topo.cores_per_device
             }
         };
-        let owner = match core {
-            Some(c) => format!("semaphore allocated on device {device}, core {c}"),
-            None => format!("semaphore allocated on device {device}, every core"),
-        };
         let mut next = lock(&self.next);
-        let first = next[cores[0] as usize];
-        if let Some(&g) = cores.iter().find(|&&g| next[g as usize] != first) {
+        let first = next[cores.start as usize];
+        if let Some(g) = cores.clone().find(|&g| next[g as usize] != first) {
             return Err(RtError::internal(format!(
                 "internal semaphore ids out of sync on device {device}: global core {} would \
                  start at {first}, global core {g} at {}",
-                cores[0], next[g as usize]
+                cores.start, next[g as usize]
             )));
         }
         let end = u64::from(first) + u64::from(count);
@@ -362,11 +372,16 @@ impl<T: Queued> SemIds<T> {
         // the rest become one new block.
         if end > table.end {
             let start = table.end;
+            // Built only here: most calls (the other cores) make no block.
+            let owner = match core {
+                Some(c) => format!("semaphore allocated on device {device}, core {c}"),
+                None => format!("semaphore allocated on device {device}, every core"),
+            };
             let block = SemBlock::new(start, end - start, kind, owner, self.topo.num_cores())?;
             table.blocks.push(Arc::new(block));
             table.end = end;
         }
-        for &g in &cores {
+        for g in cores {
             next[g as usize] = end;
         }
         // Fixed ids are few: look for one inside [first, end).
@@ -379,7 +394,7 @@ impl<T: Queued> SemIds<T> {
     }
 
     /// Creates fixed-id semaphore `id` on first use and returns `id`.
-    pub fn ensure_fixed(&self, id: u32, kind: SemKind, owner: String) -> Result<u32> {
+    pub fn ensure_fixed(&self, id: u32, kind: SemKind, owner: impl FnOnce() -> String) -> Result<u32> {
         {
             let table = self.table.read().ignore_poison();
             if table.fixed.contains_key(&id) {
@@ -388,7 +403,7 @@ impl<T: Queued> SemIds<T> {
         }
         let mut table = self.table.write().ignore_poison();
         if let Entry::Vacant(slot) = table.fixed.entry(id) {
-            slot.insert(Arc::new(SemBlock::new(id, 1, kind, owner, self.topo.num_cores())?));
+            slot.insert(Arc::new(SemBlock::new(id, 1, kind, owner(), self.topo.num_cores())?));
         }
         match table.collision_at_allocation(id) {
             Some(e) => Err(e),

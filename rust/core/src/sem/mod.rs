@@ -16,6 +16,7 @@ mod counters;
 mod ids;
 mod misuse;
 mod park;
+mod task_queue;
 
 pub use park::WaitRecord;
 
@@ -199,7 +200,7 @@ impl<T: Queued> SemTable<T> {
 
     /// The fixed-id barrier semaphore of `collective_id` (created on first use).
     pub fn barrier_semaphore(&self, collective_id: u32) -> Result<u32> {
-        let owner = format!("barrier semaphore of collective_id {collective_id}");
+        let owner = || format!("barrier semaphore of collective_id {collective_id}");
         self.ids.ensure_fixed(collective_id, SemKind::Barrier, owner)
     }
 

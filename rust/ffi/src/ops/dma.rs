@@ -36,7 +36,7 @@ pub fn dma_start(c: &mut Call) -> Result<()> {
         dst_device: super::target_arg(f, handle, 10, has_device, "destination device id")?,
         dst_core,
     };
-    launch::with_runtime(handle, |rt| rt.dma_start(&req))
+    launch::with_runtime(handle, move |rt| rt.dma_start(req))
 }
 
 /// `dma_wait(token, handle, device, core, sem) -> token`; attribute `bytes`
