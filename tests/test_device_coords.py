@@ -132,3 +132,20 @@ def test_pmap_axis_index_matches_stock():
     assert ours.tobytes() == stock.tobytes()
     # Block k starts at x = k * 1024 and adds its index, k.
     np.testing.assert_array_equal(ours[:, 0, 0], [0, 1025, 2050, 3075])
+
+
+def test_partially_manual_shard_map_is_a_clear_not_implemented_error():
+    """Stock cannot run this either (its callbacks need every axis manual);
+    ours says which axes are manual and what to pass instead of XLA's
+    "Side-effect ops cannot be replicated" at compile time."""
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] + lax.axis_index("x").astype(jnp.float32)
+
+    call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(TILE, jnp.float32),
+                          interpret=mosaic_rt.InterpretParams(wait_timeout=20))
+    mesh = Mesh(np.asarray(jax.devices()[:4]).reshape(2, 2), ("x", "y"))
+    f = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
+                              axis_names={"x"}, check_vma=False))
+    x = jnp.zeros((2 * TILE[0], TILE[1]), jnp.float32)
+    with pytest.raises(NotImplementedError, match=r"manual over \['x'\] of the mesh axes"):
+        f(x)

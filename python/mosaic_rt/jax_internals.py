@@ -293,6 +293,18 @@ def full_manual_mesh_axes(ctx) -> list[tuple[str, int]] | None:
     return list(zip(names, sizes))
 
 
+def partially_manual_axes(ctx) -> tuple[tuple, tuple] | None:
+    """``(manual axes, mesh axes)`` when the lowering context ``ctx`` is a
+    shard_map manual over only some of its mesh's axes; None otherwise."""
+    axis_ctx = ctx.module_context.axis_context
+    if not isinstance(axis_ctx, SPMDAxisContext) or not axis_ctx.manual_axes:
+        return None
+    names = tuple(axis_ctx.mesh.axis_names)
+    if axis_ctx.manual_axes == frozenset(names):
+        return None
+    return tuple(n for n in names if n in axis_ctx.manual_axes), names
+
+
 def make_primitive(name: str, *, multiple_results: bool, abstract_eval, lowering):
     """A primitive of ours that only ever lowers (bound while interpreting
     inside pallas_call's lowering, so no transformation rules are needed)."""

@@ -6,8 +6,9 @@ of its own: ~6-10 ms of compile time in every multi-device kernel, often
 its only fusion. When the axis context is a fully manual mesh, the same
 arithmetic runs here as one native scalar program over `partition-id`
 (the coordinates by jax's formula: ``(partition_id // stride) % size``,
-strides over the mesh's later axes). Any other context (partial-auto
-shard_map, pmap) falls back to `lax.axis_index` itself.
+strides over the mesh's later axes). pmap falls back to `lax.axis_index`
+itself; a shard_map manual over only some mesh axes is refused with a clear
+error (XLA cannot replicate our side-effecting calls over the auto axes).
 """
 
 from __future__ import annotations
@@ -71,6 +72,16 @@ def _native_coords(names, sizes, mesh_axes):
 
 
 def _lowering(ctx, *, names, sizes):
+    partial = jx.partially_manual_axes(ctx)
+    if partial is not None:
+        # XLA would reject the kernel's side-effecting calls much later with
+        # "Side-effect ops cannot be replicated"; say what to change instead.
+        manual, mesh_names = partial
+        raise NotImplementedError(
+            f"mosaic_rt runs a pallas_call under shard_map only when the shard_map is"
+            f" manual over every mesh axis; this one is manual over {list(manual)} of"
+            f" the mesh axes {list(mesh_names)}. Pass axis_names={set(mesh_names)} (or"
+            " leave axis_names out) to the shard_map around the kernel.")
     mesh_axes = jx.full_manual_mesh_axes(ctx)
     usable = mesh_axes is not None and all(
         n in dict(mesh_axes) and dict(mesh_axes)[n] == s for n, s in zip(names, sizes))
