@@ -13,7 +13,6 @@ another jax fails here with one clear ImportError.
 
 from __future__ import annotations
 
-import math
 import re
 
 import numpy as np
@@ -276,33 +275,18 @@ def axis_sizes() -> dict:
     return dict(jax_core.get_axis_env().axis_sizes)
 
 
-def full_manual_mesh_axes(ctx) -> list[tuple[str, int]] | None:
-    """``[(axis name, size)]`` of the mesh when the lowering context ``ctx``
-    is a shard_map manual over every mesh axis (so `partition-id` is the
-    device's row-major mesh position, the last axis fastest); None otherwise
-    (partial-auto shard_map, pmap, no mesh)."""
+def shard_map_axes(ctx) -> tuple[dict, tuple] | None:
+    """``({mesh axis: size}, manual axes)`` when the lowering context ``ctx``
+    is inside a shard_map (manual over every mesh axis, `partition-id` is
+    the device's row-major mesh position, the last axis fastest); None
+    otherwise (pmap, no mesh). Both in mesh order."""
     axis_ctx = ctx.module_context.axis_context
     if not isinstance(axis_ctx, SPMDAxisContext):
         return None
     mesh = axis_ctx.mesh
-    names, sizes = tuple(mesh.axis_names), tuple(mesh.axis_sizes)
-    if axis_ctx.manual_axes and axis_ctx.manual_axes != frozenset(names):
-        return None
-    if mesh.size != math.prod(sizes):
-        return None
-    return list(zip(names, sizes))
-
-
-def partially_manual_axes(ctx) -> tuple[tuple, tuple] | None:
-    """``(manual axes, mesh axes)`` when the lowering context ``ctx`` is a
-    shard_map manual over only some of its mesh's axes; None otherwise."""
-    axis_ctx = ctx.module_context.axis_context
-    if not isinstance(axis_ctx, SPMDAxisContext) or not axis_ctx.manual_axes:
-        return None
-    names = tuple(axis_ctx.mesh.axis_names)
-    if axis_ctx.manual_axes == frozenset(names):
-        return None
-    return tuple(n for n in names if n in axis_ctx.manual_axes), names
+    axes = dict(zip(mesh.axis_names, mesh.axis_sizes))
+    manual = axis_ctx.manual_axes or frozenset(axes)
+    return axes, tuple(n for n in axes if n in manual)
 
 
 def make_primitive(name: str, *, multiple_results: bool, abstract_eval, lowering):

@@ -51,10 +51,9 @@ def _from_axis_index(names, sizes):
     return [device_id, *indices]
 
 
-def _native_coords(names, sizes, mesh_axes):
+def _native_coords(names, sizes, mesh_axes: dict):
     """The coordinates from `partition-id` by one scalar program."""
-    mesh_names = [n for n, _ in mesh_axes]
-    mesh_sizes = [s for _, s in mesh_axes]
+    mesh_names, mesh_sizes = list(mesh_axes), list(mesh_axes.values())
     b = ProgramBuilder()
     pid = b.input(jx.partition_id_p.bind(), _U32)
     device_id = b.const(0, _I32)
@@ -72,24 +71,22 @@ def _native_coords(names, sizes, mesh_axes):
 
 
 def _lowering(ctx, *, names, sizes):
-    partial = jx.partially_manual_axes(ctx)
-    if partial is not None:
+    shard_map = jx.shard_map_axes(ctx)
+    if shard_map is None:  # pmap: jax's own axis_index
+        return jx.lower_fun(lambda: _from_axis_index(names, sizes), multiple_results=True)(ctx)
+    mesh_axes, manual = shard_map
+    if len(manual) != len(mesh_axes):
         # XLA would reject the kernel's side-effecting calls much later with
         # "Side-effect ops cannot be replicated"; say what to change instead.
-        manual, mesh_names = partial
         raise NotImplementedError(
             f"mosaic_rt runs a pallas_call under shard_map only when the shard_map is"
             f" manual over every mesh axis; this one is manual over {list(manual)} of"
-            f" the mesh axes {list(mesh_names)}. Pass axis_names={set(mesh_names)} (or"
+            f" the mesh axes {list(mesh_axes)}. Pass axis_names={set(mesh_axes)} (or"
             " leave axis_names out) to the shard_map around the kernel.")
-    mesh_axes = jx.full_manual_mesh_axes(ctx)
-    usable = mesh_axes is not None and all(
-        n in dict(mesh_axes) and dict(mesh_axes)[n] == s for n, s in zip(names, sizes))
-    if usable:
-        fn = lambda: _native_coords(names, sizes, mesh_axes)  # noqa: E731
-    else:
-        fn = lambda: _from_axis_index(names, sizes)  # noqa: E731
-    return jx.lower_fun(fn, multiple_results=True)(ctx)
+    if any(mesh_axes.get(n) != s for n, s in zip(names, sizes)):
+        return jx.lower_fun(lambda: _from_axis_index(names, sizes), multiple_results=True)(ctx)
+    return jx.lower_fun(lambda: _native_coords(names, sizes, mesh_axes),
+                        multiple_results=True)(ctx)
 
 
 _device_coords_p = jx.make_primitive("mosaic_rt_device_coords", multiple_results=True,
