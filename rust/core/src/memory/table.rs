@@ -166,17 +166,11 @@ impl MemoryTable {
     /// `bytes` must stay valid and unmodified after this call returns, until
     /// `release_borrowed(device, ..)` has returned or this table is dropped.
     pub unsafe fn allocate_borrowed(&self, device: u32, dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<u32> {
-        let topo = self.topo;
-        let cores: Vec<u32> = (0..topo.cores_per_device).collect();
-        topo.check_device(device)?;
+        self.topo.check_device(device)?;
         // SAFETY: `bytes` outlives the buffer's borrow (this fn's contract),
         // which `release_borrowed` ends before the memory may go away.
-        let buf = unsafe { Buffer::borrowed(dtype, shape, bytes.as_ptr(), bytes.len(), topo.cores_per_device)? };
-        let shard = self.shard(device)?;
-        let id = take_id(shard, device, &cores)?;
-        let key = BufferKey { space: MemorySpace::Hbm, id, device, core: 0 };
-        shard.buffers.write().ignore_poison().insert(key, Arc::new(buf));
-        Ok(id)
+        let buf = unsafe { Buffer::borrowed(dtype, shape, bytes.as_ptr(), bytes.len(), self.topo.cores_per_device)? };
+        self.insert_device_hbm(device, buf)
     }
 
     /// An HBM output buffer of `device` (shared by its cores) whose bytes
@@ -196,14 +190,19 @@ impl MemoryTable {
         ptr: *mut u8,
         len: usize,
     ) -> Result<u32> {
-        let topo = self.topo;
-        let cores: Vec<u32> = (0..topo.cores_per_device).collect();
-        topo.check_device(device)?;
+        self.topo.check_device(device)?;
         let fill = dtype.fill_bytes(self.fill);
         // SAFETY: the memory is ours until the buffer's borrow ends (this
         // fn's contract), which `finish_direct_outputs` / `release_borrowed`
         // do before XLA may use it again.
-        let buf = unsafe { Buffer::direct(dtype, shape, ptr, len, &fill, topo.cores_per_device)? };
+        let buf = unsafe { Buffer::direct(dtype, shape, ptr, len, &fill, self.topo.cores_per_device)? };
+        self.insert_device_hbm(device, buf)
+    }
+
+    /// Registers `buf` as a new HBM buffer of `device`, shared by all its
+    /// cores (one id, taken on every core).
+    fn insert_device_hbm(&self, device: u32, buf: Buffer) -> Result<u32> {
+        let cores: Vec<u32> = (0..self.topo.cores_per_device).collect();
         let shard = self.shard(device)?;
         let id = take_id(shard, device, &cores)?;
         let key = BufferKey { space: MemorySpace::Hbm, id, device, core: 0 };
@@ -237,7 +236,9 @@ impl MemoryTable {
                 buf.release_borrowed(false);
             }
             return Err(RtError::internal(format!(
-                "kernel_end: device {device} wrote its outputs in place at {} but received the result                  buffers {} (XLA copied an output between its allocation and kernel end; please                  report this program)",
+                "kernel_end: device {device} wrote its outputs in place at {} but received the result \
+                 buffers {} (XLA copied an output between its allocation and kernel end; please \
+                 report this program)",
                 ranges_repr(&registered),
                 ranges_repr(results)
             )));
