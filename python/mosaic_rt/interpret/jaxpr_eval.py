@@ -139,6 +139,10 @@ def _emit_group(group, exports, env, computed, ctx):
                                write=env.write, eval_concrete=eval_concrete)
 
 
+# The roles of `scalar_items`' semaphore lookups ("sem", j, role).
+_SEM_ROLES = ("sem", "src", "dst")
+
+
 def _eval_with(eqn, i, env, computed, ctx, token):
     """Equation i with what the scalar programs computed for it: its
     semaphore ids, its clamped branch index, its branches' hoisted items."""
@@ -156,8 +160,10 @@ def _eval_with(eqn, i, env, computed, ctx, token):
             return eval_closed(branches[k], *args, ctx=ctx, token=token, preset=presets[k])
         return _switch(eqn, scalar_runs.clamp_index(index, len(branches)), args, ctx,
                        token, presets)
-    sem_ids = {key[2]: v for key, v in computed.items()
-               if isinstance(key, tuple) and key[0] == "sem" and key[1] == i}
+    # Looked up by key (a scan of `computed` per equation would be quadratic
+    # in the block's length at trace time).
+    sem_ids = {role: computed[("sem", i, role)] for role in _SEM_ROLES
+               if ("sem", i, role) in computed}
     if sem_ids:
         ctx = ctx.replace(sem_ids=sem_ids)
     return _eval_eqn(eqn, env, ctx, token)
