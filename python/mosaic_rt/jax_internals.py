@@ -62,6 +62,7 @@ from jax._src import callback
 from jax._src import config as jax_config
 from jax._src import core as jax_core
 from jax._src import effects
+from jax._src import ffi as jax_ffi
 from jax._src import pjit
 from jax._src import source_info_util
 from jax._src import state
@@ -80,6 +81,7 @@ from jax._src.state import indexing
 from jax._src.state import primitives as state_primitives
 from jax._src.state import types as state_types
 from jax._src.state.utils import bitcast as bitcast_array
+from jax._src.hashable_array import HashableArray
 from jax._src.util import split_list
 from jax._src.sharding_impls import SPMDAxisContext
 from jax._src.lib.mlir.dialects import hlo
@@ -306,6 +308,19 @@ partition_id_p = make_primitive(
     "mosaic_rt_partition_id", multiple_results=False,
     abstract_eval=lambda: ShapedArray((), np.dtype(np.uint32)),
     lowering=lambda ctx: [hlo.partition_id()])
+
+
+# `jax.ffi.ffi_call`'s primitive, bound directly by `mosaic_rt.ffi.ops` with
+# params it caches per call signature (the public wrapper re-derives avals,
+# layouts and alias checks on every call: most of a call's tracing time).
+ffi_call_p = jax_ffi.ffi_call_p
+auto_insert_reshard = jax_core.auto_insert_reshard
+ffi_result_avals = jax_ffi._result_avals
+
+
+def ffi_attribute(value):
+    """An ffi_call attribute as the primitive's params hold it (hashable)."""
+    return HashableArray(value) if isinstance(value, np.ndarray) else value
 
 
 def block_shape(block_mapping) -> tuple[int, ...]:

@@ -1,4 +1,4 @@
-"""One typed wrapper per native op; each emits a single ``jax.ffi.ffi_call``.
+"""One typed wrapper per native op; each emits a single XLA FFI custom call.
 
 Every wrapper takes the token first and returns the new token first. Call
 them while tracing (inside ``jit`` / ``shard_map``); Python does not run at
@@ -28,6 +28,7 @@ import numpy as np
 from jax import lax
 
 from mosaic_rt import _native
+from mosaic_rt import jax_internals as jx
 from mosaic_rt._dtypes import dtype_name
 
 _I32 = jax.ShapeDtypeStruct((), jnp.int32)
@@ -137,11 +138,41 @@ def _call(name: str, results, operands, *, site: int = 0, **attrs):
     names in reports and errors; 0 (unknown) adds no attribute."""
     if site:
         attrs["site"] = int(site)
-    call = jax.ffi.ffi_call(
-        f"mosaic_rt_{name}", (_I32, *results),
-        has_side_effect=True, input_output_aliases={0: 0})
-    out = call(*operands, **attrs)
+    out = _bind(f"mosaic_rt_{name}", (_I32, *results), operands, attrs)
     return out[0] if not results else tuple(out)
+
+
+# Minor-to-major order of a row-major array of each rank (what the FFI
+# lowering asks XLA for).
+_ROW_MAJOR = tuple(tuple(range(n - 1, -1, -1)) for n in range(33))
+
+
+@functools.lru_cache(maxsize=1024)
+def _result_signature(results: tuple) -> tuple:
+    """``(avals, layouts)`` of a call's results, ``results`` as ``(shape,
+    dtype)`` pairs."""
+    avals = jx.ffi_result_avals([jax.ShapeDtypeStruct(s, d) for s, d in results])
+    return avals, tuple(_ROW_MAJOR[len(s)] for s, _ in results)
+
+
+def _bind(target: str, results, operands, attrs, *, side_effect: bool = True,
+          aliases=((0, 0),)):
+    """The results of one custom call of ``target``: what
+    ``jax.ffi.ffi_call(target, results, has_side_effect=side_effect,
+    input_output_aliases=dict(aliases))(*operands, **attrs)`` emits, with the
+    parts that depend only on the call's signature cached (the public wrapper
+    re-derives them on every call; ops are emitted thousands of times per
+    test suite). ``aliases``: sorted ``(operand, result)`` pairs."""
+    avals, out_layouts = _result_signature(
+        tuple((tuple(r.shape), np.dtype(r.dtype)) for r in results))
+    operands = jx.auto_insert_reshard(*operands)
+    return jx.ffi_call_p.bind(
+        *operands, result_avals=avals, vmap_method=None, target_name=target,
+        has_side_effect=side_effect,
+        input_layouts=tuple(_ROW_MAJOR[np.ndim(x)] for x in operands),
+        output_layouts=out_layouts, input_output_aliases=tuple(aliases),
+        custom_call_api_version=4, legacy_backend_config=None,
+        attributes=tuple((k, jx.ffi_attribute(attrs[k])) for k in sorted(attrs)))
 
 
 def _region_parts(region, prefix: str = ""):
@@ -256,11 +287,10 @@ def kernel_end(token, handle, device, *, keep_alive=(), outputs=(), site: int = 
     first = len(operands) - len(outputs)
     # Each output operand aliased to its result: XLA hands the result the
     # operand's memory, the one the kernel wrote (checked natively).
-    aliases = {0: 0, **{first + k: 1 + k for k in range(len(outputs))}}
+    aliases = ((0, 0), *((first + k, 1 + k) for k in range(len(outputs))))
     results = [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in outputs]
-    call = jax.ffi.ffi_call("mosaic_rt_kernel_end", (_I32, *results),
-                            has_side_effect=True, input_output_aliases=aliases)
-    out = call(*operands, **({"site": int(site)} if site else {}))
+    out = _bind("mosaic_rt_kernel_end", (_I32, *results), operands,
+                {"site": int(site)} if site else {}, aliases=aliases)
     return out[0], list(out[1:])
 
 
@@ -661,17 +691,18 @@ def wrap_target(device, core, *, num_devices: int, num_cores: int):
     """``(device, core)`` of a signal target after stock's wrap of negative
     ids through the global core id ``device * num_cores + core`` (wraps once;
     other ids unchanged). One pure native call (no token)."""
-    call = jax.ffi.ffi_call("mosaic_rt_wrap_target", (_I32, _I32))
-    d, c = call(_i32(device), _i32(core), num_devices=int(num_devices),
-                num_cores=int(num_cores))
+    d, c = _bind("mosaic_rt_wrap_target", (_I32, _I32), (_i32(device), _i32(core)),
+                 {"num_devices": int(num_devices), "num_cores": int(num_cores)},
+                 side_effect=False, aliases=())
     return d, c
 
 
 def iota_ids(first, shape):
     """``first + arange(prod(shape)).reshape(shape)`` as int32, by one pure
     native call (the ids of a semaphore array allocated in one run)."""
-    call = jax.ffi.ffi_call("mosaic_rt_iota_ids", jax.ShapeDtypeStruct(tuple(shape), jnp.int32))
-    return call(_i32(first))
+    out, = _bind("mosaic_rt_iota_ids", (jax.ShapeDtypeStruct(tuple(shape), jnp.int32),),
+                 (_i32(first),), {}, side_effect=False, aliases=())
+    return out
 
 
 def scalar_program(program, operands, result_dtypes):
@@ -680,9 +711,11 @@ def scalar_program(program, operands, result_dtypes):
     over ``operands`` (rank-0 integers/bools, and int vectors it indexes),
     by one pure native call (no token: XLA may CSE or drop it). Returns one
     rank-0 array per entry of ``result_dtypes``."""
-    call = _scalar_program_call(tuple(np.dtype(d) for d in result_dtypes))
+    results = tuple(jax.ShapeDtypeStruct((), d) for d in result_dtypes)
     words = np.asarray(program, np.int64)
-    return list(call(*operands, program=words, fingerprint=_fingerprint(words)))
+    return list(_bind("mosaic_rt_scalar_program", results, operands,
+                      {"program": words, "fingerprint": _fingerprint(words)},
+                      side_effect=False, aliases=()))
 
 
 # `mosaic_rt_core::scalar::fingerprint`: sum(words[i] * B^(i+1)) mod 2^64.
@@ -696,10 +729,3 @@ def _fingerprint(words: np.ndarray) -> np.int64:
         powers = np.cumprod(np.full(len(words), _FINGERPRINT_BASE, np.uint64), dtype=np.uint64)
         return np.sum(words.view(np.uint64) * powers, dtype=np.uint64).view(np.int64)
 
-
-@functools.lru_cache(maxsize=256)
-def _scalar_program_call(result_dtypes):
-    # Building an ffi_call costs ~50 us of tracing time; programs of one
-    # result signature share it.
-    results = tuple(jax.ShapeDtypeStruct((), d) for d in result_dtypes)
-    return jax.ffi.ffi_call("mosaic_rt_scalar_program", results)
