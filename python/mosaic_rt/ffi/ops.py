@@ -491,10 +491,12 @@ def semaphore_read(token, handle, device, core, sem, *, site: int = 0):
 
 def dma_start(token, handle, device, core, src_id, src_region, dst_id, dst_region,
               dst_sem, *, src_space, dst_space, src_sem=None, dst_device=None,
-              dst_core=None, site: int = 0):
+              dst_core=None, then_wait=(), site: int = 0):
     """Starts a DMA. Remote copies give both ``src_sem`` and ``dst_device``
     and land on ``dst_core`` of ``dst_device`` (default: the issuing core).
-    Given targets are range-checked natively (negative ids included)."""
+    Given targets are range-checked natively (negative ids included).
+    ``then_wait``: ``(sem, nbytes, site)`` of waits to run right after, in
+    order (see :func:`dma_wait`)."""
     if (src_sem is None) != (dst_device is None):
         raise ValueError("Either both or neither `src_sem` and `device_id` can be set.")
     src_starts, src_attrs = _region_parts(src_region, "src_")
@@ -504,18 +506,33 @@ def dma_start(token, handle, device, core, src_id, src_region, dst_id, dst_regio
                 _opt_i32(dst_device)]
     if dst_core is not None:
         operands.append(_i32(dst_core))
-    return _call("dma_start", (), operands,
+    wait_sems, wait_attrs = _trailing_waits(then_wait)
+    return _call("dma_start", (), [*operands, *wait_sems],
                  src_space=_space(src_space), dst_space=_space(dst_space),
                  has_dst_device=int(dst_device is not None),
                  has_dst_core=int(dst_core is not None), site=site,
-                 **src_attrs, **dst_attrs)
+                 **src_attrs, **dst_attrs, **wait_attrs)
 
 
-def dma_wait(token, handle, device, core, sem, *, nbytes: int, site: int = 0):
+def dma_wait(token, handle, device, core, sem, *, nbytes: int, then_wait=(),
+             site: int = 0):
     """Waits for ``nbytes`` on DMA semaphore ``sem`` (running queued DMAs
-    that signal it, in on_wait mode)."""
-    return _call("dma_wait", (), (token, handle, _i32(device), _i32(core), _i32(sem)),
-                 bytes=int(nbytes), site=site)
+    that signal it, in on_wait mode). ``then_wait``: ``(sem, nbytes, site)``
+    of more waits to run right after, in order: one custom call for a
+    remote copy's send and receive waits instead of two."""
+    wait_sems, wait_attrs = _trailing_waits(then_wait)
+    return _call("dma_wait", (), (token, handle, _i32(device), _i32(core), _i32(sem),
+                                  *wait_sems),
+                 bytes=int(nbytes), site=site, **wait_attrs)
+
+
+def _trailing_waits(waits):
+    """(semaphore operands, attributes) of an op's trailing waits."""
+    if not waits:
+        return (), {}
+    return [_i32(sem) for sem, _, _ in waits], {
+        "then_wait_bytes": _ints(n for _, n, _ in waits),
+        "then_wait_sites": _ints(site for _, _, site in waits)}
 
 
 # ------------------------------------------- block copies, revisits, PRNG

@@ -70,6 +70,9 @@ class Ctx:
     # Semaphore ids of the equation being evaluated, looked up by a scalar
     # program already (by operand role: "dst"/"src" of a DMA start, "sem").
     sem_ids: dict | None = None
+    # The DMA waits right after the equation being evaluated (a DMA start or
+    # wait), as ``(sem, nbytes, site)``: its native op runs them too.
+    then_wait: tuple = ()
 
     def replace(self, **changes) -> "Ctx":
         return dataclasses.replace(self, **changes)
@@ -109,20 +112,53 @@ def _eval_block(jaxpr, args, ctx: Ctx, token, preset, count):
     for key, value in computed.items():
         if not isinstance(key, tuple):
             env.write(key, value)
+    merged_until = 0  # equations before it ran inside an earlier one's op
     for i in range(len(eqns) + 1):
         group = plan.groups.get(i)
         if group is not None:
             _emit_group(group, plan.exports[i], env, computed, ctx)
-        if i == len(eqns) or i in plan.absorbed:
+        if i == len(eqns) or i in plan.absorbed or i < merged_until:
             continue
         eqn = eqns[i]
+        eqn_ctx = ctx
+        if eqn.primitive in _DMA_OPS:
+            waits, merged_until = _trailing_waits(eqns, i, plan, env, computed, ctx)
+            if waits:
+                eqn_ctx = ctx.replace(then_wait=waits)
         with jx.user_context(
                 eqn.source_info.traceback, name_stack=eqn.source_info.name_stack), \
                 sites.at(eqn.source_info):
-            token, out = _eval_with(eqn, i, env, computed, ctx, token)
+            token, out = _eval_with(eqn, i, env, computed, eqn_ctx, token)
         out = out if eqn.primitive.multiple_results else [out]
         env.write_many(eqn.outvars, out)
     return token, env.read_many(jaxpr.outvars), computed
+
+
+def _trailing_waits(eqns, i, plan, env, computed, ctx):
+    """``(waits, end)``: the DMA waits right after equation i (a DMA start,
+    or a wait of static size) that its op can run too -- no scalar program
+    or other equation between them, static sizes -- and the index after
+    them. A remote copy's ``.wait()`` is a send and a receive wait: with its
+    start, one custom call instead of three."""
+    def nbytes(eqn):
+        return _dma_wait_bytes(eqn, env.read_many(eqn.invars))
+
+    if eqns[i].primitive is jx.dma_wait_p and not isinstance(nbytes(eqns[i]), int):
+        return (), i + 1
+    waits = []
+    j = i + 1
+    while (j < len(eqns) and eqns[j].primitive is jx.dma_wait_p and j not in plan.groups
+           and j not in plan.absorbed):
+        size = nbytes(eqns[j])
+        if not isinstance(size, int):
+            break
+        with jx.user_context(eqns[j].source_info.traceback,
+                             name_stack=eqns[j].source_info.name_stack):
+            sem = _dma_wait_sem(eqns[j], env.read_many(eqns[j].invars),
+                                _with_sem_ids(ctx, computed, j))
+        waits.append((sem, size, sites.site_id(eqns[j].source_info)))
+        j += 1
+    return tuple(waits), j
 
 
 def _emit_group(group, exports, env, computed, ctx):
@@ -160,13 +196,16 @@ def _eval_with(eqn, i, env, computed, ctx, token):
             return eval_closed(branches[k], *args, ctx=ctx, token=token, preset=presets[k])
         return _switch(eqn, scalar_runs.clamp_index(index, len(branches)), args, ctx,
                        token, presets)
+    return _eval_eqn(eqn, env, _with_sem_ids(ctx, computed, i), token)
+
+
+def _with_sem_ids(ctx, computed, i):
+    """`ctx` with equation i's semaphore ids the scalar programs computed."""
     # Looked up by key (a scan of `computed` per equation would be quadratic
     # in the block's length at trace time).
     sem_ids = {role: computed[("sem", i, role)] for role in _SEM_ROLES
                if ("sem", i, role) in computed}
-    if sem_ids:
-        ctx = ctx.replace(sem_ids=sem_ids)
-    return _eval_eqn(eqn, env, ctx, token)
+    return ctx.replace(sem_ids=sem_ids) if sem_ids else ctx
 
 
 def eval_closed(closed, *args, ctx: Ctx, token, preset=None):
@@ -626,26 +665,44 @@ def _dma_start(eqn, read, ctx, token):
         dst_space=space_code(dst_space), dst=dst, dst_region=to_region(dst_transforms),
         dst_sem=_sem_ids(ctx, "dst", dst_sem, dst_sem_t),
         src_sem=None if src_sem is None else _sem_ids(ctx, "src", src_sem, src_sem_t),
-        dst_device=target, dst_core=target_core)
+        dst_device=target, dst_core=target_core, then_wait=ctx.then_wait)
     return token, []
+
+
+# Waits on the third operand for the bytes of the first one's region: a
+# read-side wait (wait_send / wait_read) binds its operands swapped.
+
+def _dma_wait_bytes(eqn, invals):
+    """The bytes a DMA wait equation waits for (traced for a slice of traced
+    size: known at run time only)."""
+    src = jax.tree.unflatten(eqn.params["tree"], invals)[0]
+    _, src_transforms = jx.ref_and_transforms(src)
+    src_aval = jx.transform_type(src_transforms, eqn.invars[0].aval)
+    return math.prod(src_aval.shape) * src_aval.dtype.itemsize
+
+
+def _dma_wait_sem(eqn, invals, ctx):
+    """The semaphore id a DMA wait equation waits on."""
+    sem = jax.tree.unflatten(eqn.params["tree"], invals)[2]
+    sem, sem_t = jx.ref_and_transforms(sem)
+    return _sem_ids(ctx, "sem", sem, sem_t)
 
 
 @_rule(jx.dma_wait_p)
 def _dma_wait(eqn, read, ctx, token):
-    # Waits on the third operand for the bytes of the first one's region: a
-    # read-side wait (wait_send / wait_read) binds its operands swapped.
-    src, _, sem, _, _ = jax.tree.unflatten(eqn.params["tree"], read())
-    _, src_transforms = jx.ref_and_transforms(src)
-    sem, sem_t = jx.ref_and_transforms(sem)
-    src_aval = jx.transform_type(src_transforms, eqn.invars[0].aval)
-    nbytes = math.prod(src_aval.shape) * src_aval.dtype.itemsize
+    invals = read()
+    nbytes = _dma_wait_bytes(eqn, invals)
+    sem = _dma_wait_sem(eqn, invals, ctx)
     if isinstance(nbytes, int):
-        token = native_calls.dma_wait(token, ctx.handle, ctx.device_id, ctx.core,
-                                      _sem_ids(ctx, "sem", sem, sem_t), nbytes)
+        token = native_calls.dma_wait(token, ctx.handle, ctx.device_id, ctx.core, sem,
+                                      nbytes, then_wait=ctx.then_wait)
     else:  # a slice of traced size: the byte count is known at run time only
         token = native_calls.semaphore_wait(token, ctx.handle, ctx.device_id, ctx.core,
-                                            _sem_ids(ctx, "sem", sem, sem_t), nbytes)
+                                            sem, nbytes)
     return token, []
+
+
+_DMA_OPS = (jx.dma_start_p, jx.dma_wait_p)
 
 
 @_rule(jx.get_barrier_semaphore_p)

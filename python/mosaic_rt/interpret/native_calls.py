@@ -196,17 +196,23 @@ def semaphore_read(token, handle, device, core, sem):
 
 
 def dma_start(token, handle, device, core, *, src_space, src, src_region, dst_space,
-              dst, dst_region, dst_sem, src_sem, dst_device, dst_core=None):
+              dst, dst_region, dst_sem, src_sem, dst_device, dst_core=None, then_wait=()):
     return ffi_ops.dma_start(
         token, handle, device, core, src, src_region, dst, dst_region,
         _scalar_id(dst_sem), src_space=src_space, dst_space=dst_space,
         src_sem=None if src_sem is None else _scalar_id(src_sem),
-        dst_device=dst_device, dst_core=dst_core, site=sites.current())
+        dst_device=dst_device, dst_core=dst_core, then_wait=_waits(then_wait),
+        site=sites.current())
 
 
-def dma_wait(token, handle, device, core, sem, nbytes):
+def dma_wait(token, handle, device, core, sem, nbytes, then_wait=()):
     return ffi_ops.dma_wait(token, handle, device, core, _scalar_id(sem), nbytes=nbytes,
-                        site=sites.current())
+                            then_wait=_waits(then_wait), site=sites.current())
+
+
+def _waits(waits):
+    """Trailing waits ``(sem, nbytes, site)`` with scalar semaphore ids."""
+    return [(_scalar_id(sem), nbytes, site) for sem, nbytes, site in waits]
 
 
 def _copy_block(token, handle, device, core, src, src_region, dst, dst_region, *,

@@ -2,6 +2,7 @@
 
 use super::{core_target, region, space_attr, DST_REGION, SRC_REGION};
 use crate::dispatch::Call;
+use crate::frame::Frame;
 use crate::launch;
 use mosaic_rt_core::{DmaRequest, Result, RtError};
 
@@ -14,14 +15,16 @@ use mosaic_rt_core::{DmaRequest, Result, RtError};
 /// range-checked; without them -1 means "not given". `src_sem` is -1 for a
 /// local copy; it and the destination device are given together (the
 /// runtime reports stock's message otherwise). No destination core: the
-/// issuing core.
+/// issuing core. Optional trailing waits: see [`WAITS`].
 pub fn dma_start(c: &mut Call) -> Result<()> {
-    let (handle, device, core) = core_target(c, 11..=12, 1)?;
+    let k = trailing_count(&c.frame);
+    let (handle, device, core) = core_target(c, 11 + k..=12 + k, 1)?;
+    let waits = trailing_waits(&c.frame)?;
     let _site = c.enter_site();
     let f = &c.frame;
     let [has_device, has_core] = f.attrs_i64_opt(["has_dst_device", "has_dst_core"]);
-    let dst_core =
-        if f.num_args() == 12 { super::target_arg(f, handle, 11, has_core, "destination core id")? } else { None };
+    let base = f.num_args() - k;
+    let dst_core = if base == 12 { super::target_arg(f, handle, 11, has_core, "destination core id")? } else { None };
     let req = DmaRequest {
         device,
         core,
@@ -36,18 +39,75 @@ pub fn dma_start(c: &mut Call) -> Result<()> {
         dst_device: super::target_arg(f, handle, 10, has_device, "destination device id")?,
         dst_core,
     };
-    launch::with_runtime(handle, move |rt| rt.dma_start(req))
+    launch::with_runtime(handle, move |rt| rt.dma_start(req))?;
+    match waits {
+        Some(w) => run_waits(&c.frame, handle, device, core, base, w),
+        None => Ok(()),
+    }
 }
 
 /// `dma_wait(token, handle, device, core, sem) -> token`; attribute `bytes`
-/// (the size of the transferred region, known at trace time).
+/// (the size of the transferred region, known at trace time). Optional
+/// trailing waits: see [`WAITS`].
 pub fn dma_wait(c: &mut Call) -> Result<()> {
-    let (handle, device, core) = core_target(c, 5..=5, 1)?;
+    let k = trailing_count(&c.frame);
+    let (handle, device, core) = core_target(c, 5 + k..=5 + k, 1)?;
+    let waits = trailing_waits(&c.frame)?;
     let sem = c.frame.arg_id(4, "semaphore id")?;
-    let bytes = c.frame.attr_i64("bytes")?;
-    if bytes < 0 {
-        return Err(RtError::value(format!("dma_wait: bytes must be >= 0, got {bytes}")));
-    }
+    let bytes = wait_bytes(&c.frame, c.frame.attr_i64("bytes")?)?;
     let site = c.site();
-    launch::with_runtime(handle, |rt| rt.dma_wait_at(device, core, sem, bytes, site))
+    launch::with_runtime(handle, |rt| rt.dma_wait_at(device, core, sem, bytes, site))?;
+    match waits {
+        Some(w) => run_waits(&c.frame, handle, device, core, 5, w),
+        None => Ok(()),
+    }
+}
+
+/// Trailing waits: a DMA start or wait followed in the kernel by more waits
+/// (`.wait()` of a remote copy is a send wait and a receive wait) carries
+/// them, so the pair or triple is one custom call instead of two or three
+/// (each call costs XLA compile time and a thunk dispatch per launch).
+/// Attributes `then_wait_bytes` and `then_wait_sites` (one entry per wait,
+/// in program order); the waits' semaphores are the last operands. They run
+/// after the op itself, exactly as separate `dma_wait`s would.
+pub const WAITS: (&str, &str) = ("then_wait_bytes", "then_wait_sites");
+
+#[derive(Clone, Copy)]
+struct Waits<'a> {
+    bytes: &'a [i64],
+    sites: &'a [i64],
+}
+
+/// How many trailing waits an op has (read before the arity check, which
+/// needs it; malformed attributes are reported by [`trailing_waits`] once
+/// the call is bound to its launch, see `device_target`).
+fn trailing_count(f: &Frame) -> usize {
+    f.attr_i64s_opt(WAITS.0).ok().flatten().map_or(0, <[i64]>::len)
+}
+
+fn trailing_waits<'a>(f: &Frame<'a>) -> Result<Option<Waits<'a>>> {
+    let Some(bytes) = f.attr_i64s_opt(WAITS.0)? else { return Ok(None) };
+    let sites = f.attr_i64s(WAITS.1)?;
+    if sites.len() != bytes.len() {
+        return Err(RtError::value(format!("{}: {} trailing wait sizes but {} sites", f.op, bytes.len(), sites.len())));
+    }
+    Ok(Some(Waits { bytes, sites }))
+}
+
+fn wait_bytes(f: &Frame, bytes: i64) -> Result<i64> {
+    if bytes < 0 {
+        return Err(RtError::value(format!("{}: bytes must be >= 0, got {bytes}", f.op)));
+    }
+    Ok(bytes)
+}
+
+/// The trailing waits, their semaphores from operand `first` on.
+fn run_waits(f: &Frame, handle: u64, device: u32, core: u32, first: usize, w: Waits) -> Result<()> {
+    for (k, (&bytes, &site)) in w.bytes.iter().zip(w.sites).enumerate() {
+        let sem = f.arg_id(first + k, "semaphore id")?;
+        let bytes = wait_bytes(f, bytes)?;
+        let site = u32::try_from(site).unwrap_or(0);
+        launch::with_runtime(handle, |rt| rt.dma_wait_at(device, core, sem, bytes, site))?;
+    }
+    Ok(())
 }
