@@ -323,6 +323,12 @@ def ffi_attribute(value):
     return HashableArray(value) if isinstance(value, np.ndarray) else value
 
 
+def current_trace():
+    """The trace values are being emitted into (one per jaxpr being built:
+    the kernel's, each branch's, each loop body's)."""
+    return jax_core.trace_ctx.trace
+
+
 def block_shape(block_mapping) -> tuple[int, ...]:
     return pallas_core._get_block_shape(block_mapping.block_shape)
 

@@ -20,6 +20,8 @@ import dataclasses
 import functools
 import math
 import os
+import threading
+import weakref
 from typing import Any
 
 import jax
@@ -78,6 +80,25 @@ class TracedRegion:
         dims = [tuple(d) + (1,) * (3 - len(d)) for d in dims]
         return TracedRegion(tuple(d[1] for d in dims), tuple(d[2] for d in dims),
                       (False,) * len(dims), tuple(d[0] for d in dims))
+
+
+_NO_STARTS_OF = threading.local()
+
+
+def no_starts():
+    """An empty int32 vector (a region with no dynamic start), made in the
+    program, not a numpy constant (jax would hoist that into a shard_map
+    body as an operand of its own, which sdy rejects when the body reads no
+    input). One per trace: every op of a kernel body shares it (a fresh one
+    per op was two HLO ops each: ~60 in a ring reduce-scatter)."""
+    cached = getattr(_NO_STARTS_OF, "value", None)
+    trace = jx.current_trace()
+    if cached is not None and cached[0]() is trace:
+        return cached[1]
+    value = jnp.zeros((0,), jnp.int32)
+    # A weak reference: the trace (and all it built) is not kept alive.
+    _NO_STARTS_OF.value = (weakref.ref(trace), value)
+    return value
 
 
 def new_token():
@@ -194,12 +215,8 @@ def _region_parts(region, prefix: str = ""):
             fixed = np.asarray([int(s) if st else _DYNAMIC_START
                                 for s, st in zip(parts, static)], np.int64)
             dynamic = tuple(s for s, st in zip(parts, static) if not st)
-            # No dynamic start: an empty vector made in the program, not a
-            # numpy constant (jax would hoist that into a shard_map body as
-            # an operand of its own, which sdy rejects when the body
-            # reads no input).
             starts = (TracedRegion(starts=dynamic).start_vector() if dynamic
-                      else jnp.zeros((0,), jnp.int32))
+                      else no_starts())
         else:
             starts = region.start_vector()
     attrs = {
@@ -582,7 +599,7 @@ def check_revisit(token, handle, device, core, loop_idx, regions, *, site: int =
         return token
     # One region of every checked block's dimensions, split again by `ranks`.
     merged = TracedRegion(tuple(sizes), tuple(strides), tuple(squeezed),
-                    jnp.concatenate(starts) if starts else jnp.zeros((0,), jnp.int32))
+                    jnp.concatenate(starts) if starts else no_starts())
     start_vec, attrs = _region_parts(merged)
     return _call("check_revisit", (),
                  (token, handle, _i32(device), _i32(core), _i32_vector(loop_idx), start_vec),
@@ -615,7 +632,7 @@ def grid_step(token, handle, device, core, indices=(), *, phase: str = "begin"):
         raise ValueError(f"phase must be 'begin' or 'end', got {phase!r}")
     if isinstance(indices, (tuple, list)):
         idx = (jnp.stack([_i32(i).reshape(()) for i in indices]) if indices
-               else jnp.zeros((0,), jnp.int32))
+               else no_starts())
     else:
         idx = jnp.asarray(indices, jnp.int32).reshape(-1)
     return _call("grid_step", (), (token, handle, _i32(device), _i32(core), idx), phase=phase)

@@ -95,8 +95,16 @@ def to_logical(device_id, device_id_type, *, axis_sizes: dict, axis_indices: dic
     sizes = [axis_sizes[a] for a in names]
     logical = 0
     for k, c in enumerate(coords):
-        logical = logical + c * math.prod(sizes[k + 1:])
+        # No multiply by 1 or add of 0 in the program (XLA drops them, but
+        # each costs lowering and compile time first).
+        stride = math.prod(sizes[k + 1:])
+        term = c if stride == 1 else c * stride
+        logical = term if _is_zero(logical) else logical + term
     return logical, core
+
+
+def _is_zero(x) -> bool:
+    return isinstance(x, int) and x == 0
 
 
 def wrap_negative(device, core, *, num_devices: int, num_cores: int):

@@ -1,0 +1,35 @@
+"""What the interpreter emits around a kernel's own work, checked in the
+lowered program: the scaffolding XLA must compile for every kernel stays
+small (each op costs lowering and compile time on every cold call)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import mosaic_rt
+from mosaic_rt.bench import collectives
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def _lowered(program, args) -> str:
+    return program(mosaic_rt.InterpretParams()).lower(*args).as_text()
+
+
+def test_ops_with_only_static_starts_share_one_empty_start_vector():
+    """A ring reduce-scatter's 30-odd loads, swaps and DMAs with static
+    starts all take the same empty vector (it was a constant and a broadcast
+    per op)."""
+    text = _lowered(*collectives.reduce_scatter(8, 8))
+    empty = re.findall(r"stablehlo\.broadcast_in_dim .*-> tensor<0xi32>", text)
+    assert len(empty) == 1, len(empty)
+    assert len(re.findall(r"custom_call @mosaic_rt_(load|swap|dma_start)\b", text)) > 20
+
+
+@pytest.mark.parametrize("kernel", ["all_gather", "right_permute"])
+def test_mesh_device_ids_need_no_multiply_by_one(kernel):
+    """A 1-axis mesh's device id is its coordinate: no `* 1 + 0` emitted."""
+    text = _lowered(*getattr(collectives, kernel)(8, 8))
+    assert "stablehlo.multiply" not in text
