@@ -92,6 +92,36 @@ def test_signal_to_core_minus_one_wraps_like_stock():
     np.testing.assert_array_equal(ours, stock)
 
 
+def test_a_traced_signal_target_is_wrapped_by_the_signal_itself():
+    """No `wrap_target` call of its own: the signal op applies the wrap."""
+    def kernel(x_ref, o_ref, sem):
+        me = lax.axis_index("x")
+        pl.semaphore_signal(sem, 1, device_id=(me - 1,), device_id_type=MESH)
+        pl.semaphore_wait(sem, 1)
+        o_ref[...] = x_ref[...]
+
+    call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(TILE, jnp.float32),
+                          scratch_shapes=[pltpu.SemaphoreType.REGULAR], interpret=_ours())
+    mesh = Mesh(np.array(jax.devices()[:N]), ("x",))
+    f = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
+                              check_vma=False))
+    text = f.lower(jnp.zeros((N * TILE[0], TILE[1]), jnp.float32)).as_text()
+    assert "mosaic_rt_wrap_target" not in text
+    assert "wrap_negative = 1" in text
+
+
+def test_a_traced_signal_target_below_the_wrap_range_names_the_id():
+    def kernel(x_ref, o_ref, sem):
+        me = lax.axis_index("x")
+        # -N - 1 on every device: past what the wrap reaches.
+        pl.semaphore_signal(sem, 1, device_id=me * 0 - N - 1, device_id_type=LOGICAL)
+        o_ref[...] = x_ref[...]
+
+    with pytest.raises(ValueError, match=rf"target device id {-N - 1} out of range: valid ids"
+                                         rf" are 0 to {N - 1}"):
+        _ring(kernel, _ours(), [pltpu.SemaphoreType.REGULAR])
+
+
 def test_remote_copy_to_device_minus_one_names_the_id_and_the_range():
     def kernel(x_ref, o_ref, send, recv):
         me = lax.axis_index("x")

@@ -479,16 +479,24 @@ def barrier_semaphore(token, handle, device, *, collective_id: int, site: int = 
 
 
 def semaphore_signal(token, handle, device, core, sem, inc, *,
-                     target_device=None, target_core=None, site: int = 0):
+                     target_device=None, target_core=None, wrap_negative: bool = False,
+                     site: int = 0):
     """Adds ``inc`` to ``sem`` on (target_device, target_core); defaults: the
     signalling device, core 0 (stock's rule). A given target (any traced or
     concrete int, negative ones included) is range-checked natively: whether
-    a target is given is a static attribute, not a -1 sentinel."""
+    a target is given is a static attribute, not a -1 sentinel.
+    ``wrap_negative``: first apply stock's wrap of a negative target (as
+    :func:`wrap_target`); needs both target ids."""
+    attrs = {}
+    if wrap_negative:
+        if target_device is None or target_core is None:
+            raise ValueError("wrap_negative needs both target_device and target_core")
+        attrs["wrap_negative"] = 1
     return _call("semaphore_signal", (),
                  (token, handle, _i32(device), _i32(core), _i32(sem), _i32(inc),
                   _opt_i32(target_device), _opt_i32(target_core)),
                  has_target_device=int(target_device is not None),
-                 has_target_core=int(target_core is not None), site=site)
+                 has_target_core=int(target_core is not None), site=site, **attrs)
 
 
 def semaphore_wait(token, handle, device, core, sem, value, *, site: int = 0):

@@ -726,12 +726,16 @@ def _semaphore_signal(eqn, read, ctx, token):
             raise ValueError(
                 "Cannot specify both core_index and a core axis in device_id.")
         core_index = axis_core
+    wrap = False
     if target is not None or core_index is not None:
-        target, core_index = _wrapped(
-            ctx, ctx.device_id if target is None else target,
-            0 if core_index is None else core_index)
+        target = ctx.device_id if target is None else target
+        core_index = 0 if core_index is None else core_index
+        wrap = native_calls.signal_wraps_target(target, core_index)
+        if not wrap:
+            target, core_index = _wrapped(ctx, target, core_index)
     token = native_calls.semaphore_signal(token, ctx.handle, ctx.device_id, ctx.core,
-                                          _sem_ids(ctx, "sem", sem, sem_t), inc, target, core_index)
+                                          _sem_ids(ctx, "sem", sem, sem_t), inc, target, core_index,
+                                          wrap_negative=wrap)
     return token, []
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 import jax.numpy as jnp
+import numpy as np
 
 from mosaic_rt import _native
 from mosaic_rt.ffi import ops as ffi_ops
@@ -174,10 +175,20 @@ def barrier_semaphore(token, handle, device, collective_id):
                                  site=sites.current())
 
 
-def semaphore_signal(token, handle, device, core, sem, inc, target_device, target_core):
+def signal_wraps_target(device, core) -> bool:
+    """Whether the signal op itself should apply stock's wrap of a negative
+    target (one native call fewer than a `wrap_target` before it): for
+    traced ids, unless semaphore logs show the wrapped target. Static ids
+    are wrapped at trace time."""
+    static = all(isinstance(x, (int, np.integer)) for x in (device, core))
+    return not static and not lg.enabled(lg.SEMAPHORE)
+
+
+def semaphore_signal(token, handle, device, core, sem, inc, target_device, target_core, *,
+                     wrap_negative: bool = False):
     token = ffi_ops.semaphore_signal(token, handle, device, core, _scalar_id(sem), inc,
-                                 target_device=target_device, target_core=target_core,
-                                 site=sites.current())
+                                     target_device=target_device, target_core=target_core,
+                                     wrap_negative=wrap_negative, site=sites.current())
     return lg.log(token, lg.SEMAPHORE, "signal", device, core, semaphore=_scalar_id(sem),
                   inc=inc, target_device=-1 if target_device is None else target_device,
                   target_core=-1 if target_core is None else target_core)

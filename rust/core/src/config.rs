@@ -80,6 +80,22 @@ impl Topology {
     pub fn global_core(&self, device: u32, core: u32) -> u32 {
         device * self.cores_per_device + core
     }
+
+    /// Stock's wrap of a negative signal target: its per-core tables are
+    /// indexed by the global core id `device * cores + core`, so a negative
+    /// id that is still >= `-num_cores()` wraps once (device -1 is the last
+    /// device; core -1 of device 0 the last core of the last device). Other
+    /// ids pass unchanged, for the range check to name.
+    pub fn wrap_negative(&self, device: i64, core: i64) -> (i64, i64) {
+        let cores = i64::from(self.cores_per_device.max(1));
+        let total = i64::from(self.num_devices.max(1)) * cores;
+        let global = device * cores + core;
+        if global < 0 && global + total >= 0 {
+            ((global + total) / cores, (global + total) % cores)
+        } else {
+            (device, core)
+        }
+    }
     /// Checks a (device, core) pair and returns its global core id. The one
     /// range check of device and core ids: every layer uses it (or
     /// [`Self::device_id`] / [`Self::core_id`] for ids given as any integer).
@@ -207,5 +223,21 @@ impl Config {
             return Err(RtError::value("too many cores (at most 65536 in total)"));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Topology;
+
+    #[test]
+    fn negative_targets_wrap_once_through_the_global_core_id() {
+        let t = Topology { num_devices: 4, cores_per_device: 2 };
+        assert_eq!(t.wrap_negative(-1, 0), (3, 0)); // global -2 -> 6
+        assert_eq!(t.wrap_negative(0, -1), (3, 1)); // global -1 -> 7: last core of the last device
+        assert_eq!(t.wrap_negative(-4, 0), (0, 0)); // global -8 -> 0
+        assert_eq!(t.wrap_negative(-5, 0), (-5, 0)); // past the wrap: left for the range check
+        assert_eq!(t.wrap_negative(2, 1), (2, 1));
+        assert_eq!(t.wrap_negative(9, 0), (9, 0));
     }
 }

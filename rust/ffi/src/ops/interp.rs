@@ -8,7 +8,7 @@ use crate::frame::Frame;
 use crate::launch;
 use mosaic_rt_core::memory::MemRef;
 use mosaic_rt_core::region::python_tuple;
-use mosaic_rt_core::{BufferKey, DType, DimSel, ErrorKind, Region, Result, RtError, Runtime};
+use mosaic_rt_core::{BufferKey, DType, DimSel, ErrorKind, Region, Result, RtError, Runtime, Topology};
 
 fn ints_repr(xs: &[i32]) -> String {
     let items: Vec<String> = xs.iter().map(|x| x.to_string()).collect();
@@ -174,15 +174,11 @@ pub fn prng_random_bits(c: &mut Call) -> Result<()> {
 pub fn wrap_target(c: &mut Call) -> Result<()> {
     let f = &c.frame;
     f.expect_arity(2..=2, 2)?;
-    let (device, core) = (f.arg_i32(0)? as i64, f.arg_i32(1)? as i64);
-    let cores = f.attr_i64("num_cores")?.max(1);
-    let total = f.attr_i64("num_devices")?.max(1) * cores;
-    let global = device * cores + core;
-    let (d, k) = if global < 0 && global + total >= 0 {
-        ((global + total) / cores, (global + total) % cores)
-    } else {
-        (device, core)
+    let topo = Topology {
+        num_devices: u32::try_from(f.attr_i64("num_devices")?.max(1)).unwrap_or(u32::MAX),
+        cores_per_device: u32::try_from(f.attr_i64("num_cores")?.max(1)).unwrap_or(u32::MAX),
     };
+    let (d, k) = topo.wrap_negative(f.arg_i32(0)?.into(), f.arg_i32(1)?.into());
     f.ret(0)?.write_i32(d as i32)?;
     f.ret(1)?.write_i32(k as i32)
 }

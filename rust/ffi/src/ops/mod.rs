@@ -171,18 +171,17 @@ pub fn target_arg(f: &Frame, handle: u64, i: usize, flag: Option<i64>, what: &st
     match flag {
         None => f.arg_opt_id(i, what),
         Some(0) => Ok(None),
-        Some(_) => {
-            let v = f.arg_i32(i)?;
-            match u32::try_from(v) {
-                Ok(v) => Ok(Some(v)),
-                Err(_) => Err(negative_target(handle, what, v)),
-            }
-        }
+        Some(_) => target_id(handle, f.arg_i32(i)?.into(), what).map(Some),
     }
 }
 
+/// A given target id: a negative one is an error naming it.
+pub fn target_id(handle: u64, v: i64, what: &str) -> Result<u32> {
+    u32::try_from(v).map_err(|_| negative_target(handle, what, v))
+}
+
 #[cold]
-fn negative_target(handle: u64, what: &str, v: i32) -> RtError {
+fn negative_target(handle: u64, what: &str, v: i64) -> RtError {
     let topo = launch::with_runtime(handle, |rt| Ok(rt.topology())).ok();
     let n = match topo {
         Some(t) if what.contains("core") => Some(t.cores_per_device),

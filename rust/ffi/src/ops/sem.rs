@@ -47,10 +47,26 @@ pub fn semaphore_signal(c: &mut Call) -> Result<()> {
     let f = &c.frame;
     let sem = f.arg_id(4, "semaphore id")?;
     let inc = f.arg_i32(5)? as i64;
-    let [has_device, has_core] = f.attrs_i64_opt(["has_target_device", "has_target_core"]);
-    let target_device = super::target_arg(f, handle, 6, has_device, "target device id")?;
-    let target_core = super::target_arg(f, handle, 7, has_core, "target core id")?;
+    let [has_device, has_core, wrap] = f.attrs_i64_opt(["has_target_device", "has_target_core", "wrap_negative"]);
+    let (target_device, target_core) = if wrap == Some(1) {
+        wrapped_target(f, handle)?
+    } else {
+        (
+            super::target_arg(f, handle, 6, has_device, "target device id")?,
+            super::target_arg(f, handle, 7, has_core, "target core id")?,
+        )
+    };
     launch::with_runtime(handle, |rt| rt.semaphore_signal(device, core, sem, inc, target_device, target_core))
+}
+
+/// With attribute `wrap_negative`: the target (device, core) of operands 6
+/// and 7, both given, after stock's wrap of a negative id
+/// ([`mosaic_rt_core::Topology::wrap_negative`]) -- done here instead of
+/// by a `wrap_target` call of its own before the signal.
+fn wrapped_target(f: &crate::frame::Frame, handle: u64) -> Result<(Option<u32>, Option<u32>)> {
+    let topo = launch::with_runtime(handle, |rt| Ok(rt.topology()))?;
+    let (d, k) = topo.wrap_negative(f.arg_i32(6)?.into(), f.arg_i32(7)?.into());
+    Ok((Some(super::target_id(handle, d, "target device id")?), Some(super::target_id(handle, k, "target core id")?)))
 }
 
 /// `semaphore_wait(token, handle, device, core, sem, value) -> token`.
