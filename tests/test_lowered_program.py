@@ -33,3 +33,10 @@ def test_mesh_device_ids_need_no_multiply_by_one(kernel):
     """A 1-axis mesh's device id is its coordinate: no `* 1 + 0` emitted."""
     text = _lowered(*getattr(collectives, kernel)(8, 8))
     assert "stablehlo.multiply" not in text
+
+
+def test_one_dynamic_start_is_passed_as_a_scalar():
+    """A ring all-gather's loads and DMAs at a traced slot take the slot
+    itself (it was a reshape to a 1-vector per operand: 16 in all)."""
+    text = _lowered(*collectives.all_gather(8, 8))
+    assert len(re.findall(r"stablehlo\.reshape .*-> tensor<1xi32>", text)) == 0

@@ -196,6 +196,17 @@ def _bind(target: str, results, operands, attrs, *, side_effect: bool = True,
         attributes=tuple((k, jx.ffi_attribute(attrs[k])) for k in sorted(attrs)))
 
 
+def _starts_operand(starts):
+    """A region's dynamic starts as the op's operand: one int32 scalar as it
+    is (the handler takes a scalar as one start: no reshape in the
+    program), several as one vector."""
+    if isinstance(starts, (tuple, list)) and len(starts) == 1:
+        start = starts[0]
+        if not isinstance(start, _STATIC_INTS) and getattr(start, "shape", None) == ():
+            return _as_i32(start)
+    return TracedRegion(starts=starts).start_vector()
+
+
 def _region_parts(region, prefix: str = ""):
     """(int32 start vector operand, attributes) of a region."""
     fixed = None
@@ -215,10 +226,9 @@ def _region_parts(region, prefix: str = ""):
             fixed = np.asarray([int(s) if st else _DYNAMIC_START
                                 for s, st in zip(parts, static)], np.int64)
             dynamic = tuple(s for s, st in zip(parts, static) if not st)
-            starts = (TracedRegion(starts=dynamic).start_vector() if dynamic
-                      else no_starts())
+            starts = _starts_operand(dynamic) if dynamic else no_starts()
         else:
-            starts = region.start_vector()
+            starts = _starts_operand(parts)
     attrs = {
         f"{prefix}sizes": _ints(sizes),
         f"{prefix}strides": _ints(strides),

@@ -582,6 +582,21 @@ impl<'a> Buf<'a> {
     pub fn i32s(&self) -> Result<&'a [i32]> {
         self.expect_dtype(DType::I32)?;
         self.expect_rank(1)?;
+        self.int32_elements()
+    }
+
+    /// A region's dynamic starts: an int32 vector, or one int32 scalar for a
+    /// region with one dynamic start (the program needs no reshape for it).
+    pub fn starts(&self) -> Result<&'a [i32]> {
+        if !self.dims.is_empty() {
+            self.expect_rank(1)?;
+        }
+        self.int32_elements()
+    }
+
+    /// The elements of an int32 operand of any rank.
+    fn int32_elements(&self) -> Result<&'a [i32]> {
+        self.expect_dtype(DType::I32)?;
         let n = self.num_elements();
         if n == 0 {
             return Ok(&[]);

@@ -99,12 +99,12 @@ pub const DST_REGION: RegionAttrs =
     RegionAttrs { sizes: "dst_sizes", strides: "dst_strides", squeezed: "dst_squeezed", fixed: "dst_fixed" };
 
 /// A region: static sizes, strides and squeezed flags (attributes named by
-/// `names`) and a dynamic int32 start vector operand.
+/// `names`) and a dynamic int32 start vector operand (or scalar: one start).
 pub fn region(f: &Frame, names: &RegionAttrs, starts_arg: usize) -> Result<Region> {
     let sizes = f.attr_i64s(names.sizes)?;
     let strides = f.attr_i64s(names.strides)?;
     let squeezed = f.attr_i64s(names.squeezed)?;
-    let starts = f.arg(starts_arg)?.i32s()?;
+    let starts = f.arg(starts_arg)?.starts()?;
     let n = sizes.len();
     if starts.len() != n && strides.len() == n && squeezed.len() == n {
         return fixed_region(f, names, sizes, strides, squeezed, starts);
