@@ -29,4 +29,4 @@ for family in families:
     ops = len(re.findall(r"= stablehlo\.", text))
     print(f"{family:15s} total {total:5.1f} ms: trace {trace:5.1f} lower {lower:5.1f} "
           f"compile {comp:5.1f} run {run:4.1f} | {sum(calls.values())} custom calls, "
-          f"{ops} other ops", flush=True)
+          f"{ops} ops in all", flush=True)
