@@ -40,3 +40,14 @@ def test_one_dynamic_start_is_passed_as_a_scalar():
     itself (it was a reshape to a 1-vector per operand: 16 in all)."""
     text = _lowered(*collectives.all_gather(8, 8))
     assert len(re.findall(r"stablehlo\.reshape .*-> tensor<1xi32>", text)) == 0
+
+
+def test_a_grid_loop_carries_no_empty_start_vectors():
+    """Whole-buffer loads and stores in a grid body take the body's own empty
+    vector: none is made outside and carried through the loop (a numpy
+    constant was hoisted out and carried, one per op)."""
+    from mosaic_rt.bench import local
+    program, args = local.blockspec_add(8, 40)
+    text = _lowered(program, args)
+    loop = next(line for line in text.splitlines() if "stablehlo.while" in line)
+    assert "tensor<0xi32>" not in loop.split(":", 1)[1], loop

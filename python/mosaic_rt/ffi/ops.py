@@ -34,7 +34,6 @@ from mosaic_rt import jax_internals as jx
 from mosaic_rt._dtypes import dtype_name
 
 _I32 = jax.ShapeDtypeStruct((), jnp.int32)
-_NO_STARTS = np.zeros((0,), np.int32)
 _DYNAMIC_START = -(2**63)  # a region's `fixed` start taken from the operand
 _HANDLE = jax.ShapeDtypeStruct((2,), jnp.uint32)
 
@@ -89,8 +88,9 @@ def no_starts():
     """An empty int32 vector (a region with no dynamic start), made in the
     program, not a numpy constant (jax would hoist that into a shard_map
     body as an operand of its own, which sdy rejects when the body reads no
-    input). One per trace: every op of a kernel body shares it (a fresh one
-    per op was two HLO ops each: ~60 in a ring reduce-scatter)."""
+    input, and a loop body would carry it as a loop variable). One per
+    trace: every op of a kernel body shares it (a fresh one per op was two
+    HLO ops each: ~60 in a ring reduce-scatter)."""
     cached = getattr(_NO_STARTS_OF, "value", None)
     trace = jx.current_trace()
     if cached is not None and cached[0]() is trace:
@@ -200,6 +200,8 @@ def _starts_operand(starts):
     """A region's dynamic starts as the op's operand: one int32 scalar as it
     is (the handler takes a scalar as one start: no reshape in the
     program), several as one vector."""
+    if isinstance(starts, (tuple, list)) and not starts:
+        return no_starts()
     if isinstance(starts, (tuple, list)) and len(starts) == 1:
         start = starts[0]
         if not isinstance(start, _STATIC_INTS) and getattr(start, "shape", None) == ():
@@ -212,7 +214,7 @@ def _region_parts(region, prefix: str = ""):
     fixed = None
     if region is None:
         sizes = strides = squeezed = ()
-        starts = _NO_STARTS
+        starts = no_starts()
     else:
         sizes, strides, squeezed = region.sizes, region.strides, region.squeezed
         parts = region.starts
