@@ -14,7 +14,7 @@ use crate::dma::{DmaEnv, DmaRequest, DmaStep};
 use crate::dtype::DType;
 use crate::error::{Result, RtError};
 use crate::grid::GridLoop;
-use crate::memory::{Access, BufferInfo, BufferKey, Init, MemRef, MemorySpace, MemoryTable};
+use crate::memory::{Access, BufferInfo, BufferKey, Init, MemRef, MemorySpace, MemoryTable, Stored};
 use crate::prng::CorePrng;
 use crate::races::{RaceDetector, RaceLog};
 use crate::region::Region;
@@ -287,12 +287,24 @@ impl Runtime {
         self.note_access(r.device, r.core, r, true)
     }
 
+    /// Writes `value` (the region's bytes, or one element filling it) into `r`.
+    pub fn store_value(&self, r: MemRef<'_>, value: Stored<'_>) -> Result<()> {
+        self.memory.store_value(r, value).map_err(|e| e.at(r.device, r.core))?;
+        self.note_access(r.device, r.core, r, true)
+    }
+
     /// Writes `data` into `r` where `mask` (one byte per element, non-zero =
     /// true) is set, or everywhere without a mask, and returns the previous
     /// values in `out` (masked-off elements of `out` get `data`'s values, as
     /// stock).
     pub fn swap(&self, r: MemRef<'_>, data: &[u8], mask: Option<&[u8]>, out: &mut [u8]) -> Result<()> {
         self.memory.swap(r, data, mask, out).map_err(|e| e.at(r.device, r.core))?;
+        self.note_access(r.device, r.core, r, true)
+    }
+
+    /// [`Self::swap`] of a value that may be a splat (one element filling `r`).
+    pub fn swap_value(&self, r: MemRef<'_>, value: Stored<'_>, mask: Option<&[u8]>, out: &mut [u8]) -> Result<()> {
+        self.memory.swap_value(r, value, mask, out).map_err(|e| e.at(r.device, r.core))?;
         // As stock: a swap is checked as a write (it conflicts with any
         // unordered access).
         self.note_access(r.device, r.core, r, true)

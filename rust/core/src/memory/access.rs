@@ -10,7 +10,7 @@ use super::copy::{copy_block, fill_pattern, for_each_element, Layout};
 use super::init_shadow;
 use super::message::{self, Who};
 use super::plan::Plan;
-use super::{Access, MemRef, MemoryTable};
+use super::{Access, MemRef, MemoryTable, Stored};
 use crate::config::OobReads;
 use crate::error::{Result, RtError};
 
@@ -82,17 +82,23 @@ impl MemoryTable {
 
     /// Writes `data` (C order, exactly the region's size) into `r`.
     pub fn store(&self, r: MemRef<'_>, data: &[u8]) -> Result<()> {
+        self.store_value(r, Stored::Dense(data))
+    }
+
+    /// Writes `value` into `r`.
+    pub fn store_value(&self, r: MemRef<'_>, value: Stored<'_>) -> Result<()> {
         let region = r.region;
         let r = self.resolve(r, "write")?;
-        r.check_len("data", data.len(), r.bytes)?;
+        let itemsize = r.itemsize();
+        r.check_len("data", value.bytes().len(), value.expected_len(r.bytes, itemsize))?;
         if r.plan.any_out_of(&r.buf.shape) {
             return Err(message::oob_write(&r.who, region, &r.buf.logical_shape));
         }
         // Only the part within the logical shape is written (from data's low corner).
         if let Some(counts) = r.plan.clip(&r.buf.logical_shape) {
-            let itemsize = r.itemsize();
+            let (data, from) = value.source(&r.full, itemsize)?;
             let dst = r.plan.buffer_layout(&r.buf.shape, itemsize);
-            copy_block(data, &r.dense(), &mut r.buf.write(&r.who, r.buf.covered_by(&r.plan))?, &dst, &counts, itemsize);
+            copy_block(&data, &from, &mut r.buf.write(&r.who, r.buf.covered_by(&r.plan))?, &dst, &counts, itemsize);
             init_shadow::mark(&r.buf, &r.plan, &counts);
         }
         Ok(())
@@ -101,11 +107,16 @@ impl MemoryTable {
     /// Writes `data` into `r` where `mask` is set (everywhere without one)
     /// and puts the previous values into `out`.
     pub fn swap(&self, r: MemRef<'_>, data: &[u8], mask: Option<&[u8]>, out: &mut [u8]) -> Result<()> {
+        self.swap_value(r, Stored::Dense(data), mask, out)
+    }
+
+    /// [`Self::swap`] of a value that may be a splat.
+    pub fn swap_value(&self, r: MemRef<'_>, value: Stored<'_>, mask: Option<&[u8]>, out: &mut [u8]) -> Result<()> {
         let region = r.region;
         let r = self.resolve(r, "swap")?;
-        r.check_len("data", data.len(), r.bytes)?;
-        r.check_len("out", out.len(), r.bytes)?;
         let itemsize = r.itemsize();
+        r.check_len("data", value.bytes().len(), value.expected_len(r.bytes, itemsize))?;
+        r.check_len("out", out.len(), r.bytes)?;
         if let Some(mask) = mask {
             r.check_len("mask", mask.len(), r.bytes / itemsize)?;
         }
@@ -125,7 +136,8 @@ impl MemoryTable {
             }
             copy_block(&content, &at, out, &dense, &r.full, itemsize);
             if let Some(counts) = write_counts {
-                copy_block(data, &dense, &mut content, &at, &counts, itemsize);
+                let (data, from) = value.source(&r.full, itemsize)?;
+                copy_block(&data, &from, &mut content, &at, &counts, itemsize);
                 init_shadow::mark(&r.buf, &r.plan, &counts);
             }
             return Ok(());
@@ -141,7 +153,8 @@ impl MemoryTable {
         }
         // out = where(mask, old, data); then content = where(mask, data, old)
         // within the logical shape.
-        out.copy_from_slice(data);
+        let data = value.dense(r.bytes)?;
+        out.copy_from_slice(&data);
         for_each_element(&in_bounds, &at, &dense, |a, d| {
             if mask[d / itemsize] != 0 {
                 out[d..d + itemsize].copy_from_slice(&content[a..a + itemsize]);

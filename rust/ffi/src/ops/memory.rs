@@ -3,7 +3,7 @@
 use super::{core_target, device_target, region, space_attr, REGION};
 use crate::dispatch::Call;
 use crate::launch;
-use mosaic_rt_core::{DType, Init, MemRef, MemorySpace, Result, RtError};
+use mosaic_rt_core::{DType, Init, MemRef, MemorySpace, Result, RtError, Stored};
 
 fn shape_attr(c: &Call, name: &str) -> Result<Option<Vec<usize>>> {
     let f = &c.frame;
@@ -160,7 +160,8 @@ pub fn load(c: &mut Call) -> Result<()> {
 }
 
 /// `store(token, handle, device, core, id, starts, value) -> token`;
-/// attributes as for `load`.
+/// attributes as for `load`, and optional `splat` (non-zero): `value` is
+/// rank 0 and fills the region.
 pub fn store(c: &mut Call) -> Result<()> {
     let (handle, device, core) = core_target(c, 7..=7, 1)?;
     let _site = c.enter_site();
@@ -168,12 +169,27 @@ pub fn store(c: &mut Call) -> Result<()> {
     let id = f.arg_id(4, "buffer id")?;
     let space = space_attr(f, "space")?;
     let region = region(f, &REGION, 5)?;
-    let data = f.arg(6)?.elements()?;
-    launch::with_runtime(handle, |rt| rt.store(MemRef::new(device, core, space, id, &region), &data))
+    let value = f.arg(6)?;
+    let data = value.elements()?;
+    let stored = stored_value(c, "store", &value.dims, &data)?;
+    launch::with_runtime(handle, |rt| rt.store_value(MemRef::new(device, core, space, id, &region), stored))
+}
+
+/// The value a store or swap writes: with the `splat` attribute, the rank-0
+/// operand's element repeated over the region.
+fn stored_value<'a>(c: &Call, op: &str, dims: &[i64], data: &'a [u8]) -> Result<Stored<'a>> {
+    if !c.frame.attr_i64_opt("splat")?.is_some_and(|v| v != 0) {
+        return Ok(Stored::Dense(data));
+    }
+    if !dims.is_empty() {
+        return Err(RtError::value(format!("{op}: a splat value must be rank 0, got shape {dims:?}")));
+    }
+    Ok(Stored::Splat(data))
 }
 
 /// `swap(token, handle, device, core, id, starts, value[, mask]) -> (token, old)`;
-/// `mask` is a bool array of the value's shape.
+/// `mask` is a bool array of the value's shape. With the `splat` attribute
+/// (see `store`, no mask) the result has the region's shape.
 pub fn swap(c: &mut Call) -> Result<()> {
     let (handle, device, core) = core_target(c, 7..=8, 2)?;
     let _site = c.enter_site();
@@ -183,7 +199,11 @@ pub fn swap(c: &mut Call) -> Result<()> {
     let region = region(f, &REGION, 5)?;
     let value = f.arg(6)?;
     let data = value.elements()?;
+    let stored = stored_value(c, "swap", &value.dims, &data)?;
     let mask = if f.num_args() == 8 {
+        if matches!(stored, Stored::Splat(_)) {
+            return Err(RtError::value("swap: a splat value takes no mask"));
+        }
         let m = f.arg(7)?;
         m.expect_dtype(DType::Bool)?;
         if m.dims != value.dims {
@@ -197,7 +217,8 @@ pub fn swap(c: &mut Call) -> Result<()> {
         None
     };
     let out = f.ret(1)?;
-    if out.dtype != value.dtype || out.dims != value.dims {
+    // A splat's result has the region's shape (the core checks its length).
+    if out.dtype != value.dtype || matches!(stored, Stored::Dense(_)) && out.dims != value.dims {
         return Err(RtError::value("swap: result must have the value's dtype and shape"));
     }
     let out_range = out.byte_range()?;
@@ -209,7 +230,9 @@ pub fn swap(c: &mut Call) -> Result<()> {
     // alive here (`data`, `mask`: checked just above).
     unsafe {
         out.fill_elements(|out| {
-            launch::with_runtime(handle, |rt| rt.swap(MemRef::new(device, core, space, id, &region), &data, mask, out))
+            launch::with_runtime(handle, |rt| {
+                rt.swap_value(MemRef::new(device, core, space, id, &region), stored, mask, out)
+            })
         })
     }
 }
