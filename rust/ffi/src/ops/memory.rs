@@ -171,14 +171,14 @@ pub fn store(c: &mut Call) -> Result<()> {
     let region = region(f, &REGION, 5)?;
     let value = f.arg(6)?;
     let data = value.elements()?;
-    let stored = stored_value(c, "store", &value.dims, &data)?;
+    let stored = stored_value(c, "store", value.dims, &data)?;
     launch::with_runtime(handle, |rt| rt.store_value(MemRef::new(device, core, space, id, &region), stored))
 }
 
 /// The value a store or swap writes: with the `splat` attribute, the rank-0
 /// operand's element repeated over the region.
 fn stored_value<'a>(c: &Call, op: &str, dims: &[i64], data: &'a [u8]) -> Result<Stored<'a>> {
-    if !c.frame.attr_i64_opt("splat")?.is_some_and(|v| v != 0) {
+    if c.frame.attr_i64_opt("splat")?.is_none_or(|v| v == 0) {
         return Ok(Stored::Dense(data));
     }
     if !dims.is_empty() {
@@ -199,7 +199,7 @@ pub fn swap(c: &mut Call) -> Result<()> {
     let region = region(f, &REGION, 5)?;
     let value = f.arg(6)?;
     let data = value.elements()?;
-    let stored = stored_value(c, "swap", &value.dims, &data)?;
+    let stored = stored_value(c, "swap", value.dims, &data)?;
     let mask = if f.num_args() == 8 {
         if matches!(stored, Stored::Splat(_)) {
             return Err(RtError::value("swap: a splat value takes no mask"));
