@@ -16,7 +16,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 import mosaic_rt
 from mosaic_rt.jax_internals import STOCK_HAS_ON_RACE, stock_interpreter as stock_ipc
-from parity import assert_bitwise_equal, run_case
+from parity import assert_bitwise_equal, assert_same_error, run_case
 
 _SPLAT_ATTR = re.compile(r"splat\s*=\s*1")
 
@@ -163,6 +163,24 @@ def test_skip_floating_point_ops_keeps_stocks_sentinel():
 
     x = jnp.ones((8, 128), jnp.float32)
     _same(fn, x, skip_floating_point_ops=True)
+
+
+def test_an_out_of_bounds_fill_is_stocks_swap_error():
+    def fn(params, x):
+        def kernel(x_ref, o_ref):
+            o_ref[...] = x_ref[...]
+            o_ref[pl.ds(pl.program_id(0) + 6, 4), :] = jnp.zeros((4, 128), jnp.float32)
+        spec = pl.BlockSpec(x.shape, lambda i: (0, 0))
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(1,),
+                              in_specs=[spec], out_specs=spec, interpret=params)(x)
+
+    x = jnp.ones((8, 128), jnp.float32)
+    case = _Case(fn, x)
+    stock = run_case(case, pltpu.InterpretParams())
+    ours = run_case(case, mosaic_rt.InterpretParams())
+    assert isinstance(stock, BaseException) and isinstance(ours, BaseException), (stock, ours)
+    assert_same_error(stock, ours)
+    assert _fills(fn, x) == 1
 
 
 def _fill_during_dma(x_ref, o_ref, buf, sem):

@@ -414,9 +414,9 @@ def swap(token, handle, device, core, buffer_id, region, value, mask=None, *, sp
 
 def fill(token, handle, device, core, buffer_id, region, scalar, *, space, old_shape=None,
          site: int = 0):
-    """Writes the rank-0 ``scalar`` into every element of ``region`` (a store
-    of a broadcast scalar with no region-sized value). With ``old_shape``
-    (the region's value shape) it is a swap: ``(token, previous contents)``."""
+    """A swap of the rank-0 ``scalar`` broadcast over ``region``, with no
+    region-sized value: ``token``, or with ``old_shape`` (the region's value
+    shape) ``(token, previous contents)``."""
     scalar = jnp.asarray(scalar)
     if scalar.shape != ():
         raise ValueError(f"fill: the value must be rank 0, got shape {scalar.shape}")
@@ -424,7 +424,7 @@ def fill(token, handle, device, core, buffer_id, region, scalar, *, space, old_s
     starts, attrs = _region_parts(region)
     operands = (token, handle, _i32(device), _i32(core), _i32(buffer_id), starts, scalar)
     if old_shape is None:
-        return _call("store", (), operands, space=_space(space), site=site, splat=1, **attrs)
+        return _call("swap", (), operands, space=_space(space), site=site, splat=1, **attrs)
     old = jax.ShapeDtypeStruct(tuple(old_shape), scalar.dtype)
     return _call("swap", (old,), operands, space=_space(space), site=site, splat=1, **attrs)
 

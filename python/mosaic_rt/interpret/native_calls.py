@@ -156,8 +156,8 @@ def swap(token, handle, device, core, space, buf, region, value, mask, aval):
 
 
 def fill(token, handle, device, core, space, buf, region, scalar, old_aval=None):
-    """A store (a swap with `old_aval`: (token, old)) of the rank-0 `scalar`
-    broadcast over the region, logged as the swap it stands for."""
+    """A swap of the rank-0 `scalar` broadcast over the region: (token,
+    old), old None unless `old_aval` asks for the previous contents."""
     out = ffi_ops.fill(token, handle, device, core, buf, region, scalar, space=space,
                        old_shape=None if old_aval is None else old_aval.shape,
                        site=sites.current())

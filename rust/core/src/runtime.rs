@@ -287,26 +287,27 @@ impl Runtime {
         self.note_access(r.device, r.core, r, true)
     }
 
-    /// Writes `value` (the region's bytes, or one element filling it) into `r`.
-    pub fn store_value(&self, r: MemRef<'_>, value: Stored<'_>) -> Result<()> {
-        self.memory.store_value(r, value).map_err(|e| e.at(r.device, r.core))?;
-        self.note_access(r.device, r.core, r, true)
-    }
-
     /// Writes `data` into `r` where `mask` (one byte per element, non-zero =
     /// true) is set, or everywhere without a mask, and returns the previous
     /// values in `out` (masked-off elements of `out` get `data`'s values, as
     /// stock).
     pub fn swap(&self, r: MemRef<'_>, data: &[u8], mask: Option<&[u8]>, out: &mut [u8]) -> Result<()> {
         self.memory.swap(r, data, mask, out).map_err(|e| e.at(r.device, r.core))?;
+        // As stock: a swap is checked as a write (it conflicts with any
+        // unordered access).
         self.note_access(r.device, r.core, r, true)
     }
 
-    /// [`Self::swap`] of a value that may be a splat (one element filling `r`).
-    pub fn swap_value(&self, r: MemRef<'_>, value: Stored<'_>, mask: Option<&[u8]>, out: &mut [u8]) -> Result<()> {
+    /// [`Self::swap`] of a value that may be a splat (one element filling
+    /// `r`); without `out` the previous values are not copied out.
+    pub fn swap_value(
+        &self,
+        r: MemRef<'_>,
+        value: Stored<'_>,
+        mask: Option<&[u8]>,
+        out: Option<&mut [u8]>,
+    ) -> Result<()> {
         self.memory.swap_value(r, value, mask, out).map_err(|e| e.at(r.device, r.core))?;
-        // As stock: a swap is checked as a write (it conflicts with any
-        // unordered access).
         self.note_access(r.device, r.core, r, true)
     }
 

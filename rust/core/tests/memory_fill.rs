@@ -1,7 +1,8 @@
-//! A fill (`Stored::Splat`: one element written over a region) must do
-//! exactly what a store or swap of the element repeated over the region
-//! does: same bytes (padding and logical shapes, strided and squeezed
-//! regions), same previous values, same errors.
+//! A fill (`Stored::Splat`: one element swapped into a region) must do
+//! exactly what a swap of the element repeated over the region does: same
+//! bytes (padding and logical shapes, strided and squeezed regions), same
+//! previous values, same errors; also when the previous values are not
+//! asked for, and under a mask.
 
 mod memory_support;
 
@@ -43,7 +44,7 @@ fn contents(rt: &Runtime, id: u32, shape: &[usize], itemsize: usize) -> Vec<u8> 
 }
 
 #[test]
-fn a_fill_writes_what_a_store_of_the_repeated_element_writes() {
+fn a_fill_writes_what_a_swap_of_the_repeated_element_writes() {
     let mut rng = Rng::new(7);
     let (mut written, mut refused) = (0, 0);
     for case in 0..300 {
@@ -56,7 +57,7 @@ fn a_fill_writes_what_a_store_of_the_repeated_element_writes() {
         let element = rng.bytes(itemsize);
         let (region, full) = region(&mut rng, &shape);
         let dense: Vec<u8> = element.iter().copied().cycle().take(full.iter().product::<usize>() * itemsize).collect();
-        let swap = rng.chance(50);
+        let want_old = rng.chance(50);
         let (a, b) = (runtime(), runtime());
         let init = rng.bytes(logical.iter().product::<usize>() * itemsize);
         let alloc = |rt: &Runtime| {
@@ -65,12 +66,15 @@ fn a_fill_writes_what_a_store_of_the_repeated_element_writes() {
         let (ia, ib) = (alloc(&a), alloc(&b));
         let (ra, rb) = (MemRef::new(0, 0, VMEM, ia, &region), MemRef::new(0, 0, VMEM, ib, &region));
         let (mut old_a, mut old_b) = (vec![0u8; dense.len()], vec![0u8; dense.len()]);
-        let (got_a, got_b) = if swap {
-            (a.swap_value(ra, Stored::Splat(&element), None, &mut old_a), b.swap(rb, &dense, None, &mut old_b))
-        } else {
-            (a.store_value(ra, Stored::Splat(&element)), b.store(rb, &dense))
-        };
-        let what = format!("case {case}: {dtype:?} {shape:?} (logical {logical:?}) {region:?} swap={swap}");
+        let mask: Option<Vec<u8>> =
+            rng.chance(30).then(|| (0..dense.len() / itemsize).map(|_| rng.chance(50) as u8).collect());
+        let got_a = a.swap_value(ra, Stored::Splat(&element), mask.as_deref(), want_old.then_some(&mut old_a[..]));
+        let got_b = b.swap(rb, &dense, mask.as_deref(), &mut old_b);
+        if !want_old {
+            old_b.fill(0); // not asked for: `old_a` stays as it was
+        }
+        let what =
+            format!("case {case}: {dtype:?} {shape:?} (logical {logical:?}) {region:?} old={want_old} mask={mask:?}");
         if got_b.is_ok() {
             written += 1
         } else {
@@ -88,6 +92,7 @@ fn a_fill_writes_what_a_store_of_the_repeated_element_writes() {
 fn a_fill_value_of_the_wrong_size_is_an_error_naming_it() {
     let rt = runtime();
     let id = rt.allocate_buffer(0, Some(0), VMEM, DType::F32, &[2, 4], None, Init::Fill).unwrap();
-    let e = rt.store_value(MemRef::new(0, 0, VMEM, id, &Region::full()), Stored::Splat(&[1, 2])).unwrap_err();
+    let e =
+        rt.swap_value(MemRef::new(0, 0, VMEM, id, &Region::full()), Stored::Splat(&[1, 2]), None, None).unwrap_err();
     assert!(e.to_string().contains("data"), "{e}");
 }

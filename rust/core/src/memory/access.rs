@@ -82,23 +82,17 @@ impl MemoryTable {
 
     /// Writes `data` (C order, exactly the region's size) into `r`.
     pub fn store(&self, r: MemRef<'_>, data: &[u8]) -> Result<()> {
-        self.store_value(r, Stored::Dense(data))
-    }
-
-    /// Writes `value` into `r`.
-    pub fn store_value(&self, r: MemRef<'_>, value: Stored<'_>) -> Result<()> {
         let region = r.region;
         let r = self.resolve(r, "write")?;
-        let itemsize = r.itemsize();
-        r.check_len("data", value.bytes().len(), value.expected_len(r.bytes, itemsize))?;
+        r.check_len("data", data.len(), r.bytes)?;
         if r.plan.any_out_of(&r.buf.shape) {
             return Err(message::oob_write(&r.who, region, &r.buf.logical_shape));
         }
         // Only the part within the logical shape is written (from data's low corner).
         if let Some(counts) = r.plan.clip(&r.buf.logical_shape) {
-            let (data, from) = value.source(&r.full, itemsize)?;
+            let itemsize = r.itemsize();
             let dst = r.plan.buffer_layout(&r.buf.shape, itemsize);
-            copy_block(&data, &from, &mut r.buf.write(&r.who, r.buf.covered_by(&r.plan))?, &dst, &counts, itemsize);
+            copy_block(data, &r.dense(), &mut r.buf.write(&r.who, r.buf.covered_by(&r.plan))?, &dst, &counts, itemsize);
             init_shadow::mark(&r.buf, &r.plan, &counts);
         }
         Ok(())
@@ -107,16 +101,25 @@ impl MemoryTable {
     /// Writes `data` into `r` where `mask` is set (everywhere without one)
     /// and puts the previous values into `out`.
     pub fn swap(&self, r: MemRef<'_>, data: &[u8], mask: Option<&[u8]>, out: &mut [u8]) -> Result<()> {
-        self.swap_value(r, Stored::Dense(data), mask, out)
+        self.swap_value(r, Stored::Dense(data), mask, Some(out))
     }
 
-    /// [`Self::swap`] of a value that may be a splat.
-    pub fn swap_value(&self, r: MemRef<'_>, value: Stored<'_>, mask: Option<&[u8]>, out: &mut [u8]) -> Result<()> {
+    /// [`Self::swap`] of a value that may be a splat; without `out` the
+    /// previous values are not copied out (a swap whose result is unused).
+    pub fn swap_value(
+        &self,
+        r: MemRef<'_>,
+        value: Stored<'_>,
+        mask: Option<&[u8]>,
+        mut out: Option<&mut [u8]>,
+    ) -> Result<()> {
         let region = r.region;
         let r = self.resolve(r, "swap")?;
         let itemsize = r.itemsize();
         r.check_len("data", value.bytes().len(), value.expected_len(r.bytes, itemsize))?;
-        r.check_len("out", out.len(), r.bytes)?;
+        if let Some(out) = &out {
+            r.check_len("out", out.len(), r.bytes)?;
+        }
         if let Some(mask) = mask {
             r.check_len("mask", mask.len(), r.bytes / itemsize)?;
         }
@@ -134,7 +137,9 @@ impl MemoryTable {
             if *in_bounds != *r.full {
                 return Err(oob());
             }
-            copy_block(&content, &at, out, &dense, &r.full, itemsize);
+            if let Some(out) = out {
+                copy_block(&content, &at, out, &dense, &r.full, itemsize);
+            }
             if let Some(counts) = write_counts {
                 let (data, from) = value.source(&r.full, itemsize)?;
                 copy_block(&data, &from, &mut content, &at, &counts, itemsize);
@@ -154,12 +159,14 @@ impl MemoryTable {
         // out = where(mask, old, data); then content = where(mask, data, old)
         // within the logical shape.
         let data = value.dense(r.bytes)?;
-        out.copy_from_slice(&data);
-        for_each_element(&in_bounds, &at, &dense, |a, d| {
-            if mask[d / itemsize] != 0 {
-                out[d..d + itemsize].copy_from_slice(&content[a..a + itemsize]);
-            }
-        });
+        if let Some(out) = out.as_deref_mut() {
+            out.copy_from_slice(&data);
+            for_each_element(&in_bounds, &at, &dense, |a, d| {
+                if mask[d / itemsize] != 0 {
+                    out[d..d + itemsize].copy_from_slice(&content[a..a + itemsize]);
+                }
+            });
+        }
         if let Some(counts) = write_counts {
             for_each_element(&counts, &at, &dense, |a, d| {
                 if mask[d / itemsize] != 0 {

@@ -1,5 +1,5 @@
-//! What a store or swap writes: a value of the region's shape, or one
-//! element repeated over the region (a fill: kernels initialise scratch and
+//! What a swap writes: a value of the region's shape, or one element
+//! repeated over the region (a fill: kernels initialise scratch and
 //! accumulators with a constant, and no region-sized value need exist).
 
 use std::borrow::Cow;
@@ -8,7 +8,7 @@ use super::access::zeroed;
 use super::copy::{fill_pattern, Layout};
 use crate::error::Result;
 
-/// The value a store or swap writes into a region.
+/// The value a swap writes into a region.
 #[derive(Clone, Copy, Debug)]
 pub enum Stored<'a> {
     /// C-order bytes of the region's shape.

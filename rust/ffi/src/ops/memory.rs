@@ -160,8 +160,7 @@ pub fn load(c: &mut Call) -> Result<()> {
 }
 
 /// `store(token, handle, device, core, id, starts, value) -> token`;
-/// attributes as for `load`, and optional `splat` (non-zero): `value` is
-/// rank 0 and fills the region.
+/// attributes as for `load`.
 pub fn store(c: &mut Call) -> Result<()> {
     let (handle, device, core) = core_target(c, 7..=7, 1)?;
     let _site = c.enter_site();
@@ -169,29 +168,25 @@ pub fn store(c: &mut Call) -> Result<()> {
     let id = f.arg_id(4, "buffer id")?;
     let space = space_attr(f, "space")?;
     let region = region(f, &REGION, 5)?;
-    let value = f.arg(6)?;
-    let data = value.elements()?;
-    let stored = stored_value(c, "store", value.dims, &data)?;
-    launch::with_runtime(handle, |rt| rt.store_value(MemRef::new(device, core, space, id, &region), stored))
+    let data = f.arg(6)?.elements()?;
+    launch::with_runtime(handle, |rt| rt.store(MemRef::new(device, core, space, id, &region), &data))
 }
 
-/// The value a store or swap writes: with the `splat` attribute, the rank-0
-/// operand's element repeated over the region.
-fn stored_value<'a>(c: &Call, op: &str, dims: &[i64], data: &'a [u8]) -> Result<Stored<'a>> {
-    if c.frame.attr_i64_opt("splat")?.is_none_or(|v| v == 0) {
-        return Ok(Stored::Dense(data));
-    }
-    if !dims.is_empty() {
-        return Err(RtError::value(format!("{op}: a splat value must be rank 0, got shape {dims:?}")));
-    }
-    Ok(Stored::Splat(data))
+/// Whether the optional `splat` attribute is set (non-zero).
+fn splat_requested(c: &Call) -> Result<bool> {
+    Ok(c.frame.attr_i64_opt("splat")?.is_some_and(|v| v != 0))
 }
 
 /// `swap(token, handle, device, core, id, starts, value[, mask]) -> (token, old)`;
-/// `mask` is a bool array of the value's shape. With the `splat` attribute
-/// (see `store`, no mask) the result has the region's shape.
+/// `mask` is a bool array of the value's shape.
+///
+/// Optional attribute `splat` (non-zero): `value` is rank 0 and written to
+/// every element of the region (no mask); the result `old` has the region's
+/// shape, and may be left out (`-> token`) when the caller does not use it.
 pub fn swap(c: &mut Call) -> Result<()> {
-    let (handle, device, core) = core_target(c, 7..=8, 2)?;
+    let splat = splat_requested(c)?;
+    let rets = if splat && c.frame.num_rets() == 1 { 1 } else { 2 };
+    let (handle, device, core) = core_target(c, if splat { 7..=7 } else { 7..=8 }, rets)?;
     let _site = c.enter_site();
     let f = &c.frame;
     let id = f.arg_id(4, "buffer id")?;
@@ -199,11 +194,15 @@ pub fn swap(c: &mut Call) -> Result<()> {
     let region = region(f, &REGION, 5)?;
     let value = f.arg(6)?;
     let data = value.elements()?;
-    let stored = stored_value(c, "swap", value.dims, &data)?;
-    let mask = if f.num_args() == 8 {
-        if matches!(stored, Stored::Splat(_)) {
-            return Err(RtError::value("swap: a splat value takes no mask"));
+    let stored = if splat {
+        if !value.dims.is_empty() {
+            return Err(RtError::value(format!("swap: a splat value must be rank 0, got shape {:?}", value.dims)));
         }
+        Stored::Splat(&data)
+    } else {
+        Stored::Dense(&data)
+    };
+    let mask = if f.num_args() == 8 {
         let m = f.arg(7)?;
         m.expect_dtype(DType::Bool)?;
         if m.dims != value.dims {
@@ -216,9 +215,13 @@ pub fn swap(c: &mut Call) -> Result<()> {
     } else {
         None
     };
+    let at = MemRef::new(device, core, space, id, &region);
+    if rets == 1 {
+        return launch::with_runtime(handle, |rt| rt.swap_value(at, stored, None, None));
+    }
     let out = f.ret(1)?;
-    // A splat's result has the region's shape (the core checks its length).
-    if out.dtype != value.dtype || matches!(stored, Stored::Dense(_)) && out.dims != value.dims {
+    // A splat's result has the region's shape (the runtime checks its length).
+    if out.dtype != value.dtype || !splat && out.dims != value.dims {
         return Err(RtError::value("swap: result must have the value's dtype and shape"));
     }
     let out_range = out.byte_range()?;
@@ -228,11 +231,5 @@ pub fn swap(c: &mut Call) -> Result<()> {
     }
     // SAFETY: the only slice of result 1; it overlaps neither operand slice
     // alive here (`data`, `mask`: checked just above).
-    unsafe {
-        out.fill_elements(|out| {
-            launch::with_runtime(handle, |rt| {
-                rt.swap_value(MemRef::new(device, core, space, id, &region), stored, mask, out)
-            })
-        })
-    }
+    unsafe { out.fill_elements(|out| launch::with_runtime(handle, |rt| rt.swap_value(at, stored, mask, Some(out)))) }
 }
