@@ -179,7 +179,10 @@ def test_an_out_of_bounds_fill_is_stocks_swap_error():
     stock = run_case(case, pltpu.InterpretParams())
     ours = run_case(case, mosaic_rt.InterpretParams())
     assert isinstance(stock, BaseException) and isinstance(ours, BaseException), (stock, ours)
-    assert_same_error(stock, ours)
+    # The swap's message (not a store's), as an unsplatted value gets.
+    assert "Out-of-bounds swap" in str(ours), ours
+    if "Out-of-bounds" in str(stock):  # (jax < 0.11 stock fails a bare assert)
+        assert_same_error(stock, ours)
     assert _fills(fn, x) == 1
 
 
