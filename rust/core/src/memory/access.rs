@@ -111,7 +111,7 @@ impl MemoryTable {
         r: MemRef<'_>,
         value: Stored<'_>,
         mask: Option<&[u8]>,
-        mut out: Option<&mut [u8]>,
+        out: Option<&mut [u8]>,
     ) -> Result<()> {
         let region = r.region;
         let r = self.resolve(r, "swap")?;
@@ -159,7 +159,7 @@ impl MemoryTable {
         // out = where(mask, old, data); then content = where(mask, data, old)
         // within the logical shape.
         let data = value.dense(r.bytes)?;
-        if let Some(out) = out.as_deref_mut() {
+        if let Some(out) = out {
             out.copy_from_slice(&data);
             for_each_element(&in_bounds, &at, &dense, |a, d| {
                 if mask[d / itemsize] != 0 {
