@@ -471,6 +471,23 @@ def swap(token, handle, device, core, buffer_id, region, value, mask=None, *, sp
                  space=_space(space), site=site, **attrs)
 
 
+def fill(token, handle, device, core, buffer_id, region, scalar, *, space, old_shape=None,
+         site: int = 0):
+    """A swap of the rank-0 ``scalar`` broadcast over ``region``, with no
+    region-sized value: ``token``, or with ``old_shape`` (the region's value
+    shape) ``(token, previous contents)``."""
+    scalar = jnp.asarray(scalar)
+    if scalar.shape != ():
+        raise ValueError(f"fill: the value must be rank 0, got shape {scalar.shape}")
+    _dtype(scalar.dtype, "fill")
+    starts, attrs = _region_parts(region)
+    operands = (token, handle, _i32(device), _i32(core), _i32(buffer_id), starts, scalar)
+    if old_shape is None:
+        return _call("swap", (), operands, space=_space(space), site=site, splat=1, **attrs)
+    old = jax.ShapeDtypeStruct(tuple(old_shape), scalar.dtype)
+    return _call("swap", (old,), operands, space=_space(space), site=site, splat=1, **attrs)
+
+
 # ---------------------------------------------------------------- semaphores
 
 def allocate_semaphores(token, handle, device, core, *, kind: str = "regular", count: int = 1,

@@ -23,7 +23,7 @@ from jax import lax
 from mosaic_rt import _native
 from mosaic_rt import jax_internals as jx
 from mosaic_rt.interpret import (device_ids, native_calls, scalar_items, scalar_runs, sites,
-                                  views)
+                                  splat, views)
 from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.interpret.regions import to_region
 
@@ -73,6 +73,8 @@ class Ctx:
     # The DMA waits right after the equation being evaluated (a DMA start or
     # wait), as ``(sem, nbytes, site)``: its native op runs them too.
     then_wait: tuple = ()
+    # The block's broadcast-scalar values and used results (`splat`).
+    stores: splat.BlockStores | None = None
 
     def replace(self, **changes) -> "Ctx":
         return dataclasses.replace(self, **changes)
@@ -107,6 +109,8 @@ def _eval_block(jaxpr, args, ctx: Ctx, token, preset, count):
         vars=jaxpr.constvars + jaxpr.invars, values=args,
         sentinel_for_floating_point_values=sentinel)
     eqns = jaxpr.eqns
+    ctx = ctx.replace(stores=splat.BlockStores(
+        jaxpr, env.read, skip_floats=ctx.params.skip_floating_point_ops))
     plan = scalar_runs.plan(jaxpr, count)
     computed = dict(preset or {})
     for key, value in computed.items():
@@ -265,8 +269,12 @@ def _load_view(token, ctx, space, ref, ref_aval, transforms, aval):
     return token, views.read(value, rest)
 
 
-def _swap_view(token, ctx, space, ref, ref_aval, transforms, val, mask, aval):
+def _swap_view(token, ctx, space, ref, ref_aval, transforms, val, mask, aval, eqn=None):
     region, rest, base = views.split(transforms, ref_aval)
+    if not rest and mask is None and eqn is not None:
+        done = _fill(token, ctx, space, ref, region, eqn, aval)
+        if done is not None:
+            return done
     if not rest:
         return native_calls.swap(token, ctx.handle, ctx.device_id, ctx.core,
                                  space_code(space), ref, region, val, mask, aval)
@@ -277,6 +285,24 @@ def _swap_view(token, ctx, space, ref, ref_aval, transforms, val, mask, aval):
     token = native_calls.store(token, ctx.handle, ctx.device_id, ctx.core,
                                space_code(space), ref, region, new)
     return token, old
+
+
+def _fill(token, ctx, space, ref, region, eqn, aval):
+    """The unmasked swap `eqn` as a native fill when its value is a
+    broadcast scalar (`splat`); None otherwise. The old value is read only
+    when the swap's result is used."""
+    if eqn.primitive is jx.masked_swap_p:
+        stored = jax.tree.unflatten(eqn.params["args_tree"], eqn.invars)[2]
+    else:
+        stored = eqn.invars[1]
+    scalar = ctx.stores.fill_value(stored, aval.dtype) if ctx.stores is not None else None
+    if scalar is None:
+        return None
+    used = ctx.stores.is_used(eqn.outvars[0])
+    token, old = native_calls.fill(token, ctx.handle, ctx.device_id, ctx.core, space_code(space),
+                                   ref, region, jnp.asarray(scalar, aval.dtype),
+                                   aval if used else None)
+    return token, (old if used else aval)
 
 
 def _with_ref_transforms(ref, transforms):
@@ -303,7 +329,7 @@ def _masked_swap(eqn, read, ctx, token):
     ref, transforms = _with_ref_transforms(ref, transforms)
     space = _space_or_raise_if_hbm(eqn.invars[0].aval, "swap_p")
     return _swap_view(token, ctx, space, ref, eqn.invars[0].aval, transforms, val, mask,
-                      eqn.outvars[0].aval)
+                      eqn.outvars[0].aval, eqn)
 
 
 @_rule(jx.get_p)
@@ -323,7 +349,7 @@ def _swap(eqn, read, ctx, token):
     ref, transforms = _with_ref_transforms(
         invals[0], jax.tree.unflatten(eqn.params["tree"], invals[2:]))
     return _swap_view(token, ctx, space, ref, eqn.invars[0].aval, transforms,
-                      invals[1], None, eqn.outvars[0].aval)
+                      invals[1], None, eqn.outvars[0].aval, eqn)
 
 
 @_rule(jx.run_scoped_p)

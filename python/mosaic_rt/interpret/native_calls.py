@@ -156,6 +156,16 @@ def swap(token, handle, device, core, space, buf, region, value, mask, aval):
     return _log_access(token, "swap_buffer_content", device, core, space, buf, region), old
 
 
+def fill(token, handle, device, core, space, buf, region, scalar, old_aval=None):
+    """A swap of the rank-0 `scalar` broadcast over the region: (token,
+    old), old None unless `old_aval` asks for the previous contents."""
+    out = ffi_ops.fill(token, handle, device, core, buf, region, scalar, space=space,
+                       old_shape=None if old_aval is None else old_aval.shape,
+                       site=sites.current())
+    token, old = (out, None) if old_aval is None else out
+    return _log_access(token, "swap_buffer_content", device, core, space, buf, region), old
+
+
 def store(token, handle, device, core, space, buf, region, value):
     token = ffi_ops.store(token, handle, device, core, buf, region, value, space=space,
                       site=sites.current())

@@ -60,7 +60,7 @@ pub use deadlock::CoreState;
 pub use dma::DmaRequest;
 pub use dtype::DType;
 pub use error::{ErrorKind, Result, RtError};
-pub use memory::{pooled_bytes, Access, BufferInfo, BufferKey, Init, MemRef, MemorySpace};
+pub use memory::{pooled_bytes, Access, BufferInfo, BufferKey, Init, MemRef, MemorySpace, Stored};
 pub use races::{latest_race_log, RaceLog};
 pub use region::{DimSel, Region};
 pub use registry::LaunchRegistry;

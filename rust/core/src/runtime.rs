@@ -14,7 +14,7 @@ use crate::dma::{DmaEnv, DmaRequest, DmaStep};
 use crate::dtype::DType;
 use crate::error::{Result, RtError};
 use crate::grid::GridLoop;
-use crate::memory::{Access, BufferInfo, BufferKey, Init, MemRef, MemorySpace, MemoryTable};
+use crate::memory::{Access, BufferInfo, BufferKey, Init, MemRef, MemorySpace, MemoryTable, Stored};
 use crate::prng::CorePrng;
 use crate::races::{RaceDetector, RaceLog};
 use crate::region::Region;
@@ -295,6 +295,19 @@ impl Runtime {
         self.memory.swap(r, data, mask, out).map_err(|e| e.at(r.device, r.core))?;
         // As stock: a swap is checked as a write (it conflicts with any
         // unordered access).
+        self.note_access(r.device, r.core, r, true)
+    }
+
+    /// [`Self::swap`] of a value that may be a splat (one element filling
+    /// `r`); without `out` the previous values are not copied out.
+    pub fn swap_value(
+        &self,
+        r: MemRef<'_>,
+        value: Stored<'_>,
+        mask: Option<&[u8]>,
+        out: Option<&mut [u8]>,
+    ) -> Result<()> {
+        self.memory.swap_value(r, value, mask, out).map_err(|e| e.at(r.device, r.core))?;
         self.note_access(r.device, r.core, r, true)
     }
 

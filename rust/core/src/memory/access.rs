@@ -10,7 +10,7 @@ use super::copy::{copy_block, fill_pattern, for_each_element, Layout};
 use super::init_shadow;
 use super::message::{self, Who};
 use super::plan::Plan;
-use super::{Access, MemRef, MemoryTable};
+use super::{Access, MemRef, MemoryTable, Stored};
 use crate::config::OobReads;
 use crate::error::{Result, RtError};
 
@@ -101,11 +101,25 @@ impl MemoryTable {
     /// Writes `data` into `r` where `mask` is set (everywhere without one)
     /// and puts the previous values into `out`.
     pub fn swap(&self, r: MemRef<'_>, data: &[u8], mask: Option<&[u8]>, out: &mut [u8]) -> Result<()> {
+        self.swap_value(r, Stored::Dense(data), mask, Some(out))
+    }
+
+    /// [`Self::swap`] of a value that may be a splat; without `out` the
+    /// previous values are not copied out (a swap whose result is unused).
+    pub fn swap_value(
+        &self,
+        r: MemRef<'_>,
+        value: Stored<'_>,
+        mask: Option<&[u8]>,
+        out: Option<&mut [u8]>,
+    ) -> Result<()> {
         let region = r.region;
         let r = self.resolve(r, "swap")?;
-        r.check_len("data", data.len(), r.bytes)?;
-        r.check_len("out", out.len(), r.bytes)?;
         let itemsize = r.itemsize();
+        r.check_len("data", value.bytes().len(), value.expected_len(r.bytes, itemsize))?;
+        if let Some(out) = &out {
+            r.check_len("out", out.len(), r.bytes)?;
+        }
         if let Some(mask) = mask {
             r.check_len("mask", mask.len(), r.bytes / itemsize)?;
         }
@@ -123,9 +137,12 @@ impl MemoryTable {
             if *in_bounds != *r.full {
                 return Err(oob());
             }
-            copy_block(&content, &at, out, &dense, &r.full, itemsize);
+            if let Some(out) = out {
+                copy_block(&content, &at, out, &dense, &r.full, itemsize);
+            }
             if let Some(counts) = write_counts {
-                copy_block(data, &dense, &mut content, &at, &counts, itemsize);
+                let (data, from) = value.source(&r.full, itemsize)?;
+                copy_block(&data, &from, &mut content, &at, &counts, itemsize);
                 init_shadow::mark(&r.buf, &r.plan, &counts);
             }
             return Ok(());
@@ -141,12 +158,15 @@ impl MemoryTable {
         }
         // out = where(mask, old, data); then content = where(mask, data, old)
         // within the logical shape.
-        out.copy_from_slice(data);
-        for_each_element(&in_bounds, &at, &dense, |a, d| {
-            if mask[d / itemsize] != 0 {
-                out[d..d + itemsize].copy_from_slice(&content[a..a + itemsize]);
-            }
-        });
+        let data = value.dense(r.bytes)?;
+        if let Some(out) = out {
+            out.copy_from_slice(&data);
+            for_each_element(&in_bounds, &at, &dense, |a, d| {
+                if mask[d / itemsize] != 0 {
+                    out[d..d + itemsize].copy_from_slice(&content[a..a + itemsize]);
+                }
+            });
+        }
         if let Some(counts) = write_counts {
             for_each_element(&counts, &at, &dense, |a, d| {
                 if mask[d / itemsize] != 0 {

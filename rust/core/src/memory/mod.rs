@@ -14,11 +14,13 @@ mod init_shadow;
 mod message;
 mod plan;
 mod pool;
+mod stored;
 pub(crate) mod table;
 
 pub(crate) use access::zeroed;
 pub(crate) use init_shadow::slice_notation;
 pub use pool::pooled_bytes;
+pub use stored::Stored;
 pub(crate) use table::MemoryTable;
 
 use crate::dtype::DType;

@@ -3,7 +3,7 @@
 use super::{core_target, device_target, region, space_attr, REGION};
 use crate::dispatch::Call;
 use crate::launch;
-use mosaic_rt_core::{DType, Init, MemRef, MemorySpace, Result, RtError};
+use mosaic_rt_core::{DType, Init, MemRef, MemorySpace, Result, RtError, Stored};
 
 fn shape_attr(c: &Call, name: &str) -> Result<Option<Vec<usize>>> {
     let f = &c.frame;
@@ -172,10 +172,21 @@ pub fn store(c: &mut Call) -> Result<()> {
     launch::with_runtime(handle, |rt| rt.store(MemRef::new(device, core, space, id, &region), &data))
 }
 
+/// Whether the optional `splat` attribute is set (non-zero).
+fn splat_requested(c: &Call) -> Result<bool> {
+    Ok(c.frame.attr_i64_opt("splat")?.is_some_and(|v| v != 0))
+}
+
 /// `swap(token, handle, device, core, id, starts, value[, mask]) -> (token, old)`;
 /// `mask` is a bool array of the value's shape.
+///
+/// Optional attribute `splat` (non-zero): `value` is rank 0 and written to
+/// every element of the region (no mask); the result `old` has the region's
+/// shape, and may be left out (`-> token`) when the caller does not use it.
 pub fn swap(c: &mut Call) -> Result<()> {
-    let (handle, device, core) = core_target(c, 7..=8, 2)?;
+    let splat = splat_requested(c)?;
+    let rets = if splat && c.frame.num_rets() == 1 { 1 } else { 2 };
+    let (handle, device, core) = core_target(c, if splat { 7..=7 } else { 7..=8 }, rets)?;
     let _site = c.enter_site();
     let f = &c.frame;
     let id = f.arg_id(4, "buffer id")?;
@@ -183,6 +194,14 @@ pub fn swap(c: &mut Call) -> Result<()> {
     let region = region(f, &REGION, 5)?;
     let value = f.arg(6)?;
     let data = value.elements()?;
+    let stored = if splat {
+        if !value.dims.is_empty() {
+            return Err(RtError::value(format!("swap: a splat value must be rank 0, got shape {:?}", value.dims)));
+        }
+        Stored::Splat(&data)
+    } else {
+        Stored::Dense(&data)
+    };
     let mask = if f.num_args() == 8 {
         let m = f.arg(7)?;
         m.expect_dtype(DType::Bool)?;
@@ -196,8 +215,13 @@ pub fn swap(c: &mut Call) -> Result<()> {
     } else {
         None
     };
+    let at = MemRef::new(device, core, space, id, &region);
+    if rets == 1 {
+        return launch::with_runtime(handle, |rt| rt.swap_value(at, stored, None, None));
+    }
     let out = f.ret(1)?;
-    if out.dtype != value.dtype || out.dims != value.dims {
+    // A splat's result has the region's shape (the runtime checks its length).
+    if out.dtype != value.dtype || !splat && out.dims != value.dims {
         return Err(RtError::value("swap: result must have the value's dtype and shape"));
     }
     let out_range = out.byte_range()?;
@@ -207,9 +231,5 @@ pub fn swap(c: &mut Call) -> Result<()> {
     }
     // SAFETY: the only slice of result 1; it overlaps neither operand slice
     // alive here (`data`, `mask`: checked just above).
-    unsafe {
-        out.fill_elements(|out| {
-            launch::with_runtime(handle, |rt| rt.swap(MemRef::new(device, core, space, id, &region), &data, mask, out))
-        })
-    }
+    unsafe { out.fill_elements(|out| launch::with_runtime(handle, |rt| rt.swap_value(at, stored, mask, Some(out)))) }
 }
