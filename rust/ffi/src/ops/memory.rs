@@ -136,7 +136,9 @@ pub fn allocate_direct(handle: u64, device: u32, spec: &BufferSpec, out: &Buf<'_
     // that memory for this value, untouched by anything else, until
     // `kernel_end`, which checks the address and ends the borrow
     // (`finish_direct_outputs`); leaving or failing ends it first otherwise.
-    launch::with_runtime(handle, |rt| unsafe { rt.allocate_direct_output(device, dtype, shape, out.data as *mut u8, len) })
+    launch::with_runtime(handle, |rt| unsafe {
+        rt.allocate_direct_output(device, dtype, shape, out.data as *mut u8, len)
+    })
 }
 
 /// Whether the optional `borrow` attribute asks for a borrowed input.
