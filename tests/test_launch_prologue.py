@@ -1,7 +1,8 @@
 """A launch's scaffolding is two native calls: `launch_begin` joins the
 launch, makes every allocation of the launch (HBM inputs, outputs, scalar
-prefetch, scratch buffers, semaphore arrays) and the device barrier;
-`kernel_end` reports leaks and leaves. The native side runs the same steps
+prefetch, scratch buffers, semaphore arrays), the device barrier and (one
+core per device) begins the grid loop; `kernel_end` reports leaks and
+leaves. The native side runs the same steps
 in the same order as the single-purpose ops did, so results stay
 bit-identical to stock across knobs (races, DMA modes, several cores,
 devices with and without a barrier semaphore)."""
@@ -22,7 +23,7 @@ from jax.sharding import PartitionSpec as P
 import mosaic_rt
 
 _SCAFFOLDING = ("kernel_begin", "allocate_buffer", "allocate_semaphores", "iota_ids",
-                "device_barrier", "leak_report")
+                "device_barrier", "grid_begin", "leak_report")
 
 
 def _calls(text: str) -> dict:

@@ -315,14 +315,18 @@ _ITEM_BUFFER, _ITEM_SEMAPHORES = 0, 1
 _HAS_INIT, _BORROW, _DIRECT, _HAS_LOGICAL = 1, 2, 4, 8
 
 
-def launch_begin(token, device, *, allocations=(), barrier: bool = False, site: int = 0,
-                 **config):
+def launch_begin(token, device, *, allocations=(), barrier: bool = False, grid=None,
+                 site: int = 0, **config):
     """:func:`kernel_begin` (``config`` as there), then each of
     ``allocations`` (:class:`LaunchBuffer` / :class:`LaunchSemaphores`, in
-    order), then with ``barrier`` a :func:`device_barrier`: the same native
-    steps in one call. Returns ``(token, handle, results)``, per allocation
-    its buffer id, ``(id, out)`` for a direct buffer (see
-    :func:`allocate_buffer`), or a semaphore array's int32 ids (its shape)."""
+    order), then with ``barrier`` a :func:`device_barrier`, then with
+    ``grid`` (a dict of :func:`grid_begin`'s keyword arguments whose blocks
+    name their buffers by allocation index) core 0's :func:`grid_begin`:
+    the same native steps in one call. Returns ``(token, handle, results,
+    step)``: per allocation its buffer id, ``(id, out)`` for a direct
+    buffer (see :func:`allocate_buffer`), or a semaphore array's int32 ids
+    (its shape); ``step`` is ``(go, p0, p1)`` as :func:`grid_begin`
+    returns them (None without ``grid``)."""
     kinds, flags, spaces, ranks, shapes, logical, types = [], [], [], [], [], [], []
     operands, results = [token, _i32(device)], []
     for a in allocations:
@@ -363,8 +367,14 @@ def launch_begin(token, device, *, allocations=(), barrier: bool = False, site: 
         results.append(_I32)
         if a.direct:
             results.append(jax.ShapeDtypeStruct(tuple(a.shape), dtype))
+    grid_attrs = {}
+    if grid is not None:
+        grid_attrs = _grid_attrs(**grid)
+        grid_attrs["block_items"] = _ints(k for b in grid["blocks"]
+                                          for k in (b.hbm_id, b.kernel_id))
+        results += _grid_results(grid["grid"])
     out = _call("launch_begin", (_HANDLE, *results), operands, site=site,
-                **_begin_attrs(**config),
+                **_begin_attrs(**config), **grid_attrs,
                 item_kinds=_ints(kinds), item_flags=_ints(flags), item_spaces=_ints(spaces),
                 item_ranks=_ints(ranks), item_shapes=_ints(shapes), item_logical=_ints(logical),
                 item_types="\x1f".join(types), barrier=int(bool(barrier)))
@@ -372,7 +382,12 @@ def launch_begin(token, device, *, allocations=(), barrier: bool = False, site: 
     flat = iter(flat)
     per_item = [(next(flat), next(flat)) if getattr(a, "direct", False) else next(flat)
                 for a in allocations]
-    return token, handle, per_item
+    step = None
+    if grid is not None:
+        nd = len(grid["grid"])
+        go, *points = flat
+        step = (go, tuple(points[:nd]), tuple(points[nd:]))
+    return token, handle, per_item, step
 
 
 def leak_report(token, handle, device, *, policy: str = "ignore", site: int = 0):
@@ -727,11 +742,25 @@ def grid_begin(token, handle, device, core, *, grid, order, iters_per_core: int,
     operands = [token, handle, _i32(device), _i32(core)]
     for b in blocks:
         operands += _scalars((b.hbm_id, b.kernel_id))
+    out = _call("grid_begin", _grid_results(grid), operands, site=site,
+                **_grid_attrs(grid=grid, order=order, iters_per_core=iters_per_core,
+                              num_iterations=num_iterations, blocks=blocks, revisit=revisit))
+    token, go, *points = out
+    return token, go, tuple(points[:nd]), tuple(points[nd:])
+
+
+def _grid_results(grid):
+    """`grid_begin`'s results after the token: go, then two grid points."""
+    return (_PRED,) + (_I32,) * (2 * len(grid))
+
+
+def _grid_attrs(*, grid, order, iters_per_core: int, num_iterations: int, blocks,
+                revisit) -> dict:
+    """`grid_begin`'s attributes (also `launch_begin`'s, for core 0's)."""
     names = [str(b.name) for b in blocks]
     if any("\x1f" in n for n in names):
         names = [n.replace("\x1f", " ") for n in names]
-    out = _call(
-        "grid_begin", (_PRED,) + (_I32,) * (2 * nd), operands, site=site,
+    return dict(
         grid=_ints(grid), order=_ints(i for o in order for i in o),
         order_lens=_ints(len(o) for o in order),
         iters_per_core=int(iters_per_core), num_iterations=int(num_iterations),
@@ -742,8 +771,6 @@ def grid_begin(token, handle, device, core, *, grid, order, iters_per_core: int,
         block_squeezed=_ints(int(bool(s)) for b in blocks for s in b.squeezed),
         block_factors=_ints(f for b in blocks for f in b.factors),
         block_names="\x1f".join(names), revisit=_ints(revisit))
-    token, go, *points = out
-    return token, go, tuple(points[:nd]), tuple(points[nd:])
 
 
 def grid_copy_in(token, handle, device, core, indices, *, site: int = 0):

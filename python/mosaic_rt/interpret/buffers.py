@@ -92,19 +92,27 @@ class LaunchBuffers:
     borrowed: list        # inputs whose HBM buffer borrows their memory (kept alive to kernel_end)
     direct: list          # per output: XLA's buffer it is written in (to kernel_end), or None
 
-    def resolved(self, allocations, results) -> "LaunchBuffers":
-        """The buffers with the prologue's ``results`` (per allocation, as
-        `native_calls.begin` returns them) in place of allocation indices."""
-        def id_of(k):
-            return results[k][0] if getattr(allocations[k], "direct", False) else results[k]
-
+    def resolved(self, id_of) -> "LaunchBuffers":
+        """The buffers with ``id_of(k)`` (see `prologue_ids`) in place of
+        allocation indices ``k``."""
         ids = functools.partial(map, id_of)
         return dataclasses.replace(
             self, input_ids=list(ids(self.input_ids)), output_ids=list(ids(self.output_ids)),
             scalar_ids=list(ids(self.scalar_ids)), kernel_args=list(ids(self.kernel_args)),
             kernel_in_ids=list(ids(self.kernel_in_ids)),
             kernel_out_ids=list(ids(self.kernel_out_ids)),
-            direct=[None if k is None else results[k][1] for k in self.direct])
+            direct=[None if k is None else id_of(k, out=True) for k in self.direct])
+
+
+def prologue_ids(allocations, results):
+    """``id_of(k, out=False)``: the id of allocation ``k`` from the
+    prologue's ``results`` (`native_calls.begin`); with ``out`` a direct
+    buffer's XLA output instead."""
+    def id_of(k, out=False):
+        if getattr(allocations[k], "direct", False):
+            return results[k][1 if out else 0]
+        return results[k]
+    return id_of
 
 
 def plan(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, inputs,

@@ -65,19 +65,22 @@ def _interpret_pallas_call(
               mosaic_params=mosaic_params, params=params, num_devices=num_devices)
     blocks = BlockOperands.of(jaxpr, grid_mapping)
     allocations, bufs = buffers.plan(ctx, jaxpr, blocks, scalars, inputs, input_output_aliases)
+    blocks.check_hbm_blocks(jaxpr, grid_mapping)
+    loop = grid_loop.plan(ctx, jaxpr, grid, blocks, bufs)
     # The prologue is one native call (each custom call costs compile and
-    # tracing time): join, allocate, and -- without a barrier semaphore of
-    # its own -- wait for all devices to start together.
-    token, handle, results = native_calls.begin(
+    # tracing time): join, allocate, without a barrier semaphore of its own
+    # wait for all devices to start together, and begin the grid loop of a
+    # single core.
+    token, handle, results, first_step = native_calls.begin(
         jnp.zeros((), jnp.int32), device_id, uid=_launch_uid(name, jaxpr, grid_mapping, args),
         num_devices=num_devices, params=params, allocations=allocations,
-        barrier=mosaic_params.collective_id is None)
+        barrier=mosaic_params.collective_id is None,
+        grid=grid_loop.prologue_grid_begin(loop))
     ctx = ctx.replace(handle=handle)
-    bufs = bufs.resolved(allocations, results)
-    blocks.check_hbm_blocks(jaxpr, grid_mapping)
-
-    loop = grid_loop.plan(ctx, jaxpr, grid, blocks, bufs)
-    token = grid_loop.run_cores(loop, token)
+    id_of = buffers.prologue_ids(allocations, results)
+    bufs = bufs.resolved(id_of)
+    loop = grid_loop.launched(loop, ctx, bufs, id_of)
+    token = grid_loop.run_cores(loop, token, first_step)
 
     token, results = _read_outputs(token, ctx, bufs)
     direct = [out for out in bufs.direct if out is not None]

@@ -44,15 +44,15 @@ def _space(space) -> int:
 
 
 def begin(token, device, *, uid, num_devices, params: InterpretParams, allocations,
-          barrier):
+          barrier, grid=None):
     """Joins the launch, makes its ``allocations`` (`launch_buffer` /
-    `launch_semaphores`) and, with ``barrier``, waits for every device: one
-    native call. ``(token, handle, results)``, per allocation as
-    `ffi_ops.launch_begin` returns it; buffer allocations are logged as
-    `allocate_buffer` logs them."""
+    `launch_semaphores`), with ``barrier`` waits for every device and with
+    ``grid`` begins core 0's grid loop: one native call. ``(token, handle,
+    results, step)`` as `ffi_ops.launch_begin` returns them; buffer
+    allocations are logged as `allocate_buffer` logs them."""
     timeout = params.wait_timeout
-    token, handle, results = ffi_ops.launch_begin(
-        token, device, allocations=allocations, barrier=barrier, uid=uid,
+    token, handle, results, step = ffi_ops.launch_begin(
+        token, device, allocations=allocations, barrier=barrier, grid=grid, uid=uid,
         num_devices=num_devices,
         num_cores=params.num_cores_per_device,
         dma_execution_mode=params.dma_execution_mode,
@@ -72,7 +72,7 @@ def begin(token, device, *, uid, num_devices, params: InterpretParams, allocatio
             token = _log_allocation(token, device, -1, a.space, r[0] if a.direct else r,
                                     a.shape if a.logical_shape is None else a.logical_shape,
                                     a.shape)
-    return token, handle, results
+    return token, handle, results, step
 
 
 def launch_buffer(space, params: InterpretParams, *, init=None, shape=None, dtype=None,

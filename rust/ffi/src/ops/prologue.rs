@@ -1,7 +1,8 @@
 //! A launch's prologue as one call: `kernel_begin`, then every allocation
 //! of the launch (`allocate_buffer` / `allocate_semaphores` with `core` =
-//! -1), then optionally `device_barrier` -- the same runtime functions in
-//! the same order as those ops, so ids, errors and reports are theirs. Each
+//! -1), then optionally `device_barrier` and core 0's `grid_begin` -- the
+//! same runtime functions in the same order as those ops, so ids, errors
+//! and reports are theirs. Each
 //! custom call costs the user compile and tracing time; a launch makes
 //! many allocations and would pay for each.
 //!
@@ -55,38 +56,72 @@ impl Item {
 /// `item_logical` (concatenated logical shapes of the items with flag 8),
 /// `item_types` (a buffer's dtype name or a semaphore kind, joined by
 /// U+001F); `barrier` (non-zero: a device barrier after the allocations).
+/// Optionally then core 0's `grid_begin` (a launch of one core per
+/// device): its attributes, with `block_items` naming per block the items
+/// of its HBM and kernel buffers instead of id operands; its results
+/// (`go`, the first two points) follow the items'.
 pub fn launch_begin(c: &mut Call) -> Result<()> {
     let items = items(&c.frame)?;
     let inits = items.iter().filter(|i| matches!(i, Item::Buffer { init: true, .. })).count();
-    let rets = 2 + items.iter().map(Item::results).sum::<usize>();
-    c.frame.expect_arity((2 + inits)..=(2 + inits), rets)?;
+    let item_rets = 2 + items.iter().map(Item::results).sum::<usize>();
+    let grid_rets = match c.frame.attr_i64s_opt("grid")? {
+        Some(grid) => 1 + 2 * grid.len(),
+        None => 0,
+    };
+    c.frame.expect_arity((2 + inits)..=(2 + inits), item_rets + grid_rets)?;
     let (handle, device) = kernel::join(c)?;
     let _site = c.enter_site();
     let f = &c.frame;
     let (mut arg, mut ret) = (2, 2);
+    let mut ids = Vec::with_capacity(items.len());
     for item in &items {
-        match item {
+        let id = match item {
             Item::Buffer { spec, direct: true, .. } => {
                 let id = allocate_direct(handle, device, spec, &f.ret(ret + 1)?)?;
                 f.ret(ret)?.write_i32(id as i32)?;
+                Some(id)
             }
             Item::Buffer { spec, init, .. } => {
                 let init_buf = if *init { Some(f.arg(arg)?) } else { None };
                 arg += *init as usize;
                 let id = allocate(handle, device, spec, init_buf.as_ref())?;
                 f.ret(ret)?.write_i32(id as i32)?;
+                Some(id)
             }
             &Item::Semaphores { kind, count } => {
                 let first = launch::with_runtime(handle, |rt| rt.allocate_semaphores(device, None, kind, count))?;
                 super::interp::write_ids(&f.ret(ret)?, first as i32)?;
+                None
             }
-        }
+        };
+        ids.push(id);
         ret += item.results();
     }
     if f.attr_i64_opt("barrier")?.is_some_and(|v| v != 0) {
         launch::with_runtime(handle, |rt| rt.device_barrier(device))?;
     }
+    if grid_rets > 0 {
+        let blocks = block_ids(f, &ids)?;
+        super::grid::begin(f, handle, device, 0, &blocks, item_rets)?;
+    }
     Ok(())
+}
+
+/// With `grid` (core 0's `grid_begin` attributes): per block its (HBM,
+/// kernel) buffer ids, from attribute `block_items` (per block the two
+/// items that allocated them).
+fn block_ids(f: &Frame, ids: &[Option<u32>]) -> Result<Vec<(u32, u32)>> {
+    let items = f.attr_i64s("block_items")?;
+    let id = |k: i64| {
+        usize::try_from(k)
+            .ok()
+            .and_then(|k| ids.get(k).copied().flatten())
+            .ok_or_else(|| RtError::value(format!("{}: block_items names item {k}, not a buffer", f.op)))
+    };
+    if items.len() % 2 != 0 {
+        return Err(RtError::value(format!("{}: block_items must come in (HBM, kernel) pairs", f.op)));
+    }
+    items.chunks_exact(2).map(|p| Ok((id(p[0])?, id(p[1])?))).collect()
 }
 
 /// Splits `flat` into consecutive parts of `lens` (non-negative) values.
