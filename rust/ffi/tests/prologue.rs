@@ -130,3 +130,56 @@ fn malformed_items_are_value_errors_naming_the_op() {
     let msg = item(&[4], false).call(h::launch_begin).unwrap_err();
     assert!(msg.contains("mosaic_rt_launch_begin: expected 3 operand(s) and 3 result(s), got 3 and 2"), "{msg}");
 }
+
+/// Items: an HBM input of 16x128 float32 (from operand 2) and the VMEM
+/// buffer of its 8x128 block, then a semaphore; core 0's grid loop over a
+/// grid of 2 copying that block (`block_items`: which items hold it).
+fn with_grid(block_items: &[i64]) -> FakeCall {
+    prologue()
+        .arg(abi::DT_F32, &[16, 128], vec![0; 16 * 128 * 4])
+        .ret_i32()
+        .ret_i32()
+        .ret_i32()
+        .ret(abi::DT_PRED, &[], 1)
+        .ret_i32()
+        .ret_i32()
+        .attr_i64s("item_kinds", &[0, 0, 1])
+        .attr_i64s("item_flags", &[1, 0, 0])
+        .attr_i64s("item_spaces", &[HBM, VMEM, 0])
+        .attr_i64s("item_ranks", &[2, 2, 0])
+        .attr_i64s("item_shapes", &[16, 128, 8, 128])
+        .attr_i64s("item_logical", &[])
+        .attr_str("item_types", "float32\u{1f}float32\u{1f}regular")
+        .attr_i64s("grid", &[2])
+        .attr_i64s("order", &[])
+        .attr_i64s("order_lens", &[0])
+        .attr_i64("iters_per_core", 2)
+        .attr_i64("num_iterations", 2)
+        .attr_i64s("block_outputs", &[0])
+        .attr_i64s("block_spaces", &[VMEM])
+        .attr_i64s("block_ranks", &[2])
+        .attr_i64s("block_sizes", &[8, 128])
+        .attr_i64s("block_squeezed", &[0, 0])
+        .attr_i64s("block_factors", &[8, 1])
+        .attr_str("block_names", "x")
+        .attr_i64s("revisit", &[])
+        .attr_i64s("block_items", block_items)
+}
+
+#[test]
+fn the_prologue_begins_core_0s_grid_loop() {
+    let mut c = with_grid(&[0, 1]);
+    c.call(h::launch_begin).unwrap();
+    assert_eq!(c.ret_bytes(5), [1], "the first step runs");
+    assert_eq!((c.ret_i32_value(6), c.ret_i32_value(7)), (0, 1), "points 0 then 1");
+    // The loop is core 0's: its first copy-in reads the allocated buffers.
+    let copy_in = FakeCall::new().arg_i32(0).arg_handle(handle(&c)).arg_i32(0).arg_i32(0);
+    copy_in.arg_i32(0).arg_i32(0).ret_i32().call(h::grid_copy_in).unwrap();
+    FakeCall::new().arg_i32(0).arg_handle(handle(&c)).arg_i32(0).ret_i32().call(h::kernel_end).unwrap();
+}
+
+#[test]
+fn block_items_must_name_buffers() {
+    let e = with_grid(&[0, 2]).call(h::launch_begin).unwrap_err();
+    assert!(e.contains("mosaic_rt_launch_begin: block_items names item 2, not a buffer"), "{e}");
+}
