@@ -2,19 +2,18 @@
 //! of the launch (`allocate_buffer` / `allocate_semaphores` with `core` =
 //! -1), then optionally `device_barrier` and core 0's `grid_begin` -- the
 //! same runtime functions in the same order as those ops, so ids, errors
-//! and reports are theirs. Each
-//! custom call costs the user compile and tracing time; a launch makes
-//! many allocations and would pay for each.
+//! and reports are theirs. Each custom call costs the user compile and
+//! tracing time; a launch makes many allocations and would pay for each.
 //!
 //! ```text
-//! token, handle, r_0.., r_n-1.. = launch_begin(token, device, init operands..)
+//! token, handle, r_0.., r_n-1..[, go, p0.., p1..] = launch_begin(token, device, init operands..)
 //! ```
 //!
 //! Item `k` (attributes, one entry per item) is a buffer or a semaphore
 //! array. Its results, in item order: a buffer's id (int32 scalar), then for
 //! a direct output its XLA result buffer (see `allocate_buffer`'s
 //! `direct`); a semaphore array's ids (int32 of the array's shape, one
-//! consecutive run).
+//! consecutive run). With a grid, `grid_begin`'s results follow.
 
 use super::kernel;
 use super::memory::{allocate, allocate_direct, BufferSpec};
