@@ -278,6 +278,22 @@ def kernel_begin(token, device, *, uid: int, num_devices: int, num_cores: int = 
     timeline and write it as Chrome trace-event JSON when the launch ends
     (see :mod:`mosaic_rt.timeline` for the file names).
     """
+    return _call("kernel_begin", (_HANDLE,), (token, _i32(device)), **_begin_attrs(
+        uid=uid, num_devices=num_devices, num_cores=num_cores,
+        dma_execution_mode=dma_execution_mode, out_of_bounds_reads=out_of_bounds_reads,
+        uninitialized_memory=uninitialized_memory, wait_timeout_ms=wait_timeout_ms,
+        device_ordinals=device_ordinals, detect_races=detect_races, on_race=on_race,
+        detect_deadlocks=detect_deadlocks, deadlock_idle_ms=deadlock_idle_ms,
+        detect_uninitialized=detect_uninitialized, trace_path=trace_path), site=site)
+
+
+def _begin_attrs(*, uid: int, num_devices: int, num_cores: int = 1,
+                 dma_execution_mode: str = "on_wait", out_of_bounds_reads: str = "raise",
+                 uninitialized_memory: str = "nan", wait_timeout_ms: int = 120_000,
+                 device_ordinals=None, detect_races: bool = False, on_race: str | None = None,
+                 detect_deadlocks: bool = True, deadlock_idle_ms: int | None = None,
+                 detect_uninitialized: bool = False, trace_path: str | None = None) -> dict:
+    """The attributes of `kernel_begin` (and `launch_begin`) for its config."""
     extra = {}
     if device_ordinals is not None:
         extra["device_ordinals"] = _ints(device_ordinals)
@@ -293,34 +309,144 @@ def kernel_begin(token, device, *, uid: int, num_devices: int, num_cores: int = 
         extra["detect_uninitialized"] = 1
     if trace_path:
         extra["trace_path"] = os.path.abspath(os.path.expanduser(os.fspath(trace_path)))
-    return _call("kernel_begin", (_HANDLE,), (token, _i32(device)), **extra,
-                 uid=int(uid), num_devices=int(num_devices), num_cores=int(num_cores),
-                 dma_execution_mode=dma_execution_mode,
-                 out_of_bounds_reads=out_of_bounds_reads,
-                 uninitialized_memory=uninitialized_memory,
-                 wait_timeout_ms=int(wait_timeout_ms),
-                 detect_races=int(bool(detect_races)), site=site)
+    return dict(extra, uid=int(uid), num_devices=int(num_devices), num_cores=int(num_cores),
+                dma_execution_mode=dma_execution_mode,
+                out_of_bounds_reads=out_of_bounds_reads,
+                uninitialized_memory=uninitialized_memory,
+                wait_timeout_ms=int(wait_timeout_ms),
+                detect_races=int(bool(detect_races)))
 
 
-def kernel_end(token, handle, device, *, keep_alive=(), outputs=(), site: int = 0):
+def kernel_end(token, handle, device, *, keep_alive=(), outputs=(), leak_policy=None,
+               site: int = 0):
     """Leaves the launch (the last device out frees it). Fails with the root
     cause if the launch failed on another device. ``keep_alive``: the
     device's ``allocate_buffer(..., borrow=True)`` inputs (XLA keeps them
     unmodified until this call, which ends their borrow). ``outputs``: the
     device's ``allocate_buffer(..., direct=True)`` results, in allocation
     order; returns ``token`` without them, else ``(token, outputs)``: the
-    same buffers, now holding the kernel's outputs."""
+    same buffers, now holding the kernel's outputs. ``leak_policy`` (not
+    None): first reports leaks as :func:`leak_report` with that policy
+    does (one call instead of two)."""
     operands = (token, handle, _i32(device), *keep_alive, *outputs)
+    attrs = {} if leak_policy is None else {"leak_policy": _leak_policy(leak_policy)}
     if not outputs:
-        return _call("kernel_end", (), operands, site=site)
+        return _call("kernel_end", (), operands, site=site, **attrs)
     first = len(operands) - len(outputs)
     # Each output operand aliased to its result: XLA hands the result the
     # operand's memory, the one the kernel wrote (checked natively).
     aliases = ((0, 0), *((first + k, 1 + k) for k in range(len(outputs))))
     results = [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in outputs]
     out = _bind("mosaic_rt_kernel_end", (_I32, *results), operands,
-                {"site": int(site)} if site else {}, aliases=aliases)
+                dict(attrs, **({"site": int(site)} if site else {})), aliases=aliases)
     return out[0], list(out[1:])
+
+
+def _leak_policy(policy: str) -> str:
+    if policy not in ("ignore", "warn", "raise"):
+        raise ValueError(f"leak policy must be 'ignore', 'warn' or 'raise', got {policy!r}")
+    return policy
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchBuffer:
+    """A buffer :func:`launch_begin` allocates on every core of the device,
+    as :func:`allocate_buffer` with ``core=None`` and these arguments."""
+    space: Any
+    dtype: Any
+    shape: tuple
+    logical_shape: tuple | None = None
+    init: Any = None
+    borrow: bool = False
+    direct: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchSemaphores:
+    """A semaphore array :func:`launch_begin` allocates on every core of the
+    device: ``prod(shape)`` (at least one) consecutive semaphores of ``kind``."""
+    shape: tuple
+    kind: str = "regular"
+
+
+# `launch_begin`'s item kinds and buffer flags (see rust/ffi/src/ops/prologue.rs).
+_ITEM_BUFFER, _ITEM_SEMAPHORES = 0, 1
+_HAS_INIT, _BORROW, _DIRECT, _HAS_LOGICAL = 1, 2, 4, 8
+
+
+def launch_begin(token, device, *, allocations=(), barrier: bool = False, grid=None,
+                 site: int = 0, **config):
+    """:func:`kernel_begin` (``config`` as there), then each of
+    ``allocations`` (:class:`LaunchBuffer` / :class:`LaunchSemaphores`, in
+    order), then with ``barrier`` a :func:`device_barrier`, then with
+    ``grid`` (a dict of :func:`grid_begin`'s keyword arguments whose blocks
+    name their buffers by allocation index) core 0's :func:`grid_begin`:
+    the same native steps in one call. Returns ``(token, handle, results,
+    step)``: per allocation its buffer id, ``(id, out)`` for a direct
+    buffer (see :func:`allocate_buffer`), or a semaphore array's int32 ids
+    (its shape); ``step`` is ``(go, p0, p1)`` as :func:`grid_begin`
+    returns them (None without ``grid``)."""
+    kinds, flags, spaces, ranks, shapes, logical, types = [], [], [], [], [], [], []
+    operands, results = [token, _i32(device)], []
+    for a in allocations:
+        if isinstance(a, LaunchSemaphores):
+            if a.kind not in SEMAPHORE_KINDS:
+                raise ValueError(
+                    f"semaphore kind must be one of {SEMAPHORE_KINDS}, got {a.kind!r}")
+            kinds.append(_ITEM_SEMAPHORES)
+            flags.append(0)
+            spaces.append(0)
+            types.append(a.kind)
+            ranks.append(len(a.shape))
+            shapes += a.shape
+            results.append(jax.ShapeDtypeStruct(tuple(a.shape), jnp.int32))
+            continue
+        dtype = _dtype(a.dtype, "allocate_buffer")
+        flag = 0
+        if a.direct:
+            if a.init is not None or a.borrow:
+                raise ValueError("launch_begin: a direct buffer takes no init/borrow")
+            flag |= _DIRECT
+        if a.borrow:
+            if a.init is None:
+                raise ValueError("launch_begin: borrow=True needs an init value to borrow")
+            flag |= _BORROW
+        if a.init is not None:
+            flag |= _HAS_INIT
+            operands.append(jnp.asarray(a.init, dtype))
+        if a.logical_shape is not None:
+            flag |= _HAS_LOGICAL
+            logical += a.logical_shape
+        kinds.append(_ITEM_BUFFER)
+        flags.append(flag)
+        spaces.append(_space(a.space))
+        types.append(dtype.name)
+        ranks.append(len(a.shape))
+        shapes += a.shape
+        results.append(_I32)
+        if a.direct:
+            results.append(jax.ShapeDtypeStruct(tuple(a.shape), dtype))
+    grid_attrs = {}
+    if grid is not None:
+        grid_attrs = _grid_attrs(**grid)
+        grid_attrs["block_items"] = _ints(k for b in grid["blocks"]
+                                          for k in (b.hbm_id, b.kernel_id))
+        results += _grid_results(grid["grid"])
+    out = _call("launch_begin", (_HANDLE, *results), operands, site=site,
+                **_begin_attrs(**config), **grid_attrs,
+                item_kinds=_ints(kinds), item_flags=_ints(flags), item_spaces=_ints(spaces),
+                item_ranks=_ints(ranks), item_shapes=_ints(shapes), item_logical=_ints(logical),
+                item_types="\x1f".join(types), barrier=int(bool(barrier)))
+    token, handle, *flat = out
+    flat = iter(flat)
+    per_item = [(next(flat), next(flat)) if getattr(a, "direct", False) else next(flat)
+                for a in allocations]
+    step = None
+    if grid is not None:
+        nd = len(grid["grid"])
+        go, *points = flat
+        step = (go, tuple(points[:nd]), tuple(points[nd:]))
+    return token, handle, per_item, step
 
 
 def leak_report(token, handle, device, *, policy: str = "ignore", site: int = 0):
@@ -717,11 +843,25 @@ def grid_begin(token, handle, device, core, *, grid, order, iters_per_core: int,
     operands = [token, handle, _i32(device), _i32(core)]
     for b in blocks:
         operands += _scalars((b.hbm_id, b.kernel_id))
+    out = _call("grid_begin", _grid_results(grid), operands, site=site,
+                **_grid_attrs(grid=grid, order=order, iters_per_core=iters_per_core,
+                              num_iterations=num_iterations, blocks=blocks, revisit=revisit))
+    token, go, *points = out
+    return token, go, tuple(points[:nd]), tuple(points[nd:])
+
+
+def _grid_results(grid):
+    """`grid_begin`'s results after the token: go, then two grid points."""
+    return (_PRED,) + (_I32,) * (2 * len(grid))
+
+
+def _grid_attrs(*, grid, order, iters_per_core: int, num_iterations: int, blocks,
+                revisit) -> dict:
+    """`grid_begin`'s attributes (also `launch_begin`'s, for core 0's)."""
     names = [str(b.name) for b in blocks]
     if any("\x1f" in n for n in names):
         names = [n.replace("\x1f", " ") for n in names]
-    out = _call(
-        "grid_begin", (_PRED,) + (_I32,) * (2 * nd), operands, site=site,
+    return dict(
         grid=_ints(grid), order=_ints(i for o in order for i in o),
         order_lens=_ints(len(o) for o in order),
         iters_per_core=int(iters_per_core), num_iterations=int(num_iterations),
@@ -732,8 +872,6 @@ def grid_begin(token, handle, device, core, *, grid, order, iters_per_core: int,
         block_squeezed=_ints(int(bool(s)) for b in blocks for s in b.squeezed),
         block_factors=_ints(f for b in blocks for f in b.factors),
         block_names="\x1f".join(names), revisit=_ints(revisit))
-    token, go, *points = out
-    return token, go, tuple(points[:nd]), tuple(points[nd:])
 
 
 def grid_copy_in(token, handle, device, core, indices, *, site: int = 0):

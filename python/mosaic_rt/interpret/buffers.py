@@ -77,7 +77,9 @@ class BlockOperands:
 
 @dataclasses.dataclass(frozen=True)
 class LaunchBuffers:
-    """Buffer ids (traced int32) of a launch, per operand."""
+    """Buffer ids (traced int32) of a launch, per operand. As `plan` returns
+    it, every id (and `direct` entry) is the index of its allocation in the
+    prologue instead; `resolved` puts in the allocations' results."""
 
     input_ids: list       # HBM buffer of each input
     output_ids: list      # HBM buffer of each output
@@ -90,13 +92,40 @@ class LaunchBuffers:
     borrowed: list        # inputs whose HBM buffer borrows their memory (kept alive to kernel_end)
     direct: list          # per output: XLA's buffer it is written in (to kernel_end), or None
 
+    def resolved(self, id_of) -> "LaunchBuffers":
+        """The buffers with ``id_of(k)`` (see `prologue_ids`) in place of
+        allocation indices ``k``."""
+        ids = functools.partial(map, id_of)
+        return dataclasses.replace(
+            self, input_ids=list(ids(self.input_ids)), output_ids=list(ids(self.output_ids)),
+            scalar_ids=list(ids(self.scalar_ids)), kernel_args=list(ids(self.kernel_args)),
+            kernel_in_ids=list(ids(self.kernel_in_ids)),
+            kernel_out_ids=list(ids(self.kernel_out_ids)),
+            direct=[None if k is None else id_of(k, out=True) for k in self.direct])
 
-def allocate(token, ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, inputs,
-             input_output_aliases):
-    """``(token, LaunchBuffers)``: allocates every buffer of the launch (see
-    the module doc)."""
-    alloc = functools.partial(native_calls.allocate_buffer, handle=ctx.handle,
-                              device=ctx.device_id, params=ctx.params)
+
+def prologue_ids(allocations, results):
+    """``id_of(k, out=False)``: the id of allocation ``k`` from the
+    prologue's ``results`` (`native_calls.begin`); with ``out`` a direct
+    buffer's XLA output instead."""
+    def id_of(k, out=False):
+        if getattr(allocations[k], "direct", False):
+            return results[k][1 if out else 0]
+        return results[k]
+    return id_of
+
+
+def plan(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, inputs,
+         input_output_aliases):
+    """``(allocations, LaunchBuffers)``: every buffer of the launch (see the
+    module doc), as the prologue allocates them in order, and the launch's
+    buffers by allocation index (see `LaunchBuffers.resolved`)."""
+    allocations = []
+
+    def alloc(space, **kw) -> int:
+        allocations.append(native_calls.launch_buffer(space, ctx.params, **kw))
+        return len(allocations) - 1
+
     inputs = [jx.pad_to_block_dimension(a, bs, ctx.params.uninitialized_memory)
               for a, bs in zip(inputs, blocks.shapes[:blocks.n_in])]
     out_alias = {o: i - len(scalars) for i, o in input_output_aliases}
@@ -104,26 +133,16 @@ def allocate(token, ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, i
         raise ValueError("Aliasing of scalar prefetch arguments is not currently "
                          "supported in TPU interpret mode.")
     borrow = _borrowable_inputs(ctx, jaxpr, blocks, set(out_alias.values()))
-    input_ids, borrowed = [], []
-    for a, b in zip(inputs, borrow):
-        token, buf = alloc(token, core=None, space=space_code(_HBM), init=a, borrow=b)
-        input_ids.append(buf)
-        if b:
-            borrowed.append(a)
-
-    token, output_ids, output_avals, direct = _allocate_outputs(
-        token, alloc, ctx, blocks, inputs, input_ids, out_alias)
-
-    scalar_ids = []
-    for s in scalars:
-        token, buf = alloc(token, core=None, space=space_code(_SMEM), init=s)
-        scalar_ids.append(buf)
-
-    token, kernel_args = _allocate_kernel_args(token, alloc, ctx, jaxpr, blocks, input_ids,
-                                               output_ids, scalar_ids)
+    input_ids = [alloc(space_code(_HBM), init=a, borrow=b) for a, b in zip(inputs, borrow)]
+    borrowed = [a for a, b in zip(inputs, borrow) if b]
+    output_ids, output_avals, direct = _plan_outputs(alloc, allocations, ctx, blocks, inputs,
+                                                     input_ids, out_alias)
+    scalar_ids = [alloc(space_code(_SMEM), init=s) for s in scalars]
+    kernel_args = _plan_kernel_args(alloc, allocations, ctx, jaxpr, blocks, input_ids,
+                                    output_ids, scalar_ids)
     _, kernel_in_ids, kernel_out_ids, _ = jx.split_list(
         kernel_args, [ctx.grid_mapping.num_index_operands, blocks.n_in, blocks.n_out])
-    return token, LaunchBuffers(
+    return allocations, LaunchBuffers(
         input_ids=input_ids, output_ids=output_ids, output_avals=output_avals,
         out_alias=out_alias, scalar_ids=scalar_ids, kernel_args=kernel_args,
         kernel_in_ids=kernel_in_ids, kernel_out_ids=kernel_out_ids, borrowed=borrowed,
@@ -144,10 +163,11 @@ def _borrowable_inputs(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, aliased
             for j in range(blocks.n_in)]
 
 
-def _allocate_outputs(token, alloc, ctx: Ctx, blocks, inputs, input_ids, out_alias):
-    """``(token, ids, avals, direct)``: the outputs' HBM buffers, padded to
-    whole blocks; an aliased output is its (padded) input. ``direct[j]``:
-    XLA's buffer output j is written in (or None: read back at the end)."""
+def _plan_outputs(alloc, allocations, ctx: Ctx, blocks, inputs, input_ids, out_alias):
+    """``(ids, avals, direct)``: the outputs' HBM buffers, padded to whole
+    blocks; an aliased output is its (padded) input. ``direct[j]``: the
+    allocation of output j that is written in place in XLA's buffer (or
+    None: read back at the end)."""
     output_ids, output_avals, direct = [], [], []
     for j, bm in enumerate(ctx.grid_mapping.block_mappings_output):
         if j in out_alias:
@@ -159,17 +179,13 @@ def _allocate_outputs(token, alloc, ctx: Ctx, blocks, inputs, input_ids, out_ali
         aval = bm.array_aval
         block = blocks.shapes[blocks.n_in + j]
         padded = tuple(-(-d // b) * b for d, b in zip(aval.shape, block))
-        out = None
-        if padded == tuple(aval.shape) and _direct_output_ok(ctx, aval):
-            token, buf, out = alloc(token, core=None, space=space_code(_HBM),
-                                    shape=padded, dtype=aval.dtype, direct=True)
-        else:
-            token, buf = alloc(token, core=None, space=space_code(_HBM),
-                               shape=padded, dtype=aval.dtype)
+        want_direct = padded == tuple(aval.shape) and _direct_output_ok(ctx, aval)
+        buf = alloc(space_code(_HBM), shape=padded, dtype=aval.dtype, direct=want_direct)
         output_ids.append(buf)
         output_avals.append(jax.ShapeDtypeStruct(aval.shape, aval.dtype))
-        direct.append(out)
-    return token, output_ids, output_avals, direct
+        # `buffer_bounds` padding makes it an ordinary buffer.
+        direct.append(buf if allocations[buf].direct else None)
+    return output_ids, output_avals, direct
 
 
 def _direct_output_ok(ctx: Ctx, aval) -> bool:
@@ -185,7 +201,8 @@ def _direct_output_ok(ctx: Ctx, aval) -> bool:
             and jax.dtypes.itemsize_bits(aval.dtype) == 8 * jnp.dtype(aval.dtype).itemsize)
 
 
-def _allocate_kernel_args(token, alloc, ctx, jaxpr, blocks, input_ids, output_ids, scalar_ids):
+def _plan_kernel_args(alloc, allocations, ctx, jaxpr, blocks, input_ids, output_ids,
+                      scalar_ids):
     """The kernel jaxpr's arguments: scalar-prefetch buffers, then per block
     operand and scratch operand a buffer (or semaphore ids) of its own."""
     kernel_args = list(scalar_ids)
@@ -195,14 +212,12 @@ def _allocate_kernel_args(token, alloc, ctx, jaxpr, blocks, input_ids, output_id
         is_in, is_out = i < n_in, 0 <= out_j < n_out
         space = blocks.spaces[i] if is_in or is_out else forward_any_to_hbm(var.aval.memory_space)
         if space is _SEMAPHORE:
-            token, ids = native_calls.allocate_semaphores(
-                token, ctx.handle, ctx.device_id, None, var.aval.shape,
-                kind=semaphore_kind(var.aval))
-            kernel_args.append(ids)
+            allocations.append(native_calls.launch_semaphores(
+                var.aval.shape, kind=semaphore_kind(var.aval)))
+            kernel_args.append(len(allocations) - 1)
         elif space is _HBM:
             kernel_args.append(input_ids[i] if is_in else output_ids[out_j])
         else:
-            token, buf = alloc(token, core=None, space=space_code(space),
-                               shape=var.aval.shape, dtype=var.aval.dtype)
-            kernel_args.append(buf)
-    return token, kernel_args
+            kernel_args.append(alloc(space_code(space), shape=var.aval.shape,
+                                     dtype=var.aval.dtype))
+    return kernel_args

@@ -123,12 +123,40 @@ def _native_plan(grid, randomized, subgrid, cores, blocks: BlockOperands,
         n_tracked_in=sum(1 for k in tracked if k < n_in))
 
 
-def run_cores(loop: GridLoop, token):
+def prologue_grid_begin(loop: GridLoop) -> dict | None:
+    """`grid_begin`'s arguments for the launch's prologue call when it
+    begins the grid loop too (one core, native bookkeeping), else None.
+    The blocks name their buffers as `loop.buffers` does (by allocation
+    index, see `buffers.plan`)."""
+    if loop.native is None or loop.cores != 1:
+        return None
+    native = loop.native
+    return dict(grid=tuple(int(g) for g in loop.grid), order=native.order,
+                iters_per_core=native.iters_per_core, num_iterations=native.num_iterations,
+                blocks=native.blocks, revisit=native.revisit)
+
+
+def launched(loop: GridLoop, ctx: Ctx, buffers: LaunchBuffers, id_of) -> GridLoop:
+    """`loop` (planned on allocation indices) with the launch's context and
+    buffers (`id_of`: allocation index -> id)."""
+    native = loop.native
+    if native is not None:
+        native = dataclasses.replace(native, blocks=[
+            dataclasses.replace(b, hbm_id=id_of(b.hbm_id), kernel_id=id_of(b.kernel_id))
+            for b in native.blocks])
+    return dataclasses.replace(loop, ctx=ctx, buffers=buffers, native=native)
+
+
+def run_cores(loop: GridLoop, token, first_step=None):
     """Runs the grid loop on every core of the device: inline for one core,
-    else each core's program on a thread of its own (`interpret/cores.py`)."""
+    else each core's program on a thread of its own (`interpret/cores.py`).
+    ``first_step``: `grid_begin`'s ``(go, p0, p1)`` when the prologue began
+    the loop (see `prologue_grid_begin`)."""
     run_core = functools.partial(
         _run_core_native if loop.native is not None else _run_core_xla, loop)
     if loop.cores == 1:
+        if first_step is not None:
+            return run_core(jnp.int32(0), token, first_step=first_step)
         return run_core(jnp.int32(0), token)
     ctx = loop.ctx
     # Race detection: the cores start from, and end in, one shared past
@@ -145,17 +173,22 @@ def run_cores(loop: GridLoop, token):
 
 # ------------------------------------------------------------- native loop
 
-def _run_core_native(loop: GridLoop, core, token):
-    """The grid loop of `core` with native bookkeeping: `grid_begin` gives
-    the first two points; each step copies in the input blocks that moved,
-    runs the body, and `grid_copy_out` writes back the output blocks the
-    next step leaves and says whether another step runs."""
+def _run_core_native(loop: GridLoop, core, token, first_step=None):
+    """The grid loop of `core` with native bookkeeping: `grid_begin` (or
+    the launch's prologue, `first_step`) gives the first two points; each
+    step copies in the input blocks that moved, runs the body, and
+    `grid_copy_out` writes back the output blocks the next step leaves and
+    says whether another step runs."""
     ctx, native = loop.ctx.replace(core=core), loop.native
     handle, device, n_in = ctx.handle, ctx.device_id, native.n_tracked_in
-    token, go, p0, p1 = native_calls.grid_begin(
-        token, handle, device, core, grid=tuple(int(g) for g in loop.grid),
-        order=native.order, iters_per_core=native.iters_per_core,
-        num_iterations=native.num_iterations, blocks=native.blocks, revisit=native.revisit)
+    if first_step is not None:
+        go, p0, p1 = first_step
+    else:
+        token, go, p0, p1 = native_calls.grid_begin(
+            token, handle, device, core, grid=tuple(int(g) for g in loop.grid),
+            order=native.order, iters_per_core=native.iters_per_core,
+            num_iterations=native.num_iterations, blocks=native.blocks,
+            revisit=native.revisit)
     with pallas_core.grid_env(_local_grid_env(loop, p0)):
         token, idx0 = _tracked_indices(loop, p0, ctx, token)
 

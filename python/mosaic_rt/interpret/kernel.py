@@ -60,25 +60,27 @@ def _interpret_pallas_call(
                  for g in grid_mapping.grid)
     axis_sizes, axis_indices, num_devices, device_id = _this_device()
 
-    token = jnp.zeros((), jnp.int32)
-    uid = _launch_uid(name, jaxpr, grid_mapping, args)
-    token, handle = native_calls.begin(token, device_id, uid=uid,
-                                       num_devices=num_devices, params=params,
-                                       name=name or "kernel")
-    ctx = Ctx(handle=handle, device_id=device_id, core=None, grid_mapping=grid_mapping,
+    ctx = Ctx(handle=None, device_id=device_id, core=None, grid_mapping=grid_mapping,
               mesh=mesh, axis_sizes=axis_sizes, axis_indices=axis_indices,
               mosaic_params=mosaic_params, params=params, num_devices=num_devices)
-
     blocks = BlockOperands.of(jaxpr, grid_mapping)
-    token, bufs = buffers.allocate(token, ctx, jaxpr, blocks, scalars, inputs,
-                                   input_output_aliases)
-    if mosaic_params.collective_id is None:
-        # No barrier semaphore of its own: all devices start together.
-        token = native_calls.device_barrier(token, handle, device_id)
+    allocations, bufs = buffers.plan(ctx, jaxpr, blocks, scalars, inputs, input_output_aliases)
     blocks.check_hbm_blocks(jaxpr, grid_mapping)
-
     loop = grid_loop.plan(ctx, jaxpr, grid, blocks, bufs)
-    token = grid_loop.run_cores(loop, token)
+    # The prologue is one native call (each custom call costs compile and
+    # tracing time): join, allocate, without a barrier semaphore of its own
+    # wait for all devices to start together, and begin the grid loop of a
+    # single core.
+    token, handle, results, first_step = native_calls.begin(
+        jnp.zeros((), jnp.int32), device_id, uid=_launch_uid(name, jaxpr, grid_mapping, args),
+        num_devices=num_devices, params=params, allocations=allocations,
+        barrier=mosaic_params.collective_id is None,
+        grid=grid_loop.prologue_grid_begin(loop))
+    ctx = ctx.replace(handle=handle)
+    id_of = buffers.prologue_ids(allocations, results)
+    bufs = bufs.resolved(id_of)
+    loop = grid_loop.launched(loop, ctx, bufs, id_of)
+    token = grid_loop.run_cores(loop, token, first_step)
 
     token, results = _read_outputs(token, ctx, bufs)
     direct = [out for out in bufs.direct if out is not None]

@@ -44,11 +44,17 @@ def _space(space) -> int:
     return ffi_ops.MEMORY_SPACES[space] if isinstance(space, str) else int(space)
 
 
-def begin(token, device, *, uid, num_devices, params: InterpretParams, name):
-    del name
+def begin(token, device, *, uid, num_devices, params: InterpretParams, allocations,
+          barrier, grid=None):
+    """Joins the launch, makes its ``allocations`` (`launch_buffer` /
+    `launch_semaphores`), with ``barrier`` waits for every device and with
+    ``grid`` begins core 0's grid loop: one native call. ``(token, handle,
+    results, step)`` as `ffi_ops.launch_begin` returns them; buffer
+    allocations are logged as `allocate_buffer` logs them."""
     timeout = params.wait_timeout
-    return ffi_ops.kernel_begin(
-        token, device, uid=uid, num_devices=num_devices,
+    token, handle, results, step = ffi_ops.launch_begin(
+        token, device, allocations=allocations, barrier=barrier, grid=grid, uid=uid,
+        num_devices=num_devices,
         num_cores=params.num_cores_per_device,
         dma_execution_mode=params.dma_execution_mode,
         out_of_bounds_reads=params.out_of_bounds_reads,
@@ -62,17 +68,44 @@ def begin(token, device, *, uid, num_devices, params: InterpretParams, name):
         wait_timeout_ms=(0 if timeout is None or not timeout * 1000 < 2**63
                          else max(1, int(timeout * 1000))),
         site=sites.current())
+    for a, r in zip(allocations, results):
+        if isinstance(a, ffi_ops.LaunchBuffer):
+            token = _log_allocation(token, device, -1, a.space, r[0] if a.direct else r,
+                                    a.shape if a.logical_shape is None else a.logical_shape,
+                                    a.shape)
+    return token, handle, results, step
+
+
+def launch_buffer(space, params: InterpretParams, *, init=None, shape=None, dtype=None,
+                  borrow=False, direct=False) -> ffi_ops.LaunchBuffer:
+    """A buffer of the launch's prologue (`begin`) on every core of the
+    device, as `allocate_buffer` makes it: padded per `buffer_bounds`, and
+    an ordinary buffer instead of a direct one when padded."""
+    if init is not None:
+        init = jnp.asarray(init)
+        shape, dtype = init.shape, init.dtype
+    logical = tuple(shape)
+    content = _padded_shape(logical, dtype, space, params)
+    if direct and content == logical:
+        return ffi_ops.LaunchBuffer(space=space, dtype=dtype, shape=content, direct=True)
+    return ffi_ops.LaunchBuffer(space=space, dtype=dtype, shape=content, logical_shape=logical,
+                                init=init, borrow=borrow)
+
+
+def launch_semaphores(shape, *, kind) -> ffi_ops.LaunchSemaphores:
+    """A semaphore array of the launch's prologue (`begin`)."""
+    return ffi_ops.LaunchSemaphores(shape=tuple(shape), kind=kind)
 
 
 def end(token, handle, device, *, on_leak, keep_alive=(), outputs=()):
-    """Leaves the launch; with direct ``outputs`` (see `allocate_buffer`)
-    returns ``(token, outputs)``, their final values."""
+    """Leaves the launch, after its leak report (unless ``on_leak`` is
+    "ignore"); with direct ``outputs`` (see `allocate_buffer`) returns
+    ``(token, outputs)``, their final values."""
     # Races and leaks of policy "warn" wait in a native queue, issued as
     # Python warnings by mosaic_rt.reports (no host callback in the program:
     # it would keep jax from caching it).
-    if on_leak != "ignore":
-        token, _ = ffi_ops.leak_report(token, handle, device, policy=on_leak)
-    return ffi_ops.kernel_end(token, handle, device, keep_alive=keep_alive, outputs=outputs)
+    return ffi_ops.kernel_end(token, handle, device, keep_alive=keep_alive, outputs=outputs,
+                              leak_policy=None if on_leak == "ignore" else on_leak)
 
 
 def core_end(token, handle, device, core):
@@ -84,9 +117,6 @@ def grid_step(token, handle, device, core, point, *, phase):
     """A grid step's start (with its point) or end, on the timeline."""
     return ffi_ops.grid_step(token, handle, device, core, point, phase=phase)
 
-
-def device_barrier(token, handle, device):
-    return ffi_ops.device_barrier(token, handle, device, site=sites.current())
 
 def sync_device_cores(token, handle, device):
     return ffi_ops.sync_device_cores(token, handle, device)
@@ -118,11 +148,16 @@ def allocate_buffer(token, *, handle, device, core, space, params: InterpretPara
             token, handle, device, core, space=space, dtype=dtype,
             shape=content, logical_shape=logical, init=init, borrow=borrow,
             site=sites.current())
-    token = lg.log(token, lg.SHARED_MEMORY, "allocate_buffer", device,
-                   -1 if core is None else core, space=_space(space), buffer_id=buf,
-                   logical_shape=jnp.asarray(logical, jnp.int32),
-                   content_shape=jnp.asarray(content, jnp.int32))
+    token = _log_allocation(token, device, -1 if core is None else core, space, buf,
+                            logical, content)
     return (token, buf, out) if direct else (token, buf)
+
+
+def _log_allocation(token, device, core, space, buf, logical, content):
+    return lg.log(token, lg.SHARED_MEMORY, "allocate_buffer", device, core,
+                  space=_space(space), buffer_id=buf,
+                  logical_shape=jnp.asarray(logical, jnp.int32),
+                  content_shape=jnp.asarray(content, jnp.int32))
 
 
 def free_buffer(token, handle, device, core, space, buf):

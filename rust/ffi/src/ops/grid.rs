@@ -38,6 +38,23 @@ use mosaic_rt_core::{MemorySpace, Region, Result, RtError, Runtime};
 pub fn grid_begin(c: &mut Call) -> Result<()> {
     let (handle, device, core) = target(c, |f| Ok(2 + 2 * f.attr_i64s("grid")?.len()))?;
     let f = &c.frame;
+    let n = f.attr_i64s("block_outputs")?.len();
+    if f.num_args() != 4 + 2 * n {
+        return Err(RtError::value(format!(
+            "grid_begin: {n} blocks but {} buffer ids",
+            f.num_args().saturating_sub(4)
+        )));
+    }
+    let ids = (0..n)
+        .map(|b| Ok((f.arg_id(4 + 2 * b, "HBM buffer id")?, f.arg_id(5 + 2 * b, "kernel buffer id")?)))
+        .collect::<Result<Vec<_>>>()?;
+    begin(f, handle, device, core, &ids, 1)
+}
+
+/// Starts the grid loop of (device, core) from `grid_begin`'s attributes,
+/// with per block its (HBM, kernel) buffer ids; writes `go` to result
+/// `first_ret` and the first two points to the results after it.
+pub fn begin(f: &Frame, handle: u64, device: u32, core: u32, ids: &[(u32, u32)], first_ret: usize) -> Result<()> {
     let grid = f.attr_i64s("grid")?.to_vec();
     let spec = GridSpec {
         order: split(f.attr_i64s("order")?, f.attr_i64s("order_lens")?, "order")?,
@@ -45,11 +62,11 @@ pub fn grid_begin(c: &mut Call) -> Result<()> {
         iters_per_core: f.attr_i64("iters_per_core")?,
         num_iterations: f.attr_i64("num_iterations")?,
     };
-    let blocks = blocks(f)?;
+    let blocks = blocks(f, ids)?;
     let revisit = f.attr_i64s("revisit")?.iter().map(|&b| usize::try_from(b).ok()).collect();
     let grid = GridLoop::new(spec, blocks, revisit, core)?;
     let points: Vec<i32> = grid.point().iter().copied().chain(grid.next_point()).collect();
-    write_step(f, grid.go(), &points)?;
+    write_step(f, first_ret, grid.go(), &points)?;
     launch::with_runtime(handle, |rt| rt.grid_begin(device, core, grid))
 }
 
@@ -82,7 +99,7 @@ fn split(flat: &[i64], lens: &[i64], what: &str) -> Result<Vec<Vec<i64>>> {
     Ok(out)
 }
 
-fn blocks(f: &Frame) -> Result<Vec<Block>> {
+fn blocks(f: &Frame, ids: &[(u32, u32)]) -> Result<Vec<Block>> {
     let outputs = f.attr_i64s("block_outputs")?;
     let n = outputs.len();
     let spaces = f.attr_i64s("block_spaces")?;
@@ -94,13 +111,13 @@ fn blocks(f: &Frame) -> Result<Vec<Block>> {
         "" if n == 0 => Vec::new(),
         s => s.split('\u{1f}').collect(),
     };
-    if spaces.len() != n || ranks.len() != n || names.len() != n || f.num_args() != 4 + 2 * n {
+    if spaces.len() != n || ranks.len() != n || names.len() != n || ids.len() != n {
         return Err(RtError::value(format!(
-            "grid_begin: {n} blocks but {} spaces, {} ranks, {} names and {} buffer ids",
+            "grid_begin: {n} blocks but {} spaces, {} ranks, {} names and {} buffer id pairs",
             spaces.len(),
             ranks.len(),
             names.len(),
-            f.num_args().saturating_sub(4)
+            ids.len()
         )));
     }
     let mut out = Vec::with_capacity(n);
@@ -109,8 +126,8 @@ fn blocks(f: &Frame) -> Result<Vec<Block>> {
         out.push(Block {
             output: outputs[b] != 0,
             space: MemorySpace::from_code(spaces[b])?,
-            hbm_id: f.arg_id(4 + 2 * b, "HBM buffer id")?,
-            kernel_id: f.arg_id(5 + 2 * b, "kernel buffer id")?,
+            hbm_id: ids[b].0,
+            kernel_id: ids[b].1,
             sizes,
             squeezed: squeezed.into_iter().map(|s| s != 0).collect(),
             factors,
@@ -120,21 +137,22 @@ fn blocks(f: &Frame) -> Result<Vec<Block>> {
     Ok(out)
 }
 
-/// Writes `go` (result 1, pred) and the grid point coordinates (results 2..).
-fn write_step(f: &Frame, go: bool, points: &[i32]) -> Result<()> {
-    write_go(f, go)?;
+/// Writes `go` (result `at`, pred) and the grid point coordinates (the
+/// results after it).
+fn write_step(f: &Frame, at: usize, go: bool, points: &[i32]) -> Result<()> {
+    write_go(f, at, go)?;
     for (k, &p) in points.iter().enumerate() {
-        f.ret(2 + k)?.write_i32(p)?;
+        f.ret(at + 1 + k)?.write_i32(p)?;
     }
     Ok(())
 }
 
-/// Writes `go` (result 1, a pred scalar).
-fn write_go(f: &Frame, go: bool) -> Result<()> {
-    let r = f.ret(1)?;
+/// Writes `go` (result `at`, a pred scalar).
+fn write_go(f: &Frame, at: usize, go: bool) -> Result<()> {
+    let r = f.ret(at)?;
     r.expect_dtype(mosaic_rt_core::DType::Bool)?;
     r.expect_rank(0)?;
-    // SAFETY: the only slice of result 1 (a 1-byte pred scalar, checked);
+    // SAFETY: the only slice of result `at` (a 1-byte pred scalar, checked);
     // no other slice of it is alive, and results are not aliased to
     // operands but the token.
     let byte = unsafe { r.bytes_mut()? };
@@ -199,7 +217,7 @@ pub fn grid_copy_out(c: &mut Call) -> Result<()> {
                     f.num_rets()
                 )));
             }
-            write_go(f, g.go())?;
+            write_go(f, 1, g.go())?;
             g.for_next_point(|d, p| f.ret(2 + d)?.write_i32(p))
         })
     })

@@ -190,10 +190,14 @@ pub fn iota_ids(c: &mut Call) -> Result<()> {
     let f = &c.frame;
     f.expect_arity(1..=1, 1)?;
     let first = f.arg_i32(0)?;
-    let out = f.ret(0)?;
+    write_ids(&f.ret(0)?, first)
+}
+
+/// Fills int32 result `out` with `first + 0, first + 1, ...` (C order).
+pub fn write_ids(out: &crate::frame::Buf<'_>, first: i32) -> Result<()> {
     out.expect_dtype(DType::I32)?;
-    // SAFETY: the only slice of result 0; the operand was read above and no
-    // slice of it is alive.
+    // SAFETY: called once per result buffer, whose only slice this is; no
+    // operand slice overlaps it (results alias no operand but the token).
     let bytes = unsafe { out.bytes_mut()? };
     for (k, chunk) in bytes.chunks_exact_mut(4).enumerate() {
         chunk.copy_from_slice(&first.wrapping_add(k as i32).to_ne_bytes());

@@ -109,8 +109,15 @@ fn check_ordinal(f: &Frame, device: u32, num_devices: u32) -> Result<()> {
 /// attributes `uid`, the config (see `config_from_attrs`) and optionally
 /// `device_ordinals` (see `check_ordinal`).
 pub fn kernel_begin(c: &mut Call) -> Result<()> {
+    c.frame.expect_arity(2..=2, 2)?;
+    join(c).map(|_| ())
+}
+
+/// Joins the launch of a `kernel_begin` call frame (operands 0 and 1 the
+/// token and the device, result 1 the handle, attributes as there) and
+/// binds the call to it; `(handle, device)`. Arity is the caller's check.
+pub fn join(c: &mut Call) -> Result<(u64, u32)> {
     let f = &c.frame;
-    f.expect_arity(2..=2, 2)?;
     pass_token(f)?;
     let device = f.arg_id(1, "device id")?;
     let uid = f.attr_i64("uid")? as u64;
@@ -119,7 +126,7 @@ pub fn kernel_begin(c: &mut Call) -> Result<()> {
     let out = f.ret(1)?;
     out.expect_dtype(DType::U32)?;
     if out.dims != [2] {
-        return Err(RtError::value("kernel_begin: result 1 must be uint32[2]"));
+        return Err(RtError::value(format!("{}: result 1 must be uint32[2]", f.op)));
     }
     let handle = launch::join(uid, run_id(f)?, device, &config).map_err(|e| e.at(device, 0))?;
     c.bind(handle, device);
@@ -129,7 +136,8 @@ pub fn kernel_begin(c: &mut Call) -> Result<()> {
     // Checked after joining, so that a mismatch fails the whole launch and
     // wakes the devices that joined correctly.
     check_ordinal(&c.frame, device, config.num_devices)?;
-    out.write_words(DType::U32, &launch::split_handle(handle).map(u32::to_ne_bytes))
+    out.write_words(DType::U32, &launch::split_handle(handle).map(u32::to_ne_bytes))?;
+    Ok((handle, device))
 }
 
 /// `kernel_end(token, handle, device, *inputs, *outputs) -> (token,
@@ -139,10 +147,15 @@ pub fn kernel_begin(c: &mut Call) -> Result<()> {
 /// the borrow ends here. `outputs` (as many as results after the token,
 /// each aliased to its result) are the device's direct outputs
 /// (`allocate_buffer`'s `direct`), in allocation order: they must be the
-/// very memory the kernel wrote (an internal error otherwise).
+/// very memory the kernel wrote (an internal error otherwise). Optional
+/// attribute `leak_policy`: first the leak report of `leak_report` with
+/// that policy (one call for the launch's epilogue instead of two).
 pub fn kernel_end(c: &mut Call) -> Result<()> {
     let n_out = c.frame.num_rets().max(1) - 1;
     let (handle, device) = device_target(c, (3 + n_out)..=usize::MAX, 1 + n_out)?;
+    if let Some(policy) = c.frame.attr_str_opt("leak_policy")? {
+        report_leaks(handle, device, policy.parse()?)?;
+    }
     check_borrows_kept_alive(c, handle, device)?;
     // A launch that failed elsewhere must not end quietly on this device.
     launch::with_runtime(handle, |rt| rt.check_failed_at(device, 0))?;
@@ -202,6 +215,12 @@ fn check_borrows_kept_alive(c: &Call, handle: u64, device: u32) -> Result<()> {
 pub fn leak_report(c: &mut Call) -> Result<()> {
     let (handle, device) = device_target(c, 3..=3, 2)?;
     let policy: LeakPolicy = c.frame.attr_str("policy")?.parse()?;
+    let count = report_leaks(handle, device, policy)?;
+    c.frame.ret(1)?.write_i32(count.min(i32::MAX as usize) as i32)
+}
+
+/// The leaks of `device` under `policy` (see `leak_report`); their count.
+fn report_leaks(handle: u64, device: u32, policy: LeakPolicy) -> Result<usize> {
     let leaks = launch::with_runtime(handle, |rt| rt.leaks(Some(device)))?;
     if policy == LeakPolicy::Raise && !leaks.is_empty() {
         let items: Vec<String> = leaks.iter().map(|l| l.describe()).collect();
@@ -218,7 +237,7 @@ pub fn leak_report(c: &mut Call) -> Result<()> {
             reports::push(leak_report_of(device, l));
         }
     }
-    c.frame.ret(1)?.write_i32(leaks.len().min(i32::MAX as usize) as i32)
+    Ok(leaks.len())
 }
 
 /// The warning of one leak.

@@ -2,6 +2,7 @@
 
 use super::{core_target, device_target, region, space_attr, REGION};
 use crate::dispatch::Call;
+use crate::frame::Buf;
 use crate::launch;
 use mosaic_rt_core::{DType, Init, MemRef, MemorySpace, Result, RtError, Stored};
 
@@ -35,19 +36,48 @@ fn shape_attr(c: &Call, name: &str) -> Result<Option<Vec<usize>>> {
 pub fn allocate_buffer(c: &mut Call) -> Result<()> {
     let rets = if c.frame.num_rets() == 3 { 3 } else { 2 };
     let (handle, device) = device_target(c, 4..=5, rets)?;
-    if rets == 3 {
-        return allocate_direct(c, handle, device);
-    }
     let _site = c.enter_site();
-    let core = c.frame.arg_opt_id(3, "core id")?;
-    let space = space_attr(&c.frame, "space")?;
-    let dtype = DType::from_name(c.frame.attr_str("dtype")?)?;
-    let shape =
-        shape_attr(c, "shape")?.ok_or_else(|| RtError::value("allocate_buffer: missing attribute \"shape\""))?;
-    let logical = shape_attr(c, "logical_shape")?;
-    let logical_shape = logical.as_deref().unwrap_or(&shape);
-    let init_buf = if c.frame.num_args() == 5 { Some(c.frame.arg(4)?) } else { None };
-    let init_elements = match &init_buf {
+    let f = &c.frame;
+    let spec = BufferSpec {
+        core: f.arg_opt_id(3, "core id")?,
+        space: space_attr(f, "space")?,
+        dtype: DType::from_name(f.attr_str("dtype")?)?,
+        shape: shape_attr(c, "shape")?.ok_or_else(|| RtError::value("allocate_buffer: missing attribute \"shape\""))?,
+        logical: shape_attr(c, "logical_shape")?,
+        borrow: borrow_requested(c)?,
+    };
+    if rets == 3 {
+        if f.attr_i64_opt("direct")?.is_none_or(|v| v == 0) || f.num_args() != 4 {
+            return Err(RtError::internal("allocate_buffer: a third result needs attribute direct and no init"));
+        }
+        let id = allocate_direct(handle, device, &spec, &f.ret(2)?)?;
+        return f.ret(1)?.write_i32(id as i32);
+    }
+    let init = if f.num_args() == 5 { Some(f.arg(4)?) } else { None };
+    let id = allocate(handle, device, &spec, init.as_ref())?;
+    f.ret(1)?.write_i32(id as i32)
+}
+
+/// One buffer allocation, decoded from `allocate_buffer`'s operands and
+/// attributes or from an item of `launch_begin` (see there).
+pub struct BufferSpec {
+    pub core: Option<u32>,
+    pub space: MemorySpace,
+    pub dtype: DType,
+    /// The content shape (padded, with `buffer_bounds="padded"`).
+    pub shape: Vec<usize>,
+    /// The logical shape, when given (else `shape`).
+    pub logical: Option<Vec<usize>>,
+    /// Borrow `init`'s memory instead of copying it, where possible.
+    pub borrow: bool,
+}
+
+/// Allocates `spec` on `device` with contents `init` (the fill value
+/// without), borrowing `init`'s memory when `spec.borrow` allows it; the id.
+pub fn allocate(handle: u64, device: u32, spec: &BufferSpec, init: Option<&Buf<'_>>) -> Result<u32> {
+    let BufferSpec { core, space, dtype, ref shape, ref logical, borrow } = *spec;
+    let logical_shape = logical.as_deref().unwrap_or(shape);
+    let init_elements = match init {
         None => None,
         Some(b) => {
             b.expect_dtype(dtype)?;
@@ -60,7 +90,7 @@ pub fn allocate_buffer(c: &mut Call) -> Result<()> {
             Some(b.elements()?)
         }
     };
-    if let (Some(std::borrow::Cow::Borrowed(bytes)), true) = (&init_elements, borrow_requested(c)?) {
+    if let (Some(std::borrow::Cow::Borrowed(bytes)), true) = (&init_elements, borrow) {
         // An empty input has nothing to copy (and no address to check).
         if core.is_none() && space == MemorySpace::Hbm && logical_shape == shape.as_slice() && !bytes.is_empty() {
             // SAFETY: the interpreter passes this operand to the device's
@@ -68,41 +98,26 @@ pub fn allocate_buffer(c: &mut Call) -> Result<()> {
             // `ffi/ops.py`), so XLA keeps it alive and unmodified until that
             // call, which leaves the launch; leaving (or failing) ends the
             // borrow first (`Runtime::leave_device` / `release_borrowed`).
-            let id = launch::with_runtime(handle, |rt| unsafe {
-                rt.allocate_borrowed_buffer(device, dtype, &shape, bytes)
-            })?;
-            return c.frame.ret(1)?.write_i32(id as i32);
+            return launch::with_runtime(handle, |rt| unsafe {
+                rt.allocate_borrowed_buffer(device, dtype, shape, bytes)
+            });
         }
     }
     let init = match &init_elements {
         None => Init::Fill,
         Some(e) => Init::Bytes(e),
     };
-    let id = launch::with_runtime(handle, |rt| {
-        rt.allocate_buffer(device, core, space, dtype, &shape, logical.as_deref(), init)
-    })?;
-    c.frame.ret(1)?.write_i32(id as i32)
+    launch::with_runtime(handle, |rt| rt.allocate_buffer(device, core, space, dtype, shape, logical.as_deref(), init))
 }
 
-/// `allocate_buffer` of a direct output (see there): registers result 2's
-/// memory as the buffer's bytes.
-fn allocate_direct(c: &mut Call, handle: u64, device: u32) -> Result<()> {
-    let _site = c.enter_site();
-    let f = &c.frame;
-    if f.attr_i64_opt("direct")?.is_none_or(|v| v == 0) || f.num_args() != 4 {
-        return Err(RtError::internal("allocate_buffer: a third result needs attribute direct and no init"));
-    }
-    let core = f.arg_opt_id(3, "core id")?;
-    let space = space_attr(f, "space")?;
-    let dtype = DType::from_name(f.attr_str("dtype")?)?;
-    let shape =
-        shape_attr(c, "shape")?.ok_or_else(|| RtError::value("allocate_buffer: missing attribute \"shape\""))?;
-    let logical = shape_attr(c, "logical_shape")?;
-    let out = f.ret(2)?;
+/// Allocates `spec` as a direct output: registers `out` (a result buffer
+/// of the call) as the buffer's bytes; the id.
+pub fn allocate_direct(handle: u64, device: u32, spec: &BufferSpec, out: &Buf<'_>) -> Result<u32> {
+    let BufferSpec { core, space, dtype, ref shape, ref logical, .. } = *spec;
     out.expect_dtype(dtype)?;
     let direct_ok = core.is_none()
         && space == MemorySpace::Hbm
-        && logical.as_ref().is_none_or(|l| *l == shape)
+        && logical.as_ref().is_none_or(|l| l == shape)
         && !dtype.is_packed()
         && out.dims.iter().map(|&d| d as usize).eq(shape.iter().copied());
     if !direct_ok {
@@ -115,16 +130,15 @@ fn allocate_direct(c: &mut Call, handle: u64, device: u32) -> Result<()> {
         )));
     }
     let len = out.byte_len()?;
-    // SAFETY: result 2 is XLA's buffer for this call's result, which the
+    // SAFETY: `out` is XLA's buffer for a result of this call, which the
     // interpreter passes on only to the device's `kernel_end` (aliased to a
     // result of it, the attribute's contract, see `ffi/ops.py`): XLA keeps
     // that memory for this value, untouched by anything else, until
     // `kernel_end`, which checks the address and ends the borrow
     // (`finish_direct_outputs`); leaving or failing ends it first otherwise.
-    let id = launch::with_runtime(handle, |rt| unsafe {
-        rt.allocate_direct_output(device, dtype, &shape, out.data as *mut u8, len)
-    })?;
-    f.ret(1)?.write_i32(id as i32)
+    launch::with_runtime(handle, |rt| unsafe {
+        rt.allocate_direct_output(device, dtype, shape, out.data as *mut u8, len)
+    })
 }
 
 /// Whether the optional `borrow` attribute asks for a borrowed input.

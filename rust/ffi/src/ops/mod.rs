@@ -8,6 +8,7 @@ pub mod grid;
 pub mod interp;
 pub mod kernel;
 pub mod memory;
+pub mod prologue;
 pub mod scalar;
 pub mod sem;
 pub mod trace;
