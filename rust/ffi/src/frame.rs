@@ -260,7 +260,10 @@ impl<'a> Frame<'a> {
             }
             // SAFETY: a non-null span pointer covers `len` bytes.
             let key = unsafe { std::slice::from_raw_parts(span.ptr as *const u8, span.len) };
-            if key == name.as_bytes() {
+            // Not `key == name`: that calls libc's memcmp, whose setup costs
+            // more than comparing a few bytes (every op looks up several
+            // attributes on every call).
+            if key.iter().zip(name.as_bytes()).all(|(a, b)| a == b) {
                 return Some((ty, attr));
             }
         }
