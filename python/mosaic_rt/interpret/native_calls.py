@@ -154,6 +154,8 @@ def allocate_buffer(token, *, handle, device, core, space, params: InterpretPara
 
 
 def _log_allocation(token, device, core, space, buf, logical, content):
+    if not lg.enabled(lg.SHARED_MEMORY):  # (before making the shape arrays)
+        return token
     return lg.log(token, lg.SHARED_MEMORY, "allocate_buffer", device, core,
                   space=_space(space), buffer_id=buf,
                   logical_shape=jnp.asarray(logical, jnp.int32),
