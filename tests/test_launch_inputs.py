@@ -6,7 +6,6 @@ never changes. Results are bit-identical to stock either way."""
 from __future__ import annotations
 
 import os
-import re
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +20,7 @@ from jax.sharding import PartitionSpec as P
 import mosaic_rt
 import mosaic_rt.ffi as F
 from mosaic_rt.errors import MosaicRuntimeError
+from lowered_text import BORROW, prologue_items_with
 
 _ANY = pl.BlockSpec(memory_space=pl.ANY)
 
@@ -36,19 +36,7 @@ def _call(kernel, x, params, *, out_shape=None, in_specs=(_ANY,), out_specs=_ANY
 def _borrows(fn, *args) -> int:
     """How many inputs the lowered program borrows (allocations with the
     `borrow` flag)."""
-    return _prologue_items_with(jax.jit(fn).lower(*args).as_text(), 2)
-
-
-def _prologue_items_with(text: str, bit: int) -> int:
-    """How many allocations of the launch prologues (`launch_begin`) in the
-    lowered ``text`` have flag ``bit`` (2 borrow, 4 direct; see
-    rust/ffi/src/ops/prologue.rs)."""
-    count = 0
-    for values, n in re.findall(r"item_flags = dense<\[?([-\d, ]*)\]?> : tensor<(\d+)xi64>", text):
-        flags = [int(v) for v in values.split(",") if v.strip()]
-        flags = flags * int(n) if len(flags) == 1 else flags  # a splat
-        count += sum(1 for f in flags if f & bit)
-    return count
+    return prologue_items_with(jax.jit(fn).lower(*args).as_text(), BORROW)
 
 
 def _both(make, x, **knobs):

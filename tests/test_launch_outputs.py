@@ -9,7 +9,6 @@ loops, vmap, donation, shard_map)."""
 from __future__ import annotations
 
 import functools
-import re
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +23,7 @@ from jax.sharding import PartitionSpec as P
 import mosaic_rt
 import mosaic_rt.ffi as F
 from mosaic_rt.errors import MosaicRuntimeError
+from lowered_text import DIRECT, prologue_items_with
 
 _ANY = pl.BlockSpec(memory_space=pl.ANY)
 _DMA = pltpu.SemaphoreType.DMA(())
@@ -44,19 +44,7 @@ def _call(kernel, params, out_shape, *, in_specs=(_ANY,), out_specs=_ANY, scratc
 def _directs(fn, *args) -> int:
     """How many outputs the lowered program writes in place (allocations
     with the `direct` flag)."""
-    return _prologue_items_with(jax.jit(fn).lower(*args).as_text(), 4)
-
-
-def _prologue_items_with(text: str, bit: int) -> int:
-    """How many allocations of the launch prologues (`launch_begin`) in the
-    lowered ``text`` have flag ``bit`` (2 borrow, 4 direct; see
-    rust/ffi/src/ops/prologue.rs)."""
-    count = 0
-    for values, n in re.findall(r"item_flags = dense<\[?([-\d, ]*)\]?> : tensor<(\d+)xi64>", text):
-        flags = [int(v) for v in values.split(",") if v.strip()]
-        flags = flags * int(n) if len(flags) == 1 else flags  # a splat
-        count += sum(1 for f in flags if f & bit)
-    return count
+    return prologue_items_with(jax.jit(fn).lower(*args).as_text(), DIRECT)
 
 
 def _same_bits(ours, stock, what=""):

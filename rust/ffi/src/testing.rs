@@ -120,6 +120,20 @@ pub fn begin_single_device(fill: &str) -> [u32; 2] {
     [u32::from_le_bytes([b[0], b[1], b[2], b[3]]), u32::from_le_bytes([b[4], b[5], b[6], b[7]])]
 }
 
+/// A call's leading operands on core 0 of device 0: token, `handle`,
+/// device, core.
+pub fn core_call(handle: [u32; 2]) -> FakeCall {
+    FakeCall::new().arg_i32(0).arg_handle(handle).arg_i32(0).arg_i32(0)
+}
+
+/// `c` with the attributes of a whole-buffer region (no leading dimension
+/// selected), their names prefixed with `prefix` ("", "src_", "dst_").
+pub fn whole_region(c: FakeCall, prefix: &str) -> FakeCall {
+    c.attr_i64s(&format!("{prefix}sizes"), &[])
+        .attr_i64s(&format!("{prefix}strides"), &[])
+        .attr_i64s(&format!("{prefix}squeezed"), &[])
+}
+
 /// One call frame with owned operands, results and attributes.
 #[derive(Default)]
 pub struct FakeCall {

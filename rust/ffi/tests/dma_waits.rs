@@ -5,21 +5,11 @@
 use mosaic_rt_core::DType;
 use mosaic_rt_ffi::c_handlers as h;
 use mosaic_rt_ffi::dtype_to_xla;
-use mosaic_rt_ffi::testing::{begin_single_device, FakeCall};
+use mosaic_rt_ffi::testing::{begin_single_device, core_call, whole_region, FakeCall};
 
 const VMEM: i64 = 0;
 const N: usize = 8; // f32 elements per buffer
 const BYTES: i64 = (N * 4) as i64;
-
-fn core_call(handle: [u32; 2]) -> FakeCall {
-    FakeCall::new().arg_i32(0).arg_handle(handle).arg_i32(0).arg_i32(0)
-}
-
-fn whole(c: FakeCall, prefix: &str) -> FakeCall {
-    c.attr_i64s(&format!("{prefix}sizes"), &[])
-        .attr_i64s(&format!("{prefix}strides"), &[])
-        .attr_i64s(&format!("{prefix}squeezed"), &[])
-}
 
 fn alloc(handle: [u32; 2], init: f32) -> i32 {
     let data: Vec<u8> = (0..N).flat_map(|k| (init + k as f32).to_ne_bytes()).collect();
@@ -59,7 +49,7 @@ fn start(handle: [u32; 2], src: i32, dst: i32, sem: i32, waits: &[(i32, i64)]) -
         let bytes: Vec<i64> = waits.iter().map(|w| w.1).collect();
         c = c.attr_i64s("then_wait_bytes", &bytes).attr_i64s("then_wait_sites", &vec![0; waits.len()]);
     }
-    whole(whole(c, "src_"), "dst_").call(h::dma_start)
+    whole_region(whole_region(c, "src_"), "dst_").call(h::dma_start)
 }
 
 fn end(handle: [u32; 2]) {

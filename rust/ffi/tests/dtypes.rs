@@ -4,7 +4,7 @@
 
 use mosaic_rt_core::{DType, FillMode};
 use mosaic_rt_ffi::c_handlers as h;
-use mosaic_rt_ffi::testing::{begin_single_device, FakeCall};
+use mosaic_rt_ffi::testing::{begin_single_device, core_call, whole_region, FakeCall};
 use mosaic_rt_ffi::{abi, dtype_to_xla, xla_to_dtype};
 
 const VMEM: i64 = 0;
@@ -15,16 +15,6 @@ fn begin(fill: &str) -> [u32; 2] {
 
 fn end(handle: [u32; 2]) {
     FakeCall::new().arg_i32(0).arg_handle(handle).arg_i32(0).ret_i32().call(h::kernel_end).unwrap();
-}
-
-fn core_call(handle: [u32; 2]) -> FakeCall {
-    FakeCall::new().arg_i32(0).arg_handle(handle).arg_i32(0).arg_i32(0)
-}
-
-fn whole(c: FakeCall, prefix: &str) -> FakeCall {
-    c.attr_i64s(&format!("{prefix}sizes"), &[])
-        .attr_i64s(&format!("{prefix}strides"), &[])
-        .attr_i64s(&format!("{prefix}squeezed"), &[])
 }
 
 /// XLA's bytes for `elements` (one per itemsize bytes) of `d`.
@@ -47,7 +37,7 @@ fn alloc(handle: [u32; 2], d: DType, n: usize, init: Option<&[u8]>) -> Result<i3
 
 /// Loads the whole buffer; returns XLA's (packed) bytes.
 fn load(handle: [u32; 2], d: DType, n: usize, id: i32) -> Vec<u8> {
-    let mut c = whole(
+    let mut c = whole_region(
         core_call(handle)
             .arg_i32(id)
             .arg_i32s(&[])
@@ -62,7 +52,7 @@ fn load(handle: [u32; 2], d: DType, n: usize, id: i32) -> Vec<u8> {
 
 fn store(handle: [u32; 2], d: DType, id: i32, elements: &[u8]) {
     let n = elements.len() / d.itemsize();
-    whole(
+    whole_region(
         core_call(handle)
             .arg_i32(id)
             .arg_i32s(&[])
@@ -114,7 +104,7 @@ fn every_dtype_fills_stores_loads_swaps_and_copies() {
 
             // swap: returns the old contents, leaves the new ones.
             let new = sample(d, n, 9);
-            let mut c = whole(
+            let mut c = whole_region(
                 core_call(handle)
                     .arg_i32(id)
                     .arg_i32s(&[])
@@ -145,7 +135,7 @@ fn every_dtype_fills_stores_loads_swaps_and_copies() {
                 .ret_i32()
                 .attr_i64("src_space", VMEM)
                 .attr_i64("dst_space", VMEM);
-            whole(whole(c, "src_"), "dst_").call(h::dma_start).unwrap();
+            whole_region(whole_region(c, "src_"), "dst_").call(h::dma_start).unwrap();
             core_call(handle)
                 .arg_i32(sem)
                 .ret_i32()
@@ -163,7 +153,7 @@ fn packed_operands_ignore_undefined_high_bits() {
     let handle = begin("nan");
     let id = alloc(handle, DType::I4, 3, None).unwrap();
     // int4 [1, 2, 3]: XLA leaves the high nibble of the last byte undefined.
-    whole(
+    whole_region(
         core_call(handle)
             .arg_i32(id)
             .arg_i32s(&[])
@@ -196,7 +186,7 @@ fn unsupported_dtypes_are_named() {
     // jaxlib 0.12 passes float6 arrays as XLA_FFI_DataType_INVALID.
     let handle = begin("nan");
     let id = alloc(handle, DType::U8, 2, None).unwrap();
-    let e = whole(
+    let e = whole_region(
         core_call(handle)
             .arg_i32(id)
             .arg_i32s(&[])

@@ -5,17 +5,13 @@
 
 use mosaic_rt_ffi::abi;
 use mosaic_rt_ffi::c_handlers as h;
-use mosaic_rt_ffi::testing::{begin_single_device, FakeCall};
+use mosaic_rt_ffi::testing::{begin_single_device, core_call, FakeCall};
 
 const VMEM: i64 = 0;
 const HBM: i64 = 5;
 
 fn begin() -> [u32; 2] {
     begin_single_device("zero")
-}
-
-fn core_call(handle: [u32; 2]) -> FakeCall {
-    FakeCall::new().arg_i32(0).arg_handle(handle).arg_i32(0).arg_i32(0)
 }
 
 fn words(xs: &[i32]) -> Vec<u8> {

@@ -4,15 +4,11 @@
 use mosaic_rt_core::DType;
 use mosaic_rt_ffi::c_handlers as h;
 use mosaic_rt_ffi::dtype_to_xla;
-use mosaic_rt_ffi::testing::{begin_single_device, FakeCall};
+use mosaic_rt_ffi::testing::{begin_single_device, core_call, FakeCall};
 
 const VMEM: i64 = 0;
 const ROWS: usize = 4;
 const LANES: usize = 8;
-
-fn core_call(handle: [u32; 2]) -> FakeCall {
-    FakeCall::new().arg_i32(0).arg_handle(handle).arg_i32(0).arg_i32(0)
-}
 
 /// A (ROWS, LANES) f32 buffer holding 0, 1, 2, ... in C order.
 fn alloc(handle: [u32; 2]) -> i32 {
