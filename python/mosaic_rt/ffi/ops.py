@@ -390,9 +390,7 @@ def launch_begin(token, device, *, allocations=(), barrier: bool = False, grid=N
     operands, results = [token, _i32(device)], []
     for a in allocations:
         if isinstance(a, LaunchSemaphores):
-            if a.kind not in SEMAPHORE_KINDS:
-                raise ValueError(
-                    f"semaphore kind must be one of {SEMAPHORE_KINDS}, got {a.kind!r}")
+            _check_semaphore_kind(a.kind)
             kinds.append(_ITEM_SEMAPHORES)
             flags.append(0)
             spaces.append(0)
@@ -408,8 +406,7 @@ def launch_begin(token, device, *, allocations=(), barrier: bool = False, grid=N
                 raise ValueError("launch_begin: a direct buffer takes no init/borrow")
             flag |= _DIRECT
         if a.borrow:
-            if a.init is None:
-                raise ValueError("launch_begin: borrow=True needs an init value to borrow")
+            _check_borrow_init("launch_begin", a.init)
             flag |= _BORROW
         if a.init is not None:
             flag |= _HAS_INIT
@@ -546,8 +543,7 @@ def allocate_buffer(token, handle, device, core, *, space, dtype, shape,
         return _call("allocate_buffer", (_I32, out), [token, handle, _i32(device), _opt_i32(core)],
                      site=site, **attrs)
     if borrow:
-        if init is None:
-            raise ValueError("allocate_buffer: borrow=True needs an init value to borrow")
+        _check_borrow_init("allocate_buffer", init)
         attrs["borrow"] = 1
     if logical_shape is not None:
         attrs["logical_shape"] = _ints(logical_shape)
@@ -608,20 +604,27 @@ def fill(token, handle, device, core, buffer_id, region, scalar, *, space, old_s
     _dtype(scalar.dtype, "fill")
     starts, attrs = _region_parts(region)
     operands = (token, handle, _i32(device), _i32(core), _i32(buffer_id), starts, scalar)
-    if old_shape is None:
-        return _call("swap", (), operands, space=_space(space), site=site, splat=1, **attrs)
-    old = jax.ShapeDtypeStruct(tuple(old_shape), scalar.dtype)
-    return _call("swap", (old,), operands, space=_space(space), site=site, splat=1, **attrs)
+    old = () if old_shape is None else (jax.ShapeDtypeStruct(tuple(old_shape), scalar.dtype),)
+    return _call("swap", old, operands, space=_space(space), site=site, splat=1, **attrs)
+
+
+def _check_borrow_init(op: str, init) -> None:
+    if init is None:
+        raise ValueError(f"{op}: borrow=True needs an init value to borrow")
 
 
 # ---------------------------------------------------------------- semaphores
+
+def _check_semaphore_kind(kind: str) -> None:
+    if kind not in SEMAPHORE_KINDS:
+        raise ValueError(f"semaphore kind must be one of {SEMAPHORE_KINDS}, got {kind!r}")
+
 
 def allocate_semaphores(token, handle, device, core, *, kind: str = "regular", count: int = 1,
                         site: int = 0):
     """``(token, first_id)`` of ``count`` consecutive internal semaphores;
     ``core=None`` allocates on every core of the device."""
-    if kind not in SEMAPHORE_KINDS:
-        raise ValueError(f"semaphore kind must be one of {SEMAPHORE_KINDS}, got {kind!r}")
+    _check_semaphore_kind(kind)
     return _call("allocate_semaphores", (_I32,),
                  (token, handle, _i32(device), _opt_i32(core)), kind=kind, count=int(count),
                  site=site)

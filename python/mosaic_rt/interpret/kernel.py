@@ -84,14 +84,12 @@ def _interpret_pallas_call(
 
     token, results = _read_outputs(token, ctx, bufs)
     direct = [out for out in bufs.direct if out is not None]
+    ended = native_calls.end(token, handle, device_id, on_leak=params.on_semaphore_leak,
+                             keep_alive=bufs.borrowed, outputs=direct)
     if not direct:
-        native_calls.end(token, handle, device_id, on_leak=params.on_semaphore_leak,
-                         keep_alive=bufs.borrowed)
         return results
     # Outputs written in place come back from kernel_end (it aliases them).
-    _, written = native_calls.end(token, handle, device_id, on_leak=params.on_semaphore_leak,
-                                  keep_alive=bufs.borrowed, outputs=direct)
-    written = iter(written)
+    written = iter(ended[1])
     return [next(written) if r is None else r for r in results]
 
 

@@ -78,9 +78,10 @@ def begin(token, device, *, uid, num_devices, params: InterpretParams, allocatio
 
 def launch_buffer(space, params: InterpretParams, *, init=None, shape=None, dtype=None,
                   borrow=False, direct=False) -> ffi_ops.LaunchBuffer:
-    """A buffer of the launch's prologue (`begin`) on every core of the
-    device, as `allocate_buffer` makes it: padded per `buffer_bounds`, and
-    an ordinary buffer instead of a direct one when padded."""
+    """A buffer to allocate (in the launch's prologue, `begin`, on every
+    core of the device, or by `allocate_buffer`): its content shape padded
+    per `buffer_bounds`, and an ordinary buffer instead of a direct one when
+    padded."""
     if init is not None:
         init = jnp.asarray(init)
         shape, dtype = init.shape, init.dtype
@@ -129,28 +130,16 @@ def _padded_shape(shape, dtype, space, params: InterpretParams):
 
 
 def allocate_buffer(token, *, handle, device, core, space, params: InterpretParams,
-                    init=None, shape=None, dtype=None, borrow=False, direct=False):
-    """``(token, id)``; with ``direct=True`` ``(token, id, out)``: ``out`` is
-    XLA's buffer the kernel writes in place (see `ffi_ops.allocate_buffer`),
-    ``None`` when `buffer_bounds` pads the buffer (an ordinary one then)."""
-    if init is not None:
-        init = jnp.asarray(init)
-        shape, dtype = init.shape, init.dtype
-    logical = tuple(shape)
-    content = _padded_shape(logical, dtype, space, params)
-    out = None
-    if direct and content == logical:
-        token, buf, out = ffi_ops.allocate_buffer(
-            token, handle, device, core, space=space, dtype=dtype, shape=content,
-            direct=True, site=sites.current())
-    else:
-        token, buf = ffi_ops.allocate_buffer(
-            token, handle, device, core, space=space, dtype=dtype,
-            shape=content, logical_shape=logical, init=init, borrow=borrow,
-            site=sites.current())
+                    init=None, shape=None, dtype=None, borrow=False):
+    """``(token, id)`` of a buffer made as `launch_buffer` describes it, by
+    an op of its own (a `run_scoped` allocation)."""
+    b = launch_buffer(space, params, init=init, shape=shape, dtype=dtype, borrow=borrow)
+    token, buf = ffi_ops.allocate_buffer(
+        token, handle, device, core, space=space, dtype=b.dtype, shape=b.shape,
+        logical_shape=b.logical_shape, init=b.init, borrow=b.borrow, site=sites.current())
     token = _log_allocation(token, device, -1 if core is None else core, space, buf,
-                            logical, content)
-    return (token, buf, out) if direct else (token, buf)
+                            b.logical_shape, b.shape)
+    return token, buf
 
 
 def _log_allocation(token, device, core, space, buf, logical, content):
