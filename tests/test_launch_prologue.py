@@ -21,17 +21,15 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 import mosaic_rt
+from lowered_text import native_ops
 
 _SCAFFOLDING = ("kernel_begin", "allocate_buffer", "allocate_semaphores", "iota_ids",
                 "device_barrier", "grid_begin", "leak_report")
 
 
 def _calls(text: str) -> dict:
-    """Custom calls of the lowered ``text`` by target (without the prefix)."""
-    counts: dict = {}
-    for name in re.findall(r"stablehlo\.custom_call @mosaic_rt_(\w+)", text):
-        counts[name] = counts.get(name, 0) + 1
-    return counts
+    """Native ops of the lowered ``text`` by target (without the prefix)."""
+    return dict(native_ops(text))
 
 
 def _same_bits(ours, stock):

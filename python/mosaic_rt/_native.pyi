@@ -128,6 +128,8 @@ SCALAR_OPS: dict[str, int]  # scalar-program op codes by name ("add": 1, ..., "i
 SCALAR_TYPES: dict[str, int]  # scalar-program type codes by dtype name ("bool": 0, "int8": 1, ...)
 SCALAR_FORMAT: int  # the scalar-program wire format version
 SCALAR_MAX_VALUES: int  # most values (inputs + instructions) in one scalar program
+BATCH_OPS: tuple[str, ...]  # target names a `batch` call may hold, by op code
+BATCH_LIMITS: tuple[int, int, int, int]  # most members, member operands, member results, attributes
 
 def race_results() -> tuple[bool, int, list[str]] | None: ...
 def take_error(n: int) -> tuple[str, str, int | None, int | None] | None: ...

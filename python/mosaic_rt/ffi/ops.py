@@ -16,6 +16,7 @@ op's attributes and start operand.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import functools
 import math
@@ -32,6 +33,7 @@ from jax import lax
 from mosaic_rt import _native
 from mosaic_rt import jax_internals as jx
 from mosaic_rt._dtypes import dtype_name
+from mosaic_rt.ffi import batching
 
 _I32 = jax.ShapeDtypeStruct((), jnp.int32)
 _DYNAMIC_START = -(2**63)  # a region's `fixed` start taken from the operand
@@ -154,13 +156,91 @@ def _ints(xs) -> np.ndarray:
 
 
 def _call(name: str, results, operands, *, site: int = 0, **attrs):
-    """One side-effecting, token-threaded custom call (operand 0 -> result 0).
+    """One side-effecting, token-threaded op (operand 0 -> result 0).
     ``site``: the source-site id (``_native.intern_site``) the native side
-    names in reports and errors; 0 (unknown) adds no attribute."""
+    names in reports and errors; 0 (unknown) adds no attribute.
+
+    Inside `batched_runs`, an op that may join a batch and has no result
+    but the token is not emitted yet: it returns a pending token, and the
+    straight-line run it starts or extends is emitted as one call by the op
+    with results that ends it, or by `materialize`
+    (`mosaic_rt.ffi.batching`)."""
     if site:
         attrs["site"] = int(site)
-    out = _bind(f"mosaic_rt_{name}", (_I32, *results), operands, attrs)
+    member = batching.Member(f"mosaic_rt_{name}", tuple(results), tuple(operands[1:]), attrs)
+    if _BATCHED.get() and member.target in batching.CODES:
+        base, members = _joinable(operands[0], member)
+        if not results:
+            return batching.Pending(base, (*members, member), jx.current_trace())
+        out = _emit(base, (*members, member))
+    else:
+        out = _emit(materialize(operands[0]), (member,))
     return out[0] if not results else tuple(out)
+
+
+# Straight-line runs of ops become one `batch` call inside `batched_runs`
+# (tests and probes set this False to compare).
+BATCH_RUNS = True
+_BATCHED = contextvars.ContextVar("mosaic_rt_batched_runs", default=False)
+
+
+@contextlib.contextmanager
+def batched_runs():
+    """Within: ops with no result but the token may return a pending token
+    (see `_call`); whoever takes the token out of the chain of ops (into
+    control flow, a callback) calls `materialize` first. The interpreter
+    emits kernels this way; outside, every wrapper emits its call at once."""
+    reset = _BATCHED.set(BATCH_RUNS)
+    try:
+        yield
+    finally:
+        _BATCHED.reset(reset)
+
+
+def _joinable(token, member):
+    """``(base token, members)`` that ``member`` follows: the run pending on
+    ``token`` when ``member`` may join it, else the emitted token."""
+    if not isinstance(token, batching.Pending):
+        return token, ()
+    if not batching.fits(token.members, member):
+        return materialize(token), ()
+    real = token.claim_for_extension()
+    return (real, ()) if real is not None else (token.base, token.members)
+
+
+def materialize(token):
+    """The token as a traced value: a pending run of ops (see `_call`) is
+    emitted first. Call it before a token leaves the chain of ops: into
+    control flow, out of a loop or branch body, into a host callback."""
+    if not isinstance(token, batching.Pending):
+        return token
+    real = token.claim_for_emission()
+    if real is None:
+        real = _emit(token.base, token.members)[0]
+        token.emitted(real)
+    return real
+
+
+def _emit(token, members):
+    """The results ``(token, *values)`` of ``members`` run after ``token``:
+    one op's own call, or one `batch` call (only the last member of a run
+    has results)."""
+    if len(members) == 1:
+        m = members[0]
+        return _bind(m.target, (_I32, *m.results), (token, *m.operands), m.attrs)
+    token, results = batch(token, members)
+    return (token, *results[-1])
+
+
+def batch(token, members):
+    """``(token, results)``: the ops ``members`` (`batching.Member`s, each
+    without its token) run in order after ``token`` in one native call;
+    ``results[k]`` holds member k's results. A member may not read another
+    member's results."""
+    operands, results, attrs, slices = batching.encode(tuple(members))
+    out = _bind("mosaic_rt_batch", (_I32, *results), (materialize(token), *operands), attrs)
+    values = out[1:]
+    return out[0], [tuple(values[s]) for s in slices]
 
 
 # Minor-to-major order of a row-major array of each rank (what the FFI
@@ -186,7 +266,8 @@ def _bind(target: str, results, operands, attrs, *, side_effect: bool = True,
     test suite). ``aliases``: sorted ``(operand, result)`` pairs."""
     avals, out_layouts = _result_signature(
         tuple((tuple(r.shape), np.dtype(r.dtype)) for r in results))
-    operands = jx.auto_insert_reshard(*operands)
+    operands = jx.auto_insert_reshard(
+        *(materialize(x) if isinstance(x, batching.Pending) else x for x in operands))
     return jx.ffi_call_p.bind(
         *operands, result_avals=avals, vmap_method=None, target_name=target,
         has_side_effect=side_effect,
@@ -580,17 +661,18 @@ def store(token, handle, device, core, buffer_id, region, value, *, space, site:
 
 
 def swap(token, handle, device, core, buffer_id, region, value, mask=None, *, space,
-         site: int = 0):
+         old: bool = True, site: int = 0):
     """``(token, old)``: writes ``value`` (where ``mask``) and returns the
-    previous contents (masked-off elements give ``value``'s)."""
+    previous contents (masked-off elements give ``value``'s); with
+    ``old=False`` only the token (nothing is copied out)."""
     starts, attrs = _region_parts(region)
     value = jnp.asarray(value)
     _dtype(value.dtype, "swap")
     operands = [token, handle, _i32(device), _i32(core), _i32(buffer_id), starts, value]
     if mask is not None:
         operands.append(jnp.asarray(mask, jnp.bool_))
-    return _call("swap", (jax.ShapeDtypeStruct(value.shape, value.dtype),), operands,
-                 space=_space(space), site=site, **attrs)
+    results = (jax.ShapeDtypeStruct(value.shape, value.dtype),) if old else ()
+    return _call("swap", results, operands, space=_space(space), site=site, **attrs)
 
 
 def fill(token, handle, device, core, buffer_id, region, scalar, *, space, old_shape=None,

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mosaic_rt import jax_internals as jx
+from mosaic_rt.ffi.ops import materialize
 
 _TOKEN = jax.ShapeDtypeStruct((), jnp.int32)
 # PjRt admits at most this many executions in flight per CPU device.
@@ -136,11 +137,12 @@ def _prefetch(jaxpr, const_types, slots: int) -> None:
 def run_cores_concurrently(run_core, num_cores: int, token, *, device, num_devices: int):
     """Emits a launch of `run_core(core, token)` on `num_cores` threads of
     logical device `device` (traced) of `num_devices`."""
-    closed = jax.make_jaxpr(lambda core: run_core(core, jnp.zeros((), jnp.int32)))(
+    closed = jax.make_jaxpr(
+        lambda core: materialize(run_core(core, jnp.zeros((), jnp.int32))))(
         jnp.int32(0))
     jaxpr, consts = jx.closed_jaxpr_parts(closed)
     const_types = tuple((tuple(c.shape), np.dtype(c.dtype)) for c in consts)
     _prefetch(jaxpr, const_types, num_cores * num_devices)
     return jx.io_callback(
-        functools.partial(_run_all, jaxpr, num_cores, num_devices), _TOKEN, token,
+        functools.partial(_run_all, jaxpr, num_cores, num_devices), _TOKEN, materialize(token),
         device, *consts)

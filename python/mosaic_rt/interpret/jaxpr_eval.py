@@ -27,6 +27,10 @@ from mosaic_rt.interpret import (device_ids, native_calls, scalar_items, scalar_
 from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.interpret.regions import to_region
 
+# Where a token leaves a straight-line run of ops (control flow, callbacks),
+# the ops pending on it are emitted first (`mosaic_rt.ffi.batching`).
+real_token = native_calls.real_token
+
 _SEMAPHORE = jx.MemorySpace.SEMAPHORE
 _TOKEN_SDS = jax.ShapeDtypeStruct((), jnp.int32)
 _HBM = jx.MemorySpace.HBM
@@ -276,8 +280,11 @@ def _swap_view(token, ctx, space, ref, ref_aval, transforms, val, mask, aval, eq
         if done is not None:
             return done
     if not rest:
+        # An unused old value is not read out: the swap has no result but
+        # the token, and may join a batch (`mosaic_rt.ffi.batching`).
+        used = eqn is None or ctx.stores is None or ctx.stores.is_used(eqn.outvars[0])
         return native_calls.swap(token, ctx.handle, ctx.device_id, ctx.core,
-                                 space_code(space), ref, region, val, mask, aval)
+                                 space_code(space), ref, region, val, mask, aval, old=used)
     token, value = native_calls.load(token, ctx.handle, ctx.device_id, ctx.core,
                                      space_code(space), ref, region, base)
     val = jnp.broadcast_to(jnp.asarray(val, aval.dtype), aval.shape)
@@ -429,12 +436,14 @@ def _switch(eqn, index, args, ctx, token, presets=None):
 
         def run(tok, *a):
             preset = dict(zip(keys[k], a[start:start + len(keys[k])]))
-            return eval_closed(closed, *a[:nargs], ctx=ctx, token=tok, preset=preset)
+            tok, out = eval_closed(closed, *a[:nargs], ctx=ctx, token=tok, preset=preset)
+            return real_token(tok), out
 
         return run
 
     return jx.switch_on_clamped_index(
-        index, [branch(k, b) for k, b in enumerate(branches)], (token, *args, *extra))
+        index, [branch(k, b) for k, b in enumerate(branches)],
+        (real_token(token), *args, *extra))
 
 
 @_rule(lax.scan_p)
@@ -449,9 +458,9 @@ def _scan(eqn, read, ctx, token):
         tok, c = carry
         tok, res = eval_closed(p["jaxpr"], *consts, *c, *x, ctx=ctx, token=tok)
         c, ys = jx.scan_body_results(p, res)
-        return (tok, c), ys
+        return (real_token(tok), c), ys
 
-    (token, carry), ys = lax.scan(body, (token, init), xs=xs,
+    (token, carry), ys = lax.scan(body, (real_token(token), init), xs=xs,
                                   length=length, reverse=p["reverse"],
                                   unroll=p.get("unroll", 1))
     return token, carry + ys
@@ -475,10 +484,11 @@ def _counted_loop(p, consts, init, length: int, ctx, token):
         tok, res, computed = _eval_block(jaxpr, (*body_consts, *consts, *c), ctx, tok,
                                          {scalar_items.COUNTER: i}, length)
         c, _ = jx.scan_body_results(p, res)
-        return tok, computed[scalar_items.COUNT_NEXT], c, computed[scalar_items.COUNT_GO]
+        return (real_token(tok), computed[scalar_items.COUNT_NEXT], c,
+                computed[scalar_items.COUNT_GO])
 
     token, _, carry, _ = lax.while_loop(
-        lambda c: c[3], step, (token, np.int32(0), list(init), np.bool_(True)))
+        lambda c: c[3], step, (real_token(token), np.int32(0), list(init), np.bool_(True)))
     return token, list(carry)
 
 
@@ -496,9 +506,9 @@ def _while(eqn, read, ctx, token):
         tok, val, _ = carry
         tok, val = eval_closed(body, *body_consts, *val, ctx=ctx, token=tok)
         tok, c = eval_closed(cond, *cond_consts, *val, ctx=ctx, token=tok)
-        return tok, val, c[0]
+        return real_token(tok), val, c[0]
 
-    token, out, _ = lax.while_loop(lambda c: c[2], step, (token, init, first[0]))
+    token, out, _ = lax.while_loop(lambda c: c[2], step, (real_token(token), init, first[0]))
     return token, out
 
 
@@ -591,7 +601,8 @@ def _host_callback(eqn, read, ctx, token):
     results = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in eqn.outvars]
     outs = jx.io_callback(
         _guarded(eqn.params["callback"], len(results)),
-        (_TOKEN_SDS, *results), token, ctx.handle, ctx.device_id, ctx.core, *read())
+        (_TOKEN_SDS, *results), real_token(token), ctx.handle, ctx.device_id, ctx.core,
+        *read())
     token, *values = outs
     return token, (values if eqn.primitive.multiple_results else values[0])
 

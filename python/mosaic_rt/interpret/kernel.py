@@ -31,8 +31,9 @@ pallas_core = jx.pallas_core
 def interpret_pallas_call(*args, interpret_params: InterpretParams, **kwargs):
     # Ops outside the kernel body (scratch allocations, block copies, the
     # leak check) carry the kernel function's line.
+    # Straight-line runs of native ops become one call each (`batched_runs`).
     with logging_ops.tracing_with(interpret_params.logging_mode), \
-            sites.at_kernel(kwargs.get("jaxpr")):
+            sites.at_kernel(kwargs.get("jaxpr")), native_calls.batched_runs():
         return _interpret_pallas_call(*args, interpret_params=interpret_params, **kwargs)
 
 

@@ -17,6 +17,7 @@ import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
+from mosaic_rt.ffi.ops import materialize
 from mosaic_rt.jax_internals import LoggingMode, io_callback
 
 logger = logging.getLogger("mosaic_rt.interpret")
@@ -58,5 +59,5 @@ def log(token, kind: LoggingMode, op: str, device, core, **values):
         return token
     names = tuple(values)
     return io_callback(
-        _emit(f"`{op}` -- {{fields}}.", names), _TOKEN, token, device, core,
+        _emit(f"`{op}` -- {{fields}}.", names), _TOKEN, materialize(token), device, core,
         *[jnp.asarray(v) for v in values.values()])

@@ -25,6 +25,12 @@ from mosaic_rt.jax_internals import padded_shape
 
 READY = True
 
+# The token as a traced value, the ops pending on it emitted (see
+# `mosaic_rt.ffi.batching`): before a token goes into control flow or a
+# host callback, and out of a loop or branch body.
+real_token = ffi_ops.materialize
+batched_runs = ffi_ops.batched_runs
+
 _SMEM_CODE = _native.MEMORY_SPACES["smem"]
 
 
@@ -171,15 +177,17 @@ def load(token, handle, device, core, space, buf, region, aval):
     return _log_access(token, "get_buffer_content", device, core, space, buf, region), value
 
 
-def swap(token, handle, device, core, space, buf, region, value, mask, aval):
+def swap(token, handle, device, core, space, buf, region, value, mask, aval, *, old=True):
+    """(token, old): old is `aval` itself (no value) when not ``old``."""
     value = jnp.asarray(value, aval.dtype)
     if value.shape != aval.shape:
         value = jnp.broadcast_to(value, aval.shape)
     if mask is not None:
         mask = jnp.broadcast_to(jnp.asarray(mask, jnp.bool_), aval.shape)
-    token, old = ffi_ops.swap(token, handle, device, core, buf, region, value, mask, space=space,
-                          site=sites.current())
-    return _log_access(token, "swap_buffer_content", device, core, space, buf, region), old
+    out = ffi_ops.swap(token, handle, device, core, buf, region, value, mask, space=space,
+                       old=old, site=sites.current())
+    token, value = out if old else (out, aval)
+    return _log_access(token, "swap_buffer_content", device, core, space, buf, region), value
 
 
 def fill(token, handle, device, core, space, buf, region, scalar, old_aval=None):

@@ -118,6 +118,7 @@ pub struct Buffer {
 }
 
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct ByteSpan {
     pub ptr: *const c_char,
     pub len: usize,

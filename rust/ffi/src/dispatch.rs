@@ -20,6 +20,17 @@ impl<'a> Call<'a> {
         self.bound = Some((handle, device));
     }
 
+    /// Runs `body` as op `op` on `frame` (a member of a `batch`): an error
+    /// that binds the member to its launch binds this call too.
+    pub fn run_member(&mut self, frame: &CallFrame, op: &'static str, body: Body) -> Result<()> {
+        let mut member = Call { frame: Frame { raw: frame, op }, bound: None };
+        let result = body(&mut member);
+        if member.bound.is_some() {
+            self.bound = member.bound;
+        }
+        result
+    }
+
     /// The op's source site: optional attribute `site` (0: unknown).
     #[inline]
     pub fn site(&self) -> u32 {

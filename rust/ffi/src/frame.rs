@@ -61,7 +61,7 @@ impl<'a> Frame<'a> {
 
     /// (type, pointer) of operand `i`, if it exists and the tables are there.
     #[inline(always)]
-    fn arg_entry(&self, i: usize) -> Option<(i32, *mut c_void)> {
+    pub(crate) fn arg_entry(&self, i: usize) -> Option<(i32, *mut c_void)> {
         let a = &self.raw.args;
         if i >= self.num_args() || a.types.is_null() || a.args.is_null() {
             return None;
@@ -73,7 +73,7 @@ impl<'a> Frame<'a> {
 
     /// (type, pointer) of result `i`, as `arg_entry`.
     #[inline(always)]
-    fn ret_entry(&self, i: usize) -> Option<(i32, *mut c_void)> {
+    pub(crate) fn ret_entry(&self, i: usize) -> Option<(i32, *mut c_void)> {
         let r = &self.raw.rets;
         if i >= self.num_rets() || r.types.is_null() || r.rets.is_null() {
             return None;
@@ -242,28 +242,45 @@ impl<'a> Frame<'a> {
         Err(RtError::value(format!("{}: bad token operand or result", self.op)))
     }
 
+    #[inline]
+    pub fn num_attrs(&self) -> usize {
+        let at = &self.raw.attrs;
+        if at.types.is_null() || at.names.is_null() || at.attrs.is_null() {
+            return 0;
+        }
+        at.size.max(0) as usize
+    }
+
+    /// (type, name, value pointer) of attribute `i`, if it has a name.
+    #[inline(always)]
+    pub(crate) fn attr_entry(&self, i: usize) -> Option<(i32, &'a [u8], *mut c_void)> {
+        if i >= self.num_attrs() {
+            return None;
+        }
+        let at = &self.raw.attrs;
+        // SAFETY: `num_attrs` checked the `types`, `names` and `attrs`
+        // arrays non-null; XLA guarantees they have `size` entries, and
+        // `i < size`.
+        let (ty, span, attr) = unsafe { (*at.types.add(i), *at.names.add(i), *at.attrs.add(i)) };
+        // SAFETY: a non-null name is an `XLA_FFI_ByteSpan` valid for the call.
+        let span = unsafe { span.as_ref() }?;
+        if span.ptr.is_null() {
+            return None;
+        }
+        // SAFETY: a non-null span pointer covers `len` bytes, valid for the call.
+        let key = unsafe { std::slice::from_raw_parts(span.ptr as *const u8, span.len) };
+        Some((ty, key, attr))
+    }
+
     /// The attribute called `name` (attributes arrive sorted by name, but
     /// there are few of them: a linear scan is the cheapest lookup).
     fn find_attr(&self, name: &str) -> Option<(i32, *mut c_void)> {
-        let at = &self.raw.attrs;
-        if at.types.is_null() || at.names.is_null() || at.attrs.is_null() {
-            return None;
-        }
-        for i in 0..at.size.max(0) as usize {
-            // SAFETY: XLA guarantees the non-null `types`, `names` and
-            // `attrs` arrays have `size` entries, and `i < size`.
-            let (ty, span, attr) = unsafe { (*at.types.add(i), *at.names.add(i), *at.attrs.add(i)) };
-            // SAFETY: a non-null name is an `XLA_FFI_ByteSpan` valid for the call.
-            let Some(span) = (unsafe { span.as_ref() }) else { continue };
-            if span.len != name.len() || span.ptr.is_null() {
-                continue;
-            }
-            // SAFETY: a non-null span pointer covers `len` bytes.
-            let key = unsafe { std::slice::from_raw_parts(span.ptr as *const u8, span.len) };
+        for i in 0..self.num_attrs() {
+            let Some((ty, key, attr)) = self.attr_entry(i) else { continue };
             // Not `key == name`: that calls libc's memcmp, whose setup costs
             // more than comparing a few bytes (every op looks up several
             // attributes on every call).
-            if key.iter().zip(name.as_bytes()).all(|(a, b)| a == b) {
+            if key.len() == name.len() && key.iter().zip(name.as_bytes()).all(|(a, b)| a == b) {
                 return Some((ty, attr));
             }
         }
@@ -308,23 +325,9 @@ impl<'a> Frame<'a> {
     /// another type reads as absent).
     pub fn attrs_i64_opt<const N: usize>(&self, names: [&str; N]) -> [Option<i64>; N] {
         let mut out = [None; N];
-        let at = &self.raw.attrs;
-        if at.size <= 0 || at.types.is_null() || at.names.is_null() || at.attrs.is_null() {
-            return out;
-        }
-        for i in 0..at.size as usize {
-            // SAFETY: as in `find_attr`.
-            let (span, attr) = unsafe { (*at.names.add(i), *at.attrs.add(i)) };
-            // SAFETY: a non-null name is an `XLA_FFI_ByteSpan` valid for the call.
-            let Some(span) = (unsafe { span.as_ref() }) else { continue };
-            if span.ptr.is_null() {
-                continue;
-            }
-            // SAFETY: a non-null span pointer covers `len` bytes.
-            let key = unsafe { std::slice::from_raw_parts(span.ptr as *const u8, span.len) };
+        for i in 0..self.num_attrs() {
+            let Some((ty, key, attr)) = self.attr_entry(i) else { continue };
             if let Some(k) = names.iter().position(|n| n.as_bytes() == key) {
-                // SAFETY: as in `find_attr`.
-                let ty = unsafe { *at.types.add(i) };
                 out[k] = self.scalar_i64(ty, attr);
             }
         }

@@ -78,11 +78,22 @@ handlers! {
     wrap_target => crate::ops::interp::wrap_target,
     iota_ids => crate::ops::interp::iota_ids,
     scalar_program => crate::ops::scalar::scalar_program,
+    batch => crate::ops::batch::batch,
     prng_random_bits => crate::ops::interp::prng_random_bits,
     grid_step => crate::ops::trace::grid_step,
 }
 
 pub use launch::{callback_state, fail_launch};
+
+/// The target names of the ops a `batch` may hold, by op code.
+pub fn batch_members() -> impl ExactSizeIterator<Item = &'static str> {
+    ops::batch::MEMBERS.iter().map(|(name, _)| *name)
+}
+
+/// Limits of one `batch`: (members, operands of a member, results of a
+/// member, attributes).
+pub const BATCH_LIMITS: (usize, usize, usize, usize) =
+    (ops::batch::MAX_MEMBERS, ops::batch::MAX_MEMBER_ARGS, ops::batch::MAX_MEMBER_RETS, ops::batch::MAX_ATTRS);
 /// Timelines: trace files written, the JSON of a runtime, site texts.
 pub use ops::trace::{trace_json, written as trace_files_written};
 

@@ -27,7 +27,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// The core's spellings and codes, so Python keeps no table of its own:
 /// `MEMORY_SPACES` ({stock name: code}), `SEMAPHORE_KINDS` and
 /// `LEAK_POLICIES` (the strings the ops accept), `SCALAR_OPS` and
-/// `SCALAR_TYPES` ({name: code} of scalar programs, `mosaic_rt_core::scalar`).
+/// `SCALAR_TYPES` ({name: code} of scalar programs, `mosaic_rt_core::scalar`),
+/// `BATCH_OPS` (the target names a `batch` call may hold, by op code) and
+/// `BATCH_LIMITS` (its members, member operands, member results, attributes).
 fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     let spaces = PyDict::new(py);
@@ -49,5 +51,7 @@ fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SCALAR_TYPES", types)?;
     m.add("SCALAR_FORMAT", scalar::FORMAT)?;
     m.add("SCALAR_MAX_VALUES", scalar::MAX_VALUES)?;
+    m.add("BATCH_OPS", PyTuple::new(py, mosaic_rt_ffi::batch_members())?)?;
+    m.add("BATCH_LIMITS", mosaic_rt_ffi::BATCH_LIMITS)?;
     Ok(())
 }

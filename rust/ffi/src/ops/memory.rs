@@ -192,14 +192,16 @@ fn splat_requested(c: &Call) -> Result<bool> {
 }
 
 /// `swap(token, handle, device, core, id, starts, value[, mask]) -> (token, old)`;
-/// `mask` is a bool array of the value's shape.
+/// `mask` is a bool array of the value's shape. The result `old` may be
+/// left out (`-> token`) when the caller does not use it: nothing is read
+/// out, the write and its race record are the same.
 ///
 /// Optional attribute `splat` (non-zero): `value` is rank 0 and written to
 /// every element of the region (no mask); the result `old` has the region's
-/// shape, and may be left out (`-> token`) when the caller does not use it.
+/// shape.
 pub fn swap(c: &mut Call) -> Result<()> {
     let splat = splat_requested(c)?;
-    let rets = if splat && c.frame.num_rets() == 1 { 1 } else { 2 };
+    let rets = if c.frame.num_rets() == 1 { 1 } else { 2 };
     let (handle, device, core) = core_target(c, if splat { 7..=7 } else { 7..=8 }, rets)?;
     let _site = c.enter_site();
     let f = &c.frame;
@@ -231,7 +233,7 @@ pub fn swap(c: &mut Call) -> Result<()> {
     };
     let at = MemRef::new(device, core, space, id, &region);
     if rets == 1 {
-        return launch::with_runtime(handle, |rt| rt.swap_value(at, stored, None, None));
+        return launch::with_runtime(handle, |rt| rt.swap_value(at, stored, mask, None));
     }
     let out = f.ret(1)?;
     // A splat's result has the region's shape (the runtime checks its length).

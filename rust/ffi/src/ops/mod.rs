@@ -3,6 +3,7 @@
 //! operand 0 by the Python wrappers, so a device's calls keep program order).
 //! Static parameters are attributes, dynamic ones operands.
 
+pub mod batch;
 pub mod dma;
 pub mod grid;
 pub mod interp;

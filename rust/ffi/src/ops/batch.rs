@@ -1,0 +1,240 @@
+//! `batch`: a straight-line run of token-threaded ops as one custom call.
+//!
+//! XLA compiles every custom call on its own (~0.2 ms of a cold call inside
+//! a shard_map) and runs each as a thunk. The memory, DMA and semaphore ops
+//! of a kernel block that no XLA compute separates need not be separate
+//! calls: `batch` runs them in order, each through its own handler on a
+//! call frame of its own (its operands, results and attributes picked out
+//! of the batch's), so each keeps its checks, messages and source site.
+//!
+//! Operands: the token (0), then the members' other operands, shared ones
+//! once. Results: the token (0, aliased to operand 0), then the members'
+//! value results. Attributes:
+//! * `ops`: the members' op codes ([`MEMBERS`], exported to Python as
+//!   `_native.BATCH_OPS`), in program order;
+//! * `args` / `rets`: for each member in turn, its operand (result) count,
+//!   then the index of each in the batch's operands (results); a member's
+//!   operand 0 and result 0 are the batch's token;
+//! * member k's own attribute `name` as `m{k}_{name}`.
+//!
+//! A member never reads another member's results (the Python side ends a
+//! batch before such a reader), so each frame's buffers are XLA's own.
+
+use super::{dma, grid, interp, kernel, memory, sem, trace};
+use crate::abi::{self, ByteSpan, CallFrame};
+use crate::dispatch::{Body, Call};
+use crate::frame::Frame;
+use mosaic_rt_core::{Result, RtError};
+use std::ffi::c_void;
+
+/// The ops a batch may hold, by code (index). Ops that alias more than the
+/// token, or that begin or end a launch, are not members.
+pub const MEMBERS: &[(&str, Body)] = &[
+    ("mosaic_rt_load", memory::load),
+    ("mosaic_rt_store", memory::store),
+    ("mosaic_rt_swap", memory::swap),
+    ("mosaic_rt_free_buffer", memory::free_buffer),
+    ("mosaic_rt_allocate_semaphores", sem::allocate_semaphores),
+    ("mosaic_rt_barrier_semaphore", sem::barrier_semaphore),
+    ("mosaic_rt_semaphore_signal", sem::semaphore_signal),
+    ("mosaic_rt_semaphore_wait", sem::semaphore_wait),
+    ("mosaic_rt_semaphore_read", sem::semaphore_read),
+    ("mosaic_rt_dma_start", dma::dma_start),
+    ("mosaic_rt_dma_wait", dma::dma_wait),
+    ("mosaic_rt_copy_block", interp::copy_block),
+    ("mosaic_rt_check_revisit", interp::check_revisit),
+    ("mosaic_rt_prng_seed", interp::prng_seed),
+    ("mosaic_rt_prng_random_bits", interp::prng_random_bits),
+    ("mosaic_rt_grid_copy_in", grid::grid_copy_in),
+    ("mosaic_rt_grid_copy_out", grid::grid_copy_out),
+    ("mosaic_rt_grid_step", trace::grid_step),
+    ("mosaic_rt_core_end", kernel::core_end),
+    ("mosaic_rt_device_barrier", kernel::device_barrier),
+    ("mosaic_rt_sync_device_cores", kernel::sync_device_cores),
+    ("mosaic_rt_leak_report", kernel::leak_report),
+];
+
+/// Most members, operands / results of one member, and attributes of one
+/// batch (the member frames are built on the stack; the Python side keeps
+/// within these).
+pub const MAX_MEMBERS: usize = 64;
+pub const MAX_MEMBER_ARGS: usize = 32;
+pub const MAX_MEMBER_RETS: usize = 8;
+pub const MAX_ATTRS: usize = 128;
+
+/// The members' attributes, `(type, name without the prefix, value)`,
+/// grouped by member: a counting sort of the batch's attributes, with no
+/// assumption on their order.
+struct MemberAttrs {
+    types: [i32; MAX_ATTRS],
+    spans: [ByteSpan; MAX_ATTRS],
+    values: [*mut c_void; MAX_ATTRS],
+    /// `starts[k]..starts[k + 1]`: member k's slots.
+    starts: [usize; MAX_MEMBERS + 1],
+}
+
+pub fn batch(c: &mut Call) -> Result<()> {
+    let f = &c.frame;
+    let ops = f.attr_i64s("ops")?;
+    let arg_map = f.attr_i64s("args")?;
+    let ret_map = f.attr_i64s("rets")?;
+    if ops.len() > MAX_MEMBERS {
+        return Err(RtError::value(format!("mosaic_rt_batch: more than {MAX_MEMBERS} members")));
+    }
+    let empty = ByteSpan { ptr: std::ptr::null(), len: 0 };
+    let mut attrs = MemberAttrs {
+        types: [0; MAX_ATTRS],
+        spans: [empty; MAX_ATTRS],
+        values: [std::ptr::null_mut(); MAX_ATTRS],
+        starts: [0; MAX_MEMBERS + 1],
+    };
+    attrs.group(&c.frame, ops.len())?;
+    let (mut a, mut r) = (0usize, 0usize);
+    for (k, &code) in ops.iter().enumerate() {
+        let (name, body) = usize::try_from(code)
+            .ok()
+            .and_then(|i| MEMBERS.get(i))
+            .copied()
+            .ok_or_else(|| RtError::value(format!("mosaic_rt_batch: unknown member op code {code}")))?;
+        let args = take_indices(arg_map, &mut a, MAX_MEMBER_ARGS, "args")?;
+        let rets = take_indices(ret_map, &mut r, MAX_MEMBER_RETS, "rets")?;
+        run_member(c, name, body, args, rets, &mut attrs, k)?;
+    }
+    if a != arg_map.len() || r != ret_map.len() {
+        return Err(RtError::value("mosaic_rt_batch: attributes `args` / `rets` have entries left over"));
+    }
+    Ok(())
+}
+
+/// The next member's index list of `map` (count, then indices) from `*at`.
+fn take_indices<'m>(map: &'m [i64], at: &mut usize, max: usize, what: &str) -> Result<&'m [i64]> {
+    let n = map.get(*at).and_then(|&n| usize::try_from(n).ok()).filter(|&n| n <= max);
+    let Some(n) = n.filter(|&n| *at + 1 + n <= map.len()) else {
+        return Err(RtError::value(format!("mosaic_rt_batch: attribute `{what}` is malformed")));
+    };
+    let out = &map[*at + 1..*at + 1 + n];
+    *at += 1 + n;
+    Ok(out)
+}
+
+/// The member prefix `m{k}_` of an attribute name: `(k, prefix length)`.
+fn member_of(name: &[u8]) -> Option<(usize, usize)> {
+    let digits = name.strip_prefix(b"m")?;
+    let n = digits.iter().take_while(|b| b.is_ascii_digit()).count();
+    if n == 0 || n > 4 || digits.get(n) != Some(&b'_') {
+        return None;
+    }
+    let k = digits[..n].iter().fold(0usize, |k, d| k * 10 + usize::from(d - b'0'));
+    Some((k, n + 2))
+}
+
+impl MemberAttrs {
+    fn group(&mut self, f: &Frame, members: usize) -> Result<()> {
+        let n = f.num_attrs();
+        if n > MAX_ATTRS + 3 {
+            return Err(RtError::value(format!("mosaic_rt_batch: more than {MAX_ATTRS} member attributes")));
+        }
+        // (member, prefix length) of each attribute; usize::MAX: the batch's own.
+        let mut owner = [(usize::MAX, 0usize); MAX_ATTRS + 3];
+        let mut counts = [0usize; MAX_MEMBERS + 1];
+        for (i, slot) in owner.iter_mut().enumerate().take(n) {
+            let Some((_, key, _)) = f.attr_entry(i) else { continue };
+            if let Some((k, skip)) = member_of(key) {
+                if k >= members {
+                    return Err(RtError::value(format!(
+                        "mosaic_rt_batch: attribute of member {k}, but the batch has {members}"
+                    )));
+                }
+                *slot = (k, skip);
+                counts[k + 1] += 1;
+            }
+        }
+        if counts.iter().sum::<usize>() > MAX_ATTRS {
+            return Err(RtError::value(format!("mosaic_rt_batch: more than {MAX_ATTRS} member attributes")));
+        }
+        for k in 0..members {
+            counts[k + 1] += counts[k];
+        }
+        self.starts = counts;
+        let mut next = counts;
+        for (i, &(k, skip)) in owner.iter().enumerate().take(n) {
+            if k == usize::MAX {
+                continue;
+            }
+            let Some((ty, key, value)) = f.attr_entry(i) else { continue };
+            let slot = next[k];
+            next[k] += 1;
+            self.types[slot] = ty;
+            let rest = &key[skip..];
+            self.spans[slot] = ByteSpan { ptr: rest.as_ptr().cast(), len: rest.len() };
+            self.values[slot] = value;
+        }
+        Ok(())
+    }
+}
+
+fn run_member(
+    c: &mut Call,
+    name: &'static str,
+    body: Body,
+    args: &[i64],
+    rets: &[i64],
+    attrs: &mut MemberAttrs,
+    k: usize,
+) -> Result<()> {
+    let f = &c.frame;
+    let mut arg_types = [0i32; MAX_MEMBER_ARGS];
+    let mut arg_ptrs = [std::ptr::null_mut::<c_void>(); MAX_MEMBER_ARGS];
+    for (j, &i) in args.iter().enumerate() {
+        let entry = usize::try_from(i).ok().and_then(|i| f.arg_entry(i));
+        (arg_types[j], arg_ptrs[j]) = entry.ok_or_else(|| bad_index(name, "operand", i))?;
+    }
+    let mut ret_types = [0i32; MAX_MEMBER_RETS];
+    let mut ret_ptrs = [std::ptr::null_mut::<c_void>(); MAX_MEMBER_RETS];
+    for (j, &i) in rets.iter().enumerate() {
+        let entry = usize::try_from(i).ok().and_then(|i| f.ret_entry(i));
+        (ret_types[j], ret_ptrs[j]) = entry.ok_or_else(|| bad_index(name, "result", i))?;
+    }
+    let (from, to) = (attrs.starts[k], attrs.starts[k + 1]);
+    let mut names = [std::ptr::null_mut::<ByteSpan>(); MAX_ATTRS];
+    for (slot, span) in names.iter_mut().zip(&mut attrs.spans[from..to]) {
+        *slot = span;
+    }
+    let raw = f.raw;
+    let frame = CallFrame {
+        struct_size: raw.struct_size,
+        extension_start: std::ptr::null_mut(),
+        api: raw.api,
+        ctx: raw.ctx,
+        stage: raw.stage,
+        args: abi::Args {
+            struct_size: raw.args.struct_size,
+            extension_start: std::ptr::null_mut(),
+            size: args.len() as i64,
+            types: arg_types.as_mut_ptr(),
+            args: arg_ptrs.as_mut_ptr(),
+        },
+        rets: abi::Rets {
+            struct_size: raw.rets.struct_size,
+            extension_start: std::ptr::null_mut(),
+            size: rets.len() as i64,
+            types: ret_types.as_mut_ptr(),
+            rets: ret_ptrs.as_mut_ptr(),
+        },
+        attrs: abi::Attrs {
+            struct_size: raw.attrs.struct_size,
+            extension_start: std::ptr::null_mut(),
+            size: (to - from) as i64,
+            types: attrs.types[from..].as_mut_ptr(),
+            names: names.as_mut_ptr(),
+            attrs: attrs.values[from..].as_mut_ptr(),
+        },
+        future: raw.future,
+    };
+    c.run_member(&frame, name, body)
+}
+
+#[cold]
+fn bad_index(op: &str, what: &str, i: i64) -> RtError {
+    RtError::value(format!("mosaic_rt_batch: {op}'s {what} index {i} is out of range"))
+}

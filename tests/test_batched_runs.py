@@ -1,0 +1,138 @@
+"""Straight-line runs of native ops are one `batch` call each
+(`mosaic_rt.ffi.batching`): the same ops in the same order, fewer custom
+calls, and the same results, errors and reports as one call per op."""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+import mosaic_rt
+from lowered_text import batch_calls, native_ops
+from mosaic_rt.bench import collectives
+from mosaic_rt.ffi import batching
+from mosaic_rt.ffi import ops as ffi_ops
+
+pytestmark = [pytest.mark.timeout(120),
+              pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+
+@pytest.fixture
+def unbatched(monkeypatch):
+    """Runs the body with one call per op (the comparison baseline)."""
+    def switch(flag: bool):
+        monkeypatch.setattr(ffi_ops, "BATCH_RUNS", flag)
+    return switch
+
+
+def _all_calls(text: str) -> int:
+    return len(re.findall(r"custom_call @mosaic_rt_\w+", text))
+
+
+@pytest.mark.parametrize("make", [collectives.reduce_scatter, collectives.all_gather])
+def test_a_ring_collective_is_the_same_ops_in_fewer_calls(make, unbatched):
+    program, args = make(8, 8)
+    batched = program(mosaic_rt.InterpretParams()).lower(*args).as_text()
+    unbatched(False)
+    single = program(mosaic_rt.InterpretParams()).lower(*args).as_text()
+    assert batch_calls(single) == 0
+    assert batch_calls(batched) >= 2
+    assert native_ops(batched) == native_ops(single)
+    # A ring step's swap, DMA start and waits and the next step's first
+    # load are one call: at least a third fewer calls in all.
+    assert _all_calls(batched) <= _all_calls(single) * 2 // 3, (
+        _all_calls(batched), _all_calls(single))
+
+
+@pytest.mark.parametrize("make", [collectives.reduce_scatter, collectives.all_gather])
+@pytest.mark.parametrize("mode", ["eager", "on_wait"])
+@pytest.mark.parametrize("races", [False, True])
+def test_batched_and_unbatched_results_are_bitwise_equal(make, mode, races, unbatched):
+    program, args = make(8, 8)
+    params = mosaic_rt.InterpretParams(dma_execution_mode=mode, detect_races=races)
+    batched = np.asarray(program(params)(*args))
+    unbatched(False)
+    single = np.asarray(program(params)(*args))
+    assert batched.tobytes() == single.tobytes()
+
+
+def _waits_for_a_signal_that_never_comes():
+    def kernel(x_ref, o_ref, sem):
+        o_ref[...] = x_ref[...]
+        pl.semaphore_signal(sem, 1)
+        pl.semaphore_wait(sem, 2)  # the line the report names
+        o_ref[...] = o_ref[...] + 1.0
+
+    x = jnp.ones((8, 128), jnp.float32)
+    return jax.jit(pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+        interpret=mosaic_rt.InterpretParams(wait_timeout=30.0))), x
+
+
+def _deadlock_text(fn, x) -> str:
+    with pytest.raises(mosaic_rt.DeadlockError) as info:
+        with mosaic_rt.native_errors():
+            jax.block_until_ready(fn(x))
+    return str(info.value)
+
+
+def test_a_member_wait_reports_its_own_line_as_an_op_of_its_own(unbatched):
+    fn, x = _waits_for_a_signal_that_never_comes()
+    text = fn.lower(x).as_text()
+    assert native_ops(text)["semaphore_wait"] == 1 and native_ops(text)["semaphore_signal"] == 1
+    assert batch_calls(text) >= 1
+    assert not re.search(r"custom_call @mosaic_rt_semaphore_wait\b", text)  # a member
+    batched = _deadlock_text(fn, x)
+    lines, first = inspect.getsourcelines(_waits_for_a_signal_that_never_comes)
+    wait_line = first + next(i for i, l in enumerate(lines) if "semaphore_wait" in l)
+    assert "waits on REGULAR semaphore" in batched
+    assert f"test_batched_runs.py:{wait_line}:" in batched, batched
+    unbatched(False)
+    fn, x = _waits_for_a_signal_that_never_comes()
+    assert batch_calls(fn.lower(x).as_text()) == 0
+    assert _deadlock_text(fn, x) == batched
+
+
+def test_ops_outside_batched_runs_return_traced_tokens():
+    seen = {}
+
+    def body(token):
+        handle = jnp.zeros((2,), jnp.uint32)
+        seen["plain"] = ffi_ops.semaphore_signal(token, handle, 0, 0, 0, 1)
+        with ffi_ops.batched_runs():
+            pending = ffi_ops.semaphore_signal(token, handle, 0, 0, 0, 1)
+            seen["pending"] = pending
+            return ffi_ops.materialize(pending)
+
+    jax.make_jaxpr(body)(jnp.int32(0))
+    assert isinstance(seen["pending"], batching.Pending)
+    assert not isinstance(seen["plain"], batching.Pending)
+
+
+def test_a_pending_token_is_extended_or_emitted_once():
+    def body(token):
+        handle = jnp.zeros((2,), jnp.uint32)
+        with ffi_ops.batched_runs():
+            pending = ffi_ops.semaphore_signal(token, handle, 0, 0, 0, 1)
+            ffi_ops.semaphore_signal(pending, handle, 0, 0, 0, 1)  # extends it
+            with pytest.raises(AssertionError, match="extended twice"):
+                ffi_ops.semaphore_signal(pending, handle, 0, 0, 0, 1)
+            with pytest.raises(AssertionError, match="emitted after a later op joined"):
+                ffi_ops.materialize(pending)
+            other = ffi_ops.semaphore_signal(token, handle, 0, 0, 0, 1)
+            first = ffi_ops.materialize(other)
+            assert ffi_ops.materialize(other) is first  # emitted once
+            inner = ffi_ops.semaphore_signal(token, handle, 0, 0, 0, 1)
+            with pytest.raises(AssertionError, match="crossed into another trace"):
+                jax.make_jaxpr(lambda: ffi_ops.materialize(inner))()
+        return first
+
+    jax.make_jaxpr(body)(jnp.int32(0))
