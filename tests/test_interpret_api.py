@@ -219,3 +219,30 @@ def test_logging_mode_logs_memory_and_semaphore_ops(caplog):
     with caplog.at_level("INFO", logger="mosaic_rt.interpret"):
         run(None)
     assert caplog.text == ""
+
+
+def test_the_lowerings_optional_imports_are_tried_once():
+    """pallas_call's interpret lowering imports the GPU interpreter on every
+    kernel; where that import fails (jax 0.10.2 without absl-py) it is
+    marked failed after the first kernel instead of failing slowly again
+    each time. An import that works is left alone."""
+    import importlib
+    import sys
+
+    from mosaic_rt import jax_internals
+
+    x = jnp.arange(8 * 128, dtype=jnp.float32).reshape(8, 128)
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...]
+
+    out = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                         interpret=mosaic_rt.InterpretParams())(x)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(x))
+    for name in jax_internals.OPTIONAL_LOWERING_IMPORTS:
+        entry = sys.modules[name]  # tried: a module, or marked failed
+        if entry is None:
+            with pytest.raises(ImportError):
+                importlib.import_module(name)
+        else:
+            assert importlib.import_module(name) is entry

@@ -208,6 +208,12 @@ def memory_space_name(memory_space) -> str:
 PALLAS_CALL_SEAM = (stock_interpreter, "interpret_pallas_call")
 # The effects pallas_call gives a kernel in interpret mode.
 INTERPRET_EFFECTS_SEAM = (pallas_core, "get_interpret_effects")
+# Modules pallas_call's interpret lowering tries to import on every call
+# (the GPU interpreter's), whatever the params. Where one cannot be
+# imported (jax 0.10.2 without absl-py), each attempt runs the failing
+# import again: ~1 ms per kernel lowered.
+OPTIONAL_LOWERING_IMPORTS = ("jax._src.pallas.mosaic_gpu.interpret.interpret_pallas_call",
+                             "jax._src.pallas.mosaic_gpu.interpret.params")
 # `pltpu.force_tpu_interpret_mode`'s setting.
 interpret_mode_setting = jax_config.pallas_tpu_interpret_mode_context_manager
 

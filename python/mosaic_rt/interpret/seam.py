@@ -20,6 +20,8 @@ have on a real TPU (none); that keeps jit on its fast C++ dispatch path
 from __future__ import annotations
 
 import functools
+import importlib
+import sys
 import threading
 
 from mosaic_rt import jax_internals
@@ -45,6 +47,7 @@ def install() -> None:
                 from mosaic_rt.ffi import reports
                 from mosaic_rt.interpret.kernel import interpret_pallas_call
                 reports.deliver_in_background()  # outside pytest (see reports)
+                _remember_failed_imports()
                 return interpret_pallas_call(
                     *args, interpret_params=interpret_params, **kwargs)
             return stock_impl(*args, interpret_params=interpret_params, **kwargs)
@@ -53,6 +56,21 @@ def install() -> None:
         dispatch.stock_impl = stock_impl  # type: ignore[attr-defined]
         setattr(_stock_module, _ATTR, dispatch)
         _install_effects()
+
+
+@functools.cache
+def _remember_failed_imports() -> None:
+    """Makes the lowering's optional imports that fail here fail at once
+    next time (once per process, at the first kernel lowered: the lowering
+    has just tried them): a ``None`` entry in ``sys.modules`` is Python's
+    own "this import fails" mark. Imports that work are untouched."""
+    for name in jax_internals.OPTIONAL_LOWERING_IMPORTS:
+        if name in sys.modules:
+            continue
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            sys.modules[name] = None  # type: ignore[assignment]
 
 
 def _install_effects() -> None:
