@@ -48,6 +48,7 @@ pub mod reports;
 mod revisit;
 mod runtime;
 pub mod scalar;
+pub mod vector;
 mod sem;
 pub mod site;
 mod sync;
