@@ -165,11 +165,43 @@ pub trait Float: Elem + std::ops::Neg<Output = Self> + PartialOrd {
     fn mul(self, b: Self) -> Self;
     fn div(self, b: Self) -> Self;
     fn rem(self, b: Self) -> Self;
+    /// `a*b + c`, `a*b - c`, `c - a*b` rounded once; a NaN operand is
+    /// returned unnegated (as x86's fused forms do).
     fn mul_add(self, b: Self, c: Self) -> Self;
+    fn mul_sub(self, b: Self, c: Self) -> Self;
+    fn neg_mul_add(self, b: Self, c: Self) -> Self;
     fn abs(self) -> Self;
-    /// Bitwise and / or of two values (the sign of equal zeros).
-    fn and_bits(self, b: Self) -> Self;
-    fn or_bits(self, b: Self) -> Self;
+    /// `self` with its quiet bit set.
+    fn quiet(self) -> Self;
+    /// `self` with the sign bit the and / or of both signs.
+    fn sign_and(self, b: Self) -> Self;
+    fn sign_or(self, b: Self) -> Self;
+}
+
+/// [`nan_of2`] of three operands.
+#[inline(always)]
+fn nan_of3<T: Float>(r: T, a: T, b: T, c: T) -> T {
+    if r.is_nan() && !a.is_nan() && !b.is_nan() && c.is_nan() {
+        c.quiet()
+    } else {
+        nan_of2(r, a, b)
+    }
+}
+
+/// The NaN XLA:CPU returns for `a op b` whose result `r` is NaN: the
+/// first NaN operand, quieted (x86 keeps the first source's payload), else
+/// the operation's own default NaN.
+#[inline(always)]
+fn nan_of2<T: Float>(r: T, a: T, b: T) -> T {
+    if !r.is_nan() {
+        r
+    } else if a.is_nan() {
+        a.quiet()
+    } else if b.is_nan() {
+        b.quiet()
+    } else {
+        r
+    }
 }
 
 macro_rules! float_elem {
@@ -230,39 +262,56 @@ macro_rules! float_elem {
             }
             #[inline(always)]
             fn add(self, b: Self) -> Self {
-                (self.daz() + b.daz()).ftz()
+                nan_of2((self.daz() + b.daz()).ftz(), self, b)
             }
             #[inline(always)]
             fn sub(self, b: Self) -> Self {
-                (self.daz() - b.daz()).ftz()
+                nan_of2((self.daz() - b.daz()).ftz(), self, b)
             }
             #[inline(always)]
             fn mul(self, b: Self) -> Self {
-                (self.daz() * b.daz()).ftz()
+                nan_of2((self.daz() * b.daz()).ftz(), self, b)
             }
             #[inline(always)]
             fn div(self, b: Self) -> Self {
-                (self.daz() / b.daz()).ftz()
+                nan_of2((self.daz() / b.daz()).ftz(), self, b)
             }
             #[inline(always)]
             fn rem(self, b: Self) -> Self {
-                (self.daz() % b.daz()).ftz()
+                // XLA calls fmod: no DAZ of the dividend, no FTZ of the (exact)
+                // result; the divisor is flushed (x % subnormal is NaN, measured).
+                nan_of2(self % b.daz(), self, b)
             }
             #[inline(always)]
             fn mul_add(self, b: Self, c: Self) -> Self {
-                self.daz().mul_add(b.daz(), c.daz()).ftz()
+                nan_of3(self.daz().mul_add(b.daz(), c.daz()).ftz(), self, b, c)
+            }
+            #[inline(always)]
+            fn mul_sub(self, b: Self, c: Self) -> Self {
+                nan_of3(self.daz().mul_add(b.daz(), -c.daz()).ftz(), self, b, c)
+            }
+            #[inline(always)]
+            fn neg_mul_add(self, b: Self, c: Self) -> Self {
+                nan_of3((-self.daz()).mul_add(b.daz(), c.daz()).ftz(), self, b, c)
+            }
+            #[inline(always)]
+            fn quiet(self) -> Self {
+                const QUIET: $bits = 1 << (<$t>::MANTISSA_DIGITS - 2);
+                <$t>::from_bits(self.to_bits() | QUIET)
+            }
+            #[inline(always)]
+            fn sign_and(self, b: Self) -> Self {
+                const SIGN: $bits = 1 << (<$bits>::BITS - 1);
+                <$t>::from_bits(self.to_bits() & (b.to_bits() | !SIGN))
+            }
+            #[inline(always)]
+            fn sign_or(self, b: Self) -> Self {
+                const SIGN: $bits = 1 << (<$bits>::BITS - 1);
+                <$t>::from_bits(self.to_bits() | (b.to_bits() & SIGN))
             }
             #[inline(always)]
             fn abs(self) -> Self {
                 <$t>::abs(self)
-            }
-            #[inline(always)]
-            fn and_bits(self, b: Self) -> Self {
-                <$t>::from_bits(self.to_bits() & b.to_bits())
-            }
-            #[inline(always)]
-            fn or_bits(self, b: Self) -> Self {
-                <$t>::from_bits(self.to_bits() | b.to_bits())
             }
         }
     };
@@ -271,38 +320,29 @@ macro_rules! float_elem {
 float_elem!(f32, F32, u32);
 float_elem!(f64, F64, u64);
 
-/// XLA:CPU's float max: NaN if either is NaN (the first NaN operand),
-/// `max(+0, -0) = +0` either way round; inputs DAZ.
+/// XLA:CPU's float max (measured, both jax versions): `a` if it is NaN
+/// (unchanged, even signaling); else `a` if `a > b`; else `b` with the
+/// sign bit the and of both signs -- so `max(+0, -0) = +0` either way
+/// round, and a NaN `b` loses its sign when `a` is not negative. Inputs DAZ.
 #[inline(always)]
 pub fn fmax<T: Float>(a: T, b: T) -> T {
     let (a, b) = (a.daz(), b.daz());
-    if a.is_nan() {
+    if a.is_nan() || a > b {
         a
-    } else if b.is_nan() {
-        b
-    } else if a > b {
-        a
-    } else if b > a {
-        b
     } else {
-        a.and_bits(b) // equal: only the sign of zeros differs
+        b.sign_and(a)
     }
 }
 
-/// XLA:CPU's float min: as [`fmax`], with `min(+0, -0) = -0`.
+/// XLA:CPU's float min: as [`fmax`] with `a < b`, and the or of the signs
+/// (`min(+0, -0) = -0`; a NaN `b` turns negative when `a` is).
 #[inline(always)]
 pub fn fmin<T: Float>(a: T, b: T) -> T {
     let (a, b) = (a.daz(), b.daz());
-    if a.is_nan() {
+    if a.is_nan() || a < b {
         a
-    } else if b.is_nan() {
-        b
-    } else if a < b {
-        a
-    } else if b < a {
-        b
     } else {
-        a.or_bits(b)
+        b.sign_or(a)
     }
 }
 
@@ -350,6 +390,12 @@ mod tests {
         let payload = f32::from_bits(0x7fc1_2345);
         assert_eq!(fmax(payload, 1.0).to_bits(), 0x7fc1_2345);
         assert_eq!(fmax(1.0, payload).to_bits(), 0x7fc1_2345);
+        let negative = f32::from_bits(0xffc0_0001);
+        assert_eq!(fmax(6.0, negative).to_bits(), 0x7fc0_0001, "XLA clears the sign");
+        assert_eq!(fmax(-6.0, negative).to_bits(), 0xffc0_0001);
+        assert_eq!(fmin(-6.0, payload).to_bits(), 0xffc1_2345, "XLA sets the sign");
+        let signaling = f32::from_bits(0x7f80_0003);
+        assert_eq!(fmax(signaling, negative).to_bits(), 0x7f80_0003, "not quieted");
         assert_eq!(fmin(f64::NAN, 1.0).to_bits(), f64::NAN.to_bits());
         assert_eq!(fmax(SUB32, -1.0).to_bits(), 0, "a subnormal max is flushed");
         assert_eq!(fmin(-SUB32, 1.0).to_bits(), 0x8000_0000);

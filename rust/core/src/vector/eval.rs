@@ -272,8 +272,8 @@ fn exec(op: Op, ty: VectorType, args: &[i64], imm: i64, out: &mut [u64], len: us
             with_type!(cx.ty(a), T => compare::<T>(op, words_as_mut(out, len), cx.arg(a), cx.arg(b)))
         }
         _ => match ty {
-            VectorType::F32 => float_op::<f32>(op, words_as_mut(out, len), &cx.args(args)),
-            VectorType::F64 => float_op::<f64>(op, words_as_mut(out, len), &cx.args(args)),
+            VectorType::F32 => float_op::<f32>(op, imm, words_as_mut(out, len), &cx.args(args)),
+            VectorType::F64 => float_op::<f64>(op, imm, words_as_mut(out, len), &cx.args(args)),
             VectorType::Bool => int_op::<B8>(op, words_as_mut(out, len), &cx.args(args)),
             VectorType::I8 => int_op::<i8>(op, words_as_mut(out, len), &cx.args(args)),
             VectorType::I16 => int_op::<i16>(op, words_as_mut(out, len), &cx.args(args)),

@@ -93,8 +93,9 @@ pub fn int_op<T: Int>(op: Op, out: &mut [T], args: &[Arg<T>]) {
     }
 }
 
-/// `op` of a float type `T` (every argument a `T`).
-pub fn float_op<T: Float>(op: Op, out: &mut [T], args: &[Arg<T>]) {
+/// `op` of a float type `T` (every argument a `T`; `imm` an fma's
+/// [`FmaForm`] code).
+pub fn float_op<T: Float>(op: Op, imm: i64, out: &mut [T], args: &[Arg<T>]) {
     let a = args[0];
     let b = || args[1];
     match op {
@@ -108,8 +109,31 @@ pub fn float_op<T: Float>(op: Op, out: &mut [T], args: &[Arg<T>]) {
         // Sign-bit operations in XLA too: no flush (measured).
         Op::Neg => map1(out, a, |x| -x),
         Op::Abs => map1(out, a, T::abs),
-        Op::Fma => map3(out, a, b(), args[2], T::mul_add),
+        Op::Fma => match FmaForm::from_code(imm) {
+            Some(FmaForm::MulSub) => map3(out, a, b(), args[2], T::mul_sub),
+            Some(FmaForm::NegMulAdd) => map3(out, a, b(), args[2], T::neg_mul_add),
+            _ => map3(out, a, b(), args[2], T::mul_add),
+        },
         _ => unreachable!("{op:?} is not a float op (checked at decode)"),
+    }
+}
+
+/// What an fma computes (its immediate): XLA contracts `c - a*b` and
+/// `a*b - c` into fused forms that return a NaN operand unnegated, which an
+/// fma of a `neg` instruction's result would not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FmaForm {
+    /// `a*b + c`
+    MulAdd,
+    /// `a*b - c`
+    MulSub,
+    /// `c - a*b`
+    NegMulAdd,
+}
+
+impl FmaForm {
+    pub fn from_code(code: i64) -> Option<FmaForm> {
+        [FmaForm::MulAdd, FmaForm::MulSub, FmaForm::NegMulAdd].get(usize::try_from(code).ok()?).copied()
     }
 }
 

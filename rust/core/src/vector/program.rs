@@ -12,10 +12,13 @@
 //! Values are numbered inputs first, then one per instruction; arguments
 //! name earlier values. `type` is the result's [`VectorType`] code, `imm`
 //! a constant's bits (integers canonical as in scalar programs, floats
-//! their IEEE bit pattern), else 0. An instruction whose arguments are all
+//! their IEEE bit pattern), an fma's form (0: `a*b+c`, 1: `a*b-c`, 2:
+//! `c-a*b`: XLA's contractions, see `kernels::FmaForm`), else 0. An
+//! instruction whose arguments are all
 //! scalars is a scalar. Every output is written as n elements. Everything
 //! is checked once by [`Program::decode`]; evaluation then cannot fail.
 
+use super::kernels::FmaForm;
 use super::ops::Op;
 use super::types::VectorType;
 use crate::error::{Result, RtError};
@@ -273,6 +276,9 @@ fn check_instr(r: &mut Reader, meta: &[Meta]) -> Result<Meta> {
             arity(3)?;
             kinds(ty.is_float(), "a float type")?;
             all_of(ty, 0)?;
+            if FmaForm::from_code(imm).is_none() {
+                return Err(bad(format!("{name} form {imm} (0: a*b+c, 1: a*b-c, 2: c-a*b)")));
+            }
         }
     }
     Ok(Meta { ty, scalar: args.iter().all(|a| a.scalar) })
