@@ -178,27 +178,30 @@ pub trait Float: Elem + std::ops::Neg<Output = Self> + PartialOrd {
     fn sign_or(self, b: Self) -> Self;
 }
 
-/// [`nan_of2`] of three operands.
+/// [`nan_of2`] of three operands, each chosen explicitly: `mul_add` may be
+/// a software fma without x86's operand order.
 #[inline(always)]
 fn nan_of3<T: Float>(r: T, a: T, b: T, c: T) -> T {
-    if r.is_nan() && !a.is_nan() && !b.is_nan() && c.is_nan() {
+    if a.is_nan() {
+        a.quiet()
+    } else if b.is_nan() {
+        b.quiet()
+    } else if c.is_nan() {
         c.quiet()
     } else {
-        nan_of2(r, a, b)
+        r
     }
 }
 
 /// The NaN XLA:CPU returns for `a op b` whose result `r` is NaN: the
 /// first NaN operand, quieted (x86 keeps the first source's payload), else
-/// the operation's own default NaN.
+/// the operation's own default NaN. The hardware already returns a lone
+/// NaN operand quieted, so only a NaN `a` needs choosing (branch-free: the
+/// loops stay vectorized).
 #[inline(always)]
-fn nan_of2<T: Float>(r: T, a: T, b: T) -> T {
-    if !r.is_nan() {
-        r
-    } else if a.is_nan() {
+fn nan_of2<T: Float>(r: T, a: T, _b: T) -> T {
+    if a.is_nan() {
         a.quiet()
-    } else if b.is_nan() {
-        b.quiet()
     } else {
         r
     }

@@ -62,6 +62,8 @@ struct Ctx<'s, 'p> {
     inputs: &'s [&'s [u8]],
     before: &'s [u64],
     locs: &'s [Loc; MAX_VALUES],
+    /// Whether to use the CPU's wider vector instructions where it has them.
+    simd: bool,
 }
 
 impl<'s> Ctx<'s, '_> {
@@ -164,6 +166,18 @@ impl Program<'_> {
     /// elements (n, or 1 for a scalar input), each `outputs[j]` receives
     /// output j's n elements. `scratch` is reused across calls.
     pub fn run(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]], scratch: &mut Scratch) -> Result<()> {
+        self.run_with(inputs, outputs, scratch, true)
+    }
+
+    /// [`Program::run`], with `simd` false: baseline instructions only (so
+    /// tests compare the two builds of every loop).
+    pub(super) fn run_with(
+        &self,
+        inputs: &[&[u8]],
+        outputs: &mut [&mut [u8]],
+        scratch: &mut Scratch,
+        simd: bool,
+    ) -> Result<()> {
         let l = &*self.layout;
         if inputs.len() != l.n_inputs || outputs.len() != l.n_outputs {
             return Err(bad(format!(
@@ -218,7 +232,7 @@ impl Program<'_> {
             let Loc::At(off) = locs[v] else { unreachable!("instructions live in scratch") };
             let (before, rest) = scratch.words.split_at_mut(off);
             let len = if l.meta[v].scalar { 1 } else { l.n };
-            let cx = Ctx { program: self, inputs, before, locs: &locs };
+            let cx = Ctx { program: self, inputs, before, locs: &locs, simd };
             exec(op, ty, args, imm, rest, len, &cx);
         }
         for (j, out) in outputs.iter_mut().enumerate() {
@@ -246,8 +260,31 @@ fn aligned(bytes: &[u8], ty: VectorType) -> bool {
     with_type!(ty, T => try_cast::<T>(bytes).is_some())
 }
 
-/// One instruction: its `len` result elements into `out`.
+/// One instruction: its `len` result elements into `out`, with the widest
+/// vector instructions the CPU has (the same results: every op is exact
+/// IEEE or integer arithmetic, and `mul_add` is correctly rounded either
+/// way -- in hardware instead of libm's software fma).
 fn exec(op: Op, ty: VectorType, args: &[i64], imm: i64, out: &mut [u64], len: usize, cx: &Ctx) {
+    #[cfg(target_arch = "x86_64")]
+    if cx.simd && std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has AVX2 and FMA (checked just now).
+        return unsafe { exec_avx2(op, ty, args, imm, out, len, cx) };
+    }
+    exec_baseline(op, ty, args, imm, out, len, cx)
+}
+
+/// [`exec_baseline`] compiled for AVX2 and FMA.
+///
+/// # Safety
+/// Only call on a CPU with AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn exec_avx2(op: Op, ty: VectorType, args: &[i64], imm: i64, out: &mut [u64], len: usize, cx: &Ctx) {
+    exec_baseline(op, ty, args, imm, out, len, cx)
+}
+
+#[inline(always)]
+fn exec_baseline(op: Op, ty: VectorType, args: &[i64], imm: i64, out: &mut [u64], len: usize, cx: &Ctx) {
     match op {
         Op::Const => with_type!(ty, T => words_as_mut::<T>(out, 1)[0] = T::from_word(imm as u64)),
         Op::Convert => {

@@ -24,24 +24,61 @@ impl<T: Copy> Arg<'_, T> {
     }
 }
 
+// The loops index pre-sliced arrays instead of using iterator adapters:
+// `for_each`/`fold` are not always inlined, and a loop that is not inlined
+// into `exec_avx2` is compiled for the baseline CPU only.
+
 #[inline(always)]
 pub fn map1<A: Copy, R>(out: &mut [R], a: Arg<A>, f: impl Fn(A) -> R) {
+    let n = out.len();
     match a {
-        Arg::Arr(a) => out.iter_mut().zip(a).for_each(|(o, &x)| *o = f(x)),
-        Arg::Splat(x) => out.iter_mut().for_each(|o| *o = f(x)),
+        Arg::Arr(a) => {
+            let a = &a[..n];
+            for i in 0..n {
+                out[i] = f(a[i]);
+            }
+        }
+        Arg::Splat(x) => {
+            for o in out {
+                *o = f(x);
+            }
+        }
     }
 }
 
 #[inline(always)]
 pub fn map2<A: Copy, B: Copy, R>(out: &mut [R], a: Arg<A>, b: Arg<B>, f: impl Fn(A, B) -> R) {
+    let n = out.len();
     match (a, b) {
-        (Arg::Arr(a), Arg::Arr(b)) => out.iter_mut().zip(a.iter().zip(b)).for_each(|(o, (&x, &y))| *o = f(x, y)),
-        (Arg::Arr(a), Arg::Splat(y)) => out.iter_mut().zip(a).for_each(|(o, &x)| *o = f(x, y)),
-        (Arg::Splat(x), Arg::Arr(b)) => out.iter_mut().zip(b).for_each(|(o, &y)| *o = f(x, y)),
-        (Arg::Splat(x), Arg::Splat(y)) => out.iter_mut().for_each(|o| *o = f(x, y)),
+        (Arg::Arr(a), Arg::Arr(b)) => {
+            let (a, b) = (&a[..n], &b[..n]);
+            for i in 0..n {
+                out[i] = f(a[i], b[i]);
+            }
+        }
+        (Arg::Arr(a), Arg::Splat(y)) => {
+            let a = &a[..n];
+            for i in 0..n {
+                out[i] = f(a[i], y);
+            }
+        }
+        (Arg::Splat(x), Arg::Arr(b)) => {
+            let b = &b[..n];
+            for i in 0..n {
+                out[i] = f(x, b[i]);
+            }
+        }
+        (Arg::Splat(x), Arg::Splat(y)) => {
+            for o in out {
+                *o = f(x, y);
+            }
+        }
     }
 }
 
+/// Callers pass closures, not fn items: a fn item is called through an
+/// `Fn::call` shim that is not always inlined.
+///
 /// Three arguments: all arrays is the loop that matters (fma, select);
 /// other mixes index through [`Arg::at`], which the compiler unswitches.
 #[inline(always)]
@@ -54,13 +91,14 @@ pub fn map3<A: Copy, B: Copy, C: Copy, R>(out: &mut [R], a: Arg<A>, b: Arg<B>, c
         }
         return;
     }
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = f(a.at(i), b.at(i), c.at(i));
+    for i in 0..out.len() {
+        out[i] = f(a.at(i), b.at(i), c.at(i));
     }
 }
 
 /// `op` of an integer or bool type `T` (every argument a `T`), by the
 /// scalar programs' per-element functions.
+#[inline(always)]
 pub fn int_op<T: Int>(op: Op, out: &mut [T], args: &[Arg<T>]) {
     #[inline(always)]
     fn bin<T: Int>(op: ScalarOp, x: T, y: T) -> T {
@@ -95,26 +133,75 @@ pub fn int_op<T: Int>(op: Op, out: &mut [T], args: &[Arg<T>]) {
 
 /// `op` of a float type `T` (every argument a `T`; `imm` an fma's
 /// [`FmaForm`] code).
+#[inline(always)]
 pub fn float_op<T: Float>(op: Op, imm: i64, out: &mut [T], args: &[Arg<T>]) {
     let a = args[0];
     let b = || args[1];
     match op {
-        Op::Add => map2(out, a, b(), T::add),
-        Op::Sub => map2(out, a, b(), T::sub),
-        Op::Mul => map2(out, a, b(), T::mul),
-        Op::Div => map2(out, a, b(), T::div),
-        Op::Rem => map2(out, a, b(), T::rem),
-        Op::Max => map2(out, a, b(), fmax),
-        Op::Min => map2(out, a, b(), fmin),
+        Op::Add => map2(out, a, b(), |x, y| T::add(x, y)),
+        Op::Sub => map2(out, a, b(), |x, y| T::sub(x, y)),
+        Op::Mul => map2(out, a, b(), |x, y| T::mul(x, y)),
+        Op::Div => map2(out, a, b(), |x, y| T::div(x, y)),
+        Op::Rem => map2(out, a, b(), |x, y| T::rem(x, y)),
+        Op::Max => map2(out, a, b(), |x, y| fmax(x, y)),
+        Op::Min => map2(out, a, b(), |x, y| fmin(x, y)),
         // Sign-bit operations in XLA too: no flush (measured).
         Op::Neg => map1(out, a, |x| -x),
-        Op::Abs => map1(out, a, T::abs),
+        Op::Abs => map1(out, a, |x| T::abs(x)),
         Op::Fma => match FmaForm::from_code(imm) {
-            Some(FmaForm::MulSub) => map3(out, a, b(), args[2], T::mul_sub),
-            Some(FmaForm::NegMulAdd) => map3(out, a, b(), args[2], T::neg_mul_add),
-            _ => map3(out, a, b(), args[2], T::mul_add),
+            Some(FmaForm::MulSub) => fused::<T, MulSub>(out, a, b(), args[2]),
+            Some(FmaForm::NegMulAdd) => fused::<T, NegMulAdd>(out, a, b(), args[2]),
+            _ => fused::<T, MulAdd>(out, a, b(), args[2]),
         },
         _ => unreachable!("{op:?} is not a float op (checked at decode)"),
+    }
+}
+
+/// One fused form as a type: its `apply` is always inlined into the loop
+/// (a closure this size is not, and then runs without the loop's FMA
+/// instructions: a libm call per element, 20x slower).
+trait Fused<T> {
+    fn apply(a: T, b: T, c: T) -> T;
+}
+
+struct MulAdd;
+struct MulSub;
+struct NegMulAdd;
+
+impl<T: Float> Fused<T> for MulAdd {
+    #[inline(always)]
+    fn apply(a: T, b: T, c: T) -> T {
+        a.mul_add(b, c)
+    }
+}
+
+impl<T: Float> Fused<T> for MulSub {
+    #[inline(always)]
+    fn apply(a: T, b: T, c: T) -> T {
+        a.mul_sub(b, c)
+    }
+}
+
+impl<T: Float> Fused<T> for NegMulAdd {
+    #[inline(always)]
+    fn apply(a: T, b: T, c: T) -> T {
+        a.neg_mul_add(b, c)
+    }
+}
+
+/// An fma loop of form `F`.
+#[inline(always)]
+fn fused<T: Float, F: Fused<T>>(out: &mut [T], a: Arg<T>, b: Arg<T>, c: Arg<T>) {
+    let n = out.len();
+    if let (Arg::Arr(a), Arg::Arr(b), Arg::Arr(c)) = (a, b, c) {
+        let (a, b, c) = (&a[..n], &b[..n], &c[..n]);
+        for i in 0..n {
+            out[i] = F::apply(a[i], b[i], c[i]);
+        }
+        return;
+    }
+    for i in 0..n {
+        out[i] = F::apply(a.at(i), b.at(i), c.at(i));
     }
 }
 
@@ -138,6 +225,7 @@ impl FmaForm {
 }
 
 /// A comparison of two `T`s.
+#[inline(always)]
 pub fn compare<T: Elem>(op: Op, out: &mut [B8], a: Arg<T>, b: Arg<T>) {
     let f = |o: ScalarOp| move |x: T, y: T| B8(T::compare(o, x, y) as u8);
     match op {
@@ -152,11 +240,13 @@ pub fn compare<T: Elem>(op: Op, out: &mut [B8], a: Arg<T>, b: Arg<T>) {
 }
 
 /// `convert_element_type` from `A` to `B`.
+#[inline(always)]
 pub fn convert_op<A: Elem, B: Elem>(out: &mut [B], a: Arg<A>) {
-    map1(out, a, convert::<A, B>);
+    map1(out, a, |x| convert::<A, B>(x));
 }
 
 /// `select_n` with a bool predicate (1 or 2 cases).
+#[inline(always)]
 pub fn select_bool<T: Copy>(out: &mut [T], pred: Arg<B8>, cases: &[Arg<T>]) {
     match cases {
         [only] => map1(out, *only, |x| x),
@@ -166,15 +256,16 @@ pub fn select_bool<T: Copy>(out: &mut [T], pred: Arg<B8>, cases: &[Arg<T>]) {
 }
 
 /// `select_n` with an int32 predicate, clamped to the cases as XLA does.
+#[inline(always)]
 pub fn select_i32<T: Copy>(out: &mut [T], pred: Arg<i32>, cases: &[Arg<T>]) {
     let last = cases.len() as i32 - 1;
     map1(out, cases[0], |x| x);
     for (k, case) in cases.iter().enumerate().skip(1) {
         let k = k as i32;
         // Case k wins where the clamped index is k.
-        for (i, o) in out.iter_mut().enumerate() {
+        for i in 0..out.len() {
             if pred.at(i).clamp(0, last) == k {
-                *o = case.at(i);
+                out[i] = case.at(i);
             }
         }
     }
