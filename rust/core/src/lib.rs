@@ -48,11 +48,11 @@ pub mod reports;
 mod revisit;
 mod runtime;
 pub mod scalar;
-pub mod vector;
 mod sem;
 pub mod site;
 mod sync;
 mod trace;
+pub mod vector;
 
 pub use config::{
     timeout_from_secs, Config, DmaMode, FillMode, LeakPolicy, OobReads, RacePolicy, Topology, DEFAULT_DEADLOCK_IDLE,

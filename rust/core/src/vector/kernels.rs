@@ -3,6 +3,9 @@
 //! can vectorize (no per-element dispatch). An argument is an array of the
 //! instruction's length or a scalar broadcast to it.
 
+// Indexed loops on purpose (see `map1`).
+#![allow(clippy::needless_range_loop)]
+
 use super::elem::{convert, fmax, fmin, Elem, Float, Int, B8};
 use super::ops::Op;
 use crate::scalar::{self, Op as ScalarOp};

@@ -21,3 +21,6 @@ pub use eval::Scratch;
 pub use ops::Op;
 pub use program::{DecodeCache, Program, FORMAT, MAX_ELEMENTS, MAX_VALUES};
 pub use types::VectorType;
+
+#[cfg(test)]
+mod tests;

@@ -182,7 +182,11 @@ fn decode_layout(words: &[i64]) -> Result<Layout> {
 
 /// The meta of earlier value `v`.
 fn value(meta: &[Meta], v: i64) -> Result<Meta> {
-    usize::try_from(v).ok().and_then(|i| meta.get(i)).copied().ok_or_else(|| bad(format!("value {v} used before it is defined")))
+    usize::try_from(v)
+        .ok()
+        .and_then(|i| meta.get(i))
+        .copied()
+        .ok_or_else(|| bad(format!("value {v} used before it is defined")))
 }
 
 /// Checks one instruction at the reader and returns its result's meta.
@@ -287,7 +291,9 @@ fn check_instr(r: &mut Reader, meta: &[Meta]) -> Result<Meta> {
 /// A constant's immediate must be a canonical value of its type.
 fn check_const(ty: VectorType, imm: i64) -> Result<()> {
     let ok = match ty.scalar() {
-        Some(s) => (s != scalar::ScalarType::Bool || (0..=1).contains(&imm)) && scalar::convert(s, imm as u64) == imm as u64,
+        Some(s) => {
+            (s != scalar::ScalarType::Bool || (0..=1).contains(&imm)) && scalar::convert(s, imm as u64) == imm as u64
+        }
         None if ty == VectorType::F32 => (0..=u32::MAX as i64).contains(&imm),
         None => true,
     };
