@@ -164,7 +164,9 @@ def test_lowering_and_launch_rows_write_json(tmp_path):
     for k in low["kernels"]:
         for side in ("stock", "ours", "jnp"):
             s = k[side]
-            assert s["compile_s"] > 0 and s["kernels"] >= 1 and s["reps"] == measure.QUICK.lowering_reps
+            # (ours may compile no XLA kernel at all: its compute runs natively)
+            assert s["compile_s"] > 0 and s["reps"] == measure.QUICK.lowering_reps
+            assert s["kernels"] >= (0 if side == "ours" else 1)
         assert k["ours"]["interp_s"] > 0 and k["jnp"]["interp_s"] == 0
         assert k["ours_compile_over_jnp"] == k["ours"]["compile_s"] / k["jnp"]["compile_s"]
     launch = data["rows"]["launch_per_mib"]

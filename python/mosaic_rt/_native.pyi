@@ -128,6 +128,10 @@ SCALAR_OPS: dict[str, int]  # scalar-program op codes by name ("add": 1, ..., "i
 SCALAR_TYPES: dict[str, int]  # scalar-program type codes by dtype name ("bool": 0, "int8": 1, ...)
 SCALAR_FORMAT: int  # the scalar-program wire format version
 SCALAR_MAX_VALUES: int  # most values (inputs + instructions) in one scalar program
+VECTOR_OPS: dict[str, int]  # vector-program op codes by jax primitive name ("const": 0, "add": 1, ..., "fma": 25)
+VECTOR_TYPES: dict[str, int]  # vector-program type codes by dtype name ("bool": 0, ..., "float32": 9, "float64": 10)
+VECTOR_FORMAT: int  # the vector-program wire format version
+VECTOR_MAX_VALUES: int  # most values (inputs + instructions) in one vector program
 BATCH_OPS: tuple[str, ...]  # target names a `batch` call may hold, by op code
 BATCH_LIMITS: tuple[int, int, int, int]  # most members, member operands, member results, attributes
 

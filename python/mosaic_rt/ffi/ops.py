@@ -1012,6 +1012,19 @@ def scalar_program(program, operands, result_dtypes):
                       side_effect=False, aliases=()))
 
 
+def vector_program(program, operands, result_dtypes, shape):
+    """The outputs of a vector program (``mosaic_rt_core::vector``'s int64
+    wire format: elementwise instructions over arrays of ``n`` elements and
+    rank-0 scalars) over ``operands``, by one pure native call (no token:
+    XLA may CSE or drop it). Returns one array of ``shape`` (``n``
+    elements) per entry of ``result_dtypes``."""
+    results = tuple(jax.ShapeDtypeStruct(tuple(shape), d) for d in result_dtypes)
+    words = np.asarray(program, np.int64)
+    return list(_bind("mosaic_rt_vector_program", results, operands,
+                      {"program": words, "fingerprint": _fingerprint(words)},
+                      side_effect=False, aliases=()))
+
+
 # `mosaic_rt_core::scalar::fingerprint`: sum(words[i] * B^(i+1)) mod 2^64.
 # With it the handler knows a program it ran before at the same address
 # without comparing every word.

@@ -23,7 +23,7 @@ from jax import lax
 from mosaic_rt import _native
 from mosaic_rt import jax_internals as jx
 from mosaic_rt.interpret import (device_ids, native_calls, scalar_items, scalar_runs, sites,
-                                  splat, views)
+                                  splat, vector_runs, views)
 from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.interpret.regions import to_region
 
@@ -113,9 +113,13 @@ def _eval_block(jaxpr, args, ctx: Ctx, token, preset, count):
         vars=jaxpr.constvars + jaxpr.invars, values=args,
         sentinel_for_floating_point_values=sentinel)
     eqns = jaxpr.eqns
+    plan = scalar_runs.plan(jaxpr, count)
+    vplan = None
+    if vector_runs.ENABLED and not ctx.params.skip_floating_point_ops:
+        vplan = vector_runs.plan(jaxpr, plan.absorbed)
+        env = vector_runs.DeferredEnv(env, jaxpr, vplan)
     ctx = ctx.replace(stores=splat.BlockStores(
         jaxpr, env.read, skip_floats=ctx.params.skip_floating_point_ops))
-    plan = scalar_runs.plan(jaxpr, count)
     computed = dict(preset or {})
     for key, value in computed.items():
         if not isinstance(key, tuple):
@@ -126,6 +130,9 @@ def _eval_block(jaxpr, args, ctx: Ctx, token, preset, count):
         if group is not None:
             _emit_group(group, plan.exports[i], env, computed, ctx)
         if i == len(eqns) or i in plan.absorbed or i < merged_until:
+            continue
+        if vplan is not None and i in vplan.items:
+            env.defer(i)
             continue
         eqn = eqns[i]
         eqn_ctx = ctx

@@ -52,6 +52,7 @@ mod sem;
 pub mod site;
 mod sync;
 mod trace;
+pub mod vector;
 
 pub use config::{
     timeout_from_secs, Config, DmaMode, FillMode, LeakPolicy, OobReads, RacePolicy, Topology, DEFAULT_DEADLOCK_IDLE,

@@ -81,6 +81,7 @@ handlers! {
     batch => crate::ops::batch::batch,
     prng_random_bits => crate::ops::interp::prng_random_bits,
     grid_step => crate::ops::trace::grid_step,
+    vector_program => crate::ops::vector::vector_program,
 }
 
 pub use launch::{callback_state, fail_launch};

@@ -3,6 +3,7 @@
 //! `mosaic_rt_core`, numpy handling in `python/mosaic_rt/runtime.py`.
 #![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 use mosaic_rt_core::scalar::{self, Op, ScalarType};
+use mosaic_rt_core::vector::{self, VectorType};
 use mosaic_rt_core::{LeakPolicy, MemorySpace, SemKind};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -28,6 +29,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// `MEMORY_SPACES` ({stock name: code}), `SEMAPHORE_KINDS` and
 /// `LEAK_POLICIES` (the strings the ops accept), `SCALAR_OPS` and
 /// `SCALAR_TYPES` ({name: code} of scalar programs, `mosaic_rt_core::scalar`),
+/// `VECTOR_OPS` and `VECTOR_TYPES` (the same of vector programs,
+/// `mosaic_rt_core::vector`),
 /// `BATCH_OPS` (the target names a `batch` call may hold, by op code) and
 /// `BATCH_LIMITS` (its members, member operands, member results, attributes).
 fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -51,6 +54,18 @@ fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SCALAR_TYPES", types)?;
     m.add("SCALAR_FORMAT", scalar::FORMAT)?;
     m.add("SCALAR_MAX_VALUES", scalar::MAX_VALUES)?;
+    let ops = PyDict::new(py);
+    for op in vector::Op::ALL {
+        ops.set_item(op.name(), op.code())?;
+    }
+    m.add("VECTOR_OPS", ops)?;
+    let types = PyDict::new(py);
+    for t in VectorType::ALL {
+        types.set_item(t.name(), t.code())?;
+    }
+    m.add("VECTOR_TYPES", types)?;
+    m.add("VECTOR_FORMAT", vector::FORMAT)?;
+    m.add("VECTOR_MAX_VALUES", vector::MAX_VALUES)?;
     m.add("BATCH_OPS", PyTuple::new(py, mosaic_rt_ffi::batch_members())?)?;
     m.add("BATCH_LIMITS", mosaic_rt_ffi::BATCH_LIMITS)?;
     Ok(())

@@ -13,6 +13,7 @@ pub mod prologue;
 pub mod scalar;
 pub mod sem;
 pub mod trace;
+pub mod vector;
 
 use crate::dispatch::Call;
 use crate::frame::Frame;

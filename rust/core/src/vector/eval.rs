@@ -1,0 +1,325 @@
+//! Evaluation: each instruction's result is computed over all its elements
+//! into scratch (array inputs are read in place), then outputs are copied
+//! out (a scalar output is broadcast).
+
+use super::elem::{Elem, B8};
+use super::kernels::{compare, convert_op, float_op, int_op, select_bool, select_i32, Arg};
+use super::ops::Op;
+use super::program::{bad, Program, MAX_VALUES};
+use super::types::VectorType;
+use super::view::{bytes_of, try_cast, words_as, words_as_mut, words_bytes_mut, words_for};
+use crate::error::{Result, RtError};
+
+/// Reusable scratch of one thread (no allocation per call once grown).
+pub struct Scratch {
+    words: Vec<u64>,
+}
+
+/// Scratch beyond this many words is given back after the call.
+const KEEP_WORDS: usize = 1 << 23;
+
+impl Scratch {
+    pub const fn new() -> Scratch {
+        Scratch { words: Vec::new() }
+    }
+
+    fn ensure(&mut self, words: usize) -> Result<()> {
+        if self.words.len() < words {
+            let more = words - self.words.len();
+            self.words.try_reserve_exact(more).map_err(|_| {
+                RtError::memory(format!("vector program: cannot allocate {} bytes of scratch", words * 8))
+            })?;
+            self.words.resize(words, 0);
+        }
+        Ok(())
+    }
+
+    fn trim(&mut self) {
+        if self.words.len() > KEEP_WORDS {
+            self.words = Vec::new();
+        }
+    }
+}
+
+impl Default for Scratch {
+    fn default() -> Self {
+        Scratch::new()
+    }
+}
+
+/// Where a value's elements are.
+#[derive(Clone, Copy)]
+enum Loc {
+    /// In place in input operand `i`.
+    Input(usize),
+    /// At this word offset of the scratch.
+    At(usize),
+}
+
+/// What an instruction reads: the inputs and the scratch before its result.
+struct Ctx<'s, 'p> {
+    program: &'p Program<'p>,
+    inputs: &'s [&'s [u8]],
+    before: &'s [u64],
+    locs: &'s [Loc; MAX_VALUES],
+    /// Whether to use the CPU's wider vector instructions where it has them.
+    simd: bool,
+}
+
+impl<'s> Ctx<'s, '_> {
+    fn ty(&self, v: i64) -> VectorType {
+        self.program.layout.meta[v as usize].ty
+    }
+
+    fn arg<T: Elem>(&self, v: i64) -> Arg<'s, T> {
+        let v = v as usize;
+        let scalar = self.program.layout.meta[v].scalar;
+        let len = if scalar { 1 } else { self.program.layout.n };
+        let elems: &'s [T] = match self.locs[v] {
+            // Aligned (else it was copied to scratch) and `len` long: checked.
+            Loc::Input(i) => try_cast(self.inputs[i]).unwrap_or(&[]),
+            Loc::At(off) => words_as(&self.before[off..], len),
+        };
+        if scalar {
+            Arg::Splat(elems[0])
+        } else {
+            Arg::Arr(elems)
+        }
+    }
+
+    /// The arguments `vs`, all of type `T`.
+    fn args<T: Elem>(&self, vs: &[i64]) -> ArgList<'s, T> {
+        let mut list = ArgList { args: [Arg::Splat(T::default()); MAX_VALUES], len: vs.len() };
+        for (slot, &v) in list.args.iter_mut().zip(vs) {
+            *slot = self.arg(v);
+        }
+        list
+    }
+}
+
+struct ArgList<'s, T> {
+    args: [Arg<'s, T>; MAX_VALUES],
+    len: usize,
+}
+
+impl<'s, T> std::ops::Deref for ArgList<'s, T> {
+    type Target = [Arg<'s, T>];
+    fn deref(&self) -> &[Arg<'s, T>] {
+        &self.args[..self.len]
+    }
+}
+
+/// Runs `$body` with `$T` the Rust element type of `$ty`.
+macro_rules! with_type {
+    ($ty:expr, $T:ident => $body:expr) => {
+        match $ty {
+            VectorType::Bool => {
+                type $T = B8;
+                $body
+            }
+            VectorType::I8 => {
+                type $T = i8;
+                $body
+            }
+            VectorType::I16 => {
+                type $T = i16;
+                $body
+            }
+            VectorType::I32 => {
+                type $T = i32;
+                $body
+            }
+            VectorType::I64 => {
+                type $T = i64;
+                $body
+            }
+            VectorType::U8 => {
+                type $T = u8;
+                $body
+            }
+            VectorType::U16 => {
+                type $T = u16;
+                $body
+            }
+            VectorType::U32 => {
+                type $T = u32;
+                $body
+            }
+            VectorType::U64 => {
+                type $T = u64;
+                $body
+            }
+            VectorType::F32 => {
+                type $T = f32;
+                $body
+            }
+            VectorType::F64 => {
+                type $T = f64;
+                $body
+            }
+        }
+    };
+}
+
+impl Program<'_> {
+    /// Evaluates the program: `inputs[i]` holds input i's native-endian
+    /// elements (n, or 1 for a scalar input), each `outputs[j]` receives
+    /// output j's n elements. `scratch` is reused across calls.
+    pub fn run(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]], scratch: &mut Scratch) -> Result<()> {
+        self.run_with(inputs, outputs, scratch, true)
+    }
+
+    /// [`Program::run`], with `simd` false: baseline instructions only (so
+    /// tests compare the two builds of every loop).
+    pub(super) fn run_with(
+        &self,
+        inputs: &[&[u8]],
+        outputs: &mut [&mut [u8]],
+        scratch: &mut Scratch,
+        simd: bool,
+    ) -> Result<()> {
+        let l = &*self.layout;
+        if inputs.len() != l.n_inputs || outputs.len() != l.n_outputs {
+            return Err(bad(format!(
+                "{} inputs and {} outputs given, the program has {} and {}",
+                inputs.len(),
+                outputs.len(),
+                l.n_inputs,
+                l.n_outputs
+            )));
+        }
+        for (i, buf) in inputs.iter().enumerate() {
+            let (ty, scalar) = self.input(i);
+            let len = if scalar { 1 } else { l.n };
+            if buf.len() != len * ty.size() {
+                return Err(bad(format!("input {i} has {} bytes, expected {len} {}", buf.len(), ty.name())));
+            }
+        }
+        for (j, buf) in outputs.iter().enumerate() {
+            let ty = self.output_type(j);
+            if buf.len() != l.n * ty.size() {
+                return Err(bad(format!("output {j} has {} bytes, expected {} {}", buf.len(), l.n, ty.name())));
+            }
+        }
+        let mut locs = [Loc::At(0); MAX_VALUES];
+        let mut total = 0usize;
+        for (v, loc) in locs.iter_mut().enumerate().take(l.n_values) {
+            let m = l.meta[v];
+            let len = if m.scalar { 1 } else { l.n };
+            if v < l.n_inputs && aligned(inputs[v], m.ty) {
+                *loc = Loc::Input(v);
+            } else {
+                *loc = Loc::At(total);
+                total += words_for(len, m.ty.size());
+            }
+        }
+        scratch.ensure(total)?;
+        for (i, input) in inputs.iter().enumerate() {
+            if let Loc::At(off) = locs[i] {
+                words_bytes_mut(&mut scratch.words[off..])[..input.len()].copy_from_slice(input);
+            }
+        }
+        let w = self.words;
+        let mut pos = l.instrs_at;
+        for v in l.n_inputs..l.n_values {
+            // Decoded already: every word below is known to be valid.
+            let op = Op::ALL[w[pos] as usize];
+            let ty = VectorType::ALL[w[pos + 1] as usize];
+            let n_args = w[pos + 2] as usize;
+            let args = &w[pos + 3..pos + 3 + n_args];
+            let imm = w[pos + 3 + n_args];
+            pos += 4 + n_args;
+            let Loc::At(off) = locs[v] else { unreachable!("instructions live in scratch") };
+            let (before, rest) = scratch.words.split_at_mut(off);
+            let len = if l.meta[v].scalar { 1 } else { l.n };
+            let cx = Ctx { program: self, inputs, before, locs: &locs, simd };
+            exec(op, ty, args, imm, rest, len, &cx);
+        }
+        for (j, out) in outputs.iter_mut().enumerate() {
+            let v = self.output_value(j);
+            let m = l.meta[v];
+            let size = m.ty.size();
+            let len = if m.scalar { 1 } else { l.n };
+            let src: &[u8] = match locs[v] {
+                Loc::Input(i) => inputs[i],
+                Loc::At(off) => &bytes_of(&scratch.words[off..])[..len * size],
+            };
+            if m.scalar {
+                out.chunks_exact_mut(size).for_each(|o| o.copy_from_slice(src));
+            } else {
+                out.copy_from_slice(src);
+            }
+        }
+        scratch.trim();
+        Ok(())
+    }
+}
+
+/// Whether an operand's bytes can be read in place as elements of `ty`.
+fn aligned(bytes: &[u8], ty: VectorType) -> bool {
+    with_type!(ty, T => try_cast::<T>(bytes).is_some())
+}
+
+/// One instruction: its `len` result elements into `out`, with the widest
+/// vector instructions the CPU has (the same results: every op is exact
+/// IEEE or integer arithmetic, and `mul_add` is correctly rounded either
+/// way -- in hardware instead of libm's software fma).
+fn exec(op: Op, ty: VectorType, args: &[i64], imm: i64, out: &mut [u64], len: usize, cx: &Ctx) {
+    #[cfg(target_arch = "x86_64")]
+    if cx.simd && std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has AVX2 and FMA (checked just now).
+        return unsafe { exec_avx2(op, ty, args, imm, out, len, cx) };
+    }
+    exec_baseline(op, ty, args, imm, out, len, cx)
+}
+
+/// [`exec_baseline`] compiled for AVX2 and FMA.
+///
+/// # Safety
+/// Only call on a CPU with AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn exec_avx2(op: Op, ty: VectorType, args: &[i64], imm: i64, out: &mut [u64], len: usize, cx: &Ctx) {
+    exec_baseline(op, ty, args, imm, out, len, cx)
+}
+
+#[inline(always)]
+fn exec_baseline(op: Op, ty: VectorType, args: &[i64], imm: i64, out: &mut [u64], len: usize, cx: &Ctx) {
+    match op {
+        Op::Const => with_type!(ty, T => words_as_mut::<T>(out, 1)[0] = T::from_word(imm as u64)),
+        Op::Convert => {
+            let a = args[0];
+            with_type!(cx.ty(a), A => with_type!(ty, B => convert_op::<A, B>(words_as_mut(out, len), cx.arg(a))))
+        }
+        Op::SelectN => {
+            let p = args[0];
+            let pred_is_bool = cx.ty(p) == VectorType::Bool;
+            with_type!(ty, T => {
+                let out = words_as_mut::<T>(out, len);
+                let cases = cx.args::<T>(&args[1..]);
+                if pred_is_bool {
+                    select_bool(out, cx.arg(p), &cases)
+                } else {
+                    select_i32(out, cx.arg(p), &cases)
+                }
+            })
+        }
+        _ if op.is_comparison() => {
+            let (a, b) = (args[0], args[1]);
+            with_type!(cx.ty(a), T => compare::<T>(op, words_as_mut(out, len), cx.arg(a), cx.arg(b)))
+        }
+        _ => match ty {
+            VectorType::F32 => float_op::<f32>(op, imm, words_as_mut(out, len), &cx.args(args)),
+            VectorType::F64 => float_op::<f64>(op, imm, words_as_mut(out, len), &cx.args(args)),
+            VectorType::Bool => int_op::<B8>(op, words_as_mut(out, len), &cx.args(args)),
+            VectorType::I8 => int_op::<i8>(op, words_as_mut(out, len), &cx.args(args)),
+            VectorType::I16 => int_op::<i16>(op, words_as_mut(out, len), &cx.args(args)),
+            VectorType::I32 => int_op::<i32>(op, words_as_mut(out, len), &cx.args(args)),
+            VectorType::I64 => int_op::<i64>(op, words_as_mut(out, len), &cx.args(args)),
+            VectorType::U8 => int_op::<u8>(op, words_as_mut(out, len), &cx.args(args)),
+            VectorType::U16 => int_op::<u16>(op, words_as_mut(out, len), &cx.args(args)),
+            VectorType::U32 => int_op::<u32>(op, words_as_mut(out, len), &cx.args(args)),
+            VectorType::U64 => int_op::<u64>(op, words_as_mut(out, len), &cx.args(args)),
+        },
+    }
+}

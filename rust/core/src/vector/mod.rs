@@ -1,0 +1,26 @@
+//! Straight-line elementwise programs over arrays of n elements ("vector
+//! programs"), evaluated natively so that a kernel block's elementwise
+//! compute (`x + y`, `x * 2 + 1`, masks and selects) never becomes an XLA
+//! fusion: XLA:CPU spends ~5 ms of LLVM codegen per fusion, and nothing to
+//! compile a custom call.
+//!
+//! Results must be bit-identical to XLA:CPU's: integers and bools use the
+//! scalar programs' ops (`crate::scalar`), floats XLA:CPU's IEEE semantics
+//! with subnormals flushed on input and output (see `elem`). Each
+//! instruction is one loop over its elements (`kernels`).
+
+mod elem;
+mod eval;
+mod kernels;
+mod ops;
+mod program;
+mod types;
+mod view;
+
+pub use eval::Scratch;
+pub use ops::Op;
+pub use program::{DecodeCache, Program, FORMAT, MAX_ELEMENTS, MAX_VALUES};
+pub use types::VectorType;
+
+#[cfg(test)]
+mod tests;

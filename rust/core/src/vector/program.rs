@@ -1,0 +1,383 @@
+//! A vector program: its wire format and validation.
+//!
+//! Wire format (one int64 array):
+//!
+//! ```text
+//! FORMAT, n, n_inputs, n_instrs, n_outputs,
+//! per input:  type, kind          (0: an array of n elements; 1: a scalar)
+//! per instr:  op, type, n_args, args[n_args], imm
+//! per output: value
+//! ```
+//!
+//! Values are numbered inputs first, then one per instruction; arguments
+//! name earlier values. `type` is the result's [`VectorType`] code, `imm`
+//! a constant's bits (integers canonical as in scalar programs, floats
+//! their IEEE bit pattern), an fma's form (0: `a*b+c`, 1: `a*b-c`, 2:
+//! `c-a*b`: XLA's contractions, see `kernels::FmaForm`), else 0. An
+//! instruction whose arguments are all
+//! scalars is a scalar. Every output is written as n elements. Everything
+//! is checked once by [`Program::decode`]; evaluation then cannot fail.
+
+use super::kernels::FmaForm;
+use super::ops::Op;
+use super::types::VectorType;
+use crate::error::{Result, RtError};
+use crate::scalar;
+
+/// The format version, first word of every program.
+pub const FORMAT: i64 = 1;
+/// Most values (inputs plus instructions) in one program: scratch for one
+/// evaluation is at most this many values of n elements.
+pub const MAX_VALUES: usize = 64;
+/// Most elements per value (scratch is allocated up front).
+pub const MAX_ELEMENTS: usize = 1 << 32;
+
+/// What decoding learnt of a value.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Meta {
+    pub ty: VectorType,
+    /// One element, broadcast where an array meets it.
+    pub scalar: bool,
+}
+
+const NO_META: Meta = Meta { ty: VectorType::Bool, scalar: true };
+
+/// What decoding learnt of a program's words (reusable for equal words).
+#[derive(Clone, Copy)]
+pub(super) struct Layout {
+    pub n: usize,
+    pub n_inputs: usize,
+    pub n_values: usize,
+    pub instrs_at: usize,
+    pub outputs_at: usize,
+    pub n_outputs: usize,
+    pub meta: [Meta; MAX_VALUES],
+}
+
+/// A validated program over its words.
+pub struct Program<'a> {
+    pub(super) words: &'a [i64],
+    pub(super) layout: LayoutRef<'a>,
+}
+
+/// A program's layout: decoded just now, or a cache's.
+pub(super) enum LayoutRef<'a> {
+    Owned(Box<Layout>),
+    Cached(&'a Layout),
+}
+
+impl std::ops::Deref for LayoutRef<'_> {
+    type Target = Layout;
+    #[inline]
+    fn deref(&self) -> &Layout {
+        match self {
+            LayoutRef::Owned(l) => l,
+            LayoutRef::Cached(l) => l,
+        }
+    }
+}
+
+struct Reader<'a> {
+    words: &'a [i64],
+    pos: usize,
+}
+
+impl Reader<'_> {
+    fn next(&mut self, what: &str) -> Result<i64> {
+        let w =
+            self.words.get(self.pos).copied().ok_or_else(|| bad(format!("truncated at word {} ({what})", self.pos)))?;
+        self.pos += 1;
+        Ok(w)
+    }
+
+    fn count(&mut self, what: &str, max: usize) -> Result<usize> {
+        let n = self.next(what)?;
+        usize::try_from(n).ok().filter(|&n| n <= max).ok_or_else(|| bad(format!("{what} {n} out of range 0..={max}")))
+    }
+}
+
+#[cold]
+pub(super) fn bad(message: String) -> RtError {
+    RtError::value(format!("vector program: {message}"))
+}
+
+impl<'a> Program<'a> {
+    /// Parses and type-checks `words`.
+    pub fn decode(words: &'a [i64]) -> Result<Program<'a>> {
+        let layout = decode_layout(words)?;
+        Ok(Program { words, layout: LayoutRef::Owned(Box::new(layout)) })
+    }
+
+    /// Elements of every array input and of every output.
+    pub fn len(&self) -> usize {
+        self.layout.n
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.layout.n == 0
+    }
+
+    pub fn num_inputs(&self) -> usize {
+        self.layout.n_inputs
+    }
+
+    pub fn num_outputs(&self) -> usize {
+        self.layout.n_outputs
+    }
+
+    /// Type of input `i < num_inputs()`, and whether it is a scalar.
+    pub fn input(&self, i: usize) -> (VectorType, bool) {
+        let m = self.layout.meta[i];
+        (m.ty, m.scalar)
+    }
+
+    /// Type of output `j < num_outputs()` (always n elements).
+    pub fn output_type(&self, j: usize) -> VectorType {
+        self.layout.meta[self.output_value(j)].ty
+    }
+
+    pub(super) fn output_value(&self, j: usize) -> usize {
+        self.words[self.layout.outputs_at + j] as usize
+    }
+}
+
+fn decode_layout(words: &[i64]) -> Result<Layout> {
+    let mut r = Reader { words, pos: 0 };
+    let format = r.next("format")?;
+    if format != FORMAT {
+        return Err(bad(format!("format {format}, expected {FORMAT} (a mosaic_rt build mismatch)")));
+    }
+    let n = r.count("element count", MAX_ELEMENTS)?;
+    let n_inputs = r.count("input count", MAX_VALUES)?;
+    let n_instrs = r.count("instruction count", MAX_VALUES)?;
+    let n_outputs = r.count("output count", MAX_VALUES)?;
+    if n_inputs + n_instrs > MAX_VALUES {
+        return Err(bad(format!("{} values, at most {MAX_VALUES}", n_inputs + n_instrs)));
+    }
+    let mut meta = [NO_META; MAX_VALUES];
+    for m in meta.iter_mut().take(n_inputs) {
+        let ty = VectorType::from_code(r.next("input type")?)?;
+        let scalar = match r.next("input kind")? {
+            0 => false,
+            1 => true,
+            k => return Err(bad(format!("input kind {k} (0: an array, 1: a scalar)"))),
+        };
+        *m = Meta { ty, scalar };
+    }
+    let instrs_at = r.pos;
+    for k in 0..n_instrs {
+        let v = n_inputs + k;
+        meta[v] = check_instr(&mut r, &meta[..v])?;
+    }
+    let outputs_at = r.pos;
+    let n_values = n_inputs + n_instrs;
+    for _ in 0..n_outputs {
+        value(&meta[..n_values], r.next("output")?)?;
+    }
+    if r.pos != words.len() {
+        return Err(bad(format!("{} words after the outputs", words.len() - r.pos)));
+    }
+    Ok(Layout { n, n_inputs, n_values, instrs_at, outputs_at, n_outputs, meta })
+}
+
+/// The meta of earlier value `v`.
+fn value(meta: &[Meta], v: i64) -> Result<Meta> {
+    usize::try_from(v)
+        .ok()
+        .and_then(|i| meta.get(i))
+        .copied()
+        .ok_or_else(|| bad(format!("value {v} used before it is defined")))
+}
+
+/// Checks one instruction at the reader and returns its result's meta.
+fn check_instr(r: &mut Reader, meta: &[Meta]) -> Result<Meta> {
+    let code = r.next("op")?;
+    let op = Op::from_code(code).ok_or_else(|| bad(format!("unknown op code {code}")))?;
+    let ty = VectorType::from_code(r.next("result type")?)?;
+    let n = r.count("argument count", MAX_VALUES)?;
+    let mut args = [NO_META; MAX_VALUES];
+    for a in args.iter_mut().take(n) {
+        *a = value(meta, r.next("argument")?)?;
+    }
+    let args = &args[..n];
+    let imm = r.next("immediate")?;
+    let name = op.name();
+    let arity = |want: usize| -> Result<()> {
+        if n != want {
+            return Err(bad(format!("{name} takes {want} argument(s), got {n}")));
+        }
+        Ok(())
+    };
+    let kinds = |ok: bool, what: &str| -> Result<()> {
+        if !ok {
+            return Err(bad(format!("{name} of {} (needs {what})", ty.name())));
+        }
+        Ok(())
+    };
+    // Every argument from `from` on has type `t`.
+    let all_of = |t: VectorType, from: usize| -> Result<()> {
+        for a in &args[from..] {
+            if a.ty != t {
+                return Err(bad(format!("{name} of {} given a {} argument", t.name(), a.ty.name())));
+            }
+        }
+        Ok(())
+    };
+    match op {
+        Op::Const => {
+            arity(0)?;
+            check_const(ty, imm)?;
+        }
+        Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Rem => {
+            arity(2)?;
+            kinds(ty != VectorType::Bool, "a number type")?;
+            all_of(ty, 0)?;
+        }
+        Op::Max | Op::Min => {
+            arity(2)?;
+            all_of(ty, 0)?;
+        }
+        Op::And | Op::Or | Op::Xor => {
+            arity(2)?;
+            kinds(!ty.is_float(), "an integer or bool type")?;
+            all_of(ty, 0)?;
+        }
+        Op::Not => {
+            arity(1)?;
+            kinds(!ty.is_float(), "an integer or bool type")?;
+            all_of(ty, 0)?;
+        }
+        Op::Neg | Op::Abs => {
+            arity(1)?;
+            kinds(ty != VectorType::Bool, "a number type")?;
+            all_of(ty, 0)?;
+        }
+        Op::ShiftLeft | Op::ShiftRightArithmetic | Op::ShiftRightLogical => {
+            arity(2)?;
+            kinds(ty.is_int(), "an integer type")?;
+            all_of(ty, 0)?;
+        }
+        Op::Eq | Op::Ne | Op::Lt | Op::Le | Op::Gt | Op::Ge => {
+            arity(2)?;
+            if ty != VectorType::Bool {
+                return Err(bad(format!("{name} returns bool, not {}", ty.name())));
+            }
+            all_of(args[0].ty, 1)?;
+        }
+        Op::SelectN => {
+            if n < 2 {
+                return Err(bad(format!("{name} needs a predicate and at least one case, got {n} argument(s)")));
+            }
+            match args[0].ty {
+                VectorType::Bool if n <= 3 => {}
+                VectorType::I32 => {}
+                t => return Err(bad(format!("{name} predicate of type {} with {} case(s)", t.name(), n - 1))),
+            }
+            all_of(ty, 1)?;
+        }
+        Op::Convert => arity(1)?,
+        Op::Fma => {
+            arity(3)?;
+            kinds(ty.is_float(), "a float type")?;
+            all_of(ty, 0)?;
+            if FmaForm::from_code(imm).is_none() {
+                return Err(bad(format!("{name} form {imm} (0: a*b+c, 1: a*b-c, 2: c-a*b)")));
+            }
+        }
+    }
+    Ok(Meta { ty, scalar: args.iter().all(|a| a.scalar) })
+}
+
+/// A constant's immediate must be a canonical value of its type.
+fn check_const(ty: VectorType, imm: i64) -> Result<()> {
+    let ok = match ty.scalar() {
+        Some(s) => {
+            (s != scalar::ScalarType::Bool || (0..=1).contains(&imm)) && scalar::convert(s, imm as u64) == imm as u64
+        }
+        None if ty == VectorType::F32 => (0..=u32::MAX as i64).contains(&imm),
+        None => true,
+    };
+    if !ok {
+        return Err(bad(format!("constant {imm} is not a canonical {}", ty.name())));
+    }
+    Ok(())
+}
+
+/// Decoded programs by their words: a kernel runs the same few programs
+/// every grid step, and decoding (checking) one costs more than running a
+/// small one. Entries match by content; when full, the oldest goes.
+pub struct DecodeCache {
+    entries: Vec<Entry>,
+    oldest: usize,
+}
+
+struct Entry {
+    words: Vec<i64>,
+    layout: Layout,
+    /// [`scalar::fingerprint`] of `words`, and the address they were last
+    /// seen at: the same address, fingerprint and length is this program
+    /// without comparing every word.
+    fingerprint: u64,
+    seen_at: usize,
+}
+
+/// Programs a [`DecodeCache`] keeps.
+const CACHED_PROGRAMS: usize = 32;
+
+impl DecodeCache {
+    pub const fn new() -> DecodeCache {
+        DecodeCache { entries: Vec::new(), oldest: 0 }
+    }
+
+    /// `Program::decode(words)`, from the cache when seen before.
+    pub fn decode<'a>(&'a mut self, words: &'a [i64]) -> Result<Program<'a>> {
+        let k = self.find_or_decode(words)?;
+        Ok(Program { words, layout: LayoutRef::Cached(&self.entries[k].layout) })
+    }
+
+    /// [`DecodeCache::decode`] of words whose [`scalar::fingerprint`] the
+    /// caller states: the same words at the same address compare no word.
+    pub fn decode_fingerprinted<'a>(&'a mut self, words: &'a [i64], fingerprint: u64) -> Result<Program<'a>> {
+        let at = words.as_ptr() as usize;
+        let hit = self
+            .entries
+            .iter()
+            .position(|e| e.seen_at == at && e.fingerprint == fingerprint && e.words.len() == words.len());
+        let k = match hit {
+            Some(k) => k,
+            None => {
+                if scalar::fingerprint(words) != fingerprint {
+                    return Err(bad(format!(
+                        "fingerprint {fingerprint:#x} does not match its words (a mosaic_rt build mismatch)"
+                    )));
+                }
+                let k = self.find_or_decode(words)?;
+                self.entries[k].seen_at = at;
+                k
+            }
+        };
+        Ok(Program { words, layout: LayoutRef::Cached(&self.entries[k].layout) })
+    }
+
+    fn find_or_decode(&mut self, words: &[i64]) -> Result<usize> {
+        if let Some(k) = self.entries.iter().position(|e| e.words.as_slice() == words) {
+            return Ok(k);
+        }
+        let layout = decode_layout(words)?;
+        let entry = Entry { words: words.to_vec(), layout, fingerprint: scalar::fingerprint(words), seen_at: 0 };
+        if self.entries.len() < CACHED_PROGRAMS {
+            self.entries.push(entry);
+            return Ok(self.entries.len() - 1);
+        }
+        let k = self.oldest;
+        self.entries[k] = entry;
+        self.oldest = (k + 1) % CACHED_PROGRAMS;
+        Ok(k)
+    }
+}
+
+impl Default for DecodeCache {
+    fn default() -> Self {
+        DecodeCache::new()
+    }
+}

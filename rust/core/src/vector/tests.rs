@@ -1,0 +1,387 @@
+//! Programs built by hand, run through decode and evaluation: edge values
+//! per op and type, broadcasting, decode errors, the decode cache, and the
+//! AVX2 build of every loop against the baseline one.
+
+use super::eval::Scratch;
+use super::ops::Op;
+use super::program::{DecodeCache, Program, FORMAT, MAX_VALUES};
+use super::types::VectorType::{self, *};
+use crate::scalar;
+
+/// Builds programs the way the Python side does.
+struct B {
+    n: i64,
+    inputs: Vec<i64>,
+    instrs: Vec<i64>,
+    outputs: Vec<i64>,
+    n_in: i64,
+    n_instr: i64,
+}
+
+impl B {
+    fn new(n: usize) -> B {
+        B { n: n as i64, inputs: vec![], instrs: vec![], outputs: vec![], n_in: 0, n_instr: 0 }
+    }
+    fn input(&mut self, t: VectorType, scalar: bool) -> i64 {
+        self.inputs.extend([t.code(), scalar as i64]);
+        self.n_in += 1;
+        self.n_in - 1
+    }
+    fn op(&mut self, op: Op, t: VectorType, args: &[i64], imm: i64) -> i64 {
+        self.instrs.extend([op.code(), t.code(), args.len() as i64]);
+        self.instrs.extend(args);
+        self.instrs.push(imm);
+        self.n_instr += 1;
+        self.n_in + self.n_instr - 1
+    }
+    fn out(mut self, v: &[i64]) -> B {
+        self.outputs.extend(v);
+        self
+    }
+    fn words(&self) -> Vec<i64> {
+        let mut w = vec![FORMAT, self.n, self.n_in, self.n_instr, self.outputs.len() as i64];
+        w.extend(&self.inputs);
+        w.extend(&self.instrs);
+        w.extend(&self.outputs);
+        w
+    }
+}
+
+fn bytes<T: Copy>(xs: &[T]) -> Vec<u8> {
+    // SAFETY: test values are plain numbers without padding; the view is
+    // copied out at once.
+    unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const u8, std::mem::size_of_val(xs)) }.to_vec()
+}
+
+/// Runs `words` on `inputs` (bytes), both builds; returns each output's bytes.
+fn run(words: &[i64], inputs: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let p = Program::decode(words).unwrap();
+    let ins: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
+    let mut results = vec![];
+    for simd in [true, false] {
+        let mut outs: Vec<Vec<u8>> =
+            (0..p.num_outputs()).map(|j| vec![0u8; p.len() * p.output_type(j).size()]).collect();
+        let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+        p.run_with(&ins, &mut refs, &mut Scratch::new(), simd).unwrap();
+        results.push(outs);
+    }
+    assert_eq!(results[0], results[1], "the AVX2 and baseline builds differ");
+    results.pop().unwrap()
+}
+
+fn f32s(b: &[u8]) -> Vec<u32> {
+    b.chunks(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect()
+}
+
+fn i32s(b: &[u8]) -> Vec<i32> {
+    b.chunks(4).map(|c| i32::from_ne_bytes(c.try_into().unwrap())).collect()
+}
+
+/// `op` over two f32 arrays, as bit patterns.
+fn f32_binary(op: Op, a: &[f32], b: &[f32]) -> Vec<u32> {
+    let mut p = B::new(a.len());
+    let (x, y) = (p.input(F32, false), p.input(F32, false));
+    let r = p.op(op, if op.is_comparison() { Bool } else { F32 }, &[x, y], 0);
+    let out = run(&p.out(&[r]).words(), &[bytes(a), bytes(b)]);
+    if op.is_comparison() {
+        out[0].iter().map(|&b| b as u32).collect()
+    } else {
+        f32s(&out[0])
+    }
+}
+
+fn i32_binary(op: Op, a: &[i32], b: &[i32]) -> Vec<i32> {
+    let mut p = B::new(a.len());
+    let (x, y) = (p.input(I32, false), p.input(I32, false));
+    let r = p.op(op, I32, &[x, y], 0);
+    i32s(&run(&p.out(&[r]).words(), &[bytes(a), bytes(b)])[0])
+}
+
+const SUB: f32 = 1e-39;
+const QNAN: u32 = 0x7fc0_0000;
+const PAYLOAD: u32 = 0x7fc1_2345;
+const DEFAULT_NAN: u32 = 0xffc0_0000;
+
+fn nan(bits: u32) -> f32 {
+    f32::from_bits(bits)
+}
+
+#[test]
+fn float_arithmetic_flushes_subnormals_and_picks_the_first_nan() {
+    let a = [1e-39f32 * 0.0 + SUB, 1.5e-38, nan(PAYLOAD), 1.0, 0.0, f32::INFINITY, nan(0x7f80_0001)];
+    let b = [1e10f32, 0.5, nan(QNAN), nan(PAYLOAD), f32::INFINITY, f32::NEG_INFINITY, 1.0];
+    assert_eq!(
+        f32_binary(Op::Mul, &a, &b),
+        [0, 0, PAYLOAD, PAYLOAD, DEFAULT_NAN, 0xff80_0000, 0x7fc0_0001],
+        "DAZ, FTZ, first NaN, lone NaN, 0*inf, quieted signaling NaN"
+    );
+    assert_eq!(f32_binary(Op::Add, &[f32::INFINITY], &[f32::NEG_INFINITY]), [DEFAULT_NAN]);
+    assert_eq!(f32_binary(Op::Div, &[1.0, -1.0], &[SUB, SUB]), [0x7f80_0000, 0xff80_0000]);
+    assert_eq!(f32_binary(Op::Sub, &[SUB], &[-SUB]), [0]);
+    // fmod: the divisor is flushed, the dividend and result are not.
+    assert_eq!(
+        f32_binary(Op::Rem, &[SUB, 1.0, 0.5], &[1.0, SUB, 1.7632415e-38]),
+        [SUB.to_bits(), DEFAULT_NAN, 0x0040_0000]
+    );
+}
+
+#[test]
+fn float_max_min_and_compares() {
+    let a = [0.0f32, -0.0, 6.0, -6.0, nan(PAYLOAD), SUB, 1.0];
+    let b = [-0.0f32, 0.0, nan(0xffc0_0001), nan(QNAN), 1.0, -1.0, nan(QNAN)];
+    assert_eq!(f32_binary(Op::Max, &a, &b), [0, 0, 0x7fc0_0001, QNAN, PAYLOAD, 0, QNAN]);
+    assert_eq!(
+        f32_binary(Op::Min, &a, &b),
+        [0x8000_0000, 0x8000_0000, 0xffc0_0001, 0xffc0_0000, PAYLOAD, 0xbf80_0000, QNAN]
+    );
+    assert_eq!(f32_binary(Op::Eq, &[SUB, nan(QNAN), 0.0], &[0.0, nan(QNAN), -0.0]), [1, 0, 1]);
+    assert_eq!(f32_binary(Op::Ne, &[nan(QNAN)], &[1.0]), [1]);
+    assert_eq!(f32_binary(Op::Lt, &[nan(QNAN), -SUB, 1.0], &[1.0, 0.0, 2.0]), [0, 0, 1]);
+    assert_eq!(f32_binary(Op::Ge, &[nan(QNAN), 1.0], &[1.0, 1.0]), [0, 1]);
+}
+
+#[test]
+fn integer_ops_are_the_scalar_programs() {
+    let min = i32::MIN;
+    assert_eq!(i32_binary(Op::Div, &[7, min, -7, 5], &[0, -1, 2, -2]), [-1, min, -3, -2]);
+    assert_eq!(i32_binary(Op::Rem, &[7, min, -7], &[0, -1, 2]), [7, 0, -1]);
+    assert_eq!(i32_binary(Op::Add, &[i32::MAX], &[1]), [min]);
+    assert_eq!(i32_binary(Op::ShiftLeft, &[-5, -5, 1], &[32, -1, 31]), [0, 0, min]);
+    assert_eq!(i32_binary(Op::ShiftRightArithmetic, &[-5, 5], &[40, 40]), [-1, 0]);
+    assert_eq!(i32_binary(Op::ShiftRightLogical, &[-1, -1], &[31, 32]), [1, 0]);
+    assert_eq!(i32_binary(Op::Max, &[-3, 4], &[2, -9]), [2, 4]);
+    // Every other integer type goes through the same per-element functions.
+    for t in [I8, I16, I64, U8, U16, U32, U64] {
+        let st = t.scalar().unwrap();
+        let (lo, hi) = st.min_max();
+        let mut p = B::new(4);
+        let (x, y) = (p.input(t, false), p.input(t, false));
+        let outs: Vec<i64> = [Op::Div, Op::Rem, Op::Sub, Op::Mul, Op::ShiftRightArithmetic]
+            .iter()
+            .map(|&op| p.op(op, t, &[x, y], 0))
+            .collect();
+        let xs = [lo, hi, 7, 0];
+        let ys = [u64::MAX, 0, st.wrap(3), hi];
+        let enc = |vs: &[u64]| vs.iter().flat_map(|&v| st.bytes(v)[..t.size()].to_vec()).collect::<Vec<u8>>();
+        let got = run(&p.out(&outs).words(), &[enc(&xs), enc(&ys)]);
+        for (k, op) in
+            [scalar::Op::Div, scalar::Op::Rem, scalar::Op::Sub, scalar::Op::Mul, scalar::Op::ShiftRightArithmetic]
+                .into_iter()
+                .enumerate()
+        {
+            for i in 0..4 {
+                let want = scalar::binary(op, st, st.wrap(xs[i]), st.wrap(ys[i]));
+                assert_eq!(st.read(&got[k], i), want, "{t:?} {op:?} element {i}");
+            }
+        }
+    }
+}
+
+#[test]
+fn select_converts_and_fma() {
+    let n = 5;
+    let mut p = B::new(n);
+    let (x, w, f) = (p.input(F32, false), p.input(I32, false), p.input(Bool, false));
+    let c = p.op(Op::Const, F32, &[], 2.0f32.to_bits() as i64);
+    let s3 = p.op(Op::SelectN, F32, &[w, x, c, x], 0);
+    let s2 = p.op(Op::SelectN, F32, &[f, x, c], 0);
+    let to_i8 = p.op(Op::Convert, I8, &[x], 0);
+    let to_bool = p.op(Op::Convert, Bool, &[x], 0);
+    let back = p.op(Op::Convert, F64, &[x], 0);
+    let fma = p.op(Op::Fma, F32, &[x, x, c], 0);
+    let nma = p.op(Op::Fma, F32, &[x, x, c], 2);
+    let words = p.out(&[s3, s2, to_i8, to_bool, back, fma, nma]).words();
+    let xs = [1e10f32, -2.5, f32::NAN, SUB, 1.0 + f32::EPSILON];
+    let out = run(&words, &[bytes(&xs), bytes(&[-4i32, 1, 7, 2, 0]), vec![1, 0, 1, 0, 0]]);
+    assert_eq!(
+        f32s(&out[0]),
+        [1e10f32.to_bits(), 2.0f32.to_bits(), f32::NAN.to_bits(), SUB.to_bits(), (1.0 + f32::EPSILON).to_bits()]
+    );
+    assert_eq!(
+        f32s(&out[1]),
+        [2.0f32.to_bits(), (-2.5f32).to_bits(), 2.0f32.to_bits(), SUB.to_bits(), (1.0 + f32::EPSILON).to_bits()]
+    );
+    assert_eq!(out[2], [127u8, (-2i8) as u8, 0, 0, 1], "saturating, NaN -> 0");
+    assert_eq!(out[3], [1, 1, 1, 0, 1], "a subnormal is false (DAZ), NaN is true");
+    assert_eq!(out[4][24..32], 0f64.to_ne_bytes(), "DAZ of the input");
+    let e = f32::EPSILON as f64;
+    let fused = ((1.0 + e) * (1.0 + e) + 2.0) as f32;
+    assert_eq!(f32s(&out[5])[4], fused.to_bits(), "one rounding");
+    assert_eq!(f32s(&out[6])[4], ((2.0 - (1.0 + e) * (1.0 + e)) as f32).to_bits());
+    assert_eq!(f32s(&out[6])[2], f32::NAN.to_bits(), "c - a*b returns a NaN a unnegated");
+}
+
+#[test]
+fn scalars_broadcast_and_scalar_instructions_stay_scalar() {
+    let mut p = B::new(3);
+    let (x, s) = (p.input(I32, false), p.input(I32, true));
+    let two = p.op(Op::Const, I32, &[], 2);
+    let s2 = p.op(Op::Mul, I32, &[s, two], 0);
+    let r = p.op(Op::Sub, I32, &[s2, x], 0);
+    let out = run(&p.out(&[r, s2, two, x]).words(), &[bytes(&[1i32, 2, 3]), bytes(&[10i32])]);
+    assert_eq!(i32s(&out[0]), [19, 18, 17]);
+    assert_eq!(i32s(&out[1]), [20, 20, 20]);
+    assert_eq!(i32s(&out[2]), [2, 2, 2]);
+    assert_eq!(i32s(&out[3]), [1, 2, 3]);
+}
+
+#[test]
+fn empty_arrays_and_misaligned_inputs() {
+    let mut p = B::new(0);
+    let x = p.input(F64, false);
+    let one = p.op(Op::Const, F64, &[], 1f64.to_bits() as i64);
+    let r = p.op(Op::Add, F64, &[x, one], 0);
+    assert_eq!(run(&p.out(&[r, one]).words(), &[vec![]]), [Vec::<u8>::new(), vec![]]);
+    // An operand at an odd address is copied to scratch first.
+    let mut p = B::new(2);
+    let x = p.input(F32, false);
+    let r = p.op(Op::Add, F32, &[x, x], 0);
+    let words = p.out(&[r]).words();
+    let prog = Program::decode(&words).unwrap();
+    // A heap buffer (malloc aligns it), so `buf[1..]` is surely misaligned.
+    #[allow(clippy::useless_vec)]
+    let mut buf = vec![0u8; 9];
+    buf[1..].copy_from_slice(&bytes(&[1.5f32, -2.0]));
+    let mut out = [0u8; 8];
+    prog.run(&[&buf[1..]], &mut [&mut out[..]], &mut Scratch::new()).unwrap();
+    assert_eq!(f32s(&out), [3.0f32.to_bits(), (-4.0f32).to_bits()]);
+}
+
+#[test]
+fn malformed_programs_are_value_errors() {
+    let add = Op::Add.code();
+    let cases: &[(&[i64], &str)] = &[
+        (&[], "truncated at word 0"),
+        (&[2, 1, 0, 0, 0], "format 2"),
+        (&[1, -1, 0, 0, 0], "element count -1"),
+        (&[1, 1, MAX_VALUES as i64 + 1, 0, 0], "input count"),
+        (&[1, 1, 40, 40, 0], "80 values"),
+        (&[1, 1, 1, 0, 0, 11, 0], "unknown type code 11"),
+        (&[1, 1, 1, 0, 0, 9, 5], "input kind 5"),
+        (&[1, 1, 0, 1, 0, 99, 9, 0, 0], "unknown op code 99"),
+        (&[1, 1, 1, 1, 0, 9, 0, add, 9, 2, 0, 1, 0], "value 1 used before"),
+        (&[1, 1, 1, 1, 0, 9, 0, add, 0, 2, 0, 0, 0], "add of bool"),
+        (&[1, 1, 1, 1, 0, 9, 0, add, 3, 2, 0, 0, 0], "add of int32 given a float32 argument"),
+        (&[1, 1, 1, 1, 0, 9, 0, Op::Not.code(), 9, 1, 0, 0], "not of float32"),
+        (&[1, 1, 1, 1, 0, 9, 0, Op::SelectN.code(), 9, 1, 0, 0], "needs a predicate"),
+        (&[1, 1, 1, 1, 0, 9, 0, Op::SelectN.code(), 9, 2, 0, 0, 0], "predicate of type float32"),
+        (&[1, 1, 1, 1, 0, 9, 0, Op::Eq.code(), 9, 2, 0, 0, 0], "eq returns bool"),
+        (&[1, 1, 0, 1, 0, 0, 0, 0, 2], "constant 2 is not a canonical bool"),
+        (&[1, 1, 0, 1, 0, 0, 9, 0, 1 << 32], "not a canonical float32"),
+        (&[1, 1, 0, 1, 0, 0, 5, 0, 256], "not a canonical uint8"),
+        (&[1, 1, 1, 1, 0, 9, 0, Op::Fma.code(), 9, 3, 0, 0, 0, 7], "fma form 7"),
+        (&[1, 1, 0, 0, 1, 0], "value 0 used before"),
+        (&[1, 1, 0, 0, 0, 5], "1 words after the outputs"),
+    ];
+    for (words, want) in cases {
+        let e = Program::decode(words).err().unwrap_or_else(|| panic!("{words:?} decoded"));
+        assert_eq!(e.kind, crate::ErrorKind::Value);
+        assert!(e.message.starts_with("vector program: ") && e.message.contains(want), "{words:?}: {}", e.message);
+    }
+}
+
+#[test]
+fn buffers_of_the_wrong_size_are_value_errors() {
+    let mut p = B::new(2);
+    let x = p.input(F32, false);
+    let words = p.out(&[x]).words();
+    let prog = Program::decode(&words).unwrap();
+    let mut out = [0u8; 8];
+    let e = prog.run(&[&[0u8; 4]], &mut [&mut out[..]], &mut Scratch::new()).unwrap_err();
+    assert!(e.message.contains("input 0 has 4 bytes, expected 2 float32"), "{}", e.message);
+    let e = prog.run(&[&[0u8; 8]], &mut [&mut out[..4]], &mut Scratch::new()).unwrap_err();
+    assert!(e.message.contains("output 0 has 4 bytes"), "{}", e.message);
+    let e = prog.run(&[], &mut [&mut out[..]], &mut Scratch::new()).unwrap_err();
+    assert!(e.message.contains("0 inputs and 1 outputs given, the program has 1 and 1"), "{}", e.message);
+}
+
+#[test]
+fn the_cache_decodes_once_and_checks_fingerprints() {
+    let mut p = B::new(1);
+    let x = p.input(I32, false);
+    let words = p.out(&[x]).words();
+    let mut cache = DecodeCache::new();
+    let fp = scalar::fingerprint(&words);
+    assert_eq!(cache.decode_fingerprinted(&words, fp).unwrap().num_outputs(), 1);
+    assert_eq!(cache.decode_fingerprinted(&words, fp).unwrap().num_inputs(), 1);
+    let e = cache.decode_fingerprinted(&words[..4], fp).err().unwrap();
+    assert!(e.message.contains("does not match its words"), "{}", e.message);
+    assert!(cache.decode(&[1, 2]).is_err(), "errors are not cached as programs");
+    for k in 0..40 {
+        let mut p = B::new(k);
+        let x = p.input(U8, false);
+        let w = p.out(&[x]).words();
+        assert_eq!(cache.decode(&w).unwrap().len(), k, "eviction keeps the right layouts");
+    }
+}
+
+/// Pseudo-random bytes (xorshift), with special float patterns mixed in.
+fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed | 1;
+    (0..len)
+        .map(|i| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            match (s >> 60, i % 4) {
+                (0, 3) => 0x7f, // exponent all ones (inf/NaN) or near it
+                (1, 3) => 0x00, // tiny: subnormals and zeros
+                (2, 3) => 0x80,
+                _ => s as u8,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn every_op_and_type_gives_the_same_bits_in_both_builds() {
+    let n = 77; // not a multiple of any vector width: tails run too
+    for t in VectorType::ALL {
+        let len = n * t.size();
+        let inputs = [noise(len, 1), noise(len, 2), noise(t.size(), 3)];
+        let program = |ops: &dyn Fn(&mut B, [i64; 3]) -> Vec<i64>| {
+            let mut p = B::new(n);
+            let xyz = [p.input(t, false), p.input(t, false), p.input(t, true)];
+            let outs = ops(&mut p, xyz);
+            p.out(&outs).words()
+        };
+        for op in Op::ALL {
+            let ok = match op {
+                Op::Const | Op::SelectN | Op::Convert => false,
+                Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Rem | Op::Neg | Op::Abs => t != Bool,
+                Op::And | Op::Or | Op::Xor | Op::Not => !t.is_float(),
+                Op::ShiftLeft | Op::ShiftRightArithmetic | Op::ShiftRightLogical => t.is_int(),
+                Op::Fma => t.is_float(),
+                _ => true,
+            };
+            if !ok {
+                continue;
+            }
+            let ty = if op.is_comparison() { Bool } else { t };
+            let arity = match op {
+                Op::Neg | Op::Abs | Op::Not => 1,
+                Op::Fma => 3,
+                _ => 2,
+            };
+            let forms = if op == Op::Fma { 3 } else { 1 };
+            let words = program(&|p, [x, y, z]| {
+                let mut outs = vec![];
+                for args in [[x, y, x], [z, x, y], [x, z, z]] {
+                    for form in 0..forms {
+                        outs.push(p.op(op, ty, &args[..arity], form));
+                    }
+                }
+                outs
+            });
+            run(&words, &inputs); // asserts both builds agree
+        }
+        let words = program(&|p, [x, _, _]| VectorType::ALL.iter().map(|&to| p.op(Op::Convert, to, &[x], 0)).collect());
+        run(&words, &inputs);
+        let words = program(&|p, [x, y, z]| {
+            let f = p.op(Op::Lt, Bool, &[x, y], 0);
+            let w = p.op(Op::Convert, I32, &[x], 0);
+            vec![p.op(Op::SelectN, t, &[f, x, y], 0), p.op(Op::SelectN, t, &[w, z, y, x], 0)]
+        });
+        run(&words, &inputs);
+    }
+}

@@ -1,0 +1,79 @@
+//! `vector_program(*inputs) -> outputs` (pure: no token, handle or side
+//! effect, so XLA may CSE or drop it): runs the `program` attribute (an
+//! int64 array, `mosaic_rt_core::vector`'s wire format) over arrays of n
+//! elements (any shape, C order) and rank-0 scalars. One call evaluates a
+//! kernel block's elementwise compute, which XLA would otherwise compile
+//! as fusions.
+
+use crate::dispatch::Call;
+use crate::frame::{dtype_to_xla, Buf, Frame};
+use mosaic_rt_core::vector::{DecodeCache, Program, Scratch, VectorType, MAX_VALUES};
+use mosaic_rt_core::{Result, RtError};
+use std::cell::RefCell;
+
+/// Each XLA thread's recently run programs (decoding checks every word) and
+/// its scratch (grown once, reused by every call on the thread).
+struct State {
+    cache: DecodeCache,
+    scratch: Scratch,
+}
+
+thread_local! {
+    static STATE: RefCell<State> =
+        const { RefCell::new(State { cache: DecodeCache::new(), scratch: Scratch::new() }) };
+}
+
+pub fn vector_program(c: &mut Call) -> Result<()> {
+    let f = &c.frame;
+    let words = f.attr_i64s("program")?;
+    let fingerprint = f.attr_i64_opt("fingerprint")?;
+    STATE.with(|state| {
+        let state = &mut *state.borrow_mut();
+        let program = match fingerprint {
+            Some(fp) => state.cache.decode_fingerprinted(words, fp as u64)?,
+            None => state.cache.decode(words)?,
+        };
+        run(f, &program, &mut state.scratch)
+    })
+}
+
+fn run(f: &Frame, program: &Program, scratch: &mut Scratch) -> Result<()> {
+    let (n_in, n_out) = (program.num_inputs(), program.num_outputs());
+    f.expect_arity(n_in..=n_in, n_out)?;
+    let mut inputs: [&[u8]; MAX_VALUES] = [&[]; MAX_VALUES];
+    for (i, slot) in inputs.iter_mut().enumerate().take(n_in) {
+        let (ty, scalar) = program.input(i);
+        let buf = f.arg(i)?;
+        expect(f, &buf, "operand", i, ty, scalar, program.len())?;
+        *slot = buf.bytes()?;
+    }
+    let mut outputs: [&mut [u8]; MAX_VALUES] = std::array::from_fn(|_| <&mut [u8]>::default());
+    for (j, slot) in outputs.iter_mut().enumerate().take(n_out) {
+        let buf = f.ret(j)?;
+        expect(f, &buf, "result", j, program.output_type(j), false, program.len())?;
+        // SAFETY: called once per result; XLA gives each result a buffer of
+        // its own that no operand overlaps (the wrapper declares no
+        // aliasing), so this slice is the only reference to that memory.
+        *slot = unsafe { buf.bytes_mut()? };
+    }
+    program.run(&inputs[..n_in], &mut outputs[..n_out], scratch)
+}
+
+/// Checks a buffer's dtype and size: a scalar is rank 0, an array any shape
+/// of exactly `n` elements.
+fn expect(f: &Frame, buf: &Buf, what: &str, k: usize, ty: VectorType, scalar: bool, n: usize) -> Result<()> {
+    if buf.dtype != dtype_to_xla(ty.dtype()) {
+        buf.expect_dtype(ty.dtype())?; // the error naming both
+    }
+    let ok = if scalar { buf.dims.is_empty() } else { buf.num_elements() == n };
+    if !ok {
+        let want = if scalar { "a rank-0 scalar".to_string() } else { format!("{n} elements") };
+        return Err(RtError::value(format!(
+            "{}: {what} {k} has shape {:?}, the vector program expects {want} of {}",
+            f.op,
+            buf.dims,
+            ty.name()
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,175 @@
+"""A kernel block's elementwise compute runs as native vector programs
+(`interpret/vector_runs.py`), not XLA fusions: the results stay stock's bit
+for bit -- XLA's fused multiply-adds, its flushing of subnormals, NaNs,
+signed zeros, integer wrap-around -- and what the native side cannot match
+exactly is left to XLA."""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+import mosaic_rt
+from mosaic_rt.interpret import vector_runs
+from parity import assert_bitwise_equal, run_case
+
+pytestmark = pytest.mark.timeout(120)
+
+_SHAPE = (8, 128)
+_F32 = np.float32
+
+
+class _Case:
+    def __init__(self, fn, *args):
+        self.fn, self.args = fn, args
+
+
+def _elementwise(body, *args, out_dtype=None):
+    """A kernel storing ``body(*loaded inputs)`` into its output."""
+    out_dtype = out_dtype or args[0].dtype
+
+    def kernel(*refs):
+        *ins, o_ref = refs
+        o_ref[...] = body(*(r[...] for r in ins))
+
+    def fn(params, *xs):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(_SHAPE, out_dtype),
+                              interpret=params)(*xs)
+    return fn
+
+
+def _same_as_stock(fn, *args):
+    case = _Case(fn, *args)
+    stock = run_case(case, pltpu.InterpretParams())
+    ours = run_case(case, mosaic_rt.InterpretParams())
+    assert not isinstance(stock, BaseException), stock
+    assert not isinstance(ours, BaseException), ours
+    assert_bitwise_equal(stock, ours)
+    return ours
+
+
+def _program(fn, *args):
+    """(vector programs in the lowered program, fusions XLA compiled)."""
+    lowered = jax.jit(lambda *a: fn(mosaic_rt.InterpretParams(), *a)).lower(*args)
+    text = lowered.as_text()
+    hlo = lowered.compile().as_text()
+    return (len(re.findall(r"custom_call @mosaic_rt_vector_program\b", text)),
+            len(re.findall(r"= \S+ fusion\(", hlo)))
+
+
+def _special_f32(seed=0):
+    rng = np.random.default_rng(seed)
+    x = (rng.standard_normal(_SHAPE) * 100).astype(_F32)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-39, -1e-39, 1e-45,
+                        1.5e-38, 3.4e38, -3.4e38, 1.0, -1.0, 0.5, 2.5, -2.5], _F32)
+    x.flat[:special.size] = special
+    x.flat[special.size:2 * special.size] = special[::-1]
+    return x
+
+
+_X, _Y, _Z = _special_f32(0), _special_f32(1), _special_f32(2)
+_Y = np.roll(_Y, 3)
+_Z = np.roll(_Z, 7)
+
+
+def test_an_add_kernel_compiles_no_fusion():
+    fn = _elementwise(lambda x, y: x + y, _X, _Y)
+    programs, fusions = _program(fn, _X, _Y)
+    assert programs == 1 and fusions == 0, (programs, fusions)
+    _same_as_stock(fn, _X, _Y)
+
+
+@pytest.mark.parametrize("body", [
+    lambda x, y: x - y,
+    lambda x, y: x / y,
+    lambda x, y: jnp.abs(x),
+    lambda x, y: jnp.maximum(x, y),
+    lambda x, y: jnp.minimum(x, y),
+    lambda x, y: x * y,
+], ids=["sub", "div", "abs", "max", "min", "mul"])
+def test_float_ops_are_stocks_bit_for_bit(body):
+    """On data full of subnormals, NaNs, infinities and signed zeros."""
+    fn = _elementwise(body, _X, _Y)
+    programs, fusions = _program(fn, _X, _Y)
+    assert programs == 1 and fusions == 0, (programs, fusions)
+    _same_as_stock(fn, _X, _Y)
+
+
+@pytest.mark.parametrize("body", [
+    lambda x, y, z: jnp.maximum(x, y) - jnp.abs(z) / y,
+    lambda x, y, z: (x / y) * jnp.minimum(z, x),
+    lambda x, y, z: (x + y).astype(jnp.int32).astype(_F32) - z,
+], ids=["max-abs-div", "quotient-min", "converts"])
+def test_float_compute_of_loaded_values_compiles_no_fusion(body):
+    fn = _elementwise(body, _X, _Y, _Z)
+    programs, fusions = _program(fn, _X, _Y, _Z)
+    assert programs == 1 and fusions == 0, (programs, fusions)
+    _same_as_stock(fn, _X, _Y, _Z)
+
+
+@pytest.mark.parametrize("body", [
+    lambda x, y, z: x * y + z,
+    lambda x, y, z: z - x * y,
+    lambda x, y, z: x * y - z,
+    lambda x, y, z: (x * y) + (x * y) * z,
+    lambda x, y, z: -(x * y) + z,
+    lambda x, y, z: x - (-y),
+    lambda x, y, z: -(x / y) * jnp.minimum(z, x),
+    lambda x, y, z: x / 7.0 + y,
+    lambda x, y, z: (x + 1.0) + 2.0,
+    lambda x, y, z: (x * 3.0) * 5.0 - y,
+    lambda x, y, z: jnp.where(x < y, x, y),
+    lambda x, y, z: jnp.where(x >= y, y, x) / z,
+    lambda x, y, z: jnp.where(x > 0, x * y + z, z - y) * 0.5,
+], ids=["xy+z", "z-xy", "xy-z", "reused-product", "neg-product", "minus-neg", "neg-quotient", "div-const",
+        "const-chain", "mul-const-chain", "select-min", "select-max", "mixed"])
+def test_float_compute_xla_would_rewrite_stays_in_xla(body):
+    """XLA fuses a product into an add, divides by a constant as a product,
+    folds constants, turns a select of a comparison into a max or min: such
+    compute stays XLA's, and matches stock bit for bit."""
+    fn = _elementwise(body, _X, _Y, _Z)
+    _, fusions = _program(fn, _X, _Y, _Z)
+    assert fusions >= 1
+    _same_as_stock(fn, _X, _Y, _Z)
+
+
+def test_float_to_int_conversions_saturate_as_xla():
+    with np.errstate(over="ignore"):  # (infinities wanted: they saturate too)
+        y = _Y * np.float32(1e6)
+    fn = _elementwise(lambda x, y: (x * y).astype(jnp.int32) + 1, _X, y, out_dtype=jnp.int32)
+    assert _program(fn, _X, y) == (1, 0)
+    _same_as_stock(fn, _X, y)
+
+
+@pytest.mark.parametrize("body, all_native", [
+    (lambda a, b: a + b * 3, True),
+    (lambda a, b: a * b - (a >> 3), True),
+    (lambda a, b: jnp.where(a > b, a // jnp.maximum(b, 1), a % 7) ^ (b << 2), False),
+    (lambda a, b: (a & b) | ~a, True),
+], ids=["add-mul", "mul-shift", "div-rem-select", "bits"])
+def test_int32_ops_are_stocks_bit_for_bit(body, all_native):
+    rng = np.random.default_rng(3)
+    a = rng.integers(-2**31, 2**31, _SHAPE, dtype=np.int64).astype(np.int32)
+    b = rng.integers(-2**31, 2**31, _SHAPE, dtype=np.int64).astype(np.int32)
+    a.flat[:4] = [np.iinfo(np.int32).min, -1, 0, np.iinfo(np.int32).max]
+    b.flat[:4] = [-1, 0, 0, 1]
+    fn = _elementwise(body, a, b)
+    if all_native:  # integer compute is exact: all native (jnp's // and % use sign)
+        assert _program(fn, a, b)[1] == 0
+    _same_as_stock(fn, a, b)
+
+
+def test_results_match_xlas_own_fusions(monkeypatch):
+    fn = _elementwise(lambda x, y, z: jnp.maximum(x + y, z) / (y - z), _X, _Y, _Z)
+    assert _program(fn, _X, _Y, _Z) == (1, 0)
+    ours = _same_as_stock(fn, _X, _Y, _Z)
+    monkeypatch.setattr(vector_runs, "ENABLED", False)
+    programs, fusions = _program(fn, _X, _Y, _Z)
+    assert programs == 0 and fusions >= 1
+    assert_bitwise_equal(run_case(_Case(fn, _X, _Y, _Z), mosaic_rt.InterpretParams()), ours)
