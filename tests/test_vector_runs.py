@@ -114,6 +114,39 @@ def test_float_compute_of_loaded_values_compiles_no_fusion(body):
 
 
 @pytest.mark.parametrize("body", [
+    lambda x, y, z: x * 2.0 + 1.0,
+    lambda x, y, z: (x * 4.0) * 2.0 - 3.0,
+    lambda x, y, z: 1e29 - x * 8.0,
+    lambda x, y, z: (x + 3.0) * y,
+    lambda x, y, z: x * 1024.0 / (y - 0.25),
+    lambda x, y, z: x + 1.0,
+], ids=["x2+1", "scale-chain", "big-minus-8x", "offset-times", "scale-div", "plus-1"])
+def test_literals_xla_leaves_alone_are_native(body):
+    fn = _elementwise(body, _X, _Y, _Z)
+    programs, fusions = _program(fn, _X, _Y, _Z)
+    assert programs == 1 and fusions == 0, (programs, fusions)
+    _same_as_stock(fn, _X, _Y, _Z)
+
+
+@pytest.mark.parametrize("body", [
+    lambda x, y, z: x * 3.0 + 1.0,
+    lambda x, y, z: x * 0.5 + y,
+    lambda x, y, z: x * -2.0 + y,
+    lambda x, y, z: x * 1.0 + y,
+    lambda x, y, z: (x + 0.0) * y,
+    lambda x, y, z: (x - 1.5) + 2.5,
+    lambda x, y, z: z - x * 8.0,
+    lambda x, y, z: x * 2.0 - 3.4e38,
+], ids=["times-3", "times-half", "times-minus-2", "times-1", "plus-0", "offset-chain",
+        "z-8x", "huge-addend"])
+def test_literals_xla_may_rewrite_stay_in_xla(body):
+    fn = _elementwise(body, _X, _Y, _Z)
+    _, fusions = _program(fn, _X, _Y, _Z)
+    assert fusions >= 1
+    _same_as_stock(fn, _X, _Y, _Z)
+
+
+@pytest.mark.parametrize("body", [
     lambda x, y, z: x * y + z,
     lambda x, y, z: z - x * y,
     lambda x, y, z: x * y - z,

@@ -13,15 +13,16 @@ constants (all measured). So a float equation is taken only where none of
 that can happen -- the native side then matches XLA per op, subnormal
 flushing and NaNs included:
 
-* ops `_FLOAT_OPS`, with no constant operand (a literal, or a broadcast of
-  one), no float select or comparison;
+* ops `_FLOAT_OPS` (no float select, comparison or negation), constant
+  operands only as `_constants_ok` allows (a literal XLA leaves alone; a
+  broadcast constant is not taken), no two literal adds in a row;
 * float operands made where XLA cannot see into them (`_OPAQUE`: memory
   reads, control flow) or by another equation taken here, and float
   results read only by equations taken here, stores or control flow (XLA
   computing with them would see another graph than stock's, and fuse,
   share or contract differently);
 * no multiply whose result an add, subtract or negate reads (XLA fuses
-  those pairs).
+  those pairs), unless it scales by a power of two (exact either way).
 
 Equations are *deferred*: an eligible equation is not emitted where it
 stands but joins the block's pending group (one shape at a time); the
@@ -108,14 +109,60 @@ def _eligible(eqn) -> bool:
         if not _vector_dtype(v.aval) or v.aval.shape not in ((), out.shape):
             return False
     prim = eqn.primitive
-    if _has_float(eqn) and (prim not in _FLOAT_OPS
-                            or any(isinstance(v, jx.Literal) for v in eqn.invars)):
+    if _has_float(eqn) and (prim not in _FLOAT_OPS or not _constants_ok(eqn)):
         return False
     if prim is lax.broadcast_in_dim_p:
         return eqn.invars[0].aval.shape == () and eqn.params.get("sharding") is None
     if prim is lax.convert_element_type_p:
         return eqn.params.get("sharding") is None
     return prim is lax.select_n_p or prim in _BINARY or prim in _UNARY
+
+
+def _constant(eqn):
+    """The float value of `eqn`'s literal operand (None if it has none)."""
+    lits = [v for v in eqn.invars if isinstance(v, jx.Literal)]
+    return float(np.asarray(lits[0].val, lits[0].aval.dtype)) if lits else None
+
+
+def _scales_exactly(eqn) -> bool:
+    """A multiply by a literal 2, 4, 8, ...: its product is exact, never
+    subnormal (inputs are flushed), or beyond every finite value by at
+    least 2**128 - max (f32)."""
+    c = _constant(eqn)
+    return (eqn.primitive is lax.mul_p and c is not None and math.isfinite(c)
+            and c >= 2 and math.frexp(c)[0] == 0.5)
+
+
+# An addend below this cannot bring an overflowed exact product of
+# `_scales_exactly` back into range (2**128 - f32 max is 2**104).
+_SMALL_ADDEND = 2.0**100
+
+
+def _fuses_alike(mul, add) -> bool:
+    """Whether XLA fusing `mul` into its reader `add` (one rounding) gives
+    what two ops give: an exact scaling plus a small literal."""
+    c = _constant(add)
+    return _scales_exactly(mul) and c is not None and abs(c) < _SMALL_ADDEND
+
+
+def _constants_ok(eqn) -> bool:
+    """A float equation's literal operand is one XLA leaves alone: at most
+    one, finite, in an add or subtract and not 0 (`x + 0` is dropped, and
+    would not flush a subnormal), or a multiply that scales exactly (a
+    division by a constant becomes a product by its reciprocal)."""
+    lits = [v for v in eqn.invars if isinstance(v, jx.Literal)]
+    if not lits:
+        return True
+    c = _constant(eqn)
+    if len(lits) > 1 or not math.isfinite(c):
+        return False
+    return eqn.primitive in (lax.add_p, lax.sub_p) and c != 0 or _scales_exactly(eqn)
+
+
+def _offsets(eqn) -> bool:
+    """An add or subtract of a literal (XLA on jax 0.10 folds two in a row:
+    `(x + 1) + 2` became `x + 3`)."""
+    return eqn.primitive in (lax.add_p, lax.sub_p) and _constant(eqn) is not None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,15 +210,22 @@ def _plan(jaxpr, absorbed) -> Plan:
         if not _has_float(eqn):
             return False
         for v in eqn.invars:  # a float operand XLA computes (or a block input)
-            if _is_float(v.aval.dtype):
+            if not isinstance(v, jx.Literal) and _is_float(v.aval.dtype):
                 j = producer.get(v)
                 if j is None or (j not in items and eqns[j].primitive not in _OPAQUE):
                     return True
+        if _offsets(eqn) and any(
+                _offsets(eqns[producer[v]]) for v in eqn.invars
+                if not isinstance(v, jx.Literal) and v in producer):
+            return True
         out = eqn.outvars[0]
         if out in outvars:  # the parent may compute with it
             return True
         for r in readers.get(out, ()):
-            if r.primitive in _CONTRACTING and eqn.primitive is lax.mul_p:
+            if (r.primitive in _CONTRACTING and eqn.primitive is lax.mul_p
+                    and not _fuses_alike(eqn, r)):
+                return True
+            if _offsets(eqn) and _offsets(r):
                 return True
             # XLA computing with it would see a different graph than stock's
             # (its fusions, common subexpressions and contractions differ).
