@@ -378,6 +378,49 @@ def test_scalars_and_constants_broadcast(dtype):
             assert_same_bits(f"output {k}", g, w, x)
 
 
+# Not here (not mirrored, see rust/core/src/vector/simplify.rs): subnormal
+# constants, and `rem` with a constant operand.
+CONSTANTS = (0.0, -0.0, 1.0, -1.0, 2.0, 3.0, 0.1, 7.0, -0.5, np.inf, -np.inf, np.nan, -np.nan, 3e38, 1e-30)
+
+
+@pytest.mark.parametrize("c", CONSTANTS)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_constant_operands_match_xlas_simplifications(dtype, c):
+    """XLA's algebraic simplifier rewrites float ops with a constant operand
+    (`x*1`, `x+0`, `x/1` -> x; `x*-1`, `-0-x` -> -x; `x/c` -> `x*(1/c)`;
+    max with -inf; an op with a NaN constant is that NaN ...), skipping the
+    flush of a subnormal x -- and x/c is then no true division at all.
+    Every op with every constant on either side against XLA with the
+    constant a literal."""
+    with _x64():
+        x = np.concatenate([specials(dtype), randoms(dtype, np.random.default_rng(8), 3000)])
+        p = Program(len(x))
+        xi = p.input(dtype)
+        names, outs, fns = [], [], []
+        ci = p.const(dtype, c)
+        cv = np.array(c, dtype)
+        for name in ("add", "sub", "mul", "div", "max", "min"):
+            for side in (0, 1):
+                args = (xi, ci) if side == 0 else (ci, xi)
+                names.append(f"{name}({'x, ' if side == 0 else ''}{c}{'' if side == 0 else ', x'})")
+                outs.append(p.op(name, dtype, *args))
+                fns.append((BINARY[name], side, cv))
+        p.out(*outs)
+        _check_program(p, names, (x,), lambda x: [f(x, c) if side == 0 else f(c, x) for f, side, c in fns])
+
+
+def test_a_lossless_float_convert_round_trip_is_dropped_as_xla_does():
+    with _x64():
+        x = np.concatenate([specials("float32"), randoms("float32", np.random.default_rng(9), 1000)])
+        p = Program(len(x))
+        xi = p.input("float32")
+        wide = p.op("convert_element_type", "float64", xi)
+        back = p.op("convert_element_type", "float32", wide)
+        p.out(back, wide)
+        _check_program(p, ["f32->f64->f32", "f32->f64"], (x,),
+                       lambda x: [x.astype(jnp.float64).astype(jnp.float32), x.astype(jnp.float64)])
+
+
 def test_float_constants_keep_their_bits():
     nan = _f32(0x7fc12345)
     p = Program(3)

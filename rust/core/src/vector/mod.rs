@@ -14,6 +14,7 @@ mod eval;
 mod kernels;
 mod ops;
 mod program;
+mod simplify;
 mod types;
 mod view;
 
