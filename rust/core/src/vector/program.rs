@@ -31,7 +31,7 @@ pub const FORMAT: i64 = 1;
 /// evaluation is at most this many values of n elements.
 pub const MAX_VALUES: usize = 64;
 /// Most elements per value (scratch is allocated up front).
-pub const MAX_ELEMENTS: usize = 1 << 32;
+pub const MAX_ELEMENTS: usize = u32::MAX as usize;
 
 /// What decoding learnt of a value.
 #[derive(Clone, Copy, Debug)]
