@@ -456,6 +456,27 @@ def test_a_longer_program_matches_xla():
                                     ((a + b) * np.float32(0.5)) > i.astype(np.float32)])
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_relu_of_an_affine_map_with_constants(dtype):
+    """`max(x * 0.1 + y / 3, 0)` as the interpreter would emit it after XLA's
+    rewrites: y / 3 is y * (1/3), and the multiply-add contracts into an fma
+    (computed 1/3 passed as a constant)."""
+    with _x64():
+        rng = np.random.default_rng(10)
+        x = np.concatenate([specials(dtype), randoms(dtype, rng, 4000)])
+        y = np.concatenate([randoms(dtype, rng, len(x) - 4000), randoms(dtype, rng, 4000)])
+        m = len(x) // 8 * 8  # see _fma_operands
+        x, y = x[:m], y[:m]
+        third = np.array(1, dtype) / np.array(3, dtype)
+        p = Program(m)
+        xi, yi = p.input(dtype), p.input(dtype)
+        t = p.op("mul", dtype, yi, p.const(dtype, third))
+        a = p.op("fma", dtype, xi, p.const(dtype, 0.1), t)
+        p.out(p.op("max", dtype, a, p.const(dtype, 0.0)))
+        c01, c3, c0 = np.array(0.1, dtype), np.array(3, dtype), np.array(0, dtype)
+        _check_program(p, ["relu"], (x, y), lambda x, y: [lax.max(x * c01 + y / c3, c0)])
+
+
 def test_empty_arrays_and_pass_through():
     p = Program(0)
     x = p.input("float32")
