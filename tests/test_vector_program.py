@@ -409,6 +409,32 @@ def test_constant_operands_match_xlas_simplifications(dtype, c):
         _check_program(p, names, (x,), lambda x: [f(x, c) if side == 0 else f(c, x) for f, side, c in fns])
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_select_of_a_compare_of_its_own_cases_matches_xla(dtype):
+    """`where(a > b, a, b)` and kin: LLVM turns the strict forms into x86
+    max/min instructions, which flush the subnormal they pick; `>=`/`<=`
+    stay selects. Also `where(x > 0, x, 0)` (a relu) with a constant."""
+    with _x64():
+        a, b = operand_pairs(dtype, seed=11)
+        p = Program(len(a))
+        x, y = p.input(dtype), p.input(dtype)
+        zero = p.const(dtype, 0.0)
+        names, outs, fns = [], [], []
+        for cmp in ("gt", "ge", "lt", "le"):
+            c = p.op(cmp, "bool", x, y)
+            for order in ("a,b", "b,a"):
+                cases = (y, x) if order == "a,b" else (x, y)  # select_n(p, if_false, if_true)
+                names.append(f"select({cmp}(a, b), {order})")
+                outs.append(p.op("select_n", dtype, c, *cases))
+                fns.append((COMPARE[cmp], order))
+        relu = p.op("select_n", dtype, p.op("gt", "bool", x, zero), zero, x)
+        p.out(*outs, relu)
+        z = np.array(0, dtype)
+        _check_program(p, names + ["relu"], (a, b), lambda a, b: [
+            lax.select(f(a, b), a, b) if order == "a,b" else lax.select(f(a, b), b, a) for f, order in fns
+        ] + [jnp.where(a > z, a, z)])
+
+
 def test_a_lossless_float_convert_round_trip_is_dropped_as_xla_does():
     with _x64():
         x = np.concatenate([specials("float32"), randoms("float32", np.random.default_rng(9), 1000)])

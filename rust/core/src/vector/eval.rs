@@ -75,6 +75,8 @@ enum Adjust {
     None,
     Negate,
     Reciprocal,
+    /// DAZ of a select's result (the value it chose).
+    FlushResult,
 }
 
 impl<'s> Ctx<'s, '_> {
@@ -276,6 +278,7 @@ impl Program<'_> {
                 }
                 Rewrite::AddNegated => (Op::Add, args, Adjust::Negate),
                 Rewrite::MulReciprocal => (Op::Mul, args, Adjust::Reciprocal),
+                Rewrite::FlushedSelect => (op, args, Adjust::FlushResult),
             };
             let Loc::At(off) = locs[v] else { unreachable!("instructions live in scratch") };
             let (before, rest) = scratch.words.split_at_mut(off);
@@ -300,6 +303,14 @@ impl Program<'_> {
         }
         scratch.trim();
         Ok(())
+    }
+}
+
+/// DAZ of every element.
+#[inline(always)]
+fn flush<T: Float>(xs: &mut [T]) {
+    for x in xs {
+        *x = x.daz();
     }
 }
 
@@ -350,7 +361,14 @@ fn exec_baseline(op: Op, ty: VectorType, args: &[i64], imm: i64, out: &mut [u64]
                 } else {
                     select_i32(out, cx.arg(p), &cases)
                 }
-            })
+            });
+            if cx.adjust == Adjust::FlushResult {
+                match ty {
+                    VectorType::F32 => flush(words_as_mut::<f32>(out, len)),
+                    VectorType::F64 => flush(words_as_mut::<f64>(out, len)),
+                    _ => {}
+                }
+            }
         }
         _ if op.is_comparison() => {
             let (a, b) = (args[0], args[1]);

@@ -43,9 +43,11 @@ pub(super) struct Meta {
     pub const_at: Option<u32>,
     /// A `convert_element_type`'s: its argument.
     pub convert_of: Option<u8>,
+    /// A float `gt` or `lt`'s: the op and its two arguments.
+    pub compare_of: Option<(Op, u8, u8)>,
 }
 
-const NO_META: Meta = Meta { ty: VectorType::Bool, scalar: true, const_at: None, convert_of: None };
+const NO_META: Meta = Meta { ty: VectorType::Bool, scalar: true, const_at: None, convert_of: None, compare_of: None };
 
 /// What decoding learnt of a program's words (reusable for equal words).
 #[derive(Clone, Copy)]
@@ -208,12 +210,12 @@ fn check_instr(r: &mut Reader, meta: &[Meta]) -> Result<Meta> {
     let ty = VectorType::from_code(r.next("result type")?)?;
     let n = r.count("argument count", MAX_VALUES)?;
     let mut args = [NO_META; MAX_VALUES];
-    let mut first_arg = 0u8;
+    let mut first_args = [0u8; 2];
     for (k, a) in args.iter_mut().take(n).enumerate() {
         let v = r.next("argument")?;
         *a = value(meta, v)?;
-        if k == 0 {
-            first_arg = v as u8; // < MAX_VALUES: checked by `value`
+        if k < 2 {
+            first_args[k] = v as u8; // < MAX_VALUES: checked by `value`
         }
     }
     let args = &args[..n];
@@ -307,7 +309,12 @@ fn check_instr(r: &mut Reader, meta: &[Meta]) -> Result<Meta> {
         ty,
         scalar: args.iter().all(|a| a.scalar),
         const_at: (op == Op::Const).then_some(imm_at),
-        convert_of: (op == Op::Convert).then_some(first_arg),
+        convert_of: (op == Op::Convert).then_some(first_args[0]),
+        compare_of: (matches!(op, Op::Gt | Op::Lt) && args[0].ty.is_float()).then_some((
+            op,
+            first_args[0],
+            first_args[1],
+        )),
     })
 }
 

@@ -12,7 +12,10 @@
 //! * `x - c` is `x + (-c)`; `x / c` is `x * (1/c)`, `1/c` rounded once;
 //! * a float convert round trip through a wider float is dropped;
 //! * any arithmetic op, max or min with a NaN constant is that NaN,
-//!   quieted (negated for `x - NaN`, after the rewrite above).
+//!   quieted (negated for `x - NaN`, after the rewrite above);
+//! * `select(a > b, a, b)`, `select(a > b, b, a)` and the same with `<`
+//!   (strict compares only) become x86 max/min instructions, which flush
+//!   the subnormal they return (LLVM's pattern match, not XLA's).
 //!
 //! Not mirrored (the interpreter should keep these in XLA): subnormal
 //! constants, `rem` with a constant operand (a power-of-two divisor is
@@ -40,6 +43,9 @@ pub(super) enum Rewrite {
     MulReciprocal,
     /// Every element these bits (an op with a NaN constant is that NaN).
     Fill(u64),
+    /// A select whose chosen value is flushed (DAZ): x86's max/min
+    /// instructions, which LLVM uses for `select(a > b, a, b)` and kin.
+    FlushedSelect,
 }
 
 /// A float constant, classified from its bits (a float conversion of a
@@ -74,6 +80,17 @@ fn constant(meta: &[Meta], words: &[i64], v: usize) -> Option<Const> {
 /// (earlier values, already checked).
 pub(super) fn rewrite(op: Op, ty: VectorType, args: &[i64], meta: &[Meta], words: &[i64]) -> Rewrite {
     if !ty.is_float() {
+        return Rewrite::None;
+    }
+    if op == Op::SelectN && args.len() == 3 {
+        // select_n(p, if_false, if_true) with p = a > b or a < b over the
+        // two cases, in either order.
+        if let Some((_, a, b)) = meta[args[0] as usize].compare_of {
+            let cases = (args[1] as u8, args[2] as u8);
+            if cases == (a, b) || cases == (b, a) {
+                return Rewrite::FlushedSelect;
+            }
+        }
         return Rewrite::None;
     }
     if op == Op::Convert {

@@ -436,3 +436,21 @@ fn a_float_convert_round_trip_is_dropped() {
     assert_eq!(f32s(&out[0]), [SUB.to_bits(), 0x7f80_0001]);
     assert_eq!(&out[1][..8], 0f64.to_ne_bytes(), "the widening alone flushes");
 }
+
+#[test]
+fn a_strict_compare_selecting_its_own_operands_flushes_the_choice() {
+    let (xs, ys) = ([SUB, 2.0], [-1.0f32, -SUB]);
+    let bits = |v: [f32; 2]| v.map(f32::to_bits).to_vec();
+    for (cmp, want) in [
+        (Op::Gt, bits([0.0, 2.0])),
+        (Op::Lt, bits([-1.0, -0.0])),
+        (Op::Ge, bits([SUB, 2.0])),
+        (Op::Le, bits([-1.0, -SUB])),
+    ] {
+        let mut p = B::new(2);
+        let (x, y) = (p.input(F32, false), p.input(F32, false));
+        let c = p.op(cmp, Bool, &[x, y], 0);
+        let s = p.op(Op::SelectN, F32, &[c, y, x], 0); // c ? x : y
+        assert_eq!(f32s(&run(&p.out(&[s]).words(), &[bytes(&xs), bytes(&ys)])[0]), want, "{cmp:?}");
+    }
+}
