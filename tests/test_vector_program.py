@@ -378,6 +378,75 @@ def test_scalars_and_constants_broadcast(dtype):
             assert_same_bits(f"output {k}", g, w, x)
 
 
+# Not here (not mirrored, see rust/core/src/vector/simplify.rs): subnormal
+# constants, and `rem` with a constant operand.
+CONSTANTS = (0.0, -0.0, 1.0, -1.0, 2.0, 3.0, 0.1, 7.0, -0.5, np.inf, -np.inf, np.nan, -np.nan, 3e38, 1e-30)
+
+
+@pytest.mark.parametrize("c", CONSTANTS)
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_constant_operands_match_xlas_simplifications(dtype, c):
+    """XLA's algebraic simplifier rewrites float ops with a constant operand
+    (`x*1`, `x+0`, `x/1` -> x; `x*-1`, `-0-x` -> -x; `x/c` -> `x*(1/c)`;
+    max with -inf; an op with a NaN constant is that NaN ...), skipping the
+    flush of a subnormal x -- and x/c is then no true division at all.
+    Every op with every constant on either side against XLA with the
+    constant a literal."""
+    with _x64():
+        x = np.concatenate([specials(dtype), randoms(dtype, np.random.default_rng(8), 3000)])
+        p = Program(len(x))
+        xi = p.input(dtype)
+        names, outs, fns = [], [], []
+        ci = p.const(dtype, c)
+        cv = np.array(c, dtype)
+        for name in ("add", "sub", "mul", "div", "max", "min"):
+            for side in (0, 1):
+                args = (xi, ci) if side == 0 else (ci, xi)
+                names.append(f"{name}({'x, ' if side == 0 else ''}{c}{'' if side == 0 else ', x'})")
+                outs.append(p.op(name, dtype, *args))
+                fns.append((BINARY[name], side, cv))
+        p.out(*outs)
+        _check_program(p, names, (x,), lambda x: [f(x, c) if side == 0 else f(c, x) for f, side, c in fns])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_select_of_a_compare_of_its_own_cases_matches_xla(dtype):
+    """`where(a > b, a, b)` and kin: LLVM turns the strict forms into x86
+    max/min instructions, which flush the subnormal they pick; `>=`/`<=`
+    stay selects. Also `where(x > 0, x, 0)` (a relu) with a constant."""
+    with _x64():
+        a, b = operand_pairs(dtype, seed=11)
+        p = Program(len(a))
+        x, y = p.input(dtype), p.input(dtype)
+        zero = p.const(dtype, 0.0)
+        names, outs, fns = [], [], []
+        for cmp in ("gt", "ge", "lt", "le"):
+            c = p.op(cmp, "bool", x, y)
+            for order in ("a,b", "b,a"):
+                cases = (y, x) if order == "a,b" else (x, y)  # select_n(p, if_false, if_true)
+                names.append(f"select({cmp}(a, b), {order})")
+                outs.append(p.op("select_n", dtype, c, *cases))
+                fns.append((COMPARE[cmp], order))
+        relu = p.op("select_n", dtype, p.op("gt", "bool", x, zero), zero, x)
+        p.out(*outs, relu)
+        z = np.array(0, dtype)
+        _check_program(p, names + ["relu"], (a, b), lambda a, b: [
+            lax.select(f(a, b), a, b) if order == "a,b" else lax.select(f(a, b), b, a) for f, order in fns
+        ] + [jnp.where(a > z, a, z)])
+
+
+def test_a_lossless_float_convert_round_trip_is_dropped_as_xla_does():
+    with _x64():
+        x = np.concatenate([specials("float32"), randoms("float32", np.random.default_rng(9), 1000)])
+        p = Program(len(x))
+        xi = p.input("float32")
+        wide = p.op("convert_element_type", "float64", xi)
+        back = p.op("convert_element_type", "float32", wide)
+        p.out(back, wide)
+        _check_program(p, ["f32->f64->f32", "f32->f64"], (x,),
+                       lambda x: [x.astype(jnp.float64).astype(jnp.float32), x.astype(jnp.float64)])
+
+
 def test_float_constants_keep_their_bits():
     nan = _f32(0x7fc12345)
     p = Program(3)
@@ -411,6 +480,27 @@ def test_a_longer_program_matches_xla():
                                     lax.select(((a + b) * 0.5) > i.astype(np.float32), (a + b) * np.float32(0.5),
                                                i.astype(np.float32)).astype(np.int32) * 3,
                                     ((a + b) * np.float32(0.5)) > i.astype(np.float32)])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_relu_of_an_affine_map_with_constants(dtype):
+    """`max(x * 0.1 + y / 3, 0)` as the interpreter would emit it after XLA's
+    rewrites: y / 3 is y * (1/3), and the multiply-add contracts into an fma
+    (computed 1/3 passed as a constant)."""
+    with _x64():
+        rng = np.random.default_rng(10)
+        x = np.concatenate([specials(dtype), randoms(dtype, rng, 4000)])
+        y = np.concatenate([randoms(dtype, rng, len(x) - 4000), randoms(dtype, rng, 4000)])
+        m = len(x) // 8 * 8  # see _fma_operands
+        x, y = x[:m], y[:m]
+        third = np.array(1, dtype) / np.array(3, dtype)
+        p = Program(m)
+        xi, yi = p.input(dtype), p.input(dtype)
+        t = p.op("mul", dtype, yi, p.const(dtype, third))
+        a = p.op("fma", dtype, xi, p.const(dtype, 0.1), t)
+        p.out(p.op("max", dtype, a, p.const(dtype, 0.0)))
+        c01, c3, c0 = np.array(0.1, dtype), np.array(3, dtype), np.array(0, dtype)
+        _check_program(p, ["relu"], (x, y), lambda x, y: [lax.max(x * c01 + y / c3, c0)])
 
 
 def test_empty_arrays_and_pass_through():

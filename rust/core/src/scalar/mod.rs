@@ -12,6 +12,6 @@ mod ops;
 mod program;
 mod types;
 
-pub use ops::{binary, convert, select_case, unary, Op};
+pub use ops::{binary, convert, unary, Op};
 pub use program::{fingerprint, DecodeCache, Program, Values, FORMAT, MAX_VALUES};
 pub use types::ScalarType;

@@ -173,6 +173,8 @@ pub trait Float: Elem + std::ops::Neg<Output = Self> + PartialOrd {
     fn abs(self) -> Self;
     /// `self` with its quiet bit set.
     fn quiet(self) -> Self;
+    /// `1 / self`, IEEE (no flush).
+    fn recip(self) -> Self;
     /// `self` with the sign bit the and / or of both signs.
     fn sign_and(self, b: Self) -> Self;
     fn sign_or(self, b: Self) -> Self;
@@ -296,6 +298,10 @@ macro_rules! float_elem {
             #[inline(always)]
             fn neg_mul_add(self, b: Self, c: Self) -> Self {
                 nan_of3((-self.daz()).mul_add(b.daz(), c.daz()).ftz(), self, b, c)
+            }
+            #[inline(always)]
+            fn recip(self) -> Self {
+                1.0 / self
             }
             #[inline(always)]
             fn quiet(self) -> Self {

@@ -2,10 +2,11 @@
 //! into scratch (array inputs are read in place), then outputs are copied
 //! out (a scalar output is broadcast).
 
-use super::elem::{Elem, B8};
+use super::elem::{Elem, Float, B8};
 use super::kernels::{compare, convert_op, float_op, int_op, select_bool, select_i32, Arg};
 use super::ops::Op;
 use super::program::{bad, Program, MAX_VALUES};
+use super::simplify::Rewrite;
 use super::types::VectorType;
 use super::view::{bytes_of, try_cast, words_as, words_as_mut, words_bytes_mut, words_for};
 use crate::error::{Result, RtError};
@@ -64,6 +65,18 @@ struct Ctx<'s, 'p> {
     locs: &'s [Loc; MAX_VALUES],
     /// Whether to use the CPU's wider vector instructions where it has them.
     simd: bool,
+    /// What becomes of a float op's second (constant) argument.
+    adjust: Adjust,
+}
+
+/// A change to a float op's constant second argument (`simplify`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Adjust {
+    None,
+    Negate,
+    Reciprocal,
+    /// DAZ of a select's result (the value it chose).
+    FlushResult,
 }
 
 impl<'s> Ctx<'s, '_> {
@@ -92,6 +105,19 @@ impl<'s> Ctx<'s, '_> {
         let mut list = ArgList { args: [Arg::Splat(T::default()); MAX_VALUES], len: vs.len() };
         for (slot, &v) in list.args.iter_mut().zip(vs) {
             *slot = self.arg(v);
+        }
+        list
+    }
+}
+
+impl<'s> Ctx<'s, '_> {
+    /// [`Ctx::args`] of a float op, with the constant second argument
+    /// negated or inverted as XLA's rewrite does (`1/c` rounded once, as
+    /// XLA folds it: `c` is a normal number, so no flush applies).
+    fn float_args<T: Float>(&self, vs: &[i64]) -> ArgList<'s, T> {
+        let mut list = self.args::<T>(vs);
+        if let (Adjust::Negate | Adjust::Reciprocal, Arg::Splat(c)) = (self.adjust, list.args[1]) {
+            list.args[1] = Arg::Splat(if self.adjust == Adjust::Negate { -c } else { c.recip() });
         }
         list
     }
@@ -229,10 +255,35 @@ impl Program<'_> {
             let args = &w[pos + 3..pos + 3 + n_args];
             let imm = w[pos + 3 + n_args];
             pos += 4 + n_args;
+            let swapped;
+            let (op, args, adjust) = match l.rewrites[v] {
+                Rewrite::None => (op, args, Adjust::None),
+                Rewrite::Alias(a) => {
+                    locs[v] = locs[a as usize];
+                    continue;
+                }
+                Rewrite::Fill(bits) => {
+                    let Loc::At(off) = locs[v] else { unreachable!("instructions live in scratch") };
+                    let len = if l.meta[v].scalar { 1 } else { l.n };
+                    with_type!(ty, T => words_as_mut::<T>(&mut scratch.words[off..], len).fill(T::from_word(bits)));
+                    continue;
+                }
+                Rewrite::Neg(a) => {
+                    swapped = [a as i64, 0];
+                    (Op::Neg, &swapped[..1], Adjust::None)
+                }
+                Rewrite::Swap => {
+                    swapped = [args[1], args[0]];
+                    (op, &swapped[..], Adjust::None)
+                }
+                Rewrite::AddNegated => (Op::Add, args, Adjust::Negate),
+                Rewrite::MulReciprocal => (Op::Mul, args, Adjust::Reciprocal),
+                Rewrite::FlushedSelect => (op, args, Adjust::FlushResult),
+            };
             let Loc::At(off) = locs[v] else { unreachable!("instructions live in scratch") };
             let (before, rest) = scratch.words.split_at_mut(off);
             let len = if l.meta[v].scalar { 1 } else { l.n };
-            let cx = Ctx { program: self, inputs, before, locs: &locs, simd };
+            let cx = Ctx { program: self, inputs, before, locs: &locs, simd, adjust };
             exec(op, ty, args, imm, rest, len, &cx);
         }
         for (j, out) in outputs.iter_mut().enumerate() {
@@ -252,6 +303,14 @@ impl Program<'_> {
         }
         scratch.trim();
         Ok(())
+    }
+}
+
+/// DAZ of every element.
+#[inline(always)]
+fn flush<T: Float>(xs: &mut [T]) {
+    for x in xs {
+        *x = x.daz();
     }
 }
 
@@ -302,15 +361,22 @@ fn exec_baseline(op: Op, ty: VectorType, args: &[i64], imm: i64, out: &mut [u64]
                 } else {
                     select_i32(out, cx.arg(p), &cases)
                 }
-            })
+            });
+            if cx.adjust == Adjust::FlushResult {
+                match ty {
+                    VectorType::F32 => flush(words_as_mut::<f32>(out, len)),
+                    VectorType::F64 => flush(words_as_mut::<f64>(out, len)),
+                    _ => {}
+                }
+            }
         }
         _ if op.is_comparison() => {
             let (a, b) = (args[0], args[1]);
             with_type!(cx.ty(a), T => compare::<T>(op, words_as_mut(out, len), cx.arg(a), cx.arg(b)))
         }
         _ => match ty {
-            VectorType::F32 => float_op::<f32>(op, imm, words_as_mut(out, len), &cx.args(args)),
-            VectorType::F64 => float_op::<f64>(op, imm, words_as_mut(out, len), &cx.args(args)),
+            VectorType::F32 => float_op::<f32>(op, imm, words_as_mut(out, len), &cx.float_args(args)),
+            VectorType::F64 => float_op::<f64>(op, imm, words_as_mut(out, len), &cx.float_args(args)),
             VectorType::Bool => int_op::<B8>(op, words_as_mut(out, len), &cx.args(args)),
             VectorType::I8 => int_op::<i8>(op, words_as_mut(out, len), &cx.args(args)),
             VectorType::I16 => int_op::<i16>(op, words_as_mut(out, len), &cx.args(args)),

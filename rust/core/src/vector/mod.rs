@@ -6,14 +6,16 @@
 //!
 //! Results must be bit-identical to XLA:CPU's: integers and bools use the
 //! scalar programs' ops (`crate::scalar`), floats XLA:CPU's IEEE semantics
-//! with subnormals flushed on input and output (see `elem`). Each
-//! instruction is one loop over its elements (`kernels`).
+//! with subnormals flushed on input and output (see `elem`), and the
+//! rewrites XLA applies to float ops with constant operands (`simplify`).
+//! Each instruction is one loop over its elements (`kernels`).
 
 mod elem;
 mod eval;
 mod kernels;
 mod ops;
 mod program;
+mod simplify;
 mod types;
 mod view;
 

@@ -20,6 +20,7 @@
 
 use super::kernels::FmaForm;
 use super::ops::Op;
+use super::simplify::{self, Rewrite};
 use super::types::VectorType;
 use crate::error::{Result, RtError};
 use crate::scalar;
@@ -30,7 +31,7 @@ pub const FORMAT: i64 = 1;
 /// evaluation is at most this many values of n elements.
 pub const MAX_VALUES: usize = 64;
 /// Most elements per value (scratch is allocated up front).
-pub const MAX_ELEMENTS: usize = 1 << 32;
+pub const MAX_ELEMENTS: usize = u32::MAX as usize;
 
 /// What decoding learnt of a value.
 #[derive(Clone, Copy, Debug)]
@@ -38,9 +39,15 @@ pub(super) struct Meta {
     pub ty: VectorType,
     /// One element, broadcast where an array meets it.
     pub scalar: bool,
+    /// A constant's: the word of its immediate.
+    pub const_at: Option<u32>,
+    /// A `convert_element_type`'s: its argument.
+    pub convert_of: Option<u8>,
+    /// A float `gt` or `lt`'s: the op and its two arguments.
+    pub compare_of: Option<(Op, u8, u8)>,
 }
 
-const NO_META: Meta = Meta { ty: VectorType::Bool, scalar: true };
+const NO_META: Meta = Meta { ty: VectorType::Bool, scalar: true, const_at: None, convert_of: None, compare_of: None };
 
 /// What decoding learnt of a program's words (reusable for equal words).
 #[derive(Clone, Copy)]
@@ -52,6 +59,8 @@ pub(super) struct Layout {
     pub outputs_at: usize,
     pub n_outputs: usize,
     pub meta: [Meta; MAX_VALUES],
+    /// Per value: how XLA would rewrite the instruction (`simplify`).
+    pub rewrites: [Rewrite; MAX_VALUES],
 }
 
 /// A validated program over its words.
@@ -162,12 +171,17 @@ fn decode_layout(words: &[i64]) -> Result<Layout> {
             1 => true,
             k => return Err(bad(format!("input kind {k} (0: an array, 1: a scalar)"))),
         };
-        *m = Meta { ty, scalar };
+        *m = Meta { ty, scalar, ..NO_META };
     }
     let instrs_at = r.pos;
+    let mut rewrites = [Rewrite::None; MAX_VALUES];
     for k in 0..n_instrs {
         let v = n_inputs + k;
+        let at = r.pos;
         meta[v] = check_instr(&mut r, &meta[..v])?;
+        // Checked: op, type, argument count and arguments are valid.
+        let (op, ty, n_args) = (Op::ALL[words[at] as usize], meta[v].ty, words[at + 2] as usize);
+        rewrites[v] = simplify::rewrite(op, ty, &words[at + 3..at + 3 + n_args], &meta[..v], words);
     }
     let outputs_at = r.pos;
     let n_values = n_inputs + n_instrs;
@@ -177,7 +191,7 @@ fn decode_layout(words: &[i64]) -> Result<Layout> {
     if r.pos != words.len() {
         return Err(bad(format!("{} words after the outputs", words.len() - r.pos)));
     }
-    Ok(Layout { n, n_inputs, n_values, instrs_at, outputs_at, n_outputs, meta })
+    Ok(Layout { n, n_inputs, n_values, instrs_at, outputs_at, n_outputs, meta, rewrites })
 }
 
 /// The meta of earlier value `v`.
@@ -196,10 +210,16 @@ fn check_instr(r: &mut Reader, meta: &[Meta]) -> Result<Meta> {
     let ty = VectorType::from_code(r.next("result type")?)?;
     let n = r.count("argument count", MAX_VALUES)?;
     let mut args = [NO_META; MAX_VALUES];
-    for a in args.iter_mut().take(n) {
-        *a = value(meta, r.next("argument")?)?;
+    let mut first_args = [0u8; 2];
+    for (k, a) in args.iter_mut().take(n).enumerate() {
+        let v = r.next("argument")?;
+        *a = value(meta, v)?;
+        if k < 2 {
+            first_args[k] = v as u8; // < MAX_VALUES: checked by `value`
+        }
     }
     let args = &args[..n];
+    let imm_at = r.pos as u32;
     let imm = r.next("immediate")?;
     let name = op.name();
     let arity = |want: usize| -> Result<()> {
@@ -285,7 +305,17 @@ fn check_instr(r: &mut Reader, meta: &[Meta]) -> Result<Meta> {
             }
         }
     }
-    Ok(Meta { ty, scalar: args.iter().all(|a| a.scalar) })
+    Ok(Meta {
+        ty,
+        scalar: args.iter().all(|a| a.scalar),
+        const_at: (op == Op::Const).then_some(imm_at),
+        convert_of: (op == Op::Convert).then_some(first_args[0]),
+        compare_of: (matches!(op, Op::Gt | Op::Lt) && args[0].ty.is_float()).then_some((
+            op,
+            first_args[0],
+            first_args[1],
+        )),
+    })
 }
 
 /// A constant's immediate must be a canonical value of its type.

@@ -385,3 +385,72 @@ fn every_op_and_type_gives_the_same_bits_in_both_builds() {
         run(&words, &inputs);
     }
 }
+
+/// `x op c` over f32 `xs` with `c` a constant on the right (or left).
+fn f32_with_constant(op: Op, xs: &[f32], c: f32, left: bool) -> Vec<u32> {
+    let mut p = B::new(xs.len());
+    let x = p.input(F32, false);
+    let k = p.op(Op::Const, F32, &[], c.to_bits() as i64);
+    let args = if left { [k, x] } else { [x, k] };
+    let r = p.op(op, F32, &args, 0);
+    f32s(&run(&p.out(&[r]).words(), &[bytes(xs)])[0])
+}
+
+#[test]
+fn constant_operands_are_rewritten_as_xla_does() {
+    let xs = [SUB, -SUB, nan(0x7f80_0001), 2.5, -0.0];
+    let same: Vec<u32> = xs.iter().map(|x| x.to_bits()).collect();
+    let negated: Vec<u32> = xs.iter().map(|x| x.to_bits() ^ 0x8000_0000).collect();
+    assert_eq!(f32_with_constant(Op::Mul, &xs, 1.0, false), same, "x * 1 is x, unflushed");
+    assert_eq!(f32_with_constant(Op::Mul, &xs, 1.0, true), same);
+    assert_eq!(f32_with_constant(Op::Add, &xs, 0.0, false), same, "-0 + 0 is -0 too");
+    assert_eq!(f32_with_constant(Op::Sub, &xs, -0.0, false), same);
+    assert_eq!(f32_with_constant(Op::Div, &xs, 1.0, false), same);
+    assert_eq!(f32_with_constant(Op::Max, &xs, f32::NEG_INFINITY, true), same);
+    assert_eq!(f32_with_constant(Op::Min, &xs, f32::INFINITY, false), same);
+    assert_eq!(f32_with_constant(Op::Mul, &xs, -1.0, false), negated, "x * -1 is neg x");
+    assert_eq!(f32_with_constant(Op::Div, &xs, -1.0, false), negated);
+    assert_eq!(f32_with_constant(Op::Sub, &xs, -0.0, true), negated, "-0 - x is neg x");
+    assert_eq!(f32_with_constant(Op::Sub, &[SUB], 0.0, true), [0], "+0 - x is computed");
+    // x / c is x * (1/c): not the true quotient.
+    let q = f32_with_constant(Op::Div, &[2.5, 3.0], 3.0, false);
+    assert_eq!(q, [(2.5f32 * (1.0 / 3.0f32)).to_bits(), (3.0f32 * (1.0 / 3.0f32)).to_bits()]);
+    assert_ne!(q[0], (2.5f32 / 3.0).to_bits());
+    assert_eq!(f32_with_constant(Op::Div, &[2.5], 3.0, true), [(3.0f32 / 2.5).to_bits()], "c / x is a division");
+    // An op with a NaN constant is that NaN, quieted; x - NaN negates it.
+    let c = nan(0x7f80_0123);
+    assert_eq!(f32_with_constant(Op::Add, &[1.0, nan(PAYLOAD)], c, false), [0x7fc0_0123; 2]);
+    assert_eq!(f32_with_constant(Op::Sub, &[1.0], c, false), [0xffc0_0123]);
+    assert_eq!(f32_with_constant(Op::Min, &[-0.0], c, true), [0x7fc0_0123]);
+    // Otherwise a constant on the left of a commutative op moves right.
+    assert_eq!(f32_with_constant(Op::Max, &[nan(0xffc0_0001)], 2.0, true), [0xffc0_0001]);
+}
+
+#[test]
+fn a_float_convert_round_trip_is_dropped() {
+    let mut p = B::new(2);
+    let x = p.input(F32, false);
+    let wide = p.op(Op::Convert, F64, &[x], 0);
+    let back = p.op(Op::Convert, F32, &[wide], 0);
+    let out = run(&p.out(&[back, wide]).words(), &[bytes(&[SUB, nan(0x7f80_0001)])]);
+    assert_eq!(f32s(&out[0]), [SUB.to_bits(), 0x7f80_0001]);
+    assert_eq!(&out[1][..8], 0f64.to_ne_bytes(), "the widening alone flushes");
+}
+
+#[test]
+fn a_strict_compare_selecting_its_own_operands_flushes_the_choice() {
+    let (xs, ys) = ([SUB, 2.0], [-1.0f32, -SUB]);
+    let bits = |v: [f32; 2]| v.map(f32::to_bits).to_vec();
+    for (cmp, want) in [
+        (Op::Gt, bits([0.0, 2.0])),
+        (Op::Lt, bits([-1.0, -0.0])),
+        (Op::Ge, bits([SUB, 2.0])),
+        (Op::Le, bits([-1.0, -SUB])),
+    ] {
+        let mut p = B::new(2);
+        let (x, y) = (p.input(F32, false), p.input(F32, false));
+        let c = p.op(cmp, Bool, &[x, y], 0);
+        let s = p.op(Op::SelectN, F32, &[c, y, x], 0); // c ? x : y
+        assert_eq!(f32s(&run(&p.out(&[s]).words(), &[bytes(&xs), bytes(&ys)])[0]), want, "{cmp:?}");
+    }
+}
