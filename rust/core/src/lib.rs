@@ -41,6 +41,7 @@ mod error;
 pub mod grid;
 pub mod memory;
 mod prng;
+mod program_words;
 mod races;
 pub mod region;
 mod registry;

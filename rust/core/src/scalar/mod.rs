@@ -12,6 +12,7 @@ mod ops;
 mod program;
 mod types;
 
+pub use crate::program_words::fingerprint;
 pub use ops::{binary, convert, unary, Op};
-pub use program::{fingerprint, DecodeCache, Program, Values, FORMAT, MAX_VALUES};
+pub use program::{DecodeCache, Program, Values, FORMAT, MAX_VALUES};
 pub use types::ScalarType;

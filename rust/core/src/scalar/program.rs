@@ -19,6 +19,9 @@
 use super::ops::{self, Op};
 use super::types::ScalarType;
 use crate::error::{Result, RtError};
+#[cfg(test)]
+use crate::program_words::{fingerprint, CACHED_PROGRAMS};
+use crate::program_words::{LayoutCache, LayoutRef, Reader};
 
 /// The format version, first word of every program.
 pub const FORMAT: i64 = 1;
@@ -57,25 +60,7 @@ impl Default for Values {
 /// A validated program over its words.
 pub struct Program<'a> {
     words: &'a [i64],
-    layout: LayoutRef<'a>,
-}
-
-/// A program's layout: its own (decoded just now) or a cache's (no copy
-/// of the table on the hot path).
-enum LayoutRef<'a> {
-    Owned(Box<Layout>),
-    Cached(&'a Layout),
-}
-
-impl std::ops::Deref for LayoutRef<'_> {
-    type Target = Layout;
-    #[inline]
-    fn deref(&self) -> &Layout {
-        match self {
-            LayoutRef::Owned(l) => l,
-            LayoutRef::Cached(l) => l,
-        }
-    }
+    layout: LayoutRef<'a, Layout>,
 }
 
 /// What decoding learnt of a program's words (reusable for equal words).
@@ -89,26 +74,6 @@ struct Layout {
     meta: [Meta; MAX_VALUES],
 }
 
-/// A cursor over the words, failing clearly at the end.
-struct Reader<'a> {
-    words: &'a [i64],
-    pos: usize,
-}
-
-impl Reader<'_> {
-    fn next(&mut self, what: &str) -> Result<i64> {
-        let w =
-            self.words.get(self.pos).copied().ok_or_else(|| bad(format!("truncated at word {} ({what})", self.pos)))?;
-        self.pos += 1;
-        Ok(w)
-    }
-
-    fn count(&mut self, what: &str, max: usize) -> Result<usize> {
-        let n = self.next(what)?;
-        usize::try_from(n).ok().filter(|&n| n <= max).ok_or_else(|| bad(format!("{what} {n} out of range 0..={max}")))
-    }
-}
-
 #[cold]
 fn bad(message: String) -> RtError {
     RtError::value(format!("scalar program: {message}"))
@@ -117,7 +82,14 @@ fn bad(message: String) -> RtError {
 impl<'a> Program<'a> {
     /// Parses and type-checks `words`.
     pub fn decode(words: &'a [i64]) -> Result<Program<'a>> {
-        let mut r = Reader { words, pos: 0 };
+        Ok(Program { words, layout: LayoutRef::Owned(Box::new(decode_layout(words)?)) })
+    }
+}
+
+/// The checked layout of a program's words.
+fn decode_layout(words: &[i64]) -> Result<Layout> {
+    {
+        let mut r = Reader { words, pos: 0, bad };
         let format = r.next("format")?;
         if format != FORMAT {
             return Err(bad(format!("format {format}, expected {FORMAT} (a mosaic_rt build mismatch)")));
@@ -154,10 +126,11 @@ impl<'a> Program<'a> {
         if r.pos != words.len() {
             return Err(bad(format!("{} words after the outputs", words.len() - r.pos)));
         }
-        let layout = Layout { n_inputs, n_values, instrs_at, outputs_at, n_outputs, meta };
-        Ok(Program { words, layout: LayoutRef::Owned(Box::new(layout)) })
+        Ok(Layout { n_inputs, n_values, instrs_at, outputs_at, n_outputs, meta })
     }
+}
 
+impl<'a> Program<'a> {
     pub fn num_inputs(&self) -> usize {
         self.layout.n_inputs
     }
@@ -284,100 +257,26 @@ impl<'a> Program<'a> {
     }
 }
 
-/// Decoded programs by their words: a kernel runs the same few programs
-/// every loop step, and decoding (checking) one costs more than running it.
-/// Entries match by content, so a reused address of other words never
-/// matches wrongly; when full, the oldest entry goes.
-pub struct DecodeCache {
-    entries: Vec<Entry>,
-    oldest: usize,
-}
-
-struct Entry {
-    words: Vec<i64>,
-    layout: Layout,
-    /// [`fingerprint`] of `words`, and the address they were last seen at:
-    /// a call at that address with that fingerprint and length is this
-    /// program without comparing every word (which costs more than the
-    /// program's evaluation).
-    fingerprint: u64,
-    seen_at: usize,
-}
-
-/// Programs a [`DecodeCache`] keeps.
-const CACHED_PROGRAMS: usize = 32;
-
-/// The multiplier of [`fingerprint`] (odd: every power is distinct mod 2^64).
-const FINGERPRINT_BASE: u64 = 0x9E37_79B9_7F4A_7C15;
-
-/// `sum(words[i] * B^(i+1)) mod 2^64` (`mosaic_rt.interpret.scalar_program`
-/// computes the same with numpy and passes it with the words).
-pub fn fingerprint(words: &[i64]) -> u64 {
-    let (mut h, mut p) = (0u64, FINGERPRINT_BASE);
-    for &w in words {
-        h = h.wrapping_add((w as u64).wrapping_mul(p));
-        p = p.wrapping_mul(FINGERPRINT_BASE);
-    }
-    h
-}
+/// Decoded programs by their words ([`LayoutCache`]).
+#[derive(Default)]
+pub struct DecodeCache(LayoutCache<Layout>);
 
 impl DecodeCache {
     pub const fn new() -> DecodeCache {
-        DecodeCache { entries: Vec::new(), oldest: 0 }
+        DecodeCache(LayoutCache::new())
     }
 
     /// `Program::decode(words)`, from the cache when these words were
     /// decoded before.
     pub fn decode<'a>(&'a mut self, words: &'a [i64]) -> Result<Program<'a>> {
-        let k = self.find_or_decode(words)?;
-        Ok(Program { words, layout: LayoutRef::Cached(&self.entries[k].layout) })
+        Ok(Program { words, layout: LayoutRef::Cached(self.0.get(words, decode_layout)?) })
     }
 
     /// [`DecodeCache::decode`] of words whose [`fingerprint`] the caller
-    /// states: when the same words were seen at the same address, no word
-    /// is compared.
-    pub fn decode_fingerprinted<'a>(&'a mut self, words: &'a [i64], fingerprint_: u64) -> Result<Program<'a>> {
-        let at = words.as_ptr() as usize;
-        let hit = self
-            .entries
-            .iter()
-            .position(|e| e.seen_at == at && e.fingerprint == fingerprint_ && e.words.len() == words.len());
-        let k = match hit {
-            Some(k) => k,
-            None => {
-                if fingerprint(words) != fingerprint_ {
-                    return Err(bad(format!(
-                        "fingerprint {fingerprint_:#x} does not match its words (a mosaic_rt build mismatch)"
-                    )));
-                }
-                let k = self.find_or_decode(words)?;
-                self.entries[k].seen_at = at;
-                k
-            }
-        };
-        Ok(Program { words, layout: LayoutRef::Cached(&self.entries[k].layout) })
-    }
-
-    fn find_or_decode(&mut self, words: &[i64]) -> Result<usize> {
-        if let Some(k) = self.entries.iter().position(|e| e.words.as_slice() == words) {
-            return Ok(k);
-        }
-        let layout = *Program::decode(words)?.layout;
-        let entry = Entry { words: words.to_vec(), layout, fingerprint: fingerprint(words), seen_at: 0 };
-        if self.entries.len() < CACHED_PROGRAMS {
-            self.entries.push(entry);
-            return Ok(self.entries.len() - 1);
-        }
-        let k = self.oldest;
-        self.entries[k] = entry;
-        self.oldest = (k + 1) % CACHED_PROGRAMS;
-        Ok(k)
-    }
-}
-
-impl Default for DecodeCache {
-    fn default() -> Self {
-        DecodeCache::new()
+    /// states (see [`LayoutCache::get_fingerprinted`]).
+    pub fn decode_fingerprinted<'a>(&'a mut self, words: &'a [i64], stated: u64) -> Result<Program<'a>> {
+        let layout = self.0.get_fingerprinted(words, stated, decode_layout, bad)?;
+        Ok(Program { words, layout: LayoutRef::Cached(layout) })
     }
 }
 
@@ -716,9 +615,9 @@ mod tests {
                 assert_eq!(p.output(&p.eval(|_| &input[..]), 0).1, want as u64);
             }
         }
-        assert_eq!(cache.entries.len(), 2);
+        assert_eq!(cache.0.len(), 2);
         assert!(cache.decode(&[FORMAT, 9]).is_err(), "bad programs are not cached");
-        assert_eq!(cache.entries.len(), 2);
+        assert_eq!(cache.0.len(), 2);
         for k in 0..(CACHED_PROGRAMS as i64 + 5) {
             let mut b = B::default();
             let c = b.konst(I32, k);
@@ -727,7 +626,7 @@ mod tests {
             let p = cache.decode(&words).unwrap();
             assert_eq!(p.output(&p.eval(|_| &[]), 0).1, k as u64);
         }
-        assert_eq!(cache.entries.len(), CACHED_PROGRAMS);
+        assert_eq!(cache.0.len(), CACHED_PROGRAMS);
     }
 
     #[test]
@@ -749,7 +648,7 @@ mod tests {
                 assert_eq!(p.output(&p.eval(|_| &input[..]), 0).1, want as u64);
             }
         }
-        assert_eq!(cache.entries.len(), 2);
+        assert_eq!(cache.0.len(), 2);
         let e = cache.decode_fingerprinted(&words, fingerprint(&words) ^ 1).err().unwrap();
         assert!(e.message.contains("does not match its words"), "{}", e.message);
         // Other words at an address seen before (a freed program's) are

@@ -23,6 +23,7 @@ use super::ops::Op;
 use super::simplify::{self, Rewrite};
 use super::types::VectorType;
 use crate::error::{Result, RtError};
+use crate::program_words::{LayoutCache, LayoutRef, Reader};
 use crate::scalar;
 
 /// The format version, first word of every program.
@@ -66,45 +67,10 @@ pub(super) struct Layout {
 /// A validated program over its words.
 pub struct Program<'a> {
     pub(super) words: &'a [i64],
-    pub(super) layout: LayoutRef<'a>,
+    pub(super) layout: LayoutRef<'a, Layout>,
 }
 
 /// A program's layout: decoded just now, or a cache's.
-pub(super) enum LayoutRef<'a> {
-    Owned(Box<Layout>),
-    Cached(&'a Layout),
-}
-
-impl std::ops::Deref for LayoutRef<'_> {
-    type Target = Layout;
-    #[inline]
-    fn deref(&self) -> &Layout {
-        match self {
-            LayoutRef::Owned(l) => l,
-            LayoutRef::Cached(l) => l,
-        }
-    }
-}
-
-struct Reader<'a> {
-    words: &'a [i64],
-    pos: usize,
-}
-
-impl Reader<'_> {
-    fn next(&mut self, what: &str) -> Result<i64> {
-        let w =
-            self.words.get(self.pos).copied().ok_or_else(|| bad(format!("truncated at word {} ({what})", self.pos)))?;
-        self.pos += 1;
-        Ok(w)
-    }
-
-    fn count(&mut self, what: &str, max: usize) -> Result<usize> {
-        let n = self.next(what)?;
-        usize::try_from(n).ok().filter(|&n| n <= max).ok_or_else(|| bad(format!("{what} {n} out of range 0..={max}")))
-    }
-}
-
 #[cold]
 pub(super) fn bad(message: String) -> RtError {
     RtError::value(format!("vector program: {message}"))
@@ -151,7 +117,7 @@ impl<'a> Program<'a> {
 }
 
 fn decode_layout(words: &[i64]) -> Result<Layout> {
-    let mut r = Reader { words, pos: 0 };
+    let mut r = Reader { words, pos: 0, bad };
     let format = r.next("format")?;
     if format != FORMAT {
         return Err(bad(format!("format {format}, expected {FORMAT} (a mosaic_rt build mismatch)")));
@@ -333,81 +299,24 @@ fn check_const(ty: VectorType, imm: i64) -> Result<()> {
     Ok(())
 }
 
-/// Decoded programs by their words: a kernel runs the same few programs
-/// every grid step, and decoding (checking) one costs more than running a
-/// small one. Entries match by content; when full, the oldest goes.
-pub struct DecodeCache {
-    entries: Vec<Entry>,
-    oldest: usize,
-}
-
-struct Entry {
-    words: Vec<i64>,
-    layout: Layout,
-    /// [`scalar::fingerprint`] of `words`, and the address they were last
-    /// seen at: the same address, fingerprint and length is this program
-    /// without comparing every word.
-    fingerprint: u64,
-    seen_at: usize,
-}
-
-/// Programs a [`DecodeCache`] keeps.
-const CACHED_PROGRAMS: usize = 32;
+/// Decoded programs by their words (`program_words::LayoutCache`).
+#[derive(Default)]
+pub struct DecodeCache(LayoutCache<Layout>);
 
 impl DecodeCache {
     pub const fn new() -> DecodeCache {
-        DecodeCache { entries: Vec::new(), oldest: 0 }
+        DecodeCache(LayoutCache::new())
     }
 
     /// `Program::decode(words)`, from the cache when seen before.
     pub fn decode<'a>(&'a mut self, words: &'a [i64]) -> Result<Program<'a>> {
-        let k = self.find_or_decode(words)?;
-        Ok(Program { words, layout: LayoutRef::Cached(&self.entries[k].layout) })
+        Ok(Program { words, layout: LayoutRef::Cached(self.0.get(words, decode_layout)?) })
     }
 
     /// [`DecodeCache::decode`] of words whose [`scalar::fingerprint`] the
     /// caller states: the same words at the same address compare no word.
-    pub fn decode_fingerprinted<'a>(&'a mut self, words: &'a [i64], fingerprint: u64) -> Result<Program<'a>> {
-        let at = words.as_ptr() as usize;
-        let hit = self
-            .entries
-            .iter()
-            .position(|e| e.seen_at == at && e.fingerprint == fingerprint && e.words.len() == words.len());
-        let k = match hit {
-            Some(k) => k,
-            None => {
-                if scalar::fingerprint(words) != fingerprint {
-                    return Err(bad(format!(
-                        "fingerprint {fingerprint:#x} does not match its words (a mosaic_rt build mismatch)"
-                    )));
-                }
-                let k = self.find_or_decode(words)?;
-                self.entries[k].seen_at = at;
-                k
-            }
-        };
-        Ok(Program { words, layout: LayoutRef::Cached(&self.entries[k].layout) })
-    }
-
-    fn find_or_decode(&mut self, words: &[i64]) -> Result<usize> {
-        if let Some(k) = self.entries.iter().position(|e| e.words.as_slice() == words) {
-            return Ok(k);
-        }
-        let layout = decode_layout(words)?;
-        let entry = Entry { words: words.to_vec(), layout, fingerprint: scalar::fingerprint(words), seen_at: 0 };
-        if self.entries.len() < CACHED_PROGRAMS {
-            self.entries.push(entry);
-            return Ok(self.entries.len() - 1);
-        }
-        let k = self.oldest;
-        self.entries[k] = entry;
-        self.oldest = (k + 1) % CACHED_PROGRAMS;
-        Ok(k)
-    }
-}
-
-impl Default for DecodeCache {
-    fn default() -> Self {
-        DecodeCache::new()
+    pub fn decode_fingerprinted<'a>(&'a mut self, words: &'a [i64], stated: u64) -> Result<Program<'a>> {
+        let layout = self.0.get_fingerprinted(words, stated, decode_layout, bad)?;
+        Ok(Program { words, layout: LayoutRef::Cached(layout) })
     }
 }
