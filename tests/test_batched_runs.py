@@ -136,3 +136,32 @@ def test_a_pending_token_is_extended_or_emitted_once():
         return first
 
     jax.make_jaxpr(body)(jnp.int32(0))
+
+
+def test_a_run_longer_than_a_batch_holds_is_split_and_keeps_its_order():
+    """More token-only ops in a row than one batch takes (its member and
+    attribute limits): several batch calls, in order, same results."""
+    n = batching.MAX_MEMBERS + 10
+
+    def kernel(x_ref, o_ref, sem):
+        for _ in range(n):
+            pl.semaphore_signal(sem, 1)
+        pl.semaphore_wait(sem, n)  # only if every signal ran before it
+        for k in range(8):
+            o_ref[k, :] = x_ref[k, :] + float(k)  # stores of a traced value
+
+    x = jnp.arange(8 * 128, dtype=jnp.float32).reshape(8, 128)
+    fn = jax.jit(pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+        interpret=mosaic_rt.InterpretParams(wait_timeout=30.0)))
+    text = fn.lower(x).as_text()
+    assert native_ops(text)["semaphore_signal"] == n
+    assert batch_calls(text) >= 2
+    for line in text.splitlines():
+        if "mosaic_rt_batch" in line:
+            codes = re.search(r"\bops = dense<\[?([-\d, ]*)\]?> : tensor<(\d+)xi64>", line)
+            assert int(codes.group(2)) <= batching.MAX_MEMBERS
+    with mosaic_rt.native_errors():
+        out = np.asarray(fn(x))
+    np.testing.assert_array_equal(out, np.asarray(x) + np.arange(8, dtype=np.float32)[:, None])
