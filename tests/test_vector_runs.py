@@ -206,3 +206,19 @@ def test_results_match_xlas_own_fusions(monkeypatch):
     programs, fusions = _program(fn, _X, _Y, _Z)
     assert programs == 0 and fusions >= 1
     assert_bitwise_equal(run_case(_Case(fn, _X, _Y, _Z), mosaic_rt.InterpretParams()), ours)
+
+
+def test_a_long_chain_is_split_into_programs_within_the_native_limit():
+    """More values than one program holds (`VECTOR_MAX_VALUES`): several
+    programs, each within the limit, the same results."""
+    a = np.arange(8 * 128, dtype=np.int32).reshape(_SHAPE)
+
+    def body(x):
+        for k in range(3 * vector_runs._MAX_VALUES // 2):
+            x = x * 3 + k  # a new constant and two instructions per step
+        return x
+
+    fn = _elementwise(body, a)
+    programs, fusions = _program(fn, a)
+    assert programs >= 4 and fusions == 0, (programs, fusions)
+    _same_as_stock(fn, a)

@@ -309,6 +309,9 @@ class DeferredEnv:
         self._shape = None
         self._members: list = []
         self._pending: set = set()
+        # An upper bound of the pending program's values: each member adds
+        # an instruction and at most one input or constant per operand.
+        self._values = 0
 
     # The JaxprEnv interface the interpreter uses.
     def read(self, v):
@@ -332,18 +335,20 @@ class DeferredEnv:
         """Equation i (in the plan's items) joins the pending group."""
         eqn = self._eqns[i]
         shape = eqn.outvars[0].aval.shape
-        if self._members and (shape != self._shape
-                              or len(self._members) + len(eqn.invars) + 4 > _MAX_VALUES // 2):
+        values = 1 + len(eqn.invars)
+        if self._members and (shape != self._shape or self._values + values > _MAX_VALUES):
             self.flush()
         self._shape = shape
         self._members.append(i)
         self._pending.add(eqn.outvars[0])
+        self._values += values
 
     def flush(self):
         """Emits the pending group as one program; its values read outside
         it are written to the environment."""
         members, self._members = self._members, []
         pending, self._pending = self._pending, set()
+        self._values = 0
         if not members:
             return
         eqns, vplan = self._eqns, self._plan
