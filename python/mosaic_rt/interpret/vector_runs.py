@@ -175,14 +175,16 @@ _PLANS: dict = {}
 
 
 def plan(jaxpr, absorbed) -> Plan:
-    """The vector plan of `jaxpr` (cached per jaxpr); `absorbed`: the
-    equations scalar programs compute already."""
-    key = id(jaxpr)
+    """The vector plan of `jaxpr` (cached per jaxpr and scalar plan);
+    `absorbed`: the equations scalar programs compute already."""
+    key = (id(jaxpr), id(absorbed))
     hit = _PLANS.get(key)
-    if hit is not None and hit[0] is jaxpr:
-        return hit[1]
+    if hit is not None and hit[0] is jaxpr and hit[1] is absorbed:
+        return hit[2]
     result = _plan(jaxpr, absorbed)
-    _PLANS[key] = (jaxpr, result)
+    if len(_PLANS) > 512:  # plans of jaxprs traced long ago (they hold the jaxprs)
+        _PLANS.clear()
+    _PLANS[key] = (jaxpr, absorbed, result)
     return result
 
 
