@@ -165,3 +165,27 @@ def test_a_run_longer_than_a_batch_holds_is_split_and_keeps_its_order():
     with mosaic_rt.native_errors():
         out = np.asarray(fn(x))
     np.testing.assert_array_equal(out, np.asarray(x) + np.arange(8, dtype=np.float32)[:, None])
+
+
+def test_an_op_too_big_for_a_batch_is_emitted_on_its_own():
+    """An op with more operands than a batch member takes (a wait with many
+    trailing waits: a 16-device all-reduce) is its own call, and ends the
+    run before it."""
+    many = [(0, 4, 0)] * batching.MAX_MEMBER_ARGS
+    seen = {}
+
+    def body(token):
+        handle = jnp.zeros((2,), jnp.uint32)
+        with ffi_ops.batched_runs():
+            pending = ffi_ops.semaphore_signal(token, handle, 0, 0, 0, 1)
+            big = ffi_ops.dma_wait(pending, handle, 0, 0, 0, nbytes=4, then_wait=many)
+            small = ffi_ops.dma_wait(big, handle, 0, 0, 0, nbytes=4)
+            seen.update(pending=pending, big=big, small=small)
+            return ffi_ops.materialize(small)
+
+    text = jax.jit(body).lower(jnp.int32(0)).as_text()
+    assert isinstance(seen["pending"], batching.Pending)
+    assert not isinstance(seen["big"], batching.Pending)
+    assert isinstance(seen["small"], batching.Pending)
+    assert native_ops(text) == {"semaphore_signal": 1, "dma_wait": 2}
+    assert len(re.findall(r"custom_call @mosaic_rt_dma_wait\b", text)) == 2

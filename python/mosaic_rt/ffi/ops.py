@@ -160,15 +160,16 @@ def _call(name: str, results, operands, *, site: int = 0, **attrs):
     ``site``: the source-site id (``_native.intern_site``) the native side
     names in reports and errors; 0 (unknown) adds no attribute.
 
-    Inside `batched_runs`, an op that may join a batch and has no result
-    but the token is not emitted yet: it returns a pending token, and the
+    Inside `batched_runs`, an op that may join a batch (`batching.fits`:
+    its kind, its operand and attribute counts) and has no result but the
+    token is not emitted yet: it returns a pending token, and the
     straight-line run it starts or extends is emitted as one call by the op
     with results that ends it, or by `materialize`
     (`mosaic_rt.ffi.batching`)."""
     if site:
         attrs["site"] = int(site)
     member = batching.Member(f"mosaic_rt_{name}", tuple(results), tuple(operands[1:]), attrs)
-    if _BATCHED.get() and member.target in batching.CODES:
+    if _BATCHED.get() and batching.fits((), member):
         base, members = _joinable(operands[0], member)
         if not results:
             return batching.Pending(base, (*members, member), jx.current_trace())
