@@ -222,3 +222,16 @@ def test_a_long_chain_is_split_into_programs_within_the_native_limit():
     programs, fusions = _program(fn, a)
     assert programs >= 4 and fusions == 0, (programs, fusions)
     _same_as_stock(fn, a)
+
+
+def test_a_select_of_more_cases_than_a_program_holds_stays_in_xla():
+    a = np.arange(8 * 128, dtype=np.int32).reshape(_SHAPE)
+    n = vector_runs._MAX_VALUES + 1
+
+    def body(x):
+        return jax.lax.select_n(x % n, *[x + k for k in range(n)])
+
+    fn = _elementwise(body, a)
+    programs, fusions = _program(fn, a)
+    assert fusions >= 1  # the select
+    _same_as_stock(fn, a)

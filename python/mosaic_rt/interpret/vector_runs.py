@@ -100,7 +100,7 @@ def _has_float(eqn) -> bool:
 def _eligible(eqn) -> bool:
     """Whether the native side computes `eqn` as XLA does on its own (its
     neighbours aside: see `_plan`)."""
-    if len(eqn.outvars) != 1:
+    if len(eqn.outvars) != 1 or 1 + len(eqn.invars) > _MAX_VALUES:  # (a program's limit)
         return False
     out = eqn.outvars[0].aval
     if not _vector_dtype(out) or math.prod(out.shape) == 0:
