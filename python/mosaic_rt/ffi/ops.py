@@ -174,8 +174,8 @@ def _call(name: str, results, operands, *, site: int = 0, **attrs):
         if not results:
             return batching.Pending(base, (*members, member), jx.current_trace())
         out = _emit(base, (*members, member))
-    else:
-        out = _emit(materialize(operands[0]), (member,))
+    else:  # (`_bind` emits a run pending on the token first)
+        out = _emit(operands[0], (member,))
     return out[0] if not results else tuple(out)
 
 
@@ -239,7 +239,7 @@ def batch(token, members):
     ``results[k]`` holds member k's results. A member may not read another
     member's results."""
     operands, results, attrs, slices = batching.encode(tuple(members))
-    out = _bind("mosaic_rt_batch", (_I32, *results), (materialize(token), *operands), attrs)
+    out = _bind("mosaic_rt_batch", (_I32, *results), (token, *operands), attrs)
     values = out[1:]
     return out[0], [tuple(values[s]) for s in slices]
 

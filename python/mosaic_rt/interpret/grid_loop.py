@@ -30,12 +30,12 @@ from mosaic_rt.interpret.jaxpr_eval import Ctx, eval_jaxpr, space_code
 from mosaic_rt.interpret.regions import block_region
 from mosaic_rt.interpret.visiting_order import static_order, visiting_order
 
-real_token = native_calls.real_token
+materialize = native_calls.materialize
 
 
 def _settled(branch):
     """A `lax.cond` branch on the token whose ops are emitted inside it."""
-    return lambda token: real_token(branch(token))
+    return lambda token: materialize(branch(token))
 
 _HBM = jx.MemorySpace.HBM
 pallas_core = jx.pallas_core
@@ -222,9 +222,9 @@ def _run_core_native(loop: GridLoop, core, token, first_step=None):
                 [i for b in idx[n_in:] for i in b],
                 [i for b in next_idx[n_in:] for i in b], ndim=len(loop.grid))
             token = _end_step(loop, core, token)
-        return (real_token(token), go, next_point, after, _carried_indices(sources, next_idx))
+        return (materialize(token), go, next_point, after, _carried_indices(sources, next_idx))
 
-    carry = (real_token(token), go, p0, p1, _carried_indices(sources, idx0))
+    carry = (materialize(token), go, p0, p1, _carried_indices(sources, idx0))
     if native.num_iterations == 1 and loop.cores == 1:
         # One step, which always runs: straight-line code. A loop XLA cannot
         # see through (its condition is native) costs compile time in every
@@ -349,14 +349,14 @@ def _run_core_xla(loop: GridLoop, core, token):
                                                loop_idx, out_regions)
             token = _end_step(loop, core, token)
         return (it + 1, next_loop_idx, next_point, cur_starts, next_idx, next_starts,
-                real_token(token))
+                materialize(token))
 
     init_loop_idx = jx.grid_indices(loop.grid, first_iter)
     init_point = jx.grid_point(init_loop_idx, loop.randomized)
     with pallas_core.grid_env(_local_grid_env(loop, init_point)):
         token, init_idx, init_starts = _all_block_starts(loop, init_point, ctx, token)
     carry = (first_iter, init_loop_idx, init_point, init_starts, init_idx, init_starts,
-             real_token(token))
+             materialize(token))
     token = lax.while_loop(lambda c: c[0] < loop_bound, body, carry)[-1]
     return _core_done(loop, core, token)
 
@@ -375,7 +375,7 @@ def _copy_in_moved_blocks(loop: GridLoop, step: _Step, first_iter, prev_starts, 
             src_region=block_region(step.starts[j], blocks.shapes[j], blocks.squeezed[j]),
             dst_space=space_code(blocks.spaces[j]), dst=buffers.kernel_in_ids[j],
             name=blocks.in_names[j], block_indices=step.idx[j], grid_point=step.point)
-        token = lax.cond(changed, _settled(copy_in), lambda t: t, real_token(token))
+        token = lax.cond(changed, _settled(copy_in), lambda t: t, materialize(token))
     return token
 
 
@@ -399,7 +399,7 @@ def _copy_out_moving_blocks(loop: GridLoop, step: _Step, loop_bound, next_starts
             core=step.core, src_space=space_code(blocks.spaces[k]),
             src=buffers.kernel_out_ids[j], dst=buffers.output_ids[j], dst_region=region,
             name=blocks.out_names[j], block_indices=step.idx[k], grid_point=step.point)
-        token = lax.cond(changed, _settled(copy_out), lambda t: t, real_token(token))
+        token = lax.cond(changed, _settled(copy_out), lambda t: t, materialize(token))
     return token, out_regions
 
 
@@ -451,7 +451,7 @@ def _begin_step(loop: GridLoop, core, point, token, *, stack_point: bool):
     if params.grid_point_recorder is not None:
         if stack_point:
             point = jnp.stack(point) if point else jnp.zeros((0,), jnp.int32)
-        token = jx.io_callback(params.grid_point_recorder, _TOKEN, real_token(token), point,
+        token = jx.io_callback(params.grid_point_recorder, _TOKEN, materialize(token), point,
                                core)
     return token
 

@@ -29,7 +29,7 @@ from mosaic_rt.interpret.regions import to_region
 
 # Where a token leaves a straight-line run of ops (control flow, callbacks),
 # the ops pending on it are emitted first (`mosaic_rt.ffi.batching`).
-real_token = native_calls.real_token
+materialize = native_calls.materialize
 
 _SEMAPHORE = jx.MemorySpace.SEMAPHORE
 _TOKEN_SDS = jax.ShapeDtypeStruct((), jnp.int32)
@@ -444,13 +444,13 @@ def _switch(eqn, index, args, ctx, token, presets=None):
         def run(tok, *a):
             preset = dict(zip(keys[k], a[start:start + len(keys[k])]))
             tok, out = eval_closed(closed, *a[:nargs], ctx=ctx, token=tok, preset=preset)
-            return real_token(tok), out
+            return materialize(tok), out
 
         return run
 
     return jx.switch_on_clamped_index(
         index, [branch(k, b) for k, b in enumerate(branches)],
-        (real_token(token), *args, *extra))
+        (materialize(token), *args, *extra))
 
 
 @_rule(lax.scan_p)
@@ -465,9 +465,9 @@ def _scan(eqn, read, ctx, token):
         tok, c = carry
         tok, res = eval_closed(p["jaxpr"], *consts, *c, *x, ctx=ctx, token=tok)
         c, ys = jx.scan_body_results(p, res)
-        return (real_token(tok), c), ys
+        return (materialize(tok), c), ys
 
-    (token, carry), ys = lax.scan(body, (real_token(token), init), xs=xs,
+    (token, carry), ys = lax.scan(body, (materialize(token), init), xs=xs,
                                   length=length, reverse=p["reverse"],
                                   unroll=p.get("unroll", 1))
     return token, carry + ys
@@ -491,11 +491,11 @@ def _counted_loop(p, consts, init, length: int, ctx, token):
         tok, res, computed = _eval_block(jaxpr, (*body_consts, *consts, *c), ctx, tok,
                                          {scalar_items.COUNTER: i}, length)
         c, _ = jx.scan_body_results(p, res)
-        return (real_token(tok), computed[scalar_items.COUNT_NEXT], c,
+        return (materialize(tok), computed[scalar_items.COUNT_NEXT], c,
                 computed[scalar_items.COUNT_GO])
 
     token, _, carry, _ = lax.while_loop(
-        lambda c: c[3], step, (real_token(token), np.int32(0), list(init), np.bool_(True)))
+        lambda c: c[3], step, (materialize(token), np.int32(0), list(init), np.bool_(True)))
     return token, list(carry)
 
 
@@ -513,9 +513,9 @@ def _while(eqn, read, ctx, token):
         tok, val, _ = carry
         tok, val = eval_closed(body, *body_consts, *val, ctx=ctx, token=tok)
         tok, c = eval_closed(cond, *cond_consts, *val, ctx=ctx, token=tok)
-        return real_token(tok), val, c[0]
+        return materialize(tok), val, c[0]
 
-    token, out, _ = lax.while_loop(lambda c: c[2], step, (real_token(token), init, first[0]))
+    token, out, _ = lax.while_loop(lambda c: c[2], step, (materialize(token), init, first[0]))
     return token, out
 
 
@@ -608,7 +608,7 @@ def _host_callback(eqn, read, ctx, token):
     results = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in eqn.outvars]
     outs = jx.io_callback(
         _guarded(eqn.params["callback"], len(results)),
-        (_TOKEN_SDS, *results), real_token(token), ctx.handle, ctx.device_id, ctx.core,
+        (_TOKEN_SDS, *results), materialize(token), ctx.handle, ctx.device_id, ctx.core,
         *read())
     token, *values = outs
     return token, (values if eqn.primitive.multiple_results else values[0])

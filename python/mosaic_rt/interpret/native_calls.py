@@ -28,7 +28,7 @@ READY = True
 # The token as a traced value, the ops pending on it emitted (see
 # `mosaic_rt.ffi.batching`): before a token goes into control flow or a
 # host callback, and out of a loop or branch body.
-real_token = ffi_ops.materialize
+materialize = ffi_ops.materialize
 batched_runs = ffi_ops.batched_runs
 
 _SMEM_CODE = _native.MEMORY_SPACES["smem"]

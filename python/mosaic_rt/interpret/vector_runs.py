@@ -255,11 +255,6 @@ class _Builder:
         self._input_words: list = []
         self._instrs: list = []
         self._consts: dict = {}
-        self.dtypes: list = []
-
-    @property
-    def num_values(self) -> int:
-        return len(self.operands) + len(self._instrs)
 
     def input(self, value, dtype) -> tuple:
         ref = self._inputs.get(id(value))
@@ -268,7 +263,6 @@ class _Builder:
             self._inputs[id(value)] = ref
             self.operands.append(value)
             self._input_words += [_TYPES[np.dtype(dtype)], int(np.ndim(value) == 0)]
-            self.dtypes.append(np.dtype(dtype))
         return ref
 
     def const(self, value, dtype) -> tuple:
