@@ -235,3 +235,25 @@ def test_a_select_of_more_cases_than_a_program_holds_stays_in_xla():
     programs, fusions = _program(fn, a)
     assert fusions >= 1  # the select
     _same_as_stock(fn, a)
+
+
+def test_a_program_with_several_outputs_lowers_the_same_every_time():
+    """The words of a group read in several places do not depend on set
+    order: equal kernels lower to equal programs (else the compilation
+    cache misses)."""
+    a = np.arange(8 * 128, dtype=np.int32).reshape(_SHAPE)
+    s = jax.ShapeDtypeStruct(_SHAPE, jnp.int32)
+
+    def text():
+        def kernel(x_ref, o1, o2, o3, o4):  # new each time: traced anew
+            x = x_ref[...]
+            o1[...], o2[...], o3[...], o4[...] = x + 1, x * 3, x ^ 5, x - 7
+
+        fn = pl.pallas_call(kernel, out_shape=(s,) * 4, interpret=mosaic_rt.InterpretParams())
+        lowered = jax.jit(fn).lower(a).as_text()
+        programs = re.findall(r"mosaic_rt_vector_program.*?program = dense<\[([^\]]*)\]",
+                              lowered, re.S)
+        assert len(programs) == 1
+        return programs[0]
+
+    assert len({text() for _ in range(6)}) == 1

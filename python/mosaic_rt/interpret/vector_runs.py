@@ -343,7 +343,7 @@ class DeferredEnv:
         """Emits the pending group as one program; its values read outside
         it are written to the environment."""
         members, self._members = self._members, []
-        pending, self._pending = self._pending, set()
+        self._pending = set()
         self._values = 0
         if not members:
             return
@@ -367,7 +367,11 @@ class DeferredEnv:
         for i in members:
             eqn = eqns[i]
             refs[eqn.outvars[0]] = _instruction(b, eqn, ref)
-        outputs = [v for v in pending if vplan.uses.get(v, 0) > inside.get(v, 0)]
+        # In program order: the words (an attribute of the call) must not
+        # depend on a set's order, or equal kernels lower to different
+        # programs and miss the compilation cache.
+        outputs = [v for v in (eqns[i].outvars[0] for i in members)
+                   if vplan.uses.get(v, 0) > inside.get(v, 0)]
         if not outputs:
             return
         n = math.prod(self._shape)
