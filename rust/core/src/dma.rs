@@ -162,6 +162,7 @@ impl QueuedDma {
         let mut data = crate::memory::zeroed(n, || format!("a DMA of {n} bytes"))?;
         // Not `Runtime::load`: the access is the DMA's, not the issuing core's.
         env.memory.load(r.src(), &mut data).map_err(|e| e.at(r.device, r.core))?;
+        env.memory.dma_read_done(r.device);
         note_read(env, r, self.race)?;
         if let Some(src_sem) = r.src_sem {
             note_signal(env, self.race, src_sem, plan.src_gcore);
@@ -227,7 +228,11 @@ impl DmaStep {
         match self {
             DmaStep::Read(d) => d.machine.read(|| d.load_source(env)),
             DmaStep::Write(d) => d.machine.read_write(
-                || copy_whole(env, &d.req, &d.plan, d.race, d.trace).map(|_| ()),
+                || {
+                    copy_whole(env, &d.req, &d.plan, d.race, d.trace)?;
+                    env.memory.dma_read_done(d.req.device);
+                    Ok(())
+                },
                 |data| d.store_destination(env, data),
             ),
         }
@@ -331,6 +336,9 @@ pub(crate) fn start(env: &DmaEnv, req: DmaRequest) -> Result<()> {
     let site = site::current();
     let trace = trace_begin(env, &req);
     let (src_sem, dst_sem) = (req.src_sem, req.dst_sem);
+    // Counted until its source is read (an error on the way leaves it
+    // counted: the device's borrowed inputs are then copied, not dropped).
+    env.memory.dma_read_queued(req.device);
     let dma = Arc::new(QueuedDma { req, plan, machine: DmaMachine::new(), race, site, trace });
     if let Some(src_sem) = src_sem {
         env.sems.enqueue(src_sem, src_gcore, DmaStep::Read(Arc::clone(&dma)))?;

@@ -120,8 +120,8 @@ impl Runtime {
     }
 
     /// Ends the borrows of `device`'s input buffers (its XLA operands may be
-    /// freed once its program stops): with other devices in the launch the
-    /// bytes are copied (a peer may still read them with a remote DMA),
+    /// freed once its program stops): copied while a queued DMA of the
+    /// device has yet to read its source (a peer's wait may run it),
     /// otherwise dropped. Run when the device leaves, is abandoned, or a
     /// host callback of it fails.
     pub fn release_borrowed(&self, device: u32) {

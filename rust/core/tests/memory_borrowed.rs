@@ -6,13 +6,25 @@ mod memory_support;
 use memory_support::*;
 use mosaic_rt_core::internals::MemoryTable;
 use mosaic_rt_core::{
-    BufferKey, Config, DType, ErrorKind, FillMode, Init, MemRef, MemorySpace, OobReads, Region, Runtime,
+    BufferKey, Config, DType, DmaMode, DmaRequest, ErrorKind, FillMode, Init, MemRef, MemorySpace, OobReads, Region,
+    Runtime, SemKind,
 };
 
 const HBM: MemorySpace = MemorySpace::Hbm;
 
 fn hbm(id: u32, device: u32) -> BufferKey {
     BufferKey { space: HBM, id, device, core: 0 }
+}
+
+fn runtime_on_wait(devices: u32) -> Runtime {
+    Runtime::new(Config {
+        num_devices: devices,
+        cores_per_device: 1,
+        dma_mode: DmaMode::OnWait,
+        wait_timeout: Some(std::time::Duration::from_secs(10)),
+        ..Config::default()
+    })
+    .unwrap()
 }
 
 fn runtime(devices: u32) -> Runtime {
@@ -72,21 +84,64 @@ fn leaving_a_single_device_launch_ends_the_borrow() {
     assert!(e.message.contains("after its device left the launch"), "{e}");
 }
 
+/// Device 0 starts an on_wait DMA of its borrowed input (32 bytes) to a
+/// fresh VMEM buffer of device 1: (input, destination, send sem, receive sem).
+fn queue_remote_dma_of_input(rt: &Runtime, data: &[u8]) -> (u32, u32, u32, u32) {
+    // SAFETY: the callers keep `data` unmodified and alive until device 0
+    // has left (`leave_device` runs `release_borrowed`).
+    let id = unsafe { rt.allocate_borrowed_buffer(0, DType::U8, &[32], data) }.unwrap();
+    let dst = rt.allocate_buffer(1, Some(0), MemorySpace::Vmem, DType::U8, &[32], None, Init::Fill).unwrap();
+    let send = rt.allocate_semaphores(0, Some(0), SemKind::Dma, 1).unwrap();
+    let recv = rt.allocate_semaphores(1, Some(0), SemKind::Dma, 1).unwrap();
+    let full = Region::full();
+    rt.dma_start(DmaRequest {
+        device: 0,
+        core: 0,
+        src_space: HBM,
+        src_id: id,
+        src_region: full.clone(),
+        dst_space: MemorySpace::Vmem,
+        dst_id: dst,
+        dst_region: full,
+        dst_sem: recv,
+        src_sem: Some(send),
+        dst_device: Some(1),
+        dst_core: None,
+    })
+    .unwrap();
+    (id, dst, send, recv)
+}
+
 #[test]
-fn a_peer_still_reads_an_input_after_its_device_left() {
-    let rt = runtime(2);
+fn a_peer_still_reads_an_input_its_device_left_unread() {
+    let rt = runtime_on_wait(2);
     let mut data = vec![7u8; 32];
-    // SAFETY: `data` is not modified or freed until `release_borrowed` ran
-    // (in `leave_device` just below); the test then changes it on purpose.
-    let id = unsafe { rt.allocate_borrowed_buffer(0, DType::U8, &[32], &data) }.unwrap();
+    let (id, dst, _, recv) = queue_remote_dma_of_input(&rt, &data);
+    // Device 0 leaves without waiting: its DMA's read is still to come.
     rt.leave_device(0).unwrap();
     data.fill(0); // XLA may reuse the memory now
     assert!(!rt.is_borrowed(hbm(id, 0)).unwrap());
-    let mut out = [0u8; 32];
-    // Device 1 reads device 0's input (what a remote DMA's read does).
-    rt.load(MemRef::new(0, 0, HBM, id, &Region::full()), &mut out).unwrap();
-    assert_eq!(out, [7u8; 32], "the bytes as they were at the borrow's end");
+    // Device 1's wait runs the whole DMA, reading device 0's input.
+    rt.dma_wait(1, 0, recv, 32).unwrap();
+    let key = BufferKey { space: MemorySpace::Vmem, id: dst, device: 1, core: 0 };
+    assert_eq!(rt.buffer_bytes(key).unwrap(), vec![7u8; 32], "the bytes as they were at the borrow's end");
     drop(data);
+}
+
+#[test]
+fn an_input_whose_dmas_were_all_read_is_dropped_not_copied() {
+    let rt = runtime_on_wait(2);
+    let data = vec![7u8; 32];
+    let (id, dst, send, recv) = queue_remote_dma_of_input(&rt, &data);
+    rt.dma_wait(0, 0, send, 32).unwrap(); // the send side reads the source
+    rt.leave_device(0).unwrap();
+    // Nothing can read device 0's memory any more: no copy was kept.
+    let mut out = [0u8; 32];
+    let e = rt.load(MemRef::new(0, 0, HBM, id, &Region::full()), &mut out).unwrap_err();
+    assert!(e.message.contains("after its device left the launch"), "{e}");
+    rt.dma_wait(1, 0, recv, 32).unwrap();
+    let key = BufferKey { space: MemorySpace::Vmem, id: dst, device: 1, core: 0 };
+    assert_eq!(rt.buffer_bytes(key).unwrap(), data, "the DMA delivered what it read");
 }
 
 #[test]

@@ -272,19 +272,32 @@ impl<'a> Frame<'a> {
         Some((ty, key, attr))
     }
 
-    /// The attribute called `name` (attributes arrive sorted by name, but
-    /// there are few of them: a linear scan is the cheapest lookup).
+    /// The attribute called `name`: a binary search, since XLA hands
+    /// attributes over sorted by name (its own C++ decoding binds them by
+    /// position in that order; `batch` keeps each member's in it). Ops look
+    /// up many attributes on every call, so this is on the hot path.
     fn find_attr(&self, name: &str) -> Option<(i32, *mut c_void)> {
-        for i in 0..self.num_attrs() {
-            let Some((ty, key, attr)) = self.attr_entry(i) else { continue };
-            // Not `key == name`: that calls libc's memcmp, whose setup costs
-            // more than comparing a few bytes (every op looks up several
-            // attributes on every call).
-            if key.len() == name.len() && key.iter().zip(name.as_bytes()).all(|(a, b)| a == b) {
-                return Some((ty, attr));
+        let name = name.as_bytes();
+        let (mut lo, mut hi) = (0, self.num_attrs());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let Some((ty, key, attr)) = self.attr_entry(mid) else { return self.scan_attr(name) };
+            match compare(key, name) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Some((ty, attr)),
             }
         }
         None
+    }
+
+    /// A linear search, for a frame with an unnamed attribute (never from XLA).
+    #[cold]
+    fn scan_attr(&self, name: &[u8]) -> Option<(i32, *mut c_void)> {
+        (0..self.num_attrs())
+            .filter_map(|i| self.attr_entry(i))
+            .find(|(_, key, _)| *key == name)
+            .map(|(ty, _, attr)| (ty, attr))
     }
 
     fn missing(&self, name: &str) -> RtError {
@@ -324,14 +337,7 @@ impl<'a> Frame<'a> {
     /// Several optional integer attributes in one pass (an attribute of
     /// another type reads as absent).
     pub fn attrs_i64_opt<const N: usize>(&self, names: [&str; N]) -> [Option<i64>; N] {
-        let mut out = [None; N];
-        for i in 0..self.num_attrs() {
-            let Some((ty, key, attr)) = self.attr_entry(i) else { continue };
-            if let Some(k) = names.iter().position(|n| n.as_bytes() == key) {
-                out[k] = self.scalar_i64(ty, attr);
-            }
-        }
-        out
+        names.map(|n| self.find_attr(n).and_then(|(ty, attr)| self.scalar_i64(ty, attr)))
     }
 
     fn scalar_i64(&self, ty: i32, ptr: *mut c_void) -> Option<i64> {
@@ -678,5 +684,62 @@ impl<'a> Buf<'a> {
         // this write (results are only written through `bytes_mut` elsewhere).
         unsafe { *(self.data as *mut i32) = v };
         Ok(())
+    }
+}
+
+/// Byte-wise (lexicographic) order of two names, eight bytes at a time:
+/// big-endian words compare in byte order. Not `a.cmp(b)`, which calls
+/// libc's memcmp, whose setup costs more than comparing a few words; the
+/// names of one op share long prefixes (`item_kinds`, `item_flags`, ...).
+#[inline]
+fn compare(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    let n = a.len().min(b.len());
+    let (mut wa, mut wb) = (a[..n].chunks_exact(8), b[..n].chunks_exact(8));
+    for (x, y) in (&mut wa).zip(&mut wb) {
+        let x = u64::from_be_bytes(x.try_into().expect("8 bytes"));
+        let y = u64::from_be_bytes(y.try_into().expect("8 bytes"));
+        if x != y {
+            return x.cmp(&y);
+        }
+    }
+    for (x, y) in wa.remainder().iter().zip(wb.remainder()) {
+        if x != y {
+            return x.cmp(y);
+        }
+    }
+    a.len().cmp(&b.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::compare;
+
+    #[test]
+    fn compare_orders_names_as_bytes_do() {
+        let names = [
+            "",
+            "a",
+            "b",
+            "ab",
+            "item_",
+            "item_flags",
+            "item_kinds",
+            "item_kinds2",
+            "item_logical",
+            "m0_dst_sizes",
+            "m0_dst_sizes_",
+            "m10_site",
+            "m1_site",
+            "abcdefgh",
+            "abcdefgi",
+            "abcdefghi",
+            "abcdefgh\u{ff}",
+            "\u{7f}\u{80}",
+        ];
+        for a in names.map(str::as_bytes) {
+            for b in names.map(str::as_bytes) {
+                assert_eq!(compare(a, b), a.cmp(b), "{a:?} vs {b:?}");
+            }
+        }
     }
 }

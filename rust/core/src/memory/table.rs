@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use super::buffer::{element_count, Buffer};
@@ -52,6 +52,10 @@ struct Shard {
     buffers: RwLock<BufferMap>,
     /// Next buffer id per local core of this device.
     next_ids: Mutex<Vec<u32>>,
+    /// Queued (on_wait) DMAs whose source, on this device, is still to be
+    /// read: the only reads of a device's memory that can come after its
+    /// program has ended (a DMA's source is always on its own device).
+    unread_dmas: AtomicU32,
 }
 
 pub struct MemoryTable {
@@ -69,6 +73,7 @@ impl MemoryTable {
             .map(|_| Shard {
                 buffers: RwLock::new(BufferMap::default()),
                 next_ids: Mutex::new(vec![FIRST_BUFFER_ID; config.cores_per_device as usize]),
+                unread_dmas: AtomicU32::new(0),
             })
             .collect();
         MemoryTable {
@@ -255,9 +260,27 @@ impl MemoryTable {
     /// of the device.
     pub fn release_borrowed(&self, device: u32, keep: bool) {
         let Ok(shard) = self.shard(device) else { return };
+        // Nothing will read the bytes once no queued DMA of the device is
+        // left unread: then dropping them is as good as copying them.
+        let keep = keep && shard.unread_dmas.load(Ordering::Acquire) > 0;
         let bufs: Vec<Arc<Buffer>> = shard.buffers.read().ignore_poison().values().cloned().collect();
         for buf in bufs {
             buf.release_borrowed(keep);
+        }
+    }
+
+    /// A queued DMA will read `device`'s memory later (see `unread_dmas`).
+    pub(crate) fn dma_read_queued(&self, device: u32) {
+        if let Ok(shard) = self.shard(device) {
+            shard.unread_dmas.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A queued DMA of `device` has read its source. Release: a device
+    /// leaving that sees the count drop sees the read finished.
+    pub(crate) fn dma_read_done(&self, device: u32) {
+        if let Ok(shard) = self.shard(device) {
+            shard.unread_dmas.fetch_sub(1, Ordering::Release);
         }
     }
 

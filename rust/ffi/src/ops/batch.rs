@@ -25,6 +25,7 @@ use crate::abi::{self, ByteSpan, CallFrame};
 use crate::dispatch::{Body, Call};
 use crate::frame::Frame;
 use mosaic_rt_core::{Result, RtError};
+use std::cell::RefCell;
 use std::ffi::c_void;
 
 /// The ops a batch may hold, by code (index). Ops that alias more than the
@@ -69,8 +70,31 @@ struct MemberAttrs {
     types: [i32; MAX_ATTRS],
     spans: [ByteSpan; MAX_ATTRS],
     values: [*mut c_void; MAX_ATTRS],
+    /// The name pointers of the member being run (into `spans`).
+    names: [*mut ByteSpan; MAX_ATTRS],
     /// `starts[k]..starts[k + 1]`: member k's slots.
     starts: [usize; MAX_MEMBERS + 1],
+}
+
+impl MemberAttrs {
+    fn new() -> MemberAttrs {
+        let empty = ByteSpan { ptr: std::ptr::null(), len: 0 };
+        MemberAttrs {
+            types: [0; MAX_ATTRS],
+            spans: [empty; MAX_ATTRS],
+            values: [std::ptr::null_mut(); MAX_ATTRS],
+            names: [std::ptr::null_mut(); MAX_ATTRS],
+            starts: [0; MAX_MEMBERS + 1],
+        }
+    }
+}
+
+thread_local! {
+    /// Each thread's `MemberAttrs` (~5 KiB), reused: zeroing a fresh one
+    /// cost a tenth of a small launch's instructions. A batch never runs
+    /// inside another (no member is a batch), and every slot a member
+    /// reads is written by this call's `group` first.
+    static SCRATCH: RefCell<Box<MemberAttrs>> = RefCell::new(Box::new(MemberAttrs::new()));
 }
 
 pub fn batch(c: &mut Call) -> Result<()> {
@@ -81,13 +105,10 @@ pub fn batch(c: &mut Call) -> Result<()> {
     if ops.len() > MAX_MEMBERS {
         return Err(RtError::value(format!("mosaic_rt_batch: more than {MAX_MEMBERS} members")));
     }
-    let empty = ByteSpan { ptr: std::ptr::null(), len: 0 };
-    let mut attrs = MemberAttrs {
-        types: [0; MAX_ATTRS],
-        spans: [empty; MAX_ATTRS],
-        values: [std::ptr::null_mut(); MAX_ATTRS],
-        starts: [0; MAX_MEMBERS + 1],
-    };
+    SCRATCH.with(|cell| run_members(c, ops, arg_map, ret_map, &mut cell.borrow_mut()))
+}
+
+fn run_members(c: &mut Call, ops: &[i64], arg_map: &[i64], ret_map: &[i64], attrs: &mut MemberAttrs) -> Result<()> {
     attrs.group(&c.frame, ops.len())?;
     let (mut a, mut r) = (0usize, 0usize);
     for (k, &code) in ops.iter().enumerate() {
@@ -98,7 +119,7 @@ pub fn batch(c: &mut Call) -> Result<()> {
             .ok_or_else(|| RtError::value(format!("mosaic_rt_batch: unknown member op code {code}")))?;
         let args = take_indices(arg_map, &mut a, MAX_MEMBER_ARGS, "args")?;
         let rets = take_indices(ret_map, &mut r, MAX_MEMBER_RETS, "rets")?;
-        run_member(c, name, body, args, rets, &mut attrs, k)?;
+        run_member(c, name, body, args, rets, attrs, k)?;
     }
     if a != arg_map.len() || r != ret_map.len() {
         return Err(RtError::value("mosaic_rt_batch: attributes `args` / `rets` have entries left over"));
@@ -134,18 +155,17 @@ impl MemberAttrs {
         if n > MAX_ATTRS + 3 {
             return Err(RtError::value(format!("mosaic_rt_batch: more than {MAX_ATTRS} member attributes")));
         }
-        // (member, prefix length) of each attribute; usize::MAX: the batch's own.
-        let mut owner = [(usize::MAX, 0usize); MAX_ATTRS + 3];
+        // Two passes over the names (count, then place): cheaper than
+        // keeping each attribute's owner in another array.
         let mut counts = [0usize; MAX_MEMBERS + 1];
-        for (i, slot) in owner.iter_mut().enumerate().take(n) {
+        for i in 0..n {
             let Some((_, key, _)) = f.attr_entry(i) else { continue };
-            if let Some((k, skip)) = member_of(key) {
+            if let Some((k, _)) = member_of(key) {
                 if k >= members {
                     return Err(RtError::value(format!(
                         "mosaic_rt_batch: attribute of member {k}, but the batch has {members}"
                     )));
                 }
-                *slot = (k, skip);
                 counts[k + 1] += 1;
             }
         }
@@ -155,13 +175,11 @@ impl MemberAttrs {
         for k in 0..members {
             counts[k + 1] += counts[k];
         }
-        self.starts = counts;
+        self.starts[..=members].copy_from_slice(&counts[..=members]);
         let mut next = counts;
-        for (i, &(k, skip)) in owner.iter().enumerate().take(n) {
-            if k == usize::MAX {
-                continue;
-            }
+        for i in 0..n {
             let Some((ty, key, value)) = f.attr_entry(i) else { continue };
+            let Some((k, skip)) = member_of(key) else { continue };
             let slot = next[k];
             next[k] += 1;
             self.types[slot] = ty;
@@ -196,8 +214,7 @@ fn run_member(
         (ret_types[j], ret_ptrs[j]) = entry.ok_or_else(|| bad_index(name, "result", i))?;
     }
     let (from, to) = (attrs.starts[k], attrs.starts[k + 1]);
-    let mut names = [std::ptr::null_mut::<ByteSpan>(); MAX_ATTRS];
-    for (slot, span) in names.iter_mut().zip(&mut attrs.spans[from..to]) {
+    for (slot, span) in attrs.names[from..to].iter_mut().zip(&mut attrs.spans[from..to]) {
         *slot = span;
     }
     let raw = f.raw;
@@ -226,7 +243,7 @@ fn run_member(
             extension_start: std::ptr::null_mut(),
             size: (to - from) as i64,
             types: attrs.types[from..].as_mut_ptr(),
-            names: names.as_mut_ptr(),
+            names: attrs.names[from..].as_mut_ptr(),
             attrs: attrs.values[from..].as_mut_ptr(),
         },
         future: raw.future,
