@@ -8,6 +8,7 @@
 
 use crate::abi::{self, CallFrame};
 use mosaic_rt_core::{DType, Result, RtError};
+use std::cell::Cell;
 use std::ffi::c_void;
 
 /// A validated EXECUTE-stage call frame.
@@ -272,12 +273,21 @@ impl<'a> Frame<'a> {
         Some((ty, key, attr))
     }
 
-    /// The attribute called `name`: a binary search, since XLA hands
-    /// attributes over sorted by name (its own C++ decoding binds them by
-    /// position in that order; `batch` keeps each member's in it). Ops look
-    /// up many attributes on every call, so this is on the hot path.
+    /// The attribute called `name`. Every call of an op at one call site
+    /// has the same attributes, so the position it was found at last (per
+    /// thread, op and name) is tried first; otherwise a binary search, since
+    /// XLA hands attributes over sorted by name (its own C++ decoding binds
+    /// them by position in that order; `batch` keeps each member's in it).
+    /// Ops look up many attributes on every call: this is the hot path.
     fn find_attr(&self, name: &str) -> Option<(i32, *mut c_void)> {
+        let slot = hint_slot(self.op, name);
+        let guess = HINTS.with(|h| h[slot].get()) as usize;
         let name = name.as_bytes();
+        if let Some((ty, key, attr)) = self.attr_entry(guess) {
+            if key.len() == name.len() && compare(key, name).is_eq() {
+                return Some((ty, attr));
+            }
+        }
         let (mut lo, mut hi) = (0, self.num_attrs());
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
@@ -285,7 +295,12 @@ impl<'a> Frame<'a> {
             match compare(key, name) {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return Some((ty, attr)),
+                std::cmp::Ordering::Equal => {
+                    if let Ok(at) = u8::try_from(mid) {
+                        HINTS.with(|h| h[slot].set(at));
+                    }
+                    return Some((ty, attr));
+                }
             }
         }
         None
@@ -685,6 +700,23 @@ impl<'a> Buf<'a> {
         unsafe { *(self.data as *mut i32) = v };
         Ok(())
     }
+}
+
+/// Slots of the per-thread table of attribute positions (see `find_attr`).
+const HINT_SLOTS: usize = 256;
+
+thread_local! {
+    /// Per (op, attribute name), hashed: where the attribute was found
+    /// last. Only a guess, always checked; collisions just cost a search.
+    static HINTS: [Cell<u8>; HINT_SLOTS] = const { [const { Cell::new(0) }; HINT_SLOTS] };
+}
+
+/// The `HINTS` slot of attribute `name` of op `op`: names and op names are
+/// string constants, so their addresses identify them.
+#[inline]
+fn hint_slot(op: &str, name: &str) -> usize {
+    let h = (op.as_ptr() as usize).wrapping_mul(0x9E37_79B9) ^ (name.as_ptr() as usize).wrapping_mul(0x85EB_CA6B);
+    (h >> 4) % HINT_SLOTS
 }
 
 /// Byte-wise (lexicographic) order of two names, eight bytes at a time:
