@@ -193,6 +193,41 @@ def test_a_remote_dma_reads_a_peers_borrowed_input():
         np.testing.assert_array_equal(np.asarray(jax.jit(fn)(x)), np.roll(keep, 64, axis=0))
 
 
+@pytest.mark.parametrize("mode", ["on_wait", "eager"])
+def test_a_peer_reads_a_borrowed_input_its_device_left_without_waiting(mode):
+    # Device 0 starts a DMA of its input to device 1 and ends at once: in
+    # on_wait mode device 1's wait may read that input after device 0 has
+    # left (then a copy of it must have been kept; otherwise the borrow just
+    # ends).
+    n = 2
+    mesh = Mesh(np.array(jax.devices()[:n]), ("x",))
+
+    def kernel(x_ref, o_ref, send, recv):
+        me = lax.axis_index("x")
+        copy = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(1,))
+
+        @pl.when(me == 0)
+        def _():
+            copy.start()
+
+        @pl.when(me == 1)
+        def _():
+            copy.wait_recv()
+
+    params = mosaic_rt.InterpretParams(dma_execution_mode=mode, on_semaphore_leak="ignore")
+    call = pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct((64, 128), jnp.float32),
+        in_specs=[_ANY], out_specs=_ANY,
+        scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA], interpret=params)
+    fn = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+    x = jax.device_put(np.arange(64 * n * 128, dtype=np.float32).reshape(64 * n, 128),
+                       NamedSharding(mesh, P("x")))
+    keep = np.asarray(x).copy()
+    assert _borrows(fn, x) == 1
+    for _ in range(30):
+        np.testing.assert_array_equal(np.asarray(fn(x))[64:], keep[:64])
+
+
 def _rss_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")

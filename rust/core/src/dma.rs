@@ -162,7 +162,6 @@ impl QueuedDma {
         let mut data = crate::memory::zeroed(n, || format!("a DMA of {n} bytes"))?;
         // Not `Runtime::load`: the access is the DMA's, not the issuing core's.
         env.memory.load(r.src(), &mut data).map_err(|e| e.at(r.device, r.core))?;
-        env.memory.dma_read_done(r.device);
         note_read(env, r, self.race)?;
         if let Some(src_sem) = r.src_sem {
             note_signal(env, self.race, src_sem, plan.src_gcore);
@@ -226,7 +225,13 @@ impl DmaStep {
     /// Runs the step unless another core ran it already.
     pub(crate) fn run(self, env: &DmaEnv) -> Result<()> {
         match self {
-            DmaStep::Read(d) => d.machine.read(|| d.load_source(env)),
+            // The read is counted done once its step succeeded: a failed
+            // step leaves the DMA Started, to be read again.
+            DmaStep::Read(d) => d.machine.read(|| {
+                let data = d.load_source(env)?;
+                env.memory.dma_read_done(d.req.device);
+                Ok(data)
+            }),
             DmaStep::Write(d) => d.machine.read_write(
                 || {
                     copy_whole(env, &d.req, &d.plan, d.race, d.trace)?;
