@@ -349,7 +349,7 @@ impl<'a> Frame<'a> {
         Ok(Some(v))
     }
 
-    /// Several optional integer attributes in one pass (an attribute of
+    /// Several optional integer attributes at once (an attribute of
     /// another type reads as absent).
     pub fn attrs_i64_opt<const N: usize>(&self, names: [&str; N]) -> [Option<i64>; N] {
         names.map(|n| self.find_attr(n).and_then(|(ty, attr)| self.scalar_i64(ty, attr)))
