@@ -3,6 +3,7 @@ leak policies and several cores per device."""
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import dataclasses
@@ -103,16 +104,23 @@ def _leaky(params):
         scratch_shapes=[pltpu.SemaphoreType.REGULAR], interpret=params)()
 
 
-def test_leaked_semaphore_warns_by_default():
+def test_leaked_semaphore_is_printed_by_default_like_stock(capsys):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(np.asarray(_leaky(mosaic_rt.InterpretParams())), 0)
+    assert re.search(r"REGULAR semaphore 2000 \(allocated at .*test_interpret_api.py:\d+"
+                     r".*\) on core 0 has count 3", capsys.readouterr().out)
+
+
+def test_leaked_semaphore_warns_when_asked():
     # A Python warning naming the semaphore, its kind, core, count and the
     # line that allocated it (the kernel's scratch).
     with pytest.warns(mosaic_rt.SemaphoreLeakWarning,
                       match=r"REGULAR semaphore 2000 \(allocated at .*test_interpret_api.py:\d+"
                             r".*\) on core 0 has count 3"):
         with mosaic_rt.native_errors():
-            out = _leaky(mosaic_rt.InterpretParams())
+            out = _leaky(mosaic_rt.InterpretParams(python_warnings=True))
             np.testing.assert_array_equal(np.asarray(out), 0)
-        mosaic_rt.deliver_reports()  # (pytest's plugin would, after the test)
 
 
 def test_leaked_semaphore_raises_when_asked():
@@ -125,11 +133,14 @@ def test_leaked_semaphore_raises_when_asked():
 
 
 def test_leak_ignore_is_silent(capfd):
+    # (python_warnings=True: "ignore" must silence the warning too)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        _leaky(mosaic_rt.InterpretParams(on_semaphore_leak="ignore", python_warnings=True))
         _leaky(mosaic_rt.InterpretParams(on_semaphore_leak="ignore"))
         mosaic_rt.deliver_reports()
-    assert "mosaic_rt warning" not in capfd.readouterr().err
+    captured = capfd.readouterr()
+    assert "semaphore leak" not in captured.out + captured.err
 
 
 # ------------------------------------------------------ several cores

@@ -3,8 +3,8 @@
 `test_stock_runs` runs every case of tests/kernels/multi_device.py under stock
 `pltpu.InterpretParams` only and checks its numpy reference: the corpus is
 valid and runs today. `test_parity` compares stock with ours bit for bit for
-each DMA execution mode and race-detection setting; it is skipped until
-`mosaic_rt.interpret.native_calls.READY is True`. A multi-core case may skip
+each DMA execution mode and race-detection setting (a mosaic_rt that cannot
+be imported fails the suite at collection). A multi-core case may skip
 while ours still reports "several cores per device" as not implemented;
 every other failure fails.
 """
@@ -12,36 +12,20 @@ every other failure fails.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 
 import jax
 import numpy as np
 import pytest
 from jax.experimental.pallas import tpu as pltpu
 
+import mosaic_rt
+
 from kernels.multi_device import CASES, CASES_BY_NAME, MULTI_CORE, SWEEP_16_DEVICES
 from parity import assert_bitwise_equal, run_case
 
 
-def _load_ours():
-    """Our params class, or None when the interpreter is not usable yet.
-
-    A broken or unbuilt native module must skip these tests, never break
-    collection.
-    """
-    try:
-        import mosaic_rt
-
-        params = mosaic_rt.InterpretParams
-        ops = importlib.import_module("mosaic_rt.interpret.native_calls")
-    except Exception:  # noqa: BLE001 - any import failure means "not available"
-        return None
-    return params if getattr(ops, "READY", False) is True else None
-
-
-OursParams = _load_ours()
-requires_ours = pytest.mark.skipif(
-    OursParams is None, reason="mosaic_rt interpreter not available")
+# A broken build must fail these suites at collection, never skip them.
+OursParams = mosaic_rt.InterpretParams
 
 DMA_MODES = ("eager", "on_wait")
 CASE_IDS = [c.name for c in CASES]
@@ -102,11 +86,10 @@ def test_corpus_covers_the_brief():
 
 
 # --------------------------------------------------------------------------
-# Ours vs stock (skipped until our interpreter is READY).
+# Ours vs stock.
 # --------------------------------------------------------------------------
 
 
-@requires_ours
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("case, dma_mode, detect_races", _parity_params(CASES))
 def test_parity(case, dma_mode, detect_races):
@@ -123,7 +106,6 @@ def test_stock_runs_16_devices(case):
     test_stock_runs(case)
 
 
-@requires_ours
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("case, dma_mode, detect_races", _parity_params(SWEEP_16_DEVICES))
@@ -145,7 +127,6 @@ def _check_parity(case, dma_mode, detect_races):
     _assert_matches_reference(case, ours)
 
 
-@requires_ours
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("name", ["right_permute", "barrier_only", "all_to_all"])
 def test_lowered_program_uses_native_calls(name):

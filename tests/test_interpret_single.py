@@ -2,46 +2,28 @@
 
 `test_stock_runs` runs every corpus case under stock only and checks it does
 what the case says (matches its numpy reference, or raises the expected
-error): it proves the corpus is valid and runs today. Every other test needs
-our interpreter and is skipped until
-`mosaic_rt.interpret.native_calls.READY is True`.
+error): it proves the corpus is valid and runs today. Every other test
+compares ours with stock; a mosaic_rt that cannot be imported fails the
+suite at collection.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 
 import jax
 import numpy as np
 import pytest
 from jax.experimental.pallas import tpu as pltpu
 
+import mosaic_rt
+
 from kernels.single_device import CASES, CASES_BY_NAME
 from parity import assert_bitwise_equal, assert_same_error, run_case, split_stock_error
 
 
-def _load_ours():
-    """Our params class, or None when the interpreter is not usable yet.
-
-    Importing `mosaic_rt` may fail while the native module is not built; that
-    must skip these tests, never break collection.
-    """
-    try:
-        import mosaic_rt
-
-        params = getattr(mosaic_rt, "InterpretParams", None)
-        if params is None:
-            from mosaic_rt.interpret.params import InterpretParams as params
-        ops = importlib.import_module("mosaic_rt.interpret.native_calls")
-    except Exception:  # noqa: BLE001 - any import failure means "not available"
-        return None
-    return params if getattr(ops, "READY", False) is True else None
-
-
-OursParams = _load_ours()
-requires_ours = pytest.mark.skipif(
-    OursParams is None, reason="mosaic_rt interpreter not available")
+# A broken build must fail these suites at collection, never skip them.
+OursParams = mosaic_rt.InterpretParams
 
 DMA_MODES = ("eager", "on_wait")
 CASE_IDS = [c.name for c in CASES]
@@ -158,11 +140,10 @@ def test_same_error_rule_on_a_real_stock_error():
 
 
 # --------------------------------------------------------------------------
-# Ours vs stock (skipped until our interpreter is READY).
+# Ours vs stock.
 # --------------------------------------------------------------------------
 
 
-@requires_ours
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("dma_mode", DMA_MODES)
 @pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
@@ -188,7 +169,6 @@ def test_parity(case, dma_mode):
     assert_bitwise_equal(stock, ours)
 
 
-@requires_ours
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("name", ["add_2d", "manual_double_buffer_dma", "regular_semaphore"])
 def test_lowered_program_uses_native_calls(name):
@@ -199,7 +179,6 @@ def test_lowered_program_uses_native_calls(name):
     assert "callback" not in text, "the lowered program still uses a Python callback"
 
 
-@requires_ours
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("failing", [
     "error_oob_read_raise", "error_revisited_output_block", "error_oob_masked_store"])

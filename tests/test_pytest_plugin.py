@@ -1,6 +1,7 @@
-"""The pytest plugin installed with mosaic_rt: a kernel's race and leak
-reports become warnings of the test that ran it, so
-`-W error::mosaic_rt.RaceWarning` fails a racy test."""
+"""The pytest plugin installed with mosaic_rt: with `--mosaic-rt-warnings`
+a kernel's race and leak reports become warnings of the test that ran it,
+so `-W error::mosaic_rt.RaceWarning` fails a racy test; without it they are
+printed as stock prints them (see also tests/test_report_delivery.py)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def _pytest(tmp_path, *args):
     test = tmp_path / "test_racy.py"
     test.write_text(_RACY_TEST)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           str(test), *args], capture_output=True, text=True, timeout=240,
+                           "--mosaic-rt-warnings", str(test), *args], capture_output=True, text=True, timeout=240,
                           cwd=tmp_path)
 
 

@@ -31,7 +31,10 @@ _SITE_ALLOC = _native.intern_site("k.py:1:0 (leaky)")
 
 
 @pytest.fixture(autouse=True)
-def _empty_queue():
+def _empty_queue(monkeypatch):
+    # These tests read the native queue itself: the launch-end sink must
+    # leave it alone (the interpreter's path is tests/test_report_delivery.py).
+    monkeypatch.setattr(reports, "deliver_from_launch", lambda handle, device: None)
     reports.take()
     yield
     reports.take()
@@ -89,7 +92,8 @@ def test_on_race_warn_queues_a_structured_report():
     assert out[0, 0] >= 1  # pending_reports saw it
     got = reports.take()
     assert len(got) == 1
-    category, text, details = got[0]
+    category, text, details, as_warning = got[0]
+    assert as_warning
     assert (category, text) == ("race", _RACE_TEXT)
     assert details["access"] == "read" and details["earlier_access"] == "write"
     assert details["site"] == "k.py:3:8 (racy)"
@@ -144,8 +148,8 @@ def test_leak_warn_reports_name_kind_count_and_sites():
     out = _leaky("warn")
     assert out[0, 0] == 2
     got = reports.take()
-    assert [c for c, _, _ in got] == ["leak", "leak"]
-    texts = [t for _, t, _ in got]
+    assert [c for c, _, _, _ in got] == ["leak", "leak"]
+    texts = [t for _, t, _, _ in got]
     assert texts[0] == ("semaphore leak at kernel exit on device 0: REGULAR semaphore 2000 "
                         "(allocated at k.py:1:0 (leaky)) on core 0 has count 3")
     assert texts[1].startswith("semaphore leak at kernel exit on device 0: DMA semaphore 2001 "
@@ -199,7 +203,7 @@ def test_a_dma_wait_matching_no_pending_dma_is_a_misuse_warning():
     with mosaic_rt.native_errors():
         out = run_on_devices(1, body, dummy_rows(1))
     assert out[0, 0] == 1
-    [(category, text, details)] = reports.take()
+    [(category, text, details, _)] = reports.take()
     assert category == "misuse"
     assert text.startswith("dma_wait at k.py:3:8 (racy) on device 0, core 0 waits for 1024 bytes on "
                            "DMA semaphore 2000, but the DMA(s) pending on it move 4096 bytes "

@@ -337,6 +337,7 @@ def kernel_begin(token, device, *, uid: int, num_devices: int, num_cores: int = 
                  deadlock_idle_ms: int | None = None,
                  detect_uninitialized: bool = False,
                  trace_path: str | None = None,
+                 report_as_warnings: bool = True,
                  site: int = 0):
     """Joins launch ``uid`` of the running XLA execution as ``device``.
 
@@ -359,6 +360,10 @@ def kernel_begin(token, device, *, uid: int, num_devices: int, num_cores: int = 
     this launch raise ``UninitializedReadError``. ``trace_path``: record a
     timeline and write it as Chrome trace-event JSON when the launch ends
     (see :mod:`mosaic_rt.timeline` for the file names).
+    ``report_as_warnings``: reports of policy "warn" (races, leaks, misuse)
+    are issued as Python warnings; else as the installed jax's stock
+    interpreter reports the same event (printed or logged; see
+    :mod:`mosaic_rt.ffi.reports`).
     """
     return _call("kernel_begin", (_HANDLE,), (token, _i32(device)), **_begin_attrs(
         uid=uid, num_devices=num_devices, num_cores=num_cores,
@@ -366,7 +371,8 @@ def kernel_begin(token, device, *, uid: int, num_devices: int, num_cores: int = 
         uninitialized_memory=uninitialized_memory, wait_timeout_ms=wait_timeout_ms,
         device_ordinals=device_ordinals, detect_races=detect_races, on_race=on_race,
         detect_deadlocks=detect_deadlocks, deadlock_idle_ms=deadlock_idle_ms,
-        detect_uninitialized=detect_uninitialized, trace_path=trace_path), site=site)
+        detect_uninitialized=detect_uninitialized, trace_path=trace_path,
+        report_as_warnings=report_as_warnings), site=site)
 
 
 def _begin_attrs(*, uid: int, num_devices: int, num_cores: int = 1,
@@ -374,7 +380,8 @@ def _begin_attrs(*, uid: int, num_devices: int, num_cores: int = 1,
                  uninitialized_memory: str = "nan", wait_timeout_ms: int = 120_000,
                  device_ordinals=None, detect_races: bool = False, on_race: str | None = None,
                  detect_deadlocks: bool = True, deadlock_idle_ms: int | None = None,
-                 detect_uninitialized: bool = False, trace_path: str | None = None) -> dict:
+                 detect_uninitialized: bool = False, trace_path: str | None = None,
+                 report_as_warnings: bool = True) -> dict:
     """The attributes of `kernel_begin` (and `launch_begin`) for its config."""
     extra = {}
     if device_ordinals is not None:
@@ -391,6 +398,8 @@ def _begin_attrs(*, uid: int, num_devices: int, num_cores: int = 1,
         extra["detect_uninitialized"] = 1
     if trace_path:
         extra["trace_path"] = os.path.abspath(os.path.expanduser(os.fspath(trace_path)))
+    if not report_as_warnings:
+        extra["report_as_warnings"] = 0
     return dict(extra, uid=int(uid), num_devices=int(num_devices), num_cores=int(num_cores),
                 dma_execution_mode=dma_execution_mode,
                 out_of_bounds_reads=out_of_bounds_reads,

@@ -6,7 +6,6 @@ site, `logging_mode`'s logs, `buffer_bounds` padding.
 Semaphore refs are int32 arrays of semaphore ids; scalar ids are taken from
 them after indexing. Every op carries the source site of the equation being
 emitted (`sites.current()`), so native reports name the kernel line.
-`READY` tells the test-suite the interpreter is usable.
 """
 
 from __future__ import annotations
@@ -18,12 +17,11 @@ import numpy as np
 
 from mosaic_rt import _native
 from mosaic_rt.ffi import ops as ffi_ops
+from mosaic_rt.ffi import reports
 from mosaic_rt.interpret import logging_ops as lg
 from mosaic_rt.interpret import sites
 from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.jax_internals import padded_shape
-
-READY = True
 
 # The token as a traced value, the ops pending on it emitted (see
 # `mosaic_rt.ffi.batching`): before a token goes into control flow or a
@@ -70,6 +68,7 @@ def begin(token, device, *, uid, num_devices, params: InterpretParams, allocatio
         detect_uninitialized=params.detect_uninitialized,
         detect_deadlocks=params.detect_deadlocks,
         trace_path=params.trace_path,
+        report_as_warnings=reports.as_warnings(params.python_warnings),
         # None, inf, or more milliseconds than int64 holds: 0, no timeout.
         wait_timeout_ms=(0 if timeout is None or not timeout * 1000 < 2**63
                          else max(1, int(timeout * 1000))),
@@ -108,9 +107,10 @@ def end(token, handle, device, *, on_leak, keep_alive=(), outputs=()):
     """Leaves the launch, after its leak report (unless ``on_leak`` is
     "ignore"); with direct ``outputs`` (see `allocate_buffer`) returns
     ``(token, outputs)``, their final values."""
-    # Races and leaks of policy "warn" wait in a native queue, issued as
-    # Python warnings by mosaic_rt.reports (no host callback in the program:
-    # it would keep jax from caching it).
+    # Races, leaks and misuse of policy "warn" wait in a native queue; this
+    # device's kernel_end hands them to mosaic_rt.ffi.reports before its
+    # outputs are ready (a native sink, not a host callback in the program:
+    # that would keep jax from caching it).
     return ffi_ops.kernel_end(token, handle, device, keep_alive=keep_alive, outputs=outputs,
                               leak_policy=None if on_leak == "ignore" else on_leak)
 

@@ -28,9 +28,23 @@ class InterpretParams(_StockParams):
     Attributes:
       on_race: with ``detect_races=True``, what a data race does: ``"raise"``
         (the kernel fails with ``mosaic_rt.RaceError`` at the first race)
-        or ``"warn"`` (a ``mosaic_rt.RaceWarning`` per distinct race). jax
-        0.11+ has this field with default ``"raise"``; on jax 0.10.2, whose
-        stock interpreter only prints races, the default is ``"warn"``.
+        or ``"warn"`` (reported, see ``python_warnings``). jax 0.12+ has this
+        field with default ``"raise"``; on older jax, whose stock
+        interpreter only prints races, the default is ``"warn"``.
+      python_warnings: how reports that do not fail the kernel (races with
+        ``on_race="warn"``, semaphore leaks with ``on_semaphore_leak="warn"``,
+        misuse) reach you. ``False``: as the installed jax's stock
+        interpreter reports the same event -- races printed (jax < 0.12) or
+        logged as warnings (jax >= 0.12, logger ``mosaic_rt.races``), leaks
+        printed, misuse logged (logger ``mosaic_rt``) -- so no Python
+        warning is issued that stock does not issue. ``True``: as Python
+        warnings (``mosaic_rt.RaceWarning``, ``SemaphoreLeakWarning``,
+        ``MisuseWarning``), issued before the kernel's results are ready,
+        in the caller's warning context (``pytest.warns``,
+        ``warnings.catch_warnings``). ``None`` (default): the process
+        setting -- ``MOSAIC_RT_WARNINGS=1`` in the environment, or pytest's
+        ``--mosaic-rt-warnings`` / ini ``mosaic_rt_warnings`` -- else
+        ``False``. Read when the kernel is traced.
       detect_uninitialized: check every read of kernel-local memory (VMEM,
         SMEM, scratch) and fail with ``mosaic_rt.UninitializedReadError``
         naming the buffer, the never-written index range and the source line
@@ -50,12 +64,13 @@ class InterpretParams(_StockParams):
         barrier fails with ``mosaic_rt.WaitTimeout`` instead of hanging
         (``None``: no timeout).
       on_semaphore_leak: what to do when a semaphore has a non-zero count at
-        kernel exit: ``"warn"`` (a ``RuntimeWarning``), ``"raise"``
+        kernel exit: ``"warn"`` (reported, see ``python_warnings``), ``"raise"``
         (``mosaic_rt.SemaphoreLeakError``) or ``"ignore"``.
     """
 
     if not STOCK_HAS_ON_RACE:
         on_race: Literal["raise", "warn"] = "warn"
+    python_warnings: bool | None = None
     detect_uninitialized: bool = False
     detect_deadlocks: bool = True
     trace_path: str | None = None
@@ -98,6 +113,9 @@ class InterpretParams(_StockParams):
                     "wait_timeout must be a positive number of seconds or None (inf: no"
                     f" timeout), got {self.wait_timeout!r}."
                 )
+        if self.python_warnings is not None and not isinstance(self.python_warnings, bool):
+            raise TypeError(
+                f"python_warnings must be a bool or None, got {self.python_warnings!r}.")
         for flag in ("detect_uninitialized", "detect_deadlocks"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"{flag} must be a bool, got {getattr(self, flag)!r}.")

@@ -164,6 +164,10 @@ pub struct Config {
     pub detect_races: bool,
     /// What a race does (with `detect_races`).
     pub on_race: RacePolicy,
+    /// Reports of policy "warn" (races, leaks, misuse) are for Python to
+    /// issue as warnings (`true`) or the way the installed jax's stock
+    /// interpreter reports the same event: printed or logged (`false`).
+    pub report_as_warnings: bool,
     /// initcheck: a read of kernel-local memory (every space but HBM/ANY)
     /// that nothing wrote in this launch is an `Uninitialized` error.
     pub detect_uninitialized: bool,
@@ -199,6 +203,7 @@ impl Default for Config {
             wait_timeout: Some(Duration::from_secs(120)),
             detect_races: false,
             on_race: RacePolicy::Print,
+            report_as_warnings: true,
             detect_uninitialized: false,
             trace: false,
             spin_before_park: None,

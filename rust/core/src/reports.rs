@@ -63,6 +63,9 @@ pub struct Report {
     pub text: String,
     /// Structured fields (device, core, semaphore, sites, ...).
     pub details: Vec<(&'static str, Detail)>,
+    /// Issue as a Python warning (else as stock reports it; see
+    /// `Config::report_as_warnings`).
+    pub as_warning: bool,
 }
 
 struct Queue {

@@ -68,9 +68,10 @@ impl Runtime {
             memory: MemoryTable::new(&config),
             sems: SemTable::with_devices_joined(&config, joined),
             cores: (0..topo.num_cores()).map(|_| CoreState::default()).collect(),
-            races: config
-                .detect_races
-                .then(|| RaceDetector::with_policy(topo.num_devices, topo.cores_per_device, config.on_race)),
+            races: config.detect_races.then(|| {
+                RaceDetector::with_policy(topo.num_devices, topo.cores_per_device, config.on_race)
+                    .reporting_as_warnings(config.report_as_warnings)
+            }),
             trace: config.trace.then(|| Box::new(Tracer::new(topo.num_devices, topo.cores_per_device))),
             topo,
             config,

@@ -11,6 +11,7 @@ pub mod errors;
 mod frame;
 mod launch;
 mod ops;
+pub mod report_sink;
 pub mod sites;
 mod spin;
 #[doc(hidden)]

@@ -70,16 +70,19 @@ fn detail_to_py<'py>(py: Python<'py>, d: &Detail) -> PyResult<Bound<'py, PyAny>>
 }
 
 /// Drains the queue of "warn" reports (races, leaks, misuse): a list of
-/// `(category, text, details)` with category "race" | "leak" | "misuse".
+/// `(category, text, details, as_warning)` with category "race" | "leak" |
+/// "misuse"; `as_warning`: issue it as a Python warning (else as stock
+/// reports the same event).
 #[pyfunction]
-fn take_reports(py: Python<'_>) -> PyResult<Vec<(&'static str, String, Bound<'_, PyDict>)>> {
+#[allow(clippy::type_complexity)]
+fn take_reports(py: Python<'_>) -> PyResult<Vec<(&'static str, String, Bound<'_, PyDict>, bool)>> {
     let mut out = Vec::new();
     for r in reports::take_all() {
         let d = PyDict::new(py);
         for (k, v) in &r.details {
             d.set_item(*k, detail_to_py(py, v)?)?;
         }
-        out.push((r.category.as_str(), r.text, d));
+        out.push((r.category.as_str(), r.text, d, r.as_warning));
     }
     Ok(out)
 }
@@ -139,5 +142,28 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pending_reports, m)?)?;
     m.add_function(wrap_pyfunction!(fail_launch, m)?)?;
     m.add_function(wrap_pyfunction!(callback_state, m)?)?;
+    mosaic_rt_ffi::report_sink::set(deliver_reports);
     Ok(())
+}
+
+/// The report sink of kernel launches (`mosaic_rt_ffi::report_sink`): on
+/// the XLA thread ending a device's program, with the GIL (as a host
+/// callback would hold it), `mosaic_rt.ffi.reports.deliver_from_launch`
+/// issues what is queued in the caller's warning and logging context. An
+/// exception it raises (a warning turned into an error by a filter) fails
+/// the launch with that exception as root cause. A finalizing interpreter
+/// gets nothing (the reports stay queued).
+fn deliver_reports(handle: u64, device: u32) -> mosaic_rt_core::Result<()> {
+    Python::try_attach(|py| {
+        let outcome = py
+            .import("mosaic_rt.ffi.reports")
+            .and_then(|m| m.call_method1("deliver_from_launch", (handle, device)))
+            .and_then(|r| r.extract::<Option<(u64, String, String)>>());
+        match outcome {
+            Ok(None) => Ok(()),
+            Ok(Some((key, type_name, message))) => Err(RtError::external(key, &type_name, message)),
+            Err(e) => Err(RtError::internal(format!("delivering reports failed: {e}"))),
+        }
+    })
+    .unwrap_or(Ok(()))
 }

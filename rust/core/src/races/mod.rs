@@ -50,6 +50,8 @@ pub struct DmaThread {
 
 pub struct RaceDetector {
     policy: RacePolicy,
+    /// Queued reports are Python warnings (see `Config::report_as_warnings`).
+    as_warnings: bool,
     cores_per_device: u32,
     num_cores: u32,
     state: Mutex<State>,
@@ -73,10 +75,18 @@ impl RaceDetector {
     /// A detector for `num_devices x cores_per_device` cores whose races are
     /// printed, queued as warnings or raised; it becomes the "most recent
     /// launch" whose races [`latest_race_log`] returns.
+    /// Whether reports of policy "warn" are Python warnings (the default)
+    /// or reported as stock does (see `Config::report_as_warnings`).
+    pub fn reporting_as_warnings(mut self, yes: bool) -> Self {
+        self.as_warnings = yes;
+        self
+    }
+
     pub fn with_policy(num_devices: u32, cores_per_device: u32, policy: RacePolicy) -> Self {
         let num_cores = num_devices * cores_per_device;
         RaceDetector {
             policy,
+            as_warnings: true,
             cores_per_device,
             num_cores,
             state: Mutex::new(State {
@@ -167,6 +177,7 @@ impl RaceDetector {
                         category: crate::reports::Category::Race,
                         details: report::details(&record, earlier, &shape),
                         text,
+                        as_warning: self.as_warnings,
                     });
                 }
                 RacePolicy::Raise => {

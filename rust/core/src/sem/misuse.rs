@@ -20,6 +20,7 @@ pub(crate) fn check_dma_wait<T: Queued>(
     value: i64,
     topo: Topology,
     wait_site: SiteId,
+    as_warning: bool,
 ) {
     let pending = s.pending_bytes(off, gcore);
     if pending.is_empty() {
@@ -64,5 +65,6 @@ pub(crate) fn check_dma_wait<T: Queued>(
             ("pending_bytes", Detail::Str(pending.iter().map(|p| p.0.to_string()).collect::<Vec<_>>().join(","))),
             ("site", site::text(wait_site).into()),
         ],
+        as_warning,
     });
 }

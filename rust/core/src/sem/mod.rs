@@ -124,6 +124,8 @@ impl Queued for NoWork {
 /// The semaphores of one launch; `T` is the work queued on them.
 pub struct SemTable<T: Queued = NoWork> {
     topo: Topology,
+    /// Misuse reports are Python warnings (see `Config::report_as_warnings`).
+    reports_as_warnings: bool,
     wait_timeout: Option<Duration>,
     spin: Option<Duration>,
     ids: SemIds<T>,
@@ -178,6 +180,7 @@ impl<T: Queued> SemTable<T> {
     pub fn with_devices_joined(config: &Config, joined: bool) -> Self {
         let topo = config.topology();
         SemTable {
+            reports_as_warnings: config.report_as_warnings,
             monitor: Monitor::new(topo, config.detect_deadlocks, config.deadlock_idle, joined),
             last_signaller: (0..topo.num_cores()).map(|_| std::sync::atomic::AtomicU32::new(0)).collect(),
             topo,
@@ -323,7 +326,7 @@ impl<T: Queued> SemTable<T> {
             }
             if !checked && s.kind == SemKind::Dma {
                 checked = true;
-                misuse::check_dma_wait(s, off, gcore, value, self.topo, wait.site);
+                misuse::check_dma_wait(s, off, gcore, value, self.topo, wait.site, self.reports_as_warnings);
             }
             if let Some(task) = s.pop_task(off, gcore) {
                 run_task(task)?;

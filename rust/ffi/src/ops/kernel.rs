@@ -66,6 +66,8 @@ fn config_from_attrs(f: &Frame) -> Result<Config> {
             Some(p) => p.parse()?,
             None => RacePolicy::Print,
         },
+        // Optional: reports as Python warnings unless 0.
+        report_as_warnings: f.attr_i64_opt("report_as_warnings")?.is_none_or(|v| v != 0),
         // Optional: on unless 0.
         detect_deadlocks: f.attr_i64_opt("detect_deadlocks")?.is_none_or(|v| v != 0),
         // Optional: the idle window of the heuristic for devices that never
@@ -156,6 +158,7 @@ pub fn kernel_end(c: &mut Call) -> Result<()> {
     if let Some(policy) = c.frame.attr_str_opt("leak_policy")? {
         report_leaks(handle, device, policy.parse()?)?;
     }
+    crate::report_sink::deliver(handle, device)?;
     check_borrows_kept_alive(c, handle, device)?;
     // A launch that failed elsewhere must not end quietly on this device.
     launch::with_runtime(handle, |rt| rt.check_failed_at(device, 0))?;
@@ -221,7 +224,8 @@ pub fn leak_report(c: &mut Call) -> Result<()> {
 
 /// The leaks of `device` under `policy` (see `leak_report`); their count.
 fn report_leaks(handle: u64, device: u32, policy: LeakPolicy) -> Result<usize> {
-    let leaks = launch::with_runtime(handle, |rt| rt.leaks(Some(device)))?;
+    let (leaks, as_warning) =
+        launch::with_runtime(handle, |rt| Ok((rt.leaks(Some(device))?, rt.config().report_as_warnings)))?;
     if policy == LeakPolicy::Raise && !leaks.is_empty() {
         let items: Vec<String> = leaks.iter().map(|l| l.describe()).collect();
         let msg = format!(
@@ -234,14 +238,14 @@ fn report_leaks(handle: u64, device: u32, policy: LeakPolicy) -> Result<usize> {
     }
     if policy == LeakPolicy::Warn {
         for l in &leaks {
-            reports::push(leak_report_of(device, l));
+            reports::push(leak_report_of(device, l, as_warning));
         }
     }
     Ok(leaks.len())
 }
 
 /// The warning of one leak.
-pub fn leak_report_of(device: u32, l: &mosaic_rt_core::Leak) -> Report {
+pub fn leak_report_of(device: u32, l: &mosaic_rt_core::Leak, as_warning: bool) -> Report {
     let dma_sites: Vec<String> =
         l.pending_sites.iter().map(|&s| site::text(s).unwrap_or_else(|| "unknown".into())).collect();
     Report {
@@ -257,6 +261,7 @@ pub fn leak_report_of(device: u32, l: &mosaic_rt_core::Leak) -> Report {
             ("pending_dmas", Detail::Str(l.pending_dmas.join("\n"))),
             ("pending_dma_sites", Detail::Str(dma_sites.join("\n"))),
         ],
+        as_warning,
     }
 }
 
