@@ -4,9 +4,10 @@ waiting for `wait_timeout`; correct kernels with long waits are never
 reported.
 
 Each case runs a real kernel (pallas_call / pl.kernel under shard_map) with
-a long `wait_timeout` (30 s): a test that passes in seconds shows the
-deadlock was detected, not timed out. Cases the interpreter cannot express
-yet go through the FFI wrappers directly (mosaic_rt.ffi).
+a long `wait_timeout` (30 s): a DeadlockError (never a WaitTimeout) shows
+the deadlock was detected, not timed out; no case bounds how long it took.
+Cases the interpreter cannot express yet go through the FFI wrappers
+directly (mosaic_rt.ffi).
 """
 
 from __future__ import annotations
@@ -32,9 +33,6 @@ pytestmark = [pytest.mark.timeout(120),
               pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 _TIMEOUT = 30.0
-# Detection is immediate when every core is known to be blocked, and takes
-# the idle window (0.8 s) plus a detector period otherwise; far below this.
-_FAST = 10.0
 _F32 = jnp.float32
 _MESH_ID = pl.DeviceIdType.MESH
 
@@ -55,12 +53,11 @@ def _sharded(body, n, x):
 
 
 def _expect_deadlock(run, *needles):
-    start = time.monotonic()
+    # A DeadlockError, not the WaitTimeout a missed deadlock ends in after
+    # _TIMEOUT: detected, however long compiling and running took.
     with pytest.raises(mosaic_rt.DeadlockError) as info:
         with mosaic_rt.native_errors():
             jax.block_until_ready(run())
-    took = time.monotonic() - start
-    assert took < _FAST, f"deadlock reported after {took:.1f}s"
     text = str(info.value)
     assert text.startswith("deadlock: "), text
     for needle in needles:
@@ -455,12 +452,11 @@ def test_ffi_deadlock_names_the_wait_site_and_can_be_turned_off():
                      "device 0, core 0: waits on REGULAR semaphore 2000 for 3 (count is 0) at "
                      "kernel.py:12:4 (my_kernel)")
     uid = fresh_uid()
-    start = time.monotonic()
-    with pytest.raises(mosaic_rt.WaitTimeout):
+    with pytest.raises(mosaic_rt.WaitTimeout) as info:
         with mosaic_rt.native_errors():
             run_on_devices(1, lambda d, x: body(d, x, detect_deadlocks=False,
                                                 wait_timeout_ms=300), dummy_rows(1))
-    assert time.monotonic() - start < _FAST
+    assert "waited 0.3s" in str(info.value), str(info.value)  # its own timeout, not 30 s
 
 
 def test_ffi_core_end_makes_a_finished_core_known_at_once():

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import inspect
 import re
-import time
 
 import jax
 import jax.numpy as jnp
@@ -109,11 +108,10 @@ def test_a_trailing_wait_that_can_never_end_is_reported_at_its_own_line():
                         pltpu.SemaphoreType.DMA],
         interpret=mosaic_rt.InterpretParams(wait_timeout=30.0))
     assert _calls(jax.jit(call), (x,), "dma_wait") == 0  # both waits rode on the start
-    start = time.monotonic()
+    # A DeadlockError (a missed deadlock would end in a WaitTimeout after 30 s).
     with pytest.raises(mosaic_rt.DeadlockError) as info:
         with mosaic_rt.native_errors():
             jax.block_until_ready(call(x))
-    assert time.monotonic() - start < 10.0
     text = str(info.value)
     assert f"test_dma_wait_merge.py:{follower}:" in text, text
     assert "no DMA was started on it" in text, text

@@ -50,26 +50,26 @@ def test_unsatisfiable_wait_times_out_with_a_clear_error():
             k.token = F.semaphore_wait(k.token, k.handle, d, 0, s, 2)
         return with_token(jnp.zeros((1,), jnp.int32), k.token)
 
-    t0 = time.monotonic()
     with pytest.raises(WaitTimeout) as info:
         run_translated(1, body)
-    assert time.monotonic() - t0 < 10
-    assert re.search(r"semaphore 2000 on device 0, core 0 waited .* count >= 2; count is 0",
+    # Its own 300 ms timeout, not the 30 s default.
+    assert re.search(r"semaphore 2000 on device 0, core 0 waited 0\.3s for count >= 2; count is 0",
                      str(info.value)), str(info.value)
     assert (info.value.device, info.value.core) == (0, 0)
     assert isinstance(info.value.__cause__, JaxRuntimeError)
     np.testing.assert_array_equal(ring_ok(2), [1, 1])
 
 
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("n", [2, 8])
 def test_error_on_one_device_ends_every_wait_with_the_root_cause(n):
     """Device 1 waits on a semaphore that does not exist; every other device
-    waits for a signal that never comes (timeout 60 s). All must stop at
+    waits for a signal that never comes (timeout 300 s). All must stop at
     once, and the error raised is device 1's, as a ValueError."""
     uid = fresh_uid()
 
     def body(d, _):
-        with begin(d, n, uid=uid, wait_timeout_ms=60_000) as k:
+        with begin(d, n, uid=uid, wait_timeout_ms=300_000) as k:
             k.token, s = F.allocate_semaphores(k.token, k.handle, d, 0)
             bad = jnp.where(d == 1, 9999, s)
             k.token = F.semaphore_wait(k.token, k.handle, d, 0, bad, 1)
@@ -78,7 +78,9 @@ def test_error_on_one_device_ends_every_wait_with_the_root_cause(n):
     t0 = time.monotonic()
     with pytest.raises(ValueError) as info:
         run_translated(n, body)
-    assert time.monotonic() - t0 < 20
+    # Compiling and running take seconds; a peer left to its 300 s timeout
+    # (which also ends with the root cause) would take minutes.
+    assert time.monotonic() - t0 < 150, "a waiter was not woken by the failure"
     exc = info.value
     assert not isinstance(exc, KernelAborted)
     assert "9999" in str(exc)

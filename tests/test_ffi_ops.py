@@ -379,13 +379,14 @@ def test_device_ordinals_catch_a_device_id_that_does_not_match_the_mesh():
         run(list(range(n)))
 
 
+@pytest.mark.timeout(600)
 def test_a_device_ordinal_mismatch_on_one_device_fails_the_whole_launch():
     """Device 0 joins correctly and waits in a barrier; device 1's mismatch
-    must end that wait at once (not after the 60 s timeout)."""
+    must end that wait at once (not after the 300 s timeout)."""
     uid = fresh_uid()
 
     def body(d, _):
-        with begin(d, 2, uid=uid, wait_timeout_ms=60_000, device_ordinals=[0, 5]) as k:
+        with begin(d, 2, uid=uid, wait_timeout_ms=300_000, device_ordinals=[0, 5]) as k:
             k.token = F.device_barrier(k.token, k.handle, d)
         return with_token(jnp.zeros((1,), jnp.int32), k.token)
 
@@ -394,7 +395,8 @@ def test_a_device_ordinal_mismatch_on_one_device_fails_the_whole_launch():
     with pytest.raises(ValueError, match="logical device 1 runs on XLA device 1, but the mesh "
                                          "places it on XLA device 5"):
         translated(2, body)
-    assert time.monotonic() - t0 < 20
+    # Compiling and running take seconds; the timeout would take minutes.
+    assert time.monotonic() - t0 < 150, "the barrier wait was not ended by the mismatch"
 
 
 @pytest.mark.parametrize("mode", ["eager", "on_wait"])

@@ -125,7 +125,8 @@ def test_timed_out_wait_raises_wait_timeout():
     start = time.monotonic()
     with pytest.raises(WaitTimeout) as info:
         rt.wait(0, 0, sem, 1)
-    assert 0.25 < time.monotonic() - start < 10
+    assert time.monotonic() - start > 0.25  # not early; how late is the scheduler's business
+    assert "waited 0.3s" in str(info.value), str(info.value)
     assert isinstance(info.value, TimeoutError)
     assert (info.value.device, info.value.core) == (0, 0)
     assert str(sem) in str(info.value)

@@ -15,7 +15,9 @@ fn config(devices: u32, cores: u32) -> Config {
     Config {
         num_devices: devices,
         cores_per_device: cores,
-        wait_timeout: Some(Duration::from_secs(20)),
+        // Far beyond any detection delay: a deadlock shows as ErrorKind::Deadlock,
+        // a missed one as ErrorKind::Timeout (never a race with the clock).
+        wait_timeout: Some(Duration::from_secs(120)),
         detect_deadlocks: true,
         deadlock_idle: Some(Duration::from_millis(200)),
         ..Config::default()
@@ -53,9 +55,9 @@ fn deadlock(r: mosaic_rt_core::Result<()>) -> String {
 fn a_self_wait_with_nothing_to_signal_it_fails_at_once() {
     let rt = runtime(1, 1);
     let s = sem(&rt, SemKind::Regular);
-    let start = Instant::now();
+    // At once: reported by the wait itself (not by a timeout, and not by the
+    // idle detector, whose report says the process used no CPU time).
     let msg = deadlock(rt.semaphore_wait(0, 0, s, 2));
-    assert!(start.elapsed() < Duration::from_secs(1));
     assert!(msg.starts_with("deadlock: every core of the launch (1 device(s) x 1 core(s)) is blocked"), "{msg}");
     assert!(msg.contains("device 0, core 0: waits on REGULAR semaphore 2000 for 2 (count is 0)"), "{msg}");
 }
@@ -252,9 +254,10 @@ fn the_detector_thread_finds_a_device_that_never_joins() {
     let reg = LaunchRegistry::new();
     let (handle, rt) = reg.join(77, 1, 0, &config(2, 1)).unwrap();
     let s = sem(&rt, SemKind::Regular);
-    let start = Instant::now();
+    // Found by the detector (ErrorKind::Deadlock), not ended by the wait
+    // timeout; how soon depends on the process going idle (the other tests
+    // of this binary run at the same time), so no bound on the time.
     let msg = deadlock(rt.semaphore_wait(0, 0, s, 1));
-    assert!(start.elapsed() < Duration::from_secs(10));
     assert!(msg.contains("device 1: never joined"), "{msg}");
     reg.abandon(handle, 0);
 }

@@ -15,7 +15,7 @@ fn runtime(devices: u32, cores: u32, mode: DmaMode, detect_races: bool) -> Runti
         num_devices: devices,
         cores_per_device: cores,
         dma_mode: mode,
-        wait_timeout: Some(Duration::from_secs(10)),
+        wait_timeout: Some(Duration::from_secs(120)),
         detect_races,
         ..Config::default()
     })

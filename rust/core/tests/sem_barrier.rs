@@ -23,7 +23,7 @@ fn single_device_barrier_passes_at_once() {
 fn barrier_is_reusable_and_nobody_passes_early() {
     const DEVICES: u32 = 4;
     const ROUNDS: u32 = 50;
-    let t = table(DEVICES, Some(Duration::from_secs(10)));
+    let t = table(DEVICES, Some(Duration::from_secs(120)));
     let arrived = Arc::new(AtomicU32::new(0));
     let threads: Vec<_> = (0..DEVICES)
         .map(|d| {

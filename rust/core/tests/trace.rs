@@ -12,7 +12,7 @@ fn runtime(devices: u32, mode: DmaMode, trace: bool) -> Runtime {
         num_devices: devices,
         dma_mode: mode,
         trace,
-        wait_timeout: Some(Duration::from_secs(10)),
+        wait_timeout: Some(Duration::from_secs(120)),
         ..Config::default()
     })
     .unwrap()
