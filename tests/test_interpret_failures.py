@@ -37,7 +37,9 @@ _VMEM = pl.BlockSpec(memory_space=pltpu.VMEM)
 _ANY = pl.BlockSpec(memory_space=pl.ANY)
 # Waits that a failure should end are bounded by this, so a missing wake-up
 # shows up as WaitTimeout (a wrong error type), never as a hang.
-_WAIT_TIMEOUT = 10.0
+# A last resort far beyond any run's length on a loaded machine: a failure
+# must wake the peers itself (their timeouts would end the test otherwise).
+_WAIT_TIMEOUT = 240.0
 _OOB = "Out-of-bounds read"
 
 
@@ -165,7 +167,7 @@ def _run_failing(name, params):
         raise
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", sorted(_FAILING_KERNELS))
 def test_failure_ends_every_wait_with_the_original_error(name):
     start = time.monotonic()
@@ -173,13 +175,14 @@ def test_failure_ends_every_wait_with_the_original_error(name):
         with mosaic_rt.native_errors():
             _run_failing(name, _params())
     elapsed = time.monotonic() - start
-    # The peers were woken by the failure, not by their wait timeout.
+    # The peers were woken by the failure, not by their (minutes long) wait
+    # timeout: a bound no slow machine reaches.
     assert elapsed < _WAIT_TIMEOUT, f"took {elapsed:.1f}s: the peers ran into their timeout"
     assert not isinstance(info.value, mosaic_rt.KernelAborted)
     _assert_next_launch_works()
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", sorted(_FAILING_KERNELS))
 def test_failure_without_native_errors_is_a_jax_runtime_error(name):
     with pytest.raises(jax.errors.JaxRuntimeError) as info:
@@ -189,7 +192,7 @@ def test_failure_without_native_errors_is_a_jax_runtime_error(name):
     _assert_next_launch_works()
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("dma_mode", ["eager", "on_wait"])
 def test_failures_in_both_dma_modes(dma_mode):
     with pytest.raises(IndexError, match=_OOB):
@@ -198,7 +201,7 @@ def test_failures_in_both_dma_modes(dma_mode):
     _assert_next_launch_works()
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(600)
 def test_unsatisfiable_wait_ends_with_wait_timeout():
     timeout = 2.0
     n = 2
@@ -220,9 +223,9 @@ def test_unsatisfiable_wait_ends_with_wait_timeout():
             _run_on_ring(call, n)
     elapsed = time.monotonic() - start
     assert elapsed >= timeout * 0.9, f"gave up after {elapsed:.2f}s, before the timeout"
-    assert elapsed < timeout + 20, f"took {elapsed:.1f}s for a {timeout}s timeout"
     message = str(info.value)
     assert "semaphore" in message and "wait" in message, message
+    assert re.search(r"waited 2(\.0)?s", message), message
     assert info.value.device in range(n), info.value.device
     _assert_next_launch_works()
 
@@ -240,11 +243,11 @@ def test_unsatisfiable_wait_is_a_deadlock_reported_at_once():
         out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
         scratch_shapes=[pltpu.SemaphoreType.REGULAR],
         interpret=_params(wait_timeout=60.0))
-    start = time.monotonic()
+    # A timeout would raise WaitTimeout, not DeadlockError: the type says
+    # detection found it.
     with pytest.raises(mosaic_rt.DeadlockError) as info:
         with mosaic_rt.native_errors():
             _run_on_ring(call, n)
-    assert time.monotonic() - start < 30, "deadlock found by the timeout, not detection"
     message = str(info.value)
     for device in range(n):
         assert re.search(rf"device {device}, core 0: waits on REGULAR semaphore \d+ for 1"
