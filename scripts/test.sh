@@ -5,7 +5,8 @@
 #      venvs (.venv-test/) on Python 3.11 + jax 0.10.2, 3.12 and 3.13 + jax
 #      0.12.0.1, with no Rust on PATH; README examples and the ping bench;
 #   3. pytest on both ends of the jax range, in the 3.11 and 3.12 venvs of 2
-#      with the test extras added.
+#      with the test and tpu extras added (tpu: libtpu for the TPU compile
+#      check's tests).
 # Extra arguments go to pytest.
 #
 # scripts/test.sh --here [PYTEST ARGS]: quick development run (cargo, loom,
@@ -60,7 +61,9 @@ pytest_in() {  # pytest_in PY [PYTEST ARGS]: the wheel's venv plus test extras
     wheel="$(ls "$root"/.venv-test/dist/mosaic_rt-*.whl 2>/dev/null)"
     [ -x "$venv/bin/python" ] && [ -n "$wheel" ] \
         || { echo "error: no wheel venv at $venv (its wheel test step failed)" >&2; return 1; }
-    "$venv/bin/python" -m pip install --quiet --only-binary=:all: "$wheel[test]" || return 1
+    # The tpu extra: the libtpu this venv's jax pins (~210 MB wheel), which
+    # tests/test_tpu_check.py needs in CI (the TPU compile check).
+    "$venv/bin/python" -m pip install --quiet --only-binary=:all: "$wheel[test,tpu]" || return 1
     "$venv/bin/python" -c 'import jax, numpy; print("jax", jax.__version__, "numpy", numpy.__version__)'
     "$venv/bin/python" -m pytest -q "$@"
 }

@@ -12,6 +12,8 @@ from mosaic_rt.errors import (
     RaceWarning,
     SemaphoreLeakError,
     SemaphoreLeakWarning,
+    TpuCompileError,
+    TpuCompileWarning,
     UninitializedReadError,
     WaitTimeout,
 )
@@ -52,4 +54,6 @@ __all__ = [
     "RaceWarning",
     "SemaphoreLeakWarning",
     "MisuseWarning",
+    "TpuCompileError",
+    "TpuCompileWarning",
 ]

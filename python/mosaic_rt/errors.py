@@ -70,6 +70,38 @@ class UninitializedReadError(ValueError):
     ``[0:8, 64:128]``) and the region read; ``device`` / ``core`` say where."""
 
 
+
+class TpuCompileError(ValueError):
+    """A kernel that runs under mosaic_rt does not compile for a TPU
+    generation it was checked against (``InterpretParams(tpu_target=...)``,
+    ``MOSAIC_RT_TPU_TARGET``, pytest's ``--mosaic-rt-tpu-target``).
+
+    A ``ValueError``, as the Pallas TPU lowering's own rejections of a kernel
+    (block shapes, tiling) are on a TPU: it is a mistake in the kernel, not
+    a failure of the simulated machine. The message names the kernel, its
+    source line, the generation and the compiler's message in full;
+    ``kernel``, ``source``, ``generation`` and ``compiler_message`` hold
+    them, ``compiler_error`` the compiler's own exception (a ``ValueError``
+    or ``NotImplementedError`` from the lowering, a
+    ``jax.errors.JaxRuntimeError`` from Mosaic / XLA:TPU) when it was raised
+    in this call (``None`` when the answer came from the cache)."""
+
+    def __init__(self, message: str = "", *, kernel: str | None = None,
+                 source: str | None = None, generation: str | None = None,
+                 compiler_message: str | None = None):
+        super().__init__(message)
+        self.kernel = kernel
+        self.source = source
+        self.generation = generation
+        self.compiler_message = compiler_message
+        self.compiler_error: BaseException | None = None
+
+
+class TpuCompileWarning(UserWarning):
+    """A :class:`TpuCompileError` reported as a warning
+    (``InterpretParams(tpu_check="warn")``), or a kernel the TPU compile
+    check cannot check yet."""
+
 # Names used by the native layer (``ErrorKind::python_type`` in Rust).
 _BY_NAME: dict[str, type[BaseException]] = {
     "ValueError": ValueError,

@@ -449,3 +449,30 @@ def execute_on_client(program, args) -> list:
         args = [args[i] for i in kept]
     results = loaded.execute_sharded(list(args))
     return [shards[0] for shards in results.disassemble_into_single_device_arrays()]
+
+# ------------------------------------------ mosaic_rt.tpu_check (deviceless)
+# The TPU compile check binds pallas_call's own primitive again with
+# ``interpret=False`` and lowers it for a TPU device of a libtpu topology.
+
+def _pallas_call_p():
+    from jax._src.pallas import pallas_call as _pallas_call
+    return _pallas_call.pallas_call_p
+
+
+pallas_call_p = _pallas_call_p()
+get_aval = jax_core.typeof  # the abstract value of a tracer or array
+use_abstract_mesh = jax.sharding.use_abstract_mesh
+
+
+def shard_map(f, *, mesh, in_specs, out_specs):
+    """`jax.shard_map` without the varying-axes check (the kernel's outputs
+    are per device whatever its specs say)."""
+    return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                         check_vma=False)
+
+
+def tpu_topology(name: str):
+    """libtpu's topology ``name`` ("v5e:2x2") as compile-only TPU devices
+    (loads libtpu on first use: never at import)."""
+    from jax.experimental import topologies
+    return topologies.get_topology_desc(name, "tpu")

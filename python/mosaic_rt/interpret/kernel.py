@@ -23,12 +23,16 @@ from mosaic_rt.interpret.buffers import BlockOperands
 from mosaic_rt.interpret.jaxpr_eval import Ctx, space_code
 from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.interpret.regions import FULL, TracedRegion
+from mosaic_rt.tpu_check import check as tpu_check
 
 _HBM = jx.MemorySpace.HBM
 pallas_core = jx.pallas_core
 
 
 def interpret_pallas_call(*args, interpret_params: InterpretParams, **kwargs):
+    # With a tpu_target (or MOSAIC_RT_TPU_TARGET), compile the same
+    # pallas_call for each TPU generation first (once per distinct kernel).
+    tpu_check.check_kernel(args, kwargs, interpret_params)
     # Ops outside the kernel body (scratch allocations, block copies, the
     # leak check) carry the kernel function's line.
     # Straight-line runs of native ops become one call each (`batched_runs`).

@@ -66,6 +66,19 @@ class InterpretParams(_StockParams):
       on_semaphore_leak: what to do when a semaphore has a non-zero count at
         kernel exit: ``"warn"`` (reported, see ``python_warnings``), ``"raise"``
         (``mosaic_rt.SemaphoreLeakError``) or ``"ignore"``.
+      tpu_target: also compile every kernel for these TPU generations with
+        the real TPU compiler, on CPU (needs libtpu, see
+        ``mosaic_rt.tpu_check``): one of ``"v4"``, ``"v5e"``, ``"v5p"``,
+        ``"v6e"``, ``"v7x"`` (alias ``"tpu7x"``) or a tuple of them; a
+        kernel that does not compile fails with
+        ``mosaic_rt.TpuCompileError``. ``None`` (default): the process
+        setting (``MOSAIC_RT_TPU_TARGET=v5e,v6e``, pytest's
+        ``--mosaic-rt-tpu-target``); ``()``: no check.
+      tpu_check: what a kernel that does not compile for a ``tpu_target``
+        does: ``"raise"`` (``TpuCompileError``) or ``"warn"``
+        (``mosaic_rt.TpuCompileWarning``, issued when the kernel is
+        traced). ``None`` (default): ``MOSAIC_RT_TPU_CHECK`` / pytest's
+        ``--mosaic-rt-tpu-check``, else ``"raise"``.
     """
 
     if not STOCK_HAS_ON_RACE:
@@ -76,6 +89,8 @@ class InterpretParams(_StockParams):
     trace_path: str | None = None
     wait_timeout: float | None = 120.0
     on_semaphore_leak: Literal["warn", "raise", "ignore"] = "warn"
+    tpu_target: str | tuple[str, ...] | None = None
+    tpu_check: Literal["raise", "warn"] | None = None
 
     def __post_init__(self):
         super().__post_init__()
@@ -129,3 +144,8 @@ class InterpretParams(_StockParams):
                 "on_semaphore_leak must be 'warn', 'raise' or 'ignore', got"
                 f" {self.on_semaphore_leak!r}."
             )
+        # tpu_target / tpu_check: see mosaic_rt.tpu_check (normalised there
+        # when a kernel is lowered; checked here so a typo fails at once).
+        from mosaic_rt.tpu_check.targets import validate_mode, validate_target
+        validate_target(self.tpu_target, "tpu_target")
+        validate_mode(self.tpu_check, "tpu_check")

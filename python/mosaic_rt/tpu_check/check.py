@@ -1,0 +1,334 @@
+"""The TPU compile check: each kernel lowered under mosaic_rt is also
+compiled for the target TPU generations by the real Pallas TPU lowering and
+Mosaic / XLA:TPU compiler, on CPU (deviceless ahead-of-time compilation
+against a libtpu topology; no TPU, no metadata server, the default backend
+stays CPU).
+
+Called from `mosaic_rt.interpret.kernel.interpret_pallas_call` with the
+pallas_call's own params: the same `pallas_call_p` is bound again with
+``interpret=False`` in a `jax.jit` traced for a TPU device of the topology,
+so the TPU sees exactly the kernel's jaxpr, grid, block specs, scratch,
+scalar prefetch and compiler params. Runs at trace time in the caller's
+thread, once per distinct kernel and generation (results are cached in the
+process), never when a compiled program runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import os
+import re
+import sys
+import tempfile
+import threading
+import time
+import warnings
+
+from mosaic_rt.errors import TpuCompileError, TpuCompileWarning
+from mosaic_rt.tpu_check import targets as _targets
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What compiling one kernel for one generation gave."""
+    generation: str
+    ok: bool
+    stage: str | None = None          # "lowering" (Pallas TPU, Python) or "compile" (Mosaic/XLA)
+    error_type: str | None = None
+    message: str | None = None        # the compiler's message, in full
+    seconds: float = 0.0
+    memory: dict | None = None        # what compiled.memory_analysis() reports
+
+
+@dataclasses.dataclass
+class Stats:
+    compiles: int = 0                 # kernels compiled (cache misses)
+    hits: int = 0                     # checks answered from the cache
+    failures: int = 0
+    seconds: float = 0.0              # total time in the compiler (misses)
+    startup_seconds: float = 0.0      # loading libtpu, making topologies
+    records: list = dataclasses.field(default_factory=list)  # (kernel, source, Outcome)
+
+
+_lock = threading.RLock()
+_cache: dict[tuple[str, str], Outcome] = {}
+_topologies: dict[tuple[str, int], object] = {}
+stats = Stats()
+
+
+def clear_cache() -> None:
+    """Forgets every cached result and resets `stats` (topologies stay)."""
+    global stats
+    with _lock:
+        _cache.clear()
+        stats = Stats()
+
+
+# ------------------------------------------------------------------ libtpu
+
+def _import_libtpu():
+    """The libtpu package (the test suite replaces this to simulate its absence)."""
+    return importlib.import_module("libtpu")
+
+
+def install_command() -> str:
+    """The pip command that installs the libtpu the installed jax pins."""
+    from importlib import metadata
+    try:
+        for req in metadata.requires("jax") or ():
+            if req.replace(" ", "").startswith("libtpu") and "tpu" in req.split(";", 1)[-1]:
+                spec = req.split(";", 1)[0].strip().replace(" ", "")
+                return f'pip install "{spec}"'
+    except metadata.PackageNotFoundError:
+        pass
+    import jax
+    return f'pip install "jax[tpu]=={jax.__version__}"'
+
+
+def _require_libtpu() -> None:
+    if os.environ.get("TPU_LIBRARY_PATH") and os.path.isfile(os.environ["TPU_LIBRARY_PATH"]):
+        return
+    try:
+        _import_libtpu()
+    except ImportError as e:
+        raise ImportError(
+            "mosaic_rt's TPU compile check (tpu_target / MOSAIC_RT_TPU_TARGET /"
+            " --mosaic-rt-tpu-target) needs libtpu, the TPU compiler, which is not"
+            f" installed ({e}). Install the one your jax pins: {install_command()}"
+            " (or `pip install 'mosaic_rt[tpu]'`). No TPU is needed.") from e
+
+
+def _quietly(fn):
+    """Runs ``fn()`` with file descriptors 1 and 2 sent to a temporary file:
+    libtpu prints its start-up chatter (accelerator type, worker hostnames,
+    "Logging before InitGoogle") straight to them. Returns ``(result,
+    captured text)``; on an exception the captured text is added to it."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with tempfile.TemporaryFile() as sink:
+        try:
+            os.dup2(sink.fileno(), 1)
+            os.dup2(sink.fileno(), 2)
+            try:
+                result = fn()
+            finally:
+                os.dup2(saved[0], 1)
+                os.dup2(saved[1], 2)
+        except BaseException as e:
+            sink.seek(0)
+            text = sink.read().decode(errors="replace").strip()
+            if text:
+                e.add_note(f"libtpu's output:\n{text}")
+            raise
+        finally:
+            for fd in saved:
+                os.close(fd)
+        sink.seek(0)
+        return result, sink.read().decode(errors="replace")
+
+
+def topology_name(generation: str, num_chips: int = 1) -> str:
+    """libtpu's topology string with at least ``num_chips`` chips: one host's
+    worth at least ("v5e:2x2", "v5p:2x2x1"; older libtpu refuses a topology
+    smaller than a host), growing by powers of two ("v5e:2x4", ...)."""
+    prefix, dims = _targets.GENERATIONS[generation]
+    shape = [2, 2] + [1] * (dims - 2)
+    i = 0
+    while shape[0] * shape[1] * (shape[2] if dims == 3 else 1) < num_chips:
+        shape[i % dims if dims == 2 else i % 3] *= 2
+        i += 1
+    return f"{prefix}:{'x'.join(map(str, shape))}"
+
+
+def topology(generation: str, num_chips: int = 1):
+    """The (cached) libtpu topology of ``num_chips`` chips of a generation."""
+    key = (generation, num_chips)
+    with _lock:
+        topo = _topologies.get(key)
+        if topo is not None:
+            return topo
+        _require_libtpu()
+        # No metadata server query; no lock against other processes that
+        # load libtpu (we never drive a TPU, only its compiler).
+        os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+        os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+        from mosaic_rt import jax_internals as jx
+        t0 = time.perf_counter()
+        name = topology_name(generation, num_chips)
+        try:
+            topo, _ = _quietly(lambda: jx.tpu_topology(name))
+        except Exception as e:
+            raise RuntimeError(
+                f"mosaic_rt's TPU compile check: libtpu {_libtpu_version()} could not make"
+                f" the TPU topology {name!r} ({generation}): {e}") from e
+        stats.startup_seconds += time.perf_counter() - t0
+        _topologies[key] = topo
+        return topo
+
+
+# --------------------------------------------------------------- the check
+
+_ADDRESS = re.compile(r" at 0x[0-9a-f]+")
+
+
+def _fingerprint(avals, kernel_params, axis_sizes) -> str:
+    """What decides whether a kernel compiles: its jaxpr, grid mapping,
+    operand types, compiler params, mesh (not its name or source line)."""
+    p = kernel_params
+    parts = [str(p["jaxpr"]), repr(p["grid_mapping"]), repr(p["compiler_params"]),
+             repr(p["mesh"]), repr(p["input_output_aliases"]), repr(p["out_avals"]),
+             repr([(tuple(a.shape), str(a.dtype)) for a in avals]), repr(axis_sizes)]
+    text = _ADDRESS.sub("", "\n".join(parts))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _where(kernel_params) -> tuple[str, str | None]:
+    """(kernel name, its source line 'fn at file.py:12')."""
+    info = getattr(kernel_params["jaxpr"], "debug_info", None)
+    name = str(kernel_params.get("name") or getattr(info, "func_name", None) or "kernel")
+    source = getattr(info, "func_src_info", None) if info is not None else None
+    return name, source
+
+
+def _devices(generation: str, num_devices: int) -> list:
+    """``num_devices`` TPU devices of one topology of the generation (a
+    chip is one device on v5e / v6e / v5p, two TensorCores on v4 / v7x)."""
+    chips = 1
+    while True:
+        devices = list(topology(generation, chips).devices)
+        if len(devices) >= num_devices:
+            return devices[:num_devices]
+        chips = max(chips * 2, 4 * ((num_devices + len(devices) - 1) // len(devices)))
+
+
+def _compile(generation: str, avals, kernel_params, axis_sizes
+             ) -> tuple[Outcome, Exception | None]:
+    """(outcome, the compiler's exception or None). ``axis_sizes``: the
+    mesh axes of a kernel under shard_map (``{}``: one device)."""
+    import jax
+    import numpy as np
+    from mosaic_rt import jax_internals as jx
+
+    def kernel(*operands):
+        return jx.pallas_call_p.bind(*operands, interpret=False, **kernel_params)
+
+    num_devices = int(np.prod(list(axis_sizes.values()))) if axis_sizes else 1
+    devices = _devices(generation, num_devices)  # a failure here is not the kernel's
+    t0 = time.perf_counter()
+    stage = "lowering"
+    try:
+        if axis_sizes:
+            # Under shard_map: the same axes over as many TPU devices, each
+            # device seeing the kernel's own operand shapes (replicated
+            # specs), so remote DMAs and barrier semaphores lower as they do
+            # on a pod.
+            mesh = jax.sharding.Mesh(np.array(devices).reshape(tuple(axis_sizes.values())),
+                                     tuple(axis_sizes))
+            replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+            specs = [jax.ShapeDtypeStruct(tuple(a.shape), a.dtype, sharding=replicated)
+                     for a in avals]
+            spec = jax.sharding.PartitionSpec()
+            body = jx.shard_map(kernel, mesh=mesh, in_specs=tuple(spec for _ in avals),
+                                out_specs=spec)
+            # The context mesh is the CPU one of the shard_map being
+            # lowered: make it the TPU mesh's.
+            with jx.use_abstract_mesh(mesh.abstract_mesh), jax.default_device(devices[0]):
+                lowered = jax.jit(body).trace(*specs).lower()
+        else:
+            # The lowering of some ops (reshapes, run_scoped in core_map) asks
+            # the chip kind of the devices in context, at trace and at
+            # lowering time: a one-device mesh of the target gives it.
+            mesh = jax.sharding.Mesh(np.array(devices[:1]), ("_mosaic_rt_aot",))
+            sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+            specs = [jax.ShapeDtypeStruct(tuple(a.shape), a.dtype, sharding=sharding)
+                     for a in avals]
+            with jx.use_abstract_mesh(mesh.abstract_mesh), jax.default_device(devices[0]):
+                lowered = jax.jit(kernel).trace(*specs).lower()
+        stage = "compile"
+        compiled = lowered.compile()
+    except ImportError:  # no libtpu: not a verdict on the kernel
+        raise
+    except Exception as e:  # the compiler's verdict on the kernel
+        return Outcome(generation, False, stage, type(e).__name__, _message(e),
+                       time.perf_counter() - t0), e
+    memory = None
+    try:
+        analysis = compiled.memory_analysis()
+        if analysis is not None:
+            memory = {k: getattr(analysis, k) for k in dir(analysis)
+                      if k.endswith("_in_bytes") and isinstance(getattr(analysis, k), int)}
+    except Exception:  # not every release reports it
+        pass
+    return Outcome(generation, True, seconds=time.perf_counter() - t0, memory=memory), None
+
+
+def _message(e: BaseException) -> str:
+    text = str(e).strip()
+    for note in getattr(e, "__notes__", ()) or ():
+        if "removed its internal frames" not in str(note):  # jax's traceback hint
+            text += "\n" + str(note)
+    return text.split("\n--------------------\nFor simplicity, JAX", 1)[0].rstrip()
+
+
+def _error(name, source, outcome: Outcome) -> TpuCompileError:
+    import jax
+    who = f"kernel {name!r}" + (f" ({source})" if source else "")
+    stage = ("the Pallas TPU lowering" if outcome.stage == "lowering"
+             else "the Mosaic / XLA:TPU compiler")
+    libtpu = _libtpu_version()
+    versions = f"jax {jax.__version__}" + (f", libtpu {libtpu}" if libtpu else "")
+    body = "\n".join("  " + line for line in (outcome.message or "").splitlines())
+    message = (f"{who} does not compile for TPU {outcome.generation} ({versions});"
+               f" {stage} says ({outcome.error_type}):\n{body}")
+    return TpuCompileError(message, kernel=name, source=source,
+                           generation=outcome.generation, compiler_message=outcome.message)
+
+
+def _libtpu_version() -> str | None:
+    from importlib import metadata
+    try:
+        return metadata.version("libtpu")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def check_kernel(args, kernel_params: dict, interpret_params) -> None:
+    """Compiles the kernel of a pallas_call being lowered under mosaic_rt
+    for each generation its params (or the process) asks for; raises
+    `TpuCompileError` (or warns) for the first one it does not compile
+    for. ``args``: the pallas_call's operands (tracers) as the lowering got
+    them; ``kernel_params``: its params without ``interpret``."""
+    generations, mode = _targets.resolve(interpret_params)
+    if not generations:
+        return
+    from mosaic_rt import jax_internals as jx
+    name, source = _where(kernel_params)
+    axis_sizes = dict(jx.axis_sizes())
+    avals = [jx.get_aval(a) for a in args]
+    key = _fingerprint(avals, kernel_params, axis_sizes)
+    for generation in generations:
+        with _lock:
+            outcome = _cache.get((generation, key))
+            cause = None
+            if outcome is None:
+                outcome, cause = _compile(generation, avals, kernel_params, axis_sizes)
+                _cache[(generation, key)] = outcome
+                stats.compiles += 1
+                stats.seconds += outcome.seconds
+                stats.failures += not outcome.ok
+                stats.records.append((name, source, outcome))
+            else:
+                stats.hits += 1
+        if outcome.ok:
+            continue
+        error = _error(name, source, outcome)
+        if mode == "warn":
+            warnings.warn(TpuCompileWarning(str(error)), stacklevel=2)
+            continue
+        # The message holds the compiler's in full; its own exception (with
+        # jax's internal frames) stays reachable as `compiler_error`.
+        error.compiler_error = cause
+        raise error from None

@@ -1,0 +1,330 @@
+"""The TPU compile check (issue 25): kernels that interpret fine but would
+not compile for a TPU generation fail with the real compiler's message.
+
+Tests that compile need libtpu (the version the installed jax pins: see
+`mosaic_rt.tpu_check.install_command()`); without it they skip on a
+developer's machine and fail in CI (``CI`` set), where scripts/test.sh
+installs it."""
+
+import functools
+import importlib.metadata
+import os
+import subprocess
+import sys
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+from jax.sharding import PartitionSpec as P
+
+import mosaic_rt
+from mosaic_rt.tpu_check import check, targets
+
+pytest_plugins = ["pytester"]
+
+
+def _has_libtpu() -> bool:
+    try:
+        import libtpu  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.fixture
+def libtpu():
+    if not _has_libtpu():
+        message = f"libtpu is not installed ({check.install_command()})"
+        if os.environ.get("CI"):
+            pytest.fail(message + ": CI must install it (scripts/test.sh)")
+        pytest.skip(message)
+
+
+@pytest.fixture(autouse=True)
+def clean(monkeypatch):
+    monkeypatch.delenv(targets.ENV_TARGET, raising=False)
+    monkeypatch.delenv(targets.ENV_MODE, raising=False)
+    targets.set_default_target(None)
+    check.clear_cache()
+    yield
+    targets.set_default_target(None)
+
+
+def add_one(x_ref, o_ref):
+    o_ref[...] = x_ref[...] + 1.0
+
+
+def blocked(block, *, rows=16, **params):
+    """x + 1 over a (rows, 128) array in blocks of ``block``."""
+    return pl.pallas_call(
+        add_one, out_shape=jax.ShapeDtypeStruct((rows, 128), jnp.float32),
+        grid=(rows // block[0],),
+        in_specs=[pl.BlockSpec(block, lambda i: (i, 0))],
+        out_specs=pl.BlockSpec(block, lambda i: (i, 0)),
+        interpret=mosaic_rt.InterpretParams(**params))
+
+
+def with_scratch(scratch_rows, **params):
+    """One (8, 128) block through a f32 VMEM scratch of ``scratch_rows`` rows."""
+    def kernel(x_ref, o_ref, s_ref):
+        s_ref[0:8, :] = x_ref[...]
+        o_ref[...] = s_ref[0:8, :] * 2.0
+
+    return pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+        in_specs=[pl.BlockSpec((8, 128), lambda: (0, 0))],
+        out_specs=pl.BlockSpec((8, 128), lambda: (0, 0)),
+        scratch_shapes=[pltpu.VMEM((scratch_rows, 128), jnp.float32)],
+        interpret=mosaic_rt.InterpretParams(**params))
+
+
+X = np.arange(16 * 128, dtype=np.float32).reshape(16, 128)
+
+# ------------------------------------------------------------ parameters
+
+
+def test_tpu_target_validation():
+    for good in (None, (), "v5e", ("v5e", "v6e"), "v7x", "tpu7x", "V6E", ["v4", "v5p"]):
+        mosaic_rt.InterpretParams(tpu_target=good)
+    with pytest.raises(ValueError, match="unknown TPU generation 'v9'.*known: 'v4'"):
+        mosaic_rt.InterpretParams(tpu_target="v9")
+    with pytest.raises(ValueError, match="unknown TPU generation"):
+        mosaic_rt.InterpretParams(tpu_target=("v5e", "tpu"))
+    with pytest.raises(TypeError, match="tpu_target must be a TPU generation"):
+        mosaic_rt.InterpretParams(tpu_target=5)
+    with pytest.raises(TypeError, match="a TPU generation is a string"):
+        mosaic_rt.InterpretParams(tpu_target=("v5e", 4))
+    with pytest.raises(ValueError, match="tpu_check must be 'raise', 'warn' or None"):
+        mosaic_rt.InterpretParams(tpu_check="error")
+    assert targets.normalize_target(("tpu7x", "v7x", "v5e")) == ("v7x", "v5e")
+    assert targets.normalize_target("v5e, v6e") == ("v5e", "v6e")
+
+
+def test_resolution_order(monkeypatch):
+    params = mosaic_rt.InterpretParams()
+    assert targets.resolve(params) == ((), "raise")
+    monkeypatch.setenv(targets.ENV_TARGET, "v5e,v6e")
+    monkeypatch.setenv(targets.ENV_MODE, "warn")
+    assert targets.resolve(params) == (("v5e", "v6e"), "warn")
+    assert targets.resolve(mosaic_rt.InterpretParams(tpu_target=(), tpu_check="raise")) == (
+        (), "raise")
+    targets.set_default_target("v4")
+    assert targets.resolve(params) == (("v4",), "warn")
+    assert targets.resolve(mosaic_rt.InterpretParams(tpu_target="v7x")) == (("v7x",), "warn")
+    monkeypatch.setenv(targets.ENV_TARGET, "v8")
+    targets.set_default_target(None)
+    with pytest.raises(ValueError, match="MOSAIC_RT_TPU_TARGET: unknown TPU generation 'v8'"):
+        targets.resolve(params)
+
+
+def test_topology_names():
+    assert check.topology_name("v5e") == "v5e:2x2"
+    assert check.topology_name("v6e", 8) == "v6e:4x2"
+    assert check.topology_name("v5p") == "v5p:2x2x1"
+    assert check.topology_name("v7x") == "tpu7x:2x2x1"
+
+
+def test_no_target_no_check():
+    out = blocked((4, 128))(X)  # invalid for a TPU, fine to interpret
+    np.testing.assert_array_equal(np.asarray(out), X + 1)
+    assert check.stats.compiles == 0
+
+
+def test_import_loads_no_tpu_compiler():
+    code = ("import sys, mosaic_rt\n"
+            "from jax._src.lib import xla_client\n"
+            "assert 'jax.experimental.topologies' not in sys.modules\n"
+            "assert 'mosaic_rt.tpu_check.check' not in sys.modules\n"
+            "assert not xla_client.pjrt_plugin_loaded('tpu')\n"
+            "import jax; print(jax.default_backend())\n")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "cpu"
+    assert "TPU" not in run.stderr
+
+
+def test_without_libtpu_one_clear_error(monkeypatch):
+    def missing():
+        raise ImportError("No module named 'libtpu'")
+
+    monkeypatch.setattr(check, "_import_libtpu", missing)
+    monkeypatch.setattr(check, "_topologies", {})
+    monkeypatch.delenv("TPU_LIBRARY_PATH", raising=False)
+    with pytest.raises(ImportError, match=r"needs libtpu.*pip install \"libtpu==") as info:
+        blocked((8, 128), tpu_target="v5e")(X)
+    spec = [r for r in importlib.metadata.requires("jax") if r.startswith("libtpu")]
+    assert spec and spec[0].split(";")[0].replace(" ", "") in str(info.value)
+
+
+# ------------------------------------------------------- with the compiler
+
+
+def test_passing_kernel_passes(libtpu):
+    out = blocked((8, 128), tpu_target=("v5e", "v6e"))(X)
+    np.testing.assert_array_equal(np.asarray(out), X + 1)
+    assert check.stats.compiles == 2 and check.stats.failures == 0
+    (_, source, first), (_, _, second) = check.stats.records
+    assert first.generation == "v5e" and second.generation == "v6e" and first.ok
+    assert "add_one at" in source and "test_tpu_check.py" in source
+    assert jax.default_backend() == "cpu"
+
+
+def test_tiling_violation_fails_on_v5e(libtpu):
+    with pytest.raises(mosaic_rt.TpuCompileError) as info:
+        blocked((4, 128), tpu_target="v5e")(X)
+    e = info.value
+    text = str(e)
+    assert text.startswith("kernel 'add_one' (add_one at ")
+    assert "test_tpu_check.py:" in text and "does not compile for TPU v5e" in text
+    assert "Pallas TPU lowering" in text
+    assert "divisible by 8 and 128" in text and "block shape" in text
+    assert "JAX has removed its internal frames" not in text
+    assert isinstance(e, ValueError)
+    assert e.generation == "v5e" and e.kernel == "add_one"
+    assert "divisible by 8 and 128" in e.compiler_message
+    assert isinstance(e.compiler_error, ValueError)
+
+
+def test_vmem_overflow_fails_with_the_compilers_message(libtpu):
+    # 32 MiB of scratch: within v5e's 128 MiB of VMEM, over v4's 16 MiB.
+    out = with_scratch(64 * 1024, tpu_target="v5e")(X[:8])
+    np.testing.assert_array_equal(np.asarray(out), X[:8] * 2)
+    with pytest.raises(mosaic_rt.TpuCompileError, match="does not compile for TPU v4") as info:
+        with_scratch(64 * 1024, tpu_target=("v5e", "v4"))(X[:8])
+    text = str(info.value)
+    assert "Mosaic / XLA:TPU compiler" in text and "RESOURCE_EXHAUSTED" in text
+    assert "vmem" in text and "would exceed memory (size=16777216)" in text
+    assert isinstance(info.value.compiler_error, jax.errors.JaxRuntimeError)
+
+
+def test_warn_mode_warns_and_runs(libtpu):
+    with pytest.warns(mosaic_rt.TpuCompileWarning, match="divisible by 8 and 128"):
+        out = blocked((4, 128), tpu_target="v6e", tpu_check="warn")(X)
+    np.testing.assert_array_equal(np.asarray(out), X + 1)
+
+
+def test_cache_hit_compiles_once(libtpu):
+    # Two pallas_calls of the same kernel: two lowerings, one compile.
+    for _ in range(2):
+        np.testing.assert_array_equal(np.asarray(blocked((8, 128), tpu_target="v5e")(X)), X + 1)
+    assert (check.stats.compiles, check.stats.hits) == (1, 1)
+    for _ in range(2):
+        with pytest.raises(mosaic_rt.TpuCompileError, match="divisible by 8 and 128") as info:
+            blocked((4, 128), tpu_target="v5e")(X)
+    assert (check.stats.compiles, check.stats.hits, check.stats.failures) == (2, 2, 1)
+    assert info.value.compiler_error is None  # answered from the cache
+    # Another grid is another kernel.
+    blocked((8, 128), rows=32, tpu_target="v5e")(np.zeros((32, 128), np.float32))
+    assert check.stats.compiles == 3
+
+
+def test_environment_variable(libtpu, monkeypatch):
+    monkeypatch.setenv(targets.ENV_TARGET, "v5e")
+    with pytest.raises(mosaic_rt.TpuCompileError, match="TPU v5e"):
+        blocked((4, 128))(X)
+    monkeypatch.setenv(targets.ENV_MODE, "warn")
+    with pytest.warns(mosaic_rt.TpuCompileWarning, match="TPU v5e"):
+        blocked((4, 128))(X)
+    # tpu_target=() opts a kernel out.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        blocked((4, 128), tpu_target=())(X)
+
+
+def _right_permute(n):
+    def kernel(x_ref, o_ref, send_sem, recv_sem):
+        dst = jax.lax.rem(jax.lax.axis_index("x") + 1, n)
+        copy = pltpu.make_async_remote_copy(x_ref, o_ref, send_sem, recv_sem,
+                                            device_id={"x": dst})
+        copy.start()
+        copy.wait()
+    return kernel
+
+
+@pytest.mark.parametrize("generation", ["v5e", "v7x"])
+def test_shard_map_kernel_compiles_on_a_topology_with_its_mesh(libtpu, generation):
+    n = 4
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:n]), ("x",))
+
+    def run(block, kernel):
+        call = pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+            in_specs=[pl.BlockSpec(block, lambda: (0, 0))],
+            out_specs=pl.BlockSpec(block, lambda: (0, 0)),
+            scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
+            interpret=mosaic_rt.InterpretParams(tpu_target=generation))
+        f = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
+                                  check_vma=False))
+        return np.asarray(f(np.repeat(np.arange(n, dtype=np.float32), 8 * 128).reshape(-1, 128)))
+
+    # A remote DMA to the next device of the mesh: compiles for 4 chips.
+    out = run((8, 128), _right_permute(n))
+    np.testing.assert_array_equal(out[::8, 0], [3, 0, 1, 2])
+    assert check.stats.compiles == 1 and check.stats.failures == 0
+
+    def halves(x_ref, o_ref, send_sem, recv_sem):
+        o_ref[...] = x_ref[...]
+
+    with pytest.raises(mosaic_rt.TpuCompileError, match=f"(?s)TPU {generation}.*divisible by 8"):
+        run((4, 128), halves)
+
+
+def test_core_map_kernel_compiles(libtpu):
+    # core_map's run_scoped lowering asks the chip kind at lowering time.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # renamed in 0.12
+        mesh = pltpu.create_tensorcore_mesh("core", num_cores=1)
+    x = jnp.asarray(X)
+
+    @functools.partial(pl.kernel, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype), mesh=mesh,
+                       interpret=mosaic_rt.InterpretParams(tpu_target=("v5e", "v7x")))
+    def copy(x_hbm, o_hbm):
+        pltpu.sync_copy(x_hbm, o_hbm)
+
+    np.testing.assert_array_equal(np.asarray(copy(x)), X)
+    assert (check.stats.compiles, check.stats.failures) == (2, 0)
+
+
+SUITE = """
+import jax, jax.numpy as jnp, numpy as np
+from jax.experimental import pallas as pl
+import mosaic_rt
+
+def add_one(x_ref, o_ref):
+    o_ref[...] = x_ref[...] + 1.0
+
+def test_small_blocks():
+    f = pl.pallas_call(add_one, out_shape=jax.ShapeDtypeStruct((16, 128), jnp.float32),
+                       grid=(4,), in_specs=[pl.BlockSpec((4, 128), lambda i: (i, 0))],
+                       out_specs=pl.BlockSpec((4, 128), lambda i: (i, 0)),
+                       interpret=mosaic_rt.InterpretParams())
+    f(np.zeros((16, 128), np.float32))
+"""
+
+
+def _plugin_args() -> list[str]:
+    """``-p`` for our plugin where the installed metadata lacks its entry point."""
+    names = {ep.name for ep in importlib.metadata.entry_points(group="pytest11")}
+    return [] if "mosaic_rt_tpu" in names else ["-p", "mosaic_rt.tpu_check.pytest_plugin"]
+
+
+def test_pytest_option_and_ini(libtpu, pytester):
+    pytester.makepyfile(test_suite=SUITE)
+    args = _plugin_args() + ["-p", "no:cacheprovider"]
+    pytester.runpytest(*args).assert_outcomes(passed=1)
+    result = pytester.runpytest(*args, "--mosaic-rt-tpu-target=v5e")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*TpuCompileError: kernel 'add_one'*does not compile for TPU v5e*",
+                                 "*divisible by 8 and 128*"])
+    assert targets.process_target() == ()  # unconfigure restored it
+    result = pytester.runpytest(*args, "--mosaic-rt-tpu-target=v6e", "--mosaic-rt-tpu-check=warn")
+    result.assert_outcomes(passed=1, warnings=1)
+    pytester.makeini("[pytest]\nmosaic_rt_tpu_target = v5e\n")
+    pytester.runpytest(*args).assert_outcomes(failed=1)
+    assert pytester.runpytest(*args, "--mosaic-rt-tpu-target=v9").ret == pytest.ExitCode.USAGE_ERROR
