@@ -65,7 +65,10 @@ pytest_in() {  # pytest_in PY [PYTEST ARGS]: the wheel's venv plus test extras
     # tests/test_tpu_check.py needs in CI (the TPU compile check).
     "$venv/bin/python" -m pip install --quiet --only-binary=:all: "$wheel[test,tpu]" || return 1
     "$venv/bin/python" -c 'import jax, numpy; print("jax", jax.__version__, "numpy", numpy.__version__)'
-    "$venv/bin/python" -m pytest -q "$@"
+    # JAX_PLATFORMS before any jax import (the pytest plugins import jax
+    # before conftest runs): with libtpu installed, jax would otherwise try
+    # to start a TPU backend in every test process.
+    JAX_PLATFORMS="${JAX_PLATFORMS:-cpu}" "$venv/bin/python" -m pytest -q "$@"
 }
 
 if [ "${1:-}" = "--here" ]; then
