@@ -136,6 +136,9 @@ run_scoped_p = pallas_primitives.run_scoped_p
 delay_p = pallas_primitives.delay_p
 semaphore_signal_p = pallas_primitives.semaphore_signal_p
 semaphore_wait_p = pallas_primitives.semaphore_wait_p
+# `pl.load` with `mask=` and `other=` (public only as `pltpu.load(ref,
+# mask=...)`, which has no `other`); the same signature in 0.10.2 .. 0.12.x.
+pallas_load = pallas_primitives.load
 semaphore_read_p = pallas_primitives.semaphore_read_p
 dma_start_p = mosaic_primitives.dma_start_p
 dma_wait_p = mosaic_primitives.dma_wait_p
@@ -177,6 +180,10 @@ TPU_ONLY_PRIMITIVES = tuple(
 # Stock's helpers whose behaviour we must reproduce exactly (grid order,
 # padding, parallel split), used as they are.
 pad_to_block_dimension = stock_utils.pad_to_block_dimension
+# The value of uninitialized memory for a dtype under
+# `InterpretParams.uninitialized_memory` ("nan": NaN / the integer max / True;
+# "zero": 0), the same in jax 0.10.2 .. 0.12.x.
+uninitialized_value = stock_utils.get_uninitialized_value
 next_grid_indices = stock_utils.get_next_indices
 grid_indices = stock_utils.get_indices
 JaxprEnv = stock_utils.JaxprEnv

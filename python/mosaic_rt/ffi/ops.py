@@ -651,14 +651,18 @@ def free_buffer(token, handle, device, core, buffer_id, *, space, site: int = 0)
 
 
 def load(token, handle, device, core, buffer_id, region, *, space, shape, dtype,
-         site: int = 0):
+         mask=None, site: int = 0):
     """``(token, value)``: ``region`` of the buffer; ``shape``/``dtype`` are
-    the value's (squeezed dims dropped)."""
+    the value's (squeezed dims dropped). With ``mask`` (bool, the value's
+    shape) a masked load: only the selected elements are read; masked-off
+    ones hold the fill value (uninitialized memory) and may lie out of
+    bounds."""
     starts, attrs = _region_parts(region)
     out = jax.ShapeDtypeStruct(tuple(shape), _dtype(dtype, "load"))
-    return _call("load", (out,),
-                 (token, handle, _i32(device), _i32(core), _i32(buffer_id), starts),
-                 space=_space(space), site=site, **attrs)
+    operands = [token, handle, _i32(device), _i32(core), _i32(buffer_id), starts]
+    if mask is not None:
+        operands.append(jnp.asarray(mask, jnp.bool_))
+    return _call("load", (out,), operands, space=_space(space), site=site, **attrs)
 
 
 def store(token, handle, device, core, buffer_id, region, value, *, space, site: int = 0):
@@ -749,11 +753,15 @@ def semaphore_signal(token, handle, device, core, sem, inc, *,
                  has_target_core=int(target_core is not None), site=site, **attrs)
 
 
-def semaphore_wait(token, handle, device, core, sem, value, *, site: int = 0):
+def semaphore_wait(token, handle, device, core, sem, value, *, decrement: bool = True,
+                   site: int = 0):
     """Blocks until ``sem`` reaches ``value`` on (device, core), then
-    subtracts it. Ends on failure elsewhere or after the launch's timeout."""
+    subtracts it (with ``decrement=False`` leaves the count as it is). Ends
+    on failure elsewhere or after the launch's timeout."""
+    attrs = {} if decrement else {"decrement": 0}
     return _call("semaphore_wait", (),
-                 (token, handle, _i32(device), _i32(core), _i32(sem), _i32(value)), site=site)
+                 (token, handle, _i32(device), _i32(core), _i32(sem), _i32(value)), site=site,
+                 **attrs)
 
 
 def semaphore_read(token, handle, device, core, sem, *, site: int = 0):

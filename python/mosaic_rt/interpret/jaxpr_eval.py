@@ -328,13 +328,74 @@ def _with_ref_transforms(ref, transforms):
 
 @_rule(jx.load_p)
 def _masked_load(eqn, read, ctx, token):
-    ref, transforms, mask, _ = jax.tree.unflatten(eqn.params["args_tree"], read())
-    if mask is not None:
-        raise NotImplementedError("masked load_p")
+    ref, transforms, mask, other = jax.tree.unflatten(eqn.params["args_tree"], read())
     ref, transforms = _with_ref_transforms(ref, transforms)
     space = _space_or_raise_if_hbm(eqn.invars[0].aval, "load_p")
-    return _load_view(token, ctx, space, ref, eqn.invars[0].aval, transforms,
-                      eqn.outvars[0].aval)
+    aval = eqn.outvars[0].aval
+    if mask is None:
+        # (`other` without a mask selects nothing: stock's discharge rule
+        # applies it only with a mask.)
+        return _load_view(token, ctx, space, ref, eqn.invars[0].aval, transforms, aval)
+    mask, other = _load_mask_and_other(mask, other, aval)
+    token, value = _masked_load_view(token, ctx, space, ref, eqn.invars[0].aval,
+                                     transforms, aval, mask)
+    if other is not None:
+        value = jnp.where(mask, value, other)
+    return token, value
+
+
+def _load_mask_and_other(mask, other, aval):
+    """`pl.load`'s mask broadcast to the loaded value's shape, and `other`
+    (None or cast to its dtype); a TypeError / ValueError for values no
+    kernel can mean."""
+    mask_dtype = jnp.result_type(mask)
+    if mask_dtype != jnp.bool_:
+        raise TypeError(
+            f"pl.load: the mask must be a boolean array, got dtype {mask_dtype}"
+            " (compare, e.g. `mask = idx < n`).")
+    try:
+        mask = jnp.broadcast_to(mask, aval.shape)
+    except ValueError:
+        raise ValueError(
+            f"pl.load: cannot broadcast the mask of shape {jnp.shape(mask)} to the"
+            f" loaded shape {aval.shape}.") from None
+    if other is None:
+        return mask, None
+    if jnp.result_type(aval.dtype, other) != aval.dtype:
+        raise TypeError(
+            f"pl.load: `other` of dtype {jnp.result_type(other)} does not fit the"
+            f" loaded dtype {aval.dtype}; pass a Python scalar or an array of dtype"
+            f" {aval.dtype}.")
+    try:
+        other = jnp.broadcast_to(jnp.asarray(other, aval.dtype), aval.shape)
+    except ValueError:
+        raise ValueError(
+            f"pl.load: cannot broadcast `other` of shape {jnp.shape(other)} to the"
+            f" loaded shape {aval.shape}.") from None
+    return mask, other
+
+
+def _masked_load_view(token, ctx, space, ref, ref_aval, transforms, aval, mask):
+    """A masked load (`mask`: the value's shape). Masked-off elements hold
+    uninitialized memory (`uninitialized_memory`'s value) and are not read,
+    so they may lie out of bounds. Under a reshape / transpose view the mask
+    is carried back to the leading region; under a bitcast view the whole
+    leading region is read."""
+    region, rest, base = views.split(transforms, ref_aval)
+    if not rest:
+        return native_calls.load(token, ctx.handle, ctx.device_id, ctx.core,
+                                 space_code(space), ref, region, aval, mask=mask)
+    if not any(isinstance(t, jx.BitcastTransform) for t in rest):
+        # Views map elements one to one: the base elements the mask selects.
+        _, base_mask = views.write(jnp.zeros(base.shape, jnp.bool_), rest, mask)
+        token, value = native_calls.load(token, ctx.handle, ctx.device_id, ctx.core,
+                                         space_code(space), ref, region, base,
+                                         mask=base_mask)
+        return token, views.read(value, rest)
+    token, value = native_calls.load(token, ctx.handle, ctx.device_id, ctx.core,
+                                     space_code(space), ref, region, base)
+    fill = jx.uninitialized_value(aval.dtype, ctx.params.uninitialized_memory)
+    return token, jnp.where(mask, views.read(value, rest), jnp.asarray(fill, aval.dtype))
 
 
 @_rule(jx.masked_swap_p)
@@ -787,10 +848,17 @@ def _semaphore_signal(eqn, read, ctx, token):
 def _semaphore_wait(eqn, read, ctx, token):
     sem, sem_t, value, decrement = jax.tree.unflatten(
         eqn.params["args_tree"], read())
-    if not decrement:
-        raise NotImplementedError("Non-decrementing wait is not supported.")
+    # decrement=False (no Mosaic TPU lowering yet; Mosaic GPU's and the
+    # discharge rule's meaning): block until the count is >= value, leave
+    # the count unchanged -- a native wait like any other (parks, runs
+    # queued DMAs, deadlock detection, wait_timeout, race happens-before).
+    if isinstance(decrement, jx.Tracer) or np.shape(decrement) != ():
+        raise TypeError(
+            "semaphore_wait: `decrement` must be a Python bool (known when the"
+            f" kernel is traced), got {decrement!r}.")
     token = native_calls.semaphore_wait(token, ctx.handle, ctx.device_id, ctx.core,
-                                        _sem_ids(ctx, "sem", sem, sem_t), value)
+                                        _sem_ids(ctx, "sem", sem, sem_t), value,
+                                        decrement=bool(decrement))
     return token, []
 
 

@@ -171,9 +171,13 @@ def _log_access(token, op, device, core, space, buf, region):
                   sizes=jnp.asarray(region.sizes if region is not None else (), jnp.int32))
 
 
-def load(token, handle, device, core, space, buf, region, aval):
+def load(token, handle, device, core, space, buf, region, aval, mask=None):
+    """With ``mask`` (broadcast to ``aval``'s shape): a masked load."""
+    if mask is not None:
+        mask = jnp.broadcast_to(jnp.asarray(mask, jnp.bool_), aval.shape)
     token, value = ffi_ops.load(token, handle, device, core, buf, region, space=space,
-                            shape=aval.shape, dtype=aval.dtype, site=sites.current())
+                            shape=aval.shape, dtype=aval.dtype, mask=mask,
+                            site=sites.current())
     return _log_access(token, "get_buffer_content", device, core, space, buf, region), value
 
 
@@ -238,11 +242,12 @@ def semaphore_signal(token, handle, device, core, sem, inc, target_device, targe
                   target_core=-1 if target_core is None else target_core)
 
 
-def semaphore_wait(token, handle, device, core, sem, value):
+def semaphore_wait(token, handle, device, core, sem, value, *, decrement: bool = True):
     token = ffi_ops.semaphore_wait(token, handle, device, core, _scalar_id(sem), value,
-                               site=sites.current())
+                               decrement=decrement, site=sites.current())
+    extra = {} if decrement else {"decrement": 0}
     return lg.log(token, lg.SEMAPHORE, "wait", device, core, semaphore=_scalar_id(sem),
-                  value=value)
+                  value=value, **extra)
 
 
 def semaphore_read(token, handle, device, core, sem):

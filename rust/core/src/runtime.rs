@@ -282,6 +282,15 @@ impl Runtime {
         self.note_access(r.device, r.core, r, false)
     }
 
+    /// A masked load of `r` into `out`: the elements where `mask` (one byte
+    /// per element, non-zero = true) is set; masked-off ones get the fill
+    /// value and are never read (they may lie out of bounds). See
+    /// [`MemoryTable::load_masked`]. Race detection sees a read of `r`.
+    pub fn load_masked(&self, r: MemRef<'_>, mask: &[u8], out: &mut [u8]) -> Result<()> {
+        self.memory.load_masked(r, mask, out).map_err(|e| e.at(r.device, r.core))?;
+        self.note_access(r.device, r.core, r, false)
+    }
+
     /// Writes `data` (C order, exactly the region's size) into `r`.
     pub fn store(&self, r: MemRef<'_>, data: &[u8]) -> Result<()> {
         self.memory.store(r, data).map_err(|e| e.at(r.device, r.core))?;
@@ -404,32 +413,51 @@ impl Runtime {
     /// misuse reports; 0: the thread's current site).
     #[inline]
     pub fn semaphore_wait_at(&self, device: u32, core: u32, sem: u32, value: i64, site: u32) -> Result<()> {
-        self.wait(device, core, "wait", sem, value, site)
+        self.wait(device, core, WaitKind::Sem, sem, value, site)
     }
 
-    /// A semaphore wait; `what` names it on the timeline ("wait" or
-    /// "dma_wait": the only difference between the two).
+    /// A non-decrementing wait (`pl.semaphore_wait(sem, value,
+    /// decrement=False)`): blocks until `sem` on (device, core) reaches
+    /// `value` and leaves the count as it is. Otherwise a wait like
+    /// [`Self::semaphore_wait_at`]: it parks until a signal, runs DMAs
+    /// queued on the semaphore, counts for deadlock detection and the wait
+    /// timeout, and orders the core after the signals it saw (races).
+    #[inline]
+    pub fn semaphore_wait_no_decrement_at(
+        &self,
+        device: u32,
+        core: u32,
+        sem: u32,
+        value: i64,
+        site: u32,
+    ) -> Result<()> {
+        self.wait(device, core, WaitKind::SemNoDecrement, sem, value, site)
+    }
+
+    /// A semaphore wait of kind `kind` (its timeline name and whether it
+    /// takes the count).
     #[inline(always)]
-    fn wait(&self, device: u32, core: u32, what: &'static str, sem: u32, value: i64, site: u32) -> Result<()> {
+    fn wait(&self, device: u32, core: u32, kind: WaitKind, sem: u32, value: i64, site: u32) -> Result<()> {
         if self.trace.is_some() {
-            return self.wait_traced(device, core, what, sem, value, site);
+            return self.wait_traced(device, core, kind, sem, value, site);
         }
-        self.wait_untraced(device, core, sem, value, site)
+        self.wait_untraced(device, core, kind, sem, value, site)
     }
 
     /// A wait recorded on the timeline (off the hot path).
     #[cold]
     #[inline(never)]
-    fn wait_traced(&self, device: u32, core: u32, what: &'static str, sem: u32, value: i64, site: u32) -> Result<()> {
-        let Some(t) = &self.trace else { return self.wait_untraced(device, core, sem, value, site) };
-        let on = crate::trace::WaitOn { device, core, what, sem, value };
-        crate::trace::traced_wait(t, on, || self.wait_untraced(device, core, sem, value, site))
+    fn wait_traced(&self, device: u32, core: u32, kind: WaitKind, sem: u32, value: i64, site: u32) -> Result<()> {
+        let Some(t) = &self.trace else { return self.wait_untraced(device, core, kind, sem, value, site) };
+        let on = crate::trace::WaitOn { device, core, what: kind.name(), sem, value };
+        crate::trace::traced_wait(t, on, || self.wait_untraced(device, core, kind, sem, value, site))
     }
 
     #[inline(always)]
-    fn wait_untraced(&self, device: u32, core: u32, sem: u32, value: i64, site: u32) -> Result<()> {
+    fn wait_untraced(&self, device: u32, core: u32, kind: WaitKind, sem: u32, value: i64, site: u32) -> Result<()> {
+        let decrement = !matches!(kind, WaitKind::SemNoDecrement);
         self.sems
-            .wait(device, core, sem, value, site, &mut |step: DmaStep| step.run(&self.dma_env()))
+            .wait_with(device, core, sem, value, decrement, site, &mut |step: DmaStep| step.run(&self.dma_env()))
             .map_err(|e| e.at(device, core))?;
         if let Some(races) = &self.races {
             races.wait_done(self.topo.global_core(device, core), sem);
@@ -456,7 +484,7 @@ impl Runtime {
 
     /// `dma_wait` from source site `site`.
     pub fn dma_wait_at(&self, device: u32, core: u32, sem: u32, bytes: i64, site: u32) -> Result<()> {
-        self.wait(device, core, "dma_wait", sem, bytes, site)
+        self.wait(device, core, WaitKind::Dma, sem, bytes, site)
     }
 
     /// Rendezvous of all devices (one call per device), like stock's barrier.
@@ -583,5 +611,28 @@ impl Runtime {
 impl crate::deadlock::detector::Watched for Runtime {
     fn tick(&self, process_idle_since: Option<std::time::Instant>, now: std::time::Instant) {
         self.sems.deadlock_tick(process_idle_since, now);
+    }
+}
+
+/// The kinds of semaphore wait: they differ only in their timeline name and
+/// in whether the count is taken.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WaitKind {
+    /// `semaphore_wait`: takes `value` from the count.
+    Sem,
+    /// `semaphore_wait(..., decrement=False)`: leaves the count.
+    SemNoDecrement,
+    /// `dma_wait` (counts bytes).
+    Dma,
+}
+
+impl WaitKind {
+    /// The wait's name on the timeline ("dma_wait" counts bytes).
+    fn name(self) -> &'static str {
+        match self {
+            WaitKind::Sem => "wait",
+            WaitKind::SemNoDecrement => "wait_no_decrement",
+            WaitKind::Dma => "dma_wait",
+        }
     }
 }

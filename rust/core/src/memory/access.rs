@@ -80,6 +80,48 @@ impl MemoryTable {
         Ok(())
     }
 
+    /// A masked load (`pl.load(ref, mask=...)`): reads the elements of `r`
+    /// where `mask` (one byte per element of the value, non-zero = true) is
+    /// set into `out` and gives every masked-off element the fill value
+    /// (uninitialized memory: `Config::fill`). Masked-off elements are
+    /// never read: they may lie out of bounds, are not checked by
+    /// initcheck, and are not read. A selected element out of bounds is an
+    /// error with `out_of_bounds_reads="raise"`, else it reads the fill
+    /// value too (as an unmasked out-of-bounds read does).
+    pub fn load_masked(&self, r: MemRef<'_>, mask: &[u8], out: &mut [u8]) -> Result<()> {
+        let region = r.region;
+        let r = self.resolve(r, "read")?;
+        r.check_len("out", out.len(), r.bytes)?;
+        let itemsize = r.itemsize();
+        r.check_len("mask", mask.len(), r.bytes / itemsize)?;
+        let selected = mask.iter().filter(|&&m| m != 0).count();
+        let in_bounds = r.plan.clip(&r.buf.shape);
+        let mask_layout = Layout::dense(&r.full, 1);
+        let mut selected_in_bounds = 0usize;
+        if let Some(counts) = &in_bounds {
+            for_each_element(counts, &mask_layout, &mask_layout, |m, _| {
+                selected_in_bounds += (mask[m] != 0) as usize;
+            });
+        }
+        if selected_in_bounds != selected && self.oob_reads == OobReads::Raise {
+            return Err(message::oob_masked_read(&r.who, region, &r.buf.logical_shape));
+        }
+        fill_pattern(out, &r.buf.dtype.fill_bytes(self.fill));
+        let Some(counts) = in_bounds else { return Ok(()) };
+        if selected_in_bounds == 0 {
+            return Ok(());
+        }
+        init_shadow::check_read_masked(&r.buf, &r.plan, &counts, &r.full, mask, &r.who, region)?;
+        let content = r.buf.read(&r.who)?;
+        let at = r.plan.buffer_layout(&r.buf.shape, itemsize);
+        for_each_element(&counts, &at, &r.dense(), |a, d| {
+            if mask[d / itemsize] != 0 {
+                out[d..d + itemsize].copy_from_slice(&content[a..a + itemsize]);
+            }
+        });
+        Ok(())
+    }
+
     /// Writes `data` (C order, exactly the region's size) into `r`.
     pub fn store(&self, r: MemRef<'_>, data: &[u8]) -> Result<()> {
         let region = r.region;

@@ -173,7 +173,31 @@ pub(crate) fn check_read(
     if ok {
         return Ok(());
     }
-    Err(uninitialized(buf, shadow, plan, counts, who, region))
+    Err(uninitialized(buf, shadow, plan, counts, None, who, region))
+}
+
+/// [`check_read`] of a masked load: only the mask-selected elements of the
+/// `counts` block (the in-bounds part of a `full`-shaped value; `mask` has
+/// one byte per element of `full`) are read, and checked.
+pub(crate) fn check_read_masked(
+    buf: &Buffer,
+    plan: &Plan,
+    counts: &[usize],
+    full: &[usize],
+    mask: &[u8],
+    who: &Who,
+    region: &Region,
+) -> Result<()> {
+    let Some(shadow) = buf.init_shadow() else { return Ok(()) };
+    let at = plan.buffer_layout(&buf.shape, 1);
+    let mut ok = true;
+    for_each_element(counts, &at, &Layout::dense(full, 1), |e, m| {
+        ok &= mask[m] == 0 || shadow.is_set(e);
+    });
+    if ok {
+        return Ok(());
+    }
+    Err(uninitialized(buf, shadow, plan, counts, Some((full, mask)), who, region))
 }
 
 // ------------------------------------------------------------ the report
@@ -182,11 +206,14 @@ pub(crate) fn check_read(
 /// box of those elements and the region read, in slice notation.
 #[cold]
 #[inline(never)]
+/// With `mask` (the value's full shape, one byte per element): only the
+/// selected elements count as read (a masked load).
 fn uninitialized(
     buf: &Buffer,
     shadow: &InitShadow,
     plan: &Plan,
     counts: &[usize],
+    mask: Option<(&[usize], &[u8])>,
     who: &Who,
     region: &Region,
 ) -> RtError {
@@ -195,7 +222,14 @@ fn uninitialized(
     let (mut lo, mut hi) = (vec![usize::MAX; rank], vec![0usize; rank]);
     let (mut read, mut missing) = (0usize, 0usize);
     let at = plan.buffer_layout(shape, 1);
-    for_each_element(counts, &at, &at, |e, _| {
+    let (mask_layout, mask) = match mask {
+        Some((full, m)) => (Layout::dense(full, 1), Some(m)),
+        None => (at.clone(), None),
+    };
+    for_each_element(counts, &at, &mask_layout, |e, m| {
+        if mask.is_some_and(|mask| mask[m] == 0) {
+            return;
+        }
         read += 1;
         if shadow.is_set(e) {
             return;

@@ -32,6 +32,16 @@ pub(crate) fn oob_read(who: &Who, region: &Region, logical: &[usize]) -> RtError
     ))
 }
 
+/// A masked load with a selected (mask-true) element out of bounds.
+pub(crate) fn oob_masked_read(who: &Who, region: &Region, logical: &[usize]) -> RtError {
+    RtError::index(format!(
+        "Out-of-bounds masked read of {who}: reading [{}] but buffer has shape {}, and the mask \
+         selects elements outside it (masked-off elements may lie out of bounds).",
+        region.python_repr(),
+        shape_repr(logical)
+    ))
+}
+
 pub(crate) fn oob_write(who: &Who, region: &Region, logical: &[usize]) -> RtError {
     RtError::new(
         ErrorKind::OutOfBoundsWrite,

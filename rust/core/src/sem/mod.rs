@@ -281,6 +281,7 @@ impl<T: Queued> SemTable<T> {
     /// it. Work queued on the semaphore is handed to `run_task` (which runs
     /// it: queued DMAs touch memory the table knows nothing of). `site`:
     /// where the wait is in the kernel (0: the thread's current site).
+    #[cfg(any(test, feature = "internals", loom))] // tests and models (the runtime calls `wait_with`)
     #[inline]
     pub fn wait(
         &self,
@@ -291,6 +292,32 @@ impl<T: Queued> SemTable<T> {
         site: SiteId,
         run_task: &mut dyn FnMut(T) -> Result<()>,
     ) -> Result<()> {
+        self.wait_with(device, core, sem, value, true, site, run_task)
+    }
+
+    /// [`Self::wait`], subtracting `value` once the count reaches it only
+    /// with `decrement` (`pl.semaphore_wait(..., decrement=False)`: the
+    /// count is left as it is). Either way the wait parks, runs queued
+    /// work, takes part in deadlock detection and times out alike.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    pub fn wait_with(
+        &self,
+        device: u32,
+        core: u32,
+        sem: u32,
+        value: i64,
+        decrement: bool,
+        site: SiteId,
+        run_task: &mut dyn FnMut(T) -> Result<()>,
+    ) -> Result<()> {
+        let take = |count: &AtomicI64, value: i64| {
+            if decrement {
+                try_take(count, value)
+            } else {
+                can_take(count.load(Ordering::SeqCst), value)
+            }
+        };
         if !(0..=MAX_COUNT).contains(&value) {
             return Err(RtError::value(format!(
                 "semaphore_wait on semaphore {sem} needs a value in [0, {MAX_COUNT}] (2**62), got {value}"
@@ -300,10 +327,7 @@ impl<T: Queued> SemTable<T> {
         // Fast path: the count is there already (no reference counting, no
         // error values).
         if !self.failure.is_set()
-            && self
-                .ids
-                .with_fast(sem, |s, off| try_take(s.counter_if_present(off, gcore)?, value).then_some(()))
-                .is_some()
+            && self.ids.with_fast(sem, |s, off| take(s.counter_if_present(off, gcore)?, value).then_some(())).is_some()
         {
             return Ok(());
         }
@@ -321,7 +345,7 @@ impl<T: Queued> SemTable<T> {
             if let Some(root) = self.failure.get() {
                 return Err(failed(&root, device, core));
             }
-            if try_take(count, value) {
+            if take(count, value) {
                 return Ok(());
             }
             if !checked && s.kind == SemKind::Dma {
@@ -358,7 +382,7 @@ impl<T: Queued> SemTable<T> {
             };
             // On timeout look once more: a wake-up may have raced the deadline.
             if timed_out && !self.failure.is_set() && !s.has_task(off, gcore) {
-                if try_take(count, value) {
+                if take(count, value) {
                     return Ok(());
                 }
                 let secs = self.wait_timeout.unwrap_or_default().as_secs_f64();

@@ -155,7 +155,8 @@ pub struct WaitStart {
 pub struct WaitOn {
     pub device: u32,
     pub core: u32,
-    /// Its name on the timeline: "wait" or "dma_wait" (counts bytes).
+    /// Its name on the timeline: "wait", "wait_no_decrement" or "dma_wait"
+    /// (counts bytes).
     pub what: &'static str,
     pub sem: u32,
     pub value: i64,

@@ -155,15 +155,43 @@ pub fn free_buffer(c: &mut Call) -> Result<()> {
     launch::with_runtime(handle, |rt| rt.free_buffer(device, core, space, id))
 }
 
-/// `load(token, handle, device, core, id, starts) -> (token, value)`;
-/// attributes `space`, `sizes`, `strides`, `squeezed`.
+/// `load(token, handle, device, core, id, starts[, mask]) -> (token, value)`;
+/// attributes `space`, `sizes`, `strides`, `squeezed`. `mask`: a bool array
+/// of the value's shape; a masked load reads only the selected elements
+/// (masked-off ones get the fill value and may lie out of bounds).
 pub fn load(c: &mut Call) -> Result<()> {
-    let (handle, device, core) = core_target(c, 6..=6, 2)?;
+    let (handle, device, core) = core_target(c, 6..=7, 2)?;
     let _site = c.enter_site();
     let f = &c.frame;
     let id = f.arg_id(4, "buffer id")?;
     let space = space_attr(f, "space")?;
     let region = region(f, &REGION, 5)?;
+    if f.num_args() == 7 {
+        let m = f.arg(6)?;
+        m.expect_dtype(DType::Bool)?;
+        let out = f.ret(1)?;
+        if m.dims != out.dims {
+            return Err(RtError::value(format!(
+                "load: mask shape {:?} differs from value shape {:?}",
+                m.dims, out.dims
+            )));
+        }
+        let out_range = out.byte_range()?;
+        let r = m.byte_range()?;
+        if !r.is_empty() && r.start < out_range.end && out_range.start < r.end {
+            return Err(RtError::value("load: the result buffer overlaps the mask operand"));
+        }
+        let mask = m.bytes()?;
+        // SAFETY: the only slice of result 1; it does not overlap the mask
+        // operand (checked just above), the only operand slice alive.
+        return unsafe {
+            out.fill_elements(|out| {
+                launch::with_runtime(handle, |rt| {
+                    rt.load_masked(MemRef::new(device, core, space, id, &region), mask, out)
+                })
+            })
+        };
+    }
     // SAFETY: the only slice of result 1, and no operand slice is alive
     // (`region` copied the starts); XLA aliases only the token pair.
     unsafe {

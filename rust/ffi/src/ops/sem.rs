@@ -70,12 +70,23 @@ fn wrapped_target(f: &crate::frame::Frame, handle: u64) -> Result<(Option<u32>, 
 }
 
 /// `semaphore_wait(token, handle, device, core, sem, value) -> token`.
+/// Optional attribute `decrement` (default 1): 0 leaves the count as it is
+/// once it reaches `value` (`pl.semaphore_wait(..., decrement=False)`).
 pub fn semaphore_wait(c: &mut Call) -> Result<()> {
     let (handle, device, core) = core_target(c, 6..=6, 1)?;
     let sem = c.frame.arg_id(4, "semaphore id")?;
     let value = count_arg(c, 5, "semaphore wait value")?;
+    let decrement = match c.frame.attr_i64_opt("decrement")? {
+        None | Some(1) => true,
+        Some(0) => false,
+        Some(v) => return Err(RtError::value(format!("semaphore_wait: attribute decrement must be 0 or 1, got {v}"))),
+    };
     let site = c.site();
-    launch::with_runtime(handle, |rt| rt.semaphore_wait_at(device, core, sem, value, site))
+    if decrement {
+        launch::with_runtime(handle, |rt| rt.semaphore_wait_at(device, core, sem, value, site))
+    } else {
+        launch::with_runtime(handle, |rt| rt.semaphore_wait_no_decrement_at(device, core, sem, value, site))
+    }
 }
 
 /// `semaphore_read(token, handle, device, core, sem) -> (token, int32 count)`.
