@@ -328,3 +328,36 @@ def test_pytest_option_and_ini(libtpu, pytester):
     pytester.makeini("[pytest]\nmosaic_rt_tpu_target = v5e\n")
     pytester.runpytest(*args).assert_outcomes(failed=1)
     assert pytester.runpytest(*args, "--mosaic-rt-tpu-target=v9").ret == pytest.ExitCode.USAGE_ERROR
+
+
+# ------------------------------------------------- get_tpu_info on CPU
+
+@pytest.mark.parametrize("generation, vmem, version", [
+    ("v4", 16, 4), ("v5e", 128, 5), ("v5p", 64, 5), ("v6e", 128, 6), ("v7x", 64, 7)])
+def test_get_tpu_info_answers_for_the_process_target(generation, vmem, version):
+    targets.set_default_target(generation)
+    info = pltpu.get_tpu_info()
+    assert info.vmem_capacity_bytes == vmem * 2**20
+    assert info.generation == version and info.num_lanes == 128
+
+    # Inside a kernel too (traced on CPU): blocks sized by the chip.
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] + pltpu.get_tpu_info().vmem_capacity_bytes // 2**20
+
+    out = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+                         interpret=mosaic_rt.InterpretParams(tpu_target=()))(X[:8])
+    np.testing.assert_array_equal(np.asarray(out), X[:8] + vmem)
+    targets.set_default_target(None)
+    with pytest.raises(ValueError, match="Unsupported TPU device kind"):
+        pltpu.get_tpu_info()
+
+
+def test_get_tpu_info_from_the_environment():
+    code = ("import mosaic_rt\n"
+            "from jax.experimental.pallas import tpu as pltpu\n"
+            "print(pltpu.get_tpu_info().vmem_capacity_bytes)\n")
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", targets.ENV_TARGET: "v5p,v6e"}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == str(64 * 2**20)

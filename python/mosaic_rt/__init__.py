@@ -30,6 +30,9 @@ from mosaic_rt import timeline
 # Route pallas_call(interpret=mosaic_rt.InterpretParams()) to our interpreter
 # (stock InterpretParams keep the stock path).
 _seam.install()
+# MOSAIC_RT_TPU_TARGET: pltpu.get_tpu_info() on CPU answers for its chip.
+from mosaic_rt.tpu_check import targets as _tpu_targets  # noqa: E402
+_tpu_targets.answer_tpu_info_from_environment()
 
 from mosaic_rt._version import __version__  # noqa: E402
 

@@ -457,6 +457,7 @@ def execute_on_client(program, args) -> list:
     results = loaded.execute_sharded(list(args))
     return [shards[0] for shards in results.disassemble_into_single_device_arrays()]
 
+
 # ------------------------------------------ mosaic_rt.tpu_check (deviceless)
 # The TPU compile check binds pallas_call's own primitive again with
 # ``interpret=False`` and lowers it for a TPU device of a libtpu topology.
@@ -476,6 +477,13 @@ def shard_map(f, *, mesh, in_specs, out_specs):
     are per device whatever its specs say)."""
     return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
                          check_vma=False)
+
+
+def pallas_tpu_info():
+    """Pallas' TPU info module (`get_tpu_info`, `registry`; a re-export of
+    `jax._src.tpu_info` on 0.12), the same path on 0.10.2 .. 0.12."""
+    from jax._src.pallas.mosaic import tpu_info
+    return tpu_info
 
 
 def tpu_topology(name: str):

@@ -87,6 +87,25 @@ def set_default_target(target, mode: str | None = None) -> None:
     with _lock:
         _default_target = targets
         _default_mode = mode
+        _answer_tpu_info()
+
+
+def _answer_tpu_info() -> None:
+    """`get_tpu_info()` on CPU answers for the process's first target."""
+    from mosaic_rt.tpu_check import tpu_info
+    try:
+        target = process_target()
+    except ValueError:  # a bad MOSAIC_RT_TPU_TARGET: the first kernel says so
+        target = ()
+    tpu_info.answer_on_cpu(target[0] if target else None)
+
+
+def answer_tpu_info_from_environment() -> None:
+    """At import: with ``MOSAIC_RT_TPU_TARGET`` set, `get_tpu_info()` on CPU
+    answers for its first generation (nothing is loaded otherwise)."""
+    if os.environ.get(ENV_TARGET, "").strip():
+        with _lock:
+            _answer_tpu_info()
 
 
 def process_target() -> tuple[str, ...]:
