@@ -1,0 +1,501 @@
+#!/usr/bin/env python3
+"""Run JAX's own TPU interpret-mode test files, stock vs mosaic_rt, in JAX's
+own pytest configuration.
+
+Usage (run with the Python of the venv under test; it runs pytest with the
+same interpreter unless --python is given):
+
+    /work/dev311/bin/python scripts/jax_suite.py --backend stock --json stock.json
+    /work/dev311/bin/python scripts/jax_suite.py --backend mosaic_rt --json ours.json
+    /work/venv-jax011/bin/python scripts/jax_suite.py --compare --json cmp.json
+    python scripts/jax_suite.py --compare-json stock.json ours.json   # no rerun
+
+Options: --jax-git DIR (default /work/.mirror/jax-ml+jax/repo), --tag TAG
+(default jax-v<installed jax version>), --files NAME... (default the three
+files below), -k EXPR (passed to pytest), --keep (keep the temp dir),
+--test-timeout S (a test making no progress for S seconds -- stock
+interpret mode can deadlock, see below -- is killed with SIGABRT, its
+threads' stacks land in the log, it counts as an error "hung", and pytest
+resumes with the file's remaining tests; default 300),
+--mosaic-rt-src DIR (import mosaic_rt from DIR instead of the installed one).
+
+What it does: extracts, at --tag, JAX's pyproject.toml and conftest.py and
+tests/pallas/{tpu_pallas_interpret_test,tpu_pallas_interpret_thread_map_test,
+tpu_pallas_interpret_distributed_test}.py into a temp dir laid out like the
+repo (nothing of JAX is written into this repo), and runs pytest there with
+``-c <tmp>/pyproject.toml --rootdir <tmp>``, so JAX's [tool.pytest.ini_options]
+(filterwarnings = error, --import-mode=importlib, ...) and conftest.py are in
+force. Each file runs in a pytest process of its own, as Bazel runs each as
+its own target: InterpretTest skips unless there is exactly 1 CPU device,
+while the distributed file calls jtu.request_cpu_devices(8) at import, which
+in a shared process would make every InterpretTest skip. The harness adds no
+device-count flags (and drops --xla_force_host_platform_device_count from
+XLA_FLAGS) so each file gets the devices it asks for.
+
+--backend stock: pytest with ``-p no:<name>`` for each of mosaic_rt's
+pytest11 entry points (mosaic_rt is never imported).
+--backend mosaic_rt: pytest with ``-p jax_suite_shim`` (scripts/jax_suite_shim.py:
+every pltpu.InterpretParams(...) the tests make is a mosaic_rt.InterpretParams
+with the same arguments, force_tpu_interpret_mode uses mosaic_rt, and
+mosaic_interpret.races is mosaic_rt.races; it also counts stock
+InterpretParams built during tests, which must be 0); mosaic_rt's own pytest
+plugins stay loaded, as for any user (but one whose module a --mosaic-rt-src
+snapshot lacks). tpu_pallas_interpret_thread_map_test.py tests stock's
+thread_map utility and makes no InterpretParams: it runs unchanged.
+
+Hangs: on a small machine (2 CPUs) stock interpret mode can deadlock, e.g.
+jax 0.10.2's test_reduce_scatter_sum_with_emit_pipeline_example: every
+device's io_callback thread blocks in _allocate_buffer (np.array(val)) and the
+process sits idle. --test-timeout turns such a test into an error "hung"
+(with the CPU seconds the process used while it made no progress) instead of
+stalling the run.
+
+Output: per-test outcomes (passed/failed/error/skipped, recorded by
+scripts/jax_suite_record.py, a passive plugin loaded for both backends), each
+test's time and per-file wall times as JSON (--json; the pytest logs go to
+<json>.<backend>.logs/), and a summary. --compare runs
+stock then mosaic_rt and prints the counts per backend, the tests that pass on
+stock but not on mosaic_rt with the first line of each failure, and the wall
+times with their ratio; test_correct_number_of_stores (it counts stock's
+private store callbacks) is excluded from the must-pass set and reported on its
+own. Exit status: 0 when every must-pass test passes (--compare /
+--compare-json) or the run completed (single backend), else 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+SCRIPTS = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_GIT = "/work/.mirror/jax-ml+jax/repo"
+FILES = (
+    "tpu_pallas_interpret_test.py",
+    "tpu_pallas_interpret_thread_map_test.py",
+    "tpu_pallas_interpret_distributed_test.py",
+)
+SUPPORT = ("pyproject.toml", "conftest.py")
+EXCLUDED = ("test_correct_number_of_stores",)  # counts stock's private callbacks
+BACKENDS = ("stock", "mosaic_rt")
+
+
+def _git_show(git_dir: str, tag: str, path: str) -> bytes:
+    proc = subprocess.run(["git", "--git-dir", git_dir, "show", f"{tag}:{path}"],
+                          capture_output=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"jax_suite: cannot read {tag}:{path} from {git_dir}: "
+                         f"{proc.stderr.decode(errors='replace').strip()}")
+    return proc.stdout
+
+
+def extract(git_dir: str, tag: str, files, dest: str) -> None:
+    for path in list(SUPPORT) + [f"tests/pallas/{f}" for f in files]:
+        out = os.path.join(dest, path)
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        with open(out, "wb") as fh:
+            fh.write(_git_show(git_dir, tag, path))
+
+
+def installed_versions(python: str, src: str | None = None) -> dict:
+    code = """
+import importlib.metadata as m, importlib.util as u, json, sys
+names = {d.metadata['Name']: d for d in m.distributions()}
+def found(mod):
+    try:
+        return u.find_spec(mod) is not None
+    except ImportError:
+        return False
+spec = u.find_spec('mosaic_rt')
+print(json.dumps({n: (names[n].version if n in names else None)
+                  for n in ('jax', 'jaxlib', 'numpy', 'pytest', 'mosaic_rt')}
+                 | {'python': sys.version.split()[0]}))
+print(json.dumps(spec and spec.origin))
+print(json.dumps([(e.name, e.value, found(e.value.split(':')[0]))
+                  for e in (names['mosaic_rt'].entry_points if 'mosaic_rt' in names else ())
+                  if e.group == 'pytest11']))
+"""
+    env = dict(os.environ)
+    if src:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    out = subprocess.check_output([python, "-c", code], text=True, env=env).splitlines()
+    versions = json.loads(out[0])
+    versions["mosaic_rt_from"] = json.loads(out[1])
+    # mosaic_rt's pytest plugins (entry points of the installed distribution):
+    # [name, module, importable from where mosaic_rt is imported].
+    versions["mosaic_rt_plugins"] = json.loads(out[2])
+    return versions
+
+
+def _env(backend: str, stats_path: str, src: str | None = None) -> dict:
+    env = dict(os.environ)
+    env.pop("PYTEST_ADDOPTS", None)
+    env.pop("PYTEST_PLUGINS", None)
+    flags = env.get("XLA_FLAGS", "")
+    flags = re.sub(r"--xla_force_host_platform_device_count=\S+", "", flags).strip()
+    if flags:
+        env["XLA_FLAGS"] = flags
+    else:
+        env.pop("XLA_FLAGS", None)
+    if backend == "mosaic_rt":
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (SCRIPTS, src, env.get("PYTHONPATH")) if p)
+        env["JAX_SUITE_SHIM_STATS"] = stats_path
+    return env
+
+
+def _first_line(text: str | None) -> str:
+    for line in (text or "").splitlines():
+        if line.strip():
+            return line.strip()[:300]
+    return ""
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _read_record(path: str):
+    collected, started, reports = None, [], []
+    if os.path.exists(path):
+        with open(path) as fh:
+            for line in fh:
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    continue  # a line cut short by a kill
+                if "collected" in obj:
+                    collected = collected or obj["collected"]
+                elif "start" in obj:
+                    started.append(obj["start"])
+                else:
+                    reports.append(obj)
+    return collected, started, reports
+
+
+def _outcomes(reports, file: str) -> dict:
+    """Per-test outcome from the phase reports: a failed call is "failed", a
+    failed setup/teardown "error", a skip "skipped", else "passed"."""
+    tests: dict = {}
+    for r in reports:
+        tid = _tid(r["nodeid"], file)
+        t = tests.setdefault(tid, {"outcome": "passed", "time": 0.0})
+        t["time"] = round(t["time"] + r.get("duration", 0.0), 3)
+        if r["outcome"] == "failed":
+            new = "failed" if r["when"] == "call" else "error"
+            if t["outcome"] not in ("failed", "error"):
+                t["outcome"] = new
+                t["message"] = _first_line(r.get("message"))
+                if r.get("detail"):
+                    t["detail"] = r["detail"]
+                t["phase"] = r["when"]
+        elif r["outcome"] == "skipped" and t["outcome"] == "passed":
+            t["outcome"] = "skipped"
+            t["message"] = _first_line(r.get("message"))
+    return tests
+
+
+def _tid(nodeid: str, file: str) -> str:
+    parts = nodeid.split("::")
+    return "::".join([file] + parts[1:])
+
+
+def _plugin_flags(backend: str, versions: dict) -> list:
+    """stock: none of mosaic_rt's pytest plugins (mosaic_rt is never imported).
+    mosaic_rt: all of them but any whose module the imported mosaic_rt lacks
+    (an installed entry point newer than a --mosaic-rt-src snapshot)."""
+    flags = []
+    for name, _module, importable in versions.get("mosaic_rt_plugins", []):
+        if backend == "stock" or not importable:
+            flags += ["-p", f"no:{name}"]
+    if backend == "stock" and not flags:
+        flags = ["-p", "no:mosaic_rt"]
+    return flags
+
+
+def _run_file(args, backend, python, src, tmp, file, versions):
+    """Runs one test file in its own pytest process; when a test makes no
+    progress for --test-timeout seconds the process gets SIGABRT (pytest's
+    faulthandler writes every thread's stack to the log), the test counts as
+    an error ("hung"), and pytest runs again on the tests not yet run."""
+    log = os.path.join(tmp, f"log-{file}.txt")
+    stats = os.path.join(tmp, f"shim-{file}.json")
+    record = os.path.join(tmp, f"record-{file}.jsonl")
+    env = _env(backend, stats, src)
+    env["JAX_SUITE_RECORD"] = record
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (SCRIPTS, env.get("PYTHONPATH")) if p)
+    base = [python, "-m", "pytest", "-c", os.path.join(tmp, "pyproject.toml"),
+            "--rootdir", tmp, "-p", "no:cacheprovider", "-p", "jax_suite_record",
+            "-rfEs", "--tb=short"]
+    base += _plugin_flags(backend, versions)
+    if backend == "mosaic_rt":
+        base += ["-p", "jax_suite_shim"]
+    if args.k:
+        base += ["-k", args.k]
+    target = f"tests/pallas/{file}"
+    hung: dict = {}
+    rcs = []
+    wall = 0.0
+    t_start = time.perf_counter()
+    with open(log, "w") as fh:
+        while True:
+            collected, started, reports = _read_record(record)
+            done = {r["nodeid"] for r in reports if r["when"] == "teardown"}
+            skip = sorted(done | set(hung))
+            if collected is not None and not (set(collected) - set(skip)):
+                break
+            cmd = base + [f"--deselect={n}" for n in skip] + [target]
+            fh.write("$ " + " ".join(cmd) + "\n")
+            fh.flush()
+            t0 = time.perf_counter()
+            proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=fh, stderr=subprocess.STDOUT)
+            last_progress, last_len, cpu0 = time.perf_counter(), -1, 0.0
+            killed = None
+            while proc.poll() is None:
+                time.sleep(0.2)
+                size = os.path.getsize(record) if os.path.exists(record) else 0
+                now = time.perf_counter()
+                if size != last_len:
+                    last_len, last_progress, cpu0 = size, now, _cpu_seconds(proc.pid)
+                elif now - last_progress > args.test_timeout:
+                    _, started_now, reports_now = _read_record(record)
+                    finished = {r["nodeid"] for r in reports_now if r["when"] == "teardown"}
+                    running = [n for n in started_now if n not in finished]
+                    cpu = _cpu_seconds(proc.pid) - cpu0
+                    killed = running[-1] if running else None
+                    fh.write(f"\n[jax_suite] no progress for {args.test_timeout:.0f}s in "
+                             f"{killed} (process CPU in that time: {cpu:.1f}s): SIGABRT\n")
+                    fh.flush()
+                    proc.send_signal(signal.SIGABRT)
+                    try:
+                        proc.wait(30)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
+                    if killed is not None:
+                        hung[killed] = {"after": args.test_timeout, "cpu": round(cpu, 1)}
+                    break
+            rcs.append(proc.returncode)
+            wall += time.perf_counter() - t0
+            if killed is None:
+                break  # ended by itself (or no test to blame): do not loop
+        collected, started, reports = _read_record(record)
+    tests = _outcomes(reports, file)
+    for nodeid, h in hung.items():
+        tid = _tid(nodeid, file)
+        tests[tid] = {"outcome": "error", "time": h["after"], "hung": h,
+                      "message": f"hung: no progress for {h['after']:.0f}s "
+                                 f"(process CPU in that time {h['cpu']}s); killed"}
+    with open(log) as fh:
+        tail = fh.read().splitlines()[-3:]
+    info = {"wall": round(wall, 2), "elapsed": round(time.perf_counter() - t_start, 2),
+            "returncodes": rcs, "log": log, "hung": sorted(hung), "counts": _counts(tests),
+            "summary_line": tail[-1] if tail else ""}
+    if os.path.exists(stats):
+        with open(stats) as fh:
+            info["shim"] = json.load(fh)
+    bad = [rc for rc in rcs if rc not in (0, 1, 5) and rc != -signal.SIGABRT]
+    if bad or (collected is None and 5 not in rcs):
+        tests[f"{file}::<file>"] = {"outcome": "error", "time": wall,
+                                    "message": f"pytest exited with {rcs}: {' | '.join(tail)}"}
+        info["counts"] = _counts(tests)
+    return info, tests
+
+
+def run_backend(args, backend: str) -> dict:
+    python = args.python or sys.executable
+    src = args.mosaic_rt_src if backend == "mosaic_rt" else None
+    versions = installed_versions(python, src)
+    tag = args.tag or f"jax-v{versions['jax']}"
+    tmp = tempfile.mkdtemp(prefix=f"jax_suite_{backend}_")
+    extract(args.jax_git, tag, args.files, tmp)
+    result = {"backend": backend, "tag": tag, "versions": versions, "python": python,
+              "host": {"machine": platform.machine(), "cpus": os.cpu_count()},
+              "tmpdir": tmp, "files": {}, "tests": {}}
+    print(f"[jax_suite] {backend}: {tag}, jax {versions['jax']}, python {versions['python']}, "
+          f"in {tmp}", flush=True)
+    total_wall = 0.0
+    for file in args.files:
+        info, tests = _run_file(args, backend, python, src, tmp, file, versions)
+        total_wall += info["wall"]
+        result["files"][file] = info
+        result["tests"].update(tests)
+        c = info["counts"]
+        hung = f", {len(info['hung'])} hung (killed after {args.test_timeout:.0f}s)" if info["hung"] else ""
+        print(f"[jax_suite] {backend} {file}: {c['passed']} passed, {c['failed']} failed, "
+              f"{c['error']} error, {c['skipped']} skipped in {info['wall']:.1f}s{hung} "
+              f"(rc {info['returncodes']})", flush=True)
+        if info.get("shim", {}).get("stock_params_constructed"):
+            print(f"[jax_suite] WARNING: {info['shim']['stock_params_constructed']} stock "
+                  f"InterpretParams built under mosaic_rt: {info['shim']['stock_params_sites']}")
+    result["wall"] = round(total_wall, 2)
+    result["counts"] = _counts(result["tests"])
+    if not args.keep:
+        # Keep the logs next to the JSON when one is asked for; drop the rest.
+        if args.json:
+            logdir = os.path.splitext(args.json)[0] + f".{backend}.logs"
+            os.makedirs(logdir, exist_ok=True)
+            for file, info in result["files"].items():
+                dst = os.path.join(logdir, os.path.basename(info["log"]))
+                shutil.copy(info["log"], dst)
+                info["log"] = dst
+                rec = os.path.join(tmp, f"record-{file}.jsonl")
+                if os.path.exists(rec):
+                    shutil.copy(rec, logdir)
+        shutil.rmtree(tmp, ignore_errors=True)
+    return result
+
+
+def _counts(tests: dict) -> dict:
+    counts = {"passed": 0, "failed": 0, "error": 0, "skipped": 0}
+    for t in tests.values():
+        counts[t["outcome"]] += 1
+    counts["total"] = len(tests)
+    return counts
+
+
+def _excluded(tid: str) -> bool:
+    name = tid.rsplit("::", 1)[-1]
+    return any(name == e or name.startswith(e + "_") or re.fullmatch(re.escape(e) + r"\d*", name)
+               for e in EXCLUDED)
+
+
+def summarize(result: dict) -> None:
+    c = result["counts"]
+    print(f"\n{result['backend']} at {result['tag']} (jax {result['versions']['jax']}): "
+          f"{c['passed']} passed, {c['failed']} failed, {c['error']} error, "
+          f"{c['skipped']} skipped of {c['total']}; wall {result['wall']:.1f}s")
+    for tid, t in sorted(result["tests"].items()):
+        if t["outcome"] in ("failed", "error"):
+            print(f"  {t['outcome']:7s} {tid}: {t.get('message', '')}")
+
+
+def compare(stock: dict, ours: dict) -> dict:
+    lines = []
+    p = lines.append
+    p(f"\n=== JAX interpret-mode test files at {stock['tag']}: stock vs mosaic_rt ===")
+    p(f"jax {stock['versions']['jax']} / jaxlib {stock['versions']['jaxlib']}, "
+      f"python {stock['versions']['python']}, pytest {stock['versions']['pytest']}, "
+      f"mosaic_rt {ours['versions'].get('mosaic_rt')} from {ours['versions'].get('mosaic_rt_from', 'the installed package')}")
+    if ours["tag"] != stock["tag"]:
+        p(f"WARNING: different tags: stock {stock['tag']}, ours {ours['tag']}")
+    p(f"{'backend':10s} {'passed':>6s} {'failed':>6s} {'error':>6s} {'skipped':>7s} "
+      f"{'total':>5s} {'wall s':>8s}")
+    for r in (stock, ours):
+        c = r["counts"]
+        p(f"{r['backend']:10s} {c['passed']:6d} {c['failed']:6d} {c['error']:6d} "
+          f"{c['skipped']:7d} {c['total']:5d} {r['wall']:8.1f}")
+    ratio = stock["wall"] / ours["wall"] if ours["wall"] else float("inf")
+    p(f"wall time: stock {stock['wall']:.1f}s, mosaic_rt {ours['wall']:.1f}s, "
+      f"ratio stock/ours {ratio:.2f}x")
+    hung_s = {r["backend"]: sum(t["hung"]["after"] for t in r["tests"].values() if "hung" in t)
+              for r in (stock, ours)}
+    if any(hung_s.values()):
+        sw, ow = stock["wall"] - hung_s["stock"], ours["wall"] - hung_s["mosaic_rt"]
+        p(f"  without the time spent in hung tests before they were killed: stock {sw:.1f}s, "
+          f"mosaic_rt {ow:.1f}s, ratio {sw / ow if ow else float('inf'):.2f}x")
+    per_file = {}
+    for file, info in stock["files"].items():
+        o = ours["files"].get(file)
+        if o:
+            r = info["wall"] / o["wall"] if o["wall"] else float("inf")
+            per_file[file] = {"stock": info["wall"], "mosaic_rt": o["wall"], "ratio": round(r, 2)}
+            p(f"  {file}: stock {info['wall']:.1f}s, ours {o['wall']:.1f}s, {r:.2f}x")
+    must = sorted(t for t, v in stock["tests"].items()
+                  if v["outcome"] == "passed" and not _excluded(t))
+    not_passing = [t for t in must if ours["tests"].get(t, {}).get("outcome") != "passed"]
+    p(f"must-pass (passed on stock, {', '.join(EXCLUDED)} excluded): {len(must)}; "
+      f"pass on mosaic_rt: {len(must) - len(not_passing)}; not: {len(not_passing)}")
+    for t in not_passing:
+        o = ours["tests"].get(t, {"outcome": "missing"})
+        p(f"  {o['outcome']:7s} {t}: {o.get('message', '')}")
+    extra = sorted(t for t, v in ours["tests"].items() if v["outcome"] == "passed"
+                   and stock["tests"].get(t, {}).get("outcome") != "passed" and not _excluded(t))
+    if extra:
+        p(f"pass on mosaic_rt but not on stock: {len(extra)}")
+        for t in extra:
+            s = stock["tests"].get(t, {"outcome": "missing"})
+            p(f"  stock {s['outcome']:7s} {t}: {s.get('message', '')}")
+    excluded = sorted(set(t for r in (stock, ours) for t in r["tests"] if _excluded(t)))
+    for t in excluded:
+        s, o = stock["tests"].get(t, {}), ours["tests"].get(t, {})
+        p(f"excluded {t}: stock {s.get('outcome', 'missing')}, mosaic_rt "
+          f"{o.get('outcome', 'missing')}{': ' + o['message'] if o.get('message') else ''}")
+    for file, info in ours["files"].items():
+        shim = info.get("shim")
+        if shim and shim.get("stock_params_constructed"):
+            p(f"WARNING {file}: {shim['stock_params_constructed']} stock InterpretParams "
+              f"constructed under mosaic_rt at {shim['stock_params_sites']}")
+    print("\n".join(lines))
+    return {"must_pass": len(must), "not_passing_on_ours": not_passing,
+            "pass_on_ours_not_stock": extra, "excluded": excluded,
+            "wall": {"stock": stock["wall"], "mosaic_rt": ours["wall"], "ratio": round(ratio, 2),
+                     "hung_seconds": hung_s,
+                     "per_file": per_file}}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jax-git", default=DEFAULT_GIT)
+    ap.add_argument("--tag", default=None, help="default: jax-v<installed jax version>")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--backend", choices=BACKENDS)
+    mode.add_argument("--compare", action="store_true", help="run stock, then mosaic_rt")
+    mode.add_argument("--compare-json", nargs=2, metavar=("STOCK_JSON", "OURS_JSON"),
+                      help="compare two earlier --backend --json results")
+    ap.add_argument("--json", help="write per-test outcomes and wall times here")
+    ap.add_argument("--files", nargs="+", default=list(FILES))
+    ap.add_argument("-k", help="pytest -k expression")
+    ap.add_argument("--python", help="interpreter that runs pytest (default: this one)")
+    ap.add_argument("--mosaic-rt-src", metavar="DIR",
+                    help="for the mosaic_rt backend, import mosaic_rt from DIR (put first on "
+                         "PYTHONPATH; e.g. the python/ dir of a built snapshot)")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dir")
+    ap.add_argument("--test-timeout", type=float, default=300.0,
+                    help="a test with no progress for this long is killed and counted as "
+                         "an error (hung); the file's other tests still run (default 300)")
+    args = ap.parse_args(argv)
+
+    if args.compare_json:
+        with open(args.compare_json[0]) as fh:
+            stock = json.load(fh)
+        with open(args.compare_json[1]) as fh:
+            ours = json.load(fh)
+        cmp = compare(stock, ours)
+        out = {"stock": stock, "mosaic_rt": ours, "comparison": cmp}
+    elif args.compare:
+        stock = run_backend(args, "stock")
+        ours = run_backend(args, "mosaic_rt")
+        summarize(stock)
+        summarize(ours)
+        cmp = compare(stock, ours)
+        out = {"stock": stock, "mosaic_rt": ours, "comparison": cmp}
+    else:
+        backend = args.backend or "mosaic_rt"
+        out = run_backend(args, backend)
+        summarize(out)
+        cmp = None
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=1)
+        print(f"[jax_suite] wrote {args.json}")
+    if cmp is not None:
+        return 1 if cmp["not_passing_on_ours"] else 0
+    return 0 if not any(t.endswith("::<file>") for t in out["tests"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
