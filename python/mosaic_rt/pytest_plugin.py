@@ -10,13 +10,21 @@
   Reports still queued after a test phase (a launch that failed before its
   end, a ``mosaic_rt.Runtime`` driven from threads) are issued right after
   that phase, inside pytest's warning capture, never in a later test.
+
+It imports neither jax nor mosaic_rt: the option is passed on as
+``MOSAIC_RT_WARNINGS`` (which the suite's kernels read when traced), and
+the hooks only act once the suite itself has imported mosaic_rt.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 
-from mosaic_rt.ffi import reports
+_ENV = "MOSAIC_RT_WARNINGS"  # mosaic_rt.ffi.reports.ENV_VAR
+_saved: dict[str, str | None] = {}
 
 
 def pytest_addoption(parser):
@@ -31,8 +39,6 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    # Deliver in the test's thread, never from the background thread.
-    reports.disable_background_delivery()
     value = config.getoption("mosaic_rt_warnings", None)
     if value is None:
         raw = str(config.getini("mosaic_rt_warnings")).strip().lower()
@@ -44,14 +50,25 @@ def pytest_configure(config):
             raise pytest.UsageError(
                 f"ini option mosaic_rt_warnings must be true or false, got {raw!r}")
     if value is not None:
-        reports.set_default(value)
+        _saved[_ENV] = os.environ.get(_ENV)
+        os.environ[_ENV] = "1" if value else "0"
 
 
 def pytest_unconfigure(config):
-    reports.set_default(None)
+    if _ENV in _saved:
+        old = _saved.pop(_ENV)
+        if old is None:
+            os.environ.pop(_ENV, None)
+        else:
+            os.environ[_ENV] = old
 
 
 def _deliver():
+    reports = sys.modules.get("mosaic_rt.ffi.reports")
+    if reports is None:  # the suite never imported mosaic_rt
+        return
+    # Deliver in the test's thread, never from the background thread.
+    reports.disable_background_delivery()
     if reports.pending():
         reports.deliver()
 
