@@ -55,6 +55,16 @@ def _run_lowering(budget):
     return lowering.run_lowering(budget.lowering_reps)
 
 
+def _run_production(budget):
+    from mosaic_rt.bench import production
+    return production.run_production(budget)
+
+
+def _production_summary(d):
+    from mosaic_rt.bench import production
+    return production.summary(d)
+
+
 def _fmt_ms(v) -> str:
     return "-" if v is None else f"{v:.3f} ms/MiB"
 
@@ -81,6 +91,7 @@ ROWS = [
             f"{k['name']} ours lower {_fmt_time(k['ours']['interp_s'])} compile "
             f"{_fmt_time(k['ours']['compile_s'])} (jnp {_fmt_time(k['jnp']['compile_s'])})"
             for k in d["kernels"])),
+    Row("production kernels", "production_kernels", 4, _run_production, _production_summary),
 ]
 
 
@@ -168,6 +179,10 @@ def _fmt_ratio_or_dash(v) -> str:
 def render(console, rows: dict) -> None:
     from mosaic_rt.bench.console import Table
 
+    if (d := rows.get("production_kernels")) is not None:
+        from mosaic_rt.bench import production
+        production.render(console, d)
+
     if (d := rows.get("cold_first_call")) is not None:
         t = Table(title=f"cold first call (jit+trace+lower+compile+run of a never-seen "
                         f"kernel; median of {d['reps_per_side']} per side)")
@@ -246,6 +261,9 @@ def render(console, rows: dict) -> None:
 
 def markdown(rows: dict) -> list[str]:
     lines: list[str] = []
+    if (d := rows.get("production_kernels")) is not None:
+        from mosaic_rt.bench import production
+        lines += production.markdown(d)
     if (d := rows.get("cold_first_call")) is not None:
         lines += ["", f"Cold first call (jit + trace + lower + compile + run of a kernel never "
                       f"seen before, fresh shapes each time, persistent cache off; median of "
