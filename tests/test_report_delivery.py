@@ -169,11 +169,7 @@ def test_every_device_of_a_shard_map_launch_reports_before_the_results():
                               interpret=_ours(python_warnings=True))(x)
 
     f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
-                              check_vma=False)) if hasattr(jax, "shard_map") else None
-    if f is None:
-        from jax.experimental.shard_map import shard_map
-        f = jax.jit(shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
-                              check_rep=False))
+                              check_vma=False))
     x = jax.device_put(jnp.ones((16, 128), jnp.float32), NamedSharding(mesh, P("x")))
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")

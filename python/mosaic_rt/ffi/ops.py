@@ -559,9 +559,8 @@ def sync_device_cores(token, handle, device, *, site: int = 0):
 
 def pending_reports(token):
     """``(token, count)``: reports ("warn" policy: races, leaks, misuse)
-    queued in this process and not yet delivered. Emit after
-    :func:`leak_report`; when non-zero, a host callback running
-    :func:`mosaic_rt.ffi.reports.deliver` issues them as warnings."""
+    queued in this process and not yet delivered (``kernel_end`` hands
+    them to :mod:`mosaic_rt.ffi.reports`)."""
     return _call("pending_reports", (_I32,), (token,))
 
 

@@ -267,8 +267,8 @@ pub fn leak_report_of(device: u32, l: &mosaic_rt_core::Leak, as_warning: bool) -
 
 /// `pending_reports(token) -> (token, int32)`: reports ("warn" policy:
 /// races, leaks, misuse) queued in this process and not yet taken by
-/// Python (`_native.take_reports`). Emit after `leak_report` and drain with
-/// a host callback when non-zero.
+/// Python (`_native.take_reports`); `kernel_end` hands them to the report
+/// sink (`crate::report_sink`).
 pub fn pending_reports(c: &mut Call) -> Result<()> {
     let f = &c.frame;
     f.expect_arity(1..=1, 2)?;
