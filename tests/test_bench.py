@@ -275,3 +275,18 @@ def test_verdict_kinds_format_as_bounds():
     assert fmt_target({"target": 0.01, "measured": 0.02, "kind": "seconds"},
                       "measured") == "20.00 ms"
     assert fmt_target({"target": 5.0, "measured": None, "kind": "min"}, "target") == "5.0x"
+
+
+def test_memory_row_measures_both_sides_in_fresh_processes():
+    from mosaic_rt.bench import memory, rows
+    data = memory.run_memory(2)
+    assert data["kernels"] == 2
+    for side in ("stock", "ours"):
+        d = data[side]
+        assert len(d["samples_mib"]) == 2
+        # a fresh interpreter per side: jax and the first kernel cost memory
+        assert 0 < d["start_mib"] < d["first_mib"]
+        assert d["end_mib"] == d["samples_mib"][-1]
+    found = {v.subject: v for v in rows.verdicts({"memory_suite": data})}
+    assert found["memory growth per kernel"].kind == "max"
+    assert "stock" in memory.summary(data) and "ours" in memory.summary(data)

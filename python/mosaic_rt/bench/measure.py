@@ -34,6 +34,7 @@ class Budget:
     launch_reps_ours: int = 10   # per size; numpy copies get as many
     launch_reps_stock: int = 2
     lowering_reps: int = 2
+    memory_kernels: int = 6      # distinct splash kernels per side in the memory row
     row_timeout_s: float = 900   # a row still running after this is hung: abort
 
 
@@ -42,7 +43,8 @@ QUICK = Budget(seconds_per_side=0.3, min_reps=2, max_reps_stock=5, max_reps_ours
 FULL = Budget(seconds_per_side=2.0, min_reps=3, max_reps_stock=20, max_reps_ours=1000,
               case_timeout_s=600, cold_reps=4, suite_passes=2,
               launch_mib=(0.25, 0.5, 1.0, 2.0, 4.0, 8.0), launch_reps_ours=30,
-              launch_reps_stock=3, lowering_reps=4, row_timeout_s=3000)
+              launch_reps_stock=3, lowering_reps=4, memory_kernels=24,
+              row_timeout_s=3000)
 
 
 @dataclasses.dataclass

@@ -6,6 +6,8 @@
   that is one HBM -> HBM DMA), swept over the input size vs numpy (`launch`).
 * "lowering and compile": trace / interpreter Python / MLIR / XLA compile /
   first run, beside a plain jnp program of the same loop (`lowering`).
+* "memory over a suite": RSS of one process running many distinct splash
+  attention kernels, stock vs ours (`memory`).
 
 Each row is selected by `--filter` on its name like a case, measures stock
 and ours interleaved in one run, and adds its verdicts to the targets table.
@@ -60,6 +62,16 @@ def _run_production(budget):
     return production.run_production(budget)
 
 
+def _run_memory(budget):
+    from mosaic_rt.bench import memory
+    return memory.run_memory(budget.memory_kernels)
+
+
+def _memory_summary(d):
+    from mosaic_rt.bench import memory
+    return memory.summary(d)
+
+
 def _production_summary(d):
     from mosaic_rt.bench import production
     return production.summary(d)
@@ -92,6 +104,7 @@ ROWS = [
             f"{_fmt_time(k['ours']['compile_s'])} (jnp {_fmt_time(k['jnp']['compile_s'])})"
             for k in d["kernels"])),
     Row("production kernels", "production_kernels", 4, _run_production, _production_summary),
+    Row("memory over a suite", "memory_suite", 1, _run_memory, _memory_summary),
 ]
 
 
@@ -153,6 +166,12 @@ def verdicts(rows: dict, results=()) -> list:
             "compile vs plain jnp", COMPILE_TARGET, worst["ours_compile_over_jnp"],
             f"worst ours/jnp XLA compile ({worst['name']})",
             worst["ours_compile_over_jnp"] <= COMPILE_TARGET, kind="max"))
+    if (d := rows.get("memory_suite")) is not None:
+        from mosaic_rt.bench import memory
+        found.append(Verdict(
+            "memory growth per kernel", memory.GROWTH_TARGET, d["growth_ratio"],
+            f"ours/stock RSS growth per distinct kernel ({d['ours']['growth_per_kernel_mib']:.1f}"
+            f" vs {d['stock']['growth_per_kernel_mib']:.1f} MiB)", d["ok"], kind="max"))
     from mosaic_rt.bench.suite import FAMILIES
     for family in FAMILIES:
         measured = [r for r in results if r.case.family == family and r.native]
@@ -182,6 +201,9 @@ def render(console, rows: dict) -> None:
     if (d := rows.get("production_kernels")) is not None:
         from mosaic_rt.bench import production
         production.render(console, d)
+    if (d := rows.get("memory_suite")) is not None:
+        from mosaic_rt.bench import memory
+        memory.render(console, d)
 
     if (d := rows.get("cold_first_call")) is not None:
         t = Table(title=f"cold first call (jit+trace+lower+compile+run of a never-seen "
@@ -264,6 +286,9 @@ def markdown(rows: dict) -> list[str]:
     if (d := rows.get("production_kernels")) is not None:
         from mosaic_rt.bench import production
         lines += production.markdown(d)
+    if (d := rows.get("memory_suite")) is not None:
+        from mosaic_rt.bench import memory
+        lines += memory.markdown(d)
     if (d := rows.get("cold_first_call")) is not None:
         lines += ["", f"Cold first call (jit + trace + lower + compile + run of a kernel never "
                       f"seen before, fresh shapes each time, persistent cache off; median of "
