@@ -470,6 +470,13 @@ def _pallas_call_p():
 pallas_call_p = _pallas_call_p()
 get_aval = jax_core.typeof  # the abstract value of a tracer or array
 use_abstract_mesh = jax.sharding.use_abstract_mesh
+enable_x64 = jax_config.enable_x64  # ``with enable_x64(flag):`` (thread-local)
+
+
+def x64_enabled() -> bool:
+    """The x64 mode of this thread (a compile on a worker thread must get
+    its caller's)."""
+    return bool(jax_config.enable_x64.value)
 
 
 def shard_map(f, *, mesh, in_specs, out_specs):
