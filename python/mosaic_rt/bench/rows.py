@@ -65,6 +65,16 @@ def _production_summary(d):
     return production.summary(d)
 
 
+def _run_tpu_check(budget):
+    from mosaic_rt.bench import tpu_check
+    return tpu_check.run_tpu_check(budget)
+
+
+def _tpu_check_summary(d):
+    from mosaic_rt.bench import tpu_check
+    return tpu_check.summary(d)
+
+
 def _fmt_ms(v) -> str:
     return "-" if v is None else f"{v:.3f} ms/MiB"
 
@@ -92,6 +102,7 @@ ROWS = [
             f"{_fmt_time(k['ours']['compile_s'])} (jnp {_fmt_time(k['jnp']['compile_s'])})"
             for k in d["kernels"])),
     Row("production kernels", "production_kernels", 4, _run_production, _production_summary),
+    Row("tpu check", "tpu_check", 1, _run_tpu_check, _tpu_check_summary),
 ]
 
 
@@ -182,6 +193,9 @@ def render(console, rows: dict) -> None:
     if (d := rows.get("production_kernels")) is not None:
         from mosaic_rt.bench import production
         production.render(console, d)
+    if (d := rows.get("tpu_check")) is not None:
+        from mosaic_rt.bench import tpu_check
+        tpu_check.render(console, d)
 
     if (d := rows.get("cold_first_call")) is not None:
         t = Table(title=f"cold first call (jit+trace+lower+compile+run of a never-seen "
@@ -264,6 +278,9 @@ def markdown(rows: dict) -> list[str]:
     if (d := rows.get("production_kernels")) is not None:
         from mosaic_rt.bench import production
         lines += production.markdown(d)
+    if (d := rows.get("tpu_check")) is not None:
+        from mosaic_rt.bench import tpu_check
+        lines += tpu_check.markdown(d)
     if (d := rows.get("cold_first_call")) is not None:
         lines += ["", f"Cold first call (jit + trace + lower + compile + run of a kernel never "
                       f"seen before, fresh shapes each time, persistent cache off; median of "
