@@ -385,3 +385,48 @@ def test_report_rows(libtpu):
     assert ok["stage"] is None and ok["message"] is None
     assert not bad["ok"] and bad["stage"] == "lowering" and bad["error_type"] == "ValueError"
     assert "divisible by 8 and 128" in bad["message"] and bad["memory"] is None
+
+
+# ------------------------------------------------------------------ bench row
+
+
+def _fake_run(mode: str, scale: float) -> dict:
+    compiles = {"off": 0, "warm": 0}.get(mode, 2)
+    kernels = [{"name": n, "first_call_s": scale * t, "first_call_cpu_s": scale * t / 2,
+                "check_compile_s": 0.0 if mode in ("off", "warm") else 0.1}
+               for n, t in (("a", 0.5), ("b", 0.1))]
+    return {"kernels": kernels, "compiles": compiles,
+            "disk_hits": 2 if mode == "warm" else 0, "failures": 0, "libtpu_start_s": 0.1,
+            "libtpu_started": compiles > 0, "process_s": 3 * scale,
+            "first_calls_s": 0.6 * scale, "first_calls_cpu_s": 0.3 * scale}
+
+
+def test_bench_row_tables():
+    from mosaic_rt.bench import rows
+    from mosaic_rt.bench import tpu_check as row
+    from mosaic_rt.bench.console import make_console
+
+    assert [r.key for r in rows.select(["tpu check"])] == ["tpu_check"]
+    scales = {"off": 1.0, "cold": 2.0, "warm": 1.1, "overlap": 1.9}
+    d = row.summarize({m: [_fake_run(m, s)] * 3 for m, s in scales.items()}, reps=3)
+    assert d["ok"] and d["cold_over_off"] == pytest.approx(2.0)
+    assert d["kernels"][0]["check_compile_s"] == pytest.approx(0.1)
+    assert d["overlap_over_cold"] == pytest.approx(0.95)
+    text = "\n".join(row.markdown(d))
+    assert "| check, warm disk cache | 660.00 ms | 1.1x |" in text
+    assert "| a | 500.00 ms | 1.00 s | 550.00 ms | 950.00 ms | 100.00 ms |" in text
+    assert "warm disk cache 660.00 ms" in row.summary(d)
+    row.render(make_console(), d)
+    compiled_again = {m: [_fake_run(m, s)] for m, s in scales.items()}
+    compiled_again["warm"][0] = {**compiled_again["warm"][0], "compiles": 2, "disk_hits": 0}
+    assert not row.summarize(compiled_again, reps=1)["ok"]
+
+
+def test_bench_row_without_libtpu(monkeypatch):
+    from mosaic_rt.bench import measure
+    from mosaic_rt.bench import tpu_check as row
+    monkeypatch.setattr(row, "_has_libtpu", lambda: False)
+    d = row.run_tpu_check(measure.QUICK)
+    assert d["ok"] and d["skipped"].startswith("libtpu not installed (pip install")
+    assert "skipped, libtpu not installed" in row.summary(d)
+    assert "skipped" in row.markdown(d)[-1]
