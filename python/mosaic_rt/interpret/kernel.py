@@ -42,9 +42,12 @@ def interpret_pallas_call(*args, interpret_params: InterpretParams, **kwargs):
         with logging_ops.tracing_with(interpret_params.logging_mode), \
                 sites.at_kernel(kwargs.get("jaxpr")), native_calls.batched_runs():
             result = _interpret_pallas_call(*args, interpret_params=interpret_params, **kwargs)
-    finally:
+    except Exception:
         if check is not None:
             check.finish()
+        raise
+    if check is not None:
+        check.finish()
     return result
 
 

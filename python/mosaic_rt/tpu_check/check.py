@@ -64,7 +64,8 @@ stats = Stats()
 
 
 def clear_cache() -> None:
-    """Forgets every cached result and resets `stats` (topologies stay)."""
+    """Forgets every result cached in the process and resets `stats`
+    (topologies stay; the disk cache too: `disk_cache.clear`)."""
     global stats
     with _lock:
         _cache.clear()
@@ -431,10 +432,10 @@ class Pending:
         self._thread = threading.Thread(target=work, name="mosaic_rt-tpu-check", daemon=True)
         self._thread.start()
 
-    def finish(self, stacklevel: int = 2) -> None:
+    def finish(self, stacklevel: int = 1) -> None:
         """Waits for the background compiles (if any), then raises or warns
-        for the first generation the kernel does not compile for, with
-        ``stacklevel`` relative to the caller of `finish`."""
+        for the first generation the kernel does not compile for (the
+        warning's ``stacklevel`` counted from the caller of `finish`)."""
         if self._thread is not None:
             self._thread.join()  # ends when the compile ends, as a serial one would
             self._thread = None
@@ -493,7 +494,7 @@ def check_kernel(args, kernel_params: dict, interpret_params) -> None:
     first one it does not compile for."""
     pending = start_check(args, kernel_params, interpret_params, overlap=False)
     if pending is not None:
-        pending.finish(stacklevel=3)
+        pending.finish(stacklevel=2)
 
 
 # ------------------------------------------------------------------ report
