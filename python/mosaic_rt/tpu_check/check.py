@@ -403,8 +403,10 @@ class Pending:
                 outcome = _cached(generation, self._request.key)
                 if outcome is None:
                     missing.append(generation)
-                else:
-                    self._answers[generation] = (outcome, None)
+                    continue
+                self._answers[generation] = (outcome, None)
+                if not outcome.ok and self._request.mode == "raise":
+                    break  # the call's answer: later generations are not asked
         return missing
 
     def start_in_background(self) -> None:
