@@ -6,6 +6,9 @@
   that is one HBM -> HBM DMA), swept over the input size vs numpy (`launch`).
 * "lowering and compile": trace / interpreter Python / MLIR / XLA compile /
   first run, beside a plain jnp program of the same loop (`lowering`).
+* "production kernels": jax's own Pallas TPU ops, stock / ours / jnp (`production`).
+* "tpu check": what the TPU compile check adds to first calls, cold, with a
+  warm disk cache and overlapped, in fresh processes (`tpu_check`).
 
 Each row is selected by `--filter` on its name like a case, measures stock
 and ours interleaved in one run, and adds its verdicts to the targets table.
