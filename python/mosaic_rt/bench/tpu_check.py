@@ -11,7 +11,7 @@ run), jax's persistent compilation cache off:
 * ``overlap``: as ``cold``, the compiles on a worker thread
   (``MOSAIC_RT_TPU_CHECK_OVERLAP=1``), full runs only.
 
-The modes alternate within each repetition; medians per mode. Per kernel:
+Each repetition starts with another mode; medians per mode. Per kernel:
 its first call in each mode and the seconds the compiler took for it.
 Wall and CPU time of this process (CPU time moves less when other programs
 load the machine; a worker thread's overlap shows only in wall time). Needs
@@ -156,14 +156,21 @@ def run_tpu_check(budget) -> dict:
         return {"ok": True, "skipped": f"libtpu not installed ({check.install_command()})"}
     quick = budget == measure.QUICK
     modes = MODES_QUICK if quick else MODES_FULL
-    reps = 1 if quick else 3
+    reps = 1 if quick else 5
     runs: dict[str, list] = {m: [] for m in modes}
     with tempfile.TemporaryDirectory(prefix="mosaic_rt_tpu_bench_") as tmp:
+        stored = None  # the directory the last cold run stored its answers in
         for rep in range(reps):
-            shared = os.path.join(tmp, f"rep{rep}")  # cold stores, warm reads
-            for mode in modes:
-                cache = os.path.join(tmp, f"rep{rep}-{mode}") if mode == "overlap" else shared
+            # Each repetition starts with another mode (the machine's load
+            # drifts); warm reads what the latest cold run stored.
+            order = modes[rep % len(modes):] + modes[:rep % len(modes)] if stored else modes
+            for mode in order:
+                cache = os.path.join(tmp, f"rep{rep}-{mode}")
+                if mode == "warm":
+                    cache = stored
                 runs[mode].append(_spawn(mode, cache))
+                if mode == "cold":
+                    stored = cache
     return summarize(runs, reps)
 
 
