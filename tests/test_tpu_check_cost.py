@@ -256,11 +256,11 @@ blocked((8, 128))(x)
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     blocked((4, 128))(x)
-from jax._src.lib import xla_client
+from mosaic_rt import jax_internals as jx
 s = check.stats
 print(json.dumps({"compiles": s.compiles, "disk_hits": s.disk_hits, "failures": s.failures,
                   "topologies": len(check._topologies),
-                  "libtpu_started": xla_client.pjrt_plugin_loaded("tpu"),
+                  "libtpu_started": jx.tpu_compiler_loaded(),
                   "warnings": [str(w.message) for w in caught],
                   "report": check.report()}))
 """

@@ -493,6 +493,12 @@ def pallas_tpu_info():
     return tpu_info
 
 
+def tpu_compiler_loaded() -> bool:
+    """Whether this process has started libtpu (its PJRT plugin)."""
+    from jax._src.lib import xla_client
+    return bool(xla_client.pjrt_plugin_loaded("tpu"))
+
+
 def tpu_topology(name: str):
     """libtpu's topology ``name`` ("v5e:2x2") as compile-only TPU devices
     (loads libtpu on first use: never at import)."""
