@@ -31,7 +31,7 @@ bench --filter "tpu check"`` measures it.
 `report()` lists what was checked: per kernel and generation whether it
 compiled, the seconds in the compiler and what the compiler reports about
 memory (``compiled.memory_analysis()``: argument / output / temp / code
-bytes).
+bytes; VMEM / SMEM use is reported only when it overflows, in the error).
 
 A tiling error (``(4, 128)`` blocks of a ``(16, 128)`` array, v5e)::
 

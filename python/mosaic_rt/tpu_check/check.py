@@ -507,10 +507,14 @@ def report() -> list[dict]:
     ``kernel``, ``source`` (its function's line), ``generation``, ``ok``,
     ``seconds`` (in the compiler), ``cached`` (from the disk cache: the
     seconds are those of the compile that stored it), ``memory`` (what the
-    compiler reports for a kernel that compiles, e.g.
-    ``{"temp_size_in_bytes": ..., "argument_size_in_bytes": ...}``, or
-    None), and for a failure ``stage`` ("lowering" / "compile"),
-    ``error_type`` and ``message``."""
+    compiler reports for a kernel that compiles: ``memory_analysis()``'s
+    HBM-side byte counts, e.g. ``argument_size_in_bytes``,
+    ``temp_size_in_bytes``, ``generated_code_size_in_bytes``; None for a
+    failure), and for a failure ``stage`` ("lowering" / "compile"),
+    ``error_type`` and ``message``. The kernel's VMEM / SMEM use is not
+    among what libtpu reports for a kernel that compiles (its
+    ``used_scoped_memory_configs`` stay the same for a 2 MiB and a 32 MiB
+    scratch): it shows only in an overflow's message."""
     with _lock:
         records = list(stats.records)
     return [{"kernel": kernel, "source": source, "generation": o.generation, "ok": o.ok,
