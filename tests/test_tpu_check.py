@@ -48,6 +48,7 @@ def libtpu():
 def clean(monkeypatch):
     monkeypatch.delenv(targets.ENV_TARGET, raising=False)
     monkeypatch.delenv(targets.ENV_MODE, raising=False)
+    monkeypatch.setenv("MOSAIC_RT_TPU_CACHE_DIR", "off")  # every compile counted here
     targets.set_default_target(None)
     check.clear_cache()
     yield

@@ -470,6 +470,13 @@ def _pallas_call_p():
 pallas_call_p = _pallas_call_p()
 get_aval = jax_core.typeof  # the abstract value of a tracer or array
 use_abstract_mesh = jax.sharding.use_abstract_mesh
+enable_x64 = jax_config.enable_x64  # ``with enable_x64(flag):`` (thread-local)
+
+
+def x64_enabled() -> bool:
+    """The x64 mode of this thread (a compile on a worker thread must get
+    its caller's)."""
+    return bool(jax_config.enable_x64.value)
 
 
 def shard_map(f, *, mesh, in_specs, out_specs):
@@ -484,6 +491,12 @@ def pallas_tpu_info():
     `jax._src.tpu_info` on 0.12), the same path on 0.10.2 .. 0.12."""
     from jax._src.pallas.mosaic import tpu_info
     return tpu_info
+
+
+def tpu_compiler_loaded() -> bool:
+    """Whether this process has started libtpu (its PJRT plugin)."""
+    from jax._src.lib import xla_client
+    return bool(xla_client.pjrt_plugin_loaded("tpu"))
 
 
 def tpu_topology(name: str):

@@ -6,8 +6,11 @@
   that is one HBM -> HBM DMA), swept over the input size vs numpy (`launch`).
 * "lowering and compile": trace / interpreter Python / MLIR / XLA compile /
   first run, beside a plain jnp program of the same loop (`lowering`).
+* "production kernels": jax's own Pallas TPU ops, stock / ours / jnp (`production`).
 * "memory over a suite": RSS of one process running many distinct splash
   attention kernels, stock vs ours (`memory`).
+* "tpu check": what the TPU compile check adds to first calls, cold, with a
+  warm disk cache and overlapped, in fresh processes (`tpu_check`).
 
 Each row is selected by `--filter` on its name like a case, measures stock
 and ours interleaved in one run, and adds its verdicts to the targets table.
@@ -77,6 +80,16 @@ def _production_summary(d):
     return production.summary(d)
 
 
+def _run_tpu_check(budget):
+    from mosaic_rt.bench import tpu_check
+    return tpu_check.run_tpu_check(budget)
+
+
+def _tpu_check_summary(d):
+    from mosaic_rt.bench import tpu_check
+    return tpu_check.summary(d)
+
+
 def _fmt_ms(v) -> str:
     return "-" if v is None else f"{v:.3f} ms/MiB"
 
@@ -105,6 +118,7 @@ ROWS = [
             for k in d["kernels"])),
     Row("production kernels", "production_kernels", 4, _run_production, _production_summary),
     Row("memory over a suite", "memory_suite", 1, _run_memory, _memory_summary),
+    Row("tpu check", "tpu_check", 1, _run_tpu_check, _tpu_check_summary),
 ]
 
 
@@ -204,6 +218,9 @@ def render(console, rows: dict) -> None:
     if (d := rows.get("memory_suite")) is not None:
         from mosaic_rt.bench import memory
         memory.render(console, d)
+    if (d := rows.get("tpu_check")) is not None:
+        from mosaic_rt.bench import tpu_check
+        tpu_check.render(console, d)
 
     if (d := rows.get("cold_first_call")) is not None:
         t = Table(title=f"cold first call (jit+trace+lower+compile+run of a never-seen "
@@ -289,6 +306,9 @@ def markdown(rows: dict) -> list[str]:
     if (d := rows.get("memory_suite")) is not None:
         from mosaic_rt.bench import memory
         lines += memory.markdown(d)
+    if (d := rows.get("tpu_check")) is not None:
+        from mosaic_rt.bench import tpu_check
+        lines += tpu_check.markdown(d)
     if (d := rows.get("cold_first_call")) is not None:
         lines += ["", f"Cold first call (jit + trace + lower + compile + run of a kernel never "
                       f"seen before, fresh shapes each time, persistent cache off; median of "

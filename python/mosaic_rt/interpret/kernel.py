@@ -30,15 +30,25 @@ pallas_core = jx.pallas_core
 
 
 def interpret_pallas_call(*args, interpret_params: InterpretParams, **kwargs):
-    # With a tpu_target (or MOSAIC_RT_TPU_TARGET), compile the same
-    # pallas_call for each TPU generation first (once per distinct kernel).
-    tpu_check.check_kernel(args, kwargs, interpret_params)
-    # Ops outside the kernel body (scratch allocations, block copies, the
-    # leak check) carry the kernel function's line.
-    # Straight-line runs of native ops become one call each (`batched_runs`).
-    with logging_ops.tracing_with(interpret_params.logging_mode), \
-            sites.at_kernel(kwargs.get("jaxpr")), native_calls.batched_runs():
-        return _interpret_pallas_call(*args, interpret_params=interpret_params, **kwargs)
+    # With a tpu_target (or MOSAIC_RT_TPU_TARGET), the same pallas_call is
+    # also compiled for each TPU generation (once per distinct kernel; on a
+    # worker thread meanwhile with MOSAIC_RT_TPU_CHECK_OVERLAP=1). Its
+    # verdict comes first: a kernel that does not compile fails as such.
+    check = tpu_check.start_check(args, kwargs, interpret_params)
+    try:
+        # Ops outside the kernel body (scratch allocations, block copies, the
+        # leak check) carry the kernel function's line.
+        # Straight-line runs of native ops become one call each (`batched_runs`).
+        with logging_ops.tracing_with(interpret_params.logging_mode), \
+                sites.at_kernel(kwargs.get("jaxpr")), native_calls.batched_runs():
+            result = _interpret_pallas_call(*args, interpret_params=interpret_params, **kwargs)
+    except Exception:
+        if check is not None:
+            check.finish()
+        raise
+    if check is not None:
+        check.finish()
+    return result
 
 
 def _interpret_pallas_call(

@@ -15,11 +15,23 @@ Needs the libtpu the installed jax pins (`install_command()`; e.g.
 ``pip install "libtpu==0.0.50.*"`` for jax 0.12.0.1, ``"libtpu==0.0.42.*"``
 for 0.10.2, or ``pip install "mosaic_rt[tpu]"``); importing mosaic_rt never
 loads it. Keep ``JAX_PLATFORMS=cpu`` (jax itself probes for a TPU when
-libtpu is installed and no platform is set). Results are cached per kernel
-and generation for the process (`stats`, `clear_cache`): the first check of
-a process costs ~0.15 s (libtpu start) plus ~0.7 s (first compile), each
-further small kernel ~0.05-0.2 s, a kernel seen before nothing; calls of a
-compiled program never check.
+libtpu is installed and no platform is set).
+
+Cost: results are cached per kernel and generation in the process (`stats`,
+`clear_cache`) and on disk for every process (``MOSAIC_RT_TPU_CACHE_DIR``,
+default ``~/.cache/mosaic_rt/tpu_check``, ``off`` to disable; see
+`disk_cache`), keyed by the kernel's fingerprint and the jax, libtpu and
+mosaic_rt versions. The first check of a process costs ~0.15 s (libtpu
+start) plus ~0.4-0.7 s (first compile), each further small kernel ~0.05-0.2
+s, a kernel seen before (in this process or, through the disk cache, in
+another) nothing, and a process whose every answer is on disk never starts
+libtpu; calls of a compiled program never check. ``python -m mosaic_rt
+bench --filter "tpu check"`` measures it.
+
+`report()` lists what was checked: per kernel and generation whether it
+compiled, the seconds in the compiler and what the compiler reports about
+memory (``compiled.memory_analysis()``: argument / output / temp / code
+bytes; VMEM / SMEM use is reported only when it overflows, in the error).
 
 A tiling error (``(4, 128)`` blocks of a ``(16, 128)`` array, v5e)::
 
@@ -66,7 +78,7 @@ from mosaic_rt.tpu_check.targets import (
 def __getattr__(name):
     # The check itself (jax, libtpu) loads only when used.
     if name in ("check_kernel", "clear_cache", "install_command", "topology",
-                "topology_name", "Outcome"):
+                "topology_name", "Outcome", "report"):
         from mosaic_rt.tpu_check import check
         return getattr(check, name)
     if name == "stats":
@@ -76,4 +88,5 @@ def __getattr__(name):
 
 
 __all__ = ["ENV_MODE", "ENV_TARGET", "GENERATIONS", "process_mode", "process_target",
-           "set_default_target", "check_kernel", "clear_cache", "install_command", "stats"]
+           "set_default_target", "check_kernel", "clear_cache", "install_command", "report",
+           "stats"]

@@ -8,18 +8,20 @@ Called from `mosaic_rt.interpret.kernel.interpret_pallas_call` with the
 pallas_call's own params: the same `pallas_call_p` is bound again with
 ``interpret=False`` in a `jax.jit` traced for a TPU device of the topology,
 so the TPU sees exactly the kernel's jaxpr, grid, block specs, scratch,
-scalar prefetch and compiler params. Runs at trace time in the caller's
-thread, once per distinct kernel and generation (results are cached in the
-process), never when a compiled program runs.
+scalar prefetch and compiler params. Runs at trace time, once per distinct
+kernel and generation (`fingerprint`), never when a compiled program runs.
+Answers are cached in the process and on disk (`disk_cache`), so another
+process checking the same kernel compiles nothing and, when every answer is
+on disk, never starts libtpu. With ``MOSAIC_RT_TPU_CHECK_OVERLAP=1`` the
+compiles run on a worker thread while mosaic_rt interprets the kernel
+(`start_check`), joined before the lowering returns.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import importlib
 import os
-import re
 import sys
 import tempfile
 import threading
@@ -40,16 +42,19 @@ class Outcome:
     message: str | None = None        # the compiler's message, in full
     seconds: float = 0.0
     memory: dict | None = None        # what compiled.memory_analysis() reports
+    cached: bool = False              # read from the disk cache (seconds: the compile's then)
 
 
 @dataclasses.dataclass
 class Stats:
     compiles: int = 0                 # kernels compiled (cache misses)
-    hits: int = 0                     # checks answered from the cache
+    hits: int = 0                     # checks answered from the in-process cache
+    disk_hits: int = 0                # checks answered from the disk cache (`disk_cache`)
     failures: int = 0
     seconds: float = 0.0              # total time in the compiler (misses)
     startup_seconds: float = 0.0      # loading libtpu, making topologies
-    records: list = dataclasses.field(default_factory=list)  # (kernel, source, Outcome)
+    # (kernel, source, Outcome) of each compile and disk-cache answer: see `report()`.
+    records: list = dataclasses.field(default_factory=list)
 
 
 _lock = threading.RLock()
@@ -59,7 +64,8 @@ stats = Stats()
 
 
 def clear_cache() -> None:
-    """Forgets every cached result and resets `stats` (topologies stay)."""
+    """Forgets every result cached in the process and resets `stats`
+    (topologies stay; the disk cache too: `disk_cache.clear`)."""
     global stats
     with _lock:
         _cache.clear()
@@ -171,20 +177,6 @@ def topology(generation: str, num_chips: int = 1):
 
 # --------------------------------------------------------------- the check
 
-_ADDRESS = re.compile(r" at 0x[0-9a-f]+")
-
-
-def _fingerprint(avals, kernel_params, axis_sizes) -> str:
-    """What decides whether a kernel compiles: its jaxpr, grid mapping,
-    operand types, compiler params, mesh (not its name or source line)."""
-    p = kernel_params
-    parts = [str(p["jaxpr"]), repr(p["grid_mapping"]), repr(p["compiler_params"]),
-             repr(p["mesh"]), repr(p["input_output_aliases"]), repr(p["out_avals"]),
-             repr([(tuple(a.shape), str(a.dtype)) for a in avals]), repr(axis_sizes)]
-    text = _ADDRESS.sub("", "\n".join(parts))
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def _where(kernel_params) -> tuple[str, str | None]:
     """(kernel name, its source line 'fn at file.py:12')."""
     info = getattr(kernel_params["jaxpr"], "debug_info", None)
@@ -204,10 +196,18 @@ def _devices(generation: str, num_devices: int) -> list:
         chips = max(chips * 2, 4 * ((num_devices + len(devices) - 1) // len(devices)))
 
 
-def _compile(generation: str, avals, kernel_params, axis_sizes
+def _compile(generation: str, avals, kernel_params, axis_sizes, x64: bool
              ) -> tuple[Outcome, Exception | None]:
     """(outcome, the compiler's exception or None). ``axis_sizes``: the
-    mesh axes of a kernel under shard_map (``{}``: one device)."""
+    mesh axes of a kernel under shard_map (``{}``: one device); ``x64``:
+    the caller's x64 mode (thread-local, so given on a worker thread)."""
+    from mosaic_rt import jax_internals as jx
+    with jx.enable_x64(x64):
+        return _compile_for(generation, avals, kernel_params, axis_sizes)
+
+
+def _compile_for(generation: str, avals, kernel_params, axis_sizes
+                 ) -> tuple[Outcome, Exception | None]:
     import jax
     import numpy as np
     from mosaic_rt import jax_internals as jx
@@ -295,40 +295,229 @@ def _libtpu_version() -> str | None:
         return None
 
 
-def check_kernel(args, kernel_params: dict, interpret_params) -> None:
-    """Compiles the kernel of a pallas_call being lowered under mosaic_rt
-    for each generation its params (or the process) asks for; raises
-    `TpuCompileError` (or warns) for the first one it does not compile
-    for. ``args``: the pallas_call's operands (tracers) as the lowering got
-    them; ``kernel_params``: its params without ``interpret``."""
+
+# ------------------------------------------------------ answers and caches
+
+ENV_OVERLAP = "MOSAIC_RT_TPU_CHECK_OVERLAP"
+
+
+def overlap_enabled() -> bool:
+    """Whether a kernel's compiles run on a worker thread while mosaic_rt
+    interprets it (``MOSAIC_RT_TPU_CHECK_OVERLAP=1``; off by default: on a
+    2-CPU machine it did not pay, see the bench row "tpu check")."""
+    return os.environ.get(ENV_OVERLAP, "").strip().lower() in ("1", "on", "true", "yes")
+
+
+def _cached(generation: str, key: str) -> Outcome | None:
+    """The answer of the in-process cache, else of the disk cache (then
+    kept in the process), else None. Holds `_lock`."""
+    from mosaic_rt.tpu_check import disk_cache
+    outcome = _cache.get((generation, key))
+    if outcome is not None:
+        stats.hits += 1
+        return outcome
+    entry = disk_cache.load(disk_cache.entry_key(key, generation))
+    if entry is None:
+        return None
+    try:
+        outcome = _outcome_from_json(entry["outcome"], generation)
+    except (KeyError, TypeError, ValueError):  # a damaged entry: compile again
+        return None
+    _cache[(generation, key)] = outcome
+    stats.disk_hits += 1
+    stats.records.append((entry.get("kernel"), entry.get("source"), outcome))
+    return outcome
+
+
+def _outcome_from_json(d: dict, generation: str) -> Outcome:
+    if d["generation"] != generation or not isinstance(d["ok"], bool):
+        raise ValueError("not this generation's answer")
+    memory = d.get("memory")
+    if memory is not None and not (isinstance(memory, dict)
+                                   and all(isinstance(v, int) for v in memory.values())):
+        raise ValueError("bad memory record")
+    text = {k: d.get(k) for k in ("stage", "error_type", "message")}
+    if any(v is not None and not isinstance(v, str) for v in text.values()):
+        raise ValueError("bad failure record")
+    if not d["ok"] and text["message"] is None:
+        raise ValueError("a failure without its message")
+    return Outcome(generation, d["ok"], seconds=float(d.get("seconds", 0.0)), memory=memory,
+                   cached=True, **text)
+
+
+def _compiled(request: _Request, generation: str) -> tuple[Outcome, Exception | None]:
+    """Compiles for one generation, records the answer in both caches.
+    Holds `_lock` (one compile at a time: libtpu's compiler is not known to
+    be thread-safe, and a second thread wanting the same answer waits for it)."""
+    from mosaic_rt.tpu_check import disk_cache
+    outcome, cause = _compile(generation, request.avals, request.kernel_params,
+                              request.axis_sizes, request.x64)
+    _cache[(generation, request.key)] = outcome
+    stats.compiles += 1
+    stats.seconds += outcome.seconds
+    stats.failures += not outcome.ok
+    stats.records.append((request.name, request.source, outcome))
+    entry = {"kernel": request.name, "source": request.source,
+             "outcome": dataclasses.asdict(dataclasses.replace(outcome, cached=False))}
+    disk_cache.store(disk_cache.entry_key(request.key, generation), entry)
+    return outcome, cause
+
+
+@dataclasses.dataclass
+class _Request:
+    """One kernel's check, captured in the caller's thread (trace state such
+    as the axis env and the x64 mode is thread-local)."""
+    name: str
+    source: str | None
+    avals: list
+    kernel_params: dict
+    axis_sizes: dict
+    x64: bool
+    key: str
+    generations: tuple
+    mode: str
+
+
+class Pending:
+    """A kernel's check, started by `start_check`: `finish` (in the
+    caller's thread) waits for it and raises `TpuCompileError` or warns."""
+
+    def __init__(self, request: _Request):
+        self._request = request
+        self._answers: dict[str, tuple[Outcome, Exception | None]] = {}
+        self._thread: threading.Thread | None = None
+        self._crash: BaseException | None = None
+
+    def _answer(self, generation: str) -> tuple[Outcome, Exception | None]:
+        with _lock:
+            outcome = _cached(generation, self._request.key)
+            if outcome is not None:
+                return outcome, None
+            return _compiled(self._request, generation)
+
+    def _missing(self) -> list[str]:
+        """The generations the caches do not answer (the others' answers kept)."""
+        missing = []
+        with _lock:
+            for generation in self._request.generations:
+                outcome = _cached(generation, self._request.key)
+                if outcome is None:
+                    missing.append(generation)
+                    continue
+                self._answers[generation] = (outcome, None)
+                if not outcome.ok and self._request.mode == "raise":
+                    break  # the call's answer: later generations are not asked
+        return missing
+
+    def start_in_background(self) -> None:
+        """Compiles what the caches do not answer on a worker thread. The
+        topologies are made first, here: libtpu's start-up output is
+        silenced by redirecting the process's stdout / stderr, which must
+        not swallow what the caller prints meanwhile."""
+        missing = self._missing()
+        if not missing:
+            return
+        request = self._request
+        num_devices = int(_prod(request.axis_sizes.values())) if request.axis_sizes else 1
+        for generation in missing:
+            _devices(generation, num_devices)
+
+        def work():
+            try:
+                for generation in missing:
+                    self._answers[generation] = answer = self._answer(generation)
+                    if not answer[0].ok and request.mode == "raise":
+                        return  # the first failure is the call's answer
+            except BaseException as e:  # re-raised in the caller's thread
+                self._crash = e
+
+        self._thread = threading.Thread(target=work, name="mosaic_rt-tpu-check", daemon=True)
+        self._thread.start()
+
+    def finish(self, stacklevel: int = 1) -> None:
+        """Waits for the background compiles (if any), then raises or warns
+        for the first generation the kernel does not compile for (the
+        warning's ``stacklevel`` counted from the caller of `finish`)."""
+        if self._thread is not None:
+            self._thread.join()  # ends when the compile ends, as a serial one would
+            self._thread = None
+            if self._crash is not None:
+                raise self._crash
+        request = self._request
+        for generation in request.generations:
+            outcome, cause = self._answers.pop(generation, None) or self._answer(generation)
+            if outcome.ok:
+                continue
+            error = _error(request.name, request.source, outcome)
+            if request.mode == "warn":
+                warnings.warn(TpuCompileWarning(str(error)), stacklevel=stacklevel + 1)
+                continue
+            # The message holds the compiler's in full; its own exception
+            # (with jax's internal frames) stays reachable as `compiler_error`.
+            error.compiler_error = cause
+            raise error from None
+
+
+def _prod(values) -> int:
+    out = 1
+    for v in values:
+        out *= int(v)
+    return out
+
+
+def start_check(args, kernel_params: dict, interpret_params, overlap: bool | None = None
+                ) -> Pending | None:
+    """The check of a pallas_call being lowered under mosaic_rt, or None
+    when its params (and the process) ask for no generation. ``args``: its
+    operands (tracers) as the lowering got them; ``kernel_params``: its
+    params without ``interpret``. With ``overlap`` (default:
+    `overlap_enabled()`) the compiles the caches do not answer start on a
+    worker thread; else `Pending.finish` runs them."""
     generations, mode = _targets.resolve(interpret_params)
     if not generations:
-        return
+        return None
     from mosaic_rt import jax_internals as jx
+    from mosaic_rt.tpu_check import fingerprint
     name, source = _where(kernel_params)
     axis_sizes = dict(jx.axis_sizes())
     avals = [jx.get_aval(a) for a in args]
-    key = _fingerprint(avals, kernel_params, axis_sizes)
-    for generation in generations:
-        with _lock:
-            outcome = _cache.get((generation, key))
-            cause = None
-            if outcome is None:
-                outcome, cause = _compile(generation, avals, kernel_params, axis_sizes)
-                _cache[(generation, key)] = outcome
-                stats.compiles += 1
-                stats.seconds += outcome.seconds
-                stats.failures += not outcome.ok
-                stats.records.append((name, source, outcome))
-            else:
-                stats.hits += 1
-        if outcome.ok:
-            continue
-        error = _error(name, source, outcome)
-        if mode == "warn":
-            warnings.warn(TpuCompileWarning(str(error)), stacklevel=2)
-            continue
-        # The message holds the compiler's in full; its own exception (with
-        # jax's internal frames) stays reachable as `compiler_error`.
-        error.compiler_error = cause
-        raise error from None
+    x64 = jx.x64_enabled()
+    key = fingerprint.of_kernel(avals, kernel_params, axis_sizes, (name, source), x64)
+    pending = Pending(_Request(name, source, avals, kernel_params, axis_sizes, x64, key,
+                               generations, mode))
+    if overlap_enabled() if overlap is None else overlap:
+        pending.start_in_background()
+    return pending
+
+
+def check_kernel(args, kernel_params: dict, interpret_params) -> None:
+    """`start_check` and `Pending.finish` at once: compiles the kernel for
+    each generation asked for; raises `TpuCompileError` (or warns) for the
+    first one it does not compile for."""
+    pending = start_check(args, kernel_params, interpret_params, overlap=False)
+    if pending is not None:
+        pending.finish(stacklevel=2)
+
+
+# ------------------------------------------------------------------ report
+
+def report() -> list[dict]:
+    """What the check found in this process: one row per kernel and
+    generation compiled (or answered from the disk cache), in order:
+    ``kernel``, ``source`` (its function's line), ``generation``, ``ok``,
+    ``seconds`` (in the compiler), ``cached`` (from the disk cache: the
+    seconds are those of the compile that stored it), ``memory`` (what the
+    compiler reports for a kernel that compiles: ``memory_analysis()``'s
+    HBM-side byte counts, e.g. ``argument_size_in_bytes``,
+    ``temp_size_in_bytes``, ``generated_code_size_in_bytes``; None for a
+    failure), and for a failure ``stage`` ("lowering" / "compile"),
+    ``error_type`` and ``message``. The kernel's VMEM / SMEM use is not
+    among what libtpu reports for a kernel that compiles (its
+    ``used_scoped_memory_configs`` stay the same for a 2 MiB and a 32 MiB
+    scratch): it shows only in an overflow's message."""
+    with _lock:
+        records = list(stats.records)
+    return [{"kernel": kernel, "source": source, "generation": o.generation, "ok": o.ok,
+             "seconds": o.seconds, "cached": o.cached, "memory": o.memory,
+             "stage": o.stage, "error_type": o.error_type, "message": o.message}
+            for kernel, source, o in records]
