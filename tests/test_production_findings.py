@@ -1,0 +1,114 @@
+"""What running jax's own Pallas TPU ops on mosaic_rt found, kept as examples.
+
+jax's `all_gather` kernel (`jax.experimental.pallas.ops.tpu.all_gather`) on a
+1-D ring of 4 devices races under TPU interpret mode's `on_wait` DMA
+semantics. At step i a device forwards, to its right neighbour, the chunk
+it received from its left neighbour at step i-1, after waiting for its own
+previous send and for one DMA's worth of bytes on its receive semaphore.
+But its left neighbour may already have started its step-i DMA on that same
+receive semaphore: it only waited for its step-(i-1) *send* (the read), not
+for the write to land. With both incoming DMAs pending, the byte count can
+be satisfied by the later one -- on_wait runs queued DMAs most recent first,
+stock's rule ("as late as possible, as well as out-of-order") and ours --
+and the device forwards a chunk that has not arrived: uninitialized data
+(NaN, or int32 max) ends up in the output. Stock's on_wait gives the same
+wrong, call-to-call varying outputs (jax 0.10.2 to 0.12; on 0.10.2 it
+has also been seen to hang) and its race detector flags the same pair of accesses. In
+`eager` mode each DMA lands at its start, the kernel is correct and no race
+is reported (stock and ours).
+
+So this is the kernel's race, not our semantics; with `detect_races=True`
+mosaic_rt names both accesses and the kernel line of each DMA.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+from jax.experimental.pallas.ops.tpu import all_gather as ag
+from jax.sharding import Mesh
+
+import mosaic_rt
+from mosaic_rt.jax_internals import STOCK_HAS_ON_RACE, stock_interpreter as stock_ipc
+
+pytestmark = pytest.mark.timeout(300)
+
+JAX_VERSION = tuple(int(p) for p in jax.__version__.split(".")[:3])
+
+
+def _all_gather_1d(memory_space=pltpu.VMEM, dtype=jnp.float32):
+    if jax.device_count() < 4:
+        pytest.skip("needs 4 devices")
+    mesh = Mesh(np.array(jax.devices()[:4]), ("x",))
+    x = (jnp.arange(32 * 128).reshape(32, 128).astype(jnp.float32) * 0.5).astype(dtype)
+    fn = functools.partial(ag.all_gather, mesh=mesh, axis_name="x", memory_space=memory_space)
+    return fn, x
+
+
+def _ours(fn, x, dma, **kw):
+    params = mosaic_rt.InterpretParams(dma_execution_mode=dma, **kw)
+    with mosaic_rt.force_interpret_mode(params):
+        return np.asarray(jax.block_until_ready(fn(x)))
+
+
+def _remote_copy_lines():
+    """The kernel lines of the two `async_remote_copy` calls (the DMAs that race)."""
+    lines, first = inspect.getsourcelines(ag.ag_kernel)
+    return {first + i for i, text in enumerate(lines) if "async_remote_copy(" in text}
+
+
+@pytest.mark.parametrize("space", ["vmem", "any"])
+def test_all_gather_1d_race_is_reported_with_both_dma_sites(space):
+    fn, x = _all_gather_1d(pltpu.VMEM if space == "vmem" else pl.ANY)
+    _ours(fn, x, "on_wait", detect_races=True, on_race="warn")
+    assert mosaic_rt.races.races_found
+    reports = mosaic_rt.races.reports()
+    assert reports
+    report = reports[0]
+    assert "is not ordered with" in report, report
+    # Both accesses are DMAs of the kernel, each named by the line that started it.
+    sites = [int(part.split(":")[0]) for part in report.split("all_gather.py:")[1:]]
+    assert len(sites) == 2 and set(sites) <= _remote_copy_lines(), (report, _remote_copy_lines())
+    assert report.count("(ag_kernel)") == 2, report
+
+
+@pytest.mark.parametrize("space,dtype", [("vmem", jnp.float32), ("any", jnp.int32)])
+def test_all_gather_1d_eager_is_correct_and_race_free(space, dtype):
+    fn, x = _all_gather_1d(pltpu.VMEM if space == "vmem" else pl.ANY, dtype)
+    out = _ours(fn, x, "eager", detect_races=True, on_race="warn")
+    assert not mosaic_rt.races.races_found, mosaic_rt.races.reports()
+    np.testing.assert_array_equal(out, np.asarray(x))
+
+
+def test_all_gather_1d_on_wait_output_is_what_the_race_allows():
+    """Whatever interleaving ran, every chunk of the output is either the
+    right one or never written (uninitialized NaN): the race drops chunks,
+    it never mixes them up."""
+    fn, x = _all_gather_1d()
+    out = _ours(fn, x, "on_wait")
+    want = np.asarray(x)
+    for half in range(8):    # 4 shards x (left, right) half-chunks of 4 rows
+        rows = slice(4 * half, 4 * half + 4)
+        assert np.array_equal(out[rows], want[rows]) or np.isnan(out[rows]).all(), half
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(JAX_VERSION < (0, 11), reason="stock may hang on this kernel on jax 0.10.2")
+def test_stock_reports_the_same_race():
+    """Stock's own race detector flags the kernel in on_wait mode too."""
+    fn, x = _all_gather_1d()
+    kw = {"on_race": "warn"} if STOCK_HAS_ON_RACE else {}
+    params = pltpu.InterpretParams(dma_execution_mode="on_wait", detect_races=True, **kw)
+    try:
+        with pltpu.force_tpu_interpret_mode(params):
+            jax.block_until_ready(fn(x))
+    except Exception as e:   # stock's default on_race raises from a device thread
+        assert "RACE DETECTED" in str(e), e
+    assert stock_ipc.races is not None and stock_ipc.races.races_found
