@@ -19,6 +19,16 @@ is reported (stock and ours).
 
 So this is the kernel's race, not our semantics; with `detect_races=True`
 mosaic_rt names both accesses and the kernel line of each DMA.
+
+jax's `paged_attention` with `megacore_mode="kv_head"` or `"batch"` is
+written for two TensorCores: the grid's leading "parallel" dimension is the
+core, and each core's first step prefetches its first block only while the
+`init_flag` scalar it keeps is set. Run by one core (the interpret-mode
+default, `num_cores_or_threads=1`) the second half of the grid finds the flag
+cleared by the first half, waits for a block nobody started, and can never
+continue: stock hangs; mosaic_rt raises DeadlockError at once, saying that
+the DMAs started on that semaphore all delivered and earlier waits took their
+bytes. With two cores it runs and equals `megacore_mode=None` bit for bit.
 """
 
 from __future__ import annotations
@@ -33,6 +43,7 @@ import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas.ops.tpu import all_gather as ag
+from jax.experimental.pallas.ops.tpu import paged_attention as pa
 from jax.sharding import Mesh
 
 import mosaic_rt
@@ -112,3 +123,42 @@ def test_stock_reports_the_same_race():
     except Exception as e:   # stock's default on_race raises from a device thread
         assert "RACE DETECTED" in str(e), e
     assert stock_ipc.races is not None and stock_ipc.races.races_found
+
+
+def _paged(megacore_mode, inline_seq_dim):
+    q = jax.random.normal(jax.random.key(0), (2, 4, 128), jnp.float32)
+    k = jax.random.normal(jax.random.key(1), (2, 16, 16, 128), jnp.float32)
+    v = jax.random.normal(jax.random.key(2), (2, 16, 16, 128), jnp.float32)
+    lengths = jnp.array([37, 61], jnp.int32)
+    pages = jnp.asarray(np.random.default_rng(1).permutation(16)[:8].reshape(2, 4), jnp.int32)
+    fn = jax.jit(lambda *a: pa.paged_attention(*a, pages_per_compute_block=2, megacore_mode=megacore_mode,
+                                               inline_seq_dim=inline_seq_dim))
+    return fn, (q, k, v, lengths, pages)
+
+
+def _run(fn, args, dma, cores):
+    params = mosaic_rt.InterpretParams(dma_execution_mode=dma, num_cores_or_threads=cores)
+    with mosaic_rt.force_interpret_mode(params):
+        return np.asarray(jax.block_until_ready(fn(*args)))
+
+
+@pytest.mark.parametrize("megacore_mode", ["kv_head", "batch"])
+@pytest.mark.parametrize("dma", ["on_wait", "eager"])
+def test_paged_attention_megacore_on_one_core_is_a_reported_deadlock(megacore_mode, dma):
+    fn, args = _paged(megacore_mode, inline_seq_dim=False)
+    with pytest.raises(mosaic_rt.DeadlockError) as e:
+        _run(fn, args, dma, cores=1)
+    msg = str(e.value)
+    assert "waits on DMA semaphore" in msg and "(count is 0)" in msg, msg
+    assert "(MultiPageAsyncCopyDescriptor.wait_and_get_loaded)" in msg, msg
+    assert "have all delivered" in msg and "and earlier waits took" in msg, msg
+
+
+@pytest.mark.parametrize("megacore_mode", ["kv_head", "batch"])
+@pytest.mark.parametrize("inline_seq_dim", [False, True])
+def test_paged_attention_megacore_on_two_cores_equals_one_core_without_it(megacore_mode, inline_seq_dim):
+    fn, args = _paged(megacore_mode, inline_seq_dim)
+    plain, plain_args = _paged(None, inline_seq_dim)
+    want = _run(plain, plain_args, "on_wait", cores=1)
+    for dma in ("on_wait", "eager"):
+        np.testing.assert_array_equal(_run(fn, args, dma, cores=2), want)
