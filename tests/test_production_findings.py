@@ -52,6 +52,7 @@ from mosaic_rt.jax_internals import STOCK_HAS_ON_RACE, stock_interpreter as stoc
 pytestmark = pytest.mark.timeout(300)
 
 JAX_VERSION = tuple(int(p) for p in jax.__version__.split(".")[:3])
+ATTEMPTS = 5
 
 
 def _all_gather_1d(memory_space=pltpu.VMEM, dtype=jnp.float32):
@@ -78,7 +79,13 @@ def _remote_copy_lines():
 @pytest.mark.parametrize("space", ["vmem", "any"])
 def test_all_gather_1d_race_is_reported_with_both_dma_sites(space):
     fn, x = _all_gather_1d(pltpu.VMEM if space == "vmem" else pl.ANY)
-    _ours(fn, x, "on_wait", detect_races=True, on_race="warn")
+    # The race shows when a device's left neighbour has run a step ahead (the
+    # usual case: it is reported on nearly every launch); the detector sees
+    # the interleaving that ran, so allow a few launches for it to come up.
+    for _ in range(ATTEMPTS):
+        _ours(fn, x, "on_wait", detect_races=True, on_race="warn")
+        if mosaic_rt.races.races_found:
+            break
     assert mosaic_rt.races.races_found
     reports = mosaic_rt.races.reports()
     assert reports
@@ -117,11 +124,14 @@ def test_stock_reports_the_same_race():
     fn, x = _all_gather_1d()
     kw = {"on_race": "warn"} if STOCK_HAS_ON_RACE else {}
     params = pltpu.InterpretParams(dma_execution_mode="on_wait", detect_races=True, **kw)
-    try:
-        with pltpu.force_tpu_interpret_mode(params):
-            jax.block_until_ready(fn(x))
-    except Exception as e:   # stock's default on_race raises from a device thread
-        assert "RACE DETECTED" in str(e), e
+    for _ in range(ATTEMPTS):   # as for ours: the interleaving that ran decides
+        try:
+            with pltpu.force_tpu_interpret_mode(params):
+                jax.block_until_ready(fn(x))
+        except Exception as e:   # stock's default on_race raises from a device thread
+            assert "RACE DETECTED" in str(e), e
+        if stock_ipc.races is not None and stock_ipc.races.races_found:
+            break
     assert stock_ipc.races is not None and stock_ipc.races.races_found
 
 
