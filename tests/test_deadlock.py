@@ -155,7 +155,8 @@ def test_dma_wait_for_more_bytes_than_the_started_dmas_deliver():
                           scratch_shapes=[pltpu.VMEM((16, 128), _F32), pltpu.SemaphoreType.DMA],
                           interpret=_params(dma_execution_mode="eager"))
     _expect_deadlock(lambda: call(x), "waiting for 8192 bytes on DMA semaphore",
-                     "the 1 DMA(s) started on it deliver 4096 bytes", "(count is 4096)")
+                     "the 1 DMA(s) started on it have all delivered, 4096 bytes in all (last",
+                     "(count is 4096)")
 
 
 def test_barrier_one_device_never_reaches():

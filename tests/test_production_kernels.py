@@ -288,13 +288,10 @@ def _paged_reference(q, k_pages, v_pages, lengths, page_indices):
     return out.reshape(b, qh, d)
 
 
-# megacore_mode="kv_head" / "batch": not in the corpus -- stock interpret mode hung
-# on megacore_mode="kv_head" here (jax 0.10.2, killed after 10 min), so it cannot
-# be the oracle, and the op has no reference implementation.
-for _int8, _inline, _xfail in [(False, True, None), (True, True, None), (False, False,
-                               "mosaic_rt intermittently raises DeadlockError on this "
-                               "variant (a wait for one page's 8192 bytes while 4 DMAs "
-                               "of 32768 bytes are pending on the semaphore)")]:
+# megacore_mode="kv_head" / "batch": not in the corpus (the op has no reference, and
+# run by one core the kernel deadlocks -- stock hangs); test_production_findings.py
+# has them: the reported deadlock on one core, two cores equal to megacore_mode=None.
+for _int8, _inline in [(False, True), (True, True), (False, False)]:
     def _build_pa(int8=_int8, inline=_inline):
         q, k, v, lengths, idx = _paged_inputs()
         if int8:
@@ -302,8 +299,7 @@ for _int8, _inline, _xfail in [(False, True, None), (True, True, None), (False, 
         fn = jax.jit(lambda q, k, v, lengths, idx: pa.paged_attention(
             q, k, v, lengths, idx, pages_per_compute_block=2, inline_seq_dim=inline))
         return fn, (q, k, v, lengths, idx)
-    case(f"paged_attention int8={_int8} inline_seq_dim={_inline}", dma_modes=MODES,
-         xfail=_xfail)(_build_pa)
+    case(f"paged_attention int8={_int8} inline_seq_dim={_inline}", dma_modes=MODES)(_build_pa)
 
 
 # ragged paged attention ----------------------------------------------------------------
@@ -429,14 +425,12 @@ for _dims, _space, _dtype in [(1, "vmem", "float32"), (1, "any", "int32"),
         # The op's out_specs is P(None): every device holds the gather over "x"
         # of its shards; on the 2-D mesh x is split over "x" only, so that is x.
         return x
+    # On a 1-D mesh the kernel races in on_wait mode (a device may forward a
+    # chunk before it has arrived; stock's on_wait output is wrong the same
+    # way): see test_production_findings.py. Eager mode is race-free and exact.
     case(f"all_gather {_dims}-D mesh {_space} {_dtype}", reference=_ref_ag, atol=0, rtol=0,
-         dma_modes=MODES, devices=4,
-         xfail=None if _dims == 2 else (
-             "jax's all_gather kernel races on a 1-D mesh (a forwarded chunk of o_ref is "
-             "read by the next remote DMA before the incoming DMA that writes it is ordered; "
-             "see test_all_gather_1d_race_is_reported): mosaic_rt's output differs from the "
-             "reference (NaN / stale chunks), issue 26"),
-         stock=("stock interpret mode hangs on all_gather over a 1-D mesh (jax 0.10.2)"
+         dma_modes=MODES if _dims == 2 else ("eager",), devices=4,
+         stock=("stock interpret mode may hang on all_gather over a 1-D mesh (jax 0.10.2)"
                 if _dims == 1 else None))(_build_ag)
 
 
@@ -570,19 +564,3 @@ def test_production_kernel(c: Case):
         assert_bit_identical(ours2, ours)   # deterministic from call to call
         TIMES[f"{c.name} [{dma}]"] = times
         print(f"\n{c.name} [{dma}]: " + ", ".join(f"{k} {v:.3f}" for k, v in times.items()))
-
-
-@pytest.mark.timeout(120)
-def test_all_gather_1d_race_is_reported():
-    """Known finding (issue 26), documented rather than fixed here: with
-    detect_races=True mosaic_rt reports a race inside jax's own all_gather
-    kernel on a 1-D mesh of 4 devices in on_wait mode: the DMA forwarding
-    chunk `slot` of o_ref to the next neighbour reads it while the incoming
-    DMA writing that chunk is not ordered before the read. Stock is not run
-    (it hangs on this kernel on jax 0.10.2)."""
-    if jax.device_count() < 4:
-        pytest.skip("needs 4 devices")
-    c = next(c for c in CASES if c.name == "all_gather 1-D mesh vmem float32")
-    fn, args = c.build()
-    run("ours", fn, args, "on_wait", detect_races=True, on_race="warn")
-    assert mosaic_rt.races.races_found

@@ -270,7 +270,7 @@ impl Queued for DmaStep {
     }
 }
 
-/// Deadlock reports say how many bytes the DMAs started on a semaphore deliver.
+/// Deadlock reports say how many bytes the DMAs started on a semaphore delivered.
 fn note_started(env: &DmaEnv, req: &DmaRequest, plan: &Plan, bytes: i64) {
     env.sems.dma_started(req.dst_sem, plan.dst_gcore, bytes);
     if let Some(s) = req.src_sem {
@@ -337,7 +337,6 @@ pub(crate) fn start(env: &DmaEnv, req: DmaRequest) -> Result<()> {
 
     let plan = Plan { bytes, ..plan };
     let race = env.races.map(|races| races.dma_begin(req.device, req.core));
-    note_started(env, &req, &plan, bytes);
     let site = site::current();
     let trace = trace_begin(env, &req);
     let (src_sem, dst_sem) = (req.src_sem, req.dst_sem);
@@ -348,5 +347,12 @@ pub(crate) fn start(env: &DmaEnv, req: DmaRequest) -> Result<()> {
     if let Some(src_sem) = src_sem {
         env.sems.enqueue(src_sem, src_gcore, DmaStep::Read(Arc::clone(&dma)))?;
     }
-    env.sems.enqueue(dst_sem, dst_gcore, DmaStep::Write(dma))
+    env.sems.enqueue(dst_sem, dst_gcore, DmaStep::Write(dma))?;
+    // Counted once queued: a deadlock report may then say that every DMA it
+    // counts on a semaphore nobody can run work for has delivered.
+    env.sems.dma_started(dst_sem, dst_gcore, bytes);
+    if let Some(s) = src_sem {
+        env.sems.dma_started(s, src_gcore, bytes);
+    }
+    Ok(())
 }

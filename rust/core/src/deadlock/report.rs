@@ -58,14 +58,23 @@ pub(super) fn describe(
                             );
                         }
                         Some(t) => {
+                            // Nothing queued on this (semaphore, core) -- else the
+                            // waiter could run it -- so every DMA started on it has
+                            // signalled it: what the count lacks, earlier waits took.
+                            let taken = (t.bytes - count).clamp(0, t.bytes);
                             let _ = write!(
                                 line,
                                 "; waiting for {} bytes on DMA semaphore {}: the {} DMA(s) started on it \
-                                 deliver {} bytes (last started{})",
+                                 have all delivered, {} bytes in all{} (last started{})",
                                 w.value,
                                 w.sem,
                                 t.count,
                                 t.bytes,
+                                if taken > 0 {
+                                    format!(", and earlier waits took {taken} of them")
+                                } else {
+                                    String::new()
+                                },
                                 if t.last_site == 0 {
                                     " at an unknown site".to_string()
                                 } else {
