@@ -36,7 +36,6 @@ import test_production_kernels
 
 pytestmark = pytest.mark.timeout(300)
 
-JAX_VERSION = tuple(int(p) for p in jax.__version__.split(".")[:3])
 TARGET = ("v5e", "v6e")
 
 _TILING = "divisible by 8 and 128 respectively"
@@ -91,11 +90,6 @@ REJECTED = {
 # carries (device kind "cpu") and restores when the Pallas TPU lowering runs
 # its body, so run_scoped's get_tpu_info() asks for chip "cpu" instead of the
 # target's. jax 0.10.2 / 0.11.0 compile both kernels for v5e and v6e.
-CHECK_BUG = ("the check lowers core_map's run_scoped under the CPU mesh its jaxpr "
-             "equations were traced in: 'Unsupported TPU device kind: cpu' (jax 0.12)")
-CHECK_BUGS = {"multi_device/core_map_shared_hbm", "multi_device/cores_wait_on_each_other"}
-
-
 def _has_libtpu() -> bool:
     try:
         import libtpu  # noqa: F401
@@ -201,10 +195,7 @@ def _kernels():
 
 
 def _param(kid, run, marks):
-    marks = list(marks)
-    if kid in CHECK_BUGS and JAX_VERSION >= (0, 12):
-        marks.append(pytest.mark.xfail(strict=True, raises=AssertionError, reason=CHECK_BUG))
-    return pytest.param(kid, run, marks=marks, id=kid)
+    return pytest.param(kid, run, marks=list(marks), id=kid)
 
 
 KERNELS = [_param(*k) for k in _kernels()]
@@ -243,7 +234,7 @@ def test_kernel_compiles_for_v5e_and_v6e(libtpu, kid, run):
 
 def test_every_expected_rejection_names_a_kernel():
     ids = {k[0] for k in _kernels()}
-    assert set(REJECTED) <= ids and CHECK_BUGS <= ids
+    assert set(REJECTED) <= ids
     # every corpus was found, each with all its kernels
     assert {i.split("/")[0] for i in ids} == {
         "single_device", "multi_device", "production", "bench-suite", "zoo", "launch", "cold",

@@ -202,7 +202,8 @@ def _compile(generation: str, avals, kernel_params, axis_sizes, x64: bool
     mesh axes of a kernel under shard_map (``{}``: one device); ``x64``:
     the caller's x64 mode (thread-local, so given on a worker thread)."""
     from mosaic_rt import jax_internals as jx
-    with jx.enable_x64(x64):
+    from mosaic_rt.tpu_check import tpu_info
+    with jx.enable_x64(x64), tpu_info.answering_for(generation):
         return _compile_for(generation, avals, kernel_params, axis_sizes)
 
 

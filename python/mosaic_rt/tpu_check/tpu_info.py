@@ -12,6 +12,9 @@ before its params reach mosaic_rt. Without a target, nothing is registered.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 # Generation -> (device kind the topology's devices report, cores per device).
 DEVICE_KINDS = {"v4": ("TPU v4", 1), "v5e": ("TPU v5 lite", 1), "v5p": ("TPU v5", 2),
                 "v6e": ("TPU v6 lite", 1), "v7x": ("TPU7x", 1)}
@@ -47,3 +50,34 @@ def answer_on_cpu(generation: str | None) -> None:
     clear = getattr(info.get_tpu_info, "cache_clear", None)
     if clear is not None:
         clear()
+
+
+_swap_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def answering_for(generation: str):
+    """While compiling for ``generation``: `get_tpu_info()` on CPU answers for
+    it. The Pallas TPU lowering re-enters the abstract mesh each equation was
+    traced under -- for a kernel under a CPU `shard_map`, a mesh of CPU
+    devices -- and some rules (`run_scoped` in `core_map`) then ask the chip
+    of device kind "cpu". The entry in place before (the process target's,
+    or none) comes back afterwards; someone else's entry is left alone."""
+    from mosaic_rt import jax_internals as jx
+    info = jx.pallas_tpu_info()
+    with _swap_lock:
+        before = info.registry.get(_CPU_KIND)
+        ours = before is None or hasattr(before, _MARK)
+        if ours:
+            answer_on_cpu(generation)
+        try:
+            yield
+        finally:
+            if ours:
+                if before is None:
+                    answer_on_cpu(None)
+                else:
+                    info.registry[_CPU_KIND] = before
+                    clear = getattr(info.get_tpu_info, "cache_clear", None)
+                    if clear is not None:
+                        clear()
