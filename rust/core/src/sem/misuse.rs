@@ -10,9 +10,12 @@ use crate::site::{self, SiteId};
 
 /// A DMA wait for `value` bytes on (block offset `off`, `gcore`) that does
 /// not complete at once: warns (MisuseWarning) if DMAs are pending on the
-/// semaphore and `value` matches none of them, nor their total, nor their
-/// total plus the count already there -- a descriptor waited with a
-/// different size than it was started with.
+/// semaphore and no sum of their sizes (with or without the count already
+/// there) makes `value` -- a descriptor waited with a different size than
+/// it was started with. A sum, not only one DMA or all of them: kernels
+/// share one semaphore between kinds of copies and wait for each kind's
+/// total (jax's paged attention waits for its int8 pages, then for their
+/// scales, all started on one semaphore).
 pub(crate) fn check_dma_wait<T: Queued>(
     s: &SemBlock<T>,
     off: u32,
@@ -27,8 +30,7 @@ pub(crate) fn check_dma_wait<T: Queued>(
         return;
     }
     let count = s.peek(off, gcore);
-    let total: i64 = pending.iter().map(|p| p.0).sum();
-    if count >= value || pending.iter().any(|p| p.0 == value) || value == total || value == count + total {
+    if count >= value || selection_adds_up(value, count, pending.iter().map(|p| p.0)) {
         return;
     }
     let sem = s.first + off;
@@ -67,4 +69,92 @@ pub(crate) fn check_dma_wait<T: Queued>(
         ],
         as_warning,
     });
+}
+
+/// Multiples of the sizes' common divisor tracked before giving up (and
+/// not warning).
+const MAX_UNITS: i64 = 1 << 16;
+
+/// Whether `value` (or `value` less the `count` already there) is a sum of
+/// the pending `sizes`, each used any number of times -- or it cannot be
+/// told cheaply. Any number of times: DMAs not started yet are likely more
+/// of the same sizes (a receiver waiting for all its arrivals at once sees
+/// only the ones started so far), and a wait they would complete is no
+/// misuse.
+fn selection_adds_up(value: i64, count: i64, sizes: impl Iterator<Item = i64>) -> bool {
+    let mut sizes: Vec<i64> = sizes.filter(|&b| b > 0).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let unit = sizes.iter().fold(0, |g, &b| gcd(g, b));
+    if unit == 0 {
+        return false;
+    }
+    let targets = [value, value - count.max(0)];
+    targets.iter().any(|&t| {
+        if t < 0 || t % unit != 0 {
+            return false;
+        }
+        let t = t / unit;
+        if t > MAX_UNITS {
+            return true;
+        }
+        // reachable[u]: u units are a sum of the sizes
+        let mut reachable = vec![false; t as usize + 1];
+        reachable[0] = true;
+        for u in 1..=t as usize {
+            reachable[u] = sizes.iter().any(|&b| {
+                let b = (b / unit) as usize;
+                b <= u && reachable[u - b]
+            });
+        }
+        reachable[t as usize]
+    })
+}
+
+fn gcd(a: i64, b: i64) -> i64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::selection_adds_up;
+
+    #[test]
+    fn a_kinds_total_among_other_kinds_adds_up() {
+        // two int8 pages (2048 each) and their scales (8192 each) on one semaphore
+        let pending = [2048, 8192, 2048, 8192];
+        assert!(selection_adds_up(4096, 0, pending.into_iter()));
+        assert!(selection_adds_up(16384, 0, pending.into_iter()));
+        assert!(selection_adds_up(20480, 0, pending.into_iter()));
+        assert!(selection_adds_up(2048, 0, pending.into_iter()));
+    }
+
+    #[test]
+    fn the_count_already_there_counts() {
+        assert!(selection_adds_up(3000, 1000, [2000].into_iter()));
+        assert!(!selection_adds_up(3100, 1000, [2000, 500].into_iter()));
+    }
+
+    #[test]
+    fn more_arrivals_of_the_sizes_seen_add_up() {
+        // a receiver waits for three tiles; one has been started so far
+        assert!(selection_adds_up(3 * 8192, 0, [8192].into_iter()));
+    }
+
+    #[test]
+    fn a_size_no_sum_reaches_does_not_add_up() {
+        assert!(!selection_adds_up(3000, 0, [2048].into_iter()));
+        assert!(!selection_adds_up(1024, 0, [2048, 8192].into_iter()));
+        assert!(!selection_adds_up(4096 + 100, 0, [2048].into_iter()));
+    }
+
+    #[test]
+    fn too_many_units_is_no_verdict() {
+        // sizes with a common divisor of 1 and a wait of millions of units
+        assert!(selection_adds_up(10_000_001, 0, [1_000_003, 999_983].into_iter()));
+    }
 }
