@@ -177,7 +177,7 @@ fn two_waiters_on_one_core_wait_on_different_semaphores() {
 /// A 2-device table whose waits spin before they park (in loom a spin is a
 /// few checks with yields: it can miss, then the wait parks).
 fn spinning_table() -> (Arc<SemTable>, u32) {
-    let spin = std::sync::Arc::new(AdaptiveSpin::new(std::time::Duration::from_micros(20)));
+    let spin = std::sync::Arc::new(AdaptiveSpin::outcomes_only(std::time::Duration::from_micros(20)));
     let config = Config { num_devices: 2, wait_timeout: None, spin_before_park: Some(spin), ..Config::default() };
     let table = SemTable::new(&config);
     let sem = table.allocate(0, None, SemKind::Regular, 1).unwrap();

@@ -52,7 +52,7 @@ fn a_spinning_ping_pong_keeps_every_count() {
 #[test]
 fn a_wait_that_had_to_park_shrinks_the_shared_budget() {
     // The signal comes only once the waiter is parked: its spin got nothing.
-    let spin = Arc::new(AdaptiveSpin::new(MAX));
+    let spin = Arc::new(AdaptiveSpin::outcomes_only(MAX));
     let t = table(&spin, Some(Duration::from_secs(120)));
     let s = t.allocate(0, None, SemKind::Regular, 1).unwrap();
     let t2 = Arc::clone(&t);
@@ -65,7 +65,7 @@ fn a_wait_that_had_to_park_shrinks_the_shared_budget() {
 
 #[test]
 fn a_spinning_wait_still_times_out_and_still_sees_failure() {
-    let spin = Arc::new(AdaptiveSpin::new(MAX));
+    let spin = Arc::new(AdaptiveSpin::outcomes_only(MAX));
     let t = table(&spin, Some(Duration::from_millis(30)));
     let s = t.allocate(0, None, SemKind::Regular, 1).unwrap();
     assert_eq!(wait(&t, 0, s, 1).unwrap_err().kind, ErrorKind::Timeout);

@@ -16,6 +16,7 @@ mod counters;
 mod ids;
 mod misuse;
 mod park;
+mod pressure;
 mod spin;
 mod task_queue;
 

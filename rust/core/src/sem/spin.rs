@@ -9,7 +9,9 @@
 //! run (measured: a 2-device ping-pong went from ~1.2 ms to 6-24 ms a call
 //! with one CPU-bound process or other load on the 2 CPUs).
 //!
-//! So the spin budget is learnt from what spinning gets:
+//! So waits park at once while the CPUs are oversubscribed (see
+//! `pressure`), and otherwise the spin budget is learnt from what spinning
+//! gets (also all there is where the pressure cannot be read):
 //! * a spin that sees the wait satisfied (a *hit*) paid, the budget grows
 //!   by a quarter (up to its cap);
 //! * a spin that runs out (a *miss*) was wasted, the budget halves; below
@@ -33,6 +35,7 @@
 //! plain loads and stores (a lost update only delays learning); they are
 //! std atomics even in loom models, being no part of the park protocol.
 
+use super::pressure::CpuPressure;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -99,18 +102,31 @@ pub struct AdaptiveSpin {
     budget: AtomicU32,
     /// Waits that parked at once since the budget last was zero (probe clock).
     skipped: AtomicU32,
+    /// `None`: learn from spin outcomes only.
+    pressure: Option<CpuPressure>,
 }
 
 impl AdaptiveSpin {
     /// Spins of at most `max`, starting at `max` (a quiet machine).
     pub fn new(max: Duration) -> Self {
+        Self::with_pressure(max, Some(CpuPressure::default()))
+    }
+
+    /// Blind to CPU pressure: learns from spin outcomes only (deterministic
+    /// tests on a loaded machine).
+    #[cfg(any(test, feature = "internals", loom))]
+    pub fn outcomes_only(max: Duration) -> Self {
+        Self::with_pressure(max, None)
+    }
+
+    fn with_pressure(max: Duration, pressure: Option<CpuPressure>) -> Self {
         let max = nanos(max);
-        AdaptiveSpin { max, budget: AtomicU32::new(max), skipped: AtomicU32::new(0) }
+        AdaptiveSpin { max, budget: AtomicU32::new(max), skipped: AtomicU32::new(0), pressure }
     }
 
     /// How long the next wait spins before it parks (`None`: not at all).
     pub fn plan(&self) -> Option<Duration> {
-        if self.max == 0 {
+        if self.max == 0 || self.pressure.as_ref().is_some_and(|p| p.oversubscribed()) {
             return None;
         }
         let budget = self.budget.load(Ordering::Relaxed);
@@ -227,7 +243,7 @@ mod tests {
 
     #[test]
     fn at_zero_one_wait_in_probe_every_spins() {
-        let s = AdaptiveSpin::new(Duration::from_micros(20));
+        let s = AdaptiveSpin::outcomes_only(Duration::from_micros(20));
         assert_eq!(s.plan(), Some(Duration::from_micros(20)));
         s.record(Outcome::Preempted);
         assert_eq!(s.budget(), Duration::ZERO);
@@ -246,7 +262,7 @@ mod tests {
 
     #[test]
     fn a_zero_cap_never_spins() {
-        let s = AdaptiveSpin::new(Duration::ZERO);
+        let s = AdaptiveSpin::outcomes_only(Duration::ZERO);
         assert!((0..3 * PROBE_EVERY).all(|_| s.plan().is_none()));
     }
 
