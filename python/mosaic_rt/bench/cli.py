@@ -35,6 +35,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
     parser.add_argument("--strict", action="store_true",
                         help="also exit non-zero when a speed target is missed")
+    parser.add_argument("--contention", metavar="N", type=_burner_count, default=0,
+                        help="run with N CPU-bound processes alive (targets judged on busy "
+                             "CPUs), then time each case's ours in alternating quiet and "
+                             "contended blocks: target contended <= 2x quiet")
+
+
+def _burner_count(text: str) -> int:
+    from mosaic_rt.bench.contention import burner_count
+
+    return burner_count(text)
 
 
 def _select(quick: bool, filters: list[str]):
@@ -144,14 +154,14 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     if child_code is not None:
         return child_code
 
-    from mosaic_rt.bench import cold, measure, report
+    from mosaic_rt.bench import cold, contention, measure, report
     from mosaic_rt.bench import rows as rows_mod
 
     # First calls must compile: no executable may come from an on-disk cache.
     cold.disable_persistent_cache()
     budget = measure.QUICK if args.quick else measure.FULL
-    results, rows = [], {}
-    with make_progress(console) as progress:
+    results, rows, contended = [], {}, []
+    with contention.burners(args.contention), make_progress(console) as progress:
         task = progress.add_task("warming up", total=len(cases) + len(extra))
         measure.warm_up()
         for case in cases:
@@ -173,9 +183,19 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                                            f"{escape(rows[row.key]['error'])}")
             progress.advance(task)
         progress.update(task, description="done")
+    if args.contention:
+        with make_progress(console) as progress:
+            task = progress.add_task("quiet vs contended", total=len(cases))
+            for case in cases:
+                progress.update(task, description=f"{case.name} quiet vs contended")
+                with _watchdog(case.name, budget.case_timeout_s):
+                    contended.append(contention.time_case(case, budget, args.contention))
+                progress.console.print(contention.summary(contended[-1]))
+                progress.advance(task)
 
     good_rows = {k: v for k, v in rows.items() if "error" not in v}
-    found = report.verdicts(results) + rows_mod.verdicts(good_rows, results)
+    found = (report.verdicts(results) + rows_mod.verdicts(good_rows, results)
+             + contention.verdicts(contended))
     report.render(console, results, found, good_rows)
     bad = [r for r in results if not r.ok]
     for r in bad:
@@ -188,8 +208,10 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         console.print(f"[bold red]FAILED[/] row {k}: "
                       f"{escape(rows[k].get('error') or 'an output differs (see its table)')}")
     settings = {"quick": args.quick, "filter": args.filter, "argv": argv,
-                "budget": dataclasses.asdict(budget)}
+                "budget": dataclasses.asdict(budget), "contention": args.contention}
     data = report.to_json(results, found, settings, rows)
+    if contended:
+        data["contention"] = contention.to_json(contended)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(data, f, indent=1)

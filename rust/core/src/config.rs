@@ -2,6 +2,8 @@
 
 use crate::enum_str::enum_str;
 use crate::error::{Result, RtError};
+use crate::sem::AdaptiveSpin;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A wait timeout of `seconds` (>= 0). `inf`, and any timeout too long for
@@ -175,10 +177,13 @@ pub struct Config {
     /// Chrome trace-event JSON (`Runtime::trace_json`).
     pub trace: bool,
     /// Before a wait parks its thread (after running any queued DMA), watch
-    /// the counter this long. Waking a parked thread costs microseconds of
-    /// OS scheduling, but spinning only pays when every simulated core has a
-    /// CPU of its own, so the default is to park at once.
-    pub spin_before_park: Option<Duration>,
+    /// the counter for a while, learnt by this state (see [`AdaptiveSpin`]:
+    /// spinning stops when spins stop paying, e.g. on oversubscribed CPUs).
+    /// Share one `Arc` across runtimes to carry what it learnt over. Waking
+    /// a parked thread costs microseconds of OS scheduling, but spinning
+    /// only pays when every simulated core has a CPU of its own, so the
+    /// default is to park at once.
+    pub spin_before_park: Option<Arc<AdaptiveSpin>>,
     /// Fail every blocked core with a deadlock error as soon as none can
     /// continue (see `deadlock`). Off for a runtime driven directly, where
     /// any thread may act as any core; kernel launches turn it on.

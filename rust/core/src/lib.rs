@@ -67,7 +67,7 @@ pub use races::{latest_race_log, RaceLog};
 pub use region::{DimSel, Region};
 pub use registry::LaunchRegistry;
 pub use runtime::Runtime;
-pub use sem::{Leak, SemKind, MAX_COUNT};
+pub use sem::{AdaptiveSpin, Leak, SemKind, MAX_COUNT};
 pub use sync::IgnorePoison;
 pub use trace::Tracer;
 

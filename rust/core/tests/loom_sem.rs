@@ -7,7 +7,7 @@ use loom::thread;
 use mosaic_rt_core::internals::sync::Arc;
 use mosaic_rt_core::internals::SemTable;
 use mosaic_rt_core::SemKind;
-use mosaic_rt_core::{Config, ErrorKind, RtError};
+use mosaic_rt_core::{AdaptiveSpin, Config, ErrorKind, RtError};
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
     // Bound 5 explores these 2-3 thread models in ~5 s (unbounded: ~5 min).
@@ -171,5 +171,44 @@ fn two_waiters_on_one_core_wait_on_different_semaphores() {
         other.join().unwrap();
         signaller.join().unwrap();
         assert_eq!((t.read(0, 0, a).unwrap(), t.read(0, 0, b).unwrap()), (0, 0));
+    });
+}
+
+/// A 2-device table whose waits spin before they park (in loom a spin is a
+/// few checks with yields: it can miss, then the wait parks).
+fn spinning_table() -> (Arc<SemTable>, u32) {
+    let spin = std::sync::Arc::new(AdaptiveSpin::outcomes_only(std::time::Duration::from_micros(20)));
+    let config = Config { num_devices: 2, wait_timeout: None, spin_before_park: Some(spin), ..Config::default() };
+    let table = SemTable::new(&config);
+    let sem = table.allocate(0, None, SemKind::Regular, 1).unwrap();
+    (Arc::new(table), sem)
+}
+
+#[test]
+fn a_waiter_that_spins_then_parks_is_woken() {
+    model(|| {
+        let (t, sem) = spinning_table();
+        let t2 = Arc::clone(&t);
+        let signaller = thread::spawn(move || t2.signal(1, 0, sem, 1, Some(0), None).unwrap());
+        wait(&t, 0, sem, 1).unwrap();
+        signaller.join().unwrap();
+        assert_eq!(t.read(0, 0, sem).unwrap(), 0);
+    });
+}
+
+#[test]
+fn a_spinning_ping_pong_round_completes() {
+    // Both sides wait in turn, each spinning (hit or miss) before parking.
+    model_bounded(3, || {
+        let (t, sem) = spinning_table();
+        let t2 = Arc::clone(&t);
+        let pong = thread::spawn(move || {
+            wait(&t2, 1, sem, 1).unwrap();
+            t2.signal(1, 0, sem, 1, Some(0), None).unwrap();
+        });
+        t.signal(0, 0, sem, 1, Some(1), None).unwrap();
+        wait(&t, 0, sem, 1).unwrap();
+        pong.join().unwrap();
+        assert_eq!((t.read(0, 0, sem).unwrap(), t.read(1, 0, sem).unwrap()), (0, 0));
     });
 }

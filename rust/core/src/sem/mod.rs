@@ -16,9 +16,12 @@ mod counters;
 mod ids;
 mod misuse;
 mod park;
+mod pressure;
+mod spin;
 mod task_queue;
 
 pub use park::WaitRecord;
+pub use spin::AdaptiveSpin;
 
 use crate::config::{Config, Topology};
 use crate::deadlock::{Monitor, Probe, Wait};
@@ -127,7 +130,7 @@ pub struct SemTable<T: Queued = NoWork> {
     /// Misuse reports are Python warnings (see `Config::report_as_warnings`).
     reports_as_warnings: bool,
     wait_timeout: Option<Duration>,
-    spin: Option<Duration>,
+    spin: Option<std::sync::Arc<AdaptiveSpin>>,
     ids: SemIds<T>,
     parkers: Box<[Parker]>,
     failure: Failure,
@@ -146,22 +149,6 @@ pub(crate) fn failed(root: &RtError, device: u32, core: u32) -> RtError {
         root.clone().at(device, core)
     } else {
         RtError::aborted(root, device, core)
-    }
-}
-
-/// Busy-waits until `ready()` or `budget` has passed.
-fn spin_until(budget: Duration, ready: impl Fn() -> bool) {
-    let start = Instant::now();
-    loop {
-        for _ in 0..32 {
-            if ready() {
-                return;
-            }
-            std::hint::spin_loop();
-        }
-        if start.elapsed() > budget {
-            return;
-        }
     }
 }
 
@@ -185,8 +172,7 @@ impl<T: Queued> SemTable<T> {
             last_signaller: (0..topo.num_cores()).map(|_| std::sync::atomic::AtomicU32::new(0)).collect(),
             topo,
             wait_timeout: config.wait_timeout,
-            // Loom cannot model a time-bounded spin (and needs none).
-            spin: if cfg!(loom) { None } else { config.spin_before_park },
+            spin: config.spin_before_park.clone(),
             ids: SemIds::new(topo),
             parkers: (0..topo.num_cores()).map(|_| Parker::new()).collect(),
             failure: Failure::new(),
@@ -358,10 +344,11 @@ impl<T: Queued> SemTable<T> {
             }
             if !spun {
                 spun = true;
-                if let Some(budget) = self.spin {
-                    spin_until(budget, || {
+                if let Some((policy, budget)) = self.spin.as_ref().and_then(|p| Some((p, p.plan()?))) {
+                    let outcome = spin::spin(budget, || {
                         self.failure.is_set() || can_take(count.load(Ordering::SeqCst), value) || s.has_task(off, gcore)
                     });
+                    policy.record(outcome);
                     continue;
                 }
             }

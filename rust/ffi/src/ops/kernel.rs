@@ -60,7 +60,7 @@ fn config_from_attrs(f: &Frame) -> Result<Config> {
         detect_races: f.attr_i64_opt("detect_races")?.is_some_and(|v| v != 0),
         detect_uninitialized: f.attr_i64_opt("detect_uninitialized")?.is_some_and(|v| v != 0),
         trace: f.attr_str_opt("trace_path")?.is_some_and(|p| !p.is_empty()),
-        spin_before_park: crate::spin::budget(f.attr_u32("num_devices")?, f.attr_u32("num_cores")?),
+        spin_before_park: crate::spin::policy(f.attr_u32("num_devices")?, f.attr_u32("num_cores")?),
         // Optional: race policy (default: stock's print).
         on_race: match f.attr_str_opt("on_race")? {
             Some(p) => p.parse()?,
