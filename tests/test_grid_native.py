@@ -1,8 +1,8 @@
 """The native grid loop (`grid_begin` / `grid_copy_in` / `grid_copy_out`):
 what the emitted program contains, and stock's behaviour at the edges the
 corpus does not reach (block index errors, multi-dim revisits, visiting
-orders on several cores, element blocks, the XLA fallback for dynamic grids
-and memory logging)."""
+orders on several cores, element blocks, dynamic grid bounds, the XLA
+fallback for memory logging)."""
 
 from __future__ import annotations
 
@@ -165,23 +165,38 @@ def test_scalar_prefetch_index_maps_and_aliasing():
     _same(fn, order, x)
 
 
-def test_dynamic_grid_falls_back_to_xla_bookkeeping():
-    x = _x((64, 128), seed=5)
+@pytest.mark.parametrize("n", [3, 0])
+def test_dynamic_grid_bounds_run_natively_as_stock(n):
+    # A dynamic bound of an "arbitrary" dim (megablox's gmm has one) is an
+    # operand of the native loop; the parallel dim keeps its seeded order,
+    # split between two cores. A zero bound runs no step.
+    x = _x((16, 512), seed=5)
+
+    def kernel(x_ref, o_ref):
+        @pl.when(pl.program_id(1) == 0)
+        def _():
+            o_ref[...] = jnp.zeros_like(o_ref)
+        o_ref[...] += x_ref[...] * (pl.program_id(1) + 1).astype(jnp.float32)
+
+    @jax.jit
+    def run(n, x, *, params):
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct((16, 128), x.dtype), grid=(2, n),
+            in_specs=[pl.BlockSpec((8, 128), lambda i, j: (i, j))],
+            out_specs=pl.BlockSpec((8, 128), lambda i, j: (i, 0)),
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
+            interpret=params)(x)
 
     def fn(params, n, x):
-        def kernel(x_ref, o_ref):
-            o_ref[...] = x_ref[...] * 3
+        return run(n, x, params=params)
 
-        return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(n,),
-            in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
-            out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)), interpret=params)(x)
-
-    f = jax.jit(fn, static_argnums=0)
-    ours = f(mosaic_rt.InterpretParams(), jnp.int32(8), x)
-    np.testing.assert_array_equal(np.asarray(ours), np.asarray(x) * 3)
-    hlo = f.lower(mosaic_rt.InterpretParams(), jnp.int32(8), x).as_text()
-    assert "mosaic_rt_copy_block" in hlo and "mosaic_rt_grid_begin" not in hlo
+    run = jax.jit(run.__wrapped__, static_argnames="params")
+    for knobs in ({"random_seed": 3}, {"random_seed": 3, "num_cores_or_threads": 2}):
+        _same(fn, jnp.int32(n), x, **knobs)
+    hlo = run.lower(jnp.int32(n), x, params=mosaic_rt.InterpretParams()).as_text()
+    ops = native_ops(hlo)
+    assert ops["launch_begin"] == ops["grid_copy_in"] == ops["grid_copy_out"] == 1
+    assert ops["copy_block"] == ops["check_revisit"] == 0
 
 
 def test_memory_logging_falls_back_and_logs_block_copies(caplog):

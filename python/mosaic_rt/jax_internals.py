@@ -215,12 +215,26 @@ def memory_space_name(memory_space) -> str:
 PALLAS_CALL_SEAM = (stock_interpreter, "interpret_pallas_call")
 # The effects pallas_call gives a kernel in interpret mode.
 INTERPRET_EFFECTS_SEAM = (pallas_core, "get_interpret_effects")
-# Modules pallas_call's interpret lowering tries to import on every call
-# (the GPU interpreter's), whatever the params. Where one cannot be
-# imported (jax 0.10.2 without absl-py), each attempt runs the failing
-# import again: ~1 ms per kernel lowered.
-OPTIONAL_LOWERING_IMPORTS = ("jax._src.pallas.mosaic_gpu.interpret.interpret_pallas_call",
-                             "jax._src.pallas.mosaic_gpu.interpret.params")
+# pallas_call's lowering rule, registered for every platform
+# (`jax/_src/pallas/pallas_call.py`, `_pallas_call_lowering`, jax 0.10.2 ..
+# 0.12): in interpret mode it imports the GPU interpreter (~0.3 s of CPU
+# once per process, where it imports) before it looks at the params.
+lower_fun = mlir.lower_fun
+
+
+def pallas_call_lowering():
+    """``(rule, inline)``: pallas_call's registered common lowering."""
+    from jax._src.interpreters import mlir as _mlir
+    from jax._src.pallas import pallas_call as _pallas_call
+    entry = _mlir._lowerings[_pallas_call.pallas_call_p]
+    return entry.rule, entry.inline
+
+
+def set_pallas_call_lowering(rule, inline: bool) -> None:
+    from jax._src.pallas import pallas_call as _pallas_call
+    mlir.register_lowering(_pallas_call.pallas_call_p, rule, inline=inline)
+
+
 # `pltpu.force_tpu_interpret_mode`'s setting.
 interpret_mode_setting = jax_config.pallas_tpu_interpret_mode_context_manager
 

@@ -519,6 +519,7 @@ def launch_begin(token, device, *, allocations=(), barrier: bool = False, grid=N
         grid_attrs = _grid_attrs(**grid)
         grid_attrs["block_items"] = _ints(k for b in grid["blocks"]
                                           for k in (b.hbm_id, b.kernel_id))
+        operands += _dynamic_dims(grid["grid"])
         results += _grid_results(grid["grid"])
     out = _call("launch_begin", (_HANDLE, *results), operands, site=site,
                 **_begin_attrs(**config), **grid_attrs,
@@ -929,13 +930,18 @@ def _scalars(xs):
     return [_i32(x) for x in xs]
 
 
-def grid_begin(token, handle, device, core, *, grid, order, iters_per_core: int,
-               num_iterations: int, blocks, revisit, site: int = 0):
+def grid_begin(token, handle, device, core, *, grid, order, iters_per_core,
+               num_iterations, blocks, revisit, site: int = 0, parallel_subgrid: int = 1,
+               num_cores: int = 1):
     """Starts the native grid loop of (device, core) (see ``grid_copy_in``).
 
-    ``grid``: static dims (>= 1); ``order``: per dim its visiting order (a
-    permutation, or empty for the identity); the core runs iterations
-    ``core * iters_per_core`` up to ``min(.. + iters_per_core, num_iterations)``.
+    ``grid``: per dim a static size (>= 1) or an int32 scalar (a dynamic
+    bound, >= 0, of a dim whose ``order`` is the identity); ``order``: per
+    dim its visiting order (a permutation, or empty for the identity); the
+    core runs iterations ``core * iters_per_core`` up to ``min(.. +
+    iters_per_core, num_iterations)``. With dynamic bounds both counts are
+    computed natively from the bounds (``parallel_subgrid``: the product
+    of the parallel dims, split between ``num_cores`` as stock splits it).
     ``blocks``: the :class:`GridBlock` s copied per step (inputs first);
     ``revisit``: per pallas_call output the index of its block in
     ``blocks`` whose revisits are errors, or -1. Returns
@@ -945,9 +951,11 @@ def grid_begin(token, handle, device, core, *, grid, order, iters_per_core: int,
     operands = [token, handle, _i32(device), _i32(core)]
     for b in blocks:
         operands += _scalars((b.hbm_id, b.kernel_id))
+    operands += _dynamic_dims(grid)
     out = _call("grid_begin", _grid_results(grid), operands, site=site,
                 **_grid_attrs(grid=grid, order=order, iters_per_core=iters_per_core,
-                              num_iterations=num_iterations, blocks=blocks, revisit=revisit))
+                              num_iterations=num_iterations, blocks=blocks, revisit=revisit,
+                              parallel_subgrid=parallel_subgrid, num_cores=num_cores))
     token, go, *points = out
     return token, go, tuple(points[:nd]), tuple(points[nd:])
 
@@ -957,16 +965,31 @@ def _grid_results(grid):
     return (_PRED,) + (_I32,) * (2 * len(grid))
 
 
-def _grid_attrs(*, grid, order, iters_per_core: int, num_iterations: int, blocks,
-                revisit) -> dict:
-    """`grid_begin`'s attributes (also `launch_begin`'s, for core 0's)."""
+def _is_static(g) -> bool:
+    return isinstance(g, _STATIC_INTS) and not isinstance(g, bool)
+
+
+def _dynamic_dims(grid) -> list:
+    """The dynamic grid bounds, as int32 scalar operands (after the others)."""
+    return [_i32(g) for g in grid if not _is_static(g)]
+
+
+def _grid_attrs(*, grid, order, iters_per_core, num_iterations, blocks, revisit,
+                parallel_subgrid: int = 1, num_cores: int = 1) -> dict:
+    """`grid_begin`'s attributes (also `launch_begin`'s, for core 0's).
+    A dynamic dim is -1 in ``grid``; then the iteration counts are
+    computed natively (from ``parallel_subgrid`` and ``num_cores``)."""
     names = [str(b.name) for b in blocks]
     if any("\x1f" in n for n in names):
         names = [n.replace("\x1f", " ") for n in names]
+    if all(_is_static(g) for g in grid):
+        counts = dict(iters_per_core=int(iters_per_core), num_iterations=int(num_iterations))
+    else:
+        counts = dict(parallel_subgrid=int(parallel_subgrid), grid_cores=int(num_cores))
     return dict(
-        grid=_ints(grid), order=_ints(i for o in order for i in o),
-        order_lens=_ints(len(o) for o in order),
-        iters_per_core=int(iters_per_core), num_iterations=int(num_iterations),
+        grid=_ints(g if _is_static(g) else -1 for g in grid),
+        order=_ints(i for o in order for i in o),
+        order_lens=_ints(len(o) for o in order), **counts,
         block_outputs=_ints(int(b.output) for b in blocks),
         block_spaces=_ints(_space(b.space) for b in blocks),
         block_ranks=_ints(len(b.sizes) for b in blocks),

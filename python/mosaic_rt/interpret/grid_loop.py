@@ -4,10 +4,10 @@ block copies out.
 
 Its bookkeeping (which blocks moved, their copies, the revisit check, the
 next point) runs natively (`grid_begin` / `grid_copy_in` / `grid_copy_out`)
-when the grid and its visiting order are static; else -- grids with dynamic
-bounds, and memory logging, which logs every block copy -- it is emitted as
-XLA the way stock emits it. Both visit the same points and copy the same
-blocks.
+when the visiting order is static (dynamic bounds of "arbitrary" dims are
+operands of `grid_begin`); else -- a dynamic "parallel" dim, and memory
+logging, which logs every block copy -- it is emitted as XLA the way stock
+emits it. Both visit the same points and copy the same blocks.
 """
 
 from __future__ import annotations
@@ -48,8 +48,11 @@ class NativePlan:
     share of the iterations, and the blocks it copies."""
 
     order: tuple            # per grid dim its visiting order (empty: identity)
-    num_iterations: int
-    iters_per_core: int
+    grid: tuple             # per dim its size: an int, or a traced bound
+    num_iterations: int     # 0 when the grid has a dynamic bound
+    iters_per_core: int     # 0 when the grid has a dynamic bound
+    parallel_subgrid: int   # the product of the parallel dims (static)
+    cores: int
     tracked: list           # block operands (inputs first) not in HBM: copied
     blocks: list            # a native_calls.GridBlock per tracked operand
     revisit: list           # per output: its index in `blocks` if revisits fail, else -1
@@ -100,11 +103,14 @@ def plan(ctx: Ctx, jaxpr: jx.Jaxpr, grid, blocks: BlockOperands,
 def _native_plan(grid, randomized, subgrid, cores, blocks: BlockOperands,
                  buffers: LaunchBuffers) -> NativePlan | None:
     """The native loop's plan, or None when the bookkeeping must be XLA
-    (traced grid bounds or visiting order, an empty grid, memory logging)."""
+    (a traced visiting order, an empty static grid, memory logging).
+    Dynamic bounds (of dims in the identity order) are native-loop
+    operands: the loop's counts are computed from them at run time."""
     order = static_order(randomized)
     static_grid = all(isinstance(g, (int, np.integer)) for g in grid)
     n_static = math.prod(int(g) for g in grid) if static_grid else 0
-    if (order is None or n_static <= 0
+    if (order is None or (static_grid and n_static <= 0)
+            or not isinstance(subgrid, (int, np.integer))
             or logging_ops.enabled(logging_ops.SHARED_MEMORY)):
         return None
     sub = int(subgrid)
@@ -124,8 +130,11 @@ def _native_plan(grid, randomized, subgrid, cores, blocks: BlockOperands,
                if (n_in + j in tracked and j not in buffers.out_alias) else -1
                for j in range(n_out)]
     return NativePlan(
-        order=order, num_iterations=n_static,
+        order=order, grid=tuple(int(g) if isinstance(g, (int, np.integer)) else g
+                                for g in grid),
+        num_iterations=n_static,
         iters_per_core=((sub + cores - 1) // cores) * (n_static // sub),
+        parallel_subgrid=sub, cores=cores,
         tracked=tracked, blocks=grid_blocks, revisit=revisit,
         n_tracked_in=sum(1 for k in tracked if k < n_in))
 
@@ -137,10 +146,14 @@ def prologue_grid_begin(loop: GridLoop) -> dict | None:
     index, see `buffers.plan`)."""
     if loop.native is None or loop.cores != 1:
         return None
-    native = loop.native
-    return dict(grid=tuple(int(g) for g in loop.grid), order=native.order,
+    return _grid_begin_args(loop.native)
+
+
+def _grid_begin_args(native: NativePlan) -> dict:
+    return dict(grid=native.grid, order=native.order,
                 iters_per_core=native.iters_per_core, num_iterations=native.num_iterations,
-                blocks=native.blocks, revisit=native.revisit)
+                blocks=native.blocks, revisit=native.revisit,
+                parallel_subgrid=native.parallel_subgrid, num_cores=native.cores)
 
 
 def launched(loop: GridLoop, ctx: Ctx, buffers: LaunchBuffers, id_of) -> GridLoop:
@@ -192,10 +205,7 @@ def _run_core_native(loop: GridLoop, core, token, first_step=None):
         go, p0, p1 = first_step
     else:
         token, go, p0, p1 = native_calls.grid_begin(
-            token, handle, device, core, grid=tuple(int(g) for g in loop.grid),
-            order=native.order, iters_per_core=native.iters_per_core,
-            num_iterations=native.num_iterations, blocks=native.blocks,
-            revisit=native.revisit)
+            token, handle, device, core, **_grid_begin_args(native))
     with pallas_core.grid_env(_local_grid_env(loop, p0)):
         token, idx0 = _tracked_indices(loop, p0, ctx, token)
 
@@ -328,6 +338,8 @@ def _run_core_xla(loop: GridLoop, core, token):
     input blocks that moved, runs the body, writes back the output blocks
     that move next, and checks for revisited output blocks."""
     ctx = loop.ctx.replace(core=core)
+    # Host orders as constants: the loop indexes them with traced indices.
+    randomized = tuple(jnp.asarray(c) for c in loop.randomized)
     first_iter = core * loop.iters_per_core
     loop_bound = jnp.minimum((core + 1) * loop.iters_per_core, loop.num_iterations)
 
@@ -338,7 +350,7 @@ def _run_core_xla(loop: GridLoop, core, token):
         token = _begin_step(loop, core, point, token, stack_point=False)
         with pallas_core.grid_env(_local_grid_env(loop, point)):
             next_loop_idx = jx.next_grid_indices(loop.grid, loop_idx)
-            next_point = jx.grid_point(next_loop_idx, loop.randomized)
+            next_point = jx.grid_point(next_loop_idx, randomized)
             token, next_idx, next_starts = _all_block_starts(loop, next_point, cctx, token)
             token = _copy_in_moved_blocks(loop, step, first_iter, prev_starts, token)
             token, _ = eval_jaxpr(loop.jaxpr, *loop.buffers.kernel_args, ctx=cctx,
@@ -352,7 +364,7 @@ def _run_core_xla(loop: GridLoop, core, token):
                 materialize(token))
 
     init_loop_idx = jx.grid_indices(loop.grid, first_iter)
-    init_point = jx.grid_point(init_loop_idx, loop.randomized)
+    init_point = jx.grid_point(init_loop_idx, randomized)
     with pallas_core.grid_env(_local_grid_env(loop, init_point)):
         token, init_idx, init_starts = _all_block_starts(loop, init_point, ctx, token)
     carry = (first_iter, init_loop_idx, init_point, init_starts, init_idx, init_starts,

@@ -22,12 +22,15 @@ def visiting_order(grid, mosaic_params, seed):
     parallel = jx.parallel_dim_semantics(mosaic_params, len(grid))
     if not any(parallel):
         return (np.zeros((0,), np.int32),) * len(grid)
-    static = all(isinstance(g, (int, np.integer)) for g in grid)
-    try:
-        if static:
-            return _grid_coordinates(tuple(int(g) for g in grid), mosaic_params, seed)
-    except TypeError:  # unhashable params: no cache, same result
-        pass
+    # Only the parallel dims' sizes matter (the others' orders are empty),
+    # so a grid whose dynamic bounds are all "arbitrary" dims (megablox's
+    # gmm) still gets its order on the host.
+    if all(isinstance(g, (int, np.integer)) for g, par in zip(grid, parallel) if par):
+        host_grid = tuple(int(g) if par else 0 for g, par in zip(grid, parallel))
+        try:
+            return _grid_coordinates(host_grid, mosaic_params, seed)
+        except TypeError:  # unhashable params: no cache, same result
+            return _grid_coordinates.__wrapped__(host_grid, mosaic_params, seed)
     return jx.randomized_grid_coordinates(grid, mosaic_params, seed)
 
 

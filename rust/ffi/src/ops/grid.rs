@@ -39,29 +39,72 @@ pub fn grid_begin(c: &mut Call) -> Result<()> {
     let (handle, device, core) = target(c, |f| Ok(2 + 2 * f.attr_i64s("grid")?.len()))?;
     let f = &c.frame;
     let n = f.attr_i64s("block_outputs")?.len();
-    if f.num_args() != 4 + 2 * n {
+    let dynamic = dynamic_dims(f)?;
+    if f.num_args() != 4 + 2 * n + dynamic {
         return Err(RtError::value(format!(
-            "grid_begin: {n} blocks but {} buffer ids",
+            "grid_begin: {n} blocks and {dynamic} dynamic grid bounds but {} operands after the core",
             f.num_args().saturating_sub(4)
         )));
     }
     let ids = (0..n)
         .map(|b| Ok((f.arg_id(4 + 2 * b, "HBM buffer id")?, f.arg_id(5 + 2 * b, "kernel buffer id")?)))
         .collect::<Result<Vec<_>>>()?;
-    begin(f, handle, device, core, &ids, 1)
+    begin(f, handle, device, core, &ids, 4 + 2 * n, 1)
+}
+
+/// How many grid dims are dynamic (-1 in attribute `grid`): their bounds
+/// are int32 operands, after the op's others.
+pub fn dynamic_dims(f: &Frame) -> Result<usize> {
+    Ok(f.attr_i64s_opt("grid")?.map_or(0, |g| g.iter().filter(|&&d| d < 0).count()))
+}
+
+/// The grid's dims, iteration count and iterations per core. Dynamic dims
+/// (-1) take their bounds from operands `first_dynamic..`; then the counts
+/// are computed as stock splits a grid between cores (attributes
+/// `parallel_subgrid`, `grid_cores`), and an empty grid runs no iteration
+/// (its zero dims become 1, so the loop starts at a valid point).
+fn grid_spec(f: &Frame, first_dynamic: usize) -> Result<GridSpec> {
+    let order = split(f.attr_i64s("order")?, f.attr_i64s("order_lens")?, "order")?;
+    let mut grid = f.attr_i64s("grid")?.to_vec();
+    if grid.iter().all(|&d| d >= 0) {
+        return Ok(GridSpec {
+            order,
+            grid,
+            iters_per_core: f.attr_i64("iters_per_core")?,
+            num_iterations: f.attr_i64("num_iterations")?,
+        });
+    }
+    for (arg, d) in (first_dynamic..).zip(grid.iter_mut().filter(|d| **d < 0)) {
+        let bound = f.arg_i32(arg)?;
+        if bound < 0 {
+            return Err(RtError::value(format!("grid_begin: negative grid bound {bound}")));
+        }
+        *d = i64::from(bound);
+    }
+    let num_iterations: i64 = grid.iter().product();
+    let sub = f.attr_i64("parallel_subgrid")?.max(1);
+    let cores = f.attr_i64("grid_cores")?.max(1);
+    let iters_per_core = (sub + cores - 1) / cores * (num_iterations / sub);
+    for d in grid.iter_mut().filter(|d| **d == 0) {
+        *d = 1;
+    }
+    Ok(GridSpec { order, grid, iters_per_core, num_iterations })
 }
 
 /// Starts the grid loop of (device, core) from `grid_begin`'s attributes,
-/// with per block its (HBM, kernel) buffer ids; writes `go` to result
-/// `first_ret` and the first two points to the results after it.
-pub fn begin(f: &Frame, handle: u64, device: u32, core: u32, ids: &[(u32, u32)], first_ret: usize) -> Result<()> {
-    let grid = f.attr_i64s("grid")?.to_vec();
-    let spec = GridSpec {
-        order: split(f.attr_i64s("order")?, f.attr_i64s("order_lens")?, "order")?,
-        grid,
-        iters_per_core: f.attr_i64("iters_per_core")?,
-        num_iterations: f.attr_i64("num_iterations")?,
-    };
+/// with per block its (HBM, kernel) buffer ids and the dynamic grid bounds
+/// from operand `first_dynamic` on; writes `go` to result `first_ret` and
+/// the first two points to the results after it.
+pub fn begin(
+    f: &Frame,
+    handle: u64,
+    device: u32,
+    core: u32,
+    ids: &[(u32, u32)],
+    first_dynamic: usize,
+    first_ret: usize,
+) -> Result<()> {
+    let spec = grid_spec(f, first_dynamic)?;
     let blocks = blocks(f, ids)?;
     let revisit = f.attr_i64s("revisit")?.iter().map(|&b| usize::try_from(b).ok()).collect();
     let grid = GridLoop::new(spec, blocks, revisit, core)?;

@@ -67,7 +67,9 @@ pub fn launch_begin(c: &mut Call) -> Result<()> {
         Some(grid) => 1 + 2 * grid.len(),
         None => 0,
     };
-    c.frame.expect_arity((2 + inits)..=(2 + inits), item_rets + grid_rets)?;
+    // The dynamic grid bounds follow the init operands.
+    let args = 2 + inits + super::grid::dynamic_dims(&c.frame)?;
+    c.frame.expect_arity(args..=args, item_rets + grid_rets)?;
     let (handle, device) = kernel::join(c)?;
     let _site = c.enter_site();
     let f = &c.frame;
@@ -101,7 +103,7 @@ pub fn launch_begin(c: &mut Call) -> Result<()> {
     }
     if grid_rets > 0 {
         let blocks = block_ids(f, &ids)?;
-        super::grid::begin(f, handle, device, 0, &blocks, item_rets)?;
+        super::grid::begin(f, handle, device, 0, &blocks, 2 + inits, item_rets)?;
     }
     Ok(())
 }
