@@ -50,8 +50,9 @@ fn a_spinning_ping_pong_keeps_every_count() {
 }
 
 #[test]
-fn a_wait_that_had_to_park_shrinks_the_shared_budget() {
-    // The signal comes only once the waiter is parked: its spin got nothing.
+fn a_wait_that_had_to_park_keeps_spinning() {
+    // The signal comes only once the waiter is parked: its spin got nothing,
+    // which on idle CPUs cost nothing either.
     let spin = Arc::new(AdaptiveSpin::outcomes_only(MAX));
     let t = table(&spin, Some(Duration::from_secs(120)));
     let s = t.allocate(0, None, SemKind::Regular, 1).unwrap();
@@ -60,7 +61,7 @@ fn a_wait_that_had_to_park_shrinks_the_shared_budget() {
     until_parked(&t, 1);
     t.signal(0, 0, s, 1, Some(1), None).unwrap();
     waiter.join().unwrap().unwrap();
-    assert!(spin.budget() <= MAX / 2, "budget {:?}", spin.budget());
+    assert_eq!(spin.budget(), MAX);
 }
 
 #[test]
