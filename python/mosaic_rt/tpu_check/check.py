@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 import os
 import sys
 import tempfile
@@ -419,7 +420,7 @@ class Pending:
         if not missing:
             return
         request = self._request
-        num_devices = int(_prod(request.axis_sizes.values())) if request.axis_sizes else 1
+        num_devices = math.prod(int(v) for v in request.axis_sizes.values())
         for generation in missing:
             _devices(generation, num_devices)
 
@@ -457,13 +458,6 @@ class Pending:
             # (with jax's internal frames) stays reachable as `compiler_error`.
             error.compiler_error = cause
             raise error from None
-
-
-def _prod(values) -> int:
-    out = 1
-    for v in values:
-        out *= int(v)
-    return out
 
 
 def start_check(args, kernel_params: dict, interpret_params, overlap: bool | None = None
