@@ -87,7 +87,8 @@ class Program:
         shape = (self.n,) if shape is None else shape
         dtypes = [np.dtype(self.types[v]) for v in self.outputs]
         words = self.words()
-        fn = jax.jit(lambda *ops: ffi_ops.vector_program(words, ops, dtypes, shape))
+        fn = jax.jit(lambda *ops: ffi_ops.vector_program(words, ops, dtypes,
+                                                                 [shape] * len(dtypes)))
         with F.native_errors():
             return [np.asarray(r) for r in fn(*operands)]
 
@@ -542,7 +543,7 @@ def test_exported_tables():
     ([1, 4, 0, 0, 1, 0], "value 0 used before"),
 ])
 def test_malformed_programs_are_value_errors(words, pattern):
-    fn = jax.jit(lambda *ops: ffi_ops.vector_program(words, ops, [np.float32], (4,)))
+    fn = jax.jit(lambda *ops: ffi_ops.vector_program(words, ops, [np.float32], [(4,)]))
     args = [np.zeros(4, np.float32)] if len(words) > 5 and words[2] == 1 else []
     with pytest.raises(ValueError, match=pattern), F.native_errors():
         jax.block_until_ready(fn(*args))

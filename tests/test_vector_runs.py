@@ -257,3 +257,31 @@ def test_a_program_with_several_outputs_lowers_the_same_every_time():
         return programs[0]
 
     assert len({text() for _ in range(6)}) == 1
+
+
+def test_one_element_values_are_program_scalars():
+    """A `(1, 1)` value (a key read from SMEM, as jax's PRNG kernels keep
+    theirs) joins its block's program as a scalar: one program, no fusion,
+    stock's bits -- also where it is read outside the program."""
+    a = np.arange(8 * 128, dtype=np.uint32).reshape(_SHAPE) * np.uint32(2654435761)
+    key = np.array([[0x1234567, 0x89ABCDE]], np.uint32)
+
+    def kernel(key_ref, x_ref, o_ref, k_ref):
+        k = jnp.reshape(key_ref[0, 0], (1, 1))
+        x = x_ref[...]
+        for i in range(4):
+            k = k + jnp.uint32(0x9E3779B9 + i)
+            x = (x ^ k) * jnp.uint32(3) + (x >> 5)
+        k = k * jnp.uint32(5)
+        o_ref[...] = x
+        k_ref[...] = k
+
+    def fn(params, key, x):
+        return pl.pallas_call(
+            kernel, out_shape=(jax.ShapeDtypeStruct(_SHAPE, jnp.uint32),
+                               jax.ShapeDtypeStruct((1, 1), jnp.uint32)),
+            in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec(_SHAPE, lambda: (0, 0))],
+            interpret=params)(key, x)
+
+    assert _program(fn, key, a) == (1, 0)
+    _same_as_stock(fn, key, a)

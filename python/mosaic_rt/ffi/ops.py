@@ -1052,13 +1052,15 @@ def scalar_program(program, operands, result_dtypes):
                       side_effect=False, aliases=()))
 
 
-def vector_program(program, operands, result_dtypes, shape):
+def vector_program(program, operands, result_dtypes, shapes):
     """The outputs of a vector program (``mosaic_rt_core::vector``'s int64
     wire format: elementwise instructions over arrays of ``n`` elements and
     rank-0 scalars) over ``operands``, by one pure native call (no token:
-    XLA may CSE or drop it). Returns one array of ``shape`` (``n``
-    elements) per entry of ``result_dtypes``."""
-    results = tuple(jax.ShapeDtypeStruct(tuple(shape), d) for d in result_dtypes)
+    XLA may CSE or drop it). Returns one array per entry of
+    ``result_dtypes``, of the shape at the same position of ``shapes``
+    (``n`` elements, or ``()`` for an output the program computes as a
+    scalar)."""
+    results = tuple(jax.ShapeDtypeStruct(tuple(s), d) for s, d in zip(shapes, result_dtypes))
     words = np.asarray(program, np.int64)
     return list(_bind("mosaic_rt_vector_program", results, operands,
                       {"program": words, "fingerprint": _fingerprint(words)},

@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import jax.numpy as jnp
 import numpy as np
 from jax import lax
 from jax.core import ShapedArray
@@ -92,6 +93,13 @@ def _vector_dtype(aval) -> bool:
         return False
 
 
+def _single(shape) -> bool:
+    """A shape of one element (`()`, `(1, 1)`, ...): a program scalar. Pallas
+    TPU kernels broadcast `(1, 1)` operands implicitly (jax's PRNG kernels
+    keep their keys so), and such a value computes as a scalar does."""
+    return math.prod(shape) == 1
+
+
 def _has_float(eqn) -> bool:
     return any(isinstance(v.aval, ShapedArray) and _is_float(v.aval.dtype)
                for v in (*eqn.invars, *eqn.outvars))
@@ -106,13 +114,13 @@ def _eligible(eqn) -> bool:
     if not _vector_dtype(out) or math.prod(out.shape) == 0:
         return False
     for v in eqn.invars:
-        if not _vector_dtype(v.aval) or v.aval.shape not in ((), out.shape):
+        if not _vector_dtype(v.aval) or not (v.aval.shape == out.shape or _single(v.aval.shape)):
             return False
     prim = eqn.primitive
     if _has_float(eqn) and (prim not in _FLOAT_OPS or not _constants_ok(eqn)):
         return False
     if prim is lax.broadcast_in_dim_p:
-        return eqn.invars[0].aval.shape == () and eqn.params.get("sharding") is None
+        return _single(eqn.invars[0].aval.shape) and eqn.params.get("sharding") is None
     if prim is lax.convert_element_type_p:
         return eqn.params.get("sharding") is None
     return prim is lax.select_n_p or prim in _BINARY or prim in _UNARY
@@ -255,14 +263,20 @@ class _Builder:
         self._input_words: list = []
         self._instrs: list = []
         self._consts: dict = {}
+        self.scalars: set = set()     # refs of rank-0 values (the core's `Meta::scalar`)
 
     def input(self, value, dtype) -> tuple:
         ref = self._inputs.get(id(value))
         if ref is None:
             ref = ("in", len(self.operands))
             self._inputs[id(value)] = ref
-            self.operands.append(value)
-            self._input_words += [_TYPES[np.dtype(dtype)], int(np.ndim(value) == 0)]
+            single = _single(np.shape(value))
+            # A one-element operand goes in as a rank-0 scalar (a reshape
+            # XLA makes a bitcast).
+            self.operands.append(jnp.reshape(value, ()) if single and np.ndim(value) else value)
+            self._input_words += [_TYPES[np.dtype(dtype)], int(single)]
+            if single:
+                self.scalars.add(ref)
         return ref
 
     def const(self, value, dtype) -> tuple:
@@ -278,7 +292,10 @@ class _Builder:
 
     def op(self, name: str, dtype, args, imm: int = 0) -> tuple:
         self._instrs.append((_CODES[name], _TYPES[np.dtype(dtype)], tuple(args), int(imm)))
-        return ("op", len(self._instrs) - 1)
+        ref = ("op", len(self._instrs) - 1)
+        if all(a in self.scalars for a in args):
+            self.scalars.add(ref)
+        return ref
 
     def words(self, n: int, outputs) -> np.ndarray:
         n_in = len(self.operands)
@@ -302,7 +319,7 @@ class DeferredEnv:
         self._env = env
         self._eqns = jaxpr.eqns
         self._plan = vplan
-        self._shape = None
+        self._shape = ()
         self._members: list = []
         self._pending: set = set()
         # An upper bound of the pending program's values: each member adds
@@ -332,9 +349,13 @@ class DeferredEnv:
         eqn = self._eqns[i]
         shape = eqn.outvars[0].aval.shape
         values = 1 + len(eqn.invars)
-        if self._members and (shape != self._shape or self._values + values > _MAX_VALUES):
+        # A one-element result is a scalar of the program whatever its
+        # group's shape (the key schedule of a PRNG kernel beside its rounds).
+        fits = _single(shape) or _single(self._shape) or shape == self._shape
+        if self._members and (not fits or self._values + values > _MAX_VALUES):
             self.flush()
-        self._shape = shape
+        if not self._members or not _single(shape):
+            self._shape = shape
         self._members.append(i)
         self._pending.add(eqn.outvars[0])
         self._values += values
@@ -376,11 +397,14 @@ class DeferredEnv:
             return
         n = math.prod(self._shape)
         program = b.words(n, [refs[v] for v in outputs])
+        # A scalar of the program comes back rank-0 (n elements otherwise).
+        shapes = [() if refs[v] in b.scalars and _single(v.aval.shape) else self._shape
+                  for v in outputs]
         values = ffi_ops.vector_program(program, b.operands,
-                                        [np.dtype(v.aval.dtype) for v in outputs],
-                                        self._shape)
+                                        [np.dtype(v.aval.dtype) for v in outputs], shapes)
         for v, value in zip(outputs, values):
-            self._env.write(v, value)
+            self._env.write(v, jnp.reshape(value, v.aval.shape) if value.shape != v.aval.shape
+                            else value)
 
 
 def _instruction(b: _Builder, eqn, ref):

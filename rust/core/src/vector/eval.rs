@@ -223,7 +223,8 @@ impl Program<'_> {
         }
         for (j, buf) in outputs.iter().enumerate() {
             let ty = self.output_type(j);
-            if buf.len() != l.n * ty.size() {
+            let one = self.output_is_scalar(j) && buf.len() == ty.size();
+            if buf.len() != l.n * ty.size() && !one {
                 return Err(bad(format!("output {j} has {} bytes, expected {} {}", buf.len(), l.n, ty.name())));
             }
         }

@@ -15,7 +15,8 @@
 //! their IEEE bit pattern), an fma's form (0: `a*b+c`, 1: `a*b-c`, 2:
 //! `c-a*b`: XLA's contractions, see `kernels::FmaForm`), else 0. An
 //! instruction whose arguments are all
-//! scalars is a scalar. Every output is written as n elements. Everything
+//! scalars is a scalar. Every output is written as n elements, but a
+//! scalar one into a one-element buffer is written once. Everything
 //! is checked once by [`Program::decode`]; evaluation then cannot fail.
 
 use super::kernels::FmaForm;
@@ -106,9 +107,15 @@ impl<'a> Program<'a> {
         (m.ty, m.scalar)
     }
 
-    /// Type of output `j < num_outputs()` (always n elements).
+    /// Type of output `j < num_outputs()`.
     pub fn output_type(&self, j: usize) -> VectorType {
         self.layout.meta[self.output_value(j)].ty
+    }
+
+    /// Whether output `j` is a scalar of the program: written as one
+    /// element into a one-element buffer, else broadcast to n.
+    pub fn output_is_scalar(&self, j: usize) -> bool {
+        self.layout.meta[self.output_value(j)].scalar
     }
 
     pub(super) fn output_value(&self, j: usize) -> usize {

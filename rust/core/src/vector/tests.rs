@@ -454,3 +454,22 @@ fn a_strict_compare_selecting_its_own_operands_flushes_the_choice() {
         assert_eq!(f32s(&run(&p.out(&[s]).words(), &[bytes(&xs), bytes(&ys)])[0]), want, "{cmp:?}");
     }
 }
+
+#[test]
+fn a_scalar_output_fills_a_one_element_buffer_once() {
+    let mut p = B::new(3);
+    let (x, s) = (p.input(I32, false), p.input(I32, true));
+    let s1 = p.op(Op::Add, I32, &[s, s], 0);
+    let r = p.op(Op::Xor, I32, &[x, s1], 0);
+    let words = p.out(&[r, s1]).words();
+    let prog = Program::decode(&words).unwrap();
+    assert!(!prog.output_is_scalar(0) && prog.output_is_scalar(1));
+    let (mut arr, mut one) = ([0u8; 12], [0u8; 4]);
+    let inputs: [&[u8]; 2] = [&bytes(&[1i32, 2, 3]), &bytes(&[5i32])];
+    prog.run(&inputs, &mut [&mut arr[..], &mut one[..]], &mut Scratch::new()).unwrap();
+    assert_eq!(i32s(&arr), [11, 8, 9]);
+    assert_eq!(i32s(&one), [10]);
+    // An array output still needs all n elements.
+    let e = prog.run(&inputs, &mut [&mut arr[..4], &mut one[..]], &mut Scratch::new()).unwrap_err();
+    assert!(e.message.contains("output 0 has 4 bytes"), "{}", e.message);
+}

@@ -50,7 +50,9 @@ fn run(f: &Frame, program: &Program, scratch: &mut Scratch) -> Result<()> {
     let mut outputs: [&mut [u8]; MAX_VALUES] = std::array::from_fn(|_| <&mut [u8]>::default());
     for (j, slot) in outputs.iter_mut().enumerate().take(n_out) {
         let buf = f.ret(j)?;
-        expect(f, &buf, "result", j, program.output_type(j), false, program.len())?;
+        // A scalar result may come back rank-0 (a one-element value of the kernel).
+        let rank0 = program.output_is_scalar(j) && buf.dims.is_empty();
+        expect(f, &buf, "result", j, program.output_type(j), rank0, program.len())?;
         // SAFETY: called once per result; XLA gives each result a buffer of
         // its own that no operand overlaps (the wrapper declares no
         // aliasing), so this slice is the only reference to that memory.
