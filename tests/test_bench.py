@@ -290,3 +290,23 @@ def test_memory_row_measures_both_sides_in_fresh_processes():
     found = {v.subject: v for v in rows.verdicts({"memory_suite": data})}
     assert found["memory growth per kernel"].kind == "max"
     assert "stock" in memory.summary(data) and "ours" in memory.summary(data)
+
+
+def test_production_targets_judge_the_worst_kernel_and_the_median():
+    from mosaic_rt.bench import production
+
+    def kernel(name, first, steady, ref_first):
+        return {"name": name, "first_call_ratio": first, "ratio": steady,
+                "ours_over_reference_first": ref_first}
+    d = {"ok": True, "kernels": [kernel("a", 6.0, 150.0, 2.0), kernel("b", 2.5, 8.0, 3.5),
+                                 kernel("c", 7.0, 120.0, 1.0)],
+         "median_first_call_ratio": 6.0, "median_ratio": 120.0}
+    found = {v.subject: v for v in production.verdicts(d)}
+    assert found["production first call"].passed
+    assert found["production steady"].passed
+    for subject in ("production first call, every kernel", "production steady, every kernel",
+                    "production first call vs reference"):
+        assert not found[subject].passed and "(b)" in found[subject].how, found[subject]
+    assert found["production first call vs reference"].kind == "max"
+    d["ok"] = False  # a mismatch fails every target
+    assert not any(v.passed for v in production.verdicts(d))

@@ -2,7 +2,8 @@
 
 For a few ops shipped in the installed jax (`jax.experimental.pallas.ops.tpu`:
 flash attention fwd, splash attention fwd, paged attention, megablox gmm,
-all_gather over a 2-D mesh), at small shapes:
+all_gather over a 2-D mesh, the threefry and philox PRNG count kernels), at
+small shapes:
 
 * first call (jit + trace + lower + compile + run, fresh jitted program) and
   steady state (median of repeated calls), forced onto stock interpret mode
@@ -109,6 +110,39 @@ def _all_gather_2d():
     return op, ref, (x,)
 
 
+def _threefry_key():
+    return jax.random.key_data(jax.random.key(42, impl="threefry2x32"))
+
+
+def _threefry_count():
+    from jax.experimental.pallas.ops.tpu.random import threefry
+    shape = (16, 256)
+    op = lambda: jax.jit(lambda key: threefry.threefry_2x32_count(  # noqa: E731
+        key, shape, shape, block_size=(8, 128)))
+
+    def reference(key):
+        # the same bits from jax's own threefry (partitionable: counts laid out as the kernel's)
+        with jax.threefry_partitionable(True):
+            return jax.random.bits(jax.random.wrap_key_data(key, impl="threefry2x32"), shape,
+                                   jnp.uint32)
+    return op, lambda: jax.jit(reference), (_threefry_key(),)
+
+
+def _philox_count():
+    from jax.experimental.pallas.ops.tpu.random import philox
+    shape, offset = (16, 256), 3
+    op = lambda: jax.jit(lambda key: philox.philox_4x32_count(key, shape, offset=offset))  # noqa
+
+    def reference(key):
+        # the op's own hash over the counts, in plain jnp (no kernel, no padding)
+        counts = jnp.arange(shape[0] * shape[1], dtype=jnp.uint32).reshape(shape) + offset
+        zeros = jnp.zeros_like(counts)
+        o1, o2, _, _ = philox.philox_4x32(zeros, counts, zeros, zeros,
+                                          key[0].reshape(1, 1), key[1].reshape(1, 1))
+        return o1 ^ o2
+    return op, lambda: jax.jit(reference), (_threefry_key(),)
+
+
 KERNELS: dict[str, tuple[Callable, int, float]] = {
     # name -> (builder, devices, reference tolerance (None: not compared))
     "flash_attention fwd causal": (_flash_fwd, 1, 1e-4),
@@ -116,6 +150,8 @@ KERNELS: dict[str, tuple[Callable, int, float]] = {
     "paged_attention": (_paged, 1, None),
     "megablox gmm": (_gmm, 1, 1e-3),
     "all_gather 2-D mesh vmem": (_all_gather_2d, 4, 0.0),
+    "threefry_2x32_count": (_threefry_count, 1, 0.0),
+    "philox_4x32_count": (_philox_count, 1, 0.0),
 }
 QUICK = ("flash_attention fwd causal", "megablox gmm", "all_gather 2-D mesh vmem")
 
@@ -184,6 +220,47 @@ def run_production(budget, names=None) -> dict:
     return {"kernels": kernels, "ok": all(k["ok"] for k in kernels),
             "median_ratio": statistics.median(ratios) if ratios else None,
             "median_first_call_ratio": statistics.median(firsts) if firsts else None}
+
+
+# The targets: first call (what a test feels) and steady state, against stock and
+# against the op's reference (XLA alone).
+FIRST_MEDIAN_TARGET = 5.0     # stock / ours, median over the kernels
+FIRST_EACH_TARGET = 3.0       # stock / ours, every kernel
+FIRST_REFERENCE_TARGET = 3.0  # ours / reference, every kernel (max)
+STEADY_MEDIAN_TARGET = 100.0
+STEADY_EACH_TARGET = 10.0
+
+
+def verdicts(d) -> list:
+    """The family's targets as `report.Verdict`s."""
+    from mosaic_rt.bench.report import Verdict
+    ks = [k for k in d["kernels"] if k.get("ratio")]
+    if not ks:
+        return []
+    ok = d["ok"]
+
+    def worst(key, pick=min):
+        k = pick(ks, key=lambda k: k[key])
+        return k[key], k["name"]
+
+    first_each, first_name = worst("first_call_ratio")
+    ref_first, ref_name = worst("ours_over_reference_first", max)
+    steady_each, steady_name = worst("ratio")
+    return [
+        Verdict("production first call", FIRST_MEDIAN_TARGET, d["median_first_call_ratio"],
+                "median stock/ours over the kernels",
+                ok and d["median_first_call_ratio"] >= FIRST_MEDIAN_TARGET),
+        Verdict("production first call, every kernel", FIRST_EACH_TARGET, first_each,
+                f"worst stock/ours ({first_name})", ok and first_each >= FIRST_EACH_TARGET),
+        Verdict("production first call vs reference", FIRST_REFERENCE_TARGET, ref_first,
+                f"worst ours/reference ({ref_name})",
+                ok and ref_first <= FIRST_REFERENCE_TARGET, kind="max"),
+        Verdict("production steady", STEADY_MEDIAN_TARGET, d["median_ratio"],
+                "median stock/ours over the kernels",
+                ok and d["median_ratio"] >= STEADY_MEDIAN_TARGET),
+        Verdict("production steady, every kernel", STEADY_EACH_TARGET, steady_each,
+                f"worst stock/ours ({steady_name})", ok and steady_each >= STEADY_EACH_TARGET),
+    ]
 
 
 def summary(d) -> str:

@@ -180,6 +180,9 @@ def verdicts(rows: dict, results=()) -> list:
             "compile vs plain jnp", COMPILE_TARGET, worst["ours_compile_over_jnp"],
             f"worst ours/jnp XLA compile ({worst['name']})",
             worst["ours_compile_over_jnp"] <= COMPILE_TARGET, kind="max"))
+    if (d := rows.get("production_kernels")) is not None:
+        from mosaic_rt.bench import production
+        found += production.verdicts(d)
     if (d := rows.get("memory_suite")) is not None:
         from mosaic_rt.bench import memory
         found.append(Verdict(
@@ -215,6 +218,9 @@ def render(console, rows: dict) -> None:
     if (d := rows.get("production_kernels")) is not None:
         from mosaic_rt.bench import production
         production.render(console, d)
+    if (d := rows.get("production_kernels")) is not None:
+        from mosaic_rt.bench import production
+        found += production.verdicts(d)
     if (d := rows.get("memory_suite")) is not None:
         from mosaic_rt.bench import memory
         memory.render(console, d)
@@ -303,6 +309,9 @@ def markdown(rows: dict) -> list[str]:
     if (d := rows.get("production_kernels")) is not None:
         from mosaic_rt.bench import production
         lines += production.markdown(d)
+    if (d := rows.get("production_kernels")) is not None:
+        from mosaic_rt.bench import production
+        found += production.verdicts(d)
     if (d := rows.get("memory_suite")) is not None:
         from mosaic_rt.bench import memory
         lines += memory.markdown(d)
