@@ -285,3 +285,23 @@ def test_one_element_values_are_program_scalars():
 
     assert _program(fn, key, a) == (1, 0)
     _same_as_stock(fn, key, a)
+
+
+def test_a_stored_broadcast_of_a_converted_scalar():
+    """`full_like(o_ref, s)` of an SMEM int: the conversion and the
+    broadcast are one program, and the store fills the block from the
+    scalar -- which the program must still return."""
+    def kernel(s_ref, o_ref):
+        s = s_ref[0]
+        s_ref[0] = s + 1
+        o_ref[...] = jax.lax.full_like(o_ref, s)
+
+    def fn(params, s):
+        return pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct((16, 256), jnp.float32), grid=(2, 2),
+            in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM)],
+            out_specs=pl.BlockSpec((8, 128), lambda i, j: (i, j)), interpret=params)(s)
+
+    ours = _same_as_stock(fn, np.array([3], np.int32))
+    np.testing.assert_array_equal(np.asarray(ours).reshape(2, 8, 2, 128)[:, 0, :, 0].ravel(),
+                                  np.arange(3, 7, dtype=np.float32))

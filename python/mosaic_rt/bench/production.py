@@ -153,7 +153,8 @@ KERNELS: dict[str, tuple[Callable, int, float]] = {
     "threefry_2x32_count": (_threefry_count, 1, 0.0),
     "philox_4x32_count": (_philox_count, 1, 0.0),
 }
-QUICK = ("flash_attention fwd causal", "megablox gmm", "all_gather 2-D mesh vmem")
+QUICK = ("flash_attention fwd causal", "megablox gmm", "all_gather 2-D mesh vmem",
+         "philox_4x32_count")
 
 
 def _time(fn, args, ctx, reps: int, seconds: float):

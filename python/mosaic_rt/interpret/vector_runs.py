@@ -52,6 +52,14 @@ _CODES = _native.VECTOR_OPS
 _FORMAT = _native.VECTOR_FORMAT
 _MAX_VALUES = _native.VECTOR_MAX_VALUES
 
+# Arrays larger than this are left to XLA. A native program runs one
+# instruction at a time over cache-sized chunks; XLA's fused loop keeps
+# every intermediate in registers. Below this size the native call costs
+# no more per call than XLA's fusion (and compiles in microseconds instead
+# of ~5 ms of LLVM); above it XLA's steady state wins (measured crossover,
+# see benches/PERFORMANCE.md, "vector programs").
+NATIVE_MAX_ELEMENTS = 1 << 62
+
 _BINARY = {
     lax.add_p: "add", lax.sub_p: "sub", lax.mul_p: "mul", lax.div_p: "div",
     lax.rem_p: "rem", lax.max_p: "max", lax.min_p: "min",
@@ -111,7 +119,7 @@ def _eligible(eqn) -> bool:
     if len(eqn.outvars) != 1 or 1 + len(eqn.invars) > _MAX_VALUES:  # (a program's limit)
         return False
     out = eqn.outvars[0].aval
-    if not _vector_dtype(out) or math.prod(out.shape) == 0:
+    if not _vector_dtype(out) or not 0 < math.prod(out.shape) <= NATIVE_MAX_ELEMENTS:
         return False
     for v in eqn.invars:
         if not _vector_dtype(v.aval) or not (v.aval.shape == out.shape or _single(v.aval.shape)):
@@ -391,8 +399,13 @@ class DeferredEnv:
         # In program order: the words (an attribute of the call) must not
         # depend on a set's order, or equal kernels lower to different
         # programs and miss the compilation cache.
+        # A broadcast's scalar operand is an output too: a store of the
+        # broadcast fills its block from the scalar (`splat`), reading it.
+        splatted = {eqns[i].invars[0] for i in members
+                    if eqns[i].primitive is lax.broadcast_in_dim_p
+                    and not isinstance(eqns[i].invars[0], jx.Literal)}
         outputs = [v for v in (eqns[i].outvars[0] for i in members)
-                   if vplan.uses.get(v, 0) > inside.get(v, 0)]
+                   if vplan.uses.get(v, 0) > inside.get(v, 0) or v in splatted]
         if not outputs:
             return
         n = math.prod(self._shape)
