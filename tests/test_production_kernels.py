@@ -342,7 +342,7 @@ for _window, _cap in [(None, None), (8, 20.0)]:
                                               soft_cap=cap)
     case(f"ragged_paged_attention sliding_window={_window} soft_cap={_cap}", reference=_ref_rpa,
          atol=1e-4, rtol=1e-4, dma_modes=MODES,
-         stock="stock interpret mode fails on this kernel (issue 26: CpuCallback error)")(_build_rpa)
+         stock="stock interpret mode fails on this kernel (a CpuCallback error)")(_build_rpa)
 
 
 # megablox gmm / tgmm --------------------------------------------------------------------
