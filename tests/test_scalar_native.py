@@ -11,7 +11,6 @@ fusions, so the win cannot silently regress.
 from __future__ import annotations
 
 import contextlib
-import functools
 import re
 
 import jax

@@ -153,7 +153,7 @@ has_memory_space_p = getattr(mosaic_primitives, "has_memory_space_p", None)
 
 # Host callbacks a kernel may contain (jax.debug.print/callback,
 # io_callback, pure_callback): the interpreter runs them guarded.
-from jax._src import debugging as _debugging  # noqa: E402
+from jax._src import debugging as _debugging
 io_callback_p = callback.io_callback_p
 pure_callback_p = callback.pure_callback_p
 debug_callback_p = _debugging.debug_callback_p
