@@ -26,13 +26,12 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import jax.numpy as jnp
 
-import mosaic_rt  # noqa: E402
-import mosaic_rt.ffi as F  # noqa: E402
-from test_ffi_support import begin, dummy_rows, fresh_uid, on_devices, with_token  # noqa: E402
+import mosaic_rt
+import mosaic_rt.ffi as F
+from test_ffi_support import begin, dummy_rows, fresh_uid, on_devices, with_token
 
 
 def transition_latency(reps=50):
@@ -45,9 +44,9 @@ def transition_latency(reps=50):
 
         def waiter():
             try:
-                rt.wait(0, 0, sem, 1)
+                rt.wait(0, 0, sem, 1)  # noqa: B023 - joined in this iteration
             except mosaic_rt.DeadlockError:
-                got["t"] = time.perf_counter()
+                got["t"] = time.perf_counter()  # noqa: B023 - joined in this iteration
 
         t = threading.Thread(target=waiter)
         t.start()

@@ -15,16 +15,16 @@ os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                            + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import threading  # noqa: E402
-import time  # noqa: E402
+import threading
+import time
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.experimental import io_callback  # noqa: E402
-from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import io_callback
+from jax.sharding import NamedSharding, PartitionSpec as P
 
-import mosaic_rt.ffi as F  # noqa: E402
+import mosaic_rt.ffi as F
 
 _uid = [90_000]
 

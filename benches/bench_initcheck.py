@@ -76,5 +76,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    import mosaic_rt.timeline  # noqa: F401
+    import mosaic_rt.timeline
     raise SystemExit(main())

@@ -388,7 +388,8 @@ def compare(stock: dict, ours: dict) -> dict:
     p(f"\n=== JAX interpret-mode test files at {stock['tag']}: stock vs mosaic_rt ===")
     p(f"jax {stock['versions']['jax']} / jaxlib {stock['versions']['jaxlib']}, "
       f"python {stock['versions']['python']}, pytest {stock['versions']['pytest']}, "
-      f"mosaic_rt {ours['versions'].get('mosaic_rt')} from {ours['versions'].get('mosaic_rt_from', 'the installed package')}")
+      f"mosaic_rt {ours['versions'].get('mosaic_rt')} from "
+      f"{ours['versions'].get('mosaic_rt_from', 'the installed package')}")
     if ours["tag"] != stock["tag"]:
         p(f"WARNING: different tags: stock {stock['tag']}, ours {ours['tag']}")
     p(f"{'backend':10s} {'passed':>6s} {'failed':>6s} {'error':>6s} {'skipped':>7s} "

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test of mosaic_rt, from a fresh clone (CI runs exactly this command):
 #   1. Rust, once: cargo test --workspace, rustfmt + clippy, the loom model tests;
+#      the Python lint, once: ruff check (pyproject.toml [tool.ruff]);
 #   2. scripts/test_wheel.sh: the release wheel and sdist, installed into fresh
 #      venvs (.venv-test/) on Python 3.11 + jax 0.10.2, 3.12 and 3.13 + jax
 #      0.12.0.1, with no Rust on PATH; README examples and the ping bench;
@@ -9,11 +10,12 @@
 #      check's tests).
 # Extra arguments go to pytest.
 #
-# scripts/test.sh --here [PYTEST ARGS]: quick development run (cargo, loom,
-# pytest) in the current environment; needs `pip install -e ".[test]"` first.
+# scripts/test.sh --here [PYTEST ARGS]: quick development run (cargo, ruff,
+# loom, pytest) in the current environment; needs `pip install -e ".[test]"` first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
+source scripts/_common.sh
 target="${CARGO_TARGET_DIR:-target}"
 summary=() failed=0
 
@@ -43,6 +45,18 @@ rust_style() {
         echo "skipped: rustfmt / clippy not installed (rustup component add rustfmt clippy)"; return 0
     fi
     cargo fmt --all --check && cargo clippy --workspace --all-targets -- -D warnings
+}
+
+python_lint() {
+    # ruff in a venv of its own (.venv-test/lint), the way the wheel build
+    # gets maturin: pinned to a minor release, whose rules do not move.
+    local venv="$root/.venv-test/lint" py
+    if [ ! -x "$venv/bin/python" ]; then
+        py="$(find_python 3.11)" || return 1
+        "$py" -m venv "$venv" || return 1
+    fi
+    "$venv/bin/python" -m pip install --quiet "ruff>=0.17,<0.18" || return 1
+    "$venv/bin/ruff" --version && "$venv/bin/ruff" check .
 }
 
 loom_tests() {
@@ -75,11 +89,13 @@ if [ "${1:-}" = "--here" ]; then
     shift
     phase "cargo test --workspace" rust_tests
     phase "rustfmt + clippy" rust_style
+    phase "ruff check" python_lint
     phase "loom model tests" loom_tests
     phase "pytest ($(python --version 2>&1))" python -m pytest -q "$@"
 else
     phase "cargo test --workspace" rust_tests
     phase "rustfmt + clippy" rust_style
+    phase "ruff check" python_lint
     phase "loom model tests" loom_tests
     phase "wheel: build, install beside jax, smoke test (3.11, 3.12, 3.13)" bash scripts/test_wheel.sh
     phase "pytest: Python 3.11 + jax 0.10.2" pytest_in 3.11 "$@"

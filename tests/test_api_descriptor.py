@@ -257,7 +257,10 @@ def _copy_kernel(use):
     return kernel
 
 
-def _trace(kernel, scratch=(pltpu.SemaphoreType.DMA(()),)):
+_ONE_DMA_SEMAPHORE = (pltpu.SemaphoreType.DMA(()),)
+
+
+def _trace(kernel, scratch=_ONE_DMA_SEMAPHORE):
     # Descriptors live while the kernel is traced: tracing is enough (running
     # is test_api_parity's job).
     x = jnp.ones((8, 128), jnp.float32)

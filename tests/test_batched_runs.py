@@ -92,7 +92,7 @@ def test_a_member_wait_reports_its_own_line_as_an_op_of_its_own(unbatched):
     assert not re.search(r"custom_call @mosaic_rt_semaphore_wait\b", text)  # a member
     batched = _deadlock_text(fn, x)
     lines, first = inspect.getsourcelines(_waits_for_a_signal_that_never_comes)
-    wait_line = first + next(i for i, l in enumerate(lines) if "semaphore_wait" in l)
+    wait_line = first + next(i for i, text in enumerate(lines) if "semaphore_wait" in text)
     assert "waits on REGULAR semaphore" in batched
     assert f"test_batched_runs.py:{wait_line}:" in batched, batched
     unbatched(False)

@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 
 # Runs the named zoo kernels with mosaic_rt params and prints the cache events
 # and the outputs' checksums as JSON (argv: cache dir, comma-separated names).

@@ -12,7 +12,6 @@ directly (mosaic_rt.ffi).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import jax

@@ -177,7 +177,8 @@ def cores():
                                             wait_timeout=WAIT_TIMEOUT))
     fn = jax.jit(call)
     x = jnp.zeros(TILE, jnp.float32)
-    run = lambda fault: np.asarray(jax.block_until_ready(fn(jnp.asarray(fault, jnp.int32), x)))
+    def run(fault):
+        return np.asarray(jax.block_until_ready(fn(jnp.asarray(fault, jnp.int32), x)))
     run([-1, -1])  # the core programs compile at their first run: not timed
     return run
 
@@ -232,7 +233,8 @@ def _callback_ring():
                                out_specs=P("x"), check_vma=False))
     x = jax.device_put(np.zeros((N * TILE[0], TILE[1]), np.float32),
                        NamedSharding(mesh, P("x")))
-    run = lambda fault: np.asarray(jax.block_until_ready(fn(jnp.asarray(fault, jnp.int32), x)))
+    def run(fault):
+        return np.asarray(jax.block_until_ready(fn(jnp.asarray(fault, jnp.int32), x)))
     run([-1, -1])
     return run
 

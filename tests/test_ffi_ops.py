@@ -14,7 +14,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 import mosaic_rt.ffi as F
 import mosaic_rt.ffi.ops as ffi_ops
 from mosaic_rt import _native
-from test_ffi_support import begin, dummy_rows, fresh_uid, on_devices, run_on_devices, with_token
+from test_ffi_support import begin, dummy_rows, fresh_uid, on_devices, with_token
 
 pytestmark = pytest.mark.timeout(120)
 

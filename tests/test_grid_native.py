@@ -242,7 +242,7 @@ def test_visiting_order_in_numpy_equals_jax_random(grid, semantics):
 
     mp = pltpu.CompilerParams(dimension_semantics=semantics)
     for seed in (None, 1, 12345, 2**31 - 1):
-        ref = jax.jit(lambda: jx.randomized_grid_coordinates(grid, mp, seed))()
+        ref = jax.jit(lambda: jx.randomized_grid_coordinates(grid, mp, seed))()  # noqa: B023 - called at once
         got = visiting_order._numpy_grid_coordinates(
             grid, jx.parallel_dim_semantics(mp, len(grid)), seed or 0)
         assert got is not None

@@ -131,7 +131,7 @@ def test_stock_reports_the_same_race():
         try:
             with pltpu.force_tpu_interpret_mode(params):
                 jax.block_until_ready(fn(x))
-        except Exception as e:   # stock's default on_race raises from a device thread
+        except Exception as e:  # noqa: BLE001 - stock's default on_race raises from a device thread
             assert "RACE DETECTED" in str(e), e
         if stock_ipc.races is not None and stock_ipc.races.races_found:
             break

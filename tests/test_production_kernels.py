@@ -342,7 +342,7 @@ for _window, _cap in [(None, None), (8, 20.0)]:
                                               soft_cap=cap)
     case(f"ragged_paged_attention sliding_window={_window} soft_cap={_cap}", reference=_ref_rpa,
          atol=1e-4, rtol=1e-4, dma_modes=MODES,
-         stock="stock interpret mode fails on this kernel (issue 26: CpuCallback error)")(_build_rpa)
+         stock="stock interpret mode fails on this kernel (a CpuCallback error)")(_build_rpa)
 
 
 # megablox gmm / tgmm --------------------------------------------------------------------
@@ -374,27 +374,27 @@ def _tgmm_ref(lhs, rhs, group_sizes):        # lhs (k, m), rhs (m, n) -> (g, k, 
 
 @case("megablox gmm", reference=_gmm_ref, atol=1e-3, rtol=1e-4)
 def _build_gmm():
-    fn = jax.jit(lambda l, r, g: megablox.gmm(l, r, g, tiling=(128, 128, 128)))
+    fn = jax.jit(lambda lhs, rhs, g: megablox.gmm(lhs, rhs, g, tiling=(128, 128, 128)))
     return fn, (_rand(40, (256, 128)), _rand(41, (4, 128, 128)), _GROUPS)
 
 
 @case("megablox tgmm", reference=_tgmm_ref, atol=1e-3, rtol=1e-4)
 def _build_tgmm():
-    fn = jax.jit(lambda l, r, g: gmm_lib.tgmm(l, r, g, tiling=(128, 128, 128)))
+    fn = jax.jit(lambda lhs, rhs, g: gmm_lib.tgmm(lhs, rhs, g, tiling=(128, 128, 128)))
     return fn, (_rand(42, (128, 256)), _rand(43, (256, 128)), _GROUPS)
 
 
 def _gmm_vjp(op):
-    def f(l, r, g):
-        out, pull = jax.vjp(lambda l, r: op(l, r, g), l, r)
+    def f(lhs, rhs, g):
+        out, pull = jax.vjp(lambda lhs, rhs: op(lhs, rhs, g), lhs, rhs)
         return pull(jnp.cos(out))
     return jax.jit(f)
 
 
 @case("megablox gmm vjp",
-      reference=lambda l, r, g: _gmm_vjp(_gmm_ref)(l, r, g), atol=1e-3, rtol=1e-4, slow=True)
+      reference=lambda lhs, rhs, g: _gmm_vjp(_gmm_ref)(lhs, rhs, g), atol=1e-3, rtol=1e-4, slow=True)
 def _build_gmm_vjp():
-    return (_gmm_vjp(lambda l, r, g: megablox.gmm(l, r, g, tiling=(128, 128, 128))),
+    return (_gmm_vjp(lambda lhs, rhs, g: megablox.gmm(lhs, rhs, g, tiling=(128, 128, 128))),
             (_rand(44, (256, 128)), _rand(45, (4, 128, 128)), _GROUPS))
 
 
@@ -450,7 +450,7 @@ for _dt in ("float32", "bfloat16"):
 
 # PRNG: the ops' threefry / philox count kernels and the jax.random impls over them --------
 
-from jax.experimental.pallas.ops.tpu.random import philox, threefry  # noqa: E402,F401
+from jax.experimental.pallas.ops.tpu.random import philox, threefry  # noqa: E402
 
 
 def _threefry_key():

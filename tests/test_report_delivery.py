@@ -78,7 +78,7 @@ KERNELS = textwrap.dedent('''
         return jax.block_until_ready(f(x))
 ''')
 _ns: dict = {}
-exec(compile(KERNELS, "report_kernels.py", "exec"), _ns)  # noqa: S102 -- our own text above
+exec(compile(KERNELS, "report_kernels.py", "exec"), _ns)  # our own text above
 run = _ns["run"]
 
 # Race detection that reports instead of failing, on every jax: on_race is

@@ -1,7 +1,7 @@
-"""Regression tests of issue 11's runtime defects, through `mosaic_rt.Runtime`
-and small `pallas_call`s: remote DMA shape checks in on_wait mode (#2), huge
-semaphore arrays (#4), huge timeouts (#5), count overflow (#6), DMAs never
-waited for (#8) and range checks (#9)."""
+"""Runtime limits and checks, through `mosaic_rt.Runtime` and small
+`pallas_call`s: remote DMA shape checks in on_wait mode, huge semaphore
+arrays, huge timeouts, count overflow, DMAs never waited for and range
+checks."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from mosaic_rt import Runtime
 pytestmark = pytest.mark.timeout(120)
 
 
-# ------------------------------------------- #2 remote DMA shape mismatch
+# ---------------------------------------------- remote DMA shape mismatch
 
 
 @pytest.mark.parametrize("mode", ["eager", "on_wait"])
@@ -97,7 +97,7 @@ def test_kernel_remote_copy_with_mismatched_shapes_raises_in_on_wait_mode():
             np.asarray(_ring2(body, x))
 
 
-# ------------------------------------------------- #4 huge semaphore arrays
+# ---------------------------------------------------- huge semaphore arrays
 
 
 def test_semaphore_ids_past_int32_are_a_value_error_naming_the_size():
@@ -148,7 +148,7 @@ def test_kernel_with_a_50_million_semaphore_array_runs():
     np.testing.assert_array_equal(np.asarray(out), 1)
 
 
-# ---------------------------------------------------------- #5 timeouts
+# ------------------------------------------------------------- timeouts
 
 
 @pytest.mark.parametrize("timeout", [1e19, 1e300, float("inf"), None])
@@ -203,7 +203,7 @@ def test_kernels_run_with_huge_or_infinite_timeouts(timeout):
     np.testing.assert_array_equal(np.asarray(out), 3.0)
 
 
-# ------------------------------------------------------ #6 count overflow
+# --------------------------------------------------------- count overflow
 
 
 def test_semaphore_count_overflow_is_an_error_and_leaves_the_count():
@@ -238,7 +238,7 @@ def test_dma_byte_counts_cannot_overflow_either():
     assert rt.read(0, 0, sem) == 2**62 - 8
 
 
-# ------------------------------------------- #8 DMAs never waited for
+# ---------------------------------------------- DMAs never waited for
 
 
 def test_on_wait_dma_never_waited_is_a_leak_naming_the_dma():
@@ -292,7 +292,7 @@ def test_kernel_dma_never_waited_is_reported_by_default(capsys):
         printed)
 
 
-# ------------------------------------------------------ #9 range checks
+# --------------------------------------------------------- range checks
 
 
 @pytest.mark.parametrize("call, match", [

@@ -40,7 +40,7 @@ def test_eight_threads_ping_pong_release_the_gil():
         assert rt.allocate_semaphores(d) == sem
 
     def device(d):
-        for r in range(rounds):
+        for _ in range(rounds):
             if d == 0:
                 rt.signal(d, 0, sem, 1, target_device=1)
                 rt.wait(d, 0, sem, 1)
@@ -92,7 +92,7 @@ def test_semaphore_kinds_and_leaks():
     rt.signal(0, 0, reg + 1, 3)
     rt.signal(0, 0, dma, 64)
     leaks = rt.leaks()
-    assert {(l.sem, l.kind, l.device, l.core, l.count) for l in leaks} == {
+    assert {(leak.sem, leak.kind, leak.device, leak.core, leak.count) for leak in leaks} == {
         (reg + 1, "regular", 0, 0, 3), (dma, "dma", 0, 0, 64)}
     assert rt.leaks(device=1) == []
     with pytest.raises(ValueError, match="semaphore kind"):

@@ -11,7 +11,6 @@ fusions, so the win cannot silently regress.
 from __future__ import annotations
 
 import contextlib
-import functools
 import re
 
 import jax
@@ -208,7 +207,7 @@ def test_semaphore_array_index_counts_negative_indices_from_the_end():
 
 # ------------------------------------------------------- structural guard
 
-_FUSION = re.compile(r"= \S+ fusion\(")  # as benches/perf_probes/stages_and_kernels.py
+_FUSION = re.compile(r"= \S+ fusion\(")  # a fusion of the optimized HLO: LLVM-compiled code
 
 
 def _fusions(fn, args) -> tuple[int, list[str]]:

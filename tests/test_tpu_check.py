@@ -1,4 +1,4 @@
-"""The TPU compile check (issue 25): kernels that interpret fine but would
+"""The TPU compile check: kernels that interpret fine but would
 not compile for a TPU generation fail with the real compiler's message.
 
 Tests that compile need libtpu (the version the installed jax pins: see

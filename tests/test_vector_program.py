@@ -551,7 +551,7 @@ def test_malformed_programs_are_value_errors(words, pattern):
 
 def test_mismatched_operands_and_results_are_value_errors():
     p = Program(4)
-    x, s = p.input("float32"), p.input("int32", SCALAR)
+    x, _ = p.input("float32"), p.input("int32", SCALAR)
     p.out(p.op("add", "float32", x, x))
     with pytest.raises(ValueError, match="must be float32, got s32|must be float32, got int32"):
         p.run(np.zeros(4, np.int32), np.int32(1))

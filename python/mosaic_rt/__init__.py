@@ -37,7 +37,9 @@ _tpu_targets.answer_tpu_info_from_environment()
 from mosaic_rt._version import __version__  # noqa: E402
 
 __all__ = [
+    "__version__",
     "tpu",
+    "races",
     "timeline",
     "InterpretParams",
     "force_interpret_mode",

@@ -153,7 +153,7 @@ has_memory_space_p = getattr(mosaic_primitives, "has_memory_space_p", None)
 
 # Host callbacks a kernel may contain (jax.debug.print/callback,
 # io_callback, pure_callback): the interpreter runs them guarded.
-from jax._src import debugging as _debugging  # noqa: E402
+from jax._src import debugging as _debugging
 io_callback_p = callback.io_callback_p
 pure_callback_p = callback.pure_callback_p
 debug_callback_p = _debugging.debug_callback_p
@@ -278,15 +278,6 @@ def scan_body_results(params, values) -> tuple[list, list]:
     return list(carry), list(ys)
 
 
-def dma_wait_is_read(params) -> bool:
-    """Whether a `dma_wait_p` equation waits for the read side (send /
-    `wait_read`): its operands are then swapped (the awaited semaphore in
-    the destination-semaphore slot)."""
-    if "is_wait_send" in params:
-        return bool(params["is_wait_send"])
-    return bool(params.get("insert_dummy_device", False))
-
-
 def tensorcore_mesh_cores(mesh) -> int:
     """Cores per device of a `TensorCoreMesh` (`.devices` before 0.11)."""
     if hasattr(mesh, "num_cores"):
@@ -363,12 +354,6 @@ def block_shape(block_mapping) -> tuple[int, ...]:
 def ref_and_transforms(ref):
     """(base ref, transforms) of a possibly transformed ref operand."""
     return mosaic_primitives._get_ref_and_transforms(ref)
-
-
-def canonical_device_id(device_id):
-    """What pltpu binds for a device id (0.12 normalises dict keys)."""
-    canonical = getattr(pallas_primitives, "canonicalize_device_id", None)
-    return device_id if canonical is None else canonical(device_id)
 
 
 def emit_pipeline_to_jaxpr():

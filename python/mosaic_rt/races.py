@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from mosaic_rt import _native
 
-__all__ = ["races_found", "reports", "count"]
+__all__ = ["races_found", "reports", "count"]  # noqa: F822 - races_found: module __getattr__
 
 
 def _latest():

@@ -145,7 +145,8 @@ def case_bf16_mul_add():
             kernel, out_shape=_sds(x), grid=(2, 2),
             in_specs=[spec, spec], out_specs=spec, interpret=params)(x, y)
 
-    ref = lambda x, y: (np.float32(x) * np.float32(y) + np.float32(x)).astype(jnp.bfloat16)
+    def ref(x, y):
+        return (np.float32(x) * np.float32(y) + np.float32(x)).astype(jnp.bfloat16)
     return Case("bf16_mul_add", fn, (x, y), reference=ref)
 
 
@@ -165,7 +166,8 @@ def case_bool_logic():
             grid=(2,), in_specs=[spec, spec], out_specs=(spec, spec),
             interpret=params)(x, y)
 
-    ref = lambda x, y: ((x & y) ^ y, (x & y).astype(np.int32))
+    def ref(x, y):
+        return ((x & y) ^ y, (x & y).astype(np.int32))
     return Case("bool_logic", fn, (x, y), reference=ref)
 
 
@@ -256,7 +258,8 @@ def case_matmul_bf16_in_f32_acc():
     x = _ints((32, 32), seed=15, lo=-4, hi=4).astype(jnp.bfloat16)
     y = _ints((32, 32), seed=16, lo=-4, hi=4).astype(jnp.bfloat16)
     fn = functools.partial(_matmul_call, bm=16, bn=16, bk=8, acc_dtype=_F32)
-    ref = lambda x, y: (np.float32(x) @ np.float32(y)).astype(jnp.bfloat16)
+    def ref(x, y):
+        return (np.float32(x) @ np.float32(y)).astype(jnp.bfloat16)
     return Case("matmul_bf16_in_f32_acc", lambda p, x, y: fn(p, x, y), (x, y),
                 reference=ref)
 
@@ -282,7 +285,8 @@ def case_scalar_prefetch_gather():
             kernel, out_shape=jax.ShapeDtypeStruct((5, 8, 128), _F32),
             grid_spec=spec, interpret=params)(idx, x)
 
-    ref = lambda idx, x: x[idx] + idx[:, None, None].astype(np.float32)
+    def ref(idx, x):
+        return x[idx] + idx[:, None, None].astype(np.float32)
     return Case("scalar_prefetch_gather", fn, (idx, x), reference=ref)
 
 
@@ -321,8 +325,10 @@ def case_padding_block_sum():
 
 def case_padding_block_sum_zero():
     base = case_padding_block_sum()
-    fn = lambda p, x: base.fn(_with(p, uninitialized_memory="zero"), x)
-    ref = lambda x: np.stack([x[:8].sum(0), x[8:].sum(0)])
+    def fn(p, x):
+        return base.fn(_with(p, uninitialized_memory="zero"), x)
+    def ref(x):
+        return np.stack([x[:8].sum(0), x[8:].sum(0)])
     return Case("padding_block_sum_zero", fn, base.args, reference=ref)
 
 
@@ -339,7 +345,8 @@ def _squeezed_case(name, squeeze):
             kernel, out_shape=_sds(x), grid=(4,), in_specs=[spec],
             out_specs=spec, interpret=params)(x)
 
-    ref = lambda x: x * np.arange(1, 5, dtype=np.float32)[:, None, None]
+    def ref(x):
+        return x * np.arange(1, 5, dtype=np.float32)[:, None, None]
     return Case(name, fn, (x,), reference=ref)
 
 
@@ -410,7 +417,8 @@ def case_manual_double_buffer_dma():
                             pltpu.SemaphoreType.DMA((2,))],
             interpret=params)(x)
 
-    ref = lambda x: x * 2 + np.arange(n, dtype=np.float32)[:, None, None]
+    def ref(x):
+        return x * 2 + np.arange(n, dtype=np.float32)[:, None, None]
     return Case("manual_double_buffer_dma", fn, (x,), reference=ref)
 
 
@@ -471,7 +479,8 @@ def case_dma_with_grid_blocked_output():
             scratch_shapes=[pltpu.SemaphoreType.DMA],
             interpret=params)(x)
 
-    ref = lambda x: x[::-1] + np.arange(4, dtype=np.float32)[:, None, None]
+    def ref(x):
+        return x[::-1] + np.arange(4, dtype=np.float32)[:, None, None]
     return Case("dma_with_grid_blocked_output", fn, (x,), reference=ref)
 
 
@@ -498,7 +507,8 @@ def case_run_scoped_nested():
             out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
             interpret=params)(x)
 
-    ref = lambda x: np.concatenate([x[8:], x[:8]]) * 3
+    def ref(x):
+        return np.concatenate([x[8:], x[:8]]) * 3
     return Case("run_scoped_nested", fn, (x,), reference=ref)
 
 
@@ -725,7 +735,7 @@ def case_while_loop_smem():
                 return v > 1
 
             def body(v):
-                steps_ref[j] = steps_ref[j] + 1
+                steps_ref[j] = steps_ref[j] + 1  # noqa: B023 - traced in this iteration
                 return jnp.where(v % 2 == 0, v // 2, 3 * v + 1)
 
             o_ref[j] = lax.while_loop(cond, body, x_ref[j])
@@ -736,7 +746,8 @@ def case_while_loop_smem():
             kernel, out_shape=(_sds(x), _sds(x)), in_specs=[smem],
             out_specs=(smem, smem), interpret=params)(x)
 
-    ref = lambda x: (np.ones(4, np.int32), np.array([5, 12, 0, 8], np.int32))
+    def ref(x):
+        return (np.ones(4, np.int32), np.array([5, 12, 0, 8], np.int32))
     return Case("while_loop_smem", fn, (x,), reference=ref)
 
 
@@ -945,7 +956,8 @@ def case_skip_floating_point_ops():
         return pl.pallas_call(
             kernel, out_shape=(_sds(x), _sds(n)), interpret=params)(x, n)
 
-    ref = lambda x, n: (np.full_like(x, np.inf), n * 3 + 1)
+    def ref(x, n):
+        return (np.full_like(x, np.inf), n * 3 + 1)
     return Case("skip_floating_point_ops", fn, (x, n), reference=ref)
 
 
@@ -974,8 +986,9 @@ def case_uninitialized_nan():
 
 
 def case_uninitialized_zero():
-    ref = lambda: (np.zeros((8, 128), np.float32), np.zeros((8, 128), np.int32),
-                   np.zeros((16, 128), jnp.bfloat16))
+    def ref():
+        return (np.zeros((8, 128), np.float32), np.zeros((8, 128), np.int32),
+                       np.zeros((16, 128), jnp.bfloat16))
     return Case("uninitialized_zero",
                 _uninit_scratch_fn({"uninitialized_memory": "zero"}), (),
                 reference=ref)
@@ -1007,7 +1020,8 @@ def case_oob_read_uninitialized():
 def case_oob_read_uninitialized_zero():
     fn, args = _oob_read_fn({"out_of_bounds_reads": "uninitialized",
                              "uninitialized_memory": "zero"})
-    ref = lambda o, x: np.concatenate([x[12:], np.zeros((4, 128), np.float32)])
+    def ref(o, x):
+        return np.concatenate([x[12:], np.zeros((4, 128), np.float32)])
     return Case("oob_read_uninitialized_zero", fn, args, reference=ref)
 
 
@@ -1032,7 +1046,8 @@ def _bounds_fn(bounds):
 
 def case_buffer_bounds_padded():
     fn, args = _bounds_fn("padded")
-    ref = lambda o, x: np.concatenate([x[8:], np.zeros((4, 100), np.float32)])
+    def ref(o, x):
+        return np.concatenate([x[8:], np.zeros((4, 100), np.float32)])
     return Case("buffer_bounds_padded", fn, args, reference=ref)
 
 
@@ -1110,7 +1125,8 @@ def case_prefetch_with_scratch_and_arbitrary():
             kernel, out_shape=jax.ShapeDtypeStruct((8, 128), _F32), grid_spec=spec,
             compiler_params=_cp("arbitrary"), interpret=params)(idx, x)
 
-    ref = lambda idx, x: sum(x[i] * (i + 1) for i in idx) + 4
+    def ref(idx, x):
+        return sum(x[i] * (i + 1) for i in idx) + 4
     return Case("prefetch_with_scratch_and_arbitrary", fn, (idx, x), reference=ref)
 
 

@@ -4,7 +4,7 @@ Cold first call: one kernel never seen before, end to end (jit, trace,
 lower, compile, run, block), per family. Every measurement gets shapes (or
 a constant) of its own, so nothing compiled earlier in the process can be
 reused by either interpreter, and jax's persistent compilation cache is off
-for the run (`cache_events()` counts persistent-cache hits so a report can
+for the run (`persistent_cache_hits()` counts its hits so a report can
 prove it). Stock and ours alternate which goes first.
 
 Suite workload: the 44 kernels of `zoo`, each run once per pass, stock and
@@ -36,11 +36,6 @@ def _listen() -> None:
         jax.monitoring.register_event_listener(
             lambda name, **kw: _events.__setitem__(name, _events.get(name, 0) + 1))
         _listening = True
-
-
-def cache_events() -> dict[str, int]:
-    """Counts of jax's persistent-cache events so far (hits, misses, ...)."""
-    return {k: v for k, v in _events.items() if "compilation_cache" in k}
 
 
 def persistent_cache_hits() -> int:
@@ -236,7 +231,7 @@ def run_cold(reps: int, families: list[str] | None = None, with_floor: bool = Tr
                 row.ok = row.ok and _same(out, expected)
             if floors is not None and not row.error:
                 program, args, expected = floors[f](next(counters[f]))
-                dt, out = cold_call(lambda _: program, args, None)
+                dt, out = cold_call(lambda _: program, args, None)  # noqa: B023 - called at once
                 row.floor_s.append(dt)
                 row.floor_ok = row.floor_ok and np.allclose(
                     np.asarray(out).reshape(-1), np.asarray(expected).reshape(-1))

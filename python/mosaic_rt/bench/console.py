@@ -27,10 +27,10 @@ def _plain(text: str) -> str:
 
 
 if _RichConsole is None:
-    def escape(text: str) -> str:  # noqa: F811 -- the fallback of rich.markup.escape
+    def escape(text: str) -> str:  # the fallback of rich.markup.escape
         return text.replace("[", "\\[")
 
-    class Table:  # noqa: F811 -- the subset of rich.table.Table the bench uses
+    class Table:  # the subset of rich.table.Table the bench uses
         def __init__(self, title: str = ""):
             self.title, self.columns, self.rows = title, [], []
 

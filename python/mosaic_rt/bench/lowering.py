@@ -24,7 +24,6 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 
 from mosaic_rt.bench import local

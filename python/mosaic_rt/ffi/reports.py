@@ -163,12 +163,6 @@ _background = {"started": False, "disabled": False}
 _lock = threading.Lock()
 
 
-def disable_background_delivery() -> None:
-    """Reports wait for an explicit :func:`deliver` (the pytest plugin does
-    this: it delivers in the test's own thread)."""
-    _background["disabled"] = True
-
-
 def deliver_in_background(period: float = 0.2) -> None:
     """Starts (once per process) a daemon thread delivering what is left
     queued (a failed launch's reports, a ``Runtime``'s) every ``period``

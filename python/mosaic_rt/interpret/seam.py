@@ -55,7 +55,6 @@ def install() -> None:
             return stock_impl(*args, interpret_params=interpret_params, **kwargs)
 
         setattr(dispatch, _MARK, True)
-        dispatch.stock_impl = stock_impl  # type: ignore[attr-defined]
         setattr(_stock_module, _ATTR, dispatch)
         _install_effects()
         _install_lowering()
@@ -98,8 +97,3 @@ def _install_effects() -> None:
     setattr(interpret_effects, _MARK, True)
     setattr(_effects_module, _EFFECTS_ATTR, interpret_effects)
 
-
-def stock_interpret_pallas_call():
-    """The original stock implementation (for tests and diagnostics)."""
-    current = getattr(_stock_module, _ATTR)
-    return getattr(current, "stock_impl", current)

@@ -98,7 +98,7 @@ class AsyncCopyDescriptor(_Stock):
                 " started or waited; call `.start()` (and later `.wait()`) on it,"
                 " or use async_copy / async_remote_copy.",
                 UnusedAsyncCopyWarning, file_name, line)
-        except Exception:  # interpreter shutdown: nothing left to report to
+        except Exception:  # noqa: BLE001 - interpreter shutdown: nothing left to report to
             pass
 
 

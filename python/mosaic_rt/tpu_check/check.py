@@ -253,7 +253,7 @@ def _compile_for(generation: str, avals, kernel_params, axis_sizes
         compiled = lowered.compile()
     except ImportError:  # no libtpu: not a verdict on the kernel
         raise
-    except Exception as e:  # the compiler's verdict on the kernel
+    except Exception as e:  # noqa: BLE001 - the compiler's verdict on the kernel
         return Outcome(generation, False, stage, type(e).__name__, _message(e),
                        time.perf_counter() - t0), e
     memory = None
@@ -262,7 +262,7 @@ def _compile_for(generation: str, avals, kernel_params, axis_sizes
         if analysis is not None:
             memory = {k: getattr(analysis, k) for k in dir(analysis)
                       if k.endswith("_in_bytes") and isinstance(getattr(analysis, k), int)}
-    except Exception:  # not every release reports it
+    except Exception:  # noqa: BLE001 - not every release reports it
         pass
     return Outcome(generation, True, seconds=time.perf_counter() - t0, memory=memory), None
 
@@ -430,7 +430,7 @@ class Pending:
                     self._answers[generation] = answer = self._answer(generation)
                     if not answer[0].ok and request.mode == "raise":
                         return  # the first failure is the call's answer
-            except BaseException as e:  # re-raised in the caller's thread
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
                 self._crash = e
 
         self._thread = threading.Thread(target=work, name="mosaic_rt-tpu-check", daemon=True)

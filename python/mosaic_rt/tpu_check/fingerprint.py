@@ -64,7 +64,7 @@ def _array(obj) -> str:
     import numpy as np
     try:
         a = np.asarray(obj)
-    except Exception:  # a tracer or a device we cannot read: its type is all we know
+    except Exception:  # noqa: BLE001 - a tracer or a device we cannot read: its type is all we know
         return f"array({getattr(obj, 'dtype', '?')}{tuple(getattr(obj, 'shape', ()))})"
     if a.dtype == object:
         return f"array({a.shape}, {canonical(a.tolist())})"

@@ -279,8 +279,8 @@ fn zeros_2d(rt: &Runtime, device: u32, shape: [usize; 2]) -> u32 {
 
 #[test]
 fn remote_dma_with_mismatched_shapes_fails_at_start_in_both_modes_with_one_message() {
-    // Issue 11 #2: (8,128) -> (16,64) has the same element count; on_wait
-    // used to accept it and copy reshaped data.
+    // (8,128) -> (16,64) has the same element count; on_wait must still
+    // reject it rather than copy reshaped data.
     let mut messages = Vec::new();
     for mode in [DmaMode::Eager, DmaMode::OnWait] {
         let rt = runtime(2, 1, mode);
@@ -301,7 +301,7 @@ fn remote_dma_with_mismatched_shapes_fails_at_start_in_both_modes_with_one_messa
 
 #[test]
 fn on_wait_dma_never_waited_is_reported_as_a_leak_naming_it() {
-    // Issue 11 #8: a started on_wait DMA nobody waits for never moves its
+    // A started on_wait DMA nobody waits for never moves its
     // data; it must show up in the leak report like eager's count does.
     let rt = runtime(2, 1, DmaMode::OnWait);
     let src = buffer(&rt, 0, 0, MemorySpace::Vmem, 8, 1.0);

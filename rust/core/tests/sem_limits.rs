@@ -14,7 +14,7 @@ fn runtime(devices: u32, cores: u32, timeout: Option<Duration>) -> Runtime {
 
 #[test]
 fn a_count_that_would_overflow_is_an_error_naming_everything_and_is_left_unchanged() {
-    // Issue 11 #6: three signals of 2**62 used to wrap to a negative count.
+    // Three signals of 2**62 must not wrap to a negative count.
     let rt = runtime(2, 2, None);
     let sem = rt.allocate_semaphores(1, None, SemKind::Regular, 1).unwrap();
     rt.semaphore_signal(0, 0, sem, 1 << 62, Some(1), Some(1)).unwrap();
@@ -72,8 +72,8 @@ fn concurrent_signals_near_the_limit_are_exact() {
 
 #[test]
 fn huge_semaphore_arrays_are_cheap_until_used() {
-    // Issue 11 #4: REGULAR((50_000_000,)) used to cost ~270 bytes per
-    // semaphore and core (and abort the process when that failed).
+    // REGULAR((50_000_000,)) must not cost memory per semaphore and core
+    // up front (~270 bytes each would abort the process when that fails).
     let rt = runtime(2, 2, None);
     let first = rt.allocate_semaphores(0, None, SemKind::Regular, 50_000_000).unwrap();
     assert_eq!(rt.semaphore_pages_in_use(), 0);
@@ -116,7 +116,7 @@ fn too_many_counters_for_the_cores_is_a_value_error_naming_the_size() {
 
 #[test]
 fn huge_timeouts_mean_no_timeout_and_never_panic() {
-    // Issue 11 #5: a 1e19 s timeout panicked computing its deadline.
+    // A 1e19 s timeout must not panic computing its deadline.
     for secs in [1e19, 1e300, f64::INFINITY, f64::MAX] {
         assert_eq!(timeout_from_secs(secs).unwrap(), None, "{secs}");
     }

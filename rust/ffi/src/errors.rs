@@ -3,7 +3,7 @@
 //! XLA reports whichever device failed first -- often one that was merely
 //! aborted -- and only as a string. So every handler error is reported with
 //! the kernel's ROOT cause, tagged `[mosaic_rt#N]`, where N indexes a small
-//! process-global table that Python reads back (`take_error`) to raise the
+//! process-global table that Python reads back (`take_error_ex`) to raise the
 //! right exception type with device and core.
 
 use crate::abi::{self, Api};

@@ -30,15 +30,9 @@ fn ffi_targets(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 }
 
 /// The root cause recorded by a failed FFI call as `[mosaic_rt#n]`:
-/// `(python type name, message, device, core)`, or `None` when it has been
-/// dropped from the bounded table (the caller then falls back to the text).
-#[pyfunction]
-fn take_error(n: u64) -> Option<(String, String, Option<u32>, Option<u32>)> {
-    mosaic_rt_ffi::recorded_error(n).map(|e| (e.type_name().to_string(), e.message, e.device, e.core))
-}
-
-/// Like `take_error`, plus the key of the original Python exception when
-/// the root cause came from `fail_launch` (else None).
+/// `(python type name, message, device, core, key)`, where key names the
+/// original Python exception when the root cause came from `fail_launch`
+/// (else None); `None` when it has been dropped from the bounded table.
 #[pyfunction]
 #[allow(clippy::type_complexity)]
 fn take_error_ex(n: u64) -> Option<(String, String, Option<u32>, Option<u32>, Option<u64>)> {
@@ -134,7 +128,6 @@ fn race_results() -> Option<(bool, u64, Vec<String>)> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(race_results, m)?)?;
     m.add_function(wrap_pyfunction!(ffi_targets, m)?)?;
-    m.add_function(wrap_pyfunction!(take_error, m)?)?;
     m.add_function(wrap_pyfunction!(take_error_ex, m)?)?;
     m.add_function(wrap_pyfunction!(intern_site, m)?)?;
     m.add_function(wrap_pyfunction!(site_text, m)?)?;
