@@ -218,9 +218,6 @@ def render(console, rows: dict) -> None:
     if (d := rows.get("production_kernels")) is not None:
         from mosaic_rt.bench import production
         production.render(console, d)
-    if (d := rows.get("production_kernels")) is not None:
-        from mosaic_rt.bench import production
-        found += production.verdicts(d)
     if (d := rows.get("memory_suite")) is not None:
         from mosaic_rt.bench import memory
         memory.render(console, d)
@@ -309,9 +306,6 @@ def markdown(rows: dict) -> list[str]:
     if (d := rows.get("production_kernels")) is not None:
         from mosaic_rt.bench import production
         lines += production.markdown(d)
-    if (d := rows.get("production_kernels")) is not None:
-        from mosaic_rt.bench import production
-        found += production.verdicts(d)
     if (d := rows.get("memory_suite")) is not None:
         from mosaic_rt.bench import memory
         lines += memory.markdown(d)
