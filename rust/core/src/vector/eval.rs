@@ -81,6 +81,7 @@ impl<'s> Ctx<'s, '_> {
         self.program.layout.meta[v as usize].ty
     }
 
+    #[inline(always)]
     fn arg<T: Elem>(&self, v: i64) -> Arg<'s, T> {
         let v = v as usize;
         let scalar = self.program.layout.meta[v].scalar;
@@ -106,6 +107,7 @@ impl<'s> Ctx<'s, '_> {
     /// The arguments `vs` (at most `N`), all of type `T`. `N` is small for
     /// the common ops: the list is built and passed per instruction and
     /// chunk, and a list of `MAX_VALUES` cost more than a short loop.
+    #[inline(always)]
     fn args_n<T: Elem, const N: usize>(&self, vs: &[i64]) -> ArgList<'s, T, N> {
         assert!(vs.len() <= N, "{} arguments, at most {N} here", vs.len());
         let mut list = ArgList { args: [Arg::Splat(T::default()); N], len: vs.len() };
@@ -116,6 +118,7 @@ impl<'s> Ctx<'s, '_> {
     }
 
     /// The arguments of an op other than `select_n` (at most 3).
+    #[inline(always)]
     fn args<T: Elem>(&self, vs: &[i64]) -> ArgList<'s, T, 3> {
         self.args_n(vs)
     }
