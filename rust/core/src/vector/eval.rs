@@ -1,14 +1,17 @@
-//! Evaluation: each instruction's result is computed over all its elements
-//! into scratch (array inputs are read in place), then outputs are copied
-//! out (a scalar output is broadcast).
+//! Evaluation, in chunks: every instruction's result is computed over one
+//! chunk of elements into scratch (array inputs are read in place), the
+//! chunk's outputs are copied out (a scalar output is broadcast), then the
+//! next chunk. A chunk's values stay in cache, where one whole-array pass
+//! per instruction would stream every value through memory.
 
 use super::elem::{Elem, Float, B8};
 use super::kernels::{compare, convert_op, float_op, int_op, select_bool, select_i32, Arg};
 use super::ops::Op;
+use super::plan::{Loc, Plan};
 use super::program::{bad, Program, MAX_VALUES};
 use super::simplify::Rewrite;
 use super::types::VectorType;
-use super::view::{bytes_of, try_cast, words_as, words_as_mut, words_bytes_mut, words_for};
+use super::view::{bytes_of, try_cast, words_as, words_as_mut, words_bytes_mut};
 use crate::error::{Result, RtError};
 
 /// Reusable scratch of one thread (no allocation per call once grown).
@@ -48,15 +51,6 @@ impl Default for Scratch {
     }
 }
 
-/// Where a value's elements are.
-#[derive(Clone, Copy)]
-enum Loc {
-    /// In place in input operand `i`.
-    Input(usize),
-    /// At this word offset of the scratch.
-    At(usize),
-}
-
 /// What an instruction reads: the inputs and the scratch before its result.
 struct Ctx<'s, 'p> {
     program: &'p Program<'p>,
@@ -67,6 +61,9 @@ struct Ctx<'s, 'p> {
     simd: bool,
     /// What becomes of a float op's second (constant) argument.
     adjust: Adjust,
+    /// The chunk: its first element and its length (of array values).
+    start: usize,
+    len: usize,
 }
 
 /// A change to a float op's constant second argument (`simplify`).
@@ -84,14 +81,21 @@ impl<'s> Ctx<'s, '_> {
         self.program.layout.meta[v as usize].ty
     }
 
+    #[inline(always)]
     fn arg<T: Elem>(&self, v: i64) -> Arg<'s, T> {
         let v = v as usize;
         let scalar = self.program.layout.meta[v].scalar;
-        let len = if scalar { 1 } else { self.program.layout.n };
         let elems: &'s [T] = match self.locs[v] {
-            // Aligned (else it was copied to scratch) and `len` long: checked.
-            Loc::Input(i) => try_cast(self.inputs[i]).unwrap_or(&[]),
-            Loc::At(off) => words_as(&self.before[off..], len),
+            // Aligned (else it was copied to scratch) and n long: checked.
+            Loc::Input(i) => {
+                let all = try_cast(self.inputs[i]).unwrap_or(&[]);
+                if scalar {
+                    all
+                } else {
+                    &all[self.start..self.start + self.len]
+                }
+            }
+            Loc::At(off) => words_as(&self.before[off..], if scalar { 1 } else { self.len }),
         };
         if scalar {
             Arg::Splat(elems[0])
@@ -100,13 +104,23 @@ impl<'s> Ctx<'s, '_> {
         }
     }
 
-    /// The arguments `vs`, all of type `T`.
-    fn args<T: Elem>(&self, vs: &[i64]) -> ArgList<'s, T> {
-        let mut list = ArgList { args: [Arg::Splat(T::default()); MAX_VALUES], len: vs.len() };
+    /// The arguments `vs` (at most `N`), all of type `T`. `N` is small for
+    /// the common ops: the list is built and passed per instruction and
+    /// chunk, and a list of `MAX_VALUES` cost more than a short loop.
+    #[inline(always)]
+    fn args_n<T: Elem, const N: usize>(&self, vs: &[i64]) -> ArgList<'s, T, N> {
+        assert!(vs.len() <= N, "{} arguments, at most {N} here", vs.len());
+        let mut list = ArgList { args: [Arg::Splat(T::default()); N], len: vs.len() };
         for (slot, &v) in list.args.iter_mut().zip(vs) {
             *slot = self.arg(v);
         }
         list
+    }
+
+    /// The arguments of an op other than `select_n` (at most 3).
+    #[inline(always)]
+    fn args<T: Elem>(&self, vs: &[i64]) -> ArgList<'s, T, 3> {
+        self.args_n(vs)
     }
 }
 
@@ -114,7 +128,7 @@ impl<'s> Ctx<'s, '_> {
     /// [`Ctx::args`] of a float op, with the constant second argument
     /// negated or inverted as XLA's rewrite does (`1/c` rounded once, as
     /// XLA folds it: `c` is a normal number, so no flush applies).
-    fn float_args<T: Float>(&self, vs: &[i64]) -> ArgList<'s, T> {
+    fn float_args<T: Float>(&self, vs: &[i64]) -> ArgList<'s, T, 3> {
         let mut list = self.args::<T>(vs);
         if let (Adjust::Negate | Adjust::Reciprocal, Arg::Splat(c)) = (self.adjust, list.args[1]) {
             list.args[1] = Arg::Splat(if self.adjust == Adjust::Negate { -c } else { c.recip() });
@@ -123,12 +137,12 @@ impl<'s> Ctx<'s, '_> {
     }
 }
 
-struct ArgList<'s, T> {
-    args: [Arg<'s, T>; MAX_VALUES],
+struct ArgList<'s, T, const N: usize> {
+    args: [Arg<'s, T>; N],
     len: usize,
 }
 
-impl<'s, T> std::ops::Deref for ArgList<'s, T> {
+impl<'s, T, const N: usize> std::ops::Deref for ArgList<'s, T, N> {
     type Target = [Arg<'s, T>];
     fn deref(&self) -> &[Arg<'s, T>] {
         &self.args[..self.len]
@@ -204,6 +218,35 @@ impl Program<'_> {
         scratch: &mut Scratch,
         simd: bool,
     ) -> Result<()> {
+        self.run_chunked(inputs, outputs, scratch, simd, None)
+    }
+
+    /// [`Program::run`] in chunks of `chunk` elements (so benchmarks can
+    /// compare chunk lengths, one chunk of n being the unchunked order).
+    #[cfg(feature = "internals")]
+    #[doc(hidden)]
+    pub fn run_in_chunks(
+        &self,
+        inputs: &[&[u8]],
+        outputs: &mut [&mut [u8]],
+        scratch: &mut Scratch,
+        chunk: usize,
+    ) -> Result<()> {
+        self.run_chunked(inputs, outputs, scratch, true, Some(chunk))
+    }
+
+    /// Evaluates every instruction over elements `[c, c + chunk)` before
+    /// the next chunk (every op is elementwise, so the results are those
+    /// of whole-array evaluation), keeping a chunk's values in cache.
+    /// `chunk`: elements per chunk, else the plan's choice.
+    pub(super) fn run_chunked(
+        &self,
+        inputs: &[&[u8]],
+        outputs: &mut [&mut [u8]],
+        scratch: &mut Scratch,
+        simd: bool,
+        chunk: Option<usize>,
+    ) -> Result<()> {
         let l = &*self.layout;
         if inputs.len() != l.n_inputs || outputs.len() != l.n_outputs {
             return Err(bad(format!(
@@ -228,22 +271,66 @@ impl Program<'_> {
                 return Err(bad(format!("output {j} has {} bytes, expected {} {}", buf.len(), l.n, ty.name())));
             }
         }
-        let mut locs = [Loc::At(0); MAX_VALUES];
-        let mut total = 0usize;
-        for (v, loc) in locs.iter_mut().enumerate().take(l.n_values) {
-            let m = l.meta[v];
-            let len = if m.scalar { 1 } else { l.n };
-            if v < l.n_inputs && aligned(inputs[v], m.ty) {
-                *loc = Loc::Input(v);
-            } else {
-                *loc = Loc::At(total);
-                total += words_for(len, m.ty.size());
-            }
+        let mut in_place = [false; MAX_VALUES];
+        for (slot, (i, input)) in in_place.iter_mut().zip(inputs.iter().enumerate()) {
+            *slot = aligned(input, self.input(i).0);
         }
-        scratch.ensure(total)?;
+        let Plan { locs, chunk, words } = l.plan(&in_place[..l.n_inputs], chunk);
+        scratch.ensure(words)?;
+        let mut start = 0;
+        while start < l.n {
+            let len = chunk.min(l.n - start);
+            self.run_chunk(inputs, &locs, &mut scratch.words, simd, start, len);
+            for (j, out) in outputs.iter_mut().enumerate() {
+                let v = self.output_value(j);
+                let m = l.meta[v];
+                let size = m.ty.size();
+                let dst: &mut [u8] = if m.scalar && out.len() == size {
+                    if start > 0 {
+                        continue; // a one-element buffer is written once
+                    }
+                    out
+                } else {
+                    &mut out[start * size..(start + len) * size]
+                };
+                let src: &[u8] = match locs[v] {
+                    Loc::Input(i) if m.scalar => inputs[i],
+                    Loc::Input(i) => &inputs[i][start * size..(start + len) * size],
+                    Loc::At(off) => &bytes_of(&scratch.words[off..])[..if m.scalar { size } else { len * size }],
+                };
+                if m.scalar {
+                    dst.chunks_exact_mut(size).for_each(|o| o.copy_from_slice(src));
+                } else {
+                    dst.copy_from_slice(src);
+                }
+            }
+            start += len;
+        }
+        scratch.trim();
+        Ok(())
+    }
+
+    /// Every instruction over the `len` elements from `start`, into the
+    /// scratch `words` at `locs`. Scalars and fills are the same in every
+    /// chunk and own their slots, so only the first chunk computes them.
+    fn run_chunk(
+        &self,
+        inputs: &[&[u8]],
+        locs: &[Loc; MAX_VALUES],
+        words: &mut [u64],
+        simd: bool,
+        start: usize,
+        len: usize,
+    ) {
+        let l = &*self.layout;
+        let first = start == 0;
         for (i, input) in inputs.iter().enumerate() {
             if let Loc::At(off) = locs[i] {
-                words_bytes_mut(&mut scratch.words[off..])[..input.len()].copy_from_slice(input);
+                let (ty, scalar) = self.input(i);
+                let (from, bytes) = if scalar { (0, ty.size()) } else { (start * ty.size(), len * ty.size()) };
+                if first || !scalar {
+                    words_bytes_mut(&mut words[off..])[..bytes].copy_from_slice(&input[from..from + bytes]);
+                }
             }
         }
         let w = self.words;
@@ -256,17 +343,19 @@ impl Program<'_> {
             let args = &w[pos + 3..pos + 3 + n_args];
             let imm = w[pos + 3 + n_args];
             pos += 4 + n_args;
+            let scalar = l.meta[v].scalar;
+            if !first && (scalar || matches!(l.rewrites[v], Rewrite::Fill(_))) {
+                continue;
+            }
+            let vlen = if scalar { 1 } else { len };
             let swapped;
             let (op, args, adjust) = match l.rewrites[v] {
                 Rewrite::None => (op, args, Adjust::None),
-                Rewrite::Alias(a) => {
-                    locs[v] = locs[a as usize];
-                    continue;
-                }
+                Rewrite::Alias(_) => continue, // `locs` has its value's place
                 Rewrite::Fill(bits) => {
                     let Loc::At(off) = locs[v] else { unreachable!("instructions live in scratch") };
-                    let len = if l.meta[v].scalar { 1 } else { l.n };
-                    with_type!(ty, T => words_as_mut::<T>(&mut scratch.words[off..], len).fill(T::from_word(bits)));
+                    // The first chunk is the longest: this covers every later one.
+                    with_type!(ty, T => words_as_mut::<T>(&mut words[off..], vlen).fill(T::from_word(bits)));
                     continue;
                 }
                 Rewrite::Neg(a) => {
@@ -282,28 +371,10 @@ impl Program<'_> {
                 Rewrite::FlushedSelect => (op, args, Adjust::FlushResult),
             };
             let Loc::At(off) = locs[v] else { unreachable!("instructions live in scratch") };
-            let (before, rest) = scratch.words.split_at_mut(off);
-            let len = if l.meta[v].scalar { 1 } else { l.n };
-            let cx = Ctx { program: self, inputs, before, locs: &locs, simd, adjust };
-            exec(op, ty, args, imm, rest, len, &cx);
+            let (before, rest) = words.split_at_mut(off);
+            let cx = Ctx { program: self, inputs, before, locs, simd, adjust, start, len };
+            exec(op, ty, args, imm, rest, vlen, &cx);
         }
-        for (j, out) in outputs.iter_mut().enumerate() {
-            let v = self.output_value(j);
-            let m = l.meta[v];
-            let size = m.ty.size();
-            let len = if m.scalar { 1 } else { l.n };
-            let src: &[u8] = match locs[v] {
-                Loc::Input(i) => inputs[i],
-                Loc::At(off) => &bytes_of(&scratch.words[off..])[..len * size],
-            };
-            if m.scalar {
-                out.chunks_exact_mut(size).for_each(|o| o.copy_from_slice(src));
-            } else {
-                out.copy_from_slice(src);
-            }
-        }
-        scratch.trim();
-        Ok(())
     }
 }
 
@@ -356,11 +427,10 @@ fn exec_baseline(op: Op, ty: VectorType, args: &[i64], imm: i64, out: &mut [u64]
             let pred_is_bool = cx.ty(p) == VectorType::Bool;
             with_type!(ty, T => {
                 let out = words_as_mut::<T>(out, len);
-                let cases = cx.args::<T>(&args[1..]);
                 if pred_is_bool {
-                    select_bool(out, cx.arg(p), &cases)
+                    select_bool(out, cx.arg(p), &cx.args_n::<T, 2>(&args[1..]))
                 } else {
-                    select_i32(out, cx.arg(p), &cases)
+                    select_i32(out, cx.arg(p), &cx.args_n::<T, MAX_VALUES>(&args[1..]))
                 }
             });
             if cx.adjust == Adjust::FlushResult {

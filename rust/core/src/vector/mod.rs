@@ -8,12 +8,14 @@
 //! scalar programs' ops (`crate::scalar`), floats XLA:CPU's IEEE semantics
 //! with subnormals flushed on input and output (see `elem`), and the
 //! rewrites XLA applies to float ops with constant operands (`simplify`).
-//! Each instruction is one loop over its elements (`kernels`).
+//! Each instruction is one loop over a chunk of its elements (`kernels`),
+//! chunk after chunk so that values stay in cache (`eval`).
 
 mod elem;
 mod eval;
 mod kernels;
 mod ops;
+mod plan;
 mod program;
 mod simplify;
 mod types;

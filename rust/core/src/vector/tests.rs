@@ -53,20 +53,29 @@ fn bytes<T: Copy>(xs: &[T]) -> Vec<u8> {
     unsafe { std::slice::from_raw_parts(xs.as_ptr() as *const u8, std::mem::size_of_val(xs)) }.to_vec()
 }
 
-/// Runs `words` on `inputs` (bytes), both builds; returns each output's bytes.
-fn run(words: &[i64], inputs: &[Vec<u8>]) -> Vec<Vec<u8>> {
+/// Runs `words` on `inputs`, chunks of `chunk` elements (None: the
+/// default choice); returns each output's bytes.
+fn run_chunks(words: &[i64], inputs: &[&[u8]], chunk: Option<usize>, simd: bool) -> Vec<Vec<u8>> {
     let p = Program::decode(words).unwrap();
+    let mut outs: Vec<Vec<u8>> = (0..p.num_outputs()).map(|j| vec![0u8; p.len() * p.output_type(j).size()]).collect();
+    let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+    p.run_chunked(inputs, &mut refs, &mut Scratch::new(), simd, chunk).unwrap();
+    outs
+}
+
+/// Runs `words` on `inputs` in both builds and in one chunk of n against
+/// short chunks (asserting all agree); returns each output's bytes.
+fn run(words: &[i64], inputs: &[Vec<u8>]) -> Vec<Vec<u8>> {
     let ins: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
-    let mut results = vec![];
-    for simd in [true, false] {
-        let mut outs: Vec<Vec<u8>> =
-            (0..p.num_outputs()).map(|j| vec![0u8; p.len() * p.output_type(j).size()]).collect();
-        let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
-        p.run_with(&ins, &mut refs, &mut Scratch::new(), simd).unwrap();
-        results.push(outs);
+    let n = Program::decode(words).unwrap().len();
+    let whole = run_chunks(words, &ins, Some(n), true);
+    assert_eq!(whole, run_chunks(words, &ins, Some(n), false), "the AVX2 and baseline builds differ");
+    for chunk in [None, Some(1), Some(3), Some(64)] {
+        for simd in [true, false] {
+            assert_eq!(whole, run_chunks(words, &ins, chunk, simd), "chunks of {chunk:?} (simd {simd}) differ");
+        }
     }
-    assert_eq!(results[0], results[1], "the AVX2 and baseline builds differ");
-    results.pop().unwrap()
+    whole
 }
 
 fn f32s(b: &[u8]) -> Vec<u32> {
@@ -472,4 +481,181 @@ fn a_scalar_output_fills_a_one_element_buffer_once() {
     // An array output still needs all n elements.
     let e = prog.run(&inputs, &mut [&mut arr[..4], &mut one[..]], &mut Scratch::new()).unwrap_err();
     assert!(e.message.contains("output 0 has 4 bytes"), "{}", e.message);
+    // Over several chunks the one element is written once, the array in full.
+    let mut p = B::new(200);
+    let (x, s) = (p.input(I32, false), p.input(I32, true));
+    let s1 = p.op(Op::Add, I32, &[s, s], 0);
+    let r = p.op(Op::Xor, I32, &[x, s1], 0);
+    let prog_words = p.out(&[r, s1]).words();
+    let prog = Program::decode(&prog_words).unwrap();
+    let xs: Vec<i32> = (0..200).collect();
+    let (mut arr, mut one) = (vec![0u8; 800], [0u8; 4]);
+    let inputs: [&[u8]; 2] = [&bytes(&xs), &bytes(&[5i32])];
+    for simd in [true, false] {
+        prog.run_chunked(&inputs, &mut [&mut arr[..], &mut one[..]], &mut Scratch::new(), simd, Some(64)).unwrap();
+        assert_eq!(i32s(&arr), xs.iter().map(|x| x ^ 10).collect::<Vec<_>>());
+        assert_eq!(i32s(&one), [10]);
+    }
+}
+
+/// `bytes` at an odd address (so it is copied to scratch, chunk by chunk).
+fn misaligned(bytes: &[u8]) -> Vec<u8> {
+    let mut v = vec![0u8; bytes.len() + 1];
+    v[1..].copy_from_slice(bytes);
+    v
+}
+
+/// A program of every rewrite kind, scalar and misaligned inputs, and
+/// outputs that are inputs, constants, scalars and aliases.
+fn every_rewrite(n: usize) -> Vec<i64> {
+    let mut p = B::new(n);
+    let (x, y, s) = (p.input(F32, false), p.input(F32, false), p.input(F32, true));
+    let (u, k) = (p.input(U32, false), p.input(U32, true));
+    let f = |p: &mut B, c: f32| p.op(Op::Const, F32, &[], c.to_bits() as i64);
+    let (one, minus_one, zero, three) = (f(&mut p, 1.0), f(&mut p, -1.0), f(&mut p, 0.0), f(&mut p, 3.0));
+    let nan = p.op(Op::Const, F32, &[], 0x7f80_0123);
+    let mut outs = vec![
+        p.op(Op::Mul, F32, &[x, one], 0),       // alias
+        p.op(Op::Add, F32, &[x, zero], 0),      // alias
+        p.op(Op::Max, F32, &[y, y], 0),         // alias
+        p.op(Op::Mul, F32, &[y, minus_one], 0), // neg
+        p.op(Op::Add, F32, &[three, y], 0),     // swap
+        p.op(Op::Sub, F32, &[x, three], 0),     // add negated
+        p.op(Op::Div, F32, &[y, three], 0),     // mul reciprocal
+        p.op(Op::Add, F32, &[x, nan], 0),       // fill, array
+        p.op(Op::Sub, F32, &[s, nan], 0),       // fill, scalar
+    ];
+    let gt = p.op(Op::Gt, Bool, &[x, y], 0);
+    outs.push(p.op(Op::SelectN, F32, &[gt, y, x], 0)); // flushed select
+    let wide = p.op(Op::Convert, F64, &[x], 0);
+    outs.push(p.op(Op::Convert, F32, &[wide], 0)); // alias of x
+    let s3 = p.op(Op::Mul, F32, &[s, three], 0); // a scalar instruction
+    outs.push(p.op(Op::Fma, F32, &[x, y, s3], 0));
+    let c16 = p.op(Op::Const, U32, &[], 16);
+    let uk = p.op(Op::Mul, U32, &[u, k], 0);
+    let hi = p.op(Op::ShiftRightLogical, U32, &[uk, c16], 0);
+    let mixed = p.op(Op::Xor, U32, &[hi, u], 0);
+    let lt = p.op(Op::Lt, Bool, &[u, k], 0);
+    outs.push(p.op(Op::SelectN, U32, &[lt, uk, mixed], 0));
+    outs.extend([mixed, s3, wide, x, s, k, one, c16]);
+    p.out(&outs).words()
+}
+
+#[test]
+fn chunks_of_any_length_give_the_bits_of_one_chunk() {
+    let words = every_rewrite(1 << 20);
+    let prog = Program::decode(&words).unwrap();
+    // x and s misaligned (copied to scratch), y, u, k read in place.
+    let default = prog.layout.plan(&[false, true, false, true, true], None).chunk;
+    assert!(default % 64 == 0 && (64..1 << 20).contains(&default), "{default}");
+    for (chunk, of) in [(Some(64), 64), (Some(100), 100), (None, default)] {
+        for n in [of - 1, of, of + 1, 3 * of + 7] {
+            let words = every_rewrite(n);
+            let (x, y, u) = (misaligned(&noise(4 * n, 11)), noise(4 * n, 12), noise(4 * n, 13));
+            let (s, k) = (misaligned(&noise(4, 14)), noise(4, 15));
+            let inputs: [&[u8]; 5] = [&x[1..], &y, &s[1..], &u, &k];
+            let whole = run_chunks(&words, &inputs, Some(n), true);
+            for simd in [true, false] {
+                assert_eq!(run_chunks(&words, &inputs, chunk, simd), whole, "n {n}, chunks of {chunk:?}");
+            }
+        }
+    }
+}
+
+/// xorshift64.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, k: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % k as u64) as usize
+    }
+}
+
+/// A random well-typed program over uint32, float32 and bool values, and
+/// its inputs (some scalar, some misaligned).
+fn random_program(rng: &mut Rng, n: usize) -> (Vec<i64>, Vec<Vec<u8>>, Vec<usize>) {
+    let mut p = B::new(n);
+    let mut values: Vec<(i64, VectorType)> = vec![];
+    let (mut inputs, mut offsets) = (vec![], vec![]);
+    for _ in 0..1 + rng.below(4) {
+        let (t, scalar) = ([U32, F32][rng.below(2)], rng.below(3) == 0);
+        values.push((p.input(t, scalar), t));
+        let offset = rng.below(2);
+        let mut bytes = vec![0u8; offset];
+        bytes.extend(noise(if scalar { 4 } else { 4 * n }, rng.below(1 << 30) as u64));
+        inputs.push(bytes);
+        offsets.push(offset);
+    }
+    let consts = [1.0f32, -1.0, 0.0, -0.0, 3.0, f32::INFINITY, f32::NEG_INFINITY, nan(0x7f80_0123), SUB];
+    for _ in 0..1 + rng.below(30) {
+        let t = [U32, F32][rng.below(2)];
+        let of_t: Vec<i64> = values.iter().filter(|v| v.1 == t).map(|v| v.0).collect();
+        let kind = if of_t.is_empty() { 0 } else { rng.below(7) };
+        let pick = |rng: &mut Rng| of_t[rng.below(of_t.len())];
+        let v = match kind {
+            0 if t == F32 => p.op(Op::Const, F32, &[], consts[rng.below(consts.len())].to_bits() as i64),
+            0 => p.op(Op::Const, U32, &[], rng.below(1 << 32) as i64),
+            1 => {
+                let ops: &[Op] = if t == F32 {
+                    &[Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Max, Op::Min]
+                } else {
+                    &[
+                        Op::Add,
+                        Op::Sub,
+                        Op::Mul,
+                        Op::Xor,
+                        Op::And,
+                        Op::Or,
+                        Op::ShiftLeft,
+                        Op::ShiftRightLogical,
+                        Op::Max,
+                    ]
+                };
+                let (a, b) = (pick(rng), pick(rng));
+                p.op(ops[rng.below(ops.len())], t, &[a, b], 0)
+            }
+            2 => {
+                let op = if t == F32 { [Op::Neg, Op::Abs][rng.below(2)] } else { Op::Not };
+                p.op(op, t, &[pick(rng)], 0)
+            }
+            3 | 4 => {
+                let (a, b) = (pick(rng), pick(rng));
+                let c = p.op([Op::Gt, Op::Lt, Op::Eq][rng.below(3)], Bool, &[a, b], 0);
+                values.push((c, Bool));
+                // Sometimes the compare's own operands: a flushed select.
+                let cases = if kind == 3 { [b, a] } else { [pick(rng), pick(rng)] };
+                p.op(Op::SelectN, t, &[c, cases[0], cases[1]], 0)
+            }
+            5 => {
+                let from = values[rng.below(values.len())];
+                p.op(Op::Convert, t, &[from.0], 0)
+            }
+            _ if t == F32 => {
+                let args = [pick(rng), pick(rng), pick(rng)];
+                p.op(Op::Fma, F32, &args, rng.below(3) as i64)
+            }
+            _ => p.op(Op::Mul, U32, &[pick(rng), pick(rng)], 0),
+        };
+        values.push((v, t));
+    }
+    let outs: Vec<i64> = (0..1 + rng.below(5)).map(|_| values[rng.below(values.len())].0).collect();
+    (p.out(&outs).words(), inputs, offsets)
+}
+
+#[test]
+fn random_programs_give_the_bits_of_one_chunk_in_any_chunks() {
+    let mut rng = Rng(0x5eed_0fc4_0ac5);
+    for case in 0..300 {
+        let n = if case % 30 == 0 { 2000 + rng.below(3000) } else { 1 + rng.below(300) };
+        let (words, inputs, offsets) = random_program(&mut rng, n);
+        let ins: Vec<&[u8]> = inputs.iter().zip(&offsets).map(|(b, &o)| &b[o..]).collect();
+        let whole = run_chunks(&words, &ins, Some(n), true);
+        let chunk = 1 + rng.below(n + 2);
+        for (c, simd) in [(Some(chunk), true), (Some(chunk), false), (None, true)] {
+            assert_eq!(run_chunks(&words, &ins, c, simd), whole, "case {case}: n {n}, chunks of {c:?}, {words:?}");
+        }
+    }
 }
