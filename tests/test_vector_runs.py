@@ -305,3 +305,26 @@ def test_a_stored_broadcast_of_a_converted_scalar():
     ours = _same_as_stock(fn, np.array([3], np.int32))
     np.testing.assert_array_equal(np.asarray(ours).reshape(2, 8, 2, 128)[:, 0, :, 0].ravel(),
                                   np.arange(3, 7, dtype=np.float32))
+
+
+@pytest.mark.parametrize("rows", [vector_runs.NATIVE_MAX_ELEMENTS // 128,
+                                  2 * vector_runs.NATIVE_MAX_ELEMENTS // 128])
+def test_blocks_beyond_the_crossover_are_left_to_xla(rows):
+    """Native programs only up to `NATIVE_MAX_ELEMENTS` per array: beyond
+    it XLA's fused loop is faster per call; the bits are stock's either way."""
+    a = np.arange(rows * 128, dtype=np.uint32).reshape(rows, 128) * np.uint32(2654435761)
+
+    def kernel(x_ref, o_ref):
+        x = x_ref[...]
+        o_ref[...] = ((x ^ (x >> 7)) * jnp.uint32(0x9E3779B1)) | jnp.uint32(3)
+
+    def fn(params, x):
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                              interpret=params)(x)
+
+    programs, fusions = _program(fn, a)
+    if rows * 128 <= vector_runs.NATIVE_MAX_ELEMENTS:
+        assert (programs, fusions) == (1, 0)
+    else:
+        assert programs == 0 and fusions >= 1
+    _same_as_stock(fn, a)
