@@ -270,7 +270,7 @@ def test_suite_workload_runs_a_subset_and_checks_results():
 
 
 def test_verdict_kinds_format_as_bounds():
-    from mosaic_rt.bench.report import Verdict
+    from mosaic_rt.bench.targets import Verdict
     assert fmt_target(Verdict("x", 1.5, 2.0, "", False, kind="max"), "target") == "<= 1.5x"
     assert fmt_target({"target": 0.01, "measured": 0.02, "kind": "seconds"},
                       "measured") == "20.00 ms"

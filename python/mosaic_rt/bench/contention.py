@@ -114,7 +114,7 @@ def time_case(case, budget, processes: int, blocks: int = BLOCKS) -> Contended:
 
 def verdicts(found: list[Contended]) -> list:
     from mosaic_rt.bench.fmt import fmt_time
-    from mosaic_rt.bench.report import Verdict
+    from mosaic_rt.bench.targets import Verdict
 
     return [Verdict(
         f"{c.name} contended/quiet", TARGET, c.ratio,

@@ -18,7 +18,7 @@ def fmt_ratio(x: float | None) -> str:
 
 
 def fmt_target(v, which: str) -> str:
-    """`which` ("target" or "measured") of a verdict (a `report.Verdict` or its
+    """`which` ("target" or "measured") of a verdict (a `targets.Verdict` or its
     JSON dict) as text; "max" and "seconds" targets read "<= ..."."""
     get = v.get if isinstance(v, dict) else lambda k: getattr(v, k)
     value, kind = get(which), get("kind") or "min"

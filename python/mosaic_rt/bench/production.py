@@ -233,8 +233,8 @@ STEADY_EACH_TARGET = 10.0
 
 
 def verdicts(d) -> list:
-    """The family's targets as `report.Verdict`s."""
-    from mosaic_rt.bench.report import Verdict
+    """The family's targets as `targets.Verdict`s."""
+    from mosaic_rt.bench.targets import Verdict
     ks = [k for k in d["kernels"] if k.get("ratio")]
     if not ks:
         return []

@@ -16,18 +16,7 @@ from mosaic_rt.bench.fmt import fmt_target
 from mosaic_rt.bench.fmt import fmt_time as _fmt_time
 from mosaic_rt.bench.measure import CaseResult
 from mosaic_rt.bench.suite import FAMILIES
-
-
-@dataclasses.dataclass
-class Verdict:
-    subject: str          # family name, or case name for race cases
-    target: float
-    measured: float | None
-    how: str
-    passed: bool
-    # "min": a speed-up, measured >= target; "max": a ratio that must stay
-    # <= target (e.g. ours / XLA native); "seconds": a time <= target.
-    kind: str = "min"
+from mosaic_rt.bench.targets import Verdict
 
 
 def _slope(points: list[tuple[int, float]]) -> float | None:

@@ -134,9 +134,9 @@ def select(filters: list[str]) -> list[Row]:
 
 
 def verdicts(rows: dict, results=()) -> list:
-    """Targets (`report.Verdict`s) of the rows in `rows` (key -> data) and of
+    """Targets (`targets.Verdict`s) of the rows in `rows` (key -> data) and of
     the XLA-native column of the collective cases in `results`."""
-    from mosaic_rt.bench.report import Verdict
+    from mosaic_rt.bench.targets import Verdict
 
     found = []
     if (d := rows.get("cold_first_call")) is not None:
