@@ -67,6 +67,7 @@ from jax._src import pjit
 from jax._src import source_info_util
 from jax._src import state
 from jax._src import tree_util
+from jax._src.random import threefry2x32 as jax_threefry2x32
 from jax._src.pallas import core as pallas_core
 from jax._src.pallas import primitives as pallas_primitives
 from jax._src.pallas.mosaic import core as mosaic_core
@@ -145,6 +146,8 @@ dma_wait_p = mosaic_primitives.dma_wait_p
 get_barrier_semaphore_p = mosaic_primitives.get_barrier_semaphore_p
 prng_seed_p = mosaic_primitives.prng_seed_p
 prng_random_bits_p = mosaic_primitives.prng_random_bits_p
+# jax.random's Threefry-2x32 hash (jax's PRNG kernels call it in the body).
+threefry2x32_p = jax_threefry2x32.threefry2x32_p
 emit_pipeline_p = getattr(mosaic_pipeline, "emit_pipeline_p", None)
 pipeline_body_p = getattr(mosaic_pipeline, "pipeline_body_p", None)
 # Added in 0.12 (None before).

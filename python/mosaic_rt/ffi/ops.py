@@ -1067,6 +1067,15 @@ def vector_program(program, operands, result_dtypes, shapes):
                       side_effect=False, aliases=()))
 
 
+def threefry2x32(k0, k1, x0, x1, shape):
+    """``jax.random``'s Threefry-2x32 hash of the uint32 counters ``(x0,
+    x1)`` under the key ``(k0, k1)``, by one pure native call: two uint32
+    arrays of ``shape``. Each operand is one element or ``shape``."""
+    results = (jax.ShapeDtypeStruct(tuple(shape), np.uint32),) * 2
+    return list(_bind("mosaic_rt_threefry2x32", results, (k0, k1, x0, x1), {},
+                      side_effect=False, aliases=()))
+
+
 # `mosaic_rt_core::scalar::fingerprint`: sum(words[i] * B^(i+1)) mod 2^64.
 # With it the handler knows a program it ran before at the same address
 # without comparing every word.

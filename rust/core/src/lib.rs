@@ -52,6 +52,7 @@ pub mod scalar;
 mod sem;
 pub mod site;
 mod sync;
+pub mod threefry;
 mod trace;
 pub mod vector;
 

@@ -83,6 +83,7 @@ handlers! {
     prng_random_bits => crate::ops::interp::prng_random_bits,
     grid_step => crate::ops::trace::grid_step,
     vector_program => crate::ops::vector::vector_program,
+    threefry2x32 => crate::ops::threefry::threefry2x32,
 }
 
 pub use launch::{callback_state, fail_launch};

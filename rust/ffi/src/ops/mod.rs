@@ -12,6 +12,7 @@ pub mod memory;
 pub mod prologue;
 pub mod scalar;
 pub mod sem;
+pub mod threefry;
 pub mod trace;
 pub mod vector;
 
