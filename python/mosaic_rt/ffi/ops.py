@@ -10,7 +10,9 @@ Regions (``load``/``store``/``swap``/``dma_start``/``copy_block``) are
 entry per leading buffer dimension; remaining dimensions are taken whole) and
 ``starts`` (int32 scalars or one int32 vector, traced or not), or ``None``
 for the whole buffer. The handler rebuilds the core's ``Region`` from the
-op's attributes and start operand.
+op's attributes and start operand (for load / store / swap / dma_start,
+several dynamic scalar starts: the first there, the others as trailing
+operands, see `_with_tail`).
 """
 
 from __future__ import annotations

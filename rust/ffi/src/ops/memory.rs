@@ -168,6 +168,8 @@ pub fn free_buffer(c: &mut Call) -> Result<()> {
 /// attributes `space`, `sizes`, `strides`, `squeezed`. `mask`: a bool array
 /// of the value's shape; a masked load reads only the selected elements
 /// (masked-off ones get the fill value and may lie out of bounds).
+/// Load, store and swap may end with their region's trailing starts
+/// (attribute `tail_starts`, see [`super::region`]).
 pub fn load(c: &mut Call) -> Result<()> {
     let t = tail_len(&c.frame);
     let (handle, device, core) = core_target(c, 6 + t..=7 + t, 2)?;
