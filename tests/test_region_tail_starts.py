@@ -80,6 +80,32 @@ def test_several_dynamic_starts_build_no_start_vector():
     assert "concatenate" not in hlo
 
 
+def test_fill_with_several_dynamic_starts():
+    uid = fresh_uid()
+
+    def body(d, _):
+        with begin(d, 1, uid=uid, uninitialized_memory="zero") as k:
+            h, t = k.handle, k.token
+            t, b = F.allocate_buffer(t, h, d, 0, space="vmem", dtype=np.int32, shape=(3, 4, 8))
+
+            def put(i, tok):
+                # b[i, 3 - i, 1:5] = i + 1, and the old contents of that window
+                tok, old = F.fill(tok, h, d, 0, b, F.TracedRegion.slices((i, 1), (3 - i, 1),
+                                                                          (1, 4)),
+                                  (i + 1).astype(jnp.int32), space="vmem", old_shape=(1, 1, 4))
+                return tok
+
+            t = jax.lax.fori_loop(0, 3, put, t)
+            t, v = F.load(t, h, d, 0, b, None, space="vmem", shape=(3, 4, 8), dtype=np.int32)
+            k.token = t
+        return with_token(v, k.token)
+
+    want = np.zeros((3, 4, 8), np.int32)
+    for i in range(3):
+        want[i, 3 - i, 1:5] = i + 1
+    np.testing.assert_array_equal(translated(1, body), want)
+
+
 @pytest.mark.parametrize("tail,pattern", [
     # the region takes one trailing start; one more is left over
     (2, r"1 trailing start operand\(s\) left over"),
