@@ -10,7 +10,9 @@ Regions (``load``/``store``/``swap``/``dma_start``/``copy_block``) are
 entry per leading buffer dimension; remaining dimensions are taken whole) and
 ``starts`` (int32 scalars or one int32 vector, traced or not), or ``None``
 for the whole buffer. The handler rebuilds the core's ``Region`` from the
-op's attributes and start operand.
+op's attributes and start operand (for load / store / swap / dma_start,
+several dynamic scalar starts: the first there, the others as trailing
+operands, see `_with_tail`).
 """
 
 from __future__ import annotations
@@ -278,21 +280,32 @@ def _bind(target: str, results, operands, attrs, *, side_effect: bool = True,
         attributes=tuple((k, jx.ffi_attribute(attrs[k])) for k in sorted(attrs)))
 
 
-def _starts_operand(starts):
+def _starts_operand(starts, tail=None):
     """A region's dynamic starts as the op's operand: one int32 scalar as it
     is (the handler takes a scalar as one start: no reshape in the
-    program), several as one vector."""
+    program), several as one vector -- or, given ``tail`` (a list), the
+    first as the operand and the others appended to ``tail``, when all are
+    scalars: the op passes them as trailing scalar operands (see
+    `_with_tail`), so the program builds no vector of them (XLA:CPU
+    compiles each such concatenate as a fusion of its own, ~5 ms)."""
     if isinstance(starts, (tuple, list)) and not starts:
         return no_starts()
     if isinstance(starts, (tuple, list)) and len(starts) == 1:
         start = starts[0]
         if not isinstance(start, _STATIC_INTS) and getattr(start, "shape", None) == ():
             return _as_i32(start)
+    if (tail is not None and isinstance(starts, (tuple, list))
+            and all(not isinstance(s, _STATIC_INTS) and getattr(s, "shape", None) == ()
+                    for s in starts)):
+        tail.extend(_as_i32(s) for s in starts[1:])
+        return _as_i32(starts[0])
     return TracedRegion(starts=starts).start_vector()
 
 
-def _region_parts(region, prefix: str = ""):
-    """(int32 start vector operand, attributes) of a region."""
+def _region_parts(region, prefix: str = "", tail=None):
+    """(int32 start operand, attributes) of a region; with ``tail`` (a
+    list) several dynamic scalar starts leave all but the first there (see
+    `_starts_operand`)."""
     fixed = None
     if region is None:
         sizes = strides = squeezed = ()
@@ -310,9 +323,9 @@ def _region_parts(region, prefix: str = ""):
             fixed = np.asarray([int(s) if st else _DYNAMIC_START
                                 for s, st in zip(parts, static)], np.int64)
             dynamic = tuple(s for s, st in zip(parts, static) if not st)
-            starts = _starts_operand(dynamic) if dynamic else no_starts()
+            starts = _starts_operand(dynamic, tail) if dynamic else no_starts()
         else:
-            starts = _starts_operand(parts)
+            starts = _starts_operand(parts, tail)
     attrs = {
         f"{prefix}sizes": _ints(sizes),
         f"{prefix}strides": _ints(strides),
@@ -321,6 +334,16 @@ def _region_parts(region, prefix: str = ""):
     if fixed is not None:
         attrs[f"{prefix}fixed"] = fixed
     return starts, attrs
+
+
+def _with_tail(operands, attrs, tail):
+    """``(operands, attrs)`` with a region's trailing scalar starts (from
+    `_region_parts`) appended as the last operands, counted by attribute
+    ``tail_starts`` (the handler takes them off the end, region after
+    region in operand order)."""
+    if not tail:
+        return operands, attrs
+    return [*operands, *tail], dict(attrs, tail_starts=len(tail))
 
 
 # ------------------------------------------------------------------ launches
@@ -657,21 +680,24 @@ def load(token, handle, device, core, buffer_id, region, *, space, shape, dtype,
     shape) a masked load: only the selected elements are read; masked-off
     ones hold the fill value (uninitialized memory) and may lie out of
     bounds."""
-    starts, attrs = _region_parts(region)
+    tail = []
+    starts, attrs = _region_parts(region, tail=tail)
     out = jax.ShapeDtypeStruct(tuple(shape), _dtype(dtype, "load"))
     operands = [token, handle, _i32(device), _i32(core), _i32(buffer_id), starts]
     if mask is not None:
         operands.append(jnp.asarray(mask, jnp.bool_))
+    operands, attrs = _with_tail(operands, attrs, tail)
     return _call("load", (out,), operands, space=_space(space), site=site, **attrs)
 
 
 def store(token, handle, device, core, buffer_id, region, value, *, space, site: int = 0):
     """Writes ``value`` into ``region`` of the buffer."""
     _dtype(jnp.result_type(value), "store")
-    starts, attrs = _region_parts(region)
-    return _call("store", (),
-                 (token, handle, _i32(device), _i32(core), _i32(buffer_id), starts, value),
-                 space=_space(space), site=site, **attrs)
+    tail = []
+    starts, attrs = _region_parts(region, tail=tail)
+    operands, attrs = _with_tail(
+        [token, handle, _i32(device), _i32(core), _i32(buffer_id), starts, value], attrs, tail)
+    return _call("store", (), operands, space=_space(space), site=site, **attrs)
 
 
 def swap(token, handle, device, core, buffer_id, region, value, mask=None, *, space,
@@ -679,12 +705,14 @@ def swap(token, handle, device, core, buffer_id, region, value, mask=None, *, sp
     """``(token, old)``: writes ``value`` (where ``mask``) and returns the
     previous contents (masked-off elements give ``value``'s); with
     ``old=False`` only the token (nothing is copied out)."""
-    starts, attrs = _region_parts(region)
+    tail = []
+    starts, attrs = _region_parts(region, tail=tail)
     value = jnp.asarray(value)
     _dtype(value.dtype, "swap")
     operands = [token, handle, _i32(device), _i32(core), _i32(buffer_id), starts, value]
     if mask is not None:
         operands.append(jnp.asarray(mask, jnp.bool_))
+    operands, attrs = _with_tail(operands, attrs, tail)
     results = (jax.ShapeDtypeStruct(value.shape, value.dtype),) if old else ()
     return _call("swap", results, operands, space=_space(space), site=site, **attrs)
 
@@ -698,8 +726,10 @@ def fill(token, handle, device, core, buffer_id, region, scalar, *, space, old_s
     if scalar.shape != ():
         raise ValueError(f"fill: the value must be rank 0, got shape {scalar.shape}")
     _dtype(scalar.dtype, "fill")
-    starts, attrs = _region_parts(region)
-    operands = (token, handle, _i32(device), _i32(core), _i32(buffer_id), starts, scalar)
+    tail = []
+    starts, attrs = _region_parts(region, tail=tail)
+    operands, attrs = _with_tail(
+        [token, handle, _i32(device), _i32(core), _i32(buffer_id), starts, scalar], attrs, tail)
     old = () if old_shape is None else (jax.ShapeDtypeStruct(tuple(old_shape), scalar.dtype),)
     return _call("swap", old, operands, space=_space(space), site=site, splat=1, **attrs)
 
@@ -782,15 +812,17 @@ def dma_start(token, handle, device, core, src_id, src_region, dst_id, dst_regio
     order (see :func:`dma_wait`)."""
     if (src_sem is None) != (dst_device is None):
         raise ValueError("Either both or neither `src_sem` and `device_id` can be set.")
-    src_starts, src_attrs = _region_parts(src_region, "src_")
-    dst_starts, dst_attrs = _region_parts(dst_region, "dst_")
+    tail = []
+    src_starts, src_attrs = _region_parts(src_region, "src_", tail)
+    dst_starts, dst_attrs = _region_parts(dst_region, "dst_", tail)
     operands = [token, handle, _i32(device), _i32(core), _i32(src_id), src_starts,
                 _i32(dst_id), dst_starts, _i32(dst_sem), _opt_i32(src_sem),
                 _opt_i32(dst_device)]
     if dst_core is not None:
         operands.append(_i32(dst_core))
     wait_sems, wait_attrs = _trailing_waits(then_wait)
-    return _call("dma_start", (), [*operands, *wait_sems],
+    operands, wait_attrs = _with_tail([*operands, *wait_sems], wait_attrs, tail)
+    return _call("dma_start", (), operands,
                  src_space=_space(src_space), dst_space=_space(dst_space),
                  has_dst_device=int(dst_device is not None),
                  has_dst_core=int(dst_core is not None), site=site,

@@ -1,13 +1,14 @@
 //! DMAs: start and wait.
 
-use super::{core_target, region, space_attr, DST_REGION, SRC_REGION};
+use super::{core_target, region, space_attr, tail_len, Tail, DST_REGION, SRC_REGION};
 use crate::dispatch::Call;
 use crate::frame::Frame;
 use crate::launch;
 use mosaic_rt_core::{DmaRequest, Result, RtError};
 
 /// `dma_start(token, handle, device, core, src_id, src_starts, dst_id,
-/// dst_starts, dst_sem, src_sem, dst_device[, dst_core]) -> token`.
+/// dst_starts, dst_sem, src_sem, dst_device[, dst_core], waits..., tail...)
+/// -> token`.
 ///
 /// Attributes: `src_space`, `src_sizes`, `src_strides`, `src_squeezed` and
 /// the same with `dst_`; optional flags `has_dst_device` and `has_dst_core`
@@ -15,30 +16,34 @@ use mosaic_rt_core::{DmaRequest, Result, RtError};
 /// range-checked; without them -1 means "not given". `src_sem` is -1 for a
 /// local copy; it and the destination device are given together (the
 /// runtime reports stock's message otherwise). No destination core: the
-/// issuing core. Optional trailing waits: see [`WAITS`].
+/// issuing core. Optional trailing waits: see [`WAITS`]; then the regions'
+/// trailing starts (attribute `tail_starts`, see [`super::region`]).
 pub fn dma_start(c: &mut Call) -> Result<()> {
     let k = trailing_count(&c.frame);
-    let (handle, device, core) = core_target(c, 11 + k..=12 + k, 1)?;
+    let t = tail_len(&c.frame);
+    let (handle, device, core) = core_target(c, 11 + k + t..=12 + k + t, 1)?;
     let waits = trailing_waits(&c.frame)?;
     let _site = c.enter_site();
     let f = &c.frame;
     let [has_device, has_core] = f.attrs_i64_opt(["has_dst_device", "has_dst_core"]);
-    let base = f.num_args() - k;
+    let base = f.num_args() - k - t;
+    let mut tail = Tail::of(f, t);
     let dst_core = if base == 12 { super::target_arg(f, handle, 11, has_core, "destination core id")? } else { None };
     let req = DmaRequest {
         device,
         core,
         src_space: space_attr(f, "src_space")?,
         src_id: f.arg_id(4, "source buffer id")?,
-        src_region: region(f, &SRC_REGION, 5)?,
+        src_region: region(f, &SRC_REGION, 5, &mut tail)?,
         dst_space: space_attr(f, "dst_space")?,
         dst_id: f.arg_id(6, "destination buffer id")?,
-        dst_region: region(f, &DST_REGION, 7)?,
+        dst_region: region(f, &DST_REGION, 7, &mut tail)?,
         dst_sem: f.arg_id(8, "destination semaphore id")?,
         src_sem: f.arg_opt_id(9, "source semaphore id")?,
         dst_device: super::target_arg(f, handle, 10, has_device, "destination device id")?,
         dst_core,
     };
+    tail.finish(f)?;
     launch::with_runtime(handle, move |rt| rt.dma_start(req))?;
     match waits {
         Some(w) => run_waits(&c.frame, handle, device, core, base, w),

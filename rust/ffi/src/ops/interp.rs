@@ -2,7 +2,7 @@
 //! stock's block-index error messages), the output-revisit check and the
 //! per-core PRNG.
 
-use super::{core_target, region, space_attr, DST_REGION, SRC_REGION};
+use super::{core_target, region, space_attr, Tail, DST_REGION, SRC_REGION};
 use crate::dispatch::Call;
 use crate::frame::Frame;
 use crate::launch;
@@ -33,9 +33,9 @@ pub fn copy_block(c: &mut Call) -> Result<()> {
     let _site = c.enter_site();
     let f = &c.frame;
     let src_id = f.arg_id(4, "source buffer id")?;
-    let src_region = region(f, &SRC_REGION, 5)?;
+    let src_region = region(f, &SRC_REGION, 5, &mut Tail::none())?;
     let dst_id = f.arg_id(6, "destination buffer id")?;
-    let dst_region = region(f, &DST_REGION, 7)?;
+    let dst_region = region(f, &DST_REGION, 7, &mut Tail::none())?;
     let src_space = space_attr(f, "src_space")?;
     let dst_space = space_attr(f, "dst_space")?;
     let input = match f.attr_str("direction")? {
@@ -113,7 +113,7 @@ pub fn check_revisit(c: &mut Call) -> Result<()> {
     let (handle, device, core) = core_target(c, 6..=6, 1)?;
     let f = &c.frame;
     let loop_idx: Vec<i64> = f.arg(4)?.i32s()?.iter().map(|&i| i as i64).collect();
-    let all = region(f, &super::REGION, 5)?;
+    let all = region(f, &super::REGION, 5, &mut Tail::none())?;
     let blocks = split_blocks(f, all)?;
     launch::with_runtime(handle, |rt| rt.check_revisit(device, core, &loop_idx, &blocks))
 }

@@ -1,10 +1,10 @@
 //! Buffers: allocate, free, load, store, swap.
 
-use super::{core_target, device_target, region, space_attr, REGION};
+use super::{core_target, device_target, region, space_attr, tail_len, Tail, REGION};
 use crate::dispatch::Call;
-use crate::frame::Buf;
+use crate::frame::{Buf, Frame};
 use crate::launch;
-use mosaic_rt_core::{DType, Init, MemRef, MemorySpace, Result, RtError, Stored};
+use mosaic_rt_core::{DType, Init, MemRef, MemorySpace, Region, Result, RtError, Stored};
 
 fn shape_attr(c: &Call, name: &str) -> Result<Option<Vec<usize>>> {
     let f = &c.frame;
@@ -141,6 +141,15 @@ pub fn allocate_direct(handle: u64, device: u32, spec: &BufferSpec, out: &Buf<'_
     })
 }
 
+/// The region of a load / store / swap (attributes without a prefix, start
+/// operand `slot`) and its `t` trailing start operands.
+fn tail_region(f: &Frame, slot: usize, t: usize) -> Result<Region> {
+    let mut tail = Tail::of(f, t);
+    let region = region(f, &REGION, slot, &mut tail)?;
+    tail.finish(f)?;
+    Ok(region)
+}
+
 /// Whether the optional `borrow` attribute asks for a borrowed input.
 fn borrow_requested(c: &Call) -> Result<bool> {
     Ok(c.frame.attr_i64_opt("borrow")?.is_some_and(|v| v != 0))
@@ -159,14 +168,17 @@ pub fn free_buffer(c: &mut Call) -> Result<()> {
 /// attributes `space`, `sizes`, `strides`, `squeezed`. `mask`: a bool array
 /// of the value's shape; a masked load reads only the selected elements
 /// (masked-off ones get the fill value and may lie out of bounds).
+/// Load, store and swap may end with their region's trailing starts
+/// (attribute `tail_starts`, see [`super::region`]).
 pub fn load(c: &mut Call) -> Result<()> {
-    let (handle, device, core) = core_target(c, 6..=7, 2)?;
+    let t = tail_len(&c.frame);
+    let (handle, device, core) = core_target(c, 6 + t..=7 + t, 2)?;
     let _site = c.enter_site();
     let f = &c.frame;
     let id = f.arg_id(4, "buffer id")?;
     let space = space_attr(f, "space")?;
-    let region = region(f, &REGION, 5)?;
-    if f.num_args() == 7 {
+    let region = tail_region(f, 5, t)?;
+    if f.num_args() - t == 7 {
         let m = f.arg(6)?;
         m.expect_dtype(DType::Bool)?;
         let out = f.ret(1)?;
@@ -204,12 +216,13 @@ pub fn load(c: &mut Call) -> Result<()> {
 /// `store(token, handle, device, core, id, starts, value) -> token`;
 /// attributes as for `load`.
 pub fn store(c: &mut Call) -> Result<()> {
-    let (handle, device, core) = core_target(c, 7..=7, 1)?;
+    let t = tail_len(&c.frame);
+    let (handle, device, core) = core_target(c, 7 + t..=7 + t, 1)?;
     let _site = c.enter_site();
     let f = &c.frame;
     let id = f.arg_id(4, "buffer id")?;
     let space = space_attr(f, "space")?;
-    let region = region(f, &REGION, 5)?;
+    let region = tail_region(f, 5, t)?;
     let data = f.arg(6)?.elements()?;
     launch::with_runtime(handle, |rt| rt.store(MemRef::new(device, core, space, id, &region), &data))
 }
@@ -230,12 +243,14 @@ fn splat_requested(c: &Call) -> Result<bool> {
 pub fn swap(c: &mut Call) -> Result<()> {
     let splat = splat_requested(c)?;
     let rets = if c.frame.num_rets() == 1 { 1 } else { 2 };
-    let (handle, device, core) = core_target(c, if splat { 7..=7 } else { 7..=8 }, rets)?;
+    let t = tail_len(&c.frame);
+    let (handle, device, core) = core_target(c, if splat { 7 + t..=7 + t } else { 7 + t..=8 + t }, rets)?;
     let _site = c.enter_site();
     let f = &c.frame;
     let id = f.arg_id(4, "buffer id")?;
     let space = space_attr(f, "space")?;
-    let region = region(f, &REGION, 5)?;
+    let region = tail_region(f, 5, t)?;
+    let masked = f.num_args() - t == 8;
     let value = f.arg(6)?;
     let data = value.elements()?;
     let stored = if splat {
@@ -246,7 +261,7 @@ pub fn swap(c: &mut Call) -> Result<()> {
     } else {
         Stored::Dense(&data)
     };
-    let mask = if f.num_args() == 8 {
+    let mask = if masked {
         let m = f.arg(7)?;
         m.expect_dtype(DType::Bool)?;
         if m.dims != value.dims {
@@ -270,7 +285,7 @@ pub fn swap(c: &mut Call) -> Result<()> {
     }
     let out_range = out.byte_range()?;
     let overlaps = |r: std::ops::Range<usize>| !r.is_empty() && r.start < out_range.end && out_range.start < r.end;
-    if overlaps(value.byte_range()?) || f.num_args() == 8 && overlaps(f.arg(7)?.byte_range()?) {
+    if overlaps(value.byte_range()?) || masked && overlaps(f.arg(7)?.byte_range()?) {
         return Err(RtError::value("swap: the result buffer overlaps the value or mask operand"));
     }
     // SAFETY: the only slice of result 1; it overlaps neither operand slice

@@ -102,13 +102,63 @@ pub const SRC_REGION: RegionAttrs =
 pub const DST_REGION: RegionAttrs =
     RegionAttrs { sizes: "dst_sizes", strides: "dst_strides", squeezed: "dst_squeezed", fixed: "dst_fixed" };
 
+/// Attribute of an op whose regions pass some dynamic starts as trailing
+/// scalar operands: how many there are (its last operands).
+pub const TAIL_STARTS: &str = "tail_starts";
+
+/// How many trailing start operands an op has (read before the arity check,
+/// which needs it: an absent or malformed attribute counts 0, and then the
+/// arity check or the region reports what does not fit).
+pub fn tail_len(f: &Frame) -> usize {
+    f.attr_i64_opt(TAIL_STARTS).ok().flatten().and_then(|n| usize::try_from(n).ok()).unwrap_or(0)
+}
+
+/// The trailing start operands of an op not taken yet by its regions
+/// (operands `next..end`).
+pub struct Tail {
+    next: usize,
+    end: usize,
+}
+
+impl Tail {
+    /// The last `len` operands of `f` (the arity check has counted them).
+    pub fn of(f: &Frame, len: usize) -> Tail {
+        let end = f.num_args();
+        Tail { next: end.saturating_sub(len), end }
+    }
+
+    /// None: an op with no trailing starts.
+    pub fn none() -> Tail {
+        Tail { next: 0, end: 0 }
+    }
+
+    /// Fails unless every trailing start was taken by a region.
+    pub fn finish(&self, f: &Frame) -> Result<()> {
+        if self.next != self.end {
+            return Err(RtError::value(format!(
+                "{}: {} trailing start operand(s) left over (attribute `{TAIL_STARTS}`)",
+                f.op,
+                self.end - self.next
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// A region: static sizes, strides and squeezed flags (attributes named by
-/// `names`) and a dynamic int32 start vector operand (or scalar: one start).
-pub fn region(f: &Frame, names: &RegionAttrs, starts_arg: usize) -> Result<Region> {
+/// `names`) and a dynamic int32 start vector operand (or scalar: one start;
+/// or the first of several, the others taken from `tail`).
+pub fn region(f: &Frame, names: &RegionAttrs, starts_arg: usize, tail: &mut Tail) -> Result<Region> {
     let sizes = f.attr_i64s(names.sizes)?;
     let strides = f.attr_i64s(names.strides)?;
     let squeezed = f.attr_i64s(names.squeezed)?;
-    let starts = f.arg(starts_arg)?.starts()?;
+    let slot = f.arg(starts_arg)?;
+    let mut starts = slot.starts()?;
+    let joined;
+    if tail.next < tail.end && slot.dims.is_empty() {
+        joined = join_tail(f, names, sizes.len(), starts, tail)?;
+        starts = &joined;
+    }
     let n = sizes.len();
     if starts.len() != n && strides.len() == n && squeezed.len() == n {
         return fixed_region(f, names, sizes, strides, squeezed, starts);
@@ -127,6 +177,25 @@ pub fn region(f: &Frame, names: &RegionAttrs, starts_arg: usize) -> Result<Regio
         .map(|i| DimSel { start: starts[i] as i64, size: sizes[i], stride: strides[i], squeezed: squeezed[i] != 0 })
         .collect();
     Ok(Region::new(dims))
+}
+
+/// The dynamic starts of a region whose scalar start operand is the first
+/// of several: it, then as many trailing operands as the region has dynamic
+/// starts left (all `n` dims without a `fixed` attribute, else its
+/// [`DYNAMIC_START`] entries).
+#[cold]
+#[inline(never)]
+fn join_tail(f: &Frame, names: &RegionAttrs, n: usize, first: &[i32], tail: &mut Tail) -> Result<Vec<i32>> {
+    let dynamic = match f.attr_i64s_opt(names.fixed)? {
+        Some(fixed) => fixed.iter().filter(|&&s| s == DYNAMIC_START).count(),
+        None => n,
+    };
+    let mut out = first.to_vec();
+    while out.len() < dynamic && tail.next < tail.end {
+        out.push(f.arg(tail.next)?.scalar_i32()?);
+        tail.next += 1;
+    }
+    Ok(out)
 }
 
 /// A region whose static starts are an attribute (`names.fixed`) and whose
