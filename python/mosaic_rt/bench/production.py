@@ -15,6 +15,7 @@ small shapes:
 from __future__ import annotations
 
 import functools
+import gc
 import statistics
 import time
 from typing import Callable
@@ -160,6 +161,9 @@ QUICK = ("flash_attention fwd causal", "megablox gmm", "all_gather 2-D mesh vmem
 def _time(fn, args, ctx, reps: int, seconds: float):
     """(first call s, steady median s, output): the first call includes jit+compile."""
     with ctx():
+        # A full collection (40-85 ms here) would land in whichever side's
+        # first call crosses the threshold: start every side from a clean heap.
+        gc.collect()
         start = time.perf_counter()
         out = np.asarray(jax.block_until_ready(fn(*args)))
         first = time.perf_counter() - start
