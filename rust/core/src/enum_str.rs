@@ -1,7 +1,8 @@
-//! Enums that cross a boundary as strings (configuration values, FFI
-//! attributes, Python arguments): each gets exactly one spelling per
-//! variant, one `as_str` and one `FromStr`, generated here, so that no layer
-//! above parses or re-spells them by hand.
+//! Enums that cross a boundary: as strings (`enum_str!`: configuration
+//! values, FFI attributes, Python arguments) or as integer codes
+//! (`wire_enum!`: program ops and types, dtypes). Each variant's spelling
+//! (and code) is stated once, here generated into `ALL`, the conversions
+//! and their errors, so that no layer above parses or re-spells them.
 
 use crate::error::RtError;
 
@@ -52,6 +53,85 @@ macro_rules! enum_str {
 }
 
 pub(crate) use enum_str;
+
+/// Declares a fieldless enum that crosses a boundary as an integer code
+/// (program words, FFI attributes, tables exported to Python), each variant
+/// with its code and its name stated once: `Variant = code => "name"`.
+/// Codes must be 0, 1, 2, ... in declaration order (checked at compile
+/// time), so `ALL[code]` is the variant; a test pins each enum's table so
+/// that a change of the wire is deliberate. Generates `ALL`, `code`,
+/// `from_code` (error: `"unknown <what> code 7: expected 0 to 5"`), `name`
+/// and `from_name` (error: `"unsupported <what> \"x\": expected one of a, b"`).
+macro_rules! wire_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident as $what:literal {
+            $( $(#[$vmeta:meta])* $variant:ident = $code:literal => $text:literal, )+
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        $vis enum $name {
+            $( $(#[$vmeta])* $variant = $code, )+
+        }
+
+        impl $name {
+            /// Every variant, in code order: `ALL[c].code() == c`.
+            pub const ALL: [$name; [$($code),+].len()] = [$($name::$variant),+];
+
+            /// The variant's wire code.
+            #[inline]
+            pub const fn code(self) -> i64 {
+                self as i64
+            }
+
+            pub fn from_code(code: i64) -> $crate::error::Result<$name> {
+                match code {
+                    $($code => Ok($name::$variant),)+
+                    _ => Err($crate::enum_str::unknown_code($what, code, $name::ALL.len())),
+                }
+            }
+
+            /// The variant's name at the boundary.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
+
+            pub fn from_name(name: &str) -> $crate::error::Result<$name> {
+                match name {
+                    $($text => Ok($name::$variant),)+
+                    _ => Err($crate::enum_str::unknown_name($what, name, &[$($text),+])),
+                }
+            }
+        }
+
+        // Codes are positions: `ALL[code]` indexing (evaluation loops) and
+        // the exported tables rely on it.
+        const _: () = {
+            let mut i = 0;
+            while i < $name::ALL.len() {
+                assert!($name::ALL[i] as usize == i, concat!(stringify!($name), ": codes must be 0, 1, 2, ... in order"));
+                i += 1;
+            }
+        };
+    };
+}
+
+pub(crate) use wire_enum;
+
+/// `"unknown <what> code 7: expected 0 to 5"`.
+#[cold]
+pub(crate) fn unknown_code(what: &str, code: i64, n: usize) -> RtError {
+    RtError::value(format!("unknown {what} code {code}: expected 0 to {}", n.saturating_sub(1)))
+}
+
+/// `"unsupported <what> \"x\": expected one of a, b, c"`.
+#[cold]
+pub(crate) fn unknown_name(what: &str, got: &str, valid: &[&str]) -> RtError {
+    RtError::value(format!("unsupported {what} {got:?}: expected one of {}", valid.join(", ")))
+}
 
 /// `"<what> must be 'a', 'b' or 'c', got \"x\""`.
 #[cold]

@@ -102,7 +102,7 @@ fn decode_layout(words: &[i64]) -> Result<Layout> {
         }
         let mut meta = [NO_META; MAX_VALUES];
         for m in meta.iter_mut().take(n_inputs) {
-            let ty = ScalarType::from_code(r.next("input type")?)?;
+            let ty = ScalarType::from_code(r.next("input type")?).map_err(|e| bad(e.message))?;
             let rank = r.count("input rank", 8)?;
             let dims_at = u16::try_from(r.pos).map_err(|_| bad("inputs too long".to_string()))?;
             for _ in 0..rank {
@@ -295,8 +295,8 @@ fn scalar_arg(meta: &[Meta], v: i64) -> Result<ScalarType> {
 /// Checks one instruction at the reader and returns its result type.
 fn check_instr(r: &mut Reader, meta: &[Meta], words: &[i64]) -> Result<ScalarType> {
     let code = r.next("op")?;
-    let op = Op::from_code(code).ok_or_else(|| bad(format!("unknown op code {code}")))?;
-    let ty = ScalarType::from_code(r.next("result type")?)?;
+    let op = Op::from_code(code).map_err(|e| bad(e.message))?;
+    let ty = ScalarType::from_code(r.next("result type")?).map_err(|e| bad(e.message))?;
     let n = r.count("argument count", MAX_VALUES)?;
     let args_at = r.pos;
     for _ in 0..n {

@@ -138,7 +138,7 @@ fn decode_layout(words: &[i64]) -> Result<Layout> {
     }
     let mut meta = [NO_META; MAX_VALUES];
     for m in meta.iter_mut().take(n_inputs) {
-        let ty = VectorType::from_code(r.next("input type")?)?;
+        let ty = VectorType::from_code(r.next("input type")?).map_err(|e| bad(e.message))?;
         let scalar = match r.next("input kind")? {
             0 => false,
             1 => true,
@@ -179,8 +179,8 @@ fn value(meta: &[Meta], v: i64) -> Result<Meta> {
 /// Checks one instruction at the reader and returns its result's meta.
 fn check_instr(r: &mut Reader, meta: &[Meta]) -> Result<Meta> {
     let code = r.next("op")?;
-    let op = Op::from_code(code).ok_or_else(|| bad(format!("unknown op code {code}")))?;
-    let ty = VectorType::from_code(r.next("result type")?)?;
+    let op = Op::from_code(code).map_err(|e| bad(e.message))?;
+    let ty = VectorType::from_code(r.next("result type")?).map_err(|e| bad(e.message))?;
     let n = r.count("argument count", MAX_VALUES)?;
     let mut args = [NO_META; MAX_VALUES];
     let mut first_args = [0u8; 2];
