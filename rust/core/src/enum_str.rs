@@ -175,4 +175,59 @@ mod tests {
             "memory space must be 'vmem', 'vmem_shared', 'smem', 'cmem', 'semaphore_mem', 'hbm' or 'any', got \"bogus\"",
         );
     }
+
+    /// Every wire enum's names in code order (code 0 first): the tables
+    /// exported to Python and the codes in program words. A change here is
+    /// a change of the wire (append new variants; never reorder).
+    #[test]
+    fn wire_codes_are_pinned() {
+        fn table<T: Copy>(all: &[T], code: fn(T) -> i64, name: fn(T) -> &'static str) -> String {
+            for (i, &v) in all.iter().enumerate() {
+                assert_eq!(code(v), i as i64, "{}", name(v));
+            }
+            all.iter().map(|&v| name(v)).collect::<Vec<_>>().join(" ")
+        }
+        use crate::dtype::DType;
+        use crate::memory::MemorySpace;
+        use crate::scalar::{Op, ScalarType};
+        use crate::vector::{Op as VectorOp, VectorType};
+        assert_eq!(
+            table(&Op::ALL, Op::code, Op::name),
+            "const add sub mul div rem neg abs sign max min clamp and or xor not shift_left \
+             shift_right_arithmetic shift_right_logical eq ne lt le gt ge select_n convert_element_type \
+             integer_pow index"
+        );
+        assert_eq!(
+            table(&VectorOp::ALL, VectorOp::code, VectorOp::name),
+            "const add sub mul div rem neg abs max min and or xor not shift_left shift_right_arithmetic \
+             shift_right_logical eq ne lt le gt ge select_n convert_element_type fma"
+        );
+        let ints = "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64";
+        assert_eq!(table(&ScalarType::ALL, ScalarType::code, ScalarType::name), ints);
+        assert_eq!(table(&VectorType::ALL, VectorType::code, VectorType::name), format!("{ints} float32 float64"));
+        assert_eq!(
+            table(&DType::ALL, DType::code, DType::name),
+            format!(
+                "{ints} float16 bfloat16 float32 float64 int4 uint4 int2 uint2 float4_e2m1fn float8_e5m2 \
+                 float8_e4m3fn float8_e4m3b11fnuz float8_e5m2fnuz float8_e4m3fnuz float8_e4m3 float8_e3m4 \
+                 float8_e8m0fnu complex64 complex128"
+            )
+        );
+        assert_eq!(
+            table(MemorySpace::ALL, MemorySpace::code, MemorySpace::as_str),
+            "vmem vmem_shared smem cmem semaphore_mem hbm any"
+        );
+    }
+
+    #[test]
+    fn wire_enum_errors_name_the_range_and_the_choices() {
+        use crate::dtype::DType;
+        assert_eq!(DType::from_code(28).unwrap_err().message, "unknown dtype code 28: expected 0 to 27");
+        assert_eq!(DType::from_code(-1).unwrap_err().kind, crate::error::ErrorKind::Value);
+        let e = crate::scalar::ScalarType::from_name("float32").unwrap_err().message;
+        assert_eq!(
+            e,
+            "unsupported type \"float32\": expected one of bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64"
+        );
+    }
 }
