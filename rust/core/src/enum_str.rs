@@ -190,7 +190,7 @@ mod tests {
         use crate::dtype::DType;
         use crate::memory::MemorySpace;
         use crate::scalar::{Op, ScalarType};
-        use crate::vector::{Op as VectorOp, VectorType};
+        use crate::vector::{FmaForm, Op as VectorOp, VectorType};
         assert_eq!(
             table(&Op::ALL, Op::code, Op::name),
             "const add sub mul div rem neg abs sign max min clamp and or xor not shift_left \
@@ -213,6 +213,7 @@ mod tests {
                  float8_e8m0fnu complex64 complex128"
             )
         );
+        assert_eq!(table(&FmaForm::ALL, FmaForm::code, FmaForm::name), "mul_add mul_sub neg_mul_add");
         assert_eq!(
             table(MemorySpace::ALL, MemorySpace::code, MemorySpace::as_str),
             "vmem vmem_shared smem cmem semaphore_mem hbm any"

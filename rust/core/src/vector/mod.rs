@@ -20,6 +20,7 @@ mod types;
 mod view;
 
 pub use eval::Scratch;
+pub use kernels::FmaForm;
 pub use ops::Op;
 pub use program::{DecodeCache, Program, ProgramState, VectorPrograms, FORMAT, MAX_ELEMENTS, MAX_VALUES};
 pub use types::VectorType;

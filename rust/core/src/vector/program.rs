@@ -274,7 +274,7 @@ fn check_instr(r: &mut Reader, meta: &[Meta]) -> Result<Meta> {
             arity(3)?;
             kinds(ty.is_float(), "a float type")?;
             all_of(ty, 0)?;
-            if FmaForm::from_code(imm).is_none() {
+            if FmaForm::from_code(imm).is_err() {
                 return Err(bad(format!("{name} form {imm} (0: a*b+c, 1: a*b-c, 2: c-a*b)")));
             }
         }
