@@ -112,7 +112,8 @@ macro_rules! wire_enum {
         const _: () = {
             let mut i = 0;
             while i < $name::ALL.len() {
-                assert!($name::ALL[i] as usize == i, concat!(stringify!($name), ": codes must be 0, 1, 2, ... in order"));
+                let in_order = $name::ALL[i] as usize == i;
+                assert!(in_order, concat!(stringify!($name), ": codes must be 0, 1, 2, ... in order"));
                 i += 1;
             }
         };
