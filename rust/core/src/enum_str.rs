@@ -229,7 +229,8 @@ mod tests {
         let e = crate::scalar::ScalarType::from_name("float32").unwrap_err().message;
         assert_eq!(
             e,
-            "unsupported type \"float32\": expected one of bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64"
+            "unsupported type \"float32\": expected one of \
+             bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64"
         );
     }
 }
