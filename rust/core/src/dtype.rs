@@ -15,39 +15,42 @@
 use std::ops::Deref;
 
 use crate::config::FillMode;
-use crate::error::{Result, RtError};
+use crate::enum_str::wire_enum;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum DType {
-    Bool,
-    I8,
-    I16,
-    I32,
-    I64,
-    U8,
-    U16,
-    U32,
-    U64,
-    F16,
-    BF16,
-    F32,
-    F64,
-    // Added after the first 13: their wire codes follow those.
-    I4,
-    U4,
-    I2,
-    U2,
-    F4E2M1FN,
-    F8E5M2,
-    F8E4M3FN,
-    F8E4M3B11FNUZ,
-    F8E5M2FNUZ,
-    F8E4M3FNUZ,
-    F8E4M3,
-    F8E3M4,
-    F8E8M0FNU,
-    C64,
-    C128,
+wire_enum! {
+    /// An element type, named as numpy names it (ml_dtypes for the ml
+    /// types). Codes are stable: new dtypes are appended.
+    pub enum DType as "dtype" {
+        Bool = 0 => "bool",
+        I8 = 1 => "int8",
+        I16 = 2 => "int16",
+        I32 = 3 => "int32",
+        I64 = 4 => "int64",
+        U8 = 5 => "uint8",
+        U16 = 6 => "uint16",
+        U32 = 7 => "uint32",
+        U64 = 8 => "uint64",
+        F16 = 9 => "float16",
+        BF16 = 10 => "bfloat16",
+        F32 = 11 => "float32",
+        F64 = 12 => "float64",
+        // Added after the first 13: their codes follow those.
+        I4 = 13 => "int4",
+        U4 = 14 => "uint4",
+        I2 = 15 => "int2",
+        U2 = 16 => "uint2",
+        F4E2M1FN = 17 => "float4_e2m1fn",
+        F8E5M2 = 18 => "float8_e5m2",
+        F8E4M3FN = 19 => "float8_e4m3fn",
+        F8E4M3B11FNUZ = 20 => "float8_e4m3b11fnuz",
+        F8E5M2FNUZ = 21 => "float8_e5m2fnuz",
+        F8E4M3FNUZ = 22 => "float8_e4m3fnuz",
+        F8E4M3 = 23 => "float8_e4m3",
+        F8E3M4 = 24 => "float8_e3m4",
+        F8E8M0FNU = 25 => "float8_e8m0fnu",
+        C64 = 26 => "complex64",
+        C128 = 27 => "complex128",
+    }
 }
 
 /// The bytes of one element that fill fresh memory (at most 16 bytes, so no
@@ -74,38 +77,6 @@ impl Deref for FillBytes {
 }
 
 impl DType {
-    /// Every dtype, in wire-code order.
-    pub const ALL: [DType; 28] = [
-        DType::Bool,
-        DType::I8,
-        DType::I16,
-        DType::I32,
-        DType::I64,
-        DType::U8,
-        DType::U16,
-        DType::U32,
-        DType::U64,
-        DType::F16,
-        DType::BF16,
-        DType::F32,
-        DType::F64,
-        DType::I4,
-        DType::U4,
-        DType::I2,
-        DType::U2,
-        DType::F4E2M1FN,
-        DType::F8E5M2,
-        DType::F8E4M3FN,
-        DType::F8E4M3B11FNUZ,
-        DType::F8E5M2FNUZ,
-        DType::F8E4M3FNUZ,
-        DType::F8E4M3,
-        DType::F8E3M4,
-        DType::F8E8M0FNU,
-        DType::C64,
-        DType::C128,
-    ];
-
     /// Bytes per element in simulated memory (numpy's itemsize; 1 for the
     /// sub-byte types). DMA semaphores count in these bytes.
     pub fn itemsize(self) -> usize {
@@ -151,65 +122,6 @@ impl DType {
         } else {
             unpacked
         }
-    }
-
-    /// numpy's name of the dtype (ml_dtypes' for the ml types).
-    pub fn name(self) -> &'static str {
-        use DType::*;
-        match self {
-            Bool => "bool",
-            I8 => "int8",
-            I16 => "int16",
-            I32 => "int32",
-            I64 => "int64",
-            U8 => "uint8",
-            U16 => "uint16",
-            U32 => "uint32",
-            U64 => "uint64",
-            F16 => "float16",
-            BF16 => "bfloat16",
-            F32 => "float32",
-            F64 => "float64",
-            I4 => "int4",
-            U4 => "uint4",
-            I2 => "int2",
-            U2 => "uint2",
-            F4E2M1FN => "float4_e2m1fn",
-            F8E5M2 => "float8_e5m2",
-            F8E4M3FN => "float8_e4m3fn",
-            F8E4M3B11FNUZ => "float8_e4m3b11fnuz",
-            F8E5M2FNUZ => "float8_e5m2fnuz",
-            F8E4M3FNUZ => "float8_e4m3fnuz",
-            F8E4M3 => "float8_e4m3",
-            F8E3M4 => "float8_e3m4",
-            F8E8M0FNU => "float8_e8m0fnu",
-            C64 => "complex64",
-            C128 => "complex128",
-        }
-    }
-
-    /// Comma-separated names of every dtype, for messages.
-    pub fn all_names() -> String {
-        DType::ALL.map(DType::name).join(", ")
-    }
-
-    pub fn from_name(name: &str) -> Result<DType> {
-        DType::ALL.into_iter().find(|d| d.name() == name).ok_or_else(|| {
-            RtError::value(format!("unsupported dtype {name:?}: expected one of {}", DType::all_names()))
-        })
-    }
-
-    /// Stable small integer used on the wire: the index in [`DType::ALL`]
-    /// (new dtypes are appended, so codes never change).
-    pub fn code(self) -> i64 {
-        DType::ALL.iter().position(|d| *d == self).unwrap() as i64
-    }
-
-    pub fn from_code(code: i64) -> Result<DType> {
-        usize::try_from(code)
-            .ok()
-            .and_then(|i| DType::ALL.get(i).copied())
-            .ok_or_else(|| RtError::value(format!("unknown dtype code {code}: expected 0 to {}", DType::ALL.len() - 1)))
     }
 
     /// Little-endian bytes of the value that fills fresh or out-of-bounds

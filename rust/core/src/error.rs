@@ -3,87 +3,72 @@
 
 use std::fmt;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ErrorKind {
+/// Declares [`ErrorKind`] from one table, `Kind => "PythonType"`:
+/// `python_type` and its inverse both read it.
+macro_rules! error_kinds {
+    ($( $(#[$vmeta:meta])* $variant:ident => $python:literal, )+) => {
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum ErrorKind {
+            $( $(#[$vmeta])* $variant, )+
+        }
+
+        impl ErrorKind {
+            /// Every kind, in declaration order.
+            pub const ALL: &'static [ErrorKind] = &[$(ErrorKind::$variant),+];
+
+            /// Name of the Python exception class this kind is raised as.
+            pub const fn python_type(self) -> &'static str {
+                match self {
+                    $(ErrorKind::$variant => $python,)+
+                }
+            }
+        }
+    };
+}
+
+error_kinds! {
     /// Bad ids, id collisions, shape/dtype mismatches, bad configuration.
-    Value,
+    Value => "ValueError",
     /// Out-of-bounds reads.
-    Index,
+    Index => "IndexError",
     /// Out-of-bounds writes and swaps: raised as `ValueError`, as stock
     /// does, but a kind of their own so that callers tell them from other
     /// value errors without reading the message.
-    OutOfBoundsWrite,
+    OutOfBoundsWrite => "ValueError",
     /// This core was stopped because another core failed first; the root
     /// cause is in [`RtError::root`].
-    Aborted,
+    Aborted => "KernelAborted",
     /// A blocking wait exceeded the configured timeout.
-    Timeout,
+    Timeout => "WaitTimeout",
     /// Every live core is blocked and nothing pending can wake any of them.
-    Deadlock,
+    Deadlock => "DeadlockError",
     /// Semaphores left with a non-zero count at kernel end (when raising).
-    Leak,
+    Leak => "SemaphoreLeakError",
     /// A data race, with `on_race="raise"`.
-    Race,
+    Race => "RaceError",
     /// A failure outside mosaic_rt's ops (a user host callback raised):
     /// [`RtError::external`] names the Python exception.
-    External,
+    External => "ExternalError",
     /// Valid request the runtime does not support.
-    NotImplemented,
+    NotImplemented => "NotImplementedError",
     /// A kernel-level error stock interpret mode raises as `RuntimeError`
     /// (e.g. an output block revisited).
-    Runtime,
+    Runtime => "RuntimeError",
     /// initcheck: a read of elements nothing wrote in this launch (raised
     /// as `mosaic_rt.UninitializedReadError`, a `ValueError`).
-    Uninitialized,
+    Uninitialized => "UninitializedReadError",
     /// The host could not provide the memory a request needs (raised as
     /// `MemoryError`; the message names the size).
-    Memory,
+    Memory => "MemoryError",
     /// A broken invariant inside mosaic_rt (a bug, never user error).
-    Internal,
+    Internal => "MosaicRuntimeError",
 }
 
 impl ErrorKind {
-    /// Name of the Python exception class this kind is raised as.
-    pub fn python_type(self) -> &'static str {
-        match self {
-            ErrorKind::Value => "ValueError",
-            ErrorKind::Index => "IndexError",
-            ErrorKind::OutOfBoundsWrite => "ValueError",
-            ErrorKind::Aborted => "KernelAborted",
-            ErrorKind::Timeout => "WaitTimeout",
-            ErrorKind::Deadlock => "DeadlockError",
-            ErrorKind::Leak => "SemaphoreLeakError",
-            ErrorKind::Race => "RaceError",
-            ErrorKind::External => "ExternalError",
-            ErrorKind::NotImplemented => "NotImplementedError",
-            ErrorKind::Runtime => "RuntimeError",
-            ErrorKind::Uninitialized => "UninitializedReadError",
-            ErrorKind::Memory => "MemoryError",
-            ErrorKind::Internal => "MosaicRuntimeError",
-        }
-    }
-
-    /// Inverse of [`ErrorKind::python_type`] (`"ValueError"` is
-    /// [`ErrorKind::Value`]).
+    /// Inverse of [`ErrorKind::python_type`]: the first kind raised as
+    /// `name` (`"ValueError"` is [`ErrorKind::Value`]).
     pub fn from_python_type(name: &str) -> Option<ErrorKind> {
-        use ErrorKind::*;
-        [
-            Value,
-            Index,
-            Aborted,
-            Timeout,
-            Deadlock,
-            Leak,
-            Race,
-            External,
-            NotImplemented,
-            Runtime,
-            Uninitialized,
-            Memory,
-            Internal,
-        ]
-        .into_iter()
-        .find(|k| k.python_type() == name)
+        ErrorKind::ALL.iter().copied().find(|k| k.python_type() == name)
     }
 }
 
@@ -179,3 +164,19 @@ impl fmt::Display for RtError {
 }
 
 impl std::error::Error for RtError {}
+
+#[cfg(test)]
+mod tests {
+    use super::ErrorKind;
+
+    #[test]
+    fn python_types_round_trip_to_the_first_kind_of_each_name() {
+        for &k in ErrorKind::ALL {
+            let back = ErrorKind::from_python_type(k.python_type()).unwrap();
+            assert_eq!(back.python_type(), k.python_type());
+        }
+        assert_eq!(ErrorKind::from_python_type("ValueError"), Some(ErrorKind::Value));
+        assert_eq!(ErrorKind::from_python_type("MosaicRuntimeError"), Some(ErrorKind::Internal));
+        assert_eq!(ErrorKind::from_python_type("KeyError"), None);
+    }
+}

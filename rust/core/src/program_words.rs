@@ -1,14 +1,15 @@
 //! What scalar and vector programs share: a cursor over a program's words
-//! ([`Reader`]), a decoded layout owned or borrowed ([`LayoutRef`]), and
-//! decoded programs by their words ([`LayoutCache`]): a kernel runs the
-//! same few programs every loop step, and decoding (checking) one costs
-//! more than running it. Cache entries match by content, so a reused
-//! address of other words never matches wrongly; when full, the oldest
-//! entry goes.
+//! ([`Reader`]), a decoded layout owned or borrowed ([`LayoutRef`]),
+//! decoded programs by their words ([`DecodeCache`], generic over the
+//! [`ProgramKind`]) and a thread's state between evaluations
+//! ([`ProgramState`]): a kernel runs the same few programs every loop
+//! step, and decoding (checking) one costs more than running it. Cache
+//! entries match by content, so a reused address of other words never
+//! matches wrongly; when full, the oldest entry goes.
 
 use crate::error::{Result, RtError};
 
-/// Programs a [`LayoutCache`] keeps.
+/// Programs a [`DecodeCache`] keeps.
 pub const CACHED_PROGRAMS: usize = 32;
 
 /// The multiplier of [`fingerprint`] (odd: every power is distinct mod 2^64).
@@ -70,9 +71,25 @@ impl<L> std::ops::Deref for LayoutRef<'_, L> {
     }
 }
 
-/// Decoded layouts `L` by program words.
-pub struct LayoutCache<L> {
-    entries: Vec<Entry<L>>,
+/// A kind of program (scalar, vector): how its words decode, what a
+/// decoded program is, and the scratch its evaluations reuse.
+pub trait ProgramKind {
+    /// What decoding learns of a program's words (what the cache keeps).
+    type Layout;
+    /// A checked program over its words.
+    type Program<'a>;
+    /// What a thread reuses from one evaluation to the next.
+    type Scratch;
+    /// Parses and checks `words`.
+    fn decode_layout(words: &[i64]) -> Result<Self::Layout>;
+    /// The kind's error of a message (`"<kind> program: ..."`).
+    fn bad(message: String) -> RtError;
+    fn program<'a>(words: &'a [i64], layout: LayoutRef<'a, Self::Layout>) -> Self::Program<'a>;
+}
+
+/// Decoded programs of kind `K` by their words.
+pub struct DecodeCache<K: ProgramKind> {
+    entries: Vec<Entry<K::Layout>>,
     oldest: usize,
 }
 
@@ -87,9 +104,9 @@ struct Entry<L> {
     seen_at: usize,
 }
 
-impl<L> LayoutCache<L> {
-    pub const fn new() -> LayoutCache<L> {
-        LayoutCache { entries: Vec::new(), oldest: 0 }
+impl<K: ProgramKind> DecodeCache<K> {
+    pub const fn new() -> DecodeCache<K> {
+        DecodeCache { entries: Vec::new(), oldest: 0 }
     }
 
     /// How many programs are cached.
@@ -98,23 +115,17 @@ impl<L> LayoutCache<L> {
         self.entries.len()
     }
 
-    /// The layout of `words`, `decode`d unless cached (bad programs are
+    /// The program of `words`, decoded unless cached (bad programs are
     /// not cached).
-    pub fn get(&mut self, words: &[i64], decode: impl FnOnce(&[i64]) -> Result<L>) -> Result<&L> {
-        let k = self.find_or_decode(words, decode)?;
-        Ok(&self.entries[k].layout)
+    pub fn decode<'a>(&'a mut self, words: &'a [i64]) -> Result<K::Program<'a>> {
+        let k = self.find_or_decode(words)?;
+        Ok(K::program(words, LayoutRef::Cached(&self.entries[k].layout)))
     }
 
-    /// [`LayoutCache::get`] of words whose [`fingerprint`] the caller
+    /// [`DecodeCache::decode`] of words whose [`fingerprint`] the caller
     /// states: when the same words were seen at the same address, no word
-    /// is compared. A wrong fingerprint is `bad`'s error.
-    pub fn get_fingerprinted(
-        &mut self,
-        words: &[i64],
-        stated: u64,
-        decode: impl FnOnce(&[i64]) -> Result<L>,
-        bad: impl FnOnce(String) -> RtError,
-    ) -> Result<&L> {
+    /// is compared. A wrong fingerprint is the kind's error.
+    pub fn decode_fingerprinted<'a>(&'a mut self, words: &'a [i64], stated: u64) -> Result<K::Program<'a>> {
         let at = words.as_ptr() as usize;
         let hit = self
             .entries
@@ -124,23 +135,32 @@ impl<L> LayoutCache<L> {
             Some(k) => k,
             None => {
                 if fingerprint(words) != stated {
-                    return Err(bad(format!(
+                    return Err(K::bad(format!(
                         "fingerprint {stated:#x} does not match its words (a mosaic_rt build mismatch)"
                     )));
                 }
-                let k = self.find_or_decode(words, decode)?;
+                let k = self.find_or_decode(words)?;
                 self.entries[k].seen_at = at;
                 k
             }
         };
-        Ok(&self.entries[k].layout)
+        Ok(K::program(words, LayoutRef::Cached(&self.entries[k].layout)))
     }
 
-    fn find_or_decode(&mut self, words: &[i64], decode: impl FnOnce(&[i64]) -> Result<L>) -> Result<usize> {
+    /// [`DecodeCache::decode_fingerprinted`] when a fingerprint is stated,
+    /// else [`DecodeCache::decode`].
+    pub fn decode_stated<'a>(&'a mut self, words: &'a [i64], fingerprint: Option<u64>) -> Result<K::Program<'a>> {
+        match fingerprint {
+            Some(fp) => self.decode_fingerprinted(words, fp),
+            None => self.decode(words),
+        }
+    }
+
+    fn find_or_decode(&mut self, words: &[i64]) -> Result<usize> {
         if let Some(k) = self.entries.iter().position(|e| e.words.as_slice() == words) {
             return Ok(k);
         }
-        let layout = decode(words)?;
+        let layout = K::decode_layout(words)?;
         let entry = Entry { words: words.to_vec(), layout, fingerprint: fingerprint(words), seen_at: 0 };
         if self.entries.len() < CACHED_PROGRAMS {
             self.entries.push(entry);
@@ -153,8 +173,34 @@ impl<L> LayoutCache<L> {
     }
 }
 
-impl<L> Default for LayoutCache<L> {
+impl<K: ProgramKind> Default for DecodeCache<K> {
     fn default() -> Self {
-        LayoutCache::new()
+        DecodeCache::new()
+    }
+}
+
+/// What a thread keeps between evaluations of programs of kind `K`: its
+/// recently run programs and its scratch (in a `thread_local!` of the
+/// handler that runs them).
+pub struct ProgramState<K: ProgramKind> {
+    cache: DecodeCache<K>,
+    scratch: K::Scratch,
+}
+
+impl<K: ProgramKind> ProgramState<K> {
+    pub const fn new(scratch: K::Scratch) -> ProgramState<K> {
+        ProgramState { cache: DecodeCache::new(), scratch }
+    }
+
+    /// `run`s the program of `words` (with its stated fingerprint, if any:
+    /// [`DecodeCache::decode_stated`]) with this thread's scratch.
+    pub fn run<R>(
+        &mut self,
+        words: &[i64],
+        fingerprint: Option<u64>,
+        run: impl FnOnce(&K::Program<'_>, &mut K::Scratch) -> Result<R>,
+    ) -> Result<R> {
+        let program = self.cache.decode_stated(words, fingerprint)?;
+        run(&program, &mut self.scratch)
     }
 }

@@ -14,5 +14,5 @@ mod types;
 
 pub use crate::program_words::fingerprint;
 pub use ops::{binary, convert, unary, Op};
-pub use program::{DecodeCache, Program, Values, FORMAT, MAX_VALUES};
+pub use program::{DecodeCache, Program, ProgramState, ScalarPrograms, Values, FORMAT, MAX_VALUES};
 pub use types::ScalarType;

@@ -9,118 +9,45 @@
 //! Values are canonical `u64`s (see `types`).
 
 use super::types::{sign_extend, ScalarType};
+use crate::enum_str::wire_enum;
 
-/// One op: wire code (its position in [`Op::ALL`]) and name (jax's
-/// primitive name where there is one).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Op {
-    Const,
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Rem,
-    Neg,
-    Abs,
-    Sign,
-    Max,
-    Min,
-    Clamp,
-    And,
-    Or,
-    Xor,
-    Not,
-    ShiftLeft,
-    ShiftRightArithmetic,
-    ShiftRightLogical,
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-    SelectN,
-    Convert,
-    IntegerPow,
-    Index,
+wire_enum! {
+    /// One op of scalar programs: wire code and name (jax's primitive name
+    /// where there is one).
+    pub enum Op as "op" {
+        Const = 0 => "const",
+        Add = 1 => "add",
+        Sub = 2 => "sub",
+        Mul = 3 => "mul",
+        Div = 4 => "div",
+        Rem = 5 => "rem",
+        Neg = 6 => "neg",
+        Abs = 7 => "abs",
+        Sign = 8 => "sign",
+        Max = 9 => "max",
+        Min = 10 => "min",
+        Clamp = 11 => "clamp",
+        And = 12 => "and",
+        Or = 13 => "or",
+        Xor = 14 => "xor",
+        Not = 15 => "not",
+        ShiftLeft = 16 => "shift_left",
+        ShiftRightArithmetic = 17 => "shift_right_arithmetic",
+        ShiftRightLogical = 18 => "shift_right_logical",
+        Eq = 19 => "eq",
+        Ne = 20 => "ne",
+        Lt = 21 => "lt",
+        Le = 22 => "le",
+        Gt = 23 => "gt",
+        Ge = 24 => "ge",
+        SelectN = 25 => "select_n",
+        Convert = 26 => "convert_element_type",
+        IntegerPow = 27 => "integer_pow",
+        Index = 28 => "index",
+    }
 }
 
 impl Op {
-    pub const ALL: [Op; 29] = [
-        Op::Const,
-        Op::Add,
-        Op::Sub,
-        Op::Mul,
-        Op::Div,
-        Op::Rem,
-        Op::Neg,
-        Op::Abs,
-        Op::Sign,
-        Op::Max,
-        Op::Min,
-        Op::Clamp,
-        Op::And,
-        Op::Or,
-        Op::Xor,
-        Op::Not,
-        Op::ShiftLeft,
-        Op::ShiftRightArithmetic,
-        Op::ShiftRightLogical,
-        Op::Eq,
-        Op::Ne,
-        Op::Lt,
-        Op::Le,
-        Op::Gt,
-        Op::Ge,
-        Op::SelectN,
-        Op::Convert,
-        Op::IntegerPow,
-        Op::Index,
-    ];
-
-    pub fn name(self) -> &'static str {
-        use Op::*;
-        match self {
-            Const => "const",
-            Add => "add",
-            Sub => "sub",
-            Mul => "mul",
-            Div => "div",
-            Rem => "rem",
-            Neg => "neg",
-            Abs => "abs",
-            Sign => "sign",
-            Max => "max",
-            Min => "min",
-            Clamp => "clamp",
-            And => "and",
-            Or => "or",
-            Xor => "xor",
-            Not => "not",
-            ShiftLeft => "shift_left",
-            ShiftRightArithmetic => "shift_right_arithmetic",
-            ShiftRightLogical => "shift_right_logical",
-            Eq => "eq",
-            Ne => "ne",
-            Lt => "lt",
-            Le => "le",
-            Gt => "gt",
-            Ge => "ge",
-            SelectN => "select_n",
-            Convert => "convert_element_type",
-            IntegerPow => "integer_pow",
-            Index => "index",
-        }
-    }
-
-    pub fn code(self) -> i64 {
-        Op::ALL.iter().position(|&o| o == self).unwrap_or(0) as i64
-    }
-
-    pub fn from_code(code: i64) -> Option<Op> {
-        usize::try_from(code).ok().and_then(|i| Op::ALL.get(i).copied())
-    }
-
     /// Whether the op compares (its result is bool, its operands any type).
     pub fn is_comparison(self) -> bool {
         matches!(self, Op::Eq | Op::Ne | Op::Lt | Op::Le | Op::Gt | Op::Ge)
@@ -296,10 +223,11 @@ mod tests {
     #[test]
     fn codes_round_trip() {
         for op in Op::ALL {
-            assert_eq!(Op::from_code(op.code()), Some(op));
+            assert_eq!(Op::from_code(op.code()).unwrap(), op);
+            assert_eq!(Op::from_name(op.name()).unwrap(), op);
         }
-        assert_eq!(Op::from_code(Op::ALL.len() as i64), None);
-        assert_eq!(Op::from_code(-1), None);
+        assert!(Op::from_code(Op::ALL.len() as i64).is_err());
+        assert!(Op::from_code(-1).is_err());
     }
 
     #[test]

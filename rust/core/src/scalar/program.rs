@@ -19,9 +19,9 @@
 use super::ops::{self, Op};
 use super::types::ScalarType;
 use crate::error::{Result, RtError};
+use crate::program_words::{self, LayoutRef, ProgramKind, Reader};
 #[cfg(test)]
 use crate::program_words::{fingerprint, CACHED_PROGRAMS};
-use crate::program_words::{LayoutCache, LayoutRef, Reader};
 
 /// The format version, first word of every program.
 pub const FORMAT: i64 = 1;
@@ -65,7 +65,7 @@ pub struct Program<'a> {
 
 /// What decoding learnt of a program's words (reusable for equal words).
 #[derive(Clone, Copy)]
-struct Layout {
+pub struct Layout {
     n_inputs: usize,
     n_values: usize,
     instrs_at: usize,
@@ -102,7 +102,7 @@ fn decode_layout(words: &[i64]) -> Result<Layout> {
         }
         let mut meta = [NO_META; MAX_VALUES];
         for m in meta.iter_mut().take(n_inputs) {
-            let ty = ScalarType::from_code(r.next("input type")?)?;
+            let ty = ScalarType::from_code(r.next("input type")?).map_err(|e| bad(e.message))?;
             let rank = r.count("input rank", 8)?;
             let dims_at = u16::try_from(r.pos).map_err(|_| bad("inputs too long".to_string()))?;
             for _ in 0..rank {
@@ -257,28 +257,29 @@ impl<'a> Program<'a> {
     }
 }
 
-/// Decoded programs by their words ([`LayoutCache`]).
-#[derive(Default)]
-pub struct DecodeCache(LayoutCache<Layout>);
+/// Scalar programs, as the [`program_words`] machinery sees them.
+pub struct ScalarPrograms;
 
-impl DecodeCache {
-    pub const fn new() -> DecodeCache {
-        DecodeCache(LayoutCache::new())
+impl ProgramKind for ScalarPrograms {
+    type Layout = Layout;
+    type Program<'a> = Program<'a>;
+    type Scratch = Values;
+    fn decode_layout(words: &[i64]) -> Result<Layout> {
+        decode_layout(words)
     }
-
-    /// `Program::decode(words)`, from the cache when these words were
-    /// decoded before.
-    pub fn decode<'a>(&'a mut self, words: &'a [i64]) -> Result<Program<'a>> {
-        Ok(Program { words, layout: LayoutRef::Cached(self.0.get(words, decode_layout)?) })
+    fn bad(message: String) -> RtError {
+        bad(message)
     }
-
-    /// [`DecodeCache::decode`] of words whose [`fingerprint`] the caller
-    /// states (see [`LayoutCache::get_fingerprinted`]).
-    pub fn decode_fingerprinted<'a>(&'a mut self, words: &'a [i64], stated: u64) -> Result<Program<'a>> {
-        let layout = self.0.get_fingerprinted(words, stated, decode_layout, bad)?;
-        Ok(Program { words, layout: LayoutRef::Cached(layout) })
+    fn program<'a>(words: &'a [i64], layout: LayoutRef<'a, Layout>) -> Program<'a> {
+        Program { words, layout }
     }
 }
+
+/// Decoded scalar programs by their words.
+pub type DecodeCache = program_words::DecodeCache<ScalarPrograms>;
+
+/// A thread's decoded scalar programs and scratch.
+pub type ProgramState = program_words::ProgramState<ScalarPrograms>;
 
 /// The type of scalar value `v` (an earlier value, not a vector input).
 fn scalar_arg(meta: &[Meta], v: i64) -> Result<ScalarType> {
@@ -295,8 +296,8 @@ fn scalar_arg(meta: &[Meta], v: i64) -> Result<ScalarType> {
 /// Checks one instruction at the reader and returns its result type.
 fn check_instr(r: &mut Reader, meta: &[Meta], words: &[i64]) -> Result<ScalarType> {
     let code = r.next("op")?;
-    let op = Op::from_code(code).ok_or_else(|| bad(format!("unknown op code {code}")))?;
-    let ty = ScalarType::from_code(r.next("result type")?)?;
+    let op = Op::from_code(code).map_err(|e| bad(e.message))?;
+    let ty = ScalarType::from_code(r.next("result type")?).map_err(|e| bad(e.message))?;
     let n = r.count("argument count", MAX_VALUES)?;
     let args_at = r.pos;
     for _ in 0..n {
@@ -615,9 +616,9 @@ mod tests {
                 assert_eq!(p.output(&p.eval(|_| &input[..]), 0).1, want as u64);
             }
         }
-        assert_eq!(cache.0.len(), 2);
+        assert_eq!(cache.len(), 2);
         assert!(cache.decode(&[FORMAT, 9]).is_err(), "bad programs are not cached");
-        assert_eq!(cache.0.len(), 2);
+        assert_eq!(cache.len(), 2);
         for k in 0..(CACHED_PROGRAMS as i64 + 5) {
             let mut b = B::default();
             let c = b.konst(I32, k);
@@ -626,7 +627,7 @@ mod tests {
             let p = cache.decode(&words).unwrap();
             assert_eq!(p.output(&p.eval(|_| &[]), 0).1, k as u64);
         }
-        assert_eq!(cache.0.len(), CACHED_PROGRAMS);
+        assert_eq!(cache.len(), CACHED_PROGRAMS);
     }
 
     #[test]
@@ -648,7 +649,7 @@ mod tests {
                 assert_eq!(p.output(&p.eval(|_| &input[..]), 0).1, want as u64);
             }
         }
-        assert_eq!(cache.0.len(), 2);
+        assert_eq!(cache.len(), 2);
         let e = cache.decode_fingerprinted(&words, fingerprint(&words) ^ 1).err().unwrap();
         assert!(e.message.contains("does not match its words"), "{}", e.message);
         // Other words at an address seen before (a freed program's) are

@@ -6,34 +6,25 @@
 //! computes on `u64`/`i64` and [`ScalarType::wrap`]s the result once.
 
 use crate::dtype::DType;
-use crate::error::{Result, RtError};
+use crate::enum_str::wire_enum;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ScalarType {
-    Bool,
-    I8,
-    I16,
-    I32,
-    I64,
-    U8,
-    U16,
-    U32,
-    U64,
+wire_enum! {
+    /// An element type of scalar programs; code and name are the dtype's
+    /// ([`DType`]'s first nine).
+    pub enum ScalarType as "type" {
+        Bool = 0 => "bool",
+        I8 = 1 => "int8",
+        I16 = 2 => "int16",
+        I32 = 3 => "int32",
+        I64 = 4 => "int64",
+        U8 = 5 => "uint8",
+        U16 = 6 => "uint16",
+        U32 = 7 => "uint32",
+        U64 = 8 => "uint64",
+    }
 }
 
 impl ScalarType {
-    pub const ALL: [ScalarType; 9] = [
-        ScalarType::Bool,
-        ScalarType::I8,
-        ScalarType::I16,
-        ScalarType::I32,
-        ScalarType::I64,
-        ScalarType::U8,
-        ScalarType::U16,
-        ScalarType::U32,
-        ScalarType::U64,
-    ];
-
     /// The core dtype of the same name.
     pub fn dtype(self) -> DType {
         use ScalarType::*;
@@ -53,22 +44,6 @@ impl ScalarType {
     /// The scalar type of a dtype, if it is an integer or bool.
     pub fn of_dtype(d: DType) -> Option<ScalarType> {
         ScalarType::ALL.into_iter().find(|t| t.dtype() == d)
-    }
-
-    /// Wire code in programs (its position in [`ScalarType::ALL`]).
-    pub fn code(self) -> i64 {
-        ScalarType::ALL.iter().position(|&t| t == self).unwrap_or(0) as i64
-    }
-
-    pub fn from_code(code: i64) -> Result<ScalarType> {
-        usize::try_from(code)
-            .ok()
-            .and_then(|i| ScalarType::ALL.get(i).copied())
-            .ok_or_else(|| RtError::value(format!("scalar program: unknown type code {code}")))
-    }
-
-    pub fn name(self) -> &'static str {
-        self.dtype().name()
     }
 
     /// Bits of the type (1 for bool).
@@ -212,6 +187,7 @@ mod tests {
             assert_eq!(ScalarType::from_code(t.code()).unwrap(), t);
             assert_eq!(ScalarType::of_dtype(t.dtype()), Some(t));
             assert_eq!(DType::ALL[t.code() as usize], t.dtype(), "codes are the dtype wire codes");
+            assert_eq!(t.name(), t.dtype().name());
         }
         assert!(ScalarType::from_code(9).is_err());
         assert!(ScalarType::from_code(-1).is_err());

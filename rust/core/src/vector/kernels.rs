@@ -8,6 +8,7 @@
 
 use super::elem::{convert, fmax, fmin, Elem, Float, Int, B8};
 use super::ops::Op;
+use crate::enum_str::wire_enum;
 use crate::scalar::{self, Op as ScalarOp};
 
 /// An instruction argument: every element, or one broadcast value.
@@ -152,8 +153,8 @@ pub fn float_op<T: Float>(op: Op, imm: i64, out: &mut [T], args: &[Arg<T>]) {
         Op::Neg => map1(out, a, |x| -x),
         Op::Abs => map1(out, a, |x| T::abs(x)),
         Op::Fma => match FmaForm::from_code(imm) {
-            Some(FmaForm::MulSub) => fused::<T, MulSub>(out, a, b(), args[2]),
-            Some(FmaForm::NegMulAdd) => fused::<T, NegMulAdd>(out, a, b(), args[2]),
+            Ok(FmaForm::MulSub) => fused::<T, MulSub>(out, a, b(), args[2]),
+            Ok(FmaForm::NegMulAdd) => fused::<T, NegMulAdd>(out, a, b(), args[2]),
             _ => fused::<T, MulAdd>(out, a, b(), args[2]),
         },
         _ => unreachable!("{op:?} is not a float op (checked at decode)"),
@@ -208,22 +209,17 @@ fn fused<T: Float, F: Fused<T>>(out: &mut [T], a: Arg<T>, b: Arg<T>, c: Arg<T>) 
     }
 }
 
-/// What an fma computes (its immediate): XLA contracts `c - a*b` and
-/// `a*b - c` into fused forms that return a NaN operand unnegated, which an
-/// fma of a `neg` instruction's result would not.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FmaForm {
-    /// `a*b + c`
-    MulAdd,
-    /// `a*b - c`
-    MulSub,
-    /// `c - a*b`
-    NegMulAdd,
-}
-
-impl FmaForm {
-    pub fn from_code(code: i64) -> Option<FmaForm> {
-        [FmaForm::MulAdd, FmaForm::MulSub, FmaForm::NegMulAdd].get(usize::try_from(code).ok()?).copied()
+wire_enum! {
+    /// What an fma computes (its immediate): XLA contracts `c - a*b` and
+    /// `a*b - c` into fused forms that return a NaN operand unnegated, which
+    /// an fma of a `neg` instruction's result would not.
+    pub enum FmaForm as "fma form" {
+        /// `a*b + c`
+        MulAdd = 0 => "mul_add",
+        /// `a*b - c`
+        MulSub = 1 => "mul_sub",
+        /// `c - a*b`
+        NegMulAdd = 2 => "neg_mul_add",
     }
 }
 

@@ -22,8 +22,9 @@ mod types;
 mod view;
 
 pub use eval::Scratch;
+pub use kernels::FmaForm;
 pub use ops::Op;
-pub use program::{DecodeCache, Program, FORMAT, MAX_ELEMENTS, MAX_VALUES};
+pub use program::{DecodeCache, Program, ProgramState, VectorPrograms, FORMAT, MAX_ELEMENTS, MAX_VALUES};
 pub use types::VectorType;
 
 #[cfg(test)]

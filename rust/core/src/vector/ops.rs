@@ -1,83 +1,42 @@
 //! The ops of vector programs, named as jax's primitives.
 
+use crate::enum_str::wire_enum;
 use crate::scalar::Op as ScalarOp;
 
-/// A vector-program op; its wire code is its position in [`Op::ALL`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Op {
-    Const,
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Rem,
-    Neg,
-    Abs,
-    Max,
-    Min,
-    And,
-    Or,
-    Xor,
-    Not,
-    ShiftLeft,
-    ShiftRightArithmetic,
-    ShiftRightLogical,
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-    SelectN,
-    Convert,
-    Fma,
+wire_enum! {
+    /// A vector-program op, named as jax's primitive (as the scalar
+    /// program's op of the same name, whose integer semantics it shares).
+    pub enum Op as "op" {
+        Const = 0 => "const",
+        Add = 1 => "add",
+        Sub = 2 => "sub",
+        Mul = 3 => "mul",
+        Div = 4 => "div",
+        Rem = 5 => "rem",
+        Neg = 6 => "neg",
+        Abs = 7 => "abs",
+        Max = 8 => "max",
+        Min = 9 => "min",
+        And = 10 => "and",
+        Or = 11 => "or",
+        Xor = 12 => "xor",
+        Not = 13 => "not",
+        ShiftLeft = 14 => "shift_left",
+        ShiftRightArithmetic = 15 => "shift_right_arithmetic",
+        ShiftRightLogical = 16 => "shift_right_logical",
+        Eq = 17 => "eq",
+        Ne = 18 => "ne",
+        Lt = 19 => "lt",
+        Le = 20 => "le",
+        Gt = 21 => "gt",
+        Ge = 22 => "ge",
+        SelectN = 23 => "select_n",
+        Convert = 24 => "convert_element_type",
+        Fma = 25 => "fma",
+    }
 }
 
 impl Op {
-    pub const ALL: [Op; 26] = [
-        Op::Const,
-        Op::Add,
-        Op::Sub,
-        Op::Mul,
-        Op::Div,
-        Op::Rem,
-        Op::Neg,
-        Op::Abs,
-        Op::Max,
-        Op::Min,
-        Op::And,
-        Op::Or,
-        Op::Xor,
-        Op::Not,
-        Op::ShiftLeft,
-        Op::ShiftRightArithmetic,
-        Op::ShiftRightLogical,
-        Op::Eq,
-        Op::Ne,
-        Op::Lt,
-        Op::Le,
-        Op::Gt,
-        Op::Ge,
-        Op::SelectN,
-        Op::Convert,
-        Op::Fma,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Op::Fma => "fma",
-            _ => self.scalar().map_or("?", ScalarOp::name),
-        }
-    }
-
-    pub fn code(self) -> i64 {
-        Op::ALL.iter().position(|&o| o == self).unwrap_or(0) as i64
-    }
-
-    pub fn from_code(code: i64) -> Option<Op> {
-        usize::try_from(code).ok().and_then(|i| Op::ALL.get(i).copied())
-    }
-
     /// The scalar-program op of the same name (integer semantics live there).
     pub const fn scalar(self) -> Option<ScalarOp> {
         use Op::*;
@@ -125,12 +84,15 @@ mod tests {
     fn codes_and_names_round_trip() {
         let mut names = std::collections::HashSet::new();
         for op in Op::ALL {
-            assert_eq!(Op::from_code(op.code()), Some(op));
+            assert_eq!(Op::from_code(op.code()).unwrap(), op);
             assert!(names.insert(op.name()), "{op:?}");
+            if let Some(s) = op.scalar() {
+                assert_eq!(s.name(), op.name(), "named as the scalar op");
+            }
         }
         assert_eq!(Op::Convert.name(), "convert_element_type");
         assert_eq!(Op::Fma.name(), "fma");
-        assert_eq!(Op::from_code(Op::ALL.len() as i64), None);
-        assert_eq!(Op::from_code(-1), None);
+        assert!(Op::from_code(Op::ALL.len() as i64).is_err());
+        assert!(Op::from_code(-1).is_err());
     }
 }

@@ -19,12 +19,13 @@
 //! scalar one into a one-element buffer is written once. Everything
 //! is checked once by [`Program::decode`]; evaluation then cannot fail.
 
+use super::eval::Scratch;
 use super::kernels::FmaForm;
 use super::ops::Op;
 use super::simplify::{self, Rewrite};
 use super::types::VectorType;
 use crate::error::{Result, RtError};
-use crate::program_words::{LayoutCache, LayoutRef, Reader};
+use crate::program_words::{self, LayoutRef, ProgramKind, Reader};
 use crate::scalar;
 
 /// The format version, first word of every program.
@@ -53,16 +54,16 @@ const NO_META: Meta = Meta { ty: VectorType::Bool, scalar: true, const_at: None,
 
 /// What decoding learnt of a program's words (reusable for equal words).
 #[derive(Clone, Copy)]
-pub(super) struct Layout {
-    pub n: usize,
-    pub n_inputs: usize,
-    pub n_values: usize,
-    pub instrs_at: usize,
-    pub outputs_at: usize,
-    pub n_outputs: usize,
-    pub meta: [Meta; MAX_VALUES],
+pub struct Layout {
+    pub(super) n: usize,
+    pub(super) n_inputs: usize,
+    pub(super) n_values: usize,
+    pub(super) instrs_at: usize,
+    pub(super) outputs_at: usize,
+    pub(super) n_outputs: usize,
+    pub(super) meta: [Meta; MAX_VALUES],
     /// Per value: how XLA would rewrite the instruction (`simplify`).
-    pub rewrites: [Rewrite; MAX_VALUES],
+    pub(super) rewrites: [Rewrite; MAX_VALUES],
 }
 
 /// A validated program over its words.
@@ -138,7 +139,7 @@ fn decode_layout(words: &[i64]) -> Result<Layout> {
     }
     let mut meta = [NO_META; MAX_VALUES];
     for m in meta.iter_mut().take(n_inputs) {
-        let ty = VectorType::from_code(r.next("input type")?)?;
+        let ty = VectorType::from_code(r.next("input type")?).map_err(|e| bad(e.message))?;
         let scalar = match r.next("input kind")? {
             0 => false,
             1 => true,
@@ -179,8 +180,8 @@ fn value(meta: &[Meta], v: i64) -> Result<Meta> {
 /// Checks one instruction at the reader and returns its result's meta.
 fn check_instr(r: &mut Reader, meta: &[Meta]) -> Result<Meta> {
     let code = r.next("op")?;
-    let op = Op::from_code(code).ok_or_else(|| bad(format!("unknown op code {code}")))?;
-    let ty = VectorType::from_code(r.next("result type")?)?;
+    let op = Op::from_code(code).map_err(|e| bad(e.message))?;
+    let ty = VectorType::from_code(r.next("result type")?).map_err(|e| bad(e.message))?;
     let n = r.count("argument count", MAX_VALUES)?;
     let mut args = [NO_META; MAX_VALUES];
     let mut first_args = [0u8; 2];
@@ -273,7 +274,7 @@ fn check_instr(r: &mut Reader, meta: &[Meta]) -> Result<Meta> {
             arity(3)?;
             kinds(ty.is_float(), "a float type")?;
             all_of(ty, 0)?;
-            if FmaForm::from_code(imm).is_none() {
+            if FmaForm::from_code(imm).is_err() {
                 return Err(bad(format!("{name} form {imm} (0: a*b+c, 1: a*b-c, 2: c-a*b)")));
             }
         }
@@ -306,24 +307,26 @@ fn check_const(ty: VectorType, imm: i64) -> Result<()> {
     Ok(())
 }
 
-/// Decoded programs by their words (`program_words::LayoutCache`).
-#[derive(Default)]
-pub struct DecodeCache(LayoutCache<Layout>);
+/// Vector programs, as the [`program_words`] machinery sees them.
+pub struct VectorPrograms;
 
-impl DecodeCache {
-    pub const fn new() -> DecodeCache {
-        DecodeCache(LayoutCache::new())
+impl ProgramKind for VectorPrograms {
+    type Layout = Layout;
+    type Program<'a> = Program<'a>;
+    type Scratch = Scratch;
+    fn decode_layout(words: &[i64]) -> Result<Layout> {
+        decode_layout(words)
     }
-
-    /// `Program::decode(words)`, from the cache when seen before.
-    pub fn decode<'a>(&'a mut self, words: &'a [i64]) -> Result<Program<'a>> {
-        Ok(Program { words, layout: LayoutRef::Cached(self.0.get(words, decode_layout)?) })
+    fn bad(message: String) -> RtError {
+        bad(message)
     }
-
-    /// [`DecodeCache::decode`] of words whose [`scalar::fingerprint`] the
-    /// caller states: the same words at the same address compare no word.
-    pub fn decode_fingerprinted<'a>(&'a mut self, words: &'a [i64], stated: u64) -> Result<Program<'a>> {
-        let layout = self.0.get_fingerprinted(words, stated, decode_layout, bad)?;
-        Ok(Program { words, layout: LayoutRef::Cached(layout) })
+    fn program<'a>(words: &'a [i64], layout: LayoutRef<'a, Layout>) -> Program<'a> {
+        Program { words, layout }
     }
 }
+
+/// Decoded vector programs by their words.
+pub type DecodeCache = program_words::DecodeCache<VectorPrograms>;
+
+/// A thread's decoded vector programs and scratch.
+pub type ProgramState = program_words::ProgramState<VectorPrograms>;

@@ -3,41 +3,28 @@
 //! precision in those, so no native evaluation could match it bit for bit).
 
 use crate::dtype::DType;
-use crate::error::{Result, RtError};
+use crate::enum_str::wire_enum;
 use crate::scalar::ScalarType;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum VectorType {
-    Bool,
-    I8,
-    I16,
-    I32,
-    I64,
-    U8,
-    U16,
-    U32,
-    U64,
-    F32,
-    F64,
+wire_enum! {
+    /// An element type of vector programs, named as its dtype (the integer
+    /// and bool codes are the scalar programs').
+    pub enum VectorType as "type" {
+        Bool = 0 => "bool",
+        I8 = 1 => "int8",
+        I16 = 2 => "int16",
+        I32 = 3 => "int32",
+        I64 = 4 => "int64",
+        U8 = 5 => "uint8",
+        U16 = 6 => "uint16",
+        U32 = 7 => "uint32",
+        U64 = 8 => "uint64",
+        F32 = 9 => "float32",
+        F64 = 10 => "float64",
+    }
 }
 
 impl VectorType {
-    /// Every type in wire-code order (the integer and bool codes are the
-    /// scalar programs').
-    pub const ALL: [VectorType; 11] = [
-        VectorType::Bool,
-        VectorType::I8,
-        VectorType::I16,
-        VectorType::I32,
-        VectorType::I64,
-        VectorType::U8,
-        VectorType::U16,
-        VectorType::U32,
-        VectorType::U64,
-        VectorType::F32,
-        VectorType::F64,
-    ];
-
     pub fn dtype(self) -> DType {
         use VectorType::*;
         match self {
@@ -72,21 +59,6 @@ impl VectorType {
         })
     }
 
-    pub fn code(self) -> i64 {
-        VectorType::ALL.iter().position(|&t| t == self).unwrap_or(0) as i64
-    }
-
-    pub fn from_code(code: i64) -> Result<VectorType> {
-        usize::try_from(code)
-            .ok()
-            .and_then(|i| VectorType::ALL.get(i).copied())
-            .ok_or_else(|| RtError::value(format!("vector program: unknown type code {code}")))
-    }
-
-    pub fn name(self) -> &'static str {
-        self.dtype().name()
-    }
-
     /// Bytes of one element (bool: 1).
     pub fn size(self) -> usize {
         self.dtype().itemsize()
@@ -114,6 +86,7 @@ mod tests {
     fn codes_round_trip_and_extend_the_scalar_codes() {
         for t in VectorType::ALL {
             assert_eq!(VectorType::from_code(t.code()).unwrap(), t);
+            assert_eq!(t.name(), t.dtype().name());
             if let Some(s) = t.scalar() {
                 assert_eq!(s.code(), t.code(), "{t:?}");
             }

@@ -7,20 +7,14 @@
 
 use crate::dispatch::Call;
 use crate::frame::{dtype_to_xla, Buf, Frame};
-use mosaic_rt_core::scalar::{DecodeCache, Program, ScalarType, Values};
+use mosaic_rt_core::scalar::{Program, ProgramState, ScalarType, Values};
 use mosaic_rt_core::{Result, RtError};
 use std::cell::RefCell;
 
-/// Each XLA thread's recently run programs (decoding checks every word) and
-/// its scratch values (reused: an evaluation writes each value it reads).
-struct State {
-    cache: DecodeCache,
-    values: Values,
-}
-
 thread_local! {
-    static STATE: RefCell<State> =
-        const { RefCell::new(State { cache: DecodeCache::new(), values: Values::new() }) };
+    /// Each XLA thread's recently run programs (decoding checks every word) and
+    /// its scratch values (reused: an evaluation writes each value it reads).
+    static STATE: RefCell<ProgramState> = const { RefCell::new(ProgramState::new(Values::new())) };
 }
 
 /// Programs of at most this many operands keep their operand slices in a
@@ -31,14 +25,7 @@ pub fn scalar_program(c: &mut Call) -> Result<()> {
     let f = &c.frame;
     let words = f.attr_i64s("program")?;
     let fingerprint = f.attr_i64_opt("fingerprint")?;
-    STATE.with(|state| {
-        let state = &mut *state.borrow_mut();
-        let program = match fingerprint {
-            Some(fp) => state.cache.decode_fingerprinted(words, fp as u64)?,
-            None => state.cache.decode(words)?,
-        };
-        run(f, &program, &mut state.values)
-    })
+    STATE.with(|state| state.borrow_mut().run(words, fingerprint.map(|fp| fp as u64), |p, values| run(f, p, values)))
 }
 
 fn run(f: &Frame, program: &Program, values: &mut Values) -> Result<()> {

@@ -7,34 +7,21 @@
 
 use crate::dispatch::Call;
 use crate::frame::{dtype_to_xla, Buf, Frame};
-use mosaic_rt_core::vector::{DecodeCache, Program, Scratch, VectorType, MAX_VALUES};
+use mosaic_rt_core::vector::{Program, ProgramState, Scratch, VectorType, MAX_VALUES};
 use mosaic_rt_core::{Result, RtError};
 use std::cell::RefCell;
 
-/// Each XLA thread's recently run programs (decoding checks every word) and
-/// its scratch (grown once, reused by every call on the thread).
-struct State {
-    cache: DecodeCache,
-    scratch: Scratch,
-}
-
 thread_local! {
-    static STATE: RefCell<State> =
-        const { RefCell::new(State { cache: DecodeCache::new(), scratch: Scratch::new() }) };
+    /// Each XLA thread's recently run programs (decoding checks every word) and
+    /// its scratch (grown once, reused by every call on the thread).
+    static STATE: RefCell<ProgramState> = const { RefCell::new(ProgramState::new(Scratch::new())) };
 }
 
 pub fn vector_program(c: &mut Call) -> Result<()> {
     let f = &c.frame;
     let words = f.attr_i64s("program")?;
     let fingerprint = f.attr_i64_opt("fingerprint")?;
-    STATE.with(|state| {
-        let state = &mut *state.borrow_mut();
-        let program = match fingerprint {
-            Some(fp) => state.cache.decode_fingerprinted(words, fp as u64)?,
-            None => state.cache.decode(words)?,
-        };
-        run(f, &program, &mut state.scratch)
-    })
+    STATE.with(|state| state.borrow_mut().run(words, fingerprint.map(|fp| fp as u64), |p, scratch| run(f, p, scratch)))
 }
 
 fn run(f: &Frame, program: &Program, scratch: &mut Scratch) -> Result<()> {
