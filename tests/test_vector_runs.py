@@ -6,6 +6,7 @@ exactly is left to XLA."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import jax
@@ -328,3 +329,29 @@ def test_blocks_beyond_the_crossover_are_left_to_xla(rows):
     else:
         assert programs == 0 and fusions >= 1
     _same_as_stock(fn, a)
+
+
+@pytest.mark.parametrize("dtype", [jnp.int32, jnp.uint32])
+def test_iotas_are_native(dtype):
+    """Row and column indices (a mask's iotas) are program instructions,
+    not fusions of their own; 3-D too."""
+    shape = (2, 8, 128)
+    a = np.arange(math.prod(shape), dtype=dtype).reshape(shape)
+
+    def kernel(x_ref, o_ref, m_ref):
+        rows = jax.lax.broadcasted_iota(dtype, shape, 1)
+        cols = jax.lax.broadcasted_iota(dtype, shape, 2)
+        first = jax.lax.broadcasted_iota(dtype, shape, 0)
+        out = x_ref[...] * 3 + rows * 1000 + cols + first * 7
+        mask = (rows >= cols).astype(jnp.int32)
+        o_ref[...], m_ref[...] = out, mask
+
+    def fn(params, x):
+        return pl.pallas_call(
+            kernel, out_shape=(jax.ShapeDtypeStruct(shape, dtype),
+                               jax.ShapeDtypeStruct(shape, jnp.int32)),
+            interpret=params)(x)
+
+    assert _program(fn, a) == (1, 0)
+    ours = _same_as_stock(fn, a)
+    np.testing.assert_array_equal(np.asarray(ours[1])[0], np.tril(np.ones((8, 128), np.int32)))

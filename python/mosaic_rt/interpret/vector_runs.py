@@ -74,6 +74,8 @@ _BINARY = {
     lax.ge_p: "ge",
 }
 _UNARY = {lax.neg_p: "neg", lax.abs_p: "abs", lax.not_p: "not"}
+# Iotas taken natively: the 32-bit integers (never wrapping at these sizes).
+_IOTA_TYPES = (np.dtype(np.int32), np.dtype(np.uint32))
 # Equations with a float operand or result taken natively (see the doc).
 # Not `neg`: XLA moves negations into their neighbours (`-(x / y) * z`
 # came out with a NaN's sign other than negating the quotient's).
@@ -134,6 +136,9 @@ def _eligible(eqn) -> bool:
         return _single(eqn.invars[0].aval.shape) and eqn.params.get("sharding") is None
     if prim is lax.convert_element_type_p:
         return eqn.params.get("sharding") is None
+    if prim is lax.iota_p:  # a mask's row or column index (else a fusion of its own)
+        return (np.dtype(out.dtype) in _IOTA_TYPES and eqn.params.get("sharding") is None
+                and len(out.shape) >= 1)
     return prim is lax.select_n_p or prim in _BINARY or prim in _UNARY
 
 
@@ -304,7 +309,7 @@ class _Builder:
     def op(self, name: str, dtype, args, imm: int = 0) -> tuple:
         self._instrs.append((_CODES[name], _TYPES[np.dtype(dtype)], tuple(args), int(imm)))
         ref = ("op", len(self._instrs) - 1)
-        if all(a in self.scalars for a in args):
+        if name != "iota" and all(a in self.scalars for a in args):
             self.scalars.add(ref)
         return ref
 
@@ -432,5 +437,9 @@ def _instruction(b: _Builder, eqn, ref):
         return b.op("convert_element_type", dtype, (ref(eqn.invars[0]),))
     if prim is lax.select_n_p:
         return b.op("select_n", dtype, tuple(ref(v) for v in eqn.invars))
+    if prim is lax.iota_p:
+        shape, d = eqn.params["shape"], eqn.params["dimension"]
+        stride = math.prod(shape[d + 1:])
+        return b.op("iota", dtype, (), stride | shape[d] << 32)
     name = _BINARY.get(prim) or _UNARY[prim]
     return b.op(name, dtype, tuple(ref(v) for v in eqn.invars))

@@ -201,7 +201,7 @@ mod tests {
         assert_eq!(
             table(&VectorOp::ALL, VectorOp::code, VectorOp::name),
             "const add sub mul div rem neg abs max min and or xor not shift_left shift_right_arithmetic \
-             shift_right_logical eq ne lt le gt ge select_n convert_element_type fma"
+             shift_right_logical eq ne lt le gt ge select_n convert_element_type fma iota"
         );
         let ints = "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64";
         assert_eq!(table(&ScalarType::ALL, ScalarType::code, ScalarType::name), ints);

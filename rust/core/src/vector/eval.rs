@@ -418,6 +418,15 @@ unsafe fn exec_avx2(op: Op, ty: VectorType, args: &[i64], imm: i64, out: &mut [u
 fn exec_baseline(op: Op, ty: VectorType, args: &[i64], imm: i64, out: &mut [u64], len: usize, cx: &Ctx) {
     match op {
         Op::Const => with_type!(ty, T => words_as_mut::<T>(out, 1)[0] = T::from_word(imm as u64)),
+        Op::Iota => {
+            let (stride, size) = super::program::iota_dims(imm);
+            with_type!(ty, T => {
+                let out = words_as_mut::<T>(out, len);
+                for (k, o) in out.iter_mut().enumerate() {
+                    *o = T::from_word(((cx.start + k) as u64 / stride) % size);
+                }
+            })
+        }
         Op::Convert => {
             let a = args[0];
             with_type!(cx.ty(a), A => with_type!(ty, B => convert_op::<A, B>(words_as_mut(out, len), cx.arg(a))))

@@ -33,6 +33,7 @@ wire_enum! {
         SelectN = 23 => "select_n",
         Convert = 24 => "convert_element_type",
         Fma = 25 => "fma",
+        Iota = 26 => "iota",
     }
 }
 
@@ -66,7 +67,7 @@ impl Op {
             Ge => ScalarOp::Ge,
             SelectN => ScalarOp::SelectN,
             Convert => ScalarOp::Convert,
-            Fma => return None,
+            Fma | Iota => return None,
         })
     }
 

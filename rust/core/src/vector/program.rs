@@ -13,7 +13,8 @@
 //! name earlier values. `type` is the result's [`VectorType`] code, `imm`
 //! a constant's bits (integers canonical as in scalar programs, floats
 //! their IEEE bit pattern), an fma's form (0: `a*b+c`, 1: `a*b-c`, 2:
-//! `c-a*b`: XLA's contractions, see `kernels::FmaForm`), else 0. An
+//! `c-a*b`: XLA's contractions, see `kernels::FmaForm`), an iota's
+//! `stride | size << 32` (see [`iota_dims`]), else 0. An
 //! instruction whose arguments are all
 //! scalars is a scalar. Every output is written as n elements, but a
 //! scalar one into a one-element buffer is written once. Everything
@@ -270,6 +271,14 @@ fn check_instr(r: &mut Reader, meta: &[Meta]) -> Result<Meta> {
             all_of(ty, 1)?;
         }
         Op::Convert => arity(1)?,
+        Op::Iota => {
+            arity(0)?;
+            kinds(ty.is_int(), "an integer type")?;
+            let (stride, size) = iota_dims(imm);
+            if stride == 0 || size == 0 {
+                return Err(bad(format!("{name} stride {stride} and size {size} (both >= 1, 31 bits)")));
+            }
+        }
         Op::Fma => {
             arity(3)?;
             kinds(ty.is_float(), "a float type")?;
@@ -281,7 +290,8 @@ fn check_instr(r: &mut Reader, meta: &[Meta]) -> Result<Meta> {
     }
     Ok(Meta {
         ty,
-        scalar: args.iter().all(|a| a.scalar),
+        // An iota counts along the array: never a scalar (of n > 1).
+        scalar: op != Op::Iota && args.iter().all(|a| a.scalar),
         const_at: (op == Op::Const).then_some(imm_at),
         convert_of: (op == Op::Convert).then_some(first_args[0]),
         compare_of: (matches!(op, Op::Gt | Op::Lt) && args[0].ty.is_float()).then_some((
@@ -290,6 +300,14 @@ fn check_instr(r: &mut Reader, meta: &[Meta]) -> Result<Meta> {
             first_args[1],
         )),
     })
+}
+
+/// An iota's (stride, size) from its immediate: element `i` is
+/// `(i / stride) % size` (the index along one dimension of a C-order
+/// array: stride = the product of the later dimensions).
+pub(super) fn iota_dims(imm: i64) -> (u64, u64) {
+    let imm = imm as u64;
+    (imm & 0x7fff_ffff, (imm >> 32) & 0x7fff_ffff)
 }
 
 /// A constant's immediate must be a canonical value of its type.

@@ -356,7 +356,7 @@ fn every_op_and_type_gives_the_same_bits_in_both_builds() {
         };
         for op in Op::ALL {
             let ok = match op {
-                Op::Const | Op::SelectN | Op::Convert => false,
+                Op::Const | Op::SelectN | Op::Convert | Op::Iota => false,
                 Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Rem | Op::Neg | Op::Abs => t != Bool,
                 Op::And | Op::Or | Op::Xor | Op::Not => !t.is_float(),
                 Op::ShiftLeft | Op::ShiftRightArithmetic | Op::ShiftRightLogical => t.is_int(),
@@ -657,5 +657,26 @@ fn random_programs_give_the_bits_of_one_chunk_in_any_chunks() {
         for (c, simd) in [(Some(chunk), true), (Some(chunk), false), (None, true)] {
             assert_eq!(run_chunks(&words, &ins, c, simd), whole, "case {case}: n {n}, chunks of {c:?}, {words:?}");
         }
+    }
+}
+
+#[test]
+fn iota_counts_along_a_dimension_across_chunks() {
+    // A (3, 100) array: rows (stride 100, size 3) and columns (stride 1, size 100).
+    let mut p = B::new(300);
+    let x = p.input(I32, false);
+    let rows = p.op(Op::Iota, I32, &[], 100 | (3 << 32));
+    let cols = p.op(Op::Iota, U32, &[], 1 | (100 << 32));
+    let r = p.op(Op::Add, I32, &[x, rows], 0);
+    let out = run(&p.out(&[r, cols]).words(), &[bytes(&[10i32; 300])]);
+    let want: Vec<i32> = (0..300).map(|i| 10 + i / 100).collect();
+    assert_eq!(i32s(&out[0]), want);
+    let cols: Vec<u32> = out[1].chunks_exact(4).map(|c| u32::from_ne_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(cols, (0..300).map(|i| i % 100).collect::<Vec<u32>>());
+    // A zero stride or size, a float iota: value errors.
+    for (ty, imm) in [(I32, 3 << 32), (I32, 1), (F32, 1 | (3 << 32))] {
+        let mut p = B::new(3);
+        let v = p.op(Op::Iota, ty, &[], imm);
+        assert!(Program::decode(&p.out(&[v]).words()).is_err(), "{ty:?} {imm}");
     }
 }
