@@ -420,10 +420,28 @@ fn exec_baseline(op: Op, ty: VectorType, args: &[i64], imm: i64, out: &mut [u64]
         Op::Const => with_type!(ty, T => words_as_mut::<T>(out, 1)[0] = T::from_word(imm as u64)),
         Op::Iota => {
             let (stride, size) = super::program::iota_dims(imm);
+            // In runs, not a division per element: a row index is runs of
+            // `stride` equal values (a fill), a column index (stride 1)
+            // runs counting 0..size.
             with_type!(ty, T => {
                 let out = words_as_mut::<T>(out, len);
-                for (k, o) in out.iter_mut().enumerate() {
-                    *o = T::from_word(((cx.start + k) as u64 / stride) % size);
+                let mut idx = cx.start as u64;
+                let mut k = 0;
+                while k < len {
+                    let (value, within) = ((idx / stride) % size, idx % stride);
+                    if stride == 1 {
+                        let run = ((size - value) as usize).min(len - k);
+                        for (j, o) in out[k..k + run].iter_mut().enumerate() {
+                            *o = T::from_word(value + j as u64);
+                        }
+                        k += run;
+                        idx += run as u64;
+                    } else {
+                        let run = ((stride - within) as usize).min(len - k);
+                        out[k..k + run].fill(T::from_word(value));
+                        k += run;
+                        idx += run as u64;
+                    }
                 }
             })
         }
