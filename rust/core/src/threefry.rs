@@ -57,13 +57,6 @@ pub fn hash_all(k0: Words, k1: Words, x0: Words, x1: Words, out0: &mut [u32], ou
     if out1.len() != n || ![k0, k1, x0, x1].iter().all(|w| w.fits(n)) {
         return false;
     }
-    if let (Words::One(a), Words::One(b)) = (k0, k1) {
-        // The kernels' case: one key, a block of counters.
-        for (i, (o0, o1)) in out0.iter_mut().zip(out1.iter_mut()).enumerate() {
-            [*o0, *o1] = hash([a, b], [x0.at(i), x1.at(i)]);
-        }
-        return true;
-    }
     for (i, (o0, o1)) in out0.iter_mut().zip(out1.iter_mut()).enumerate() {
         [*o0, *o1] = hash([k0.at(i), k1.at(i)], [x0.at(i), x1.at(i)]);
     }
