@@ -76,3 +76,18 @@ def test_compile_cost_reports_the_cost_per_fusion():
     for where in ("plain jit", "shard_map"):
         assert re.search(rf"^{where} +2 fusions: compile +[\d.]+ ms$", out, re.M), out
         assert re.search(rf"^{where} each fusion beyond the first: -?[\d.]+ ms$", out, re.M), out
+
+
+def test_emitted_programs_saves_and_checks_fingerprints(tmp_path):
+    saved = tmp_path / "programs.txt"
+    out = run_tool("emitted_programs.py", "--only", "add grid=1", "--save", str(saved))
+    assert re.fullmatch(r"zoo/add grid=1\t[0-9a-f]{16} \d+\n", out), out
+    assert saved.read_text() == out
+    run_tool("emitted_programs.py", "--only", "add grid=1", "--check", str(saved))
+    saved.write_text("zoo/add grid=1\t0000000000000000 1\n")
+    done = subprocess.run([sys.executable, str(TOOLS / "emitted_programs.py"), "--only",
+                           "add grid=1", "--check", str(saved)], capture_output=True, text=True,
+                          timeout=240, env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    assert done.returncode == 1
+    assert "changed: zoo/add grid=1: 0000000000000000 1 ->" in done.stderr
+    assert "1 programs, 1 changed" in done.stderr

@@ -34,6 +34,7 @@ from jax import lax
 
 from mosaic_rt import _native
 from mosaic_rt import jax_internals as jx
+from mosaic_rt import memory_spaces
 from mosaic_rt._dtypes import dtype_name
 from mosaic_rt.ffi import batching
 
@@ -136,14 +137,7 @@ def _opt_i32(x):
     return _i32(-1 if x is None else x)
 
 
-def _space(space) -> int:
-    if isinstance(space, str):
-        try:
-            return MEMORY_SPACES[space]
-        except KeyError:
-            raise ValueError(f"unknown memory space {space!r}; expected one of "
-                             f"{sorted(MEMORY_SPACES)}") from None
-    return int(space)
+_space = memory_spaces.code
 
 
 def _dtype(dtype, op: str) -> np.dtype:

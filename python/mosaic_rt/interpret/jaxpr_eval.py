@@ -22,6 +22,7 @@ from jax import lax
 
 from mosaic_rt import _native
 from mosaic_rt import jax_internals as jx
+from mosaic_rt import memory_spaces
 from mosaic_rt.ffi import ops as ffi_ops
 from mosaic_rt.interpret import (device_ids, native_calls, scalar_items, scalar_runs, sites,
                                   splat, vector_runs, views)
@@ -38,13 +39,8 @@ _HBM = jx.MemorySpace.HBM
 _ANY = jx.AnyMemorySpace
 
 
-def space_code(memory_space) -> int:
-    """The core's code of a memory space (ANY is forwarded to HBM)."""
-    return _native.MEMORY_SPACES[jx.memory_space_name(forward_any_to_hbm(memory_space))]
-
-
-def forward_any_to_hbm(memory_space):
-    return _HBM if memory_space is _ANY else memory_space
+space_code = memory_spaces.code
+forward_any_to_hbm = memory_spaces.forward_any_to_hbm
 
 
 def _space_or_raise_if_hbm(aval, primitive_name, message=None):

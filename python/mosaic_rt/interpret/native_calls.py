@@ -15,7 +15,7 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from mosaic_rt import _native
+from mosaic_rt import memory_spaces
 from mosaic_rt.ffi import ops as ffi_ops
 from mosaic_rt.ffi import reports
 from mosaic_rt.interpret import logging_ops as lg
@@ -29,7 +29,7 @@ from mosaic_rt.jax_internals import padded_shape
 materialize = ffi_ops.materialize
 batched_runs = ffi_ops.batched_runs
 
-_SMEM_CODE = _native.MEMORY_SPACES["smem"]
+_SMEM_CODE = memory_spaces.SMEM
 
 
 def _scalar_id(x):
@@ -43,9 +43,7 @@ def _scalar_id(x):
     return x
 
 
-def _space(space) -> int:
-    """The core's code of a memory space given by name or code (for logs)."""
-    return ffi_ops.MEMORY_SPACES[space] if isinstance(space, str) else int(space)
+_space = memory_spaces.code
 
 
 def begin(token, device, *, uid, num_devices, params: InterpretParams, allocations,
