@@ -11,11 +11,12 @@ Uses: ``mosaic_rt._native`` and ``mosaic_rt.jax_internals`` only.
 
 from __future__ import annotations
 
+import numbers
+
 from mosaic_rt import _native
 from mosaic_rt import jax_internals as jx
 
 CODES: dict[str, int] = _native.MEMORY_SPACES
-HBM = CODES["hbm"]
 SMEM = CODES["smem"]
 
 
@@ -35,6 +36,6 @@ def code(space) -> int:
         except KeyError:
             raise ValueError(f"unknown memory space {space!r}; expected one of "
                              f"{sorted(CODES)}") from None
-    if isinstance(space, int):
+    if isinstance(space, numbers.Integral):  # numpy integers too, as before
         return int(space)
     return CODES[jx.memory_space_name(forward_any_to_hbm(space))]

@@ -36,7 +36,6 @@ materialize = native_calls.materialize
 _SEMAPHORE = jx.MemorySpace.SEMAPHORE
 _TOKEN_SDS = jax.ShapeDtypeStruct((), jnp.int32)
 _HBM = jx.MemorySpace.HBM
-_ANY = jx.AnyMemorySpace
 
 
 space_code = memory_spaces.code
