@@ -269,7 +269,10 @@ print(json.dumps({"compiles": s.compiles, "disk_hits": s.disk_hits, "failures": 
 def test_second_process_compiles_nothing(libtpu, tmp_path):
     env = {disk_cache.ENV_DIR: str(tmp_path / "shared")}
     # Two processes at once, both cold: each compiles what the other has not
-    # stored yet, both may write the same entries.
+    # stored yet, both may write the same entries. Which one gets there first is
+    # up to the scheduler (a process that starts late may find both entries
+    # stored), so only the totals are fixed: every check answered once per
+    # process, every entry compiled by at least one of them.
     procs = [_run(CHECKER, env, background=True) for _ in range(2)]
     cold = []
     for p in procs:
@@ -277,7 +280,8 @@ def test_second_process_compiles_nothing(libtpu, tmp_path):
         assert p.returncode == 0, err
         cold.append(json.loads(out.strip().splitlines()[-1]))
     for c in cold:
-        assert c["compiles"] + c["disk_hits"] == 2 and c["compiles"] >= 1
+        assert c["compiles"] + c["disk_hits"] == 2, c
+    assert 2 <= sum(c["compiles"] for c in cold) <= 4, cold
     assert len(_entries(tmp_path / "shared")) == 2
     warm = _run(CHECKER, env)
     assert (warm["compiles"], warm["disk_hits"], warm["failures"]) == (0, 2, 0)
