@@ -51,7 +51,7 @@ def test_profile_lowering_lists_our_interpreter():
     out = run_tool("profile_lowering.py", "blockspec-add", "--reps", "1", "--top", "5")
     assert re.search(r"blockspec-add: trace \+ lower median [\d.]+ ms over 1 variants", out)
     listed = out.split("ncalls", 1)[1]
-    assert "mosaic_rt/interpret/kernel.py" in listed and "site-packages/jax" not in listed
+    assert "mosaic_rt/interpret/launch/kernel.py" in listed and "site-packages/jax" not in listed
 
 
 @pytest.mark.parametrize("case, native", [("copy 1dev", False), ("ping-pong r=10", False),

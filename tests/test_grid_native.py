@@ -238,7 +238,7 @@ def test_cores_split_a_parallel_grid_as_stock(tmp_path):
 ])
 def test_visiting_order_in_numpy_equals_jax_random(grid, semantics):
     from mosaic_rt import jax_internals as jx
-    from mosaic_rt.interpret import visiting_order
+    from mosaic_rt.interpret.launch import visiting_order
 
     mp = pltpu.CompilerParams(dimension_semantics=semantics)
     for seed in (None, 1, 12345, 2**31 - 1):

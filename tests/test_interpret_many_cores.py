@@ -70,7 +70,7 @@ def test_core_map_takes_the_native_grid_loop_and_matches_stock(monkeypatch):
     """core_map's fixed split of its cores is static, so its grid loop is
     native (an XLA loop with per-core bounds costs three scalar fusions to
     compile); results stay stock's."""
-    from mosaic_rt.interpret import grid_loop
+    from mosaic_rt.interpret.launch import grid_loop
     loops = []
     real_plan = grid_loop.plan
     monkeypatch.setattr(grid_loop, "plan", lambda *a, **k: loops.append(real_plan(*a, **k))

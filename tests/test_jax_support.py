@@ -49,7 +49,7 @@ def test_memory_space_codes_have_one_source_and_agree_with_stock():
     import mosaic_rt._native as native
     from mosaic_rt import jax_internals as jx
     from mosaic_rt.ffi import ops as ffi_ops
-    from mosaic_rt.interpret.jaxpr_eval import space_code
+    from mosaic_rt.memory_spaces import code as space_code
 
     assert ffi_ops.MEMORY_SPACES is native.MEMORY_SPACES
     assert ffi_ops.SEMAPHORE_KINDS == native.SEMAPHORE_KINDS == ("regular", "dma", "barrier")

@@ -1,5 +1,5 @@
 """Rank-0 integer/bool arithmetic of a kernel runs as native scalar programs
-(`mosaic_rt.interpret.scalar_runs`), not XLA fusions. It must stay
+(`mosaic_rt.interpret.native_compute.scalar_runs`), not XLA fusions. It must stay
 bit-identical to XLA: random expressions over every integer dtype and
 their edge values (0, -1, MIN, MAX, shifts by >= the width, division by
 zero) are computed inside a kernel under mosaic_rt and by plain XLA on the

@@ -1,5 +1,5 @@
 """Stores of a broadcast scalar (`acc_ref[...] = jnp.zeros_like(acc_ref)`,
-`jnp.full(shape, -inf)`, ...) run as native fills (`interpret/splat.py`):
+`jnp.full(shape, -inf)`, ...) run as native fills (`interpret/evaluation/splat.py`):
 no broadcast is left for XLA to compile, and the results are stock's bit
 for bit (dtypes, -0.0, NaN payloads), races included."""
 

@@ -1,5 +1,5 @@
 """A kernel block's elementwise compute runs as native vector programs
-(`interpret/vector_runs.py`), not XLA fusions: the results stay stock's bit
+(`interpret/native_compute/vector_runs.py`), not XLA fusions: the results stay stock's bit
 for bit -- XLA's fused multiply-adds, its flushing of subnormals, NaNs,
 signed zeros, integer wrap-around -- and what the native side cannot match
 exactly is left to XLA."""
@@ -17,7 +17,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 import mosaic_rt
-from mosaic_rt.interpret import vector_runs
+from mosaic_rt.interpret.native_compute import vector_runs
 from parity import assert_bitwise_equal, run_case
 
 pytestmark = pytest.mark.timeout(120)

@@ -21,8 +21,8 @@ from mosaic_rt.runtime import BufferInfo, Leak, Runtime
 from mosaic_rt.ffi import native_errors
 from mosaic_rt.ffi.reports import deliver as deliver_reports
 from mosaic_rt.interpret.params import InterpretParams
-from mosaic_rt.interpret.mode import force_interpret_mode, set_interpret_mode
-from mosaic_rt.interpret import seam as _seam
+from mosaic_rt.interpret.launch.mode import force_interpret_mode, set_interpret_mode
+from mosaic_rt.interpret.launch import seam as _seam
 from mosaic_rt import tpu
 from mosaic_rt import races
 from mosaic_rt import timeline

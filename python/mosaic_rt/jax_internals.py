@@ -213,7 +213,7 @@ def memory_space_name(memory_space) -> str:
             f"memory space {memory_space!r} is not supported by TPU interpret mode")
     return name
 
-# The pallas_call seam (see mosaic_rt.interpret.seam): pallas_call's
+# The pallas_call seam (see mosaic_rt.interpret.launch.seam): pallas_call's
 # lowering looks this module attribute up at lowering time.
 PALLAS_CALL_SEAM = (stock_interpreter, "interpret_pallas_call")
 # The effects pallas_call gives a kernel in interpret mode.
@@ -420,7 +420,7 @@ def make_private_cpu_client(num_devices: int):
     jax's client runs programs on a pool sized to its devices; a multi-core
     kernel runs one program per core and they wait on each other, so it
     needs a thread per core that nothing else can take (see
-    mosaic_rt.interpret.cores). Our FFI targets are registered process-wide,
+    mosaic_rt.interpret.launch.cores). Our FFI targets are registered process-wide,
     so programs compiled here call the same native runtime.
     """
     from jax._src.lib import xla_client

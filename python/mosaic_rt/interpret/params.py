@@ -4,7 +4,7 @@ It subclasses jax's `pltpu.InterpretParams`, so every stock field keeps its
 name, default, meaning and validation, and everything in jax that checks
 `isinstance(interpret, pltpu.InterpretParams)` (effects, `core_map`,
 `force_tpu_interpret_mode`) treats it as TPU interpret mode. The seam
-(`mosaic_rt.interpret.seam`) routes only instances of this class to our
+(`mosaic_rt.interpret.launch.seam`) routes only instances of this class to our
 interpreter; stock instances keep the stock path.
 """
 

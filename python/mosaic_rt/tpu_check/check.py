@@ -4,7 +4,7 @@ Mosaic / XLA:TPU compiler, on CPU (deviceless ahead-of-time compilation
 against a libtpu topology; no TPU, no metadata server, the default backend
 stays CPU).
 
-Called from `mosaic_rt.interpret.kernel.interpret_pallas_call` with the
+Called from `mosaic_rt.interpret.launch.kernel.interpret_pallas_call` with the
 pallas_call's own params: the same `pallas_call_p` is bound again with
 ``interpret=False`` in a `jax.jit` traced for a TPU device of the topology,
 so the TPU sees exactly the kernel's jaxpr, grid, block specs, scratch,

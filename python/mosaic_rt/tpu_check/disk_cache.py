@@ -53,7 +53,7 @@ def _versions() -> dict:
 
     import jax
 
-    from mosaic_rt import __version__ as mosaic_rt_version
+    from mosaic_rt._version import __version__ as mosaic_rt_version
 
     def version(dist):
         try:

@@ -25,7 +25,7 @@ from jax import lax
 from jax.core import ShapedArray
 
 from mosaic_rt import jax_internals as jx
-from mosaic_rt.interpret.scalar_program import MAX_VALUES, ProgramBuilder, is_scalar_type
+from mosaic_rt.interpret.native_compute.scalar_program import MAX_VALUES, ProgramBuilder, is_scalar_type
 
 COUNTER = ("counter",)
 COUNT_NEXT = ("count", "next")

@@ -20,8 +20,11 @@ import jax
 import jax.numpy as jnp
 
 from mosaic_rt import jax_internals as jx
-from mosaic_rt.interpret import input_writes, native_calls
-from mosaic_rt.interpret.jaxpr_eval import Ctx, forward_any_to_hbm, semaphore_kind, space_code
+from mosaic_rt.interpret.context import Ctx, semaphore_kind
+from mosaic_rt.interpret.evaluation import native_calls
+from mosaic_rt.interpret.launch import input_writes
+from mosaic_rt.memory_spaces import code as space_code
+from mosaic_rt.memory_spaces import forward_any_to_hbm
 
 _HBM = jx.MemorySpace.HBM
 _SMEM = jx.MemorySpace.SMEM

@@ -3,8 +3,9 @@
 pallas_call's lowering (jax 0.10.2 .. 0.12: `jax/_src/pallas/pallas_call.py`,
 `_pallas_call_lowering`) sends every `interpret` value that is an instance of
 `pltpu.InterpretParams` to stock's `interpret_pallas_call`, looked up as a
-module attribute at lowering time (`jax_internals.PALLAS_CALL_SEAM`). `force_tpu_interpret_mode` and `pl.core_map` (which becomes a
-pallas_call) go through the same lowering. So we install one dispatcher on
+module attribute at lowering time (`jax_internals.PALLAS_CALL_SEAM`).
+`force_tpu_interpret_mode` and `pl.core_map` (which becomes a pallas_call)
+go through the same lowering. So we install one dispatcher on
 that attribute: it takes over for `mosaic_rt.InterpretParams` and calls the
 original function for everything else, leaving stock behaviour untouched.
 
@@ -28,6 +29,7 @@ import functools
 import threading
 
 from mosaic_rt import jax_internals
+from mosaic_rt.interpret.params import InterpretParams
 
 _lock = threading.Lock()
 _stock_module, _ATTR = jax_internals.PALLAS_CALL_SEAM
@@ -45,10 +47,9 @@ def install() -> None:
 
         @functools.wraps(stock_impl)
         def dispatch(*args, interpret_params, **kwargs):
-            from mosaic_rt.interpret.params import InterpretParams
             if isinstance(interpret_params, InterpretParams):
                 from mosaic_rt.ffi import reports
-                from mosaic_rt.interpret.kernel import interpret_pallas_call
+                from mosaic_rt.interpret.launch.kernel import interpret_pallas_call
                 reports.deliver_in_background()  # outside pytest (see reports)
                 return interpret_pallas_call(
                     *args, interpret_params=interpret_params, **kwargs)
@@ -71,7 +72,6 @@ def _install_lowering() -> None:
         return
 
     def lowering(ctx, *in_nodes, interpret, **params):
-        from mosaic_rt.interpret.params import InterpretParams
         if isinstance(interpret, InterpretParams) and not params["jaxpr"].constvars:
             impl = functools.partial(getattr(_stock_module, _ATTR),
                                      interpret_params=interpret, **params)
@@ -89,7 +89,6 @@ def _install_effects() -> None:
 
     @functools.wraps(stock_effects)
     def interpret_effects(interpret):
-        from mosaic_rt.interpret.params import InterpretParams
         if isinstance(interpret, InterpretParams):
             return jax_internals.no_effects
         return stock_effects(interpret)

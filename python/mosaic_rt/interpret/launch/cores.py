@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mosaic_rt import jax_internals as jx
-from mosaic_rt.interpret.native_calls import materialize
+from mosaic_rt.interpret.evaluation.native_calls import materialize
 
 _TOKEN = jax.ShapeDtypeStruct((), jnp.int32)
 # PjRt admits at most this many executions in flight per CPU device.

@@ -18,11 +18,13 @@ import zlib
 import jax.numpy as jnp
 
 from mosaic_rt import jax_internals as jx
-from mosaic_rt.interpret import buffers, device_coords, grid_loop, logging_ops, native_calls, sites
-from mosaic_rt.interpret.buffers import BlockOperands
-from mosaic_rt.interpret.jaxpr_eval import Ctx, space_code
+from mosaic_rt.interpret.context import Ctx
+from mosaic_rt.interpret.evaluation import device_coords, logging_ops, native_calls, sites
+from mosaic_rt.interpret.evaluation.regions import FULL, TracedRegion
+from mosaic_rt.interpret.launch import buffers, grid_loop
+from mosaic_rt.interpret.launch.buffers import BlockOperands
 from mosaic_rt.interpret.params import InterpretParams
-from mosaic_rt.interpret.regions import FULL, TracedRegion
+from mosaic_rt.memory_spaces import code as space_code
 from mosaic_rt.tpu_check import check as tpu_check
 
 _HBM = jx.MemorySpace.HBM

@@ -20,7 +20,7 @@ import numpy as np
 from jax import lax
 
 from mosaic_rt import jax_internals as jx
-from mosaic_rt.interpret.scalar_program import ProgramBuilder
+from mosaic_rt.interpret.native_compute.scalar_program import ProgramBuilder
 
 _I32 = np.dtype(np.int32)
 _U32 = np.dtype(np.uint32)

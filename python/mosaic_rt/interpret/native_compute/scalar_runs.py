@@ -31,9 +31,9 @@ import math
 import numpy as np
 
 from mosaic_rt import jax_internals as jx
-from mosaic_rt.interpret import scalar_items
-from mosaic_rt.interpret.scalar_items import Item
-from mosaic_rt.interpret.scalar_program import MAX_VALUES, ProgramBuilder, is_scalar_type
+from mosaic_rt.interpret.native_compute import scalar_items
+from mosaic_rt.interpret.native_compute.scalar_items import Item
+from mosaic_rt.interpret.native_compute.scalar_program import MAX_VALUES, ProgramBuilder, is_scalar_type
 
 _NEVER = math.inf
 _I32 = np.dtype(np.int32)

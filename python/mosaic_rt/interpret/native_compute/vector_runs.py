@@ -45,7 +45,7 @@ from jax.core import ShapedArray
 from mosaic_rt import _native
 from mosaic_rt import jax_internals as jx
 from mosaic_rt.ffi import ops as ffi_ops
-from mosaic_rt.interpret.scalar_program import canonical
+from mosaic_rt.interpret.native_compute.scalar_program import canonical
 
 _TYPES = {np.dtype(name): code for name, code in _native.VECTOR_TYPES.items()}
 _CODES = _native.VECTOR_OPS

@@ -8,7 +8,7 @@ stock interpret mode composes them, so error messages name the same ranges.
 
 from __future__ import annotations
 
-from mosaic_rt.ffi.ops import TracedRegion  # noqa: F401 (re-exported)
+from mosaic_rt.ffi.ops import TracedRegion
 from mosaic_rt.jax_internals import ANNOTATION_TRANSFORMS, NDIndexer, Slice
 
 

@@ -1,5 +1,5 @@
 """Evaluates a Pallas TPU kernel jaxpr at trace time, emitting ordinary JAX
-for compute and one native op (through `mosaic_rt.interpret.native_calls`)
+for compute and one native op (through `mosaic_rt.interpret.evaluation.native_calls`)
 per memory, DMA and semaphore operation. A token is threaded through every
 native op so XLA keeps the program order of each core.
 
@@ -10,7 +10,6 @@ int32 arrays of semaphore ids, indexed like the refs they stand for.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import math
 from typing import Any
@@ -22,12 +21,13 @@ from jax import lax
 
 from mosaic_rt import _native
 from mosaic_rt import jax_internals as jx
-from mosaic_rt import memory_spaces
 from mosaic_rt.ffi import ops as ffi_ops
-from mosaic_rt.interpret import (device_ids, native_calls, scalar_items, scalar_runs, sites,
-                                  splat, vector_runs, views)
-from mosaic_rt.interpret.params import InterpretParams
-from mosaic_rt.interpret.regions import to_region
+from mosaic_rt.interpret.context import Ctx, semaphore_kind
+from mosaic_rt.interpret.evaluation import device_ids, native_calls, sites, splat, views
+from mosaic_rt.interpret.evaluation.regions import to_region
+from mosaic_rt.interpret.native_compute import scalar_items, scalar_runs, vector_runs
+from mosaic_rt.memory_spaces import code as space_code
+from mosaic_rt.memory_spaces import forward_any_to_hbm
 
 # Where a token leaves a straight-line run of ops (control flow, callbacks),
 # the ops pending on it are emitted first (`mosaic_rt.ffi.batching`).
@@ -38,10 +38,6 @@ _TOKEN_SDS = jax.ShapeDtypeStruct((), jnp.int32)
 _HBM = jx.MemorySpace.HBM
 
 
-space_code = memory_spaces.code
-forward_any_to_hbm = memory_spaces.forward_any_to_hbm
-
-
 def _space_or_raise_if_hbm(aval, primitive_name, message=None):
     space = forward_any_to_hbm(aval.memory_space)
     if space is _HBM:
@@ -50,34 +46,6 @@ def _space_or_raise_if_hbm(aval, primitive_name, message=None):
             " be referenced directly. Instead, use `pltpu.sync_copy` or"
             " `pltpu.async_copy`."))
     return space
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Ctx:
-    """Trace-time facts about the core whose program is being emitted."""
-
-    handle: Any                 # runtime handle (traced) from `native_calls.begin`
-    device_id: Any              # logical device id (traced int32)
-    core: Any                   # local core id (int or traced int32); None: the launch's
-    grid_point: Any = None
-    grid_mapping: jx.GridMapping
-    mesh: Any
-    axis_sizes: dict
-    axis_indices: dict
-    mosaic_params: jx.CompilerParams
-    params: InterpretParams
-    num_devices: int = 1
-    # Semaphore ids of the equation being evaluated, looked up by a scalar
-    # program already (by operand role: "dst"/"src" of a DMA start, "sem").
-    sem_ids: dict | None = None
-    # The DMA waits right after the equation being evaluated (a DMA start or
-    # wait), as ``(sem, nbytes, site)``: its native op runs them too.
-    then_wait: tuple = ()
-    # The block's broadcast-scalar values and used results (`splat`).
-    stores: splat.BlockStores | None = None
-
-    def replace(self, **changes) -> "Ctx":
-        return dataclasses.replace(self, **changes)
 
 
 def _target(ctx: Ctx, device_id, device_id_type):
@@ -458,18 +426,6 @@ def _run_scoped(eqn, read, ctx, token):
                 token, ctx.handle, ctx.device_id, ctx.core,
                 space_code(forward_any_to_hbm(v.aval.memory_space)), buf)
     return token, out
-
-
-def semaphore_kind(aval) -> str:
-    dtype = getattr(aval, "dtype", None)
-    try:
-        if jnp.issubdtype(dtype, jx.mosaic_core.dma_semaphore):
-            return "dma"
-        if jnp.issubdtype(dtype, jx.pallas_core.barrier_semaphore):
-            return "barrier"
-    except TypeError:
-        pass
-    return "regular"
 
 
 # ------------------------------------------------------------ control flow

@@ -23,12 +23,14 @@ import numpy as np
 from jax import lax
 
 from mosaic_rt import jax_internals as jx
-from mosaic_rt.interpret import logging_ops, native_calls
-from mosaic_rt.interpret.buffers import BlockOperands, LaunchBuffers
-from mosaic_rt.interpret.cores import run_cores_concurrently
-from mosaic_rt.interpret.jaxpr_eval import Ctx, eval_jaxpr, space_code
-from mosaic_rt.interpret.regions import block_region
-from mosaic_rt.interpret.visiting_order import static_order, visiting_order
+from mosaic_rt.interpret.context import Ctx
+from mosaic_rt.interpret.evaluation import logging_ops, native_calls
+from mosaic_rt.interpret.evaluation.jaxpr_eval import eval_jaxpr
+from mosaic_rt.interpret.evaluation.regions import block_region
+from mosaic_rt.interpret.launch.buffers import BlockOperands, LaunchBuffers
+from mosaic_rt.interpret.launch.cores import run_cores_concurrently
+from mosaic_rt.interpret.launch.visiting_order import static_order, visiting_order
+from mosaic_rt.memory_spaces import code as space_code
 
 materialize = native_calls.materialize
 
@@ -169,7 +171,7 @@ def launched(loop: GridLoop, ctx: Ctx, buffers: LaunchBuffers, id_of) -> GridLoo
 
 def run_cores(loop: GridLoop, token, first_step=None):
     """Runs the grid loop on every core of the device: inline for one core,
-    else each core's program on a thread of its own (`interpret/cores.py`).
+    else each core's program on a thread of its own (`interpret/launch/cores.py`).
     ``first_step``: `grid_begin`'s ``(go, p0, p1)`` when the prologue began
     the loop (see `prologue_grid_begin`)."""
     run_core = functools.partial(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from mosaic_rt.interpret.regions import TracedRegion, to_region
+from mosaic_rt.interpret.evaluation.regions import TracedRegion, to_region
 from mosaic_rt.jax_internals import (
     ANNOTATION_TRANSFORMS, BitcastTransform, NDIndexer, ReshapeTransform, Slice,
     TransposeTransform, bitcast_array, transform_type)
