@@ -1,33 +1,141 @@
-"""Device ids of remote DMAs and signals -> (logical device, core).
+"""Device ids: the forms a kernel may pass, what they name, and this device's own.
 
-A kernel names its target as pltpu does: LOGICAL ids are flat device
-indices; MESH ids are tuples of mesh coordinates or dicts {axis: index},
-where a dict may also name the core axis of a `core_map` (jax 0.12) or a
-tuple of mesh axes indexed by one flattened index. Missing mesh axes of a
-dict keep this device's coordinate.
+Uses: `mosaic_rt.jax_internals`, `mosaic_rt.ffi.ops` and
+`interpret.native_compute` (a scalar program); imported by the evaluator,
+the launch code and `mosaic_rt.tpu`.
 
+Forms (`check_device_id`, called by `mosaic_rt.tpu` before a DMA or signal
+binds anything). Mosaic accepts more forms than it can lower sensibly (a
+bare scalar under MESH only works by accident on 1-D meshes; a tuple under
+LOGICAL trips an assert). We reject the ambiguous forms up front with a
+message that says which form each id type needs.
+
+Targets (`to_logical`, `wrap_negative`: a remote DMA's or signal's device
+id -> (logical device, core)). A kernel names its target as pltpu does:
+LOGICAL ids are flat device indices; MESH ids are tuples of mesh
+coordinates or dicts {axis: index}, where a dict may also name the core
+axis of a `core_map` (jax 0.12) or a tuple of mesh axes indexed by one
+flattened index. Missing mesh axes of a dict keep this device's coordinate.
 Negative ids behave as in stock interpret mode, which indexes its per-core
 tables with the global core id `device * cores + core`: that id wraps once
 (device -1 is the last device; core -1 of device 0 is the last core of the
 last device). Out-of-range ids are checked natively at run time, where the
 values are known.
+
+This device (`this_device`: the traced device's mesh coordinates and
+logical id, without an XLA fusion). `lax.axis_index` under a shard_map
+lowers to `partition-id` followed by an unsigned divide / remainder /
+convert, which XLA:CPU compiles as one fusion of its own: ~6-10 ms of
+compile time in every multi-device kernel, often its only fusion. When the
+axis context is a fully manual mesh, the same arithmetic runs here as one
+native scalar program over `partition-id` (the coordinates by jax's
+formula: ``(partition_id // stride) % size``, strides over the mesh's later
+axes). pmap falls back to `lax.axis_index` itself; a shard_map manual over
+only some mesh axes is refused with a clear error (XLA cannot replicate our
+side-effecting calls over the auto axes).
 """
 
 from __future__ import annotations
 
+import inspect
 import math
+from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
+from jax import lax
+from jax.experimental import pallas as pl
 
+from mosaic_rt import jax_internals as jx
 from mosaic_rt.ffi import ops as ffi_ops
+from mosaic_rt.interpret.native_compute.scalar_program import ProgramBuilder
 from mosaic_rt.jax_internals import JAX_VERSION, DeviceIdType
+
+
+# ------------------------------------------------------------------- forms
+
+# jax 0.12 deprecated `device_id_type` (its default became None, meaning MESH).
+_TYPE_PARAM = inspect.signature(pl.semaphore_signal).parameters.get("device_id_type")
+DEVICE_ID_TYPE_DEPRECATED = _TYPE_PARAM is None or _TYPE_PARAM.default is None
+
+_MESH_FORM = ("MESH device ids are tuples of mesh coordinates, e.g. (i, j),"
+              " or dicts {axis_name: index}")
+_LOGICAL_FORM = "LOGICAL device ids are scalar integers"
+
+
+def is_integer_scalar(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, np.integer)):
+        return True
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    return (shape == () and dtype is not None
+            and np.issubdtype(np.dtype(dtype), np.integer))
+
+
+def describe(value: Any) -> str:
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if shape is not None and dtype is not None:
+        return f"{type(value).__name__} of shape {tuple(shape)} and dtype {dtype}"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _check_coordinate(coordinate: Any, where: str) -> None:
+    if not is_integer_scalar(coordinate):
+        raise TypeError(
+            f"{where} must be an integer scalar, got {describe(coordinate)}.")
+
+
+def effective_type(device_id_type: Any) -> Any:
+    """The id type a stock call uses for the `device_id_type` argument."""
+    if device_id_type is None and DEVICE_ID_TYPE_DEPRECATED:
+        return DeviceIdType.MESH
+    return device_id_type
+
+
+def check_device_id(device_id: Any, device_id_type: Any) -> None:
+    """Raises if `device_id` is not a valid id of `device_id_type`.
+
+    `None` (a local operation) is always valid.
+    """
+    if not isinstance(device_id_type, DeviceIdType):
+        raise TypeError(
+            "device_id_type must be DeviceIdType.MESH or DeviceIdType.LOGICAL,"
+            f" got {device_id_type!r}.")
+    if device_id is None:
+        return
+    if device_id_type is DeviceIdType.LOGICAL:
+        if isinstance(device_id, (tuple, list, dict)):
+            raise ValueError(
+                f"{_LOGICAL_FORM}; got a {type(device_id).__name__}. Pass"
+                " device_id_type=DeviceIdType.MESH for mesh coordinates.")
+        _check_coordinate(device_id, "A LOGICAL device id")
+        return
+    if isinstance(device_id, tuple):
+        for position, coordinate in enumerate(device_id):
+            _check_coordinate(coordinate, f"Mesh coordinate {position} of device_id")
+        return
+    if isinstance(device_id, dict):
+        for axis, coordinate in device_id.items():
+            _check_coordinate(coordinate, f"device_id[{axis!r}]")
+        return
+    hint = ("Wrap it as (id,) or {axis_name: id}." if DEVICE_ID_TYPE_DEPRECATED else
+            "Wrap it as (id,) or pass device_id_type=DeviceIdType.LOGICAL for"
+            " a flat device index.")
+    raise ValueError(f"{_MESH_FORM}; got {describe(device_id)}. {hint}")
+
+
+# ----------------------------------------------------------------- targets
 
 # jax 0.12 reads a dict key ("x",) as the axis "x"; earlier releases treat
 # it as a one-axis group whose index wraps modulo the axis size.
 _ONE_AXIS_TUPLE_IS_PLAIN = JAX_VERSION >= (0, 12)
 
 
-def _describe(device_id) -> str:
+def _short_description(device_id) -> str:
+    # (the to_logical messages' form; `describe` is the checks')
     shape = getattr(device_id, "shape", None)
     if shape is not None and hasattr(device_id, "dtype"):
         return f"{type(device_id).__name__} of shape {tuple(shape)}"
@@ -66,7 +174,7 @@ def to_logical(device_id, device_id_type, *, axis_sizes: dict, axis_indices: dic
         if isinstance(device_id, (tuple, list, dict)):
             raise ValueError(
                 "A LOGICAL device_id must be one integer (a flat device index),"
-                f" got {_describe(device_id)}.")
+                f" got {_short_description(device_id)}.")
         return device_id, None
     if device_id_type != DeviceIdType.MESH:
         raise ValueError(f"Unsupported device_id_type {device_id_type!r}; expected"
@@ -89,7 +197,7 @@ def to_logical(device_id, device_id_type, *, axis_sizes: dict, axis_indices: dic
         if len(coords) != len(names):
             raise ValueError(
                 f"A MESH device_id needs one coordinate per mesh axis {names}"
-                f" ({len(names)}), got {len(coords)}: {_describe(device_id)}."
+                f" ({len(names)}), got {len(coords)}: {_short_description(device_id)}."
                 " Pass a dict {axis: index} to name only some axes, or"
                 " device_id_type=DeviceIdType.LOGICAL for a flat index.")
     sizes = [axis_sizes[a] for a in names]
@@ -123,3 +231,76 @@ def wrap_negative(device, core, *, num_devices: int, num_cores: int):
             return (g + total) // num_cores, (g + total) % num_cores
         return device, core
     return ffi_ops.wrap_target(device, core, num_devices=num_devices, num_cores=num_cores)
+
+
+# ------------------------------------------------------------- this device
+
+_I32 = np.dtype(np.int32)
+_U32 = np.dtype(np.uint32)
+
+
+def this_device(axis_sizes: dict) -> tuple[dict, object]:
+    """``(axis_indices, device_id)`` of the device being traced: its index
+    along each axis of ``axis_sizes`` (in scope, mesh order) and its logical
+    id, the coordinates in row-major order (the last axis fastest)."""
+    if not axis_sizes:
+        return {}, jnp.zeros((), jnp.int32)
+    names = tuple(axis_sizes)
+    sizes = tuple(axis_sizes.values())
+    device_id, *indices = _device_coords_p.bind(names=names, sizes=sizes)
+    return dict(zip(names, indices)), device_id
+
+
+def _abstract_eval(*, names, sizes):
+    return [jx.ShapedArray((), _I32)] * (1 + len(names))
+
+
+def _from_axis_index(names, sizes):
+    """jax's own `axis_index` per axis, combined with plain integer ops."""
+    indices = [lax.axis_index(n) for n in names]
+    device_id = jnp.zeros((), jnp.int32)
+    for size, index in zip(sizes, indices):
+        device_id = device_id * size + jnp.asarray(index, jnp.int32)
+    return [device_id, *indices]
+
+
+def _native_coords(names, sizes, mesh_axes: dict):
+    """The coordinates from `partition-id` by one scalar program."""
+    mesh_names, mesh_sizes = list(mesh_axes), list(mesh_axes.values())
+    b = ProgramBuilder()
+    pid = b.input(jx.partition_id_p.bind(), _U32)
+    device_id = b.const(0, _I32)
+    indices = []
+    for name, size in zip(names, sizes):
+        pos = mesh_names.index(name)
+        stride = math.prod(mesh_sizes[pos + 1:])
+        coord = b.op("rem", _U32, (b.op("div", _U32, (pid, b.const(stride, _U32))),
+                                   b.const(mesh_sizes[pos], _U32)))
+        index = b.op("convert_element_type", _I32, (coord,))
+        indices.append(index)
+        device_id = b.op("add", _I32, (b.op("mul", _I32, (device_id, b.const(size, _I32))),
+                                       index))
+    return b.emit([device_id, *indices])
+
+
+def _lowering(ctx, *, names, sizes):
+    shard_map = jx.shard_map_axes(ctx)
+    if shard_map is None:  # pmap: jax's own axis_index
+        return jx.lower_fun(lambda: _from_axis_index(names, sizes), multiple_results=True)(ctx)
+    mesh_axes, manual = shard_map
+    if len(manual) != len(mesh_axes):
+        # XLA would reject the kernel's side-effecting calls much later with
+        # "Side-effect ops cannot be replicated"; say what to change instead.
+        raise NotImplementedError(
+            f"mosaic_rt runs a pallas_call under shard_map only when the shard_map is"
+            f" manual over every mesh axis; this one is manual over {list(manual)} of"
+            f" the mesh axes {list(mesh_axes)}. Pass axis_names={set(mesh_axes)} (or"
+            " leave axis_names out) to the shard_map around the kernel.")
+    if any(mesh_axes.get(n) != s for n, s in zip(names, sizes)):
+        return jx.lower_fun(lambda: _from_axis_index(names, sizes), multiple_results=True)(ctx)
+    return jx.lower_fun(lambda: _native_coords(names, sizes, mesh_axes),
+                        multiple_results=True)(ctx)
+
+
+_device_coords_p = jx.make_primitive("mosaic_rt_device_coords", multiple_results=True,
+                                     abstract_eval=_abstract_eval, lowering=_lowering)

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from mosaic_rt import jax_internals as jx
 from mosaic_rt.interpret.context import Ctx
-from mosaic_rt.interpret.evaluation import device_coords, logging_ops, native_calls, sites
+from mosaic_rt.interpret.evaluation import device_ids, logging_ops, native_calls, sites
 from mosaic_rt.interpret.evaluation.regions import FULL, TracedRegion
 from mosaic_rt.interpret.launch import buffers, grid_loop
 from mosaic_rt.interpret.launch.buffers import BlockOperands
@@ -132,7 +132,7 @@ def _this_device():
     coordinates, the last axis fastest)."""
     axis_sizes = jx.axis_sizes()
     num_devices = math.prod(axis_sizes.values()) if axis_sizes else 1
-    axis_indices, device_id = device_coords.this_device(axis_sizes)
+    axis_indices, device_id = device_ids.this_device(axis_sizes)
     return axis_sizes, axis_indices, num_devices, device_id
 
 
