@@ -17,6 +17,7 @@ from jax.experimental import pallas as _pl
 from jax.experimental.pallas.tpu import SemaphoreType
 
 from mosaic_rt import jax_internals as _jax_internals
+from mosaic_rt.interpret.evaluation import device_ids as _device_ids
 from mosaic_rt.tpu.dma import (
     AsyncCopyDescriptor,
     UnusedAsyncCopyWarning,
@@ -36,6 +37,9 @@ from mosaic_rt.tpu.semaphores import (
 # (in jaxprs, errors and the Mosaic body) point at the kernel line, exactly as
 # with pltpu, which makes the lowered bodies byte-identical.
 _jax_internals.register_source_exclusion(_os.path.dirname(__file__) + _os.sep)
+# The device-id checks these wrappers run live with the interpreter's device
+# ids (one module for both): a failed check points at the kernel line too.
+_jax_internals.register_source_exclusion(_device_ids.__file__)
 
 __all__ = [
     "AsyncCopyDescriptor",
