@@ -43,6 +43,7 @@ mod dma;
 mod dtype;
 mod error;
 pub mod grid;
+mod hash;
 pub mod memory;
 mod prng;
 mod races;
