@@ -1,5 +1,5 @@
 """jax.random's `threefry2x32` primitive inside a kernel runs as one native
-call (`rust/core/src/threefry.rs`) instead of XLA's 20 unrolled rounds:
+call (`rust/programs/src/threefry.rs`) instead of XLA's 20 unrolled rounds:
 stock's bits, whatever the operands' broadcasting, and no fusion for it."""
 
 from __future__ import annotations

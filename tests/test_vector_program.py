@@ -1,4 +1,4 @@
-"""Native vector programs (`mosaic_rt_core::vector`) are bit-identical to
+"""Native vector programs (`mosaic_rt_programs::vector`) are bit-identical to
 XLA:CPU. For every op and dtype they support, a program built by hand runs
 through the `vector_program` FFI op, and the same jax expression is jitted by
 plain XLA on the same inputs; the results are compared bit for bit. Inputs
@@ -379,7 +379,7 @@ def test_scalars_and_constants_broadcast(dtype):
             assert_same_bits(f"output {k}", g, w, x)
 
 
-# Not here (not mirrored, see rust/core/src/vector/simplify.rs): subnormal
+# Not here (not mirrored, see rust/programs/src/vector/simplify.rs): subnormal
 # constants, and `rem` with a constant operand.
 CONSTANTS = (0.0, -0.0, 1.0, -1.0, 2.0, 3.0, 0.1, 7.0, -0.5, np.inf, -np.inf, np.nan, -np.nan, 3e38, 1e-30)
 

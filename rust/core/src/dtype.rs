@@ -15,7 +15,9 @@
 use std::ops::Deref;
 
 use crate::config::FillMode;
-use crate::enum_str::wire_enum;
+use mosaic_rt_programs::scalar::ScalarType;
+use mosaic_rt_programs::vector::VectorType;
+use mosaic_rt_programs::wire_enum;
 
 wire_enum! {
     /// An element type, named as numpy names it (ml_dtypes for the ml
@@ -50,6 +52,28 @@ wire_enum! {
         F8E8M0FNU = 25 => "float8_e8m0fnu",
         C64 = 26 => "complex64",
         C128 = 27 => "complex128",
+    }
+}
+
+/// The dtype of a scalar program's type (program type codes are the
+/// dtype codes).
+impl From<ScalarType> for DType {
+    #[inline]
+    fn from(t: ScalarType) -> DType {
+        DType::ALL[t.code() as usize]
+    }
+}
+
+/// The dtype of a vector program's type (the integer and bool ones are
+/// the scalar programs', the floats' codes differ from the dtypes').
+impl From<VectorType> for DType {
+    #[inline]
+    fn from(t: VectorType) -> DType {
+        match t.scalar() {
+            Some(s) => DType::from(s),
+            None if t == VectorType::F32 => DType::F32,
+            None => DType::F64,
+        }
     }
 }
 
@@ -244,13 +268,25 @@ mod tests {
             assert_eq!(d.fill_bytes(FillMode::Nan).len(), d.itemsize());
             assert_eq!(d.fill_bytes(FillMode::Zero).len(), d.itemsize());
         }
-        let err = DType::from_name("float6_e2m3fn").unwrap_err();
+        let err = crate::RtError::from(DType::from_name("float6_e2m3fn").unwrap_err());
         assert_eq!(err.kind, crate::error::ErrorKind::Value);
         assert!(err.message.contains("\"float6_e2m3fn\""), "{}", err.message);
         assert!(err.message.contains("float8_e4m3fn"), "{}", err.message);
         assert!(DType::from_name("complex").is_err());
         assert!(DType::from_code(99).is_err());
         assert!(DType::from_code(-1).is_err());
+    }
+
+    #[test]
+    fn program_types_are_the_dtypes_of_their_names_and_sizes() {
+        for t in ScalarType::ALL {
+            let d = DType::from(t);
+            assert_eq!((d.name(), d.itemsize()), (t.name(), t.size()), "{t:?}");
+        }
+        for t in VectorType::ALL {
+            let d = DType::from(t);
+            assert_eq!((d.name(), d.itemsize()), (t.name(), t.size()), "{t:?}");
+        }
     }
 
     #[test]

@@ -1,8 +1,11 @@
-//! Enums that cross a boundary: as strings (`enum_str!`: configuration
-//! values, FFI attributes, Python arguments) or as integer codes
-//! (`wire_enum!`: program ops and types, dtypes). Each variant's spelling
-//! (and code) is stated once, here generated into `ALL`, the conversions
-//! and their errors, so that no layer above parses or re-spells them.
+//! Enums that cross a boundary as strings (`enum_str!`: configuration
+//! values, FFI attributes, Python arguments). Each variant's spelling is
+//! stated once, here generated into `ALL`, the conversions and their
+//! errors, so that no layer above parses or re-spells them. Enums that
+//! cross as integer codes (dtypes, program ops and types) use
+//! `mosaic_rt_programs::wire_enum!` instead.
+//!
+//! May use: `crate::error`.
 
 use crate::error::RtError;
 
@@ -54,86 +57,6 @@ macro_rules! enum_str {
 
 pub(crate) use enum_str;
 
-/// Declares a fieldless enum that crosses a boundary as an integer code
-/// (program words, FFI attributes, tables exported to Python), each variant
-/// with its code and its name stated once: `Variant = code => "name"`.
-/// Codes must be 0, 1, 2, ... in declaration order (checked at compile
-/// time), so `ALL[code]` is the variant; a test pins each enum's table so
-/// that a change of the wire is deliberate. Generates `ALL`, `code`,
-/// `from_code` (error: `"unknown <what> code 7: expected 0 to 5"`), `name`
-/// and `from_name` (error: `"unsupported <what> \"x\": expected one of a, b"`).
-macro_rules! wire_enum {
-    (
-        $(#[$meta:meta])*
-        $vis:vis enum $name:ident as $what:literal {
-            $( $(#[$vmeta:meta])* $variant:ident = $code:literal => $text:literal, )+
-        }
-    ) => {
-        $(#[$meta])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        $vis enum $name {
-            $( $(#[$vmeta])* $variant = $code, )+
-        }
-
-        impl $name {
-            /// Every variant, in code order: `ALL[c].code() == c`.
-            pub const ALL: [$name; [$($code),+].len()] = [$($name::$variant),+];
-
-            /// The variant's wire code.
-            #[inline]
-            pub const fn code(self) -> i64 {
-                self as i64
-            }
-
-            pub fn from_code(code: i64) -> $crate::error::Result<$name> {
-                match code {
-                    $($code => Ok($name::$variant),)+
-                    _ => Err($crate::enum_str::unknown_code($what, code, $name::ALL.len())),
-                }
-            }
-
-            /// The variant's name at the boundary.
-            pub const fn name(self) -> &'static str {
-                match self {
-                    $($name::$variant => $text,)+
-                }
-            }
-
-            pub fn from_name(name: &str) -> $crate::error::Result<$name> {
-                match name {
-                    $($text => Ok($name::$variant),)+
-                    _ => Err($crate::enum_str::unknown_name($what, name, &[$($text),+])),
-                }
-            }
-        }
-
-        // Codes are positions: `ALL[code]` indexing (evaluation loops) and
-        // the exported tables rely on it.
-        const _: () = {
-            let mut i = 0;
-            while i < $name::ALL.len() {
-                let in_order = $name::ALL[i] as usize == i;
-                assert!(in_order, concat!(stringify!($name), ": codes must be 0, 1, 2, ... in order"));
-                i += 1;
-            }
-        };
-    };
-}
-
-pub(crate) use wire_enum;
-
-/// `"unknown <what> code 7: expected 0 to 5"`.
-#[cold]
-pub(crate) fn unknown_code(what: &str, code: i64, n: usize) -> RtError {
-    RtError::value(format!("unknown {what} code {code}: expected 0 to {}", n.saturating_sub(1)))
-}
-
-/// `"unsupported <what> \"x\": expected one of a, b, c"`.
-#[cold]
-pub(crate) fn unknown_name(what: &str, got: &str, valid: &[&str]) -> RtError {
-    RtError::value(format!("unsupported {what} {got:?}: expected one of {}", valid.join(", ")))
-}
-
 /// `"<what> must be 'a', 'b' or 'c', got \"x\""`.
 #[cold]
 pub(crate) fn invalid(what: &str, valid: &[&str], got: &str) -> RtError {
@@ -177,9 +100,10 @@ mod tests {
         );
     }
 
-    /// Every wire enum's names in code order (code 0 first): the tables
-    /// exported to Python and the codes in program words. A change here is
-    /// a change of the wire (append new variants; never reorder).
+    /// The core's code-carrying enums' names in code order (code 0
+    /// first; the program enums are pinned in `mosaic_rt_programs`): the
+    /// tables exported to Python. A change here is a change of the wire
+    /// (append new variants; never reorder).
     #[test]
     fn wire_codes_are_pinned() {
         fn table<T: Copy>(all: &[T], code: fn(T) -> i64, name: fn(T) -> &'static str) -> String {
@@ -190,22 +114,7 @@ mod tests {
         }
         use crate::dtype::DType;
         use crate::memory::MemorySpace;
-        use crate::scalar::{Op, ScalarType};
-        use crate::vector::{FmaForm, Op as VectorOp, VectorType};
-        assert_eq!(
-            table(&Op::ALL, Op::code, Op::name),
-            "const add sub mul div rem neg abs sign max min clamp and or xor not shift_left \
-             shift_right_arithmetic shift_right_logical eq ne lt le gt ge select_n convert_element_type \
-             integer_pow index"
-        );
-        assert_eq!(
-            table(&VectorOp::ALL, VectorOp::code, VectorOp::name),
-            "const add sub mul div rem neg abs max min and or xor not shift_left shift_right_arithmetic \
-             shift_right_logical eq ne lt le gt ge select_n convert_element_type fma iota"
-        );
         let ints = "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64";
-        assert_eq!(table(&ScalarType::ALL, ScalarType::code, ScalarType::name), ints);
-        assert_eq!(table(&VectorType::ALL, VectorType::code, VectorType::name), format!("{ints} float32 float64"));
         assert_eq!(
             table(&DType::ALL, DType::code, DType::name),
             format!(
@@ -214,7 +123,6 @@ mod tests {
                  float8_e8m0fnu complex64 complex128"
             )
         );
-        assert_eq!(table(&FmaForm::ALL, FmaForm::code, FmaForm::name), "mul_add mul_sub neg_mul_add");
         assert_eq!(
             table(MemorySpace::ALL, MemorySpace::code, MemorySpace::as_str),
             "vmem vmem_shared smem cmem semaphore_mem hbm any"
@@ -222,15 +130,11 @@ mod tests {
     }
 
     #[test]
-    fn wire_enum_errors_name_the_range_and_the_choices() {
+    fn wire_enum_errors_name_the_range_and_convert_to_value_errors() {
         use crate::dtype::DType;
         assert_eq!(DType::from_code(28).unwrap_err().message, "unknown dtype code 28: expected 0 to 27");
-        assert_eq!(DType::from_code(-1).unwrap_err().kind, crate::error::ErrorKind::Value);
-        let e = crate::scalar::ScalarType::from_name("float32").unwrap_err().message;
-        assert_eq!(
-            e,
-            "unsupported type \"float32\": expected one of \
-             bool, int8, int16, int32, int64, uint8, uint16, uint32, uint64"
-        );
+        let e = crate::RtError::from(DType::from_code(-1).unwrap_err());
+        assert_eq!(e.kind, crate::error::ErrorKind::Value);
+        assert_eq!(e.message, "unknown dtype code -1: expected 0 to 27");
     }
 }

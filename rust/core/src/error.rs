@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use mosaic_rt_programs::{ProgramError, ProgramErrorKind};
+
 /// Declares [`ErrorKind`] from one table, `Kind => "PythonType"`:
 /// `python_type` and its inverse both read it.
 macro_rules! error_kinds {
@@ -154,6 +156,18 @@ impl RtError {
             root: Some(Box::new(root)),
             external: None,
         }
+    }
+}
+
+/// A program or wire-code error as the runtime's (same message; the kind
+/// it is raised as in Python).
+impl From<ProgramError> for RtError {
+    fn from(e: ProgramError) -> RtError {
+        let kind = match e.kind {
+            ProgramErrorKind::Value => ErrorKind::Value,
+            ProgramErrorKind::Memory => ErrorKind::Memory,
+        };
+        RtError::new(kind, e.message)
     }
 }
 

@@ -17,7 +17,11 @@
 //!   references.
 //!
 //! The core links neither Python nor XLA: the FFI crate and the pyo3
-//! binding are thin layers on top of [`Runtime`]. It does speak stock
+//! binding are thin layers on top of [`Runtime`]. Of the crates below it,
+//! it uses `mosaic_rt_programs` only: its `wire_enum!` (for [`DType`]), its
+//! program types (mapped to dtypes, `dtype.rs`) and its error (converted
+//! into [`RtError`], `error.rs`); the program evaluators know nothing of
+//! the runtime. It does speak stock
 //! interpret mode's language, because users and tests match on it: error
 //! texts reproduce stock's messages character for character (including the
 //! Python reprs of indices and shapes, see [`region::python_tuple`]), and
@@ -39,22 +43,19 @@ mod dma;
 mod dtype;
 mod error;
 pub mod grid;
+mod hash;
 pub mod memory;
 mod prng;
-mod program_words;
 mod races;
 pub mod region;
 mod registry;
 pub mod reports;
 mod revisit;
 mod runtime;
-pub mod scalar;
 mod sem;
 pub mod site;
 mod sync;
-pub mod threefry;
 mod trace;
-pub mod vector;
 
 pub use config::{
     timeout_from_secs, Config, DmaMode, FillMode, LeakPolicy, OobReads, RacePolicy, Topology, DEFAULT_DEADLOCK_IDLE,

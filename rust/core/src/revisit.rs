@@ -7,7 +7,7 @@
 //! block and a map block -> (first, last) iteration, so a check is O(1).
 
 use crate::error::{ErrorKind, Result, RtError};
-use crate::memory::table::KeyHasher;
+use crate::hash::KeyHasher;
 use crate::region::{python_tuple, Region};
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;

@@ -98,7 +98,7 @@ pub fn fail_and_abandon(handle: u64, device: u32, err: RtError) -> RtError {
         Some(rt) => {
             let root = rt.fail(err);
             // The timeline of a failed launch is written too (best effort).
-            if let Err(e) = crate::ops::trace::device_finished(handle, &rt, device) {
+            if let Err(e) = crate::trace_files::device_finished(handle, &rt, device) {
                 eprintln!("mosaic_rt: {e}");
             }
             root

@@ -14,8 +14,12 @@ mod ops;
 pub mod report_sink;
 pub mod sites;
 mod spin;
+/// The fake XLA API of the crate's own tests and benchmarks (feature
+/// `testing`, which only the crate's dev-dependency on itself turns on).
+#[cfg(any(test, feature = "testing"))]
 #[doc(hidden)]
 pub mod testing;
+mod trace_files;
 
 /// XLA FFI dtype codes <-> core dtypes.
 #[doc(hidden)]
@@ -98,7 +102,7 @@ pub fn batch_members() -> impl ExactSizeIterator<Item = &'static str> {
 pub const BATCH_LIMITS: (usize, usize, usize, usize) =
     (ops::batch::MAX_MEMBERS, ops::batch::MAX_MEMBER_ARGS, ops::batch::MAX_MEMBER_RETS, ops::batch::MAX_ATTRS);
 /// Timelines: trace files written, the JSON of a runtime, site texts.
-pub use ops::trace::{trace_json, written as trace_files_written};
+pub use trace_files::{trace_json, written as trace_files_written};
 
 /// The root cause recorded as `[mosaic_rt#n]`, if still known.
 pub fn recorded_error(n: u64) -> Option<mosaic_rt_core::RtError> {

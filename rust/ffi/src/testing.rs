@@ -1,5 +1,6 @@
 //! Building XLA call frames without XLA, to test and benchmark handlers in
-//! Rust (`#[doc(hidden)]`: not part of the API).
+//! Rust (`#[doc(hidden)]`, feature `testing`: not part of the API nor of
+//! the release library).
 
 use crate::abi::{self, Api, ApiVersion, ByteSpan, CallFrame};
 use std::cell::Cell;

@@ -2,10 +2,10 @@
 //! and results of several dtypes, a semaphore-id vector indexed by a
 //! scalar, and the checks of buffers against the program.
 
-use mosaic_rt_core::scalar::{Op, ScalarType, FORMAT};
 use mosaic_rt_ffi::abi;
 use mosaic_rt_ffi::c_handlers as h;
 use mosaic_rt_ffi::testing::FakeCall;
+use mosaic_rt_programs::scalar::{Op, ScalarType, FORMAT};
 
 /// `[FORMAT, n_in, n_instr, n_out, inputs.., instrs.., outputs..]`.
 fn program(inputs: &[&[i64]], instrs: &[&[i64]], outputs: &[i64]) -> Vec<i64> {

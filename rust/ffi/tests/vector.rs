@@ -2,11 +2,11 @@
 //! any shape with n elements, rank-0 scalars broadcast, the decode cache
 //! with fingerprints, and the checks of buffers against the program.
 
-use mosaic_rt_core::scalar::fingerprint;
-use mosaic_rt_core::vector::{Op, VectorType, FORMAT};
 use mosaic_rt_ffi::abi;
 use mosaic_rt_ffi::c_handlers as h;
 use mosaic_rt_ffi::testing::FakeCall;
+use mosaic_rt_programs::scalar::fingerprint;
+use mosaic_rt_programs::vector::{Op, VectorType, FORMAT};
 
 const F32: i64 = 9;
 const I32: i64 = 3;

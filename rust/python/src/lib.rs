@@ -2,9 +2,9 @@
 //! Kept thin: argument conversion and error mapping; the work is in
 //! `mosaic_rt_core`, numpy handling in `python/mosaic_rt/runtime.py`.
 #![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
-use mosaic_rt_core::scalar::{self, Op, ScalarType};
-use mosaic_rt_core::vector::{self, VectorType};
 use mosaic_rt_core::{LeakPolicy, MemorySpace, SemKind};
+use mosaic_rt_programs::scalar::{self, Op, ScalarType};
+use mosaic_rt_programs::vector::{self, VectorType};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
@@ -28,9 +28,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// The core's spellings and codes, so Python keeps no table of its own:
 /// `MEMORY_SPACES` ({stock name: code}), `SEMAPHORE_KINDS` and
 /// `LEAK_POLICIES` (the strings the ops accept), `SCALAR_OPS` and
-/// `SCALAR_TYPES` ({name: code} of scalar programs, `mosaic_rt_core::scalar`),
+/// `SCALAR_TYPES` ({name: code} of scalar programs, `mosaic_rt_programs::scalar`),
 /// `VECTOR_OPS` and `VECTOR_TYPES` (the same of vector programs,
-/// `mosaic_rt_core::vector`),
+/// `mosaic_rt_programs::vector`),
 /// `BATCH_OPS` (the target names a `batch` call may hold, by op code) and
 /// `BATCH_LIMITS` (its members, member operands, member results, attributes).
 fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -40,7 +40,7 @@ pub mod detector;
 
 use crate::config::Topology;
 use crate::error::{ErrorKind, RtError};
-use crate::memory::table::KeyHasher;
+use crate::hash::KeyHasher;
 use crate::site::SiteId;
 use crate::sync::{lock, Mutex};
 use std::collections::HashMap;

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use super::buffer::Buffer;
 use super::copy::{copy_block, fill_pattern, for_each_element, Layout};
-use super::init_shadow;
 use super::message::{self, Who};
 use super::plan::Plan;
 use super::{Access, MemRef, MemoryTable, Stored};
@@ -62,7 +61,7 @@ impl MemoryTable {
         let itemsize = r.itemsize();
         let in_bounds = r.plan.clip(&r.buf.shape);
         if in_bounds.as_deref() == Some(&*r.full) {
-            init_shadow::check_read(&r.buf, &r.plan, in_bounds.as_deref(), &r.who, region)?;
+            r.buf.check_initialized(&r.plan, in_bounds.as_deref(), &r.who, region)?;
             let src = r.plan.buffer_layout(&r.buf.shape, itemsize);
             copy_block(&r.buf.read(&r.who)?, &src, out, &r.dense(), &r.full, itemsize);
             return Ok(());
@@ -70,7 +69,7 @@ impl MemoryTable {
         if self.oob_reads == OobReads::Raise {
             return Err(message::oob_read(&r.who, region, &r.buf.logical_shape));
         }
-        init_shadow::check_read(&r.buf, &r.plan, in_bounds.as_deref(), &r.who, region)?;
+        r.buf.check_initialized(&r.plan, in_bounds.as_deref(), &r.who, region)?;
         // "uninitialized": fill values, with the in-bounds part in the low corner.
         fill_pattern(out, &r.buf.dtype.fill_bytes(self.fill));
         if let Some(counts) = in_bounds {
@@ -111,7 +110,7 @@ impl MemoryTable {
         if selected_in_bounds == 0 {
             return Ok(());
         }
-        init_shadow::check_read_masked(&r.buf, &r.plan, &counts, &r.full, mask, &r.who, region)?;
+        r.buf.check_initialized_masked(&r.plan, &counts, &r.full, mask, &r.who, region)?;
         let content = r.buf.read(&r.who)?;
         let at = r.plan.buffer_layout(&r.buf.shape, itemsize);
         for_each_element(&counts, &at, &r.dense(), |a, d| {
@@ -135,7 +134,7 @@ impl MemoryTable {
             let itemsize = r.itemsize();
             let dst = r.plan.buffer_layout(&r.buf.shape, itemsize);
             copy_block(data, &r.dense(), &mut r.buf.write(&r.who, r.buf.covered_by(&r.plan))?, &dst, &counts, itemsize);
-            init_shadow::mark(&r.buf, &r.plan, &counts);
+            r.buf.mark_initialized(&r.plan, &counts);
         }
         Ok(())
     }
@@ -185,7 +184,7 @@ impl MemoryTable {
             if let Some(counts) = write_counts {
                 let (data, from) = value.source(&r.full, itemsize)?;
                 copy_block(&data, &from, &mut content, &at, &counts, itemsize);
-                init_shadow::mark(&r.buf, &r.plan, &counts);
+                r.buf.mark_initialized(&r.plan, &counts);
             }
             return Ok(());
         };
@@ -215,7 +214,7 @@ impl MemoryTable {
                     content[a..a + itemsize].copy_from_slice(&data[d..d + itemsize]);
                 }
             });
-            init_shadow::mark_masked(&r.buf, &r.plan, &counts, &r.full, mask);
+            r.buf.mark_initialized_masked(&r.plan, &counts, &r.full, mask);
         }
         Ok(())
     }
@@ -278,7 +277,7 @@ impl MemoryTable {
         if d.plan.any_out_of(&d.buf.shape) {
             return Err(message::oob_write(&d.who, dst.region, &d.buf.logical_shape));
         }
-        init_shadow::check_read(&s.buf, &s.plan, Some(&s.full), &s.who, src.region)?;
+        s.buf.check_initialized(&s.plan, Some(&s.full), &s.who, src.region)?;
         let Some(counts) = d.plan.clip(&d.buf.logical_shape) else {
             return Ok(s.bytes);
         };
@@ -295,7 +294,7 @@ impl MemoryTable {
             src_bytes = s.buf.read(&s.who)?;
         }
         copy_block(&src_bytes, &from, &mut dst_bytes, &to, &counts, itemsize);
-        init_shadow::mark(&d.buf, &d.plan, &counts);
+        d.buf.mark_initialized(&d.plan, &counts);
         Ok(s.bytes)
     }
 }

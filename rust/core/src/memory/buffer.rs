@@ -9,11 +9,13 @@ use std::sync::RwLock;
 
 use super::content::{Content, ContentRead, ContentWrite};
 use super::copy::extend_with_pattern;
-use super::init_shadow::InitShadow;
-use super::message::shape_repr;
+use super::init_shadow::{InitShadow, Shapes};
+use super::message::{shape_repr, Who};
+use super::plan::Plan;
 use super::BufferInfo;
 use crate::dtype::DType;
 use crate::error::{Result, RtError};
+use crate::region::Region;
 use crate::sync::IgnorePoison;
 
 pub(crate) struct Buffer {
@@ -225,10 +227,59 @@ impl Buffer {
         self.content.read().ignore_poison().is_borrowed()
     }
 
-    /// The initcheck shadow (`None` unless `detect_uninitialized`).
+    /// The buffer's shapes, for its initcheck shadow's hooks.
     #[inline]
-    pub(crate) fn init_shadow(&self) -> Option<&InitShadow> {
-        self.init.as_ref()
+    fn shapes(&self) -> Shapes<'_> {
+        Shapes { shape: &self.shape, logical: &self.logical_shape }
+    }
+
+    /// initcheck (a no-op unless `detect_uninitialized`): the `counts`
+    /// block of `plan` was written ([`InitShadow::mark`]).
+    #[inline]
+    pub(crate) fn mark_initialized(&self, plan: &Plan, counts: &[usize]) {
+        if let Some(shadow) = &self.init {
+            shadow.mark(self.shapes(), plan, counts);
+        }
+    }
+
+    /// initcheck: the mask-selected elements of the `counts` block were
+    /// written ([`InitShadow::mark_masked`]).
+    pub(crate) fn mark_initialized_masked(&self, plan: &Plan, counts: &[usize], full: &[usize], mask: &[u8]) {
+        if let Some(shadow) = &self.init {
+            shadow.mark_masked(self.shapes(), plan, counts, full, mask);
+        }
+    }
+
+    /// initcheck: a read of the `counts` block of `plan` found every
+    /// element written, else the error ([`InitShadow::check_read`]).
+    #[inline]
+    pub(crate) fn check_initialized(
+        &self,
+        plan: &Plan,
+        counts: Option<&[usize]>,
+        who: &Who,
+        region: &Region,
+    ) -> Result<()> {
+        match &self.init {
+            Some(shadow) => shadow.check_read(self.shapes(), plan, counts, who, region),
+            None => Ok(()),
+        }
+    }
+
+    /// initcheck of a masked load ([`InitShadow::check_read_masked`]).
+    pub(crate) fn check_initialized_masked(
+        &self,
+        plan: &Plan,
+        counts: &[usize],
+        full: &[usize],
+        mask: &[u8],
+        who: &Who,
+        region: &Region,
+    ) -> Result<()> {
+        match &self.init {
+            Some(shadow) => shadow.check_read_masked(self.shapes(), plan, counts, full, mask, who, region),
+            None => Ok(()),
+        }
     }
 
     pub fn info(&self) -> BufferInfo {

@@ -16,12 +16,16 @@
 //! read would flag every first store into fresh memory. (An interpreter
 //! that knows a swap's result is used can issue a load first.)
 //!
-//! The hooks in `access.rs` are one call each, behind `buf.init_shadow()`
-//! being `Some`, which it is only when the feature is on.
+//! The hooks are methods of a buffer's [`InitShadow`], given the buffer's
+//! shapes; `Buffer` (which owns the shadow, `Some` only when the feature
+//! is on) forwards its accesses' hooks here, one call each from
+//! `access.rs`. This module knows no `Buffer`.
+//!
+//! May use: `super::{copy, dims, elements, message, plan}`, `crate::error`,
+//! `crate::region`, `crate::site`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::buffer::Buffer;
 use super::copy::{for_each_element, Layout};
 use super::dims::Dims;
 use super::elements::Touched;
@@ -119,9 +123,10 @@ impl InitShadow {
     }
 }
 
-/// The elements of `buf` a `counts`-shaped block of `plan` touches (counts
-/// already clipped to the shape that bounds the access).
-fn touched(buf: &Buffer, plan: &Plan, counts: &[usize]) -> Touched {
+/// The elements of a buffer of allocated `shape` a `counts`-shaped block
+/// of `plan` touches (counts already clipped to the shape that bounds the
+/// access).
+fn touched(shape: &[usize], plan: &Plan, counts: &[usize]) -> Touched {
     let mut c = Dims::new();
     counts.iter().for_each(|&n| c.push(n));
     Touched {
@@ -129,75 +134,84 @@ fn touched(buf: &Buffer, plan: &Plan, counts: &[usize]) -> Touched {
         row: 1,
         counts: Some(c),
         // Itemsize 1: the layout's offsets are element indices.
-        at: plan.buffer_layout(&buf.shape, 1),
+        at: plan.buffer_layout(shape, 1),
     }
 }
 
 // ------------------------------------------------------------------ hooks
 
-/// A write of the `counts` block of `plan` landed: its elements are
-/// initialised from now on.
-#[inline]
-pub(crate) fn mark(buf: &Buffer, plan: &Plan, counts: &[usize]) {
-    if let Some(shadow) = buf.init_shadow() {
-        touched(buf, plan, counts).for_each_run(|start, len| shadow.mark_range(start, len));
-    }
+/// A buffer's shapes, as the hooks need them: `shape` (allocated: the
+/// shadow's elements) and `logical` (what the kernel sees, for messages).
+#[derive(Clone, Copy)]
+pub(crate) struct Shapes<'a> {
+    pub shape: &'a [usize],
+    pub logical: &'a [usize],
 }
 
-/// Marks the mask-selected elements of the `counts` block written.
-pub(crate) fn mark_masked(buf: &Buffer, plan: &Plan, counts: &[usize], full: &[usize], mask: &[u8]) {
-    if let Some(shadow) = buf.init_shadow() {
-        let at = plan.buffer_layout(&buf.shape, 1);
+impl InitShadow {
+    /// A write of the `counts` block of `plan` landed: its elements are
+    /// initialised from now on.
+    #[inline]
+    pub(crate) fn mark(&self, shapes: Shapes, plan: &Plan, counts: &[usize]) {
+        touched(shapes.shape, plan, counts).for_each_run(|start, len| self.mark_range(start, len));
+    }
+
+    /// Marks the mask-selected elements of the `counts` block written.
+    pub(crate) fn mark_masked(&self, shapes: Shapes, plan: &Plan, counts: &[usize], full: &[usize], mask: &[u8]) {
+        let at = plan.buffer_layout(shapes.shape, 1);
         for_each_element(counts, &at, &Layout::dense(full, 1), |e, m| {
             if mask[m] != 0 {
-                shadow.mark_range(e, 1);
+                self.mark_range(e, 1);
             }
         });
     }
-}
 
-/// Checks a read of the `counts` block of `plan` (`None`: nothing in
-/// bounds, nothing read): an `Uninitialized` error naming the never-written
-/// elements when some are.
-#[inline]
-pub(crate) fn check_read(
-    buf: &Buffer,
-    plan: &Plan,
-    counts: Option<&[usize]>,
-    who: &Who,
-    region: &Region,
-) -> Result<()> {
-    let (Some(shadow), Some(counts)) = (buf.init_shadow(), counts) else { return Ok(()) };
-    let mut ok = true;
-    touched(buf, plan, counts).for_each_run(|start, len| ok &= shadow.all_set(start, len));
-    if ok {
-        return Ok(());
+    /// Checks a read of the `counts` block of `plan` (`None`: nothing in
+    /// bounds, nothing read): an `Uninitialized` error naming the
+    /// never-written elements when some are.
+    #[inline]
+    pub(crate) fn check_read(
+        &self,
+        shapes: Shapes,
+        plan: &Plan,
+        counts: Option<&[usize]>,
+        who: &Who,
+        region: &Region,
+    ) -> Result<()> {
+        let Some(counts) = counts else { return Ok(()) };
+        let mut ok = true;
+        touched(shapes.shape, plan, counts).for_each_run(|start, len| ok &= self.all_set(start, len));
+        if ok {
+            return Ok(());
+        }
+        Err(uninitialized(shapes, self, plan, counts, None, who, region))
     }
-    Err(uninitialized(buf, shadow, plan, counts, None, who, region))
-}
 
-/// [`check_read`] of a masked load: only the mask-selected elements of the
-/// `counts` block (the in-bounds part of a `full`-shaped value; `mask` has
-/// one byte per element of `full`) are read, and checked.
-pub(crate) fn check_read_masked(
-    buf: &Buffer,
-    plan: &Plan,
-    counts: &[usize],
-    full: &[usize],
-    mask: &[u8],
-    who: &Who,
-    region: &Region,
-) -> Result<()> {
-    let Some(shadow) = buf.init_shadow() else { return Ok(()) };
-    let at = plan.buffer_layout(&buf.shape, 1);
-    let mut ok = true;
-    for_each_element(counts, &at, &Layout::dense(full, 1), |e, m| {
-        ok &= mask[m] == 0 || shadow.is_set(e);
-    });
-    if ok {
-        return Ok(());
+    /// [`InitShadow::check_read`] of a masked load: only the mask-selected
+    /// elements of the `counts` block (the in-bounds part of a
+    /// `full`-shaped value; `mask` has one byte per element of `full`) are
+    /// read, and checked.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn check_read_masked(
+        &self,
+        shapes: Shapes,
+        plan: &Plan,
+        counts: &[usize],
+        full: &[usize],
+        mask: &[u8],
+        who: &Who,
+        region: &Region,
+    ) -> Result<()> {
+        let at = plan.buffer_layout(shapes.shape, 1);
+        let mut ok = true;
+        for_each_element(counts, &at, &Layout::dense(full, 1), |e, m| {
+            ok &= mask[m] == 0 || self.is_set(e);
+        });
+        if ok {
+            return Ok(());
+        }
+        Err(uninitialized(shapes, self, plan, counts, Some((full, mask)), who, region))
     }
-    Err(uninitialized(buf, shadow, plan, counts, Some((full, mask)), who, region))
 }
 
 // ------------------------------------------------------------ the report
@@ -209,7 +223,7 @@ pub(crate) fn check_read_masked(
 /// With `mask` (the value's full shape, one byte per element): only the
 /// selected elements count as read (a masked load).
 fn uninitialized(
-    buf: &Buffer,
+    shapes: Shapes,
     shadow: &InitShadow,
     plan: &Plan,
     counts: &[usize],
@@ -217,7 +231,7 @@ fn uninitialized(
     who: &Who,
     region: &Region,
 ) -> RtError {
-    let shape = &buf.shape;
+    let shape = shapes.shape;
     let rank = shape.len();
     let (mut lo, mut hi) = (vec![usize::MAX; rank], vec![0usize; rank]);
     let (mut read, mut missing) = (0usize, 0usize);
@@ -258,7 +272,7 @@ fn uninitialized(
              were never written in this launch (no store, DMA, block copy or initial value \
              wrote them){site}",
             bbox.join(", "),
-            slice_notation(region, &buf.logical_shape),
+            slice_notation(region, shapes.logical),
         ),
     )
     .at(who.device, who.core)

@@ -4,7 +4,7 @@
 //! insert/remove a buffer, never while copying its bytes.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -15,36 +15,12 @@ use super::{BufferInfo, BufferKey, Init, MemorySpace};
 use crate::config::{Config, FillMode, OobReads, Topology};
 use crate::dtype::DType;
 use crate::error::{Result, RtError};
+use crate::hash::KeyHasher;
 use crate::region::Region;
 use crate::sync::IgnorePoison;
 
 /// Buffer ids count from here per (device, core), as in stock.
 const FIRST_BUFFER_ID: u32 = 100;
-
-/// Multiply-rotate hasher for the small integer keys (SipHash is needlessly
-/// slow on the hot path and there is no untrusted input here).
-#[derive(Default)]
-pub(crate) struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
-        }
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(n as u64);
-    }
-    fn write_isize(&mut self, n: isize) {
-        self.write_u64(n as u64);
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
 
 type BufferMap = HashMap<BufferKey, Arc<Buffer>, BuildHasherDefault<KeyHasher>>;
 

@@ -133,7 +133,7 @@ pub fn join(c: &mut Call) -> Result<(u64, u32)> {
     let handle = launch::join(uid, run_id(f)?, device, &config).map_err(|e| e.at(device, 0))?;
     c.bind(handle, device);
     if let Some(path) = c.frame.attr_str_opt("trace_path")?.filter(|p| !p.is_empty()) {
-        super::trace::set_output(handle, path);
+        crate::trace_files::set_output(handle, path);
     }
     // Checked after joining, so that a mismatch fails the whole launch and
     // wakes the devices that joined correctly.
@@ -164,7 +164,7 @@ pub fn kernel_end(c: &mut Call) -> Result<()> {
     launch::with_runtime(handle, |rt| rt.check_failed_at(device, 0))?;
     let results = direct_results(&c.frame, n_out)?;
     launch::with_runtime(handle, |rt| rt.finish_direct_outputs(device, &results))?;
-    launch::with_runtime(handle, |rt| super::trace::device_finished(handle, rt, device))?;
+    launch::with_runtime(handle, |rt| crate::trace_files::device_finished(handle, rt, device))?;
     launch::leave(handle, device);
     Ok(())
 }

@@ -1,14 +1,14 @@
 //! `scalar_program(*inputs) -> outputs` (pure: no token, handle or side
 //! effect, so XLA may CSE or drop it): runs the `program` attribute (an
-//! int64 array, `mosaic_rt_core::scalar`'s wire format) over rank-0
+//! int64 array, `mosaic_rt_programs::scalar`'s wire format) over rank-0
 //! integer/bool operands (and int vectors read by `index`). Called once per
 //! group of a kernel's scalar work, often every loop step: no heap, and
 //! every operand and result is looked at once.
 
 use crate::dispatch::Call;
 use crate::frame::{dtype_to_xla, Buf, Frame};
-use mosaic_rt_core::scalar::{Program, ProgramState, ScalarType, Values};
-use mosaic_rt_core::{Result, RtError};
+use mosaic_rt_core::{DType, Result, RtError};
+use mosaic_rt_programs::scalar::{Program, ProgramState, ScalarType, Values};
 use std::cell::RefCell;
 
 thread_local! {
@@ -74,8 +74,8 @@ fn input<'a>(f: &Frame<'a>, program: &Program, i: usize) -> Result<&'a [u8]> {
 /// Checks a buffer's dtype and dims against the program's (XLA's dtype
 /// code compared directly: this runs for every operand of every call).
 fn expect(f: &Frame, buf: &Buf, ty: ScalarType, dims: &[i64]) -> Result<()> {
-    if buf.dtype != dtype_to_xla(ty.dtype()) {
-        buf.expect_dtype(ty.dtype())?; // the error naming both
+    if buf.dtype != dtype_to_xla(DType::from(ty)) {
+        buf.expect_dtype(DType::from(ty))?; // the error naming both
     }
     // Not `buf.dims != dims`: that calls libc's memcmp, whose AVX-512
     // variant costs ~100 ns even for the empty dims of a scalar here.

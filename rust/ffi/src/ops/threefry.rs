@@ -5,8 +5,8 @@
 
 use crate::dispatch::Call;
 use crate::frame::Buf;
-use mosaic_rt_core::threefry::{hash_all, Words};
 use mosaic_rt_core::{DType, Result, RtError};
+use mosaic_rt_programs::threefry::{hash_all, Words};
 
 pub fn threefry2x32(c: &mut Call) -> Result<()> {
     let f = &c.frame;

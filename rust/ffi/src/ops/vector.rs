@@ -1,14 +1,14 @@
 //! `vector_program(*inputs) -> outputs` (pure: no token, handle or side
 //! effect, so XLA may CSE or drop it): runs the `program` attribute (an
-//! int64 array, `mosaic_rt_core::vector`'s wire format) over arrays of n
+//! int64 array, `mosaic_rt_programs::vector`'s wire format) over arrays of n
 //! elements (any shape, C order) and rank-0 scalars. One call evaluates a
 //! kernel block's elementwise compute, which XLA would otherwise compile
 //! as fusions.
 
 use crate::dispatch::Call;
 use crate::frame::{dtype_to_xla, Buf, Frame};
-use mosaic_rt_core::vector::{Program, ProgramState, Scratch, VectorType, MAX_VALUES};
-use mosaic_rt_core::{Result, RtError};
+use mosaic_rt_core::{DType, Result, RtError};
+use mosaic_rt_programs::vector::{Program, ProgramState, Scratch, VectorType, MAX_VALUES};
 use std::cell::RefCell;
 
 thread_local! {
@@ -45,14 +45,14 @@ fn run(f: &Frame, program: &Program, scratch: &mut Scratch) -> Result<()> {
         // aliasing), so this slice is the only reference to that memory.
         *slot = unsafe { buf.bytes_mut()? };
     }
-    program.run(&inputs[..n_in], &mut outputs[..n_out], scratch)
+    Ok(program.run(&inputs[..n_in], &mut outputs[..n_out], scratch)?)
 }
 
 /// Checks a buffer's dtype and size: a scalar is rank 0, an array any shape
 /// of exactly `n` elements.
 fn expect(f: &Frame, buf: &Buf, what: &str, k: usize, ty: VectorType, scalar: bool, n: usize) -> Result<()> {
-    if buf.dtype != dtype_to_xla(ty.dtype()) {
-        buf.expect_dtype(ty.dtype())?; // the error naming both
+    if buf.dtype != dtype_to_xla(DType::from(ty)) {
+        buf.expect_dtype(DType::from(ty))?; // the error naming both
     }
     let ok = if scalar { buf.dims.is_empty() } else { buf.num_elements() == n };
     if !ok {

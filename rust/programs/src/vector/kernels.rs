@@ -8,8 +8,8 @@
 
 use super::elem::{convert, fmax, fmin, Elem, Float, Int, B8};
 use super::ops::Op;
-use crate::enum_str::wire_enum;
 use crate::scalar::{self, Op as ScalarOp};
+use crate::wire_enum;
 
 /// An instruction argument: every element, or one broadcast value.
 #[derive(Clone, Copy)]

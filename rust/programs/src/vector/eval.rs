@@ -12,7 +12,7 @@ use super::program::{bad, Program, MAX_VALUES};
 use super::simplify::Rewrite;
 use super::types::VectorType;
 use super::view::{bytes_of, try_cast, words_as, words_as_mut, words_bytes_mut};
-use crate::error::{Result, RtError};
+use crate::error::{ProgramError, Result};
 
 /// Reusable scratch of one thread (no allocation per call once grown).
 pub struct Scratch {
@@ -31,7 +31,7 @@ impl Scratch {
         if self.words.len() < words {
             let more = words - self.words.len();
             self.words.try_reserve_exact(more).map_err(|_| {
-                RtError::memory(format!("vector program: cannot allocate {} bytes of scratch", words * 8))
+                ProgramError::memory(format!("vector program: cannot allocate {} bytes of scratch", words * 8))
             })?;
             self.words.resize(words, 0);
         }

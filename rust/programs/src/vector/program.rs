@@ -25,7 +25,7 @@ use super::kernels::FmaForm;
 use super::ops::Op;
 use super::simplify::{self, Rewrite};
 use super::types::VectorType;
-use crate::error::{Result, RtError};
+use crate::error::{ProgramError, Result};
 use crate::program_words::{self, LayoutRef, ProgramKind, Reader};
 use crate::scalar;
 
@@ -75,8 +75,8 @@ pub struct Program<'a> {
 
 /// A program's layout: decoded just now, or a cache's.
 #[cold]
-pub(super) fn bad(message: String) -> RtError {
-    RtError::value(format!("vector program: {message}"))
+pub(super) fn bad(message: String) -> ProgramError {
+    ProgramError::value(format!("vector program: {message}"))
 }
 
 impl<'a> Program<'a> {
@@ -335,7 +335,7 @@ impl ProgramKind for VectorPrograms {
     fn decode_layout(words: &[i64]) -> Result<Layout> {
         decode_layout(words)
     }
-    fn bad(message: String) -> RtError {
+    fn bad(message: String) -> ProgramError {
         bad(message)
     }
     fn program<'a>(words: &'a [i64], layout: LayoutRef<'a, Layout>) -> Program<'a> {

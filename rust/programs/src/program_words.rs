@@ -6,8 +6,10 @@
 //! step, and decoding (checking) one costs more than running it. Cache
 //! entries match by content, so a reused address of other words never
 //! matches wrongly; when full, the oldest entry goes.
+//!
+//! May use: `crate::error`.
 
-use crate::error::{Result, RtError};
+use crate::error::{ProgramError, Result};
 
 /// Programs a [`DecodeCache`] keeps.
 pub const CACHED_PROGRAMS: usize = 32;
@@ -31,7 +33,7 @@ pub fn fingerprint(words: &[i64]) -> u64 {
 pub struct Reader<'a> {
     pub words: &'a [i64],
     pub pos: usize,
-    pub bad: fn(String) -> RtError,
+    pub bad: fn(String) -> ProgramError,
 }
 
 impl Reader<'_> {
@@ -83,7 +85,7 @@ pub trait ProgramKind {
     /// Parses and checks `words`.
     fn decode_layout(words: &[i64]) -> Result<Self::Layout>;
     /// The kind's error of a message (`"<kind> program: ..."`).
-    fn bad(message: String) -> RtError;
+    fn bad(message: String) -> ProgramError;
     fn program<'a>(words: &'a [i64], layout: LayoutRef<'a, Self::Layout>) -> Self::Program<'a>;
 }
 
@@ -193,13 +195,14 @@ impl<K: ProgramKind> ProgramState<K> {
     }
 
     /// `run`s the program of `words` (with its stated fingerprint, if any:
-    /// [`DecodeCache::decode_stated`]) with this thread's scratch.
-    pub fn run<R>(
+    /// [`DecodeCache::decode_stated`]) with this thread's scratch. `run`'s
+    /// error type is the caller's (a decoding error converts into it).
+    pub fn run<R, E: From<ProgramError>>(
         &mut self,
         words: &[i64],
         fingerprint: Option<u64>,
-        run: impl FnOnce(&K::Program<'_>, &mut K::Scratch) -> Result<R>,
-    ) -> Result<R> {
+        run: impl FnOnce(&K::Program<'_>, &mut K::Scratch) -> std::result::Result<R, E>,
+    ) -> std::result::Result<R, E> {
         let program = self.cache.decode_stated(words, fingerprint)?;
         run(&program, &mut self.scratch)
     }

@@ -10,6 +10,9 @@
 //! rewrites XLA applies to float ops with constant operands (`simplify`).
 //! Each instruction is one loop over a chunk of its elements (`kernels`),
 //! chunk after chunk so that values stay in cache (`eval`).
+//!
+//! May use: `crate::scalar` (its integer ops and types),
+//! `crate::program_words`, `crate::error`, `crate::wire`.
 
 mod elem;
 mod eval;

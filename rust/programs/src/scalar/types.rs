@@ -5,12 +5,11 @@
 //! arithmetic on `u64` has the right low bits for every width, so an op
 //! computes on `u64`/`i64` and [`ScalarType::wrap`]s the result once.
 
-use crate::dtype::DType;
-use crate::enum_str::wire_enum;
+use crate::wire_enum;
 
 wire_enum! {
     /// An element type of scalar programs; code and name are the dtype's
-    /// ([`DType`]'s first nine).
+    /// (`mosaic_rt_core::DType`'s first nine, which maps them).
     pub enum ScalarType as "type" {
         Bool = 0 => "bool",
         I8 = 1 => "int8",
@@ -25,27 +24,6 @@ wire_enum! {
 }
 
 impl ScalarType {
-    /// The core dtype of the same name.
-    pub fn dtype(self) -> DType {
-        use ScalarType::*;
-        match self {
-            Bool => DType::Bool,
-            I8 => DType::I8,
-            I16 => DType::I16,
-            I32 => DType::I32,
-            I64 => DType::I64,
-            U8 => DType::U8,
-            U16 => DType::U16,
-            U32 => DType::U32,
-            U64 => DType::U64,
-        }
-    }
-
-    /// The scalar type of a dtype, if it is an integer or bool.
-    pub fn of_dtype(d: DType) -> Option<ScalarType> {
-        ScalarType::ALL.into_iter().find(|t| t.dtype() == d)
-    }
-
     /// Bits of the type (1 for bool).
     pub fn width(self) -> u32 {
         use ScalarType::*;
@@ -107,7 +85,7 @@ impl ScalarType {
 
     /// Bytes of one element in an XLA buffer (bool: 1).
     pub fn size(self) -> usize {
-        self.dtype().itemsize()
+        self.width().div_ceil(8) as usize
     }
 
     /// Element `i` of native-endian `bytes` of this type, canonical.
@@ -185,13 +163,11 @@ mod tests {
         assert_eq!(Bool.min_max(), (0, 1));
         for t in ScalarType::ALL {
             assert_eq!(ScalarType::from_code(t.code()).unwrap(), t);
-            assert_eq!(ScalarType::of_dtype(t.dtype()), Some(t));
-            assert_eq!(DType::ALL[t.code() as usize], t.dtype(), "codes are the dtype wire codes");
-            assert_eq!(t.name(), t.dtype().name());
         }
         assert!(ScalarType::from_code(9).is_err());
         assert!(ScalarType::from_code(-1).is_err());
-        assert_eq!(ScalarType::of_dtype(DType::F32), None);
+        let sizes: Vec<usize> = ScalarType::ALL.iter().map(|t| t.size()).collect();
+        assert_eq!(sizes, [1, 1, 2, 4, 8, 1, 2, 4, 8]);
     }
 
     #[test]

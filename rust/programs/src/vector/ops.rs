@@ -1,7 +1,7 @@
 //! The ops of vector programs, named as jax's primitives.
 
-use crate::enum_str::wire_enum;
 use crate::scalar::Op as ScalarOp;
+use crate::wire_enum;
 
 wire_enum! {
     /// A vector-program op, named as jax's primitive (as the scalar

@@ -9,7 +9,7 @@
 //! Values are canonical `u64`s (see `types`).
 
 use super::types::{sign_extend, ScalarType};
-use crate::enum_str::wire_enum;
+use crate::wire_enum;
 
 wire_enum! {
     /// One op of scalar programs: wire code and name (jax's primitive name

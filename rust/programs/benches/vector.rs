@@ -3,9 +3,9 @@
 //! interpreter emits it for jax's philox kernel: 2 uint32 arrays and 2
 //! uint32 scalars in, 23 instructions (mul, shifts, xor, and, add, convert
 //! through uint64 for the high half of the product), 2 arrays out.
-//! Run: cargo bench -p mosaic_rt_core --bench vector [-- N...]
+//! Run: cargo bench -p mosaic_rt_programs --bench vector [-- N...]
 
-use mosaic_rt_core::vector::{Program, Scratch};
+use mosaic_rt_programs::vector::{Program, Scratch};
 use std::hint::black_box;
 use std::time::Instant;
 

@@ -284,7 +284,7 @@ fn malformed_programs_are_value_errors() {
     ];
     for (words, want) in cases {
         let e = Program::decode(words).err().unwrap_or_else(|| panic!("{words:?} decoded"));
-        assert_eq!(e.kind, crate::ErrorKind::Value);
+        assert_eq!(e.kind, crate::ProgramErrorKind::Value);
         assert!(e.message.starts_with("vector program: ") && e.message.contains(want), "{words:?}: {}", e.message);
     }
 }

@@ -7,6 +7,8 @@
 //! Results must be bit-identical to XLA's, so every op implements XLA:CPU's
 //! integer semantics (see `ops`). Floats are out of scope: XLA may contract
 //! or reassociate them.
+//!
+//! May use: `crate::program_words`, `crate::error`, `crate::wire`.
 
 mod ops;
 mod program;

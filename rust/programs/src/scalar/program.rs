@@ -18,7 +18,7 @@
 
 use super::ops::{self, Op};
 use super::types::ScalarType;
-use crate::error::{Result, RtError};
+use crate::error::{ProgramError, Result};
 use crate::program_words::{self, LayoutRef, ProgramKind, Reader};
 #[cfg(test)]
 use crate::program_words::{fingerprint, CACHED_PROGRAMS};
@@ -75,8 +75,8 @@ pub struct Layout {
 }
 
 #[cold]
-fn bad(message: String) -> RtError {
-    RtError::value(format!("scalar program: {message}"))
+fn bad(message: String) -> ProgramError {
+    ProgramError::value(format!("scalar program: {message}"))
 }
 
 impl<'a> Program<'a> {
@@ -267,7 +267,7 @@ impl ProgramKind for ScalarPrograms {
     fn decode_layout(words: &[i64]) -> Result<Layout> {
         decode_layout(words)
     }
-    fn bad(message: String) -> RtError {
+    fn bad(message: String) -> ProgramError {
         bad(message)
     }
     fn program<'a>(words: &'a [i64], layout: LayoutRef<'a, Layout>) -> Program<'a> {

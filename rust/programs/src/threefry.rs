@@ -2,6 +2,8 @@
 //! Numbers: As Easy as 1, 2, 3", 2011), bit for bit what `jax.random`'s
 //! `threefry2x32` primitive computes: jax's PRNG kernels call it inside the
 //! kernel body, and XLA would compile its 20 unrolled rounds as fusions.
+//!
+//! May use: nothing (std only).
 
 /// Rotation amounts of the rounds: groups of four, alternating halves.
 const ROTATIONS: [[u32; 4]; 2] = [[13, 15, 26, 6], [17, 29, 16, 24]];
