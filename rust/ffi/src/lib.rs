@@ -16,6 +16,7 @@ pub mod sites;
 mod spin;
 #[doc(hidden)]
 pub mod testing;
+pub mod wire;
 
 /// XLA FFI dtype codes <-> core dtypes.
 #[doc(hidden)]
