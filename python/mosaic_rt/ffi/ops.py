@@ -205,7 +205,7 @@ class LaunchSemaphores:
     kind: str = "regular"
 
 
-# `launch_begin`'s item kinds and buffer flags (see rust/ffi/src/ops/prologue.rs).
+# `launch_begin`'s item kinds and buffer flags (see rust/ffi/src/ops/launch_begin.rs).
 _ITEM_BUFFER, _ITEM_SEMAPHORES = 0, 1
 _HAS_INIT, _BORROW, _DIRECT, _HAS_LOGICAL = 1, 2, 4, 8
 

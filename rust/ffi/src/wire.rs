@@ -460,7 +460,7 @@ mod tests {
 
     #[test]
     fn launch_begin_takes_kernel_begin_and_grid_begin_attributes() {
-        // `ops::prologue` decodes them with those ops' names.
+        // `ops::launch_begin` decodes them with those ops' names.
         let lb = launch_begin::LAYOUT;
         let has = |a: &&str| lb.attrs.contains(a) || lb.optional_attrs.contains(a);
         for a in kernel_begin::LAYOUT.attrs.iter().chain(kernel_begin::LAYOUT.optional_attrs) {
