@@ -7,7 +7,7 @@ import re
 
 from mosaic_rt import _native
 
-# `launch_begin`'s allocation flags (rust/ffi/src/ops/prologue.rs).
+# `launch_begin`'s allocation flags (rust/ffi/src/ops/launch_begin.rs).
 BORROW, DIRECT = 2, 4
 
 

@@ -44,17 +44,19 @@ def test_every_target_has_one_public_typed_wrapper():
 
 
 _FFI_OPS = pathlib.Path(ffi_ops.__file__)
+_FFI_EMIT = _FFI_OPS.with_name("emit.py")  # mosaic_rt.ffi.emit: binds ffi_call
 _OPS_MODULE = "mosaic_rt.ffi.ops"
+_OPS_MODULES = (_OPS_MODULE, "mosaic_rt.ffi.emit")
 
 
 def _native_call_offences(source: str, name: str, package: tuple[str, ...]) -> list[str]:
     """Places in the source of module `name` of `package` that emit a native
     op other than through a public wrapper of ffi/ops.py: `ffi_call`, a
-    target's name, a private helper of ffi/ops.py (`_call`, `_region_parts`,
-    ...)."""
+    target's name, a private helper of ffi/ops.py or ffi/emit.py (`_call`,
+    `_region_parts`, ...)."""
     targets = set(_native.ffi_targets())
     tree = ast.parse(source, name)
-    aliases = set()  # names bound to the module mosaic_rt.ffi.ops
+    aliases = set()  # names bound to the modules mosaic_rt.ffi.ops / .emit
     found = []
 
     def offence(node, what):
@@ -66,23 +68,23 @@ def _native_call_offences(source: str, name: str, package: tuple[str, ...]) -> l
             if node.level:  # relative: resolved against the file's package
                 module = ".".join(package[:len(package) - node.level + 1]
                                   + ((module,) if module else ()))
-        if module == _OPS_MODULE:
+        if module in _OPS_MODULES:
             for a in node.names:
                 if a.name.startswith("_"):
-                    offence(node, f"imports private {a.name} of {_OPS_MODULE}")
+                    offence(node, f"imports private {a.name} of {module}")
         elif module == "mosaic_rt.ffi":
-            aliases.update(a.asname or a.name for a in node.names if a.name == "ops")
+            aliases.update(a.asname or a.name for a in node.names if a.name in ("ops", "emit"))
         elif isinstance(node, ast.Import):
-            aliases.update(a.asname for a in node.names if a.name == _OPS_MODULE and a.asname)
+            aliases.update(a.asname for a in node.names if a.name in _OPS_MODULES and a.asname)
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
             if node.attr == "ffi_call":
                 offence(node, "calls jax.ffi.ffi_call")
             base = node.value
             is_ops = ((isinstance(base, ast.Name) and base.id in aliases)
-                      or (isinstance(base, ast.Attribute) and base.attr == "ops"))
+                      or (isinstance(base, ast.Attribute) and base.attr in ("ops", "emit")))
             if is_ops and node.attr.startswith("_") and not node.attr.startswith("__"):
-                offence(node, f"uses private {node.attr} of {_OPS_MODULE}")
+                offence(node, f"uses private {node.attr} of {_OPS_MODULE} / emit")
         elif isinstance(node, ast.Name) and node.id == "ffi_call":
             offence(node, "calls ffi_call")
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -98,14 +100,15 @@ def _native_call_offences(source: str, name: str, package: tuple[str, ...]) -> l
 def test_only_ffi_ops_emits_native_calls():
     """ffi/ops.py's promise: one typed wrapper per native op, and every
     native op of the package goes through its wrapper (the FFI encoding --
-    operands, attributes, regions -- has one home)."""
+    operands, attributes, regions -- has one home: ffi/emit.py binds the
+    call, ffi/ops.py's wrappers name what goes in it)."""
     root = _FFI_OPS.parent.parent.parent
     offenders = []
     for path in sorted((root / "mosaic_rt").rglob("*.py")):
-        if path != _FFI_OPS:
+        if path not in (_FFI_OPS, _FFI_EMIT):
             rel = path.relative_to(root)
             offenders += _native_call_offences(path.read_text(), str(rel), rel.parent.parts)
-    assert not offenders, "native ops emitted outside mosaic_rt/ffi/ops.py:\n" + \
+    assert not offenders, "native ops emitted outside mosaic_rt/ffi/{ops,emit}.py:\n" + \
         "\n".join(offenders)
 
 

@@ -134,6 +134,14 @@ VECTOR_FORMAT: int  # the vector-program wire format version
 VECTOR_MAX_VALUES: int  # most values (inputs + instructions) in one vector program
 BATCH_OPS: tuple[str, ...]  # target names a `batch` call may hold, by op code
 BATCH_LIMITS: tuple[int, int, int, int]  # most members, member operands, member results, attributes
+# Each op's wire layout (rust/ffi/src/wire.rs): {target: (operands, optional
+# operands, rest -- the variadic operands described, "" for none --,
+# attributes, optional attributes)}.
+OP_LAYOUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...], str, tuple[str, ...], tuple[str, ...]]]
+REGION_KEYS: dict[str, tuple[str, str, str, str]]  # {prefix: (sizes, strides, squeezed, fixed)}
+DYNAMIC_START: int  # in a region's `fixed` starts: "take this start from the operand"
+TAIL_STARTS: str  # attribute: how many trailing start operands an op has
+THEN_WAIT_ATTRS: tuple[str, str]  # attributes of trailing waits: (bytes, sites)
 
 def race_results() -> tuple[bool, int, list[str]] | None: ...
 def take_error_ex(n: int) -> tuple[str, str, int | None, int | None, int | None] | None: ...

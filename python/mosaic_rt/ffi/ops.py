@@ -2,342 +2,67 @@
 
 Every wrapper takes the token first and returns the new token first. Call
 them while tracing (inside ``jit`` / ``shard_map``); Python does not run at
-execution time. No other module emits a native op (the FFI encoding of
-operands, attributes and regions lives here only).
+execution time. A wrapper names its operands and attributes; their layout
+is the native side's (``_native.OP_LAYOUTS``, ``rust/ffi/src/wire.rs``),
+applied by :mod:`mosaic_rt.ffi.emit`, which emits the call (token
+threading, batching, regions: see there). No other module emits a native
+op.
 
-Regions (``load``/``store``/``swap``/``dma_start``/``copy_block``) are
-:class:`TracedRegion`s: ``sizes``, ``strides`` and ``squeezed`` (static, one
-entry per leading buffer dimension; remaining dimensions are taken whole) and
-``starts`` (int32 scalars or one int32 vector, traced or not), or ``None``
-for the whole buffer. The handler rebuilds the core's ``Region`` from the
-op's attributes and start operand (for load / store / swap / dma_start,
-several dynamic scalar starts: the first there, the others as trailing
-operands, see `_with_tail`).
+May use: jax, numpy, ``mosaic_rt._native``, ``mosaic_rt._dtypes``,
+``mosaic_rt.ffi.emit``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import dataclasses
-import functools
-import math
 import os
-import threading
-import weakref
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
 from mosaic_rt import _native
-from mosaic_rt import jax_internals as jx
-from mosaic_rt import memory_spaces
-from mosaic_rt._dtypes import dtype_name
-from mosaic_rt.ffi import batching
-
-_I32 = jax.ShapeDtypeStruct((), jnp.int32)
-_DYNAMIC_START = -(2**63)  # a region's `fixed` start taken from the operand
-_HANDLE = jax.ShapeDtypeStruct((2,), jnp.uint32)
-
-# The core's spellings and codes, exported by the binding (one source).
-MEMORY_SPACES = _native.MEMORY_SPACES
-SEMAPHORE_KINDS = _native.SEMAPHORE_KINDS
-
-
-@dataclasses.dataclass(frozen=True)
-class TracedRegion:
-    """A region of a buffer as an op is emitted with, at trace time (see the
-    module doc): per leading dimension a static size, stride and squeezed
-    flag, and a start that may be traced."""
-    sizes: tuple[int, ...] = ()
-    strides: tuple[int, ...] = ()
-    squeezed: tuple[bool, ...] = ()
-    starts: Any = ()
-
-    def start_vector(self):
-        """The starts as one int32 vector (the op's dynamic operand): a
-        numpy constant when every start is a Python/numpy int."""
-        starts = self.starts
-        if not isinstance(starts, (tuple, list)):
-            if isinstance(starts, (np.ndarray, np.generic, int)):
-                return np.asarray(starts, np.int32).reshape(-1)
-            starts = _as_i32(starts)
-            return starts if starts.ndim == 1 else lax.reshape(starts, (math.prod(starts.shape),))
-        if all(isinstance(s, _STATIC_INTS) for s in starts):
-            return np.asarray(starts, np.int32).reshape(-1)
-        return lax.concatenate(
-            [np.asarray([s], np.int32) if isinstance(s, _STATIC_INTS)
-             else lax.reshape(_as_i32(s), (1,)) for s in starts], 0)
-
-    @staticmethod
-    def index(*indices) -> "TracedRegion":
-        """Integer indices of the leading dimensions (dropped from the value)."""
-        k = len(indices)
-        return TracedRegion((1,) * k, (1,) * k, (True,) * k, tuple(indices))
-
-    @staticmethod
-    def slices(*dims) -> "TracedRegion":
-        """``(start, size[, stride])`` per leading dimension."""
-        dims = [tuple(d) + (1,) * (3 - len(d)) for d in dims]
-        return TracedRegion(tuple(d[1] for d in dims), tuple(d[2] for d in dims),
-                      (False,) * len(dims), tuple(d[0] for d in dims))
-
-
-_NO_STARTS_OF = threading.local()
-
-
-def no_starts():
-    """An empty int32 vector (a region with no dynamic start), made in the
-    program, not a numpy constant (jax would hoist that into a shard_map
-    body as an operand of its own, which sdy rejects when the body reads no
-    input, and a loop body would carry it as a loop variable). One per
-    trace: every op of a kernel body shares it (a fresh one per op was two
-    HLO ops each: ~60 in a ring reduce-scatter)."""
-    cached = getattr(_NO_STARTS_OF, "value", None)
-    trace = jx.current_trace()
-    if cached is not None and cached[0]() is trace:
-        return cached[1]
-    value = jnp.zeros((0,), jnp.int32)
-    # A weak reference: the trace (and all it built) is not kept alive.
-    _NO_STARTS_OF.value = (weakref.ref(trace), value)
-    return value
-
-
-def new_token():
-    """A fresh token (int32 scalar) to start a chain of ops with."""
-    return jnp.zeros((), jnp.int32)
-
-
-_STATIC_INTS = (int, np.integer)
-
-
-def _as_i32(x):
-    """A traced (or concrete) value as an int32 array, without a convert
-    when it already is one."""
-    if getattr(x, "dtype", None) == np.int32:
-        return x
-    return lax.convert_element_type(x, np.int32)
-
-
-def _i32(x):
-    """An int32 scalar operand: a numpy constant for a static int."""
-    if isinstance(x, _STATIC_INTS) and not isinstance(x, bool):
-        return np.int32(x)
-    if isinstance(x, (np.ndarray, np.generic)):
-        return np.asarray(x, np.int32)
-    if hasattr(x, "dtype") and hasattr(x, "shape"):
-        return _as_i32(x)
-    return jnp.asarray(x, jnp.int32)
-
-
-def _opt_i32(x):
-    return _i32(-1 if x is None else x)
-
-
-_space = memory_spaces.code
-
-
-def _dtype(dtype, op: str) -> np.dtype:
-    """``dtype`` as a numpy dtype, checked at trace time: a ``ValueError``
-    naming it when simulated memory cannot hold it (instead of a runtime
-    error from the native side)."""
-    return np.dtype(dtype_name(dtype, f"dtype for mosaic_rt.ffi.{op}"))
-
-
-def _ints(xs) -> np.ndarray:
-    return np.asarray(tuple(int(x) for x in xs), np.int64)
-
-
-def _call(name: str, results, operands, *, site: int = 0, **attrs):
-    """One side-effecting, token-threaded op (operand 0 -> result 0).
-    ``site``: the source-site id (``_native.intern_site``) the native side
-    names in reports and errors; 0 (unknown) adds no attribute.
-
-    Inside `batched_runs`, an op that may join a batch (`batching.fits`:
-    its kind, its operand and attribute counts) and has no result but the
-    token is not emitted yet: it returns a pending token, and the
-    straight-line run it starts or extends is emitted as one call by the op
-    with results that ends it, or by `materialize`
-    (`mosaic_rt.ffi.batching`)."""
-    if site:
-        attrs["site"] = int(site)
-    member = batching.Member(f"mosaic_rt_{name}", tuple(results), tuple(operands[1:]), attrs)
-    if _BATCHED.get() and batching.fits((), member):
-        base, members = _joinable(operands[0], member)
-        if not results:
-            return batching.Pending(base, (*members, member), jx.current_trace())
-        out = _emit(base, (*members, member))
-    else:  # (`_bind` emits a run pending on the token first)
-        out = _emit(operands[0], (member,))
-    return out[0] if not results else tuple(out)
-
+from mosaic_rt.ffi import emit
+from mosaic_rt.ffi.emit import (  # noqa: F401 (TracedRegion .. batch: re-exported)
+    _HANDLE,
+    _I32,
+    MEMORY_SPACES,
+    SEMAPHORE_KINDS,
+    TracedRegion,
+    _args,
+    _bind,
+    _call,
+    _checked,
+    _dtype,
+    _i32,
+    _i32_vector,
+    _ints,
+    _opt_i32,
+    _region_parts,
+    _scalars,
+    _space,
+    _STATIC_INTS,
+    _with_tail,
+    batch,
+    materialize,
+    new_token,
+    no_starts,
+)
 
 # Straight-line runs of ops become one `batch` call inside `batched_runs`
 # (tests and probes set this False to compare).
 BATCH_RUNS = True
-_BATCHED = contextvars.ContextVar("mosaic_rt_batched_runs", default=False)
 
 
-@contextlib.contextmanager
 def batched_runs():
     """Within: ops with no result but the token may return a pending token
-    (see `_call`); whoever takes the token out of the chain of ops (into
-    control flow, a callback) calls `materialize` first. The interpreter
-    emits kernels this way; outside, every wrapper emits its call at once."""
-    reset = _BATCHED.set(BATCH_RUNS)
-    try:
-        yield
-    finally:
-        _BATCHED.reset(reset)
-
-
-def _joinable(token, member):
-    """``(base token, members)`` that ``member`` follows: the run pending on
-    ``token`` when ``member`` may join it, else the emitted token."""
-    if not isinstance(token, batching.Pending):
-        return token, ()
-    if not batching.fits(token.members, member):
-        return materialize(token), ()
-    real = token.claim_for_extension()
-    return (real, ()) if real is not None else (token.base, token.members)
-
-
-def materialize(token):
-    """The token as a traced value: a pending run of ops (see `_call`) is
-    emitted first. Call it before a token leaves the chain of ops: into
-    control flow, out of a loop or branch body, into a host callback."""
-    if not isinstance(token, batching.Pending):
-        return token
-    real = token.claim_for_emission()
-    if real is None:
-        real = _emit(token.base, token.members)[0]
-        token.emitted(real)
-    return real
-
-
-def _emit(token, members):
-    """The results ``(token, *values)`` of ``members`` run after ``token``:
-    one op's own call, or one `batch` call (only the last member of a run
-    has results)."""
-    if len(members) == 1:
-        m = members[0]
-        return _bind(m.target, (_I32, *m.results), (token, *m.operands), m.attrs)
-    token, results = batch(token, members)
-    return (token, *results[-1])
-
-
-def batch(token, members):
-    """``(token, results)``: the ops ``members`` (`batching.Member`s, each
-    without its token) run in order after ``token`` in one native call;
-    ``results[k]`` holds member k's results. A member may not read another
-    member's results."""
-    operands, results, attrs, slices = batching.encode(tuple(members))
-    out = _bind("mosaic_rt_batch", (_I32, *results), (token, *operands), attrs)
-    values = out[1:]
-    return out[0], [tuple(values[s]) for s in slices]
-
-
-# Minor-to-major order of a row-major array of each rank (what the FFI
-# lowering asks XLA for).
-_ROW_MAJOR = tuple(tuple(range(n - 1, -1, -1)) for n in range(33))
-
-
-@functools.lru_cache(maxsize=1024)
-def _result_signature(results: tuple) -> tuple:
-    """``(avals, layouts)`` of a call's results, ``results`` as ``(shape,
-    dtype)`` pairs."""
-    avals = jx.ffi_result_avals([jax.ShapeDtypeStruct(s, d) for s, d in results])
-    return avals, tuple(_ROW_MAJOR[len(s)] for s, _ in results)
-
-
-def _bind(target: str, results, operands, attrs, *, side_effect: bool = True,
-          aliases=((0, 0),)):
-    """The results of one custom call of ``target``: what
-    ``jax.ffi.ffi_call(target, results, has_side_effect=side_effect,
-    input_output_aliases=dict(aliases))(*operands, **attrs)`` emits, with the
-    parts that depend only on the call's signature cached (the public wrapper
-    re-derives them on every call; ops are emitted thousands of times per
-    test suite). ``aliases``: sorted ``(operand, result)`` pairs."""
-    avals, out_layouts = _result_signature(
-        tuple((tuple(r.shape), np.dtype(r.dtype)) for r in results))
-    operands = jx.auto_insert_reshard(
-        *(materialize(x) if isinstance(x, batching.Pending) else x for x in operands))
-    return jx.ffi_call_p.bind(
-        *operands, result_avals=avals, vmap_method=None, target_name=target,
-        has_side_effect=side_effect,
-        input_layouts=tuple(_ROW_MAJOR[np.ndim(x)] for x in operands),
-        output_layouts=out_layouts, input_output_aliases=tuple(aliases),
-        custom_call_api_version=4, legacy_backend_config=None,
-        attributes=tuple((k, jx.ffi_attribute(attrs[k])) for k in sorted(attrs)))
-
-
-def _starts_operand(starts, tail=None):
-    """A region's dynamic starts as the op's operand: one int32 scalar as it
-    is (the handler takes a scalar as one start: no reshape in the
-    program), several as one vector -- or, given ``tail`` (a list), the
-    first as the operand and the others appended to ``tail``, when all are
-    scalars: the op passes them as trailing scalar operands (see
-    `_with_tail`), so the program builds no vector of them (XLA:CPU
-    compiles each such concatenate as a fusion of its own, ~5 ms)."""
-    if isinstance(starts, (tuple, list)) and not starts:
-        return no_starts()
-    if isinstance(starts, (tuple, list)) and len(starts) == 1:
-        start = starts[0]
-        if not isinstance(start, _STATIC_INTS) and getattr(start, "shape", None) == ():
-            return _as_i32(start)
-    if (tail is not None and isinstance(starts, (tuple, list))
-            and all(not isinstance(s, _STATIC_INTS) and getattr(s, "shape", None) == ()
-                    for s in starts)):
-        tail.extend(_as_i32(s) for s in starts[1:])
-        return _as_i32(starts[0])
-    return TracedRegion(starts=starts).start_vector()
-
-
-def _region_parts(region, prefix: str = "", tail=None):
-    """(int32 start operand, attributes) of a region; with ``tail`` (a
-    list) several dynamic scalar starts leave all but the first there (see
-    `_starts_operand`)."""
-    fixed = None
-    if region is None:
-        sizes = strides = squeezed = ()
-        starts = no_starts()
-    else:
-        sizes, strides, squeezed = region.sizes, region.strides, region.squeezed
-        parts = region.starts
-        static = ([isinstance(s, _STATIC_INTS) for s in parts]
-                  if isinstance(parts, (tuple, list)) else [])
-        if any(static):
-            # Static starts as an attribute, only the dynamic ones as the
-            # operand: no concatenate of constants and scalars to compile
-            # (nor, when all are static, a broadcast of a constant vector,
-            # which XLA compiles as a fusion).
-            fixed = np.asarray([int(s) if st else _DYNAMIC_START
-                                for s, st in zip(parts, static)], np.int64)
-            dynamic = tuple(s for s, st in zip(parts, static) if not st)
-            starts = _starts_operand(dynamic, tail) if dynamic else no_starts()
-        else:
-            starts = _starts_operand(parts, tail)
-    attrs = {
-        f"{prefix}sizes": _ints(sizes),
-        f"{prefix}strides": _ints(strides),
-        f"{prefix}squeezed": _ints(int(bool(s)) for s in squeezed),
-    }
-    if fixed is not None:
-        attrs[f"{prefix}fixed"] = fixed
-    return starts, attrs
-
-
-def _with_tail(operands, attrs, tail):
-    """``(operands, attrs)`` with a region's trailing scalar starts (from
-    `_region_parts`) appended as the last operands, counted by attribute
-    ``tail_starts`` (the handler takes them off the end, region after
-    region in operand order)."""
-    if not tail:
-        return operands, attrs
-    return [*operands, *tail], dict(attrs, tail_starts=len(tail))
+    (see `mosaic_rt.ffi.emit._call`); whoever takes the token out of the
+    chain of ops (into control flow, a callback) calls `materialize` first.
+    The interpreter emits kernels this way; outside, every wrapper emits its
+    call at once."""
+    return emit.batched(BATCH_RUNS)
 
 
 # ------------------------------------------------------------------ launches
@@ -382,7 +107,8 @@ def kernel_begin(token, device, *, uid: int, num_devices: int, num_cores: int = 
     interpreter reports the same event (printed or logged; see
     :mod:`mosaic_rt.ffi.reports`).
     """
-    return _call("kernel_begin", (_HANDLE,), (token, _i32(device)), **_begin_attrs(
+    return _call("kernel_begin", (_HANDLE,), _args("kernel_begin", token=token, device=_i32(device)),
+                 **_begin_attrs(
         uid=uid, num_devices=num_devices, num_cores=num_cores,
         dma_execution_mode=dma_execution_mode, out_of_bounds_reads=out_of_bounds_reads,
         uninitialized_memory=uninitialized_memory, wait_timeout_ms=wait_timeout_ms,
@@ -436,7 +162,8 @@ def kernel_end(token, handle, device, *, keep_alive=(), outputs=(), leak_policy=
     same buffers, now holding the kernel's outputs. ``leak_policy`` (not
     None): first reports leaks as :func:`leak_report` with that policy
     does (one call instead of two)."""
-    operands = (token, handle, _i32(device), *keep_alive, *outputs)
+    operands = _args("kernel_end", (*keep_alive, *outputs), token=token, handle=handle,
+                     device=_i32(device))
     attrs = {} if leak_policy is None else {"leak_policy": _leak_policy(leak_policy)}
     if not outputs:
         return _call("kernel_end", (), operands, site=site, **attrs)
@@ -446,7 +173,8 @@ def kernel_end(token, handle, device, *, keep_alive=(), outputs=(), leak_policy=
     aliases = ((0, 0), *((first + k, 1 + k) for k in range(len(outputs))))
     results = [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in outputs]
     out = _bind("mosaic_rt_kernel_end", (_I32, *results), operands,
-                dict(attrs, **({"site": int(site)} if site else {})), aliases=aliases)
+                _checked("kernel_end", dict(attrs, **({"site": int(site)} if site else {}))),
+                aliases=aliases)
     return out[0], list(out[1:])
 
 
@@ -477,7 +205,7 @@ class LaunchSemaphores:
     kind: str = "regular"
 
 
-# `launch_begin`'s item kinds and buffer flags (see rust/ffi/src/ops/prologue.rs).
+# `launch_begin`'s item kinds and buffer flags (see rust/ffi/src/ops/launch_begin.rs).
 _ITEM_BUFFER, _ITEM_SEMAPHORES = 0, 1
 _HAS_INIT, _BORROW, _DIRECT, _HAS_LOGICAL = 1, 2, 4, 8
 
@@ -495,7 +223,7 @@ def launch_begin(token, device, *, allocations=(), barrier: bool = False, grid=N
     (its shape); ``step`` is ``(go, p0, p1)`` as :func:`grid_begin`
     returns them (None without ``grid``)."""
     kinds, flags, spaces, ranks, shapes, logical, types = [], [], [], [], [], [], []
-    operands, results = [token, _i32(device)], []
+    inits, results = [], []
     for a in allocations:
         if isinstance(a, LaunchSemaphores):
             _check_semaphore_kind(a.kind)
@@ -518,7 +246,7 @@ def launch_begin(token, device, *, allocations=(), barrier: bool = False, grid=N
             flag |= _BORROW
         if a.init is not None:
             flag |= _HAS_INIT
-            operands.append(jnp.asarray(a.init, dtype))
+            inits.append(jnp.asarray(a.init, dtype))
         if a.logical_shape is not None:
             flag |= _HAS_LOGICAL
             logical += a.logical_shape
@@ -536,8 +264,9 @@ def launch_begin(token, device, *, allocations=(), barrier: bool = False, grid=N
         grid_attrs = _grid_attrs(**grid)
         grid_attrs["block_items"] = _ints(k for b in grid["blocks"]
                                           for k in (b.hbm_id, b.kernel_id))
-        operands += _dynamic_dims(grid["grid"])
+        inits += _dynamic_dims(grid["grid"])
         results += _grid_results(grid["grid"])
+    operands = _args("launch_begin", inits, token=token, device=_i32(device))
     out = _call("launch_begin", (_HANDLE, *results), operands, site=site,
                 **_begin_attrs(**config), **grid_attrs,
                 item_kinds=_ints(kinds), item_flags=_ints(flags), item_spaces=_ints(spaces),
@@ -560,38 +289,43 @@ def leak_report(token, handle, device, *, policy: str = "ignore", site: int = 0)
     ``policy="raise"`` fails the launch with ``SemaphoreLeakError`` naming them;
     ``"warn"`` queues one ``SemaphoreLeakWarning`` report per leak (see
     :func:`pending_reports` and :mod:`mosaic_rt.ffi.reports`)."""
-    return _call("leak_report", (_I32,), (token, handle, _i32(device)), policy=policy,
+    return _call("leak_report", (_I32,), _args("leak_report", token=token, handle=handle,
+                                                device=_i32(device)), policy=policy,
                  site=site)
 
 
 def device_barrier(token, handle, device, *, site: int = 0):
     """Rendezvous of every device of the launch."""
-    return _call("device_barrier", (), (token, handle, _i32(device)), site=site)
+    return _call("device_barrier", (), _args("device_barrier", token=token, handle=handle,
+                                               device=_i32(device)), site=site)
 
 
 def sync_device_cores(token, handle, device, *, site: int = 0):
     """Makes the cores of ``device`` see each other's past (for race
     detection, before and after a multi-core grid; a no-op without it)."""
-    return _call("sync_device_cores", (), (token, handle, _i32(device)), site=site)
+    return _call("sync_device_cores", (), _args("sync_device_cores", token=token, handle=handle,
+                                                  device=_i32(device)), site=site)
 
 
 def pending_reports(token):
     """``(token, count)``: reports ("warn" policy: races, leaks, misuse)
     queued in this process and not yet delivered (``kernel_end`` hands
     them to :mod:`mosaic_rt.ffi.reports`)."""
-    return _call("pending_reports", (_I32,), (token,))
+    return _call("pending_reports", (_I32,), _args("pending_reports", token=token))
 
 
 def core_end(token, handle, device, core, *, site: int = 0):
     """The program of core (device, core) is done (several cores per device:
     emit at the end of each core's program so deadlock detection knows it
     will not signal anyone any more)."""
-    return _call("core_end", (), (token, handle, _i32(device), _i32(core)), site=site)
+    return _call("core_end", (), _args("core_end", token=token, handle=handle, device=_i32(device),
+                                         core=_i32(core)), site=site)
 
 
 def launch_info(token):
     """``(token, int32[3])``: XLA run id (low, high 32 bits) and device ordinal."""
-    return _call("launch_info", (jax.ShapeDtypeStruct((3,), jnp.int32),), (token,))
+    return _call("launch_info", (jax.ShapeDtypeStruct((3,), jnp.int32),),
+                 _args("launch_info", token=token))
 
 
 @dataclasses.dataclass
@@ -648,22 +382,24 @@ def allocate_buffer(token, handle, device, core, *, space, dtype, shape,
         if logical_shape is not None:
             attrs["logical_shape"] = _ints(logical_shape)
         out = jax.ShapeDtypeStruct(tuple(shape), dtype)
-        return _call("allocate_buffer", (_I32, out), [token, handle, _i32(device), _opt_i32(core)],
-                     site=site, **attrs)
+        return _call("allocate_buffer", (_I32, out),
+                     _args("allocate_buffer", token=token, handle=handle, device=_i32(device),
+                           core=_opt_i32(core)), site=site, **attrs)
     if borrow:
         _check_borrow_init("allocate_buffer", init)
         attrs["borrow"] = 1
     if logical_shape is not None:
         attrs["logical_shape"] = _ints(logical_shape)
-    operands = [token, handle, _i32(device), _opt_i32(core)]
-    if init is not None:
-        operands.append(jnp.asarray(init, dtype))
+    operands = _args("allocate_buffer", token=token, handle=handle, device=_i32(device),
+                     core=_opt_i32(core), init=None if init is None else jnp.asarray(init, dtype))
     return _call("allocate_buffer", (_I32,), operands, site=site, **attrs)
 
 
 def free_buffer(token, handle, device, core, buffer_id, *, space, site: int = 0):
     """Drops one reference of the buffer (freed at zero)."""
-    return _call("free_buffer", (), (token, handle, _i32(device), _i32(core), _i32(buffer_id)),
+    return _call("free_buffer", (), _args("free_buffer", token=token, handle=handle,
+                                            device=_i32(device), core=_i32(core),
+                                            buffer_id=_i32(buffer_id)),
                  space=_space(space), site=site)
 
 
@@ -677,9 +413,9 @@ def load(token, handle, device, core, buffer_id, region, *, space, shape, dtype,
     tail = []
     starts, attrs = _region_parts(region, tail=tail)
     out = jax.ShapeDtypeStruct(tuple(shape), _dtype(dtype, "load"))
-    operands = [token, handle, _i32(device), _i32(core), _i32(buffer_id), starts]
-    if mask is not None:
-        operands.append(jnp.asarray(mask, jnp.bool_))
+    operands = _args("load", token=token, handle=handle, device=_i32(device), core=_i32(core),
+                     buffer_id=_i32(buffer_id), starts=starts,
+                     mask=None if mask is None else jnp.asarray(mask, jnp.bool_))
     operands, attrs = _with_tail(operands, attrs, tail)
     return _call("load", (out,), operands, space=_space(space), site=site, **attrs)
 
@@ -690,7 +426,8 @@ def store(token, handle, device, core, buffer_id, region, value, *, space, site:
     tail = []
     starts, attrs = _region_parts(region, tail=tail)
     operands, attrs = _with_tail(
-        [token, handle, _i32(device), _i32(core), _i32(buffer_id), starts, value], attrs, tail)
+        _args("store", token=token, handle=handle, device=_i32(device), core=_i32(core),
+              buffer_id=_i32(buffer_id), starts=starts, value=value), attrs, tail)
     return _call("store", (), operands, space=_space(space), site=site, **attrs)
 
 
@@ -703,9 +440,9 @@ def swap(token, handle, device, core, buffer_id, region, value, mask=None, *, sp
     starts, attrs = _region_parts(region, tail=tail)
     value = jnp.asarray(value)
     _dtype(value.dtype, "swap")
-    operands = [token, handle, _i32(device), _i32(core), _i32(buffer_id), starts, value]
-    if mask is not None:
-        operands.append(jnp.asarray(mask, jnp.bool_))
+    operands = _args("swap", token=token, handle=handle, device=_i32(device), core=_i32(core),
+                     buffer_id=_i32(buffer_id), starts=starts, value=value,
+                     mask=None if mask is None else jnp.asarray(mask, jnp.bool_))
     operands, attrs = _with_tail(operands, attrs, tail)
     results = (jax.ShapeDtypeStruct(value.shape, value.dtype),) if old else ()
     return _call("swap", results, operands, space=_space(space), site=site, **attrs)
@@ -723,7 +460,8 @@ def fill(token, handle, device, core, buffer_id, region, scalar, *, space, old_s
     tail = []
     starts, attrs = _region_parts(region, tail=tail)
     operands, attrs = _with_tail(
-        [token, handle, _i32(device), _i32(core), _i32(buffer_id), starts, scalar], attrs, tail)
+        _args("swap", token=token, handle=handle, device=_i32(device), core=_i32(core),
+              buffer_id=_i32(buffer_id), starts=starts, value=scalar), attrs, tail)
     old = () if old_shape is None else (jax.ShapeDtypeStruct(tuple(old_shape), scalar.dtype),)
     return _call("swap", old, operands, space=_space(space), site=site, splat=1, **attrs)
 
@@ -746,13 +484,15 @@ def allocate_semaphores(token, handle, device, core, *, kind: str = "regular", c
     ``core=None`` allocates on every core of the device."""
     _check_semaphore_kind(kind)
     return _call("allocate_semaphores", (_I32,),
-                 (token, handle, _i32(device), _opt_i32(core)), kind=kind, count=int(count),
+                 _args("allocate_semaphores", token=token, handle=handle,
+                       device=_i32(device), core=_opt_i32(core)), kind=kind, count=int(count),
                  site=site)
 
 
 def barrier_semaphore(token, handle, device, *, collective_id: int, site: int = 0):
     """``(token, id)`` of the barrier semaphore of ``collective_id``."""
-    return _call("barrier_semaphore", (_I32,), (token, handle, _i32(device)),
+    return _call("barrier_semaphore", (_I32,),
+                 _args("barrier_semaphore", token=token, handle=handle, device=_i32(device)),
                  collective_id=int(collective_id), site=site)
 
 
@@ -771,8 +511,10 @@ def semaphore_signal(token, handle, device, core, sem, inc, *,
             raise ValueError("wrap_negative needs both target_device and target_core")
         attrs["wrap_negative"] = 1
     return _call("semaphore_signal", (),
-                 (token, handle, _i32(device), _i32(core), _i32(sem), _i32(inc),
-                  _opt_i32(target_device), _opt_i32(target_core)),
+                 _args("semaphore_signal", token=token, handle=handle, device=_i32(device),
+                       core=_i32(core), sem=_i32(sem), inc=_i32(inc),
+                       target_device=_opt_i32(target_device),
+                       target_core=_opt_i32(target_core)),
                  has_target_device=int(target_device is not None),
                  has_target_core=int(target_core is not None), site=site, **attrs)
 
@@ -784,14 +526,16 @@ def semaphore_wait(token, handle, device, core, sem, value, *, decrement: bool =
     on failure elsewhere or after the launch's timeout."""
     attrs = {} if decrement else {"decrement": 0}
     return _call("semaphore_wait", (),
-                 (token, handle, _i32(device), _i32(core), _i32(sem), _i32(value)), site=site,
+                 _args("semaphore_wait", token=token, handle=handle, device=_i32(device),
+                       core=_i32(core), sem=_i32(sem), value=_i32(value)), site=site,
                  **attrs)
 
 
 def semaphore_read(token, handle, device, core, sem, *, site: int = 0):
     """``(token, count)`` of ``sem`` on (device, core)."""
     return _call("semaphore_read", (_I32,),
-                 (token, handle, _i32(device), _i32(core), _i32(sem)), site=site)
+                 _args("semaphore_read", token=token, handle=handle, device=_i32(device),
+                       core=_i32(core), sem=_i32(sem)), site=site)
 
 
 # ---------------------------------------------------------------------- DMAs
@@ -809,13 +553,13 @@ def dma_start(token, handle, device, core, src_id, src_region, dst_id, dst_regio
     tail = []
     src_starts, src_attrs = _region_parts(src_region, "src_", tail)
     dst_starts, dst_attrs = _region_parts(dst_region, "dst_", tail)
-    operands = [token, handle, _i32(device), _i32(core), _i32(src_id), src_starts,
-                _i32(dst_id), dst_starts, _i32(dst_sem), _opt_i32(src_sem),
-                _opt_i32(dst_device)]
-    if dst_core is not None:
-        operands.append(_i32(dst_core))
     wait_sems, wait_attrs = _trailing_waits(then_wait)
-    operands, wait_attrs = _with_tail([*operands, *wait_sems], wait_attrs, tail)
+    operands = _args("dma_start", wait_sems, token=token, handle=handle, device=_i32(device),
+                     core=_i32(core), src_id=_i32(src_id), src_starts=src_starts,
+                     dst_id=_i32(dst_id), dst_starts=dst_starts, dst_sem=_i32(dst_sem),
+                     src_sem=_opt_i32(src_sem), dst_device=_opt_i32(dst_device),
+                     dst_core=None if dst_core is None else _i32(dst_core))
+    operands, wait_attrs = _with_tail(operands, wait_attrs, tail)
     return _call("dma_start", (), operands,
                  src_space=_space(src_space), dst_space=_space(dst_space),
                  has_dst_device=int(dst_device is not None),
@@ -830,8 +574,8 @@ def dma_wait(token, handle, device, core, sem, *, nbytes: int, then_wait=(),
     of more waits to run right after, in order: one custom call for a
     remote copy's send and receive waits instead of two."""
     wait_sems, wait_attrs = _trailing_waits(then_wait)
-    return _call("dma_wait", (), (token, handle, _i32(device), _i32(core), _i32(sem),
-                                  *wait_sems),
+    return _call("dma_wait", (), _args("dma_wait", wait_sems, token=token, handle=handle,
+                                       device=_i32(device), core=_i32(core), sem=_i32(sem)),
                  bytes=int(nbytes), site=site, **wait_attrs)
 
 
@@ -839,17 +583,13 @@ def _trailing_waits(waits):
     """(semaphore operands, attributes) of an op's trailing waits."""
     if not waits:
         return (), {}
+    bytes_key, sites_key = _native.THEN_WAIT_ATTRS
     return [_i32(sem) for sem, _, _ in waits], {
-        "then_wait_bytes": _ints(n for _, n, _ in waits),
-        "then_wait_sites": _ints(site for _, _, site in waits)}
+        bytes_key: _ints(n for _, n, _ in waits),
+        sites_key: _ints(site for _, _, site in waits)}
 
 
 # ------------------------------------------- block copies, revisits, PRNG
-
-def _i32_vector(xs):
-    """Ints or int32 scalars (static or traced) as one int32 vector operand."""
-    return TracedRegion(starts=tuple(xs)).start_vector()
-
 
 def copy_block(token, handle, device, core, src_id, src_region, dst_id, dst_region, *,
                src_space, dst_space, direction: str, name, block_indices, grid_point,
@@ -863,9 +603,11 @@ def copy_block(token, handle, device, core, src_id, src_region, dst_id, dst_regi
     src_starts, src_attrs = _region_parts(src_region, "src_")
     dst_starts, dst_attrs = _region_parts(dst_region, "dst_")
     return _call("copy_block", (),
-                 (token, handle, _i32(device), _i32(core), _i32(src_id), src_starts,
-                  _i32(dst_id), dst_starts, _i32_vector(block_indices),
-                  jnp.asarray(grid_point, jnp.int32).reshape(-1)),
+                 _args("copy_block", token=token, handle=handle, device=_i32(device),
+                       core=_i32(core), src_id=_i32(src_id), src_starts=src_starts,
+                       dst_id=_i32(dst_id), dst_starts=dst_starts,
+                       block_indices=_i32_vector(block_indices),
+                       grid_point=jnp.asarray(grid_point, jnp.int32).reshape(-1)),
                  src_space=_space(src_space), dst_space=_space(dst_space),
                  direction=direction, arg_name=str(name), site=site,
                  **src_attrs, **dst_attrs)
@@ -894,22 +636,25 @@ def check_revisit(token, handle, device, core, loop_idx, regions, *, site: int =
                     jnp.concatenate(starts) if starts else no_starts())
     start_vec, attrs = _region_parts(merged)
     return _call("check_revisit", (),
-                 (token, handle, _i32(device), _i32(core), _i32_vector(loop_idx), start_vec),
+                 _args("check_revisit", token=token, handle=handle, device=_i32(device),
+                       core=_i32(core), loop_idx=_i32_vector(loop_idx), starts=start_vec),
                  ranks=np.asarray(ranks, np.int64), site=site, **attrs)
 
 
 def prng_seed(token, handle, device, core, seeds):
     """Seeds the PRNG of (device, core) with ``seeds`` (ints or int32
     scalars), as ``pltpu.prng_seed``."""
-    return _call("prng_seed", (), (token, handle, _i32(device), _i32(core),
-                                   _i32_vector(seeds)))
+    return _call("prng_seed", (), _args("prng_seed", token=token, handle=handle,
+                                        device=_i32(device), core=_i32(core),
+                                        seeds=_i32_vector(seeds)))
 
 
 def prng_random_bits(token, handle, device, core, *, shape, dtype):
     """``(token, bits)``: an array of ``shape`` and ``dtype`` (int32 or
     uint32) of random words from the PRNG of (device, core)."""
     return _call("prng_random_bits", (jax.ShapeDtypeStruct(tuple(shape), dtype),),
-                 (token, handle, _i32(device), _i32(core)))
+                 _args("prng_random_bits", token=token, handle=handle, device=_i32(device),
+                       core=_i32(core)))
 
 
 # ------------------------------------------------------------------ timeline
@@ -927,7 +672,9 @@ def grid_step(token, handle, device, core, indices=(), *, phase: str = "begin"):
                else no_starts())
     else:
         idx = jnp.asarray(indices, jnp.int32).reshape(-1)
-    return _call("grid_step", (), (token, handle, _i32(device), _i32(core), idx), phase=phase)
+    return _call("grid_step", (), _args("grid_step", token=token, handle=handle,
+                                        device=_i32(device), core=_i32(core), indices=idx),
+                 phase=phase)
 
 
 # ---------------------------------------------------------------- grid loop
@@ -951,11 +698,6 @@ class GridBlock:
     name: str = "unknown"
 
 
-def _scalars(xs):
-    """int32 scalar operands: numpy constants for Python ints."""
-    return [_i32(x) for x in xs]
-
-
 def grid_begin(token, handle, device, core, *, grid, order, iters_per_core,
                num_iterations, blocks, revisit, site: int = 0, parallel_subgrid: int = 1,
                num_cores: int = 1):
@@ -974,10 +716,12 @@ def grid_begin(token, handle, device, core, *, grid, order, iters_per_core,
     ``(token, go, p0, p1)``: whether the first iteration runs, its grid
     point and the next one (tuples of int32 scalars)."""
     nd = len(grid)
-    operands = [token, handle, _i32(device), _i32(core)]
+    rest = []
     for b in blocks:
-        operands += _scalars((b.hbm_id, b.kernel_id))
-    operands += _dynamic_dims(grid)
+        rest += _scalars((b.hbm_id, b.kernel_id))
+    rest += _dynamic_dims(grid)
+    operands = _args("grid_begin", rest, token=token, handle=handle, device=_i32(device),
+                     core=_i32(core))
     out = _call("grid_begin", _grid_results(grid), operands, site=site,
                 **_grid_attrs(grid=grid, order=order, iters_per_core=iters_per_core,
                               num_iterations=num_iterations, blocks=blocks, revisit=revisit,
@@ -1029,8 +773,9 @@ def grid_copy_in(token, handle, device, core, indices, *, site: int = 0):
     """Copies in this step's input blocks that moved since the previous step
     (all on the first): ``indices`` are the block indices of every input
     block of ``grid_begin``, block after block."""
-    return _call("grid_copy_in", (), [token, handle, _i32(device), _i32(core),
-                                      *_scalars(indices)], site=site)
+    return _call("grid_copy_in", (), _args("grid_copy_in", _scalars(indices), token=token,
+                                           handle=handle, device=_i32(device),
+                                           core=_i32(core)), site=site)
 
 
 def grid_copy_out(token, handle, device, core, indices, next_indices, *, ndim: int,
@@ -1043,7 +788,8 @@ def grid_copy_out(token, handle, device, core, indices, next_indices, *, ndim: i
     cur, nxt = _scalars(indices), _scalars(next_indices)
     token, go, *point = _call(
         "grid_copy_out", (_PRED,) + (_I32,) * ndim,
-        [token, handle, _i32(device), _i32(core), *cur, *nxt], site=site)
+        _args("grid_copy_out", (*cur, *nxt), token=token, handle=handle, device=_i32(device),
+              core=_i32(core)), site=site)
     return token, go, tuple(point)
 
 
@@ -1051,8 +797,10 @@ def wrap_target(device, core, *, num_devices: int, num_cores: int):
     """``(device, core)`` of a signal target after stock's wrap of negative
     ids through the global core id ``device * num_cores + core`` (wraps once;
     other ids unchanged). One pure native call (no token)."""
-    d, c = _bind("mosaic_rt_wrap_target", (_I32, _I32), (_i32(device), _i32(core)),
-                 {"num_devices": int(num_devices), "num_cores": int(num_cores)},
+    d, c = _bind("mosaic_rt_wrap_target", (_I32, _I32),
+                 _args("wrap_target", device=_i32(device), core=_i32(core)),
+                 _checked("wrap_target",
+                          {"num_devices": int(num_devices), "num_cores": int(num_cores)}),
                  side_effect=False, aliases=())
     return d, c
 
@@ -1061,7 +809,8 @@ def iota_ids(first, shape):
     """``first + arange(prod(shape)).reshape(shape)`` as int32, by one pure
     native call (the ids of a semaphore array allocated in one run)."""
     out, = _bind("mosaic_rt_iota_ids", (jax.ShapeDtypeStruct(tuple(shape), jnp.int32),),
-                 (_i32(first),), {}, side_effect=False, aliases=())
+                 _args("iota_ids", first=_i32(first)), _checked("iota_ids", {}),
+                 side_effect=False, aliases=())
     return out
 
 
@@ -1073,8 +822,9 @@ def scalar_program(program, operands, result_dtypes):
     rank-0 array per entry of ``result_dtypes``."""
     results = tuple(jax.ShapeDtypeStruct((), d) for d in result_dtypes)
     words = np.asarray(program, np.int64)
-    return list(_bind("mosaic_rt_scalar_program", results, operands,
-                      {"program": words, "fingerprint": _fingerprint(words)},
+    return list(_bind("mosaic_rt_scalar_program", results, _args("scalar_program", operands),
+                      _checked("scalar_program",
+                               {"program": words, "fingerprint": _fingerprint(words)}),
                       side_effect=False, aliases=()))
 
 
@@ -1088,8 +838,9 @@ def vector_program(program, operands, result_dtypes, shapes):
     scalar)."""
     results = tuple(jax.ShapeDtypeStruct(tuple(s), d) for s, d in zip(shapes, result_dtypes))
     words = np.asarray(program, np.int64)
-    return list(_bind("mosaic_rt_vector_program", results, operands,
-                      {"program": words, "fingerprint": _fingerprint(words)},
+    return list(_bind("mosaic_rt_vector_program", results, _args("vector_program", operands),
+                      _checked("vector_program",
+                               {"program": words, "fingerprint": _fingerprint(words)}),
                       side_effect=False, aliases=()))
 
 
@@ -1098,7 +849,9 @@ def threefry2x32(k0, k1, x0, x1, shape):
     x1)`` under the key ``(k0, k1)``, by one pure native call: two uint32
     arrays of ``shape``. Each operand is one element or ``shape``."""
     results = (jax.ShapeDtypeStruct(tuple(shape), np.uint32),) * 2
-    return list(_bind("mosaic_rt_threefry2x32", results, (k0, k1, x0, x1), {},
+    return list(_bind("mosaic_rt_threefry2x32", results,
+                      _args("threefry2x32", k0=k0, k1=k1, x0=x0, x1=x1),
+                      _checked("threefry2x32", {}),
                       side_effect=False, aliases=()))
 
 

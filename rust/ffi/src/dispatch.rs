@@ -34,7 +34,7 @@ impl<'a> Call<'a> {
     /// The op's source site: optional attribute `site` (0: unknown).
     #[inline]
     pub fn site(&self) -> u32 {
-        self.frame.attr_i64_opt("site").ok().flatten().and_then(|s| u32::try_from(s).ok()).unwrap_or(0)
+        self.frame.attr_i64_opt(crate::wire::SITE).ok().flatten().and_then(|s| u32::try_from(s).ok()).unwrap_or(0)
     }
 
     /// Makes the op's site the calling thread's current one (what the core

@@ -20,6 +20,7 @@ mod spin;
 #[doc(hidden)]
 pub mod testing;
 mod trace_files;
+pub mod wire;
 
 /// XLA FFI dtype codes <-> core dtypes.
 #[doc(hidden)]
@@ -54,7 +55,7 @@ macro_rules! handlers {
 
 handlers! {
     kernel_begin => crate::ops::kernel::kernel_begin,
-    launch_begin => crate::ops::prologue::launch_begin,
+    launch_begin => crate::ops::launch_begin::launch_begin,
     kernel_end => crate::ops::kernel::kernel_end,
     leak_report => crate::ops::kernel::leak_report,
     pending_reports => crate::ops::kernel::pending_reports,

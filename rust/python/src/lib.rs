@@ -14,6 +14,7 @@ mod errors;
 mod ffi;
 mod runtime;
 mod trace;
+mod wire;
 
 pub use runtime::PyRuntime;
 
@@ -22,6 +23,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<runtime::PyRuntime>()?;
     ffi::register(m)?;
     trace::register(m)?;
+    wire::register(m)?;
     constants(m)
 }
 

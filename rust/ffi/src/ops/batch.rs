@@ -99,9 +99,9 @@ thread_local! {
 
 pub fn batch(c: &mut Call) -> Result<()> {
     let f = &c.frame;
-    let ops = f.attr_i64s("ops")?;
-    let arg_map = f.attr_i64s("args")?;
-    let ret_map = f.attr_i64s("rets")?;
+    let ops = f.attr_i64s(crate::wire::batch::attr::ops)?;
+    let arg_map = f.attr_i64s(crate::wire::batch::attr::args)?;
+    let ret_map = f.attr_i64s(crate::wire::batch::attr::rets)?;
     if ops.len() > MAX_MEMBERS {
         return Err(RtError::value(format!("mosaic_rt_batch: more than {MAX_MEMBERS} members")));
     }

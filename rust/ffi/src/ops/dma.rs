@@ -4,6 +4,7 @@ use super::{core_target, region, space_attr, tail_len, Tail, DST_REGION, SRC_REG
 use crate::dispatch::Call;
 use crate::frame::Frame;
 use crate::launch;
+use crate::wire::{self, dma_start as start, dma_wait as wait};
 use mosaic_rt_core::{DmaRequest, Result, RtError};
 
 /// `dma_start(token, handle, device, core, src_id, src_starts, dst_id,
@@ -21,26 +22,31 @@ use mosaic_rt_core::{DmaRequest, Result, RtError};
 pub fn dma_start(c: &mut Call) -> Result<()> {
     let k = trailing_count(&c.frame);
     let t = tail_len(&c.frame);
-    let (handle, device, core) = core_target(c, 11 + k + t..=12 + k + t, 1)?;
+    let fixed = start::arg::FIXED + k + t;
+    let (handle, device, core) = core_target(c, fixed..=fixed + start::LAYOUT.optional_operands.len(), 1)?;
     let waits = trailing_waits(&c.frame)?;
     let _site = c.enter_site();
     let f = &c.frame;
-    let [has_device, has_core] = f.attrs_i64_opt(["has_dst_device", "has_dst_core"]);
+    let [has_device, has_core] = f.attrs_i64_opt([start::attr::has_dst_device, start::attr::has_dst_core]);
     let base = f.num_args() - k - t;
     let mut tail = Tail::of(f, t);
-    let dst_core = if base == 12 { super::target_arg(f, handle, 11, has_core, "destination core id")? } else { None };
+    let dst_core = if base > start::arg::dst_core {
+        super::target_arg(f, handle, start::arg::dst_core, has_core, "destination core id")?
+    } else {
+        None
+    };
     let req = DmaRequest {
         device,
         core,
-        src_space: space_attr(f, "src_space")?,
-        src_id: f.arg_id(4, "source buffer id")?,
-        src_region: region(f, &SRC_REGION, 5, &mut tail)?,
-        dst_space: space_attr(f, "dst_space")?,
-        dst_id: f.arg_id(6, "destination buffer id")?,
-        dst_region: region(f, &DST_REGION, 7, &mut tail)?,
-        dst_sem: f.arg_id(8, "destination semaphore id")?,
-        src_sem: f.arg_opt_id(9, "source semaphore id")?,
-        dst_device: super::target_arg(f, handle, 10, has_device, "destination device id")?,
+        src_space: space_attr(f, start::attr::src_space)?,
+        src_id: f.arg_id(start::arg::src_id, "source buffer id")?,
+        src_region: region(f, &SRC_REGION, start::arg::src_starts, &mut tail)?,
+        dst_space: space_attr(f, start::attr::dst_space)?,
+        dst_id: f.arg_id(start::arg::dst_id, "destination buffer id")?,
+        dst_region: region(f, &DST_REGION, start::arg::dst_starts, &mut tail)?,
+        dst_sem: f.arg_id(start::arg::dst_sem, "destination semaphore id")?,
+        src_sem: f.arg_opt_id(start::arg::src_sem, "source semaphore id")?,
+        dst_device: super::target_arg(f, handle, start::arg::dst_device, has_device, "destination device id")?,
         dst_core,
     };
     tail.finish(f)?;
@@ -56,14 +62,15 @@ pub fn dma_start(c: &mut Call) -> Result<()> {
 /// trailing waits: see [`WAITS`].
 pub fn dma_wait(c: &mut Call) -> Result<()> {
     let k = trailing_count(&c.frame);
-    let (handle, device, core) = core_target(c, 5 + k..=5 + k, 1)?;
+    let n = wait::arg::FIXED + k;
+    let (handle, device, core) = core_target(c, n..=n, 1)?;
     let waits = trailing_waits(&c.frame)?;
-    let sem = c.frame.arg_id(4, "semaphore id")?;
-    let bytes = wait_bytes(&c.frame, c.frame.attr_i64("bytes")?)?;
+    let sem = c.frame.arg_id(wait::arg::sem, "semaphore id")?;
+    let bytes = wait_bytes(&c.frame, c.frame.attr_i64(wait::attr::bytes)?)?;
     let site = c.site();
     launch::with_runtime(handle, |rt| rt.dma_wait_at(device, core, sem, bytes, site))?;
     match waits {
-        Some(w) => run_waits(&c.frame, handle, device, core, 5, w),
+        Some(w) => run_waits(&c.frame, handle, device, core, wait::arg::FIXED, w),
         None => Ok(()),
     }
 }
@@ -75,7 +82,7 @@ pub fn dma_wait(c: &mut Call) -> Result<()> {
 /// Attributes `then_wait_bytes` and `then_wait_sites` (one entry per wait,
 /// in program order); the waits' semaphores are the last operands. They run
 /// after the op itself, exactly as separate `dma_wait`s would.
-pub const WAITS: (&str, &str) = ("then_wait_bytes", "then_wait_sites");
+pub const WAITS: (&str, &str) = (wire::THEN_WAIT_BYTES, wire::THEN_WAIT_SITES);
 
 #[derive(Clone, Copy)]
 struct Waits<'a> {

@@ -22,6 +22,7 @@ use super::{core_target, handle_arg, pass_token};
 use crate::dispatch::Call;
 use crate::frame::Frame;
 use crate::launch;
+use crate::wire::{self, grid_begin as gb};
 use mosaic_rt_core::grid::{Block, BlockCopy, GridLoop, GridSpec};
 use mosaic_rt_core::memory::MemRef;
 use mosaic_rt_core::{MemorySpace, Region, Result, RtError, Runtime};
@@ -36,26 +37,31 @@ use mosaic_rt_core::{MemorySpace, Region, Result, RtError, Runtime};
 /// `block_squeezed`, `block_factors`; `block_names` (joined by U+001F);
 /// `revisit` (per pallas_call output: its block, or -1 if untracked).
 pub fn grid_begin(c: &mut Call) -> Result<()> {
-    let (handle, device, core) = target(c, |f| Ok(2 + 2 * f.attr_i64s("grid")?.len()))?;
+    let (handle, device, core) = target(c, |f| Ok(2 + 2 * f.attr_i64s(gb::attr::grid)?.len()))?;
     let f = &c.frame;
-    let n = f.attr_i64s("block_outputs")?.len();
+    let n = f.attr_i64s(gb::attr::block_outputs)?.len();
     let dynamic = dynamic_dims(f)?;
-    if f.num_args() != 4 + 2 * n + dynamic {
+    if f.num_args() != gb::arg::FIXED + 2 * n + dynamic {
         return Err(RtError::value(format!(
             "grid_begin: {n} blocks and {dynamic} dynamic grid bounds but {} operands after the core",
-            f.num_args().saturating_sub(4)
+            f.num_args().saturating_sub(gb::arg::FIXED)
         )));
     }
     let ids = (0..n)
-        .map(|b| Ok((f.arg_id(4 + 2 * b, "HBM buffer id")?, f.arg_id(5 + 2 * b, "kernel buffer id")?)))
+        .map(|b| {
+            Ok((
+                f.arg_id(gb::arg::FIXED + 2 * b, "HBM buffer id")?,
+                f.arg_id(gb::arg::FIXED + 1 + 2 * b, "kernel buffer id")?,
+            ))
+        })
         .collect::<Result<Vec<_>>>()?;
-    begin(f, handle, device, core, &ids, 4 + 2 * n, 1)
+    begin(f, handle, device, core, &ids, gb::arg::FIXED + 2 * n, 1)
 }
 
 /// How many grid dims are dynamic (-1 in attribute `grid`): their bounds
 /// are int32 operands, after the op's others.
 pub fn dynamic_dims(f: &Frame) -> Result<usize> {
-    Ok(f.attr_i64s_opt("grid")?.map_or(0, |g| g.iter().filter(|&&d| d < 0).count()))
+    Ok(f.attr_i64s_opt(gb::attr::grid)?.map_or(0, |g| g.iter().filter(|&&d| d < 0).count()))
 }
 
 /// The grid's dims, iteration count and iterations per core. Dynamic dims
@@ -64,14 +70,14 @@ pub fn dynamic_dims(f: &Frame) -> Result<usize> {
 /// `parallel_subgrid`, `grid_cores`), and an empty grid runs no iteration
 /// (its zero dims become 1, so the loop starts at a valid point).
 fn grid_spec(f: &Frame, first_dynamic: usize) -> Result<GridSpec> {
-    let order = split(f.attr_i64s("order")?, f.attr_i64s("order_lens")?, "order")?;
-    let mut grid = f.attr_i64s("grid")?.to_vec();
+    let order = split(f.attr_i64s(gb::attr::order)?, f.attr_i64s(gb::attr::order_lens)?, "order")?;
+    let mut grid = f.attr_i64s(gb::attr::grid)?.to_vec();
     if grid.iter().all(|&d| d >= 0) {
         return Ok(GridSpec {
             order,
             grid,
-            iters_per_core: f.attr_i64("iters_per_core")?,
-            num_iterations: f.attr_i64("num_iterations")?,
+            iters_per_core: f.attr_i64(gb::attr::iters_per_core)?,
+            num_iterations: f.attr_i64(gb::attr::num_iterations)?,
         });
     }
     for (arg, d) in (first_dynamic..).zip(grid.iter_mut().filter(|d| **d < 0)) {
@@ -82,8 +88,8 @@ fn grid_spec(f: &Frame, first_dynamic: usize) -> Result<GridSpec> {
         *d = i64::from(bound);
     }
     let num_iterations: i64 = grid.iter().product();
-    let sub = f.attr_i64("parallel_subgrid")?.max(1);
-    let cores = f.attr_i64("grid_cores")?.max(1);
+    let sub = f.attr_i64(gb::attr::parallel_subgrid)?.max(1);
+    let cores = f.attr_i64(gb::attr::grid_cores)?.max(1);
     let iters_per_core = (sub + cores - 1) / cores * (num_iterations / sub);
     for d in grid.iter_mut().filter(|d| **d == 0) {
         *d = 1;
@@ -106,7 +112,7 @@ pub fn begin(
 ) -> Result<()> {
     let spec = grid_spec(f, first_dynamic)?;
     let blocks = blocks(f, ids)?;
-    let revisit = f.attr_i64s("revisit")?.iter().map(|&b| usize::try_from(b).ok()).collect();
+    let revisit = f.attr_i64s(gb::attr::revisit)?.iter().map(|&b| usize::try_from(b).ok()).collect();
     let grid = GridLoop::new(spec, blocks, revisit, core)?;
     let points: Vec<i32> = grid.point().iter().copied().chain(grid.next_point()).collect();
     write_step(f, first_ret, grid.go(), &points)?;
@@ -116,13 +122,13 @@ pub fn begin(
 /// Like `core_target` for ops with a variable number of operands (>= 4)
 /// and `rets(frame)` results.
 fn target(c: &mut Call, rets: impl FnOnce(&Frame) -> Result<usize>) -> Result<(u64, u32, u32)> {
-    let handle = handle_arg(&c.frame, 1)?;
-    let device = c.frame.arg_id(2, "device id")?;
+    let handle = handle_arg(&c.frame, wire::HANDLE)?;
+    let device = c.frame.arg_id(wire::DEVICE, "device id")?;
     c.bind(handle, device);
     let rets = rets(&c.frame)?;
-    c.frame.expect_arity(4..=usize::MAX, rets)?;
+    c.frame.expect_arity(gb::arg::FIXED..=usize::MAX, rets)?;
     pass_token(&c.frame)?;
-    Ok((handle, device, c.frame.arg_id(3, "core id")?))
+    Ok((handle, device, c.frame.arg_id(wire::CORE, "core id")?))
 }
 
 fn split(flat: &[i64], lens: &[i64], what: &str) -> Result<Vec<Vec<i64>>> {
@@ -143,14 +149,14 @@ fn split(flat: &[i64], lens: &[i64], what: &str) -> Result<Vec<Vec<i64>>> {
 }
 
 fn blocks(f: &Frame, ids: &[(u32, u32)]) -> Result<Vec<Block>> {
-    let outputs = f.attr_i64s("block_outputs")?;
+    let outputs = f.attr_i64s(gb::attr::block_outputs)?;
     let n = outputs.len();
-    let spaces = f.attr_i64s("block_spaces")?;
-    let ranks = f.attr_i64s("block_ranks")?;
-    let sizes = split(f.attr_i64s("block_sizes")?, ranks, "block_sizes")?;
-    let squeezed = split(f.attr_i64s("block_squeezed")?, ranks, "block_squeezed")?;
-    let factors = split(f.attr_i64s("block_factors")?, ranks, "block_factors")?;
-    let names: Vec<&str> = match f.attr_str("block_names")? {
+    let spaces = f.attr_i64s(gb::attr::block_spaces)?;
+    let ranks = f.attr_i64s(gb::attr::block_ranks)?;
+    let sizes = split(f.attr_i64s(gb::attr::block_sizes)?, ranks, "block_sizes")?;
+    let squeezed = split(f.attr_i64s(gb::attr::block_squeezed)?, ranks, "block_squeezed")?;
+    let factors = split(f.attr_i64s(gb::attr::block_factors)?, ranks, "block_factors")?;
+    let names: Vec<&str> = match f.attr_str(gb::attr::block_names)? {
         "" if n == 0 => Vec::new(),
         s => s.split('\u{1f}').collect(),
     };
@@ -204,7 +210,7 @@ fn write_go(f: &Frame, at: usize, go: bool) -> Result<()> {
 }
 
 fn indices(f: &Frame) -> Result<Vec<i32>> {
-    (4..f.num_args()).map(|i| f.arg_i32(i)).collect()
+    (wire::grid_copy_in::arg::FIXED..f.num_args()).map(|i| f.arg_i32(i)).collect()
 }
 
 fn copy(rt: &Runtime, device: u32, core: u32, c: &BlockCopy<'_>) -> Result<()> {
@@ -223,7 +229,7 @@ fn copy(rt: &Runtime, device: u32, core: u32, c: &BlockCopy<'_>) -> Result<()> {
 /// the input blocks of this step that moved (block indices of every input
 /// block, in order).
 pub fn grid_copy_in(c: &mut Call) -> Result<()> {
-    let (handle, device, core) = core_target(c, 4..=usize::MAX, 1)?;
+    let (handle, device, core) = core_target(c, wire::grid_copy_in::arg::FIXED..=usize::MAX, 1)?;
     let _site = c.enter_site();
     let idx = indices(&c.frame)?;
     launch::with_runtime(handle, |rt| rt.with_grid(device, core, |g| g.copy_in(&idx, |b| copy(rt, device, core, b))))

@@ -6,6 +6,10 @@ use super::{core_target, region, space_attr, Tail, DST_REGION, SRC_REGION};
 use crate::dispatch::Call;
 use crate::frame::Frame;
 use crate::launch;
+use crate::wire::{
+    check_revisit as revisit, copy_block as cb, iota_ids, prng_random_bits as bits, prng_seed as seed,
+    wrap_target as wrap,
+};
 use mosaic_rt_core::memory::MemRef;
 use mosaic_rt_core::region::python_tuple;
 use mosaic_rt_core::{BufferKey, DType, DimSel, ErrorKind, Region, Result, RtError, Runtime, Topology};
@@ -29,23 +33,23 @@ fn shape_repr(xs: &[usize]) -> String {
 /// out-of-bounds block is reported the way stock reports it, naming the
 /// argument, block indices and grid point.
 pub fn copy_block(c: &mut Call) -> Result<()> {
-    let (handle, device, core) = core_target(c, 10..=10, 1)?;
+    let (handle, device, core) = core_target(c, cb::arg::FIXED..=cb::arg::FIXED, 1)?;
     let _site = c.enter_site();
     let f = &c.frame;
-    let src_id = f.arg_id(4, "source buffer id")?;
-    let src_region = region(f, &SRC_REGION, 5, &mut Tail::none())?;
-    let dst_id = f.arg_id(6, "destination buffer id")?;
-    let dst_region = region(f, &DST_REGION, 7, &mut Tail::none())?;
-    let src_space = space_attr(f, "src_space")?;
-    let dst_space = space_attr(f, "dst_space")?;
-    let input = match f.attr_str("direction")? {
+    let src_id = f.arg_id(cb::arg::src_id, "source buffer id")?;
+    let src_region = region(f, &SRC_REGION, cb::arg::src_starts, &mut Tail::none())?;
+    let dst_id = f.arg_id(cb::arg::dst_id, "destination buffer id")?;
+    let dst_region = region(f, &DST_REGION, cb::arg::dst_starts, &mut Tail::none())?;
+    let src_space = space_attr(f, cb::attr::src_space)?;
+    let dst_space = space_attr(f, cb::attr::dst_space)?;
+    let input = match f.attr_str(cb::attr::direction)? {
         "input" => true,
         "output" => false,
         d => return Err(RtError::value(format!("copy_block: bad direction {d:?}"))),
     };
-    let block_indices = f.arg(8)?.i32s()?;
-    let grid_point = f.arg(9)?.i32s()?;
-    let name = f.attr_str("arg_name")?;
+    let block_indices = f.arg(cb::arg::block_indices)?.i32s()?;
+    let grid_point = f.arg(cb::arg::grid_point)?.i32s()?;
+    let name = f.attr_str(cb::attr::arg_name)?;
     launch::with_runtime(handle, |rt| {
         let src = MemRef { device, core, space: src_space, id: src_id, region: &src_region };
         let dst = MemRef { device, core, space: dst_space, id: dst_id, region: &dst_region };
@@ -110,10 +114,10 @@ fn block_copy_error(
 /// not tracked) and the concatenated `sizes`/`strides`/`squeezed` of the
 /// tracked outputs, whose starts are concatenated in operand `starts`.
 pub fn check_revisit(c: &mut Call) -> Result<()> {
-    let (handle, device, core) = core_target(c, 6..=6, 1)?;
+    let (handle, device, core) = core_target(c, revisit::arg::FIXED..=revisit::arg::FIXED, 1)?;
     let f = &c.frame;
-    let loop_idx: Vec<i64> = f.arg(4)?.i32s()?.iter().map(|&i| i as i64).collect();
-    let all = region(f, &super::REGION, 5, &mut Tail::none())?;
+    let loop_idx: Vec<i64> = f.arg(revisit::arg::loop_idx)?.i32s()?.iter().map(|&i| i as i64).collect();
+    let all = region(f, &super::REGION, revisit::arg::starts, &mut Tail::none())?;
     let blocks = split_blocks(f, all)?;
     launch::with_runtime(handle, |rt| rt.check_revisit(device, core, &loop_idx, &blocks))
 }
@@ -121,7 +125,7 @@ pub fn check_revisit(c: &mut Call) -> Result<()> {
 fn split_blocks(f: &Frame, all: Region) -> Result<Vec<Option<Region>>> {
     let mut dims = all.dims.into_iter();
     let mut blocks = Vec::new();
-    for &rank in f.attr_i64s("ranks")? {
+    for &rank in f.attr_i64s(revisit::attr::ranks)? {
         if rank < 0 {
             blocks.push(None);
             continue;
@@ -140,15 +144,15 @@ fn split_blocks(f: &Frame, all: Region) -> Result<Vec<Option<Region>>> {
 
 /// `prng_seed(token, handle, device, core, seeds) -> token` (int32 vector).
 pub fn prng_seed(c: &mut Call) -> Result<()> {
-    let (handle, device, core) = core_target(c, 5..=5, 1)?;
-    let seeds: Vec<i64> = c.frame.arg(4)?.i32s()?.iter().map(|&s| s as i64).collect();
+    let (handle, device, core) = core_target(c, seed::arg::FIXED..=seed::arg::FIXED, 1)?;
+    let seeds: Vec<i64> = c.frame.arg(seed::arg::seeds)?.i32s()?.iter().map(|&s| s as i64).collect();
     launch::with_runtime(handle, |rt| rt.prng_seed(device, core, &seeds))
 }
 
 /// `prng_random_bits(token, handle, device, core) -> (token, bits)`; the
 /// result (any 32-bit integer dtype and shape) is filled with random words.
 pub fn prng_random_bits(c: &mut Call) -> Result<()> {
-    let (handle, device, core) = core_target(c, 4..=4, 2)?;
+    let (handle, device, core) = core_target(c, bits::arg::FIXED..=bits::arg::FIXED, 2)?;
     let out = c.frame.ret(1)?;
     let dtype = out.dtype()?;
     if !matches!(dtype, DType::I32 | DType::U32) {
@@ -173,12 +177,12 @@ pub fn prng_random_bits(c: &mut Call) -> Result<()> {
 /// to name. Attributes `num_devices`, `num_cores`.
 pub fn wrap_target(c: &mut Call) -> Result<()> {
     let f = &c.frame;
-    f.expect_arity(2..=2, 2)?;
+    f.expect_arity(wrap::arg::FIXED..=wrap::arg::FIXED, 2)?;
     let topo = Topology {
-        num_devices: u32::try_from(f.attr_i64("num_devices")?.max(1)).unwrap_or(u32::MAX),
-        cores_per_device: u32::try_from(f.attr_i64("num_cores")?.max(1)).unwrap_or(u32::MAX),
+        num_devices: u32::try_from(f.attr_i64(wrap::attr::num_devices)?.max(1)).unwrap_or(u32::MAX),
+        cores_per_device: u32::try_from(f.attr_i64(wrap::attr::num_cores)?.max(1)).unwrap_or(u32::MAX),
     };
-    let (d, k) = topo.wrap_negative(f.arg_i32(0)?.into(), f.arg_i32(1)?.into());
+    let (d, k) = topo.wrap_negative(f.arg_i32(wrap::arg::device)?.into(), f.arg_i32(wrap::arg::core)?.into());
     f.ret(0)?.write_i32(d as i32)?;
     f.ret(1)?.write_i32(k as i32)
 }
@@ -188,8 +192,8 @@ pub fn wrap_target(c: &mut Call) -> Result<()> {
 /// (no XLA kernel for the arange-and-add).
 pub fn iota_ids(c: &mut Call) -> Result<()> {
     let f = &c.frame;
-    f.expect_arity(1..=1, 1)?;
-    let first = f.arg_i32(0)?;
+    f.expect_arity(iota_ids::arg::FIXED..=iota_ids::arg::FIXED, 1)?;
+    let first = f.arg_i32(iota_ids::arg::first)?;
     write_ids(&f.ret(0)?, first)
 }
 

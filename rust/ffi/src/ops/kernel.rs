@@ -5,6 +5,7 @@ use crate::abi;
 use crate::dispatch::Call;
 use crate::frame::Frame;
 use crate::launch;
+use crate::wire::{self, kernel_begin as kb, kernel_end as ke, leak_report as lr};
 use mosaic_rt_core::reports::{self, Category, Detail, Report};
 use mosaic_rt_core::{site, Config, DType, ErrorKind, LeakPolicy, RacePolicy, Result, RtError};
 use std::time::Duration;
@@ -47,32 +48,32 @@ fn device_ordinal(f: &Frame) -> Result<i32> {
 }
 
 fn config_from_attrs(f: &Frame) -> Result<Config> {
-    let timeout_ms = f.attr_i64("wait_timeout_ms")?;
+    let timeout_ms = f.attr_i64(kb::attr::wait_timeout_ms)?;
     Ok(Config {
-        num_devices: f.attr_u32("num_devices")?,
-        cores_per_device: f.attr_u32("num_cores")?,
-        dma_mode: f.attr_str("dma_execution_mode")?.parse()?,
-        oob_reads: f.attr_str("out_of_bounds_reads")?.parse()?,
-        fill: f.attr_str("uninitialized_memory")?.parse()?,
+        num_devices: f.attr_u32(kb::attr::num_devices)?,
+        cores_per_device: f.attr_u32(kb::attr::num_cores)?,
+        dma_mode: f.attr_str(kb::attr::dma_execution_mode)?.parse()?,
+        oob_reads: f.attr_str(kb::attr::out_of_bounds_reads)?.parse()?,
+        fill: f.attr_str(kb::attr::uninitialized_memory)?.parse()?,
         // <= 0: no timeout.
         wait_timeout: (timeout_ms > 0).then(|| Duration::from_millis(timeout_ms as u64)),
         // Optional (older callers do not pass it); any non-zero S64 turns it on.
-        detect_races: f.attr_i64_opt("detect_races")?.is_some_and(|v| v != 0),
-        detect_uninitialized: f.attr_i64_opt("detect_uninitialized")?.is_some_and(|v| v != 0),
-        trace: f.attr_str_opt("trace_path")?.is_some_and(|p| !p.is_empty()),
-        spin_before_park: crate::spin::policy(f.attr_u32("num_devices")?, f.attr_u32("num_cores")?),
+        detect_races: f.attr_i64_opt(kb::attr::detect_races)?.is_some_and(|v| v != 0),
+        detect_uninitialized: f.attr_i64_opt(kb::attr::detect_uninitialized)?.is_some_and(|v| v != 0),
+        trace: f.attr_str_opt(kb::attr::trace_path)?.is_some_and(|p| !p.is_empty()),
+        spin_before_park: crate::spin::policy(f.attr_u32(kb::attr::num_devices)?, f.attr_u32(kb::attr::num_cores)?),
         // Optional: race policy (default: stock's print).
-        on_race: match f.attr_str_opt("on_race")? {
+        on_race: match f.attr_str_opt(kb::attr::on_race)? {
             Some(p) => p.parse()?,
             None => RacePolicy::Print,
         },
         // Optional: reports as Python warnings unless 0.
-        report_as_warnings: f.attr_i64_opt("report_as_warnings")?.is_none_or(|v| v != 0),
+        report_as_warnings: f.attr_i64_opt(kb::attr::report_as_warnings)?.is_none_or(|v| v != 0),
         // Optional: on unless 0.
-        detect_deadlocks: f.attr_i64_opt("detect_deadlocks")?.is_none_or(|v| v != 0),
+        detect_deadlocks: f.attr_i64_opt(kb::attr::detect_deadlocks)?.is_none_or(|v| v != 0),
         // Optional: the idle window of the heuristic for devices that never
         // join (<= 0: off).
-        deadlock_idle: match f.attr_i64_opt("deadlock_idle_ms")? {
+        deadlock_idle: match f.attr_i64_opt(kb::attr::deadlock_idle_ms)? {
             None => Some(mosaic_rt_core::DEFAULT_DEADLOCK_IDLE),
             Some(ms) if ms <= 0 => None,
             Some(ms) => Some(Duration::from_millis(ms as u64)),
@@ -85,7 +86,7 @@ fn config_from_attrs(f: &Frame) -> Result<Config> {
 /// really runs where the mesh says: a wrong device id would otherwise join
 /// the launch as another device and deadlock or corrupt its memory.
 fn check_ordinal(f: &Frame, device: u32, num_devices: u32) -> Result<()> {
-    let Some(expected) = f.attr_i64s_opt("device_ordinals")? else {
+    let Some(expected) = f.attr_i64s_opt(kb::attr::device_ordinals)? else {
         return Ok(());
     };
     if expected.len() != num_devices as usize {
@@ -111,7 +112,7 @@ fn check_ordinal(f: &Frame, device: u32, num_devices: u32) -> Result<()> {
 /// attributes `uid`, the config (see `config_from_attrs`) and optionally
 /// `device_ordinals` (see `check_ordinal`).
 pub fn kernel_begin(c: &mut Call) -> Result<()> {
-    c.frame.expect_arity(2..=2, 2)?;
+    c.frame.expect_arity(kb::arg::FIXED..=kb::arg::FIXED, 2)?;
     join(c).map(|_| ())
 }
 
@@ -121,8 +122,8 @@ pub fn kernel_begin(c: &mut Call) -> Result<()> {
 pub fn join(c: &mut Call) -> Result<(u64, u32)> {
     let f = &c.frame;
     pass_token(f)?;
-    let device = f.arg_id(1, "device id")?;
-    let uid = f.attr_i64("uid")? as u64;
+    let device = f.arg_id(kb::arg::device, "device id")?;
+    let uid = f.attr_i64(kb::attr::uid)? as u64;
     let config = config_from_attrs(f)?;
     config.topology().check_device(device).map_err(|e| e.at(device, 0))?;
     let out = f.ret(1)?;
@@ -132,7 +133,7 @@ pub fn join(c: &mut Call) -> Result<(u64, u32)> {
     }
     let handle = launch::join(uid, run_id(f)?, device, &config).map_err(|e| e.at(device, 0))?;
     c.bind(handle, device);
-    if let Some(path) = c.frame.attr_str_opt("trace_path")?.filter(|p| !p.is_empty()) {
+    if let Some(path) = c.frame.attr_str_opt(kb::attr::trace_path)?.filter(|p| !p.is_empty()) {
         crate::trace_files::set_output(handle, path);
     }
     // Checked after joining, so that a mismatch fails the whole launch and
@@ -154,8 +155,8 @@ pub fn join(c: &mut Call) -> Result<(u64, u32)> {
 /// that policy (one call for the launch's epilogue instead of two).
 pub fn kernel_end(c: &mut Call) -> Result<()> {
     let n_out = c.frame.num_rets().max(1) - 1;
-    let (handle, device) = device_target(c, (3 + n_out)..=usize::MAX, 1 + n_out)?;
-    if let Some(policy) = c.frame.attr_str_opt("leak_policy")? {
+    let (handle, device) = device_target(c, (ke::arg::FIXED + n_out)..=usize::MAX, 1 + n_out)?;
+    if let Some(policy) = c.frame.attr_str_opt(ke::attr::leak_policy)? {
         report_leaks(handle, device, policy.parse()?)?;
     }
     crate::report_sink::deliver(handle, device)?;
@@ -197,7 +198,7 @@ fn check_borrows_kept_alive(c: &Call, handle: u64, device: u32) -> Result<()> {
         return Ok(());
     }
     let f = &c.frame;
-    let kept = (3..f.num_args())
+    let kept = (ke::arg::FIXED..f.num_args())
         .map(|i| f.arg(i).and_then(|b| b.byte_range()).map(|r| (r.start, r.len())))
         .collect::<Result<Vec<_>>>()?;
     match borrowed.iter().find(|b| !kept.contains(b)) {
@@ -216,8 +217,8 @@ fn check_borrows_kept_alive(c: &Call, handle: u64, device: u32) -> Result<()> {
 /// fails the launch naming each leak; "warn" queues one report per leak for
 /// Python, see `pending_reports`).
 pub fn leak_report(c: &mut Call) -> Result<()> {
-    let (handle, device) = device_target(c, 3..=3, 2)?;
-    let policy: LeakPolicy = c.frame.attr_str("policy")?.parse()?;
+    let (handle, device) = device_target(c, lr::arg::FIXED..=lr::arg::FIXED, 2)?;
+    let policy: LeakPolicy = c.frame.attr_str(lr::attr::policy)?.parse()?;
     let count = report_leaks(handle, device, policy)?;
     c.frame.ret(1)?.write_i32(count.min(i32::MAX as usize) as i32)
 }
@@ -271,7 +272,7 @@ pub fn leak_report_of(device: u32, l: &mosaic_rt_core::Leak, as_warning: bool) -
 /// sink (`crate::report_sink`).
 pub fn pending_reports(c: &mut Call) -> Result<()> {
     let f = &c.frame;
-    f.expect_arity(1..=1, 2)?;
+    f.expect_arity(wire::pending_reports::arg::FIXED..=wire::pending_reports::arg::FIXED, 2)?;
     pass_token(f)?;
     f.ret(1)?.write_i32(reports::pending().min(i32::MAX as usize) as i32)
 }
@@ -280,13 +281,13 @@ pub fn pending_reports(c: &mut Call) -> Result<()> {
 /// (device, core) is done (several cores per device: deadlock detection
 /// then knows the core will not signal anyone any more).
 pub fn core_end(c: &mut Call) -> Result<()> {
-    let (handle, device, core) = super::core_target(c, 4..=4, 1)?;
+    let (handle, device, core) = super::core_target(c, wire::core_end::arg::FIXED..=wire::core_end::arg::FIXED, 1)?;
     launch::with_runtime(handle, |rt| rt.finish_core(device, core))
 }
 
 /// `device_barrier(token, handle, device) -> token`.
 pub fn device_barrier(c: &mut Call) -> Result<()> {
-    let (handle, device) = device_target(c, 3..=3, 1)?;
+    let (handle, device) = device_target(c, wire::device_barrier::arg::FIXED..=wire::device_barrier::arg::FIXED, 1)?;
     let _site = c.enter_site();
     launch::with_runtime(handle, |rt| rt.device_barrier(device))
 }
@@ -295,7 +296,8 @@ pub fn device_barrier(c: &mut Call) -> Result<()> {
 /// `device` see each other's past (race detection; a no-op without it).
 /// Stock does this before and after running a multi-core grid.
 pub fn sync_device_cores(c: &mut Call) -> Result<()> {
-    let (handle, device) = device_target(c, 3..=3, 1)?;
+    let (handle, device) =
+        device_target(c, wire::sync_device_cores::arg::FIXED..=wire::sync_device_cores::arg::FIXED, 1)?;
     launch::with_runtime(handle, |rt| rt.sync_device_cores(device))
 }
 
@@ -303,7 +305,7 @@ pub fn sync_device_cores(c: &mut Call) -> Result<()> {
 /// and device ordinal as XLA reports them to this call (diagnostics/tests).
 pub fn launch_info(c: &mut Call) -> Result<()> {
     let f = &c.frame;
-    f.expect_arity(1..=1, 2)?;
+    f.expect_arity(wire::launch_info::arg::FIXED..=wire::launch_info::arg::FIXED, 2)?;
     pass_token(f)?;
     let out = f.ret(1)?;
     out.expect_dtype(DType::I32)?;

@@ -4,6 +4,7 @@ use super::{core_target, device_target, region, space_attr, tail_len, Tail, REGI
 use crate::dispatch::Call;
 use crate::frame::{Buf, Frame};
 use crate::launch;
+use crate::wire::{allocate_buffer as alloc, free_buffer as free, load as ld, store as st, swap as sw};
 use mosaic_rt_core::{DType, Init, MemRef, MemorySpace, Region, Result, RtError, Stored};
 
 fn shape_attr(c: &Call, name: &str) -> Result<Option<Vec<usize>>> {
@@ -35,25 +36,26 @@ fn shape_attr(c: &Call, name: &str) -> Result<Option<Vec<usize>>> {
 /// no other use: `kernel_end` checks it receives that same memory.
 pub fn allocate_buffer(c: &mut Call) -> Result<()> {
     let rets = if c.frame.num_rets() == 3 { 3 } else { 2 };
-    let (handle, device) = device_target(c, 4..=5, rets)?;
+    let (handle, device) = device_target(c, alloc::arg::FIXED..=alloc::arg::init + 1, rets)?;
     let _site = c.enter_site();
     let f = &c.frame;
     let spec = BufferSpec {
-        core: f.arg_opt_id(3, "core id")?,
-        space: space_attr(f, "space")?,
-        dtype: DType::from_name(f.attr_str("dtype")?)?,
-        shape: shape_attr(c, "shape")?.ok_or_else(|| RtError::value("allocate_buffer: missing attribute \"shape\""))?,
-        logical: shape_attr(c, "logical_shape")?,
+        core: f.arg_opt_id(alloc::arg::core, "core id")?,
+        space: space_attr(f, alloc::attr::space)?,
+        dtype: DType::from_name(f.attr_str(alloc::attr::dtype)?)?,
+        shape: shape_attr(c, alloc::attr::shape)?
+            .ok_or_else(|| RtError::value("allocate_buffer: missing attribute \"shape\""))?,
+        logical: shape_attr(c, alloc::attr::logical_shape)?,
         borrow: borrow_requested(c)?,
     };
     if rets == 3 {
-        if f.attr_i64_opt("direct")?.is_none_or(|v| v == 0) || f.num_args() != 4 {
+        if f.attr_i64_opt(alloc::attr::direct)?.is_none_or(|v| v == 0) || f.num_args() != alloc::arg::FIXED {
             return Err(RtError::internal("allocate_buffer: a third result needs attribute direct and no init"));
         }
         let id = allocate_direct(handle, device, &spec, &f.ret(2)?)?;
         return f.ret(1)?.write_i32(id as i32);
     }
-    let init = if f.num_args() == 5 { Some(f.arg(4)?) } else { None };
+    let init = if f.num_args() > alloc::arg::init { Some(f.arg(alloc::arg::init)?) } else { None };
     let id = allocate(handle, device, &spec, init.as_ref())?;
     f.ret(1)?.write_i32(id as i32)
 }
@@ -152,15 +154,15 @@ fn tail_region(f: &Frame, slot: usize, t: usize) -> Result<Region> {
 
 /// Whether the optional `borrow` attribute asks for a borrowed input.
 fn borrow_requested(c: &Call) -> Result<bool> {
-    Ok(c.frame.attr_i64_opt("borrow")?.is_some_and(|v| v != 0))
+    Ok(c.frame.attr_i64_opt(alloc::attr::borrow)?.is_some_and(|v| v != 0))
 }
 
 /// `free_buffer(token, handle, device, core, id) -> token`; attribute `space`.
 pub fn free_buffer(c: &mut Call) -> Result<()> {
-    let (handle, device, core) = core_target(c, 5..=5, 1)?;
+    let (handle, device, core) = core_target(c, free::arg::FIXED..=free::arg::FIXED, 1)?;
     let _site = c.enter_site();
-    let id = c.frame.arg_id(4, "buffer id")?;
-    let space = space_attr(&c.frame, "space")?;
+    let id = c.frame.arg_id(free::arg::buffer_id, "buffer id")?;
+    let space = space_attr(&c.frame, free::attr::space)?;
     launch::with_runtime(handle, |rt| rt.free_buffer(device, core, space, id))
 }
 
@@ -172,14 +174,14 @@ pub fn free_buffer(c: &mut Call) -> Result<()> {
 /// (attribute `tail_starts`, see [`super::region`]).
 pub fn load(c: &mut Call) -> Result<()> {
     let t = tail_len(&c.frame);
-    let (handle, device, core) = core_target(c, 6 + t..=7 + t, 2)?;
+    let (handle, device, core) = core_target(c, ld::arg::FIXED + t..=ld::arg::mask + 1 + t, 2)?;
     let _site = c.enter_site();
     let f = &c.frame;
-    let id = f.arg_id(4, "buffer id")?;
-    let space = space_attr(f, "space")?;
-    let region = tail_region(f, 5, t)?;
-    if f.num_args() - t == 7 {
-        let m = f.arg(6)?;
+    let id = f.arg_id(ld::arg::buffer_id, "buffer id")?;
+    let space = space_attr(f, ld::attr::space)?;
+    let region = tail_region(f, ld::arg::starts, t)?;
+    if f.num_args() - t > ld::arg::mask {
+        let m = f.arg(ld::arg::mask)?;
         m.expect_dtype(DType::Bool)?;
         let out = f.ret(1)?;
         if m.dims != out.dims {
@@ -217,19 +219,19 @@ pub fn load(c: &mut Call) -> Result<()> {
 /// attributes as for `load`.
 pub fn store(c: &mut Call) -> Result<()> {
     let t = tail_len(&c.frame);
-    let (handle, device, core) = core_target(c, 7 + t..=7 + t, 1)?;
+    let (handle, device, core) = core_target(c, st::arg::FIXED + t..=st::arg::FIXED + t, 1)?;
     let _site = c.enter_site();
     let f = &c.frame;
-    let id = f.arg_id(4, "buffer id")?;
-    let space = space_attr(f, "space")?;
-    let region = tail_region(f, 5, t)?;
-    let data = f.arg(6)?.elements()?;
+    let id = f.arg_id(st::arg::buffer_id, "buffer id")?;
+    let space = space_attr(f, st::attr::space)?;
+    let region = tail_region(f, st::arg::starts, t)?;
+    let data = f.arg(st::arg::value)?.elements()?;
     launch::with_runtime(handle, |rt| rt.store(MemRef::new(device, core, space, id, &region), &data))
 }
 
 /// Whether the optional `splat` attribute is set (non-zero).
 fn splat_requested(c: &Call) -> Result<bool> {
-    Ok(c.frame.attr_i64_opt("splat")?.is_some_and(|v| v != 0))
+    Ok(c.frame.attr_i64_opt(sw::attr::splat)?.is_some_and(|v| v != 0))
 }
 
 /// `swap(token, handle, device, core, id, starts, value[, mask]) -> (token, old)`;
@@ -244,14 +246,15 @@ pub fn swap(c: &mut Call) -> Result<()> {
     let splat = splat_requested(c)?;
     let rets = if c.frame.num_rets() == 1 { 1 } else { 2 };
     let t = tail_len(&c.frame);
-    let (handle, device, core) = core_target(c, if splat { 7 + t..=7 + t } else { 7 + t..=8 + t }, rets)?;
+    let (handle, device, core) =
+        core_target(c, sw::arg::FIXED + t..=if splat { sw::arg::FIXED } else { sw::arg::mask + 1 } + t, rets)?;
     let _site = c.enter_site();
     let f = &c.frame;
-    let id = f.arg_id(4, "buffer id")?;
-    let space = space_attr(f, "space")?;
-    let region = tail_region(f, 5, t)?;
-    let masked = f.num_args() - t == 8;
-    let value = f.arg(6)?;
+    let id = f.arg_id(sw::arg::buffer_id, "buffer id")?;
+    let space = space_attr(f, sw::attr::space)?;
+    let region = tail_region(f, sw::arg::starts, t)?;
+    let masked = f.num_args() - t > sw::arg::mask;
+    let value = f.arg(sw::arg::value)?;
     let data = value.elements()?;
     let stored = if splat {
         if !value.dims.is_empty() {
@@ -262,7 +265,7 @@ pub fn swap(c: &mut Call) -> Result<()> {
         Stored::Dense(&data)
     };
     let mask = if masked {
-        let m = f.arg(7)?;
+        let m = f.arg(sw::arg::mask)?;
         m.expect_dtype(DType::Bool)?;
         if m.dims != value.dims {
             return Err(RtError::value(format!(
@@ -285,7 +288,7 @@ pub fn swap(c: &mut Call) -> Result<()> {
     }
     let out_range = out.byte_range()?;
     let overlaps = |r: std::ops::Range<usize>| !r.is_empty() && r.start < out_range.end && out_range.start < r.end;
-    if overlaps(value.byte_range()?) || masked && overlaps(f.arg(7)?.byte_range()?) {
+    if overlaps(value.byte_range()?) || masked && overlaps(f.arg(sw::arg::mask)?.byte_range()?) {
         return Err(RtError::value("swap: the result buffer overlaps the value or mask operand"));
     }
     // SAFETY: the only slice of result 1; it overlaps neither operand slice

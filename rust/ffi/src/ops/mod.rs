@@ -8,8 +8,8 @@ pub mod dma;
 pub mod grid;
 pub mod interp;
 pub mod kernel;
+pub mod launch_begin;
 pub mod memory;
-pub mod prologue;
 pub mod scalar;
 pub mod sem;
 pub mod threefry;
@@ -19,6 +19,7 @@ pub mod vector;
 use crate::dispatch::Call;
 use crate::frame::Frame;
 use crate::launch;
+use crate::wire;
 use mosaic_rt_core::{DType, DimSel, MemorySpace, Region, Result, RtError};
 use std::ops::RangeInclusive;
 
@@ -55,14 +56,14 @@ fn bad_handle(f: &Frame, i: usize) -> Result<u64> {
     Ok(launch::join_handle(parts))
 }
 
-/// Reads `handle, device` (operands 1, 2), binds the call to that launch,
+/// Reads `handle, device` (operands [`wire::HANDLE`], [`wire::DEVICE`]), binds the call to that launch,
 /// then checks the arity and the token. Binding comes first so that any
 /// later error fails the whole launch instead of leaving the other devices
 /// waiting for this one.
 #[inline]
 pub fn device_target(c: &mut Call, args: RangeInclusive<usize>, rets: usize) -> Result<(u64, u32)> {
-    let handle = handle_arg(&c.frame, 1)?;
-    let device = c.frame.arg_id(2, "device id")?;
+    let handle = handle_arg(&c.frame, wire::HANDLE)?;
+    let device = c.frame.arg_id(wire::DEVICE, "device id")?;
     c.bind(handle, device);
     c.frame.expect_arity(args, rets)?;
     pass_token(&c.frame)?;
@@ -73,7 +74,7 @@ pub fn device_target(c: &mut Call, args: RangeInclusive<usize>, rets: usize) -> 
 #[inline]
 pub fn core_target(c: &mut Call, args: RangeInclusive<usize>, rets: usize) -> Result<(u64, u32, u32)> {
     let (handle, device) = device_target(c, args, rets)?;
-    let core = c.frame.arg_id(3, "core id")?;
+    let core = c.frame.arg_id(wire::CORE, "core id")?;
     Ok((handle, device, core))
 }
 
@@ -82,29 +83,7 @@ pub fn space_attr(f: &Frame, name: &str) -> Result<MemorySpace> {
     MemorySpace::from_code(f.attr_i64(name)?)
 }
 
-/// Which region of an op: names of its three static attributes.
-pub struct RegionAttrs {
-    pub sizes: &'static str,
-    pub strides: &'static str,
-    pub squeezed: &'static str,
-    /// Optional: per dim a static start, or [`DYNAMIC_START`] for the next
-    /// entry of the start operand (which then holds only those).
-    pub fixed: &'static str,
-}
-
-/// In a region's `fixed` starts attribute: "take this start from the operand".
-pub const DYNAMIC_START: i64 = i64::MIN;
-
-pub const REGION: RegionAttrs =
-    RegionAttrs { sizes: "sizes", strides: "strides", squeezed: "squeezed", fixed: "fixed" };
-pub const SRC_REGION: RegionAttrs =
-    RegionAttrs { sizes: "src_sizes", strides: "src_strides", squeezed: "src_squeezed", fixed: "src_fixed" };
-pub const DST_REGION: RegionAttrs =
-    RegionAttrs { sizes: "dst_sizes", strides: "dst_strides", squeezed: "dst_squeezed", fixed: "dst_fixed" };
-
-/// Attribute of an op whose regions pass some dynamic starts as trailing
-/// scalar operands: how many there are (its last operands).
-pub const TAIL_STARTS: &str = "tail_starts";
+pub use crate::wire::{RegionAttrs, DST_REGION, DYNAMIC_START, REGION, SRC_REGION, TAIL_STARTS};
 
 /// How many trailing start operands an op has (read before the arity check,
 /// which needs it: an absent or malformed attribute counts 0, and then the

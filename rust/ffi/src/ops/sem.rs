@@ -3,6 +3,10 @@
 use super::{core_target, device_target};
 use crate::dispatch::Call;
 use crate::launch;
+use crate::wire::{
+    allocate_semaphores as alloc, barrier_semaphore as barrier, semaphore_read as read, semaphore_signal as signal,
+    semaphore_wait as wait,
+};
 use mosaic_rt_core::{Result, RtError, SemKind};
 
 /// A non-negative int32 operand used as a count.
@@ -18,11 +22,11 @@ fn count_arg(c: &Call, i: usize, what: &str) -> Result<i64> {
 /// `core` = -1 allocates on every core of the device; attributes `kind`
 /// ("regular" | "dma" | "barrier") and `count`.
 pub fn allocate_semaphores(c: &mut Call) -> Result<()> {
-    let (handle, device) = device_target(c, 4..=4, 2)?;
+    let (handle, device) = device_target(c, alloc::arg::FIXED..=alloc::arg::FIXED, 2)?;
     let _site = c.enter_site();
-    let core = c.frame.arg_opt_id(3, "core id")?;
-    let kind: SemKind = c.frame.attr_str("kind")?.parse()?;
-    let count = c.frame.attr_u32("count")?;
+    let core = c.frame.arg_opt_id(alloc::arg::core, "core id")?;
+    let kind: SemKind = c.frame.attr_str(alloc::attr::kind)?.parse()?;
+    let count = c.frame.attr_u32(alloc::attr::count)?;
     let first = launch::with_runtime(handle, |rt| rt.allocate_semaphores(device, core, kind, count))?;
     c.frame.ret(1)?.write_i32(first as i32)
 }
@@ -30,8 +34,8 @@ pub fn allocate_semaphores(c: &mut Call) -> Result<()> {
 /// `barrier_semaphore(token, handle, device) -> (token, int32 id)`;
 /// attribute `collective_id`.
 pub fn barrier_semaphore(c: &mut Call) -> Result<()> {
-    let (handle, device) = device_target(c, 3..=3, 2)?;
-    let cid = c.frame.attr_u32("collective_id")?;
+    let (handle, device) = device_target(c, barrier::arg::FIXED..=barrier::arg::FIXED, 2)?;
+    let cid = c.frame.attr_u32(barrier::attr::collective_id)?;
     let id = launch::with_runtime(handle, |rt| rt.barrier_semaphore(device, cid))?;
     c.frame.ret(1)?.write_i32(id as i32)
 }
@@ -43,17 +47,18 @@ pub fn barrier_semaphore(c: &mut Call) -> Result<()> {
 /// given. No target device = the signalling device, no target core = core
 /// 0 (stock's rule).
 pub fn semaphore_signal(c: &mut Call) -> Result<()> {
-    let (handle, device, core) = core_target(c, 8..=8, 1)?;
+    let (handle, device, core) = core_target(c, signal::arg::FIXED..=signal::arg::FIXED, 1)?;
     let f = &c.frame;
-    let sem = f.arg_id(4, "semaphore id")?;
-    let inc = f.arg_i32(5)? as i64;
-    let [has_device, has_core, wrap] = f.attrs_i64_opt(["has_target_device", "has_target_core", "wrap_negative"]);
+    let sem = f.arg_id(signal::arg::sem, "semaphore id")?;
+    let inc = f.arg_i32(signal::arg::inc)? as i64;
+    let [has_device, has_core, wrap] =
+        f.attrs_i64_opt([signal::attr::has_target_device, signal::attr::has_target_core, signal::attr::wrap_negative]);
     let (target_device, target_core) = if wrap == Some(1) {
         wrapped_target(f, handle)?
     } else {
         (
-            super::target_arg(f, handle, 6, has_device, "target device id")?,
-            super::target_arg(f, handle, 7, has_core, "target core id")?,
+            super::target_arg(f, handle, signal::arg::target_device, has_device, "target device id")?,
+            super::target_arg(f, handle, signal::arg::target_core, has_core, "target core id")?,
         )
     };
     launch::with_runtime(handle, |rt| rt.semaphore_signal(device, core, sem, inc, target_device, target_core))
@@ -65,7 +70,8 @@ pub fn semaphore_signal(c: &mut Call) -> Result<()> {
 /// by a `wrap_target` call of its own before the signal.
 fn wrapped_target(f: &crate::frame::Frame, handle: u64) -> Result<(Option<u32>, Option<u32>)> {
     let topo = launch::with_runtime(handle, |rt| Ok(rt.topology()))?;
-    let (d, k) = topo.wrap_negative(f.arg_i32(6)?.into(), f.arg_i32(7)?.into());
+    let (d, k) =
+        topo.wrap_negative(f.arg_i32(signal::arg::target_device)?.into(), f.arg_i32(signal::arg::target_core)?.into());
     Ok((Some(super::target_id(handle, d, "target device id")?), Some(super::target_id(handle, k, "target core id")?)))
 }
 
@@ -73,10 +79,10 @@ fn wrapped_target(f: &crate::frame::Frame, handle: u64) -> Result<(Option<u32>, 
 /// Optional attribute `decrement` (default 1): 0 leaves the count as it is
 /// once it reaches `value` (`pl.semaphore_wait(..., decrement=False)`).
 pub fn semaphore_wait(c: &mut Call) -> Result<()> {
-    let (handle, device, core) = core_target(c, 6..=6, 1)?;
-    let sem = c.frame.arg_id(4, "semaphore id")?;
-    let value = count_arg(c, 5, "semaphore wait value")?;
-    let decrement = match c.frame.attr_i64_opt("decrement")? {
+    let (handle, device, core) = core_target(c, wait::arg::FIXED..=wait::arg::FIXED, 1)?;
+    let sem = c.frame.arg_id(wait::arg::sem, "semaphore id")?;
+    let value = count_arg(c, wait::arg::value, "semaphore wait value")?;
+    let decrement = match c.frame.attr_i64_opt(wait::attr::decrement)? {
         None | Some(1) => true,
         Some(0) => false,
         Some(v) => return Err(RtError::value(format!("semaphore_wait: attribute decrement must be 0 or 1, got {v}"))),
@@ -91,8 +97,8 @@ pub fn semaphore_wait(c: &mut Call) -> Result<()> {
 
 /// `semaphore_read(token, handle, device, core, sem) -> (token, int32 count)`.
 pub fn semaphore_read(c: &mut Call) -> Result<()> {
-    let (handle, device, core) = core_target(c, 5..=5, 2)?;
-    let sem = c.frame.arg_id(4, "semaphore id")?;
+    let (handle, device, core) = core_target(c, read::arg::FIXED..=read::arg::FIXED, 2)?;
+    let sem = c.frame.arg_id(read::arg::sem, "semaphore id")?;
     let v = launch::with_runtime(handle, |rt| rt.semaphore_read(device, core, sem))?;
     let v = i32::try_from(v).map_err(|_| RtError::value(format!("semaphore {sem} count {v} does not fit int32")))?;
     c.frame.ret(1)?.write_i32(v)

@@ -20,6 +20,7 @@ use super::memory::{allocate, allocate_direct, BufferSpec};
 use crate::dispatch::Call;
 use crate::frame::Frame;
 use crate::launch;
+use crate::wire::{grid_begin as gb, launch_begin as lb};
 use mosaic_rt_core::{DType, MemorySpace, Result, RtError, SemKind};
 
 /// `item_kinds` entries.
@@ -63,17 +64,17 @@ pub fn launch_begin(c: &mut Call) -> Result<()> {
     let items = items(&c.frame)?;
     let inits = items.iter().filter(|i| matches!(i, Item::Buffer { init: true, .. })).count();
     let item_rets = 2 + items.iter().map(Item::results).sum::<usize>();
-    let grid_rets = match c.frame.attr_i64s_opt("grid")? {
+    let grid_rets = match c.frame.attr_i64s_opt(gb::attr::grid)? {
         Some(grid) => 1 + 2 * grid.len(),
         None => 0,
     };
     // The dynamic grid bounds follow the init operands.
-    let args = 2 + inits + super::grid::dynamic_dims(&c.frame)?;
+    let args = lb::arg::FIXED + inits + super::grid::dynamic_dims(&c.frame)?;
     c.frame.expect_arity(args..=args, item_rets + grid_rets)?;
     let (handle, device) = kernel::join(c)?;
     let _site = c.enter_site();
     let f = &c.frame;
-    let (mut arg, mut ret) = (2, 2);
+    let (mut arg, mut ret) = (lb::arg::FIXED, 2);
     let mut ids = Vec::with_capacity(items.len());
     for item in &items {
         let id = match item {
@@ -98,12 +99,12 @@ pub fn launch_begin(c: &mut Call) -> Result<()> {
         ids.push(id);
         ret += item.results();
     }
-    if f.attr_i64_opt("barrier")?.is_some_and(|v| v != 0) {
+    if f.attr_i64_opt(lb::attr::barrier)?.is_some_and(|v| v != 0) {
         launch::with_runtime(handle, |rt| rt.device_barrier(device))?;
     }
     if grid_rets > 0 {
         let blocks = block_ids(f, &ids)?;
-        super::grid::begin(f, handle, device, 0, &blocks, 2 + inits, item_rets)?;
+        super::grid::begin(f, handle, device, 0, &blocks, lb::arg::FIXED + inits, item_rets)?;
     }
     Ok(())
 }
@@ -112,7 +113,7 @@ pub fn launch_begin(c: &mut Call) -> Result<()> {
 /// kernel) buffer ids, from attribute `block_items` (per block the two
 /// items that allocated them).
 fn block_ids(f: &Frame, ids: &[Option<u32>]) -> Result<Vec<(u32, u32)>> {
-    let items = f.attr_i64s("block_items")?;
+    let items = f.attr_i64s(lb::attr::block_items)?;
     let id = |k: i64| {
         usize::try_from(k)
             .ok()
@@ -148,12 +149,12 @@ fn dims(f: &Frame, d: &[i64]) -> Result<Vec<usize>> {
 }
 
 fn items(f: &Frame) -> Result<Vec<Item>> {
-    let kinds = f.attr_i64s("item_kinds")?;
+    let kinds = f.attr_i64s(lb::attr::item_kinds)?;
     let n = kinds.len();
-    let flags = f.attr_i64s("item_flags")?;
-    let spaces = f.attr_i64s("item_spaces")?;
-    let ranks = f.attr_i64s("item_ranks")?;
-    let types: Vec<&str> = match f.attr_str("item_types")? {
+    let flags = f.attr_i64s(lb::attr::item_flags)?;
+    let spaces = f.attr_i64s(lb::attr::item_spaces)?;
+    let ranks = f.attr_i64s(lb::attr::item_ranks)?;
+    let types: Vec<&str> = match f.attr_str(lb::attr::item_types)? {
         "" if n == 0 => Vec::new(),
         s => s.split('\u{1f}').collect(),
     };
@@ -167,9 +168,9 @@ fn items(f: &Frame) -> Result<Vec<Item>> {
             types.len()
         )));
     }
-    let shapes = split(f, f.attr_i64s("item_shapes")?, ranks.iter().copied(), "item_shapes")?;
+    let shapes = split(f, f.attr_i64s(lb::attr::item_shapes)?, ranks.iter().copied(), "item_shapes")?;
     let logical_ranks = (0..n).map(|k| if flags[k] & HAS_LOGICAL != 0 { ranks[k] } else { 0 });
-    let logical = split(f, f.attr_i64s("item_logical")?, logical_ranks, "item_logical")?;
+    let logical = split(f, f.attr_i64s(lb::attr::item_logical)?, logical_ranks, "item_logical")?;
     (0..n)
         .map(|k| match kinds[k] {
             BUFFER if flags[k] & DIRECT != 0 && flags[k] & (HAS_INIT | BORROW) != 0 => {

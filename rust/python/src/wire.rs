@@ -1,0 +1,35 @@
+//! The ops' wire contract (`mosaic_rt_ffi::wire`) as `_native` constants,
+//! so the Python wrappers build their calls from the one table:
+//! `OP_LAYOUTS` ({target: (operands, optional operands, rest, attributes,
+//! optional attributes)}, tuples of names; `rest` a description of the
+//! variadic operands, "" for none), `REGION_KEYS` ({prefix: (sizes,
+//! strides, squeezed, fixed)}), `DYNAMIC_START`, `TAIL_STARTS` and
+//! `THEN_WAIT_ATTRS` (bytes, sites).
+use mosaic_rt_ffi::wire;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    let layouts = PyDict::new(py);
+    for l in wire::LAYOUTS {
+        let entry = (
+            PyTuple::new(py, l.operands)?,
+            PyTuple::new(py, l.optional_operands)?,
+            l.rest,
+            PyTuple::new(py, l.attrs)?,
+            PyTuple::new(py, l.optional_attrs)?,
+        );
+        layouts.set_item(l.target, entry)?;
+    }
+    m.add("OP_LAYOUTS", layouts)?;
+    let regions = PyDict::new(py);
+    for (prefix, r) in wire::REGIONS {
+        regions.set_item(prefix, PyTuple::new(py, r.keys())?)?;
+    }
+    m.add("REGION_KEYS", regions)?;
+    m.add("DYNAMIC_START", wire::DYNAMIC_START)?;
+    m.add("TAIL_STARTS", wire::TAIL_STARTS)?;
+    m.add("THEN_WAIT_ATTRS", (wire::THEN_WAIT_BYTES, wire::THEN_WAIT_SITES))?;
+    Ok(())
+}
