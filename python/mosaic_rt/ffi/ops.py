@@ -815,8 +815,8 @@ def iota_ids(first, shape):
 
 
 def scalar_program(program, operands, result_dtypes):
-    """The outputs of a scalar program (``mosaic_rt_core::scalar``'s int64
-    wire format, as :mod:`mosaic_rt.interpret.scalar_program` builds it)
+    """The outputs of a scalar program (``mosaic_rt_programs::scalar``'s int64
+    wire format, as :mod:`mosaic_rt.interpret.native_compute.scalar_program` builds it)
     over ``operands`` (rank-0 integers/bools, and int vectors it indexes),
     by one pure native call (no token: XLA may CSE or drop it). Returns one
     rank-0 array per entry of ``result_dtypes``."""
@@ -829,7 +829,7 @@ def scalar_program(program, operands, result_dtypes):
 
 
 def vector_program(program, operands, result_dtypes, shapes):
-    """The outputs of a vector program (``mosaic_rt_core::vector``'s int64
+    """The outputs of a vector program (``mosaic_rt_programs::vector``'s int64
     wire format: elementwise instructions over arrays of ``n`` elements and
     rank-0 scalars) over ``operands``, by one pure native call (no token:
     XLA may CSE or drop it). Returns one array per entry of
@@ -855,7 +855,7 @@ def threefry2x32(k0, k1, x0, x1, shape):
                       side_effect=False, aliases=()))
 
 
-# `mosaic_rt_core::scalar::fingerprint`: sum(words[i] * B^(i+1)) mod 2^64.
+# `mosaic_rt_programs::scalar::fingerprint`: sum(words[i] * B^(i+1)) mod 2^64.
 # With it the handler knows a program it ran before at the same address
 # without comparing every word.
 _FINGERPRINT_BASE = np.uint64(0x9E3779B97F4A7C15)

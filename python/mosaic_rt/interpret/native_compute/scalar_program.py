@@ -3,7 +3,7 @@ runs as one pure native call (`mosaic_rt.ffi.ops.scalar_program`) instead
 of XLA fusions, each of which costs ~10 ms of XLA:CPU compile time.
 
 The wire format, op names and type codes are the core's
-(`mosaic_rt_core::scalar`, exported as `_native.SCALAR_*`). While building,
+(`mosaic_rt_programs::scalar`, exported as `_native.SCALAR_*`). While building,
 a value is a `Ref`: an input is ``-(k + 1)``, instruction k is ``k``; they
 are numbered the core's way (inputs first) when the program is emitted.
 """

@@ -1,5 +1,5 @@
 """A kernel block's elementwise array compute as native vector programs
-(`mosaic_rt.ffi.ops.vector_program`, `mosaic_rt_core::vector`) instead of
+(`mosaic_rt.ffi.ops.vector_program`, `mosaic_rt_programs::vector`) instead of
 XLA fusions: XLA:CPU compiles each fusion with LLVM (measured, jax 0.12: a
 module with no fusion ~9 ms, one fusion ~23 ms, each more ~5 ms), while a
 native call compiles in a fraction of a millisecond.

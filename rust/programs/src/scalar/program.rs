@@ -1,6 +1,6 @@
 //! A scalar program: its wire format, validation and evaluation.
 //!
-//! Wire format (one int64 array, built by `mosaic_rt.interpret.scalar_program`):
+//! Wire format (one int64 array, built by `mosaic_rt.interpret.native_compute.scalar_program`):
 //!
 //! ```text
 //! FORMAT, n_inputs, n_instrs, n_outputs,
