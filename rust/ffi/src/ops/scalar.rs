@@ -7,6 +7,7 @@
 
 use crate::dispatch::Call;
 use crate::frame::{dtype_to_xla, Buf, Frame};
+use crate::wire::scalar_program as wire;
 use mosaic_rt_core::{DType, Result, RtError};
 use mosaic_rt_programs::scalar::{Program, ProgramState, ScalarType, Values};
 use std::cell::RefCell;
@@ -23,8 +24,8 @@ const FEW_INPUTS: usize = 8;
 
 pub fn scalar_program(c: &mut Call) -> Result<()> {
     let f = &c.frame;
-    let words = f.attr_i64s("program")?;
-    let fingerprint = f.attr_i64_opt("fingerprint")?;
+    let words = f.attr_i64s(wire::attr::program)?;
+    let fingerprint = f.attr_i64_opt(wire::attr::fingerprint)?;
     STATE.with(|state| state.borrow_mut().run(words, fingerprint.map(|fp| fp as u64), |p, values| run(f, p, values)))
 }
 

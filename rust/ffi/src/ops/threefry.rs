@@ -5,12 +5,13 @@
 
 use crate::dispatch::Call;
 use crate::frame::Buf;
+use crate::wire::threefry2x32 as wire;
 use mosaic_rt_core::{DType, Result, RtError};
 use mosaic_rt_programs::threefry::{hash_all, Words};
 
 pub fn threefry2x32(c: &mut Call) -> Result<()> {
     let f = &c.frame;
-    f.expect_arity(4..=4, 2)?;
+    f.expect_arity(wire::arg::FIXED..=wire::arg::FIXED, 2)?;
     let (r0, r1) = (f.ret(0)?, f.ret(1)?);
     r0.expect_dtype(DType::U32)?;
     r1.expect_dtype(DType::U32)?;

@@ -6,15 +6,16 @@
 use super::core_target;
 use crate::dispatch::Call;
 use crate::launch;
+use crate::wire::grid_step as wire;
 use mosaic_rt_core::{Result, RtError};
 
 /// `grid_step(token, handle, device, core, indices) -> token`: a grid step
 /// of (device, core) begins (attribute `phase="begin"`; `indices` are its
 /// int32 grid indices) or ends (`phase="end"`). A no-op without tracing.
 pub fn grid_step(c: &mut Call) -> Result<()> {
-    let (handle, device, core) = core_target(c, 5..=5, 1)?;
+    let (handle, device, core) = core_target(c, wire::arg::FIXED..=wire::arg::FIXED, 1)?;
     let f = &c.frame;
-    let begin = match f.attr_str("phase")? {
+    let begin = match f.attr_str(wire::attr::phase)? {
         "begin" => true,
         "end" => false,
         p => return Err(RtError::value(format!("grid_step: phase must be 'begin' or 'end', got {p:?}"))),
@@ -22,7 +23,7 @@ pub fn grid_step(c: &mut Call) -> Result<()> {
     launch::with_runtime(handle, |rt| {
         rt.topology().check(device, core)?;
         if let Some(t) = rt.tracer() {
-            let indices: Vec<i64> = f.arg(4)?.i32s()?.iter().map(|&i| i as i64).collect();
+            let indices: Vec<i64> = f.arg(wire::arg::indices)?.i32s()?.iter().map(|&i| i as i64).collect();
             t.grid_step(device, core, &indices, begin);
         }
         Ok(())

@@ -7,6 +7,7 @@
 
 use crate::dispatch::Call;
 use crate::frame::{dtype_to_xla, Buf, Frame};
+use crate::wire::vector_program as wire;
 use mosaic_rt_core::{DType, Result, RtError};
 use mosaic_rt_programs::vector::{Program, ProgramState, Scratch, VectorType, MAX_VALUES};
 use std::cell::RefCell;
@@ -19,8 +20,8 @@ thread_local! {
 
 pub fn vector_program(c: &mut Call) -> Result<()> {
     let f = &c.frame;
-    let words = f.attr_i64s("program")?;
-    let fingerprint = f.attr_i64_opt("fingerprint")?;
+    let words = f.attr_i64s(wire::attr::program)?;
+    let fingerprint = f.attr_i64_opt(wire::attr::fingerprint)?;
     STATE.with(|state| state.borrow_mut().run(words, fingerprint.map(|fp| fp as u64), |p, scratch| run(f, p, scratch)))
 }
 
