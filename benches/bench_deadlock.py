@@ -28,7 +28,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
 import jax
 import jax.numpy as jnp
-
 import mosaic_rt
 import mosaic_rt.ffi as F
 from test_ffi_support import begin, dummy_rows, fresh_uid, on_devices, with_token
@@ -110,14 +109,16 @@ def idle_latency(reps=5):
     mesh = jax.make_mesh((2,), ("x",), devices=jax.devices()[:2])
 
     def body(b):
-        call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(b.shape, b.dtype),
-                              interpret=mosaic_rt.InterpretParams(wait_timeout=30))
+        call = pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct(b.shape, b.dtype),
+            interpret=mosaic_rt.InterpretParams(wait_timeout=30),
+        )
         return jax.lax.cond(jax.lax.axis_index("x") == 0, call, lambda v: v, b)
 
     P = jax.sharding.PartitionSpec
     fn = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
-    x = jax.device_put(jnp.ones((16, 128), jnp.float32),
-                       jax.sharding.NamedSharding(mesh, P("x")))
+    x = jax.device_put(jnp.ones((16, 128), jnp.float32), jax.sharding.NamedSharding(mesh, P("x")))
     _time_call(fn, (x,), True, 1)  # compile
     return _time_call(fn, (x,), True, reps)
 
@@ -151,18 +152,26 @@ def main():
     lat = transition_latency()
     print("| case | detection latency |")
     print("|---|---|")
-    print(f"| transition (last device leaves), Runtime | median {statistics.median(lat) * 1e6:.0f} us, "
-          f"max {max(lat) * 1e6:.0f} us |")
+    print(
+        f"| transition (last device leaves), Runtime | median {statistics.median(lat) * 1e6:.0f} us, "
+        f"max {max(lat) * 1e6:.0f} us |"
+    )
     for n in (2, 8):
         ok, bad = ffi_latency(n)
-        print(f"| {n} crossed waits through the FFI | deadlocking launch {bad * 1e3:.2f} ms vs "
-              f"correct launch {ok * 1e3:.2f} ms |")
+        print(
+            f"| {n} crossed waits through the FFI | deadlocking launch {bad * 1e3:.2f} ms vs "
+            f"correct launch {ok * 1e3:.2f} ms |"
+        )
     idle = idle_latency()
-    print(f"| device never joins (lax.cond), idle heuristic | median {statistics.median(idle):.2f} s, "
-          f"max {max(idle):.2f} s (window 0.8 s + period 0.1 s) |")
+    print(
+        f"| device never joins (lax.cond), idle heuristic | median {statistics.median(idle):.2f} s, "
+        f"max {max(idle):.2f} s (window 0.8 s + period 0.1 s) |"
+    )
     off, on = park_cost()
-    print(f"| 2-thread blocking ping-pong per round (Python Runtime) | detection off {off * 1e6:.1f} us, "
-          f"on {on * 1e6:.1f} us |")
+    print(
+        f"| 2-thread blocking ping-pong per round (Python Runtime) | detection off {off * 1e6:.1f} us, "
+        f"on {on * 1e6:.1f} us |"
+    )
 
 
 if __name__ == "__main__":

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import os
 
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                           + " --xla_force_host_platform_device_count=8").strip()
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import threading
@@ -20,11 +19,11 @@ import time
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt.ffi as F
 import numpy as np
 from jax.experimental import io_callback
-from jax.sharding import NamedSharding, PartitionSpec as P
-
-import mosaic_rt.ffi as F
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 _uid = [90_000]
 
@@ -36,8 +35,9 @@ def uid():
 
 def sharded_runner(n, body):
     mesh = jax.make_mesh((n,), ("x",), devices=jax.devices()[:n])
-    fn = jax.jit(jax.shard_map(lambda z: body(jax.lax.axis_index("x"), z), mesh=mesh,
-                               in_specs=P("x"), out_specs=P("x")))
+    fn = jax.jit(
+        jax.shard_map(lambda z: body(jax.lax.axis_index("x"), z), mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+    )
     z = jax.device_put(jnp.zeros((n,), jnp.int32), NamedSharding(mesh, P("x")))
     return lambda: fn(z).block_until_ready()
 
@@ -53,6 +53,7 @@ def best_time(run, reps=5):
 
 
 # ------------------------------------------------------------- native path
+
 
 def native_program(n, steps, pattern):
     u = uid()
@@ -78,6 +79,7 @@ def native_program(n, steps, pattern):
 
 
 # ------------------------------------------------- io_callback + Condition
+
 
 class PySemaphores:
     """One counter per device behind a Condition, as a Python interpreter would."""
@@ -122,6 +124,7 @@ def callback_program(n, steps, pattern):
 
 # ----------------------------------------------------------------- patterns
 
+
 def self_pair(d, n, t, sig, wait):
     return wait(sig(t, d))
 
@@ -163,8 +166,7 @@ def main():
         rows.append((name, t_native * 1e6, t_cb * 1e6, t_cb / t_native))
     print(f"jax {jax.__version__}, {os.cpu_count()} CPU cores")
     targets = ["<= 0.3 us", "<= 16 us, >= 100x", ""]
-    print(f"{'case':34} {'mosaic_rt FFI (us)':>19} {'io_callback (us)':>17} {'speed-up':>9}"
-          f"  target")
+    print(f"{'case':34} {'mosaic_rt FFI (us)':>19} {'io_callback (us)':>17} {'speed-up':>9}  target")
     for (name, a, b, r), target in zip(rows, targets):
         print(f"{name:34} {a:19.3f} {b:17.1f} {r:8.0f}x  {target}")
     hop = rows[2][1] / 8

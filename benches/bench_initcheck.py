@@ -18,11 +18,11 @@ import tempfile
 import time
 
 import jax
-import numpy as np
-
 import mosaic_rt
 import mosaic_rt.ffi as F
+import numpy as np
 from mosaic_rt.bench.local import blockspec_add, dma_pipeline
+
 
 def median_seconds(call, args, budget: float, min_runs: int = 5) -> tuple[float, int]:
     jax.block_until_ready(call(*args))  # compile + first run
@@ -40,15 +40,20 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer sizes, shorter budget")
     args = parser.parse_args()
     budget = 0.5 if args.quick else 2.0
-    cases = [("BlockSpec add, grid", blockspec_add, (8, 64) if args.quick else (8, 64, 256)),
-             ("DMA pipeline, chunks", dma_pipeline, (8, 64) if args.quick else (8, 64, 256))]
+    cases = [
+        ("BlockSpec add, grid", blockspec_add, (8, 64) if args.quick else (8, 64, 256)),
+        ("DMA pipeline, chunks", dma_pipeline, (8, 64) if args.quick else (8, 64, 256)),
+    ]
     tmp = tempfile.mkdtemp(prefix="mosaic_rt_bench_")
-    modes = [("off", {}), ("initcheck", {"detect_uninitialized": True}),
-             ("trace", {"trace_path": os.path.join(tmp, "trace.json")})]
-    print(f"jax {jax.__version__}, mosaic_rt {mosaic_rt.__version__}, {os.cpu_count()} CPUs; "
-          f"steady-state median per call")
-    print(f"| {'kernel':<26} | {'off':>10} | {'initcheck':>10} | {'ratio':>6} | "
-          f"{'trace':>10} | {'ratio':>6} |")
+    modes = [
+        ("off", {}),
+        ("initcheck", {"detect_uninitialized": True}),
+        ("trace", {"trace_path": os.path.join(tmp, "trace.json")}),
+    ]
+    print(
+        f"jax {jax.__version__}, mosaic_rt {mosaic_rt.__version__}, {os.cpu_count()} CPUs; steady-state median per call"
+    )
+    print(f"| {'kernel':<26} | {'off':>10} | {'initcheck':>10} | {'ratio':>6} | {'trace':>10} | {'ratio':>6} |")
     print(f"|{'-' * 28}|{'-' * 12}|{'-' * 12}|{'-' * 8}|{'-' * 12}|{'-' * 8}|")
     for label, make, sizes in cases:
         for n in sizes:
@@ -64,9 +69,11 @@ def main() -> int:
             for name in outs:
                 np.testing.assert_array_equal(outs[name], outs["off"])
             us = {k: v * 1e6 for k, v in got.items()}
-            print(f"| {label + ' ' + str(n):<26} | {us['off']:>8.0f}us | {us['initcheck']:>8.0f}us | "
-                  f"{us['initcheck'] / us['off']:>5.2f}x | {us['trace']:>8.0f}us | "
-                  f"{us['trace'] / us['off']:>5.2f}x |")
+            print(
+                f"| {label + ' ' + str(n):<26} | {us['off']:>8.0f}us | {us['initcheck']:>8.0f}us | "
+                f"{us['initcheck'] / us['off']:>5.2f}x | {us['trace']:>8.0f}us | "
+                f"{us['trace'] / us['off']:>5.2f}x |"
+            )
     written = [p for p in mosaic_rt.timeline.trace_files() if p.startswith(tmp)]
     for p in written:
         os.remove(p)
@@ -77,4 +84,5 @@ def main() -> int:
 
 if __name__ == "__main__":
     import mosaic_rt.timeline
+
     raise SystemExit(main())

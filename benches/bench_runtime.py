@@ -14,7 +14,6 @@ import threading
 import time
 
 import numpy as np
-
 from mosaic_rt import Runtime
 
 
@@ -59,6 +58,7 @@ def bench_signal_wait(n, repeats):
 
 def bench_ping_pong(n, repeats):
     """Round trip: device 0 signals device 1 and waits for its answer."""
+
     def run(n):
         rt = Runtime(2, 1, wait_timeout=30)
         native = rt.native

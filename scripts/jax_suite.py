@@ -89,11 +89,11 @@ BACKENDS = ("stock", "mosaic_rt")
 
 
 def _git_show(git_dir: str, tag: str, path: str) -> bytes:
-    proc = subprocess.run(["git", "--git-dir", git_dir, "show", f"{tag}:{path}"],
-                          capture_output=True)
+    proc = subprocess.run(["git", "--git-dir", git_dir, "show", f"{tag}:{path}"], capture_output=True)
     if proc.returncode != 0:
-        raise SystemExit(f"jax_suite: cannot read {tag}:{path} from {git_dir}: "
-                         f"{proc.stderr.decode(errors='replace').strip()}")
+        raise SystemExit(
+            f"jax_suite: cannot read {tag}:{path} from {git_dir}: {proc.stderr.decode(errors='replace').strip()}"
+        )
     return proc.stdout
 
 
@@ -236,9 +236,21 @@ def _run_file(args, backend, python, src, tmp, file, versions):
     env = _env(backend, stats, src)
     env["JAX_SUITE_RECORD"] = record
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SCRIPTS, env.get("PYTHONPATH")) if p)
-    base = [python, "-m", "pytest", "-c", os.path.join(tmp, "pyproject.toml"),
-            "--rootdir", tmp, "-p", "no:cacheprovider", "-p", "jax_suite_record",
-            "-rfEs", "--tb=short"]
+    base = [
+        python,
+        "-m",
+        "pytest",
+        "-c",
+        os.path.join(tmp, "pyproject.toml"),
+        "--rootdir",
+        tmp,
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "jax_suite_record",
+        "-rfEs",
+        "--tb=short",
+    ]
     base += _plugin_flags(backend, versions)
     if backend == "mosaic_rt":
         base += ["-p", "jax_suite_shim"]
@@ -275,8 +287,10 @@ def _run_file(args, backend, python, src, tmp, file, versions):
                     running = [n for n in started_now if n not in finished]
                     cpu = _cpu_seconds(proc.pid) - cpu0
                     killed = running[-1] if running else None
-                    fh.write(f"\n[jax_suite] no progress for {args.test_timeout:.0f}s in "
-                             f"{killed} (process CPU in that time: {cpu:.1f}s): SIGABRT\n")
+                    fh.write(
+                        f"\n[jax_suite] no progress for {args.test_timeout:.0f}s in "
+                        f"{killed} (process CPU in that time: {cpu:.1f}s): SIGABRT\n"
+                    )
                     fh.flush()
                     proc.send_signal(signal.SIGABRT)
                     try:
@@ -295,21 +309,33 @@ def _run_file(args, backend, python, src, tmp, file, versions):
     tests = _outcomes(reports, file)
     for nodeid, h in hung.items():
         tid = _tid(nodeid, file)
-        tests[tid] = {"outcome": "error", "time": h["after"], "hung": h,
-                      "message": f"hung: no progress for {h['after']:.0f}s "
-                                 f"(process CPU in that time {h['cpu']}s); killed"}
+        tests[tid] = {
+            "outcome": "error",
+            "time": h["after"],
+            "hung": h,
+            "message": f"hung: no progress for {h['after']:.0f}s (process CPU in that time {h['cpu']}s); killed",
+        }
     with open(log) as fh:
         tail = fh.read().splitlines()[-3:]
-    info = {"wall": round(wall, 2), "elapsed": round(time.perf_counter() - t_start, 2),
-            "returncodes": rcs, "log": log, "hung": sorted(hung), "counts": _counts(tests),
-            "summary_line": tail[-1] if tail else ""}
+    info = {
+        "wall": round(wall, 2),
+        "elapsed": round(time.perf_counter() - t_start, 2),
+        "returncodes": rcs,
+        "log": log,
+        "hung": sorted(hung),
+        "counts": _counts(tests),
+        "summary_line": tail[-1] if tail else "",
+    }
     if os.path.exists(stats):
         with open(stats) as fh:
             info["shim"] = json.load(fh)
     bad = [rc for rc in rcs if rc not in (0, 1, 5) and rc != -signal.SIGABRT]
     if bad or (collected is None and 5 not in rcs):
-        tests[f"{file}::<file>"] = {"outcome": "error", "time": wall,
-                                    "message": f"pytest exited with {rcs}: {' | '.join(tail)}"}
+        tests[f"{file}::<file>"] = {
+            "outcome": "error",
+            "time": wall,
+            "message": f"pytest exited with {rcs}: {' | '.join(tail)}",
+        }
         info["counts"] = _counts(tests)
     return info, tests
 
@@ -321,11 +347,17 @@ def run_backend(args, backend: str) -> dict:
     tag = args.tag or f"jax-v{versions['jax']}"
     tmp = tempfile.mkdtemp(prefix=f"jax_suite_{backend}_")
     extract(args.jax_git, tag, args.files, tmp)
-    result = {"backend": backend, "tag": tag, "versions": versions, "python": python,
-              "host": {"machine": platform.machine(), "cpus": os.cpu_count()},
-              "tmpdir": tmp, "files": {}, "tests": {}}
-    print(f"[jax_suite] {backend}: {tag}, jax {versions['jax']}, python {versions['python']}, "
-          f"in {tmp}", flush=True)
+    result = {
+        "backend": backend,
+        "tag": tag,
+        "versions": versions,
+        "python": python,
+        "host": {"machine": platform.machine(), "cpus": os.cpu_count()},
+        "tmpdir": tmp,
+        "files": {},
+        "tests": {},
+    }
+    print(f"[jax_suite] {backend}: {tag}, jax {versions['jax']}, python {versions['python']}, in {tmp}", flush=True)
     total_wall = 0.0
     for file in args.files:
         info, tests = _run_file(args, backend, python, src, tmp, file, versions)
@@ -334,12 +366,17 @@ def run_backend(args, backend: str) -> dict:
         result["tests"].update(tests)
         c = info["counts"]
         hung = f", {len(info['hung'])} hung (killed after {args.test_timeout:.0f}s)" if info["hung"] else ""
-        print(f"[jax_suite] {backend} {file}: {c['passed']} passed, {c['failed']} failed, "
-              f"{c['error']} error, {c['skipped']} skipped in {info['wall']:.1f}s{hung} "
-              f"(rc {info['returncodes']})", flush=True)
+        print(
+            f"[jax_suite] {backend} {file}: {c['passed']} passed, {c['failed']} failed, "
+            f"{c['error']} error, {c['skipped']} skipped in {info['wall']:.1f}s{hung} "
+            f"(rc {info['returncodes']})",
+            flush=True,
+        )
         if info.get("shim", {}).get("stock_params_constructed"):
-            print(f"[jax_suite] WARNING: {info['shim']['stock_params_constructed']} stock "
-                  f"InterpretParams built under mosaic_rt: {info['shim']['stock_params_sites']}")
+            print(
+                f"[jax_suite] WARNING: {info['shim']['stock_params_constructed']} stock "
+                f"InterpretParams built under mosaic_rt: {info['shim']['stock_params_sites']}"
+            )
     result["wall"] = round(total_wall, 2)
     result["counts"] = _counts(result["tests"])
     if not args.keep:
@@ -368,15 +405,16 @@ def _counts(tests: dict) -> dict:
 
 def _excluded(tid: str) -> bool:
     name = tid.rsplit("::", 1)[-1]
-    return any(name == e or name.startswith(e + "_") or re.fullmatch(re.escape(e) + r"\d*", name)
-               for e in EXCLUDED)
+    return any(name == e or name.startswith(e + "_") or re.fullmatch(re.escape(e) + r"\d*", name) for e in EXCLUDED)
 
 
 def summarize(result: dict) -> None:
     c = result["counts"]
-    print(f"\n{result['backend']} at {result['tag']} (jax {result['versions']['jax']}): "
-          f"{c['passed']} passed, {c['failed']} failed, {c['error']} error, "
-          f"{c['skipped']} skipped of {c['total']}; wall {result['wall']:.1f}s")
+    print(
+        f"\n{result['backend']} at {result['tag']} (jax {result['versions']['jax']}): "
+        f"{c['passed']} passed, {c['failed']} failed, {c['error']} error, "
+        f"{c['skipped']} skipped of {c['total']}; wall {result['wall']:.1f}s"
+    )
     for tid, t in sorted(result["tests"].items()):
         if t["outcome"] in ("failed", "error"):
             print(f"  {t['outcome']:7s} {tid}: {t.get('message', '')}")
@@ -386,27 +424,30 @@ def compare(stock: dict, ours: dict) -> dict:
     lines = []
     p = lines.append
     p(f"\n=== JAX interpret-mode test files at {stock['tag']}: stock vs mosaic_rt ===")
-    p(f"jax {stock['versions']['jax']} / jaxlib {stock['versions']['jaxlib']}, "
-      f"python {stock['versions']['python']}, pytest {stock['versions']['pytest']}, "
-      f"mosaic_rt {ours['versions'].get('mosaic_rt')} from "
-      f"{ours['versions'].get('mosaic_rt_from', 'the installed package')}")
+    p(
+        f"jax {stock['versions']['jax']} / jaxlib {stock['versions']['jaxlib']}, "
+        f"python {stock['versions']['python']}, pytest {stock['versions']['pytest']}, "
+        f"mosaic_rt {ours['versions'].get('mosaic_rt')} from "
+        f"{ours['versions'].get('mosaic_rt_from', 'the installed package')}"
+    )
     if ours["tag"] != stock["tag"]:
         p(f"WARNING: different tags: stock {stock['tag']}, ours {ours['tag']}")
-    p(f"{'backend':10s} {'passed':>6s} {'failed':>6s} {'error':>6s} {'skipped':>7s} "
-      f"{'total':>5s} {'wall s':>8s}")
+    p(f"{'backend':10s} {'passed':>6s} {'failed':>6s} {'error':>6s} {'skipped':>7s} {'total':>5s} {'wall s':>8s}")
     for r in (stock, ours):
         c = r["counts"]
-        p(f"{r['backend']:10s} {c['passed']:6d} {c['failed']:6d} {c['error']:6d} "
-          f"{c['skipped']:7d} {c['total']:5d} {r['wall']:8.1f}")
+        p(
+            f"{r['backend']:10s} {c['passed']:6d} {c['failed']:6d} {c['error']:6d} "
+            f"{c['skipped']:7d} {c['total']:5d} {r['wall']:8.1f}"
+        )
     ratio = stock["wall"] / ours["wall"] if ours["wall"] else float("inf")
-    p(f"wall time: stock {stock['wall']:.1f}s, mosaic_rt {ours['wall']:.1f}s, "
-      f"ratio stock/ours {ratio:.2f}x")
-    hung_s = {r["backend"]: sum(t["hung"]["after"] for t in r["tests"].values() if "hung" in t)
-              for r in (stock, ours)}
+    p(f"wall time: stock {stock['wall']:.1f}s, mosaic_rt {ours['wall']:.1f}s, ratio stock/ours {ratio:.2f}x")
+    hung_s = {r["backend"]: sum(t["hung"]["after"] for t in r["tests"].values() if "hung" in t) for r in (stock, ours)}
     if any(hung_s.values()):
         sw, ow = stock["wall"] - hung_s["stock"], ours["wall"] - hung_s["mosaic_rt"]
-        p(f"  without the time spent in hung tests before they were killed: stock {sw:.1f}s, "
-          f"mosaic_rt {ow:.1f}s, ratio {sw / ow if ow else float('inf'):.2f}x")
+        p(
+            f"  without the time spent in hung tests before they were killed: stock {sw:.1f}s, "
+            f"mosaic_rt {ow:.1f}s, ratio {sw / ow if ow else float('inf'):.2f}x"
+        )
     per_file = {}
     for file, info in stock["files"].items():
         o = ours["files"].get(file)
@@ -414,16 +455,20 @@ def compare(stock: dict, ours: dict) -> dict:
             r = info["wall"] / o["wall"] if o["wall"] else float("inf")
             per_file[file] = {"stock": info["wall"], "mosaic_rt": o["wall"], "ratio": round(r, 2)}
             p(f"  {file}: stock {info['wall']:.1f}s, ours {o['wall']:.1f}s, {r:.2f}x")
-    must = sorted(t for t, v in stock["tests"].items()
-                  if v["outcome"] == "passed" and not _excluded(t))
+    must = sorted(t for t, v in stock["tests"].items() if v["outcome"] == "passed" and not _excluded(t))
     not_passing = [t for t in must if ours["tests"].get(t, {}).get("outcome") != "passed"]
-    p(f"must-pass (passed on stock, {', '.join(EXCLUDED)} excluded): {len(must)}; "
-      f"pass on mosaic_rt: {len(must) - len(not_passing)}; not: {len(not_passing)}")
+    p(
+        f"must-pass (passed on stock, {', '.join(EXCLUDED)} excluded): {len(must)}; "
+        f"pass on mosaic_rt: {len(must) - len(not_passing)}; not: {len(not_passing)}"
+    )
     for t in not_passing:
         o = ours["tests"].get(t, {"outcome": "missing"})
         p(f"  {o['outcome']:7s} {t}: {o.get('message', '')}")
-    extra = sorted(t for t, v in ours["tests"].items() if v["outcome"] == "passed"
-                   and stock["tests"].get(t, {}).get("outcome") != "passed" and not _excluded(t))
+    extra = sorted(
+        t
+        for t, v in ours["tests"].items()
+        if v["outcome"] == "passed" and stock["tests"].get(t, {}).get("outcome") != "passed" and not _excluded(t)
+    )
     if extra:
         p(f"pass on mosaic_rt but not on stock: {len(extra)}")
         for t in extra:
@@ -432,42 +477,66 @@ def compare(stock: dict, ours: dict) -> dict:
     excluded = sorted(set(t for r in (stock, ours) for t in r["tests"] if _excluded(t)))
     for t in excluded:
         s, o = stock["tests"].get(t, {}), ours["tests"].get(t, {})
-        p(f"excluded {t}: stock {s.get('outcome', 'missing')}, mosaic_rt "
-          f"{o.get('outcome', 'missing')}{': ' + o['message'] if o.get('message') else ''}")
+        p(
+            f"excluded {t}: stock {s.get('outcome', 'missing')}, mosaic_rt "
+            f"{o.get('outcome', 'missing')}{': ' + o['message'] if o.get('message') else ''}"
+        )
     for file, info in ours["files"].items():
         shim = info.get("shim")
         if shim and shim.get("stock_params_constructed"):
-            p(f"WARNING {file}: {shim['stock_params_constructed']} stock InterpretParams "
-              f"constructed under mosaic_rt at {shim['stock_params_sites']}")
+            p(
+                f"WARNING {file}: {shim['stock_params_constructed']} stock InterpretParams "
+                f"constructed under mosaic_rt at {shim['stock_params_sites']}"
+            )
     print("\n".join(lines))
-    return {"must_pass": len(must), "not_passing_on_ours": not_passing,
-            "pass_on_ours_not_stock": extra, "excluded": excluded,
-            "wall": {"stock": stock["wall"], "mosaic_rt": ours["wall"], "ratio": round(ratio, 2),
-                     "hung_seconds": hung_s,
-                     "per_file": per_file}}
+    return {
+        "must_pass": len(must),
+        "not_passing_on_ours": not_passing,
+        "pass_on_ours_not_stock": extra,
+        "excluded": excluded,
+        "wall": {
+            "stock": stock["wall"],
+            "mosaic_rt": ours["wall"],
+            "ratio": round(ratio, 2),
+            "hung_seconds": hung_s,
+            "per_file": per_file,
+        },
+    }
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--jax-git", default=DEFAULT_GIT)
     ap.add_argument("--tag", default=None, help="default: jax-v<installed jax version>")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--backend", choices=BACKENDS)
     mode.add_argument("--compare", action="store_true", help="run stock, then mosaic_rt")
-    mode.add_argument("--compare-json", nargs=2, metavar=("STOCK_JSON", "OURS_JSON"),
-                      help="compare two earlier --backend --json results")
+    mode.add_argument(
+        "--compare-json",
+        nargs=2,
+        metavar=("STOCK_JSON", "OURS_JSON"),
+        help="compare two earlier --backend --json results",
+    )
     ap.add_argument("--json", help="write per-test outcomes and wall times here")
     ap.add_argument("--files", nargs="+", default=list(FILES))
     ap.add_argument("-k", help="pytest -k expression")
     ap.add_argument("--python", help="interpreter that runs pytest (default: this one)")
-    ap.add_argument("--mosaic-rt-src", metavar="DIR",
-                    help="for the mosaic_rt backend, import mosaic_rt from DIR (put first on "
-                         "PYTHONPATH; e.g. the python/ dir of a built snapshot)")
+    ap.add_argument(
+        "--mosaic-rt-src",
+        metavar="DIR",
+        help="for the mosaic_rt backend, import mosaic_rt from DIR (put first on "
+        "PYTHONPATH; e.g. the python/ dir of a built snapshot)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the temp dir")
-    ap.add_argument("--test-timeout", type=float, default=300.0,
-                    help="a test with no progress for this long is killed and counted as "
-                         "an error (hung); the file's other tests still run (default 300)")
+    ap.add_argument(
+        "--test-timeout",
+        type=float,
+        default=300.0,
+        help="a test with no progress for this long is killed and counted as "
+        "an error (hung); the file's other tests still run (default 300)",
+    )
     args = ap.parse_args(argv)
 
     if args.compare_json:

@@ -48,8 +48,12 @@ def _message(report):
 
 
 def pytest_runtest_logreport(report):
-    entry = {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
-             "duration": round(report.duration, 3)}
+    entry = {
+        "nodeid": report.nodeid,
+        "when": report.when,
+        "outcome": report.outcome,
+        "duration": round(report.duration, 3),
+    }
     if report.outcome != "passed":
         entry["message"] = _message(report)[:4000]
         if report.failed:

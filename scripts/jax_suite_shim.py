@@ -38,6 +38,7 @@ _in_test = [False]
 
 def _to_ours(params):
     import mosaic_rt
+
     if params is None or isinstance(params, mosaic_rt.InterpretParams):
         return params if params is not None else mosaic_rt.InterpretParams()
     fields = {f.name: getattr(params, f.name) for f in dataclasses.fields(params) if f.init}
@@ -73,8 +74,8 @@ class _Proxy(types.ModuleType):
 
 def _make_proxies():
     import mosaic_rt
-    from jax.experimental.pallas import tpu as pltpu
     from jax._src.pallas.mosaic.interpret import interpret_pallas_call as stock_ipc
+    from jax.experimental.pallas import tpu as pltpu
 
     def force_tpu_interpret_mode(params=None):
         return mosaic_rt.force_interpret_mode(_to_ours(params))
@@ -82,11 +83,14 @@ def _make_proxies():
     def reset_tpu_interpret_mode_state():
         pltpu.reset_tpu_interpret_mode_state()
 
-    pltpu_proxy = _Proxy(pltpu, {
-        "InterpretParams": mosaic_rt.InterpretParams,
-        "force_tpu_interpret_mode": force_tpu_interpret_mode,
-        "reset_tpu_interpret_mode_state": reset_tpu_interpret_mode_state,
-    })
+    pltpu_proxy = _Proxy(
+        pltpu,
+        {
+            "InterpretParams": mosaic_rt.InterpretParams,
+            "force_tpu_interpret_mode": force_tpu_interpret_mode,
+            "reset_tpu_interpret_mode_state": reset_tpu_interpret_mode_state,
+        },
+    )
     ipc_overrides = {"races": mosaic_rt.races}
     for name in ("InterpretParams", "force_tpu_interpret_mode", "reset_tpu_interpret_mode_state"):
         if hasattr(stock_ipc, name):
@@ -97,12 +101,14 @@ def _make_proxies():
 
 def _install_guard():
     from jax._src.pallas.mosaic.interpret import params as stock_params_mod
+
     stock_cls = stock_params_mod.InterpretParams
     original = stock_cls.__post_init__
 
     def __post_init__(self, *args, **kwargs):
         if type(self) is stock_cls and _in_test[0]:
             import traceback
+
             _stats["stock_params_constructed"] += 1
             frame = traceback.extract_stack(limit=3)[0]
             site = f"{os.path.basename(frame.filename)}:{frame.lineno}"
@@ -114,6 +120,7 @@ def _install_guard():
 
 def pytest_configure(config):
     import mosaic_rt  # noqa: F401  (installs mosaic_rt's seam)
+
     config._jax_suite_proxies = _make_proxies()
     _install_guard()
 
@@ -149,8 +156,10 @@ def pytest_terminal_summary(terminalreporter):
     tr.write_sep("-", "jax_suite_shim (mosaic_rt backend)")
     for entry in _stats["modules_patched"]:
         tr.write_line(f"patched {entry['module']}: {', '.join(entry['names']) or '(nothing)'}")
-    tr.write_line(f"stock pltpu.InterpretParams constructed during tests: "
-                  f"{_stats['stock_params_constructed']} {_stats['stock_params_sites'] or ''}")
+    tr.write_line(
+        f"stock pltpu.InterpretParams constructed during tests: "
+        f"{_stats['stock_params_constructed']} {_stats['stock_params_sites'] or ''}"
+    )
 
 
 def pytest_unconfigure(config):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every test of mosaic_rt, from a fresh clone (CI runs exactly this command):
 #   1. Rust, once: cargo test --workspace, rustfmt + clippy, the loom model tests;
-#      the Python lint, once: ruff check (pyproject.toml [tool.ruff]);
+#      the Python lint, once: ruff check + ruff format --check (pyproject.toml [tool.ruff]);
 #   2. scripts/test_wheel.sh: the release wheel and sdist, installed into fresh
 #      venvs (.venv-test/) on Python 3.11 + jax 0.10.2, 3.12 and 3.13 + jax
 #      0.12.0.1, with no Rust on PATH; README examples and the ping bench;
@@ -56,7 +56,7 @@ python_lint() {
         "$py" -m venv "$venv" || return 1
     fi
     "$venv/bin/python" -m pip install --quiet "ruff>=0.17,<0.18" || return 1
-    "$venv/bin/ruff" --version && "$venv/bin/ruff" check .
+    "$venv/bin/ruff" --version && "$venv/bin/ruff" check . && "$venv/bin/ruff" format --check .
 }
 
 loom_tests() {
@@ -89,13 +89,13 @@ if [ "${1:-}" = "--here" ]; then
     shift
     phase "cargo test --workspace" rust_tests
     phase "rustfmt + clippy" rust_style
-    phase "ruff check" python_lint
+    phase "ruff check + format" python_lint
     phase "loom model tests" loom_tests
     phase "pytest ($(python --version 2>&1))" python -m pytest -q "$@"
 else
     phase "cargo test --workspace" rust_tests
     phase "rustfmt + clippy" rust_style
-    phase "ruff check" python_lint
+    phase "ruff check + format" python_lint
     phase "loom model tests" loom_tests
     phase "wheel: build, install beside jax, smoke test (3.11, 3.12, 3.13)" bash scripts/test_wheel.sh
     phase "pytest: Python 3.11 + jax 0.10.2" pytest_in 3.11 "$@"

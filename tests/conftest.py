@@ -19,5 +19,6 @@ if "MOSAIC_RT_TPU_CACHE_DIR" not in os.environ:
     import atexit
     import shutil
     import tempfile
+
     os.environ["MOSAIC_RT_TPU_CACHE_DIR"] = tempfile.mkdtemp(prefix="mosaic_rt_tpu_check_")
     atexit.register(shutil.rmtree, os.environ["MOSAIC_RT_TPU_CACHE_DIR"], True)

@@ -32,8 +32,7 @@ def native_ops(text: str) -> collections.Counter:
             if name != "batch":
                 counts[name] += 1
                 continue
-            values, n = re.search(r"\bops = dense<\[?([-\d, ]*)\]?> : tensor<(\d+)xi64>",
-                                  line).groups()
+            values, n = re.search(r"\bops = dense<\[?([-\d, ]*)\]?> : tensor<(\d+)xi64>", line).groups()
             codes = [int(v) for v in values.split(",")]
             codes = codes * int(n) if len(codes) == 1 else codes  # a splat
             counts.update(_native.BATCH_OPS[c].removeprefix("mosaic_rt_") for c in codes)

@@ -60,7 +60,8 @@ def assert_bitwise_equal(a, b, where: str = "output"):
             raise AssertionError(
                 f"{where}[{i}]: {bad.size} of {x.size} elements differ bitwise;"
                 f" first at {tuple(int(k) for k in first)}:"
-                f" {x[first]!r} vs {y[first]!r}")
+                f" {x[first]!r} vs {y[first]!r}"
+            )
 
 
 # "ValueError: msg" as embedded by XLA in a JaxRuntimeError (the callback's
@@ -97,8 +98,7 @@ def assert_same_error(stock_exc: BaseException, our_exc: BaseException):
     name, text = split_stock_error(stock_exc)
     ours = str(our_exc)
     assert text in ours, (
-        f"stock error text not found in ours.\n  stock: {name}: {text}\n"
-        f"  ours: {type(our_exc).__name__}: {ours}")
+        f"stock error text not found in ours.\n  stock: {name}: {text}\n  ours: {type(our_exc).__name__}: {ours}"
+    )
     our_names = {cls.__name__ for cls in type(our_exc).__mro__}
-    assert name in our_names or f"{name}:" in ours, (
-        f"stock raised {name}, ours raised {type(our_exc).__name__}: {ours}")
+    assert name in our_names or f"{name}:" in ours, f"stock raised {name}, ours raised {type(our_exc).__name__}: {ours}"

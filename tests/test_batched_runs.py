@@ -9,26 +9,26 @@ import re
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt
 import numpy as np
 import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-
-import mosaic_rt
 from lowered_text import batch_calls, native_ops
 from mosaic_rt.bench import collectives
 from mosaic_rt.ffi import batching
 from mosaic_rt.ffi import ops as ffi_ops
 
-pytestmark = [pytest.mark.timeout(120),
-              pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+pytestmark = [pytest.mark.timeout(120), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 
 @pytest.fixture
 def unbatched(monkeypatch):
     """Runs the body with one call per op (the comparison baseline)."""
+
     def switch(flag: bool):
         monkeypatch.setattr(ffi_ops, "BATCH_RUNS", flag)
+
     return switch
 
 
@@ -47,8 +47,7 @@ def test_a_ring_collective_is_the_same_ops_in_fewer_calls(make, unbatched):
     assert native_ops(batched) == native_ops(single)
     # A ring step's swap, DMA start and waits and the next step's first
     # load are one call: at least a third fewer calls in all.
-    assert _all_calls(batched) <= _all_calls(single) * 2 // 3, (
-        _all_calls(batched), _all_calls(single))
+    assert _all_calls(batched) <= _all_calls(single) * 2 // 3, (_all_calls(batched), _all_calls(single))
 
 
 @pytest.mark.parametrize("make", [collectives.reduce_scatter, collectives.all_gather])
@@ -71,10 +70,14 @@ def _waits_for_a_signal_that_never_comes():
         o_ref[...] = o_ref[...] + 1.0
 
     x = jnp.ones((8, 128), jnp.float32)
-    return jax.jit(pl.pallas_call(
-        kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-        scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-        interpret=mosaic_rt.InterpretParams(wait_timeout=30.0))), x
+    return jax.jit(
+        pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+            interpret=mosaic_rt.InterpretParams(wait_timeout=30.0),
+        )
+    ), x
 
 
 def _deadlock_text(fn, x) -> str:
@@ -151,10 +154,14 @@ def test_a_run_longer_than_a_batch_holds_is_split_and_keeps_its_order():
             o_ref[k, :] = x_ref[k, :] + float(k)  # stores of a traced value
 
     x = jnp.arange(8 * 128, dtype=jnp.float32).reshape(8, 128)
-    fn = jax.jit(pl.pallas_call(
-        kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-        scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-        interpret=mosaic_rt.InterpretParams(wait_timeout=30.0)))
+    fn = jax.jit(
+        pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+            interpret=mosaic_rt.InterpretParams(wait_timeout=30.0),
+        )
+    )
     text = fn.lower(x).as_text()
     assert native_ops(text)["semaphore_signal"] == n
     assert batch_calls(text) >= 2

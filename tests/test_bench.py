@@ -7,22 +7,48 @@ import sys
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-
 import mosaic_rt
+import numpy as np
 from mosaic_rt.bench import measure, report, suite
 
-_ENV_KEYS = {"jax", "jaxlib", "numpy", "python", "mosaic_rt", "commit", "cpu_count",
-             "machine", "platform", "jax_devices", "timestamp_utc"}
-_CASE_KEYS = {"name", "family", "devices", "detect_races", "ops", "unit", "stock", "ours",
-              "ratio", "first_call_ratio", "per_op_stock_s", "per_op_ours_s", "equal",
-              "correct", "error", "ok"}
+_ENV_KEYS = {
+    "jax",
+    "jaxlib",
+    "numpy",
+    "python",
+    "mosaic_rt",
+    "commit",
+    "cpu_count",
+    "machine",
+    "platform",
+    "jax_devices",
+    "timestamp_utc",
+}
+_CASE_KEYS = {
+    "name",
+    "family",
+    "devices",
+    "detect_races",
+    "ops",
+    "unit",
+    "stock",
+    "ours",
+    "ratio",
+    "first_call_ratio",
+    "per_op_stock_s",
+    "per_op_ours_s",
+    "equal",
+    "correct",
+    "error",
+    "ok",
+}
 _SIDE_KEYS = {"first_call_s", "median_s", "min_s", "reps", "times_s"}
 
 
 def _bench(args, env=None, timeout=120):
-    return subprocess.run([sys.executable, "-m", "mosaic_rt", "bench", *args],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "mosaic_rt", "bench", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def _check_case(case, name, devices):
@@ -40,8 +66,7 @@ def _check_case(case, name, devices):
 
 def test_quick_single_case_writes_json(tmp_path):
     out, md = tmp_path / "out.json", tmp_path / "out.md"
-    done = _bench(["--quick", "--filter", "^semaphores iters=100$", "--json", str(out),
-                   "--markdown", str(md)])
+    done = _bench(["--quick", "--filter", "^semaphores iters=100$", "--json", str(out), "--markdown", str(md)])
     assert done.returncode == 0, done.stdout + done.stderr
     assert "semaphores iters=100" in done.stdout and "targets" in done.stdout
     data = json.loads(out.read_text())
@@ -64,11 +89,12 @@ def test_multi_device_case_gets_its_devices_even_after_jax_started(tmp_path):
     with 2 devices rather than run the 2-device case on fewer."""
     out = tmp_path / "out.json"
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
-    code = ("import sys, jax; assert jax.device_count() == 1; "
-            "from mosaic_rt.bench.cli import main; "
-            f"sys.exit(main(['--quick', '--filter', '^ping-pong r=10$', '--json', {str(out)!r}]))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, env=env)
+    code = (
+        "import sys, jax; assert jax.device_count() == 1; "
+        "from mosaic_rt.bench.cli import main; "
+        f"sys.exit(main(['--quick', '--filter', '^ping-pong r=10$', '--json', {str(out)!r}]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads(out.read_text())
     assert data["environment"]["jax_devices"] >= 2
@@ -100,17 +126,19 @@ def test_suite_covers_every_family_and_races():
 
 def _fake_case(ours_offset):
     """A case whose output differs by `ours_offset` under mosaic_rt's params."""
+
     def build():
         def program(interpret):
             bump = ours_offset if isinstance(interpret, mosaic_rt.InterpretParams) else 0
             return lambda x: x + bump
+
         return program, (jnp.arange(4, dtype=jnp.float32),)
+
     return suite.Case("fake", "semaphores", 1, 1, build, lambda x: x)
 
 
 def test_mismatch_is_reported_not_hidden():
-    budget = measure.Budget(seconds_per_side=0.0, min_reps=2, max_reps_stock=2, max_reps_ours=2,
-                            case_timeout_s=60)
+    budget = measure.Budget(seconds_per_side=0.0, min_reps=2, max_reps_stock=2, max_reps_ours=2, case_timeout_s=60)
     good = measure.run_case(_fake_case(0), budget)
     assert good.ok and good.equal and good.correct
     bad = measure.run_case(_fake_case(1), budget)
@@ -126,10 +154,11 @@ def test_marginal_cost_is_the_sweep_slope():
 
 
 def test_a_hung_case_ends_the_run_with_code_4():
-    code = ("import time\nfrom mosaic_rt.bench.cli import _watchdog\n"
-            "with _watchdog('stuck case', 0.5):\n    time.sleep(30)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)
+    code = (
+        "import time\nfrom mosaic_rt.bench.cli import _watchdog\n"
+        "with _watchdog('stuck case', 0.5):\n    time.sleep(30)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 4
     assert "case 'stuck case' still running after 0.5 s" in done.stderr
     assert "Thread" in done.stderr  # the stacks of every thread
@@ -153,14 +182,25 @@ def test_rows_are_listed_and_selected_by_filter():
 
 def test_lowering_and_launch_rows_write_json(tmp_path):
     out, md = tmp_path / "out.json", tmp_path / "out.md"
-    done = _bench(["--quick", "--filter", "lowering and compile", "--filter", "launch per MiB",
-                   "--json", str(out), "--markdown", str(md)], timeout=300)
+    done = _bench(
+        [
+            "--quick",
+            "--filter",
+            "lowering and compile",
+            "--filter",
+            "launch per MiB",
+            "--json",
+            str(out),
+            "--markdown",
+            str(md),
+        ],
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads(out.read_text())
     assert data["cases"] == [] and set(data["rows"]) == {"lowering", "launch_per_mib"}
     low = data["rows"]["lowering"]
-    assert [k["name"] for k in low["kernels"]] == [
-        "blockspec-add grid=8", "dma-pipeline chunks=8", "matmul grid=2^3"]
+    assert [k["name"] for k in low["kernels"]] == ["blockspec-add grid=8", "dma-pipeline chunks=8", "matmul grid=2^3"]
     for k in low["kernels"]:
         for side in ("stock", "ours", "jnp"):
             s = k[side]
@@ -171,8 +211,7 @@ def test_lowering_and_launch_rows_write_json(tmp_path):
         assert k["ours_compile_over_jnp"] == k["ours"]["compile_s"] / k["jnp"]["compile_s"]
     launch = data["rows"]["launch_per_mib"]
     assert launch["ok"] and [p["mib"] for p in launch["points"]] == list(measure.QUICK.launch_mib)
-    assert all(launch["ms_per_mib"][k] is not None
-               for k in ("stock", "ours", "memcpy_fresh", "memcpy_warm"))
+    assert all(launch["ms_per_mib"][k] is not None for k in ("stock", "ours", "memcpy_fresh", "memcpy_warm"))
     over = launch["overhead"]
     assert over["ok"] and [p["mib"] for p in over["points"]] == list(measure.QUICK.launch_mib)
     slopes = over["ms_per_mib"]
@@ -180,8 +219,12 @@ def test_lowering_and_launch_rows_write_json(tmp_path):
         assert over["overhead_ms_per_mib"][side] == slopes[side] - slopes["memcpy_fresh"]
     assert over["ours_over_memcpy"] == over["overhead_ms_per_mib"]["ours"] / slopes["memcpy_fresh"]
     subjects = {t["subject"]: t for t in data["targets"]}
-    assert set(subjects) == {"launch per MiB", "launch overhead per MiB", "lowering (our Python)",
-                             "compile vs plain jnp"}
+    assert set(subjects) == {
+        "launch per MiB",
+        "launch overhead per MiB",
+        "lowering (our Python)",
+        "compile vs plain jnp",
+    }
     assert subjects["launch overhead per MiB"]["kind"] == "max"
     assert subjects["launch overhead per MiB"]["measured"] == over["ours_over_memcpy"]
     assert subjects["lowering (our Python)"]["kind"] == "seconds"
@@ -238,16 +281,14 @@ def test_cold_floors_compute_what_each_familys_kernel_computes():
     for family, floor in floors.items():
         program, args, expected = floor(1)
         out = np.asarray(jax.block_until_ready(program(*args)))
-        np.testing.assert_allclose(out.reshape(-1), np.asarray(expected).reshape(-1),
-                                   rtol=1e-5, err_msg=family)
+        np.testing.assert_allclose(out.reshape(-1), np.asarray(expected).reshape(-1), rtol=1e-5, err_msg=family)
 
 
 def test_suite_workload_has_40_distinct_kernels_over_every_family():
     kernels = zoo.kernels(1)
     assert len(kernels) >= 40 and len({k.name for k in kernels}) == len(kernels)
     families = {k.family for k in kernels}
-    assert families >= {"grid", "scratch", "local dma", "remote dma", "semaphores", "barrier",
-                        "races", "cores"}
+    assert families >= {"grid", "scratch", "local dma", "remote dma", "semaphores", "barrier", "races", "cores"}
     assert any(dict(k.knobs).get("num_cores_or_threads", 1) > 1 for k in kernels)
     assert any(k.name.startswith("core_map") for k in kernels)
     assert max(k.devices for k in kernels) == 8
@@ -258,8 +299,13 @@ def test_suite_workload_has_40_distinct_kernels_over_every_family():
 
 
 def test_suite_workload_runs_a_subset_and_checks_results():
-    names = {"add grid=2", "dma-roundtrip large", "right-permute 2dev",
-             "core_map 2 cores small", "semaphores iters=8 races"}
+    names = {
+        "add grid=2",
+        "dma-roundtrip large",
+        "right-permute 2dev",
+        "core_map 2 cores small",
+        "semaphores iters=8 races",
+    }
     data = cold.run_suite(1, only=names)
     assert {k["name"] for k in data["kernels"]} == names
     assert data["ok"], [k for k in data["kernels"] if not k["ok"]]
@@ -271,14 +317,15 @@ def test_suite_workload_runs_a_subset_and_checks_results():
 
 def test_verdict_kinds_format_as_bounds():
     from mosaic_rt.bench.targets import Verdict
+
     assert fmt_target(Verdict("x", 1.5, 2.0, "", False, kind="max"), "target") == "<= 1.5x"
-    assert fmt_target({"target": 0.01, "measured": 0.02, "kind": "seconds"},
-                      "measured") == "20.00 ms"
+    assert fmt_target({"target": 0.01, "measured": 0.02, "kind": "seconds"}, "measured") == "20.00 ms"
     assert fmt_target({"target": 5.0, "measured": None, "kind": "min"}, "target") == "5.0x"
 
 
 def test_memory_row_measures_both_sides_in_fresh_processes():
     from mosaic_rt.bench import memory, rows
+
     data = memory.run_memory(2)
     assert data["kernels"] == 2
     for side in ("stock", "ours"):
@@ -296,16 +343,22 @@ def test_production_targets_judge_the_worst_kernel_and_the_median():
     from mosaic_rt.bench import production
 
     def kernel(name, first, steady, ref_first):
-        return {"name": name, "first_call_ratio": first, "ratio": steady,
-                "ours_over_reference_first": ref_first}
-    d = {"ok": True, "kernels": [kernel("a", 6.0, 150.0, 2.0), kernel("b", 2.5, 8.0, 3.5),
-                                 kernel("c", 7.0, 120.0, 1.0)],
-         "median_first_call_ratio": 6.0, "median_ratio": 120.0}
+        return {"name": name, "first_call_ratio": first, "ratio": steady, "ours_over_reference_first": ref_first}
+
+    d = {
+        "ok": True,
+        "kernels": [kernel("a", 6.0, 150.0, 2.0), kernel("b", 2.5, 8.0, 3.5), kernel("c", 7.0, 120.0, 1.0)],
+        "median_first_call_ratio": 6.0,
+        "median_ratio": 120.0,
+    }
     found = {v.subject: v for v in production.verdicts(d)}
     assert found["production first call"].passed
     assert found["production steady"].passed
-    for subject in ("production first call, every kernel", "production steady, every kernel",
-                    "production first call vs reference"):
+    for subject in (
+        "production first call, every kernel",
+        "production steady, every kernel",
+        "production first call vs reference",
+    ):
         assert not found[subject].passed and "(b)" in found[subject].how, found[subject]
     assert found["production first call vs reference"].kind == "max"
     d["ok"] = False  # a mismatch fails every target

@@ -10,8 +10,9 @@ from mosaic_rt.bench import contention
 
 
 def _bench(args, timeout=240):
-    return subprocess.run([sys.executable, "-m", "mosaic_rt", "bench", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "mosaic_rt", "bench", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _alive(pid: int) -> bool:
@@ -33,14 +34,15 @@ def test_burners_run_inside_the_block_only():
 
 def test_burners_end_when_the_harness_dies():
     # A parent ended by os._exit (as the hang watchdog does) cleans nothing up.
-    code = ("import os, sys\n"
-            "from mosaic_rt.bench import contention\n"
-            "cm = contention.burners(1)\n"
-            "procs = cm.__enter__()\n"
-            "print(procs[0].pid, flush=True)\n"
-            "os._exit(0)\n")
-    parent = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=60)
+    code = (
+        "import os, sys\n"
+        "from mosaic_rt.bench import contention\n"
+        "cm = contention.burners(1)\n"
+        "procs = cm.__enter__()\n"
+        "print(procs[0].pid, flush=True)\n"
+        "os._exit(0)\n"
+    )
+    parent = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert parent.returncode == 0, parent.stderr
     pid = int(parent.stdout.split()[0])
     deadline = time.monotonic() + 30
@@ -61,8 +63,7 @@ def test_bad_process_counts_are_usage_errors():
 
 def test_contended_cases_are_timed_and_judged(tmp_path):
     out = tmp_path / "out.json"
-    done = _bench(["--quick", "--filter", "^ping-pong r=10$", "--contention", "1",
-                   "--json", str(out)])
+    done = _bench(["--quick", "--filter", "^ping-pong r=10$", "--contention", "1", "--json", str(out)])
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads(out.read_text())
     assert data["settings"]["contention"] == 1

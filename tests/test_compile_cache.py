@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 
-
 # Runs the named zoo kernels with mosaic_rt params and prints the cache events
 # and the outputs' checksums as JSON (argv: cache dir, comma-separated names).
 _RUN = r"""
@@ -45,15 +44,26 @@ print(json.dumps({"hits": events.get("/jax/compilation_cache/cache_hits", 0),
 """
 
 # single device (grid, local DMAs, semaphores, races on) and 2 / 4 devices
-_KERNELS = ["add grid=2", "dma-pipeline chunks=2", "semaphores iters=4",
-            "add grid=4 races", "right-permute 2dev", "all-gather 4dev"]
+_KERNELS = [
+    "add grid=2",
+    "dma-pipeline chunks=2",
+    "semaphores iters=4",
+    "add grid=4 races",
+    "right-permute 2dev",
+    "all-gather 4dev",
+]
 
 
 def _run(cache_dir, names):
     env = dict(os.environ, JAX_NUM_CPU_DEVICES="8")
     env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    done = subprocess.run([sys.executable, "-c", _RUN, str(cache_dir), ",".join(names)],
-                          capture_output=True, text=True, timeout=240, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN, str(cache_dir), ",".join(names)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -16,20 +16,19 @@ import time
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt
+import mosaic_rt.ffi as F
 import numpy as np
 import pytest
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
-import mosaic_rt
-import mosaic_rt.ffi as F
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 from mosaic_rt import _native
 from test_ffi_support import begin, dummy_rows, fresh_uid, run_on_devices, with_token
 
-pytestmark = [pytest.mark.timeout(120),
-              pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+pytestmark = [pytest.mark.timeout(120), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 _TIMEOUT = 30.0
 _F32 = jnp.float32
@@ -46,8 +45,7 @@ def _mesh(n):
 
 def _sharded(body, n, x):
     mesh = _mesh(n)
-    fn = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
-                               check_vma=False))
+    fn = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
     return fn(jax.device_put(x, NamedSharding(mesh, P("x"))))
 
 
@@ -81,10 +79,10 @@ def test_self_wait_with_nothing_to_signal_it():
         o_ref[...] = x_ref[...]
 
     x = jnp.ones((8, 128), _F32)
-    call = pl.pallas_call(kernel, out_shape=_sds(x.shape),
-                          scratch_shapes=[pltpu.SemaphoreType.REGULAR], interpret=_params())
-    _expect_deadlock(lambda: call(x), "device 0, core 0: waits on REGULAR semaphore",
-                     "for 1 (count is 0)")
+    call = pl.pallas_call(
+        kernel, out_shape=_sds(x.shape), scratch_shapes=[pltpu.SemaphoreType.REGULAR], interpret=_params()
+    )
+    _expect_deadlock(lambda: call(x), "device 0, core 0: waits on REGULAR semaphore", "for 1 (count is 0)")
 
 
 def test_two_devices_each_waiting_for_the_other():
@@ -97,13 +95,14 @@ def test_two_devices_each_waiting_for_the_other():
         o_ref[...] = x_ref[...]
 
     def body(b):
-        return pl.pallas_call(kernel, out_shape=_sds(b.shape),
-                              scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-                              interpret=_params())(b)
+        return pl.pallas_call(
+            kernel, out_shape=_sds(b.shape), scratch_shapes=[pltpu.SemaphoreType.REGULAR], interpret=_params()
+        )(b)
 
     x = jnp.ones((n * 8, 128), _F32)
-    text = _expect_deadlock(lambda: _sharded(body, n, x), "device 0, core 0: waits on REGULAR",
-                            "device 1, core 0: waits on REGULAR")
+    text = _expect_deadlock(
+        lambda: _sharded(body, n, x), "device 0, core 0: waits on REGULAR", "device 1, core 0: waits on REGULAR"
+    )
     assert "2 device(s) x 1 core(s)" in text
 
 
@@ -119,14 +118,16 @@ def test_ping_pong_bug_reports_the_cycle_of_who_signalled_whom():
         o_ref[...] = x_ref[...]
 
     def body(b):
-        return pl.pallas_call(kernel, out_shape=_sds(b.shape),
-                              scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-                              interpret=_params())(b)
+        return pl.pallas_call(
+            kernel, out_shape=_sds(b.shape), scratch_shapes=[pltpu.SemaphoreType.REGULAR], interpret=_params()
+        )(b)
 
     x = jnp.ones((n * 8, 128), _F32)
-    _expect_deadlock(lambda: _sharded(body, n, x),
-                     "cycle (each waits for the next",
-                     "device 0, core 0 -> device 1, core 0 -> device 0, core 0")
+    _expect_deadlock(
+        lambda: _sharded(body, n, x),
+        "cycle (each waits for the next",
+        "device 0, core 0 -> device 1, core 0 -> device 0, core 0",
+    )
 
 
 @pytest.mark.parametrize("mode", ["eager", "on_wait"])
@@ -136,11 +137,16 @@ def test_dma_wait_whose_dma_was_never_started(mode):
         o_ref[...] = buf[...]
 
     x = jnp.ones((8, 128), _F32)
-    call = pl.pallas_call(kernel, out_shape=_sds(x.shape), in_specs=[_any()],
-                          scratch_shapes=[pltpu.VMEM((8, 128), _F32), pltpu.SemaphoreType.DMA],
-                          interpret=_params(dma_execution_mode=mode))
-    _expect_deadlock(lambda: call(x), "waits on DMA semaphore",
-                     "waiting for 4096 bytes on DMA semaphore", "no DMA was started on it")
+    call = pl.pallas_call(
+        kernel,
+        out_shape=_sds(x.shape),
+        in_specs=[_any()],
+        scratch_shapes=[pltpu.VMEM((8, 128), _F32), pltpu.SemaphoreType.DMA],
+        interpret=_params(dma_execution_mode=mode),
+    )
+    _expect_deadlock(
+        lambda: call(x), "waits on DMA semaphore", "waiting for 4096 bytes on DMA semaphore", "no DMA was started on it"
+    )
 
 
 def test_dma_wait_for_more_bytes_than_the_started_dmas_deliver():
@@ -150,12 +156,19 @@ def test_dma_wait_for_more_bytes_than_the_started_dmas_deliver():
         o_ref[...] = buf[...]
 
     x = jnp.ones((16, 128), _F32)
-    call = pl.pallas_call(kernel, out_shape=_sds(x.shape), in_specs=[_any()],
-                          scratch_shapes=[pltpu.VMEM((16, 128), _F32), pltpu.SemaphoreType.DMA],
-                          interpret=_params(dma_execution_mode="eager"))
-    _expect_deadlock(lambda: call(x), "waiting for 8192 bytes on DMA semaphore",
-                     "the 1 DMA(s) started on it have all delivered, 4096 bytes in all (last",
-                     "(count is 4096)")
+    call = pl.pallas_call(
+        kernel,
+        out_shape=_sds(x.shape),
+        in_specs=[_any()],
+        scratch_shapes=[pltpu.VMEM((16, 128), _F32), pltpu.SemaphoreType.DMA],
+        interpret=_params(dma_execution_mode="eager"),
+    )
+    _expect_deadlock(
+        lambda: call(x),
+        "waiting for 8192 bytes on DMA semaphore",
+        "the 1 DMA(s) started on it have all delivered, 4096 bytes in all (last",
+        "(count is 4096)",
+    )
 
 
 def test_barrier_one_device_never_reaches():
@@ -173,13 +186,17 @@ def test_barrier_one_device_never_reaches():
         o_ref[...] = x_ref[...]
 
     def body(b):
-        return pl.pallas_call(kernel, out_shape=_sds(b.shape), interpret=_params(),
-                              compiler_params=pltpu.CompilerParams(collective_id=0))(b)
+        return pl.pallas_call(
+            kernel, out_shape=_sds(b.shape), interpret=_params(), compiler_params=pltpu.CompilerParams(collective_id=0)
+        )(b)
 
     x = jnp.ones((n * 8, 128), _F32)
-    _expect_deadlock(lambda: _sharded(body, n, x), "device 0, core 0: waits on BARRIER semaphore",
-                     "device 1, core 0: finished",
-                     "semaphore 0 has count 1 on device 1, core 0 while device 0, core 0 waits")
+    _expect_deadlock(
+        lambda: _sharded(body, n, x),
+        "device 0, core 0: waits on BARRIER semaphore",
+        "device 1, core 0: finished",
+        "semaphore 0 has count 1 on device 1, core 0 while device 0, core 0 waits",
+    )
 
 
 def test_kernel_under_cond_taken_by_one_device_only():
@@ -196,9 +213,11 @@ def test_kernel_under_cond_taken_by_one_device_only():
         return lax.cond(lax.axis_index("x") == 0, call, lambda v: v, b)
 
     x = jnp.ones((n * 8, 128), _F32)
-    text = _expect_deadlock(lambda: _sharded(body, n, x),
-                            "device 0, core 0: waits in the device barrier",
-                            "device 1: never joined this launch")
+    text = _expect_deadlock(
+        lambda: _sharded(body, n, x),
+        "device 0, core 0: waits in the device barrier",
+        "device 1: never joined this launch",
+    )
     assert "the process used no CPU time" in text
 
 
@@ -215,22 +234,25 @@ def test_device_whose_program_ended_early():
         o_ref[...] = x_ref[...]
 
     def body(b):
-        return pl.pallas_call(kernel, out_shape=_sds(b.shape),
-                              scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-                              interpret=_params())(b)
+        return pl.pallas_call(
+            kernel, out_shape=_sds(b.shape), scratch_shapes=[pltpu.SemaphoreType.REGULAR], interpret=_params()
+        )(b)
 
     x = jnp.ones((n * 8, 128), _F32)
-    _expect_deadlock(lambda: _sharded(body, n, x), "device 0, core 0: waits on REGULAR",
-                     "device 1, core 0: finished (its program left the launch)")
+    _expect_deadlock(
+        lambda: _sharded(body, n, x),
+        "device 0, core 0: waits on REGULAR",
+        "device 1, core 0: finished (its program left the launch)",
+    )
 
 
 def test_signal_sent_to_the_wrong_core():
     # Core 1 means to wake core 0 but signals itself; core 0 waits forever.
     n, cores = 1, 2
 
-    @pl.kernel(out_type=_sds((cores * 8, 128)),
-               mesh=pltpu.create_tensorcore_mesh("core", num_cores=cores),
-               interpret=_params())
+    @pl.kernel(
+        out_type=_sds((cores * 8, 128)), mesh=pltpu.create_tensorcore_mesh("core", num_cores=cores), interpret=_params()
+    )
     def run(x_hbm, o_hbm):
         c = lax.axis_index("core")
 
@@ -249,9 +271,12 @@ def test_signal_sent_to_the_wrong_core():
 
     x = jnp.ones((cores * 8, 128), _F32)
     del n
-    _expect_deadlock(lambda: run(x), "device 0, core 0: waits on REGULAR",
-                     "has count 1 on device 0, core 1 while device 0, core 0 waits on it: was it "
-                     "signalled on the wrong core or device?")
+    _expect_deadlock(
+        lambda: run(x),
+        "device 0, core 0: waits on REGULAR",
+        "has count 1 on device 0, core 1 while device 0, core 0 waits on it: was it "
+        "signalled on the wrong core or device?",
+    )
 
 
 def test_a_deadlock_leaves_the_next_kernel_runnable():
@@ -263,8 +288,9 @@ def test_a_deadlock_leaves_the_next_kernel_runnable():
         o_ref[...] = x_ref[...] * 2
 
     x = jnp.ones((8, 128), _F32)
-    call = pl.pallas_call(bad, out_shape=_sds(x.shape),
-                          scratch_shapes=[pltpu.SemaphoreType.REGULAR], interpret=_params())
+    call = pl.pallas_call(
+        bad, out_shape=_sds(x.shape), scratch_shapes=[pltpu.SemaphoreType.REGULAR], interpret=_params()
+    )
     _expect_deadlock(lambda: call(x))
     out = pl.pallas_call(good, out_shape=_sds(x.shape), interpret=_params())(x)
     np.testing.assert_array_equal(np.asarray(out), 2 * np.ones((8, 128), np.float32))
@@ -297,9 +323,9 @@ def test_a_slow_device_doing_real_compute_is_not_a_deadlock():
             o_ref[...] = x_ref[...][:8]
 
     def body(b):
-        return pl.pallas_call(kernel, out_shape=_sds((8, 256)),
-                              scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-                              interpret=_params())(b)
+        return pl.pallas_call(
+            kernel, out_shape=_sds((8, 256)), scratch_shapes=[pltpu.SemaphoreType.REGULAR], interpret=_params()
+        )(b)
 
     x = jnp.ones((n * 256, 256), _F32)
     start = time.monotonic()
@@ -317,16 +343,19 @@ def test_a_large_remote_dma_is_not_a_deadlock(mode):
 
     def kernel(x_hbm, o_hbm, send, recv):
         me = lax.axis_index("x")
-        copy = pltpu.make_async_remote_copy(x_hbm, o_hbm, send, recv,
-                                            device_id=(1 - me,), device_id_type=_MESH_ID)
+        copy = pltpu.make_async_remote_copy(x_hbm, o_hbm, send, recv, device_id=(1 - me,), device_id_type=_MESH_ID)
         copy.start()
         copy.wait()
 
     def body(b):
-        return pl.pallas_call(kernel, out_shape=_sds(b.shape), in_specs=[_any()],
-                              out_specs=_any(),
-                              scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
-                              interpret=_params(dma_execution_mode=mode))(b)
+        return pl.pallas_call(
+            kernel,
+            out_shape=_sds(b.shape),
+            in_specs=[_any()],
+            out_specs=_any(),
+            scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
+            interpret=_params(dma_execution_mode=mode),
+        )(b)
 
     x = jnp.arange(n * rows * 256, dtype=_F32).reshape(n * rows, 256)
     with mosaic_rt.native_errors():
@@ -356,9 +385,9 @@ def test_a_host_callback_that_sleeps_inside_the_kernel_is_not_a_deadlock():
         o_ref[...] = x_ref[...]
 
     def body(b):
-        return pl.pallas_call(kernel, out_shape=_sds(b.shape),
-                              scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-                              interpret=_params())(b)
+        return pl.pallas_call(
+            kernel, out_shape=_sds(b.shape), scratch_shapes=[pltpu.SemaphoreType.REGULAR], interpret=_params()
+        )(b)
 
     x = jnp.ones((n * 8, 128), _F32)
     with mosaic_rt.native_errors():
@@ -371,6 +400,7 @@ def test_a_host_callback_that_sleeps_inside_the_kernel_is_not_a_deadlock():
 def _sleeping_callback(seconds, mark):
     """An io_callback body that marks its core as inside a host callback
     (as the interpreter will) around a sleep."""
+
     def cb(handle, device):
         h = int(np.asarray(handle)[0]) | (int(np.asarray(handle)[1]) << 32)
         d = int(device)
@@ -382,6 +412,7 @@ def _sleeping_callback(seconds, mark):
             if mark:
                 _native.callback_state(h, d, 0, False)
         return np.int32(0)
+
     return cb
 
 
@@ -396,8 +427,7 @@ def test_ffi_marked_host_callback_that_sleeps_is_not_a_deadlock():
             k.token, sem = F.allocate_semaphores(k.token, k.handle, d, 0)
 
             def slow(tok):
-                r = jax.experimental.io_callback(cb, jax.ShapeDtypeStruct((), jnp.int32),
-                                                 k.handle, d, ordered=False)
+                r = jax.experimental.io_callback(cb, jax.ShapeDtypeStruct((), jnp.int32), k.handle, d, ordered=False)
                 tok = tok + r * 0
                 return F.semaphore_signal(tok, k.handle, d, 0, sem, 1, target_device=0)
 
@@ -425,16 +455,13 @@ def test_ffi_unmarked_host_callback_that_sleeps_is_reported_after_the_idle_windo
             k.token, sem = F.allocate_semaphores(k.token, k.handle, d, 0)
 
             def slow(tok):
-                r = jax.experimental.io_callback(cb, jax.ShapeDtypeStruct((), jnp.int32),
-                                                 k.handle, d, ordered=False)
+                r = jax.experimental.io_callback(cb, jax.ShapeDtypeStruct((), jnp.int32), k.handle, d, ordered=False)
                 return F.semaphore_signal(tok + r * 0, k.handle, d, 0, sem, 1, target_device=0)
 
-            k.token = lax.cond(d == 1, slow,
-                               lambda t: F.semaphore_wait(t, k.handle, d, 0, sem, 1), k.token)
+            k.token = lax.cond(d == 1, slow, lambda t: F.semaphore_wait(t, k.handle, d, 0, sem, 1), k.token)
         return with_token(jnp.zeros((1, 1), jnp.int32), k.token)
 
-    text = _expect_deadlock(lambda: run_on_devices(n, body, dummy_rows(n)),
-                            "device 1, core 0: not in a mosaic_rt wait")
+    text = _expect_deadlock(lambda: run_on_devices(n, body, dummy_rows(n)), "device 1, core 0: not in a mosaic_rt wait")
     assert "the process used no CPU time" in text
 
 
@@ -448,14 +475,14 @@ def test_ffi_deadlock_names_the_wait_site_and_can_be_turned_off():
             k.token = F.semaphore_wait(k.token, k.handle, d, 0, sem, 3, site=site)
         return with_token(jnp.zeros((1, 1), jnp.int32), k.token)
 
-    _expect_deadlock(lambda: run_on_devices(1, body, dummy_rows(1)),
-                     "device 0, core 0: waits on REGULAR semaphore 2000 for 3 (count is 0) at "
-                     "kernel.py:12:4 (my_kernel)")
+    _expect_deadlock(
+        lambda: run_on_devices(1, body, dummy_rows(1)),
+        "device 0, core 0: waits on REGULAR semaphore 2000 for 3 (count is 0) at kernel.py:12:4 (my_kernel)",
+    )
     uid = fresh_uid()
     with pytest.raises(mosaic_rt.WaitTimeout) as info:
         with mosaic_rt.native_errors():
-            run_on_devices(1, lambda d, x: body(d, x, detect_deadlocks=False,
-                                                wait_timeout_ms=300), dummy_rows(1))
+            run_on_devices(1, lambda d, x: body(d, x, detect_deadlocks=False, wait_timeout_ms=300), dummy_rows(1))
     assert "waited 0.3s" in str(info.value), str(info.value)  # its own timeout, not 30 s
 
 
@@ -467,6 +494,7 @@ def test_ffi_core_end_makes_a_finished_core_known_at_once():
     def core_prog(k, sem, core):
         def run(tok):
             return F.core_end(tok, k.handle, 0, core)
+
         if core == 0:
             return lambda tok: F.semaphore_wait(tok, k.handle, 0, 0, sem, 1)
         return run
@@ -480,8 +508,7 @@ def test_ffi_core_end_makes_a_finished_core_known_at_once():
             k.token = core_prog(k, sem, 0)(k.token)
         return with_token(jnp.zeros((1, 1), jnp.int32), k.token)
 
-    text = _expect_deadlock(lambda: run_on_devices(1, body, dummy_rows(1)),
-                            "device 0, core 1: finished")
+    text = _expect_deadlock(lambda: run_on_devices(1, body, dummy_rows(1)), "device 0, core 1: finished")
     assert "no CPU time" not in text
 
 
@@ -500,12 +527,10 @@ def test_fail_launch_from_a_callback_reraises_the_original_exception():
             k.token, sem = F.allocate_semaphores(k.token, k.handle, d, 0)
 
             def fail(tok):
-                r = jax.experimental.io_callback(cb, jax.ShapeDtypeStruct((), jnp.int32),
-                                                 k.handle, d, ordered=False)
+                r = jax.experimental.io_callback(cb, jax.ShapeDtypeStruct((), jnp.int32), k.handle, d, ordered=False)
                 return F.semaphore_wait(tok + r * 0, k.handle, d, 0, sem, 1)
 
-            k.token = lax.cond(d == 1, fail,
-                               lambda t: F.semaphore_wait(t, k.handle, d, 0, sem, 1), k.token)
+            k.token = lax.cond(d == 1, fail, lambda t: F.semaphore_wait(t, k.handle, d, 0, sem, 1), k.token)
         return with_token(jnp.zeros((1, 1), jnp.int32), k.token)
 
     with pytest.raises(ZeroDivisionError) as info:

@@ -14,14 +14,14 @@ import re
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt
 import numpy as np
 import pytest
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-from jax.sharding import Mesh, PartitionSpec as P
-
-import mosaic_rt
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -48,8 +48,9 @@ def _coords_kernel(axes, sizes, id_type):
             target = {a: (prev if a == last else i) for a, i in zip(axes, idx)}
         else:
             target = me - idx[-1] + prev
-        copy = pltpu.make_async_remote_copy(ids_ref, recv_ref, send_sem, recv_sem,
-                                            device_id=target, device_id_type=id_type)
+        copy = pltpu.make_async_remote_copy(
+            ids_ref, recv_ref, send_sem, recv_sem, device_id=target, device_id_type=id_type
+        )
         copy.start()
         copy.wait()
 
@@ -61,18 +62,20 @@ def _run(params, devices, axes, sizes, id_type, manual=None):
     n = int(np.prod(sizes))
     call = pl.pallas_call(
         kernel,
-        out_shape=(jax.ShapeDtypeStruct(TILE, jnp.float32),
-                   jax.ShapeDtypeStruct(TILE, jnp.int32),
-                   jax.ShapeDtypeStruct(TILE, jnp.int32)),
+        out_shape=(
+            jax.ShapeDtypeStruct(TILE, jnp.float32),
+            jax.ShapeDtypeStruct(TILE, jnp.int32),
+            jax.ShapeDtypeStruct(TILE, jnp.int32),
+        ),
         in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
         out_specs=(pl.BlockSpec(memory_space=pltpu.VMEM),) * 3,
         scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
-        interpret=params)
+        interpret=params,
+    )
     mesh = Mesh(np.asarray(devices).reshape(sizes), axes)
     spec = P(axes)
     kwargs = {} if manual is None else {"axis_names": set(manual)}
-    f = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=spec, out_specs=(spec,) * 3,
-                              check_vma=False, **kwargs))
+    f = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=spec, out_specs=(spec,) * 3, check_vma=False, **kwargs))
     x = jnp.arange(n * TILE[0] * TILE[1], dtype=jnp.float32).reshape(-1, TILE[1])
     with mosaic_rt.native_errors():
         return [np.asarray(o) for o in f(x)], f.lower(x).compile().as_text()
@@ -80,8 +83,7 @@ def _run(params, devices, axes, sizes, id_type, manual=None):
 
 def _check(devices, axes, sizes, id_type):
     stock, _ = _run(pltpu.InterpretParams(), devices, axes, sizes, id_type)
-    ours, hlo = _run(mosaic_rt.InterpretParams(wait_timeout=20), devices, axes, sizes,
-                     id_type)
+    ours, hlo = _run(mosaic_rt.InterpretParams(wait_timeout=20), devices, axes, sizes, id_type)
     for s, o in zip(stock, ours):
         np.testing.assert_array_equal(o, s)
         assert o.tobytes() == s.tobytes()
@@ -90,8 +92,7 @@ def _check(devices, axes, sizes, id_type):
 
 @pytest.mark.parametrize("id_type", [LOGICAL, MESH], ids=["logical", "mesh"])
 @pytest.mark.parametrize("order", ["in_order", "permuted"])
-@pytest.mark.parametrize("axes,sizes", [(("x",), (4,)), (("x", "y"), (2, 4)),
-                                        (("a", "b"), (4, 2))])
+@pytest.mark.parametrize("axes,sizes", [(("x",), (4,)), (("x", "y"), (2, 4)), (("a", "b"), (4, 2))])
 def test_coordinates_and_ids_match_stock(axes, sizes, order, id_type):
     n = int(np.prod(sizes))
     devices = list(jax.devices()[:n])
@@ -100,11 +101,11 @@ def test_coordinates_and_ids_match_stock(axes, sizes, order, id_type):
     (out, ids, recv), _ = _check(devices, axes, sizes, id_type)
     # Device k (row-major mesh position) wrote id k; its block of `recv`
     # holds its successor's id along the last axis.
-    blocks = ids[::TILE[0], 0]
+    blocks = ids[:: TILE[0], 0]
     np.testing.assert_array_equal(blocks, np.arange(n))
     last = sizes[-1]
     expect = [(k - k % last) + (k % last + 1) % last for k in range(n)]
-    np.testing.assert_array_equal(recv[::TILE[0], 0], expect)
+    np.testing.assert_array_equal(recv[:: TILE[0], 0], expect)
 
 
 def test_fully_manual_mesh_compiles_no_fusion_for_the_coordinates():
@@ -121,8 +122,7 @@ def test_pmap_axis_index_matches_stock():
         def kernel(x_ref, o_ref):
             o_ref[...] = x_ref[...] + lax.axis_index("i").astype(jnp.float32)
 
-        call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(TILE, jnp.float32),
-                              interpret=params)
+        call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(TILE, jnp.float32), interpret=params)
         f = jax.pmap(call, axis_name="i", devices=jax.devices()[:4])
         x = jnp.arange(4 * TILE[0] * TILE[1], dtype=jnp.float32).reshape(4, *TILE)
         return np.asarray(f(x))
@@ -138,14 +138,15 @@ def test_partially_manual_shard_map_is_a_clear_not_implemented_error():
     """Stock cannot run this either (its callbacks need every axis manual);
     ours says which axes are manual and what to pass instead of XLA's
     "Side-effect ops cannot be replicated" at compile time."""
+
     def kernel(x_ref, o_ref):
         o_ref[...] = x_ref[...] + lax.axis_index("x").astype(jnp.float32)
 
-    call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(TILE, jnp.float32),
-                          interpret=mosaic_rt.InterpretParams(wait_timeout=20))
+    call = pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct(TILE, jnp.float32), interpret=mosaic_rt.InterpretParams(wait_timeout=20)
+    )
     mesh = Mesh(np.asarray(jax.devices()[:4]).reshape(2, 2), ("x", "y"))
-    f = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
-                              axis_names={"x"}, check_vma=False))
+    f = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"), axis_names={"x"}, check_vma=False))
     x = jnp.zeros((2 * TILE[0], TILE[1]), jnp.float32)
     with pytest.raises(NotImplementedError, match=r"manual over \['x'\] of the mesh axes"):
         f(x)

@@ -10,19 +10,18 @@ import re
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt
 import numpy as np
 import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
-import mosaic_rt
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+from lowered_text import native_ops
 from mosaic_rt.bench import collectives
 from parity import assert_bitwise_equal
-from lowered_text import native_ops
 
-pytestmark = [pytest.mark.timeout(180),
-              pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+pytestmark = [pytest.mark.timeout(180), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 _F32 = jnp.float32
 
@@ -52,8 +51,13 @@ def _ring_kernel(n, x_ref, o_ref, buf, send_sem, recv_sem, local_sem):
         pl.semaphore_signal(barrier, 1, device_id=(peer,), device_id_type=pl.DeviceIdType.MESH)
     pl.semaphore_wait(barrier, 2)
     copy = pltpu.make_async_remote_copy(
-        src_ref=x_ref, dst_ref=buf, send_sem=send_sem, recv_sem=recv_sem,
-        device_id=(right,), device_id_type=pl.DeviceIdType.MESH)
+        src_ref=x_ref,
+        dst_ref=buf,
+        send_sem=send_sem,
+        recv_sem=recv_sem,
+        device_id=(right,),
+        device_id_type=pl.DeviceIdType.MESH,
+    )
     copy.start()
     copy.wait_send()
     copy.wait_recv()
@@ -71,12 +75,16 @@ def _run_ring(params, n=4):
     call = pl.pallas_call(
         lambda *refs: _ring_kernel(n, *refs),
         out_shape=jax.ShapeDtypeStruct((8, 128), _F32),
-        scratch_shapes=[pltpu.VMEM((8, 128), _F32), pltpu.SemaphoreType.DMA,
-                        pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
+        scratch_shapes=[
+            pltpu.VMEM((8, 128), _F32),
+            pltpu.SemaphoreType.DMA,
+            pltpu.SemaphoreType.DMA,
+            pltpu.SemaphoreType.DMA,
+        ],
         compiler_params=pltpu.CompilerParams(collective_id=0),
-        interpret=params)
-    fn = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
-                               check_vma=False))
+        interpret=params,
+    )
+    fn = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
     return np.asarray(jax.block_until_ready(fn(jax.device_put(x, NamedSharding(mesh, P("x"))))))
 
 
@@ -102,11 +110,12 @@ def test_a_trailing_wait_that_can_never_end_is_reported_at_its_own_line():
     follower = first + next(k for k, ln in enumerate(lines) if "the follower" in ln)
     x = jnp.ones((8, 128), _F32)
     call = pl.pallas_call(
-        kernel, out_shape=jax.ShapeDtypeStruct(x.shape, _F32),
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, _F32),
         in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-        scratch_shapes=[pltpu.VMEM((8, 128), _F32), pltpu.SemaphoreType.DMA,
-                        pltpu.SemaphoreType.DMA],
-        interpret=mosaic_rt.InterpretParams(wait_timeout=30.0))
+        scratch_shapes=[pltpu.VMEM((8, 128), _F32), pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
+        interpret=mosaic_rt.InterpretParams(wait_timeout=30.0),
+    )
     assert _calls(jax.jit(call), (x,), "dma_wait") == 0  # both waits rode on the start
     # A DeadlockError (a missed deadlock would end in a WaitTimeout after 30 s).
     with pytest.raises(mosaic_rt.DeadlockError) as info:
@@ -134,13 +143,16 @@ def test_a_wait_of_traced_size_is_not_merged_and_still_matches_stock():
 
     def call(params):
         return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct(x.shape, _F32),
+            kernel,
+            out_shape=jax.ShapeDtypeStruct(x.shape, _F32),
             grid_spec=pltpu.PrefetchScalarGridSpec(
-                num_scalar_prefetch=1, in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                num_scalar_prefetch=1,
+                in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
                 out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
-                scratch_shapes=[pltpu.VMEM((16, 128), _F32), pltpu.SemaphoreType.DMA,
-                                pltpu.SemaphoreType.DMA]),
-            interpret=params)
+                scratch_shapes=[pltpu.VMEM((16, 128), _F32), pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
+            ),
+            interpret=params,
+        )
 
     args = (jnp.array([8], jnp.int32), x)
     ours = jax.jit(call(mosaic_rt.InterpretParams()))

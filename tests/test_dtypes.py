@@ -30,14 +30,14 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import ml_dtypes
+import mosaic_rt
+import mosaic_rt.ffi as F
 import numpy as np
 import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
-import mosaic_rt
-import mosaic_rt.ffi as F
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 from parity import assert_bitwise_equal, run_case
 from test_ffi_support import fresh_uid
 
@@ -47,14 +47,37 @@ from mosaic_rt.jax_internals import stock_utils  # noqa: E402
 
 # Every dtype simulated memory holds, by numpy / ml_dtypes name.
 SUB_BYTE = {"int4": 4, "uint4": 4, "int2": 2, "uint2": 2, "float4_e2m1fn": 4}
-FLOAT8 = ("float8_e5m2", "float8_e4m3fn", "float8_e4m3b11fnuz", "float8_e5m2fnuz",
-          "float8_e4m3fnuz", "float8_e4m3", "float8_e3m4", "float8_e8m0fnu")
-DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-          "uint64", "float16", "bfloat16", "float32", "float64", *SUB_BYTE,
-          *FLOAT8, "complex64", "complex128")
+FLOAT8 = (
+    "float8_e5m2",
+    "float8_e4m3fn",
+    "float8_e4m3b11fnuz",
+    "float8_e5m2fnuz",
+    "float8_e4m3fnuz",
+    "float8_e4m3",
+    "float8_e3m4",
+    "float8_e8m0fnu",
+)
+DTYPES = (
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    *SUB_BYTE,
+    *FLOAT8,
+    "complex64",
+    "complex128",
+)
 # What jax runs with x64 off (64-bit types become 32-bit ones in jax arrays).
-JAX_DTYPES = tuple(d for d in DTYPES if d not in (
-    "int64", "uint64", "float64", "complex128"))
+JAX_DTYPES = tuple(d for d in DTYPES if d not in ("int64", "uint64", "float64", "complex128"))
 FILLS = ("nan", "zero")
 
 
@@ -103,18 +126,28 @@ def test_numpy_keeps_sub_byte_types_one_per_byte():
 
 @pytest.mark.parametrize("mode", FILLS)
 def test_fill_patterns_are_stocks(mode):
-    want_nan = {"int4": 0x7, "uint4": 0xf, "int2": 0x1, "uint2": 0x3,
-                "float4_e2m1fn": 0x8, "float8_e5m2": 0x7e, "float8_e4m3fn": 0x7f,
-                "float8_e4m3b11fnuz": 0x80, "float8_e5m2fnuz": 0x80,
-                "float8_e4m3fnuz": 0x80, "float8_e4m3": 0x7c, "float8_e3m4": 0x78,
-                "float8_e8m0fnu": 0xff}
+    want_nan = {
+        "int4": 0x7,
+        "uint4": 0xF,
+        "int2": 0x1,
+        "uint2": 0x3,
+        "float4_e2m1fn": 0x8,
+        "float8_e5m2": 0x7E,
+        "float8_e4m3fn": 0x7F,
+        "float8_e4m3b11fnuz": 0x80,
+        "float8_e5m2fnuz": 0x80,
+        "float8_e4m3fnuz": 0x80,
+        "float8_e4m3": 0x7C,
+        "float8_e3m4": 0x78,
+        "float8_e8m0fnu": 0xFF,
+    }
     rt = mosaic_rt.Runtime(uninitialized_memory=mode)
     for name in DTYPES:
         b = rt.allocate_buffer(0, 0, "vmem", shape=(3,), dtype=np_dtype(name))
         got = rt.load(0, 0, "vmem", b)
         assert raw_bytes(got) == raw_bytes(stock_fill(name, mode, (3,))), name
         if name in want_nan:
-            byte = want_nan[name] if mode == "nan" else (0xff if name == "float8_e8m0fnu" else 0)
+            byte = want_nan[name] if mode == "nan" else (0xFF if name == "float8_e8m0fnu" else 0)
             assert raw_bytes(got) == bytes([byte] * 3), name
 
 
@@ -170,11 +203,11 @@ def test_runtime_canonicalises_sub_byte_values(name):
     bits = SUB_BYTE[name]
     dt = np_dtype(name)
     # numpy reads only the low bits; memory keeps them with the high bits clear.
-    dirty = np.frombuffer(bytes([0xf0 | 1, 0xa0 | 2, 0xff]), dt)
+    dirty = np.frombuffer(bytes([0xF0 | 1, 0xA0 | 2, 0xFF]), dt)
     rt = mosaic_rt.Runtime()
     b = rt.allocate_buffer(0, 0, "vmem", dirty)
     mask = (1 << bits) - 1
-    clean = bytes([1 & mask, 2 & mask, 0xff & mask])
+    clean = bytes([1 & mask, 2 & mask, 0xFF & mask])
     assert raw_bytes(rt.buffer_content(0, 0, "vmem", b)) == clean
     rt.store(0, 0, "vmem", b, dirty[::-1].copy())
     assert raw_bytes(rt.load(0, 0, "vmem", b)) == clean[::-1]
@@ -187,9 +220,9 @@ def test_native_binding_takes_ml_dtypes_arrays_and_numpy_dtypes():
     b = native.allocate_buffer(0, 0, "vmem", x.dtype, (2, 3), data=x)
     assert raw_bytes(rt.load(0, 0, "vmem", b)) == raw_bytes(x)
     out = np.empty((2, 3), x.dtype)
-    native.load(0, 0, "vmem", b, None, out)          # an ml_dtypes array as `out`
+    native.load(0, 0, "vmem", b, None, out)  # an ml_dtypes array as `out`
     assert raw_bytes(out) == raw_bytes(x)
-    scalar = np.array(3, ml_dtypes.bfloat16)           # 0-d ml_dtypes array
+    scalar = np.array(3, ml_dtypes.bfloat16)  # 0-d ml_dtypes array
     b = native.allocate_buffer(0, 0, "smem", ml_dtypes.bfloat16, (), data=scalar)
     assert rt.load(0, 0, "smem", b) == 3
     for spelling in ("int4", ml_dtypes.int4, np.dtype(ml_dtypes.int4), jnp.int4):
@@ -214,11 +247,9 @@ def test_unsupported_dtypes_are_value_errors_naming_them(bad):
     with pytest.raises(ValueError, match=bad):
         rt.native.allocate_buffer(0, 0, "vmem", dt, (2,))
     with pytest.raises(ValueError, match=bad):
-        F.allocate_buffer(F.new_token(), jnp.zeros(2, jnp.uint32), 0, 0,
-                          space="vmem", dtype=dt, shape=(2,))
+        F.allocate_buffer(F.new_token(), jnp.zeros(2, jnp.uint32), 0, 0, space="vmem", dtype=dt, shape=(2,))
     with pytest.raises(ValueError, match=bad):
-        F.load(F.new_token(), jnp.zeros(2, jnp.uint32), 0, 0, 100, None,
-               space="vmem", shape=(2,), dtype=dt)
+        F.load(F.new_token(), jnp.zeros(2, jnp.uint32), 0, 0, 100, None, space="vmem", shape=(2,), dtype=dt)
 
 
 def test_dtype_errors_have_the_right_types():
@@ -259,16 +290,14 @@ def test_ffi_ops_move_every_dtype_through_xla(name):
     # rewrite float8 NaN payloads (jaxlib 0.12 canonicalises float8_e5m2 NaNs
     # in a slice; both versions in a concatenate).
     def body(xin, vin, rin):
-        with F.kernel(F.new_token(), 0, uid=uid, num_devices=1,
-                      uninitialized_memory="nan") as k:
+        with F.kernel(F.new_token(), 0, uid=uid, num_devices=1, uninitialized_memory="nan") as k:
             h, t = k.handle, k.token
             t, b = F.allocate_buffer(t, h, 0, 0, space="vmem", dtype=dt, shape=(3, 5), init=xin)
             t, fresh = F.allocate_buffer(t, h, 0, 0, space="vmem", dtype=dt, shape=(3, 5))
             win = F.TracedRegion.slices((1, 2), (0, 3, 2))
             t, got = F.load(t, h, 0, 0, b, win, space="vmem", shape=(2, 3), dtype=dt)
             t = F.store(t, h, 0, 0, fresh, win, vin, space="vmem")
-            t, old = F.swap(t, h, 0, 0, b, F.TracedRegion.index(2), rin,
-                            jnp.array([1, 0, 1, 0, 1], bool), space="vmem")
+            t, old = F.swap(t, h, 0, 0, b, F.TracedRegion.index(2), rin, jnp.array([1, 0, 1, 0, 1], bool), space="vmem")
             t, whole = F.load(t, h, 0, 0, b, None, space="vmem", shape=(3, 5), dtype=dt)
             t, filled = F.load(t, h, 0, 0, fresh, None, space="vmem", shape=(3, 5), dtype=dt)
             k.token = t
@@ -312,11 +341,14 @@ def _copy_dma_uninit(params, x):
 
     spec = pl.BlockSpec(block, lambda i: (i, 0))
     return pl.pallas_call(
-        kernel, out_shape=(jax.ShapeDtypeStruct(shape, dt),) * 2, grid=(2,),
-        in_specs=[spec], out_specs=(spec, spec),
-        scratch_shapes=[pltpu.VMEM(block, dt), pltpu.VMEM(block, dt),
-                        pltpu.SemaphoreType.DMA],
-        interpret=params)(x)
+        kernel,
+        out_shape=(jax.ShapeDtypeStruct(shape, dt),) * 2,
+        grid=(2,),
+        in_specs=[spec],
+        out_specs=(spec, spec),
+        scratch_shapes=[pltpu.VMEM(block, dt), pltpu.VMEM(block, dt), pltpu.SemaphoreType.DMA],
+        interpret=params,
+    )(x)
 
 
 def _windows(params, x):
@@ -333,9 +365,11 @@ def _windows(params, x):
         w_ref[pl.ds(0, 2), pl.ds(2, 3)] = x_ref[pl.ds(1, 2), pl.ds(1, 3)]
 
     return pl.pallas_call(
-        kernel, out_shape=(jax.ShapeDtypeStruct(x.shape, dt),) * 2,
+        kernel,
+        out_shape=(jax.ShapeDtypeStruct(x.shape, dt),) * 2,
         scratch_shapes=[pltpu.VMEM(x.shape, dt), pltpu.SemaphoreType.DMA],
-        interpret=params)(x)
+        interpret=params,
+    )(x)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -365,8 +399,7 @@ def test_kernel_copy_dma_uninitialised_matches_stock(name, mode):
     assert not isinstance(stock, Exception), f"stock failed: {stock!r}"
     assert_bitwise_equal(stock, ours, where=f"{name}/{mode}")
     # And both are right.
-    assert_bitwise_equal(tuple(ours), _reference_copy_dma_uninit(name, mode, x),
-                         where=f"{name}/{mode} vs numpy")
+    assert_bitwise_equal(tuple(ours), _reference_copy_dma_uninit(name, mode, x), where=f"{name}/{mode} vs numpy")
 
 
 @pytest.mark.parametrize("mode", FILLS)
@@ -393,19 +426,22 @@ def _remote_right(params, x):
     def kernel(x_ref, o_ref, send, recv):
         other = 1 - jax.lax.axis_index("x")
         copy = pltpu.make_async_remote_copy(
-            x_ref, o_ref, send, recv, device_id=(other,),
-            device_id_type=pl.DeviceIdType.MESH)
+            x_ref, o_ref, send, recv, device_id=(other,), device_id_type=pl.DeviceIdType.MESH
+        )
         copy.start()
         copy.wait()
 
     any_spec = pl.BlockSpec(memory_space=pl.ANY)
     block = (x.shape[0] // n, *x.shape[1:])
     call = pl.pallas_call(
-        kernel, out_shape=jax.ShapeDtypeStruct(block, x.dtype), in_specs=[any_spec],
-        out_specs=any_spec, scratch_shapes=[pltpu.SemaphoreType.DMA] * 2,
-        interpret=params)
-    mapped = jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
-                           check_vma=False)
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(block, x.dtype),
+        in_specs=[any_spec],
+        out_specs=any_spec,
+        scratch_shapes=[pltpu.SemaphoreType.DMA] * 2,
+        interpret=params,
+    )
+    mapped = jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)
     return jax.jit(mapped)(jax.device_put(x, NamedSharding(mesh, P("x"))))
 
 
@@ -432,8 +468,11 @@ def test_kernel_with_float6_scratch_is_a_clear_error(name):
 
     with pytest.raises(ValueError, match=name):
         pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
-            scratch_shapes=[pltpu.VMEM((8, 128), dt)], interpret=_ours())()
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+            scratch_shapes=[pltpu.VMEM((8, 128), dt)],
+            interpret=_ours(),
+        )()
 
 
 def _nibbles_to_rows(u8: np.ndarray, dtype) -> np.ndarray:
@@ -454,8 +493,7 @@ def test_kernel_sub_byte_bitcast_views(name):
     def read_view(x_ref, o_ref):
         o_ref[...] = x_ref.bitcast(dt)[...]
 
-    out = pl.pallas_call(read_view, out_shape=jax.ShapeDtypeStruct((32, 128), dt),
-                         interpret=_ours())(x)
+    out = pl.pallas_call(read_view, out_shape=jax.ShapeDtypeStruct((32, 128), dt), interpret=_ours())(x)
     assert raw_bytes(out) == raw_bytes(_nibbles_to_rows(x.view(np.uint8), dt))
 
     y = _nibbles_to_rows(sample("uint8", (16, 128), seed=11), dt)
@@ -463,6 +501,5 @@ def test_kernel_sub_byte_bitcast_views(name):
     def write_view(y_ref, o_ref):
         o_ref.bitcast(dt)[...] = y_ref[...]
 
-    out = pl.pallas_call(write_view, out_shape=jax.ShapeDtypeStruct((16, 128), jnp.int8),
-                         interpret=_ours())(y)
+    out = pl.pallas_call(write_view, out_shape=jax.ShapeDtypeStruct((16, 128), jnp.int8), interpret=_ours())(y)
     assert raw_bytes(_nibbles_to_rows(np.asarray(out).view(np.uint8), dt)) == raw_bytes(y)

@@ -15,16 +15,16 @@ import time
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt
 import numpy as np
 import pytest
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
-import mosaic_rt
-
-N = 4            # devices
+N = 4  # devices
 ROUNDS = 4
 TILE = (8, 128)
 # A missed wake-up shows as a run of WAIT_TIMEOUT; a failed launch once
@@ -75,16 +75,22 @@ def _ring_kernel(fault_ref, x_ref, o_ref, stage, send, recv, sem):
 
 def _ring(params):
     call = pl.pallas_call(
-        _ring_kernel, out_shape=jax.ShapeDtypeStruct(TILE, jnp.float32),
-        in_specs=[SMEM, VMEM], out_specs=VMEM,
-        scratch_shapes=[pltpu.VMEM(TILE, jnp.float32), pltpu.SemaphoreType.DMA,
-                        pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.REGULAR],
-        compiler_params=pltpu.CompilerParams(collective_id=0), interpret=params)
+        _ring_kernel,
+        out_shape=jax.ShapeDtypeStruct(TILE, jnp.float32),
+        in_specs=[SMEM, VMEM],
+        out_specs=VMEM,
+        scratch_shapes=[
+            pltpu.VMEM(TILE, jnp.float32),
+            pltpu.SemaphoreType.DMA,
+            pltpu.SemaphoreType.DMA,
+            pltpu.SemaphoreType.REGULAR,
+        ],
+        compiler_params=pltpu.CompilerParams(collective_id=0),
+        interpret=params,
+    )
     mesh = Mesh(np.array(jax.devices()[:N]), ("x",))
-    fn = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=(P(), P("x")),
-                               out_specs=P("x"), check_vma=False))
-    x = jax.device_put(np.zeros((N * TILE[0], TILE[1]), np.float32),
-                       NamedSharding(mesh, P("x")))
+    fn = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=(P(), P("x")), out_specs=P("x"), check_vma=False))
+    x = jax.device_put(np.zeros((N * TILE[0], TILE[1]), np.float32), NamedSharding(mesh, P("x")))
     return lambda fault: np.asarray(jax.block_until_ready(fn(jnp.asarray(fault, jnp.int32), x)))
 
 
@@ -168,17 +174,21 @@ def _cores_kernel(fault_ref, x_ref, o_ref, sem):
 @pytest.fixture(scope="module")
 def cores():
     call = pl.pallas_call(
-        _cores_kernel, out_shape=jax.ShapeDtypeStruct((CORES * TILE[0], TILE[1]), jnp.float32),
-        grid=(CORES,), in_specs=[SMEM, pl.BlockSpec(TILE, lambda i: (0, 0))],
+        _cores_kernel,
+        out_shape=jax.ShapeDtypeStruct((CORES * TILE[0], TILE[1]), jnp.float32),
+        grid=(CORES,),
+        in_specs=[SMEM, pl.BlockSpec(TILE, lambda i: (0, 0))],
         out_specs=pl.BlockSpec(TILE, lambda i: (i, 0)),
         scratch_shapes=[pltpu.SemaphoreType.REGULAR],
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
-        interpret=mosaic_rt.InterpretParams(num_cores_or_threads=CORES,
-                                            wait_timeout=WAIT_TIMEOUT))
+        interpret=mosaic_rt.InterpretParams(num_cores_or_threads=CORES, wait_timeout=WAIT_TIMEOUT),
+    )
     fn = jax.jit(call)
     x = jnp.zeros(TILE, jnp.float32)
+
     def run(fault):
         return np.asarray(jax.block_until_ready(fn(jnp.asarray(fault, jnp.int32), x)))
+
     run([-1, -1])  # the core programs compile at their first run: not timed
     return run
 
@@ -193,11 +203,11 @@ def test_random_core_fault_ends_every_core_promptly(cores, seed):
         with mosaic_rt.native_errors():
             cores(fault)
     assert time.monotonic() - start < PROMPT
-    np.testing.assert_array_equal(cores([-1, -1]),
-                                  np.full((CORES * TILE[0], TILE[1]), float(ROUNDS)))
+    np.testing.assert_array_equal(cores([-1, -1]), np.full((CORES * TILE[0], TILE[1]), float(ROUNDS)))
 
 
 # --------------------------------------------------- a user host callback
+
 
 class UserCallbackError(RuntimeError):
     pass
@@ -224,17 +234,21 @@ def _callback_ring():
         o_ref[...] = x_ref[...] + lax.fori_loop(0, ROUNDS, round_, 0.0)
 
     call = pl.pallas_call(
-        kernel, out_shape=jax.ShapeDtypeStruct(TILE, jnp.float32),
-        in_specs=[SMEM, VMEM], out_specs=VMEM, scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(TILE, jnp.float32),
+        in_specs=[SMEM, VMEM],
+        out_specs=VMEM,
+        scratch_shapes=[pltpu.SemaphoreType.REGULAR],
         compiler_params=pltpu.CompilerParams(collective_id=0),
-        interpret=mosaic_rt.InterpretParams(wait_timeout=WAIT_TIMEOUT))
+        interpret=mosaic_rt.InterpretParams(wait_timeout=WAIT_TIMEOUT),
+    )
     mesh = Mesh(np.array(jax.devices()[:N]), ("x",))
-    fn = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=(P(), P("x")),
-                               out_specs=P("x"), check_vma=False))
-    x = jax.device_put(np.zeros((N * TILE[0], TILE[1]), np.float32),
-                       NamedSharding(mesh, P("x")))
+    fn = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=(P(), P("x")), out_specs=P("x"), check_vma=False))
+    x = jax.device_put(np.zeros((N * TILE[0], TILE[1]), np.float32), NamedSharding(mesh, P("x")))
+
     def run(fault):
         return np.asarray(jax.block_until_ready(fn(jnp.asarray(fault, jnp.int32), x)))
+
     run([-1, -1])
     return run
 
@@ -254,5 +268,4 @@ def test_a_failing_user_callback_ends_every_device_with_its_exception(callback_r
         with mosaic_rt.native_errors():
             callback_ring(fault)
     assert time.monotonic() - start < PROMPT
-    np.testing.assert_array_equal(callback_ring([-1, -1]),
-                                  np.full((N * TILE[0], TILE[1]), float(ROUNDS)))
+    np.testing.assert_array_equal(callback_ring([-1, -1]), np.full((N * TILE[0], TILE[1]), float(ROUNDS)))

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
-
 import jax
 import jax.numpy as jnp
-
 import mosaic_rt.ffi as F
+import numpy as np
+import pytest
 from test_ffi_support import begin, dummy_rows, fresh_uid, run_on_devices, with_token
 
 pytestmark = pytest.mark.timeout(120)
@@ -28,8 +26,7 @@ def test_ring_ping_pong_in_fori_loop(n):
             k.token, sem = F.allocate_semaphores(k.token, k.handle, d, 0)
 
             def step(i, tok):
-                tok = F.semaphore_signal(tok, k.handle, d, 0, sem, i + d + 2,
-                                         target_device=(d + 1) % n)
+                tok = F.semaphore_signal(tok, k.handle, d, 0, sem, i + d + 2, target_device=(d + 1) % n)
                 return F.semaphore_wait(tok, k.handle, d, 0, sem, i + left + 1)
 
             k.token = jax.lax.fori_loop(0, steps, step, k.token)
@@ -55,24 +52,33 @@ def test_all_to_all_remote_dma(n, mode):
     def body(d, x_local):
         with begin(d, n, uid=uid, dma_execution_mode=mode) as k:
             h, t = k.handle, k.token
-            t, src = F.allocate_buffer(t, h, d, 0, space="hbm", dtype=np.float32,
-                                       shape=(n, cols), init=x_local[0])
-            t, dst = F.allocate_buffer(t, h, d, 0, space="hbm", dtype=np.float32,
-                                       shape=(n, cols))
+            t, src = F.allocate_buffer(t, h, d, 0, space="hbm", dtype=np.float32, shape=(n, cols), init=x_local[0])
+            t, dst = F.allocate_buffer(t, h, d, 0, space="hbm", dtype=np.float32, shape=(n, cols))
             t, send = F.allocate_semaphores(t, h, d, 0, kind="dma")
             t, recv = F.allocate_semaphores(t, h, d, 0, kind="dma")
             # Every destination buffer must exist before the first remote write.
             t = F.device_barrier(t, h, d)
             for p in range(n):
-                t = F.dma_start(t, h, d, 0, src, F.TracedRegion.index(p), dst, F.TracedRegion.index(d), recv,
-                                src_space="hbm", dst_space="hbm",
-                                src_sem=send, dst_device=p)
+                t = F.dma_start(
+                    t,
+                    h,
+                    d,
+                    0,
+                    src,
+                    F.TracedRegion.index(p),
+                    dst,
+                    F.TracedRegion.index(d),
+                    recv,
+                    src_space="hbm",
+                    dst_space="hbm",
+                    src_sem=send,
+                    dst_device=p,
+                )
             for _ in range(n):
                 t = F.dma_wait(t, h, d, 0, send, nbytes=nbytes)
                 t = F.dma_wait(t, h, d, 0, recv, nbytes=nbytes)
             t = F.device_barrier(t, h, d)
-            t, got = F.load(t, h, d, 0, dst, None, space="hbm",
-                            shape=(n, cols), dtype=np.float32)
+            t, got = F.load(t, h, d, 0, dst, None, space="hbm", shape=(n, cols), dtype=np.float32)
             t, leaks = F.leak_report(t, h, d, policy="raise")
             k.token = t
         return with_token(got[None], k.token)
@@ -116,8 +122,7 @@ def test_two_launches_in_one_program_are_separate():
         for j in range(2):
             with F.kernel(tok, d, uid=uid, num_devices=n, wait_timeout_ms=30_000) as k:
                 k.token, sem = F.allocate_semaphores(k.token, k.handle, d, 0)
-                k.token = F.semaphore_signal(k.token, k.handle, d, 0, sem, j + 1,
-                                             target_device=1 - d)
+                k.token = F.semaphore_signal(k.token, k.handle, d, 0, sem, j + 1, target_device=1 - d)
                 k.token, c = F.semaphore_read(k.token, k.handle, d, 0, sem)
                 k.token = F.device_barrier(k.token, k.handle, d)
                 k.token, c = F.semaphore_read(k.token, k.handle, d, 0, sem)

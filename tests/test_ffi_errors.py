@@ -7,11 +7,10 @@ import re
 import time
 
 import jax.numpy as jnp
+import mosaic_rt.ffi as F
 import numpy as np
 import pytest
 from jax.errors import JaxRuntimeError
-
-import mosaic_rt.ffi as F
 from mosaic_rt.errors import KernelAborted, SemaphoreLeakError, WaitTimeout
 from test_ffi_support import begin, dummy_rows, fresh_uid, on_devices, run_on_devices, with_token
 
@@ -53,8 +52,9 @@ def test_unsatisfiable_wait_times_out_with_a_clear_error():
     with pytest.raises(WaitTimeout) as info:
         run_translated(1, body)
     # Its own 300 ms timeout, not the 30 s default.
-    assert re.search(r"semaphore 2000 on device 0, core 0 waited 0\.3s for count >= 2; count is 0",
-                     str(info.value)), str(info.value)
+    assert re.search(r"semaphore 2000 on device 0, core 0 waited 0\.3s for count >= 2; count is 0", str(info.value)), (
+        str(info.value)
+    )
     assert (info.value.device, info.value.core) == (0, 0)
     assert isinstance(info.value.__cause__, JaxRuntimeError)
     np.testing.assert_array_equal(ring_ok(2), [1, 1])
@@ -130,8 +130,7 @@ def test_leak_policy_ignore_counts_leaks():
         with begin(d, 2, uid=uid) as k:
             k.token, s = F.allocate_semaphores(k.token, k.handle, d, 0, count=3)
             for j in range(3):
-                k.token = F.semaphore_signal(k.token, k.handle, d, 0, s + j, 1,
-                                             target_device=1)
+                k.token = F.semaphore_signal(k.token, k.handle, d, 0, s + j, 1, target_device=1)
             k.token = F.device_barrier(k.token, k.handle, d)
             k.token, leaks = F.leak_report(k.token, k.handle, d, policy="ignore")
             k.token = F.device_barrier(k.token, k.handle, d)

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt
+import mosaic_rt.ffi as F
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import mosaic_rt
-import mosaic_rt.ffi as F
 from test_ffi_support import begin, fresh_uid
 
 pytestmark = pytest.mark.timeout(300)
@@ -24,8 +23,12 @@ EXPECTED = (ValueError, IndexError, mosaic_rt.MosaicRuntimeError)
 KNOBS = 6
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1
 
-knob = st.one_of(st.integers(-2, 3), st.integers(1998, 2003), st.integers(98, 102),
-                 st.sampled_from([I32_MIN, I32_MAX, 2**30, -(2**30)]))
+knob = st.one_of(
+    st.integers(-2, 3),
+    st.integers(1998, 2003),
+    st.integers(98, 102),
+    st.sampled_from([I32_MIN, I32_MAX, 2**30, -(2**30)]),
+)
 
 
 def _build(op, mode):
@@ -36,13 +39,13 @@ def _build(op, mode):
     def program(k):
         with begin(0, 1, uid=uid, num_cores=2, wait_timeout_ms=20, dma_execution_mode=mode) as kn:
             t, h = kn.token, kn.handle
-            t, buf = F.allocate_buffer(t, h, 0, None, space="vmem", dtype=f32, shape=(8,),
-                                       init=jnp.arange(8, dtype=f32))
+            t, buf = F.allocate_buffer(
+                t, h, 0, None, space="vmem", dtype=f32, shape=(8,), init=jnp.arange(8, dtype=f32)
+            )
             t, sem = F.allocate_semaphores(t, h, 0, None, kind="dma", count=2)
             out = jnp.zeros((2,), f32)
             if op == "signal":
-                t = F.semaphore_signal(t, h, k[0], k[1], k[2], k[3], target_device=k[4],
-                                       target_core=k[5])
+                t = F.semaphore_signal(t, h, k[0], k[1], k[2], k[3], target_device=k[4], target_core=k[5])
             elif op == "wait":
                 t = F.semaphore_signal(t, h, 0, 0, sem, 4)
                 t = F.semaphore_wait(t, h, k[0], k[1], k[2], k[3])
@@ -50,21 +53,43 @@ def _build(op, mode):
                 t, v = F.semaphore_read(t, h, k[0], k[1], k[2])
                 out = out + v.astype(f32)
             elif op == "load":
-                t, v = F.load(t, h, k[0], k[1], k[2], F.TracedRegion.slices((k[3], 2)), space="vmem",
-                              shape=(2,), dtype=f32)
+                t, v = F.load(
+                    t, h, k[0], k[1], k[2], F.TracedRegion.slices((k[3], 2)), space="vmem", shape=(2,), dtype=f32
+                )
                 out = out + v
             elif op == "store":
-                t = F.store(t, h, k[0], k[1], k[2], F.TracedRegion.slices((k[3], 2)),
-                            jnp.ones((2,), f32), space="vmem")
+                t = F.store(t, h, k[0], k[1], k[2], F.TracedRegion.slices((k[3], 2)), jnp.ones((2,), f32), space="vmem")
             elif op == "dma":
-                t = F.dma_start(t, h, k[0], k[1], k[2], F.TracedRegion.slices((k[3], 2)), buf,
-                                F.TracedRegion.slices((k[4], 2)), k[5], src_space="vmem",
-                                dst_space="vmem")
+                t = F.dma_start(
+                    t,
+                    h,
+                    k[0],
+                    k[1],
+                    k[2],
+                    F.TracedRegion.slices((k[3], 2)),
+                    buf,
+                    F.TracedRegion.slices((k[4], 2)),
+                    k[5],
+                    src_space="vmem",
+                    dst_space="vmem",
+                )
                 t = F.dma_wait(t, h, 0, 0, sem, nbytes=8)
             elif op == "remote_dma":
-                t = F.dma_start(t, h, 0, 0, buf, F.TracedRegion.slices((k[3], 2)), buf,
-                                F.TracedRegion.slices((k[4], 2)), k[5], src_space="vmem",
-                                dst_space="vmem", src_sem=k[2], dst_device=k[0])
+                t = F.dma_start(
+                    t,
+                    h,
+                    0,
+                    0,
+                    buf,
+                    F.TracedRegion.slices((k[3], 2)),
+                    buf,
+                    F.TracedRegion.slices((k[4], 2)),
+                    k[5],
+                    src_space="vmem",
+                    dst_space="vmem",
+                    src_sem=k[2],
+                    dst_device=k[0],
+                )
             elif op == "free":
                 t = F.free_buffer(t, h, k[0], k[1], k[2], space="vmem")
             else:
@@ -118,18 +143,21 @@ def test_random_operands_never_crash_panic_or_hang(op, mode, knobs):
     _healthy(mode)
 
 
-@pytest.mark.parametrize("knobs, exc, text", [
-    ([1, 0, 2000, 1, 0, 0], ValueError, "device id 1 out of range: the kernel runs on 1 device(s)"),
-    ([-3, 0, 2000, 1, 0, 0], ValueError, "device id must be >= 0, got -3"),
-    ([0, 2, 2000, 1, 0, 0], ValueError, "core id 2 out of range: each device has 2 core(s)"),
-    ([0, 0, 2000, 1, 5, 0], ValueError, "device id 5 out of range"),
-    ([0, 0, 2000, 1, 0, 9], ValueError, "core id 9 out of range"),
-    # A given target is never "none": -1 is range-checked like any id.
-    ([0, 0, 2000, 1, -1, 0], ValueError, "target device id -1 out of range: valid ids are 0 to 0"),
-    ([0, 0, 2000, 1, 0, -1], ValueError, "target core id -1 out of range: valid ids are 0 to 1"),
-    ([0, 0, 1999, 1, 0, 0], ValueError, "semaphore 1999 does not exist"),
-    ([0, 0, 2000, -1, 0, 0], ValueError, "increment >= 0, got -1"),
-])
+@pytest.mark.parametrize(
+    "knobs, exc, text",
+    [
+        ([1, 0, 2000, 1, 0, 0], ValueError, "device id 1 out of range: the kernel runs on 1 device(s)"),
+        ([-3, 0, 2000, 1, 0, 0], ValueError, "device id must be >= 0, got -3"),
+        ([0, 2, 2000, 1, 0, 0], ValueError, "core id 2 out of range: each device has 2 core(s)"),
+        ([0, 0, 2000, 1, 5, 0], ValueError, "device id 5 out of range"),
+        ([0, 0, 2000, 1, 0, 9], ValueError, "core id 9 out of range"),
+        # A given target is never "none": -1 is range-checked like any id.
+        ([0, 0, 2000, 1, -1, 0], ValueError, "target device id -1 out of range: valid ids are 0 to 0"),
+        ([0, 0, 2000, 1, 0, -1], ValueError, "target core id -1 out of range: valid ids are 0 to 1"),
+        ([0, 0, 1999, 1, 0, 0], ValueError, "semaphore 1999 does not exist"),
+        ([0, 0, 2000, -1, 0, 0], ValueError, "increment >= 0, got -1"),
+    ],
+)
 def test_bad_signal_operands_name_the_value(knobs, exc, text):
     with pytest.raises(exc) as info:
         _run("signal", "on_wait", knobs)

@@ -31,6 +31,7 @@ SCRIPT = textwrap.dedent("""
 def test_rings_dmas_and_failures_on_64_devices():
     here = os.path.dirname(os.path.abspath(__file__))
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    proc = subprocess.run([sys.executable, "-c", SCRIPT.format(tests=here)], env=env,
-                          capture_output=True, text=True, timeout=540)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT.format(tests=here)], env=env, capture_output=True, text=True, timeout=540
+    )
     assert proc.returncode == 0 and "OK64" in proc.stdout, proc.stderr[-4000:]

@@ -7,12 +7,12 @@ import pathlib
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-import pytest
-from jax.sharding import NamedSharding, PartitionSpec as P
-
 import mosaic_rt.ffi as F
 import mosaic_rt.ffi.ops as ffi_ops
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 from mosaic_rt import _native
 from test_ffi_support import begin, dummy_rows, fresh_uid, on_devices, with_token
 
@@ -29,9 +29,20 @@ def test_every_target_is_registered_once():
     assert set(F.TARGETS) == set(_native.ffi_targets())
     assert all(t.startswith("mosaic_rt_") for t in F.TARGETS)
     assert len(F.TARGETS) == len(set(F.TARGETS))
-    for op in ("kernel_begin", "kernel_end", "load", "store", "swap", "dma_start",
-               "dma_wait", "semaphore_signal", "semaphore_wait", "copy_block",
-               "check_revisit", "prng_random_bits"):
+    for op in (
+        "kernel_begin",
+        "kernel_end",
+        "load",
+        "store",
+        "swap",
+        "dma_start",
+        "dma_wait",
+        "semaphore_signal",
+        "semaphore_wait",
+        "copy_block",
+        "check_revisit",
+        "prng_random_bits",
+    ):
         assert f"mosaic_rt_{op}" in F.TARGETS
 
 
@@ -66,8 +77,7 @@ def _native_call_offences(source: str, name: str, package: tuple[str, ...]) -> l
         module = node.module if isinstance(node, ast.ImportFrom) else None
         if module is not None or getattr(node, "level", 0):
             if node.level:  # relative: resolved against the file's package
-                module = ".".join(package[:len(package) - node.level + 1]
-                                  + ((module,) if module else ()))
+                module = ".".join(package[: len(package) - node.level + 1] + ((module,) if module else ()))
         if module in _OPS_MODULES:
             for a in node.names:
                 if a.name.startswith("_"):
@@ -81,8 +91,9 @@ def _native_call_offences(source: str, name: str, package: tuple[str, ...]) -> l
             if node.attr == "ffi_call":
                 offence(node, "calls jax.ffi.ffi_call")
             base = node.value
-            is_ops = ((isinstance(base, ast.Name) and base.id in aliases)
-                      or (isinstance(base, ast.Attribute) and base.attr in ("ops", "emit")))
+            is_ops = (isinstance(base, ast.Name) and base.id in aliases) or (
+                isinstance(base, ast.Attribute) and base.attr in ("ops", "emit")
+            )
             if is_ops and node.attr.startswith("_") and not node.attr.startswith("__"):
                 offence(node, f"uses private {node.attr} of {_OPS_MODULE} / emit")
         elif isinstance(node, ast.Name) and node.id == "ffi_call":
@@ -108,8 +119,7 @@ def test_only_ffi_ops_emits_native_calls():
         if path not in (_FFI_OPS, _FFI_EMIT):
             rel = path.relative_to(root)
             offenders += _native_call_offences(path.read_text(), str(rel), rel.parent.parts)
-    assert not offenders, "native ops emitted outside mosaic_rt/ffi/{ops,emit}.py:\n" + \
-        "\n".join(offenders)
+    assert not offenders, "native ops emitted outside mosaic_rt/ffi/{ops,emit}.py:\n" + "\n".join(offenders)
 
 
 def test_the_native_call_scan_finds_each_kind_of_offence():
@@ -119,7 +129,8 @@ def test_the_native_call_scan_finds_each_kind_of_offence():
         "from mosaic_rt.ffi import ops as fo\n"
         "a = fo._region_parts(None)\n"
         "b = jax.ffi.ffi_call('mosaic_rt_copy_block', ())\n"
-        "c = f'mosaic_rt_{a}'\n")
+        "c = f'mosaic_rt_{a}'\n"
+    )
     found = _native_call_offences(source, "bad.py", ("mosaic_rt", "ffi"))
     kinds = sorted(o.split(": ", 1)[1].split(" ")[0] for o in found)
     assert kinds == ["builds", "calls", "imports", "names", "uses"], kinds
@@ -137,8 +148,7 @@ def test_lowered_hlo_has_our_custom_calls_and_no_python_callback():
 
     fn, args = on_devices(2, body, dummy_rows(2))
     text = fn.lower(*args).as_text()
-    for name in ("kernel_begin", "allocate_semaphores", "semaphore_signal",
-                 "semaphore_wait", "kernel_end"):
+    for name in ("kernel_begin", "allocate_semaphores", "semaphore_signal", "semaphore_wait", "kernel_end"):
         assert f"mosaic_rt_{name}" in text
     assert "callback" not in text.lower()
     # The token is aliased: every op is ordered after the previous one.
@@ -165,15 +175,13 @@ def test_allocate_load_store_swap_free():
     def body(d, xin):
         with begin(d, 1, uid=uid) as k:
             h, t = k.handle, k.token
-            t, b = F.allocate_buffer(t, h, d, 0, space="vmem", dtype=np.float32,
-                                     shape=(4, 6), init=xin)
+            t, b = F.allocate_buffer(t, h, d, 0, space="vmem", dtype=np.float32, shape=(4, 6), init=xin)
             # rows 1..2, every other column from 1: a (2, 3) window
             win = F.TracedRegion.slices((1, 2), (1, 3, 2))
             t, got = F.load(t, h, d, 0, b, win, space="vmem", shape=(2, 3), dtype=np.float32)
             t = F.store(t, h, d, 0, b, win, -got, space="vmem")
             mask = jnp.array([True, False, True, False, True, False])
-            t, old = F.swap(t, h, d, 0, b, F.TracedRegion.index(3), jnp.full((6,), 7.0), mask,
-                            space="vmem")
+            t, old = F.swap(t, h, d, 0, b, F.TracedRegion.index(3), jnp.full((6,), 7.0), mask, space="vmem")
             t, whole = F.load(t, h, d, 0, b, None, space="vmem", shape=(4, 6), dtype=np.float32)
             t = F.free_buffer(t, h, d, 0, b, space="vmem")
             k.token = t
@@ -214,8 +222,7 @@ def test_out_of_bounds_load_is_an_index_error():
         with begin(d, 1, uid=uid) as k:
             h, t = k.handle, k.token
             t, b = F.allocate_buffer(t, h, d, 0, space="vmem", dtype=np.int32, shape=(4,))
-            t, v = F.load(t, h, d, 0, b, F.TracedRegion.slices((3, 2)), space="vmem",
-                          shape=(2,), dtype=np.int32)
+            t, v = F.load(t, h, d, 0, b, F.TracedRegion.slices((3, 2)), space="vmem", shape=(2,), dtype=np.int32)
             k.token = t
         return with_token(v[:1], k.token)
 
@@ -225,10 +232,10 @@ def test_out_of_bounds_load_is_an_index_error():
 
 # ------------------------------------------------------------------ bad input
 
+
 def _raw_call(name, operands, results=(), **attrs):
     i32 = jax.ShapeDtypeStruct((), jnp.int32)
-    call = jax.ffi.ffi_call(name, (i32, *results), has_side_effect=True,
-                            input_output_aliases={0: 0})
+    call = jax.ffi.ffi_call(name, (i32, *results), has_side_effect=True, input_output_aliases={0: 0})
     out = call(*operands, **attrs)
     return out[0] if not results else out
 
@@ -249,14 +256,17 @@ def _i32(x):
     return jnp.asarray(x, jnp.int32)
 
 
-@pytest.mark.parametrize("case,pattern", [
-    ("float_sem", r"operand 4 must be int32, got float32"),
-    ("vector_inc", r"operand 5 must have rank 0"),
-    ("short_handle", r"launch handle \(operand 1\) must be uint32\[2\]"),
-    ("arity", r"expected 8 operand\(s\) and 1 result\(s\), got 7 and 1"),
-    ("unknown_handle", r"unknown kernel launch handle"),
-    ("negative_core", r"core id must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "case,pattern",
+    [
+        ("float_sem", r"operand 4 must be int32, got float32"),
+        ("vector_inc", r"operand 5 must have rank 0"),
+        ("short_handle", r"launch handle \(operand 1\) must be uint32\[2\]"),
+        ("arity", r"expected 8 operand\(s\) and 1 result\(s\), got 7 and 1"),
+        ("unknown_handle", r"unknown kernel launch handle"),
+        ("negative_core", r"core id must be >= 0"),
+    ],
+)
 def test_bad_operands_are_value_errors(case, pattern):
     def make_op(d, k):
         ops = [k.token, k.handle, _i32(d), _i32(0), _i32(2000), _i32(1), _i32(-1), _i32(-1)]
@@ -302,11 +312,14 @@ def test_out_of_range_own_device_is_a_value_error():
         translated(2, body)
 
 
-@pytest.mark.parametrize("attrs,pattern", [
-    (dict(dma_execution_mode="sometimes"), "dma_execution_mode must be 'eager' or 'on_wait'"),
-    (dict(out_of_bounds_reads="ignore"), "out_of_bounds_reads must be"),
-    (dict(num_cores=0), "at least one device and one core"),
-])
+@pytest.mark.parametrize(
+    "attrs,pattern",
+    [
+        (dict(dma_execution_mode="sometimes"), "dma_execution_mode must be 'eager' or 'on_wait'"),
+        (dict(out_of_bounds_reads="ignore"), "out_of_bounds_reads must be"),
+        (dict(num_cores=0), "at least one device and one core"),
+    ],
+)
 def test_bad_kernel_config_is_a_value_error(attrs, pattern):
     def body(d, _):
         with F.kernel(F.new_token(), d, uid=fresh_uid(), num_devices=1, **attrs) as k:
@@ -325,8 +338,7 @@ def test_missing_and_mistyped_attributes_are_value_errors():
         _bad_launch(missing)
 
     def mistyped(d, k):
-        return _raw_call("mosaic_rt_dma_wait", [k.token, k.handle, _i32(d), _i32(0), _i32(2000)],
-                         bytes="many")
+        return _raw_call("mosaic_rt_dma_wait", [k.token, k.handle, _i32(d), _i32(0), _i32(2000)], bytes="many")
 
     with pytest.raises(ValueError, match=r'attribute "bytes" must be an integer'):
         _bad_launch(mistyped)
@@ -335,16 +347,28 @@ def test_missing_and_mistyped_attributes_are_value_errors():
 def test_wrong_init_dtype_and_bad_space_are_value_errors():
     def bad_init(d, k):
         ops = [k.token, k.handle, _i32(d), _i32(0), jnp.zeros((4,), jnp.float32)]
-        return _raw_call("mosaic_rt_allocate_buffer", ops, (jax.ShapeDtypeStruct((), jnp.int32),),
-                         space=0, dtype="int32", shape=np.array([4], np.int64))[0]
+        return _raw_call(
+            "mosaic_rt_allocate_buffer",
+            ops,
+            (jax.ShapeDtypeStruct((), jnp.int32),),
+            space=0,
+            dtype="int32",
+            shape=np.array([4], np.int64),
+        )[0]
 
     with pytest.raises(ValueError, match="operand 4 must be int32, got float32"):
         _bad_launch(bad_init)
 
     def bad_space(d, k):
         ops = [k.token, k.handle, _i32(d), _i32(0)]
-        return _raw_call("mosaic_rt_allocate_buffer", ops, (jax.ShapeDtypeStruct((), jnp.int32),),
-                         space=42, dtype="int32", shape=np.array([4], np.int64))[0]
+        return _raw_call(
+            "mosaic_rt_allocate_buffer",
+            ops,
+            (jax.ShapeDtypeStruct((), jnp.int32),),
+            space=42,
+            dtype="int32",
+            shape=np.array([4], np.int64),
+        )[0]
 
     with pytest.raises(ValueError, match="unknown memory space code 42"):
         _bad_launch(bad_space)
@@ -352,8 +376,20 @@ def test_wrong_init_dtype_and_bad_space_are_value_errors():
 
 def test_dma_descriptor_invariant_is_checked_at_trace_time():
     with pytest.raises(ValueError, match=r"Either both or neither `src_sem` and `device_id` can be set\."):
-        F.dma_start(F.new_token(), jnp.zeros((2,), jnp.uint32), 0, 0, 100, None, 101, None, 2000,
-                    src_space="vmem", dst_space="vmem", src_sem=2001)
+        F.dma_start(
+            F.new_token(),
+            jnp.zeros((2,), jnp.uint32),
+            0,
+            0,
+            100,
+            None,
+            101,
+            None,
+            2000,
+            src_space="vmem",
+            dst_space="vmem",
+            src_sem=2001,
+        )
 
 
 def test_device_ordinals_catch_a_device_id_that_does_not_match_the_mesh():
@@ -367,8 +403,7 @@ def test_device_ordinals_catch_a_device_id_that_does_not_match_the_mesh():
 
         def body(z):
             d = jax.lax.axis_index("x")
-            with F.kernel(F.new_token(), d, uid=uid, num_devices=n,
-                          device_ordinals=ordinals) as k:
+            with F.kernel(F.new_token(), d, uid=uid, num_devices=n, device_ordinals=ordinals) as k:
                 pass
             return z + k.token
 
@@ -394,9 +429,11 @@ def test_a_device_ordinal_mismatch_on_one_device_fails_the_whole_launch():
         return with_token(jnp.zeros((1,), jnp.int32), k.token)
 
     import time
+
     t0 = time.monotonic()
-    with pytest.raises(ValueError, match="logical device 1 runs on XLA device 1, but the mesh "
-                                         "places it on XLA device 5"):
+    with pytest.raises(
+        ValueError, match="logical device 1 runs on XLA device 1, but the mesh places it on XLA device 5"
+    ):
         translated(2, body)
     # Compiling and running take seconds; the timeout would take minutes.
     assert time.monotonic() - t0 < 150, "the barrier wait was not ended by the mismatch"
@@ -410,14 +447,25 @@ def test_local_dma_between_strided_regions(mode):
     def body(d, xin):
         with begin(d, 1, uid=uid, dma_execution_mode=mode) as k:
             h, t = k.handle, k.token
-            t, src = F.allocate_buffer(t, h, d, 0, space="hbm", dtype=np.int32, shape=(4, 8),
-                                       init=xin)
-            t, dst = F.allocate_buffer(t, h, d, 0, space="vmem", dtype=np.int32, shape=(2, 4),
-                                       init=jnp.zeros((2, 4), jnp.int32))
+            t, src = F.allocate_buffer(t, h, d, 0, space="hbm", dtype=np.int32, shape=(4, 8), init=xin)
+            t, dst = F.allocate_buffer(
+                t, h, d, 0, space="vmem", dtype=np.int32, shape=(2, 4), init=jnp.zeros((2, 4), jnp.int32)
+            )
             t, sem = F.allocate_semaphores(t, h, d, 0, kind="dma")
             # rows 0 and 2, columns 1, 3, 5, 7 -> the whole (2, 4) destination
-            t = F.dma_start(t, h, d, 0, src, F.TracedRegion.slices((0, 2, 2), (1, 4, 2)), dst, None, sem,
-                            src_space="hbm", dst_space="vmem")
+            t = F.dma_start(
+                t,
+                h,
+                d,
+                0,
+                src,
+                F.TracedRegion.slices((0, 2, 2), (1, 4, 2)),
+                dst,
+                None,
+                sem,
+                src_space="hbm",
+                dst_space="vmem",
+            )
             t, before = F.semaphore_read(t, h, d, 0, sem)
             t = F.dma_wait(t, h, d, 0, sem, nbytes=2 * 4 * 4)
             t, got = F.load(t, h, d, 0, dst, None, space="vmem", shape=(2, 4), dtype=np.int32)

@@ -6,10 +6,10 @@ import itertools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
-
 import mosaic_rt.ffi as F
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 _uids = itertools.count(1000)
 

@@ -11,14 +11,13 @@ import re
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt
 import numpy as np
 import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-
-import mosaic_rt
-from parity import assert_bitwise_equal, assert_same_error, run_case
 from lowered_text import native_ops
+from parity import assert_bitwise_equal, assert_same_error, run_case
 
 
 class _Case:
@@ -58,9 +57,15 @@ def _add(grid, block, index_map, shape, params, **kw):
         o_ref[...] = x_ref[...] + y_ref[...]
 
     spec = pl.BlockSpec(block, index_map)
-    return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(shape, jnp.float32),
-                          grid=grid, in_specs=[spec, spec], out_specs=spec,
-                          interpret=params, **kw)
+    return pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(shape, jnp.float32),
+        grid=grid,
+        in_specs=[spec, spec],
+        out_specs=spec,
+        interpret=params,
+        **kw,
+    )
 
 
 def test_program_has_one_call_per_side_of_a_step_and_no_bookkeeping_kernels():
@@ -86,15 +91,19 @@ def test_2d_grid_parallel_order_revisited_blocks_and_reductions(seed):
         @pl.when(pl.program_id(1) == 0)
         def _():
             o_ref[...] = jnp.zeros_like(o_ref)
+
         o_ref[...] += x_ref[...] * (pl.program_id(0) + 1).astype(jnp.float32)
 
     def fn(params, x):
         return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((32, 128), jnp.float32), grid=(4, 2),
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((32, 128), jnp.float32),
+            grid=(4, 2),
             in_specs=[pl.BlockSpec((8, 128), lambda i, j: (i, j))],
             out_specs=pl.BlockSpec((8, 128), lambda i, j: (i, 0)),
             compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
-            interpret=params)(x)
+            interpret=params,
+        )(x)
 
     _same(fn, x, random_seed=seed)
     _same(fn, x, random_seed=seed, num_cores_or_threads=2)
@@ -106,10 +115,12 @@ def test_revisit_in_a_2d_grid_names_the_loop_indices():
     def fn(params, x):
         return pl.pallas_call(
             lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...]),
-            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2, 3),
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            grid=(2, 3),
             in_specs=[pl.BlockSpec((8, 128), lambda i, j: (0, 0))],
             out_specs=pl.BlockSpec((8, 128), lambda i, j: (j % 2, 0)),
-            interpret=params)(x)
+            interpret=params,
+        )(x)
 
     err = _same_error(fn, x)
     assert "Revisited block" in str(err) and "(0, 2)" in str(err)
@@ -124,9 +135,12 @@ def test_out_of_bounds_block_index_is_stocks_error(which):
     def fn(params, x):
         return pl.pallas_call(
             lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...] + 1),
-            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2,),
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            grid=(2,),
             in_specs=[bad if which == "input" else good],
-            out_specs=bad if which == "output" else good, interpret=params)(x)
+            out_specs=bad if which == "output" else good,
+            interpret=params,
+        )(x)
 
     err = _same_error(fn, x)
     assert "Out-of-bounds block index" in str(err)
@@ -138,10 +152,12 @@ def test_element_and_squeezed_block_dims():
     def fn(params, x):
         return pl.pallas_call(
             lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...] * 2),
-            out_shape=jax.ShapeDtypeStruct((4, 16, 128), x.dtype), grid=(4, 2),
+            out_shape=jax.ShapeDtypeStruct((4, 16, 128), x.dtype),
+            grid=(4, 2),
             in_specs=[pl.BlockSpec((None, pl.Element(8), 128), lambda i, j: (i, j * 8 + 4, 0))],
             out_specs=pl.BlockSpec((None, 8, 128), lambda i, j: (i, j, 0)),
-            interpret=params)(x)
+            interpret=params,
+        )(x)
 
     _same(fn, x)
 
@@ -155,12 +171,17 @@ def test_scalar_prefetch_index_maps_and_aliasing():
 
     def fn(params, order, x):
         return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            kernel,
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
             grid_spec=pltpu.PrefetchScalarGridSpec(
-                num_scalar_prefetch=1, grid=(4,),
+                num_scalar_prefetch=1,
+                grid=(4,),
                 in_specs=[pl.BlockSpec((8, 128), lambda i, idx: (idx[i], 0))],
-                out_specs=pl.BlockSpec((8, 128), lambda i, idx: (idx[i], 0))),
-            input_output_aliases={1: 0}, interpret=params)(order, x)
+                out_specs=pl.BlockSpec((8, 128), lambda i, idx: (idx[i], 0)),
+            ),
+            input_output_aliases={1: 0},
+            interpret=params,
+        )(order, x)
 
     _same(fn, order, x)
 
@@ -176,16 +197,20 @@ def test_dynamic_grid_bounds_run_natively_as_stock(n):
         @pl.when(pl.program_id(1) == 0)
         def _():
             o_ref[...] = jnp.zeros_like(o_ref)
+
         o_ref[...] += x_ref[...] * (pl.program_id(1) + 1).astype(jnp.float32)
 
     @jax.jit
     def run(n, x, *, params):
         return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((16, 128), x.dtype), grid=(2, n),
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((16, 128), x.dtype),
+            grid=(2, n),
             in_specs=[pl.BlockSpec((8, 128), lambda i, j: (i, j))],
             out_specs=pl.BlockSpec((8, 128), lambda i, j: (i, 0)),
             compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
-            interpret=params)(x)
+            interpret=params,
+        )(x)
 
     def fn(params, n, x):
         return run(n, x, params=params)
@@ -202,8 +227,10 @@ def test_dynamic_grid_bounds_run_natively_as_stock(n):
 def test_memory_logging_falls_back_and_logs_block_copies(caplog):
     x = _x((16, 128), seed=6)
     from mosaic_rt.jax_internals import LoggingMode
-    f = _add((2,), (8, 128), lambda i: (i, 0), x.shape,
-             mosaic_rt.InterpretParams(logging_mode=LoggingMode.SHARED_MEMORY))
+
+    f = _add(
+        (2,), (8, 128), lambda i: (i, 0), x.shape, mosaic_rt.InterpretParams(logging_mode=LoggingMode.SHARED_MEMORY)
+    )
     with caplog.at_level(logging.INFO, logger="mosaic_rt.interpret"):
         out = jax.block_until_ready(f(x, x))
     np.testing.assert_array_equal(np.asarray(out), np.asarray(x + x))
@@ -214,15 +241,23 @@ def test_cores_split_a_parallel_grid_as_stock(tmp_path):
     x = _x((64, 128), seed=8)
 
     def fn(params, x):
-        return _add((8,), (8, 128), lambda i: (i, 0), x.shape, params,
-                    compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)))(x, x)
+        return _add(
+            (8,),
+            (8, 128),
+            lambda i: (i, 0),
+            x.shape,
+            params,
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+        )(x, x)
 
     _same(fn, x, num_cores_or_threads=3, random_seed=11)
     # The timeline still gets one grid span per step.
-    out = jax.block_until_ready(fn(mosaic_rt.InterpretParams(
-        num_cores_or_threads=2, trace_path=str(tmp_path / "t.json")), x))
+    out = jax.block_until_ready(
+        fn(mosaic_rt.InterpretParams(num_cores_or_threads=2, trace_path=str(tmp_path / "t.json")), x)
+    )
     np.testing.assert_array_equal(np.asarray(out), np.asarray(x + x))
     import json
+
     (path,) = list(tmp_path.glob("t*.json"))
     events = json.loads(path.read_text())
     events = events["traceEvents"] if isinstance(events, dict) else events
@@ -230,12 +265,15 @@ def test_cores_split_a_parallel_grid_as_stock(tmp_path):
     assert len(grid) == 8, grid
 
 
-@pytest.mark.parametrize("grid,semantics", [
-    ((2, 2, 2), ("parallel", "parallel", "arbitrary")),
-    ((5,), ("parallel",)),
-    ((1, 7), ("parallel", "parallel")),
-    ((2000,), ("parallel",)),  # two shuffle rounds
-])
+@pytest.mark.parametrize(
+    "grid,semantics",
+    [
+        ((2, 2, 2), ("parallel", "parallel", "arbitrary")),
+        ((5,), ("parallel",)),
+        ((1, 7), ("parallel", "parallel")),
+        ((2000,), ("parallel",)),  # two shuffle rounds
+    ],
+)
 def test_visiting_order_in_numpy_equals_jax_random(grid, semantics):
     from mosaic_rt import jax_internals as jx
     from mosaic_rt.interpret.launch import visiting_order
@@ -243,8 +281,7 @@ def test_visiting_order_in_numpy_equals_jax_random(grid, semantics):
     mp = pltpu.CompilerParams(dimension_semantics=semantics)
     for seed in (None, 1, 12345, 2**31 - 1):
         ref = jax.jit(lambda: jx.randomized_grid_coordinates(grid, mp, seed))()  # noqa: B023 - called at once
-        got = visiting_order._numpy_grid_coordinates(
-            grid, jx.parallel_dim_semantics(mp, len(grid)), seed or 0)
+        got = visiting_order._numpy_grid_coordinates(grid, jx.parallel_dim_semantics(mp, len(grid)), seed or 0)
         assert got is not None
         for a, b in zip(ref, got):
             assert np.asarray(a).dtype == b.dtype

@@ -17,8 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "python" / "mosaic_rt"
 # interpret/'s rooms, lowest first: a module may import its own room and the
 # ones before it, never a later one.
 LAYERS = (
-    ("base", ("mosaic_rt.interpret", "mosaic_rt.interpret.context",
-              "mosaic_rt.interpret.params")),
+    ("base", ("mosaic_rt.interpret", "mosaic_rt.interpret.context", "mosaic_rt.interpret.params")),
     ("native_compute", ("mosaic_rt.interpret.native_compute",)),
     ("evaluation", ("mosaic_rt.interpret.evaluation",)),
     ("launch", ("mosaic_rt.interpret.launch",)),
@@ -72,8 +71,7 @@ def _imports(name: str, path: Path, modules) -> set[str]:
 
 def _graph() -> dict[str, set[str]]:
     modules = _modules()
-    return {name: (_imports(name, path, modules) if path.suffix == ".py" else set())
-            for name, path in modules.items()}
+    return {name: (_imports(name, path, modules) if path.suffix == ".py" else set()) for name, path in modules.items()}
 
 
 def _find_cycle(graph) -> list[str] | None:
@@ -86,7 +84,7 @@ def _find_cycle(graph) -> list[str] | None:
         path.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state:
                 found = visit(nxt)
                 if found:
@@ -106,8 +104,7 @@ def _find_cycle(graph) -> list[str] | None:
 def _layer(module: str) -> int | None:
     for rank, (_, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
-            if module == prefix or (prefix != "mosaic_rt.interpret"
-                                    and module.startswith(prefix + ".")):
+            if module == prefix or (prefix != "mosaic_rt.interpret" and module.startswith(prefix + ".")):
                 return rank
     return None
 
@@ -118,8 +115,7 @@ def test_graph_sees_known_edges():
     assert "mosaic_rt._native" in graph
     assert "mosaic_rt._native" in graph["mosaic_rt.ffi.ops"]
     assert "mosaic_rt.interpret.launch.kernel" in graph["mosaic_rt.interpret.launch.seam"]
-    assert "mosaic_rt.interpret.evaluation.jaxpr_eval" in (
-        graph["mosaic_rt.interpret.launch.grid_loop"])
+    assert "mosaic_rt.interpret.evaluation.jaxpr_eval" in (graph["mosaic_rt.interpret.launch.grid_loop"])
 
 
 def test_no_import_cycle():
@@ -142,6 +138,5 @@ def test_interpret_layers_are_one_way():
         for target in targets:
             target_rank = _layer(target)
             if target_rank is not None and target_rank > rank:
-                wrong.append(f"{module} ({LAYERS[rank][0]}) imports {target}"
-                             f" ({LAYERS[target_rank][0]})")
+                wrong.append(f"{module} ({LAYERS[rank][0]}) imports {target} ({LAYERS[target_rank][0]})")
     assert not wrong, "\n".join(sorted(wrong))

@@ -6,16 +6,14 @@ parameter on) ``pallas_call`` kernels."""
 
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
+import mosaic_rt
+import mosaic_rt.ffi as F
 import numpy as np
 import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-
-import mosaic_rt
-import mosaic_rt.ffi as F
 from test_ffi_support import begin, dummy_rows, fresh_uid, on_devices, with_token
 
 pytestmark = pytest.mark.timeout(120)
@@ -42,7 +40,8 @@ def test_a_fresh_scratch_read_names_the_never_written_range():
     assert str(e.value) == (
         "Uninitialized read of vmem buffer 100 of device 0, core 0 at [4:8, 0:128]: 512 of the "
         "1024 element(s) read ([0:8, 0:128]) were never written in this launch (no store, DMA, "
-        "block copy or initial value wrote them)")
+        "block copy or initial value wrote them)"
+    )
     assert (e.value.device, e.value.core) == (0, 0)
 
 
@@ -84,10 +83,18 @@ def test_ffi_loads_raise_the_type_through_native_errors():
 
     def body(d, _):
         with begin(d, 2, uid=uid, detect_uninitialized=True) as k:
-            k.token, b = F.allocate_buffer(k.token, k.handle, d, 0, space="vmem",
-                                           dtype=np.float32, shape=(8, 128))
-            k.token, x = F.load(k.token, k.handle, d, 0, b, F.TracedRegion.slices((2, 3)),
-                                space="vmem", shape=(3, 128), dtype=np.float32)
+            k.token, b = F.allocate_buffer(k.token, k.handle, d, 0, space="vmem", dtype=np.float32, shape=(8, 128))
+            k.token, x = F.load(
+                k.token,
+                k.handle,
+                d,
+                0,
+                b,
+                F.TracedRegion.slices((2, 3)),
+                space="vmem",
+                shape=(3, 128),
+                dtype=np.float32,
+            )
         return with_token(x[:1, :1].astype(jnp.int32), k.token)
 
     fn, args = on_devices(2, body, dummy_rows(2))
@@ -101,10 +108,8 @@ def test_ffi_without_the_attribute_reads_fill_values():
 
     def body(d, _):
         with begin(d, 1, uid=uid) as k:
-            k.token, b = F.allocate_buffer(k.token, k.handle, d, 0, space="vmem",
-                                           dtype=np.float32, shape=(8,))
-            k.token, x = F.load(k.token, k.handle, d, 0, b, None, space="vmem",
-                                shape=(8,), dtype=np.float32)
+            k.token, b = F.allocate_buffer(k.token, k.handle, d, 0, space="vmem", dtype=np.float32, shape=(8,))
+            k.token, x = F.load(k.token, k.handle, d, 0, b, None, space="vmem", shape=(8,), dtype=np.float32)
         return with_token(x[None], k.token)
 
     fn, args = on_devices(1, body, dummy_rows(1))
@@ -114,20 +119,26 @@ def test_ffi_without_the_attribute_reads_fill_values():
 
 # ------------------------------------------------------------- pallas_call
 
+
 def test_interpret_params_take_the_flag():
     assert mosaic_rt.InterpretParams(detect_uninitialized=True).detect_uninitialized
 
 
 def test_pallas_scratch_read_before_write_is_reported():
     def kernel(x_ref, o_ref, acc_ref):
-        o_ref[...] = x_ref[...] + acc_ref[...]   # acc never written
+        o_ref[...] = x_ref[...] + acc_ref[...]  # acc never written
 
     x = jnp.ones((8, 128), jnp.float32)
-    call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-                          scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32)],
-                          interpret=mosaic_rt.InterpretParams(detect_uninitialized=True))
-    with pytest.raises(mosaic_rt.UninitializedReadError,
-                       match=r"vmem buffer 104 of device 0, core 0 at \[0:8, 0:128\]: 1024 of the 1024"):
+    call = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32)],
+        interpret=mosaic_rt.InterpretParams(detect_uninitialized=True),
+    )
+    with pytest.raises(
+        mosaic_rt.UninitializedReadError,
+        match=r"vmem buffer 104 of device 0, core 0 at \[0:8, 0:128\]: 1024 of the 1024",
+    ):
         with F.native_errors():
             jax.block_until_ready(call(x))
 
@@ -137,27 +148,39 @@ def test_pallas_half_written_output_block_is_reported_at_copy_out():
         o_ref[:4, :] = x_ref[:4, :]
 
     x = jnp.ones((16, 128), jnp.float32)
-    call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(2,),
-                          in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
-                          out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
-                          interpret=mosaic_rt.InterpretParams(detect_uninitialized=True))
-    with pytest.raises(mosaic_rt.UninitializedReadError,
-                       match=r"at \[4:8, 0:128\]: 512 of the 1024 element\(s\) read"):
+    call = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(2,),
+        in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
+        out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+        interpret=mosaic_rt.InterpretParams(detect_uninitialized=True),
+    )
+    with pytest.raises(mosaic_rt.UninitializedReadError, match=r"at \[4:8, 0:128\]: 512 of the 1024 element\(s\) read"):
         with F.native_errors():
             jax.block_until_ready(call(x))
 
 
 # Corpus kernels that really read memory nothing wrote (fill-value reads).
 _UNINITIALIZED_CASES = {"buffer_bounds_padded", "uninitialized_nan", "uninitialized_zero"}
-_SAMPLE = ["add_2d", "matmul_f32_acc", "manual_double_buffer_dma", "run_scoped_nested",
-           "scalar_prefetch_gather", "padding_not_divisible", "input_output_alias_partial",
-           "semaphore_array_scratch", "uninitialized_nan", "buffer_bounds_padded"]
+_SAMPLE = [
+    "add_2d",
+    "matmul_f32_acc",
+    "manual_double_buffer_dma",
+    "run_scoped_nested",
+    "scalar_prefetch_gather",
+    "padding_not_divisible",
+    "input_output_alias_partial",
+    "semaphore_array_scratch",
+    "uninitialized_nan",
+    "buffer_bounds_padded",
+]
 
 
 def _corpus_cases(names=None):
     from kernels.single_device import CASES
-    return [c for c in CASES if not (c.expect_error or c.ours_error)
-            and (names is None or c.name in names)]
+
+    return [c for c in CASES if not (c.expect_error or c.ours_error) and (names is None or c.name in names)]
 
 
 def _run_case(case):

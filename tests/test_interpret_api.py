@@ -3,20 +3,18 @@ leak policies and several cores per device."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import re
 import warnings
 
-import dataclasses
-import functools
-
 import jax
 import jax.numpy as jnp
+import mosaic_rt
 import numpy as np
 import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-
-import mosaic_rt
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -27,9 +25,13 @@ def _add_kernel(x_ref, o_ref):
 
 def _add_call(interpret=False):
     return pl.pallas_call(
-        _add_kernel, out_shape=jax.ShapeDtypeStruct((16, 128), jnp.float32), grid=(2,),
+        _add_kernel,
+        out_shape=jax.ShapeDtypeStruct((16, 128), jnp.float32),
+        grid=(2,),
         in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
-        out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)), interpret=interpret)
+        out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+        interpret=interpret,
+    )
 
 
 X = jnp.arange(16 * 128, dtype=jnp.float32).reshape(16, 128)
@@ -51,16 +53,19 @@ def test_params_accept_every_stock_field_with_stock_defaults():
         ours.detect_races = True
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(num_cores_or_threads=0), "Number of cores or threads must be at least 1"),
-    (dict(vector_clock_size=0), "Vector clock size must be at least 1"),
-    (dict(dma_execution_mode="lazy"), "dma_execution_mode must be 'eager' or 'on_wait'"),
-    (dict(out_of_bounds_reads="clip"), "out_of_bounds_reads must be"),
-    (dict(uninitialized_memory="ones"), "uninitialized_memory must be"),
-    (dict(buffer_bounds="tight"), "buffer_bounds must be"),
-    (dict(wait_timeout=0), "wait_timeout must be a positive number"),
-    (dict(on_semaphore_leak="shout"), "on_semaphore_leak must be"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(num_cores_or_threads=0), "Number of cores or threads must be at least 1"),
+        (dict(vector_clock_size=0), "Vector clock size must be at least 1"),
+        (dict(dma_execution_mode="lazy"), "dma_execution_mode must be 'eager' or 'on_wait'"),
+        (dict(out_of_bounds_reads="clip"), "out_of_bounds_reads must be"),
+        (dict(uninitialized_memory="ones"), "uninitialized_memory must be"),
+        (dict(buffer_bounds="tight"), "buffer_bounds must be"),
+        (dict(wait_timeout=0), "wait_timeout must be a positive number"),
+        (dict(on_semaphore_leak="shout"), "on_semaphore_leak must be"),
+    ],
+)
 def test_params_validation(kwargs, message):
     with pytest.raises(ValueError, match=message):
         mosaic_rt.InterpretParams(**kwargs)
@@ -100,24 +105,32 @@ def _leaky(params):
         o_ref[...] = jnp.zeros_like(o_ref)
 
     return pl.pallas_call(
-        kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
-        scratch_shapes=[pltpu.SemaphoreType.REGULAR], interpret=params)()
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+        scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+        interpret=params,
+    )()
 
 
 def test_leaked_semaphore_is_printed_by_default_like_stock(capsys):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         np.testing.assert_array_equal(np.asarray(_leaky(mosaic_rt.InterpretParams())), 0)
-    assert re.search(r"REGULAR semaphore 2000 \(allocated at .*test_interpret_api.py:\d+"
-                     r".*\) on core 0 has count 3", capsys.readouterr().out)
+    assert re.search(
+        r"REGULAR semaphore 2000 \(allocated at .*test_interpret_api.py:\d+"
+        r".*\) on core 0 has count 3",
+        capsys.readouterr().out,
+    )
 
 
 def test_leaked_semaphore_warns_when_asked():
     # A Python warning naming the semaphore, its kind, core, count and the
     # line that allocated it (the kernel's scratch).
-    with pytest.warns(mosaic_rt.SemaphoreLeakWarning,
-                      match=r"REGULAR semaphore 2000 \(allocated at .*test_interpret_api.py:\d+"
-                            r".*\) on core 0 has count 3"):
+    with pytest.warns(
+        mosaic_rt.SemaphoreLeakWarning,
+        match=r"REGULAR semaphore 2000 \(allocated at .*test_interpret_api.py:\d+"
+        r".*\) on core 0 has count 3",
+    ):
         with mosaic_rt.native_errors():
             out = _leaky(mosaic_rt.InterpretParams(python_warnings=True))
             np.testing.assert_array_equal(np.asarray(out), 0)
@@ -128,8 +141,7 @@ def test_leaked_semaphore_raises_when_asked():
         with mosaic_rt.native_errors():
             _leaky(mosaic_rt.InterpretParams(on_semaphore_leak="raise"))
     # The next kernel runs without any reset.
-    np.testing.assert_array_equal(np.asarray(jax.jit(_add_call(mosaic_rt.InterpretParams()))(X)),
-                                  np.asarray(X) + 1)
+    np.testing.assert_array_equal(np.asarray(jax.jit(_add_call(mosaic_rt.InterpretParams()))(X)), np.asarray(X) + 1)
 
 
 def test_leak_ignore_is_silent(capfd):
@@ -152,11 +164,14 @@ def _parallel_grid(params):
 
     x = jnp.arange(64 * 128, dtype=jnp.float32).reshape(64, 128)
     return pl.pallas_call(
-        kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(8,),
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(8,),
         in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
         out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
-        interpret=params)(x)
+        interpret=params,
+    )(x)
 
 
 @pytest.mark.parametrize("cores", [2, 4])
@@ -167,12 +182,15 @@ def test_grid_split_across_cores_matches_stock(cores):
         def record(token, point, core):
             points[which].append((tuple(int(p) for p in point), int(core)))
             return token
+
         return record
 
-    stock = _parallel_grid(pltpu.InterpretParams(
-        num_cores_or_threads=cores, random_seed=3, grid_point_recorder=recorder("stock")))
-    ours = _parallel_grid(mosaic_rt.InterpretParams(
-        num_cores_or_threads=cores, random_seed=3, grid_point_recorder=recorder("ours")))
+    stock = _parallel_grid(
+        pltpu.InterpretParams(num_cores_or_threads=cores, random_seed=3, grid_point_recorder=recorder("stock"))
+    )
+    ours = _parallel_grid(
+        mosaic_rt.InterpretParams(num_cores_or_threads=cores, random_seed=3, grid_point_recorder=recorder("ours"))
+    )
     np.testing.assert_array_equal(np.asarray(stock), np.asarray(ours))
     assert sorted(points["stock"]) == sorted(points["ours"])
     assert {c for _, c in points["ours"]} == set(range(cores))
@@ -182,9 +200,13 @@ def _cores_wait_on_each_other(params):
     mesh = pltpu.create_tensorcore_mesh("core", num_cores=2)
     x = jnp.arange(16 * 128, dtype=jnp.float32).reshape(16, 128)
 
-    @functools.partial(pl.kernel, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype),
-                       mesh=mesh, scratch_types=[pltpu.SemaphoreType.REGULAR],
-                       interpret=params)
+    @functools.partial(
+        pl.kernel,
+        out_type=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        mesh=mesh,
+        scratch_types=[pltpu.SemaphoreType.REGULAR],
+        interpret=params,
+    )
     def kernel(x_hbm, o_hbm, sem):
         c = jax.lax.axis_index("core")
         pl.semaphore_signal(sem, 1, core_index=1 - c)
@@ -210,16 +232,17 @@ def test_logging_mode_logs_memory_and_semaphore_ops(caplog):
 
     def run(mode):
         return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
             scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-            interpret=mosaic_rt.InterpretParams(logging_mode=mode))(X[:8])
+            interpret=mosaic_rt.InterpretParams(logging_mode=mode),
+        )(X[:8])
 
     with caplog.at_level("INFO", logger="mosaic_rt.interpret"):
         out = run(LoggingMode.SHARED_MEMORY | LoggingMode.SEMAPHORE)
     np.testing.assert_array_equal(np.asarray(out), np.asarray(X[:8]) * 2)
     text = caplog.text
-    for op in ("allocate_buffer", "get_buffer_content", "swap_buffer_content",
-               "`signal`", "`wait`"):
+    for op in ("allocate_buffer", "get_buffer_content", "swap_buffer_content", "`signal`", "`wait`"):
         assert op in text, op
     assert "Device 0, core 0:" in text
     caplog.clear()
@@ -249,8 +272,8 @@ def test_lowering_our_kernels_skips_the_gpu_interpreter_import():
         "out = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),\n"
         "                     interpret=mosaic_rt.InterpretParams())(x)\n"
         "assert float(out.sum()) == 2 * 8 * 128\n"
-        "print('jax._src.pallas.mosaic_gpu.interpret.interpret_pallas_call' in sys.modules)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+        "print('jax._src.pallas.mosaic_gpu.interpret.interpret_pallas_call' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "False"

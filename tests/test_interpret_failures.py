@@ -18,17 +18,15 @@ import time
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt  # a broken build fails this suite at collection, never skips it
 import numpy as np
 import pytest
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
-import mosaic_rt  # a broken build fails this suite at collection, never skips it
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 from kernels.multi_device import CASES_BY_NAME
-
-
 
 _F32 = jnp.float32
 _TILE = (8, 128)
@@ -44,14 +42,12 @@ _OOB = "Out-of-bounds read"
 
 
 def _params(**knobs):
-    return dataclasses.replace(
-        mosaic_rt.InterpretParams(wait_timeout=_WAIT_TIMEOUT), **knobs)
+    return dataclasses.replace(mosaic_rt.InterpretParams(wait_timeout=_WAIT_TIMEOUT), **knobs)
 
 
 def _run_on_ring(call, n, *args):
     mesh = Mesh(np.array(jax.devices()[:n]), ("x",))
-    mapped = jax.shard_map(call, mesh=mesh, in_specs=tuple(P("x") for _ in args),
-                           out_specs=P("x"), check_vma=False)
+    mapped = jax.shard_map(call, mesh=mesh, in_specs=tuple(P("x") for _ in args), out_specs=P("x"), check_vma=False)
     placed = [jax.device_put(a, NamedSharding(mesh, P("x"))) for a in args]
     return np.asarray(jax.block_until_ready(jax.jit(mapped)(*placed)))
 
@@ -74,8 +70,7 @@ def _full_barrier(n):
     me = lax.axis_index("x")
     barrier = pltpu.get_barrier_semaphore()
     for hop in range(1, n):
-        pl.semaphore_signal(barrier, 1, device_id=(lax.rem(me + hop, n),),
-                            device_id_type=_MESH)
+        pl.semaphore_signal(barrier, 1, device_id=(lax.rem(me + hop, n),), device_id_type=_MESH)
     pl.semaphore_wait(barrier, n - 1)
 
 
@@ -87,9 +82,13 @@ def _oob_before_barrier(params, n=4, failing_device=1):
         _full_barrier(n)
 
     call = pl.pallas_call(
-        kernel, out_shape=jax.ShapeDtypeStruct(_TILE, _F32), in_specs=[_VMEM],
-        out_specs=_VMEM, compiler_params=pltpu.CompilerParams(collective_id=0),
-        interpret=params)
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(_TILE, _F32),
+        in_specs=[_VMEM],
+        out_specs=_VMEM,
+        compiler_params=pltpu.CompilerParams(collective_id=0),
+        interpret=params,
+    )
     return _run_on_ring(call, n, _tiles(n))
 
 
@@ -103,17 +102,20 @@ def _oob_while_peers_wait_on_dma(params, n=4, failing_device=0):
         _full_barrier(n)
         stage[...] = _read_rows(x_ref, _bad_start(failing_device))
         copy = pltpu.make_async_remote_copy(
-            stage, o_ref, send_sem, recv_sem, device_id=(lax.rem(me + 1, n),),
-            device_id_type=_MESH)
+            stage, o_ref, send_sem, recv_sem, device_id=(lax.rem(me + 1, n),), device_id_type=_MESH
+        )
         copy.start()
         copy.wait()
 
     call = pl.pallas_call(
-        kernel, out_shape=jax.ShapeDtypeStruct(_TILE, _F32), in_specs=[_VMEM],
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(_TILE, _F32),
+        in_specs=[_VMEM],
         out_specs=_VMEM,
-        scratch_shapes=[pltpu.VMEM(_TILE, _F32), pltpu.SemaphoreType.DMA,
-                        pltpu.SemaphoreType.DMA],
-        compiler_params=pltpu.CompilerParams(collective_id=0), interpret=params)
+        scratch_shapes=[pltpu.VMEM(_TILE, _F32), pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
+        compiler_params=pltpu.CompilerParams(collective_id=0),
+        interpret=params,
+    )
     return _run_on_ring(call, n, _tiles(n))
 
 
@@ -123,8 +125,12 @@ def _oob_inside_core_map(params, n=2, cores=2):
     mesh = pltpu.create_tensorcore_mesh("core", num_cores=cores)
 
     def per_device(b):
-        @pl.kernel(out_type=jax.ShapeDtypeStruct((cores, *_TILE), _F32), mesh=mesh,
-                   scratch_types=[pltpu.VMEM((1, 128), _F32)], interpret=params)
+        @pl.kernel(
+            out_type=jax.ShapeDtypeStruct((cores, *_TILE), _F32),
+            mesh=mesh,
+            scratch_types=[pltpu.VMEM((1, 128), _F32)],
+            interpret=params,
+        )
         def run(x_hbm, o_hbm, row):
             c = lax.axis_index("core")
 
@@ -212,11 +218,13 @@ def test_unsatisfiable_wait_ends_with_wait_timeout():
         o_ref[0] = 1
 
     call = pl.pallas_call(
-        kernel, out_shape=jax.ShapeDtypeStruct((1,), jnp.int32),
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((1,), jnp.int32),
         out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
         scratch_shapes=[pltpu.SemaphoreType.REGULAR],
         # Deadlock detection off: the timeout is the last resort it leaves.
-        interpret=_params(wait_timeout=timeout, detect_deadlocks=False))
+        interpret=_params(wait_timeout=timeout, detect_deadlocks=False),
+    )
     start = time.monotonic()
     with pytest.raises(mosaic_rt.WaitTimeout) as info:
         with mosaic_rt.native_errors():
@@ -239,10 +247,12 @@ def test_unsatisfiable_wait_is_a_deadlock_reported_at_once():
         o_ref[0] = 1
 
     call = pl.pallas_call(
-        kernel, out_shape=jax.ShapeDtypeStruct((1,), jnp.int32),
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((1,), jnp.int32),
         out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
         scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-        interpret=_params(wait_timeout=60.0))
+        interpret=_params(wait_timeout=60.0),
+    )
     # A timeout would raise WaitTimeout, not DeadlockError: the type says
     # detection found it.
     with pytest.raises(mosaic_rt.DeadlockError) as info:
@@ -250,6 +260,9 @@ def test_unsatisfiable_wait_is_a_deadlock_reported_at_once():
             _run_on_ring(call, n)
     message = str(info.value)
     for device in range(n):
-        assert re.search(rf"device {device}, core 0: waits on REGULAR semaphore \d+ for 1"
-                         r" \(count is 0\) at .*test_interpret_failures.py:\d+", message), message
+        assert re.search(
+            rf"device {device}, core 0: waits on REGULAR semaphore \d+ for 1"
+            r" \(count is 0\) at .*test_interpret_failures.py:\d+",
+            message,
+        ), message
     _assert_next_launch_works()

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt
 import numpy as np
 import pytest
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-from jax.sharding import Mesh, PartitionSpec as P
-
-import mosaic_rt
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
 pytestmark = pytest.mark.timeout(180)
 TILE = (8, 128)
@@ -30,18 +30,23 @@ def _ring_call(devices, cores):
 
     spec = pl.BlockSpec(TILE, lambda i: (i, 0))
     return pl.pallas_call(
-        kernel, out_shape=jax.ShapeDtypeStruct((cores * TILE[0], TILE[1]), jnp.float32),
-        grid=(cores,), in_specs=[spec], out_specs=spec,
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((cores * TILE[0], TILE[1]), jnp.float32),
+        grid=(cores,),
+        in_specs=[spec],
+        out_specs=spec,
         scratch_shapes=[pltpu.SemaphoreType.REGULAR],
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
-        interpret=mosaic_rt.InterpretParams(num_cores_or_threads=cores, wait_timeout=60))
+        interpret=mosaic_rt.InterpretParams(num_cores_or_threads=cores, wait_timeout=60),
+    )
 
 
 @pytest.mark.parametrize("devices, cores", [(1, 8), (8, 4), (2, 16)])
 def test_cores_waiting_on_each_other_all_run(devices, cores):
     mesh = Mesh(np.array(jax.devices()[:devices]), ("x",))
-    f = jax.jit(jax.shard_map(_ring_call(devices, cores), mesh=mesh, in_specs=P("x"),
-                              out_specs=P("x"), check_vma=False))
+    f = jax.jit(
+        jax.shard_map(_ring_call(devices, cores), mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)
+    )
     x = jnp.zeros((devices * cores * TILE[0], TILE[1]), jnp.float32)
     out = np.asarray(f(x))
     want = np.repeat(np.arange(devices * cores, dtype=np.float32), TILE[0])[:, None]
@@ -54,9 +59,12 @@ def test_core_map_with_eight_cores():
     else:
         mesh = pltpu.create_tensorcore_mesh("core", num_cores=8)
 
-    @pl.kernel(out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32), mesh=mesh,
-               scratch_types=[pltpu.SemaphoreType.REGULAR],
-               interpret=mosaic_rt.InterpretParams(wait_timeout=60))
+    @pl.kernel(
+        out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+        mesh=mesh,
+        scratch_types=[pltpu.SemaphoreType.REGULAR],
+        interpret=mosaic_rt.InterpretParams(wait_timeout=60),
+    )
     def run(o_hbm, sem):
         # Every core signals every core, then waits for all eight signals.
         for k in range(8):
@@ -71,10 +79,10 @@ def test_core_map_takes_the_native_grid_loop_and_matches_stock(monkeypatch):
     native (an XLA loop with per-core bounds costs three scalar fusions to
     compile); results stay stock's."""
     from mosaic_rt.interpret.launch import grid_loop
+
     loops = []
     real_plan = grid_loop.plan
-    monkeypatch.setattr(grid_loop, "plan", lambda *a, **k: loops.append(real_plan(*a, **k))
-                        or loops[-1])
+    monkeypatch.setattr(grid_loop, "plan", lambda *a, **k: loops.append(real_plan(*a, **k)) or loops[-1])
     if hasattr(pltpu, "TensorCoreMesh"):  # jax >= 0.11
         mesh = pltpu.TensorCoreMesh(axis_name="core", num_cores=2)
     else:
@@ -82,9 +90,12 @@ def test_core_map_takes_the_native_grid_loop_and_matches_stock(monkeypatch):
     x = jnp.arange(2 * 8 * 128, dtype=jnp.float32).reshape(2, 8, 128)
 
     def run(params):
-        @pl.kernel(out_type=jax.ShapeDtypeStruct((4, 8, 128), jnp.float32), mesh=mesh,
-                   scratch_types=[pltpu.SemaphoreType.REGULAR, pltpu.SemaphoreType.DMA(())],
-                   interpret=params)
+        @pl.kernel(
+            out_type=jax.ShapeDtypeStruct((4, 8, 128), jnp.float32),
+            mesh=mesh,
+            scratch_types=[pltpu.SemaphoreType.REGULAR, pltpu.SemaphoreType.DMA(())],
+            interpret=params,
+        )
         def swap(x_hbm, o_hbm, sem, copy_sem):
             c = lax.axis_index("core")
             pltpu.async_copy(x_hbm.at[c], o_hbm.at[2 + c], copy_sem).wait()

@@ -14,15 +14,12 @@ from __future__ import annotations
 import dataclasses
 
 import jax
+import mosaic_rt
 import numpy as np
 import pytest
 from jax.experimental.pallas import tpu as pltpu
-
-import mosaic_rt
-
 from kernels.multi_device import CASES, CASES_BY_NAME, MULTI_CORE, SWEEP_16_DEVICES
 from parity import assert_bitwise_equal, run_case
-
 
 # A broken build must fail these suites at collection, never skip them.
 OursParams = mosaic_rt.InterpretParams
@@ -49,8 +46,12 @@ def _assert_matches_reference(case, out):
 
 
 def _parity_params(cases):
-    return [pytest.param(case, mode, races, id=f"{case.name}-{mode}-races{int(races)}")
-            for case in cases for mode in DMA_MODES for races in (False, True)]
+    return [
+        pytest.param(case, mode, races, id=f"{case.name}-{mode}-races{int(races)}")
+        for case in cases
+        for mode in DMA_MODES
+        for races in (False, True)
+    ]
 
 
 def _is_multi_core_not_supported(exc: BaseException) -> bool:
@@ -77,10 +78,18 @@ def test_stock_runs(case):
 def test_corpus_covers_the_brief():
     assert len(CASES) >= 15
     assert len(MULTI_CORE) >= 4 and MULTI_CORE <= set(CASES_BY_NAME)
-    for name in ("right_permute", "all_gather_ring", "all_reduce_sum",
-                 "reduce_scatter_sum", "reduce_scatter_emit_pipeline",
-                 "semaphore_ping_pong", "all_to_all", "barrier_only",
-                 "two_kernels_one_jit", "cores_wait_on_each_other"):
+    for name in (
+        "right_permute",
+        "all_gather_ring",
+        "all_reduce_sum",
+        "reduce_scatter_sum",
+        "reduce_scatter_emit_pipeline",
+        "semaphore_ping_pong",
+        "all_to_all",
+        "barrier_only",
+        "two_kernels_one_jit",
+        "cores_wait_on_each_other",
+    ):
         assert name in CASES_BY_NAME, name
     assert all(c.reference is not None for c in CASES)
 

@@ -12,15 +12,12 @@ from __future__ import annotations
 import dataclasses
 
 import jax
+import mosaic_rt
 import numpy as np
 import pytest
 from jax.experimental.pallas import tpu as pltpu
-
-import mosaic_rt
-
 from kernels.single_device import CASES, CASES_BY_NAME
 from parity import assert_bitwise_equal, assert_same_error, run_case, split_stock_error
-
 
 # A broken build must fail these suites at collection, never skip them.
 OursParams = mosaic_rt.InterpretParams
@@ -59,11 +56,9 @@ def _assert_matches_reference(case, out):
 
 
 def _assert_expected_error(case, result):
-    assert isinstance(result, Exception), (
-        f"{case.name}: expected an error containing {case.expect_error!r}")
+    assert isinstance(result, Exception), f"{case.name}: expected an error containing {case.expect_error!r}"
     _, message = split_stock_error(result)
-    assert case.expect_error in message, (
-        f"{case.name}: expected {case.expect_error!r} in: {message}")
+    assert case.expect_error in message, f"{case.name}: expected {case.expect_error!r} in: {message}"
 
 
 # --------------------------------------------------------------------------
@@ -156,8 +151,7 @@ def test_parity(case, dma_mode):
             _, text = split_stock_error(stock)
             pytest.fail(f"stock raised ({text!r}) but ours returned normally")
         if case.ours_error is not None:
-            assert case.ours_error in str(ours), (
-                f"expected {case.ours_error!r} in our error: {ours!r}")
+            assert case.ours_error in str(ours), f"expected {case.ours_error!r} in our error: {ours!r}"
         else:
             assert_same_error(stock, ours)
         return
@@ -180,8 +174,7 @@ def test_lowered_program_uses_native_calls(name):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("failing", [
-    "error_oob_read_raise", "error_revisited_output_block", "error_oob_masked_store"])
+@pytest.mark.parametrize("failing", ["error_oob_read_raise", "error_revisited_output_block", "error_oob_masked_store"])
 def test_next_kernel_runs_after_error_without_reset(failing):
     # No reset_tpu_interpret_mode_state() between the failing kernel and the
     # next ones: a failure must leave nothing behind.

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt
 import numpy as np
 import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-
-import mosaic_rt
 from mosaic_rt.jax_internals import bitcast_array as tpu_bitcast
 
 pytestmark = pytest.mark.timeout(120)
@@ -28,10 +27,12 @@ def _views_kernel(x_ref, o_ref, r_ref, w_ref, b_ref):
 
 
 def _run(params):
-    shapes = (jax.ShapeDtypeStruct((8, 128), jnp.int32),
-              jax.ShapeDtypeStruct((2, 128), jnp.float32),
-              jax.ShapeDtypeStruct((8, 128), jnp.float32),
-              jax.ShapeDtypeStruct((16, 128), jnp.bfloat16))
+    shapes = (
+        jax.ShapeDtypeStruct((8, 128), jnp.int32),
+        jax.ShapeDtypeStruct((2, 128), jnp.float32),
+        jax.ShapeDtypeStruct((8, 128), jnp.float32),
+        jax.ShapeDtypeStruct((16, 128), jnp.bfloat16),
+    )
     return pl.pallas_call(_views_kernel, out_shape=shapes, interpret=params)(X)
 
 
@@ -62,8 +63,10 @@ def test_dma_through_a_reshaped_ref_is_a_clear_error():
 
     with pytest.raises(NotImplementedError, match="ReshapeTransform is not supported"):
         pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
             in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
             out_specs=pl.BlockSpec(memory_space=pl.ANY),
             scratch_shapes=[pltpu.SemaphoreType.DMA],
-            interpret=mosaic_rt.InterpretParams())(X)
+            interpret=mosaic_rt.InterpretParams(),
+        )(X)

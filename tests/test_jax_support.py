@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from mosaic_rt import jax_internals as jx
 
 PACKAGE = pathlib.Path(jx.__file__).parent
@@ -26,12 +25,12 @@ def test_supported_jax_passes(version):
 
 
 def test_import_fails_cleanly_with_an_unsupported_jax():
-    code = ("import jax; jax.__version__ = '0.13.1'\n"
-            "try:\n    import mosaic_rt\nexcept ImportError as e:\n    print('IMPORT-ERROR', e)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
-    assert "IMPORT-ERROR mosaic_rt supports jax >= 0.10.2 and < 0.13; found jax 0.13.1" \
-        in out.stdout, out.stderr
+    code = (
+        "import jax; jax.__version__ = '0.13.1'\n"
+        "try:\n    import mosaic_rt\nexcept ImportError as e:\n    print('IMPORT-ERROR', e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "IMPORT-ERROR mosaic_rt supports jax >= 0.10.2 and < 0.13; found jax 0.13.1" in out.stdout, out.stderr
 
 
 def test_jax_internals_are_imported_in_one_place():

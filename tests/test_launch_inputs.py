@@ -9,6 +9,8 @@ import os
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt
+import mosaic_rt.ffi as F
 import numpy as np
 import pytest
 from jax import lax
@@ -16,21 +18,23 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
-
-import mosaic_rt
-import mosaic_rt.ffi as F
-from mosaic_rt.errors import MosaicRuntimeError
 from lowered_text import BORROW, prologue_items_with
+from mosaic_rt.errors import MosaicRuntimeError
 
 _ANY = pl.BlockSpec(memory_space=pl.ANY)
 
 
-def _call(kernel, x, params, *, out_shape=None, in_specs=(_ANY,), out_specs=_ANY,
-          scratch=(), aliases=None, **kw):
+def _call(kernel, x, params, *, out_shape=None, in_specs=(_ANY,), out_specs=_ANY, scratch=(), aliases=None, **kw):
     return pl.pallas_call(
-        kernel, out_shape=out_shape or jax.ShapeDtypeStruct(x.shape, x.dtype),
-        in_specs=list(in_specs), out_specs=out_specs, scratch_shapes=list(scratch),
-        input_output_aliases=aliases or {}, interpret=params, **kw)
+        kernel,
+        out_shape=out_shape or jax.ShapeDtypeStruct(x.shape, x.dtype),
+        in_specs=list(in_specs),
+        out_specs=out_specs,
+        scratch_shapes=list(scratch),
+        input_output_aliases=aliases or {},
+        interpret=params,
+        **kw,
+    )
 
 
 def _borrows(fn, *args) -> int:
@@ -78,11 +82,20 @@ def test_read_only_inputs_are_borrowed_and_match_stock(knobs):
     cases = {
         "dma": lambda p: _call(_dma_copy_kernel, x, p, scratch=[pltpu.SemaphoreType.DMA(())]),
         "dma+load": lambda p: _call(
-            _dma_then_scale, x, p, out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
-            scratch=[pltpu.VMEM(x.shape, x.dtype), pltpu.SemaphoreType.DMA(())]),
+            _dma_then_scale,
+            x,
+            p,
+            out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+            scratch=[pltpu.VMEM(x.shape, x.dtype), pltpu.SemaphoreType.DMA(())],
+        ),
         "blockspec, block written": lambda p: _call(
-            _write_vmem_block, x, p, in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
-            out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)), grid=(2,)),
+            _write_vmem_block,
+            x,
+            p,
+            in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
+            out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+            grid=(2,),
+        ),
     }
     for name, make in cases.items():
         stock, ours, fn = _both(make, x, **knobs)
@@ -107,16 +120,18 @@ def _dma_into_input_in_when(x_ref, o_ref, scratch, sem):
     @pl.when(pl.program_id(0) == 0)
     def _():
         _dma_into(x_ref.at[pl.ds(8, 8)], jnp.full((8, 128), 6.0, jnp.float32), sem, scratch)
+
     _dma_copy_kernel(x_ref, o_ref, sem)
 
 
 def _dma_into_input_in_loop_and_scope(x_ref, o_ref, scratch, sem):
     def body(i, c):
         def scoped(tmp):
-            _dma_into(x_ref.at[pl.ds(i * 8, 8)], jnp.full((8, 128), 7.0, jnp.float32) + i,
-                      sem, tmp)
+            _dma_into(x_ref.at[pl.ds(i * 8, 8)], jnp.full((8, 128), 7.0, jnp.float32) + i, sem, tmp)
+
         pl.run_scoped(scoped, pltpu.VMEM((8, 128), jnp.float32))
         return c
+
     lax.fori_loop(0, 2, body, 0)
     _dma_copy_kernel(x_ref, o_ref, sem)
 
@@ -125,18 +140,23 @@ def _dma_into_input_in_while(x_ref, o_ref, scratch, sem):
     def body(i):
         _dma_into(x_ref.at[pl.ds(8, 8)], jnp.full((8, 128), 9.0, jnp.float32), sem, scratch)
         return i + 1
+
     lax.while_loop(lambda i: i < 2, body, 0)
     _dma_copy_kernel(x_ref, o_ref, sem)
 
 
-@pytest.mark.parametrize("kernel", [_dma_into_input, _dma_into_input_in_when,
-                                    _dma_into_input_in_loop_and_scope, _dma_into_input_in_while])
+@pytest.mark.parametrize(
+    "kernel", [_dma_into_input, _dma_into_input_in_when, _dma_into_input_in_loop_and_scope, _dma_into_input_in_while]
+)
 def test_an_input_the_kernel_writes_is_copied(kernel):
     x = _x(seed=1)
     keep = np.asarray(x).copy()
     stock, ours, fn = _both(
-        lambda p: _call(kernel, x, p, scratch=[pltpu.VMEM((8, 128), jnp.float32),
-                                               pltpu.SemaphoreType.DMA(())], grid=(1,)), x)
+        lambda p: _call(
+            kernel, x, p, scratch=[pltpu.VMEM((8, 128), jnp.float32), pltpu.SemaphoreType.DMA(())], grid=(1,)
+        ),
+        x,
+    )
     np.testing.assert_array_equal(ours.view(np.uint32), stock.view(np.uint32))
     assert not np.array_equal(ours, keep), "the kernel wrote its input ref"
     assert _borrows(fn, x) == 0
@@ -152,7 +172,8 @@ def test_an_aliased_input_is_copied():
 
     spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
     stock, ours, fn = _both(
-        lambda p: _call(kernel, x, p, in_specs=[spec], out_specs=spec, grid=(2,), aliases={0: 0}), x)
+        lambda p: _call(kernel, x, p, in_specs=[spec], out_specs=spec, grid=(2,), aliases={0: 0}), x
+    )
     np.testing.assert_array_equal(ours.view(np.uint32), stock.view(np.uint32))
     np.testing.assert_array_equal(ours, keep * 3.0)
     assert _borrows(fn, x) == 0
@@ -169,21 +190,23 @@ def test_a_remote_dma_reads_a_peers_borrowed_input():
         pl.semaphore_signal(barrier, 1, device_id=(lax.rem(me + 1, n),))
         pl.semaphore_wait(barrier, 1)
         # Our input goes straight from our HBM to the next device's output.
-        copy = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv,
-                                            device_id=(lax.rem(me + 1, n),))
+        copy = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(lax.rem(me + 1, n),))
         copy.start()
         copy.wait()
 
     def make(params):
         call = pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((64, 128), jnp.float32),
-            in_specs=[_ANY], out_specs=_ANY,
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((64, 128), jnp.float32),
+            in_specs=[_ANY],
+            out_specs=_ANY,
             scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
-            compiler_params=pltpu.CompilerParams(collective_id=0), interpret=params)
+            compiler_params=pltpu.CompilerParams(collective_id=0),
+            interpret=params,
+        )
         return jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)
 
-    x = jax.device_put(np.arange(64 * n * 128, dtype=np.float32).reshape(64 * n, 128),
-                       NamedSharding(mesh, P("x")))
+    x = jax.device_put(np.arange(64 * n * 128, dtype=np.float32).reshape(64 * n, 128), NamedSharding(mesh, P("x")))
     keep = np.asarray(x).copy()
     stock, ours, fn = _both(make, x)
     np.testing.assert_array_equal(ours.view(np.uint32), stock.view(np.uint32))
@@ -216,12 +239,15 @@ def test_a_peer_reads_a_borrowed_input_its_device_left_without_waiting(mode):
 
     params = mosaic_rt.InterpretParams(dma_execution_mode=mode, on_semaphore_leak="ignore")
     call = pl.pallas_call(
-        kernel, out_shape=jax.ShapeDtypeStruct((64, 128), jnp.float32),
-        in_specs=[_ANY], out_specs=_ANY,
-        scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA], interpret=params)
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((64, 128), jnp.float32),
+        in_specs=[_ANY],
+        out_specs=_ANY,
+        scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
+        interpret=params,
+    )
     fn = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
-    x = jax.device_put(np.arange(64 * n * 128, dtype=np.float32).reshape(64 * n, 128),
-                       NamedSharding(mesh, P("x")))
+    x = jax.device_put(np.arange(64 * n * 128, dtype=np.float32).reshape(64 * n, 128), NamedSharding(mesh, P("x")))
     keep = np.asarray(x).copy()
     assert _borrows(fn, x) == 1
     for _ in range(30):
@@ -239,11 +265,19 @@ def test_many_launches_of_varying_sizes_do_not_grow_memory():
     fns = {}
     for rows in (512, 2048, 8192, 1536):  # 0.25 .. 4 MiB of float32
         x = _x(rows, seed=rows)
-        fns[rows] = (jax.jit(_call(_dma_then_scale, x, params,
-                                   out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
-                                   scratch=[pltpu.VMEM(x.shape, x.dtype),
-                                            pltpu.SemaphoreType.DMA(())])), x,
-                     np.asarray(x) * 2.0 + 1.0)
+        fns[rows] = (
+            jax.jit(
+                _call(
+                    _dma_then_scale,
+                    x,
+                    params,
+                    out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+                    scratch=[pltpu.VMEM(x.shape, x.dtype), pltpu.SemaphoreType.DMA(())],
+                )
+            ),
+            x,
+            np.asarray(x) * 2.0 + 1.0,
+        )
     # XLA's and malloc's own memory settles in steps over the first
     # hundreds of launches (10-40 MiB on a quiet box, more under load), so
     # the check is on the last 500 launches: a leak of our buffers grows by
@@ -259,20 +293,23 @@ def test_many_launches_of_varying_sizes_do_not_grow_memory():
     growth = rss[2] - rss[1]
     assert growth < 48 << 20, (
         f"RSS grew by {growth / 2**20:.1f} MiB from launch 600 to 1100 (MiB at launch 100,"
-        f" 600, 1100: {[round(r / 2**20) for r in rss]})")
+        f" 600, 1100: {[round(r / 2**20) for r in rss]})"
+    )
 
 
 def _borrowing_launch(keep_alive: bool):
     """One device's launch through the FFI wrappers that borrows `x` and
     reads it back, passing `x` to kernel_end only if `keep_alive`."""
+
     def f(x):
         token, handle = F.kernel_begin(F.new_token(), jnp.int32(0), uid=0x5EED, num_devices=1)
-        token, buf = F.allocate_buffer(token, handle, 0, None, space="hbm", dtype=x.dtype,
-                                       shape=x.shape, init=x, borrow=True)
-        token, out = F.load(token, handle, 0, 0, buf, None, space="hbm", shape=x.shape,
-                            dtype=x.dtype)
+        token, buf = F.allocate_buffer(
+            token, handle, 0, None, space="hbm", dtype=x.dtype, shape=x.shape, init=x, borrow=True
+        )
+        token, out = F.load(token, handle, 0, 0, buf, None, space="hbm", shape=x.shape, dtype=x.dtype)
         token = F.kernel_end(token, handle, 0, keep_alive=(x,) if keep_alive else ())
         return out, token
+
     return jax.jit(f)
 
 
@@ -289,5 +326,6 @@ def test_kernel_end_checks_that_borrowed_inputs_were_kept_alive():
 
 def test_borrow_needs_an_initial_value():
     with pytest.raises(ValueError, match="borrow=True needs an init value"):
-        F.allocate_buffer(F.new_token(), jnp.zeros((2,), jnp.uint32), 0, None, space="hbm",
-                          dtype=jnp.float32, shape=(8,), borrow=True)
+        F.allocate_buffer(
+            F.new_token(), jnp.zeros((2,), jnp.uint32), 0, None, space="hbm", dtype=jnp.float32, shape=(8,), borrow=True
+        )

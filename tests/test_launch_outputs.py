@@ -12,6 +12,8 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt
+import mosaic_rt.ffi as F
 import numpy as np
 import pytest
 from jax import lax
@@ -19,11 +21,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
-
-import mosaic_rt
-import mosaic_rt.ffi as F
-from mosaic_rt.errors import MosaicRuntimeError
 from lowered_text import DIRECT, prologue_items_with
+from mosaic_rt.errors import MosaicRuntimeError
 
 _ANY = pl.BlockSpec(memory_space=pl.ANY)
 _DMA = pltpu.SemaphoreType.DMA(())
@@ -33,12 +32,17 @@ def _x(rows=16, seed=0, dtype=jnp.float32):
     return jnp.asarray(np.random.default_rng(seed).standard_normal((rows, 128)), dtype)
 
 
-def _call(kernel, params, out_shape, *, in_specs=(_ANY,), out_specs=_ANY, scratch=(_DMA,),
-          aliases=None, **kw):
+def _call(kernel, params, out_shape, *, in_specs=(_ANY,), out_specs=_ANY, scratch=(_DMA,), aliases=None, **kw):
     return pl.pallas_call(
-        kernel, out_shape=out_shape, in_specs=list(in_specs), out_specs=out_specs,
-        scratch_shapes=list(scratch), input_output_aliases=aliases or {}, interpret=params,
-        **kw)
+        kernel,
+        out_shape=out_shape,
+        in_specs=list(in_specs),
+        out_specs=out_specs,
+        scratch_shapes=list(scratch),
+        input_output_aliases=aliases or {},
+        interpret=params,
+        **kw,
+    )
 
 
 def _directs(fn, *args) -> int:
@@ -86,8 +90,7 @@ def _copy_call(kernel, params, x):
 @pytest.mark.parametrize("kernel", [_dma_whole, _dma_head, _nothing])
 def test_written_partly_written_and_unwritten_outputs_match_stock(kernel, fill):
     x = _x()
-    ours, stock, fn = _both(functools.partial(_copy_call, kernel, x=x), x,
-                            uninitialized_memory=fill)
+    ours, stock, fn = _both(functools.partial(_copy_call, kernel, x=x), x, uninitialized_memory=fill)
     _same_bits(ours, stock, kernel.__name__)
     assert _directs(fn, x) == 1
 
@@ -112,9 +115,13 @@ def test_blockspec_grid_outputs_padded_or_not():
         spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
         padded = pl.BlockSpec((16, 128), lambda i: (i, 0))  # 24 rows: padded to 32
         return pl.pallas_call(
-            kernel, grid=(3,), in_specs=[spec],
+            kernel,
+            grid=(3,),
+            in_specs=[spec],
             out_specs=[spec, pl.BlockSpec((8, 128), lambda i: (i, 0))],
-            out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype)] * 2, interpret=params), padded
+            out_shape=[jax.ShapeDtypeStruct(x.shape, x.dtype)] * 2,
+            interpret=params,
+        ), padded
 
     ours, stock, fn = _both(lambda p: make(p)[0], x)
     _same_bits(ours, stock)
@@ -123,9 +130,13 @@ def test_blockspec_grid_outputs_padded_or_not():
     def make_padded(params):
         spec = pl.BlockSpec((16, 128), lambda i: (i, 0))
         return pl.pallas_call(
-            lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...] - 1.0), grid=(2,),
-            in_specs=[spec], out_specs=spec,
-            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=params)
+            lambda x_ref, o_ref: o_ref.__setitem__(..., x_ref[...] - 1.0),
+            grid=(2,),
+            in_specs=[spec],
+            out_specs=spec,
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            interpret=params,
+        )
 
     ours, stock, fn = _both(make_padded, x)
     _same_bits(ours, stock, "padded")
@@ -139,8 +150,7 @@ def test_an_aliased_output_is_read_back():
         del x_ref
         _dma_head(o_ref.at[pl.ds(8, 8)], o_ref, sem)
 
-    ours, stock, fn = _both(
-        lambda p: _call(kernel, p, jax.ShapeDtypeStruct(x.shape, x.dtype), aliases={0: 0}), x)
+    ours, stock, fn = _both(lambda p: _call(kernel, p, jax.ShapeDtypeStruct(x.shape, x.dtype), aliases={0: 0}), x)
     _same_bits(ours, stock)
     assert _directs(fn, x) == 0
 
@@ -154,8 +164,7 @@ def test_an_aliased_output_beside_one_written_in_place():
         _dma_head(p_ref, o_ref, sem)
 
     shape = jax.ShapeDtypeStruct(x.shape, x.dtype)
-    ours, stock, fn = _both(
-        lambda p: _call(kernel, p, [shape, shape], out_specs=[_ANY, _ANY], aliases={0: 0}), x)
+    ours, stock, fn = _both(lambda p: _call(kernel, p, [shape, shape], out_specs=[_ANY, _ANY], aliases={0: 0}), x)
     _same_bits(ours, stock)
     assert _directs(fn, x) == 1
 
@@ -173,8 +182,12 @@ def test_donated_input_the_kernel_writes():
     want = np.asarray(x)
 
     def make(params):
-        return _call(_write_input_then_dma, params, jax.ShapeDtypeStruct(x.shape, x.dtype),
-                     scratch=(pltpu.VMEM((8, 128), jnp.float32), _DMA))
+        return _call(
+            _write_input_then_dma,
+            params,
+            jax.ShapeDtypeStruct(x.shape, x.dtype),
+            scratch=(pltpu.VMEM((8, 128), jnp.float32), _DMA),
+        )
 
     stock = jax.jit(make(pltpu.InterpretParams()))(jnp.asarray(want))
     fn = jax.jit(make(mosaic_rt.InterpretParams()), donate_argnums=0)
@@ -192,10 +205,11 @@ def test_in_a_loop_that_feeds_each_output_to_the_next_launch():
         def f(x):
             def body(i, y):
                 return add(call(y) + i)
+
             y = lax.fori_loop(0, 3, body, x)
             # And a while loop whose carry is the output itself.
-            return lax.while_loop(lambda c: c[1] < 2, lambda c: (call(c[0]), c[1] + 1),
-                                  (y, 0))[0]
+            return lax.while_loop(lambda c: c[1] < 2, lambda c: (call(c[0]), c[1] + 1), (y, 0))[0]
+
         return f
 
     ours, stock, fn = _both(make, x)
@@ -214,13 +228,19 @@ def test_vmap_and_outputs_used_twice():
     def make(params):
         # vmap adds a grid dimension (HBM refs would need trivial blocks).
         spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
-        call = pl.pallas_call(kernel, grid=(2,), in_specs=[spec], out_specs=spec,
-                              out_shape=jax.ShapeDtypeStruct(xs[0].shape, xs.dtype),
-                              interpret=params)
+        call = pl.pallas_call(
+            kernel,
+            grid=(2,),
+            in_specs=[spec],
+            out_specs=spec,
+            out_shape=jax.ShapeDtypeStruct(xs[0].shape, xs.dtype),
+            interpret=params,
+        )
 
         def f(xs):
             y = jax.vmap(call)(xs)
             return y, y * 2.0, call(y[1])
+
         return f
 
     ours, stock, fn = _both(make, xs)
@@ -250,6 +270,7 @@ def test_an_output_returned_twice_and_donated_through_a_loop():
             y = lax.fori_loop(0, 2, lambda i, y: call(y) * 2.0, x)
             z = call(y)
             return z, z
+
         return f
 
     stock = jax.jit(make(pltpu.InterpretParams()))(x)
@@ -263,8 +284,7 @@ def test_shard_map_one_device_in_place_several_read_back():
 
         def make(params, mesh=mesh):
             call = _call(_dma_head, params, jax.ShapeDtypeStruct((16, 128), jnp.float32))
-            return jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
-                                 check_vma=False)
+            return jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False)
 
         x = jax.device_put(_x(16 * n, seed=10), NamedSharding(mesh, P("x")))
         ours, stock, fn = _both(make, x)
@@ -281,10 +301,17 @@ def test_several_cores_read_back():
     spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
     ours, stock, fn = _both(
         lambda p: pl.pallas_call(
-            kernel, grid=(2,), in_specs=[spec], out_specs=spec,
+            kernel,
+            grid=(2,),
+            in_specs=[spec],
+            out_specs=spec,
             out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
             compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
-            interpret=p), x, num_cores_or_threads=2)
+            interpret=p,
+        ),
+        x,
+        num_cores_or_threads=2,
+    )
     _same_bits(ours, stock)
     assert _directs(fn, x) == 0
 
@@ -293,18 +320,19 @@ def _direct_launch(pass_output: bool):
     """One device's launch through the FFI wrappers with a direct output
     that a DMA fills from `x`; kernel_end gets that output, or (a wiring
     slip, as if XLA had copied it) a different array of its shape."""
+
     def f(x):
         token, handle = F.kernel_begin(F.new_token(), jnp.int32(0), uid=0xD1EC, num_devices=1)
-        token, src = F.allocate_buffer(token, handle, 0, None, space="hbm", dtype=x.dtype,
-                                       shape=x.shape, init=x)
-        token, dst, out = F.allocate_buffer(token, handle, 0, None, space="hbm",
-                                            dtype=x.dtype, shape=x.shape, direct=True)
+        token, src = F.allocate_buffer(token, handle, 0, None, space="hbm", dtype=x.dtype, shape=x.shape, init=x)
+        token, dst, out = F.allocate_buffer(
+            token, handle, 0, None, space="hbm", dtype=x.dtype, shape=x.shape, direct=True
+        )
         token, sem = F.allocate_semaphores(token, handle, 0, 0, kind="dma")
-        token = F.dma_start(token, handle, 0, 0, src, None, dst, None, sem, src_space="hbm",
-                            dst_space="hbm")
+        token = F.dma_start(token, handle, 0, 0, src, None, dst, None, sem, src_space="hbm", dst_space="hbm")
         token = F.dma_wait(token, handle, 0, 0, sem, nbytes=x.size * x.dtype.itemsize)
         token, (res,) = F.kernel_end(token, handle, 0, outputs=(out if pass_output else x + 1,))
         return res
+
     return jax.jit(f)
 
 
@@ -321,5 +349,14 @@ def test_kernel_end_checks_it_gets_the_memory_the_kernel_wrote():
 def test_direct_needs_a_plain_output_buffer():
     handle = jnp.zeros((2,), jnp.uint32)
     with pytest.raises(ValueError, match="direct=True needs core=None"):
-        F.allocate_buffer(F.new_token(), handle, 0, None, space="hbm", dtype=jnp.float32,
-                          shape=(8,), init=jnp.zeros((8,)), direct=True)
+        F.allocate_buffer(
+            F.new_token(),
+            handle,
+            0,
+            None,
+            space="hbm",
+            dtype=jnp.float32,
+            shape=(8,),
+            init=jnp.zeros((8,)),
+            direct=True,
+        )

@@ -13,18 +13,24 @@ import re
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt
 import numpy as np
 import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
-
-import mosaic_rt
 from lowered_text import native_ops
 
-_SCAFFOLDING = ("kernel_begin", "allocate_buffer", "allocate_semaphores", "iota_ids",
-                "device_barrier", "grid_begin", "leak_report")
+_SCAFFOLDING = (
+    "kernel_begin",
+    "allocate_buffer",
+    "allocate_semaphores",
+    "iota_ids",
+    "device_barrier",
+    "grid_begin",
+    "leak_report",
+)
 
 
 def _calls(text: str) -> dict:
@@ -56,13 +62,24 @@ def _scratchy(params, *, alias=False):
 
     spec = pl.BlockSpec((8, 128), lambda i, s: (i, 0))
     grid_spec = pltpu.PrefetchScalarGridSpec(
-        num_scalar_prefetch=1, grid=(2,),
-        in_specs=[spec, pl.BlockSpec(memory_space=pl.ANY)], out_specs=spec,
-        scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32), pltpu.SMEM((1,), jnp.int32),
-                        pltpu.SemaphoreType.DMA((2,)), pltpu.SemaphoreType.REGULAR])
+        num_scalar_prefetch=1,
+        grid=(2,),
+        in_specs=[spec, pl.BlockSpec(memory_space=pl.ANY)],
+        out_specs=spec,
+        scratch_shapes=[
+            pltpu.VMEM((8, 128), jnp.float32),
+            pltpu.SMEM((1,), jnp.int32),
+            pltpu.SemaphoreType.DMA((2,)),
+            pltpu.SemaphoreType.REGULAR,
+        ],
+    )
     return pl.pallas_call(
-        kernel, out_shape=jax.ShapeDtypeStruct((16, 128), jnp.float32), grid_spec=grid_spec,
-        input_output_aliases={1: 0} if alias else {}, interpret=params)
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((16, 128), jnp.float32),
+        grid_spec=grid_spec,
+        input_output_aliases={1: 0} if alias else {},
+        interpret=params,
+    )
 
 
 def _scratchy_args():
@@ -73,8 +90,7 @@ def _scratchy_args():
 
 def test_a_launch_has_one_prologue_and_one_epilogue_call():
     args = _scratchy_args()
-    text = jax.jit(_scratchy(mosaic_rt.InterpretParams(on_semaphore_leak="raise"))).lower(
-        *args).as_text()
+    text = jax.jit(_scratchy(mosaic_rt.InterpretParams(on_semaphore_leak="raise"))).lower(*args).as_text()
     calls = _calls(text)
     assert calls.get("launch_begin") == 1 and calls.get("kernel_end") == 1, calls
     for name in _SCAFFOLDING:
@@ -88,8 +104,7 @@ def test_a_launch_has_one_prologue_and_one_epilogue_call():
 
 def test_leak_policy_ignore_adds_nothing_to_kernel_end():
     args = _scratchy_args()
-    text = jax.jit(_scratchy(mosaic_rt.InterpretParams(on_semaphore_leak="ignore"))).lower(
-        *args).as_text()
+    text = jax.jit(_scratchy(mosaic_rt.InterpretParams(on_semaphore_leak="ignore"))).lower(*args).as_text()
     assert "leak_policy" not in text
 
 
@@ -98,10 +113,12 @@ def test_run_scoped_allocations_keep_their_own_calls():
         def body(tmp):
             tmp[...] = x_ref[...] + 1
             o_ref[...] = tmp[...]
+
         pl.run_scoped(body, pltpu.VMEM((8, 128), jnp.float32))
 
-    f = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
-                       interpret=mosaic_rt.InterpretParams())
+    f = pl.pallas_call(
+        kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32), interpret=mosaic_rt.InterpretParams()
+    )
     x = jnp.ones((8, 128), jnp.float32)
     calls = _calls(jax.jit(f).lower(x).as_text())
     assert calls.get("launch_begin") == 1 and calls.get("allocate_buffer") == 1, calls
@@ -123,8 +140,7 @@ def test_every_kind_of_allocation_matches_stock(alias, mode, races):
 def test_buffer_bounds_match_stock(bounds):
     args = _scratchy_args()
     # Pallas asks for TPU hardware info (the tiling) through the abstract mesh.
-    tpu = jax.sharding.AbstractMesh(
-        (), (), abstract_device=jax.sharding.AbstractDevice("TPU v5e", 1, "tpu"))
+    tpu = jax.sharding.AbstractMesh((), (), abstract_device=jax.sharding.AbstractDevice("TPU v5e", 1, "tpu"))
     with jax.sharding.use_abstract_mesh(tpu):
         stock = jax.jit(_scratchy(pltpu.InterpretParams(buffer_bounds=bounds)))(*args)
         ours = jax.jit(_scratchy(mosaic_rt.InterpretParams(buffer_bounds=bounds)))(*args)
@@ -142,11 +158,15 @@ def test_two_cores_per_device_match_stock():
     def make(params):
         spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
         return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((32, 128), jnp.float32), grid=(4,),
-            in_specs=[spec], out_specs=spec,
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((32, 128), jnp.float32),
+            grid=(4,),
+            in_specs=[spec],
+            out_specs=spec,
             scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32), pltpu.SemaphoreType.REGULAR],
             compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
-            interpret=params)
+            interpret=params,
+        )
 
     x = jnp.arange(32 * 128, dtype=jnp.float32).reshape(32, 128)
     stock = jax.jit(make(pltpu.InterpretParams(num_cores_or_threads=2)))(x)
@@ -172,14 +192,16 @@ def _right_permute(params, n, collective):
         copy.wait()
 
     call = pl.pallas_call(
-        kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
-        in_specs=[pl.BlockSpec(memory_space=pl.ANY)], out_specs=pl.BlockSpec(memory_space=pl.ANY),
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+        in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+        out_specs=pl.BlockSpec(memory_space=pl.ANY),
         scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
         compiler_params=pltpu.CompilerParams(collective_id=0) if collective else None,
-        interpret=params)
+        interpret=params,
+    )
     mesh = Mesh(np.array(jax.devices()[:n]), ("x",))
-    return jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
-                                 check_vma=False))
+    return jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
 
 
 @pytest.mark.parametrize("collective", [False, True])

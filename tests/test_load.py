@@ -14,14 +14,14 @@ import time
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt
 import numpy as np
 import pytest
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
-import mosaic_rt
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 pytestmark = pytest.mark.slow
 
@@ -75,8 +75,7 @@ def test_64_devices_by_4_cores_ring_exchange(tmp_path):
     script = tmp_path / "ring.py"
     script.write_text(_RING)
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    out = subprocess.run([sys.executable, str(script), "64", "4"], capture_output=True,
-                         text=True, timeout=540, env=env)
+    out = subprocess.run([sys.executable, str(script), "64", "4"], capture_output=True, text=True, timeout=540, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith("RING"))
     print(line)
@@ -100,19 +99,18 @@ def test_memory_is_flat_over_1000_launches():
         barrier = pltpu.get_barrier_semaphore()
         pl.semaphore_signal(barrier, 1, device_id=(lax.rem(me + 1, n),))
         pl.semaphore_wait(barrier, 1)
-        copy = pltpu.make_async_remote_copy(scratch, o_ref, send, recv,
-                                            device_id=(lax.rem(me + 1, n),))
+        copy = pltpu.make_async_remote_copy(scratch, o_ref, send, recv, device_id=(lax.rem(me + 1, n),))
         copy.start()
         copy.wait()
 
     call = pl.pallas_call(
-        kernel, out_shape=jax.ShapeDtypeStruct((64, 128), jnp.float32),
-        scratch_shapes=[pltpu.VMEM((64, 128), jnp.float32), pltpu.SemaphoreType.DMA,
-                        pltpu.SemaphoreType.DMA],
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((64, 128), jnp.float32),
+        scratch_shapes=[pltpu.VMEM((64, 128), jnp.float32), pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
         compiler_params=pltpu.CompilerParams(collective_id=0),
-        interpret=mosaic_rt.InterpretParams())
-    f = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
-                              check_vma=False))
+        interpret=mosaic_rt.InterpretParams(),
+    )
+    f = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
     x = jax.device_put(np.ones((64 * n, 128), np.float32), NamedSharding(mesh, P("x")))
     rss = {}
     start = time.perf_counter()
@@ -123,7 +121,9 @@ def test_memory_is_flat_over_1000_launches():
             rss[i] = _rss_bytes()
     np.testing.assert_array_equal(np.asarray(out), 2.0)
     growth = rss[1000] / rss[100] - 1
-    print(f"LAUNCHES 1000 in {time.perf_counter() - start:.1f}s; RSS at 100:"
-          f" {rss[100] / 2**20:.1f} MiB, at 1000: {rss[1000] / 2**20:.1f} MiB"
-          f" ({growth:+.1%})")
+    print(
+        f"LAUNCHES 1000 in {time.perf_counter() - start:.1f}s; RSS at 100:"
+        f" {rss[100] / 2**20:.1f} MiB, at 1000: {rss[1000] / 2**20:.1f} MiB"
+        f" ({growth:+.1%})"
+    )
     assert growth < 0.10

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import re
 
-import pytest
-
 import mosaic_rt
-from mosaic_rt.bench import collectives
+import pytest
 from lowered_text import native_ops
+from mosaic_rt.bench import collectives
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -49,6 +48,7 @@ def test_a_grid_loop_carries_no_empty_start_vectors():
     vector: none is made outside and carried through the loop (a numpy
     constant was hoisted out and carried, one per op)."""
     from mosaic_rt.bench import local
+
     program, args = local.blockspec_add(8, 40)
     text = _lowered(program, args)
     loop = next(line for line in text.splitlines() if "stablehlo.while" in line)

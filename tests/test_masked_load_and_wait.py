@@ -25,18 +25,17 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt
 import numpy as np
 import pytest
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
-import mosaic_rt
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 from mosaic_rt.jax_internals import pallas_load
 
-pytestmark = [pytest.mark.timeout(180),
-              pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+pytestmark = [pytest.mark.timeout(180), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 MODES = ("on_wait", "eager")
 ROWS, COLS = 8, 128
@@ -63,6 +62,7 @@ def _run(fn):
 
 # ------------------------------------------------------------ masked load
 
+
 def _col_mask(n):
     return lax.broadcasted_iota(jnp.int32, (ROWS, COLS), 1) < n
 
@@ -70,10 +70,12 @@ def _col_mask(n):
 def _via_dma(body):
     """A kernel that DMAs x (HBM) into VMEM, then runs ``body(buf, o_ref)``
     (so both DMA modes matter: the load must see the DMA's data)."""
+
     def kernel(x_hbm, o_ref, buf, sem):
         pltpu.make_async_copy(x_hbm, buf, sem).start()
         pltpu.make_async_copy(x_hbm, buf, sem).wait()
         body(buf, o_ref)
+
     return kernel
 
 
@@ -84,13 +86,16 @@ def _x(rows=ROWS, dtype=np.float32):
 @pytest.mark.parametrize("mode", MODES)
 def test_masked_load_with_other(mode):
     def body(buf, o_ref):
-        o_ref[...] = pallas_load(buf, (slice(None), slice(None)), mask=_col_mask(100),
-                                 other=-1.0)
+        o_ref[...] = pallas_load(buf, (slice(None), slice(None)), mask=_col_mask(100), other=-1.0)
 
     x = _x()
-    call = pl.pallas_call(_via_dma(body), out_shape=_sds(x.shape), in_specs=[_any()],
-                          scratch_shapes=[pltpu.VMEM(x.shape, _F32), pltpu.SemaphoreType.DMA],
-                          interpret=_params(mode))
+    call = pl.pallas_call(
+        _via_dma(body),
+        out_shape=_sds(x.shape),
+        in_specs=[_any()],
+        scratch_shapes=[pltpu.VMEM(x.shape, _F32), pltpu.SemaphoreType.DMA],
+        interpret=_params(mode),
+    )
     out = _run(lambda: call(x))
     cols = np.arange(COLS)[None, :]
     np.testing.assert_array_equal(out, np.where(cols < 100, x, -1.0))
@@ -105,9 +110,13 @@ def test_masked_load_without_other_gives_uninitialized_memory(mode, fill, dtype)
         o_ref[...] = pltpu.load(buf, mask=_col_mask(37))
 
     x = _x(dtype=dtype)
-    call = pl.pallas_call(_via_dma(body), out_shape=_sds(x.shape, dtype), in_specs=[_any()],
-                          scratch_shapes=[pltpu.VMEM(x.shape, dtype), pltpu.SemaphoreType.DMA],
-                          interpret=_params(mode, uninitialized_memory=fill))
+    call = pl.pallas_call(
+        _via_dma(body),
+        out_shape=_sds(x.shape, dtype),
+        in_specs=[_any()],
+        scratch_shapes=[pltpu.VMEM(x.shape, dtype), pltpu.SemaphoreType.DMA],
+        interpret=_params(mode, uninitialized_memory=fill),
+    )
     out = _run(lambda: call(x))
     np.testing.assert_array_equal(out[:, :37], x[:, :37])
     if fill == "zero":
@@ -120,6 +129,7 @@ def test_masked_load_without_other_gives_uninitialized_memory(mode, fill, dtype)
 def _tail_kernel(*, other, selected_rows):
     """Loads rows [4, 12) of a 10-row VMEM buffer (a dynamic start: rows 10,
     11 are out of bounds), selecting rows < ``selected_rows``."""
+
     def kernel(x_ref, o_ref, buf):
         buf[...] = x_ref[...]
         start = pl.program_id(0) + 4
@@ -127,15 +137,19 @@ def _tail_kernel(*, other, selected_rows):
         mask = rows < selected_rows
         kw = {} if other is None else {"other": other}
         o_ref[...] = pallas_load(buf, (pl.ds(start, ROWS), slice(None)), mask=mask, **kw)
+
     return kernel
 
 
 def _tail_call(mode, oob, *, other=None, selected_rows=10):
     x = _x(10)
-    call = pl.pallas_call(_tail_kernel(other=other, selected_rows=selected_rows), grid=(1,),
-                          out_shape=_sds((ROWS, COLS)),
-                          scratch_shapes=[pltpu.VMEM((10, COLS), _F32)],
-                          interpret=_params(mode, out_of_bounds_reads=oob))
+    call = pl.pallas_call(
+        _tail_kernel(other=other, selected_rows=selected_rows),
+        grid=(1,),
+        out_shape=_sds((ROWS, COLS)),
+        scratch_shapes=[pltpu.VMEM((10, COLS), _F32)],
+        interpret=_params(mode, out_of_bounds_reads=oob),
+    )
     return x, lambda: call(x)
 
 
@@ -161,15 +175,18 @@ def test_masked_load_with_other_matches_the_discharge_rule(mode, selected_rows):
         rows = lax.broadcasted_iota(jnp.int32, (ROWS, COLS), 0) + start
         cols = lax.broadcasted_iota(jnp.int32, (ROWS, COLS), 1)
         mask = (rows < selected_rows) & (cols % 3 != 0)
-        o_ref[...] = pallas_load(x_ref, (pl.ds(start, ROWS), slice(None)), mask=mask,
-                                 other=-0.5)
+        o_ref[...] = pallas_load(x_ref, (pl.ds(start, ROWS), slice(None)), mask=mask, other=-0.5)
 
     x = _x(10)
 
     def call(interpret):
-        return pl.pallas_call(kernel, grid=(1,), out_shape=_sds((ROWS, COLS)),
-                              in_specs=[pl.BlockSpec((10, COLS), lambda i: (0, 0))],
-                              interpret=interpret)(x)
+        return pl.pallas_call(
+            kernel,
+            grid=(1,),
+            out_shape=_sds((ROWS, COLS)),
+            in_specs=[pl.BlockSpec((10, COLS), lambda i: (0, 0))],
+            interpret=interpret,
+        )(x)
 
     ours = _run(lambda: call(_params(mode, out_of_bounds_reads="raise")))
     np.testing.assert_array_equal(ours, np.asarray(call(True)))
@@ -203,9 +220,12 @@ def test_masked_load_from_a_reshaped_view(mode):
 
     x = _x()
     try:
-        call = pl.pallas_call(kernel, out_shape=_sds((ROWS * 2, COLS // 2)),
-                              scratch_shapes=[pltpu.VMEM(x.shape, _F32)],
-                              interpret=_params(mode))
+        call = pl.pallas_call(
+            kernel,
+            out_shape=_sds((ROWS * 2, COLS // 2)),
+            scratch_shapes=[pltpu.VMEM(x.shape, _F32)],
+            interpret=_params(mode),
+        )
         out = _run(lambda: call(x))
     except (AttributeError, NotImplementedError) as e:  # no ref.reshape in this jax
         pytest.skip(f"ref.reshape is not usable in jax {jax.__version__}: {e}")
@@ -217,23 +237,27 @@ def test_masked_load_from_a_reshaped_view(mode):
 def test_masked_off_elements_are_not_checked_by_initcheck():
     def kernel(o_ref, buf):
         buf[:, 0:64] = jnp.ones((ROWS, 64), _F32)  # columns 64: never written
-        o_ref[...] = pallas_load(buf, (slice(None), slice(None)), mask=_col_mask(64),
-                                 other=0.0)
+        o_ref[...] = pallas_load(buf, (slice(None), slice(None)), mask=_col_mask(64), other=0.0)
 
-    call = pl.pallas_call(kernel, out_shape=_sds((ROWS, COLS)),
-                          scratch_shapes=[pltpu.VMEM((ROWS, COLS), _F32)],
-                          interpret=mosaic_rt.InterpretParams(detect_uninitialized=True))
+    call = pl.pallas_call(
+        kernel,
+        out_shape=_sds((ROWS, COLS)),
+        scratch_shapes=[pltpu.VMEM((ROWS, COLS), _F32)],
+        interpret=mosaic_rt.InterpretParams(detect_uninitialized=True),
+    )
     out = _run(call)
     np.testing.assert_array_equal(out, np.where(np.arange(COLS) < 64, 1.0, 0.0)[None].repeat(8, 0))
 
     def reads_unwritten(o_ref, buf):
         buf[:, 0:64] = jnp.ones((ROWS, 64), _F32)
-        o_ref[...] = pallas_load(buf, (slice(None), slice(None)), mask=_col_mask(65),
-                                 other=0.0)
+        o_ref[...] = pallas_load(buf, (slice(None), slice(None)), mask=_col_mask(65), other=0.0)
 
-    call = pl.pallas_call(reads_unwritten, out_shape=_sds((ROWS, COLS)),
-                          scratch_shapes=[pltpu.VMEM((ROWS, COLS), _F32)],
-                          interpret=mosaic_rt.InterpretParams(detect_uninitialized=True))
+    call = pl.pallas_call(
+        reads_unwritten,
+        out_shape=_sds((ROWS, COLS)),
+        scratch_shapes=[pltpu.VMEM((ROWS, COLS), _F32)],
+        interpret=mosaic_rt.InterpretParams(detect_uninitialized=True),
+    )
     with pytest.raises(mosaic_rt.UninitializedReadError, match=r"8 of the 520 element"):
         _run(call)
 
@@ -245,8 +269,7 @@ def _simple(kernel):
 
 def test_a_non_boolean_mask_is_a_type_error():
     def kernel(x_ref, o_ref):
-        o_ref[...] = pallas_load(x_ref, (slice(None), slice(None)),
-                                 mask=_col_mask(3).astype(jnp.int32))
+        o_ref[...] = pallas_load(x_ref, (slice(None), slice(None)), mask=_col_mask(3).astype(jnp.int32))
 
     with pytest.raises(TypeError, match="mask must be a boolean array, got dtype int32"):
         _simple(kernel)
@@ -254,26 +277,26 @@ def test_a_non_boolean_mask_is_a_type_error():
 
 def test_other_of_a_wider_dtype_is_a_type_error():
     def kernel(x_ref, o_ref):
-        o_ref[...] = pallas_load(x_ref, (slice(None), slice(None)), mask=_col_mask(3),
-                                 other=jnp.zeros((ROWS, COLS), jnp.int32))
+        o_ref[...] = pallas_load(
+            x_ref, (slice(None), slice(None)), mask=_col_mask(3), other=jnp.zeros((ROWS, COLS), jnp.int32)
+        )
 
     x = _x().astype(np.int16)
-    call = pl.pallas_call(kernel, out_shape=_sds(x.shape, jnp.int16),
-                          interpret=mosaic_rt.InterpretParams())
+    call = pl.pallas_call(kernel, out_shape=_sds(x.shape, jnp.int16), interpret=mosaic_rt.InterpretParams())
     with pytest.raises(TypeError, match="`other` of dtype int32 does not fit the loaded dtype"):
         call(x)
 
 
 def test_other_of_a_wrong_shape_is_a_value_error():
     def kernel(x_ref, o_ref):
-        o_ref[...] = pallas_load(x_ref, (slice(None), slice(None)), mask=_col_mask(3),
-                                 other=jnp.zeros((3,), _F32))
+        o_ref[...] = pallas_load(x_ref, (slice(None), slice(None)), mask=_col_mask(3), other=jnp.zeros((3,), _F32))
 
     with pytest.raises(ValueError, match=r"cannot broadcast `other` of shape \(3,\)"):
         _simple(kernel)
 
 
 # ---------------------------------------------- non-decrementing waits
+
 
 @pytest.mark.parametrize("interpret", [*MODES, "discharge"])
 def test_non_decrementing_wait_leaves_the_count(interpret):
@@ -282,15 +305,18 @@ def test_non_decrementing_wait_leaves_the_count(interpret):
     def kernel(x_ref, o_ref, sem):
         pl.semaphore_signal(sem, 3)
         pl.semaphore_wait(sem, 2, decrement=False)
-        pl.semaphore_wait(sem, 3, decrement=False)   # still 3: not taken
+        pl.semaphore_wait(sem, 3, decrement=False)  # still 3: not taken
         after = pl.semaphore_read(sem)
-        pl.semaphore_wait(sem, 3)                    # a normal wait takes it
+        pl.semaphore_wait(sem, 3)  # a normal wait takes it
         o_ref[...] = x_ref[...] * 0 + after.astype(_F32) * 10 + pl.semaphore_read(sem)
 
     x = _x()
-    call = pl.pallas_call(kernel, out_shape=_sds(x.shape),
-                          scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-                          interpret=True if interpret == "discharge" else _params(interpret))
+    call = pl.pallas_call(
+        kernel,
+        out_shape=_sds(x.shape),
+        scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+        interpret=True if interpret == "discharge" else _params(interpret),
+    )
     np.testing.assert_array_equal(_run(lambda: call(x)), np.full(x.shape, 30.0, np.float32))
 
 
@@ -316,33 +342,33 @@ def test_non_decrementing_wait_across_devices(mode):
         def _():
             pl.semaphore_wait(barrier, n)
             for d in range(n):
-                pl.semaphore_signal(flag, 1, device_id=(d,),
-                                    device_id_type=pl.DeviceIdType.MESH)
+                pl.semaphore_signal(flag, 1, device_id=(d,), device_id_type=pl.DeviceIdType.MESH)
 
         pl.semaphore_wait(flag, 1, decrement=False)
         pl.semaphore_wait(flag, 1, decrement=False)
         seen = pl.semaphore_read(flag)
         pl.semaphore_wait(flag, 1)
-        copy = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv,
-                                            device_id=(lax.rem(me + 1, n),),
-                                            device_id_type=pl.DeviceIdType.MESH)
+        copy = pltpu.make_async_remote_copy(
+            x_ref, o_ref, send, recv, device_id=(lax.rem(me + 1, n),), device_id_type=pl.DeviceIdType.MESH
+        )
         copy.start()
         copy.wait()
         o_ref[0:1, :] = o_ref[0:1, :] + (seen - 1).astype(_F32)  # seen == 1
 
     def body(b):
-        return pl.pallas_call(kernel, out_shape=_sds(b.shape),
-                              in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
-                              out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
-                              scratch_shapes=[pltpu.SemaphoreType.REGULAR,
-                                              pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
-                              compiler_params=pltpu.CompilerParams(collective_id=0),
-                              interpret=_params(mode, wait_timeout=60.0))(b)
+        return pl.pallas_call(
+            kernel,
+            out_shape=_sds(b.shape),
+            in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
+            out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
+            scratch_shapes=[pltpu.SemaphoreType.REGULAR, pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
+            compiler_params=pltpu.CompilerParams(collective_id=0),
+            interpret=_params(mode, wait_timeout=60.0),
+        )(b)
 
     mesh = _mesh(n)
     x = _x(n * ROWS)
-    fn = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
-                               check_vma=False))
+    fn = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
     out = _run(lambda: fn(jax.device_put(x, NamedSharding(mesh, P("x")))))
     np.testing.assert_array_equal(out, np.roll(x, ROWS, axis=0))
 
@@ -353,9 +379,12 @@ def test_non_decrementing_wait_nobody_signals_is_a_deadlock():
         o_ref[...] = x_ref[...]
 
     x = _x()
-    call = pl.pallas_call(kernel, out_shape=_sds(x.shape),
-                          scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-                          interpret=mosaic_rt.InterpretParams(wait_timeout=30.0))
+    call = pl.pallas_call(
+        kernel,
+        out_shape=_sds(x.shape),
+        scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+        interpret=mosaic_rt.InterpretParams(wait_timeout=30.0),
+    )
     with pytest.raises(mosaic_rt.DeadlockError, match="waits on REGULAR semaphore"):
         _run(lambda: call(x))
 
@@ -367,10 +396,12 @@ def test_non_decrementing_wait_times_out():
         o_ref[...] = x_ref[...]
 
     x = _x()
-    call = pl.pallas_call(kernel, out_shape=_sds(x.shape),
-                          scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-                          interpret=mosaic_rt.InterpretParams(wait_timeout=0.3,
-                                                              detect_deadlocks=False))
+    call = pl.pallas_call(
+        kernel,
+        out_shape=_sds(x.shape),
+        scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+        interpret=mosaic_rt.InterpretParams(wait_timeout=0.3, detect_deadlocks=False),
+    )
     with pytest.raises(mosaic_rt.WaitTimeout, match=r"waited 0.3s for count >= 2; count is 1"):
         _run(lambda: call(x))
 
@@ -385,8 +416,7 @@ def _two_cores(*, wait: bool):
     def fn(interpret, x):
         mesh = pltpu.create_tensorcore_mesh("core", num_cores=cores)
 
-        @pl.kernel(out_type=jax.ShapeDtypeStruct((2 * cores, rows, COLS), x.dtype),
-                   mesh=mesh, interpret=interpret)
+        @pl.kernel(out_type=jax.ShapeDtypeStruct((2 * cores, rows, COLS), x.dtype), mesh=mesh, interpret=interpret)
         def run(x_hbm, o_hbm):
             c = lax.axis_index("core")
 
@@ -402,6 +432,7 @@ def _two_cores(*, wait: bool):
             pl.run_scoped(body, pltpu.SemaphoreType.REGULAR, pltpu.SemaphoreType.DMA(()))
 
         return run(x.reshape(cores, rows, COLS)).reshape(-1, COLS)
+
     return fn
 
 
@@ -409,18 +440,17 @@ def _two_cores(*, wait: bool):
 @pytest.mark.parametrize("wait", [True, False], ids=["ordered", "unordered"])
 def test_non_decrementing_wait_orders_cores_for_race_detection(mode, wait):
     x = _x(2 * ROWS)
-    params = mosaic_rt.InterpretParams(dma_execution_mode=mode, detect_races=True,
-                                       on_race="warn")
+    params = mosaic_rt.InterpretParams(dma_execution_mode=mode, detect_races=True, on_race="warn")
     out = _run(lambda: _two_cores(wait=wait)(params, x))
     assert mosaic_rt.races.races_found == (not wait), mosaic_rt.races.reports()
     if wait:
-        np.testing.assert_array_equal(out[:2 * ROWS], np.concatenate([x[ROWS:], x[:ROWS]]))
-        np.testing.assert_array_equal(out[2 * ROWS:], x)
+        np.testing.assert_array_equal(out[: 2 * ROWS], np.concatenate([x[ROWS:], x[:ROWS]]))
+        np.testing.assert_array_equal(out[2 * ROWS :], x)
 
 
 def test_a_traced_decrement_is_a_type_error():
-    from mosaic_rt.jax_internals import semaphore_wait_p
     from jax import tree_util
+    from mosaic_rt.jax_internals import semaphore_wait_p
 
     def kernel(x_ref, o_ref, sem):
         flat, tree = tree_util.tree_flatten([sem, [], jnp.int32(1), x_ref[0, 0] > 0])
@@ -428,14 +458,18 @@ def test_a_traced_decrement_is_a_type_error():
         o_ref[...] = x_ref[...]
 
     x = _x()
-    call = pl.pallas_call(kernel, out_shape=_sds(x.shape),
-                          scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-                          interpret=mosaic_rt.InterpretParams())
+    call = pl.pallas_call(
+        kernel,
+        out_shape=_sds(x.shape),
+        scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+        interpret=mosaic_rt.InterpretParams(),
+    )
     with pytest.raises(TypeError, match="`decrement` must be a Python bool"):
         call(x)
 
 
 # ------------------------------------------- beyond stock (was a parity case)
+
 
 def _stock_masked_load(params):
     x = np.arange(ROWS * COLS, dtype=np.int32).reshape(ROWS, COLS)
@@ -444,8 +478,7 @@ def _stock_masked_load(params):
         mask = lax.broadcasted_iota(jnp.int32, (ROWS, COLS), 0) < 4
         o_ref[...] = pltpu.load(x_ref, mask=mask)
 
-    return x, lambda: pl.pallas_call(kernel, out_shape=_sds(x.shape, jnp.int32),
-                                     interpret=params)(x)
+    return x, lambda: pl.pallas_call(kernel, out_shape=_sds(x.shape, jnp.int32), interpret=params)(x)
 
 
 def _stock_non_decrementing_wait(params):
@@ -458,9 +491,9 @@ def _stock_non_decrementing_wait(params):
 
         pl.run_scoped(body, pltpu.SemaphoreType.REGULAR)
 
-    return lambda: pl.pallas_call(kernel, out_shape=_sds((1,), jnp.int32),
-                                  out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
-                                  interpret=params)()
+    return lambda: pl.pallas_call(
+        kernel, out_shape=_sds((1,), jnp.int32), out_specs=pl.BlockSpec(memory_space=pltpu.SMEM), interpret=params
+    )()
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -9,9 +9,8 @@ import sys
 import tomllib
 from importlib import metadata
 
-import pytest
-
 import mosaic_rt
+import pytest
 from mosaic_rt import _native
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -70,17 +69,20 @@ def test_extension_is_the_abi3_build():
 @pytest.mark.timeout(120)
 def test_cli_demo_runs_and_checks_results():
     proc = subprocess.run(
-        [sys.executable, "-m", "mosaic_rt", "demo", "--devices", "4", "--rounds", "10",
-         "--elems", "256"],
-        capture_output=True, text=True, timeout=100)
+        [sys.executable, "-m", "mosaic_rt", "demo", "--devices", "4", "--rounds", "10", "--elems", "256"],
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "all transfers checked: OK" in proc.stdout
     assert "eager" in proc.stdout and "on_wait" in proc.stdout
 
 
 def test_cli_rejects_bad_arguments():
-    proc = subprocess.run([sys.executable, "-m", "mosaic_rt", "demo", "--devices", "1"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mosaic_rt", "demo", "--devices", "1"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2 and "--devices >= 2" in proc.stderr
 
 
@@ -111,11 +113,12 @@ _NO_RICH = "import sys; sys.modules['rich'] = None\n"  # import rich now fails
 
 
 def test_bench_cli_works_without_rich():
-    code = _NO_RICH + ("from mosaic_rt.bench.cli import main\n"
-                       "assert main(['--quick', '--list']) == 0\n"
-                       "assert main(['--quick', '--filter', '(unclosed']) == 2\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+    code = _NO_RICH + (
+        "from mosaic_rt.bench.cli import main\n"
+        "assert main(['--quick', '--list']) == 0\n"
+        "assert main(['--quick', '--filter', '(unclosed']) == 2\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ping-pong r=10  (ping-pong, 2 device(s))" in done.stdout
     assert "bad --filter pattern: missing )" in done.stdout
@@ -127,10 +130,15 @@ def test_plain_tables_without_rich():
         "t = Table(title='results')\n"
         "t.add_column('case'); t.add_column('ratio', justify='right')\n"
         "t.add_row('a', '[green]1.0x[/]'); t.add_row('longer', '[bold red]12.5x[/]')\n"
-        "c = make_console(); c.print(t); c.print(escape('[plot] and [device 0]'))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60)
+        "c = make_console(); c.print(t); c.print(escape('[plot] and [device 0]'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
-        "results", "case    ratio", "------  -----", "a        1.0x", "longer  12.5x",
-        "[plot] and [device 0]"]
+        "results",
+        "case    ratio",
+        "------  -----",
+        "a        1.0x",
+        "longer  12.5x",
+        "[plot] and [device 0]",
+    ]

@@ -41,6 +41,7 @@ import inspect
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt
 import numpy as np
 import pytest
 from jax.experimental import pallas as pl
@@ -48,9 +49,8 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.experimental.pallas.ops.tpu import all_gather as ag
 from jax.experimental.pallas.ops.tpu import paged_attention as pa
 from jax.sharding import Mesh
-
-import mosaic_rt
-from mosaic_rt.jax_internals import STOCK_HAS_ON_RACE, stock_interpreter as stock_ipc
+from mosaic_rt.jax_internals import STOCK_HAS_ON_RACE
+from mosaic_rt.jax_internals import stock_interpreter as stock_ipc
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -115,7 +115,7 @@ def test_all_gather_1d_on_wait_output_is_what_the_race_allows():
     fn, x = _all_gather_1d()
     out = _ours(fn, x, "on_wait")
     want = np.asarray(x)
-    for half in range(8):    # 4 shards x (left, right) half-chunks of 4 rows
+    for half in range(8):  # 4 shards x (left, right) half-chunks of 4 rows
         rows = slice(4 * half, 4 * half + 4)
         assert np.array_equal(out[rows], want[rows]) or np.isnan(out[rows]).all(), half
 
@@ -127,7 +127,7 @@ def test_stock_reports_the_same_race():
     fn, x = _all_gather_1d()
     kw = {"on_race": "warn"} if STOCK_HAS_ON_RACE else {}
     params = pltpu.InterpretParams(dma_execution_mode="on_wait", detect_races=True, **kw)
-    for _ in range(ATTEMPTS):   # as for ours: the interleaving that ran decides
+    for _ in range(ATTEMPTS):  # as for ours: the interleaving that ran decides
         try:
             with pltpu.force_tpu_interpret_mode(params):
                 jax.block_until_ready(fn(x))
@@ -144,8 +144,11 @@ def _paged(megacore_mode, inline_seq_dim):
     v = jax.random.normal(jax.random.key(2), (2, 16, 16, 128), jnp.float32)
     lengths = jnp.array([37, 61], jnp.int32)
     pages = jnp.asarray(np.random.default_rng(1).permutation(16)[:8].reshape(2, 4), jnp.int32)
-    fn = jax.jit(lambda *a: pa.paged_attention(*a, pages_per_compute_block=2, megacore_mode=megacore_mode,
-                                               inline_seq_dim=inline_seq_dim))
+    fn = jax.jit(
+        lambda *a: pa.paged_attention(
+            *a, pages_per_compute_block=2, megacore_mode=megacore_mode, inline_seq_dim=inline_seq_dim
+        )
+    )
     return fn, (q, k, v, lengths, pages)
 
 
@@ -184,7 +187,9 @@ def test_paged_attention_megacore_on_two_cores_equals_one_core_without_it(megaco
 @pytest.mark.parametrize("dma", ["on_wait", "eager"])
 def test_int8_paged_attention_waits_per_kind_are_no_misuse(dma, caplog, capsys):
     import logging
+
     from jax.experimental.pallas.ops.tpu.paged_attention import quantization_utils as q8
+
     fn, (q, k, v, lengths, pages) = _paged(None, inline_seq_dim=True)
     k, v = q8.quantize_to_int8(k), q8.quantize_to_int8(v)
     with caplog.at_level(logging.WARNING):

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-_RACY_TEST = textwrap.dedent('''
+_RACY_TEST = textwrap.dedent("""
     import jax, jax.numpy as jnp
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
@@ -32,15 +32,19 @@ _RACY_TEST = textwrap.dedent('''
             scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32), pltpu.SemaphoreType.DMA],
             interpret=mosaic_rt.InterpretParams(detect_races=True, on_race="warn"))(x)
         assert float(out.sum()) == 8 * 128
-''')
+""")
 
 
 def _pytest(tmp_path, *args):
     test = tmp_path / "test_racy.py"
     test.write_text(_RACY_TEST)
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "--mosaic-rt-warnings", str(test), *args], capture_output=True, text=True, timeout=240,
-                          cwd=tmp_path)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--mosaic-rt-warnings", str(test), *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+    )
 
 
 @pytest.mark.timeout(300)

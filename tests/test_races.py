@@ -6,21 +6,22 @@ for the same kernel, and outputs must not change with detection on or off.
 from __future__ import annotations
 
 import dataclasses
-import re
 import functools
+import re
 from typing import Callable
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt
 import numpy as np
 import pytest
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
-import mosaic_rt
-from mosaic_rt.jax_internals import STOCK_HAS_ON_RACE, stock_interpreter as stock_ipc
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+from mosaic_rt.jax_internals import STOCK_HAS_ON_RACE
+from mosaic_rt.jax_internals import stock_interpreter as stock_ipc
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -35,14 +36,20 @@ def _any():
 def _call(kernel, scratch, *, x_any=True, out_any=False, grid=()):
     def fn(interpret, x):
         return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((ROWS, 128), x.dtype),
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((ROWS, 128), x.dtype),
             in_specs=[_any() if x_any else pl.BlockSpec((ROWS, 128), lambda *i: (0, 0))],
             out_specs=_any() if out_any else pl.BlockSpec((ROWS, 128), lambda *i: (0, 0)),
-            scratch_shapes=scratch, grid=grid, interpret=interpret)(x)
+            scratch_shapes=scratch,
+            grid=grid,
+            interpret=interpret,
+        )(x)
+
     return fn
 
 
 # ------------------------------------------------------- single device
+
 
 def _read_after_wait(x_ref, o_ref, buf, sem):
     copy = pltpu.make_async_copy(x_ref, buf, sem)
@@ -54,7 +61,7 @@ def _read_after_wait(x_ref, o_ref, buf, sem):
 def _read_before_wait(x_ref, o_ref, buf, sem):
     copy = pltpu.make_async_copy(x_ref, buf, sem)
     copy.start()
-    early = buf[0:1, :]          # races with the DMA's write of buf
+    early = buf[0:1, :]  # races with the DMA's write of buf
     copy.wait()
     o_ref[...] = buf[...] + jnp.where(jnp.isnan(early), 0.0, 0.0)
 
@@ -63,7 +70,7 @@ def _overwrite_source_before_wait(x_ref, o_ref, buf, sem):
     buf[...] = x_ref[...]
     copy = pltpu.make_async_copy(buf, o_ref, sem)
     copy.start()
-    buf[0:1, :] = jnp.zeros((1, 128), jnp.float32)   # races with the DMA's read
+    buf[0:1, :] = jnp.zeros((1, 128), jnp.float32)  # races with the DMA's read
     copy.wait()
 
 
@@ -75,6 +82,7 @@ _VMEM_DMA = [pltpu.VMEM((ROWS, 128), jnp.float32), pltpu.SemaphoreType.DMA(())]
 
 # ---------------------------------------------------------- multi device
 
+
 def _neighbours(n):
     me = lax.axis_index("x")
     return lax.rem(me + n - 1, n), lax.rem(me + 1, n)
@@ -84,8 +92,9 @@ def _permute(n, *, read_early=False, overwrite_early=False):
     def kernel(x_ref, o_ref, src, dst, send, recv):
         _, right = _neighbours(n)
         src[...] = x_ref[...]
-        copy = pltpu.make_async_remote_copy(src, dst, send, recv, device_id=(right,),
-                                            device_id_type=pl.DeviceIdType.MESH)
+        copy = pltpu.make_async_remote_copy(
+            src, dst, send, recv, device_id=(right,), device_id_type=pl.DeviceIdType.MESH
+        )
         copy.start()
         early = dst[0:1, :] if read_early else jnp.zeros((1, 128), jnp.float32)
         if overwrite_early:
@@ -93,19 +102,27 @@ def _permute(n, *, read_early=False, overwrite_early=False):
         copy.wait_send()
         copy.wait_recv()
         o_ref[...] = dst[...] + jnp.where(jnp.isnan(early), 0.0, 0.0)
-    scratch = [pltpu.VMEM((ROWS, 128), jnp.float32), pltpu.VMEM((ROWS, 128), jnp.float32),
-               pltpu.SemaphoreType.DMA(()), pltpu.SemaphoreType.DMA(())]
+
+    scratch = [
+        pltpu.VMEM((ROWS, 128), jnp.float32),
+        pltpu.VMEM((ROWS, 128), jnp.float32),
+        pltpu.SemaphoreType.DMA(()),
+        pltpu.SemaphoreType.DMA(()),
+    ]
     call = _call(kernel, scratch, x_any=False)
 
     def fn(interpret, x):
         mesh = Mesh(np.array(jax.devices()[:n]), ("x",))
         x = jax.device_put(x, NamedSharding(mesh, P("x")))
-        return jax.shard_map(functools.partial(call, interpret), mesh=mesh,
-                             in_specs=P("x"), out_specs=P("x"), check_vma=False)(x)
+        return jax.shard_map(
+            functools.partial(call, interpret), mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False
+        )(x)
+
     return fn
 
 
 # --------------------------------------------------- two cores, one device
+
 
 def _cores(*, sync: bool):
     # Two TensorCores copy their block of x into the output; with `sync`
@@ -116,8 +133,7 @@ def _cores(*, sync: bool):
     def fn(interpret, x):
         mesh = pltpu.create_tensorcore_mesh("core", num_cores=cores)
 
-        @pl.kernel(out_type=jax.ShapeDtypeStruct((2 * cores, ROWS, 128), x.dtype),
-                   mesh=mesh, interpret=interpret)
+        @pl.kernel(out_type=jax.ShapeDtypeStruct((2 * cores, ROWS, 128), x.dtype), mesh=mesh, interpret=interpret)
         def run(x_hbm, o_hbm):
             c = lax.axis_index("core")
 
@@ -133,6 +149,7 @@ def _cores(*, sync: bool):
             pl.run_scoped(body, pltpu.SemaphoreType.REGULAR, pltpu.SemaphoreType.DMA(()))
 
         return run(x.reshape(cores, ROWS, 128)).reshape(-1, 128)
+
     return fn
 
 
@@ -147,8 +164,12 @@ class Case:
 CASES = [
     Case("read_after_wait", _call(_read_after_wait, _VMEM_DMA), 1, False),
     Case("read_before_wait", _call(_read_before_wait, _VMEM_DMA), 1, True),
-    Case("overwrite_source_before_wait",
-         _call(_overwrite_source_before_wait, _VMEM_DMA, x_any=False, out_any=True), 1, True),
+    Case(
+        "overwrite_source_before_wait",
+        _call(_overwrite_source_before_wait, _VMEM_DMA, x_any=False, out_any=True),
+        1,
+        True,
+    ),
     Case("grid_add", _call(_grid_add, [], x_any=False, grid=(4,)), 1, False),
     Case("permute_2", _permute(2), 2, False),
     Case("permute_4", _permute(4), 4, False),
@@ -165,9 +186,9 @@ def _x(devices):
 
 
 def _ours(case, mode, detect, **kw):
-    out = case.fn(mosaic_rt.InterpretParams(dma_execution_mode=mode, detect_races=detect,
-                                            on_race="warn", **kw),
-                  _x(case.devices))
+    out = case.fn(
+        mosaic_rt.InterpretParams(dma_execution_mode=mode, detect_races=detect, on_race="warn", **kw), _x(case.devices)
+    )
     return np.asarray(jax.block_until_ready(out))
 
 
@@ -189,9 +210,7 @@ def test_races_found_agrees_with_stock(case, mode):
 
     # jax >= 0.11 stock raises at the first race by default: ask it to report.
     report = {"on_race": "warn"} if STOCK_HAS_ON_RACE else {}
-    stock_out = case.fn(pltpu.InterpretParams(dma_execution_mode=mode, detect_races=True,
-                                              **report),
-                        _x(case.devices))
+    stock_out = case.fn(pltpu.InterpretParams(dma_execution_mode=mode, detect_races=True, **report), _x(case.devices))
     jax.block_until_ready(stock_out)
     assert stock_ipc.races.races_found == ours
     if not case.race:
@@ -205,11 +224,17 @@ def test_reports_name_both_accesses():
     # Both sides: which access, the index ranges, and the kernel lines (the
     # DMA by the line that started it).
     here = __file__
-    assert re.search(r"write of vmem buffer \d+ of device 0, core 0\[0:8, 0:128\] by DMA #0"
-                     rf" \(started by device 0, core 0 at {re.escape(here)}:\d+:\d+"
-                     r" \(_read_before_wait\)\)", report), report
-    assert re.search(r"read of vmem buffer \d+ of device 0, core 0\[0:1, 0:128\] by device 0,"
-                     rf" core 0 at {re.escape(here)}:\d+:\d+ \(_read_before_wait\)", report), report
+    assert re.search(
+        r"write of vmem buffer \d+ of device 0, core 0\[0:8, 0:128\] by DMA #0"
+        rf" \(started by device 0, core 0 at {re.escape(here)}:\d+:\d+"
+        r" \(_read_before_wait\)\)",
+        report,
+    ), report
+    assert re.search(
+        r"read of vmem buffer \d+ of device 0, core 0\[0:1, 0:128\] by device 0,"
+        rf" core 0 at {re.escape(here)}:\d+:\d+ \(_read_before_wait\)",
+        report,
+    ), report
     assert mosaic_rt.races.count() >= 1
 
 
@@ -217,16 +242,16 @@ def test_reports_name_both_accesses():
 def test_on_race_raise_fails_at_the_first_race(mode):
     with pytest.raises(mosaic_rt.RaceError, match=r"RACE DETECTED: .*\(_read_before_wait\)"):
         with mosaic_rt.native_errors():
-            out = CASES[1].fn(mosaic_rt.InterpretParams(dma_execution_mode=mode,
-                                                        detect_races=True, on_race="raise"),
-                              _x(CASES[1].devices))
+            out = CASES[1].fn(
+                mosaic_rt.InterpretParams(dma_execution_mode=mode, detect_races=True, on_race="raise"),
+                _x(CASES[1].devices),
+            )
             jax.block_until_ready(out)
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_on_race_warn_issues_one_race_warning_per_report(mode):
-    with pytest.warns(mosaic_rt.RaceWarning,
-                      match=r"RACE DETECTED: .*\(_read_before_wait\)") as got:
+    with pytest.warns(mosaic_rt.RaceWarning, match=r"RACE DETECTED: .*\(_read_before_wait\)") as got:
         _ours(CASES[1], mode, True, python_warnings=True)
         # issued when the kernel ended: nothing is left to deliver
         assert mosaic_rt.deliver_reports() == 0
@@ -247,6 +272,7 @@ def test_unknown_attribute():
 
 
 # ----------------------------------------- several cores, via the Runtime
+
 
 def _rt(cores=2, **kw):
     return mosaic_rt.Runtime(1, cores, detect_races=True, **kw)

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-import pytest
-
 import mosaic_rt.ffi as F
 import mosaic_rt.ffi.ops as ffi_ops
+import numpy as np
+import pytest
 from test_ffi_ops import _bad_launch, _i32, _raw_call, translated
 from test_ffi_support import begin, fresh_uid, on_devices, with_token
 
@@ -23,27 +22,43 @@ def _body(uid):
     def body(d, xin):
         with begin(d, 1, uid=uid) as k:
             h, t = k.handle, k.token
-            t, src = F.allocate_buffer(t, h, d, 0, space="hbm", dtype=np.int32,
-                                       shape=x.shape, init=xin)
-            t, dst = F.allocate_buffer(t, h, d, 0, space="vmem", dtype=np.int32, shape=(3, 2, 8),
-                                       init=jnp.zeros((3, 2, 8), jnp.int32))
+            t, src = F.allocate_buffer(t, h, d, 0, space="hbm", dtype=np.int32, shape=x.shape, init=xin)
+            t, dst = F.allocate_buffer(
+                t, h, d, 0, space="vmem", dtype=np.int32, shape=(3, 2, 8), init=jnp.zeros((3, 2, 8), jnp.int32)
+            )
             t, sem = F.allocate_semaphores(t, h, d, 0, kind="dma")
 
             def step(i, carry):
                 t, acc = carry
                 j = (i * 2) % 5  # traced: every start below is dynamic
                 # src[i+1, j, :] (two dynamic starts) -> dst[i, 1, :] (one dynamic, one static)
-                t = F.dma_start(t, h, d, 0, src, F.TracedRegion.index(i + 1, j), dst,
-                                F.TracedRegion.index(i, 1), sem,
-                                src_space="hbm", dst_space="vmem")
+                t = F.dma_start(
+                    t,
+                    h,
+                    d,
+                    0,
+                    src,
+                    F.TracedRegion.index(i + 1, j),
+                    dst,
+                    F.TracedRegion.index(i, 1),
+                    sem,
+                    src_space="hbm",
+                    dst_space="vmem",
+                )
                 t = F.dma_wait(t, h, d, 0, sem, nbytes=8 * 4)
-                t, row = F.load(t, h, d, 0, dst, F.TracedRegion.index(i, 1), space="vmem",
-                                shape=(8,), dtype=np.int32)
+                t, row = F.load(t, h, d, 0, dst, F.TracedRegion.index(i, 1), space="vmem", shape=(8,), dtype=np.int32)
                 # dst[i, 0, 2:6] = 10 * row[2:6], two dynamic starts and a sliced dim
-                t = F.store(t, h, d, 0, dst, F.TracedRegion.slices((i, 1), (i * 0, 1), (2, 4)),
-                            (10 * row[2:6]).reshape(1, 1, 4), space="vmem")
-                t, old = F.swap(t, h, d, 0, src, F.TracedRegion.index(i, j), -row,
-                                space="hbm")
+                t = F.store(
+                    t,
+                    h,
+                    d,
+                    0,
+                    dst,
+                    F.TracedRegion.slices((i, 1), (i * 0, 1), (2, 4)),
+                    (10 * row[2:6]).reshape(1, 1, 4),
+                    space="vmem",
+                )
+                t, old = F.swap(t, h, d, 0, src, F.TracedRegion.index(i, j), -row, space="hbm")
                 return t, acc + old.sum()
 
             t, acc = jax.lax.fori_loop(0, 3, step, (t, jnp.int32(0)))
@@ -90,9 +105,17 @@ def test_fill_with_several_dynamic_starts():
 
             def put(i, tok):
                 # b[i, 3 - i, 1:5] = i + 1, and the old contents of that window
-                tok, old = F.fill(tok, h, d, 0, b, F.TracedRegion.slices((i, 1), (3 - i, 1),
-                                                                          (1, 4)),
-                                  (i + 1).astype(jnp.int32), space="vmem", old_shape=(1, 1, 4))
+                tok, old = F.fill(
+                    tok,
+                    h,
+                    d,
+                    0,
+                    b,
+                    F.TracedRegion.slices((i, 1), (3 - i, 1), (1, 4)),
+                    (i + 1).astype(jnp.int32),
+                    space="vmem",
+                    old_shape=(1, 1, 4),
+                )
                 return tok
 
             t = jax.lax.fori_loop(0, 3, put, t)
@@ -106,19 +129,27 @@ def test_fill_with_several_dynamic_starts():
     np.testing.assert_array_equal(translated(1, body), want)
 
 
-@pytest.mark.parametrize("tail,pattern", [
-    # the region takes one trailing start; one more is left over
-    (2, r"1 trailing start operand\(s\) left over"),
-    # no trailing start for the region's second dynamic start
-    (0, r"has 2 sizes but 0 fixed starts and 1 dynamic starts"),
-])
+@pytest.mark.parametrize(
+    "tail,pattern",
+    [
+        # the region takes one trailing start; one more is left over
+        (2, r"1 trailing start operand\(s\) left over"),
+        # no trailing start for the region's second dynamic start
+        (0, r"has 2 sizes but 0 fixed starts and 1 dynamic starts"),
+    ],
+)
 def test_a_miscounted_tail_is_a_value_error(tail, pattern):
     def make_op(d, k):
-        t, b = F.allocate_buffer(k.token, k.handle, d, 0, space="vmem", dtype=np.int32,
-                                 shape=(4, 4), init=jnp.zeros((4, 4), jnp.int32))
+        t, b = F.allocate_buffer(
+            k.token, k.handle, d, 0, space="vmem", dtype=np.int32, shape=(4, 4), init=jnp.zeros((4, 4), jnp.int32)
+        )
         ops = [t, k.handle, _i32(d), _i32(0), b, _i32(1), _i32(2)] + [_i32(3)] * (tail - 1)
-        attrs = dict(space=ffi_ops.MEMORY_SPACES["vmem"], sizes=np.array([1, 1], np.int64),
-                     strides=np.array([1, 1], np.int64), squeezed=np.array([1, 1], np.int64))
+        attrs = dict(
+            space=ffi_ops.MEMORY_SPACES["vmem"],
+            sizes=np.array([1, 1], np.int64),
+            strides=np.array([1, 1], np.int64),
+            squeezed=np.array([1, 1], np.int64),
+        )
         if tail:
             attrs["tail_starts"] = np.int64(tail)
         else:

@@ -20,14 +20,14 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt
 import numpy as np
 import pytest
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
-import mosaic_rt
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 from mosaic_rt.ffi import reports
 from mosaic_rt.jax_internals import STOCK_HAS_ON_RACE
 
@@ -35,7 +35,7 @@ pytestmark = pytest.mark.timeout(300)
 
 # The kernels, shared by the in-process tests and the suites run by pytest
 # in a subprocess (kept as source so both use the very same text).
-KERNELS = textwrap.dedent('''
+KERNELS = textwrap.dedent("""
     import jax, jax.numpy as jnp
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
@@ -76,7 +76,7 @@ KERNELS = textwrap.dedent('''
         f = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
                            scratch_shapes=scratch, interpret=interpret, **specs)
         return jax.block_until_ready(f(x))
-''')
+""")
 _ns: dict = {}
 exec(compile(KERNELS, "report_kernels.py", "exec"), _ns)  # our own text above
 run = _ns["run"]
@@ -91,6 +91,7 @@ def _ours(**kw):
 
 
 # ------------------------------------------------ defaults: stock's channels
+
 
 def test_default_issues_no_python_warning_and_prints_leaks_like_stock(capsys):
     with warnings.catch_warnings(record=True) as got:
@@ -130,6 +131,7 @@ def test_default_logs_misuse(caplog):
 
 # ------------------------------------------- asked for: Python warnings, now
 
+
 def test_pytest_warns_sees_a_leak_warning_around_the_call():
     with pytest.warns(mosaic_rt.SemaphoreLeakWarning, match="has count 3") as got:
         run("leaky", _ours(python_warnings=True))
@@ -164,12 +166,14 @@ def test_every_device_of_a_shard_map_launch_reports_before_the_results():
         o_ref[...] = x_ref[...]
 
     def body(x):
-        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-                              scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-                              interpret=_ours(python_warnings=True))(x)
+        return pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+            interpret=_ours(python_warnings=True),
+        )(x)
 
-    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
-                              check_vma=False))
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
     x = jax.device_put(jnp.ones((16, 128), jnp.float32), NamedSharding(mesh, P("x")))
     with warnings.catch_warnings(record=True) as got:
         warnings.simplefilter("always")
@@ -213,7 +217,7 @@ def test_bad_settings_are_clear_errors(monkeypatch):
 
 # ------------------------------ whole suites, in their own pytest configuration
 
-_SUITE = textwrap.dedent('''
+_SUITE = textwrap.dedent("""
     import os
     import numpy as np
     from jax.experimental.pallas import tpu as pltpu
@@ -241,9 +245,9 @@ _SUITE = textwrap.dedent('''
 
     def test_clean():
         np.testing.assert_array_equal(np.asarray(run("clean", Params())), 2.0)
-''')
+""")
 
-_PHASES = textwrap.dedent('''
+_PHASES = textwrap.dedent("""
     import warnings
     import mosaic_rt
     from report_kernels import run
@@ -254,7 +258,7 @@ _PHASES = textwrap.dedent('''
     def test_b_gets_nothing_of_a(recwarn):
         run("clean", mosaic_rt.InterpretParams())
         assert [str(w.message) for w in recwarn] == []
-''')
+""")
 
 
 def _pytest(tmp_path, suite: str, *args, ini: str = "", env: dict | None = None):
@@ -263,9 +267,14 @@ def _pytest(tmp_path, suite: str, *args, ini: str = "", env: dict | None = None)
     (tmp_path / "pytest.ini").write_text("[pytest]\nfilterwarnings =\n    error\n" + ini)
     environ = {k: v for k, v in os.environ.items() if k != "MOSAIC_RT_WARNINGS"}
     environ.update(env or {})
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "-rA", *args], capture_output=True, text=True, timeout=280,
-                          cwd=tmp_path, env=environ)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", *args],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        cwd=tmp_path,
+        env=environ,
+    )
 
 
 def _outcomes(run) -> dict[str, str]:
@@ -290,19 +299,17 @@ def test_filterwarnings_error_suite_has_the_same_outcome_on_stock_and_ours(tmp_p
 
 def test_option_warnings_land_in_their_own_test(tmp_path):
     run = _pytest(tmp_path, _PHASES, "--mosaic-rt-warnings")
-    assert _outcomes(run) == {"test_a_leaks": "FAILED", "test_b_gets_nothing_of_a": "PASSED"}, (
-        run.stdout + run.stderr)
+    assert _outcomes(run) == {"test_a_leaks": "FAILED", "test_b_gets_nothing_of_a": "PASSED"}, run.stdout + run.stderr
     assert "SemaphoreLeakWarning" in run.stdout
 
 
 def test_ini_key_and_environment_turn_warnings_on(tmp_path):
     ini = _pytest(tmp_path, _PHASES, ini="mosaic_rt_warnings = true\n")
     env = _pytest(tmp_path, _PHASES, env={"MOSAIC_RT_WARNINGS": "1"})
-    off = _pytest(tmp_path, _PHASES, ini="mosaic_rt_warnings = false\n",
-                  env={"MOSAIC_RT_WARNINGS": "1"})
+    off = _pytest(tmp_path, _PHASES, ini="mosaic_rt_warnings = false\n", env={"MOSAIC_RT_WARNINGS": "1"})
     for run in (ini, env):
-        assert _outcomes(run) == {"test_a_leaks": "FAILED",
-                                  "test_b_gets_nothing_of_a": "PASSED"}, run.stdout + run.stderr
+        assert _outcomes(run) == {"test_a_leaks": "FAILED", "test_b_gets_nothing_of_a": "PASSED"}, (
+            run.stdout + run.stderr
+        )
     # the ini key wins over the environment
-    assert _outcomes(off) == {"test_a_leaks": "PASSED",
-                              "test_b_gets_nothing_of_a": "PASSED"}, off.stdout + off.stderr
+    assert _outcomes(off) == {"test_a_leaks": "PASSED", "test_b_gets_nothing_of_a": "PASSED"}, off.stdout + off.stderr

@@ -13,11 +13,10 @@ import warnings
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-import pytest
-
 import mosaic_rt
 import mosaic_rt.ffi as F
+import numpy as np
+import pytest
 from mosaic_rt import _native
 from mosaic_rt.ffi import reports
 from test_ffi_support import begin, dummy_rows, fresh_uid, run_on_devices, with_token
@@ -46,24 +45,39 @@ def _racy(on_race, *, deliver=False):
     x = np.arange(8 * 128, dtype=_F32).reshape(8, 128)
 
     def body(d, _):
-        with begin(d, 1, uid=uid, dma_execution_mode="eager", detect_races=True,
-                   on_race=on_race) as k:
+        with begin(d, 1, uid=uid, dma_execution_mode="eager", detect_races=True, on_race=on_race) as k:
             h, t = k.handle, k.token
-            t, src = F.allocate_buffer(t, h, d, 0, space="hbm", dtype=_F32, shape=(8, 128),
-                                       init=x)
+            t, src = F.allocate_buffer(t, h, d, 0, space="hbm", dtype=_F32, shape=(8, 128), init=x)
             t, dst = F.allocate_buffer(t, h, d, 0, space="vmem", dtype=_F32, shape=(8, 128))
             t, sem = F.allocate_semaphores(t, h, d, 0, kind="dma")
-            t = F.dma_start(t, h, d, 0, src, None, dst, None, sem, src_space="hbm",
-                            dst_space="vmem", site=_SITE_START)
-            t, v = F.load(t, h, d, 0, dst, F.TracedRegion.slices((0, 8), (0, 128)), space="vmem",
-                          shape=(8, 128), dtype=_F32, site=_SITE_LOAD)
+            t = F.dma_start(t, h, d, 0, src, None, dst, None, sem, src_space="hbm", dst_space="vmem", site=_SITE_START)
+            t, v = F.load(
+                t,
+                h,
+                d,
+                0,
+                dst,
+                F.TracedRegion.slices((0, 8), (0, 128)),
+                space="vmem",
+                shape=(8, 128),
+                dtype=_F32,
+                site=_SITE_LOAD,
+            )
             t = F.dma_wait(t, h, d, 0, sem, nbytes=8 * 128 * 4)
             t, n = F.pending_reports(t)
             if deliver:
                 # What the interpreter emits at kernel end.
-                t = jax.lax.cond(n > 0, lambda tok: tok + jax.experimental.io_callback(
-                    lambda: np.int32(reports.deliver() * 0), jax.ShapeDtypeStruct((), jnp.int32)),
-                    lambda tok: tok, t)
+                t = jax.lax.cond(
+                    n > 0,
+                    lambda tok: (
+                        tok
+                        + jax.experimental.io_callback(
+                            lambda: np.int32(reports.deliver() * 0), jax.ShapeDtypeStruct((), jnp.int32)
+                        )
+                    ),
+                    lambda tok: tok,
+                    t,
+                )
             k.token = t
         return with_token(jnp.stack([n, v[0, 1].astype(jnp.int32)])[None], k.token)
 
@@ -74,7 +88,8 @@ def _racy(on_race, *, deliver=False):
 _RACE_TEXT = (
     "RACE DETECTED: read of vmem buffer 101 of device 0, core 0[0:8, 0:128] by device 0, "
     "core 0 at k.py:3:8 (racy) is not ordered with the earlier write of vmem buffer 101 of "
-    "device 0, core 0[0:8, 0:128] by DMA #0 (started by device 0, core 0 at k.py:2:4 (racy))")
+    "device 0, core 0[0:8, 0:128] by DMA #0 (started by device 0, core 0 at k.py:2:4 (racy))"
+)
 
 
 def test_on_race_raise_fails_the_launch_with_race_error_naming_both_sides():
@@ -134,8 +149,7 @@ def _leaky(policy, mode="on_wait"):
             t, src = F.allocate_buffer(t, h, d, 0, space="hbm", dtype=_F32, shape=(8,))
             t, dst = F.allocate_buffer(t, h, d, 0, space="vmem", dtype=_F32, shape=(8,))
             t = F.semaphore_signal(t, h, d, 0, sem, 3)
-            t = F.dma_start(t, h, d, 0, src, None, dst, None, dsem, src_space="hbm",
-                            dst_space="vmem", site=_SITE_START)
+            t = F.dma_start(t, h, d, 0, src, None, dst, None, dsem, src_space="hbm", dst_space="vmem", site=_SITE_START)
             t, n = F.leak_report(t, h, d, policy=policy)
             k.token = t
         return with_token(n[None, None], k.token)
@@ -150,11 +164,15 @@ def test_leak_warn_reports_name_kind_count_and_sites():
     got = reports.take()
     assert [c for c, _, _, _ in got] == ["leak", "leak"]
     texts = [t for _, t, _, _ in got]
-    assert texts[0] == ("semaphore leak at kernel exit on device 0: REGULAR semaphore 2000 "
-                        "(allocated at k.py:1:0 (leaky)) on core 0 has count 3")
-    assert texts[1].startswith("semaphore leak at kernel exit on device 0: DMA semaphore 2001 "
-                               "(allocated at k.py:1:0 (leaky)) on core 0 has count 0 and 1 DMA(s) "
-                               "started but never waited for")
+    assert texts[0] == (
+        "semaphore leak at kernel exit on device 0: REGULAR semaphore 2000 "
+        "(allocated at k.py:1:0 (leaky)) on core 0 has count 3"
+    )
+    assert texts[1].startswith(
+        "semaphore leak at kernel exit on device 0: DMA semaphore 2001 "
+        "(allocated at k.py:1:0 (leaky)) on core 0 has count 0 and 1 DMA(s) "
+        "started but never waited for"
+    )
     assert "started on device 0, core 0 at k.py:2:4 (racy)" in texts[1]
     details = got[1][2]
     assert (details["kind"], details["device"], details["core"], details["count"]) == ("DMA", 0, 0, 0)
@@ -181,19 +199,16 @@ def test_a_dma_wait_matching_no_pending_dma_is_a_misuse_warning():
             t, sem = F.allocate_semaphores(t, h, d, 0, kind="dma")
             half = [F.TracedRegion.slices((0, 8)), F.TracedRegion.slices((8, 8))]
             for r in half:
-                t = F.dma_start(t, h, d, 0, src, r, dst, r, sem, src_space="hbm",
-                                dst_space="vmem", site=_SITE_START)
+                t = F.dma_start(t, h, d, 0, src, r, dst, r, sem, src_space="hbm", dst_space="vmem", site=_SITE_START)
             # Legit: one wait for both (the total), then nothing left.
             t = F.dma_wait(t, h, d, 0, sem, nbytes=8192)
             for r in half:
-                t = F.dma_start(t, h, d, 0, src, r, dst, r, sem, src_space="hbm",
-                                dst_space="vmem", site=_SITE_START)
+                t = F.dma_start(t, h, d, 0, src, r, dst, r, sem, src_space="hbm", dst_space="vmem", site=_SITE_START)
             # Legit: one wait per copy.
             t = F.dma_wait(t, h, d, 0, sem, nbytes=4096)
             t = F.dma_wait(t, h, d, 0, sem, nbytes=4096)
             for r in half:
-                t = F.dma_start(t, h, d, 0, src, r, dst, r, sem, src_space="hbm",
-                                dst_space="vmem", site=_SITE_START)
+                t = F.dma_start(t, h, d, 0, src, r, dst, r, sem, src_space="hbm", dst_space="vmem", site=_SITE_START)
             # Misuse: 1 KiB matches neither copy (4 KiB each) nor both.
             t = F.dma_wait(t, h, d, 0, sem, nbytes=1024, site=_SITE_LOAD)
             t, n = F.pending_reports(t)
@@ -205,9 +220,11 @@ def test_a_dma_wait_matching_no_pending_dma_is_a_misuse_warning():
     assert out[0, 0] == 1
     [(category, text, details, _)] = reports.take()
     assert category == "misuse"
-    assert text.startswith("dma_wait at k.py:3:8 (racy) on device 0, core 0 waits for 1024 bytes on "
-                           "DMA semaphore 2000, but the DMA(s) pending on it move 4096 bytes "
-                           "(started at k.py:2:4 (racy)), 4096 bytes"), text
+    assert text.startswith(
+        "dma_wait at k.py:3:8 (racy) on device 0, core 0 waits for 1024 bytes on "
+        "DMA semaphore 2000, but the DMA(s) pending on it move 4096 bytes "
+        "(started at k.py:2:4 (racy)), 4096 bytes"
+    ), text
     assert details["pending_bytes"] == "4096,4096"
 
 
@@ -260,14 +277,29 @@ def test_a_negative_dma_destination_device_is_named():
             t, sems = F.allocate_semaphores(t, h, d, 0, kind="dma", count=2)
             # Device 0 names device -1; device 1 copies to itself (a copy
             # to device 0 could find its buffer not allocated yet).
-            t = F.dma_start(t, h, d, 0, buf, None, buf, None, sems + 1, src_space="vmem",
-                            dst_space="vmem", src_sem=sems,
-                            dst_device=jnp.where(d == 0, -1, d))
+            t = F.dma_start(
+                t,
+                h,
+                d,
+                0,
+                buf,
+                None,
+                buf,
+                None,
+                sems + 1,
+                src_space="vmem",
+                dst_space="vmem",
+                src_sem=sems,
+                dst_device=jnp.where(d == 0, -1, d),
+            )
             k.token = t
         return with_token(jnp.zeros((1, 1), jnp.int32), k.token)
 
-    with pytest.raises(ValueError, match=r"destination device id -1 out of range: valid ids are "
-                                         r"0 to 1 \(2 in the launch\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"destination device id -1 out of range: valid ids are "
+        r"0 to 1 \(2 in the launch\)",
+    ):
         with mosaic_rt.native_errors():
             run_on_devices(2, body, dummy_rows(2))
 
@@ -284,8 +316,22 @@ def test_a_dma_to_another_core_of_the_same_device(mode):
             t = F.store(t, h, d, 0, src, None, jnp.asarray(x), space="vmem")
             t, send = F.allocate_semaphores(t, h, d, None, kind="dma")
             t, recv = F.allocate_semaphores(t, h, d, None, kind="dma")
-            t = F.dma_start(t, h, d, 0, src, None, src, None, recv, src_space="vmem",
-                            dst_space="vmem", src_sem=send, dst_device=d, dst_core=1)
+            t = F.dma_start(
+                t,
+                h,
+                d,
+                0,
+                src,
+                None,
+                src,
+                None,
+                recv,
+                src_space="vmem",
+                dst_space="vmem",
+                src_sem=send,
+                dst_device=d,
+                dst_core=1,
+            )
             t = F.dma_wait(t, h, d, 0, send, nbytes=32)
             t = F.dma_wait(t, h, d, 1, recv, nbytes=32)
             t, got = F.load(t, h, d, 1, src, None, space="vmem", shape=(8,), dtype=_F32)

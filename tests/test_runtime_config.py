@@ -1,8 +1,7 @@
 """Constructing runtimes and rejecting bad arguments with the right types."""
 
-import pytest
-
 import mosaic_rt
+import pytest
 from mosaic_rt import Runtime
 
 
@@ -17,8 +16,14 @@ def test_defaults_and_properties():
 
 
 def test_all_options_round_trip():
-    rt = Runtime(4, 2, dma_execution_mode="eager", out_of_bounds_reads="uninitialized",
-                 uninitialized_memory="zero", wait_timeout=None)
+    rt = Runtime(
+        4,
+        2,
+        dma_execution_mode="eager",
+        out_of_bounds_reads="uninitialized",
+        uninitialized_memory="zero",
+        wait_timeout=None,
+    )
     assert (rt.num_devices, rt.cores_per_device) == (4, 2)
     assert rt.dma_execution_mode == "eager"
     assert rt.out_of_bounds_reads == "uninitialized"
@@ -27,18 +32,21 @@ def test_all_options_round_trip():
     assert Runtime(wait_timeout=float("inf")).wait_timeout is None
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(num_devices=0), "at least one device"),
-    (dict(cores_per_device=0), "at least one device"),
-    (dict(num_devices=-1), r"\[0, 4294967295\], got -1"),
-    (dict(num_devices=2**70), "out of range"),
-    (dict(num_devices=1 << 20, cores_per_device=1 << 20), "too many cores"),
-    (dict(dma_execution_mode="later"), "dma_execution_mode"),
-    (dict(out_of_bounds_reads="ignore"), "out_of_bounds_reads"),
-    (dict(uninitialized_memory="garbage"), "uninitialized_memory"),
-    (dict(wait_timeout=-1.0), "wait_timeout"),
-    (dict(wait_timeout=float("nan")), "wait_timeout"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(num_devices=0), "at least one device"),
+        (dict(cores_per_device=0), "at least one device"),
+        (dict(num_devices=-1), r"\[0, 4294967295\], got -1"),
+        (dict(num_devices=2**70), "out of range"),
+        (dict(num_devices=1 << 20, cores_per_device=1 << 20), "too many cores"),
+        (dict(dma_execution_mode="later"), "dma_execution_mode"),
+        (dict(out_of_bounds_reads="ignore"), "out_of_bounds_reads"),
+        (dict(uninitialized_memory="garbage"), "uninitialized_memory"),
+        (dict(wait_timeout=-1.0), "wait_timeout"),
+        (dict(wait_timeout=float("nan")), "wait_timeout"),
+    ],
+)
 def test_bad_configuration_is_a_value_error(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Runtime(**kwargs)

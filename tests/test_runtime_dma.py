@@ -4,7 +4,6 @@ import threading
 
 import numpy as np
 import pytest
-
 from mosaic_rt import KernelAborted, Runtime
 
 MODES = ["eager", "on_wait"]
@@ -33,8 +32,8 @@ def test_remote_dma_single_thread(mode):
     recv = rt.allocate_semaphores(1, None, kind="dma")
     assert send == recv
     rt.dma_start(0, 0, ("vmem", src), ("vmem", dst), recv, src_sem=send, dst_device=1)
-    rt.dma_wait(0, 0, send, x.nbytes)   # send side
-    rt.dma_wait(1, 0, recv, x.nbytes)   # receive side
+    rt.dma_wait(0, 0, send, x.nbytes)  # send side
+    rt.dma_wait(1, 0, recv, x.nbytes)  # receive side
     np.testing.assert_array_equal(rt.load(1, 0, "vmem", dst), x)
     assert rt.leaks() == []
 
@@ -58,12 +57,11 @@ def test_ring_of_remote_dmas_on_threads(mode):
                 # Tell the left neighbour our inbox is free, wait for the right one.
                 rt.signal(d, 0, ready[d], 1, target_device=left)
                 rt.wait(d, 0, ready[d], 1)
-                rt.dma_start(d, 0, ("vmem", bufs[d]), ("vmem", inbox[right]), recv,
-                             src_sem=send, dst_device=right)
+                rt.dma_start(d, 0, ("vmem", bufs[d]), ("vmem", inbox[right]), recv, src_sem=send, dst_device=right)
                 rt.dma_wait(d, 0, send, 1024)
                 rt.dma_wait(d, 0, recv, 1024)
                 assert (rt.load(d, 0, "vmem", inbox[d]) == left).all()
-                rt.device_barrier(d)   # nobody overwrites an inbox still being checked
+                rt.device_barrier(d)  # nobody overwrites an inbox still being checked
         except BaseException as e:  # noqa: BLE001
             errors.append(e)
             rt.fail(f"device {d}: {e!r}", d, 0)
@@ -87,12 +85,11 @@ def test_bad_dma_requests_are_value_errors(mode):
     with pytest.raises(ValueError, match="Either both or neither"):
         rt.dma_start(0, 0, ("vmem", src), ("vmem", dst, [(0, 4)]), sem, src_sem=sem)
     with pytest.raises(ValueError):
-        rt.dma_start(0, 0, ("vmem", src), ("vmem", dst), sem)          # shape mismatch
+        rt.dma_start(0, 0, ("vmem", src), ("vmem", dst), sem)  # shape mismatch
     with pytest.raises(ValueError):
-        rt.dma_start(0, 0, ("vmem", src), ("vmem", 4242), sem)         # unknown buffer
+        rt.dma_start(0, 0, ("vmem", src), ("vmem", 4242), sem)  # unknown buffer
     with pytest.raises(ValueError):
-        rt.dma_start(0, 0, ("vmem", src), ("vmem", dst, [(0, 4)]), sem,
-                     src_sem=sem, dst_device=7)                        # unknown device
+        rt.dma_start(0, 0, ("vmem", src), ("vmem", dst, [(0, 4)]), sem, src_sem=sem, dst_device=7)  # unknown device
     with pytest.raises(TypeError):
         rt.dma_start(0, 0, "vmem", ("vmem", dst), sem)
     rt.dma_start(0, 0, ("vmem", src), ("vmem", dst, [(4, 4)]), sem)

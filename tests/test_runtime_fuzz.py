@@ -10,21 +10,24 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from mosaic_rt import MosaicRuntimeError, Runtime, WaitTimeout
 
 EXPECTED = (ValueError, IndexError, TypeError, NotImplementedError, MosaicRuntimeError)
 
-ints = st.one_of(st.integers(-3, 3), st.integers(99, 102), st.integers(1999, 2002),
-                 st.sampled_from([-2**63, 2**32, 2**63 - 1, 2**64, 2**100]))
-entries = st.one_of(ints, st.tuples(ints, ints), st.tuples(ints, ints, ints),
-                    st.tuples(ints), st.just(1.5), st.just("x"))
+ints = st.one_of(
+    st.integers(-3, 3),
+    st.integers(99, 102),
+    st.integers(1999, 2002),
+    st.sampled_from([-(2**63), 2**32, 2**63 - 1, 2**64, 2**100]),
+)
+entries = st.one_of(
+    ints, st.tuples(ints, ints), st.tuples(ints, ints, ints), st.tuples(ints), st.just(1.5), st.just("x")
+)
 regions = st.one_of(st.none(), st.lists(entries, max_size=4), st.just("0:2"))
 spaces = st.one_of(st.sampled_from(["vmem", "smem", "hbm", "any", "bogus", ""]), ints)
 dtypes = st.sampled_from(["float32", "int8", "bool", "bfloat16", "complex64", "int4", ""])
 shapes = st.lists(ints, max_size=3)
-raw_buffers = st.one_of(st.integers(0, 64).map(bytearray), st.binary(max_size=64),
-                        st.just([1, 2]), st.none())
+raw_buffers = st.one_of(st.integers(0, 64).map(bytearray), st.binary(max_size=64), st.just([1, 2]), st.none())
 
 
 def calls():
@@ -36,23 +39,47 @@ def calls():
         st.tuples(st.just("buffer_info"), ints, ints, spaces, ints),
         st.tuples(st.just("load"), ints, ints, spaces, ints, regions, raw_buffers),
         st.tuples(st.just("store"), ints, ints, spaces, ints, regions, raw_buffers),
-        st.tuples(st.just("swap"), ints, ints, spaces, ints, regions, raw_buffers, raw_buffers,
-                  st.one_of(n, raw_buffers)),
-        st.tuples(st.just("allocate_semaphores"), ints, st.one_of(n, ints),
-                  st.sampled_from(["regular", "dma", "barrier", "other"]), ints),
+        st.tuples(
+            st.just("swap"), ints, ints, spaces, ints, regions, raw_buffers, raw_buffers, st.one_of(n, raw_buffers)
+        ),
+        st.tuples(
+            st.just("allocate_semaphores"),
+            ints,
+            st.one_of(n, ints),
+            st.sampled_from(["regular", "dma", "barrier", "other"]),
+            ints,
+        ),
         st.tuples(st.just("barrier_semaphore"), ints, ints),
-        st.tuples(st.just("signal"), ints, ints, ints, ints, st.one_of(n, ints),
-                  st.one_of(n, ints)),
+        st.tuples(st.just("signal"), ints, ints, ints, ints, st.one_of(n, ints), st.one_of(n, ints)),
         st.tuples(st.just("read"), ints, ints, ints),
         st.tuples(st.just("wait"), ints, ints, ints, st.integers(-2, 2)),
-        st.tuples(st.just("dma_start"), ints, ints, spaces, ints, regions, spaces, ints,
-                  regions, ints, st.one_of(n, ints), st.one_of(n, ints)),
+        st.tuples(
+            st.just("dma_start"),
+            ints,
+            ints,
+            spaces,
+            ints,
+            regions,
+            spaces,
+            ints,
+            regions,
+            ints,
+            st.one_of(n, ints),
+            st.one_of(n, ints),
+        ),
         st.tuples(st.just("leaks"), st.one_of(n, ints)),
         st.tuples(st.just("dma_wait"), ints, ints, ints, st.integers(-2, 2)),
         st.tuples(st.just("device_barrier"), ints),
         st.tuples(st.just("buffer_content"), ints, ints, spaces, ints),
-        st.tuples(st.just("region_layout"), ints, ints, spaces, ints, regions,
-                  st.sampled_from([None, "read", "write", "swap", "bogus"])),
+        st.tuples(
+            st.just("region_layout"),
+            ints,
+            ints,
+            spaces,
+            ints,
+            regions,
+            st.sampled_from([None, "read", "write", "swap", "bogus"]),
+        ),
         st.tuples(st.just("semaphore_pages_in_use")),
         st.tuples(st.just("failure")),
     )
@@ -122,8 +149,9 @@ DEVICE_CORE_CALLS = {
     "dma_wait": (lambda rt, b, s, d, c: rt.dma_wait(d, c, s, 4)),
     "read": (lambda rt, b, s, d, c: rt.read(d, c, s)),
     "dma_start": (lambda rt, b, s, d, c: rt.dma_start(d, c, ("vmem", b), ("vmem", b), s)),
-    "dma_start remote": (lambda rt, b, s, d, c: rt.dma_start(0, c, ("vmem", b), ("vmem", b), s,
-                                                             src_sem=s, dst_device=d)),
+    "dma_start remote": (
+        lambda rt, b, s, d, c: rt.dma_start(0, c, ("vmem", b), ("vmem", b), s, src_sem=s, dst_device=d)
+    ),
     "fail": (lambda rt, b, s, d, c: rt.fail("boom", d, c)),
 }
 DEVICE_CALLS = {
@@ -166,8 +194,12 @@ def test_device_only_entry_points_check_the_id(name, device):
 @pytest.mark.parametrize("value", [2**64, 2**100, -(2**64)])
 def test_ids_beyond_64_bits_are_value_errors_naming_the_value(value):
     rt, buf, sem = _rt()
-    for call in (lambda: rt.signal(value, 0, sem), lambda: rt.read(0, 0, value),
-                 lambda: rt.load(0, value, "vmem", buf), lambda: rt.signal(0, 0, sem, value)):
+    for call in (
+        lambda: rt.signal(value, 0, sem),
+        lambda: rt.read(0, 0, value),
+        lambda: rt.load(0, value, "vmem", buf),
+        lambda: rt.signal(0, 0, sem, value),
+    ):
         with pytest.raises(ValueError, match=str(value)):
             call()
 
@@ -175,8 +207,12 @@ def test_ids_beyond_64_bits_are_value_errors_naming_the_value(value):
 @pytest.mark.parametrize("sem_id", [-1, 0, 1999, 2001, 2**31, 2**32 - 1, 2**32])
 def test_bad_semaphore_ids_are_value_errors_naming_the_id(sem_id):
     rt, _, _ = _rt()
-    for call in (lambda: rt.signal(0, 0, sem_id), lambda: rt.wait(0, 0, sem_id),
-                 lambda: rt.read(0, 0, sem_id), lambda: rt.dma_wait(0, 0, sem_id, 4)):
+    for call in (
+        lambda: rt.signal(0, 0, sem_id),
+        lambda: rt.wait(0, 0, sem_id),
+        lambda: rt.read(0, 0, sem_id),
+        lambda: rt.dma_wait(0, 0, sem_id, 4),
+    ):
         with pytest.raises(ValueError, match=str(sem_id)):
             call()
 
@@ -221,8 +257,7 @@ def test_bad_regions_give_clear_errors_and_change_nothing(op, region, exc, text)
         "store": lambda: rt.store(0, 0, "vmem", buf, 1.0, region),
         "swap": lambda: rt.swap(0, 0, "vmem", buf, 1.0, region),
         "dma_src": lambda: rt.dma_start(0, 0, ("vmem", buf, region), ("vmem", dst, region), sem),
-        "dma_dst": lambda: rt.dma_start(0, 0, ("vmem", buf, _same_shape(region)), ("vmem", dst, region),
-                                        sem),
+        "dma_dst": lambda: rt.dma_start(0, 0, ("vmem", buf, _same_shape(region)), ("vmem", dst, region), sem),
     }
     if op == "dma_dst" and _same_shape(region) is None:
         pytest.skip("no in-bounds source region of that shape")
@@ -326,14 +361,17 @@ def test_dtype_and_shape_mismatches_name_both_sides():
 # ---------------------------------------------------------- timeouts
 
 
-@pytest.mark.parametrize("timeout, exc, text", [
-    (-1, ValueError, "got -1.0"),
-    (-1e-9, ValueError, "got -1e-9"),
-    (float("nan"), ValueError, "got NaN"),
-    (float("-inf"), ValueError, "got -inf"),
-    ("soon", TypeError, "str"),
-    ([1], TypeError, "list"),
-])
+@pytest.mark.parametrize(
+    "timeout, exc, text",
+    [
+        (-1, ValueError, "got -1.0"),
+        (-1e-9, ValueError, "got -1e-9"),
+        (float("nan"), ValueError, "got NaN"),
+        (float("-inf"), ValueError, "got -inf"),
+        ("soon", TypeError, "str"),
+        ([1], TypeError, "list"),
+    ],
+)
 def test_bad_timeouts_are_clear_errors(timeout, exc, text):
     with pytest.raises(exc, match=re.escape(text)):
         Runtime(1, 1, wait_timeout=timeout)
@@ -343,8 +381,7 @@ def test_bad_timeouts_are_clear_errors(timeout, exc, text):
 def test_tiny_timeouts_time_out_at_once_and_keep_the_runtime_usable(timeout):
     rt = Runtime(2, 1, wait_timeout=timeout)
     sem = rt.allocate_semaphores(0)
-    for call in (lambda: rt.wait(0, 0, sem, 1), lambda: rt.dma_wait(0, 0, sem, 4),
-                 lambda: rt.device_barrier(0)):
+    for call in (lambda: rt.wait(0, 0, sem, 1), lambda: rt.dma_wait(0, 0, sem, 4), lambda: rt.device_barrier(0)):
         with pytest.raises(WaitTimeout):
             call()
     rt.signal(0, 0, sem, 1)
@@ -368,28 +405,32 @@ def test_huge_timeouts_never_panic(timeout):
 # ------------------------------------------------------- constructor
 
 
-@pytest.mark.parametrize("kwargs, exc, text", [
-    (dict(num_devices=0), ValueError, "0 x 1"),
-    (dict(num_devices=-1), ValueError, "-1"),
-    (dict(cores_per_device=2**32), ValueError, str(2**32)),
-    (dict(num_devices=2**70), ValueError, str(2**70)),
-    (dict(num_devices=70_000), ValueError, "at most 65536"),
-    (dict(num_devices=300, cores_per_device=300), ValueError, "at most 65536"),
-    (dict(num_devices=1.5), TypeError, "float"),
-    (dict(dma_execution_mode="lazy"), ValueError, '"lazy"'),
-    (dict(out_of_bounds_reads="ignore"), ValueError, '"ignore"'),
-    (dict(uninitialized_memory="random"), ValueError, '"random"'),
-])
+@pytest.mark.parametrize(
+    "kwargs, exc, text",
+    [
+        (dict(num_devices=0), ValueError, "0 x 1"),
+        (dict(num_devices=-1), ValueError, "-1"),
+        (dict(cores_per_device=2**32), ValueError, str(2**32)),
+        (dict(num_devices=2**70), ValueError, str(2**70)),
+        (dict(num_devices=70_000), ValueError, "at most 65536"),
+        (dict(num_devices=300, cores_per_device=300), ValueError, "at most 65536"),
+        (dict(num_devices=1.5), TypeError, "float"),
+        (dict(dma_execution_mode="lazy"), ValueError, '"lazy"'),
+        (dict(out_of_bounds_reads="ignore"), ValueError, '"ignore"'),
+        (dict(uninitialized_memory="random"), ValueError, '"random"'),
+    ],
+)
 def test_bad_constructor_arguments_are_clear_errors(kwargs, exc, text):
     with pytest.raises(exc, match=re.escape(text)):
         Runtime(**kwargs)
 
 
 @settings(max_examples=60, deadline=None)
-@given(devices=st.one_of(st.integers(-3, 5), st.sampled_from([2**32, 2**64, 70_000])),
-       cores=st.one_of(st.integers(-3, 5), st.sampled_from([2**31, 2**63])),
-       timeout=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True),
-                         st.integers(-5, 10**30)))
+@given(
+    devices=st.one_of(st.integers(-3, 5), st.sampled_from([2**32, 2**64, 70_000])),
+    cores=st.one_of(st.integers(-3, 5), st.sampled_from([2**31, 2**63])),
+    timeout=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 10**30)),
+)
 def test_random_constructor_arguments_build_or_raise_clearly(devices, cores, timeout):
     try:
         rt = Runtime(devices, cores, wait_timeout=timeout)

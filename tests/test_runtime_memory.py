@@ -6,11 +6,23 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from mosaic_rt import Runtime
 
-DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
-          np.uint32, np.uint64, np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
+DTYPES = [
+    np.bool_,
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.float16,
+    ml_dtypes.bfloat16,
+    np.float32,
+    np.float64,
+]
 
 
 def sample(shape, dtype, seed=0):
@@ -92,9 +104,9 @@ def test_strided_regions_match_numpy(case):
 
 def test_non_contiguous_input_and_broadcast_scalar(rt):
     x = np.arange(24, dtype=np.float32).reshape(4, 6)
-    buf = rt.allocate_buffer(0, 0, "vmem", x[:, ::2])          # copied to contiguous
+    buf = rt.allocate_buffer(0, 0, "vmem", x[:, ::2])  # copied to contiguous
     np.testing.assert_array_equal(rt.load(0, 0, "vmem", buf), x[:, ::2])
-    rt.store(0, 0, "vmem", buf, 1.5, [(0, 2)])                  # scalar broadcast
+    rt.store(0, 0, "vmem", buf, 1.5, [(0, 2)])  # scalar broadcast
     assert (rt.load(0, 0, "vmem", buf, [(0, 2)]) == 1.5).all()
 
 
@@ -102,7 +114,7 @@ def test_swap_with_mask(rt):
     buf = rt.allocate_buffer(0, 0, "vmem", np.arange(4, dtype=np.int32))
     new = np.full(4, -1, np.int32)
     old = rt.swap(0, 0, "vmem", buf, new, mask=[True, False, True, False])
-    np.testing.assert_array_equal(old, [0, -1, 2, -1])   # masked-off: the new values
+    np.testing.assert_array_equal(old, [0, -1, 2, -1])  # masked-off: the new values
     np.testing.assert_array_equal(rt.load(0, 0, "vmem", buf), [-1, 1, -1, 3])
 
 
@@ -153,7 +165,7 @@ def test_out_of_bounds_read_uninitialized_policy():
     got = rt.load(0, 0, "vmem", buf, [(2, 4)])
     np.testing.assert_array_equal(got[:2], [2, 3])
     assert np.isnan(got[2:]).all()
-    with pytest.raises(ValueError, match="Out-of-bounds write"):   # writes still fail
+    with pytest.raises(ValueError, match="Out-of-bounds write"):  # writes still fail
         rt.store(0, 0, "vmem", buf, np.zeros(4, np.float32), [(2, 4)])
 
 
@@ -167,34 +179,34 @@ def test_free_and_ids(rt):
     np.testing.assert_array_equal(rt.load(0, 1, "vmem", a).shape, (2,))
 
 
-@pytest.mark.parametrize("call, exc", [
-    (lambda rt, b: rt.load(5, 0, "vmem", b), ValueError),             # no such device
-    (lambda rt, b: rt.load(0, 9, "vmem", b), ValueError),             # no such core
-    (lambda rt, b: rt.load(-1, 0, "vmem", b), ValueError),            # negative id
-    (lambda rt, b: rt.load(0, 0, "vmem", 2**40), ValueError),         # huge id
-    (lambda rt, b: rt.load(0, 0, "vmem", 999), ValueError),           # unknown buffer
-    (lambda rt, b: rt.load(0, 0, "hbm", b), ValueError),              # wrong space
-    (lambda rt, b: rt.load(0, 0, "l2", b), ValueError),               # unknown space
-    (lambda rt, b: rt.load(0, 0, 99, b), ValueError),                 # unknown space code
-    (lambda rt, b: rt.load(0, 0, "vmem", b, [(0, 2, 0)]), ValueError),  # zero stride
-    (lambda rt, b: rt.load(0, 0, "vmem", b, [(-1, 2)]), ValueError),  # negative start
-    (lambda rt, b: rt.load(0, 0, "vmem", b, [(0, 2**80)]), ValueError),  # huge size
-    (lambda rt, b: rt.load(0, 0, "vmem", b, [0, 0, 0]), ValueError),  # too many dims
-    (lambda rt, b: rt.load(0, 0, "vmem", b, [(0, 1, 1, 1)]), ValueError),
-    (lambda rt, b: rt.load(0, 0, "vmem", b, "0:2"), TypeError),
-    (lambda rt, b: rt.load(0, 0, "vmem", b, [1.5]), TypeError),
-    (lambda rt, b: rt.store(0, 0, "vmem", b, np.zeros((4, 4), np.int32)), ValueError),  # dtype
-    (lambda rt, b: rt.store(0, 0, "vmem", b, np.zeros((3, 4), np.float32)), ValueError),  # shape
-    (lambda rt, b: rt.store(0, 0, "vmem", b, "text"), ValueError),
-    (lambda rt, b: rt.allocate_buffer(0, 0, "vmem", np.zeros(2, ml_dtypes.float6_e2m3fn)),
-     ValueError),
-    (lambda rt, b: rt.allocate_buffer(0, 0, "vmem", shape=(-1,), dtype=np.float32), ValueError),
-    (lambda rt, b: rt.allocate_buffer(0, 0, "vmem", shape=(2**62, 2**62), dtype=np.float32),
-     ValueError),
-    (lambda rt, b: rt.allocate_buffer(0, 0, "vmem", np.zeros(4, np.float32), padded_shape=(2,)),
-     ValueError),
-    (lambda rt, b: rt.free_buffer(0, 0, "vmem", 12345), ValueError),
-])
+@pytest.mark.parametrize(
+    "call, exc",
+    [
+        (lambda rt, b: rt.load(5, 0, "vmem", b), ValueError),  # no such device
+        (lambda rt, b: rt.load(0, 9, "vmem", b), ValueError),  # no such core
+        (lambda rt, b: rt.load(-1, 0, "vmem", b), ValueError),  # negative id
+        (lambda rt, b: rt.load(0, 0, "vmem", 2**40), ValueError),  # huge id
+        (lambda rt, b: rt.load(0, 0, "vmem", 999), ValueError),  # unknown buffer
+        (lambda rt, b: rt.load(0, 0, "hbm", b), ValueError),  # wrong space
+        (lambda rt, b: rt.load(0, 0, "l2", b), ValueError),  # unknown space
+        (lambda rt, b: rt.load(0, 0, 99, b), ValueError),  # unknown space code
+        (lambda rt, b: rt.load(0, 0, "vmem", b, [(0, 2, 0)]), ValueError),  # zero stride
+        (lambda rt, b: rt.load(0, 0, "vmem", b, [(-1, 2)]), ValueError),  # negative start
+        (lambda rt, b: rt.load(0, 0, "vmem", b, [(0, 2**80)]), ValueError),  # huge size
+        (lambda rt, b: rt.load(0, 0, "vmem", b, [0, 0, 0]), ValueError),  # too many dims
+        (lambda rt, b: rt.load(0, 0, "vmem", b, [(0, 1, 1, 1)]), ValueError),
+        (lambda rt, b: rt.load(0, 0, "vmem", b, "0:2"), TypeError),
+        (lambda rt, b: rt.load(0, 0, "vmem", b, [1.5]), TypeError),
+        (lambda rt, b: rt.store(0, 0, "vmem", b, np.zeros((4, 4), np.int32)), ValueError),  # dtype
+        (lambda rt, b: rt.store(0, 0, "vmem", b, np.zeros((3, 4), np.float32)), ValueError),  # shape
+        (lambda rt, b: rt.store(0, 0, "vmem", b, "text"), ValueError),
+        (lambda rt, b: rt.allocate_buffer(0, 0, "vmem", np.zeros(2, ml_dtypes.float6_e2m3fn)), ValueError),
+        (lambda rt, b: rt.allocate_buffer(0, 0, "vmem", shape=(-1,), dtype=np.float32), ValueError),
+        (lambda rt, b: rt.allocate_buffer(0, 0, "vmem", shape=(2**62, 2**62), dtype=np.float32), ValueError),
+        (lambda rt, b: rt.allocate_buffer(0, 0, "vmem", np.zeros(4, np.float32), padded_shape=(2,)), ValueError),
+        (lambda rt, b: rt.free_buffer(0, 0, "vmem", 12345), ValueError),
+    ],
+)
 def test_bad_memory_input_raises_and_keeps_runtime_usable(rt, call, exc):
     x = np.arange(16, dtype=np.float32).reshape(4, 4)
     buf = rt.allocate_buffer(0, 0, "vmem", x)

@@ -10,14 +10,14 @@ import threading
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt
 import numpy as np
 import pytest
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
-import mosaic_rt
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 from mosaic_rt import Runtime
 
 pytestmark = pytest.mark.timeout(120)
@@ -74,19 +74,20 @@ def test_kernel_remote_copy_with_mismatched_shapes_raises_in_on_wait_mode():
         barrier = pltpu.get_barrier_semaphore()
         pl.semaphore_signal(barrier, 1, device_id=(peer,), device_id_type=pl.DeviceIdType.MESH)
         pl.semaphore_wait(barrier, 1)
-        copy = pltpu.make_async_remote_copy(x_ref, dst, send, recv, device_id=(peer,),
-                                            device_id_type=pl.DeviceIdType.MESH)
+        copy = pltpu.make_async_remote_copy(
+            x_ref, dst, send, recv, device_id=(peer,), device_id_type=pl.DeviceIdType.MESH
+        )
         copy.start()
         copy.wait()
         o_ref[...] = x_ref[...]
 
     def body(x):
         return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
             in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
             out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
-            scratch_shapes=[pltpu.VMEM((16, 64), jnp.float32), pltpu.SemaphoreType.DMA,
-                            pltpu.SemaphoreType.DMA],
+            scratch_shapes=[pltpu.VMEM((16, 64), jnp.float32), pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
             compiler_params=pltpu.CompilerParams(collective_id=0),
             interpret=mosaic_rt.InterpretParams(dma_execution_mode="on_wait", wait_timeout=30),
         )(x)
@@ -142,9 +143,11 @@ def test_kernel_with_a_50_million_semaphore_array_runs():
         o_ref[...] = jnp.ones_like(o_ref)
 
     out = pl.pallas_call(
-        kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
         scratch_shapes=[pltpu.SemaphoreType.REGULAR((50_000_000,))],
-        interpret=mosaic_rt.InterpretParams(on_semaphore_leak="raise"))()
+        interpret=mosaic_rt.InterpretParams(on_semaphore_leak="raise"),
+    )()
     np.testing.assert_array_equal(np.asarray(out), 1)
 
 
@@ -193,8 +196,11 @@ def _signal_wait_kernel(params):
         o_ref[...] = jnp.full_like(o_ref, 3.0)
 
     return pl.pallas_call(
-        kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
-        scratch_shapes=[pltpu.SemaphoreType.REGULAR], interpret=params)()
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+        scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+        interpret=params,
+    )()
 
 
 @pytest.mark.parametrize("timeout", [float("inf"), 1e17, 1e300, 10**400, 0.001])
@@ -211,8 +217,9 @@ def test_semaphore_count_overflow_is_an_error_and_leaves_the_count():
     sem = rt.allocate_semaphores(0)
     rt.signal(0, 0, sem, 2**62, target_core=1)
     for _ in range(2):
-        with pytest.raises(ValueError, match=(
-                rf"semaphore {sem} on device 0, core 1 overflows: count {2**62} \+ increment {2**62}")):
+        with pytest.raises(
+            ValueError, match=(rf"semaphore {sem} on device 0, core 1 overflows: count {2**62} \+ increment {2**62}")
+        ):
             rt.signal(0, 0, sem, 2**62, target_core=1)
     assert rt.read(0, 1, sem) == 2**62
     with pytest.raises(ValueError, match=r"overflows: .* exceeds the largest count 4611686018427387904 \(2\*\*62\)"):
@@ -247,14 +254,17 @@ def test_on_wait_dma_never_waited_is_a_leak_naming_the_dma():
     dst = rt.allocate_buffer(1, 0, "vmem", shape=(8,), dtype=np.float32)
     send = rt.allocate_semaphores(0, kind="dma")
     recv = rt.allocate_semaphores(1, kind="dma")
-    rt.dma_start(0, 0, ("vmem", src, [(0, 4, 2)]), ("vmem", dst, [(0, 4)]), recv,
-                 src_sem=send, dst_device=1)
+    rt.dma_start(0, 0, ("vmem", src, [(0, 4, 2)]), ("vmem", dst, [(0, 4)]), recv, src_sem=send, dst_device=1)
     leaks = rt.leaks()
     assert [(lk.device, lk.core, lk.sem, lk.count) for lk in leaks] == [(0, 0, send, 0), (1, 0, recv, 0)]
     (dma,) = leaks[1].pending_dmas
-    for part in ("DMA of 16 bytes", f"vmem buffer {src} of device 0, core 0",
-                 f"vmem buffer {dst} of device 1, core 0", f"send semaphore {send} on device 0",
-                 f"receive semaphore {recv} on device 1"):
+    for part in (
+        "DMA of 16 bytes",
+        f"vmem buffer {src} of device 0, core 0",
+        f"vmem buffer {dst} of device 1, core 0",
+        f"send semaphore {send} on device 0",
+        f"receive semaphore {recv} on device 1",
+    ):
         assert part in dma, (part, dma)
     assert rt.leaks(1) == [leaks[1]]
     rt.dma_wait(1, 0, recv, 16)
@@ -268,10 +278,12 @@ def _unwaited_dma_kernel(params):
         o_ref[...] = jnp.zeros_like(o_ref)
 
     return pl.pallas_call(
-        kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
         in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
         scratch_shapes=[pltpu.VMEM((8, 128), jnp.float32), pltpu.SemaphoreType.DMA],
-        interpret=params)(jnp.ones((8, 128), jnp.float32))
+        interpret=params,
+    )(jnp.ones((8, 128), jnp.float32))
 
 
 @pytest.mark.parametrize("mode", ["on_wait", "eager"])
@@ -288,32 +300,36 @@ def test_kernel_dma_never_waited_is_reported_by_default(capsys):
     out = _unwaited_dma_kernel(mosaic_rt.InterpretParams(dma_execution_mode="on_wait"))
     np.testing.assert_array_equal(np.asarray(out), 0)
     printed = capsys.readouterr().out
-    assert "DMA(s) started but never waited for" in printed and "from hbm buffer" in printed, (
-        printed)
+    assert "DMA(s) started but never waited for" in printed and "from hbm buffer" in printed, printed
 
 
 # --------------------------------------------------------- range checks
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda rt: rt.leaks(99), r"device id 99 out of range: the kernel runs on 2 device\(s\) \(valid ids 0 to 1\)"),
-    (lambda rt: rt.leaks(-1), r"device id -1 out of range"),
-    (lambda rt: rt.fail("x", 99, 0), r"device id 99 out of range"),
-    (lambda rt: rt.fail("x", 0, 3), r"core id 3 out of range: each device has 2 core\(s\) \(valid ids 0 to 1\)"),
-    (lambda rt: rt.fail("x", 0, -2), r"core id -2 out of range"),
-    (lambda rt: rt.barrier_semaphore(2, 0), r"device id 2 out of range"),
-    (lambda rt: rt.device_barrier(-1), r"device id -1 out of range"),
-    (lambda rt: rt.signal(0, 0, 2000, 1, target_device=7), r"device id 7 out of range"),
-    (lambda rt: rt.signal(0, 0, 2000, 1, target_core=-1), r"core id -1 out of range"),
-    (lambda rt: rt.wait(0, 5, 2000, 1), r"core id 5 out of range"),
-    (lambda rt: rt.read(2**40, 0, 2000), rf"device id {2**40} out of range"),
-    (lambda rt: rt.allocate_buffer(3, 0, "vmem", np.zeros(2)), r"device id 3 out of range"),
-    (lambda rt: rt.load(0, 9, "vmem", 100), r"core id 9 out of range"),
-    (lambda rt: rt.dma_start(0, 0, ("vmem", 100), ("vmem", 100), 2000, src_sem=2000, dst_device=-3),
-     r"device id -3 out of range"),
-    (lambda rt: rt.read(0, 0, -1), r"semaphore id must be an integer in \[0, 4294967295\], got -1"),
-    (lambda rt: rt.free_buffer(0, 0, "vmem", -5), r"buffer id must be an integer in \[0, 4294967295\], got -5"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda rt: rt.leaks(99), r"device id 99 out of range: the kernel runs on 2 device\(s\) \(valid ids 0 to 1\)"),
+        (lambda rt: rt.leaks(-1), r"device id -1 out of range"),
+        (lambda rt: rt.fail("x", 99, 0), r"device id 99 out of range"),
+        (lambda rt: rt.fail("x", 0, 3), r"core id 3 out of range: each device has 2 core\(s\) \(valid ids 0 to 1\)"),
+        (lambda rt: rt.fail("x", 0, -2), r"core id -2 out of range"),
+        (lambda rt: rt.barrier_semaphore(2, 0), r"device id 2 out of range"),
+        (lambda rt: rt.device_barrier(-1), r"device id -1 out of range"),
+        (lambda rt: rt.signal(0, 0, 2000, 1, target_device=7), r"device id 7 out of range"),
+        (lambda rt: rt.signal(0, 0, 2000, 1, target_core=-1), r"core id -1 out of range"),
+        (lambda rt: rt.wait(0, 5, 2000, 1), r"core id 5 out of range"),
+        (lambda rt: rt.read(2**40, 0, 2000), rf"device id {2**40} out of range"),
+        (lambda rt: rt.allocate_buffer(3, 0, "vmem", np.zeros(2)), r"device id 3 out of range"),
+        (lambda rt: rt.load(0, 9, "vmem", 100), r"core id 9 out of range"),
+        (
+            lambda rt: rt.dma_start(0, 0, ("vmem", 100), ("vmem", 100), 2000, src_sem=2000, dst_device=-3),
+            r"device id -3 out of range",
+        ),
+        (lambda rt: rt.read(0, 0, -1), r"semaphore id must be an integer in \[0, 4294967295\], got -1"),
+        (lambda rt: rt.free_buffer(0, 0, "vmem", -5), r"buffer id must be an integer in \[0, 4294967295\], got -5"),
+    ],
+)
 def test_every_device_and_core_argument_is_range_checked(call, match):
     rt = Runtime(2, 2, wait_timeout=1)
     with pytest.raises(ValueError, match=match) as info:

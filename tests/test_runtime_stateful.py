@@ -29,9 +29,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, precondition,
-                                 rule)
-
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from mosaic_rt import Runtime
 
 DEVICES, CORES = 2, 2
@@ -68,10 +66,10 @@ class Dma:
         return self.n * self.src.data.dtype.itemsize
 
     def read(self) -> np.ndarray:
-        return self.src.data[self.src_start:self.src_start + self.n].copy()
+        return self.src.data[self.src_start : self.src_start + self.n].copy()
 
     def write(self, values: np.ndarray) -> None:
-        self.dst.data[self.dst_start:self.dst_start + self.n] = values
+        self.dst.data[self.dst_start : self.dst_start + self.n] = values
 
 
 @dataclasses.dataclass
@@ -94,7 +92,6 @@ def place(g: int) -> tuple[int, int]:
 
 
 class RuntimeMachine(RuleBasedStateMachine):
-
     @initialize(mode=st.sampled_from(["eager", "on_wait"]))
     def setup(self, mode):
         self.mode = mode
@@ -166,20 +163,26 @@ class RuntimeMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ rules
 
-    @rule(data=st.data(), device=st.integers(0, DEVICES - 1), core=st.integers(0, CORES - 1),
-          space=st.sampled_from(["vmem", "hbm"]), dtype=st.sampled_from(DTYPES),
-          length=st.integers(1, 8), init=st.booleans())
+    @rule(
+        data=st.data(),
+        device=st.integers(0, DEVICES - 1),
+        core=st.integers(0, CORES - 1),
+        space=st.sampled_from(["vmem", "hbm"]),
+        dtype=st.sampled_from(DTYPES),
+        length=st.integers(1, 8),
+        init=st.booleans(),
+    )
     def allocate_buffer(self, data, device, core, space, dtype, length, init):
         if init:
-            values = np.array(data.draw(st.lists(st.integers(-100, 100), min_size=length,
-                                                 max_size=length)), dtype=dtype)
+            values = np.array(
+                data.draw(st.lists(st.integers(-100, 100), min_size=length, max_size=length)), dtype=dtype
+            )
             bid = self.rt.allocate_buffer(device, core, space, values)
         else:
             values = np.full(length, FILL[dtype], dtype=dtype)
             bid = self.rt.allocate_buffer(device, core, space, shape=(length,), dtype=dtype)
         owner = 0 if space == "hbm" else core
-        same = [b for b in self.buffers
-                if b.space == space and b.id == bid and b.device == device and b.core == owner]
+        same = [b for b in self.buffers if b.space == space and b.id == bid and b.device == device and b.core == owner]
         if same:
             # Buffer ids count per core; an HBM buffer is one per device, so
             # another core's allocation of the same id shares the existing
@@ -188,17 +191,21 @@ class RuntimeMachine(RuleBasedStateMachine):
             return
         self.buffers.append(Buf(space, bid, device, owner, values))
 
-    @rule(device=st.integers(0, DEVICES - 1), kind=st.sampled_from(["regular", "dma"]),
-          count=st.integers(1, 3))
+    @rule(device=st.integers(0, DEVICES - 1), kind=st.sampled_from(["regular", "dma"]), count=st.integers(1, 3))
     def allocate_semaphores(self, device, kind, count):
         first = self.rt.allocate_semaphores(device, None, kind, count)
         assert first == self.next_sem[device]
         self.next_sem[device] += count
 
     @precondition(lambda self: self.sems)
-    @rule(data=st.data(), device=st.integers(0, DEVICES - 1), core=st.integers(0, CORES - 1),
-          inc=st.integers(0, 40), target_device=st.none() | st.integers(0, DEVICES - 1),
-          target_core=st.none() | st.integers(0, CORES - 1))
+    @rule(
+        data=st.data(),
+        device=st.integers(0, DEVICES - 1),
+        core=st.integers(0, CORES - 1),
+        inc=st.integers(0, 40),
+        target_device=st.none() | st.integers(0, DEVICES - 1),
+        target_core=st.none() | st.integers(0, CORES - 1),
+    )
     def signal(self, data, device, core, inc, target_device, target_core):
         sem = data.draw(st.sampled_from(self.sems))
         self.rt.signal(device, core, sem, inc, target_device=target_device, target_core=target_core)
@@ -238,10 +245,9 @@ class RuntimeMachine(RuleBasedStateMachine):
         length = len(buf.data)
         start = data.draw(st.integers(0, length - 1))
         n = data.draw(st.integers(1, length - start))
-        values = np.array(data.draw(st.lists(st.integers(-100, 100), min_size=n, max_size=n)),
-                          dtype=buf.data.dtype)
+        values = np.array(data.draw(st.lists(st.integers(-100, 100), min_size=n, max_size=n)), dtype=buf.data.dtype)
         self.rt.store(buf.device, core, buf.space, buf.id, values, [(start, n)])
-        buf.data[start:start + n] = values
+        buf.data[start : start + n] = values
 
     @precondition(lambda self: self.buffers)
     @rule(data=st.data())
@@ -252,7 +258,7 @@ class RuntimeMachine(RuleBasedStateMachine):
         start = data.draw(st.integers(0, length - 1))
         n = data.draw(st.integers(1, length - start))
         got = self.rt.load(buf.device, core, buf.space, buf.id, [(start, n)])
-        np.testing.assert_array_equal(got, buf.data[start:start + n])
+        np.testing.assert_array_equal(got, buf.data[start : start + n])
 
     def _dma_pair(self, data, remote):
         """(device, core, src, dst, dst device) for a DMA, or None."""
@@ -282,12 +288,18 @@ class RuntimeMachine(RuleBasedStateMachine):
         d0 = data.draw(st.integers(0, len(dst.data) - n))
         dst_sem = data.draw(st.sampled_from(self.sems))
         src_sem = data.draw(st.sampled_from(self.sems)) if remote else None
-        self.rt.dma_start(device, core, (src.space, src.id, [(s0, n)]),
-                          (dst.space, dst.id, [(d0, n)]), dst_sem, src_sem=src_sem,
-                          dst_device=dst.device if remote else None)
-        dma = Dma(src, s0, dst, d0, n,
-                  (src_sem, gcore(device, core)) if remote else None,
-                  (dst_sem, gcore(dst.device, core)))
+        self.rt.dma_start(
+            device,
+            core,
+            (src.space, src.id, [(s0, n)]),
+            (dst.space, dst.id, [(d0, n)]),
+            dst_sem,
+            src_sem=src_sem,
+            dst_device=dst.device if remote else None,
+        )
+        dma = Dma(
+            src, s0, dst, d0, n, (src_sem, gcore(device, core)) if remote else None, (dst_sem, gcore(dst.device, core))
+        )
         if self.mode == "eager":
             self.run_step(Step("write", dma))
             return
@@ -301,14 +313,16 @@ class RuntimeMachine(RuleBasedStateMachine):
         """A DMA whose two sides differ in shape fails at start in both modes
         and changes nothing."""
         src = data.draw(st.sampled_from(self.buffers))
-        dsts = [b for b in self.buffers if b.device == src.device and len(b.data) != len(src.data)
-                and b.visible_from(src.device, src.core)]
+        dsts = [
+            b
+            for b in self.buffers
+            if b.device == src.device and len(b.data) != len(src.data) and b.visible_from(src.device, src.core)
+        ]
         if not dsts or not self.sems:
             return
         dst = data.draw(st.sampled_from(dsts))
         with pytest.raises(ValueError, match="dtypes or shapes differ"):
-            self.rt.dma_start(src.device, src.core, (src.space, src.id), (dst.space, dst.id),
-                              self.sems[0])
+            self.rt.dma_start(src.device, src.core, (src.space, src.id), (dst.space, dst.id), self.sems[0])
 
     # ------------------------------------------------------- invariants
 
@@ -327,7 +341,8 @@ class RuntimeMachine(RuleBasedStateMachine):
         for buf in self.buffers:
             got = self.rt.buffer_content(buf.device, buf.core, buf.space, buf.id)
             assert got.tobytes() == buf.data.tobytes() or np.array_equal(
-                got, buf.data, equal_nan=buf.data.dtype.kind == "f"), (buf, got)
+                got, buf.data, equal_nan=buf.data.dtype.kind == "f"
+            ), (buf, got)
 
     @invariant()
     def leaks_match(self):
@@ -345,6 +360,9 @@ class RuntimeMachine(RuleBasedStateMachine):
 
 
 RuntimeMachine.TestCase.settings = settings(
-    max_examples=200, stateful_step_count=50, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    max_examples=200,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 TestRuntimeMatchesTheModel = pytest.mark.timeout(300)(RuntimeMachine.TestCase)

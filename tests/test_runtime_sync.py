@@ -5,7 +5,6 @@ import threading
 import time
 
 import pytest
-
 from mosaic_rt import KernelAborted, MosaicRuntimeError, Runtime, WaitTimeout
 
 
@@ -55,10 +54,9 @@ def test_eight_threads_ping_pong_release_the_gil():
 @pytest.mark.timeout(60)
 def test_many_waiters_on_one_core_counter():
     rt = Runtime(2, 2, wait_timeout=30)
-    sem = rt.allocate_semaphores(0)   # on every core of device 0
+    sem = rt.allocate_semaphores(0)  # on every core of device 0
     waiters = [lambda: rt.wait(0, 1, sem, 2) for _ in range(4)]
-    signaller = [lambda: [rt.signal(1, 0, sem, 1, target_device=0, target_core=1)
-                          for _ in range(8)]]
+    signaller = [lambda: [rt.signal(1, 0, sem, 1, target_device=0, target_core=1) for _ in range(8)]]
     run_threads(waiters + signaller)
     assert rt.read(0, 1, sem) == 0
 
@@ -93,21 +91,26 @@ def test_semaphore_kinds_and_leaks():
     rt.signal(0, 0, dma, 64)
     leaks = rt.leaks()
     assert {(leak.sem, leak.kind, leak.device, leak.core, leak.count) for leak in leaks} == {
-        (reg + 1, "regular", 0, 0, 3), (dma, "dma", 0, 0, 64)}
+        (reg + 1, "regular", 0, 0, 3),
+        (dma, "dma", 0, 0, 64),
+    }
     assert rt.leaks(device=1) == []
     with pytest.raises(ValueError, match="semaphore kind"):
         rt.allocate_semaphores(0, kind="mutex")
 
 
-@pytest.mark.parametrize("call", [
-    lambda rt: rt.signal(0, 0, 7777, 1),                    # unknown semaphore
-    lambda rt: rt.signal(0, 0, 2000, 1, target_device=9),   # no such device
-    lambda rt: rt.signal(0, 0, 2000, 1, target_core=3),     # no such core
-    lambda rt: rt.signal(0, 0, 2000, 2**70),                # huge increment
-    lambda rt: rt.wait(0, 0, 2000, -1),                     # negative wait value
-    lambda rt: rt.read(0, 0, -5),                           # negative id
-    lambda rt: rt.allocate_semaphores(0, count=2**40),      # huge count
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda rt: rt.signal(0, 0, 7777, 1),  # unknown semaphore
+        lambda rt: rt.signal(0, 0, 2000, 1, target_device=9),  # no such device
+        lambda rt: rt.signal(0, 0, 2000, 1, target_core=3),  # no such core
+        lambda rt: rt.signal(0, 0, 2000, 2**70),  # huge increment
+        lambda rt: rt.wait(0, 0, 2000, -1),  # negative wait value
+        lambda rt: rt.read(0, 0, -5),  # negative id
+        lambda rt: rt.allocate_semaphores(0, count=2**40),  # huge count
+    ],
+)
 def test_bad_semaphore_input_is_a_value_error(call):
     rt = Runtime(2, 1, wait_timeout=5)
     assert rt.allocate_semaphores(0, None) == 2000
@@ -148,11 +151,10 @@ def test_failed_core_aborts_every_parked_waiter():
             with lock:
                 caught.append(e)
 
-    threads = [threading.Thread(target=waiter, args=(d, c))
-               for d in range(1, 4) for c in range(2)]
+    threads = [threading.Thread(target=waiter, args=(d, c)) for d in range(1, 4) for c in range(2)]
     for t in threads:
         t.start()
-    time.sleep(0.2)   # let them park
+    time.sleep(0.2)  # let them park
     root = rt.fail("core exploded", 0, 1, kind="ValueError")
     for t in threads:
         t.join(20)

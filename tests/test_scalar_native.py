@@ -15,6 +15,7 @@ import re
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,13 +23,11 @@ from hypothesis import strategies as st
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-
-import mosaic_rt
 from mosaic_rt.bench import collectives, local
 
 INT_TYPES = ("int8", "int16", "int32", "uint8", "uint16", "uint32")
 X64_TYPES = ("int64", "uint64")
-ROWS = 24   # input tuples per kernel launch (one compile checks them all)
+ROWS = 24  # input tuples per kernel launch (one compile checks them all)
 LEAVES = 3  # scalar inputs per tuple
 
 
@@ -46,9 +45,27 @@ def _edge_values(dtype: np.dtype, rng: np.random.Generator, n: int) -> np.ndarra
     """`n` values of `dtype`, most of them edge cases."""
     info = np.iinfo(dtype)
     bits = info.bits
-    special = [v for v in (0, 1, -1, 2, -2, 7, -7, info.min, info.max, info.min + 1,
-                           info.max - 1, bits - 1, bits, bits + 1, 2 * bits)
-               if info.min <= v <= info.max]
+    special = [
+        v
+        for v in (
+            0,
+            1,
+            -1,
+            2,
+            -2,
+            7,
+            -7,
+            info.min,
+            info.max,
+            info.min + 1,
+            info.max - 1,
+            bits - 1,
+            bits,
+            bits + 1,
+            2 * bits,
+        )
+        if info.min <= v <= info.max
+    ]
     edges = np.array([special[c] for c in rng.integers(0, len(special), n)], dtype)
     randoms = rng.integers(info.min, info.max, size=n, dtype=dtype, endpoint=True)
     return np.where(rng.random(n) < 0.6, edges, randoms).astype(dtype)
@@ -57,15 +74,31 @@ def _edge_values(dtype: np.dtype, rng: np.random.Generator, n: int) -> np.ndarra
 # An expression is a list of steps; step k makes value LEAVES + k from
 # earlier values. The same steps build the kernel's and the oracle's.
 _BINARY = {
-    "add": lax.add, "sub": lax.sub, "mul": lax.mul, "div": lax.div, "rem": lax.rem,
-    "max": lax.max, "min": lax.min, "and": lax.bitwise_and, "or": lax.bitwise_or,
-    "xor": lax.bitwise_xor, "shl": lax.shift_left, "sra": lax.shift_right_arithmetic,
-    "srl": lax.shift_right_logical, "jnp_mod": jnp.remainder, "jnp_floordiv": jnp.floor_divide,
+    "add": lax.add,
+    "sub": lax.sub,
+    "mul": lax.mul,
+    "div": lax.div,
+    "rem": lax.rem,
+    "max": lax.max,
+    "min": lax.min,
+    "and": lax.bitwise_and,
+    "or": lax.bitwise_or,
+    "xor": lax.bitwise_xor,
+    "shl": lax.shift_left,
+    "sra": lax.shift_right_arithmetic,
+    "srl": lax.shift_right_logical,
+    "jnp_mod": jnp.remainder,
+    "jnp_floordiv": jnp.floor_divide,
 }
 _COMPARE = {"lt": lax.lt, "le": lax.le, "gt": lax.gt, "ge": lax.ge, "eq": lax.eq, "ne": lax.ne}
-_UNARY = {"neg": lax.neg, "not": lax.bitwise_not, "sign": lax.sign,
-          "pow0": lambda x: lax.integer_pow(x, 0), "pow3": lambda x: lax.integer_pow(x, 3),
-          "abs": lax.abs}
+_UNARY = {
+    "neg": lax.neg,
+    "not": lax.bitwise_not,
+    "sign": lax.sign,
+    "pow0": lambda x: lax.integer_pow(x, 0),
+    "pow3": lambda x: lax.integer_pow(x, 3),
+    "abs": lax.abs,
+}
 
 
 def _step_strategy(n_values: int):
@@ -130,13 +163,19 @@ def _kernel_results(steps, x: np.ndarray, interpret):
         lax.fori_loop(0, x.shape[0], row, 0)
 
     smem = pl.BlockSpec(memory_space=pltpu.SMEM)
-    call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((x.shape[0], n_out), x.dtype),
-                          in_specs=[smem], out_specs=smem, interpret=interpret)
+    call = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((x.shape[0], n_out), x.dtype),
+        in_specs=[smem],
+        out_specs=smem,
+        interpret=interpret,
+    )
     return np.asarray(jax.jit(call)(x))
 
 
 def _xla_results(steps, x: np.ndarray):
     """The same values by plain XLA, a scalar computation per row (lax.map)."""
+
     def row(leaves):
         return jnp.stack(_evaluate(steps, list(leaves), x.dtype))
 
@@ -150,12 +189,12 @@ def _check(dtype_name, steps, seed):
     ours = _kernel_results(steps, x, mosaic_rt.InterpretParams())
     want = _xla_results(steps, x)
     assert ours.dtype == want.dtype == dtype
-    np.testing.assert_array_equal(ours.view(np.uint8), want.view(np.uint8),
-                                  err_msg=f"{dtype_name} {steps}")
+    np.testing.assert_array_equal(ours.view(np.uint8), want.view(np.uint8), err_msg=f"{dtype_name} {steps}")
 
 
-_SETTINGS = settings(max_examples=25, deadline=None,
-                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+_SETTINGS = settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 
 
 @_SETTINGS
@@ -173,9 +212,17 @@ def test_random_int64_expressions_match_xla_with_x64(expr, seed):
 
 @pytest.mark.parametrize("dtype", ["int32", "uint8", "int16"])
 def test_scalar_arithmetic_matches_stock_interpret_mode(dtype):
-    steps = [("binary", "jnp_mod", 0, 1), ("binary", "div", 1, 2), ("binary", "shl", 0, 2),
-             ("select", "lt", 0, 1, 3, 4), ("unary", "sign", 6), ("roundtrip", "bool", 5),
-             ("clamp", 1, 0, 2), ("select_n", 0, 3, 4, 5), ("binary", "sra", 0, 1)]
+    steps = [
+        ("binary", "jnp_mod", 0, 1),
+        ("binary", "div", 1, 2),
+        ("binary", "shl", 0, 2),
+        ("select", "lt", 0, 1, 3, 4),
+        ("unary", "sign", 6),
+        ("roundtrip", "bool", 5),
+        ("clamp", 1, 0, 2),
+        ("select_n", 0, 3, 4, 5),
+        ("binary", "sra", 0, 1),
+    ]
     x = _edge_values(np.dtype(dtype), np.random.default_rng(5), 8 * LEAVES).reshape(8, LEAVES)
     ours = _kernel_results(steps, x, mosaic_rt.InterpretParams())
     stock = _kernel_results(steps, x, pltpu.InterpretParams())
@@ -197,10 +244,12 @@ def test_semaphore_array_index_counts_negative_indices_from_the_end():
     x = jnp.arange(8 * 128, dtype=jnp.float32).reshape(8, 128)
     for first, second in [(-1, 2), (1, -2), (0, -3), (5, 2)]:  # 5 clamps to 2
         call = pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            kernel,
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
             in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec(memory_space=pl.ANY)],
             scratch_shapes=[pltpu.VMEM(x.shape, x.dtype), pltpu.SemaphoreType.DMA((3,))],
-            interpret=mosaic_rt.InterpretParams())
+            interpret=mosaic_rt.InterpretParams(),
+        )
         out = jax.jit(call)(jnp.asarray([first, second], jnp.int32), x)
         np.testing.assert_array_equal(out, x + 1)
 
@@ -297,11 +346,16 @@ def test_folded_lookups_and_loops_match_stock(detect_races):
 
     def run(params):
         call = pl.pallas_call(
-            _folding_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            _folding_kernel,
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
             in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec(memory_space=pl.ANY)],
-            scratch_shapes=[pltpu.VMEM((3, 8, 128), jnp.float32), pltpu.SemaphoreType.DMA((3,)),
-                            pltpu.SemaphoreType.REGULAR((2,))],
-            interpret=params)
+            scratch_shapes=[
+                pltpu.VMEM((3, 8, 128), jnp.float32),
+                pltpu.SemaphoreType.DMA((3,)),
+                pltpu.SemaphoreType.REGULAR((2,)),
+            ],
+            interpret=params,
+        )
         return np.asarray(jax.jit(call)(idx, x))
 
     ours = run(mosaic_rt.InterpretParams(detect_races=detect_races))

@@ -9,13 +9,13 @@ import re
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt
 import numpy as np
 import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-
-import mosaic_rt
-from mosaic_rt.jax_internals import STOCK_HAS_ON_RACE, stock_interpreter as stock_ipc
+from mosaic_rt.jax_internals import STOCK_HAS_ON_RACE
+from mosaic_rt.jax_internals import stock_interpreter as stock_ipc
 from parity import assert_bitwise_equal, assert_same_error, run_case
 
 _SPLAT_ATTR = re.compile(r"splat\s*=\s*1")
@@ -64,6 +64,7 @@ def _fusion_ops(hlo: str) -> list[set[str]]:
 
 def test_matmul_accumulator_init_leaves_no_broadcast_fusion():
     from mosaic_rt.bench import cold
+
     program, args, expected = cold._family_variants()["matmul"](3)
     compiled = program(mosaic_rt.InterpretParams()).lower(*args).compile()
     fusions = _fusion_ops(compiled.as_text())
@@ -78,9 +79,15 @@ def _nan_with_payload():
 
 # (dtype, literal fill value): literal fills, incl. -0.0, NaN payloads, bool.
 _LITERALS = [
-    (jnp.float32, -0.0), (jnp.float32, -np.inf), (jnp.float32, _nan_with_payload()),
-    (jnp.bfloat16, -1.5), (jnp.float16, np.inf), (jnp.int8, -7), (jnp.uint8, 250),
-    (jnp.int32, -(2**31)), (jnp.bool_, True),
+    (jnp.float32, -0.0),
+    (jnp.float32, -np.inf),
+    (jnp.float32, _nan_with_payload()),
+    (jnp.bfloat16, -1.5),
+    (jnp.float16, np.inf),
+    (jnp.int8, -7),
+    (jnp.uint8, 250),
+    (jnp.int32, -(2**31)),
+    (jnp.bool_, True),
 ]
 
 
@@ -89,10 +96,10 @@ def test_literal_fills_of_every_dtype_are_stocks(dtype, value):
     def fn(params, x):
         def kernel(x_ref, o_ref):
             o_ref[...] = x_ref[...]
-            o_ref[2:5, :] = jnp.full((3, 128), value, dtype)   # part of the block
-            o_ref[7] = jnp.full((128,), value, dtype)          # a squeezed row
-        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-                              interpret=params)(x)
+            o_ref[2:5, :] = jnp.full((3, 128), value, dtype)  # part of the block
+            o_ref[7] = jnp.full((128,), value, dtype)  # a squeezed row
+
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=params)(x)
 
     x = jnp.asarray(np.arange(8 * 128).reshape(8, 128) % 2).astype(dtype)
     _same(fn, x)
@@ -106,13 +113,15 @@ def test_fills_of_a_traced_scalar_are_stocks_including_nan_payloads():
         def kernel(x_ref, o_ref, b_ref):
             o_ref[...] = jnp.zeros_like(o_ref)
             for r in range(4):
-                o_ref[r] = jnp.full((128,), x_ref[0, r])           # NaN payload, -0.0
+                o_ref[r] = jnp.full((128,), x_ref[0, r])  # NaN payload, -0.0
             b_ref[...] = jnp.full(b_ref.shape, x_ref[0, 3], jnp.bfloat16)  # converted scalar
             b_ref[4:, :] = jnp.full((4, 128), x_ref[0, 0]).astype(jnp.bfloat16)
+
         return pl.pallas_call(
-            kernel, out_shape=(jax.ShapeDtypeStruct((8, 128), jnp.float32),
-                               jax.ShapeDtypeStruct((8, 128), jnp.bfloat16)),
-            interpret=params)(x)
+            kernel,
+            out_shape=(jax.ShapeDtypeStruct((8, 128), jnp.float32), jax.ShapeDtypeStruct((8, 128), jnp.bfloat16)),
+            interpret=params,
+        )(x)
 
     x = jnp.asarray(np.resize(bits, (8, 128)).view(np.float32))
     _same(fn, x)
@@ -126,9 +135,13 @@ def test_swap_returns_the_old_value_when_it_is_used():
             acc_ref[...] = x_ref[...] * 2
             old = acc_ref.swap(jnp.full(acc_ref.shape, -0.0))
             o_ref[...] = old + acc_ref[...]
-        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-                              scratch_shapes=[pltpu.VMEM(x.shape, x.dtype)],
-                              interpret=params)(x)
+
+        return pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            scratch_shapes=[pltpu.VMEM(x.shape, x.dtype)],
+            interpret=params,
+        )(x)
 
     x = jnp.arange(8 * 128, dtype=jnp.float32).reshape(8, 128)
     out = _same(fn, x)
@@ -142,6 +155,7 @@ def test_a_broadcast_also_used_elsewhere_is_still_computed():
             z = jnp.full(x_ref.shape, 3.0, jnp.float32)
             o_ref[...] = z
             p_ref[...] = z * x_ref[...]
+
         shape = jax.ShapeDtypeStruct(x.shape, x.dtype)
         return pl.pallas_call(kernel, out_shape=(shape, shape), interpret=params)(x)
 
@@ -156,10 +170,12 @@ def test_skip_floating_point_ops_keeps_stocks_sentinel():
         def kernel(x_ref, o_ref, i_ref):
             o_ref[...] = jnp.zeros_like(o_ref)
             i_ref[...] = jnp.full(i_ref.shape, 5, jnp.int32)
+
         return pl.pallas_call(
-            kernel, out_shape=(jax.ShapeDtypeStruct(x.shape, x.dtype),
-                               jax.ShapeDtypeStruct(x.shape, jnp.int32)),
-            interpret=params)(x)
+            kernel,
+            out_shape=(jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct(x.shape, jnp.int32)),
+            interpret=params,
+        )(x)
 
     x = jnp.ones((8, 128), jnp.float32)
     _same(fn, x, skip_floating_point_ops=True)
@@ -170,9 +186,16 @@ def test_an_out_of_bounds_fill_is_stocks_swap_error():
         def kernel(x_ref, o_ref):
             o_ref[...] = x_ref[...]
             o_ref[pl.ds(pl.program_id(0) + 6, 4), :] = jnp.zeros((4, 128), jnp.float32)
+
         spec = pl.BlockSpec(x.shape, lambda i: (0, 0))
-        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(1,),
-                              in_specs=[spec], out_specs=spec, interpret=params)(x)
+        return pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            grid=(1,),
+            in_specs=[spec],
+            out_specs=spec,
+            interpret=params,
+        )(x)
 
     x = jnp.ones((8, 128), jnp.float32)
     case = _Case(fn, x)
@@ -190,7 +213,7 @@ def _fill_during_dma(x_ref, o_ref, buf, sem):
     buf[...] = x_ref[...]
     copy = pltpu.make_async_copy(buf, o_ref, sem)
     copy.start()
-    buf[0:1, :] = jnp.zeros((1, 128), jnp.float32)   # races with the DMA's read
+    buf[0:1, :] = jnp.zeros((1, 128), jnp.float32)  # races with the DMA's read
     copy.wait()
 
 
@@ -205,16 +228,20 @@ def _fill_after_wait(x_ref, o_ref, buf, sem):
 def _dma_kernel(kernel):
     def fn(params, x):
         return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+            kernel,
+            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
             in_specs=[pl.BlockSpec(x.shape, lambda: (0, 0))],
             out_specs=pl.BlockSpec(memory_space=pl.ANY),
             scratch_shapes=[pltpu.VMEM(x.shape, x.dtype), pltpu.SemaphoreType.DMA(())],
-            interpret=params)(x)
+            interpret=params,
+        )(x)
+
     return fn
 
 
-@pytest.mark.parametrize("kernel,race", [(_fill_during_dma, True), (_fill_after_wait, False)],
-                         ids=["during-dma", "after-wait"])
+@pytest.mark.parametrize(
+    "kernel,race", [(_fill_during_dma, True), (_fill_after_wait, False)], ids=["during-dma", "after-wait"]
+)
 def test_a_fill_is_the_same_write_to_race_detection(kernel, race):
     fn = _dma_kernel(kernel)
     x = jnp.arange(8 * 128, dtype=jnp.float32).reshape(8, 128)

@@ -8,12 +8,11 @@ import re
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt
 import numpy as np
 import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-
-import mosaic_rt
 from mosaic_rt import jax_internals as jx
 from parity import assert_bitwise_equal, run_case
 
@@ -30,6 +29,7 @@ class _Case:
 def _kernel_fn(key_shape):
     """Hashes the counters of x_ref under keys of `key_shape` ((1, 1) from
     SMEM scalars as jax's kernels do; else read from VMEM)."""
+
     def kernel(k_ref, x_ref, o0_ref, o1_ref):
         x = x_ref[...]
         if key_shape == (1, 1):
@@ -41,11 +41,15 @@ def _kernel_fn(key_shape):
 
     def fn(params, keys, x):
         out = jax.ShapeDtypeStruct(_SHAPE, jnp.uint32)
-        key_spec = (pl.BlockSpec(memory_space=pltpu.SMEM) if key_shape == (1, 1)
-                    else pl.BlockSpec((2, *key_shape), lambda: (0,) * (1 + len(key_shape))))
-        return pl.pallas_call(kernel, out_shape=(out, out),
-                              in_specs=[key_spec, pl.BlockSpec(_SHAPE, lambda: (0, 0))],
-                              interpret=params)(keys, x)
+        key_spec = (
+            pl.BlockSpec(memory_space=pltpu.SMEM)
+            if key_shape == (1, 1)
+            else pl.BlockSpec((2, *key_shape), lambda: (0,) * (1 + len(key_shape)))
+        )
+        return pl.pallas_call(
+            kernel, out_shape=(out, out), in_specs=[key_spec, pl.BlockSpec(_SHAPE, lambda: (0, 0))], interpret=params
+        )(keys, x)
+
     return fn
 
 
@@ -79,6 +83,7 @@ def test_threefry_compiles_no_fusion_of_its_rounds():
 def test_known_answers_through_a_kernel():
     """Random123's known-answer vector: key (0x13198a2e, 0x03707344),
     counters (0x243f6a88, 0x85a308d3) -> (0xc4923a9c, 0x483df7a0)."""
+
     def kernel(o0_ref, o1_ref):
         k0 = jnp.full((1, 1), 0x13198A2E, jnp.uint32)
         k1 = jnp.full((1, 1), 0x03707344, jnp.uint32)

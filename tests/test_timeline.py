@@ -12,11 +12,10 @@ import sys
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-import pytest
-
 import mosaic_rt
 import mosaic_rt.ffi as F
+import numpy as np
+import pytest
 from mosaic_rt import timeline
 from test_ffi_support import begin, dummy_rows, fresh_uid, on_devices, with_token
 
@@ -29,11 +28,18 @@ def ring_kernel(uid, path, *, steps=3, mode="on_wait", cores=1, n=2):
     next device's signal."""
 
     def body(d, x):
-        with begin(d, n, uid=uid, trace_path=path, dma_execution_mode=mode,
-                   num_cores=cores) as k:
+        with begin(d, n, uid=uid, trace_path=path, dma_execution_mode=mode, num_cores=cores) as k:
             h = k.handle
-            t, src = F.allocate_buffer(k.token, h, d, 0, space="vmem", dtype=np.float32,
-                                       shape=(8, 128), init=jnp.broadcast_to(x[0, 0], (8, 128)))
+            t, src = F.allocate_buffer(
+                k.token,
+                h,
+                d,
+                0,
+                space="vmem",
+                dtype=np.float32,
+                shape=(8, 128),
+                init=jnp.broadcast_to(x[0, 0], (8, 128)),
+            )
             t, dst = F.allocate_buffer(t, h, d, 0, space="vmem", dtype=np.float32, shape=(8, 128))
             t, send = F.allocate_semaphores(t, h, d, 0, kind="dma")
             t, recv = F.allocate_semaphores(t, h, d, 0, kind="dma")
@@ -42,8 +48,21 @@ def ring_kernel(uid, path, *, steps=3, mode="on_wait", cores=1, n=2):
             nxt, prv = (d + 1) % n, (d + n - 1) % n
             for i in range(steps):
                 t = F.grid_step(t, h, d, 0, (i,), phase="begin")
-                t = F.dma_start(t, h, d, 0, src, None, dst, None, recv, src_space="vmem",
-                                dst_space="vmem", src_sem=send, dst_device=nxt)
+                t = F.dma_start(
+                    t,
+                    h,
+                    d,
+                    0,
+                    src,
+                    None,
+                    dst,
+                    None,
+                    recv,
+                    src_space="vmem",
+                    dst_space="vmem",
+                    src_sem=send,
+                    dst_device=nxt,
+                )
                 t = F.dma_wait(t, h, d, 0, send, nbytes=4096)
                 t = F.dma_wait(t, h, d, 0, recv, nbytes=4096)
                 t = F.semaphore_signal(t, h, d, 0, sem, 1, target_device=prv)
@@ -83,8 +102,7 @@ def test_a_ring_launch_writes_a_sound_trace(trace_dir, mode):
     assert sum(n.startswith("core 0 DMA lane") for n in names.values()) >= 2
     events = data["traceEvents"]
     steps = [e for e in events if e["ph"] == "X" and e["cat"] == "grid"]
-    assert sorted(e["name"] for e in steps) == ["step (0)", "step (0)", "step (1)", "step (1)",
-                                                 "step (2)", "step (2)"]
+    assert sorted(e["name"] for e in steps) == ["step (0)", "step (0)", "step (1)", "step (1)", "step (2)", "step (2)"]
     assert sum(e["ph"] == "X" and e["cat"] == "dma" for e in events) == 6
     waits = [e for e in events if e["ph"] == "X" and e["cat"] == "wait"]
     assert sum(e["name"].startswith("dma_wait") for e in waits) == 12
@@ -96,8 +114,13 @@ def test_a_ring_launch_writes_a_sound_trace(trace_dir, mode):
     assert len(flows) == 18  # every wait but the barrier is released by something
     # Every wait inside a step lies within it (nesting on the core track).
     for w in waits:
-        assert any(s["pid"] == w["pid"] and s["tid"] == w["tid"] and s["ts"] <= w["ts"]
-                   and w["ts"] + w["dur"] <= s["ts"] + s["dur"] + 1e-3 for s in steps)
+        assert any(
+            s["pid"] == w["pid"]
+            and s["tid"] == w["tid"]
+            and s["ts"] <= w["ts"]
+            and w["ts"] + w["dur"] <= s["ts"] + s["dur"] + 1e-3
+            for s in steps
+        )
 
 
 def test_repeated_launches_get_numbered_files(trace_dir):
@@ -117,8 +140,7 @@ def test_a_failed_launch_still_writes_its_trace(trace_dir):
     uid = fresh_uid()
 
     def body(d, _):
-        with begin(d, 2, uid=uid, trace_path=path, wait_timeout_ms=300,
-                   detect_deadlocks=False) as k:
+        with begin(d, 2, uid=uid, trace_path=path, wait_timeout_ms=300, detect_deadlocks=False) as k:
             k.token, s = F.allocate_semaphores(k.token, k.handle, d, 0)
             # Device 1 never signals device 0.
             k.token = F.semaphore_wait(k.token, k.handle, d, 0, s, 1 - d)
@@ -171,15 +193,17 @@ def test_runtime_traces_on_request_only():
 
 
 def test_check_finds_broken_files():
-    good = {"traceEvents": [
-        {"ph": "M", "name": "thread_name", "pid": 0, "tid": 0, "args": {"name": "core 0"}},
-        {"ph": "X", "name": "a", "pid": 0, "tid": 0, "ts": 0.0, "dur": 10.0},
-        {"ph": "X", "name": "b", "pid": 0, "tid": 0, "ts": 2.0, "dur": 3.0},
-        {"ph": "i", "s": "t", "name": "sig", "pid": 0, "tid": 0, "ts": 6.0},
-        {"ph": "s", "name": "release", "cat": "flow", "id": 1, "pid": 0, "tid": 0, "ts": 6.0},
-        {"ph": "f", "bp": "e", "name": "release", "cat": "flow", "id": 1, "pid": 0, "tid": 0,
-         "ts": 9.0},
-    ], "otherData": {"num_devices": 1, "cores_per_device": 1}}
+    good = {
+        "traceEvents": [
+            {"ph": "M", "name": "thread_name", "pid": 0, "tid": 0, "args": {"name": "core 0"}},
+            {"ph": "X", "name": "a", "pid": 0, "tid": 0, "ts": 0.0, "dur": 10.0},
+            {"ph": "X", "name": "b", "pid": 0, "tid": 0, "ts": 2.0, "dur": 3.0},
+            {"ph": "i", "s": "t", "name": "sig", "pid": 0, "tid": 0, "ts": 6.0},
+            {"ph": "s", "name": "release", "cat": "flow", "id": 1, "pid": 0, "tid": 0, "ts": 6.0},
+            {"ph": "f", "bp": "e", "name": "release", "cat": "flow", "id": 1, "pid": 0, "tid": 0, "ts": 9.0},
+        ],
+        "otherData": {"num_devices": 1, "cores_per_device": 1},
+    }
     assert timeline.check(good) == []
     overlap = json.loads(json.dumps(good))
     overlap["traceEvents"][2]["dur"] = 30.0
@@ -196,9 +220,13 @@ def test_check_finds_broken_files():
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "mosaic_rt", "trace", *args],
-                          capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    return subprocess.run(
+        [sys.executable, "-m", "mosaic_rt", "trace", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
 
 
 def test_cli_summarises_checks_and_draws(trace_dir):

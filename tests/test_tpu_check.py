@@ -15,13 +15,12 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt
 import numpy as np
 import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import PartitionSpec as P
-
-import mosaic_rt
 from mosaic_rt.tpu_check import check, targets
 
 pytest_plugins = ["pytester"]
@@ -62,25 +61,30 @@ def add_one(x_ref, o_ref):
 def blocked(block, *, rows=16, **params):
     """x + 1 over a (rows, 128) array in blocks of ``block``."""
     return pl.pallas_call(
-        add_one, out_shape=jax.ShapeDtypeStruct((rows, 128), jnp.float32),
+        add_one,
+        out_shape=jax.ShapeDtypeStruct((rows, 128), jnp.float32),
         grid=(rows // block[0],),
         in_specs=[pl.BlockSpec(block, lambda i: (i, 0))],
         out_specs=pl.BlockSpec(block, lambda i: (i, 0)),
-        interpret=mosaic_rt.InterpretParams(**params))
+        interpret=mosaic_rt.InterpretParams(**params),
+    )
 
 
 def with_scratch(scratch_rows, **params):
     """One (8, 128) block through a f32 VMEM scratch of ``scratch_rows`` rows."""
+
     def kernel(x_ref, o_ref, s_ref):
         s_ref[0:8, :] = x_ref[...]
         o_ref[...] = s_ref[0:8, :] * 2.0
 
     return pl.pallas_call(
-        kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
         in_specs=[pl.BlockSpec((8, 128), lambda: (0, 0))],
         out_specs=pl.BlockSpec((8, 128), lambda: (0, 0)),
         scratch_shapes=[pltpu.VMEM((scratch_rows, 128), jnp.float32)],
-        interpret=mosaic_rt.InterpretParams(**params))
+        interpret=mosaic_rt.InterpretParams(**params),
+    )
 
 
 X = np.arange(16 * 128, dtype=np.float32).reshape(16, 128)
@@ -111,8 +115,7 @@ def test_resolution_order(monkeypatch):
     monkeypatch.setenv(targets.ENV_TARGET, "v5e,v6e")
     monkeypatch.setenv(targets.ENV_MODE, "warn")
     assert targets.resolve(params) == (("v5e", "v6e"), "warn")
-    assert targets.resolve(mosaic_rt.InterpretParams(tpu_target=(), tpu_check="raise")) == (
-        (), "raise")
+    assert targets.resolve(mosaic_rt.InterpretParams(tpu_target=(), tpu_check="raise")) == ((), "raise")
     targets.set_default_target("v4")
     assert targets.resolve(params) == (("v4",), "warn")
     assert targets.resolve(mosaic_rt.InterpretParams(tpu_target="v7x")) == (("v7x",), "warn")
@@ -136,15 +139,16 @@ def test_no_target_no_check():
 
 
 def test_import_loads_no_tpu_compiler():
-    code = ("import sys, mosaic_rt\n"
-            "from jax._src.lib import xla_client\n"
-            "assert 'jax.experimental.topologies' not in sys.modules\n"
-            "assert 'mosaic_rt.tpu_check.check' not in sys.modules\n"
-            "assert not xla_client.pjrt_plugin_loaded('tpu')\n"
-            "import jax; print(jax.default_backend())\n")
+    code = (
+        "import sys, mosaic_rt\n"
+        "from jax._src.lib import xla_client\n"
+        "assert 'jax.experimental.topologies' not in sys.modules\n"
+        "assert 'mosaic_rt.tpu_check.check' not in sys.modules\n"
+        "assert not xla_client.pjrt_plugin_loaded('tpu')\n"
+        "import jax; print(jax.default_backend())\n"
+    )
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, timeout=120)
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "cpu"
     assert "TPU" not in run.stderr
@@ -241,10 +245,10 @@ def test_environment_variable(libtpu, monkeypatch):
 def _right_permute(n):
     def kernel(x_ref, o_ref, send_sem, recv_sem):
         dst = jax.lax.rem(jax.lax.axis_index("x") + 1, n)
-        copy = pltpu.make_async_remote_copy(x_ref, o_ref, send_sem, recv_sem,
-                                            device_id={"x": dst})
+        copy = pltpu.make_async_remote_copy(x_ref, o_ref, send_sem, recv_sem, device_id={"x": dst})
         copy.start()
         copy.wait()
+
     return kernel
 
 
@@ -255,13 +259,14 @@ def test_shard_map_kernel_compiles_on_a_topology_with_its_mesh(libtpu, generatio
 
     def run(block, kernel):
         call = pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
             in_specs=[pl.BlockSpec(block, lambda: (0, 0))],
             out_specs=pl.BlockSpec(block, lambda: (0, 0)),
             scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
-            interpret=mosaic_rt.InterpretParams(tpu_target=generation))
-        f = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
-                                  check_vma=False))
+            interpret=mosaic_rt.InterpretParams(tpu_target=generation),
+        )
+        f = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
         return np.asarray(f(np.repeat(np.arange(n, dtype=np.float32), 8 * 128).reshape(-1, 128)))
 
     # A remote DMA to the next device of the mesh: compiles for 4 chips.
@@ -283,8 +288,12 @@ def test_core_map_kernel_compiles(libtpu):
         mesh = pltpu.create_tensorcore_mesh("core", num_cores=1)
     x = jnp.asarray(X)
 
-    @functools.partial(pl.kernel, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype), mesh=mesh,
-                       interpret=mosaic_rt.InterpretParams(tpu_target=("v5e", "v7x")))
+    @functools.partial(
+        pl.kernel,
+        out_type=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        mesh=mesh,
+        interpret=mosaic_rt.InterpretParams(tpu_target=("v5e", "v7x")),
+    )
     def copy(x_hbm, o_hbm):
         pltpu.sync_copy(x_hbm, o_hbm)
 
@@ -321,8 +330,9 @@ def test_pytest_option_and_ini(libtpu, pytester):
     pytester.runpytest(*args).assert_outcomes(passed=1)
     result = pytester.runpytest(*args, "--mosaic-rt-tpu-target=v5e")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*TpuCompileError: kernel 'add_one'*does not compile for TPU v5e*",
-                                 "*divisible by 8 and 128*"])
+    result.stdout.fnmatch_lines(
+        ["*TpuCompileError: kernel 'add_one'*does not compile for TPU v5e*", "*divisible by 8 and 128*"]
+    )
     assert targets.process_target() == ()  # unconfigure restored it
     result = pytester.runpytest(*args, "--mosaic-rt-tpu-target=v6e", "--mosaic-rt-tpu-check=warn")
     result.assert_outcomes(passed=1, warnings=1)
@@ -333,8 +343,10 @@ def test_pytest_option_and_ini(libtpu, pytester):
 
 # ------------------------------------------------- get_tpu_info on CPU
 
-@pytest.mark.parametrize("generation, vmem, version", [
-    ("v4", 16, 4), ("v5e", 128, 5), ("v5p", 64, 5), ("v6e", 128, 6), ("v7x", 64, 7)])
+
+@pytest.mark.parametrize(
+    "generation, vmem, version", [("v4", 16, 4), ("v5e", 128, 5), ("v5p", 64, 5), ("v6e", 128, 6), ("v7x", 64, 7)]
+)
 def test_get_tpu_info_answers_for_the_process_target(generation, vmem, version):
     targets.set_default_target(generation)
     info = pltpu.get_tpu_info()
@@ -345,8 +357,11 @@ def test_get_tpu_info_answers_for_the_process_target(generation, vmem, version):
     def kernel(x_ref, o_ref):
         o_ref[...] = x_ref[...] + pltpu.get_tpu_info().vmem_capacity_bytes // 2**20
 
-    out = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
-                         interpret=mosaic_rt.InterpretParams(tpu_target=()))(X[:8])
+    out = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+        interpret=mosaic_rt.InterpretParams(tpu_target=()),
+    )(X[:8])
     np.testing.assert_array_equal(np.asarray(out), X[:8] + vmem)
     targets.set_default_target(None)
     with pytest.raises(ValueError, match="Unsupported TPU device kind"):
@@ -354,11 +369,12 @@ def test_get_tpu_info_answers_for_the_process_target(generation, vmem, version):
 
 
 def test_get_tpu_info_from_the_environment():
-    code = ("import mosaic_rt\n"
-            "from jax.experimental.pallas import tpu as pltpu\n"
-            "print(pltpu.get_tpu_info().vmem_capacity_bytes)\n")
+    code = (
+        "import mosaic_rt\n"
+        "from jax.experimental.pallas import tpu as pltpu\n"
+        "print(pltpu.get_tpu_info().vmem_capacity_bytes)\n"
+    )
     env = {**os.environ, "JAX_PLATFORMS": "cpu", targets.ENV_TARGET: "v5p,v6e"}
-    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, timeout=120)
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == str(64 * 2**20)

@@ -15,15 +15,13 @@ import re
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt
 import numpy as np
 import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-
-import mosaic_rt
-from mosaic_rt.tpu_check import check, targets, tpu_info
-
 from kernels.tpu_invalid import COMPILER, CORPUS, GENERATIONS, LOWERING, MiB
+from mosaic_rt.tpu_check import check, targets, tpu_info
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -113,8 +111,7 @@ def test_broken_kernel_per_generation(case, generation):
     assert e.source and "tpu_invalid.py:" in e.source
     text = str(e)
     assert f"does not compile for TPU {generation}" in text and fragment in text
-    stage = {LOWERING: "the Pallas TPU lowering says",
-             COMPILER: "the Mosaic / XLA:TPU compiler says"}[case.stage]
+    stage = {LOWERING: "the Pallas TPU lowering says", COMPILER: "the Mosaic / XLA:TPU compiler says"}[case.stage]
     assert stage in text
 
 
@@ -131,17 +128,27 @@ def test_fixed_kernel_per_generation(case, generation):
 
 def test_corpus_covers_every_kind_of_rejection():
     names = {c.name for c in CORPUS}
-    assert {"tiling_sublanes", "vmem_blocks_over_scoped_limit", "vmem_scratch_over_capacity",
-            "lane_unaligned_dynamic_slice", "unsupported_reshape", "int8_matmul_without_int8_mxu",
-            "smem_overflow", "too_many_dma_semaphores"} <= names
+    assert {
+        "tiling_sublanes",
+        "vmem_blocks_over_scoped_limit",
+        "vmem_scratch_over_capacity",
+        "lane_unaligned_dynamic_slice",
+        "unsupported_reshape",
+        "int8_matmul_without_int8_mxu",
+        "smem_overflow",
+        "too_many_dma_semaphores",
+    } <= names
     # Some rejections depend on the generation: the same kernel compiles on
     # another one (the point of naming a target).
     for case in CORPUS:
         assert case.rejects, case.name
     by_generation = [c for c in CORPUS if set(c.rejects) != set(GENERATIONS)]
     assert {c.name for c in by_generation} >= {
-        "vmem_blocks_over_scoped_limit", "vmem_scratch_over_capacity",
-        "int8_matmul_without_int8_mxu", "too_many_dma_semaphores"}
+        "vmem_blocks_over_scoped_limit",
+        "vmem_scratch_over_capacity",
+        "int8_matmul_without_int8_mxu",
+        "too_many_dma_semaphores",
+    }
     # and v5e vs v6e, the pair a suite is usually checked for, differ on one.
     assert any(("v5e" in c.rejects) != ("v6e" in c.rejects) for c in CORPUS)
 
@@ -155,9 +162,13 @@ def _copy(x_ref, o_ref):
 
 def _copy_blocks(block, target):
     return pl.pallas_call(
-        _copy, out_shape=jax.ShapeDtypeStruct((16, 128), jnp.float32), grid=(16 // block[0],),
+        _copy,
+        out_shape=jax.ShapeDtypeStruct((16, 128), jnp.float32),
+        grid=(16 // block[0],),
         in_specs=[pl.BlockSpec(block, lambda i: (i, 0))],
-        out_specs=pl.BlockSpec(block, lambda i: (i, 0)), interpret=_params(target))
+        out_specs=pl.BlockSpec(block, lambda i: (i, 0)),
+        interpret=_params(target),
+    )
 
 
 X = np.arange(16 * 128, dtype=np.float32).reshape(16, 128)
@@ -190,7 +201,12 @@ def test_get_tpu_info_is_jaxs_answer_for_the_topologys_device(generation):
 
 
 MEASURED = {  # per generation: (VMEM per core MiB, TensorCores per device)
-    "v4": (16, 1), "v5e": (128, 1), "v5p": (64, 2), "v6e": (128, 1), "v7x": (64, 1)}
+    "v4": (16, 1),
+    "v5e": (128, 1),
+    "v5p": (64, 2),
+    "v6e": (128, 1),
+    "v7x": (64, 1),
+}
 
 
 @pytest.mark.parametrize("generation", GENERATIONS, indirect=True)
@@ -206,11 +222,14 @@ def test_get_tpu_info_capacities_are_the_compilers(generation):
     def over(memory, nbytes, dtype, shape):
         def kernel(x_ref, o_ref, s_ref):
             o_ref[...] = x_ref[...]
+
         call = pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32),
             scratch_shapes=[memory(shape, dtype)],
             compiler_params=pltpu.CompilerParams(vmem_limit_bytes=2 * info.vmem_capacity_bytes),
-            interpret=_params(generation))
+            interpret=_params(generation),
+        )
         with pytest.raises(mosaic_rt.TpuCompileError) as e:
             call(X[:8])  # rejected at lowering: the scratch is never allocated
         return e.value.compiler_message

@@ -15,11 +15,10 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt
 import numpy as np
 import pytest
 from jax.experimental import pallas as pl
-
-import mosaic_rt
 from mosaic_rt.tpu_check import check, disk_cache, targets
 
 
@@ -59,11 +58,13 @@ def add_one(x_ref, o_ref):
 
 def blocked(block, *, rows=16, **params):
     return pl.pallas_call(
-        add_one, out_shape=jax.ShapeDtypeStruct((rows, 128), jnp.float32),
+        add_one,
+        out_shape=jax.ShapeDtypeStruct((rows, 128), jnp.float32),
         grid=(rows // block[0],),
         in_specs=[pl.BlockSpec(block, lambda i: (i, 0))],
         out_specs=pl.BlockSpec(block, lambda i: (i, 0)),
-        interpret=mosaic_rt.InterpretParams(**params))
+        interpret=mosaic_rt.InterpretParams(**params),
+    )
 
 
 X = np.arange(16 * 128, dtype=np.float32).reshape(16, 128)
@@ -77,8 +78,7 @@ def _run(code: str, env: dict, *, background: bool = False):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", **env}
     args = [sys.executable, "-c", textwrap.dedent(code)]
     if background:
-        return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+        return subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout.strip().splitlines()[-1])
@@ -109,8 +109,13 @@ def test_store_and_load_and_what_is_ignored(tmp_path):
     assert disk_cache.store("a" * 64, entry)
     assert disk_cache.load("a" * 64) == {**entry, "key": "a" * 64}
     path = root / ("a" * 64 + ".json")
-    for damaged in (b"{not json", b"", b"[1, 2]", b'{"key": "other", "outcome": {}}',
-                    json.dumps({"key": "a" * 64, "outcome": 3}).encode()):
+    for damaged in (
+        b"{not json",
+        b"",
+        b"[1, 2]",
+        b'{"key": "other", "outcome": {}}',
+        json.dumps({"key": "a" * 64, "outcome": 3}).encode(),
+    ):
         path.write_bytes(damaged)
         assert disk_cache.load("a" * 64) is None
     assert [p.name for p in root.iterdir()] == [path.name]  # no temporary file left
@@ -146,8 +151,12 @@ print(json.dumps({"torn": torn}))
 
 def test_two_processes_writing_one_entry(tmp_path):
     env = {**os.environ, disk_cache.ENV_DIR: str(disk_cache.directory())}
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, who], env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for who in "ab"]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, who], env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        for who in "ab"
+    ]
     for p in procs:
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
@@ -310,8 +319,11 @@ def test_corrupt_entry_is_compiled_again_and_rewritten(libtpu):
         blocked((4, 128), tpu_target="v5e")(X)
     (path,) = _entries(disk_cache.directory())
     good = json.loads(path.read_text())
-    for damaged in ("{trunc", json.dumps({**good, "outcome": {**good["outcome"], "ok": "yes"}}),
-                    json.dumps({**good, "outcome": {**good["outcome"], "message": None}})):
+    for damaged in (
+        "{trunc",
+        json.dumps({**good, "outcome": {**good["outcome"], "ok": "yes"}}),
+        json.dumps({**good, "outcome": {**good["outcome"], "message": None}}),
+    ):
         path.write_text(damaged)
         check.clear_cache()
         with pytest.raises(mosaic_rt.TpuCompileError) as again:
@@ -378,6 +390,7 @@ def test_overlapped_check_answers_from_the_caches(libtpu, monkeypatch):
 
 def test_report_rows(libtpu):
     from mosaic_rt import tpu_check
+
     blocked((8, 128), tpu_target="v5e")(X)
     with pytest.raises(mosaic_rt.TpuCompileError):
         blocked((4, 128), tpu_target="v5e")(X)
@@ -396,13 +409,26 @@ def test_report_rows(libtpu):
 
 def _fake_run(mode: str, scale: float) -> dict:
     compiles = {"off": 0, "warm": 0}.get(mode, 2)
-    kernels = [{"name": n, "first_call_s": scale * t, "first_call_cpu_s": scale * t / 2,
-                "check_compile_s": 0.0 if mode in ("off", "warm") else 0.1}
-               for n, t in (("a", 0.5), ("b", 0.1))]
-    return {"kernels": kernels, "compiles": compiles,
-            "disk_hits": 2 if mode == "warm" else 0, "failures": 0, "libtpu_start_s": 0.1,
-            "libtpu_started": compiles > 0, "process_s": 3 * scale,
-            "first_calls_s": 0.6 * scale, "first_calls_cpu_s": 0.3 * scale}
+    kernels = [
+        {
+            "name": n,
+            "first_call_s": scale * t,
+            "first_call_cpu_s": scale * t / 2,
+            "check_compile_s": 0.0 if mode in ("off", "warm") else 0.1,
+        }
+        for n, t in (("a", 0.5), ("b", 0.1))
+    ]
+    return {
+        "kernels": kernels,
+        "compiles": compiles,
+        "disk_hits": 2 if mode == "warm" else 0,
+        "failures": 0,
+        "libtpu_start_s": 0.1,
+        "libtpu_started": compiles > 0,
+        "process_s": 3 * scale,
+        "first_calls_s": 0.6 * scale,
+        "first_calls_cpu_s": 0.3 * scale,
+    }
 
 
 def test_bench_row_tables():
@@ -429,6 +455,7 @@ def test_bench_row_tables():
 def test_bench_row_without_libtpu(monkeypatch):
     from mosaic_rt.bench import measure
     from mosaic_rt.bench import tpu_check as row
+
     monkeypatch.setattr(row, "_has_libtpu", lambda: False)
     d = row.run_tpu_check(measure.QUICK)
     assert d["ok"] and d["skipped"].startswith("libtpu not installed (pip install")

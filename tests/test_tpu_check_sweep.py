@@ -20,19 +20,18 @@ import re
 import warnings
 
 import jax
+import mosaic_rt
 import numpy as np
 import pytest
+import test_production_kernels
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-
-import mosaic_rt
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+from kernels import multi_device, single_device
 from mosaic_rt.bench import cold, launch, production, suite, zoo
 from mosaic_rt.tpu_check import check, targets
-
-from kernels import multi_device, single_device
 from parity import run_case
-import test_production_kernels
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -44,44 +43,44 @@ _TILING = "divisible by 8 and 128 respectively"
 REJECTED = {
     "single_device/add_int8": (
         "Only vector<i16> and vector<i32> are supported, but got 'i8'",
-        "int8 elementwise add: no TPU vector unit has int8 arithmetic"),
+        "int8 elementwise add: no TPU vector unit has int8 arithmetic",
+    ),
     "single_device/bool_logic": (
-        _TILING, "(1, 128) blocks of a (2, 128) array: the sublane dim is neither a "
-                 "multiple of 8 nor the whole array"),
-    "single_device/matmul_f32_acc": (
-        _TILING, "(16, 16) blocks: lane dims of 16, neither 128-multiples nor whole"),
-    "single_device/matmul_bf16_in_f32_acc": (
-        _TILING, "(16, 8) / (8, 16) blocks: lane dims of 8 and 16"),
-    "single_device/padding_block_sum": (
-        _TILING, "(1, 128) output blocks of a (2, 128) output"),
-    "single_device/padding_block_sum_zero": (
-        _TILING, "the same kernel as padding_block_sum"),
+        _TILING,
+        "(1, 128) blocks of a (2, 128) array: the sublane dim is neither a multiple of 8 nor the whole array",
+    ),
+    "single_device/matmul_f32_acc": (_TILING, "(16, 16) blocks: lane dims of 16, neither 128-multiples nor whole"),
+    "single_device/matmul_bf16_in_f32_acc": (_TILING, "(16, 8) / (8, 16) blocks: lane dims of 8 and 16"),
+    "single_device/padding_block_sum": (_TILING, "(1, 128) output blocks of a (2, 128) output"),
+    "single_device/padding_block_sum_zero": (_TILING, "the same kernel as padding_block_sum"),
     "single_device/buffered_pipeline_mode": (
         "Only single (1) and double (2) buffering are supported. Got 3.",
-        "pl.Buffered(3): this jax's TPU pipeline has at most 2 buffers"),
+        "pl.Buffered(3): this jax's TPU pipeline has at most 2 buffers",
+    ),
     "single_device/element_block_dim": (
         "All block dimensions must be Elements or none of them can be Elements",
-        "pl.Element on one block dim and a plain size on the other"),
+        "pl.Element on one block dim and a plain size on the other",
+    ),
     "single_device/scan_over_rows": (
         "Scan with 1 extensive argument(s) is not supported",
-        "lax.scan over xs (jnp.arange(8)): the TPU lowering scans over a carry only "
-        "(fori_loop compiles)"),
+        "lax.scan over xs (jnp.arange(8)): the TPU lowering scans over a carry only (fori_loop compiles)",
+    ),
     "single_device/error_hbm_ref_read_directly": (
         "Loads are only allowed on VMEM and SMEM references",
-        "an error case: loads straight from a pl.ANY ref; the TPU rejects it as the "
-        "interpreter does"),
+        "an error case: loads straight from a pl.ANY ref; the TPU rejects it as the interpreter does",
+    ),
     "single_device/dma_with_grid_blocked_output": (
         "DMA source and target shape mismatch",
         "our kernel is invalid for the TPU, the check is right: the output block "
         "(None, 8, 128) stays a 1x8x128 VMEM buffer in the Pallas TPU lowering and a "
         "DMA into the ref passes that buffer unsqueezed (8x128 from HBM into 1x8x128), "
         "which Mosaic's verifier rejects; jax compiling the kernel directly says the "
-        "same (test_dma_into_a_squeezed_block_is_rejected_by_pallas_itself)"),
-    "zoo/matmul blocks=2": (
-        _TILING, "(64, 64) blocks of a (128, 128) matmul: lane dims of 64"),
-    "cold/matmul": (
-        _TILING, "the cold-call variants give every call new shapes: (136, 136) tiles"),
+        "same (test_dma_into_a_squeezed_block_is_rejected_by_pallas_itself)",
+    ),
+    "zoo/matmul blocks=2": (_TILING, "(64, 64) blocks of a (128, 128) matmul: lane dims of 64"),
+    "cold/matmul": (_TILING, "the cold-call variants give every call new shapes: (136, 136) tiles"),
 }
+
 
 # The check's own bug (a kernel a TPU compiles, rejected): on jax 0.12 a
 # core_map kernel with run_scoped scratch under a CPU shard_map fails with
@@ -117,8 +116,7 @@ def no_process_target(monkeypatch):
 
 
 def _params(**knobs):
-    return mosaic_rt.InterpretParams(tpu_target=TARGET, tpu_check="warn",
-                                     wait_timeout=60.0, **knobs)
+    return mosaic_rt.InterpretParams(tpu_target=TARGET, tpu_check="warn", wait_timeout=60.0, **knobs)
 
 
 # -- running one kernel of each corpus ------------------------------------------------
@@ -131,6 +129,7 @@ def _corpus_case(case):
             return  # an error case: its own error is the point, the compile is checked
         if isinstance(result, Exception):
             raise result
+
     return run
 
 
@@ -139,6 +138,7 @@ def _suite_case(c):
         program, args = c.build()
         out = jax.block_until_ready(program(_params(detect_races=c.detect_races))(*args))
         np.testing.assert_array_equal(np.asarray(out), c.expect(*map(np.asarray, args)))
+
     return run
 
 
@@ -147,6 +147,7 @@ def _zoo_kernel(k):
         program, args, expected = k.build()
         out = jax.block_until_ready(program(_params(**dict(k.knobs)))(*args))
         np.testing.assert_array_equal(np.asarray(out), expected)
+
     return run
 
 
@@ -154,6 +155,7 @@ def _cold_variant(variant):
     def run():
         program, args, expected = variant(0)
         np.testing.assert_array_equal(np.asarray(program(_params())(*args)), expected)
+
     return run
 
 
@@ -167,6 +169,7 @@ def _production_row(build):
         op, _, args = build()
         with mosaic_rt.force_interpret_mode(_params()):
             jax.block_until_ready(op()(*args))
+
     return run
 
 
@@ -175,6 +178,7 @@ def _production_case(c):
         fn, args = c.build()
         with mosaic_rt.force_interpret_mode(_params()):
             jax.block_until_ready(fn(*args))
+
     return run
 
 
@@ -182,15 +186,21 @@ def _kernels():
     """(id, run, marks) for every kernel of every corpus."""
     out = [(f"single_device/{c.name}", _corpus_case(c), ()) for c in single_device.CASES]
     out += [(f"multi_device/{c.name}", _corpus_case(c), ()) for c in multi_device.CASES]
-    out += [(f"production/{c.name}", _production_case(c),
-             (pytest.mark.slow,) if c.slow else ())  # slow in its own suite too
-            for c in test_production_kernels.CASES]
+    out += [
+        (
+            f"production/{c.name}",
+            _production_case(c),
+            (pytest.mark.slow,) if c.slow else (),
+        )  # slow in its own suite too
+        for c in test_production_kernels.CASES
+    ]
     out += [(f"bench-suite/{c.name}", _suite_case(c), ()) for c in suite.suite(quick=False)]
     out += [(f"zoo/{k.name}", _zoo_kernel(k), ()) for k in zoo.kernels(0)]
     out += [("launch/hbm_copy", _launch_kernel, ())]
     out += [(f"cold/{name}", _cold_variant(v), ()) for name, v in cold._family_variants().items()]
-    out += [(f"bench-production/{name}", _production_row(build), ())
-            for name, (build, _, _) in production.KERNELS.items()]
+    out += [
+        (f"bench-production/{name}", _production_row(build), ()) for name, (build, _, _) in production.KERNELS.items()
+    ]
     return out
 
 
@@ -223,8 +233,7 @@ def test_kernel_compiles_for_v5e_and_v6e(libtpu, kid, run):
             pytest.skip(f"needs {case.devices} devices")
     got = _rejections(run)
     if kid not in REJECTED:
-        assert not got, f"{kid}: a false positive?\n" + "\n".join(
-            m for ms in got.values() for m in ms)
+        assert not got, f"{kid}: a false positive?\n" + "\n".join(m for ms in got.values() for m in ms)
         return
     fragment, why = REJECTED[kid]
     assert set(got) == set(TARGET), (kid, why, got)
@@ -237,8 +246,15 @@ def test_every_expected_rejection_names_a_kernel():
     assert set(REJECTED) <= ids
     # every corpus was found, each with all its kernels
     assert {i.split("/")[0] for i in ids} == {
-        "single_device", "multi_device", "production", "bench-suite", "zoo", "launch", "cold",
-        "bench-production"}
+        "single_device",
+        "multi_device",
+        "production",
+        "bench-suite",
+        "zoo",
+        "launch",
+        "cold",
+        "bench-production",
+    }
     assert sum(i.startswith("single_device/") for i in ids) == len(single_device.CASES)
     assert sum(i.startswith("zoo/") for i in ids) == len(zoo.kernels(0))
 
@@ -268,9 +284,12 @@ def test_dma_into_a_squeezed_block_is_rejected_by_pallas_itself(libtpu):
         o_ref[...] += i.astype(np.float32)
 
     fixed = pl.pallas_call(
-        kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), grid=(4,),
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=(4,),
         in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
         out_specs=pl.BlockSpec((1, 8, 128), lambda i: (i, 0, 0)),
         scratch_shapes=[pltpu.SemaphoreType.DMA],
-        interpret=mosaic_rt.InterpretParams(tpu_target=TARGET))
+        interpret=mosaic_rt.InterpretParams(tpu_target=TARGET),
+    )
     np.testing.assert_array_equal(np.asarray(fixed(x)), case.reference(x))

@@ -17,12 +17,11 @@ import itertools
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt.ffi as F
+import mosaic_rt.ffi.ops as ffi_ops
 import numpy as np
 import pytest
 from jax import lax
-
-import mosaic_rt.ffi as F
-import mosaic_rt.ffi.ops as ffi_ops
 from mosaic_rt import _native
 
 pytestmark = pytest.mark.timeout(300)
@@ -87,8 +86,7 @@ class Program:
         shape = (self.n,) if shape is None else shape
         dtypes = [np.dtype(self.types[v]) for v in self.outputs]
         words = self.words()
-        fn = jax.jit(lambda *ops: ffi_ops.vector_program(words, ops, dtypes,
-                                                                 [shape] * len(dtypes)))
+        fn = jax.jit(lambda *ops: ffi_ops.vector_program(words, ops, dtypes, [shape] * len(dtypes)))
         with F.native_errors():
             return [np.asarray(r) for r in fn(*operands)]
 
@@ -118,7 +116,8 @@ def assert_same_bits(name: str, got: np.ndarray, want: np.ndarray, *inputs: np.n
         raise AssertionError(
             f"{name}: {diff.size} of {got.size} elements differ; first at {i}: inputs {args}: "
             f"native {got.ravel()[i]!r} ({bits(got).ravel()[i]:#x}), "
-            f"XLA {want.ravel()[i]!r} ({bits(want).ravel()[i]:#x})")
+            f"XLA {want.ravel()[i]!r} ({bits(want).ravel()[i]:#x})"
+        )
 
 
 def _f32(u: int) -> np.float32:
@@ -135,27 +134,119 @@ def specials(dtype: str) -> np.ndarray:
     if dtype in INTS:
         info = np.iinfo(dtype)
         w = info.bits
-        vals = [0, 1, -1, 2, -2, 3, 7, -7, info.min, info.max, info.min + 1, info.max - 1,
-                w - 1, w, w + 1, 2 * w, 100, -100]
+        vals = [
+            0,
+            1,
+            -1,
+            2,
+            -2,
+            3,
+            7,
+            -7,
+            info.min,
+            info.max,
+            info.min + 1,
+            info.max - 1,
+            w - 1,
+            w,
+            w + 1,
+            2 * w,
+            100,
+            -100,
+        ]
         return np.array(sorted({v for v in vals if info.min <= v <= info.max}), dtype)
     if dtype == "float32":
         tiny = np.finfo(np.float32).tiny
-        return np.array([
-            0.0, -0.0, 1.0, -1.0, 0.5, 2.5, -2.5, 3.0, np.inf, -np.inf, np.nan,
-            _f32(0x7fc12345), _f32(0xffc00001), _f32(0x7f800001), _f32(0xff812345),
-            np.finfo(np.float32).max, -np.finfo(np.float32).max, tiny, -tiny, 1.5 * tiny,
-            1e-39, -1e-39, _f32(1), _f32(0x807fffff), 1e10, -1e10, 3e9, 5e9, 1e20, -1e20,
-            1 - 2.0 ** -24, 1e-20, 0.1, 300.5, -129.5, 70000.0, 2.0 ** 63, -(2.0 ** 63), 2.0 ** 64,
-        ], np.float32)
+        return np.array(
+            [
+                0.0,
+                -0.0,
+                1.0,
+                -1.0,
+                0.5,
+                2.5,
+                -2.5,
+                3.0,
+                np.inf,
+                -np.inf,
+                np.nan,
+                _f32(0x7FC12345),
+                _f32(0xFFC00001),
+                _f32(0x7F800001),
+                _f32(0xFF812345),
+                np.finfo(np.float32).max,
+                -np.finfo(np.float32).max,
+                tiny,
+                -tiny,
+                1.5 * tiny,
+                1e-39,
+                -1e-39,
+                _f32(1),
+                _f32(0x807FFFFF),
+                1e10,
+                -1e10,
+                3e9,
+                5e9,
+                1e20,
+                -1e20,
+                1 - 2.0**-24,
+                1e-20,
+                0.1,
+                300.5,
+                -129.5,
+                70000.0,
+                2.0**63,
+                -(2.0**63),
+                2.0**64,
+            ],
+            np.float32,
+        )
     tiny = np.finfo(np.float64).tiny
-    return np.array([
-        0.0, -0.0, 1.0, -1.0, 0.5, 2.5, -2.5, 3.0, np.inf, -np.inf, np.nan,
-        _f64(0x7ff8000012345678), _f64(0xfff8000000000001), _f64(0x7ff0000000000001),
-        np.finfo(np.float64).max, -np.finfo(np.float64).max, tiny, -tiny, 1.5 * tiny,
-        1e-310, -1e-310, _f64(1), 1e-39, -1e-39, 1e-45, 1e-46, 3.4028235e38, 3.4028236e38, 1e300,
-        1e10, -1e10, 3e9, 1e20, 1 - 2.0 ** -53, 1.5e-38, 0.1, 2.0 ** 63, -(2.0 ** 63), 2.0 ** 64,
-        1.1754942e-38,
-    ], np.float64)
+    return np.array(
+        [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            0.5,
+            2.5,
+            -2.5,
+            3.0,
+            np.inf,
+            -np.inf,
+            np.nan,
+            _f64(0x7FF8000012345678),
+            _f64(0xFFF8000000000001),
+            _f64(0x7FF0000000000001),
+            np.finfo(np.float64).max,
+            -np.finfo(np.float64).max,
+            tiny,
+            -tiny,
+            1.5 * tiny,
+            1e-310,
+            -1e-310,
+            _f64(1),
+            1e-39,
+            -1e-39,
+            1e-45,
+            1e-46,
+            3.4028235e38,
+            3.4028236e38,
+            1e300,
+            1e10,
+            -1e10,
+            3e9,
+            1e20,
+            1 - 2.0**-53,
+            1.5e-38,
+            0.1,
+            2.0**63,
+            -(2.0**63),
+            2.0**64,
+            1.1754942e-38,
+        ],
+        np.float64,
+    )
 
 
 def randoms(dtype: str, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -182,8 +273,7 @@ def operand_pairs(dtype: str, n_random: int = 600, seed: int = 0) -> tuple[np.nd
     rng = np.random.default_rng(seed)
     s = specials(dtype)
     a, b = (np.array(v, dtype=s.dtype) for v in zip(*itertools.product(s, s)))
-    return (np.concatenate([a, randoms(dtype, rng, n_random)]),
-            np.concatenate([b, randoms(dtype, rng, n_random)]))
+    return (np.concatenate([a, randoms(dtype, rng, n_random)]), np.concatenate([b, randoms(dtype, rng, n_random)]))
 
 
 def _oracle(fn, *operands):
@@ -191,9 +281,17 @@ def _oracle(fn, *operands):
 
 
 BINARY = {
-    "add": lax.add, "sub": lax.sub, "mul": lax.mul, "div": lax.div, "rem": lax.rem,
-    "max": lax.max, "min": lax.min, "and": lax.bitwise_and, "or": lax.bitwise_or,
-    "xor": lax.bitwise_xor, "shift_left": lax.shift_left,
+    "add": lax.add,
+    "sub": lax.sub,
+    "mul": lax.mul,
+    "div": lax.div,
+    "rem": lax.rem,
+    "max": lax.max,
+    "min": lax.min,
+    "and": lax.bitwise_and,
+    "or": lax.bitwise_or,
+    "xor": lax.bitwise_xor,
+    "shift_left": lax.shift_left,
     "shift_right_arithmetic": lax.shift_right_arithmetic,
     "shift_right_logical": lax.shift_right_logical,
 }
@@ -250,8 +348,11 @@ def test_binary_unary_and_compare_ops_match_xla(dtype):
         p.out(*outs)
 
         def oracle(a, b):
-            return ([BINARY[n](a, b) for n in binary_ops(dtype)] + [UNARY[n](a) for n in unary_ops(dtype)]
-                    + [COMPARE[n](a, b) for n in COMPARE])
+            return (
+                [BINARY[n](a, b) for n in binary_ops(dtype)]
+                + [UNARY[n](a) for n in unary_ops(dtype)]
+                + [COMPARE[n](a, b) for n in COMPARE]
+            )
 
         _check_program(p, names, (a, b), oracle)
 
@@ -266,12 +367,25 @@ def test_select_n_matches_xla(dtype):
         which = rng.integers(-3, 5, len(a)).astype(np.int32)
         p = Program(len(a))
         x, y, z, f, w = p.input(dtype), p.input(dtype), p.input(dtype), p.input("bool"), p.input("int32")
-        p.out(p.op("select_n", dtype, f, x, y), p.op("select_n", dtype, w, x, y, z),
-              p.op("select_n", dtype, w, x, y), p.op("select_n", dtype, f, x), p.op("select_n", dtype, w, z))
-        _check_program(p, ["bool 2 cases", "int32 3 cases", "int32 2 cases", "bool 1 case", "int32 1 case"],
-                       (a, b, c, flag, which),
-                       lambda a, b, c, f, w: [lax.select_n(f, a, b), lax.select_n(w, a, b, c),
-                                              lax.select_n(w, a, b), lax.select_n(f, a), lax.select_n(w, c)])
+        p.out(
+            p.op("select_n", dtype, f, x, y),
+            p.op("select_n", dtype, w, x, y, z),
+            p.op("select_n", dtype, w, x, y),
+            p.op("select_n", dtype, f, x),
+            p.op("select_n", dtype, w, z),
+        )
+        _check_program(
+            p,
+            ["bool 2 cases", "int32 3 cases", "int32 2 cases", "bool 1 case", "int32 1 case"],
+            (a, b, c, flag, which),
+            lambda a, b, c, f, w: [
+                lax.select_n(f, a, b),
+                lax.select_n(w, a, b, c),
+                lax.select_n(w, a, b),
+                lax.select_n(f, a),
+                lax.select_n(w, c),
+            ],
+        )
 
 
 @pytest.mark.parametrize("source", ALL)
@@ -281,14 +395,19 @@ def test_convert_element_type_to_every_type_matches_xla(source):
         a = np.concatenate([specials(source), randoms(source, rng, 2000)])
         if source in FLOATS:
             # Around every integer type's limits, and halves (rounding).
-            edges = [float(v) + d for t in INTS for v in (np.iinfo(t).min, np.iinfo(t).max)
-                     for d in (-1.5, -0.5, 0, 0.5, 1, 1.5)]
+            edges = [
+                float(v) + d
+                for t in INTS
+                for v in (np.iinfo(t).min, np.iinfo(t).max)
+                for d in (-1.5, -0.5, 0, 0.5, 1, 1.5)
+            ]
             a = np.concatenate([a, np.array(edges, source), (rng.integers(-600, 600, 200) / 2).astype(source)])
         p = Program(len(a))
         x = p.input(source)
         p.out(*(p.op("convert_element_type", t, x) for t in ALL))
-        _check_program(p, [f"{source}->{t}" for t in ALL], (a,),
-                       lambda a: [lax.convert_element_type(a, t) for t in ALL])
+        _check_program(
+            p, [f"{source}->{t}" for t in ALL], (a,), lambda a: [lax.convert_element_type(a, t) for t in ALL]
+        )
 
 
 def _fma_operands(dtype: str):
@@ -317,8 +436,7 @@ def test_fma_forms_match_xlas_contractions(dtype):
         p = Program(len(a))
         x, y, z = p.input(dtype), p.input(dtype), p.input(dtype)
         p.out(*(p.op("fma", dtype, x, y, z, imm=form) for form in (0, 1, 2)))
-        _check_program(p, ["a*b+c", "a*b-c", "c-a*b"], (a, b, c),
-                       lambda a, b, c: [a * b + c, a * b - c, c - a * b])
+        _check_program(p, ["a*b+c", "a*b-c", "c-a*b"], (a, b, c), lambda a, b, c: [a * b + c, a * b - c, c - a * b])
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -359,20 +477,28 @@ def test_scalars_and_constants_broadcast(dtype):
             r = p.op("and", dtype, t, si)
             sc = p.op("or", dtype, si, one)
             p.out(r, sc, one, xi)
-            oracle = lambda x, s: [(x ^ True) & s, jnp.broadcast_to(s | True, shape),  # noqa: E731
-                                   jnp.broadcast_to(True, shape), x]
+            oracle = lambda x, s: [
+                (x ^ True) & s,
+                jnp.broadcast_to(s | True, shape),
+                jnp.broadcast_to(True, shape),
+                x,
+            ]
         else:
             two, one = p.const(dtype, 2), p.const(dtype, 1)
             t = p.op("mul", dtype, xi, two)
             r = p.op("add", dtype, t, one)
-            u = p.op("sub", dtype, si, xi)       # scalar - array
-            sc = p.op("mul", dtype, si, two)     # scalar instruction
+            u = p.op("sub", dtype, si, xi)  # scalar - array
+            sc = p.op("mul", dtype, si, two)  # scalar instruction
             mx = p.op("max", dtype, sc, xi)
             p.out(r, u, sc, mx, one)
             c2, c1 = np.array(2, dtype), np.array(1, dtype)
-            oracle = lambda x, s: [lax.add(lax.mul(x, c2), c1), lax.sub(s, x),  # noqa: E731
-                                   jnp.broadcast_to(lax.mul(s, c2), shape), lax.max(lax.mul(s, c2), x),
-                                   jnp.broadcast_to(c1, shape)]
+            oracle = lambda x, s: [
+                lax.add(lax.mul(x, c2), c1),
+                lax.sub(s, x),
+                jnp.broadcast_to(lax.mul(s, c2), shape),
+                lax.max(lax.mul(s, c2), x),
+                jnp.broadcast_to(c1, shape),
+            ]
         got = p.run(x, s, shape=shape)
         want = _oracle(oracle, x, np.asarray(s, dtype))
         for k, (g, w) in enumerate(zip(got, want, strict=True)):
@@ -431,9 +557,15 @@ def test_select_of_a_compare_of_its_own_cases_matches_xla(dtype):
         relu = p.op("select_n", dtype, p.op("gt", "bool", x, zero), zero, x)
         p.out(*outs, relu)
         z = np.array(0, dtype)
-        _check_program(p, names + ["relu"], (a, b), lambda a, b: [
-            lax.select(f(a, b), a, b) if order == "a,b" else lax.select(f(a, b), b, a) for f, order in fns
-        ] + [jnp.where(a > z, a, z)])
+        _check_program(
+            p,
+            names + ["relu"],
+            (a, b),
+            lambda a, b: (
+                [lax.select(f(a, b), a, b) if order == "a,b" else lax.select(f(a, b), b, a) for f, order in fns]
+                + [jnp.where(a > z, a, z)]
+            ),
+        )
 
 
 def test_a_lossless_float_convert_round_trip_is_dropped_as_xla_does():
@@ -444,16 +576,20 @@ def test_a_lossless_float_convert_round_trip_is_dropped_as_xla_does():
         wide = p.op("convert_element_type", "float64", xi)
         back = p.op("convert_element_type", "float32", wide)
         p.out(back, wide)
-        _check_program(p, ["f32->f64->f32", "f32->f64"], (x,),
-                       lambda x: [x.astype(jnp.float64).astype(jnp.float32), x.astype(jnp.float64)])
+        _check_program(
+            p,
+            ["f32->f64->f32", "f32->f64"],
+            (x,),
+            lambda x: [x.astype(jnp.float64).astype(jnp.float32), x.astype(jnp.float64)],
+        )
 
 
 def test_float_constants_keep_their_bits():
-    nan = _f32(0x7fc12345)
+    nan = _f32(0x7FC12345)
     p = Program(3)
     p.out(p.const("float32", nan), p.const("float32", -0.0), p.const("float32", 1e-39))
     got = p.run()
-    assert [int(bits(g)[0]) for g in got] == [0x7fc12345, 0x80000000, int(bits(np.float32(1e-39)))]
+    assert [int(bits(g)[0]) for g in got] == [0x7FC12345, 0x80000000, int(bits(np.float32(1e-39)))]
     assert all(g.shape == (3,) for g in got)
 
 
@@ -475,12 +611,19 @@ def test_a_longer_program_matches_xla():
     ki = p.op("convert_element_type", "int32", sel)
     k3 = p.op("mul", "int32", ki, p.const("int32", 3))
     p.out(sel, k3, gt)
-    _check_program(p, ["select", "int", "gt"], (a, b, i),
-                   lambda a, b, i: [lax.select(((a + b) * 0.5) > i.astype(np.float32), (a + b) * np.float32(0.5),
-                                               i.astype(np.float32)),
-                                    lax.select(((a + b) * 0.5) > i.astype(np.float32), (a + b) * np.float32(0.5),
-                                               i.astype(np.float32)).astype(np.int32) * 3,
-                                    ((a + b) * np.float32(0.5)) > i.astype(np.float32)])
+    _check_program(
+        p,
+        ["select", "int", "gt"],
+        (a, b, i),
+        lambda a, b, i: [
+            lax.select(((a + b) * 0.5) > i.astype(np.float32), (a + b) * np.float32(0.5), i.astype(np.float32)),
+            lax.select(((a + b) * 0.5) > i.astype(np.float32), (a + b) * np.float32(0.5), i.astype(np.float32)).astype(
+                np.int32
+            )
+            * 3,
+            ((a + b) * np.float32(0.5)) > i.astype(np.float32),
+        ],
+    )
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -525,24 +668,27 @@ def test_exported_tables():
     assert _native.VECTOR_MAX_VALUES >= 32
 
 
-@pytest.mark.parametrize("words, pattern", [
-    ([], "truncated"),
-    ([99, 1, 0, 0, 0], "format 99"),
-    ([1, -1, 0, 0, 0], "element count -1"),
-    ([1, 4, 1, 0, 0, 42, 0], "unknown type code 42"),
-    ([1, 4, 1, 0, 0, 9, 2], "input kind 2"),
-    ([1, 4, 0, 1, 1, 77, 9, 0, 0, 0], "unknown op code 77"),
-    ([1, 4, 1, 1, 1, 9, 0, OPS["add"], 9, 2, 0, 5, 0, 1], "value 5 used before it is defined"),
-    ([1, 4, 1, 1, 1, 9, 0, OPS["add"], 9, 1, 0, 0, 1], "add takes 2 argument"),
-    ([1, 4, 1, 1, 1, 9, 0, OPS["shift_left"], 9, 2, 0, 0, 0, 1], "shift_left of float32"),
-    ([1, 4, 1, 1, 1, 9, 0, OPS["fma"], 3, 3, 0, 0, 0, 0, 1], "fma of int32"),
-    ([1, 4, 1, 1, 1, 9, 0, OPS["fma"], 9, 3, 0, 0, 0, 3, 1], "fma form 3"),
-    ([1, 4, 1, 1, 1, 3, 0, OPS["add"], 3, 2, 0, 0, 0, 1, 7], "after the outputs"),
-    ([1, 4, 1, 1, 1, 9, 0, OPS["lt"], 9, 2, 0, 0, 0, 1], "lt returns bool"),
-    ([1, 4, 0, 1, 1, OPS["const"], 1, 0, 200, 0], "constant 200 is not a canonical int8"),
-    ([1, 4, 0, 1, 1, OPS["const"], 9, 0, -1, 0], "constant -1 is not a canonical float32"),
-    ([1, 4, 0, 0, 1, 0], "value 0 used before"),
-])
+@pytest.mark.parametrize(
+    "words, pattern",
+    [
+        ([], "truncated"),
+        ([99, 1, 0, 0, 0], "format 99"),
+        ([1, -1, 0, 0, 0], "element count -1"),
+        ([1, 4, 1, 0, 0, 42, 0], "unknown type code 42"),
+        ([1, 4, 1, 0, 0, 9, 2], "input kind 2"),
+        ([1, 4, 0, 1, 1, 77, 9, 0, 0, 0], "unknown op code 77"),
+        ([1, 4, 1, 1, 1, 9, 0, OPS["add"], 9, 2, 0, 5, 0, 1], "value 5 used before it is defined"),
+        ([1, 4, 1, 1, 1, 9, 0, OPS["add"], 9, 1, 0, 0, 1], "add takes 2 argument"),
+        ([1, 4, 1, 1, 1, 9, 0, OPS["shift_left"], 9, 2, 0, 0, 0, 1], "shift_left of float32"),
+        ([1, 4, 1, 1, 1, 9, 0, OPS["fma"], 3, 3, 0, 0, 0, 0, 1], "fma of int32"),
+        ([1, 4, 1, 1, 1, 9, 0, OPS["fma"], 9, 3, 0, 0, 0, 3, 1], "fma form 3"),
+        ([1, 4, 1, 1, 1, 3, 0, OPS["add"], 3, 2, 0, 0, 0, 1, 7], "after the outputs"),
+        ([1, 4, 1, 1, 1, 9, 0, OPS["lt"], 9, 2, 0, 0, 0, 1], "lt returns bool"),
+        ([1, 4, 0, 1, 1, OPS["const"], 1, 0, 200, 0], "constant 200 is not a canonical int8"),
+        ([1, 4, 0, 1, 1, OPS["const"], 9, 0, -1, 0], "constant -1 is not a canonical float32"),
+        ([1, 4, 0, 0, 1, 0], "value 0 used before"),
+    ],
+)
 def test_malformed_programs_are_value_errors(words, pattern):
     fn = jax.jit(lambda *ops: ffi_ops.vector_program(words, ops, [np.float32], [(4,)]))
     args = [np.zeros(4, np.float32)] if len(words) > 5 and words[2] == 1 else []

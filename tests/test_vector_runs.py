@@ -11,12 +11,11 @@ import re
 
 import jax
 import jax.numpy as jnp
+import mosaic_rt
 import numpy as np
 import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-
-import mosaic_rt
 from mosaic_rt.interpret.native_compute import vector_runs
 from parity import assert_bitwise_equal, run_case
 
@@ -40,8 +39,8 @@ def _elementwise(body, *args, out_dtype=None):
         o_ref[...] = body(*(r[...] for r in ins))
 
     def fn(params, *xs):
-        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(_SHAPE, out_dtype),
-                              interpret=params)(*xs)
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(_SHAPE, out_dtype), interpret=params)(*xs)
+
     return fn
 
 
@@ -60,17 +59,18 @@ def _program(fn, *args):
     lowered = jax.jit(lambda *a: fn(mosaic_rt.InterpretParams(), *a)).lower(*args)
     text = lowered.as_text()
     hlo = lowered.compile().as_text()
-    return (len(re.findall(r"custom_call @mosaic_rt_vector_program\b", text)),
-            len(re.findall(r"= \S+ fusion\(", hlo)))
+    return (len(re.findall(r"custom_call @mosaic_rt_vector_program\b", text)), len(re.findall(r"= \S+ fusion\(", hlo)))
 
 
 def _special_f32(seed=0):
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal(_SHAPE) * 100).astype(_F32)
-    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-39, -1e-39, 1e-45,
-                        1.5e-38, 3.4e38, -3.4e38, 1.0, -1.0, 0.5, 2.5, -2.5], _F32)
-    x.flat[:special.size] = special
-    x.flat[special.size:2 * special.size] = special[::-1]
+    special = np.array(
+        [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-39, -1e-39, 1e-45, 1.5e-38, 3.4e38, -3.4e38, 1.0, -1.0, 0.5, 2.5, -2.5],
+        _F32,
+    )
+    x.flat[: special.size] = special
+    x.flat[special.size : 2 * special.size] = special[::-1]
     return x
 
 
@@ -86,14 +86,18 @@ def test_an_add_kernel_compiles_no_fusion():
     _same_as_stock(fn, _X, _Y)
 
 
-@pytest.mark.parametrize("body", [
-    lambda x, y: x - y,
-    lambda x, y: x / y,
-    lambda x, y: jnp.abs(x),
-    lambda x, y: jnp.maximum(x, y),
-    lambda x, y: jnp.minimum(x, y),
-    lambda x, y: x * y,
-], ids=["sub", "div", "abs", "max", "min", "mul"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        lambda x, y: x - y,
+        lambda x, y: x / y,
+        lambda x, y: jnp.abs(x),
+        lambda x, y: jnp.maximum(x, y),
+        lambda x, y: jnp.minimum(x, y),
+        lambda x, y: x * y,
+    ],
+    ids=["sub", "div", "abs", "max", "min", "mul"],
+)
 def test_float_ops_are_stocks_bit_for_bit(body):
     """On data full of subnormals, NaNs, infinities and signed zeros."""
     fn = _elementwise(body, _X, _Y)
@@ -102,11 +106,15 @@ def test_float_ops_are_stocks_bit_for_bit(body):
     _same_as_stock(fn, _X, _Y)
 
 
-@pytest.mark.parametrize("body", [
-    lambda x, y, z: jnp.maximum(x, y) - jnp.abs(z) / y,
-    lambda x, y, z: (x / y) * jnp.minimum(z, x),
-    lambda x, y, z: (x + y).astype(jnp.int32).astype(_F32) - z,
-], ids=["max-abs-div", "quotient-min", "converts"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        lambda x, y, z: jnp.maximum(x, y) - jnp.abs(z) / y,
+        lambda x, y, z: (x / y) * jnp.minimum(z, x),
+        lambda x, y, z: (x + y).astype(jnp.int32).astype(_F32) - z,
+    ],
+    ids=["max-abs-div", "quotient-min", "converts"],
+)
 def test_float_compute_of_loaded_values_compiles_no_fusion(body):
     fn = _elementwise(body, _X, _Y, _Z)
     programs, fusions = _program(fn, _X, _Y, _Z)
@@ -114,14 +122,18 @@ def test_float_compute_of_loaded_values_compiles_no_fusion(body):
     _same_as_stock(fn, _X, _Y, _Z)
 
 
-@pytest.mark.parametrize("body", [
-    lambda x, y, z: x * 2.0 + 1.0,
-    lambda x, y, z: (x * 4.0) * 2.0 - 3.0,
-    lambda x, y, z: 1e29 - x * 8.0,
-    lambda x, y, z: (x + 3.0) * y,
-    lambda x, y, z: x * 1024.0 / (y - 0.25),
-    lambda x, y, z: x + 1.0,
-], ids=["x2+1", "scale-chain", "big-minus-8x", "offset-times", "scale-div", "plus-1"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        lambda x, y, z: x * 2.0 + 1.0,
+        lambda x, y, z: (x * 4.0) * 2.0 - 3.0,
+        lambda x, y, z: 1e29 - x * 8.0,
+        lambda x, y, z: (x + 3.0) * y,
+        lambda x, y, z: x * 1024.0 / (y - 0.25),
+        lambda x, y, z: x + 1.0,
+    ],
+    ids=["x2+1", "scale-chain", "big-minus-8x", "offset-times", "scale-div", "plus-1"],
+)
 def test_literals_xla_leaves_alone_are_native(body):
     fn = _elementwise(body, _X, _Y, _Z)
     programs, fusions = _program(fn, _X, _Y, _Z)
@@ -129,17 +141,20 @@ def test_literals_xla_leaves_alone_are_native(body):
     _same_as_stock(fn, _X, _Y, _Z)
 
 
-@pytest.mark.parametrize("body", [
-    lambda x, y, z: x * 3.0 + 1.0,
-    lambda x, y, z: x * 0.5 + y,
-    lambda x, y, z: x * -2.0 + y,
-    lambda x, y, z: x * 1.0 + y,
-    lambda x, y, z: (x + 0.0) * y,
-    lambda x, y, z: (x - 1.5) + 2.5,
-    lambda x, y, z: z - x * 8.0,
-    lambda x, y, z: x * 2.0 - 3.4e38,
-], ids=["times-3", "times-half", "times-minus-2", "times-1", "plus-0", "offset-chain",
-        "z-8x", "huge-addend"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        lambda x, y, z: x * 3.0 + 1.0,
+        lambda x, y, z: x * 0.5 + y,
+        lambda x, y, z: x * -2.0 + y,
+        lambda x, y, z: x * 1.0 + y,
+        lambda x, y, z: (x + 0.0) * y,
+        lambda x, y, z: (x - 1.5) + 2.5,
+        lambda x, y, z: z - x * 8.0,
+        lambda x, y, z: x * 2.0 - 3.4e38,
+    ],
+    ids=["times-3", "times-half", "times-minus-2", "times-1", "plus-0", "offset-chain", "z-8x", "huge-addend"],
+)
 def test_literals_xla_may_rewrite_stay_in_xla(body):
     fn = _elementwise(body, _X, _Y, _Z)
     _, fusions = _program(fn, _X, _Y, _Z)
@@ -147,22 +162,39 @@ def test_literals_xla_may_rewrite_stay_in_xla(body):
     _same_as_stock(fn, _X, _Y, _Z)
 
 
-@pytest.mark.parametrize("body", [
-    lambda x, y, z: x * y + z,
-    lambda x, y, z: z - x * y,
-    lambda x, y, z: x * y - z,
-    lambda x, y, z: (x * y) + (x * y) * z,
-    lambda x, y, z: -(x * y) + z,
-    lambda x, y, z: x - (-y),
-    lambda x, y, z: -(x / y) * jnp.minimum(z, x),
-    lambda x, y, z: x / 7.0 + y,
-    lambda x, y, z: (x + 1.0) + 2.0,
-    lambda x, y, z: (x * 3.0) * 5.0 - y,
-    lambda x, y, z: jnp.where(x < y, x, y),
-    lambda x, y, z: jnp.where(x >= y, y, x) / z,
-    lambda x, y, z: jnp.where(x > 0, x * y + z, z - y) * 0.5,
-], ids=["xy+z", "z-xy", "xy-z", "reused-product", "neg-product", "minus-neg", "neg-quotient", "div-const",
-        "const-chain", "mul-const-chain", "select-min", "select-max", "mixed"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        lambda x, y, z: x * y + z,
+        lambda x, y, z: z - x * y,
+        lambda x, y, z: x * y - z,
+        lambda x, y, z: (x * y) + (x * y) * z,
+        lambda x, y, z: -(x * y) + z,
+        lambda x, y, z: x - (-y),
+        lambda x, y, z: -(x / y) * jnp.minimum(z, x),
+        lambda x, y, z: x / 7.0 + y,
+        lambda x, y, z: (x + 1.0) + 2.0,
+        lambda x, y, z: (x * 3.0) * 5.0 - y,
+        lambda x, y, z: jnp.where(x < y, x, y),
+        lambda x, y, z: jnp.where(x >= y, y, x) / z,
+        lambda x, y, z: jnp.where(x > 0, x * y + z, z - y) * 0.5,
+    ],
+    ids=[
+        "xy+z",
+        "z-xy",
+        "xy-z",
+        "reused-product",
+        "neg-product",
+        "minus-neg",
+        "neg-quotient",
+        "div-const",
+        "const-chain",
+        "mul-const-chain",
+        "select-min",
+        "select-max",
+        "mixed",
+    ],
+)
 def test_float_compute_xla_would_rewrite_stays_in_xla(body):
     """XLA fuses a product into an add, divides by a constant as a product,
     folds constants, turns a select of a comparison into a max or min: such
@@ -181,16 +213,20 @@ def test_float_to_int_conversions_saturate_as_xla():
     _same_as_stock(fn, _X, y)
 
 
-@pytest.mark.parametrize("body, all_native", [
-    (lambda a, b: a + b * 3, True),
-    (lambda a, b: a * b - (a >> 3), True),
-    (lambda a, b: jnp.where(a > b, a // jnp.maximum(b, 1), a % 7) ^ (b << 2), False),
-    (lambda a, b: (a & b) | ~a, True),
-], ids=["add-mul", "mul-shift", "div-rem-select", "bits"])
+@pytest.mark.parametrize(
+    "body, all_native",
+    [
+        (lambda a, b: a + b * 3, True),
+        (lambda a, b: a * b - (a >> 3), True),
+        (lambda a, b: jnp.where(a > b, a // jnp.maximum(b, 1), a % 7) ^ (b << 2), False),
+        (lambda a, b: (a & b) | ~a, True),
+    ],
+    ids=["add-mul", "mul-shift", "div-rem-select", "bits"],
+)
 def test_int32_ops_are_stocks_bit_for_bit(body, all_native):
     rng = np.random.default_rng(3)
-    a = rng.integers(-2**31, 2**31, _SHAPE, dtype=np.int64).astype(np.int32)
-    b = rng.integers(-2**31, 2**31, _SHAPE, dtype=np.int64).astype(np.int32)
+    a = rng.integers(-(2**31), 2**31, _SHAPE, dtype=np.int64).astype(np.int32)
+    b = rng.integers(-(2**31), 2**31, _SHAPE, dtype=np.int64).astype(np.int32)
     a.flat[:4] = [np.iinfo(np.int32).min, -1, 0, np.iinfo(np.int32).max]
     b.flat[:4] = [-1, 0, 0, 1]
     fn = _elementwise(body, a, b)
@@ -252,8 +288,7 @@ def test_a_program_with_several_outputs_lowers_the_same_every_time():
 
         fn = pl.pallas_call(kernel, out_shape=(s,) * 4, interpret=mosaic_rt.InterpretParams())
         lowered = jax.jit(fn).lower(a).as_text()
-        programs = re.findall(r"mosaic_rt_vector_program.*?program = dense<\[([^\]]*)\]",
-                              lowered, re.S)
+        programs = re.findall(r"mosaic_rt_vector_program.*?program = dense<\[([^\]]*)\]", lowered, re.S)
         assert len(programs) == 1
         return programs[0]
 
@@ -279,10 +314,11 @@ def test_one_element_values_are_program_scalars():
 
     def fn(params, key, x):
         return pl.pallas_call(
-            kernel, out_shape=(jax.ShapeDtypeStruct(_SHAPE, jnp.uint32),
-                               jax.ShapeDtypeStruct((1, 1), jnp.uint32)),
+            kernel,
+            out_shape=(jax.ShapeDtypeStruct(_SHAPE, jnp.uint32), jax.ShapeDtypeStruct((1, 1), jnp.uint32)),
             in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec(_SHAPE, lambda: (0, 0))],
-            interpret=params)(key, x)
+            interpret=params,
+        )(key, x)
 
     assert _program(fn, key, a) == (1, 0)
     _same_as_stock(fn, key, a)
@@ -292,6 +328,7 @@ def test_a_stored_broadcast_of_a_converted_scalar():
     """`full_like(o_ref, s)` of an SMEM int: the conversion and the
     broadcast are one program, and the store fills the block from the
     scalar -- which the program must still return."""
+
     def kernel(s_ref, o_ref):
         s = s_ref[0]
         s_ref[0] = s + 1
@@ -299,17 +336,21 @@ def test_a_stored_broadcast_of_a_converted_scalar():
 
     def fn(params, s):
         return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((16, 256), jnp.float32), grid=(2, 2),
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((16, 256), jnp.float32),
+            grid=(2, 2),
             in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM)],
-            out_specs=pl.BlockSpec((8, 128), lambda i, j: (i, j)), interpret=params)(s)
+            out_specs=pl.BlockSpec((8, 128), lambda i, j: (i, j)),
+            interpret=params,
+        )(s)
 
     ours = _same_as_stock(fn, np.array([3], np.int32))
-    np.testing.assert_array_equal(np.asarray(ours).reshape(2, 8, 2, 128)[:, 0, :, 0].ravel(),
-                                  np.arange(3, 7, dtype=np.float32))
+    np.testing.assert_array_equal(
+        np.asarray(ours).reshape(2, 8, 2, 128)[:, 0, :, 0].ravel(), np.arange(3, 7, dtype=np.float32)
+    )
 
 
-@pytest.mark.parametrize("rows", [vector_runs.NATIVE_MAX_ELEMENTS // 128,
-                                  2 * vector_runs.NATIVE_MAX_ELEMENTS // 128])
+@pytest.mark.parametrize("rows", [vector_runs.NATIVE_MAX_ELEMENTS // 128, 2 * vector_runs.NATIVE_MAX_ELEMENTS // 128])
 def test_blocks_beyond_the_crossover_are_left_to_xla(rows):
     """Native programs only up to `NATIVE_MAX_ELEMENTS` per array: beyond
     it XLA's fused loop is faster per call; the bits are stock's either way."""
@@ -320,8 +361,7 @@ def test_blocks_beyond_the_crossover_are_left_to_xla(rows):
         o_ref[...] = ((x ^ (x >> 7)) * jnp.uint32(0x9E3779B1)) | jnp.uint32(3)
 
     def fn(params, x):
-        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-                              interpret=params)(x)
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=params)(x)
 
     programs, fusions = _program(fn, a)
     if rows * 128 <= vector_runs.NATIVE_MAX_ELEMENTS:
@@ -348,9 +388,10 @@ def test_iotas_are_native(dtype):
 
     def fn(params, x):
         return pl.pallas_call(
-            kernel, out_shape=(jax.ShapeDtypeStruct(shape, dtype),
-                               jax.ShapeDtypeStruct(shape, jnp.int32)),
-            interpret=params)(x)
+            kernel,
+            out_shape=(jax.ShapeDtypeStruct(shape, dtype), jax.ShapeDtypeStruct(shape, jnp.int32)),
+            interpret=params,
+        )(x)
 
     assert _program(fn, a) == (1, 0)
     ours = _same_as_stock(fn, a)

@@ -17,7 +17,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from mosaic_rt import _native
 from mosaic_rt.ffi import emit
 from mosaic_rt.ffi import ops as F
@@ -25,18 +24,21 @@ from mosaic_rt.ffi import ops as F
 _H = jnp.zeros((2,), jnp.uint32)
 _VMEM = _native.MEMORY_SPACES["vmem"]
 _ANY = max(_native.MEMORY_SPACES.values())  # any code the wrappers pass on
-_BLOCK = F.GridBlock(output=False, space=_VMEM, hbm_id=0, kernel_id=1, sizes=(8,),
-                     squeezed=(False,), factors=(8,), name="x")
-_GRID = dict(grid=(2,), order=[()], iters_per_core=2, num_iterations=2,
-             blocks=[_BLOCK], revisit=[-1])
+_BLOCK = F.GridBlock(
+    output=False, space=_VMEM, hbm_id=0, kernel_id=1, sizes=(8,), squeezed=(False,), factors=(8,), name="x"
+)
+_GRID = dict(grid=(2,), order=[()], iters_per_core=2, num_iterations=2, blocks=[_BLOCK], revisit=[-1])
 
 
 def _calls(fn, *args):
     """The `ffi_call`s ``fn(token, *args)`` traces: (target, operand count,
     attribute names)."""
     jaxpr = jax.make_jaxpr(fn)(jnp.int32(0), *args)
-    return [(e.params["target_name"], len(e.invars), {k for k, _ in e.params["attributes"]})
-            for e in jaxpr.jaxpr.eqns if e.primitive.name == "ffi_call"]
+    return [
+        (e.params["target_name"], len(e.invars), {k for k, _ in e.params["attributes"]})
+        for e in jaxpr.jaxpr.eqns
+        if e.primitive.name == "ffi_call"
+    ]
 
 
 def _uses(t, s):
@@ -46,20 +48,51 @@ def _uses(t, s):
     dyn = r(sizes=(1, 1), strides=(1, 1), squeezed=(True, True), starts=(s, s))
     mixed = r.slices((0, 2), (s, 4))
     F.kernel_begin(t, 0, uid=1, num_devices=1)
-    F.kernel_begin(t, 0, uid=1, num_devices=1, device_ordinals=[0], on_race="warn",
-                   detect_deadlocks=False, deadlock_idle_ms=5, detect_uninitialized=True,
-                   trace_path="/tmp/t", report_as_warnings=False, site=3)
+    F.kernel_begin(
+        t,
+        0,
+        uid=1,
+        num_devices=1,
+        device_ordinals=[0],
+        on_race="warn",
+        detect_deadlocks=False,
+        deadlock_idle_ms=5,
+        detect_uninitialized=True,
+        trace_path="/tmp/t",
+        report_as_warnings=False,
+        site=3,
+    )
     F.launch_begin(t, 0, uid=1, num_devices=1)
-    F.launch_begin(t, 0, uid=1, num_devices=1, barrier=True, site=2, allocations=[
-        F.LaunchBuffer(_ANY, jnp.float32, (8,), init=jnp.zeros(8)),
-        F.LaunchBuffer(_VMEM, jnp.float32, (8,), logical_shape=(8,)),
-        F.LaunchSemaphores((2,))], grid=dict(_GRID, grid=(s,)))
-    F.launch_begin(t, 0, uid=1, num_devices=1, grid=_GRID, device_ordinals=[0], on_race="warn",
-                   detect_deadlocks=False, deadlock_idle_ms=5, detect_uninitialized=True,
-                   trace_path="/tmp/t", report_as_warnings=False)
+    F.launch_begin(
+        t,
+        0,
+        uid=1,
+        num_devices=1,
+        barrier=True,
+        site=2,
+        allocations=[
+            F.LaunchBuffer(_ANY, jnp.float32, (8,), init=jnp.zeros(8)),
+            F.LaunchBuffer(_VMEM, jnp.float32, (8,), logical_shape=(8,)),
+            F.LaunchSemaphores((2,)),
+        ],
+        grid=dict(_GRID, grid=(s,)),
+    )
+    F.launch_begin(
+        t,
+        0,
+        uid=1,
+        num_devices=1,
+        grid=_GRID,
+        device_ordinals=[0],
+        on_race="warn",
+        detect_deadlocks=False,
+        deadlock_idle_ms=5,
+        detect_uninitialized=True,
+        trace_path="/tmp/t",
+        report_as_warnings=False,
+    )
     F.kernel_end(t, _H, 0)
-    F.kernel_end(t, _H, 0, keep_alive=[jnp.zeros(4)], outputs=[jnp.zeros(4)],
-                 leak_policy="warn", site=1)
+    F.kernel_end(t, _H, 0, keep_alive=[jnp.zeros(4)], outputs=[jnp.zeros(4)], leak_policy="warn", site=1)
     F.leak_report(t, _H, 0, site=1)
     F.pending_reports(t)
     F.core_end(t, _H, 0, 0, site=1)
@@ -67,13 +100,23 @@ def _uses(t, s):
     F.sync_device_cores(t, _H, 0, site=1)
     F.launch_info(t)
     F.allocate_buffer(t, _H, 0, 0, space=_VMEM, dtype=jnp.float32, shape=(8,))
-    F.allocate_buffer(t, _H, 0, None, space=_VMEM, dtype=jnp.float32, shape=(8,),
-                      logical_shape=(8,), init=jnp.zeros(8), borrow=True, site=1)
+    F.allocate_buffer(
+        t,
+        _H,
+        0,
+        None,
+        space=_VMEM,
+        dtype=jnp.float32,
+        shape=(8,),
+        logical_shape=(8,),
+        init=jnp.zeros(8),
+        borrow=True,
+        site=1,
+    )
     F.allocate_buffer(t, _H, 0, None, space=_ANY, dtype=jnp.float32, shape=(8,), direct=True)
     F.free_buffer(t, _H, 0, 0, 1, space=_VMEM, site=1)
     F.load(t, _H, 0, 0, 1, None, space=_VMEM, shape=(8,), dtype=jnp.float32)
-    F.load(t, _H, 0, 0, 1, dyn, space=_VMEM, shape=(), dtype=jnp.float32,
-           mask=jnp.ones((), bool), site=1)
+    F.load(t, _H, 0, 0, 1, dyn, space=_VMEM, shape=(), dtype=jnp.float32, mask=jnp.ones((), bool), site=1)
     F.load(t, _H, 0, 0, 1, mixed, space=_VMEM, shape=(2, 4), dtype=jnp.float32)
     F.store(t, _H, 0, 0, 1, mixed, jnp.zeros((2, 4)), space=_VMEM, site=1)
     F.store(t, _H, 0, 0, 1, dyn, jnp.zeros(()), space=_VMEM)
@@ -83,21 +126,65 @@ def _uses(t, s):
     F.allocate_semaphores(t, _H, 0, None, kind="dma", count=2, site=1)
     F.barrier_semaphore(t, _H, 0, collective_id=0, site=1)
     F.semaphore_signal(t, _H, 0, 0, 1, 1)
-    F.semaphore_signal(t, _H, 0, 0, 1, s, target_device=s, target_core=0, wrap_negative=True,
-                       site=1)
+    F.semaphore_signal(t, _H, 0, 0, 1, s, target_device=s, target_core=0, wrap_negative=True, site=1)
     F.semaphore_wait(t, _H, 0, 0, 1, 1)
     F.semaphore_wait(t, _H, 0, 0, 1, s, decrement=False, site=1)
     F.semaphore_read(t, _H, 0, 0, 1, site=1)
     F.dma_start(t, _H, 0, 0, 1, None, 2, None, 3, src_space=_VMEM, dst_space=_VMEM)
-    F.dma_start(t, _H, 0, 0, 1, dyn, 2, mixed, 3, src_space=_VMEM, dst_space=_ANY, src_sem=4,
-                dst_device=s, dst_core=0, then_wait=[(3, 16, 1), (4, 16, 2)], site=1)
+    F.dma_start(
+        t,
+        _H,
+        0,
+        0,
+        1,
+        dyn,
+        2,
+        mixed,
+        3,
+        src_space=_VMEM,
+        dst_space=_ANY,
+        src_sem=4,
+        dst_device=s,
+        dst_core=0,
+        then_wait=[(3, 16, 1), (4, 16, 2)],
+        site=1,
+    )
     F.dma_start(t, _H, 0, 0, 1, mixed, 2, dyn, 3, src_space=_VMEM, dst_space=_VMEM)
     F.dma_wait(t, _H, 0, 0, 3, nbytes=16)
     F.dma_wait(t, _H, 0, 0, 3, nbytes=16, then_wait=[(4, 16, 2)], site=1)
-    F.copy_block(t, _H, 0, 0, 1, mixed, 2, None, src_space=_ANY, dst_space=_VMEM,
-                 direction="input", name="x", block_indices=(0, s), grid_point=(0, 1), site=1)
-    F.copy_block(t, _H, 0, 0, 1, None, 2, mixed, src_space=_VMEM, dst_space=_ANY,
-                 direction="output", name="x", block_indices=(0,), grid_point=(0,))
+    F.copy_block(
+        t,
+        _H,
+        0,
+        0,
+        1,
+        mixed,
+        2,
+        None,
+        src_space=_ANY,
+        dst_space=_VMEM,
+        direction="input",
+        name="x",
+        block_indices=(0, s),
+        grid_point=(0, 1),
+        site=1,
+    )
+    F.copy_block(
+        t,
+        _H,
+        0,
+        0,
+        1,
+        None,
+        2,
+        mixed,
+        src_space=_VMEM,
+        dst_space=_ANY,
+        direction="output",
+        name="x",
+        block_indices=(0,),
+        grid_point=(0,),
+    )
     F.check_revisit(t, _H, 0, 0, (0, s), [mixed, None], site=1)
     F.grid_begin(t, _H, 0, 0, **_GRID)
     F.grid_begin(t, _H, 0, 0, **dict(_GRID, grid=(s,)), site=1)
@@ -159,8 +246,11 @@ def test_every_optional_name_is_exercised():
     seen = {}
     for t, _, a in calls:
         seen.setdefault(t, set()).update(a)
-    unused = {t: sorted(u) for t, (_, _, _, _, opt) in _native.OP_LAYOUTS.items()
-              if (u := {a for a in opt if a not in seen[t] and (t, a) not in _NEVER_EMITTED})}
+    unused = {
+        t: sorted(u)
+        for t, (_, _, _, _, opt) in _native.OP_LAYOUTS.items()
+        if (u := {a for a in opt if a not in seen[t] and (t, a) not in _NEVER_EMITTED})
+    }
     assert not unused, unused
 
 
@@ -178,10 +268,17 @@ def test_the_layout_helpers_name_the_op():
 
 
 def test_layout_orders_named_operands():
-    assert emit._args("load", token="t", handle="h", device="d", core="c", buffer_id="b",
-                      starts="s") == ["t", "h", "d", "c", "b", "s"]
-    assert emit._args("load", ("x",), starts="s", buffer_id="b", core="c", device="d",
-                      handle="h", token="t", mask="m") == ["t", "h", "d", "c", "b", "s", "m", "x"]
+    assert emit._args("load", token="t", handle="h", device="d", core="c", buffer_id="b", starts="s") == [
+        "t",
+        "h",
+        "d",
+        "c",
+        "b",
+        "s",
+    ]
+    assert emit._args(
+        "load", ("x",), starts="s", buffer_id="b", core="c", device="d", handle="h", token="t", mask="m"
+    ) == ["t", "h", "d", "c", "b", "s", "m", "x"]
 
 
 def test_region_keys_and_sentinel_come_from_the_native_side():

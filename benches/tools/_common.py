@@ -23,6 +23,7 @@ def use_cpu_devices(n: int = 8) -> None:
 def bench_case(name: str):
     """The bench case called `name` (`python -m mosaic_rt bench --list`)."""
     from mosaic_rt.bench import suite
+
     cases = {c.name: c for c in [*suite.suite(False), *suite.suite(True)]}
     if name not in cases:
         raise SystemExit(f"no bench case {name!r}; cases: {', '.join(sorted(cases))}")
@@ -39,8 +40,11 @@ def program_counts(hlo_text: str) -> dict:
     fusions (each becomes LLVM-compiled machine code), our custom calls by
     target, and while loops."""
     targets = collections.Counter(_TARGET.findall(hlo_text))
-    return {"fusions": len(_FUSION.findall(hlo_text)), "custom_calls": dict(targets),
-            "whiles": len(_WHILE.findall(hlo_text))}
+    return {
+        "fusions": len(_FUSION.findall(hlo_text)),
+        "custom_calls": dict(targets),
+        "whiles": len(_WHILE.findall(hlo_text)),
+    }
 
 
 def fusions(hlo_text: str) -> list[tuple[str, str, str]]:
@@ -62,8 +66,11 @@ def fusions(hlo_text: str) -> list[tuple[str, str, str]]:
             if not call:
                 continue
             body = bodies.get(call.group(1), [])
-            ops = [m.group(1) for m in (re.search(r"= \S+ ([a-z\-]+)\(", b) for b in body)
-                   if m and m.group(1) not in ("parameter", "constant", "bitcast")]
+            ops = [
+                m.group(1)
+                for m in (re.search(r"= \S+ ([a-z\-]+)\(", b) for b in body)
+                if m and m.group(1) not in ("parameter", "constant", "bitcast")
+            ]
             names = re.findall(r'op_name="([^"]+)"', "\n".join([line, *body]))
             short = sorted({n.split("/")[-1] for n in names})
             out.append((call.group(1), ",".join(ops[:8]), " ".join(short[:4])))

@@ -26,6 +26,7 @@ def steps(n: int):
         for i in range(n):
             x = jax.lax.optimization_barrier(x * (1.0 + i) + 0.5)
         return x
+
     return body
 
 
@@ -38,8 +39,10 @@ def main(argv=None) -> None:
     use_cpu_devices(8)
     import jax
     import jax.numpy as jnp
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
     from mosaic_rt.bench import collectives
+
     jax.config.update("jax_enable_compilation_cache", False)
     mesh = collectives._mesh(8)
     print(f"jax {jax.__version__}; median compile of {opts.reps} fresh shapes, ms")
@@ -65,8 +68,9 @@ def main(argv=None) -> None:
         more = [n for n in counts if n > 1]
         if 1 in medians and more:
             top = max(more)
-            print(f"{where:9s} each fusion beyond the first: "
-                  f"{(medians[top] - medians[1]) / (top - 1):.1f} ms", flush=True)
+            print(
+                f"{where:9s} each fusion beyond the first: {(medians[top] - medians[1]) / (top - 1):.1f} ms", flush=True
+            )
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from steady_loop import ROWS, copy_program
 def cases(devices: list[int]) -> dict:
     """(kind, devices) -> {"ours": (fn, args), "xla": (fn, args)}."""
     from mosaic_rt.bench import collectives, measure
+
     _, ours = measure.interpret_params(False)
     out = {}
     for n in devices:
@@ -37,8 +38,10 @@ def cases(devices: list[int]) -> dict:
         fn, args = collectives.all_gather(n, ROWS)
         out[("all-gather", n)] = {"ours": (fn(ours), args), "xla": (collectives.native_all_gather(n), args)}
         fn, args = collectives.reduce_scatter(n, ROWS)
-        out[("reduce-scatter", n)] = {"ours": (fn(ours), args),
-                                      "xla": (collectives.native_reduce_scatter(n, ROWS), args)}
+        out[("reduce-scatter", n)] = {
+            "ours": (fn(ours), args),
+            "xla": (collectives.native_reduce_scatter(n, ROWS), args),
+        }
     return out
 
 
@@ -50,6 +53,7 @@ def main(argv=None) -> None:
     devices = [int(d) for d in opts.devices.split(",")]
     use_cpu_devices(max(devices))
     import jax
+
     table = cases(devices)
     runs = [(key, side, fa) for key, sides in table.items() for side, fa in sides.items()]
     for _, _, (f, args) in runs:

@@ -42,8 +42,7 @@ def _canonical(text: str) -> str:
             ids.setdefault(n, f"#{len(ids)}")
     if not ids:
         return text
-    return re.sub(r"\b(" + "|".join(sorted(ids, key=len, reverse=True)) + r")\b",
-                  lambda m: ids[m.group(1)], text)
+    return re.sub(r"\b(" + "|".join(sorted(ids, key=len, reverse=True)) + r")\b", lambda m: ids[m.group(1)], text)
 
 
 def _fingerprint(lower) -> str:
@@ -56,41 +55,48 @@ def _fingerprint(lower) -> str:
 
 def _zoo():
     import jax
-
     from mosaic_rt.bench import zoo
+
     for k in zoo.kernels(0):
+
         def lower(k=k):
             program, args, _ = k.build()
             return program(k.params()[1]).lower(*args).as_text()
+
         if k.devices <= len(jax.devices()):
             yield f"zoo/{k.name}", lower
 
 
 def _production():
     import jax
-
     import mosaic_rt
     from mosaic_rt.bench import production
+
     for name, (build, _devices, _tol) in production.KERNELS.items():
+
         def lower(build=build):
             op, _ref, args = build()
             with mosaic_rt.force_interpret_mode(mosaic_rt.InterpretParams()):
                 fn = op()
                 return (fn if hasattr(fn, "lower") else jax.jit(fn)).lower(*args).as_text()
+
         yield f"production/{name}", lower
 
 
 def _test_corpora():
     import jax
-
     import mosaic_rt
+
     sys.path.insert(0, str(ROOT / "tests"))
     from kernels import multi_device, single_device
+
     for module in (single_device, multi_device):
         for case in module.CASES:
+
             def lower(case=case):
                 params = mosaic_rt.InterpretParams()
                 return jax.jit(lambda *a: case.fn(params, *a)).lower(*case.args).as_text()
+
             yield f"{module.__name__.rsplit('.', 1)[1]}/{case.name}", lower
 
 
@@ -118,11 +124,11 @@ def main() -> int:
     if a.check:
         saved = dict(ln.split("\t", 1) for ln in a.check.read_text().splitlines() if ln)
         now = dict(ln.split("\t", 1) for ln in lines)
-        changed = sorted(n for n in saved.keys() | now.keys()
-                         if (not a.only or a.only in n) and saved.get(n) != now.get(n))
+        changed = sorted(
+            n for n in saved.keys() | now.keys() if (not a.only or a.only in n) and saved.get(n) != now.get(n)
+        )
         for n in changed:
-            print(f"changed: {n}: {saved.get(n, 'absent')} -> {now.get(n, 'absent')}",
-                  file=sys.stderr)
+            print(f"changed: {n}: {saved.get(n, 'absent')} -> {now.get(n, 'absent')}", file=sys.stderr)
         print(f"{len(now)} programs, {len(changed)} changed", file=sys.stderr)
         return 1 if changed else 0
     return 0

@@ -33,6 +33,7 @@ def main(argv=None) -> None:
     opts = parser.parse_args(argv)
     use_cpu_devices(8)
     from mosaic_rt.bench import cold, measure
+
     cold.disable_persistent_cache()
     measure.warm_up()
     _, ours = measure.interpret_params(False)
@@ -49,8 +50,9 @@ def main(argv=None) -> None:
         fn.trace(*args).lower()
         profile.disable()
         walls.append(time.perf_counter() - start)
-    print(f"{opts.family}: trace + lower median {median_ms(walls):.1f} ms over {opts.reps} "
-          f"variants (under the profiler)")
+    print(
+        f"{opts.family}: trace + lower median {median_ms(walls):.1f} ms over {opts.reps} variants (under the profiler)"
+    )
     out = io.StringIO()
     stats = pstats.Stats(profile, stream=out).sort_stats(opts.sort)
     if opts.all:

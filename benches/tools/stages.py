@@ -28,6 +28,7 @@ from _common import fusions, median_ms, program_counts, use_cpu_devices
 def measure(program, args) -> tuple[dict, str]:
     """Stage times (s) of one never-seen program, and its optimized HLO."""
     import jax
+
     t0 = time.perf_counter()
     traced = program.trace(*args)
     t1 = time.perf_counter()
@@ -37,8 +38,13 @@ def measure(program, args) -> tuple[dict, str]:
     t3 = time.perf_counter()
     jax.block_until_ready(compiled(*args))
     t4 = time.perf_counter()
-    return {"total": t4 - t0, "trace": t1 - t0, "lower": t2 - t1, "compile": t3 - t2,
-            "run": t4 - t3}, compiled.as_text()
+    return {
+        "total": t4 - t0,
+        "trace": t1 - t0,
+        "lower": t2 - t1,
+        "compile": t3 - t2,
+        "run": t4 - t3,
+    }, compiled.as_text()
 
 
 def main(argv=None) -> None:
@@ -50,7 +56,9 @@ def main(argv=None) -> None:
     opts = parser.parse_args(argv)
     use_cpu_devices(8)
     import jax
-    from mosaic_rt.bench import cold, measure as bench_measure
+    from mosaic_rt.bench import cold
+    from mosaic_rt.bench import measure as bench_measure
+
     cold.disable_persistent_cache()
     bench_measure.warm_up()
     stock, ours = bench_measure.interpret_params(False)
@@ -71,10 +79,13 @@ def main(argv=None) -> None:
             med = {k: median_ms([t[k] for t in times]) for k in times[0]}
             counts = program_counts(hlo)
             calls = ", ".join(f"{k} {v}" for k, v in sorted(counts["custom_calls"].items()))
-            print(f"{family:15s} {side:5s} total {med['total']:6.1f} = trace {med['trace']:5.1f}"
-                  f" + lower {med['lower']:5.1f} + compile {med['compile']:6.1f} + run {med['run']:5.1f}"
-                  f" | fusions {counts['fusions']}, whiles {counts['whiles']},"
-                  f" custom calls {sum(counts['custom_calls'].values())} ({calls or 'none'})", flush=True)
+            print(
+                f"{family:15s} {side:5s} total {med['total']:6.1f} = trace {med['trace']:5.1f}"
+                f" + lower {med['lower']:5.1f} + compile {med['compile']:6.1f} + run {med['run']:5.1f}"
+                f" | fusions {counts['fusions']}, whiles {counts['whiles']},"
+                f" custom calls {sum(counts['custom_calls'].values())} ({calls or 'none'})",
+                flush=True,
+            )
             if opts.fusions:
                 for name, ops, origin in fusions(hlo):
                     print(f"    fusion {name}: {ops} <- {origin}")

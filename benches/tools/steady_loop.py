@@ -53,10 +53,15 @@ def copy_program(devices: int, params):
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import tpu as pltpu
     from mosaic_rt.bench import collectives
+
     mesh = collectives._mesh(devices)
     x = collectives._sharded(collectives._block_input(devices, ROWS), mesh)
-    call = pl.pallas_call(copy_kernel, out_shape=jax.ShapeDtypeStruct((ROWS, 128), jnp.float32),
-                          compiler_params=pltpu.CompilerParams(collective_id=0), interpret=params)
+    call = pl.pallas_call(
+        copy_kernel,
+        out_shape=jax.ShapeDtypeStruct((ROWS, 128), jnp.float32),
+        compiler_params=pltpu.CompilerParams(collective_id=0),
+        interpret=params,
+    )
     return collectives._shard_map(call, mesh), (x,)
 
 
@@ -76,6 +81,7 @@ def main(argv=None) -> None:
     use_cpu_devices(8)
     import jax
     from mosaic_rt.bench import measure
+
     _, ours = measure.interpret_params(False)
     if opts.case == "copy 1dev":
         if opts.native:
@@ -96,8 +102,12 @@ def main(argv=None) -> None:
     elapsed = time.perf_counter() - start
     _perf("disable")
     side = "native" if opts.native else "ours"
-    print(f"{opts.case} ({side}): {opts.calls} calls after {WARM_UP} warm-up, "
-          f"{elapsed / opts.calls * 1e6:.1f} us per call", file=sys.stdout, flush=True)
+    print(
+        f"{opts.case} ({side}): {opts.calls} calls after {WARM_UP} warm-up, "
+        f"{elapsed / opts.calls * 1e6:.1f} us per call",
+        file=sys.stdout,
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

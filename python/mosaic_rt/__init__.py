@@ -2,7 +2,7 @@
 
 # First: fails with one clear ImportError on an unsupported jax.
 from mosaic_rt import jax_internals as _jax_internals  # noqa: F401
-
+from mosaic_rt import races, timeline, tpu
 from mosaic_rt.errors import (
     DeadlockError,
     KernelAborted,
@@ -17,21 +17,19 @@ from mosaic_rt.errors import (
     UninitializedReadError,
     WaitTimeout,
 )
-from mosaic_rt.runtime import BufferInfo, Leak, Runtime
 from mosaic_rt.ffi import native_errors
 from mosaic_rt.ffi.reports import deliver as deliver_reports
-from mosaic_rt.interpret.params import InterpretParams
-from mosaic_rt.interpret.launch.mode import force_interpret_mode, set_interpret_mode
 from mosaic_rt.interpret.launch import seam as _seam
-from mosaic_rt import tpu
-from mosaic_rt import races
-from mosaic_rt import timeline
+from mosaic_rt.interpret.launch.mode import force_interpret_mode, set_interpret_mode
+from mosaic_rt.interpret.params import InterpretParams
+from mosaic_rt.runtime import BufferInfo, Leak, Runtime
 
 # Route pallas_call(interpret=mosaic_rt.InterpretParams()) to our interpreter
 # (stock InterpretParams keep the stock path).
 _seam.install()
 # MOSAIC_RT_TPU_TARGET: pltpu.get_tpu_info() on CPU answers for its chip.
 from mosaic_rt.tpu_check import targets as _tpu_targets  # noqa: E402
+
 _tpu_targets.answer_tpu_info_from_environment()
 
 from mosaic_rt._version import __version__  # noqa: E402

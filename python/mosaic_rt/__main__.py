@@ -16,31 +16,34 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--elems", type=int, default=16384, help="float32 elements per block")
     bench = sub.add_parser("bench", help="time real kernels: stock interpret mode vs mosaic_rt")
     from mosaic_rt.bench.cli import add_arguments as add_bench_arguments
+
     add_bench_arguments(bench)
     trace = sub.add_parser("trace", help="summarise, check or draw a kernel's timeline file")
     trace.add_argument("path", help="Chrome trace-event JSON written by a kernel (trace_path=...)")
-    trace.add_argument("--png", metavar="PNG",
-                       help="draw the timeline into this PNG (needs matplotlib: "
-                            "pip install 'mosaic_rt[plot]')")
-    trace.add_argument("--check", action="store_true",
-                       help="validate the file's structure; exit 1 on a problem")
+    trace.add_argument(
+        "--png", metavar="PNG", help="draw the timeline into this PNG (needs matplotlib: pip install 'mosaic_rt[plot]')"
+    )
+    trace.add_argument("--check", action="store_true", help="validate the file's structure; exit 1 on a problem")
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     if args.command == "trace":
         return _trace(args)
     if args.command == "bench":
         from mosaic_rt.bench.cli import run as bench_run
-        return bench_run(args, argv[argv.index("bench") + 1:])
+
+        return bench_run(args, argv[argv.index("bench") + 1 :])
     if args.command == "demo":
         if args.devices < 2 or args.rounds < 1 or args.elems < 1:
             parser.error("need --devices >= 2, --rounds >= 1, --elems >= 1")
         from mosaic_rt.demo import main as demo_main
+
         return demo_main(args.devices, args.rounds, args.elems)
     return 2
 
 
 def _trace(args) -> int:
     from mosaic_rt import timeline
+
     if args.png:
         try:
             import matplotlib  # noqa: F401

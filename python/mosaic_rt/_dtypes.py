@@ -20,12 +20,34 @@ import numpy as np
 
 #: Names in the order of the Rust core's wire codes (``DType::ALL``).
 NAMES: tuple[str, ...] = (
-    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
-    "uint64", "float16", "bfloat16", "float32", "float64",
-    "int4", "uint4", "int2", "uint2", "float4_e2m1fn",
-    "float8_e5m2", "float8_e4m3fn", "float8_e4m3b11fnuz", "float8_e5m2fnuz",
-    "float8_e4m3fnuz", "float8_e4m3", "float8_e3m4", "float8_e8m0fnu",
-    "complex64", "complex128",
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "int4",
+    "uint4",
+    "int2",
+    "uint2",
+    "float4_e2m1fn",
+    "float8_e5m2",
+    "float8_e4m3fn",
+    "float8_e4m3b11fnuz",
+    "float8_e5m2fnuz",
+    "float8_e4m3fnuz",
+    "float8_e4m3",
+    "float8_e3m4",
+    "float8_e8m0fnu",
+    "complex64",
+    "complex128",
 )
 
 
@@ -38,8 +60,7 @@ def _numpy(name: str) -> np.dtype:
 DTYPES: dict[str, np.dtype] = {name: _numpy(name) for name in NAMES}
 
 #: Bits per element of the sub-byte types (XLA packs these).
-SUB_BYTE_BITS: dict[str, int] = {
-    "int4": 4, "uint4": 4, "float4_e2m1fn": 4, "int2": 2, "uint2": 2}
+SUB_BYTE_BITS: dict[str, int] = {"int4": 4, "uint4": 4, "float4_e2m1fn": 4, "int2": 2, "uint2": 2}
 
 
 def numpy_dtype(name: str) -> np.dtype:
@@ -58,8 +79,7 @@ def dtype_name(dtype: Any, what: str = "dtype") -> str:
     except TypeError:
         raise TypeError(f"{what} must be a numpy/jax dtype, got {dtype!r}") from None
     if DTYPES.get(dt.name) != dt:
-        raise ValueError(
-            f"unsupported {what} {dt.name}: expected one of {', '.join(NAMES)}")
+        raise ValueError(f"unsupported {what} {dt.name}: expected one of {', '.join(NAMES)}")
     return dt.name
 
 

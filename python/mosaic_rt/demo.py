@@ -21,11 +21,9 @@ from mosaic_rt.runtime import Runtime
 def ring_exchange(num_devices: int, rounds: int, elems: int, mode: str) -> dict:
     """Runs the ring; returns timings. Raises if any device saw wrong data."""
     rt = Runtime(num_devices, 1, dma_execution_mode=mode, wait_timeout=60)
-    block = [rt.allocate_buffer(d, 0, "vmem", shape=(elems,), dtype=np.float32)
-             for d in range(num_devices)]
-    inbox = [rt.allocate_buffer(d, 0, "vmem", shape=(elems,), dtype=np.float32)
-             for d in range(num_devices)]
-    send = rt.allocate_semaphores(0, kind="dma", count=2)   # same ids on every device
+    block = [rt.allocate_buffer(d, 0, "vmem", shape=(elems,), dtype=np.float32) for d in range(num_devices)]
+    inbox = [rt.allocate_buffer(d, 0, "vmem", shape=(elems,), dtype=np.float32) for d in range(num_devices)]
+    send = rt.allocate_semaphores(0, kind="dma", count=2)  # same ids on every device
     for d in range(1, num_devices):
         rt.allocate_semaphores(d, kind="dma", count=2)
     free = rt.allocate_semaphores(0)
@@ -43,8 +41,7 @@ def ring_exchange(num_devices: int, rounds: int, elems: int, mode: str) -> dict:
                 rt.store(d, 0, "vmem", block[d], np.float32(d * 1000 + r))
                 rt.signal(d, 0, free, 1, target_device=left)
                 rt.wait(d, 0, free, 1)
-                rt.dma_start(d, 0, ("vmem", block[d]), ("vmem", inbox[right]), recv,
-                             src_sem=send, dst_device=right)
+                rt.dma_start(d, 0, ("vmem", block[d]), ("vmem", inbox[right]), recv, src_sem=send, dst_device=right)
                 rt.dma_wait(d, 0, send, nbytes)
                 rt.dma_wait(d, 0, recv, nbytes)
                 got = rt.load(d, 0, "vmem", inbox[d], [(0, 1)])[0]
@@ -77,12 +74,13 @@ def ring_exchange(num_devices: int, rounds: int, elems: int, mode: str) -> dict:
 
 
 def main(num_devices: int = 8, rounds: int = 200, elems: int = 16384) -> int:
-    print(f"mosaic_rt demo: {num_devices} devices (one Python thread each) in a ring, "
-          f"{rounds} rounds, {elems * 4 // 1024} KiB remote DMA per device per round")
+    print(
+        f"mosaic_rt demo: {num_devices} devices (one Python thread each) in a ring, "
+        f"{rounds} rounds, {elems * 4 // 1024} KiB remote DMA per device per round"
+    )
     print(f"{'dma mode':>9} {'per round':>12} {'DMA throughput':>16} {'total':>9}")
     for mode in ("eager", "on_wait"):
         r = ring_exchange(num_devices, rounds, elems, mode)
-        print(f"{r['mode']:>9} {r['round_us']:>9.1f} us {r['gbps']:>11.2f} GB/s "
-              f"{r['elapsed_s']:>7.2f} s")
+        print(f"{r['mode']:>9} {r['round_us']:>9.1f} us {r['gbps']:>11.2f} GB/s {r['elapsed_s']:>7.2f} s")
     print("all transfers checked: OK")
     return 0

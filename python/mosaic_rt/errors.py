@@ -12,8 +12,7 @@ from __future__ import annotations
 class MosaicRuntimeError(RuntimeError):
     """Base class of mosaic_rt's own runtime failures."""
 
-    def __init__(self, message: str = "", *, device: int | None = None,
-                 core: int | None = None):
+    def __init__(self, message: str = "", *, device: int | None = None, core: int | None = None):
         super().__init__(message)
         self.device = device
         self.core = core
@@ -26,8 +25,14 @@ class KernelAborted(MosaicRuntimeError):
     cause), already converted to its Python type.
     """
 
-    def __init__(self, message: str = "", *, root: BaseException | None = None,
-                 device: int | None = None, core: int | None = None):
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        root: BaseException | None = None,
+        device: int | None = None,
+        core: int | None = None,
+    ):
         super().__init__(message, device=device, core=core)
         self.root = root
 
@@ -63,12 +68,13 @@ class MisuseWarning(RuntimeWarning):
     """A suspicious use of semaphores or DMAs that a legitimate kernel could
     also make (e.g. a DMA semaphore waited with a size that matches none of
     the DMAs pending on it)."""
+
+
 class UninitializedReadError(ValueError):
     """A read of kernel-local memory (VMEM, SMEM, scratch, semaphore
     memory) that nothing wrote in this launch (``detect_uninitialized=True``).
     The message names the buffer, the never-written index range (e.g.
     ``[0:8, 64:128]``) and the region read; ``device`` / ``core`` say where."""
-
 
 
 class TpuCompileError(ValueError):
@@ -86,9 +92,15 @@ class TpuCompileError(ValueError):
     ``jax.errors.JaxRuntimeError`` from Mosaic / XLA:TPU) when it was raised
     in this call (``None`` when the answer came from the cache)."""
 
-    def __init__(self, message: str = "", *, kernel: str | None = None,
-                 source: str | None = None, generation: str | None = None,
-                 compiler_message: str | None = None):
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        kernel: str | None = None,
+        source: str | None = None,
+        generation: str | None = None,
+        compiler_message: str | None = None,
+    ):
         super().__init__(message)
         self.kernel = kernel
         self.source = source
@@ -101,6 +113,7 @@ class TpuCompileWarning(UserWarning):
     """A :class:`TpuCompileError` reported as a warning
     (``InterpretParams(tpu_check="warn")``), or a kernel the TPU compile
     check cannot check yet."""
+
 
 # Names used by the native layer (``ErrorKind::python_type`` in Rust).
 _BY_NAME: dict[str, type[BaseException]] = {
@@ -124,8 +137,9 @@ def exception_type(name: str) -> type[BaseException]:
     return _BY_NAME.get(name, MosaicRuntimeError)
 
 
-def _from_native(kind: str, message: str, device: int | None, core: int | None,
-                 root: BaseException | None) -> BaseException:
+def _from_native(
+    kind: str, message: str, device: int | None, core: int | None, root: BaseException | None
+) -> BaseException:
     """Builds (does not raise) the exception for a native error.
 
     Called by the native module. Builtin types (ValueError, ...) get

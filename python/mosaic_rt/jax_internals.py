@@ -23,7 +23,8 @@ except ImportError as e:  # e.g. jaxlib 0.10.2 under numpy >= 2.4
     raise ImportError(
         f"mosaic_rt needs jax, which failed to import: {e}. Supported: jax and"
         " jaxlib >= 0.10.2 and < 0.13; jaxlib 0.10.2 needs numpy < 2.4"
-        f" (found numpy {np.__version__}).") from e
+        f" (found numpy {np.__version__})."
+    ) from e
 
 SUPPORTED_RANGE = ((0, 10, 2), (0, 13))  # [lowest, first unsupported)
 
@@ -52,22 +53,19 @@ def _check_supported(version: str) -> None:
             f"mosaic_rt supports jax >= {'.'.join(map(str, low))} and"
             f" < {'.'.join(map(str, high))}; found jax {version}. Install a"
             " supported jax (e.g. `pip install 'jax>=0.10.2,<0.13'`) or a"
-            " mosaic_rt release made for this jax.")
+            " mosaic_rt release made for this jax."
+        )
 
 
 _check_supported(jax.__version__)
 
 # ruff: noqa: E402  (the version check must run before the internal imports)
-from jax._src import callback
+from jax._src import callback, effects, pjit, source_info_util, state, tree_util
 from jax._src import config as jax_config
 from jax._src import core as jax_core
-from jax._src import effects
 from jax._src import ffi as jax_ffi
-from jax._src import pjit
-from jax._src import source_info_util
-from jax._src import state
-from jax._src import tree_util
-from jax._src.random import threefry2x32 as jax_threefry2x32
+from jax._src.hashable_array import HashableArray
+from jax._src.lib.mlir.dialects import hlo
 from jax._src.pallas import core as pallas_core
 from jax._src.pallas import primitives as pallas_primitives
 from jax._src.pallas.mosaic import core as mosaic_core
@@ -77,15 +75,14 @@ from jax._src.pallas.mosaic.interpret import interpret_pallas_call as stock_inte
 from jax._src.pallas.mosaic.interpret import utils as stock_utils
 from jax._src.pallas.mosaic.interpret.params import InterpretParams as StockInterpretParams
 from jax._src.pallas.mosaic.interpret.params import LoggingMode
+from jax._src.random import threefry2x32 as jax_threefry2x32
+from jax._src.sharding_impls import SPMDAxisContext
 from jax._src.state import discharge as state_discharge
 from jax._src.state import indexing
 from jax._src.state import primitives as state_primitives
 from jax._src.state import types as state_types
 from jax._src.state.utils import bitcast as bitcast_array
-from jax._src.hashable_array import HashableArray
 from jax._src.util import split_list
-from jax._src.sharding_impls import SPMDAxisContext
-from jax._src.lib.mlir.dialects import hlo
 from jax.extend import core as jax_extend_core
 from jax.interpreters import mlir
 
@@ -114,8 +111,7 @@ ReshapeTransform = state_types.ReshapeTransform
 TransposeTransform = state_types.TransposeTransform
 # Ref transforms that only annotate (`pltpu.annotate`, jax 0.12): no effect
 # on what an access touches.
-ANNOTATION_TRANSFORMS = tuple(
-    t for t in (getattr(mosaic_core, "AccessAssumptionTransform", None),) if t is not None)
+ANNOTATION_TRANSFORMS = tuple(t for t in (getattr(mosaic_core, "AccessAssumptionTransform", None),) if t is not None)
 
 io_callback = callback.io_callback
 eval_jaxpr = jax_core.eval_jaxpr
@@ -157,6 +153,7 @@ has_memory_space_p = getattr(mosaic_primitives, "has_memory_space_p", None)
 # Host callbacks a kernel may contain (jax.debug.print/callback,
 # io_callback, pure_callback): the interpreter runs them guarded.
 from jax._src import debugging as _debugging
+
 io_callback_p = callback.io_callback_p
 pure_callback_p = callback.pure_callback_p
 debug_callback_p = _debugging.debug_callback_p
@@ -173,10 +170,13 @@ conv_p = getattr(mosaic_primitives, "conv_p", None)
 # lowering and no stock interpret rule. The interpreter raises
 # NotImplementedError naming them instead of letting XLA fail to lower.
 TPU_ONLY_PRIMITIVES = tuple(
-    p for p in (getattr(mosaic_primitives, name, None) for name in (
-        "matmul_push_rhs_p", "matmul_acc_lhs_p", "matmul_pop_p",
-        "matmul_lhs_fifo_p", "matmul_pop_fifo_p"))
-    if p is not None)
+    p
+    for p in (
+        getattr(mosaic_primitives, name, None)
+        for name in ("matmul_push_rhs_p", "matmul_acc_lhs_p", "matmul_pop_p", "matmul_lhs_fifo_p", "matmul_pop_fifo_p")
+    )
+    if p is not None
+)
 
 # --------------------------------------------------- stock interpret mode
 
@@ -209,9 +209,9 @@ def memory_space_name(memory_space) -> str:
     if name == "default":
         return "vmem"
     if not isinstance(name, str):
-        raise NotImplementedError(
-            f"memory space {memory_space!r} is not supported by TPU interpret mode")
+        raise NotImplementedError(f"memory space {memory_space!r} is not supported by TPU interpret mode")
     return name
+
 
 # The pallas_call seam (see mosaic_rt.interpret.launch.seam): pallas_call's
 # lowering looks this module attribute up at lowering time.
@@ -229,12 +229,14 @@ def pallas_call_lowering():
     """``(rule, inline)``: pallas_call's registered common lowering."""
     from jax._src.interpreters import mlir as _mlir
     from jax._src.pallas import pallas_call as _pallas_call
+
     entry = _mlir._lowerings[_pallas_call.pallas_call_p]
     return entry.rule, entry.inline
 
 
 def set_pallas_call_lowering(rule, inline: bool) -> None:
     from jax._src.pallas import pallas_call as _pallas_call
+
     mlir.register_lowering(_pallas_call.pallas_call_p, rule, inline=inline)
 
 
@@ -246,6 +248,7 @@ STOCK_HAS_ON_RACE = "on_race" in getattr(StockInterpretParams, "__dataclass_fiel
 
 
 # ---------------------------------------------------- version differences
+
 
 def switch_on_clamped_index(index, branches, operands):
     """``lax.switch`` for an int32 ``index`` already clamped to the branches:
@@ -326,9 +329,11 @@ lower_fun = mlir.lower_fun
 ShapedArray = jax_core.ShapedArray
 # The device's partition id (uint32), as jax's own axis_index lowering reads it.
 partition_id_p = make_primitive(
-    "mosaic_rt_partition_id", multiple_results=False,
+    "mosaic_rt_partition_id",
+    multiple_results=False,
     abstract_eval=lambda: ShapedArray((), np.dtype(np.uint32)),
-    lowering=lambda ctx: [hlo.partition_id()])
+    lowering=lambda ctx: [hlo.partition_id()],
+)
 
 
 # `jax.ffi.ffi_call`'s primitive, bound directly by `mosaic_rt.ffi.ops` with
@@ -366,12 +371,14 @@ def emit_pipeline_to_jaxpr():
 
 def backends_are_initialized() -> bool:
     from jax._src import xla_bridge
+
     return xla_bridge.backends_are_initialized()
 
 
 def output_runtime_tokens():
     """The runtime tokens jax keeps for ordered effects (to block on them)."""
     from jax._src import dispatch
+
     return dispatch.runtime_tokens.output_runtime_tokens
 
 
@@ -401,8 +408,7 @@ def user_source_frames():
     traceback = source_info_util.current().traceback
     if traceback is None:
         return []
-    return [frame for frame in source_info_util.user_frames(traceback)
-            if frame.file_name != __file__]
+    return [frame for frame in source_info_util.user_frames(traceback) if frame.file_name != __file__]
 
 
 def stock_deprecation(module, name: str) -> str | None:
@@ -414,6 +420,7 @@ def stock_deprecation(module, name: str) -> str | None:
 
 # ------------------------------------ private synchronous CPU client (cores)
 
+
 def make_private_cpu_client(num_devices: int):
     """A CPU client of our own that runs executions on the calling thread.
 
@@ -424,6 +431,7 @@ def make_private_cpu_client(num_devices: int):
     so programs compiled here call the same native runtime.
     """
     from jax._src.lib import xla_client
+
     return xla_client.make_cpu_client(asynchronous=False, num_devices=num_devices)
 
 
@@ -433,20 +441,19 @@ def compile_on_client(client, lowered, device):
     Returns (executable, indices of the arguments it takes): jit drops
     arguments the program does not use."""
     from jax._src.lib import xla_client
+
     module = lowered.compiler_ir("stablehlo")
     options = xla_client.CompileOptions()
     build = options.executable_build_options
     build.num_replicas = 1
     build.num_partitions = 1
-    build.device_assignment = xla_client.DeviceAssignment.create(
-        np.array([[device.id]]))
+    build.device_assignment = xla_client.DeviceAssignment.create(np.array([[device.id]]))
     # Host callbacks in the program (e.g. a grid_point_recorder) must be
     # handed to the executable, which keeps them alive and wires them up.
     compile_args = lowered._lowering.compile_args
     host_callbacks = list(compile_args.get("host_callbacks", ()))
     kept = compile_args.get("kept_var_idx")
-    loaded = client.compile_and_load(module, xla_client.DeviceList((device,)), options,
-                                     host_callbacks)
+    loaded = client.compile_and_load(module, xla_client.DeviceList((device,)), options, host_callbacks)
     return loaded, (None if kept is None else tuple(sorted(kept)))
 
 
@@ -464,8 +471,10 @@ def execute_on_client(program, args) -> list:
 # The TPU compile check binds pallas_call's own primitive again with
 # ``interpret=False`` and lowers it for a TPU device of a libtpu topology.
 
+
 def _pallas_call_p():
     from jax._src.pallas import pallas_call as _pallas_call
+
     return _pallas_call.pallas_call_p
 
 
@@ -484,20 +493,21 @@ def x64_enabled() -> bool:
 def shard_map(f, *, mesh, in_specs, out_specs):
     """`jax.shard_map` without the varying-axes check (the kernel's outputs
     are per device whatever its specs say)."""
-    return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                         check_vma=False)
+    return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
 
 
 def pallas_tpu_info():
     """Pallas' TPU info module (`get_tpu_info`, `registry`; a re-export of
     `jax._src.tpu_info` on 0.12), the same path on 0.10.2 .. 0.12."""
     from jax._src.pallas.mosaic import tpu_info
+
     return tpu_info
 
 
 def tpu_compiler_loaded() -> bool:
     """Whether this process has started libtpu (its PJRT plugin)."""
     from jax._src.lib import xla_client
+
     return bool(xla_client.pjrt_plugin_loaded("tpu"))
 
 
@@ -505,4 +515,5 @@ def tpu_topology(name: str):
     """libtpu's topology ``name`` ("v5e:2x2") as compile-only TPU devices
     (loads libtpu on first use: never at import)."""
     from jax.experimental import topologies
+
     return topologies.get_topology_desc(name, "tpu")

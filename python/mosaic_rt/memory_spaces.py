@@ -34,8 +34,7 @@ def code(space) -> int:
         try:
             return CODES[space]
         except KeyError:
-            raise ValueError(f"unknown memory space {space!r}; expected one of "
-                             f"{sorted(CODES)}") from None
+            raise ValueError(f"unknown memory space {space!r}; expected one of {sorted(CODES)}") from None
     if isinstance(space, numbers.Integral):  # numpy integers too, as before
         return int(space)
     return CODES[jx.memory_space_name(forward_any_to_hbm(space))]

@@ -29,13 +29,18 @@ _saved: dict[str, str | None] = {}
 
 def pytest_addoption(parser):
     parser.addoption(
-        "--mosaic-rt-warnings", action="store_true", default=None,
+        "--mosaic-rt-warnings",
+        action="store_true",
+        default=None,
         help="mosaic_rt: issue kernel races, semaphore leaks and misuse as Python warnings "
-             "(RaceWarning, SemaphoreLeakWarning, MisuseWarning) instead of printing or "
-             "logging them as stock interpret mode does")
+        "(RaceWarning, SemaphoreLeakWarning, MisuseWarning) instead of printing or "
+        "logging them as stock interpret mode does",
+    )
     parser.addini(
-        "mosaic_rt_warnings", default="",
-        help="mosaic_rt: true/false, as --mosaic-rt-warnings (unset: MOSAIC_RT_WARNINGS decides)")
+        "mosaic_rt_warnings",
+        default="",
+        help="mosaic_rt: true/false, as --mosaic-rt-warnings (unset: MOSAIC_RT_WARNINGS decides)",
+    )
 
 
 def pytest_configure(config):
@@ -47,8 +52,7 @@ def pytest_configure(config):
         elif raw in ("0", "false", "no", "off"):
             value = False
         elif raw:
-            raise pytest.UsageError(
-                f"ini option mosaic_rt_warnings must be true or false, got {raw!r}")
+            raise pytest.UsageError(f"ini option mosaic_rt_warnings must be true or false, got {raw!r}")
     if value is not None:
         _saved[_ENV] = os.environ.get(_ENV)
         os.environ[_ENV] = "1" if value else "0"

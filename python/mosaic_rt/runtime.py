@@ -32,7 +32,7 @@ BufferRef = tuple
 
 class BufferInfo(NamedTuple):
     dtype: np.dtype
-    shape: tuple[int, ...]          # allocated (padded) shape
+    shape: tuple[int, ...]  # allocated (padded) shape
     logical_shape: tuple[int, ...]
     ref_count: int
 
@@ -40,6 +40,7 @@ class BufferInfo(NamedTuple):
 class Leak(NamedTuple):
     """A semaphore left with a non-zero count, or with DMAs started and never
     waited for (``on_wait`` mode: their data never moved)."""
+
     sem: int
     kind: str
     device: int
@@ -54,13 +55,11 @@ def _raw(arr: np.ndarray) -> np.ndarray:
     return canonical_bytes(np.ascontiguousarray(arr))
 
 
-def _as_value(value: Any, dtype: np.dtype, shape: tuple[int, ...],
-              what: str = "value") -> np.ndarray:
+def _as_value(value: Any, dtype: np.dtype, shape: tuple[int, ...], what: str = "value") -> np.ndarray:
     """`value` as a contiguous array of exactly `dtype` and `shape`."""
     if isinstance(value, np.ndarray):
         if value.dtype != dtype:
-            raise ValueError(
-                f"{what} has dtype {value.dtype.name} but the buffer holds {dtype.name}")
+            raise ValueError(f"{what} has dtype {value.dtype.name} but the buffer holds {dtype.name}")
         arr = value
     else:
         try:
@@ -71,9 +70,7 @@ def _as_value(value: Any, dtype: np.dtype, shape: tuple[int, ...],
         try:
             arr = np.broadcast_to(arr, shape)
         except ValueError:
-            raise ValueError(
-                f"{what} of shape {arr.shape} does not fit a region of shape "
-                f"{tuple(shape)}") from None
+            raise ValueError(f"{what} of shape {arr.shape} does not fit a region of shape {tuple(shape)}") from None
     return _raw(arr)
 
 
@@ -94,23 +91,35 @@ class Runtime:
     ``trace=True`` records a timeline: see :meth:`trace_json`.
     """
 
-    def __init__(self, num_devices: int = 1, cores_per_device: int = 1, *,
-                 dma_execution_mode: str = "on_wait",
-                 out_of_bounds_reads: str = "raise",
-                 uninitialized_memory: str = "nan",
-                 wait_timeout: float | None = 120.0,
-                 detect_races: bool = False,
-                 detect_deadlocks: bool = False,
-                 detect_uninitialized: bool = False,
-                 trace: bool = False):
+    def __init__(
+        self,
+        num_devices: int = 1,
+        cores_per_device: int = 1,
+        *,
+        dma_execution_mode: str = "on_wait",
+        out_of_bounds_reads: str = "raise",
+        uninitialized_memory: str = "nan",
+        wait_timeout: float | None = 120.0,
+        detect_races: bool = False,
+        detect_deadlocks: bool = False,
+        detect_uninitialized: bool = False,
+        trace: bool = False,
+    ):
         # detect_deadlocks: each thread acts as the (device, core) it names;
         # when every core is blocked (or its device has `leave`-d) and none
         # can continue, every blocked call raises DeadlockError at once.
         self._rt = _native.Runtime(
-            num_devices, cores_per_device, dma_execution_mode,
-            out_of_bounds_reads, uninitialized_memory, wait_timeout,
-            bool(detect_races), bool(detect_deadlocks), bool(detect_uninitialized),
-            bool(trace))
+            num_devices,
+            cores_per_device,
+            dma_execution_mode,
+            out_of_bounds_reads,
+            uninitialized_memory,
+            wait_timeout,
+            bool(detect_races),
+            bool(detect_deadlocks),
+            bool(detect_uninitialized),
+            bool(trace),
+        )
 
     @property
     def native(self) -> _native.Runtime:
@@ -130,10 +139,17 @@ class Runtime:
 
     # ------------------------------------------------------------- memory
 
-    def allocate_buffer(self, device: int, core: int | None, space: str | int,
-                        array: Any = None, *, shape: Sequence[int] | None = None,
-                        dtype: Any = None,
-                        padded_shape: Sequence[int] | None = None) -> int:
+    def allocate_buffer(
+        self,
+        device: int,
+        core: int | None,
+        space: str | int,
+        array: Any = None,
+        *,
+        shape: Sequence[int] | None = None,
+        dtype: Any = None,
+        padded_shape: Sequence[int] | None = None,
+    ) -> int:
         """Allocates a buffer and returns its id.
 
         Give either ``array`` (its content, dtype and shape) or ``shape`` and
@@ -155,65 +171,73 @@ class Runtime:
             logical = tuple(shape)
             data = None
         alloc_shape = logical if padded_shape is None else tuple(padded_shape)
-        return self._rt.allocate_buffer(device, core, space, name, alloc_shape,
-                                        logical, data)
+        return self._rt.allocate_buffer(device, core, space, name, alloc_shape, logical, data)
 
-    def free_buffer(self, device: int, core: int, space: str | int,
-                    buffer_id: int) -> None:
+    def free_buffer(self, device: int, core: int, space: str | int, buffer_id: int) -> None:
         self._rt.free_buffer(device, core, space, buffer_id)
 
-    def buffer_info(self, device: int, core: int, space: str | int,
-                    buffer_id: int) -> BufferInfo:
+    def buffer_info(self, device: int, core: int, space: str | int, buffer_id: int) -> BufferInfo:
         name, shape, logical, refs = self._rt.buffer_info(device, core, space, buffer_id)
         return BufferInfo(_DTYPES[name], tuple(shape), tuple(logical), refs)
 
-    def buffer_content(self, device: int, core: int, space: str | int,
-                       buffer_id: int) -> np.ndarray:
+    def buffer_content(self, device: int, core: int, space: str | int, buffer_id: int) -> np.ndarray:
         """A copy of the whole allocated buffer (padding included)."""
         info = self.buffer_info(device, core, space, buffer_id)
         raw = self._rt.buffer_content(device, core, space, buffer_id)
         return np.frombuffer(raw, dtype=info.dtype).reshape(info.shape)
 
-    def load(self, device: int, core: int, space: str | int, buffer_id: int,
-             region: RegionSpec = None) -> np.ndarray:
+    def load(self, device: int, core: int, space: str | int, buffer_id: int, region: RegionSpec = None) -> np.ndarray:
         name, shape = self._rt.region_layout(device, core, space, buffer_id, region, "read")
         raw = self._rt.load(device, core, space, buffer_id, region)
         return np.frombuffer(raw, dtype=_DTYPES[name]).reshape(shape)
 
-    def store(self, device: int, core: int, space: str | int, buffer_id: int,
-              value: Any, region: RegionSpec = None) -> None:
+    def store(
+        self, device: int, core: int, space: str | int, buffer_id: int, value: Any, region: RegionSpec = None
+    ) -> None:
         """Writes ``value`` (broadcast to the region's shape; same dtype)."""
         # Bounds are checked before the value is broadcast to the region.
         name, shape = self._rt.region_layout(device, core, space, buffer_id, region, "write")
         data = _as_value(value, _DTYPES[name], tuple(shape))
         self._rt.store(device, core, space, buffer_id, region, data)
 
-    def swap(self, device: int, core: int, space: str | int, buffer_id: int,
-             value: Any, region: RegionSpec = None, mask: Any = None) -> np.ndarray:
+    def swap(
+        self,
+        device: int,
+        core: int,
+        space: str | int,
+        buffer_id: int,
+        value: Any,
+        region: RegionSpec = None,
+        mask: Any = None,
+    ) -> np.ndarray:
         """Stores ``value`` where ``mask`` is true (everywhere without a mask)
         and returns the previous contents (masked-off elements: ``value``)."""
-        name, shape = self._rt.region_layout(device, core, space, buffer_id, region,
-                                             "swap" if mask is None else None)
+        name, shape = self._rt.region_layout(device, core, space, buffer_id, region, "swap" if mask is None else None)
         dtype, shape = _DTYPES[name], tuple(shape)
         data = _as_value(value, dtype, shape)
-        raw_mask = None if mask is None else _as_value(
-            np.asarray(mask, dtype=bool), np.dtype(bool), shape, "mask")
+        raw_mask = None if mask is None else _as_value(np.asarray(mask, dtype=bool), np.dtype(bool), shape, "mask")
         raw = self._rt.swap(device, core, space, buffer_id, region, data, None, raw_mask)
         return np.frombuffer(raw, dtype=dtype).reshape(shape)
 
     # --------------------------------------------------------- semaphores
 
-    def allocate_semaphores(self, device: int, core: int | None = None,
-                            kind: str = "regular", count: int = 1) -> int:
+    def allocate_semaphores(self, device: int, core: int | None = None, kind: str = "regular", count: int = 1) -> int:
         """Allocates ``count`` consecutive semaphores; returns the first id."""
         return self._rt.allocate_semaphores(device, core, kind, count)
 
     def barrier_semaphore(self, device: int, collective_id: int) -> int:
         return self._rt.barrier_semaphore(device, collective_id)
 
-    def signal(self, device: int, core: int, sem: int, inc: int = 1, *,
-               target_device: int | None = None,
-               target_core: int | None = None) -> None:
+    def signal(
+        self,
+        device: int,
+        core: int,
+        sem: int,
+        inc: int = 1,
+        *,
+        target_device: int | None = None,
+        target_core: int | None = None,
+    ) -> None:
         self._rt.signal(device, core, sem, inc, target_device, target_core)
 
     def wait(self, device: int, core: int, sem: int, value: int = 1) -> None:
@@ -223,18 +247,29 @@ class Runtime:
     def read(self, device: int, core: int, sem: int) -> int:
         return self._rt.read(device, core, sem)
 
-    def dma_start(self, device: int, core: int, src: BufferRef, dst: BufferRef,
-                  dst_sem: int, *, src_sem: int | None = None,
-                  dst_device: int | None = None) -> None:
+    def dma_start(
+        self,
+        device: int,
+        core: int,
+        src: BufferRef,
+        dst: BufferRef,
+        dst_sem: int,
+        *,
+        src_sem: int | None = None,
+        dst_device: int | None = None,
+    ) -> None:
         """Copies ``src`` to ``dst``, each ``(space, buffer_id[, region])``.
 
         A remote copy sets both ``src_sem`` and ``dst_device``; it lands on
         the same local core of ``dst_device``.
         """
         (src_space, src_id, src_region), (dst_space, dst_id, dst_region) = (
-            _buffer_ref(src, "src"), _buffer_ref(dst, "dst"))
-        self._rt.dma_start(device, core, src_space, src_id, src_region, dst_space,
-                           dst_id, dst_region, dst_sem, src_sem, dst_device)
+            _buffer_ref(src, "src"),
+            _buffer_ref(dst, "dst"),
+        )
+        self._rt.dma_start(
+            device, core, src_space, src_id, src_region, dst_space, dst_id, dst_region, dst_sem, src_sem, dst_device
+        )
 
     def dma_wait(self, device: int, core: int, sem: int, nbytes: int) -> None:
         self._rt.dma_wait(device, core, sem, nbytes)
@@ -269,8 +304,7 @@ class Runtime:
 
     # ------------------------------------------------------------ failure
 
-    def fail(self, message: str, device: int, core: int,
-             kind: str = "MosaicRuntimeError") -> BaseException:
+    def fail(self, message: str, device: int, core: int, kind: str = "MosaicRuntimeError") -> BaseException:
         """Simulates a failure of (device, core): wakes every parked waiter
         (they raise ``KernelAborted``). Returns the recorded root cause."""
         return self._rt.fail(message, device, core, kind)

@@ -42,6 +42,7 @@ __all__ = ["trace_files", "load", "check", "tracks", "summary", "render_png"]
 def trace_files() -> list[str]:
     """Trace files written by kernel launches of this process, oldest first."""
     from mosaic_rt import _native
+
     return list(_native.trace_files())
 
 
@@ -73,8 +74,7 @@ def tracks(trace: dict[str, Any]) -> list[tuple[int, int, str]]:
             names[key] = e["args"]["name"]
         elif e.get("name") == "thread_sort_index":
             order[key] = e["args"]["sort_index"]
-    return sorted(((p, t, n) for (p, t), n in names.items()),
-                  key=lambda x: (x[0], order.get((x[0], x[1]), x[1])))
+    return sorted(((p, t, n) for (p, t), n in names.items()), key=lambda x: (x[0], order.get((x[0], x[1]), x[1])))
 
 
 def check(trace: dict[str, Any]) -> list[str]:
@@ -129,8 +129,10 @@ def check(trace: dict[str, Any]) -> list[str]:
             while stack and stack[-1][1] <= begin:
                 stack.pop()
             if stack and end > stack[-1][1]:
-                problems.append(f"track {key}: span {name!r} [{begin}, {end}] ns overlaps "
-                                f"{stack[-1][2]!r} [{stack[-1][0]}, {stack[-1][1]}] ns")
+                problems.append(
+                    f"track {key}: span {name!r} [{begin}, {end}] ns overlaps "
+                    f"{stack[-1][2]!r} [{stack[-1][0]}, {stack[-1][1]}] ns"
+                )
             stack.append((begin, end, name))
 
     starts, ends = {}, {}
@@ -152,12 +154,15 @@ def check(trace: dict[str, Any]) -> list[str]:
         for end, kinds in ((s, ("i", "X")), (f, ("X",))):
             t = _ns(end["ts"])
             bound = any(
-                e["ph"] in kinds and (_ns(e["ts"]) == t if e["ph"] == "i"
-                                      else _ns(e["ts"]) <= t <= _ns(e["ts"]) + _ns(e["dur"]))
-                for e in by_track.get((end["pid"], end["tid"]), ()))
+                e["ph"] in kinds
+                and (_ns(e["ts"]) == t if e["ph"] == "i" else _ns(e["ts"]) <= t <= _ns(e["ts"]) + _ns(e["dur"]))
+                for e in by_track.get((end["pid"], end["tid"]), ())
+            )
             if not bound:
-                problems.append(f"flow {fid}: its {end['ph']!r} end at {end['ts']} on track "
-                                f"{(end['pid'], end['tid'])} has no event to bind to")
+                problems.append(
+                    f"flow {fid}: its {end['ph']!r} end at {end['ts']} on track "
+                    f"{(end['pid'], end['tid'])} has no event to bind to"
+                )
     return problems
 
 
@@ -180,23 +185,24 @@ def summary(trace: dict[str, Any]) -> str:
     spans = ", ".join(f"{n} {c}" for c, n in sorted(cats.items()))
     dropped = trace.get("otherData", {}).get("dropped_events", 0)
     tail = f"; {dropped} events dropped" if dropped else ""
-    return (f"{len(tracks(trace))} tracks; spans: {spans or 'none'}; {signals} signals; "
-            f"{flows} flows; {end:.1f} us{tail}")
+    return (
+        f"{len(tracks(trace))} tracks; spans: {spans or 'none'}; {signals} signals; {flows} flows; {end:.1f} us{tail}"
+    )
 
 
 # Colours per span category (and for waits that failed).
-_COLOURS = {"grid": "#9ecae1", "wait": "#fd8d3c", "barrier": "#fdd0a2", "dma": "#74c476",
-            "error": "#d62728"}
-_LABELS = {"grid": "grid step", "wait": "blocked in a wait", "barrier": "device barrier",
-           "dma": "DMA in flight"}
+_COLOURS = {"grid": "#9ecae1", "wait": "#fd8d3c", "barrier": "#fdd0a2", "dma": "#74c476", "error": "#d62728"}
+_LABELS = {"grid": "grid step", "wait": "blocked in a wait", "barrier": "device barrier", "dma": "DMA in flight"}
 
 
-def render_png(trace: dict[str, Any], png: str | os.PathLike, *, title: str | None = None,
-               max_flows: int = 2000) -> None:
+def render_png(
+    trace: dict[str, Any], png: str | os.PathLike, *, title: str | None = None, max_flows: int = 2000
+) -> None:
     """Draws the timeline: one row per track, bars for spans (grid steps
     behind, waits in front), markers for signals, arrows for flows.
     Needs matplotlib (``pip install "mosaic_rt[plot]"``)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
@@ -231,14 +237,19 @@ def render_png(trace: dict[str, Any], png: str | os.PathLike, *, title: str | No
     fig, ax = plt.subplots(figsize=(14, height), dpi=110)
     min_w = end / 1500  # every span at least ~1 px wide
     for (cat, depth), items in sorted(bars.items(), key=lambda kv: kv[0][1]):
-        h = 0.8 * (0.72 ** depth)
+        h = 0.8 * (0.72**depth)
         by_row: dict[int, list[tuple[float, float]]] = defaultdict(list)
         for row, ts, dur in items:
             by_row[row].append((ts, max(dur, min_w)))
         for row, xranges in by_row.items():  # one collection per row: fast for big traces
-            ax.broken_barh(xranges, (row - h / 2, h), facecolors=_COLOURS.get(cat, "#bbbbbb"),
-                           edgecolors="#555555" if depth == 0 else "none", linewidth=0.3,
-                           zorder=1 + depth)
+            ax.broken_barh(
+                xranges,
+                (row - h / 2, h),
+                facecolors=_COLOURS.get(cat, "#bbbbbb"),
+                edgecolors="#555555" if depth == 0 else "none",
+                linewidth=0.3,
+                zorder=1 + depth,
+            )
 
     sig_x = [e["ts"] for e in events if e["ph"] == "i"]
     sig_y = [row_of[(e["pid"], e["tid"])] - 0.42 for e in events if e["ph"] == "i"]
@@ -251,10 +262,15 @@ def render_png(trace: dict[str, Any], png: str | os.PathLike, *, title: str | No
             continue
         s = starts[e["id"]]
         y0, y1 = row_of[(s["pid"], s["tid"])], row_of[(e["pid"], e["tid"])]
-        ax.annotate("", xy=(e["ts"], y1), xytext=(s["ts"], y0),
-                    arrowprops=dict(arrowstyle="-|>", color="#444444", lw=0.7,
-                                    alpha=0.7, shrinkA=0, shrinkB=0, mutation_scale=8),
-                    zorder=9)
+        ax.annotate(
+            "",
+            xy=(e["ts"], y1),
+            xytext=(s["ts"], y0),
+            arrowprops=dict(
+                arrowstyle="-|>", color="#444444", lw=0.7, alpha=0.7, shrinkA=0, shrinkB=0, mutation_scale=8
+            ),
+            zorder=9,
+        )
         drawn += 1
 
     ax.set_ylim(len(rows) - 0.5, -0.5)
@@ -266,18 +282,26 @@ def render_png(trace: dict[str, Any], png: str | os.PathLike, *, title: str | No
     ax.grid(axis="x", color="#dddddd", linewidth=0.6, zorder=0)
     for i in range(len(rows)):
         ax.axhline(i + 0.5, color="#eeeeee", linewidth=0.6, zorder=0)
-    handles = [Patch(facecolor=_COLOURS[c], edgecolor="#555555", label=_LABELS[c])
-               for c in ("grid", "wait", "barrier", "dma") if any(k[0] == c for k in bars)]
+    handles = [
+        Patch(facecolor=_COLOURS[c], edgecolor="#555555", label=_LABELS[c])
+        for c in ("grid", "wait", "barrier", "dma")
+        if any(k[0] == c for k in bars)
+    ]
     if any(k[0] == "error" for k in bars):
         handles.append(Patch(facecolor=_COLOURS["error"], label="wait that failed"))
     if sig_x:
-        handles.append(Line2D([], [], marker="v", color="#6a3d9a", linestyle="none",
-                              label="semaphore signal"))
+        handles.append(Line2D([], [], marker="v", color="#6a3d9a", linestyle="none", label="semaphore signal"))
     if drawn:
         handles.append(Line2D([], [], color="#444444", marker=">", label="signal -> wait released"))
     if handles:
-        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.12 - 0.25 / height),
-                  ncol=len(handles), fontsize=8, frameon=False)
+        ax.legend(
+            handles=handles,
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.12 - 0.25 / height),
+            ncol=len(handles),
+            fontsize=8,
+            frameon=False,
+        )
     ax.set_title(title or "mosaic_rt timeline: " + summary(trace), fontsize=10)
     fig.tight_layout()
     fig.savefig(png)

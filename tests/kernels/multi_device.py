@@ -21,7 +21,8 @@ import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from kernels import Case
 
@@ -62,10 +63,8 @@ def _mesh(shape, axes):
 
 def _run_sharded(body, mesh, args, in_specs, out_specs):
     """jit(shard_map(body)) over `mesh`, inputs placed with their specs."""
-    mapped = jax.shard_map(body, mesh=mesh, in_specs=in_specs,
-                           out_specs=out_specs, check_vma=False)
-    placed = [jax.device_put(a, NamedSharding(mesh, s))
-              for a, s in zip(args, in_specs)]
+    mapped = jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False)
+    placed = [jax.device_put(a, NamedSharding(mesh, s)) for a, s in zip(args, in_specs)]
     return jax.jit(mapped)(*placed)
 
 
@@ -111,9 +110,9 @@ def _as_tpu():
     """
     mesh = jax.sharding.get_abstract_mesh()
     device = jax.sharding.AbstractDevice("TPU v5e", 1, "tpu")
-    return jax.sharding.use_abstract_mesh(jax.sharding.AbstractMesh(
-        mesh.axis_sizes, mesh.axis_names, axis_types=mesh.axis_types,
-        abstract_device=device))
+    return jax.sharding.use_abstract_mesh(
+        jax.sharding.AbstractMesh(mesh.axis_sizes, mesh.axis_names, axis_types=mesh.axis_types, abstract_device=device)
+    )
 
 
 def _sized(name, n, default):
@@ -137,19 +136,24 @@ def case_right_permute(n=8):
 
     def kernel(x_ref, o_ref, send_sem, recv_sem):
         _, right, _ = _ring_positions(n)
-        copy = pltpu.make_async_remote_copy(
-            x_ref, o_ref, send_sem, recv_sem, device_id=(right,), device_id_type=_MESH)
+        copy = pltpu.make_async_remote_copy(x_ref, o_ref, send_sem, recv_sem, device_id=(right,), device_id_type=_MESH)
         copy.start()
         copy.wait()
 
     def fn(params, x):
         call = pl.pallas_call(
-            kernel, out_shape=_sds(_TILE), in_specs=[_ANY], out_specs=_ANY,
-            scratch_shapes=[pltpu.SemaphoreType.DMA] * 2, interpret=params)
+            kernel,
+            out_shape=_sds(_TILE),
+            in_specs=[_ANY],
+            out_specs=_ANY,
+            scratch_shapes=[pltpu.SemaphoreType.DMA] * 2,
+            interpret=params,
+        )
         return _on_ring(call, n, (x,))
 
-    return Case(_sized("right_permute", n, 8), fn, (x,),
-                reference=lambda x: np.concatenate(np.roll(_blocks(x, n), 1, axis=0)))
+    return Case(
+        _sized("right_permute", n, 8), fn, (x,), reference=lambda x: np.concatenate(np.roll(_blocks(x, n), 1, axis=0))
+    )
 
 
 def case_all_gather_ring(n=4):
@@ -170,17 +174,21 @@ def case_all_gather_ring(n=4):
             # bytes, so with a shared one a later step's arrival could
             # satisfy this step's wait (stock "on_wait" really does that).
             hop = pltpu.make_async_remote_copy(
-                o_ref.at[slot], o_ref.at[slot], send_sem, recv_sems.at[step],
-                device_id=(right,), device_id_type=_MESH)
+                o_ref.at[slot], o_ref.at[slot], send_sem, recv_sems.at[step], device_id=(right,), device_id_type=_MESH
+            )
             hop.start()
             hop.wait()
 
     def fn(params, x):
         call = pl.pallas_call(
-            kernel, out_shape=_sds((n, *_TILE)), in_specs=[_ANY], out_specs=_ANY,
-            scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA,
-                            pltpu.SemaphoreType.DMA((n - 1,))],
-            compiler_params=_collective(), interpret=params)
+            kernel,
+            out_shape=_sds((n, *_TILE)),
+            in_specs=[_ANY],
+            out_specs=_ANY,
+            scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA((n - 1,))],
+            compiler_params=_collective(),
+            interpret=params,
+        )
         return _on_ring(lambda b: call(b)[None], n, (x,))
 
     def ref(x):
@@ -203,8 +211,8 @@ def case_all_reduce_sum(n=4):
         for hop in range(1, n):
             peer = lax.rem(me + hop, n)
             copy = pltpu.make_async_remote_copy(
-                x_ref, stage.at[me], send_sem, recv_sem,
-                device_id=(peer,), device_id_type=_MESH)
+                x_ref, stage.at[me], send_sem, recv_sem, device_id=(peer,), device_id_type=_MESH
+            )
             copy.start()
             copies.append(copy)
         for copy in copies:
@@ -218,10 +226,14 @@ def case_all_reduce_sum(n=4):
 
     def fn(params, x):
         call = pl.pallas_call(
-            kernel, out_shape=_sds(_TILE), in_specs=[_VMEM], out_specs=_VMEM,
-            scratch_shapes=[pltpu.VMEM((n, *_TILE), _F32),
-                            pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
-            compiler_params=_collective(), interpret=params)
+            kernel,
+            out_shape=_sds(_TILE),
+            in_specs=[_VMEM],
+            out_specs=_VMEM,
+            scratch_shapes=[pltpu.VMEM((n, *_TILE), _F32), pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
+            compiler_params=_collective(),
+            interpret=params,
+        )
         return _on_ring(call, n, (x,))
 
     def ref(x):
@@ -248,8 +260,8 @@ def _reduce_scatter_ring(n, x_ref, buf, ready, send_sem, recv_sem):
         pl.semaphore_signal(ready, 1, device_id=(left,), device_id_type=_MESH)
         pl.semaphore_wait(ready, 1)
         hop = pltpu.make_async_remote_copy(
-            buf.at[src], buf.at[dst], send_sem, recv_sem,
-            device_id=(right,), device_id_type=_MESH)
+            buf.at[src], buf.at[dst], send_sem, recv_sem, device_id=(right,), device_id_type=_MESH
+        )
         hop.start()
         hop.wait()
         block = lax.rem(me + 2 * n - step - 2, n)
@@ -267,10 +279,19 @@ def case_reduce_scatter_sum(n=4):
 
     def fn(params, x):
         call = pl.pallas_call(
-            kernel, out_shape=_sds(_TILE), in_specs=[_VMEM], out_specs=_VMEM,
-            scratch_shapes=[pltpu.VMEM((2, *_TILE), _F32), pltpu.SemaphoreType.REGULAR,
-                            pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
-            compiler_params=_collective(), interpret=params)
+            kernel,
+            out_shape=_sds(_TILE),
+            in_specs=[_VMEM],
+            out_specs=_VMEM,
+            scratch_shapes=[
+                pltpu.VMEM((2, *_TILE), _F32),
+                pltpu.SemaphoreType.REGULAR,
+                pltpu.SemaphoreType.DMA,
+                pltpu.SemaphoreType.DMA,
+            ],
+            compiler_params=_collective(),
+            interpret=params,
+        )
         return _on_ring(lambda b: call(b.reshape(n, *_TILE)), n, (x,))
 
     def ref(x):
@@ -297,8 +318,8 @@ def case_reduce_scatter_emit_pipeline():
         for hop in range(1, n):
             peer = lax.rem(me + hop, n)
             copy = pltpu.make_async_remote_copy(
-                x_hbm.at[peer], stage_hbm.at[me], send_sem, recv_sem,
-                device_id=(peer,), device_id_type=_MESH)
+                x_hbm.at[peer], stage_hbm.at[me], send_sem, recv_sem, device_id=(peer,), device_id_type=_MESH
+            )
             copy.start()
             copies.append(copy)
         own.wait()
@@ -311,21 +332,27 @@ def case_reduce_scatter_emit_pipeline():
         def accumulate(block_ref):
             acc[...] += block_ref[0]
 
-        pltpu.emit_pipeline(
-            accumulate, grid=(n,),
-            in_specs=[pl.BlockSpec((1, *_TILE), lambda k: (k, 0, 0))])(stage_hbm)
+        pltpu.emit_pipeline(accumulate, grid=(n,), in_specs=[pl.BlockSpec((1, *_TILE), lambda k: (k, 0, 0))])(stage_hbm)
         done = pltpu.make_async_copy(acc, o_hbm, local_sem)
         done.start()
         done.wait()
 
     def fn(params, x):
         call = pl.pallas_call(
-            kernel, out_shape=(_sds(_TILE), _sds((n, *_TILE))), in_specs=[_ANY],
+            kernel,
+            out_shape=(_sds(_TILE), _sds((n, *_TILE))),
+            in_specs=[_ANY],
             out_specs=(_ANY, _ANY),
-            scratch_shapes=[pltpu.VMEM(_TILE, _F32),
-                            pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA,
-                            pltpu.SemaphoreType.DMA],
-            compiler_params=_collective(), interpret=params)
+            scratch_shapes=[
+                pltpu.VMEM(_TILE, _F32),
+                pltpu.SemaphoreType.DMA,
+                pltpu.SemaphoreType.DMA,
+                pltpu.SemaphoreType.DMA,
+            ],
+            compiler_params=_collective(),
+            interpret=params,
+        )
+
         def per_device(b):
             b = b.reshape(n, *_TILE)
             with _as_tpu():  # only the kernel trace needs the TPU kind
@@ -371,14 +398,17 @@ def case_semaphore_ping_pong():
 
     def fn(params):
         call = pl.pallas_call(
-            kernel, out_shape=_sds((1,), _I32), out_specs=_SMEM,
+            kernel,
+            out_shape=_sds((1,), _I32),
+            out_specs=_SMEM,
             scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-            compiler_params=_collective(), interpret=params)
+            compiler_params=_collective(),
+            interpret=params,
+        )
         mesh = _mesh((n,), ("x",))
         return _run_sharded(call, mesh, (), (), P("x"))
 
-    return Case("semaphore_ping_pong", fn, (),
-                reference=lambda: np.array([rounds, 100 + rounds], np.int32))
+    return Case("semaphore_ping_pong", fn, (), reference=lambda: np.array([rounds, 100 + rounds], np.int32))
 
 
 def case_ring_exchange_rounds(n=4):
@@ -395,24 +425,30 @@ def case_ring_exchange_rounds(n=4):
             stage[r] = (x_ref[...] if r == 0 else o_ref[r - 1]) + 1.0
             # A receive semaphore per round (see all_gather_ring).
             hop = pltpu.make_async_remote_copy(
-                stage.at[r], o_ref.at[r], send_sem, recv_sems.at[r],
-                device_id=(right,), device_id_type=_MESH)
+                stage.at[r], o_ref.at[r], send_sem, recv_sems.at[r], device_id=(right,), device_id_type=_MESH
+            )
             hop.start()
             hop.wait()
 
     def fn(params, x):
         call = pl.pallas_call(
-            kernel, out_shape=_sds((rounds, *_TILE)), in_specs=[_VMEM],
+            kernel,
+            out_shape=_sds((rounds, *_TILE)),
+            in_specs=[_VMEM],
             out_specs=_VMEM,
-            scratch_shapes=[pltpu.VMEM((rounds, *_TILE), _F32),
-                            pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA((rounds,))],
-            compiler_params=_collective(), interpret=params)
+            scratch_shapes=[
+                pltpu.VMEM((rounds, *_TILE), _F32),
+                pltpu.SemaphoreType.DMA,
+                pltpu.SemaphoreType.DMA((rounds,)),
+            ],
+            compiler_params=_collective(),
+            interpret=params,
+        )
         return _on_ring(lambda b: call(b)[None], n, (x,))
 
     def ref(x):
         b = _blocks(x, n)
-        return np.stack([np.stack([b[(i - r - 1) % n] + r + 1 for r in range(rounds)])
-                         for i in range(n)])
+        return np.stack([np.stack([b[(i - r - 1) % n] + r + 1 for r in range(rounds)]) for i in range(n)])
 
     return Case(_sized("ring_exchange_rounds", n, 4), fn, (x,), reference=ref)
 
@@ -432,8 +468,8 @@ def case_all_to_all(n=4):
         for hop in range(1, n):
             peer = lax.rem(me + hop, n)
             copy = pltpu.make_async_remote_copy(
-                x_ref.at[peer], o_ref.at[me], send_sem, recv_sem,
-                device_id=(peer,), device_id_type=_MESH)
+                x_ref.at[peer], o_ref.at[me], send_sem, recv_sem, device_id=(peer,), device_id_type=_MESH
+            )
             copy.start()
             copies.append(copy)
         own.wait()
@@ -444,16 +480,19 @@ def case_all_to_all(n=4):
 
     def fn(params, x):
         call = pl.pallas_call(
-            kernel, out_shape=_sds((n, *_TILE)), in_specs=[_ANY], out_specs=_ANY,
+            kernel,
+            out_shape=_sds((n, *_TILE)),
+            in_specs=[_ANY],
+            out_specs=_ANY,
             scratch_shapes=[pltpu.SemaphoreType.DMA] * 3,
-            compiler_params=_collective(), interpret=params)
-        return _on_ring(lambda b: call(b.reshape(n, *_TILE)).reshape(-1, _TILE[1]),
-                        n, (x,))
+            compiler_params=_collective(),
+            interpret=params,
+        )
+        return _on_ring(lambda b: call(b.reshape(n, *_TILE)).reshape(-1, _TILE[1]), n, (x,))
 
     def ref(x):
         per_device = [b.reshape(n, *_TILE) for b in _blocks(x, n)]
-        return np.concatenate([np.concatenate([per_device[j][i] for j in range(n)])
-                               for i in range(n)])
+        return np.concatenate([np.concatenate([per_device[j][i] for j in range(n)]) for i in range(n)])
 
     return Case(_sized("all_to_all", n, 4), fn, (x,), reference=ref)
 
@@ -473,8 +512,8 @@ def case_routed_wait_traced_size():
         _full_barrier(n)
         target = route_ref[me]
         copy = pltpu.make_async_remote_copy(
-            x_ref, o_ref.at[me], send_sem, recv_sem,
-            device_id=(target,), device_id_type=_MESH)
+            x_ref, o_ref.at[me], send_sem, recv_sem, device_id=(target,), device_id_type=_MESH
+        )
         copy.start()
         copy.wait_send()
         count = jnp.int32(0)
@@ -484,17 +523,26 @@ def case_routed_wait_traced_size():
         @pl.when(count > 0)
         def _():
             all_arrivals = pltpu.make_async_remote_copy(
-                o_ref.at[pl.ds(0, count)], o_ref.at[pl.ds(0, count)],
-                send_sem, recv_sem, device_id=(me,), device_id_type=_MESH)
+                o_ref.at[pl.ds(0, count)],
+                o_ref.at[pl.ds(0, count)],
+                send_sem,
+                recv_sem,
+                device_id=(me,),
+                device_id_type=_MESH,
+            )
             all_arrivals.wait_recv()
 
     def fn(params, route, x):
         call = pl.pallas_call(
-            kernel, out_shape=_sds((n, *_TILE)),
-            in_specs=[_SMEM, _ANY, _ANY], out_specs=_ANY,
+            kernel,
+            out_shape=_sds((n, *_TILE)),
+            in_specs=[_SMEM, _ANY, _ANY],
+            out_specs=_ANY,
             scratch_shapes=[pltpu.SemaphoreType.DMA] * 2,
             input_output_aliases={2: 0},
-            compiler_params=_collective(), interpret=params)
+            compiler_params=_collective(),
+            interpret=params,
+        )
 
         def body(route, b):
             zeros = jnp.zeros((n, *_TILE), b.dtype)
@@ -528,16 +576,21 @@ def _mesh_2d_case(name, target, seed):
         pl.semaphore_signal(barrier, 1, device_id=device_id, device_id_type=id_type)
         pl.semaphore_wait(barrier, 1)
         copy = pltpu.make_async_remote_copy(
-            x_ref, o_ref, send_sem, recv_sem, device_id=device_id,
-            device_id_type=id_type)
+            x_ref, o_ref, send_sem, recv_sem, device_id=device_id, device_id_type=id_type
+        )
         copy.start()
         copy.wait()
 
     def fn(params, x):
         call = pl.pallas_call(
-            kernel, out_shape=_sds(_TILE), in_specs=[_ANY], out_specs=_ANY,
+            kernel,
+            out_shape=_sds(_TILE),
+            in_specs=[_ANY],
+            out_specs=_ANY,
             scratch_shapes=[pltpu.SemaphoreType.DMA] * 2,
-            compiler_params=_collective(), interpret=params)
+            compiler_params=_collective(),
+            interpret=params,
+        )
         spec = P(("x", "y"))
         return _run_sharded(call, _mesh(shape, ("x", "y")), (x,), (spec,), spec)
 
@@ -555,23 +608,19 @@ def _mesh_2d_case(name, target, seed):
 
 def case_mesh_2d_tuple_ids():
     # Swap along "y": the target is (x, 1 - y) as a MESH tuple.
-    return _mesh_2d_case(
-        "mesh_2d_tuple_ids",
-        lambda xi, yi: ((xi, 1 - yi), _MESH, (xi, 1 - yi)), seed=8)
+    return _mesh_2d_case("mesh_2d_tuple_ids", lambda xi, yi: ((xi, 1 - yi), _MESH, (xi, 1 - yi)), seed=8)
 
 
 def case_mesh_2d_dict_ids():
     # Swap along "x" naming only that axis: {"x": 1 - x}; "y" stays ours.
-    return _mesh_2d_case(
-        "mesh_2d_dict_ids",
-        lambda xi, yi: ({"x": 1 - xi}, _MESH, (1 - xi, yi)), seed=9)
+    return _mesh_2d_case("mesh_2d_dict_ids", lambda xi, yi: ({"x": 1 - xi}, _MESH, (1 - xi, yi)), seed=9)
 
 
 def case_mesh_2d_logical_ids():
     # Diagonal swap by LOGICAL id (row-major over ("x", "y")).
     return _mesh_2d_case(
-        "mesh_2d_logical_ids",
-        lambda xi, yi: ((1 - xi) * 2 + (1 - yi), _LOGICAL, (1 - xi, 1 - yi)), seed=10)
+        "mesh_2d_logical_ids", lambda xi, yi: ((1 - xi) * 2 + (1 - yi), _LOGICAL, (1 - xi, 1 - yi)), seed=10
+    )
 
 
 # --------------------------------------------------------------------------
@@ -593,12 +642,11 @@ def case_barrier_only(n=8):
 
     def fn(params):
         call = pl.pallas_call(
-            kernel, out_shape=_sds((1,), _I32), out_specs=_SMEM,
-            compiler_params=_collective(), interpret=params)
+            kernel, out_shape=_sds((1,), _I32), out_specs=_SMEM, compiler_params=_collective(), interpret=params
+        )
         return _run_sharded(call, _mesh((n,), ("x",)), (), (), P("x"))
 
-    return Case(_sized("barrier_only", n, 8), fn, (),
-                reference=lambda: np.arange(n, dtype=np.int32) * 10 + rounds)
+    return Case(_sized("barrier_only", n, 8), fn, (), reference=lambda: np.arange(n, dtype=np.int32) * 10 + rounds)
 
 
 def case_remote_semaphore_signal():
@@ -615,9 +663,13 @@ def case_remote_semaphore_signal():
 
     def fn(params):
         call = pl.pallas_call(
-            kernel, out_shape=_sds((1,), _I32), out_specs=_SMEM,
+            kernel,
+            out_shape=_sds((1,), _I32),
+            out_specs=_SMEM,
             scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-            compiler_params=_collective(), interpret=params)
+            compiler_params=_collective(),
+            interpret=params,
+        )
         return _run_sharded(call, _mesh((n,), ("x",)), (), (), P("x"))
 
     def ref():
@@ -640,23 +692,30 @@ def case_two_kernels_one_jit():
             # by two must have entered this kernel before we write into it.
             _full_barrier(n)
             copy = pltpu.make_async_remote_copy(
-                x_ref, o_ref, send_sem, recv_sem,
-                device_id=(lax.rem(me + by, n),), device_id_type=_MESH)
+                x_ref, o_ref, send_sem, recv_sem, device_id=(lax.rem(me + by, n),), device_id_type=_MESH
+            )
             copy.start()
             copy.wait()
+
         return kernel
 
     def fn(params, x):
         def shift(by):
             return pl.pallas_call(
-                shift_kernel(by), out_shape=_sds(_TILE), in_specs=[_ANY],
-                out_specs=_ANY, scratch_shapes=[pltpu.SemaphoreType.DMA] * 2,
-                compiler_params=_collective(), interpret=params)
+                shift_kernel(by),
+                out_shape=_sds(_TILE),
+                in_specs=[_ANY],
+                out_specs=_ANY,
+                scratch_shapes=[pltpu.SemaphoreType.DMA] * 2,
+                compiler_params=_collective(),
+                interpret=params,
+            )
 
         return _on_ring(lambda b: shift(2)(shift(1)(b) * 2.0), n, (x,))
 
-    return Case("two_kernels_one_jit", fn, (x,),
-                reference=lambda x: np.concatenate(np.roll(_blocks(x, n), 3, axis=0)) * 2)
+    return Case(
+        "two_kernels_one_jit", fn, (x,), reference=lambda x: np.concatenate(np.roll(_blocks(x, n), 3, axis=0)) * 2
+    )
 
 
 # --------------------------------------------------------------------------
@@ -677,8 +736,12 @@ def case_core_map_shared_hbm():
 
     def fn(params, x):
         def per_device(b):
-            @pl.kernel(out_type=_sds((cores, *_TILE)), mesh=_core_mesh(cores),
-                       scratch_types=[pltpu.VMEM(_TILE, _F32)], interpret=params)
+            @pl.kernel(
+                out_type=_sds((cores, *_TILE)),
+                mesh=_core_mesh(cores),
+                scratch_types=[pltpu.VMEM(_TILE, _F32)],
+                interpret=params,
+            )
             def run(x_hbm, o_hbm, tile):
                 c = lax.axis_index("core")
                 pltpu.sync_copy(x_hbm.at[c], tile)
@@ -711,11 +774,14 @@ def _grid_split_case(name, cores, seed):
     def fn(params, x, y):
         spec = pl.BlockSpec(_TILE, lambda i, j: (i, j))
         call = pl.pallas_call(
-            kernel, out_shape=_sds((rows, 2 * _TILE[1])), grid=(4, 2),
-            in_specs=[spec, spec], out_specs=spec,
-            compiler_params=pltpu.CompilerParams(
-                dimension_semantics=("parallel", "arbitrary")),
-            interpret=dataclasses.replace(params, num_cores_or_threads=cores))
+            kernel,
+            out_shape=_sds((rows, 2 * _TILE[1])),
+            grid=(4, 2),
+            in_specs=[spec, spec],
+            out_specs=spec,
+            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
+            interpret=dataclasses.replace(params, num_cores_or_threads=cores),
+        )
         return _on_ring(call, n, (x, y))
 
     return Case(name, fn, (x, y), reference=lambda x, y: x * y + 1)
@@ -738,8 +804,7 @@ def case_cores_wait_on_each_other():
 
     def fn(params, x):
         def per_device(b):
-            @pl.kernel(out_type=_sds((2 * cores, *_TILE)), mesh=_core_mesh(cores),
-                       interpret=params)
+            @pl.kernel(out_type=_sds((2 * cores, *_TILE)), mesh=_core_mesh(cores), interpret=params)
             def run(x_hbm, o_hbm):
                 c = lax.axis_index("core")
 
@@ -767,17 +832,20 @@ def case_cores_wait_on_each_other():
 
 # --------------------------------------------------------------------------
 
-CASES: list[Case] = [
-    obj() for name, obj in sorted(globals().items())
-    if name.startswith("case_") and callable(obj)
-]
+CASES: list[Case] = [obj() for name, obj in sorted(globals().items()) if name.startswith("case_") and callable(obj)]
 CASES_BY_NAME: dict[str, Case] = {c.name: c for c in CASES}
 assert len(CASES_BY_NAME) == len(CASES), "duplicate case names"
 # The ring cases again on all 16 devices (a bigger, slower sweep).
 SWEEP_16_DEVICES: list[Case] = [
-    build(16) for build in (case_right_permute, case_all_gather_ring, case_all_reduce_sum,
-                            case_reduce_scatter_sum, case_ring_exchange_rounds,
-                            case_all_to_all, case_barrier_only)
+    build(16)
+    for build in (
+        case_right_permute,
+        case_all_gather_ring,
+        case_all_reduce_sum,
+        case_reduce_scatter_sum,
+        case_ring_exchange_rounds,
+        case_all_to_all,
+        case_barrier_only,
+    )
 ]
-MULTI_CORE = frozenset({"core_map_shared_hbm", "grid_split_2_cores",
-                        "grid_split_4_cores", "cores_wait_on_each_other"})
+MULTI_CORE = frozenset({"core_map_shared_hbm", "grid_split_2_cores", "grid_split_4_cores", "cores_wait_on_each_other"})

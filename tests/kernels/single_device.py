@@ -86,8 +86,8 @@ def case_add_1d():
     def fn(params, x, y):
         spec = pl.BlockSpec((128,), lambda i: (i,))
         return pl.pallas_call(
-            _add_kernel, out_shape=_sds(x), grid=(4,),
-            in_specs=[spec, spec], out_specs=spec, interpret=params)(x, y)
+            _add_kernel, out_shape=_sds(x), grid=(4,), in_specs=[spec, spec], out_specs=spec, interpret=params
+        )(x, y)
 
     return Case("add_1d", fn, (x, y), reference=lambda x, y: x + y)
 
@@ -98,8 +98,8 @@ def case_add_2d():
     def fn(params, x, y):
         spec = pl.BlockSpec((8, 128), lambda i, j: (i, j))
         return pl.pallas_call(
-            _add_kernel, out_shape=_sds(x), grid=(2, 3),
-            in_specs=[spec, spec], out_specs=spec, interpret=params)(x, y)
+            _add_kernel, out_shape=_sds(x), grid=(2, 3), in_specs=[spec, spec], out_specs=spec, interpret=params
+        )(x, y)
 
     return Case("add_2d", fn, (x, y), reference=lambda x, y: x + y)
 
@@ -111,10 +111,14 @@ def case_add_3d_int32():
     def fn(params, x, y):
         spec = pl.BlockSpec((1, 8, 128), lambda i, j, k: (i, j, k))
         return pl.pallas_call(
-            _add_kernel, out_shape=_sds(x), grid=(2, 2, 2),
-            in_specs=[spec, spec], out_specs=spec,
+            _add_kernel,
+            out_shape=_sds(x),
+            grid=(2, 2, 2),
+            in_specs=[spec, spec],
+            out_specs=spec,
             compiler_params=_cp("parallel", "parallel", "arbitrary"),
-            interpret=params)(x, y)
+            interpret=params,
+        )(x, y)
 
     return Case("add_3d_int32", fn, (x, y), reference=lambda x, y: x + y)
 
@@ -126,8 +130,8 @@ def case_add_int8():
     def fn(params, x, y):
         spec = pl.BlockSpec((16, 128), lambda i: (i, 0))
         return pl.pallas_call(
-            _add_kernel, out_shape=_sds(x), grid=(2,),
-            in_specs=[spec, spec], out_specs=spec, interpret=params)(x, y)
+            _add_kernel, out_shape=_sds(x), grid=(2,), in_specs=[spec, spec], out_specs=spec, interpret=params
+        )(x, y)
 
     return Case("add_int8", fn, (x, y), reference=lambda x, y: x + y)
 
@@ -142,11 +146,12 @@ def case_bf16_mul_add():
     def fn(params, x, y):
         spec = pl.BlockSpec((8, 128), lambda i, j: (i, j))
         return pl.pallas_call(
-            kernel, out_shape=_sds(x), grid=(2, 2),
-            in_specs=[spec, spec], out_specs=spec, interpret=params)(x, y)
+            kernel, out_shape=_sds(x), grid=(2, 2), in_specs=[spec, spec], out_specs=spec, interpret=params
+        )(x, y)
 
     def ref(x, y):
         return (np.float32(x) * np.float32(y) + np.float32(x)).astype(jnp.bfloat16)
+
     return Case("bf16_mul_add", fn, (x, y), reference=ref)
 
 
@@ -162,12 +167,17 @@ def case_bool_logic():
     def fn(params, x, y):
         spec = pl.BlockSpec((1, 128), lambda i: (i, 0))
         return pl.pallas_call(
-            kernel, out_shape=(_sds(x), jax.ShapeDtypeStruct(x.shape, _I32)),
-            grid=(2,), in_specs=[spec, spec], out_specs=(spec, spec),
-            interpret=params)(x, y)
+            kernel,
+            out_shape=(_sds(x), jax.ShapeDtypeStruct(x.shape, _I32)),
+            grid=(2,),
+            in_specs=[spec, spec],
+            out_specs=(spec, spec),
+            interpret=params,
+        )(x, y)
 
     def ref(x, y):
         return ((x & y) ^ y, (x & y).astype(np.int32))
+
     return Case("bool_logic", fn, (x, y), reference=ref)
 
 
@@ -188,14 +198,16 @@ def case_row_sum_arbitrary():
 
     def fn(params, x):
         return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((16, 1), _F32), grid=(2, 4),
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((16, 1), _F32),
+            grid=(2, 4),
             in_specs=[pl.BlockSpec((8, 128), lambda i, k: (i, k))],
             out_specs=pl.BlockSpec((8, 1), lambda i, k: (i, 0)),
             compiler_params=_cp("parallel", "arbitrary"),
-            interpret=params)(x)
+            interpret=params,
+        )(x)
 
-    return Case("row_sum_arbitrary", fn, (x,),
-                reference=lambda x: x.sum(axis=1, keepdims=True))
+    return Case("row_sum_arbitrary", fn, (x,), reference=lambda x: x.sum(axis=1, keepdims=True))
 
 
 def case_col_sum_arbitrary():
@@ -210,14 +222,16 @@ def case_col_sum_arbitrary():
 
     def fn(params, x):
         return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((1, 256), _I32), grid=(2, 8),
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((1, 256), _I32),
+            grid=(2, 8),
             in_specs=[pl.BlockSpec((8, 128), lambda j, k: (k, j))],
             out_specs=pl.BlockSpec((1, 128), lambda j, k: (0, j)),
             compiler_params=_cp("parallel", "arbitrary"),
-            interpret=params)(x)
+            interpret=params,
+        )(x)
 
-    return Case("col_sum_arbitrary", fn, (x,),
-                reference=lambda x: x.sum(axis=0, keepdims=True))
+    return Case("col_sum_arbitrary", fn, (x,), reference=lambda x: x.sum(axis=0, keepdims=True))
 
 
 def _matmul_call(params, x, y, bm, bn, bk, acc_dtype):
@@ -229,39 +243,39 @@ def _matmul_call(params, x, y, bm, bn, bk, acc_dtype):
         def _():
             acc_ref[...] = jnp.zeros_like(acc_ref)
 
-        acc_ref[...] += jnp.dot(x_ref[...], y_ref[...],
-                                preferred_element_type=acc_dtype)
+        acc_ref[...] += jnp.dot(x_ref[...], y_ref[...], preferred_element_type=acc_dtype)
 
         @pl.when(pl.program_id(2) == pl.num_programs(2) - 1)
         def _():
             o_ref[...] = acc_ref[...].astype(o_ref.dtype)
 
     return pl.pallas_call(
-        kernel, out_shape=jax.ShapeDtypeStruct((m, n), x.dtype),
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((m, n), x.dtype),
         grid=(m // bm, n // bn, k // bk),
-        in_specs=[pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)),
-                  pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))],
+        in_specs=[pl.BlockSpec((bm, bk), lambda i, j, kk: (i, kk)), pl.BlockSpec((bk, bn), lambda i, j, kk: (kk, j))],
         out_specs=pl.BlockSpec((bm, bn), lambda i, j, kk: (i, j)),
         scratch_shapes=[pltpu.VMEM((bm, bn), acc_dtype)],
         compiler_params=_cp("parallel", "parallel", "arbitrary"),
-        interpret=params)(x, y)
+        interpret=params,
+    )(x, y)
 
 
 def case_matmul_f32_acc():
     x, y = _ints((32, 64), seed=13), _ints((64, 32), seed=14)
     fn = functools.partial(_matmul_call, bm=16, bn=16, bk=16, acc_dtype=_F32)
-    return Case("matmul_f32_acc", lambda p, x, y: fn(p, x, y), (x, y),
-                reference=lambda x, y: x @ y)
+    return Case("matmul_f32_acc", lambda p, x, y: fn(p, x, y), (x, y), reference=lambda x, y: x @ y)
 
 
 def case_matmul_bf16_in_f32_acc():
     x = _ints((32, 32), seed=15, lo=-4, hi=4).astype(jnp.bfloat16)
     y = _ints((32, 32), seed=16, lo=-4, hi=4).astype(jnp.bfloat16)
     fn = functools.partial(_matmul_call, bm=16, bn=16, bk=8, acc_dtype=_F32)
+
     def ref(x, y):
         return (np.float32(x) @ np.float32(y)).astype(jnp.bfloat16)
-    return Case("matmul_bf16_in_f32_acc", lambda p, x, y: fn(p, x, y), (x, y),
-                reference=ref)
+
+    return Case("matmul_bf16_in_f32_acc", lambda p, x, y: fn(p, x, y), (x, y), reference=ref)
 
 
 # --------------------------------------------------------------------------
@@ -278,15 +292,18 @@ def case_scalar_prefetch_gather():
 
     def fn(params, idx, x):
         spec = pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=1, grid=(5,),
+            num_scalar_prefetch=1,
+            grid=(5,),
             in_specs=[pl.BlockSpec((None, 8, 128), lambda i, idx: (idx[i], 0, 0))],
-            out_specs=pl.BlockSpec((None, 8, 128), lambda i, idx: (i, 0, 0)))
+            out_specs=pl.BlockSpec((None, 8, 128), lambda i, idx: (i, 0, 0)),
+        )
         return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((5, 8, 128), _F32),
-            grid_spec=spec, interpret=params)(idx, x)
+            kernel, out_shape=jax.ShapeDtypeStruct((5, 8, 128), _F32), grid_spec=spec, interpret=params
+        )(idx, x)
 
     def ref(idx, x):
         return x[idx] + idx[:, None, None].astype(np.float32)
+
     return Case("scalar_prefetch_gather", fn, (idx, x), reference=ref)
 
 
@@ -299,8 +316,8 @@ def case_padding_not_divisible():
     def fn(params, x):
         spec = pl.BlockSpec((8, 128), lambda i, j: (i, j))
         return pl.pallas_call(
-            kernel, out_shape=_sds(x), grid=(3, 2), in_specs=[spec],
-            out_specs=spec, interpret=params)(x)
+            kernel, out_shape=_sds(x), grid=(3, 2), in_specs=[spec], out_specs=spec, interpret=params
+        )(x)
 
     return Case("padding_not_divisible", fn, (x,), reference=lambda x: x * 2 + 1)
 
@@ -315,20 +332,26 @@ def case_padding_block_sum():
 
     def fn(params, x):
         return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((2, 128), _F32), grid=(2,),
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((2, 128), _F32),
+            grid=(2,),
             in_specs=[pl.BlockSpec((8, 128), lambda i: (i, 0))],
             out_specs=pl.BlockSpec((1, 128), lambda i: (i, 0)),
-            interpret=params)(x)
+            interpret=params,
+        )(x)
 
     return Case("padding_block_sum", fn, (x,))
 
 
 def case_padding_block_sum_zero():
     base = case_padding_block_sum()
+
     def fn(p, x):
         return base.fn(_with(p, uninitialized_memory="zero"), x)
+
     def ref(x):
         return np.stack([x[:8].sum(0), x[8:].sum(0)])
+
     return Case("padding_block_sum_zero", fn, base.args, reference=ref)
 
 
@@ -341,12 +364,13 @@ def _squeezed_case(name, squeeze):
 
     def fn(params, x):
         spec = pl.BlockSpec((squeeze, 16, 128), lambda i: (i, 0, 0))
-        return pl.pallas_call(
-            kernel, out_shape=_sds(x), grid=(4,), in_specs=[spec],
-            out_specs=spec, interpret=params)(x)
+        return pl.pallas_call(kernel, out_shape=_sds(x), grid=(4,), in_specs=[spec], out_specs=spec, interpret=params)(
+            x
+        )
 
     def ref(x):
         return x * np.arange(1, 5, dtype=np.float32)[:, None, None]
+
     return Case(name, fn, (x,), reference=ref)
 
 
@@ -369,8 +393,14 @@ def case_input_output_alias_partial():
     def fn(params, x):
         spec = pl.BlockSpec((8, 128), lambda i: (i, 0))
         return pl.pallas_call(
-            kernel, out_shape=_sds(x), grid=(2,), in_specs=[spec],
-            out_specs=spec, input_output_aliases={0: 0}, interpret=params)(x)
+            kernel,
+            out_shape=_sds(x),
+            grid=(2,),
+            in_specs=[spec],
+            out_specs=spec,
+            input_output_aliases={0: 0},
+            interpret=params,
+        )(x)
 
     def ref(x):
         out = x.copy()
@@ -410,15 +440,17 @@ def case_manual_double_buffer_dma():
 
     def fn(params, x):
         return pl.pallas_call(
-            kernel, out_shape=_sds(x),
+            kernel,
+            out_shape=_sds(x),
             in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
             out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
-            scratch_shapes=[pltpu.VMEM((2, 8, 128), _F32),
-                            pltpu.SemaphoreType.DMA((2,))],
-            interpret=params)(x)
+            scratch_shapes=[pltpu.VMEM((2, 8, 128), _F32), pltpu.SemaphoreType.DMA((2,))],
+            interpret=params,
+        )(x)
 
     def ref(x):
         return x * 2 + np.arange(n, dtype=np.float32)[:, None, None]
+
     return Case("manual_double_buffer_dma", fn, (x,), reference=ref)
 
 
@@ -433,11 +465,13 @@ def case_async_copy_hbm_roundtrip():
 
     def fn(params, x):
         return pl.pallas_call(
-            kernel, out_shape=_sds(x),
+            kernel,
+            out_shape=_sds(x),
             in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
             out_specs=pl.BlockSpec(memory_space=pl.ANY),
             scratch_shapes=[pltpu.VMEM(x.shape, _F32), pltpu.SemaphoreType.DMA],
-            interpret=params)(x)
+            interpret=params,
+        )(x)
 
     return Case("async_copy_hbm_roundtrip", fn, (x,), reference=lambda x: x - 3)
 
@@ -452,10 +486,12 @@ def case_sync_copy_slices():
 
     def fn(params, x):
         return pl.pallas_call(
-            kernel, out_shape=_sds(x),
+            kernel,
+            out_shape=_sds(x),
             in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
             out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
-            interpret=params)(x)
+            interpret=params,
+        )(x)
 
     return Case("sync_copy_slices", fn, (x,), reference=lambda x: x[::-1])
 
@@ -473,14 +509,18 @@ def case_dma_with_grid_blocked_output():
 
     def fn(params, x):
         return pl.pallas_call(
-            kernel, out_shape=_sds(x), grid=(4,),
+            kernel,
+            out_shape=_sds(x),
+            grid=(4,),
             in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
             out_specs=pl.BlockSpec((None, 8, 128), lambda i: (i, 0, 0)),
             scratch_shapes=[pltpu.SemaphoreType.DMA],
-            interpret=params)(x)
+            interpret=params,
+        )(x)
 
     def ref(x):
         return x[::-1] + np.arange(4, dtype=np.float32)[:, None, None]
+
     return Case("dma_with_grid_blocked_output", fn, (x,), reference=ref)
 
 
@@ -502,13 +542,16 @@ def case_run_scoped_nested():
 
     def fn(params, x):
         return pl.pallas_call(
-            kernel, out_shape=_sds(x),
+            kernel,
+            out_shape=_sds(x),
             in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
             out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
-            interpret=params)(x)
+            interpret=params,
+        )(x)
 
     def ref(x):
         return np.concatenate([x[8:], x[:8]]) * 3
+
     return Case("run_scoped_nested", fn, (x,), reference=ref)
 
 
@@ -539,11 +582,10 @@ def case_regular_semaphore():
     def fn(params, x):
         smem = pl.BlockSpec(memory_space=pltpu.SMEM)
         return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((3,), _I32),
-            in_specs=[smem], out_specs=smem, interpret=params)(x)
+            kernel, out_shape=jax.ShapeDtypeStruct((3,), _I32), in_specs=[smem], out_specs=smem, interpret=params
+        )(x)
 
-    return Case("regular_semaphore", fn, (x,),
-                reference=lambda x: np.array([5, 18, 13], np.int32))
+    return Case("regular_semaphore", fn, (x,), reference=lambda x: np.array([5, 18, 13], np.int32))
 
 
 def case_semaphore_array_scratch():
@@ -564,9 +606,15 @@ def case_semaphore_array_scratch():
     def fn(params, x):
         spec = pl.BlockSpec((None, 8, 128), lambda i: (i, 0, 0))
         return pl.pallas_call(
-            kernel, out_shape=_sds(x), grid=(4,), in_specs=[spec], out_specs=spec,
+            kernel,
+            out_shape=_sds(x),
+            grid=(4,),
+            in_specs=[spec],
+            out_specs=spec,
             scratch_shapes=[pltpu.SemaphoreType.REGULAR((2,))],
-            compiler_params=_cp("arbitrary"), interpret=params)(x)
+            compiler_params=_cp("arbitrary"),
+            interpret=params,
+        )(x)
 
     return Case("semaphore_array_scratch", fn, (x,), reference=lambda x: x * 2)
 
@@ -587,13 +635,14 @@ def case_dma_two_copies_one_semaphore():
 
     def fn(params, x):
         return pl.pallas_call(
-            kernel, out_shape=_sds(x),
+            kernel,
+            out_shape=_sds(x),
             in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
             scratch_shapes=[pltpu.VMEM(x.shape, _F32), pltpu.SemaphoreType.DMA],
-            interpret=params)(x)
+            interpret=params,
+        )(x)
 
-    return Case("dma_two_copies_one_semaphore", fn, (x,),
-                reference=lambda x: np.concatenate([x[8:], x[:8]]) + 0.5)
+    return Case("dma_two_copies_one_semaphore", fn, (x,), reference=lambda x: np.concatenate([x[8:], x[:8]]) + 0.5)
 
 
 def _check_real_random_bits(out):
@@ -622,12 +671,15 @@ def case_prng_random_bits():
 
     def fn(params):
         shape = jax.ShapeDtypeStruct((8, 128), _I32)
-        return pl.pallas_call(kernel, out_shape=(shape, shape, shape),
-                              interpret=params)()
+        return pl.pallas_call(kernel, out_shape=(shape, shape, shape), interpret=params)()
 
-    return Case("prng_random_bits", fn, (),
-                reference=lambda: tuple(np.zeros((8, 128), np.int32) for _ in range(3)),
-                ours_check=_check_real_random_bits)
+    return Case(
+        "prng_random_bits",
+        fn,
+        (),
+        reference=lambda: tuple(np.zeros((8, 128), np.int32) for _ in range(3)),
+        ours_check=_check_real_random_bits,
+    )
 
 
 def case_delay():
@@ -690,9 +742,9 @@ def case_cond_and_switch():
 
     def fn(params, x):
         spec = pl.BlockSpec((None, 8, 128), lambda i: (i, 0, 0))
-        return pl.pallas_call(
-            kernel, out_shape=_sds(x), grid=(4,), in_specs=[spec],
-            out_specs=spec, interpret=params)(x)
+        return pl.pallas_call(kernel, out_shape=_sds(x), grid=(4,), in_specs=[spec], out_specs=spec, interpret=params)(
+            x
+        )
 
     def ref(x):
         out = x + np.array([1, -1, 1, -1], np.float32)[:, None, None]
@@ -719,8 +771,7 @@ def case_fori_loop_dynamic_rows():
     def fn(params, x):
         return pl.pallas_call(kernel, out_shape=_sds(x), interpret=params)(x)
 
-    return Case("fori_loop_dynamic_rows", fn, (x,),
-                reference=lambda x: np.cumsum(x, axis=0))
+    return Case("fori_loop_dynamic_rows", fn, (x,), reference=lambda x: np.cumsum(x, axis=0))
 
 
 def case_while_loop_smem():
@@ -743,11 +794,12 @@ def case_while_loop_smem():
     def fn(params, x):
         smem = pl.BlockSpec(memory_space=pltpu.SMEM)
         return pl.pallas_call(
-            kernel, out_shape=(_sds(x), _sds(x)), in_specs=[smem],
-            out_specs=(smem, smem), interpret=params)(x)
+            kernel, out_shape=(_sds(x), _sds(x)), in_specs=[smem], out_specs=(smem, smem), interpret=params
+        )(x)
 
     def ref(x):
         return (np.ones(4, np.int32), np.array([5, 12, 0, 8], np.int32))
+
     return Case("while_loop_smem", fn, (x,), reference=ref)
 
 
@@ -765,15 +817,13 @@ def case_scan_over_rows():
         last_ref[...] = final
 
     def fn(params, x):
-        return pl.pallas_call(
-            kernel, out_shape=(_sds(x), jax.ShapeDtypeStruct((1, 128), _F32)),
-            interpret=params)(x)
+        return pl.pallas_call(kernel, out_shape=(_sds(x), jax.ShapeDtypeStruct((1, 128), _F32)), interpret=params)(x)
 
     def ref(x):
         out, c = np.zeros_like(x), np.zeros((1, 128), np.float32)
         for r in range(8):
-            c = c * np.float32(0.5) + x[r:r + 1]
-            out[r:r + 1] = c
+            c = c * np.float32(0.5) + x[r : r + 1]
+            out[r : r + 1] = c
         return out, c
 
     return Case("scan_over_rows", fn, (x,), reference=ref)
@@ -829,9 +879,7 @@ def case_strided_ds():
         o_ref[1] = x_ref[pl.ds(1, 8, stride=2), :]
 
     def fn(params, x):
-        return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((2, 8, 128), _F32),
-            interpret=params)(x)
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((2, 8, 128), _F32), interpret=params)(x)
 
     return Case("strided_ds", fn, (x,), reference=lambda x: np.stack([x[0::2], x[1::2]]))
 
@@ -846,13 +894,13 @@ def case_dynamic_ds_from_smem():
 
     def fn(params, offs, x):
         return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((3, 4, 128), _F32),
-            in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM),
-                      pl.BlockSpec(memory_space=pltpu.VMEM)],
-            interpret=params)(offs, x)
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((3, 4, 128), _F32),
+            in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec(memory_space=pltpu.VMEM)],
+            interpret=params,
+        )(offs, x)
 
-    return Case("dynamic_ds_from_smem", fn, (offs, x),
-                reference=lambda o, x: np.stack([x[k:k + 4] for k in o]))
+    return Case("dynamic_ds_from_smem", fn, (offs, x), reference=lambda o, x: np.stack([x[k : k + 4] for k in o]))
 
 
 def case_smem_scalars():
@@ -867,11 +915,10 @@ def case_smem_scalars():
     def fn(params, s, f):
         smem = pl.BlockSpec(memory_space=pltpu.SMEM)
         return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((3,), _I32),
-            in_specs=[smem, smem], out_specs=smem, interpret=params)(s, f)
+            kernel, out_shape=jax.ShapeDtypeStruct((3,), _I32), in_specs=[smem, smem], out_specs=smem, interpret=params
+        )(s, f)
 
-    return Case("smem_scalars", fn, (s, f),
-                reference=lambda s, f: np.array([-10, -2, 1], np.int32))
+    return Case("smem_scalars", fn, (s, f), reference=lambda s, f: np.array([-10, -2, 1], np.int32))
 
 
 def case_program_id_num_programs():
@@ -882,15 +929,18 @@ def case_program_id_num_programs():
 
     def fn(params):
         return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((24, 256), _I32), grid=(3, 2),
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((24, 256), _I32),
+            grid=(3, 2),
             out_specs=pl.BlockSpec((8, 128), lambda i, j: (i, j)),
-            interpret=params)()
+            interpret=params,
+        )()
 
     def ref():
         out = np.zeros((24, 256), np.int32)
         for i in range(3):
             for j in range(2):
-                out[i * 8:(i + 1) * 8, j * 128:(j + 1) * 128] = i * 100 + j * 10 + 6
+                out[i * 8 : (i + 1) * 8, j * 128 : (j + 1) * 128] = i * 100 + j * 10 + 6
         return out
 
     return Case("program_id_num_programs", fn, (), reference=ref)
@@ -912,8 +962,14 @@ def _grid_order_fn(semantics, seed):
         params = _with(params, random_seed=seed, grid_point_recorder=record)
         spec = pl.BlockSpec((8, 128), lambda i, j: (i, j))
         out = pl.pallas_call(
-            kernel, out_shape=_sds(x), grid=(4, 2), in_specs=[spec],
-            out_specs=spec, compiler_params=_cp(*semantics), interpret=params)(x)
+            kernel,
+            out_shape=_sds(x),
+            grid=(4, 2),
+            in_specs=[spec],
+            out_specs=spec,
+            compiler_params=_cp(*semantics),
+            interpret=params,
+        )(x)
         out = jax.block_until_ready(out)
         return out, np.array(points, np.int32)
 
@@ -926,21 +982,18 @@ def _grid_order_fn(semantics, seed):
 
 def case_grid_order_parallel_seeded():
     fn, args, ref = _grid_order_fn(("parallel", "parallel"), 1234)
-    return Case("grid_order_parallel_seeded", fn, args,
-                reference=lambda x: (ref(x), None))
+    return Case("grid_order_parallel_seeded", fn, args, reference=lambda x: (ref(x), None))
 
 
 def case_grid_order_mixed_seeded():
     fn, args, ref = _grid_order_fn(("parallel", "arbitrary"), 7)
-    return Case("grid_order_mixed_seeded", fn, args,
-                reference=lambda x: (ref(x), None))
+    return Case("grid_order_mixed_seeded", fn, args, reference=lambda x: (ref(x), None))
 
 
 def case_grid_order_arbitrary_unseeded():
     fn, args, ref = _grid_order_fn(("arbitrary", "arbitrary"), None)
     order = np.array([(i, j, 0) for i in range(4) for j in range(2)], np.int32)
-    return Case("grid_order_arbitrary_unseeded", fn, args,
-                reference=lambda x: (ref(x), order))
+    return Case("grid_order_arbitrary_unseeded", fn, args, reference=lambda x: (ref(x), order))
 
 
 def case_skip_floating_point_ops():
@@ -953,11 +1006,11 @@ def case_skip_floating_point_ops():
 
     def fn(params, x, n):
         params = _with(params, skip_floating_point_ops=True)
-        return pl.pallas_call(
-            kernel, out_shape=(_sds(x), _sds(n)), interpret=params)(x, n)
+        return pl.pallas_call(kernel, out_shape=(_sds(x), _sds(n)), interpret=params)(x, n)
 
     def ref(x, n):
         return (np.full_like(x, np.inf), n * 3 + 1)
+
     return Case("skip_floating_point_ops", fn, (x, n), reference=ref)
 
 
@@ -969,14 +1022,21 @@ def _uninit_scratch_fn(knobs):
         b_ref[...] = bs[...]
 
     def fn(params):
-        shapes = (jax.ShapeDtypeStruct((8, 128), _F32),
-                  jax.ShapeDtypeStruct((8, 128), _I32),
-                  jax.ShapeDtypeStruct((16, 128), jnp.bfloat16))
+        shapes = (
+            jax.ShapeDtypeStruct((8, 128), _F32),
+            jax.ShapeDtypeStruct((8, 128), _I32),
+            jax.ShapeDtypeStruct((16, 128), jnp.bfloat16),
+        )
         return pl.pallas_call(
-            kernel, out_shape=shapes,
-            scratch_shapes=[pltpu.VMEM((8, 128), _F32), pltpu.VMEM((8, 128), _I32),
-                            pltpu.VMEM((16, 128), jnp.bfloat16)],
-            interpret=_with(params, **knobs))()
+            kernel,
+            out_shape=shapes,
+            scratch_shapes=[
+                pltpu.VMEM((8, 128), _F32),
+                pltpu.VMEM((8, 128), _I32),
+                pltpu.VMEM((16, 128), jnp.bfloat16),
+            ],
+            interpret=_with(params, **knobs),
+        )()
 
     return fn
 
@@ -987,11 +1047,9 @@ def case_uninitialized_nan():
 
 def case_uninitialized_zero():
     def ref():
-        return (np.zeros((8, 128), np.float32), np.zeros((8, 128), np.int32),
-                       np.zeros((16, 128), jnp.bfloat16))
-    return Case("uninitialized_zero",
-                _uninit_scratch_fn({"uninitialized_memory": "zero"}), (),
-                reference=ref)
+        return (np.zeros((8, 128), np.float32), np.zeros((8, 128), np.int32), np.zeros((16, 128), jnp.bfloat16))
+
+    return Case("uninitialized_zero", _uninit_scratch_fn({"uninitialized_memory": "zero"}), (), reference=ref)
 
 
 def _oob_read_fn(knobs):
@@ -1004,10 +1062,11 @@ def _oob_read_fn(knobs):
 
     def fn(params, offs, x):
         return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((8, 128), _F32),
-            in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM),
-                      pl.BlockSpec(memory_space=pltpu.VMEM)],
-            interpret=_with(params, **knobs))(offs, x)
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((8, 128), _F32),
+            in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec(memory_space=pltpu.VMEM)],
+            interpret=_with(params, **knobs),
+        )(offs, x)
 
     return fn, (offs, x)
 
@@ -1018,10 +1077,11 @@ def case_oob_read_uninitialized():
 
 
 def case_oob_read_uninitialized_zero():
-    fn, args = _oob_read_fn({"out_of_bounds_reads": "uninitialized",
-                             "uninitialized_memory": "zero"})
+    fn, args = _oob_read_fn({"out_of_bounds_reads": "uninitialized", "uninitialized_memory": "zero"})
+
     def ref(o, x):
         return np.concatenate([x[12:], np.zeros((4, 128), np.float32)])
+
     return Case("oob_read_uninitialized_zero", fn, args, reference=ref)
 
 
@@ -1035,26 +1095,27 @@ def _bounds_fn(bounds):
     def fn(params, offs, x):
         with _simulated_tpu():
             return pl.pallas_call(
-                kernel, out_shape=jax.ShapeDtypeStruct((8, 100), _F32),
-                in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM),
-                          pl.BlockSpec(memory_space=pltpu.VMEM)],
-                interpret=_with(params, buffer_bounds=bounds,
-                                uninitialized_memory="zero"))(offs, x)
+                kernel,
+                out_shape=jax.ShapeDtypeStruct((8, 100), _F32),
+                in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec(memory_space=pltpu.VMEM)],
+                interpret=_with(params, buffer_bounds=bounds, uninitialized_memory="zero"),
+            )(offs, x)
 
     return fn, (np.array([8], np.int32), _ints((12, 100), seed=40))
 
 
 def case_buffer_bounds_padded():
     fn, args = _bounds_fn("padded")
+
     def ref(o, x):
         return np.concatenate([x[8:], np.zeros((4, 100), np.float32)])
+
     return Case("buffer_bounds_padded", fn, args, reference=ref)
 
 
 def case_error_buffer_bounds_logical():
     fn, args = _bounds_fn("logical")
-    return Case("error_buffer_bounds_logical", fn, args,
-                expect_error="Out-of-bounds read")
+    return Case("error_buffer_bounds_logical", fn, args, expect_error="Out-of-bounds read")
 
 
 # --------------------------------------------------------------------------
@@ -1071,13 +1132,17 @@ def case_element_block_dim():
 
     def fn(params, x):
         return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((4, 8, 128), _F32), grid=(4,),
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((4, 8, 128), _F32),
+            grid=(4,),
             in_specs=[pl.BlockSpec((pl.Element(8), 128), lambda i: (i * 4, 0))],
             out_specs=pl.BlockSpec((None, 8, 128), lambda i: (i, 0, 0)),
-            interpret=params)(x)
+            interpret=params,
+        )(x)
 
-    return Case("element_block_dim", fn, (x,),
-                reference=lambda x: np.stack([x[4 * i:4 * i + 8] * 2 for i in range(4)]))
+    return Case(
+        "element_block_dim", fn, (x,), reference=lambda x: np.stack([x[4 * i : 4 * i + 8] * 2 for i in range(4)])
+    )
 
 
 def case_buffered_pipeline_mode():
@@ -1087,9 +1152,13 @@ def case_buffered_pipeline_mode():
     def fn(params, x):
         spec = pl.BlockSpec((8, 128), lambda i: (i, 0), pipeline_mode=pl.Buffered(3))
         return pl.pallas_call(
-            _copy_kernel, out_shape=_sds(x), grid=(4,), in_specs=[spec],
+            _copy_kernel,
+            out_shape=_sds(x),
+            grid=(4,),
+            in_specs=[spec],
             out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
-            interpret=params)(x)
+            interpret=params,
+        )(x)
 
     return Case("buffered_pipeline_mode", fn, (x,), reference=lambda x: x)
 
@@ -1117,16 +1186,23 @@ def case_prefetch_with_scratch_and_arbitrary():
 
     def fn(params, idx, x):
         spec = pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=1, grid=(4,),
+            num_scalar_prefetch=1,
+            grid=(4,),
             in_specs=[pl.BlockSpec((None, 8, 128), lambda k, idx: (idx[k], 0, 0))],
             out_specs=pl.BlockSpec((8, 128), lambda k, idx: (0, 0)),
-            scratch_shapes=[pltpu.VMEM((8, 128), _F32), pltpu.SMEM((1,), _I32)])
+            scratch_shapes=[pltpu.VMEM((8, 128), _F32), pltpu.SMEM((1,), _I32)],
+        )
         return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((8, 128), _F32), grid_spec=spec,
-            compiler_params=_cp("arbitrary"), interpret=params)(idx, x)
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((8, 128), _F32),
+            grid_spec=spec,
+            compiler_params=_cp("arbitrary"),
+            interpret=params,
+        )(idx, x)
 
     def ref(idx, x):
         return sum(x[i] * (i + 1) for i in idx) + 4
+
     return Case("prefetch_with_scratch_and_arbitrary", fn, (idx, x), reference=ref)
 
 
@@ -1140,16 +1216,18 @@ def case_emit_pipeline():
 
     def kernel(x_hbm, o_hbm):
         pltpu.emit_pipeline(
-            inner, grid=(4, 2),
+            inner,
+            grid=(4, 2),
             in_specs=[pl.BlockSpec((8, 128), lambda i, j: (i, j))],
-            out_specs=[pl.BlockSpec((8, 128), lambda i, j: (i, j))])(x_hbm, o_hbm)
+            out_specs=[pl.BlockSpec((8, 128), lambda i, j: (i, j))],
+        )(x_hbm, o_hbm)
 
     def fn(params, x):
         any_spec = pl.BlockSpec(memory_space=pl.ANY)
         with _simulated_tpu():
-            return pl.pallas_call(
-                kernel, out_shape=_sds(x), in_specs=[any_spec], out_specs=any_spec,
-                interpret=params)(x)
+            return pl.pallas_call(kernel, out_shape=_sds(x), in_specs=[any_spec], out_specs=any_spec, interpret=params)(
+                x
+            )
 
     return Case("emit_pipeline", fn, (x,), reference=lambda x: x + 1)
 
@@ -1170,10 +1248,12 @@ def case_dma_dst_read_before_wait():
 
     def fn(params, x):
         return pl.pallas_call(
-            kernel, out_shape=(_sds(x), _sds(x)),
+            kernel,
+            out_shape=(_sds(x), _sds(x)),
             in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
             scratch_shapes=[pltpu.VMEM(x.shape, _F32), pltpu.SemaphoreType.DMA],
-            interpret=params)(x)
+            interpret=params,
+        )(x)
 
     return Case("dma_dst_read_before_wait", fn, (x,), mode_dependent=True)
 
@@ -1197,13 +1277,15 @@ def case_error_revisited_output_block():
     def fn(params, x):
         # Output blocks 0, 1, 0: the third step returns to block 0.
         return pl.pallas_call(
-            kernel, out_shape=_sds(x), grid=(3,),
+            kernel,
+            out_shape=_sds(x),
+            grid=(3,),
             in_specs=[pl.BlockSpec((8, 128), lambda i: (0, 0))],
             out_specs=pl.BlockSpec((8, 128), lambda i: (i % 2, 0)),
-            interpret=params)(x)
+            interpret=params,
+        )(x)
 
-    return Case("error_revisited_output_block", fn, (x,),
-                expect_error="Revisited block")
+    return Case("error_revisited_output_block", fn, (x,), expect_error="Revisited block")
 
 
 def case_error_hbm_ref_read_directly():
@@ -1214,8 +1296,8 @@ def case_error_hbm_ref_read_directly():
 
     def fn(params, x):
         return pl.pallas_call(
-            kernel, out_shape=_sds(x),
-            in_specs=[pl.BlockSpec(memory_space=pl.ANY)], interpret=params)(x)
+            kernel, out_shape=_sds(x), in_specs=[pl.BlockSpec(memory_space=pl.ANY)], interpret=params
+        )(x)
 
     return Case("error_hbm_ref_read_directly", fn, (x,), expect_error="HBM")
 
@@ -1226,12 +1308,16 @@ def case_error_parallel_not_prefix():
     def fn(params, x):
         spec = pl.BlockSpec((8, 128), lambda i, j: (i, j))
         return pl.pallas_call(
-            _copy_kernel, out_shape=_sds(x), grid=(2, 2), in_specs=[spec],
-            out_specs=spec, compiler_params=_cp("arbitrary", "parallel"),
-            interpret=params)(x)
+            _copy_kernel,
+            out_shape=_sds(x),
+            grid=(2, 2),
+            in_specs=[spec],
+            out_specs=spec,
+            compiler_params=_cp("arbitrary", "parallel"),
+            interpret=params,
+        )(x)
 
-    return Case("error_parallel_not_prefix", fn, (x,),
-                expect_error="must form a prefix of the grid")
+    return Case("error_parallel_not_prefix", fn, (x,), expect_error="must form a prefix of the grid")
 
 
 def case_error_oob_write():
@@ -1244,15 +1330,15 @@ def case_error_oob_write():
 
     def fn(params, offs, x):
         return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((16, 128), _F32),
-            in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM),
-                      pl.BlockSpec(memory_space=pltpu.VMEM)],
-            interpret=params)(offs, x)
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((16, 128), _F32),
+            in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec(memory_space=pltpu.VMEM)],
+            interpret=params,
+        )(offs, x)
 
     # Stock trips an internal `assert` (empty AssertionError) before its own
     # "Out-of-bounds write" message; ours must give a clear message instead.
-    return Case("error_oob_write", fn, (offs, x), expect_error="",
-                ours_error="Out-of-bounds")
+    return Case("error_oob_write", fn, (offs, x), expect_error="", ours_error="Out-of-bounds")
 
 
 def case_error_oob_masked_store():
@@ -1266,10 +1352,11 @@ def case_error_oob_masked_store():
 
     def fn(params, offs, x):
         return pl.pallas_call(
-            kernel, out_shape=jax.ShapeDtypeStruct((16, 128), _F32),
-            in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM),
-                      pl.BlockSpec(memory_space=pltpu.VMEM)],
-            interpret=params)(offs, x)
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((16, 128), _F32),
+            in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec(memory_space=pltpu.VMEM)],
+            interpret=params,
+        )(offs, x)
 
     return Case("error_oob_masked_store", fn, (offs, x), expect_error="Out-of-bounds")
 
@@ -1282,9 +1369,6 @@ def case_error_oob_masked_store():
 
 # --------------------------------------------------------------------------
 
-CASES: list[Case] = [
-    obj() for name, obj in sorted(globals().items())
-    if name.startswith("case_") and callable(obj)
-]
+CASES: list[Case] = [obj() for name, obj in sorted(globals().items()) if name.startswith("case_") and callable(obj)]
 CASES_BY_NAME: dict[str, Case] = {c.name: c for c in CASES}
 assert len(CASES_BY_NAME) == len(CASES), "duplicate case names"

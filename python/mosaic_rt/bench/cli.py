@@ -19,26 +19,37 @@ _CHILD_FLAG = "MOSAIC_RT_BENCH_CHILD"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quick", action="store_true",
-                        help="fewer, smaller cases and short budgets (about 2 minutes)")
-    parser.add_argument("--filter", metavar="REGEX", action="append", default=[],
-                        help="run only cases and rows (cold first call, suite workload, "
-                             "launch per MiB, lowering and compile) whose name matches "
-                             "REGEX, case-insensitive search: a plain substring works "
-                             "(repeatable, any match)")
+    parser.add_argument("--quick", action="store_true", help="fewer, smaller cases and short budgets (about 2 minutes)")
+    parser.add_argument(
+        "--filter",
+        metavar="REGEX",
+        action="append",
+        default=[],
+        help="run only cases and rows (cold first call, suite workload, "
+        "launch per MiB, lowering and compile) whose name matches "
+        "REGEX, case-insensitive search: a plain substring works "
+        "(repeatable, any match)",
+    )
     parser.add_argument("--json", metavar="PATH", help="write machine-readable results here")
-    parser.add_argument("--plot", metavar="PATH",
-                        help="write a PNG bar chart of the ratios (needs matplotlib: "
-                             "pip install 'mosaic_rt[plot]')")
-    parser.add_argument("--markdown", metavar="PATH",
-                        help="write the result tables as Markdown (as in benches/RESULTS.md)")
+    parser.add_argument(
+        "--plot",
+        metavar="PATH",
+        help="write a PNG bar chart of the ratios (needs matplotlib: pip install 'mosaic_rt[plot]')",
+    )
+    parser.add_argument(
+        "--markdown", metavar="PATH", help="write the result tables as Markdown (as in benches/RESULTS.md)"
+    )
     parser.add_argument("--list", action="store_true", help="list the selected cases and exit")
-    parser.add_argument("--strict", action="store_true",
-                        help="also exit non-zero when a speed target is missed")
-    parser.add_argument("--contention", metavar="N", type=_burner_count, default=0,
-                        help="run with N CPU-bound processes alive (targets judged on busy "
-                             "CPUs), then time each case's ours in alternating quiet and "
-                             "contended blocks: target contended <= 2x quiet")
+    parser.add_argument("--strict", action="store_true", help="also exit non-zero when a speed target is missed")
+    parser.add_argument(
+        "--contention",
+        metavar="N",
+        type=_burner_count,
+        default=0,
+        help="run with N CPU-bound processes alive (targets judged on busy "
+        "CPUs), then time each case's ours in alternating quiet and "
+        "contended blocks: target contended <= 2x quiet",
+    )
 
 
 def _burner_count(text: str) -> int:
@@ -71,6 +82,7 @@ def _ensure_devices(needed: int, argv: list[str]) -> int | None:
     devices, the only way is a fresh interpreter).
     """
     import jax
+
     from mosaic_rt import jax_internals
 
     if not jax_internals.backends_are_initialized():
@@ -94,9 +106,12 @@ def _watchdog(name: str, seconds: float):
     cannot be cancelled) must not hang the harness: print every thread's stack
     and exit with code 4.
     """
+
     def expire():
-        sys.stderr.write(f"\nmosaic_rt bench: case {name!r} still running after {seconds:g} s;"
-                         " it is hung. Thread stacks follow; exiting with code 4.\n")
+        sys.stderr.write(
+            f"\nmosaic_rt bench: case {name!r} still running after {seconds:g} s;"
+            " it is hung. Thread stacks follow; exiting with code 4.\n"
+        )
         faulthandler.dump_traceback(all_threads=True)
         sys.stderr.flush()
         os._exit(4)
@@ -117,8 +132,10 @@ def _one_line(result) -> str:
     if result.error:  # escaped: error text may hold "[...]" that is not a style
         return f"[bold red]ERROR[/] {result.case.name}: {escape(result.error)}"
     status = "[green]equal[/]" if result.ok else "[bold red]MISMATCH[/]"
-    return (f"{result.case.name}: stock {result.stock.median_s * 1e3:.2f} ms, "
-            f"ours {result.ours.median_s * 1e3:.3f} ms, {result.ratio:,.1f}x, {status}")
+    return (
+        f"{result.case.name}: stock {result.stock.median_s * 1e3:.2f} ms, "
+        f"ours {result.ours.median_s * 1e3:.3f} ms, {result.ratio:,.1f}x, {status}"
+    )
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
@@ -139,8 +156,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         return 2
     if not cases and not extra:
         shown = escape(" ".join(repr(f) for f in args.filter))
-        console.print(f"[bold red]no case matches --filter {shown}[/]; "
-                      "use --list to see the names")
+        console.print(f"[bold red]no case matches --filter {shown}[/]; use --list to see the names")
         return 2
     if args.list:
         for c in cases:
@@ -179,8 +195,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                     progress.console.print(row.summary(rows[row.key]))
                 except Exception as e:  # noqa: BLE001 - one failing row must not stop the run
                     rows[row.key] = {"ok": False, "error": f"{type(e).__name__}: {e}"[:400]}
-                    progress.console.print(f"[bold red]ERROR[/] {row.name}: "
-                                           f"{escape(rows[row.key]['error'])}")
+                    progress.console.print(f"[bold red]ERROR[/] {row.name}: {escape(rows[row.key]['error'])}")
             progress.advance(task)
         progress.update(task, description="done")
     if args.contention:
@@ -194,21 +209,30 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                 progress.advance(task)
 
     good_rows = {k: v for k, v in rows.items() if "error" not in v}
-    found = (report.verdicts(results) + rows_mod.verdicts(good_rows, results)
-             + contention.verdicts(contended))
+    found = report.verdicts(results) + rows_mod.verdicts(good_rows, results) + contention.verdicts(contended)
     report.render(console, results, found, good_rows)
     bad = [r for r in results if not r.ok]
     for r in bad:
-        why = r.error or ("outputs differ between stock and mosaic_rt" if not r.equal
-                          else "both outputs differ from the numpy reference"
-                          if not r.correct else "XLA native output differs from the reference")
+        why = r.error or (
+            "outputs differ between stock and mosaic_rt"
+            if not r.equal
+            else "both outputs differ from the numpy reference"
+            if not r.correct
+            else "XLA native output differs from the reference"
+        )
         console.print(f"[bold red]FAILED[/] {r.case.name}: {escape(why)}")
     bad_rows = [k for k, v in rows.items() if not v.get("ok", True)]
     for k in bad_rows:
-        console.print(f"[bold red]FAILED[/] row {k}: "
-                      f"{escape(rows[k].get('error') or 'an output differs (see its table)')}")
-    settings = {"quick": args.quick, "filter": args.filter, "argv": argv,
-                "budget": dataclasses.asdict(budget), "contention": args.contention}
+        console.print(
+            f"[bold red]FAILED[/] row {k}: {escape(rows[k].get('error') or 'an output differs (see its table)')}"
+        )
+    settings = {
+        "quick": args.quick,
+        "filter": args.filter,
+        "argv": argv,
+        "budget": dataclasses.asdict(budget),
+        "contention": args.contention,
+    }
     data = report.to_json(results, found, settings, rows)
     if contended:
         data["contention"] = contention.to_json(contended)
@@ -235,8 +259,8 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `mosaic-rt-bench` console script."""
     parser = argparse.ArgumentParser(
-        prog="mosaic-rt-bench",
-        description="Time real Pallas TPU kernels under stock interpret mode and mosaic_rt.")
+        prog="mosaic-rt-bench", description="Time real Pallas TPU kernels under stock interpret mode and mosaic_rt."
+    )
     add_arguments(parser)
     argv = sys.argv[1:] if argv is None else argv
     return run(parser.parse_args(argv), argv)

@@ -33,8 +33,7 @@ _listening = False
 def _listen() -> None:
     global _listening
     if not _listening:
-        jax.monitoring.register_event_listener(
-            lambda name, **kw: _events.__setitem__(name, _events.get(name, 0) + 1))
+        jax.monitoring.register_event_listener(lambda name, **kw: _events.__setitem__(name, _events.get(name, 0) + 1))
         _listening = True
 
 
@@ -79,13 +78,14 @@ _COLLECTIVE_ROWS = [r for r in range(1, 17) if r not in (8, 16)]
 
 def _family_variants() -> dict[str, Callable[[int], tuple]]:
     """family -> variant(k) -> (program, args, expected); distinct shapes per k."""
+
     def ping_pong(k):
         rounds = 11 + k
         fn, (x,) = collectives.ping_pong(rounds, rows=8 * (2 + k % 8))
         return fn, (x,), np.asarray(x) + rounds
 
     def right_permute(k):
-        rows = 9 + k          # 9..127 rows (the cases use 8 and 128)
+        rows = 9 + k  # 9..127 rows (the cases use 8 and 128)
         fn, (x,) = collectives.right_permute(8, rows)
         return fn, (x,), zoo._roll_blocks(np.asarray(x), 8, rows)
 
@@ -116,9 +116,16 @@ def _family_variants() -> dict[str, Callable[[int], tuple]]:
         fn, (x,) = local.semaphore_loop(iters, rows=16 + 8 * (k % 8))
         return fn, (x,), np.asarray(x) + iters
 
-    return {"ping-pong": ping_pong, "right-permute": right_permute, "all-gather": all_gather,
-            "reduce-scatter": reduce_scatter, "dma-pipeline": dma_pipeline,
-            "blockspec-add": blockspec_add, "matmul": matmul, "semaphores": semaphores}
+    return {
+        "ping-pong": ping_pong,
+        "right-permute": right_permute,
+        "all-gather": all_gather,
+        "reduce-scatter": reduce_scatter,
+        "dma-pipeline": dma_pipeline,
+        "blockspec-add": blockspec_add,
+        "matmul": matmul,
+        "semaphores": semaphores,
+    }
 
 
 def _family_floors() -> dict[str, Callable[[int], tuple]]:
@@ -150,19 +157,23 @@ def _family_floors() -> dict[str, Callable[[int], tuple]]:
         def chunks(x):
             def step(i, out):
                 return out.at[i].set(x[i] * 2 + 1)
+
             return jax.lax.fori_loop(0, x.shape[0], step, jax.numpy.zeros_like(x))
+
         return jax.jit(chunks), (x,), expected
 
     def native(family, make):
         def floor(k):
             _, (x,), expected = variants[family](k)
             return make(x), (x,), expected
+
         return floor
 
     def binary(family, op):
         def floor(k):
             _, args, expected = variants[family](k)
             return jax.jit(op), args, expected
+
         return floor
 
     rows = lambda x: x.shape[0] // 8  # noqa: E731 - the per-device rows of an 8-device input
@@ -170,8 +181,7 @@ def _family_floors() -> dict[str, Callable[[int], tuple]]:
         "ping-pong": ping_pong,
         "right-permute": native("right-permute", lambda x: collectives.native_right_permute(8)),
         "all-gather": native("all-gather", lambda x: collectives.native_all_gather(8)),
-        "reduce-scatter": native("reduce-scatter",
-                                 lambda x: collectives.native_reduce_scatter(8, rows(x) // 8)),
+        "reduce-scatter": native("reduce-scatter", lambda x: collectives.native_reduce_scatter(8, rows(x) // 8)),
         "dma-pipeline": dma_pipeline,
         "blockspec-add": binary("blockspec-add", lambda x, y: x + y),
         "matmul": binary("matmul", lambda a, b: a @ b),
@@ -234,20 +244,27 @@ def run_cold(reps: int, families: list[str] | None = None, with_floor: bool = Tr
                 dt, out = cold_call(lambda _: program, args, None)  # noqa: B023 - called at once
                 row.floor_s.append(dt)
                 row.floor_ok = row.floor_ok and np.allclose(
-                    np.asarray(out).reshape(-1), np.asarray(expected).reshape(-1))
+                    np.asarray(out).reshape(-1), np.asarray(expected).reshape(-1)
+                )
     fams = list(rows.values())
     done = [r for r in fams if r.stock_s and r.ours_s]
     stock_total = sum(statistics.median(r.stock_s) for r in done)
     ours_total = sum(statistics.median(r.ours_s) for r in done)
     return {
         "reps_per_side": reps,
-        "families": [dataclasses.asdict(r) | {"ratio": r.ratio,
-                                              "stock_median_s": _med(r.stock_s),
-                                              "ours_median_s": _med(r.ours_s),
-                                              "floor_median_s": _med(r.floor_s),
-                                              "ours_over_floor": _over(r.ours_s, r.floor_s)}
-                     for r in fams],
-        "stock_total_s": stock_total, "ours_total_s": ours_total,
+        "families": [
+            dataclasses.asdict(r)
+            | {
+                "ratio": r.ratio,
+                "stock_median_s": _med(r.stock_s),
+                "ours_median_s": _med(r.ours_s),
+                "floor_median_s": _med(r.floor_s),
+                "ours_over_floor": _over(r.ours_s, r.floor_s),
+            }
+            for r in fams
+        ],
+        "stock_total_s": stock_total,
+        "ours_total_s": ours_total,
         "ratio": stock_total / ours_total if ours_total else None,
         "persistent_cache_hits": persistent_cache_hits() - hits_before,
         "ok": all(r.ok for r in fams),
@@ -280,8 +297,7 @@ def run_suite(passes: int, first_salt: int = 1, only: set[str] | None = None) ->
             sides = [("stock", stock_params), ("ours", our_params)]
             if next(flip):
                 sides.reverse()
-            entry = {"name": kernel.name, "family": kernel.family, "devices": kernel.devices,
-                     "pass": p, "error": None}
+            entry = {"name": kernel.name, "family": kernel.family, "devices": kernel.devices, "pass": p, "error": None}
             outs, expected = {}, None
             for side, params in sides:
                 try:
@@ -290,13 +306,18 @@ def run_suite(passes: int, first_salt: int = 1, only: set[str] | None = None) ->
                     totals[side] += entry[f"{side}_s"]
                 except Exception as e:  # noqa: BLE001 - reported, the row goes on
                     entry["error"] = f"{side}: {type(e).__name__}: {str(e)[:300]}"
-            entry["equal"] = (len(outs) == 2
-                              and outs["stock"].tobytes() == outs["ours"].tobytes())
+            entry["equal"] = len(outs) == 2 and outs["stock"].tobytes() == outs["ours"].tobytes()
             entry["correct"] = "ours" in outs and _same(outs["ours"], expected)
             entry["ok"] = entry["error"] is None and entry["equal"] and entry["correct"]
             kernels_out.append(entry)
-        per_pass.append({"pass": p, "stock_s": totals["stock"], "ours_s": totals["ours"],
-                         "ratio": totals["stock"] / totals["ours"] if totals["ours"] else None})
+        per_pass.append(
+            {
+                "pass": p,
+                "stock_s": totals["stock"],
+                "ours_s": totals["ours"],
+                "ratio": totals["stock"] / totals["ours"] if totals["ours"] else None,
+            }
+        )
     stock_total = sum(p["stock_s"] for p in per_pass)
     ours_total = sum(p["ours_s"] for p in per_pass)
     by_family: dict[str, dict] = {}
@@ -312,7 +333,8 @@ def run_suite(passes: int, first_salt: int = 1, only: set[str] | None = None) ->
         "distinct_kernels": len({k["name"] for k in kernels_out}),
         "kernels": kernels_out,
         "families": by_family,
-        "stock_total_s": stock_total, "ours_total_s": ours_total,
+        "stock_total_s": stock_total,
+        "ours_total_s": ours_total,
         "ratio": stock_total / ours_total if ours_total else None,
         "persistent_cache_hits": persistent_cache_hits() - hits_before,
         "ok": all(k["ok"] for k in kernels_out),

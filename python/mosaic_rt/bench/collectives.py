@@ -16,7 +16,8 @@ import numpy as np
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 _LANES = 128
 
@@ -26,7 +27,8 @@ def _mesh(n: int) -> Mesh:
     if len(devices) < n:
         raise RuntimeError(
             f"this case needs {n} devices but jax has {len(devices)}; the harness "
-            "must set the CPU device count before jax initialises")
+            "must set the CPU device count before jax initialises"
+        )
     return Mesh(np.array(devices[:n]), ("x",))
 
 
@@ -35,23 +37,20 @@ def _sharded(x: np.ndarray, mesh: Mesh):
 
 
 def _shard_map(body, mesh: Mesh):
-    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"),
-                                 check_vma=False))
+    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
 
 
 def _neighbour_handshake(n: int, me):
     """Signal both ring neighbours and wait for both: they are inside the kernel."""
     barrier = pltpu.get_barrier_semaphore()
     for peer in ((me + 1) % n, (me - 1) % n):
-        pl.semaphore_signal(barrier, 1, device_id=(peer,),
-                               device_id_type=pl.DeviceIdType.MESH)
+        pl.semaphore_signal(barrier, 1, device_id=(peer,), device_id_type=pl.DeviceIdType.MESH)
     pl.semaphore_wait(barrier, 2)
 
 
 def _block_input(n: int, rows: int) -> np.ndarray:
     """Small integer values (exact in float32), distinct per device."""
-    return (np.arange(n * rows * _LANES, dtype=np.int64) % 251).astype(np.float32).reshape(
-        n * rows, _LANES)
+    return (np.arange(n * rows * _LANES, dtype=np.int64) % 251).astype(np.float32).reshape(n * rows, _LANES)
 
 
 # -- ping-pong ---------------------------------------------------------------
@@ -114,8 +113,13 @@ def _right_permute_kernel(n, x_ref, o_ref, send_sem, recv_sem):
     me = lax.axis_index("x")
     _neighbour_handshake(n, me)
     copy = pltpu.make_async_remote_copy(
-        src_ref=x_ref, dst_ref=o_ref, send_sem=send_sem, recv_sem=recv_sem,
-        device_id=((me + 1) % n,), device_id_type=pl.DeviceIdType.MESH)
+        src_ref=x_ref,
+        dst_ref=o_ref,
+        send_sem=send_sem,
+        recv_sem=recv_sem,
+        device_id=((me + 1) % n,),
+        device_id_type=pl.DeviceIdType.MESH,
+    )
     copy.start()
     copy.wait()
 
@@ -155,8 +159,13 @@ def _all_gather_kernel(n, x_ref, o_ref, local_sem, send_sem, recv_sems):
     for step in range(n - 1):
         slot = (me - step) % n
         hop = pltpu.make_async_remote_copy(
-            src_ref=o_ref.at[slot], dst_ref=o_ref.at[slot], send_sem=send_sem,
-            recv_sem=recv_sems.at[step], device_id=((me + 1) % n,), device_id_type=pl.DeviceIdType.MESH)
+            src_ref=o_ref.at[slot],
+            dst_ref=o_ref.at[slot],
+            send_sem=send_sem,
+            recv_sem=recv_sems.at[step],
+            device_id=((me + 1) % n,),
+            device_id_type=pl.DeviceIdType.MESH,
+        )
         hop.start()
         hop.wait()
 
@@ -172,8 +181,7 @@ def all_gather(n: int, rows: int):
             out_shape=jax.ShapeDtypeStruct((n, rows, _LANES), jnp.float32),
             in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
             out_specs=pl.BlockSpec(memory_space=pl.ANY),
-            scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA,
-                            pltpu.SemaphoreType.DMA((n - 1,))],
+            scratch_shapes=[pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA((n - 1,))],
             compiler_params=pltpu.CompilerParams(collective_id=0),
             interpret=interpret,
         )
@@ -204,8 +212,13 @@ def _reduce_scatter_kernel(n, rows, x_ref, o_ref, send_buf, recv_buf, send_sem, 
         partial = chunk(c) if step == 0 else chunk(c) + recv_buf[step - 1]
         send_buf[step] = partial
         hop = pltpu.make_async_remote_copy(
-            src_ref=send_buf.at[step], dst_ref=recv_buf.at[step], send_sem=send_sem,
-            recv_sem=recv_sems.at[step], device_id=((me + 1) % n,), device_id_type=pl.DeviceIdType.MESH)
+            src_ref=send_buf.at[step],
+            dst_ref=recv_buf.at[step],
+            send_sem=send_sem,
+            recv_sem=recv_sems.at[step],
+            device_id=((me + 1) % n,),
+            device_id_type=pl.DeviceIdType.MESH,
+        )
         hop.start()
         hop.wait()
     o_ref[...] = chunk(me) + recv_buf[n - 2]
@@ -253,6 +266,8 @@ def native_all_gather(n: int):
 
 def native_reduce_scatter(n: int, rows: int):
     """`lax.psum_scatter` of each device's n chunks (what `reduce_scatter` computes)."""
+
     def body(x):
         return lax.psum_scatter(x.reshape(n, rows, -1), "x", scatter_dimension=0, tiled=False)
+
     return _shard_map(body, _mesh(n))

@@ -27,6 +27,7 @@ def _plain(text: str) -> str:
 
 
 if _RichConsole is None:
+
     def escape(text: str) -> str:  # the fallback of rich.markup.escape
         return text.replace("[", "\\[")
 
@@ -42,8 +43,7 @@ if _RichConsole is None:
 
         def render(self) -> str:
             header = [name for name, _ in self.columns]
-            widths = [max(len(r[i]) if i < len(r) else 0 for r in [header, *self.rows])
-                      for i in range(len(header))]
+            widths = [max(len(r[i]) if i < len(r) else 0 for r in [header, *self.rows]) for i in range(len(header))]
 
             def line(cells):
                 out = []
@@ -52,8 +52,7 @@ if _RichConsole is None:
                 return "  ".join(out).rstrip()
 
             rule = "  ".join("-" * w for w in widths)
-            return "\n".join([_plain(self.title), line(header), rule,
-                              *(line(r) for r in self.rows)])
+            return "\n".join([_plain(self.title), line(header), rule, *(line(r) for r in self.rows)])
 
 
 class _PlainConsole:
@@ -101,8 +100,13 @@ def make_console():
 def make_progress(console):
     if _RichConsole is None:
         return _PlainProgress(console)
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    return Progress(TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=console, transient=False)
+    return Progress(
+        TextColumn("{task.description:<34}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )

@@ -20,13 +20,10 @@ import time
 
 # Busy until the parent is gone: a burner never outlives a harness that
 # was killed (the hang watchdog ends the process with os._exit).
-_BURN = ("import os, sys\n"
-         "parent = int(sys.argv[1])\n"
-         "while os.getppid() == parent:\n"
-         "    for _ in range(100000): pass\n")
+_BURN = "import os, sys\nparent = int(sys.argv[1])\nwhile os.getppid() == parent:\n    for _ in range(100000): pass\n"
 
-TARGET = 2.0   # contended median <= 2x the quiet median
-BLOCKS = 3     # pairs of (quiet, contended) blocks per case
+TARGET = 2.0  # contended median <= 2x the quiet median
+BLOCKS = 3  # pairs of (quiet, contended) blocks per case
 
 
 def burner_count(text: str) -> int:
@@ -37,16 +34,19 @@ def burner_count(text: str) -> int:
         n = -1
     if not 0 <= n <= 64:
         import argparse
+
         raise argparse.ArgumentTypeError(
-            f"--contention takes a number of CPU-bound processes from 0 to 64, got {text!r}")
+            f"--contention takes a number of CPU-bound processes from 0 to 64, got {text!r}"
+        )
     return n
 
 
 @contextlib.contextmanager
 def burners(n: int):
     """`n` CPU-bound processes (their `Popen`s), alive inside the block."""
-    procs = [subprocess.Popen([sys.executable, "-c", _BURN, str(os.getpid())],
-                              stdin=subprocess.DEVNULL) for _ in range(n)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _BURN, str(os.getpid())], stdin=subprocess.DEVNULL) for _ in range(n)
+    ]
     try:
         if procs:
             time.sleep(0.2)  # interpreters started and spinning
@@ -62,8 +62,8 @@ def burners(n: int):
 class Contended:
     name: str
     processes: int
-    quiet_s: list[float]       # one median per quiet block
-    contended_s: list[float]   # one median per contended block
+    quiet_s: list[float]  # one median per quiet block
+    contended_s: list[float]  # one median per contended block
     error: str | None = None
 
     @property
@@ -103,7 +103,7 @@ def time_case(case, budget, processes: int, blocks: int = BLOCKS) -> Contended:
         fn = program(measure.interpret_params(case.detect_races)[1])
         _block(fn, args, 0.0, 3)  # compile and warm up
         for k in range(blocks):
-            for busy in ((False, True) if k % 2 == 0 else (True, False)):
+            for busy in (False, True) if k % 2 == 0 else (True, False):
                 with burners(processes if busy else 0):
                     t = _block(fn, args, budget.seconds_per_side, budget.max_reps_ours)
                 (out.contended_s if busy else out.quiet_s).append(t)
@@ -116,13 +116,19 @@ def verdicts(found: list[Contended]) -> list:
     from mosaic_rt.bench.fmt import fmt_time
     from mosaic_rt.bench.targets import Verdict
 
-    return [Verdict(
-        f"{c.name} contended/quiet", TARGET, c.ratio,
-        f"ours, median of {len(c.contended_s)} blocks with {c.processes} CPU-bound "
-        f"process(es) / median of {len(c.quiet_s)} quiet blocks, alternating "
-        f"({fmt_time(c.contended)} / {fmt_time(c.quiet)})" + (f"; {c.error}" if c.error else ""),
-        c.error is None and c.ratio is not None and c.ratio <= TARGET, kind="max")
-        for c in found]
+    return [
+        Verdict(
+            f"{c.name} contended/quiet",
+            TARGET,
+            c.ratio,
+            f"ours, median of {len(c.contended_s)} blocks with {c.processes} CPU-bound "
+            f"process(es) / median of {len(c.quiet_s)} quiet blocks, alternating "
+            f"({fmt_time(c.contended)} / {fmt_time(c.quiet)})" + (f"; {c.error}" if c.error else ""),
+            c.error is None and c.ratio is not None and c.ratio <= TARGET,
+            kind="max",
+        )
+        for c in found
+    ]
 
 
 def summary(c: Contended) -> str:
@@ -131,13 +137,26 @@ def summary(c: Contended) -> str:
 
     if c.error:
         return f"[bold red]ERROR[/] {c.name} (contended): {escape(c.error)}"
-    return (f"{c.name}: ours quiet {fmt_time(c.quiet)}, with {c.processes} CPU-bound "
-            f"process(es) {fmt_time(c.contended)}, {fmt_ratio(c.ratio)}")
+    return (
+        f"{c.name}: ours quiet {fmt_time(c.quiet)}, with {c.processes} CPU-bound "
+        f"process(es) {fmt_time(c.contended)}, {fmt_ratio(c.ratio)}"
+    )
 
 
 def to_json(found: list[Contended]) -> dict:
-    return {"processes": found[0].processes if found else 0, "target": TARGET,
-            "cases": [{"name": c.name, "quiet_s": c.quiet, "contended_s": c.contended,
-                       "ratio": c.ratio, "quiet_blocks_s": c.quiet_s,
-                       "contended_blocks_s": c.contended_s, "error": c.error}
-                      for c in found]}
+    return {
+        "processes": found[0].processes if found else 0,
+        "target": TARGET,
+        "cases": [
+            {
+                "name": c.name,
+                "quiet_s": c.quiet,
+                "contended_s": c.contended,
+                "ratio": c.ratio,
+                "quiet_blocks_s": c.quiet_s,
+                "contended_blocks_s": c.contended_s,
+                "error": c.error,
+            }
+            for c in found
+        ],
+    }

@@ -32,7 +32,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from mosaic_rt.bench import local
 
-CHUNK_ROWS = 128                      # 128 x 128 f32 = 64 KiB per chunk
+CHUNK_ROWS = 128  # 128 x 128 f32 = 64 KiB per chunk
 _CHUNK_BYTES = CHUNK_ROWS * 128 * 4
 QUICK_MIB = (0.25, 1.0, 4.0)
 FULL_MIB = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
@@ -62,11 +62,16 @@ def hbm_copy(rows: int):
     x = jnp.asarray(np.arange(rows * 128, dtype=np.float32).reshape(rows, 128))
 
     def fn(interpret):
-        return jax.jit(pl.pallas_call(
-            _hbm_copy_kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-            out_specs=pl.BlockSpec(memory_space=pl.ANY),
-            scratch_shapes=[pltpu.SemaphoreType.DMA(())], interpret=interpret))
+        return jax.jit(
+            pl.pallas_call(
+                _hbm_copy_kernel,
+                out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                out_specs=pl.BlockSpec(memory_space=pl.ANY),
+                scratch_shapes=[pltpu.SemaphoreType.DMA(())],
+                interpret=interpret,
+            )
+        )
 
     return fn, (x,)
 
@@ -103,13 +108,15 @@ def _sweep(sizes_mib, make, expect, reps_ours: int, reps_stock: int):
             point[f"{k}_reps"] = len(v)
         points.append(point)
     mibs = [p["mib"] for p in points]
-    slopes = {k: _slope(mibs, [p[f"{k}_s"] * 1e3 for p in points])
-              for k in ("stock", "ours", "memcpy_fresh", "memcpy_warm")}
+    slopes = {
+        k: _slope(mibs, [p[f"{k}_s"] * 1e3 for p in points]) for k in ("stock", "ours", "memcpy_fresh", "memcpy_warm")
+    }
     return points, slopes, ok
 
 
 def run_overhead(sizes_mib, reps_ours: int, reps_stock: int) -> dict:
     """The launch overhead sweep (see the module doc)."""
+
     def make(mib):
         rows = max(8, int(round(mib * 2**20 / (128 * 4) / 8)) * 8)
         fn, (x,) = hbm_copy(rows)
@@ -117,12 +124,11 @@ def run_overhead(sizes_mib, reps_ours: int, reps_stock: int) -> dict:
 
     points, slopes, ok = _sweep(sizes_mib, make, lambda src: src, reps_ours, reps_stock)
     ref = slopes["memcpy_fresh"]
-    overhead = {k: slopes[k] - ref if slopes[k] is not None and ref is not None else None
-                for k in ("stock", "ours")}
+    overhead = {k: slopes[k] - ref if slopes[k] is not None and ref is not None else None for k in ("stock", "ours")}
     return {
         "points": points,
         "ms_per_mib": slopes,
-        "overhead_ms_per_mib": overhead,   # side's slope minus the fresh copy's
+        "overhead_ms_per_mib": overhead,  # side's slope minus the fresh copy's
         "ours_over_memcpy": overhead["ours"] / ref if overhead["ours"] is not None and ref else None,
         "stock_over_memcpy": overhead["stock"] / ref if overhead["stock"] is not None and ref else None,
         "ok": ok,
@@ -131,6 +137,7 @@ def run_overhead(sizes_mib, reps_ours: int, reps_stock: int) -> dict:
 
 def run_launch(sizes_mib, reps_ours: int, reps_stock: int) -> dict:
     """The DMA pipeline sweep, with the launch overhead sweep under "overhead"."""
+
     def make(mib):
         chunks = max(2, int(round(mib * 2**20 / _CHUNK_BYTES)))
         fn, (x,) = local.dma_pipeline(chunks, CHUNK_ROWS)
@@ -141,7 +148,7 @@ def run_launch(sizes_mib, reps_ours: int, reps_stock: int) -> dict:
     return {
         "chunk_bytes": _CHUNK_BYTES,
         "points": points,
-        "ms_per_mib": slopes,             # marginal (slope over the sweep)
+        "ms_per_mib": slopes,  # marginal (slope over the sweep)
         "ours_over_memcpy": ours / ref if ours and ref else None,
         "ok": ok,
         "overhead": run_overhead(sizes_mib, reps_ours, reps_stock),

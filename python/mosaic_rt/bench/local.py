@@ -63,19 +63,21 @@ def dma_pipeline(chunks: int, rows: int = 8):
     x = jnp.asarray(_small_ints((chunks, rows, _LANES), seed=1))
 
     def fn(interpret):
-        return jax.jit(pl.pallas_call(
-            functools.partial(_pipeline_kernel, chunks),
-            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-            out_specs=pl.BlockSpec(memory_space=pl.ANY),
-            scratch_shapes=[
-                pltpu.VMEM((2, rows, _LANES), jnp.float32),
-                pltpu.VMEM((2, rows, _LANES), jnp.float32),
-                pltpu.SemaphoreType.DMA((2,)),
-                pltpu.SemaphoreType.DMA((2,)),
-            ],
-            interpret=interpret,
-        ))
+        return jax.jit(
+            pl.pallas_call(
+                functools.partial(_pipeline_kernel, chunks),
+                out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                out_specs=pl.BlockSpec(memory_space=pl.ANY),
+                scratch_shapes=[
+                    pltpu.VMEM((2, rows, _LANES), jnp.float32),
+                    pltpu.VMEM((2, rows, _LANES), jnp.float32),
+                    pltpu.SemaphoreType.DMA((2,)),
+                    pltpu.SemaphoreType.DMA((2,)),
+                ],
+                interpret=interpret,
+            )
+        )
 
     return fn, (x,)
 
@@ -94,14 +96,16 @@ def blockspec_add(grid: int, rows: int = 8):
     spec = pl.BlockSpec((rows, _LANES), lambda i: (i, 0))
 
     def fn(interpret):
-        return jax.jit(pl.pallas_call(
-            _add_kernel,
-            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-            grid=(grid,),
-            in_specs=[spec, spec],
-            out_specs=spec,
-            interpret=interpret,
-        ))
+        return jax.jit(
+            pl.pallas_call(
+                _add_kernel,
+                out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                grid=(grid,),
+                in_specs=[spec, spec],
+                out_specs=spec,
+                interpret=interpret,
+            )
+        )
 
     return fn, (x, y)
 
@@ -130,18 +134,21 @@ def blocked_matmul(blocks: int, tile: int = 128):
     b = jnp.asarray(_small_ints((size, size), seed=5))
 
     def fn(interpret):
-        return jax.jit(pl.pallas_call(
-            _matmul_kernel,
-            out_shape=jax.ShapeDtypeStruct((size, size), jnp.float32),
-            grid=(blocks, blocks, blocks),
-            in_specs=[pl.BlockSpec((tile, tile), lambda i, j, k: (i, k)),
-                      pl.BlockSpec((tile, tile), lambda i, j, k: (k, j))],
-            out_specs=pl.BlockSpec((tile, tile), lambda i, j, k: (i, j)),
-            scratch_shapes=[pltpu.VMEM((tile, tile), jnp.float32)],
-            compiler_params=pltpu.CompilerParams(
-                dimension_semantics=("parallel", "parallel", "arbitrary")),
-            interpret=interpret,
-        ))
+        return jax.jit(
+            pl.pallas_call(
+                _matmul_kernel,
+                out_shape=jax.ShapeDtypeStruct((size, size), jnp.float32),
+                grid=(blocks, blocks, blocks),
+                in_specs=[
+                    pl.BlockSpec((tile, tile), lambda i, j, k: (i, k)),
+                    pl.BlockSpec((tile, tile), lambda i, j, k: (k, j)),
+                ],
+                out_specs=pl.BlockSpec((tile, tile), lambda i, j, k: (i, j)),
+                scratch_shapes=[pltpu.VMEM((tile, tile), jnp.float32)],
+                compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary")),
+                interpret=interpret,
+            )
+        )
 
     return fn, (a, b)
 
@@ -165,11 +172,13 @@ def semaphore_loop(iters: int, rows: int = 8):
     x = jnp.asarray(_small_ints((rows, _LANES), seed=6))
 
     def fn(interpret):
-        return jax.jit(pl.pallas_call(
-            functools.partial(_semaphore_loop_kernel, iters),
-            out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
-            scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-            interpret=interpret,
-        ))
+        return jax.jit(
+            pl.pallas_call(
+                functools.partial(_semaphore_loop_kernel, iters),
+                out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                scratch_shapes=[pltpu.SemaphoreType.REGULAR],
+                interpret=interpret,
+            )
+        )
 
     return fn, (x,)

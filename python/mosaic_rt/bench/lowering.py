@@ -35,7 +35,9 @@ def _jnp_add(grid, rows):
             a = lax.dynamic_slice_in_dim(x, i * rows, rows)
             b = lax.dynamic_slice_in_dim(y, i * rows, rows)
             return lax.dynamic_update_slice_in_dim(o, a + b, i * rows, 0)
+
         return lax.fori_loop(0, grid, body, jnp.zeros_like(x))
+
     return jax.jit(f)
 
 
@@ -43,7 +45,9 @@ def _jnp_pipeline(chunks):
     def f(x):
         def body(i, o):
             return lax.dynamic_update_index_in_dim(o, x[i] * 2.0 + 1.0, i, 0)
+
         return lax.fori_loop(0, chunks, body, jnp.zeros_like(x))
+
     return jax.jit(f)
 
 
@@ -56,12 +60,13 @@ def _jnp_matmul(blocks, tile):
             ab = lax.dynamic_slice(a, (i * tile, k * tile), (tile, tile))
             bb = lax.dynamic_slice(b, (k * tile, j * tile), (tile, tile))
             acc = acc + jnp.dot(ab, bb, preferred_element_type=jnp.float32)
-            o = jnp.where(k == blocks - 1,
-                          lax.dynamic_update_slice(o, acc, (i * tile, j * tile)), o)
+            o = jnp.where(k == blocks - 1, lax.dynamic_update_slice(o, acc, (i * tile, j * tile)), o)
             return o, acc
+
         o = jnp.zeros((blocks * tile, blocks * tile), jnp.float32)
         acc = jnp.zeros((tile, tile), jnp.float32)
-        return lax.fori_loop(0, blocks ** 3, body, (o, acc))[0]
+        return lax.fori_loop(0, blocks**3, body, (o, acc))[0]
+
     return jax.jit(f)
 
 
@@ -82,8 +87,7 @@ def _kernels():
         fn, args = local.blocked_matmul(2, tile)
         return fn, _jnp_matmul(2, tile), args
 
-    return {"blockspec-add grid=8": add, "dma-pipeline chunks=8": pipeline,
-            "matmul grid=2^3": matmul}
+    return {"blockspec-add grid=8": add, "dma-pipeline chunks=8": pipeline, "matmul grid=2^3": matmul}
 
 
 class _SeamTimer:
@@ -91,6 +95,7 @@ class _SeamTimer:
 
     def __init__(self):
         from mosaic_rt import jax_internals as jx
+
         self.module, self.attr = jx.PALLAS_CALL_SEAM
         self.spent = 0.0
 
@@ -131,8 +136,14 @@ def _stages(fn, args, timer: _SeamTimer | None) -> dict:
     jax.block_until_ready(compiled(*args))
     t4 = time.perf_counter()
     interp = timer.spent if timer is not None else 0.0
-    return {"trace_s": t1 - t0, "interp_s": interp, "mlir_s": t2 - t1 - interp,
-            "compile_s": t3 - t2, "run_s": t4 - t3, "kernels": _kernel_count(compiled.as_text())}
+    return {
+        "trace_s": t1 - t0,
+        "interp_s": interp,
+        "mlir_s": t2 - t1 - interp,
+        "compile_s": t3 - t2,
+        "run_s": t4 - t3,
+        "kernels": _kernel_count(compiled.as_text()),
+    }
 
 
 def run_lowering(reps: int) -> dict:

@@ -44,11 +44,9 @@ def render(data: dict) -> str:
     for c in data["cases"]:
         s, o = c["stock"], c["ours"]
         if c["error"] or not (s and o):
-            lines.append(f"| {c['name']} | {c['devices']} | | | | | | | | | | | | "
-                         f"ERROR: {c['error']} |")
+            lines.append(f"| {c['name']} | {c['devices']} | | | | | | | | | | | | ERROR: {c['error']} |")
             continue
-        per_op = (["-", "-", ""] if c["unit"] == "call"
-                  else [_t(c["per_op_stock_s"]), _t(c["per_op_ours_s"]), c["unit"]])
+        per_op = ["-", "-", ""] if c["unit"] == "call" else [_t(c["per_op_stock_s"]), _t(c["per_op_ours_s"]), c["unit"]]
         equal = "yes" if c["ok"] else ("MISMATCH" if not c["equal"] else "WRONG")
         n = c.get("native")
         native = f"{_t(n['median_s'])} [{_t(n['min_s'])}]" if n else "-"
@@ -56,23 +54,31 @@ def render(data: dict) -> str:
             f"| {c['name']} | {c['devices']} | {_t(s['first_call_s'])} | {_t(o['first_call_s'])} "
             f"| {_t(s['median_s'])} [{_t(s['min_s'])}] | {_t(o['median_s'])} [{_t(o['min_s'])}] "
             f"| {_x(c['ratio'])} | {' | '.join(per_op)} | {s['reps']}/{o['reps']} "
-            f"| {native} | {_x(c.get('ours_over_native'))} | {equal} |")
-    lines += ["", "Marginal cost per operation (least-squares slope over each sweep):", "",
-              "| family | stock | ours | ratio |", "|---|--:|--:|--:|"]
+            f"| {native} | {_x(c.get('ours_over_native'))} | {equal} |"
+        )
+    lines += [
+        "",
+        "Marginal cost per operation (least-squares slope over each sweep):",
+        "",
+        "| family | stock | ours | ratio |",
+        "|---|--:|--:|--:|",
+    ]
     for name, f in data["families"].items():
         if f["marginal_ratio"] is not None:
-            lines.append(f"| {name} | {_t(f['stock_marginal_s'])} | {_t(f['ours_marginal_s'])} "
-                         f"| {_x(f['marginal_ratio'])} |")
+            lines.append(
+                f"| {name} | {_t(f['stock_marginal_s'])} | {_t(f['ours_marginal_s'])} | {_x(f['marginal_ratio'])} |"
+            )
     from mosaic_rt.bench.fmt import fmt_target
     from mosaic_rt.bench.rows import markdown as rows_markdown
 
     lines += rows_markdown(data.get("rows") or {})
-    lines += ["", "Targets:", "", "| target | needed | measured | judged by | result |",
-              "|---|--:|--:|---|---|"]
+    lines += ["", "Targets:", "", "| target | needed | measured | judged by | result |", "|---|--:|--:|---|---|"]
     for v in data["targets"]:
-        lines.append(f"| {v['subject']} | {fmt_target(v, 'target')} | "
-                     f"{fmt_target(v, 'measured')} | {v['how']} "
-                     f"| {'PASS' if v['passed'] else 'FAIL'} |")
+        lines.append(
+            f"| {v['subject']} | {fmt_target(v, 'target')} | "
+            f"{fmt_target(v, 'measured')} | {v['how']} "
+            f"| {'PASS' if v['passed'] else 'FAIL'} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -26,25 +26,34 @@ class Budget:
     min_reps: int
     max_reps_stock: int
     max_reps_ours: int
-    case_timeout_s: float        # a case still running after this is hung: abort
+    case_timeout_s: float  # a case still running after this is hung: abort
     # The rows of `mosaic_rt.bench.rows`.
-    cold_reps: int = 2           # cold first calls per side per family
-    suite_passes: int = 1        # passes over the 44 zoo kernels (fresh shapes each)
+    cold_reps: int = 2  # cold first calls per side per family
+    suite_passes: int = 1  # passes over the 44 zoo kernels (fresh shapes each)
     launch_mib: tuple = (0.25, 1.0, 4.0)
-    launch_reps_ours: int = 10   # per size; numpy copies get as many
+    launch_reps_ours: int = 10  # per size; numpy copies get as many
     launch_reps_stock: int = 2
     lowering_reps: int = 2
-    memory_kernels: int = 6      # distinct splash kernels per side in the memory row
-    row_timeout_s: float = 900   # a row still running after this is hung: abort
+    memory_kernels: int = 6  # distinct splash kernels per side in the memory row
+    row_timeout_s: float = 900  # a row still running after this is hung: abort
 
 
-QUICK = Budget(seconds_per_side=0.3, min_reps=2, max_reps_stock=5, max_reps_ours=100,
-               case_timeout_s=120)
-FULL = Budget(seconds_per_side=2.0, min_reps=3, max_reps_stock=20, max_reps_ours=1000,
-              case_timeout_s=600, cold_reps=4, suite_passes=2,
-              launch_mib=(0.25, 0.5, 1.0, 2.0, 4.0, 8.0), launch_reps_ours=30,
-              launch_reps_stock=3, lowering_reps=4, memory_kernels=24,
-              row_timeout_s=3000)
+QUICK = Budget(seconds_per_side=0.3, min_reps=2, max_reps_stock=5, max_reps_ours=100, case_timeout_s=120)
+FULL = Budget(
+    seconds_per_side=2.0,
+    min_reps=3,
+    max_reps_stock=20,
+    max_reps_ours=1000,
+    case_timeout_s=600,
+    cold_reps=4,
+    suite_passes=2,
+    launch_mib=(0.25, 0.5, 1.0, 2.0, 4.0, 8.0),
+    launch_reps_ours=30,
+    launch_reps_stock=3,
+    lowering_reps=4,
+    memory_kernels=24,
+    row_timeout_s=3000,
+)
 
 
 @dataclasses.dataclass
@@ -66,10 +75,10 @@ class CaseResult:
     case: Case
     stock: SideResult | None = None
     ours: SideResult | None = None
-    native: SideResult | None = None   # XLA's own collective (cases that have one)
+    native: SideResult | None = None  # XLA's own collective (cases that have one)
     native_correct: bool | None = None  # native output vs the numpy reference
-    equal: bool | None = None          # stock vs ours, raw bytes
-    correct: bool | None = None        # stock output vs the numpy reference
+    equal: bool | None = None  # stock vs ours, raw bytes
+    correct: bool | None = None  # stock output vs the numpy reference
     error: str | None = None
 
     @property
@@ -87,14 +96,15 @@ class CaseResult:
 
     @property
     def ok(self) -> bool:
-        return (self.error is None and bool(self.equal) and bool(self.correct)
-                and self.native_correct is not False)
+        return self.error is None and bool(self.equal) and bool(self.correct) and self.native_correct is not False
 
 
 def interpret_params(detect_races: bool):
     """The two parameter sets compared: stock defaults vs ours with the same knobs."""
-    return (pltpu.InterpretParams(detect_races=detect_races),
-            mosaic_rt.InterpretParams(detect_races=detect_races, wait_timeout=60.0))
+    return (
+        pltpu.InterpretParams(detect_races=detect_races),
+        mosaic_rt.InterpretParams(detect_races=detect_races, wait_timeout=60.0),
+    )
 
 
 def _timed_call(fn, args) -> tuple[float, np.ndarray]:
@@ -125,11 +135,11 @@ def run_case(case: Case, budget: Budget) -> CaseResult:
         stock_times, ours_times, native_times = [], [], []
         while True:
             stock_done = len(stock_times) >= budget.min_reps and (
-                sum(stock_times) >= budget.seconds_per_side
-                or len(stock_times) >= budget.max_reps_stock)
+                sum(stock_times) >= budget.seconds_per_side or len(stock_times) >= budget.max_reps_stock
+            )
             ours_done = len(ours_times) >= budget.min_reps and (
-                sum(ours_times) >= budget.seconds_per_side
-                or len(ours_times) >= budget.max_reps_ours)
+                sum(ours_times) >= budget.seconds_per_side or len(ours_times) >= budget.max_reps_ours
+            )
             if stock_done and ours_done:
                 break
             if not stock_done:
@@ -160,6 +170,7 @@ def warm_up() -> None:
     """Runs a trivial kernel under both interpreters so one-time set-up (imports,
     FFI registration, jit caches) is not charged to the first case."""
     from mosaic_rt.bench import local
+
     program, args = local.blockspec_add(1)
     for params in interpret_params(False):
         jax.block_until_ready(program(params)(*args))

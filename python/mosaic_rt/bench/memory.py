@@ -19,7 +19,7 @@ import os
 import subprocess
 import sys
 
-GROWTH_TARGET = 1.0   # ours' growth per kernel <= stock's
+GROWTH_TARGET = 1.0  # ours' growth per kernel <= stock's
 
 # Runs argv[2] kernels under argv[1] ("stock" / "ours"); prints one JSON line.
 _PROGRAM = r"""
@@ -73,18 +73,18 @@ print(json.dumps({"start_mib": start, "samples_mib": samples, "after_clear_mib":
 def _side(side: str, count: int) -> dict:
     env = dict(os.environ)
     env.setdefault("JAX_PLATFORMS", "cpu")
-    proc = subprocess.run([sys.executable, "-c", _PROGRAM, side, str(count)],
-                          capture_output=True, text=True, env=env, timeout=3600)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROGRAM, side, str(count)], capture_output=True, text=True, env=env, timeout=3600
+    )
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
         raise RuntimeError(f"memory row, {side}: exit {proc.returncode}: " + " | ".join(tail))
     d = json.loads(proc.stdout.strip().splitlines()[-1])
     s = d["samples_mib"]
-    half = s[len(s) // 2:]
+    half = s[len(s) // 2 :]
     d["first_mib"] = s[0]
     d["end_mib"] = s[-1]
-    d["growth_per_kernel_mib"] = ((half[-1] - half[0]) / (len(half) - 1)
-                                  if len(half) > 1 else 0.0)
+    d["growth_per_kernel_mib"] = (half[-1] - half[0]) / (len(half) - 1) if len(half) > 1 else 0.0
     return d
 
 
@@ -102,9 +102,11 @@ def run_memory(count: int) -> dict:
 
 def summary(d) -> str:
     s, o = d["stock"], d["ours"]
-    return (f"memory over a suite ({d['kernels']} splash kernels fwd+bwd): RSS end stock "
-            f"{s['end_mib']:.0f} MiB, ours {o['end_mib']:.0f} MiB; growth per kernel stock "
-            f"{s['growth_per_kernel_mib']:.1f} MiB, ours {o['growth_per_kernel_mib']:.1f} MiB")
+    return (
+        f"memory over a suite ({d['kernels']} splash kernels fwd+bwd): RSS end stock "
+        f"{s['end_mib']:.0f} MiB, ours {o['end_mib']:.0f} MiB; growth per kernel stock "
+        f"{s['growth_per_kernel_mib']:.1f} MiB, ours {o['growth_per_kernel_mib']:.1f} MiB"
+    )
 
 
 _COLS = ("side", "start", "after 1st", "end", "growth/kernel", "after clear_caches")
@@ -112,15 +114,23 @@ _COLS = ("side", "start", "after 1st", "end", "growth/kernel", "after clear_cach
 
 def _cells(d, side) -> list[str]:
     x = d[side]
-    return [side, f"{x['start_mib']:.0f} MiB", f"{x['first_mib']:.0f} MiB",
-            f"{x['end_mib']:.0f} MiB", f"{x['growth_per_kernel_mib']:.1f} MiB",
-            f"{x['after_clear_mib']:.0f} MiB"]
+    return [
+        side,
+        f"{x['start_mib']:.0f} MiB",
+        f"{x['first_mib']:.0f} MiB",
+        f"{x['end_mib']:.0f} MiB",
+        f"{x['growth_per_kernel_mib']:.1f} MiB",
+        f"{x['after_clear_mib']:.0f} MiB",
+    ]
 
 
 def render(console, d) -> None:
     from mosaic_rt.bench.console import Table
-    t = Table(title=f"memory over a suite: RSS of one process running {d['kernels']} distinct "
-                    f"splash attention kernels (fwd + bwd)")
+
+    t = Table(
+        title=f"memory over a suite: RSS of one process running {d['kernels']} distinct "
+        f"splash attention kernels (fwd + bwd)"
+    )
     for col in _COLS:
         t.add_column(col, justify="left" if col == "side" else "right")
     for side in ("stock", "ours"):
@@ -129,9 +139,13 @@ def render(console, d) -> None:
 
 
 def markdown(d) -> list[str]:
-    lines = ["", f"Memory over a suite (RSS of one process, {d['kernels']} distinct splash "
-                 "attention kernels fwd + bwd):", "",
-             "| " + " | ".join(_COLS) + " |", "|---|" + "--:|" * (len(_COLS) - 1)]
+    lines = [
+        "",
+        f"Memory over a suite (RSS of one process, {d['kernels']} distinct splash attention kernels fwd + bwd):",
+        "",
+        "| " + " | ".join(_COLS) + " |",
+        "|---|" + "--:|" * (len(_COLS) - 1),
+    ]
     for side in ("stock", "ours"):
         lines.append("| " + " | ".join(_cells(d, side)) + " |")
     return lines

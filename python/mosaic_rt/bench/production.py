@@ -31,17 +31,19 @@ def _rand(seed, shape, dtype=jnp.float32):
 
 def _flash_fwd():
     from jax.experimental.pallas.ops.tpu import flash_attention as fa
+
     bs = fa.BlockSizes(block_q=128, block_k_major=128, block_k=128, block_b=1)
     args = tuple(_rand(i, (1, 2, 256, 64)) for i in range(3))
-    op = lambda: jax.jit(lambda q, k, v: fa.flash_attention(  # noqa: E731
-        q, k, v, causal=True, sm_scale=0.125, block_sizes=bs))
-    ref = lambda: jax.jit(lambda q, k, v: fa.mha_reference_no_custom_vjp(  # noqa: E731
-        q, k, v, None, None, causal=True, sm_scale=0.125))
+    op = lambda: jax.jit(lambda q, k, v: fa.flash_attention(q, k, v, causal=True, sm_scale=0.125, block_sizes=bs))
+    ref = lambda: jax.jit(
+        lambda q, k, v: fa.mha_reference_no_custom_vjp(q, k, v, None, None, causal=True, sm_scale=0.125)
+    )
     return op, ref, args
 
 
 def _splash_fwd():
     from jax.experimental.pallas.ops.tpu import splash_attention as sa
+
     h, s, d = 2, 256, 64
     mask = sa.MultiHeadMask([sa.CausalMask((s, s))] * h)
     bs = sa.BlockSizes(block_q=128, block_kv=128, block_kv_compute=128)
@@ -54,17 +56,18 @@ def _splash_fwd():
     def ref():
         r = sa.make_masked_mha_reference(jnp.asarray(mask[:, :, :]))
         return jax.jit(lambda q, k, v: r(q, k, v))
+
     return op, ref, args
 
 
 def _paged():
     from jax.experimental.pallas.ops.tpu import paged_attention as pa
+
     kvh, pages, page, d, b, qh, pps = 2, 16, 16, 128, 2, 4, 4
     q = _rand(20, (b, qh, d))
     k, v = _rand(21, (kvh, pages, page, d)), _rand(22, (kvh, pages, page, d))
     lengths = jnp.array([37, 61], jnp.int32)
-    idx = jnp.asarray(np.random.default_rng(1).permutation(pages)[:b * pps].reshape(b, pps),
-                      jnp.int32)
+    idx = jnp.asarray(np.random.default_rng(1).permutation(pages)[: b * pps].reshape(b, pps), jnp.int32)
 
     def reference(q, k, v, lengths, idx):
         # plain-jnp decode attention over the gathered pages (the op ships no reference);
@@ -76,13 +79,13 @@ def _paged():
         logits = jnp.where(valid[:, None, None, :], logits, -jnp.inf)
         return jnp.einsum("bhgs,hbsd->bhgd", jax.nn.softmax(logits, -1), vv).reshape(b, qh, d)
 
-    op = lambda: jax.jit(lambda *a: pa.paged_attention(  # noqa: E731
-        *a, pages_per_compute_block=2))
+    op = lambda: jax.jit(lambda *a: pa.paged_attention(*a, pages_per_compute_block=2))
     return op, lambda: jax.jit(reference), (q, k, v, lengths, idx)
 
 
 def _gmm():
     from jax.experimental.pallas.ops.tpu import megablox
+
     groups = jnp.array([64, 96, 0, 96], jnp.int32)
     args = (_rand(40, (256, 128)), _rand(41, (4, 128, 128)), groups)
 
@@ -90,24 +93,33 @@ def _gmm():
         ends = jnp.cumsum(g)
         rows = jnp.arange(lhs.shape[0])
         mask = (rows[None] >= (ends - g)[:, None]) & (rows[None] < ends[:, None])
-        return jnp.einsum("gm,gmn->mn", mask.astype(lhs.dtype),
-                          jnp.einsum("mk,gkn->gmn", lhs, rhs))
+        return jnp.einsum("gm,gmn->mn", mask.astype(lhs.dtype), jnp.einsum("mk,gkn->gmn", lhs, rhs))
+
     op = lambda: jax.jit(lambda l, r, g: megablox.gmm(l, r, g, tiling=(128, 128, 128)))  # noqa
     return op, lambda: jax.jit(reference), args
 
 
 def _all_gather_2d():
-    from jax.experimental.pallas.ops.tpu import all_gather as ag
     from jax.experimental.pallas import tpu as pltpu
+    from jax.experimental.pallas.ops.tpu import all_gather as ag
     from jax.sharding import Mesh
+
     mesh = Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("x", "y"))
     x = jnp.arange(32 * 128, dtype=jnp.float32).reshape(32, 128)
-    op = lambda: functools.partial(ag.all_gather, mesh=mesh, axis_name="x",  # noqa: E731
-                                   memory_space=pltpu.VMEM)
+    op = lambda: functools.partial(
+        ag.all_gather,
+        mesh=mesh,
+        axis_name="x",
+        memory_space=pltpu.VMEM,
+    )
+
     # XLA's own all-gather: replicate the x-sharded input (out_specs P(None) over "x")
     def ref():
-        from jax.sharding import NamedSharding, PartitionSpec as P
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
         return jax.jit(lambda x: x, out_shardings=NamedSharding(mesh, P(None)))
+
     return op, ref, (x,)
 
 
@@ -117,30 +129,31 @@ def _threefry_key():
 
 def _threefry_count():
     from jax.experimental.pallas.ops.tpu.random import threefry
+
     shape = (16, 256)
-    op = lambda: jax.jit(lambda key: threefry.threefry_2x32_count(  # noqa: E731
-        key, shape, shape, block_size=(8, 128)))
+    op = lambda: jax.jit(lambda key: threefry.threefry_2x32_count(key, shape, shape, block_size=(8, 128)))
 
     def reference(key):
         # the same bits from jax's own threefry (partitionable: counts laid out as the kernel's)
         with jax.threefry_partitionable(True):
-            return jax.random.bits(jax.random.wrap_key_data(key, impl="threefry2x32"), shape,
-                                   jnp.uint32)
+            return jax.random.bits(jax.random.wrap_key_data(key, impl="threefry2x32"), shape, jnp.uint32)
+
     return op, lambda: jax.jit(reference), (_threefry_key(),)
 
 
 def _philox_count():
     from jax.experimental.pallas.ops.tpu.random import philox
+
     shape, offset = (16, 256), 3
-    op = lambda: jax.jit(lambda key: philox.philox_4x32_count(key, shape, offset=offset))  # noqa
+    op = lambda: jax.jit(lambda key: philox.philox_4x32_count(key, shape, offset=offset))
 
     def reference(key):
         # the op's own hash over the counts, in plain jnp (no kernel, no padding)
         counts = jnp.arange(shape[0] * shape[1], dtype=jnp.uint32).reshape(shape) + offset
         zeros = jnp.zeros_like(counts)
-        o1, o2, _, _ = philox.philox_4x32(zeros, counts, zeros, zeros,
-                                          key[0].reshape(1, 1), key[1].reshape(1, 1))
+        o1, o2, _, _ = philox.philox_4x32(zeros, counts, zeros, zeros, key[0].reshape(1, 1), key[1].reshape(1, 1))
         return o1 ^ o2
+
     return op, lambda: jax.jit(reference), (_threefry_key(),)
 
 
@@ -154,8 +167,7 @@ KERNELS: dict[str, tuple[Callable, int, float]] = {
     "threefry_2x32_count": (_threefry_count, 1, 0.0),
     "philox_4x32_count": (_philox_count, 1, 0.0),
 }
-QUICK = ("flash_attention fwd causal", "megablox gmm", "all_gather 2-D mesh vmem",
-         "philox_4x32_count")
+QUICK = ("flash_attention fwd causal", "megablox gmm", "all_gather 2-D mesh vmem", "philox_4x32_count")
 
 
 def _time(fn, args, ctx, reps: int, seconds: float):
@@ -187,10 +199,14 @@ def run_production(budget, names=None) -> dict:
     quick = budget == measure.QUICK
     names = names or (QUICK if quick else tuple(KERNELS))
     sides = {
-        "stock": (lambda: pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()),
-                  (budget.min_reps, budget.max_reps_stock)),
-        "ours": (lambda: mosaic_rt.force_interpret_mode(mosaic_rt.InterpretParams()),
-                 (budget.min_reps, budget.max_reps_ours)),
+        "stock": (
+            lambda: pltpu.force_tpu_interpret_mode(pltpu.InterpretParams()),
+            (budget.min_reps, budget.max_reps_stock),
+        ),
+        "ours": (
+            lambda: mosaic_rt.force_interpret_mode(mosaic_rt.InterpretParams()),
+            (budget.min_reps, budget.max_reps_ours),
+        ),
         "reference": (contextlib.nullcontext, (budget.min_reps, budget.max_reps_ours)),
     }
     kernels = []
@@ -206,31 +222,33 @@ def run_production(budget, names=None) -> dict:
                 entry[side] = {"first_call_s": first, "median_s": steady}
         except Exception as e:  # noqa: BLE001 - reported, the row goes on
             entry["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-        entry["equal"] = ("stock" in outs and "ours" in outs
-                          and outs["stock"].tobytes() == outs["ours"].tobytes())
-        entry["close_to_reference"] = (None if tol is None or "reference" not in outs else bool(
-            np.allclose(outs["ours"], outs["reference"], atol=tol, rtol=tol)))
+        entry["equal"] = "stock" in outs and "ours" in outs and outs["stock"].tobytes() == outs["ours"].tobytes()
+        entry["close_to_reference"] = (
+            None
+            if tol is None or "reference" not in outs
+            else bool(np.allclose(outs["ours"], outs["reference"], atol=tol, rtol=tol))
+        )
         if "stock" in entry and "ours" in entry:
             entry["first_call_ratio"] = entry["stock"]["first_call_s"] / entry["ours"]["first_call_s"]
             entry["ratio"] = entry["stock"]["median_s"] / entry["ours"]["median_s"]
-            entry["ours_over_reference_first"] = (entry["ours"]["first_call_s"]
-                                                  / entry["reference"]["first_call_s"])
-            entry["ours_over_reference_steady"] = (entry["ours"]["median_s"]
-                                                   / entry["reference"]["median_s"])
-        entry["ok"] = (entry["error"] is None and entry["equal"]
-                       and entry["close_to_reference"] is not False)
+            entry["ours_over_reference_first"] = entry["ours"]["first_call_s"] / entry["reference"]["first_call_s"]
+            entry["ours_over_reference_steady"] = entry["ours"]["median_s"] / entry["reference"]["median_s"]
+        entry["ok"] = entry["error"] is None and entry["equal"] and entry["close_to_reference"] is not False
         kernels.append(entry)
     ratios = [k["ratio"] for k in kernels if k.get("ratio")]
     firsts = [k["first_call_ratio"] for k in kernels if k.get("first_call_ratio")]
-    return {"kernels": kernels, "ok": all(k["ok"] for k in kernels),
-            "median_ratio": statistics.median(ratios) if ratios else None,
-            "median_first_call_ratio": statistics.median(firsts) if firsts else None}
+    return {
+        "kernels": kernels,
+        "ok": all(k["ok"] for k in kernels),
+        "median_ratio": statistics.median(ratios) if ratios else None,
+        "median_first_call_ratio": statistics.median(firsts) if firsts else None,
+    }
 
 
 # The targets: first call (what a test feels) and steady state, against stock and
 # against the op's reference (XLA alone).
-FIRST_MEDIAN_TARGET = 5.0     # stock / ours, median over the kernels
-FIRST_EACH_TARGET = 3.0       # stock / ours, every kernel
+FIRST_MEDIAN_TARGET = 5.0  # stock / ours, median over the kernels
+FIRST_EACH_TARGET = 3.0  # stock / ours, every kernel
 FIRST_REFERENCE_TARGET = 3.0  # ours / reference, every kernel (max)
 STEADY_MEDIAN_TARGET = 100.0
 STEADY_EACH_TARGET = 10.0
@@ -239,6 +257,7 @@ STEADY_EACH_TARGET = 10.0
 def verdicts(d) -> list:
     """The family's targets as `targets.Verdict`s."""
     from mosaic_rt.bench.targets import Verdict
+
     ks = [k for k in d["kernels"] if k.get("ratio")]
     if not ks:
         return []
@@ -252,50 +271,101 @@ def verdicts(d) -> list:
     ref_first, ref_name = worst("ours_over_reference_first", max)
     steady_each, steady_name = worst("ratio")
     return [
-        Verdict("production first call", FIRST_MEDIAN_TARGET, d["median_first_call_ratio"],
-                "median stock/ours over the kernels",
-                ok and d["median_first_call_ratio"] >= FIRST_MEDIAN_TARGET),
-        Verdict("production first call, every kernel", FIRST_EACH_TARGET, first_each,
-                f"worst stock/ours ({first_name})", ok and first_each >= FIRST_EACH_TARGET),
-        Verdict("production first call vs reference", FIRST_REFERENCE_TARGET, ref_first,
-                f"worst ours/reference ({ref_name})",
-                ok and ref_first <= FIRST_REFERENCE_TARGET, kind="max"),
-        Verdict("production steady", STEADY_MEDIAN_TARGET, d["median_ratio"],
-                "median stock/ours over the kernels",
-                ok and d["median_ratio"] >= STEADY_MEDIAN_TARGET),
-        Verdict("production steady, every kernel", STEADY_EACH_TARGET, steady_each,
-                f"worst stock/ours ({steady_name})", ok and steady_each >= STEADY_EACH_TARGET),
+        Verdict(
+            "production first call",
+            FIRST_MEDIAN_TARGET,
+            d["median_first_call_ratio"],
+            "median stock/ours over the kernels",
+            ok and d["median_first_call_ratio"] >= FIRST_MEDIAN_TARGET,
+        ),
+        Verdict(
+            "production first call, every kernel",
+            FIRST_EACH_TARGET,
+            first_each,
+            f"worst stock/ours ({first_name})",
+            ok and first_each >= FIRST_EACH_TARGET,
+        ),
+        Verdict(
+            "production first call vs reference",
+            FIRST_REFERENCE_TARGET,
+            ref_first,
+            f"worst ours/reference ({ref_name})",
+            ok and ref_first <= FIRST_REFERENCE_TARGET,
+            kind="max",
+        ),
+        Verdict(
+            "production steady",
+            STEADY_MEDIAN_TARGET,
+            d["median_ratio"],
+            "median stock/ours over the kernels",
+            ok and d["median_ratio"] >= STEADY_MEDIAN_TARGET,
+        ),
+        Verdict(
+            "production steady, every kernel",
+            STEADY_EACH_TARGET,
+            steady_each,
+            f"worst stock/ours ({steady_name})",
+            ok and steady_each >= STEADY_EACH_TARGET,
+        ),
     ]
 
 
 def summary(d) -> str:
     from mosaic_rt.bench.fmt import fmt_ratio
+
     ok = "" if d.get("ok", True) else ", [bold red]MISMATCH[/]"
-    return (f"production kernels ({len(d['kernels'])}): first call median "
-            f"{fmt_ratio(d['median_first_call_ratio'])} stock, steady median "
-            f"{fmt_ratio(d['median_ratio'])}{ok}")
+    return (
+        f"production kernels ({len(d['kernels'])}): first call median "
+        f"{fmt_ratio(d['median_first_call_ratio'])} stock, steady median "
+        f"{fmt_ratio(d['median_ratio'])}{ok}"
+    )
 
 
-_COLS = ("kernel", "stock 1st", "ours 1st", "ref 1st", "1st ratio", "ours/ref 1st",
-         "stock steady", "ours steady", "ref steady", "ratio", "ours/ref", "ok")
+_COLS = (
+    "kernel",
+    "stock 1st",
+    "ours 1st",
+    "ref 1st",
+    "1st ratio",
+    "ours/ref 1st",
+    "stock steady",
+    "ours steady",
+    "ref steady",
+    "ratio",
+    "ours/ref",
+    "ok",
+)
 
 
 def _cells(k) -> list[str]:
     from mosaic_rt.bench.fmt import fmt_ratio, fmt_time
+
     if k["error"]:
         return [k["name"]] + [""] * (len(_COLS) - 2) + [f"NO {k['error']}"]
     s, o, r = k["stock"], k["ours"], k["reference"]
-    return [k["name"], fmt_time(s["first_call_s"]), fmt_time(o["first_call_s"]),
-            fmt_time(r["first_call_s"]), fmt_ratio(k["first_call_ratio"]),
-            fmt_ratio(k["ours_over_reference_first"]), fmt_time(s["median_s"]),
-            fmt_time(o["median_s"]), fmt_time(r["median_s"]), fmt_ratio(k["ratio"]),
-            fmt_ratio(k["ours_over_reference_steady"]), "yes" if k["ok"] else "NO"]
+    return [
+        k["name"],
+        fmt_time(s["first_call_s"]),
+        fmt_time(o["first_call_s"]),
+        fmt_time(r["first_call_s"]),
+        fmt_ratio(k["first_call_ratio"]),
+        fmt_ratio(k["ours_over_reference_first"]),
+        fmt_time(s["median_s"]),
+        fmt_time(o["median_s"]),
+        fmt_time(r["median_s"]),
+        fmt_ratio(k["ratio"]),
+        fmt_ratio(k["ours_over_reference_steady"]),
+        "yes" if k["ok"] else "NO",
+    ]
 
 
 def render(console, d) -> None:
     from mosaic_rt.bench.console import Table
-    t = Table(title="production kernels (jax.experimental.pallas.ops.tpu): first call and "
-                    "steady-state median; ref = the op's plain-jnp reference (XLA alone)")
+
+    t = Table(
+        title="production kernels (jax.experimental.pallas.ops.tpu): first call and "
+        "steady-state median; ref = the op's plain-jnp reference (XLA alone)"
+    )
     for col in _COLS:
         t.add_column(col, justify="left" if col in ("kernel", "ok") else "right")
     for k in d["kernels"]:
@@ -304,9 +374,14 @@ def render(console, d) -> None:
 
 
 def markdown(d) -> list[str]:
-    lines = ["", "Production kernels (jax's own Pallas TPU ops; first call = jit + trace + "
-                 "lower + compile + run; ref = the op's plain-jnp reference, XLA alone):", "",
-             "| " + " | ".join(_COLS) + " |", "|---|" + "--:|" * (len(_COLS) - 2) + ":-:|"]
+    lines = [
+        "",
+        "Production kernels (jax's own Pallas TPU ops; first call = jit + trace + "
+        "lower + compile + run; ref = the op's plain-jnp reference, XLA alone):",
+        "",
+        "| " + " | ".join(_COLS) + " |",
+        "|---|" + "--:|" * (len(_COLS) - 2) + ":-:|",
+    ]
     for k in d["kernels"]:
         lines.append("| " + " | ".join(_cells(k)) + " |")
     return lines

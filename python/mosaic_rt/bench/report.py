@@ -52,8 +52,9 @@ def verdicts(results: list[CaseResult]) -> list[Verdict]:
             continue
         if name == "races":
             for r in rows:
-                found.append(Verdict(r.case.name, family.target, r.ratio, "call ratio",
-                                     r.ok and (r.ratio or 0) >= family.target))
+                found.append(
+                    Verdict(r.case.name, family.target, r.ratio, "call ratio", r.ok and (r.ratio or 0) >= family.target)
+                )
             continue
         largest = rows[-1]  # sweeps are listed smallest first
         measured, how = largest.ratio, f"call ratio at {largest.case.name}"
@@ -66,33 +67,46 @@ def verdicts(results: list[CaseResult]) -> list[Verdict]:
     if not measured_rows:
         return found
     slower = [r.case.name for r in measured_rows if r.ours.first_s > r.stock.first_s]
-    found.append(Verdict(
-        "first call", 1.0,
-        min((r.stock.first_s / r.ours.first_s for r in measured_rows), default=None),
-        "worst stock/ours first-call ratio" + (f" ({', '.join(slower)} slower)" if slower else ""),
-        bool(measured_rows) and not slower))
+    found.append(
+        Verdict(
+            "first call",
+            1.0,
+            min((r.stock.first_s / r.ours.first_s for r in measured_rows), default=None),
+            "worst stock/ours first-call ratio" + (f" ({', '.join(slower)} slower)" if slower else ""),
+            bool(measured_rows) and not slower,
+        )
+    )
     return found
 
 
-def render(console, results: list[CaseResult], found: list[Verdict],
-           rows: dict | None = None) -> None:
+def render(console, results: list[CaseResult], found: list[Verdict], rows: dict | None = None) -> None:
     from mosaic_rt.bench.console import Table, escape
 
-    table = Table(title="stock pltpu.InterpretParams vs mosaic_rt.InterpretParams "
-                        "(steady state = median \\[min] over reps)")
-    for col, justify in [("case", "left"), ("dev", "right"), ("1st call stock", "right"),
-                         ("1st call ours", "right"), ("stock", "right"), ("ours", "right"),
-                         ("ratio", "right"), ("per op stock", "right"), ("per op ours", "right"),
-                         ("op", "left"), ("reps", "right"), ("XLA native", "right"),
-                         ("ours/native", "right"), ("equal", "center")]:
+    table = Table(
+        title="stock pltpu.InterpretParams vs mosaic_rt.InterpretParams (steady state = median \\[min] over reps)"
+    )
+    for col, justify in [
+        ("case", "left"),
+        ("dev", "right"),
+        ("1st call stock", "right"),
+        ("1st call ours", "right"),
+        ("stock", "right"),
+        ("ours", "right"),
+        ("ratio", "right"),
+        ("per op stock", "right"),
+        ("per op ours", "right"),
+        ("op", "left"),
+        ("reps", "right"),
+        ("XLA native", "right"),
+        ("ours/native", "right"),
+        ("equal", "center"),
+    ]:
         table.add_column(col, justify=justify, no_wrap=col == "case")
     for r in results:
         if r.error or not (r.stock and r.ours):
-            table.add_row(r.case.name, str(r.case.devices), *[""] * 11,
-                          f"[bold red]ERROR[/] {escape(r.error or '')}")
+            table.add_row(r.case.name, str(r.case.devices), *[""] * 11, f"[bold red]ERROR[/] {escape(r.error or '')}")
             continue
-        per_op = [_fmt_time(r.stock.median_s / r.case.ops), _fmt_time(r.ours.median_s / r.case.ops),
-                  r.case.unit]
+        per_op = [_fmt_time(r.stock.median_s / r.case.ops), _fmt_time(r.ours.median_s / r.case.ops), r.case.unit]
         if r.case.unit == "call":
             per_op = ["-", "-", ""]
         if r.equal and r.correct:
@@ -102,14 +116,19 @@ def render(console, results: list[CaseResult], found: list[Verdict],
         else:
             eq = "[bold red]WRONG (both)[/]"
         table.add_row(
-            r.case.name, str(r.case.devices),
-            _fmt_time(r.stock.first_s), _fmt_time(r.ours.first_s),
+            r.case.name,
+            str(r.case.devices),
+            _fmt_time(r.stock.first_s),
+            _fmt_time(r.ours.first_s),
             f"{_fmt_time(r.stock.median_s)} [{_fmt_time(r.stock.min_s)}]",
             f"{_fmt_time(r.ours.median_s)} [{_fmt_time(r.ours.min_s)}]",
-            _fmt_ratio(r.ratio), *per_op,
+            _fmt_ratio(r.ratio),
+            *per_op,
             f"{len(r.stock.times_s)}/{len(r.ours.times_s)}",
             f"{_fmt_time(r.native.median_s)} [{_fmt_time(r.native.min_s)}]" if r.native else "-",
-            _fmt_ratio(r.ours_over_native), eq)
+            _fmt_ratio(r.ours_over_native),
+            eq,
+        )
     if results:
         console.print(table)
 
@@ -119,29 +138,39 @@ def render(console, results: list[CaseResult], found: list[Verdict],
         marginal.add_column(col, justify="left" if col in ("family", "unit") else "right")
     for name, c in costs.items():
         if c["marginal_ratio"] is not None:
-            marginal.add_row(name, FAMILIES[name].unit, _fmt_time(c["stock_marginal_s"]),
-                             _fmt_time(c["ours_marginal_s"]), _fmt_ratio(c["marginal_ratio"]))
+            marginal.add_row(
+                name,
+                FAMILIES[name].unit,
+                _fmt_time(c["stock_marginal_s"]),
+                _fmt_time(c["ours_marginal_s"]),
+                _fmt_ratio(c["marginal_ratio"]),
+            )
     if any(c["marginal_ratio"] is not None for c in costs.values()):
         console.print(marginal)
 
     if rows:
         from mosaic_rt.bench import rows as extra_rows
+
         extra_rows.render(console, rows)
 
     targets = Table(title="targets")
     for col in ("target", "needed", "measured", "judged by", "result"):
         targets.add_column(col, justify="right" if col in ("needed", "measured") else "left")
     for v in found:
-        targets.add_row(v.subject, fmt_target(v, "target"), fmt_target(v, "measured"), v.how,
-                        "[green]PASS[/]" if v.passed else "[bold red]FAIL[/]")
+        targets.add_row(
+            v.subject,
+            fmt_target(v, "target"),
+            fmt_target(v, "measured"),
+            v.how,
+            "[green]PASS[/]" if v.passed else "[bold red]FAIL[/]",
+        )
     console.print(targets)
 
 
 def _git_commit() -> str | None:
     here = Path(__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True,
-                             text=True, timeout=5)
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None if out.returncode == 0 else None
@@ -185,26 +214,41 @@ def _cpu_model() -> str:
 def _side(s) -> dict | None:
     if s is None:
         return None
-    return {"first_call_s": s.first_s, "median_s": s.median_s, "min_s": s.min_s,
-            "reps": len(s.times_s), "times_s": s.times_s}
+    return {
+        "first_call_s": s.first_s,
+        "median_s": s.median_s,
+        "min_s": s.min_s,
+        "reps": len(s.times_s),
+        "times_s": s.times_s,
+    }
 
 
-def to_json(results: list[CaseResult], found: list[Verdict], settings: dict,
-            rows: dict | None = None) -> dict:
+def to_json(results: list[CaseResult], found: list[Verdict], settings: dict, rows: dict | None = None) -> dict:
     cases = []
     for r in results:
-        cases.append({
-            "name": r.case.name, "family": r.case.family, "devices": r.case.devices,
-            "detect_races": r.case.detect_races, "ops": r.case.ops, "unit": r.case.unit,
-            "stock": _side(r.stock), "ours": _side(r.ours),
-            "ratio": r.ratio,
-            "first_call_ratio": (r.stock.first_s / r.ours.first_s) if r.stock and r.ours else None,
-            "per_op_stock_s": r.stock.median_s / r.case.ops if r.stock else None,
-            "per_op_ours_s": r.ours.median_s / r.case.ops if r.ours else None,
-            "native": _side(r.native), "ours_over_native": r.ours_over_native,
-            "native_correct": r.native_correct,
-            "equal": r.equal, "correct": r.correct, "error": r.error, "ok": r.ok,
-        })
+        cases.append(
+            {
+                "name": r.case.name,
+                "family": r.case.family,
+                "devices": r.case.devices,
+                "detect_races": r.case.detect_races,
+                "ops": r.case.ops,
+                "unit": r.case.unit,
+                "stock": _side(r.stock),
+                "ours": _side(r.ours),
+                "ratio": r.ratio,
+                "first_call_ratio": (r.stock.first_s / r.ours.first_s) if r.stock and r.ours else None,
+                "per_op_stock_s": r.stock.median_s / r.case.ops if r.stock else None,
+                "per_op_ours_s": r.ours.median_s / r.case.ops if r.ours else None,
+                "native": _side(r.native),
+                "ours_over_native": r.ours_over_native,
+                "native_correct": r.native_correct,
+                "equal": r.equal,
+                "correct": r.correct,
+                "error": r.error,
+                "ok": r.ok,
+            }
+        )
     return {
         "schema": 1,
         "environment": environment(),
@@ -214,8 +258,7 @@ def to_json(results: list[CaseResult], found: list[Verdict], settings: dict,
         # The rows beyond the per-kernel cases (see mosaic_rt.bench.rows).
         "rows": rows or {},
         "targets": [dataclasses.asdict(v) for v in found],
-        "all_equal": all(r.ok for r in results) and all(
-            d.get("ok", True) for d in (rows or {}).values()),
+        "all_equal": all(r.ok for r in results) and all(d.get("ok", True) for d in (rows or {}).values()),
         "all_targets_met": all(v.passed for v in found),
     }
 
@@ -229,8 +272,7 @@ def plot(results: list[CaseResult], path: str) -> None:
     rows = [r for r in results if r.ratio]
     fig, ax = plt.subplots(figsize=(9, 0.32 * len(rows) + 1.5))
     names = [r.case.name for r in rows]
-    bars = ax.barh(names, [r.ratio for r in rows],
-                   color=["tab:blue" if r.ok else "tab:red" for r in rows])
+    bars = ax.barh(names, [r.ratio for r in rows], color=["tab:blue" if r.ok else "tab:red" for r in rows])
     ax.bar_label(bars, labels=[f"{r.ratio:,.0f}x" for r in rows], padding=3, fontsize=8)
     ax.set_xscale("log")
     ax.invert_yaxis()

@@ -29,17 +29,20 @@ class Family:
     description: str
 
 
-FAMILIES = {f.name: f for f in [
-    Family("ping-pong", SEM_OP, 100, "call", "2 devices bounce a REGULAR semaphore (rounds sweep)"),
-    Family("right-permute", DMA, 100, "call", "8 devices, one remote DMA to the right"),
-    Family("all-gather", DMA, 100, "call", "8-device ring all-gather, 7 remote DMAs per device"),
-    Family("reduce-scatter", DMA, 100, "call", "8-device ring reduce-scatter, 7 remote DMAs per device"),
-    Family("dma-pipeline", DMA, 100, "call", "local double-buffered HBM->VMEM->HBM (chunks sweep)"),
-    Family("blockspec-add", GRID_STEP, 30, "per-op", "BlockSpec elementwise add (grid sweep)"),
-    Family("matmul", GRID_STEP, 30, "per-op", "blocked 128^3-tile matmul (grid sweep)"),
-    Family("semaphores", SEM_OP, 100, "call", "one core, signal/wait loop on a REGULAR semaphore"),
-    Family("races", "call", 30, "call", "each family with detect_races=True (judged per case)"),
-]}
+FAMILIES = {
+    f.name: f
+    for f in [
+        Family("ping-pong", SEM_OP, 100, "call", "2 devices bounce a REGULAR semaphore (rounds sweep)"),
+        Family("right-permute", DMA, 100, "call", "8 devices, one remote DMA to the right"),
+        Family("all-gather", DMA, 100, "call", "8-device ring all-gather, 7 remote DMAs per device"),
+        Family("reduce-scatter", DMA, 100, "call", "8-device ring reduce-scatter, 7 remote DMAs per device"),
+        Family("dma-pipeline", DMA, 100, "call", "local double-buffered HBM->VMEM->HBM (chunks sweep)"),
+        Family("blockspec-add", GRID_STEP, 30, "per-op", "BlockSpec elementwise add (grid sweep)"),
+        Family("matmul", GRID_STEP, 30, "per-op", "blocked 128^3-tile matmul (grid sweep)"),
+        Family("semaphores", SEM_OP, 100, "call", "one core, signal/wait loop on a REGULAR semaphore"),
+        Family("races", "call", 30, "call", "each family with detect_races=True (judged per case)"),
+    ]
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,9 +50,9 @@ class Case:
     name: str
     family: str
     devices: int
-    ops: int                     # operations of the family's unit per call
-    build: Callable              # () -> (fn(interpret) -> jitted program, args)
-    expect: Callable             # args as numpy -> expected output
+    ops: int  # operations of the family's unit per call
+    build: Callable  # () -> (fn(interpret) -> jitted program, args)
+    expect: Callable  # args as numpy -> expected output
     detect_races: bool = False
     # XLA's own equivalent (collectives): () -> jitted program taking the
     # same args, timed in the same loop as a third side ("XLA native").
@@ -65,65 +68,110 @@ def _per_device(x: np.ndarray, n: int) -> list[np.ndarray]:
 
 
 def _ping_pong(rounds, races=False):
-    return Case(f"ping-pong r={rounds}" + (" races" if races else ""),
-                "races" if races else "ping-pong", 2, 4 * rounds,
-                lambda: collectives.ping_pong(rounds),
-                lambda x: x + rounds, races)
+    return Case(
+        f"ping-pong r={rounds}" + (" races" if races else ""),
+        "races" if races else "ping-pong",
+        2,
+        4 * rounds,
+        lambda: collectives.ping_pong(rounds),
+        lambda x: x + rounds,
+        races,
+    )
 
 
 def _right_permute(rows, races=False):
     n = 8
-    return Case(f"right-permute 8dev {rows * 512 // 1024}KiB" + (" races" if races else ""),
-                "races" if races else "right-permute", n, n,
-                lambda: collectives.right_permute(n, rows),
-                lambda x: np.concatenate(np.roll(np.array(_per_device(x, n)), 1, axis=0)),
-                races, native=None if races else lambda: collectives.native_right_permute(n))
+    return Case(
+        f"right-permute 8dev {rows * 512 // 1024}KiB" + (" races" if races else ""),
+        "races" if races else "right-permute",
+        n,
+        n,
+        lambda: collectives.right_permute(n, rows),
+        lambda x: np.concatenate(np.roll(np.array(_per_device(x, n)), 1, axis=0)),
+        races,
+        native=None if races else lambda: collectives.native_right_permute(n),
+    )
 
 
 def _all_gather(rows, races=False):
     n = 8
-    return Case(f"all-gather 8dev {rows * 512 // 1024}KiB" + (" races" if races else ""),
-                "races" if races else "all-gather", n, n * (n - 1),
-                lambda: collectives.all_gather(n, rows),
-                lambda x: np.concatenate([x] * n), races,
-                native=None if races else lambda: collectives.native_all_gather(n))
+    return Case(
+        f"all-gather 8dev {rows * 512 // 1024}KiB" + (" races" if races else ""),
+        "races" if races else "all-gather",
+        n,
+        n * (n - 1),
+        lambda: collectives.all_gather(n, rows),
+        lambda x: np.concatenate([x] * n),
+        races,
+        native=None if races else lambda: collectives.native_all_gather(n),
+    )
 
 
 def _reduce_scatter(rows, races=False):
     n = 8
 
     def expect(x):
-        by_device = x.reshape(n, n, rows, -1)          # (device, chunk, rows, lanes)
+        by_device = x.reshape(n, n, rows, -1)  # (device, chunk, rows, lanes)
         return by_device.sum(axis=0).reshape(n * rows, -1)
 
-    return Case(f"reduce-scatter 8dev {rows * 512 // 1024}KiB" + (" races" if races else ""),
-                "races" if races else "reduce-scatter", n, n * (n - 1),
-                lambda: collectives.reduce_scatter(n, rows), expect, races,
-                native=None if races else lambda: collectives.native_reduce_scatter(n, rows))
+    return Case(
+        f"reduce-scatter 8dev {rows * 512 // 1024}KiB" + (" races" if races else ""),
+        "races" if races else "reduce-scatter",
+        n,
+        n * (n - 1),
+        lambda: collectives.reduce_scatter(n, rows),
+        expect,
+        races,
+        native=None if races else lambda: collectives.native_reduce_scatter(n, rows),
+    )
 
 
 def _pipeline(chunks, races=False):
-    return Case(f"dma-pipeline chunks={chunks}" + (" races" if races else ""),
-                "races" if races else "dma-pipeline", 1, 2 * chunks,
-                lambda: local.dma_pipeline(chunks), lambda x: x * 2 + 1, races)
+    return Case(
+        f"dma-pipeline chunks={chunks}" + (" races" if races else ""),
+        "races" if races else "dma-pipeline",
+        1,
+        2 * chunks,
+        lambda: local.dma_pipeline(chunks),
+        lambda x: x * 2 + 1,
+        races,
+    )
 
 
 def _add(grid, races=False):
-    return Case(f"blockspec-add grid={grid}" + (" races" if races else ""),
-                "races" if races else "blockspec-add", 1, grid,
-                lambda: local.blockspec_add(grid), lambda x, y: x + y, races)
+    return Case(
+        f"blockspec-add grid={grid}" + (" races" if races else ""),
+        "races" if races else "blockspec-add",
+        1,
+        grid,
+        lambda: local.blockspec_add(grid),
+        lambda x, y: x + y,
+        races,
+    )
 
 
 def _matmul(blocks, races=False):
-    return Case(f"matmul grid={blocks}^3" + (" races" if races else ""),
-                "races" if races else "matmul", 1, blocks ** 3,
-                lambda: local.blocked_matmul(blocks), lambda a, b: a @ b, races)
+    return Case(
+        f"matmul grid={blocks}^3" + (" races" if races else ""),
+        "races" if races else "matmul",
+        1,
+        blocks**3,
+        lambda: local.blocked_matmul(blocks),
+        lambda a, b: a @ b,
+        races,
+    )
 
 
 def _semaphores(iters, races=False):
-    return Case(f"semaphores iters={iters}" + (" races" if races else ""),
-                "races" if races else "semaphores", 1, 3 * iters,
-                lambda: local.semaphore_loop(iters), lambda x: x + iters, races)
+    return Case(
+        f"semaphores iters={iters}" + (" races" if races else ""),
+        "races" if races else "semaphores",
+        1,
+        3 * iters,
+        lambda: local.semaphore_loop(iters),
+        lambda x: x + iters,
+        races,
+    )
 
 
 def suite(quick: bool) -> list[Case]:
@@ -147,7 +195,14 @@ def suite(quick: bool) -> list[Case]:
         cases += [_matmul(b) for b in (2, 4, 6)]
         cases += [_semaphores(i) for i in (100, 1000, 10000)]
     # Stock race detection is quadratic in accesses: keep these small.
-    cases += [_ping_pong(10, True), _right_permute(8, True), _all_gather(8, True),
-              _reduce_scatter(8, True), _pipeline(8, True), _add(8, True), _matmul(2, True),
-              _semaphores(100, True)]
+    cases += [
+        _ping_pong(10, True),
+        _right_permute(8, True),
+        _all_gather(8, True),
+        _reduce_scatter(8, True),
+        _pipeline(8, True),
+        _add(8, True),
+        _matmul(2, True),
+        _semaphores(100, True),
+    ]
     return cases

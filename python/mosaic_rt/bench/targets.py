@@ -9,7 +9,7 @@ import dataclasses
 
 @dataclasses.dataclass
 class Verdict:
-    subject: str          # family or row name, or case name for race cases
+    subject: str  # family or row name, or case name for race cases
     target: float
     measured: float | None
     how: str

@@ -52,9 +52,13 @@ def _kernels():
         o_ref[...] = x_ref[...] + 1.0
 
     elementwise = pl.pallas_call(
-        add_one, out_shape=jax.ShapeDtypeStruct((256, 128), jnp.float32), grid=(4,),
+        add_one,
+        out_shape=jax.ShapeDtypeStruct((256, 128), jnp.float32),
+        grid=(4,),
         in_specs=[pl.BlockSpec((64, 128), lambda i: (i, 0))],
-        out_specs=pl.BlockSpec((64, 128), lambda i: (i, 0)), interpret=params)
+        out_specs=pl.BlockSpec((64, 128), lambda i: (i, 0)),
+        interpret=params,
+    )
 
     def matmul(x_ref, y_ref, o_ref, acc_ref):
         @pl.when(pl.program_id(2) == 0)
@@ -69,26 +73,35 @@ def _kernels():
 
     b = 128
     mm = pl.pallas_call(
-        matmul, out_shape=jax.ShapeDtypeStruct((256, 256), jnp.float32), grid=(2, 2, 2),
-        in_specs=[pl.BlockSpec((b, b), lambda i, j, k: (i, k)),
-                  pl.BlockSpec((b, b), lambda i, j, k: (k, j))],
+        matmul,
+        out_shape=jax.ShapeDtypeStruct((256, 256), jnp.float32),
+        grid=(2, 2, 2),
+        in_specs=[pl.BlockSpec((b, b), lambda i, j, k: (i, k)), pl.BlockSpec((b, b), lambda i, j, k: (k, j))],
         out_specs=pl.BlockSpec((b, b), lambda i, j, k: (i, j)),
-        scratch_shapes=[pltpu.VMEM((b, b), jnp.float32)], interpret=params)
+        scratch_shapes=[pltpu.VMEM((b, b), jnp.float32)],
+        interpret=params,
+    )
 
     def gather(idx_ref, x_ref, o_ref):
         o_ref[...] = x_ref[...] * 2.0
 
     spec = pltpu.PrefetchScalarGridSpec(
-        num_scalar_prefetch=1, grid=(4,),
+        num_scalar_prefetch=1,
+        grid=(4,),
         in_specs=[pl.BlockSpec((8, 128), lambda i, idx: (idx[i], 0))],
-        out_specs=pl.BlockSpec((8, 128), lambda i, idx: (i, 0)))
-    prefetch = pl.pallas_call(gather, out_shape=jax.ShapeDtypeStruct((32, 128), jnp.float32),
-                              grid_spec=spec, interpret=params)
+        out_specs=pl.BlockSpec((8, 128), lambda i, idx: (i, 0)),
+    )
+    prefetch = pl.pallas_call(
+        gather, out_shape=jax.ShapeDtypeStruct((32, 128), jnp.float32), grid_spec=spec, interpret=params
+    )
 
     x = np.ones((256, 128), np.float32)
     m = np.ones((256, 256), np.float32)
-    return [("elementwise", elementwise, (x,)), ("matmul", mm, (m, m)),
-            ("prefetch gather", prefetch, (np.array([3, 2, 1, 0], np.int32), x[:32]))]
+    return [
+        ("elementwise", elementwise, (x,)),
+        ("matmul", mm, (m, m)),
+        ("prefetch gather", prefetch, (np.array([3, 2, 1, 0], np.int32), x[:32])),
+    ]
 
 
 def child() -> dict:
@@ -107,20 +120,23 @@ def child() -> dict:
         jax.block_until_ready(call(*args))
         first, cpu = time.perf_counter() - start, time.process_time() - cpu
         compile_s = sum(o.seconds for _, _, o in check.stats.records[before:] if not o.cached)
-        kernels.append({"name": name, "first_call_s": first, "first_call_cpu_s": cpu,
-                        "check_compile_s": compile_s})
+        kernels.append({"name": name, "first_call_s": first, "first_call_cpu_s": cpu, "check_compile_s": compile_s})
     s = check.stats
-    return {"kernels": kernels, "compiles": s.compiles, "disk_hits": s.disk_hits,
-            "failures": s.failures, "libtpu_start_s": s.startup_seconds,
-            "libtpu_started": jx.tpu_compiler_loaded()}
+    return {
+        "kernels": kernels,
+        "compiles": s.compiles,
+        "disk_hits": s.disk_hits,
+        "failures": s.failures,
+        "libtpu_start_s": s.startup_seconds,
+        "libtpu_started": jx.tpu_compiler_loaded(),
+    }
 
 
 # -- the parent ----------------------------------------------------------------------
 
 
 def _spawn(mode: str, cache_dir: str) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("MOSAIC_RT_TPU", "JAX_NUM_CPU_DEVICES"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MOSAIC_RT_TPU", "JAX_NUM_CPU_DEVICES"))}
     env["JAX_PLATFORMS"] = "cpu"
     if mode != "off":
         env["MOSAIC_RT_TPU_TARGET"] = GENERATION
@@ -128,8 +144,9 @@ def _spawn(mode: str, cache_dir: str) -> dict:
     if mode == "overlap":
         env["MOSAIC_RT_TPU_CHECK_OVERLAP"] = "1"
     start = time.perf_counter()
-    run = subprocess.run([sys.executable, "-m", "mosaic_rt.bench.tpu_check"], env=env,
-                         capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [sys.executable, "-m", "mosaic_rt.bench.tpu_check"], env=env, capture_output=True, text=True, timeout=600
+    )
     wall = time.perf_counter() - start
     if run.returncode != 0:
         raise RuntimeError(f"tpu check child ({mode}) failed: {run.stderr[-600:]}")
@@ -153,6 +170,7 @@ def run_tpu_check(budget) -> dict:
 
     if not _has_libtpu():
         from mosaic_rt.tpu_check import check
+
         return {"ok": True, "skipped": f"libtpu not installed ({check.install_command()})"}
     quick = budget == measure.QUICK
     modes = MODES_QUICK if quick else MODES_FULL
@@ -163,7 +181,7 @@ def run_tpu_check(budget) -> dict:
         for rep in range(reps):
             # Each repetition starts with another mode (the machine's load
             # drifts); warm reads what the latest cold run stored.
-            order = modes[rep % len(modes):] + modes[:rep % len(modes)] if stored else modes
+            order = modes[rep % len(modes) :] + modes[: rep % len(modes)] if stored else modes
             for mode in order:
                 cache = os.path.join(tmp, f"rep{rep}-{mode}")
                 if mode == "warm":
@@ -182,29 +200,36 @@ def _median(values):
 def summarize(runs: dict, reps: int) -> dict:
     modes = {}
     for mode, rs in runs.items():
-        modes[mode] = {"first_calls_s": _median([r["first_calls_s"] for r in rs]),
-                       "first_calls_cpu_s": _median([r["first_calls_cpu_s"] for r in rs]),
-                       "process_s": _median([r["process_s"] for r in rs]),
-                       "compiles": rs[-1]["compiles"], "disk_hits": rs[-1]["disk_hits"],
-                       "libtpu_started": rs[-1]["libtpu_started"],
-                       "libtpu_start_s": _median([r["libtpu_start_s"] for r in rs])}
+        modes[mode] = {
+            "first_calls_s": _median([r["first_calls_s"] for r in rs]),
+            "first_calls_cpu_s": _median([r["first_calls_cpu_s"] for r in rs]),
+            "process_s": _median([r["process_s"] for r in rs]),
+            "compiles": rs[-1]["compiles"],
+            "disk_hits": rs[-1]["disk_hits"],
+            "libtpu_started": rs[-1]["libtpu_started"],
+            "libtpu_start_s": _median([r["libtpu_start_s"] for r in rs]),
+        }
     names = [k["name"] for k in runs["off"][0]["kernels"]]
     kernels = []
     for i, name in enumerate(names):
         row = {"name": name}
         for mode, rs in runs.items():
             row[f"{mode}_first_call_s"] = _median([r["kernels"][i]["first_call_s"] for r in rs])
-        row["check_compile_s"] = _median([r["kernels"][i]["check_compile_s"]
-                                          for r in runs["cold"]])
+        row["check_compile_s"] = _median([r["kernels"][i]["check_compile_s"] for r in runs["cold"]])
         kernels.append(row)
     off = modes["off"]["first_calls_s"]
-    d = {"generation": GENERATION, "reps": reps, "modes": modes, "kernels": kernels,
-         "cold_over_off": modes["cold"]["first_calls_s"] / off,
-         "warm_over_off": modes["warm"]["first_calls_s"] / off,
-         "warm_compiles": modes["warm"]["compiles"],
-         "ok": modes["warm"]["compiles"] == 0 and not modes["warm"]["libtpu_started"]
-         and all(m["compiles"] + m["disk_hits"] == len(names)
-                 for k, m in modes.items() if k != "off")}
+    d = {
+        "generation": GENERATION,
+        "reps": reps,
+        "modes": modes,
+        "kernels": kernels,
+        "cold_over_off": modes["cold"]["first_calls_s"] / off,
+        "warm_over_off": modes["warm"]["first_calls_s"] / off,
+        "warm_compiles": modes["warm"]["compiles"],
+        "ok": modes["warm"]["compiles"] == 0
+        and not modes["warm"]["libtpu_started"]
+        and all(m["compiles"] + m["disk_hits"] == len(names) for k, m in modes.items() if k != "off"),
+    }
     if "overlap" in modes:
         d["overlap_over_cold"] = modes["overlap"]["first_calls_s"] / modes["cold"]["first_calls_s"]
     return d
@@ -215,58 +240,83 @@ def summarize(runs: dict, reps: int) -> dict:
 
 def summary(d) -> str:
     from mosaic_rt.bench.fmt import fmt_time
+
     if d.get("skipped"):
         return f"tpu check: skipped, {d['skipped']}"
     m = d["modes"]
-    text = (f"tpu check ({d['generation']}, {len(d['kernels'])} kernels' first calls): off "
-            f"{fmt_time(m['off']['first_calls_s'])}, cold {fmt_time(m['cold']['first_calls_s'])}"
-            f", warm disk cache {fmt_time(m['warm']['first_calls_s'])}")
+    text = (
+        f"tpu check ({d['generation']}, {len(d['kernels'])} kernels' first calls): off "
+        f"{fmt_time(m['off']['first_calls_s'])}, cold {fmt_time(m['cold']['first_calls_s'])}"
+        f", warm disk cache {fmt_time(m['warm']['first_calls_s'])}"
+    )
     if "overlap" in m:
         text += f", overlapped cold {fmt_time(m['overlap']['first_calls_s'])}"
     return text + ("" if d["ok"] else ", [bold red]warm run compiled[/]")
 
 
-_MODE_TITLES = {"off": "no check", "cold": "check, cold", "warm": "check, warm disk cache",
-                "overlap": "check, cold, overlapped"}
+_MODE_TITLES = {
+    "off": "no check",
+    "cold": "check, cold",
+    "warm": "check, warm disk cache",
+    "overlap": "check, cold, overlapped",
+}
 
 
 def _mode_cells(d):
     from mosaic_rt.bench.fmt import fmt_ratio, fmt_time
+
     off = d["modes"]["off"]["first_calls_s"]
     cpu_off = d["modes"]["off"]["first_calls_cpu_s"]
     for mode, m in d["modes"].items():
-        yield [_MODE_TITLES[mode], fmt_time(m["first_calls_s"]),
-               fmt_ratio(m["first_calls_s"] / off), fmt_time(m["first_calls_cpu_s"]),
-               fmt_ratio(m["first_calls_cpu_s"] / cpu_off), fmt_time(m["process_s"]),
-               str(m["compiles"]), str(m["disk_hits"]), "yes" if m["libtpu_started"] else "no"]
+        yield [
+            _MODE_TITLES[mode],
+            fmt_time(m["first_calls_s"]),
+            fmt_ratio(m["first_calls_s"] / off),
+            fmt_time(m["first_calls_cpu_s"]),
+            fmt_ratio(m["first_calls_cpu_s"] / cpu_off),
+            fmt_time(m["process_s"]),
+            str(m["compiles"]),
+            str(m["disk_hits"]),
+            "yes" if m["libtpu_started"] else "no",
+        ]
 
 
 def _kernel_cells(d):
     from mosaic_rt.bench.fmt import fmt_time
+
     for k in d["kernels"]:
-        yield [k["name"], *(fmt_time(k[f"{m}_first_call_s"]) for m in d["modes"]),
-               fmt_time(k["check_compile_s"])]
+        yield [k["name"], *(fmt_time(k[f"{m}_first_call_s"]) for m in d["modes"]), fmt_time(k["check_compile_s"])]
 
 
-_MODE_COLS = ("mode", "first calls", "vs no check", "CPU time", "CPU vs no check",
-              "whole process", "compiles",
-              "disk hits", "libtpu started")
+_MODE_COLS = (
+    "mode",
+    "first calls",
+    "vs no check",
+    "CPU time",
+    "CPU vs no check",
+    "whole process",
+    "compiles",
+    "disk hits",
+    "libtpu started",
+)
 
 
 def render(console, d) -> None:
     from mosaic_rt.bench.console import Table
+
     if d.get("skipped"):
         console.print(f"tpu check: skipped, {d['skipped']}")
         return
-    t = Table(title=f"tpu check: first calls of {len(d['kernels'])} kernels in a fresh process, "
-                    f"checked for {d['generation']} (median of {d['reps']})")
+    t = Table(
+        title=f"tpu check: first calls of {len(d['kernels'])} kernels in a fresh process, "
+        f"checked for {d['generation']} (median of {d['reps']})"
+    )
     for col in _MODE_COLS:
         t.add_column(col, justify="left" if col == "mode" else "right")
     for cells in _mode_cells(d):
         t.add_row(*cells)
     console.print(t)
-    t = Table(title="tpu check per kernel: first call per mode; compile = the check's time in "
-                    "the TPU compiler (cold)")
+    t = Table(title="tpu check per kernel: first call per mode; compile = the check's time in the TPU compiler (cold)")
     for col in ("kernel", *d["modes"], "compile"):
         t.add_column(col, justify="left" if col == "kernel" else "right")
     for cells in _kernel_cells(d):
@@ -277,10 +327,15 @@ def render(console, d) -> None:
 def markdown(d) -> list[str]:
     if d.get("skipped"):
         return ["", f"TPU compile check: skipped, {d['skipped']}."]
-    lines = ["", f"TPU compile check (first calls of {len(d['kernels'])} kernels in a fresh "
-                 f"process, checked for {d['generation']}; cold: nothing on disk, warm: a second "
-                 f"process with the disk cache; median of {d['reps']}):", "",
-             "| " + " | ".join(_MODE_COLS) + " |", "|---|" + "--:|" * (len(_MODE_COLS) - 1)]
+    lines = [
+        "",
+        f"TPU compile check (first calls of {len(d['kernels'])} kernels in a fresh "
+        f"process, checked for {d['generation']}; cold: nothing on disk, warm: a second "
+        f"process with the disk cache; median of {d['reps']}):",
+        "",
+        "| " + " | ".join(_MODE_COLS) + " |",
+        "|---|" + "--:|" * (len(_MODE_COLS) - 1),
+    ]
     lines += ["| " + " | ".join(cells) + " |" for cells in _mode_cells(d)]
     cols = ("kernel", *d["modes"], "check compile")
     lines += ["", "| " + " | ".join(cols) + " |", "|---|" + "--:|" * (len(cols) - 1)]

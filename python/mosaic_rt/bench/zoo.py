@@ -36,14 +36,15 @@ _LANES = 128
 @dataclasses.dataclass(frozen=True)
 class ZooKernel:
     name: str
-    family: str                 # what it exercises (for the per-family breakdown)
+    family: str  # what it exercises (for the per-family breakdown)
     devices: int
-    build: Callable             # () -> (program(params), args, expected)
-    knobs: tuple = ()           # extra InterpretParams fields, both interpreters
+    build: Callable  # () -> (program(params), args, expected)
+    knobs: tuple = ()  # extra InterpretParams fields, both interpreters
 
     def params(self):
         """(stock params, our params) with this kernel's knobs."""
         from mosaic_rt.bench.measure import interpret_params
+
         stock, ours = interpret_params(dict(self.knobs).get("detect_races", False))
         extra = {k: v for k, v in self.knobs if k != "detect_races"}
         if extra:
@@ -68,10 +69,16 @@ def _add(grid, rows):
 
     def program(params):
         spec = pl.BlockSpec((rows, _LANES), lambda i: (i, 0))
-        return jax.jit(pl.pallas_call(
-            lambda a, b, o: o.__setitem__(..., a[...] + b[...]),
-            out_shape=_sds(x.shape), grid=(grid,), in_specs=[spec, spec], out_specs=spec,
-            interpret=params))
+        return jax.jit(
+            pl.pallas_call(
+                lambda a, b, o: o.__setitem__(..., a[...] + b[...]),
+                out_shape=_sds(x.shape),
+                grid=(grid,),
+                in_specs=[spec, spec],
+                out_specs=spec,
+                interpret=params,
+            )
+        )
 
     return program, (x, y), x + y
 
@@ -81,10 +88,16 @@ def _add_2d(gi, gj, rows):
 
     def program(params):
         spec = pl.BlockSpec((rows, _LANES), lambda i, j: (i, j))
-        return jax.jit(pl.pallas_call(
-            lambda a, o: o.__setitem__(..., a[...] * 2.0 - 1.0),
-            out_shape=_sds(x.shape), grid=(gi, gj), in_specs=[spec], out_specs=spec,
-            interpret=params))
+        return jax.jit(
+            pl.pallas_call(
+                lambda a, o: o.__setitem__(..., a[...] * 2.0 - 1.0),
+                out_shape=_sds(x.shape),
+                grid=(gi, gj),
+                in_specs=[spec],
+                out_specs=spec,
+                interpret=params,
+            )
+        )
 
     return program, (x,), x * 2 - 1
 
@@ -101,12 +114,17 @@ def _row_sum(grid, rows):
         o_ref[...] += x_ref[...]
 
     def program(params):
-        return jax.jit(pl.pallas_call(
-            kernel, out_shape=_sds((rows, _LANES)), grid=(grid,),
-            in_specs=[pl.BlockSpec((rows, _LANES), lambda i: (0, i))],
-            out_specs=pl.BlockSpec((rows, _LANES), lambda i: (0, 0)),
-            compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)),
-            interpret=params))
+        return jax.jit(
+            pl.pallas_call(
+                kernel,
+                out_shape=_sds((rows, _LANES)),
+                grid=(grid,),
+                in_specs=[pl.BlockSpec((rows, _LANES), lambda i: (0, i))],
+                out_specs=pl.BlockSpec((rows, _LANES), lambda i: (0, 0)),
+                compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)),
+                interpret=params,
+            )
+        )
 
     return program, (x,), x.reshape(rows, grid, _LANES).sum(axis=1)
 
@@ -126,11 +144,12 @@ def _prefetch_gather(n, rows):
 
     def program(params):
         spec = pltpu.PrefetchScalarGridSpec(
-            num_scalar_prefetch=1, grid=(n,),
+            num_scalar_prefetch=1,
+            grid=(n,),
             in_specs=[pl.BlockSpec((None, rows, _LANES), lambda i, idx: (idx[i], 0, 0))],
-            out_specs=pl.BlockSpec((None, rows, _LANES), lambda i, idx: (i, 0, 0)))
-        return jax.jit(pl.pallas_call(kernel, out_shape=_sds(x.shape), grid_spec=spec,
-                                      interpret=params))
+            out_specs=pl.BlockSpec((None, rows, _LANES), lambda i, idx: (i, 0, 0)),
+        )
+        return jax.jit(pl.pallas_call(kernel, out_shape=_sds(x.shape), grid_spec=spec, interpret=params))
 
     return program, (idx, x), x[idx] + idx[:, None, None].astype(np.float32)
 
@@ -149,11 +168,18 @@ def _smem_counter(grid, rows):
 
     def program(params):
         spec = pl.BlockSpec((rows, _LANES), lambda i: (i, 0))
-        return jax.jit(pl.pallas_call(
-            kernel, out_shape=_sds(x.shape), grid=(grid,), in_specs=[spec], out_specs=spec,
-            scratch_shapes=[pltpu.SMEM((1,), jnp.int32)],
-            compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)),
-            interpret=params))
+        return jax.jit(
+            pl.pallas_call(
+                kernel,
+                out_shape=_sds(x.shape),
+                grid=(grid,),
+                in_specs=[spec],
+                out_specs=spec,
+                scratch_shapes=[pltpu.SMEM((1,), jnp.int32)],
+                compiler_params=pltpu.CompilerParams(dimension_semantics=("arbitrary",)),
+                interpret=params,
+            )
+        )
 
     steps = np.repeat(np.arange(1, grid + 1, dtype=np.float32), rows)[:, None]
     return program, (x,), x + steps
@@ -164,10 +190,17 @@ def _io_alias(grid, rows):
 
     def program(params):
         spec = pl.BlockSpec((rows, _LANES), lambda i: (i, 0))
-        return jax.jit(pl.pallas_call(
-            lambda a, o: o.__setitem__(..., a[...] + 3.0),
-            out_shape=_sds(x.shape), grid=(grid,), in_specs=[spec], out_specs=spec,
-            input_output_aliases={0: 0}, interpret=params))
+        return jax.jit(
+            pl.pallas_call(
+                lambda a, o: o.__setitem__(..., a[...] + 3.0),
+                out_shape=_sds(x.shape),
+                grid=(grid,),
+                in_specs=[spec],
+                out_specs=spec,
+                input_output_aliases={0: 0},
+                interpret=params,
+            )
+        )
 
     return program, (x,), x + 3
 
@@ -191,12 +224,16 @@ def _roundtrip(rows):
         pltpu.async_copy(buf, o_hbm, sem).wait()
 
     def program(params):
-        return jax.jit(pl.pallas_call(
-            kernel, out_shape=_sds(x.shape),
-            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-            out_specs=pl.BlockSpec(memory_space=pl.ANY),
-            scratch_shapes=[pltpu.VMEM(x.shape, _F32), pltpu.SemaphoreType.DMA],
-            interpret=params))
+        return jax.jit(
+            pl.pallas_call(
+                kernel,
+                out_shape=_sds(x.shape),
+                in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+                out_specs=pl.BlockSpec(memory_space=pl.ANY),
+                scratch_shapes=[pltpu.VMEM(x.shape, _F32), pltpu.SemaphoreType.DMA],
+                interpret=params,
+            )
+        )
 
     return program, (x,), x - 3
 
@@ -223,10 +260,13 @@ def _core_swap(rows):
     x = _ints((cores * rows, _LANES), 9)
 
     def program(params):
-        @functools.partial(pl.kernel, out_type=_sds((2 * cores, rows, _LANES)),
-                           mesh=_core_mesh(cores), interpret=params,
-                           scratch_types=[pltpu.SemaphoreType.REGULAR,
-                                          pltpu.SemaphoreType.DMA(())])
+        @functools.partial(
+            pl.kernel,
+            out_type=_sds((2 * cores, rows, _LANES)),
+            mesh=_core_mesh(cores),
+            interpret=params,
+            scratch_types=[pltpu.SemaphoreType.REGULAR, pltpu.SemaphoreType.DMA(())],
+        )
         def run(x_hbm, o_hbm, sem, copy_sem):
             c = lax.axis_index("core")
             pltpu.async_copy(x_hbm.at[c], o_hbm.at[cores + c], copy_sem).wait()
@@ -246,11 +286,17 @@ def _parallel_grid(grid, rows):
 
     def program(params):
         spec = pl.BlockSpec((rows, _LANES), lambda i: (i, 0))
-        return jax.jit(pl.pallas_call(
-            lambda a, o: o.__setitem__(..., a[...] * 3.0),
-            out_shape=_sds(x.shape), grid=(grid,), in_specs=[spec], out_specs=spec,
-            compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
-            interpret=params))
+        return jax.jit(
+            pl.pallas_call(
+                lambda a, o: o.__setitem__(..., a[...] * 3.0),
+                out_shape=_sds(x.shape),
+                grid=(grid,),
+                in_specs=[spec],
+                out_specs=spec,
+                compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+                interpret=params,
+            )
+        )
 
     return program, (x,), x * 3
 
@@ -293,12 +339,14 @@ def _barrier_copy(n, rows):
 
     def program(params):
         call = pl.pallas_call(
-            kernel, out_shape=_sds((rows, _LANES)),
+            kernel,
+            out_shape=_sds((rows, _LANES)),
             in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
             out_specs=pl.BlockSpec(memory_space=pl.ANY),
             scratch_shapes=[pltpu.SemaphoreType.DMA],
             compiler_params=pltpu.CompilerParams(collective_id=0),
-            interpret=params)
+            interpret=params,
+        )
         return collectives._shard_map(call, mesh)
 
     return program, (x,), x_np
@@ -307,15 +355,14 @@ def _barrier_copy(n, rows):
 def kernels(salt: int = 0) -> list[ZooKernel]:
     """44 distinct kernels; `salt` shifts every shape (distinct per salt)."""
     s = int(salt)
-    r8 = 8 * (1 + s)            # rows for 8-aligned blocks
-    rs = 1 + s % 8              # rows for the 8-device collectives (<= 64 KiB buffers)
+    r8 = 8 * (1 + s)  # rows for 8-aligned blocks
+    rs = 1 + s % 8  # rows for the 8-device collectives (<= 64 KiB buffers)
     races = (("detect_races", True),)
     two_cores = (("num_cores_or_threads", 2),)
     z: list[ZooKernel] = []
 
     def add(name, family, devices, make, *args, knobs=()):
-        z.append(ZooKernel(f"{name}", family, devices,
-                           functools.partial(make, *args), knobs))
+        z.append(ZooKernel(f"{name}", family, devices, functools.partial(make, *args), knobs))
 
     for g in (1, 2, 4, 8):
         add(f"add grid={g}", "grid", 1, _add, g, r8)
@@ -346,20 +393,17 @@ def kernels(salt: int = 0) -> list[ZooKernel]:
     for g in (2, 4):
         add(f"parallel grid={g} 2 cores", "cores", 1, _parallel_grid, g, r8, knobs=two_cores)
     for n in (2, 4, 8):
-        add(f"right-permute {n}dev", "remote dma", n, _collective, collectives.right_permute,
-            _roll_blocks, n, rs)
+        add(f"right-permute {n}dev", "remote dma", n, _collective, collectives.right_permute, _roll_blocks, n, rs)
     for n in (4, 8):
-        add(f"all-gather {n}dev", "remote dma", n, _collective, collectives.all_gather,
-            _gathered, n, rs)
+        add(f"all-gather {n}dev", "remote dma", n, _collective, collectives.all_gather, _gathered, n, rs)
     for n in (4, 8):
-        add(f"reduce-scatter {n}dev", "remote dma", n, _collective,
-            collectives.reduce_scatter, _scattered, n, rs)
+        add(f"reduce-scatter {n}dev", "remote dma", n, _collective, collectives.reduce_scatter, _scattered, n, rs)
     for rounds in (2, 8):
         add(f"ping-pong rounds={rounds}", "semaphores", 2, _ping_pong, rounds + s, r8)
     for n in (2, 8):
         add(f"barrier {n}dev", "barrier", n, _barrier_copy, n, rs)
-    add("right-permute 4dev races", "races", 4, _collective, collectives.right_permute,
-        _roll_blocks, 4, rs, knobs=races)
-    add("all-gather 4dev races", "races", 4, _collective, collectives.all_gather,
-        _gathered, 4, rs, knobs=races)
+    add(
+        "right-permute 4dev races", "races", 4, _collective, collectives.right_permute, _roll_blocks, 4, rs, knobs=races
+    )
+    add("all-gather 4dev races", "races", 4, _collective, collectives.all_gather, _gathered, 4, rs, knobs=races)
     return z

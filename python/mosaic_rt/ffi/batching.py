@@ -34,6 +34,7 @@ MAX_MEMBERS, MAX_MEMBER_ARGS, MAX_MEMBER_RETS, MAX_ATTRS = _native.BATCH_LIMITS
 class Member:
     """One deferred op: its target, result ``(shape, dtype)`` pairs (the
     token's excluded), operands (the token's excluded) and attributes."""
+
     target: str
     results: tuple
     operands: tuple
@@ -64,8 +65,8 @@ class Pending:
             return self._real
         if self._state == "extended":
             raise AssertionError(
-                "mosaic_rt internal error: a pending token was extended twice"
-                f" (its ops {self!r} would run twice)")
+                f"mosaic_rt internal error: a pending token was extended twice (its ops {self!r} would run twice)"
+            )
         self._state = "extended"
         return None
 
@@ -78,7 +79,8 @@ class Pending:
         if self._state == "extended":
             raise AssertionError(
                 "mosaic_rt internal error: a pending token was emitted after a"
-                f" later op joined it (its ops {self!r} would run twice)")
+                f" later op joined it (its ops {self!r} would run twice)"
+            )
         return None
 
     def emitted(self, token):
@@ -88,7 +90,8 @@ class Pending:
         if jx.current_trace() is not self.trace:
             raise AssertionError(
                 "mosaic_rt internal error: a pending token crossed into another"
-                f" trace (control flow must take a real token); its ops: {self!r}")
+                f" trace (control flow must take a real token); its ops: {self!r}"
+            )
 
 
 def fits(members: tuple, member: Member) -> bool:

@@ -38,9 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from mosaic_rt import _native
+from mosaic_rt import _native, memory_spaces
 from mosaic_rt import jax_internals as jx
-from mosaic_rt import memory_spaces
 from mosaic_rt._dtypes import dtype_name
 from mosaic_rt.ffi import batching
 
@@ -57,6 +56,7 @@ SEMAPHORE_KINDS = _native.SEMAPHORE_KINDS
 @dataclasses.dataclass(frozen=True)
 class _Layout:
     """One op's wire layout, as the native side states it."""
+
     operands: tuple[str, ...]
     optional_operands: tuple[str, ...]
     rest: str
@@ -66,7 +66,8 @@ class _Layout:
 
 LAYOUTS = {
     target.removeprefix("mosaic_rt_"): _Layout(o, oo, rest, frozenset(a), frozenset(a + oa))
-    for target, (o, oo, rest, a, oa) in _native.OP_LAYOUTS.items()}
+    for target, (o, oo, rest, a, oa) in _native.OP_LAYOUTS.items()
+}
 
 
 class WireLayoutError(AssertionError):
@@ -104,8 +105,7 @@ def _checked(op: str, attrs: dict) -> dict:
     if not (layout.attrs <= names and names <= layout.allowed):
         missing = sorted(layout.attrs - names)
         extra = sorted(names - layout.allowed)
-        raise WireLayoutError(
-            f"mosaic_rt_{op}: attributes missing {missing}, not in its layout {extra}")
+        raise WireLayoutError(f"mosaic_rt_{op}: attributes missing {missing}, not in its layout {extra}")
     return attrs
 
 
@@ -114,6 +114,7 @@ class TracedRegion:
     """A region of a buffer as an op is emitted with, at trace time (see the
     module doc): per leading dimension a static size, stride and squeezed
     flag, and a start that may be traced."""
+
     sizes: tuple[int, ...] = ()
     strides: tuple[int, ...] = ()
     squeezed: tuple[bool, ...] = ()
@@ -131,8 +132,12 @@ class TracedRegion:
         if all(isinstance(s, _STATIC_INTS) for s in starts):
             return np.asarray(starts, np.int32).reshape(-1)
         return lax.concatenate(
-            [np.asarray([s], np.int32) if isinstance(s, _STATIC_INTS)
-             else lax.reshape(_as_i32(s), (1,)) for s in starts], 0)
+            [
+                np.asarray([s], np.int32) if isinstance(s, _STATIC_INTS) else lax.reshape(_as_i32(s), (1,))
+                for s in starts
+            ],
+            0,
+        )
 
     @staticmethod
     def index(*indices) -> "TracedRegion":
@@ -144,8 +149,9 @@ class TracedRegion:
     def slices(*dims) -> "TracedRegion":
         """``(start, size[, stride])`` per leading dimension."""
         dims = [tuple(d) + (1,) * (3 - len(d)) for d in dims]
-        return TracedRegion(tuple(d[1] for d in dims), tuple(d[2] for d in dims),
-                      (False,) * len(dims), tuple(d[0] for d in dims))
+        return TracedRegion(
+            tuple(d[1] for d in dims), tuple(d[2] for d in dims), (False,) * len(dims), tuple(d[0] for d in dims)
+        )
 
 
 _NO_STARTS_OF = threading.local()
@@ -313,25 +319,28 @@ def _result_signature(results: tuple) -> tuple:
     return avals, tuple(_ROW_MAJOR[len(s)] for s, _ in results)
 
 
-def _bind(target: str, results, operands, attrs, *, side_effect: bool = True,
-          aliases=((0, 0),)):
+def _bind(target: str, results, operands, attrs, *, side_effect: bool = True, aliases=((0, 0),)):
     """The results of one custom call of ``target``: what
     ``jax.ffi.ffi_call(target, results, has_side_effect=side_effect,
     input_output_aliases=dict(aliases))(*operands, **attrs)`` emits, with the
     parts that depend only on the call's signature cached (the public wrapper
     re-derives them on every call; ops are emitted thousands of times per
     test suite). ``aliases``: sorted ``(operand, result)`` pairs."""
-    avals, out_layouts = _result_signature(
-        tuple((tuple(r.shape), np.dtype(r.dtype)) for r in results))
-    operands = jx.auto_insert_reshard(
-        *(materialize(x) if isinstance(x, batching.Pending) else x for x in operands))
+    avals, out_layouts = _result_signature(tuple((tuple(r.shape), np.dtype(r.dtype)) for r in results))
+    operands = jx.auto_insert_reshard(*(materialize(x) if isinstance(x, batching.Pending) else x for x in operands))
     return jx.ffi_call_p.bind(
-        *operands, result_avals=avals, vmap_method=None, target_name=target,
+        *operands,
+        result_avals=avals,
+        vmap_method=None,
+        target_name=target,
         has_side_effect=side_effect,
         input_layouts=tuple(_ROW_MAJOR[np.ndim(x)] for x in operands),
-        output_layouts=out_layouts, input_output_aliases=tuple(aliases),
-        custom_call_api_version=4, legacy_backend_config=None,
-        attributes=tuple((k, jx.ffi_attribute(attrs[k])) for k in sorted(attrs)))
+        output_layouts=out_layouts,
+        input_output_aliases=tuple(aliases),
+        custom_call_api_version=4,
+        legacy_backend_config=None,
+        attributes=tuple((k, jx.ffi_attribute(attrs[k])) for k in sorted(attrs)),
+    )
 
 
 def _starts_operand(starts, tail=None):
@@ -348,9 +357,11 @@ def _starts_operand(starts, tail=None):
         start = starts[0]
         if not isinstance(start, _STATIC_INTS) and getattr(start, "shape", None) == ():
             return _as_i32(start)
-    if (tail is not None and isinstance(starts, (tuple, list))
-            and all(not isinstance(s, _STATIC_INTS) and getattr(s, "shape", None) == ()
-                    for s in starts)):
+    if (
+        tail is not None
+        and isinstance(starts, (tuple, list))
+        and all(not isinstance(s, _STATIC_INTS) and getattr(s, "shape", None) == () for s in starts)
+    ):
         tail.extend(_as_i32(s) for s in starts[1:])
         return _as_i32(starts[0])
     return TracedRegion(starts=starts).start_vector()
@@ -370,15 +381,13 @@ def _region_parts(region, prefix: str = "", tail=None):
     else:
         sizes, strides, squeezed = region.sizes, region.strides, region.squeezed
         parts = region.starts
-        static = ([isinstance(s, _STATIC_INTS) for s in parts]
-                  if isinstance(parts, (tuple, list)) else [])
+        static = [isinstance(s, _STATIC_INTS) for s in parts] if isinstance(parts, (tuple, list)) else []
         if any(static):
             # Static starts as an attribute, only the dynamic ones as the
             # operand: no concatenate of constants and scalars to compile
             # (nor, when all are static, a broadcast of a constant vector,
             # which XLA compiles as a fusion).
-            fixed = np.asarray([int(s) if st else _DYNAMIC_START
-                                for s, st in zip(parts, static)], np.int64)
+            fixed = np.asarray([int(s) if st else _DYNAMIC_START for s, st in zip(parts, static)], np.int64)
             dynamic = tuple(s for s, st in zip(parts, static) if not st)
             starts = _starts_operand(dynamic, tail) if dynamic else no_starts()
         else:

@@ -61,8 +61,7 @@ def fail_launch(handle: int, device: int, core: int, exc: BaseException) -> str 
     whichever device XLA reports, the user gets the root cause), or None if
     the launch has ended."""
     key = register_exception(exc)
-    return _native.fail_launch(int(handle), int(device), int(core), key,
-                               type(exc).__name__, str(exc))
+    return _native.fail_launch(int(handle), int(device), int(core), key, type(exc).__name__, str(exc))
 
 
 def translate(exc: BaseException) -> BaseException:

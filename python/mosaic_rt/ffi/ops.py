@@ -28,6 +28,7 @@ from mosaic_rt.ffi import emit
 from mosaic_rt.ffi.emit import (  # noqa: F401 (TracedRegion .. batch: re-exported)
     _HANDLE,
     _I32,
+    _STATIC_INTS,
     MEMORY_SPACES,
     SEMAPHORE_KINDS,
     TracedRegion,
@@ -43,7 +44,6 @@ from mosaic_rt.ffi.emit import (  # noqa: F401 (TracedRegion .. batch: re-export
     _region_parts,
     _scalars,
     _space,
-    _STATIC_INTS,
     _with_tail,
     batch,
     materialize,
@@ -67,20 +67,28 @@ def batched_runs():
 
 # ------------------------------------------------------------------ launches
 
-def kernel_begin(token, device, *, uid: int, num_devices: int, num_cores: int = 1,
-                 dma_execution_mode: str = "on_wait",
-                 out_of_bounds_reads: str = "raise",
-                 uninitialized_memory: str = "nan",
-                 wait_timeout_ms: int = 120_000,
-                 device_ordinals=None,
-                 detect_races: bool = False,
-                 on_race: str | None = None,
-                 detect_deadlocks: bool = True,
-                 deadlock_idle_ms: int | None = None,
-                 detect_uninitialized: bool = False,
-                 trace_path: str | None = None,
-                 report_as_warnings: bool = True,
-                 site: int = 0):
+
+def kernel_begin(
+    token,
+    device,
+    *,
+    uid: int,
+    num_devices: int,
+    num_cores: int = 1,
+    dma_execution_mode: str = "on_wait",
+    out_of_bounds_reads: str = "raise",
+    uninitialized_memory: str = "nan",
+    wait_timeout_ms: int = 120_000,
+    device_ordinals=None,
+    detect_races: bool = False,
+    on_race: str | None = None,
+    detect_deadlocks: bool = True,
+    deadlock_idle_ms: int | None = None,
+    detect_uninitialized: bool = False,
+    trace_path: str | None = None,
+    report_as_warnings: bool = True,
+    site: int = 0,
+):
     """Joins launch ``uid`` of the running XLA execution as ``device``.
 
     Every device of one execution that calls this with the same ``uid``
@@ -107,24 +115,49 @@ def kernel_begin(token, device, *, uid: int, num_devices: int, num_cores: int = 
     interpreter reports the same event (printed or logged; see
     :mod:`mosaic_rt.ffi.reports`).
     """
-    return _call("kernel_begin", (_HANDLE,), _args("kernel_begin", token=token, device=_i32(device)),
-                 **_begin_attrs(
-        uid=uid, num_devices=num_devices, num_cores=num_cores,
-        dma_execution_mode=dma_execution_mode, out_of_bounds_reads=out_of_bounds_reads,
-        uninitialized_memory=uninitialized_memory, wait_timeout_ms=wait_timeout_ms,
-        device_ordinals=device_ordinals, detect_races=detect_races, on_race=on_race,
-        detect_deadlocks=detect_deadlocks, deadlock_idle_ms=deadlock_idle_ms,
-        detect_uninitialized=detect_uninitialized, trace_path=trace_path,
-        report_as_warnings=report_as_warnings), site=site)
+    return _call(
+        "kernel_begin",
+        (_HANDLE,),
+        _args("kernel_begin", token=token, device=_i32(device)),
+        **_begin_attrs(
+            uid=uid,
+            num_devices=num_devices,
+            num_cores=num_cores,
+            dma_execution_mode=dma_execution_mode,
+            out_of_bounds_reads=out_of_bounds_reads,
+            uninitialized_memory=uninitialized_memory,
+            wait_timeout_ms=wait_timeout_ms,
+            device_ordinals=device_ordinals,
+            detect_races=detect_races,
+            on_race=on_race,
+            detect_deadlocks=detect_deadlocks,
+            deadlock_idle_ms=deadlock_idle_ms,
+            detect_uninitialized=detect_uninitialized,
+            trace_path=trace_path,
+            report_as_warnings=report_as_warnings,
+        ),
+        site=site,
+    )
 
 
-def _begin_attrs(*, uid: int, num_devices: int, num_cores: int = 1,
-                 dma_execution_mode: str = "on_wait", out_of_bounds_reads: str = "raise",
-                 uninitialized_memory: str = "nan", wait_timeout_ms: int = 120_000,
-                 device_ordinals=None, detect_races: bool = False, on_race: str | None = None,
-                 detect_deadlocks: bool = True, deadlock_idle_ms: int | None = None,
-                 detect_uninitialized: bool = False, trace_path: str | None = None,
-                 report_as_warnings: bool = True) -> dict:
+def _begin_attrs(
+    *,
+    uid: int,
+    num_devices: int,
+    num_cores: int = 1,
+    dma_execution_mode: str = "on_wait",
+    out_of_bounds_reads: str = "raise",
+    uninitialized_memory: str = "nan",
+    wait_timeout_ms: int = 120_000,
+    device_ordinals=None,
+    detect_races: bool = False,
+    on_race: str | None = None,
+    detect_deadlocks: bool = True,
+    deadlock_idle_ms: int | None = None,
+    detect_uninitialized: bool = False,
+    trace_path: str | None = None,
+    report_as_warnings: bool = True,
+) -> dict:
     """The attributes of `kernel_begin` (and `launch_begin`) for its config."""
     extra = {}
     if device_ordinals is not None:
@@ -143,16 +176,20 @@ def _begin_attrs(*, uid: int, num_devices: int, num_cores: int = 1,
         extra["trace_path"] = os.path.abspath(os.path.expanduser(os.fspath(trace_path)))
     if not report_as_warnings:
         extra["report_as_warnings"] = 0
-    return dict(extra, uid=int(uid), num_devices=int(num_devices), num_cores=int(num_cores),
-                dma_execution_mode=dma_execution_mode,
-                out_of_bounds_reads=out_of_bounds_reads,
-                uninitialized_memory=uninitialized_memory,
-                wait_timeout_ms=int(wait_timeout_ms),
-                detect_races=int(bool(detect_races)))
+    return dict(
+        extra,
+        uid=int(uid),
+        num_devices=int(num_devices),
+        num_cores=int(num_cores),
+        dma_execution_mode=dma_execution_mode,
+        out_of_bounds_reads=out_of_bounds_reads,
+        uninitialized_memory=uninitialized_memory,
+        wait_timeout_ms=int(wait_timeout_ms),
+        detect_races=int(bool(detect_races)),
+    )
 
 
-def kernel_end(token, handle, device, *, keep_alive=(), outputs=(), leak_policy=None,
-               site: int = 0):
+def kernel_end(token, handle, device, *, keep_alive=(), outputs=(), leak_policy=None, site: int = 0):
     """Leaves the launch (the last device out frees it). Fails with the root
     cause if the launch failed on another device. ``keep_alive``: the
     device's ``allocate_buffer(..., borrow=True)`` inputs (XLA keeps them
@@ -162,8 +199,7 @@ def kernel_end(token, handle, device, *, keep_alive=(), outputs=(), leak_policy=
     same buffers, now holding the kernel's outputs. ``leak_policy`` (not
     None): first reports leaks as :func:`leak_report` with that policy
     does (one call instead of two)."""
-    operands = _args("kernel_end", (*keep_alive, *outputs), token=token, handle=handle,
-                     device=_i32(device))
+    operands = _args("kernel_end", (*keep_alive, *outputs), token=token, handle=handle, device=_i32(device))
     attrs = {} if leak_policy is None else {"leak_policy": _leak_policy(leak_policy)}
     if not outputs:
         return _call("kernel_end", (), operands, site=site, **attrs)
@@ -172,9 +208,13 @@ def kernel_end(token, handle, device, *, keep_alive=(), outputs=(), leak_policy=
     # operand's memory, the one the kernel wrote (checked natively).
     aliases = ((0, 0), *((first + k, 1 + k) for k in range(len(outputs))))
     results = [jax.ShapeDtypeStruct(o.shape, o.dtype) for o in outputs]
-    out = _bind("mosaic_rt_kernel_end", (_I32, *results), operands,
-                _checked("kernel_end", dict(attrs, **({"site": int(site)} if site else {}))),
-                aliases=aliases)
+    out = _bind(
+        "mosaic_rt_kernel_end",
+        (_I32, *results),
+        operands,
+        _checked("kernel_end", dict(attrs, **({"site": int(site)} if site else {}))),
+        aliases=aliases,
+    )
     return out[0], list(out[1:])
 
 
@@ -188,6 +228,7 @@ def _leak_policy(policy: str) -> str:
 class LaunchBuffer:
     """A buffer :func:`launch_begin` allocates on every core of the device,
     as :func:`allocate_buffer` with ``core=None`` and these arguments."""
+
     space: Any
     dtype: Any
     shape: tuple
@@ -201,6 +242,7 @@ class LaunchBuffer:
 class LaunchSemaphores:
     """A semaphore array :func:`launch_begin` allocates on every core of the
     device: ``prod(shape)`` (at least one) consecutive semaphores of ``kind``."""
+
     shape: tuple
     kind: str = "regular"
 
@@ -210,8 +252,7 @@ _ITEM_BUFFER, _ITEM_SEMAPHORES = 0, 1
 _HAS_INIT, _BORROW, _DIRECT, _HAS_LOGICAL = 1, 2, 4, 8
 
 
-def launch_begin(token, device, *, allocations=(), barrier: bool = False, grid=None,
-                 site: int = 0, **config):
+def launch_begin(token, device, *, allocations=(), barrier: bool = False, grid=None, site: int = 0, **config):
     """:func:`kernel_begin` (``config`` as there), then each of
     ``allocations`` (:class:`LaunchBuffer` / :class:`LaunchSemaphores`, in
     order), then with ``barrier`` a :func:`device_barrier`, then with
@@ -262,20 +303,29 @@ def launch_begin(token, device, *, allocations=(), barrier: bool = False, grid=N
     grid_attrs = {}
     if grid is not None:
         grid_attrs = _grid_attrs(**grid)
-        grid_attrs["block_items"] = _ints(k for b in grid["blocks"]
-                                          for k in (b.hbm_id, b.kernel_id))
+        grid_attrs["block_items"] = _ints(k for b in grid["blocks"] for k in (b.hbm_id, b.kernel_id))
         inits += _dynamic_dims(grid["grid"])
         results += _grid_results(grid["grid"])
     operands = _args("launch_begin", inits, token=token, device=_i32(device))
-    out = _call("launch_begin", (_HANDLE, *results), operands, site=site,
-                **_begin_attrs(**config), **grid_attrs,
-                item_kinds=_ints(kinds), item_flags=_ints(flags), item_spaces=_ints(spaces),
-                item_ranks=_ints(ranks), item_shapes=_ints(shapes), item_logical=_ints(logical),
-                item_types="\x1f".join(types), barrier=int(bool(barrier)))
+    out = _call(
+        "launch_begin",
+        (_HANDLE, *results),
+        operands,
+        site=site,
+        **_begin_attrs(**config),
+        **grid_attrs,
+        item_kinds=_ints(kinds),
+        item_flags=_ints(flags),
+        item_spaces=_ints(spaces),
+        item_ranks=_ints(ranks),
+        item_shapes=_ints(shapes),
+        item_logical=_ints(logical),
+        item_types="\x1f".join(types),
+        barrier=int(bool(barrier)),
+    )
     token, handle, *flat = out
     flat = iter(flat)
-    per_item = [(next(flat), next(flat)) if getattr(a, "direct", False) else next(flat)
-                for a in allocations]
+    per_item = [(next(flat), next(flat)) if getattr(a, "direct", False) else next(flat) for a in allocations]
     step = None
     if grid is not None:
         nd = len(grid["grid"])
@@ -289,22 +339,28 @@ def leak_report(token, handle, device, *, policy: str = "ignore", site: int = 0)
     ``policy="raise"`` fails the launch with ``SemaphoreLeakError`` naming them;
     ``"warn"`` queues one ``SemaphoreLeakWarning`` report per leak (see
     :func:`pending_reports` and :mod:`mosaic_rt.ffi.reports`)."""
-    return _call("leak_report", (_I32,), _args("leak_report", token=token, handle=handle,
-                                                device=_i32(device)), policy=policy,
-                 site=site)
+    return _call(
+        "leak_report",
+        (_I32,),
+        _args("leak_report", token=token, handle=handle, device=_i32(device)),
+        policy=policy,
+        site=site,
+    )
 
 
 def device_barrier(token, handle, device, *, site: int = 0):
     """Rendezvous of every device of the launch."""
-    return _call("device_barrier", (), _args("device_barrier", token=token, handle=handle,
-                                               device=_i32(device)), site=site)
+    return _call(
+        "device_barrier", (), _args("device_barrier", token=token, handle=handle, device=_i32(device)), site=site
+    )
 
 
 def sync_device_cores(token, handle, device, *, site: int = 0):
     """Makes the cores of ``device`` see each other's past (for race
     detection, before and after a multi-core grid; a no-op without it)."""
-    return _call("sync_device_cores", (), _args("sync_device_cores", token=token, handle=handle,
-                                                  device=_i32(device)), site=site)
+    return _call(
+        "sync_device_cores", (), _args("sync_device_cores", token=token, handle=handle, device=_i32(device)), site=site
+    )
 
 
 def pending_reports(token):
@@ -318,19 +374,20 @@ def core_end(token, handle, device, core, *, site: int = 0):
     """The program of core (device, core) is done (several cores per device:
     emit at the end of each core's program so deadlock detection knows it
     will not signal anyone any more)."""
-    return _call("core_end", (), _args("core_end", token=token, handle=handle, device=_i32(device),
-                                         core=_i32(core)), site=site)
+    return _call(
+        "core_end", (), _args("core_end", token=token, handle=handle, device=_i32(device), core=_i32(core)), site=site
+    )
 
 
 def launch_info(token):
     """``(token, int32[3])``: XLA run id (low, high 32 bits) and device ordinal."""
-    return _call("launch_info", (jax.ShapeDtypeStruct((3,), jnp.int32),),
-                 _args("launch_info", token=token))
+    return _call("launch_info", (jax.ShapeDtypeStruct((3,), jnp.int32),), _args("launch_info", token=token))
 
 
 @dataclasses.dataclass
 class Launch:
     """A launch being traced: ops update ``token`` in place of threading it."""
+
     token: Any
     handle: Any
     device: Any
@@ -358,9 +415,22 @@ def kernel(token, device, *, leak_policy: str | None = None, **config):
 
 # -------------------------------------------------------------------- memory
 
-def allocate_buffer(token, handle, device, core, *, space, dtype, shape,
-                    logical_shape=None, init=None, borrow: bool = False, direct: bool = False,
-                    site: int = 0):
+
+def allocate_buffer(
+    token,
+    handle,
+    device,
+    core,
+    *,
+    space,
+    dtype,
+    shape,
+    logical_shape=None,
+    init=None,
+    borrow: bool = False,
+    direct: bool = False,
+    site: int = 0,
+):
     """``(token, buffer_id)``. ``core=None`` allocates on every core of the
     device. ``init`` (logical shape, ``dtype``) gives the contents; without it
     the buffer holds the fill value. ``borrow=True``: the buffer reads
@@ -382,29 +452,43 @@ def allocate_buffer(token, handle, device, core, *, space, dtype, shape,
         if logical_shape is not None:
             attrs["logical_shape"] = _ints(logical_shape)
         out = jax.ShapeDtypeStruct(tuple(shape), dtype)
-        return _call("allocate_buffer", (_I32, out),
-                     _args("allocate_buffer", token=token, handle=handle, device=_i32(device),
-                           core=_opt_i32(core)), site=site, **attrs)
+        return _call(
+            "allocate_buffer",
+            (_I32, out),
+            _args("allocate_buffer", token=token, handle=handle, device=_i32(device), core=_opt_i32(core)),
+            site=site,
+            **attrs,
+        )
     if borrow:
         _check_borrow_init("allocate_buffer", init)
         attrs["borrow"] = 1
     if logical_shape is not None:
         attrs["logical_shape"] = _ints(logical_shape)
-    operands = _args("allocate_buffer", token=token, handle=handle, device=_i32(device),
-                     core=_opt_i32(core), init=None if init is None else jnp.asarray(init, dtype))
+    operands = _args(
+        "allocate_buffer",
+        token=token,
+        handle=handle,
+        device=_i32(device),
+        core=_opt_i32(core),
+        init=None if init is None else jnp.asarray(init, dtype),
+    )
     return _call("allocate_buffer", (_I32,), operands, site=site, **attrs)
 
 
 def free_buffer(token, handle, device, core, buffer_id, *, space, site: int = 0):
     """Drops one reference of the buffer (freed at zero)."""
-    return _call("free_buffer", (), _args("free_buffer", token=token, handle=handle,
-                                            device=_i32(device), core=_i32(core),
-                                            buffer_id=_i32(buffer_id)),
-                 space=_space(space), site=site)
+    return _call(
+        "free_buffer",
+        (),
+        _args(
+            "free_buffer", token=token, handle=handle, device=_i32(device), core=_i32(core), buffer_id=_i32(buffer_id)
+        ),
+        space=_space(space),
+        site=site,
+    )
 
 
-def load(token, handle, device, core, buffer_id, region, *, space, shape, dtype,
-         mask=None, site: int = 0):
+def load(token, handle, device, core, buffer_id, region, *, space, shape, dtype, mask=None, site: int = 0):
     """``(token, value)``: ``region`` of the buffer; ``shape``/``dtype`` are
     the value's (squeezed dims dropped). With ``mask`` (bool, the value's
     shape) a masked load: only the selected elements are read; masked-off
@@ -413,9 +497,16 @@ def load(token, handle, device, core, buffer_id, region, *, space, shape, dtype,
     tail = []
     starts, attrs = _region_parts(region, tail=tail)
     out = jax.ShapeDtypeStruct(tuple(shape), _dtype(dtype, "load"))
-    operands = _args("load", token=token, handle=handle, device=_i32(device), core=_i32(core),
-                     buffer_id=_i32(buffer_id), starts=starts,
-                     mask=None if mask is None else jnp.asarray(mask, jnp.bool_))
+    operands = _args(
+        "load",
+        token=token,
+        handle=handle,
+        device=_i32(device),
+        core=_i32(core),
+        buffer_id=_i32(buffer_id),
+        starts=starts,
+        mask=None if mask is None else jnp.asarray(mask, jnp.bool_),
+    )
     operands, attrs = _with_tail(operands, attrs, tail)
     return _call("load", (out,), operands, space=_space(space), site=site, **attrs)
 
@@ -426,13 +517,23 @@ def store(token, handle, device, core, buffer_id, region, value, *, space, site:
     tail = []
     starts, attrs = _region_parts(region, tail=tail)
     operands, attrs = _with_tail(
-        _args("store", token=token, handle=handle, device=_i32(device), core=_i32(core),
-              buffer_id=_i32(buffer_id), starts=starts, value=value), attrs, tail)
+        _args(
+            "store",
+            token=token,
+            handle=handle,
+            device=_i32(device),
+            core=_i32(core),
+            buffer_id=_i32(buffer_id),
+            starts=starts,
+            value=value,
+        ),
+        attrs,
+        tail,
+    )
     return _call("store", (), operands, space=_space(space), site=site, **attrs)
 
 
-def swap(token, handle, device, core, buffer_id, region, value, mask=None, *, space,
-         old: bool = True, site: int = 0):
+def swap(token, handle, device, core, buffer_id, region, value, mask=None, *, space, old: bool = True, site: int = 0):
     """``(token, old)``: writes ``value`` (where ``mask``) and returns the
     previous contents (masked-off elements give ``value``'s); with
     ``old=False`` only the token (nothing is copied out)."""
@@ -440,16 +541,23 @@ def swap(token, handle, device, core, buffer_id, region, value, mask=None, *, sp
     starts, attrs = _region_parts(region, tail=tail)
     value = jnp.asarray(value)
     _dtype(value.dtype, "swap")
-    operands = _args("swap", token=token, handle=handle, device=_i32(device), core=_i32(core),
-                     buffer_id=_i32(buffer_id), starts=starts, value=value,
-                     mask=None if mask is None else jnp.asarray(mask, jnp.bool_))
+    operands = _args(
+        "swap",
+        token=token,
+        handle=handle,
+        device=_i32(device),
+        core=_i32(core),
+        buffer_id=_i32(buffer_id),
+        starts=starts,
+        value=value,
+        mask=None if mask is None else jnp.asarray(mask, jnp.bool_),
+    )
     operands, attrs = _with_tail(operands, attrs, tail)
     results = (jax.ShapeDtypeStruct(value.shape, value.dtype),) if old else ()
     return _call("swap", results, operands, space=_space(space), site=site, **attrs)
 
 
-def fill(token, handle, device, core, buffer_id, region, scalar, *, space, old_shape=None,
-         site: int = 0):
+def fill(token, handle, device, core, buffer_id, region, scalar, *, space, old_shape=None, site: int = 0):
     """A swap of the rank-0 ``scalar`` broadcast over ``region``, with no
     region-sized value: ``token``, or with ``old_shape`` (the region's value
     shape) ``(token, previous contents)``."""
@@ -460,8 +568,19 @@ def fill(token, handle, device, core, buffer_id, region, scalar, *, space, old_s
     tail = []
     starts, attrs = _region_parts(region, tail=tail)
     operands, attrs = _with_tail(
-        _args("swap", token=token, handle=handle, device=_i32(device), core=_i32(core),
-              buffer_id=_i32(buffer_id), starts=starts, value=scalar), attrs, tail)
+        _args(
+            "swap",
+            token=token,
+            handle=handle,
+            device=_i32(device),
+            core=_i32(core),
+            buffer_id=_i32(buffer_id),
+            starts=starts,
+            value=scalar,
+        ),
+        attrs,
+        tail,
+    )
     old = () if old_shape is None else (jax.ShapeDtypeStruct(tuple(old_shape), scalar.dtype),)
     return _call("swap", old, operands, space=_space(space), site=site, splat=1, **attrs)
 
@@ -473,32 +592,50 @@ def _check_borrow_init(op: str, init) -> None:
 
 # ---------------------------------------------------------------- semaphores
 
+
 def _check_semaphore_kind(kind: str) -> None:
     if kind not in SEMAPHORE_KINDS:
         raise ValueError(f"semaphore kind must be one of {SEMAPHORE_KINDS}, got {kind!r}")
 
 
-def allocate_semaphores(token, handle, device, core, *, kind: str = "regular", count: int = 1,
-                        site: int = 0):
+def allocate_semaphores(token, handle, device, core, *, kind: str = "regular", count: int = 1, site: int = 0):
     """``(token, first_id)`` of ``count`` consecutive internal semaphores;
     ``core=None`` allocates on every core of the device."""
     _check_semaphore_kind(kind)
-    return _call("allocate_semaphores", (_I32,),
-                 _args("allocate_semaphores", token=token, handle=handle,
-                       device=_i32(device), core=_opt_i32(core)), kind=kind, count=int(count),
-                 site=site)
+    return _call(
+        "allocate_semaphores",
+        (_I32,),
+        _args("allocate_semaphores", token=token, handle=handle, device=_i32(device), core=_opt_i32(core)),
+        kind=kind,
+        count=int(count),
+        site=site,
+    )
 
 
 def barrier_semaphore(token, handle, device, *, collective_id: int, site: int = 0):
     """``(token, id)`` of the barrier semaphore of ``collective_id``."""
-    return _call("barrier_semaphore", (_I32,),
-                 _args("barrier_semaphore", token=token, handle=handle, device=_i32(device)),
-                 collective_id=int(collective_id), site=site)
+    return _call(
+        "barrier_semaphore",
+        (_I32,),
+        _args("barrier_semaphore", token=token, handle=handle, device=_i32(device)),
+        collective_id=int(collective_id),
+        site=site,
+    )
 
 
-def semaphore_signal(token, handle, device, core, sem, inc, *,
-                     target_device=None, target_core=None, wrap_negative: bool = False,
-                     site: int = 0):
+def semaphore_signal(
+    token,
+    handle,
+    device,
+    core,
+    sem,
+    inc,
+    *,
+    target_device=None,
+    target_core=None,
+    wrap_negative: bool = False,
+    site: int = 0,
+):
     """Adds ``inc`` to ``sem`` on (target_device, target_core); defaults: the
     signalling device, core 0 (stock's rule). A given target (any traced or
     concrete int, negative ones included) is range-checked natively: whether
@@ -510,39 +647,81 @@ def semaphore_signal(token, handle, device, core, sem, inc, *,
         if target_device is None or target_core is None:
             raise ValueError("wrap_negative needs both target_device and target_core")
         attrs["wrap_negative"] = 1
-    return _call("semaphore_signal", (),
-                 _args("semaphore_signal", token=token, handle=handle, device=_i32(device),
-                       core=_i32(core), sem=_i32(sem), inc=_i32(inc),
-                       target_device=_opt_i32(target_device),
-                       target_core=_opt_i32(target_core)),
-                 has_target_device=int(target_device is not None),
-                 has_target_core=int(target_core is not None), site=site, **attrs)
+    return _call(
+        "semaphore_signal",
+        (),
+        _args(
+            "semaphore_signal",
+            token=token,
+            handle=handle,
+            device=_i32(device),
+            core=_i32(core),
+            sem=_i32(sem),
+            inc=_i32(inc),
+            target_device=_opt_i32(target_device),
+            target_core=_opt_i32(target_core),
+        ),
+        has_target_device=int(target_device is not None),
+        has_target_core=int(target_core is not None),
+        site=site,
+        **attrs,
+    )
 
 
-def semaphore_wait(token, handle, device, core, sem, value, *, decrement: bool = True,
-                   site: int = 0):
+def semaphore_wait(token, handle, device, core, sem, value, *, decrement: bool = True, site: int = 0):
     """Blocks until ``sem`` reaches ``value`` on (device, core), then
     subtracts it (with ``decrement=False`` leaves the count as it is). Ends
     on failure elsewhere or after the launch's timeout."""
     attrs = {} if decrement else {"decrement": 0}
-    return _call("semaphore_wait", (),
-                 _args("semaphore_wait", token=token, handle=handle, device=_i32(device),
-                       core=_i32(core), sem=_i32(sem), value=_i32(value)), site=site,
-                 **attrs)
+    return _call(
+        "semaphore_wait",
+        (),
+        _args(
+            "semaphore_wait",
+            token=token,
+            handle=handle,
+            device=_i32(device),
+            core=_i32(core),
+            sem=_i32(sem),
+            value=_i32(value),
+        ),
+        site=site,
+        **attrs,
+    )
 
 
 def semaphore_read(token, handle, device, core, sem, *, site: int = 0):
     """``(token, count)`` of ``sem`` on (device, core)."""
-    return _call("semaphore_read", (_I32,),
-                 _args("semaphore_read", token=token, handle=handle, device=_i32(device),
-                       core=_i32(core), sem=_i32(sem)), site=site)
+    return _call(
+        "semaphore_read",
+        (_I32,),
+        _args("semaphore_read", token=token, handle=handle, device=_i32(device), core=_i32(core), sem=_i32(sem)),
+        site=site,
+    )
 
 
 # ---------------------------------------------------------------------- DMAs
 
-def dma_start(token, handle, device, core, src_id, src_region, dst_id, dst_region,
-              dst_sem, *, src_space, dst_space, src_sem=None, dst_device=None,
-              dst_core=None, then_wait=(), site: int = 0):
+
+def dma_start(
+    token,
+    handle,
+    device,
+    core,
+    src_id,
+    src_region,
+    dst_id,
+    dst_region,
+    dst_sem,
+    *,
+    src_space,
+    dst_space,
+    src_sem=None,
+    dst_device=None,
+    dst_core=None,
+    then_wait=(),
+    site: int = 0,
+):
     """Starts a DMA. Remote copies give both ``src_sem`` and ``dst_device``
     and land on ``dst_core`` of ``dst_device`` (default: the issuing core).
     Given targets are range-checked natively (negative ids included).
@@ -554,29 +733,52 @@ def dma_start(token, handle, device, core, src_id, src_region, dst_id, dst_regio
     src_starts, src_attrs = _region_parts(src_region, "src_", tail)
     dst_starts, dst_attrs = _region_parts(dst_region, "dst_", tail)
     wait_sems, wait_attrs = _trailing_waits(then_wait)
-    operands = _args("dma_start", wait_sems, token=token, handle=handle, device=_i32(device),
-                     core=_i32(core), src_id=_i32(src_id), src_starts=src_starts,
-                     dst_id=_i32(dst_id), dst_starts=dst_starts, dst_sem=_i32(dst_sem),
-                     src_sem=_opt_i32(src_sem), dst_device=_opt_i32(dst_device),
-                     dst_core=None if dst_core is None else _i32(dst_core))
+    operands = _args(
+        "dma_start",
+        wait_sems,
+        token=token,
+        handle=handle,
+        device=_i32(device),
+        core=_i32(core),
+        src_id=_i32(src_id),
+        src_starts=src_starts,
+        dst_id=_i32(dst_id),
+        dst_starts=dst_starts,
+        dst_sem=_i32(dst_sem),
+        src_sem=_opt_i32(src_sem),
+        dst_device=_opt_i32(dst_device),
+        dst_core=None if dst_core is None else _i32(dst_core),
+    )
     operands, wait_attrs = _with_tail(operands, wait_attrs, tail)
-    return _call("dma_start", (), operands,
-                 src_space=_space(src_space), dst_space=_space(dst_space),
-                 has_dst_device=int(dst_device is not None),
-                 has_dst_core=int(dst_core is not None), site=site,
-                 **src_attrs, **dst_attrs, **wait_attrs)
+    return _call(
+        "dma_start",
+        (),
+        operands,
+        src_space=_space(src_space),
+        dst_space=_space(dst_space),
+        has_dst_device=int(dst_device is not None),
+        has_dst_core=int(dst_core is not None),
+        site=site,
+        **src_attrs,
+        **dst_attrs,
+        **wait_attrs,
+    )
 
 
-def dma_wait(token, handle, device, core, sem, *, nbytes: int, then_wait=(),
-             site: int = 0):
+def dma_wait(token, handle, device, core, sem, *, nbytes: int, then_wait=(), site: int = 0):
     """Waits for ``nbytes`` on DMA semaphore ``sem`` (running queued DMAs
     that signal it, in on_wait mode). ``then_wait``: ``(sem, nbytes, site)``
     of more waits to run right after, in order: one custom call for a
     remote copy's send and receive waits instead of two."""
     wait_sems, wait_attrs = _trailing_waits(then_wait)
-    return _call("dma_wait", (), _args("dma_wait", wait_sems, token=token, handle=handle,
-                                       device=_i32(device), core=_i32(core), sem=_i32(sem)),
-                 bytes=int(nbytes), site=site, **wait_attrs)
+    return _call(
+        "dma_wait",
+        (),
+        _args("dma_wait", wait_sems, token=token, handle=handle, device=_i32(device), core=_i32(core), sem=_i32(sem)),
+        bytes=int(nbytes),
+        site=site,
+        **wait_attrs,
+    )
 
 
 def _trailing_waits(waits):
@@ -586,14 +788,31 @@ def _trailing_waits(waits):
     bytes_key, sites_key = _native.THEN_WAIT_ATTRS
     return [_i32(sem) for sem, _, _ in waits], {
         bytes_key: _ints(n for _, n, _ in waits),
-        sites_key: _ints(site for _, _, site in waits)}
+        sites_key: _ints(site for _, _, site in waits),
+    }
 
 
 # ------------------------------------------- block copies, revisits, PRNG
 
-def copy_block(token, handle, device, core, src_id, src_region, dst_id, dst_region, *,
-               src_space, dst_space, direction: str, name, block_indices, grid_point,
-               site: int = 0):
+
+def copy_block(
+    token,
+    handle,
+    device,
+    core,
+    src_id,
+    src_region,
+    dst_id,
+    dst_region,
+    *,
+    src_space,
+    dst_space,
+    direction: str,
+    name,
+    block_indices,
+    grid_point,
+    site: int = 0,
+):
     """Copies one BlockSpec block: ``direction="input"`` from its HBM buffer
     into the kernel's buffer, ``"output"`` back (the grid loop in XLA; the
     native loop copies in :func:`grid_copy_in` / :func:`grid_copy_out`).
@@ -602,15 +821,30 @@ def copy_block(token, handle, device, core, src_id, src_region, dst_id, dst_regi
     ``IndexError``)."""
     src_starts, src_attrs = _region_parts(src_region, "src_")
     dst_starts, dst_attrs = _region_parts(dst_region, "dst_")
-    return _call("copy_block", (),
-                 _args("copy_block", token=token, handle=handle, device=_i32(device),
-                       core=_i32(core), src_id=_i32(src_id), src_starts=src_starts,
-                       dst_id=_i32(dst_id), dst_starts=dst_starts,
-                       block_indices=_i32_vector(block_indices),
-                       grid_point=jnp.asarray(grid_point, jnp.int32).reshape(-1)),
-                 src_space=_space(src_space), dst_space=_space(dst_space),
-                 direction=direction, arg_name=str(name), site=site,
-                 **src_attrs, **dst_attrs)
+    return _call(
+        "copy_block",
+        (),
+        _args(
+            "copy_block",
+            token=token,
+            handle=handle,
+            device=_i32(device),
+            core=_i32(core),
+            src_id=_i32(src_id),
+            src_starts=src_starts,
+            dst_id=_i32(dst_id),
+            dst_starts=dst_starts,
+            block_indices=_i32_vector(block_indices),
+            grid_point=jnp.asarray(grid_point, jnp.int32).reshape(-1),
+        ),
+        src_space=_space(src_space),
+        dst_space=_space(dst_space),
+        direction=direction,
+        arg_name=str(name),
+        site=site,
+        **src_attrs,
+        **dst_attrs,
+    )
 
 
 def check_revisit(token, handle, device, core, loop_idx, regions, *, site: int = 0):
@@ -632,32 +866,50 @@ def check_revisit(token, handle, device, core, loop_idx, regions, *, site: int =
     if all(r < 0 for r in ranks):
         return token
     # One region of every checked block's dimensions, split again by `ranks`.
-    merged = TracedRegion(tuple(sizes), tuple(strides), tuple(squeezed),
-                    jnp.concatenate(starts) if starts else no_starts())
+    merged = TracedRegion(
+        tuple(sizes), tuple(strides), tuple(squeezed), jnp.concatenate(starts) if starts else no_starts()
+    )
     start_vec, attrs = _region_parts(merged)
-    return _call("check_revisit", (),
-                 _args("check_revisit", token=token, handle=handle, device=_i32(device),
-                       core=_i32(core), loop_idx=_i32_vector(loop_idx), starts=start_vec),
-                 ranks=np.asarray(ranks, np.int64), site=site, **attrs)
+    return _call(
+        "check_revisit",
+        (),
+        _args(
+            "check_revisit",
+            token=token,
+            handle=handle,
+            device=_i32(device),
+            core=_i32(core),
+            loop_idx=_i32_vector(loop_idx),
+            starts=start_vec,
+        ),
+        ranks=np.asarray(ranks, np.int64),
+        site=site,
+        **attrs,
+    )
 
 
 def prng_seed(token, handle, device, core, seeds):
     """Seeds the PRNG of (device, core) with ``seeds`` (ints or int32
     scalars), as ``pltpu.prng_seed``."""
-    return _call("prng_seed", (), _args("prng_seed", token=token, handle=handle,
-                                        device=_i32(device), core=_i32(core),
-                                        seeds=_i32_vector(seeds)))
+    return _call(
+        "prng_seed",
+        (),
+        _args("prng_seed", token=token, handle=handle, device=_i32(device), core=_i32(core), seeds=_i32_vector(seeds)),
+    )
 
 
 def prng_random_bits(token, handle, device, core, *, shape, dtype):
     """``(token, bits)``: an array of ``shape`` and ``dtype`` (int32 or
     uint32) of random words from the PRNG of (device, core)."""
-    return _call("prng_random_bits", (jax.ShapeDtypeStruct(tuple(shape), dtype),),
-                 _args("prng_random_bits", token=token, handle=handle, device=_i32(device),
-                       core=_i32(core)))
+    return _call(
+        "prng_random_bits",
+        (jax.ShapeDtypeStruct(tuple(shape), dtype),),
+        _args("prng_random_bits", token=token, handle=handle, device=_i32(device), core=_i32(core)),
+    )
 
 
 # ------------------------------------------------------------------ timeline
+
 
 def grid_step(token, handle, device, core, indices=(), *, phase: str = "begin"):
     """Marks the start (``phase="begin"``, with the step's grid ``indices``)
@@ -668,13 +920,15 @@ def grid_step(token, handle, device, core, indices=(), *, phase: str = "begin"):
     if phase not in ("begin", "end"):
         raise ValueError(f"phase must be 'begin' or 'end', got {phase!r}")
     if isinstance(indices, (tuple, list)):
-        idx = (jnp.stack([_i32(i).reshape(()) for i in indices]) if indices
-               else no_starts())
+        idx = jnp.stack([_i32(i).reshape(()) for i in indices]) if indices else no_starts()
     else:
         idx = jnp.asarray(indices, jnp.int32).reshape(-1)
-    return _call("grid_step", (), _args("grid_step", token=token, handle=handle,
-                                        device=_i32(device), core=_i32(core), indices=idx),
-                 phase=phase)
+    return _call(
+        "grid_step",
+        (),
+        _args("grid_step", token=token, handle=handle, device=_i32(device), core=_i32(core), indices=idx),
+        phase=phase,
+    )
 
 
 # ---------------------------------------------------------------- grid loop
@@ -688,6 +942,7 @@ class GridBlock:
     buffer ``hbm_id`` -> kernel buffer ``kernel_id`` in ``space``) or an
     output (the other way). ``factors``: per block dimension, block index ->
     element start (the block size for blocked dims, else 1)."""
+
     output: bool
     space: Any
     hbm_id: Any
@@ -698,9 +953,22 @@ class GridBlock:
     name: str = "unknown"
 
 
-def grid_begin(token, handle, device, core, *, grid, order, iters_per_core,
-               num_iterations, blocks, revisit, site: int = 0, parallel_subgrid: int = 1,
-               num_cores: int = 1):
+def grid_begin(
+    token,
+    handle,
+    device,
+    core,
+    *,
+    grid,
+    order,
+    iters_per_core,
+    num_iterations,
+    blocks,
+    revisit,
+    site: int = 0,
+    parallel_subgrid: int = 1,
+    num_cores: int = 1,
+):
     """Starts the native grid loop of (device, core) (see ``grid_copy_in``).
 
     ``grid``: per dim a static size (>= 1) or an int32 scalar (a dynamic
@@ -720,12 +988,23 @@ def grid_begin(token, handle, device, core, *, grid, order, iters_per_core,
     for b in blocks:
         rest += _scalars((b.hbm_id, b.kernel_id))
     rest += _dynamic_dims(grid)
-    operands = _args("grid_begin", rest, token=token, handle=handle, device=_i32(device),
-                     core=_i32(core))
-    out = _call("grid_begin", _grid_results(grid), operands, site=site,
-                **_grid_attrs(grid=grid, order=order, iters_per_core=iters_per_core,
-                              num_iterations=num_iterations, blocks=blocks, revisit=revisit,
-                              parallel_subgrid=parallel_subgrid, num_cores=num_cores))
+    operands = _args("grid_begin", rest, token=token, handle=handle, device=_i32(device), core=_i32(core))
+    out = _call(
+        "grid_begin",
+        _grid_results(grid),
+        operands,
+        site=site,
+        **_grid_attrs(
+            grid=grid,
+            order=order,
+            iters_per_core=iters_per_core,
+            num_iterations=num_iterations,
+            blocks=blocks,
+            revisit=revisit,
+            parallel_subgrid=parallel_subgrid,
+            num_cores=num_cores,
+        ),
+    )
     token, go, *points = out
     return token, go, tuple(points[:nd]), tuple(points[nd:])
 
@@ -744,8 +1023,9 @@ def _dynamic_dims(grid) -> list:
     return [_i32(g) for g in grid if not _is_static(g)]
 
 
-def _grid_attrs(*, grid, order, iters_per_core, num_iterations, blocks, revisit,
-                parallel_subgrid: int = 1, num_cores: int = 1) -> dict:
+def _grid_attrs(
+    *, grid, order, iters_per_core, num_iterations, blocks, revisit, parallel_subgrid: int = 1, num_cores: int = 1
+) -> dict:
     """`grid_begin`'s attributes (also `launch_begin`'s, for core 0's).
     A dynamic dim is -1 in ``grid``; then the iteration counts are
     computed natively (from ``parallel_subgrid`` and ``num_cores``)."""
@@ -759,27 +1039,32 @@ def _grid_attrs(*, grid, order, iters_per_core, num_iterations, blocks, revisit,
     return dict(
         grid=_ints(g if _is_static(g) else -1 for g in grid),
         order=_ints(i for o in order for i in o),
-        order_lens=_ints(len(o) for o in order), **counts,
+        order_lens=_ints(len(o) for o in order),
+        **counts,
         block_outputs=_ints(int(b.output) for b in blocks),
         block_spaces=_ints(_space(b.space) for b in blocks),
         block_ranks=_ints(len(b.sizes) for b in blocks),
         block_sizes=_ints(s for b in blocks for s in b.sizes),
         block_squeezed=_ints(int(bool(s)) for b in blocks for s in b.squeezed),
         block_factors=_ints(f for b in blocks for f in b.factors),
-        block_names="\x1f".join(names), revisit=_ints(revisit))
+        block_names="\x1f".join(names),
+        revisit=_ints(revisit),
+    )
 
 
 def grid_copy_in(token, handle, device, core, indices, *, site: int = 0):
     """Copies in this step's input blocks that moved since the previous step
     (all on the first): ``indices`` are the block indices of every input
     block of ``grid_begin``, block after block."""
-    return _call("grid_copy_in", (), _args("grid_copy_in", _scalars(indices), token=token,
-                                           handle=handle, device=_i32(device),
-                                           core=_i32(core)), site=site)
+    return _call(
+        "grid_copy_in",
+        (),
+        _args("grid_copy_in", _scalars(indices), token=token, handle=handle, device=_i32(device), core=_i32(core)),
+        site=site,
+    )
 
 
-def grid_copy_out(token, handle, device, core, indices, next_indices, *, ndim: int,
-                  site: int = 0):
+def grid_copy_out(token, handle, device, core, indices, next_indices, *, ndim: int, site: int = 0):
     """Copies out this step's output blocks the next step does not write
     (all on the last step), checks for revisited output blocks, and moves
     the loop on. ``indices`` / ``next_indices``: the output blocks' indices
@@ -787,9 +1072,11 @@ def grid_copy_out(token, handle, device, core, indices, next_indices, *, ndim: i
     next step runs and the grid point of the step after it."""
     cur, nxt = _scalars(indices), _scalars(next_indices)
     token, go, *point = _call(
-        "grid_copy_out", (_PRED,) + (_I32,) * ndim,
-        _args("grid_copy_out", (*cur, *nxt), token=token, handle=handle, device=_i32(device),
-              core=_i32(core)), site=site)
+        "grid_copy_out",
+        (_PRED,) + (_I32,) * ndim,
+        _args("grid_copy_out", (*cur, *nxt), token=token, handle=handle, device=_i32(device), core=_i32(core)),
+        site=site,
+    )
     return token, go, tuple(point)
 
 
@@ -797,20 +1084,28 @@ def wrap_target(device, core, *, num_devices: int, num_cores: int):
     """``(device, core)`` of a signal target after stock's wrap of negative
     ids through the global core id ``device * num_cores + core`` (wraps once;
     other ids unchanged). One pure native call (no token)."""
-    d, c = _bind("mosaic_rt_wrap_target", (_I32, _I32),
-                 _args("wrap_target", device=_i32(device), core=_i32(core)),
-                 _checked("wrap_target",
-                          {"num_devices": int(num_devices), "num_cores": int(num_cores)}),
-                 side_effect=False, aliases=())
+    d, c = _bind(
+        "mosaic_rt_wrap_target",
+        (_I32, _I32),
+        _args("wrap_target", device=_i32(device), core=_i32(core)),
+        _checked("wrap_target", {"num_devices": int(num_devices), "num_cores": int(num_cores)}),
+        side_effect=False,
+        aliases=(),
+    )
     return d, c
 
 
 def iota_ids(first, shape):
     """``first + arange(prod(shape)).reshape(shape)`` as int32, by one pure
     native call (the ids of a semaphore array allocated in one run)."""
-    out, = _bind("mosaic_rt_iota_ids", (jax.ShapeDtypeStruct(tuple(shape), jnp.int32),),
-                 _args("iota_ids", first=_i32(first)), _checked("iota_ids", {}),
-                 side_effect=False, aliases=())
+    (out,) = _bind(
+        "mosaic_rt_iota_ids",
+        (jax.ShapeDtypeStruct(tuple(shape), jnp.int32),),
+        _args("iota_ids", first=_i32(first)),
+        _checked("iota_ids", {}),
+        side_effect=False,
+        aliases=(),
+    )
     return out
 
 
@@ -822,10 +1117,16 @@ def scalar_program(program, operands, result_dtypes):
     rank-0 array per entry of ``result_dtypes``."""
     results = tuple(jax.ShapeDtypeStruct((), d) for d in result_dtypes)
     words = np.asarray(program, np.int64)
-    return list(_bind("mosaic_rt_scalar_program", results, _args("scalar_program", operands),
-                      _checked("scalar_program",
-                               {"program": words, "fingerprint": _fingerprint(words)}),
-                      side_effect=False, aliases=()))
+    return list(
+        _bind(
+            "mosaic_rt_scalar_program",
+            results,
+            _args("scalar_program", operands),
+            _checked("scalar_program", {"program": words, "fingerprint": _fingerprint(words)}),
+            side_effect=False,
+            aliases=(),
+        )
+    )
 
 
 def vector_program(program, operands, result_dtypes, shapes):
@@ -838,10 +1139,16 @@ def vector_program(program, operands, result_dtypes, shapes):
     scalar)."""
     results = tuple(jax.ShapeDtypeStruct(tuple(s), d) for s, d in zip(shapes, result_dtypes))
     words = np.asarray(program, np.int64)
-    return list(_bind("mosaic_rt_vector_program", results, _args("vector_program", operands),
-                      _checked("vector_program",
-                               {"program": words, "fingerprint": _fingerprint(words)}),
-                      side_effect=False, aliases=()))
+    return list(
+        _bind(
+            "mosaic_rt_vector_program",
+            results,
+            _args("vector_program", operands),
+            _checked("vector_program", {"program": words, "fingerprint": _fingerprint(words)}),
+            side_effect=False,
+            aliases=(),
+        )
+    )
 
 
 def threefry2x32(k0, k1, x0, x1, shape):
@@ -849,10 +1156,16 @@ def threefry2x32(k0, k1, x0, x1, shape):
     x1)`` under the key ``(k0, k1)``, by one pure native call: two uint32
     arrays of ``shape``. Each operand is one element or ``shape``."""
     results = (jax.ShapeDtypeStruct(tuple(shape), np.uint32),) * 2
-    return list(_bind("mosaic_rt_threefry2x32", results,
-                      _args("threefry2x32", k0=k0, k1=k1, x0=x0, x1=x1),
-                      _checked("threefry2x32", {}),
-                      side_effect=False, aliases=()))
+    return list(
+        _bind(
+            "mosaic_rt_threefry2x32",
+            results,
+            _args("threefry2x32", k0=k0, k1=k1, x0=x0, x1=x1),
+            _checked("threefry2x32", {}),
+            side_effect=False,
+            aliases=(),
+        )
+    )
 
 
 # `mosaic_rt_programs::scalar::fingerprint`: sum(words[i] * B^(i+1)) mod 2^64.
@@ -865,4 +1178,3 @@ def _fingerprint(words: np.ndarray) -> np.int64:
     with np.errstate(over="ignore"):  # wrapping mod 2^64 is the point
         powers = np.cumprod(np.full(len(words), _FINGERPRINT_BASE, np.uint64), dtype=np.uint64)
         return np.sum(words.view(np.uint64) * powers, dtype=np.uint64).view(np.int64)
-

@@ -155,6 +155,7 @@ def deliver_from_launch(handle: int, device: int):
         issue(take())
     except BaseException as exc:  # noqa: BLE001 -- handed to the launch as its root cause
         from mosaic_rt.ffi.errors import register_exception
+
         return register_exception(exc), type(exc).__name__, str(exc)
     return None
 

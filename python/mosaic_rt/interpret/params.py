@@ -95,30 +95,19 @@ class InterpretParams(_StockParams):
     def __post_init__(self):
         super().__post_init__()
         if self.dma_execution_mode not in ("eager", "on_wait"):
-            raise ValueError(
-                "dma_execution_mode must be 'eager' or 'on_wait', got"
-                f" {self.dma_execution_mode!r}."
-            )
+            raise ValueError(f"dma_execution_mode must be 'eager' or 'on_wait', got {self.dma_execution_mode!r}.")
         if self.out_of_bounds_reads not in ("raise", "uninitialized"):
             raise ValueError(
-                "out_of_bounds_reads must be 'raise' or 'uninitialized', got"
-                f" {self.out_of_bounds_reads!r}."
+                f"out_of_bounds_reads must be 'raise' or 'uninitialized', got {self.out_of_bounds_reads!r}."
             )
         if self.uninitialized_memory not in ("nan", "zero"):
-            raise ValueError(
-                "uninitialized_memory must be 'nan' or 'zero', got"
-                f" {self.uninitialized_memory!r}."
-            )
+            raise ValueError(f"uninitialized_memory must be 'nan' or 'zero', got {self.uninitialized_memory!r}.")
         if self.buffer_bounds not in ("logical", "padded"):
-            raise ValueError(
-                "buffer_bounds must be 'logical' or 'padded', got"
-                f" {self.buffer_bounds!r}."
-            )
+            raise ValueError(f"buffer_bounds must be 'logical' or 'padded', got {self.buffer_bounds!r}.")
         if self.wait_timeout is not None:
             # Any positive number; inf (or too long to count) means no timeout.
             try:
-                ok = (not isinstance(self.wait_timeout, (bool, str, bytes))
-                      and float(self.wait_timeout) > 0)
+                ok = not isinstance(self.wait_timeout, (bool, str, bytes)) and float(self.wait_timeout) > 0
             except OverflowError:  # an int beyond float range: positive or not
                 ok = self.wait_timeout > 0
             except (TypeError, ValueError):
@@ -129,23 +118,19 @@ class InterpretParams(_StockParams):
                     f" timeout), got {self.wait_timeout!r}."
                 )
         if self.python_warnings is not None and not isinstance(self.python_warnings, bool):
-            raise TypeError(
-                f"python_warnings must be a bool or None, got {self.python_warnings!r}.")
+            raise TypeError(f"python_warnings must be a bool or None, got {self.python_warnings!r}.")
         for flag in ("detect_uninitialized", "detect_deadlocks"):
             if not isinstance(getattr(self, flag), bool):
                 raise TypeError(f"{flag} must be a bool, got {getattr(self, flag)!r}.")
         if self.trace_path is not None and not isinstance(self.trace_path, (str, os.PathLike)):
             raise TypeError(f"trace_path must be a path or None, got {self.trace_path!r}.")
         if self.on_race not in ("raise", "warn"):
-            raise ValueError(
-                f"on_race must be 'raise' or 'warn', got {self.on_race!r}.")
+            raise ValueError(f"on_race must be 'raise' or 'warn', got {self.on_race!r}.")
         if self.on_semaphore_leak not in ("warn", "raise", "ignore"):
-            raise ValueError(
-                "on_semaphore_leak must be 'warn', 'raise' or 'ignore', got"
-                f" {self.on_semaphore_leak!r}."
-            )
+            raise ValueError(f"on_semaphore_leak must be 'warn', 'raise' or 'ignore', got {self.on_semaphore_leak!r}.")
         # tpu_target / tpu_check: see mosaic_rt.tpu_check (normalised there
         # when a kernel is lowered; checked here so a typo fails at once).
         from mosaic_rt.tpu_check.targets import validate_mode, validate_target
+
         validate_target(self.tpu_target, "tpu_target")
         validate_mode(self.tpu_check, "tpu_check")

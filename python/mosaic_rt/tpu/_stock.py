@@ -27,8 +27,7 @@ class StockCall:
     """One call of a stock function: its arguments bound by stock's
     signature (defaults applied), and a way to make the call."""
 
-    def __init__(self, fn: Callable, signature: inspect.Signature,
-                 args: tuple, kwargs: dict):
+    def __init__(self, fn: Callable, signature: inspect.Signature, args: tuple, kwargs: dict):
         try:
             bound = signature.bind(*args, **kwargs)
         except TypeError as e:
@@ -62,8 +61,7 @@ class StockCall:
     def _passes_deprecated_argument(self) -> bool:
         for name in _DEPRECATED_WHEN_DEFAULT_NONE:
             param = self._signature.parameters.get(name)
-            if (param is not None and param.default is None
-                    and self.explicit.get(name) is not None):
+            if param is not None and param.default is None and self.explicit.get(name) is not None:
                 return True
         return False
 
@@ -82,6 +80,7 @@ def mirror(stock_fn: Callable) -> Callable:
         wrapper.__module__ = impl.__module__
         wrapper.__signature__ = signature
         return wrapper
+
     return decorate
 
 
@@ -98,12 +97,15 @@ def _user_frame():
 
 def _reissue(w: warnings.WarningMessage, user) -> None:
     if user is None or not is_ours(w.filename):
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno,
-                               source=w.source)
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
         return
     module_globals = user.f_globals
     warnings.warn_explicit(
-        w.message, w.category, user.f_code.co_filename, user.f_lineno,
+        w.message,
+        w.category,
+        user.f_code.co_filename,
+        user.f_lineno,
         module=module_globals.get("__name__"),
         registry=module_globals.setdefault("__warningregistry__", {}),
-        module_globals=module_globals)
+        module_globals=module_globals,
+    )

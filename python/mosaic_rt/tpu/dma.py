@@ -31,9 +31,7 @@ class UnusedAsyncCopyWarning(UserWarning):
 
 def _check_start(priority: Any, add: Any) -> None:
     if isinstance(priority, bool) or not isinstance(priority, int):
-        raise TypeError(
-            f"DMA priority must be a Python int, got {type(priority).__name__}"
-            f" {priority!r}.")
+        raise TypeError(f"DMA priority must be a Python int, got {type(priority).__name__} {priority!r}.")
     if priority < 0:
         raise ValueError(f"DMA priority must be non-negative, got {priority}.")
     if not isinstance(add, bool):
@@ -43,8 +41,7 @@ def _check_start(priority: Any, add: Any) -> None:
 def _creation_site() -> tuple[str, int] | None:
     # The dataclass-generated __init__ lives in "<string>": not the user's.
     for frame in jax_internals.user_source_frames():
-        generated = (frame.file_name == "<string>"
-                     and frame.function_name.endswith("__init__"))
+        generated = frame.file_name == "<string>" and frame.function_name.endswith("__init__")
         if not generated:
             return frame.file_name, frame.start_line
     return None
@@ -58,8 +55,7 @@ class AsyncCopyDescriptor(_Stock):
     """pltpu's DMA descriptor (same fields, same methods, same binding) with
     the device id checked up front and a warning if it is never used."""
 
-    _site: tuple[str, int] | None = dataclasses.field(
-        default=None, init=False, repr=False, compare=False)
+    _site: tuple[str, int] | None = dataclasses.field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         super().__post_init__()  # stock's invariant, with stock's message
@@ -72,8 +68,7 @@ class AsyncCopyDescriptor(_Stock):
         """Ours in place of a descriptor a stock function returned."""
         used = jax_internals.descriptor_used(stock)
         jax_internals.mark_descriptor_used(stock)  # it is dropped here
-        fields = {f.name: getattr(stock, f.name)
-                  for f in dataclasses.fields(stock) if f.init}
+        fields = {f.name: getattr(stock, f.name) for f in dataclasses.fields(stock) if f.init}
         ours = cls(**fields)
         if used:
             jax_internals.mark_descriptor_used(ours)
@@ -97,7 +92,10 @@ class AsyncCopyDescriptor(_Stock):
                 f"AsyncCopyDescriptor created at {file_name}:{line} was never"
                 " started or waited; call `.start()` (and later `.wait()`) on it,"
                 " or use async_copy / async_remote_copy.",
-                UnusedAsyncCopyWarning, file_name, line)
+                UnusedAsyncCopyWarning,
+                file_name,
+                line,
+            )
         except Exception:  # noqa: BLE001 - interpreter shutdown: nothing left to report to
             pass
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from mosaic_rt.interpret.evaluation.device_ids import (check_device_id, describe,
-                                                       effective_type, is_integer_scalar)
+from mosaic_rt.interpret.evaluation.device_ids import check_device_id, describe, effective_type, is_integer_scalar
 from mosaic_rt.tpu._stock import mirror
 
 
@@ -19,8 +18,7 @@ def semaphore_signal(call):
     check_device_id(call["device_id"], effective_type(call["device_id_type"]))
     core_index = call["core_index"]
     if core_index is not None and not is_integer_scalar(core_index):
-        raise TypeError(
-            f"core_index must be an integer scalar, got {describe(core_index)}.")
+        raise TypeError(f"core_index must be an integer scalar, got {describe(core_index)}.")
     return call.run()
 
 
@@ -49,5 +47,6 @@ def get_barrier_semaphore(call):
     except TypeError:
         raise TypeError(
             "get_barrier_semaphore's `tag` must be hashable (e.g. an int, str"
-            f" or tuple), got {type(tag).__name__} {tag!r}.") from None
+            f" or tuple), got {type(tag).__name__} {tag!r}."
+        ) from None
     return call.run()

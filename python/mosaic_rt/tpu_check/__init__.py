@@ -77,16 +77,27 @@ from mosaic_rt.tpu_check.targets import (
 
 def __getattr__(name):
     # The check itself (jax, libtpu) loads only when used.
-    if name in ("check_kernel", "clear_cache", "install_command", "topology",
-                "topology_name", "Outcome", "report"):
+    if name in ("check_kernel", "clear_cache", "install_command", "topology", "topology_name", "Outcome", "report"):
         from mosaic_rt.tpu_check import check
+
         return getattr(check, name)
     if name == "stats":
         from mosaic_rt.tpu_check import check
+
         return check.stats
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["ENV_MODE", "ENV_TARGET", "GENERATIONS", "process_mode", "process_target",
-           "set_default_target", "check_kernel", "clear_cache", "install_command", "report",
-           "stats"]
+__all__ = [
+    "ENV_MODE",
+    "ENV_TARGET",
+    "GENERATIONS",
+    "process_mode",
+    "process_target",
+    "set_default_target",
+    "check_kernel",
+    "clear_cache",
+    "install_command",
+    "report",
+    "stats",
+]

@@ -36,24 +36,25 @@ from mosaic_rt.tpu_check import targets as _targets
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     """What compiling one kernel for one generation gave."""
+
     generation: str
     ok: bool
-    stage: str | None = None          # "lowering" (Pallas TPU, Python) or "compile" (Mosaic/XLA)
+    stage: str | None = None  # "lowering" (Pallas TPU, Python) or "compile" (Mosaic/XLA)
     error_type: str | None = None
-    message: str | None = None        # the compiler's message, in full
+    message: str | None = None  # the compiler's message, in full
     seconds: float = 0.0
-    memory: dict | None = None        # what compiled.memory_analysis() reports
-    cached: bool = False              # read from the disk cache (seconds: the compile's then)
+    memory: dict | None = None  # what compiled.memory_analysis() reports
+    cached: bool = False  # read from the disk cache (seconds: the compile's then)
 
 
 @dataclasses.dataclass
 class Stats:
-    compiles: int = 0                 # kernels compiled (cache misses)
-    hits: int = 0                     # checks answered from the in-process cache
-    disk_hits: int = 0                # checks answered from the disk cache (`disk_cache`)
+    compiles: int = 0  # kernels compiled (cache misses)
+    hits: int = 0  # checks answered from the in-process cache
+    disk_hits: int = 0  # checks answered from the disk cache (`disk_cache`)
     failures: int = 0
-    seconds: float = 0.0              # total time in the compiler (misses)
-    startup_seconds: float = 0.0      # loading libtpu, making topologies
+    seconds: float = 0.0  # total time in the compiler (misses)
+    startup_seconds: float = 0.0  # loading libtpu, making topologies
     # (kernel, source, Outcome) of each compile and disk-cache answer: see `report()`.
     records: list = dataclasses.field(default_factory=list)
 
@@ -75,6 +76,7 @@ def clear_cache() -> None:
 
 # ------------------------------------------------------------------ libtpu
 
+
 def _import_libtpu():
     """The libtpu package (the test suite replaces this to simulate its absence)."""
     return importlib.import_module("libtpu")
@@ -83,6 +85,7 @@ def _import_libtpu():
 def install_command() -> str:
     """The pip command that installs the libtpu the installed jax pins."""
     from importlib import metadata
+
     try:
         for req in metadata.requires("jax") or ():
             if req.replace(" ", "").startswith("libtpu") and "tpu" in req.split(";", 1)[-1]:
@@ -91,6 +94,7 @@ def install_command() -> str:
     except metadata.PackageNotFoundError:
         pass
     import jax
+
     return f'pip install "jax[tpu]=={jax.__version__}"'
 
 
@@ -104,7 +108,8 @@ def _require_libtpu() -> None:
             "mosaic_rt's TPU compile check (tpu_target / MOSAIC_RT_TPU_TARGET /"
             " --mosaic-rt-tpu-target) needs libtpu, the TPU compiler, which is not"
             f" installed ({e}). Install the one your jax pins: {install_command()}"
-            " (or `pip install 'mosaic_rt[tpu]'`). No TPU is needed.") from e
+            " (or `pip install 'mosaic_rt[tpu]'`). No TPU is needed."
+        ) from e
 
 
 def _quietly(fn):
@@ -163,6 +168,7 @@ def topology(generation: str, num_chips: int = 1):
         os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
         os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
         from mosaic_rt import jax_internals as jx
+
         t0 = time.perf_counter()
         name = topology_name(generation, num_chips)
         try:
@@ -170,13 +176,15 @@ def topology(generation: str, num_chips: int = 1):
         except Exception as e:
             raise RuntimeError(
                 f"mosaic_rt's TPU compile check: libtpu {_libtpu_version()} could not make"
-                f" the TPU topology {name!r} ({generation}): {e}") from e
+                f" the TPU topology {name!r} ({generation}): {e}"
+            ) from e
         stats.startup_seconds += time.perf_counter() - t0
         _topologies[key] = topo
         return topo
 
 
 # --------------------------------------------------------------- the check
+
 
 def _where(kernel_params) -> tuple[str, str | None]:
     """(kernel name, its source line 'fn at file.py:12')."""
@@ -197,21 +205,21 @@ def _devices(generation: str, num_devices: int) -> list:
         chips = max(chips * 2, 4 * ((num_devices + len(devices) - 1) // len(devices)))
 
 
-def _compile(generation: str, avals, kernel_params, axis_sizes, x64: bool
-             ) -> tuple[Outcome, Exception | None]:
+def _compile(generation: str, avals, kernel_params, axis_sizes, x64: bool) -> tuple[Outcome, Exception | None]:
     """(outcome, the compiler's exception or None). ``axis_sizes``: the
     mesh axes of a kernel under shard_map (``{}``: one device); ``x64``:
     the caller's x64 mode (thread-local, so given on a worker thread)."""
     from mosaic_rt import jax_internals as jx
     from mosaic_rt.tpu_check import tpu_info
+
     with jx.enable_x64(x64), tpu_info.answering_for(generation):
         return _compile_for(generation, avals, kernel_params, axis_sizes)
 
 
-def _compile_for(generation: str, avals, kernel_params, axis_sizes
-                 ) -> tuple[Outcome, Exception | None]:
+def _compile_for(generation: str, avals, kernel_params, axis_sizes) -> tuple[Outcome, Exception | None]:
     import jax
     import numpy as np
+
     from mosaic_rt import jax_internals as jx
 
     def kernel(*operands):
@@ -227,14 +235,11 @@ def _compile_for(generation: str, avals, kernel_params, axis_sizes
             # device seeing the kernel's own operand shapes (replicated
             # specs), so remote DMAs and barrier semaphores lower as they do
             # on a pod.
-            mesh = jax.sharding.Mesh(np.array(devices).reshape(tuple(axis_sizes.values())),
-                                     tuple(axis_sizes))
+            mesh = jax.sharding.Mesh(np.array(devices).reshape(tuple(axis_sizes.values())), tuple(axis_sizes))
             replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-            specs = [jax.ShapeDtypeStruct(tuple(a.shape), a.dtype, sharding=replicated)
-                     for a in avals]
+            specs = [jax.ShapeDtypeStruct(tuple(a.shape), a.dtype, sharding=replicated) for a in avals]
             spec = jax.sharding.PartitionSpec()
-            body = jx.shard_map(kernel, mesh=mesh, in_specs=tuple(spec for _ in avals),
-                                out_specs=spec)
+            body = jx.shard_map(kernel, mesh=mesh, in_specs=tuple(spec for _ in avals), out_specs=spec)
             # The context mesh is the CPU one of the shard_map being
             # lowered: make it the TPU mesh's.
             with jx.use_abstract_mesh(mesh.abstract_mesh), jax.default_device(devices[0]):
@@ -245,8 +250,7 @@ def _compile_for(generation: str, avals, kernel_params, axis_sizes
             # lowering time: a one-device mesh of the target gives it.
             mesh = jax.sharding.Mesh(np.array(devices[:1]), ("_mosaic_rt_aot",))
             sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-            specs = [jax.ShapeDtypeStruct(tuple(a.shape), a.dtype, sharding=sharding)
-                     for a in avals]
+            specs = [jax.ShapeDtypeStruct(tuple(a.shape), a.dtype, sharding=sharding) for a in avals]
             with jx.use_abstract_mesh(mesh.abstract_mesh), jax.default_device(devices[0]):
                 lowered = jax.jit(kernel).trace(*specs).lower()
         stage = "compile"
@@ -254,14 +258,16 @@ def _compile_for(generation: str, avals, kernel_params, axis_sizes
     except ImportError:  # no libtpu: not a verdict on the kernel
         raise
     except Exception as e:  # noqa: BLE001 - the compiler's verdict on the kernel
-        return Outcome(generation, False, stage, type(e).__name__, _message(e),
-                       time.perf_counter() - t0), e
+        return Outcome(generation, False, stage, type(e).__name__, _message(e), time.perf_counter() - t0), e
     memory = None
     try:
         analysis = compiled.memory_analysis()
         if analysis is not None:
-            memory = {k: getattr(analysis, k) for k in dir(analysis)
-                      if k.endswith("_in_bytes") and isinstance(getattr(analysis, k), int)}
+            memory = {
+                k: getattr(analysis, k)
+                for k in dir(analysis)
+                if k.endswith("_in_bytes") and isinstance(getattr(analysis, k), int)
+            }
     except Exception:  # noqa: BLE001 - not every release reports it
         pass
     return Outcome(generation, True, seconds=time.perf_counter() - t0, memory=memory), None
@@ -277,25 +283,28 @@ def _message(e: BaseException) -> str:
 
 def _error(name, source, outcome: Outcome) -> TpuCompileError:
     import jax
+
     who = f"kernel {name!r}" + (f" ({source})" if source else "")
-    stage = ("the Pallas TPU lowering" if outcome.stage == "lowering"
-             else "the Mosaic / XLA:TPU compiler")
+    stage = "the Pallas TPU lowering" if outcome.stage == "lowering" else "the Mosaic / XLA:TPU compiler"
     libtpu = _libtpu_version()
     versions = f"jax {jax.__version__}" + (f", libtpu {libtpu}" if libtpu else "")
     body = "\n".join("  " + line for line in (outcome.message or "").splitlines())
-    message = (f"{who} does not compile for TPU {outcome.generation} ({versions});"
-               f" {stage} says ({outcome.error_type}):\n{body}")
-    return TpuCompileError(message, kernel=name, source=source,
-                           generation=outcome.generation, compiler_message=outcome.message)
+    message = (
+        f"{who} does not compile for TPU {outcome.generation} ({versions});"
+        f" {stage} says ({outcome.error_type}):\n{body}"
+    )
+    return TpuCompileError(
+        message, kernel=name, source=source, generation=outcome.generation, compiler_message=outcome.message
+    )
 
 
 def _libtpu_version() -> str | None:
     from importlib import metadata
+
     try:
         return metadata.version("libtpu")
     except metadata.PackageNotFoundError:
         return None
-
 
 
 # ------------------------------------------------------ answers and caches
@@ -314,6 +323,7 @@ def _cached(generation: str, key: str) -> Outcome | None:
     """The answer of the in-process cache, else of the disk cache (then
     kept in the process), else None. Holds `_lock`."""
     from mosaic_rt.tpu_check import disk_cache
+
     outcome = _cache.get((generation, key))
     if outcome is not None:
         stats.hits += 1
@@ -335,16 +345,14 @@ def _outcome_from_json(d: dict, generation: str) -> Outcome:
     if d["generation"] != generation or not isinstance(d["ok"], bool):
         raise ValueError("not this generation's answer")
     memory = d.get("memory")
-    if memory is not None and not (isinstance(memory, dict)
-                                   and all(isinstance(v, int) for v in memory.values())):
+    if memory is not None and not (isinstance(memory, dict) and all(isinstance(v, int) for v in memory.values())):
         raise ValueError("bad memory record")
     text = {k: d.get(k) for k in ("stage", "error_type", "message")}
     if any(v is not None and not isinstance(v, str) for v in text.values()):
         raise ValueError("bad failure record")
     if not d["ok"] and text["message"] is None:
         raise ValueError("a failure without its message")
-    return Outcome(generation, d["ok"], seconds=float(d.get("seconds", 0.0)), memory=memory,
-                   cached=True, **text)
+    return Outcome(generation, d["ok"], seconds=float(d.get("seconds", 0.0)), memory=memory, cached=True, **text)
 
 
 def _compiled(request: _Request, generation: str) -> tuple[Outcome, Exception | None]:
@@ -352,15 +360,18 @@ def _compiled(request: _Request, generation: str) -> tuple[Outcome, Exception | 
     Holds `_lock` (one compile at a time: libtpu's compiler is not known to
     be thread-safe, and a second thread wanting the same answer waits for it)."""
     from mosaic_rt.tpu_check import disk_cache
-    outcome, cause = _compile(generation, request.avals, request.kernel_params,
-                              request.axis_sizes, request.x64)
+
+    outcome, cause = _compile(generation, request.avals, request.kernel_params, request.axis_sizes, request.x64)
     _cache[(generation, request.key)] = outcome
     stats.compiles += 1
     stats.seconds += outcome.seconds
     stats.failures += not outcome.ok
     stats.records.append((request.name, request.source, outcome))
-    entry = {"kernel": request.name, "source": request.source,
-             "outcome": dataclasses.asdict(dataclasses.replace(outcome, cached=False))}
+    entry = {
+        "kernel": request.name,
+        "source": request.source,
+        "outcome": dataclasses.asdict(dataclasses.replace(outcome, cached=False)),
+    }
     disk_cache.store(disk_cache.entry_key(request.key, generation), entry)
     return outcome, cause
 
@@ -369,6 +380,7 @@ def _compiled(request: _Request, generation: str) -> tuple[Outcome, Exception | 
 class _Request:
     """One kernel's check, captured in the caller's thread (trace state such
     as the axis env and the x64 mode is thread-local)."""
+
     name: str
     source: str | None
     avals: list
@@ -460,8 +472,7 @@ class Pending:
             raise error from None
 
 
-def start_check(args, kernel_params: dict, interpret_params, overlap: bool | None = None
-                ) -> Pending | None:
+def start_check(args, kernel_params: dict, interpret_params, overlap: bool | None = None) -> Pending | None:
     """The check of a pallas_call being lowered under mosaic_rt, or None
     when its params (and the process) ask for no generation. ``args``: its
     operands (tracers) as the lowering got them; ``kernel_params``: its
@@ -473,13 +484,13 @@ def start_check(args, kernel_params: dict, interpret_params, overlap: bool | Non
         return None
     from mosaic_rt import jax_internals as jx
     from mosaic_rt.tpu_check import fingerprint
+
     name, source = _where(kernel_params)
     axis_sizes = dict(jx.axis_sizes())
     avals = [jx.get_aval(a) for a in args]
     x64 = jx.x64_enabled()
     key = fingerprint.of_kernel(avals, kernel_params, axis_sizes, (name, source), x64)
-    pending = Pending(_Request(name, source, avals, kernel_params, axis_sizes, x64, key,
-                               generations, mode))
+    pending = Pending(_Request(name, source, avals, kernel_params, axis_sizes, x64, key, generations, mode))
     if overlap_enabled() if overlap is None else overlap:
         pending.start_in_background()
     return pending
@@ -495,6 +506,7 @@ def check_kernel(args, kernel_params: dict, interpret_params) -> None:
 
 
 # ------------------------------------------------------------------ report
+
 
 def report() -> list[dict]:
     """What the check found in this process: one row per kernel and
@@ -512,7 +524,18 @@ def report() -> list[dict]:
     scratch): it shows only in an overflow's message."""
     with _lock:
         records = list(stats.records)
-    return [{"kernel": kernel, "source": source, "generation": o.generation, "ok": o.ok,
-             "seconds": o.seconds, "cached": o.cached, "memory": o.memory,
-             "stage": o.stage, "error_type": o.error_type, "message": o.message}
-            for kernel, source, o in records]
+    return [
+        {
+            "kernel": kernel,
+            "source": source,
+            "generation": o.generation,
+            "ok": o.ok,
+            "seconds": o.seconds,
+            "cached": o.cached,
+            "memory": o.memory,
+            "stage": o.stage,
+            "error_type": o.error_type,
+            "message": o.message,
+        }
+        for kernel, source, o in records
+    ]

@@ -28,9 +28,9 @@ from pathlib import Path
 
 ENV_DIR = "MOSAIC_RT_TPU_CACHE_DIR"
 OFF = ("", "0", "off", "false", "no", "none")
-FORMAT = 1                   # bump when an entry's meaning changes
-MAX_ENTRIES = 4096           # ~1 KiB each (a failure's message can be a few KiB)
-_STALE_TMP_S = 3600.0        # a temporary file this old was left by a killed writer
+FORMAT = 1  # bump when an entry's meaning changes
+MAX_ENTRIES = 4096  # ~1 KiB each (a failure's message can be a few KiB)
+_STALE_TMP_S = 3600.0  # a temporary file this old was left by a killed writer
 _SUFFIX = ".json"
 
 
@@ -42,8 +42,7 @@ def directory() -> Path | None:
         if value.lower() in OFF:
             return None
         return Path(value).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.join(
-        os.path.expanduser("~"), ".cache")
+    base = os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "mosaic_rt" / "tpu_check"
 
 
@@ -66,8 +65,13 @@ def _versions() -> dict:
     if override and os.path.isfile(override):  # a libtpu of its own: name it by file
         st = os.stat(override)
         libtpu = f"{override}:{st.st_size}:{int(st.st_mtime)}"
-    return {"format": FORMAT, "jax": jax.__version__, "jaxlib": version("jaxlib"),
-            "libtpu": libtpu, "mosaic_rt": mosaic_rt_version}
+    return {
+        "format": FORMAT,
+        "jax": jax.__version__,
+        "jaxlib": version("jaxlib"),
+        "libtpu": libtpu,
+        "mosaic_rt": mosaic_rt_version,
+    }
 
 
 _versions_cache: dict | None = None
@@ -101,8 +105,7 @@ def load(key: str) -> dict | None:
             entry = json.loads(f.read())
     except (OSError, ValueError):
         return None
-    if not isinstance(entry, dict) or entry.get("key") != key \
-            or not isinstance(entry.get("outcome"), dict):
+    if not isinstance(entry, dict) or entry.get("key") != key or not isinstance(entry.get("outcome"), dict):
         return None
     try:
         os.utime(path)  # recently used: evicted last
@@ -164,7 +167,7 @@ def _evict(root: Path, limit: int | None = None) -> None:
         return
     entries.sort()
     # Down to 90% of the cap, so a full cache does not rescan on every write.
-    for _, path in entries[:len(entries) - int(limit * 0.9)]:
+    for _, path in entries[: len(entries) - int(limit * 0.9)]:
         _unlink(path)
 
 

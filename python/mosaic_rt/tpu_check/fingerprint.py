@@ -43,12 +43,15 @@ def canonical(obj, depth: int = 0) -> str:
         consts = getattr(obj, "consts", None)
         text = _plain(obj)
         return text + ("" if not consts else " consts " + canonical(list(consts), d))
-    if hasattr(obj, "shape") and hasattr(obj, "dtype") and hasattr(obj, "__array__") \
-            and not kind.startswith(("Shaped", "Abstract")):
+    if (
+        hasattr(obj, "shape")
+        and hasattr(obj, "dtype")
+        and hasattr(obj, "__array__")
+        and not kind.startswith(("Shaped", "Abstract"))
+    ):
         return _array(obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        fields = ", ".join(f"{f.name}={canonical(getattr(obj, f.name, None), d)}"
-                           for f in dataclasses.fields(obj))
+        fields = ", ".join(f"{f.name}={canonical(getattr(obj, f.name, None), d)}" for f in dataclasses.fields(obj))
         return f"{type(obj).__qualname__}({fields})"
     if callable(obj) and hasattr(obj, "__qualname__"):
         return f"<fn {getattr(obj, '__module__', '?')}.{obj.__qualname__}>"
@@ -56,12 +59,12 @@ def canonical(obj, depth: int = 0) -> str:
 
 
 def _plain(obj) -> str:
-    return _ADDRESS.sub("", str(obj) if type(obj).__name__ in ("Jaxpr", "ClosedJaxpr")
-                        else repr(obj))
+    return _ADDRESS.sub("", str(obj) if type(obj).__name__ in ("Jaxpr", "ClosedJaxpr") else repr(obj))
 
 
 def _array(obj) -> str:
     import numpy as np
+
     try:
         a = np.asarray(obj)
     except Exception:  # noqa: BLE001 - a tracer or a device we cannot read: its type is all we know
@@ -76,7 +79,11 @@ def of_kernel(avals, kernel_params: dict, axis_sizes: dict, where: tuple, x64: b
     """The fingerprint of one pallas_call as lowered: its params (all of
     them but ``interpret``), operand types, mesh axes in scope, the name and
     source line the compiler's messages quote, and the x64 mode."""
-    parts = [canonical(where), canonical(sorted(kernel_params.items())),
-             canonical([(tuple(a.shape), str(a.dtype)) for a in avals]),
-             canonical(list(axis_sizes.items())), f"x64={bool(x64)}"]
+    parts = [
+        canonical(where),
+        canonical(sorted(kernel_params.items())),
+        canonical([(tuple(a.shape), str(a.dtype)) for a in avals]),
+        canonical(list(axis_sizes.items())),
+        f"x64={bool(x64)}",
+    ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()

@@ -20,17 +20,23 @@ from mosaic_rt.tpu_check import targets
 def pytest_addoption(parser):
     group = parser.getgroup("mosaic_rt")
     group.addoption(
-        "--mosaic-rt-tpu-target", default=None, metavar="GENERATIONS",
+        "--mosaic-rt-tpu-target",
+        default=None,
+        metavar="GENERATIONS",
         help="mosaic_rt: also compile every kernel for these TPU generations with the real "
-             "TPU compiler, on CPU (comma-separated: v4, v5e, v5p, v6e, v7x; needs libtpu)")
+        "TPU compiler, on CPU (comma-separated: v4, v5e, v5p, v6e, v7x; needs libtpu)",
+    )
     group.addoption(
-        "--mosaic-rt-tpu-check", default=None, choices=targets.MODES,
+        "--mosaic-rt-tpu-check",
+        default=None,
+        choices=targets.MODES,
         help="mosaic_rt: what a kernel that does not compile for a --mosaic-rt-tpu-target "
-             "does: raise (TpuCompileError, default) or warn (TpuCompileWarning)")
-    parser.addini("mosaic_rt_tpu_target", default="",
-                  help="mosaic_rt: as --mosaic-rt-tpu-target (unset: MOSAIC_RT_TPU_TARGET)")
-    parser.addini("mosaic_rt_tpu_check", default="",
-                  help="mosaic_rt: raise or warn, as --mosaic-rt-tpu-check")
+        "does: raise (TpuCompileError, default) or warn (TpuCompileWarning)",
+    )
+    parser.addini(
+        "mosaic_rt_tpu_target", default="", help="mosaic_rt: as --mosaic-rt-tpu-target (unset: MOSAIC_RT_TPU_TARGET)"
+    )
+    parser.addini("mosaic_rt_tpu_check", default="", help="mosaic_rt: raise or warn, as --mosaic-rt-tpu-check")
 
 
 def pytest_configure(config):

@@ -57,9 +57,7 @@ def normalize_target(target, what: str = "tpu_target") -> tuple[str, ...] | None
     elif isinstance(target, (tuple, list)):
         names = list(target)
     else:
-        raise TypeError(
-            f"{what} must be a TPU generation (e.g. 'v5e'), a tuple of them or None,"
-            f" got {target!r}.")
+        raise TypeError(f"{what} must be a TPU generation (e.g. 'v5e'), a tuple of them or None, got {target!r}.")
     out: list[str] = []
     for name in names:
         gen = normalize_generation(name, what)
@@ -93,6 +91,7 @@ def set_default_target(target, mode: str | None = None) -> None:
 def _answer_tpu_info() -> None:
     """`get_tpu_info()` on CPU answers for the process's first target."""
     from mosaic_rt.tpu_check import tpu_info
+
     try:
         target = process_target()
     except ValueError:  # a bad MOSAIC_RT_TPU_TARGET: the first kernel says so

@@ -16,8 +16,13 @@ import contextlib
 import threading
 
 # Generation -> (device kind the topology's devices report, cores per device).
-DEVICE_KINDS = {"v4": ("TPU v4", 1), "v5e": ("TPU v5 lite", 1), "v5p": ("TPU v5", 2),
-                "v6e": ("TPU v6 lite", 1), "v7x": ("TPU7x", 1)}
+DEVICE_KINDS = {
+    "v4": ("TPU v4", 1),
+    "v5e": ("TPU v5 lite", 1),
+    "v5p": ("TPU v5", 2),
+    "v6e": ("TPU v6 lite", 1),
+    "v7x": ("TPU7x", 1),
+}
 _CPU_KIND = "cpu"
 _MARK = "_mosaic_rt_generation"
 
@@ -25,6 +30,7 @@ _MARK = "_mosaic_rt_generation"
 def info_for(generation: str):
     """jax's `TpuInfo` of one generation (no libtpu needed)."""
     from mosaic_rt import jax_internals as jx
+
     kind, cores = DEVICE_KINDS[generation]
     info = jx.pallas_tpu_info()
     return info.get_tpu_info_for_chip(info.chip_version_from_device_kind(kind), cores)
@@ -34,6 +40,7 @@ def answer_on_cpu(generation: str | None) -> None:
     """Makes ``get_tpu_info()`` on CPU answer for ``generation`` (``None``:
     removes our entry; an entry someone else registered is left alone)."""
     from mosaic_rt import jax_internals as jx
+
     info = jx.pallas_tpu_info()
     registry = info.registry
     current = registry.get(_CPU_KIND)
@@ -41,8 +48,10 @@ def answer_on_cpu(generation: str | None) -> None:
         if current is not None and hasattr(current, _MARK):
             del registry[_CPU_KIND]
     elif current is None or hasattr(current, _MARK):
+
         def answer():
             return info_for(generation)
+
         setattr(answer, _MARK, generation)
         registry[_CPU_KIND] = answer
     else:
@@ -64,6 +73,7 @@ def answering_for(generation: str):
     of device kind "cpu". The entry in place before (the process target's,
     or none) comes back afterwards; someone else's entry is left alone."""
     from mosaic_rt import jax_internals as jx
+
     info = jx.pallas_tpu_info()
     with _swap_lock:
         before = info.registry.get(_CPU_KIND)

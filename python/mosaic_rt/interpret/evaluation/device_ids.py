@@ -51,15 +51,13 @@ from mosaic_rt.ffi import ops as ffi_ops
 from mosaic_rt.interpret.native_compute.scalar_program import ProgramBuilder
 from mosaic_rt.jax_internals import JAX_VERSION, DeviceIdType
 
-
 # ------------------------------------------------------------------- forms
 
 # jax 0.12 deprecated `device_id_type` (its default became None, meaning MESH).
 _TYPE_PARAM = inspect.signature(pl.semaphore_signal).parameters.get("device_id_type")
 DEVICE_ID_TYPE_DEPRECATED = _TYPE_PARAM is None or _TYPE_PARAM.default is None
 
-_MESH_FORM = ("MESH device ids are tuples of mesh coordinates, e.g. (i, j),"
-              " or dicts {axis_name: index}")
+_MESH_FORM = "MESH device ids are tuples of mesh coordinates, e.g. (i, j), or dicts {axis_name: index}"
 _LOGICAL_FORM = "LOGICAL device ids are scalar integers"
 
 
@@ -70,8 +68,7 @@ def is_integer_scalar(value: Any) -> bool:
         return True
     shape = getattr(value, "shape", None)
     dtype = getattr(value, "dtype", None)
-    return (shape == () and dtype is not None
-            and np.issubdtype(np.dtype(dtype), np.integer))
+    return shape == () and dtype is not None and np.issubdtype(np.dtype(dtype), np.integer)
 
 
 def describe(value: Any) -> str:
@@ -84,8 +81,7 @@ def describe(value: Any) -> str:
 
 def _check_coordinate(coordinate: Any, where: str) -> None:
     if not is_integer_scalar(coordinate):
-        raise TypeError(
-            f"{where} must be an integer scalar, got {describe(coordinate)}.")
+        raise TypeError(f"{where} must be an integer scalar, got {describe(coordinate)}.")
 
 
 def effective_type(device_id_type: Any) -> Any:
@@ -101,16 +97,15 @@ def check_device_id(device_id: Any, device_id_type: Any) -> None:
     `None` (a local operation) is always valid.
     """
     if not isinstance(device_id_type, DeviceIdType):
-        raise TypeError(
-            "device_id_type must be DeviceIdType.MESH or DeviceIdType.LOGICAL,"
-            f" got {device_id_type!r}.")
+        raise TypeError(f"device_id_type must be DeviceIdType.MESH or DeviceIdType.LOGICAL, got {device_id_type!r}.")
     if device_id is None:
         return
     if device_id_type is DeviceIdType.LOGICAL:
         if isinstance(device_id, (tuple, list, dict)):
             raise ValueError(
                 f"{_LOGICAL_FORM}; got a {type(device_id).__name__}. Pass"
-                " device_id_type=DeviceIdType.MESH for mesh coordinates.")
+                " device_id_type=DeviceIdType.MESH for mesh coordinates."
+            )
         _check_coordinate(device_id, "A LOGICAL device id")
         return
     if isinstance(device_id, tuple):
@@ -121,9 +116,11 @@ def check_device_id(device_id: Any, device_id_type: Any) -> None:
         for axis, coordinate in device_id.items():
             _check_coordinate(coordinate, f"device_id[{axis!r}]")
         return
-    hint = ("Wrap it as (id,) or {axis_name: id}." if DEVICE_ID_TYPE_DEPRECATED else
-            "Wrap it as (id,) or pass device_id_type=DeviceIdType.LOGICAL for"
-            " a flat device index.")
+    hint = (
+        "Wrap it as (id,) or {axis_name: id}."
+        if DEVICE_ID_TYPE_DEPRECATED
+        else "Wrap it as (id,) or pass device_id_type=DeviceIdType.LOGICAL for a flat device index."
+    )
     raise ValueError(f"{_MESH_FORM}; got {describe(device_id)}. {hint}")
 
 
@@ -151,13 +148,11 @@ def _from_dict(ids: dict, axis_sizes: dict, axis_indices: dict):
             axis = axis[0]
         if isinstance(axis, tuple) and any(a in axis_sizes for a in axis):
             if not all(a in axis_sizes for a in axis):
-                raise NotImplementedError(
-                    f"device_id axis group {axis} mixes mesh axes ({names}) with"
-                    " other axes")
+                raise NotImplementedError(f"device_id axis group {axis} mixes mesh axes ({names}) with other axes")
             # One flattened index over the group, the last axis fastest.
             sizes = [axis_sizes[a] for a in axis]
             for k, a in enumerate(axis):
-                coords[a] = (index // math.prod(sizes[k + 1:])) % sizes[k]
+                coords[a] = (index // math.prod(sizes[k + 1 :])) % sizes[k]
         else:
             coords[axis] = index
     mesh = tuple(coords[a] if a in coords else axis_indices[a] for a in names)
@@ -165,20 +160,20 @@ def _from_dict(ids: dict, axis_sizes: dict, axis_indices: dict):
     return mesh, others
 
 
-def to_logical(device_id, device_id_type, *, axis_sizes: dict, axis_indices: dict,
-               core_axis_names=()):
+def to_logical(device_id, device_id_type, *, axis_sizes: dict, axis_indices: dict, core_axis_names=()):
     """(logical device id or None, core index or None) of a kernel's target."""
     if device_id is None:
         return None, None
     if device_id_type is DeviceIdType.LOGICAL or device_id_type == DeviceIdType.LOGICAL:
         if isinstance(device_id, (tuple, list, dict)):
             raise ValueError(
-                "A LOGICAL device_id must be one integer (a flat device index),"
-                f" got {_short_description(device_id)}.")
+                f"A LOGICAL device_id must be one integer (a flat device index), got {_short_description(device_id)}."
+            )
         return device_id, None
     if device_id_type != DeviceIdType.MESH:
-        raise ValueError(f"Unsupported device_id_type {device_id_type!r}; expected"
-                         " DeviceIdType.MESH or DeviceIdType.LOGICAL.")
+        raise ValueError(
+            f"Unsupported device_id_type {device_id_type!r}; expected DeviceIdType.MESH or DeviceIdType.LOGICAL."
+        )
     names = list(axis_sizes)
     core = None
     if isinstance(device_id, dict):
@@ -190,8 +185,9 @@ def to_logical(device_id, device_id_type, *, axis_sizes: dict, axis_indices: dic
                 raise ValueError(
                     f"Unrecognized axes in device_id: {others}. The mesh axes in"
                     f" scope are {names}"
-                    + (f" and the core axis is {list(core_axis_names)}"
-                       if core_axis_names else "") + ".")
+                    + (f" and the core axis is {list(core_axis_names)}" if core_axis_names else "")
+                    + "."
+                )
     else:
         coords = device_id if isinstance(device_id, tuple) else (device_id,)
         if len(coords) != len(names):
@@ -199,13 +195,14 @@ def to_logical(device_id, device_id_type, *, axis_sizes: dict, axis_indices: dic
                 f"A MESH device_id needs one coordinate per mesh axis {names}"
                 f" ({len(names)}), got {len(coords)}: {_short_description(device_id)}."
                 " Pass a dict {axis: index} to name only some axes, or"
-                " device_id_type=DeviceIdType.LOGICAL for a flat index.")
+                " device_id_type=DeviceIdType.LOGICAL for a flat index."
+            )
     sizes = [axis_sizes[a] for a in names]
     logical = 0
     for k, c in enumerate(coords):
         # No multiply by 1 or add of 0 in the program (XLA drops them, but
         # each costs lowering and compile time first).
-        stride = math.prod(sizes[k + 1:])
+        stride = math.prod(sizes[k + 1 :])
         term = c if stride == 1 else c * stride
         logical = term if _is_zero(logical) else logical + term
     return logical, core
@@ -273,13 +270,11 @@ def _native_coords(names, sizes, mesh_axes: dict):
     indices = []
     for name, size in zip(names, sizes):
         pos = mesh_names.index(name)
-        stride = math.prod(mesh_sizes[pos + 1:])
-        coord = b.op("rem", _U32, (b.op("div", _U32, (pid, b.const(stride, _U32))),
-                                   b.const(mesh_sizes[pos], _U32)))
+        stride = math.prod(mesh_sizes[pos + 1 :])
+        coord = b.op("rem", _U32, (b.op("div", _U32, (pid, b.const(stride, _U32))), b.const(mesh_sizes[pos], _U32)))
         index = b.op("convert_element_type", _I32, (coord,))
         indices.append(index)
-        device_id = b.op("add", _I32, (b.op("mul", _I32, (device_id, b.const(size, _I32))),
-                                       index))
+        device_id = b.op("add", _I32, (b.op("mul", _I32, (device_id, b.const(size, _I32))), index))
     return b.emit([device_id, *indices])
 
 
@@ -295,12 +290,13 @@ def _lowering(ctx, *, names, sizes):
             f"mosaic_rt runs a pallas_call under shard_map only when the shard_map is"
             f" manual over every mesh axis; this one is manual over {list(manual)} of"
             f" the mesh axes {list(mesh_axes)}. Pass axis_names={set(mesh_axes)} (or"
-            " leave axis_names out) to the shard_map around the kernel.")
+            " leave axis_names out) to the shard_map around the kernel."
+        )
     if any(mesh_axes.get(n) != s for n, s in zip(names, sizes)):
         return jx.lower_fun(lambda: _from_axis_index(names, sizes), multiple_results=True)(ctx)
-    return jx.lower_fun(lambda: _native_coords(names, sizes, mesh_axes),
-                        multiple_results=True)(ctx)
+    return jx.lower_fun(lambda: _native_coords(names, sizes, mesh_axes), multiple_results=True)(ctx)
 
 
-_device_coords_p = jx.make_primitive("mosaic_rt_device_coords", multiple_results=True,
-                                     abstract_eval=_abstract_eval, lowering=_lowering)
+_device_coords_p = jx.make_primitive(
+    "mosaic_rt_device_coords", multiple_results=True, abstract_eval=_abstract_eval, lowering=_lowering
+)

@@ -41,23 +41,32 @@ _HBM = jx.MemorySpace.HBM
 def _space_or_raise_if_hbm(aval, primitive_name, message=None):
     space = forward_any_to_hbm(aval.memory_space)
     if space is _HBM:
-        raise ValueError(message or (
-            f"{primitive_name}: Buffers with a memory space of HBM or ANY cannot"
-            " be referenced directly. Instead, use `pltpu.sync_copy` or"
-            " `pltpu.async_copy`."))
+        raise ValueError(
+            message
+            or (
+                f"{primitive_name}: Buffers with a memory space of HBM or ANY cannot"
+                " be referenced directly. Instead, use `pltpu.sync_copy` or"
+                " `pltpu.async_copy`."
+            )
+        )
     return space
 
 
 def _target(ctx: Ctx, device_id, device_id_type):
     """(logical device, core or None) named by a kernel's device id."""
     return device_ids.to_logical(
-        device_id, device_id_type, axis_sizes=ctx.axis_sizes,
-        axis_indices=ctx.axis_indices, core_axis_names=jx.mesh_axis_names(ctx.mesh))
+        device_id,
+        device_id_type,
+        axis_sizes=ctx.axis_sizes,
+        axis_indices=ctx.axis_indices,
+        core_axis_names=jx.mesh_axis_names(ctx.mesh),
+    )
 
 
 def _wrapped(ctx: Ctx, device, core):
-    return device_ids.wrap_negative(device, core, num_devices=ctx.num_devices,
-                                    num_cores=ctx.params.num_cores_per_device)
+    return device_ids.wrap_negative(
+        device, core, num_devices=ctx.num_devices, num_cores=ctx.params.num_cores_per_device
+    )
 
 
 def eval_jaxpr(jaxpr: jx.Jaxpr, *args, ctx: Ctx, token, preset=None):
@@ -73,17 +82,14 @@ def _eval_block(jaxpr, args, ctx: Ctx, token, preset, count):
     """`eval_jaxpr`, also returning the keys its scalar programs computed
     (with `count`: the counter step of a loop of `count` steps)."""
     sentinel = jnp.inf if ctx.params.skip_floating_point_ops else None
-    env = jx.JaxprEnv(
-        vars=jaxpr.constvars + jaxpr.invars, values=args,
-        sentinel_for_floating_point_values=sentinel)
+    env = jx.JaxprEnv(vars=jaxpr.constvars + jaxpr.invars, values=args, sentinel_for_floating_point_values=sentinel)
     eqns = jaxpr.eqns
     plan = scalar_runs.plan(jaxpr, count)
     vplan = None
     if vector_runs.ENABLED and not ctx.params.skip_floating_point_ops:
         vplan = vector_runs.plan(jaxpr, plan.absorbed)
         env = vector_runs.DeferredEnv(env, jaxpr, vplan)
-    ctx = ctx.replace(stores=splat.BlockStores(
-        jaxpr, env.read, skip_floats=ctx.params.skip_floating_point_ops))
+    ctx = ctx.replace(stores=splat.BlockStores(jaxpr, env.read, skip_floats=ctx.params.skip_floating_point_ops))
     computed = dict(preset or {})
     for key, value in computed.items():
         if not isinstance(key, tuple):
@@ -104,9 +110,10 @@ def _eval_block(jaxpr, args, ctx: Ctx, token, preset, count):
             waits, merged_until = _trailing_waits(eqns, i, plan, env, computed, ctx)
             if waits:
                 eqn_ctx = ctx.replace(then_wait=waits)
-        with jx.user_context(
-                eqn.source_info.traceback, name_stack=eqn.source_info.name_stack), \
-                sites.at(eqn.source_info):
+        with (
+            jx.user_context(eqn.source_info.traceback, name_stack=eqn.source_info.name_stack),
+            sites.at(eqn.source_info),
+        ):
             token, out = _eval_with(eqn, i, env, computed, eqn_ctx, token)
         out = out if eqn.primitive.multiple_results else [out]
         env.write_many(eqn.outvars, out)
@@ -119,6 +126,7 @@ def _trailing_waits(eqns, i, plan, env, computed, ctx):
     or other equation between them, static sizes -- and the index after
     them. A remote copy's ``.wait()`` is a send and a receive wait: with its
     start, one custom call instead of three."""
+
     def nbytes(eqn):
         return _dma_wait_bytes(eqn, env.read_many(eqn.invars))
 
@@ -126,15 +134,12 @@ def _trailing_waits(eqns, i, plan, env, computed, ctx):
         return (), i + 1
     waits = []
     j = i + 1
-    while (j < len(eqns) and eqns[j].primitive is jx.dma_wait_p and j not in plan.groups
-           and j not in plan.absorbed):
+    while j < len(eqns) and eqns[j].primitive is jx.dma_wait_p and j not in plan.groups and j not in plan.absorbed:
         size = nbytes(eqns[j])
         if not isinstance(size, int):
             break
-        with jx.user_context(eqns[j].source_info.traceback,
-                             name_stack=eqns[j].source_info.name_stack):
-            sem = _dma_wait_sem(eqns[j], env.read_many(eqns[j].invars),
-                                _with_sem_ids(ctx, computed, j))
+        with jx.user_context(eqns[j].source_info.traceback, name_stack=eqns[j].source_info.name_stack):
+            sem = _dma_wait_sem(eqns[j], env.read_many(eqns[j].invars), _with_sem_ids(ctx, computed, j))
         waits.append((sem, size, sites.site_id(eqns[j].source_info)))
         j += 1
     return tuple(waits), j
@@ -142,16 +147,17 @@ def _trailing_waits(eqns, i, plan, env, computed, ctx):
 
 def _emit_group(group, exports, env, computed, ctx):
     """Emits one group of scalar items (`scalar_runs.emit_group`)."""
+
     def eval_concrete(eqn):
         token, out = _eval_eqn(eqn, env, ctx, None)
         env.write_many(eqn.outvars, out if eqn.primitive.multiple_results else [out])
 
     first = next((it.eqn for it in group if it.eqn is not None), None)
     info = first.source_info if first is not None else None
-    with (jx.user_context(info.traceback, name_stack=info.name_stack)
-          if info is not None else contextlib.nullcontext()):
-        scalar_runs.emit_group(group, exports, read=env.read, computed=computed,
-                               write=env.write, eval_concrete=eval_concrete)
+    with jx.user_context(info.traceback, name_stack=info.name_stack) if info is not None else contextlib.nullcontext():
+        scalar_runs.emit_group(
+            group, exports, read=env.read, computed=computed, write=env.write, eval_concrete=eval_concrete
+        )
 
 
 # The roles of `scalar_items`' semaphore lookups ("sem", j, role).
@@ -173,8 +179,7 @@ def _eval_with(eqn, i, env, computed, ctx, token):
             # Known at trace time: emit only the branch taken.
             k = min(max(int(index), 0), len(branches) - 1)
             return eval_closed(branches[k], *args, ctx=ctx, token=token, preset=presets[k])
-        return _switch(eqn, scalar_runs.clamp_index(index, len(branches)), args, ctx,
-                       token, presets)
+        return _switch(eqn, scalar_runs.clamp_index(index, len(branches)), args, ctx, token, presets)
     return _eval_eqn(eqn, env, _with_sem_ids(ctx, computed, i), token)
 
 
@@ -182,8 +187,7 @@ def _with_sem_ids(ctx, computed, i):
     """`ctx` with equation i's semaphore ids the scalar programs computed."""
     # Looked up by key (a scan of `computed` per equation would be quadratic
     # in the block's length at trace time).
-    sem_ids = {role: computed[("sem", i, role)] for role in _SEM_ROLES
-               if ("sem", i, role) in computed}
+    sem_ids = {role: computed[("sem", i, role)] for role in _SEM_ROLES if ("sem", i, role) in computed}
     return ctx.replace(sem_ids=sem_ids) if sem_ids else ctx
 
 
@@ -202,6 +206,7 @@ def _rule(*prims):
             if p is not None:  # primitives missing from this jax release
                 _RULES[p] = fn
         return fn
+
     return register
 
 
@@ -219,14 +224,14 @@ def _eval_eqn(eqn, env, ctx: Ctx, token):
         raise NotImplementedError(
             f"The TPU primitive `{prim.name}` is not supported in TPU interpret"
             " mode: it drives MXU registers and result FIFOs, which mosaic_rt"
-            " does not simulate. Use jnp.dot / lax.dot_general in the kernel.")
+            " does not simulate. Use jnp.dot / lax.dot_general in the kernel."
+        )
     rule = _RULES.get(prim)
     if rule is not None:
         result = rule(eqn, read, ctx, token)
         if result is not NotImplemented:
             return result
-    if ctx.params.skip_floating_point_ops and all(
-            jx.is_float(v.aval.dtype) for v in eqn.outvars):
+    if ctx.params.skip_floating_point_ops and all(jx.is_float(v.aval.dtype) for v in eqn.outvars):
         out = [v.aval for v in eqn.outvars]
         return token, (out if prim.multiple_results else out[0])
     return token, prim.bind(*read(), **prim.get_bind_params(eqn.params))
@@ -234,13 +239,12 @@ def _eval_eqn(eqn, env, ctx: Ctx, token):
 
 # ------------------------------------------------------------------- memory
 
+
 def _load_view(token, ctx, space, ref, ref_aval, transforms, aval):
     region, rest, base = views.split(transforms, ref_aval)
     if not rest:
-        return native_calls.load(token, ctx.handle, ctx.device_id, ctx.core,
-                                 space_code(space), ref, region, aval)
-    token, value = native_calls.load(token, ctx.handle, ctx.device_id, ctx.core,
-                                     space_code(space), ref, region, base)
+        return native_calls.load(token, ctx.handle, ctx.device_id, ctx.core, space_code(space), ref, region, aval)
+    token, value = native_calls.load(token, ctx.handle, ctx.device_id, ctx.core, space_code(space), ref, region, base)
     return token, views.read(value, rest)
 
 
@@ -254,14 +258,13 @@ def _swap_view(token, ctx, space, ref, ref_aval, transforms, val, mask, aval, eq
         # An unused old value is not read out: the swap has no result but
         # the token, and may join a batch (`mosaic_rt.ffi.batching`).
         used = eqn is None or ctx.stores is None or ctx.stores.is_used(eqn.outvars[0])
-        return native_calls.swap(token, ctx.handle, ctx.device_id, ctx.core,
-                                 space_code(space), ref, region, val, mask, aval, old=used)
-    token, value = native_calls.load(token, ctx.handle, ctx.device_id, ctx.core,
-                                     space_code(space), ref, region, base)
+        return native_calls.swap(
+            token, ctx.handle, ctx.device_id, ctx.core, space_code(space), ref, region, val, mask, aval, old=used
+        )
+    token, value = native_calls.load(token, ctx.handle, ctx.device_id, ctx.core, space_code(space), ref, region, base)
     val = jnp.broadcast_to(jnp.asarray(val, aval.dtype), aval.shape)
     old, new = views.write(value, rest, val, mask)
-    token = native_calls.store(token, ctx.handle, ctx.device_id, ctx.core,
-                               space_code(space), ref, region, new)
+    token = native_calls.store(token, ctx.handle, ctx.device_id, ctx.core, space_code(space), ref, region, new)
     return token, old
 
 
@@ -277,9 +280,17 @@ def _fill(token, ctx, space, ref, region, eqn, aval):
     if scalar is None:
         return None
     used = ctx.stores.is_used(eqn.outvars[0])
-    token, old = native_calls.fill(token, ctx.handle, ctx.device_id, ctx.core, space_code(space),
-                                   ref, region, jnp.asarray(scalar, aval.dtype),
-                                   aval if used else None)
+    token, old = native_calls.fill(
+        token,
+        ctx.handle,
+        ctx.device_id,
+        ctx.core,
+        space_code(space),
+        ref,
+        region,
+        jnp.asarray(scalar, aval.dtype),
+        aval if used else None,
+    )
     return token, (old if used else aval)
 
 
@@ -301,8 +312,7 @@ def _masked_load(eqn, read, ctx, token):
         # applies it only with a mask.)
         return _load_view(token, ctx, space, ref, eqn.invars[0].aval, transforms, aval)
     mask, other = _load_mask_and_other(mask, other, aval)
-    token, value = _masked_load_view(token, ctx, space, ref, eqn.invars[0].aval,
-                                     transforms, aval, mask)
+    token, value = _masked_load_view(token, ctx, space, ref, eqn.invars[0].aval, transforms, aval, mask)
     if other is not None:
         value = jnp.where(mask, value, other)
     return token, value
@@ -315,27 +325,28 @@ def _load_mask_and_other(mask, other, aval):
     mask_dtype = jnp.result_type(mask)
     if mask_dtype != jnp.bool_:
         raise TypeError(
-            f"pl.load: the mask must be a boolean array, got dtype {mask_dtype}"
-            " (compare, e.g. `mask = idx < n`).")
+            f"pl.load: the mask must be a boolean array, got dtype {mask_dtype} (compare, e.g. `mask = idx < n`)."
+        )
     try:
         mask = jnp.broadcast_to(mask, aval.shape)
     except ValueError:
         raise ValueError(
-            f"pl.load: cannot broadcast the mask of shape {jnp.shape(mask)} to the"
-            f" loaded shape {aval.shape}.") from None
+            f"pl.load: cannot broadcast the mask of shape {jnp.shape(mask)} to the loaded shape {aval.shape}."
+        ) from None
     if other is None:
         return mask, None
     if jnp.result_type(aval.dtype, other) != aval.dtype:
         raise TypeError(
             f"pl.load: `other` of dtype {jnp.result_type(other)} does not fit the"
             f" loaded dtype {aval.dtype}; pass a Python scalar or an array of dtype"
-            f" {aval.dtype}.")
+            f" {aval.dtype}."
+        )
     try:
         other = jnp.broadcast_to(jnp.asarray(other, aval.dtype), aval.shape)
     except ValueError:
         raise ValueError(
-            f"pl.load: cannot broadcast `other` of shape {jnp.shape(other)} to the"
-            f" loaded shape {aval.shape}.") from None
+            f"pl.load: cannot broadcast `other` of shape {jnp.shape(other)} to the loaded shape {aval.shape}."
+        ) from None
     return mask, other
 
 
@@ -347,17 +358,17 @@ def _masked_load_view(token, ctx, space, ref, ref_aval, transforms, aval, mask):
     leading region is read."""
     region, rest, base = views.split(transforms, ref_aval)
     if not rest:
-        return native_calls.load(token, ctx.handle, ctx.device_id, ctx.core,
-                                 space_code(space), ref, region, aval, mask=mask)
+        return native_calls.load(
+            token, ctx.handle, ctx.device_id, ctx.core, space_code(space), ref, region, aval, mask=mask
+        )
     if not any(isinstance(t, jx.BitcastTransform) for t in rest):
         # Views map elements one to one: the base elements the mask selects.
         _, base_mask = views.write(jnp.zeros(base.shape, jnp.bool_), rest, mask)
-        token, value = native_calls.load(token, ctx.handle, ctx.device_id, ctx.core,
-                                         space_code(space), ref, region, base,
-                                         mask=base_mask)
+        token, value = native_calls.load(
+            token, ctx.handle, ctx.device_id, ctx.core, space_code(space), ref, region, base, mask=base_mask
+        )
         return token, views.read(value, rest)
-    token, value = native_calls.load(token, ctx.handle, ctx.device_id, ctx.core,
-                                     space_code(space), ref, region, base)
+    token, value = native_calls.load(token, ctx.handle, ctx.device_id, ctx.core, space_code(space), ref, region, base)
     fill = jx.uninitialized_value(aval.dtype, ctx.params.uninitialized_memory)
     return token, jnp.where(mask, views.read(value, rest), jnp.asarray(fill, aval.dtype))
 
@@ -367,35 +378,29 @@ def _masked_swap(eqn, read, ctx, token):
     ref, transforms, val, mask = jax.tree.unflatten(eqn.params["args_tree"], read())
     ref, transforms = _with_ref_transforms(ref, transforms)
     space = _space_or_raise_if_hbm(eqn.invars[0].aval, "swap_p")
-    return _swap_view(token, ctx, space, ref, eqn.invars[0].aval, transforms, val, mask,
-                      eqn.outvars[0].aval, eqn)
+    return _swap_view(token, ctx, space, ref, eqn.invars[0].aval, transforms, val, mask, eqn.outvars[0].aval, eqn)
 
 
 @_rule(jx.get_p)
 def _get(eqn, read, ctx, token):
     space = _space_or_raise_if_hbm(eqn.invars[0].aval, "get_p")
     invals = read()
-    ref, transforms = _with_ref_transforms(
-        invals[0], jax.tree.unflatten(eqn.params["tree"], invals[1:]))
-    return _load_view(token, ctx, space, ref, eqn.invars[0].aval, transforms,
-                      eqn.outvars[0].aval)
+    ref, transforms = _with_ref_transforms(invals[0], jax.tree.unflatten(eqn.params["tree"], invals[1:]))
+    return _load_view(token, ctx, space, ref, eqn.invars[0].aval, transforms, eqn.outvars[0].aval)
 
 
 @_rule(jx.swap_p)
 def _swap(eqn, read, ctx, token):
     space = _space_or_raise_if_hbm(eqn.invars[0].aval, "swap_p")
     invals = read()
-    ref, transforms = _with_ref_transforms(
-        invals[0], jax.tree.unflatten(eqn.params["tree"], invals[2:]))
-    return _swap_view(token, ctx, space, ref, eqn.invars[0].aval, transforms,
-                      invals[1], None, eqn.outvars[0].aval, eqn)
+    ref, transforms = _with_ref_transforms(invals[0], jax.tree.unflatten(eqn.params["tree"], invals[2:]))
+    return _swap_view(token, ctx, space, ref, eqn.invars[0].aval, transforms, invals[1], None, eqn.outvars[0].aval, eqn)
 
 
 @_rule(jx.run_scoped_p)
 def _run_scoped(eqn, read, ctx, token):
     if eqn.params["collective_axes"]:
-        raise NotImplementedError(
-            "run_scoped_p with collective axes is not supported")
+        raise NotImplementedError("run_scoped_p with collective axes is not supported")
     # Body variables: the closed-over operands (`constvars`), then one per
     # allocation (`invars`).
     body = eqn.params["jaxpr"]
@@ -404,31 +409,37 @@ def _run_scoped(eqn, read, ctx, token):
         aval = v.aval
         if aval.memory_space is _SEMAPHORE:
             token, ids = native_calls.allocate_semaphores(
-                token, ctx.handle, ctx.device_id, ctx.core, aval.shape,
-                kind=semaphore_kind(aval))
+                token, ctx.handle, ctx.device_id, ctx.core, aval.shape, kind=semaphore_kind(aval)
+            )
             allocs.append(ids)
             continue
         if ctx.params.allow_hbm_allocation_in_run_scoped:
             space = forward_any_to_hbm(aval.memory_space)
         else:
-            space = _space_or_raise_if_hbm(
-                aval, "run_scoped_p", "Cannot allocate HBM in `run_scoped`.")
+            space = _space_or_raise_if_hbm(aval, "run_scoped_p", "Cannot allocate HBM in `run_scoped`.")
         token, buf = native_calls.allocate_buffer(
-            token, handle=ctx.handle, device=ctx.device_id, core=ctx.core,
-            space=space_code(space), shape=aval.shape, dtype=aval.dtype,
-            params=ctx.params)
+            token,
+            handle=ctx.handle,
+            device=ctx.device_id,
+            core=ctx.core,
+            space=space_code(space),
+            shape=aval.shape,
+            dtype=aval.dtype,
+            params=ctx.params,
+        )
         allocs.append(buf)
     token, out = eval_jaxpr(body, *read(), *allocs, ctx=ctx, token=token)
     # Semaphores are not freed (as stock: their ids are never reused).
     for buf, v in zip(allocs, body.invars):
         if v.aval.memory_space is not _SEMAPHORE:
             token = native_calls.free_buffer(
-                token, ctx.handle, ctx.device_id, ctx.core,
-                space_code(forward_any_to_hbm(v.aval.memory_space)), buf)
+                token, ctx.handle, ctx.device_id, ctx.core, space_code(forward_any_to_hbm(v.aval.memory_space)), buf
+            )
     return token, out
 
 
 # ------------------------------------------------------------ control flow
+
 
 @_rule(lax.cond_p)
 def _cond(eqn, read, ctx, token):
@@ -455,15 +466,15 @@ def _switch(eqn, index, args, ctx, token, presets=None):
         start = nargs + sum(len(ks) for ks in keys[:k])
 
         def run(tok, *a):
-            preset = dict(zip(keys[k], a[start:start + len(keys[k])]))
+            preset = dict(zip(keys[k], a[start : start + len(keys[k])]))
             tok, out = eval_closed(closed, *a[:nargs], ctx=ctx, token=tok, preset=preset)
             return materialize(tok), out
 
         return run
 
     return jx.switch_on_clamped_index(
-        index, [branch(k, b) for k, b in enumerate(branches)],
-        (materialize(token), *args, *extra))
+        index, [branch(k, b) for k, b in enumerate(branches)], (materialize(token), *args, *extra)
+    )
 
 
 @_rule(lax.scan_p)
@@ -480,9 +491,9 @@ def _scan(eqn, read, ctx, token):
         c, ys = jx.scan_body_results(p, res)
         return (materialize(tok), c), ys
 
-    (token, carry), ys = lax.scan(body, (materialize(token), init), xs=xs,
-                                  length=length, reverse=p["reverse"],
-                                  unroll=p.get("unroll", 1))
+    (token, carry), ys = lax.scan(
+        body, (materialize(token), init), xs=xs, length=length, reverse=p["reverse"], unroll=p.get("unroll", 1)
+    )
     return token, carry + ys
 
 
@@ -501,22 +512,22 @@ def _counted_loop(p, consts, init, length: int, ctx, token):
 
     def step(carry):
         tok, i, c, _ = carry
-        tok, res, computed = _eval_block(jaxpr, (*body_consts, *consts, *c), ctx, tok,
-                                         {scalar_items.COUNTER: i}, length)
+        tok, res, computed = _eval_block(
+            jaxpr, (*body_consts, *consts, *c), ctx, tok, {scalar_items.COUNTER: i}, length
+        )
         c, _ = jx.scan_body_results(p, res)
-        return (materialize(tok), computed[scalar_items.COUNT_NEXT], c,
-                computed[scalar_items.COUNT_GO])
+        return (materialize(tok), computed[scalar_items.COUNT_NEXT], c, computed[scalar_items.COUNT_GO])
 
     token, _, carry, _ = lax.while_loop(
-        lambda c: c[3], step, (materialize(token), np.int32(0), list(init), np.bool_(True)))
+        lambda c: c[3], step, (materialize(token), np.int32(0), list(init), np.bool_(True))
+    )
     return token, list(carry)
 
 
 @_rule(lax.while_p)
 def _while(eqn, read, ctx, token):
     p = eqn.params
-    cond_consts, body_consts, init = jx.split_list(
-        read(), [p["cond_nconsts"], p["body_nconsts"]])
+    cond_consts, body_consts, init = jx.split_list(read(), [p["cond_nconsts"], p["body_nconsts"]])
     cond, body = p["cond_jaxpr"], p["body_jaxpr"]
     # The condition may touch refs too, so it is evaluated inside the loop
     # body with the token and its result carried along.
@@ -557,11 +568,14 @@ def _emit_pipeline(eqn, read, ctx, token):
     expand = jx.emit_pipeline_to_jaxpr()
     if expand is None:
         raise NotImplementedError(
-            "emit_pipeline_p (jax_use_emit_pipeline_primitive) needs jax >= 0.12"
-            " in TPU interpret mode")
-    closed = expand([v.aval for v in eqn.invars],
-                    grid_names=ctx.grid_mapping.grid_names,
-                    grid_sizes=ctx.grid_mapping.grid, **eqn.params)
+            "emit_pipeline_p (jax_use_emit_pipeline_primitive) needs jax >= 0.12 in TPU interpret mode"
+        )
+    closed = expand(
+        [v.aval for v in eqn.invars],
+        grid_names=ctx.grid_mapping.grid_names,
+        grid_sizes=ctx.grid_mapping.grid,
+        **eqn.params,
+    )
     token, _ = eval_closed(closed, *read(), ctx=ctx, token=token)
     return token, []
 
@@ -577,14 +591,16 @@ def _pipeline_body(eqn, read, ctx, token):
     # The body sees the pipeline's own grid position in place of the
     # kernel's leading grid axes.
     outer = jx.pallas_core.current_grid_env() or ()
-    env = tuple(jx.pallas_core.GridAxis(i, outer[k].size if k < len(outer) else 0)
-                for k, i in enumerate(indices.index)) + tuple(outer[len(indices.index):])
+    env = tuple(
+        jx.pallas_core.GridAxis(i, outer[k].size if k < len(outer) else 0) for k, i in enumerate(indices.index)
+    ) + tuple(outer[len(indices.index) :])
     with jx.pallas_core.grid_env(env):
         token, _ = eval_closed(p["jaxpr"], *body_args, ctx=ctx, token=token)
     return token, []
 
 
 # ---------------------------------------------------------- host callbacks
+
 
 def _guarded(call, num_results):
     """`call` (a host callback of the kernel) run so that the launch knows:
@@ -621,13 +637,19 @@ def _host_callback(eqn, read, ctx, token):
     results = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype) for v in eqn.outvars]
     outs = jx.io_callback(
         _guarded(eqn.params["callback"], len(results)),
-        (_TOKEN_SDS, *results), materialize(token), ctx.handle, ctx.device_id, ctx.core,
-        *read())
+        (_TOKEN_SDS, *results),
+        materialize(token),
+        ctx.handle,
+        ctx.device_id,
+        ctx.core,
+        *read(),
+    )
     token, *values = outs
     return token, (values if eqn.primitive.multiple_results else values[0])
 
 
 # --------------------------------------------------------------------- misc
+
 
 @_rule(jx.delay_p, jx.trace_value_p)
 def _no_op(eqn, read, ctx, token):
@@ -653,11 +675,18 @@ def _conv(eqn, read, ctx, token):
         rhs = lax.rev(rhs, spatial)
     out_aval = eqn.outvars[0].aval
     out = lax.conv_general_dilated(
-        lhs, rhs, window_strides=p["window_strides"], padding=p["padding"],
-        lhs_dilation=p["lhs_dilation"], rhs_dilation=p["rhs_dilation"],
-        dimension_numbers=dn, feature_group_count=p["feature_group_count"],
-        batch_group_count=p["batch_group_count"], precision=p["precision"],
-        preferred_element_type=p["preferred_element_type"] or out_aval.dtype)
+        lhs,
+        rhs,
+        window_strides=p["window_strides"],
+        padding=p["padding"],
+        lhs_dilation=p["lhs_dilation"],
+        rhs_dilation=p["rhs_dilation"],
+        dimension_numbers=dn,
+        feature_group_count=p["feature_group_count"],
+        batch_group_count=p["batch_group_count"],
+        precision=p["precision"],
+        preferred_element_type=p["preferred_element_type"] or out_aval.dtype,
+    )
     if acc:
         out = acc[0] + out.astype(acc[0].dtype)
     return token, out.astype(out_aval.dtype)
@@ -669,9 +698,10 @@ def _threefry2x32(eqn, read, ctx, token):
     operand of one element goes as it is, one of the result's shape too;
     other broadcasts are made by XLA first."""
     shape = eqn.outvars[0].aval.shape
-    args = [jnp.reshape(x, ()) if math.prod(np.shape(x)) == 1
-            else x if np.shape(x) == shape else jnp.broadcast_to(x, shape)
-            for x in read()]
+    args = [
+        jnp.reshape(x, ()) if math.prod(np.shape(x)) == 1 else x if np.shape(x) == shape else jnp.broadcast_to(x, shape)
+        for x in read()
+    ]
     return token, ffi_ops.threefry2x32(*args, shape)
 
 
@@ -682,11 +712,11 @@ def _prng_seed(eqn, read, ctx, token):
 
 @_rule(jx.prng_random_bits_p)
 def _prng_random_bits(eqn, read, ctx, token):
-    return native_calls.prng_random_bits(token, ctx.handle, ctx.device_id, ctx.core,
-                                         eqn.outvars[0].aval)
+    return native_calls.prng_random_bits(token, ctx.handle, ctx.device_id, ctx.core, eqn.outvars[0].aval)
 
 
 # -------------------------------------------------------------- semaphores
+
 
 def _sem_ids(ctx, role, sem, transforms):
     """The ids a (transformed) semaphore ref names: one integer index per
@@ -713,8 +743,7 @@ def _dma_start(eqn, read, ctx, token):
     dst_sem, dst_sem_t = jx.ref_and_transforms(dst_sem)
     src_sem, src_sem_t = jx.ref_and_transforms(src_sem)
     if dst_sem is None:
-        raise ValueError("TPU interpret mode needs a destination semaphore"
-                         " (`sem`) for every DMA.")
+        raise ValueError("TPU interpret mode needs a destination semaphore (`sem`) for every DMA.")
     # A negative or too large target is an error (as in stock, which fails
     # to find the buffer); the runtime names the id and the valid range.
     target, target_core = _target(ctx, target, eqn.params["device_id_type"])
@@ -729,17 +758,28 @@ def _dma_start(eqn, read, ctx, token):
     src_space = forward_any_to_hbm(getattr(orig_src.aval, "memory_space", None)) or _HBM
     dst_space = forward_any_to_hbm(getattr(orig_dst.aval, "memory_space", None)) or _HBM
     token = native_calls.dma_start(
-        token, ctx.handle, ctx.device_id, ctx.core,
-        src_space=space_code(src_space), src=src, src_region=to_region(src_transforms),
-        dst_space=space_code(dst_space), dst=dst, dst_region=to_region(dst_transforms),
+        token,
+        ctx.handle,
+        ctx.device_id,
+        ctx.core,
+        src_space=space_code(src_space),
+        src=src,
+        src_region=to_region(src_transforms),
+        dst_space=space_code(dst_space),
+        dst=dst,
+        dst_region=to_region(dst_transforms),
         dst_sem=_sem_ids(ctx, "dst", dst_sem, dst_sem_t),
         src_sem=None if src_sem is None else _sem_ids(ctx, "src", src_sem, src_sem_t),
-        dst_device=target, dst_core=target_core, then_wait=ctx.then_wait)
+        dst_device=target,
+        dst_core=target_core,
+        then_wait=ctx.then_wait,
+    )
     return token, []
 
 
 # Waits on the third operand for the bytes of the first one's region: a
 # read-side wait (wait_send / wait_read) binds its operands swapped.
+
 
 def _dma_wait_bytes(eqn, invals):
     """The bytes a DMA wait equation waits for (traced for a slice of traced
@@ -763,11 +803,9 @@ def _dma_wait(eqn, read, ctx, token):
     nbytes = _dma_wait_bytes(eqn, invals)
     sem = _dma_wait_sem(eqn, invals, ctx)
     if isinstance(nbytes, int):
-        token = native_calls.dma_wait(token, ctx.handle, ctx.device_id, ctx.core, sem,
-                                      nbytes, then_wait=ctx.then_wait)
+        token = native_calls.dma_wait(token, ctx.handle, ctx.device_id, ctx.core, sem, nbytes, then_wait=ctx.then_wait)
     else:  # a slice of traced size: the byte count is known at run time only
-        token = native_calls.semaphore_wait(token, ctx.handle, ctx.device_id, ctx.core,
-                                            sem, nbytes)
+        token = native_calls.semaphore_wait(token, ctx.handle, ctx.device_id, ctx.core, sem, nbytes)
     return token, []
 
 
@@ -780,20 +818,18 @@ def _barrier_semaphore(eqn, read, ctx, token):
         raise ValueError(
             "get_barrier_semaphore requires a collective_id: pass"
             " compiler_params=pltpu.CompilerParams(collective_id=...) to the"
-            " pallas_call.")
-    return native_calls.barrier_semaphore(token, ctx.handle, ctx.device_id,
-                                          ctx.mosaic_params.collective_id)
+            " pallas_call."
+        )
+    return native_calls.barrier_semaphore(token, ctx.handle, ctx.device_id, ctx.mosaic_params.collective_id)
 
 
 @_rule(jx.semaphore_signal_p)
 def _semaphore_signal(eqn, read, ctx, token):
-    sem, sem_t, inc, target, core_index = jax.tree.unflatten(
-        eqn.params["args_tree"], read())
+    sem, sem_t, inc, target, core_index = jax.tree.unflatten(eqn.params["args_tree"], read())
     target, axis_core = _target(ctx, target, eqn.params["device_id_type"])
     if axis_core is not None:
         if core_index is not None:
-            raise ValueError(
-                "Cannot specify both core_index and a core axis in device_id.")
+            raise ValueError("Cannot specify both core_index and a core axis in device_id.")
         core_index = axis_core
     wrap = False
     if target is not None or core_index is not None:
@@ -802,32 +838,38 @@ def _semaphore_signal(eqn, read, ctx, token):
         wrap = native_calls.signal_wraps_target(target, core_index)
         if not wrap:
             target, core_index = _wrapped(ctx, target, core_index)
-    token = native_calls.semaphore_signal(token, ctx.handle, ctx.device_id, ctx.core,
-                                          _sem_ids(ctx, "sem", sem, sem_t), inc, target, core_index,
-                                          wrap_negative=wrap)
+    token = native_calls.semaphore_signal(
+        token,
+        ctx.handle,
+        ctx.device_id,
+        ctx.core,
+        _sem_ids(ctx, "sem", sem, sem_t),
+        inc,
+        target,
+        core_index,
+        wrap_negative=wrap,
+    )
     return token, []
 
 
 @_rule(jx.semaphore_wait_p)
 def _semaphore_wait(eqn, read, ctx, token):
-    sem, sem_t, value, decrement = jax.tree.unflatten(
-        eqn.params["args_tree"], read())
+    sem, sem_t, value, decrement = jax.tree.unflatten(eqn.params["args_tree"], read())
     # decrement=False (no Mosaic TPU lowering yet; Mosaic GPU's and the
     # discharge rule's meaning): block until the count is >= value, leave
     # the count unchanged -- a native wait like any other (parks, runs
     # queued DMAs, deadlock detection, wait_timeout, race happens-before).
     if isinstance(decrement, jx.Tracer) or np.shape(decrement) != ():
         raise TypeError(
-            "semaphore_wait: `decrement` must be a Python bool (known when the"
-            f" kernel is traced), got {decrement!r}.")
-    token = native_calls.semaphore_wait(token, ctx.handle, ctx.device_id, ctx.core,
-                                        _sem_ids(ctx, "sem", sem, sem_t), value,
-                                        decrement=bool(decrement))
+            f"semaphore_wait: `decrement` must be a Python bool (known when the kernel is traced), got {decrement!r}."
+        )
+    token = native_calls.semaphore_wait(
+        token, ctx.handle, ctx.device_id, ctx.core, _sem_ids(ctx, "sem", sem, sem_t), value, decrement=bool(decrement)
+    )
     return token, []
 
 
 @_rule(jx.semaphore_read_p)
 def _semaphore_read(eqn, read, ctx, token):
     sem, sem_t = jax.tree.unflatten(eqn.params["args_tree"], read())
-    return native_calls.semaphore_read(token, ctx.handle, ctx.device_id, ctx.core,
-                                       _sem_ids(ctx, "sem", sem, sem_t))
+    return native_calls.semaphore_read(token, ctx.handle, ctx.device_id, ctx.core, _sem_ids(ctx, "sem", sem, sem_t))

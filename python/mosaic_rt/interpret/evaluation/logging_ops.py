@@ -17,6 +17,7 @@ import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
+
 from mosaic_rt.ffi.ops import materialize
 from mosaic_rt.jax_internals import LoggingMode, io_callback
 
@@ -50,6 +51,7 @@ def _emit(template: str, names: tuple[str, ...]):
         for line in template.format(fields=fields).split("\n"):
             logger.info("Device %d, core %d: %s", int(device), int(core), line)
         return token
+
     return log
 
 
@@ -59,5 +61,10 @@ def log(token, kind: LoggingMode, op: str, device, core, **values):
         return token
     names = tuple(values)
     return io_callback(
-        _emit(f"`{op}` -- {{fields}}.", names), _TOKEN, materialize(token), device, core,
-        *[jnp.asarray(v) for v in values.values()])
+        _emit(f"`{op}` -- {{fields}}.", names),
+        _TOKEN,
+        materialize(token),
+        device,
+        core,
+        *[jnp.asarray(v) for v in values.values()],
+    )

@@ -37,17 +37,14 @@ def _scalar_id(x):
     if not hasattr(x, "shape"):
         x = jnp.asarray(x)
     if x.shape != ():
-        raise ValueError(
-            f"expected a single semaphore, got a semaphore array of shape {x.shape};"
-            " index it first")
+        raise ValueError(f"expected a single semaphore, got a semaphore array of shape {x.shape}; index it first")
     return x
 
 
 _space = memory_spaces.code
 
 
-def begin(token, device, *, uid, num_devices, params: InterpretParams, allocations,
-          barrier, grid=None):
+def begin(token, device, *, uid, num_devices, params: InterpretParams, allocations, barrier, grid=None):
     """Joins the launch, makes its ``allocations`` (`launch_buffer` /
     `launch_semaphores`), with ``barrier`` waits for every device and with
     ``grid`` begins core 0's grid loop: one native call. ``(token, handle,
@@ -55,7 +52,12 @@ def begin(token, device, *, uid, num_devices, params: InterpretParams, allocatio
     allocations are logged as `allocate_buffer` logs them."""
     timeout = params.wait_timeout
     token, handle, results, step = ffi_ops.launch_begin(
-        token, device, allocations=allocations, barrier=barrier, grid=grid, uid=uid,
+        token,
+        device,
+        allocations=allocations,
+        barrier=barrier,
+        grid=grid,
+        uid=uid,
         num_devices=num_devices,
         num_cores=params.num_cores_per_device,
         dma_execution_mode=params.dma_execution_mode,
@@ -68,19 +70,26 @@ def begin(token, device, *, uid, num_devices, params: InterpretParams, allocatio
         trace_path=params.trace_path,
         report_as_warnings=reports.as_warnings(params.python_warnings),
         # None, inf, or more milliseconds than int64 holds: 0, no timeout.
-        wait_timeout_ms=(0 if timeout is None or not timeout * 1000 < 2**63
-                         else max(1, int(timeout * 1000))),
-        site=sites.current())
+        wait_timeout_ms=(0 if timeout is None or not timeout * 1000 < 2**63 else max(1, int(timeout * 1000))),
+        site=sites.current(),
+    )
     for a, r in zip(allocations, results):
         if isinstance(a, ffi_ops.LaunchBuffer):
-            token = _log_allocation(token, device, -1, a.space, r[0] if a.direct else r,
-                                    a.shape if a.logical_shape is None else a.logical_shape,
-                                    a.shape)
+            token = _log_allocation(
+                token,
+                device,
+                -1,
+                a.space,
+                r[0] if a.direct else r,
+                a.shape if a.logical_shape is None else a.logical_shape,
+                a.shape,
+            )
     return token, handle, results, step
 
 
-def launch_buffer(space, params: InterpretParams, *, init=None, shape=None, dtype=None,
-                  borrow=False, direct=False) -> ffi_ops.LaunchBuffer:
+def launch_buffer(
+    space, params: InterpretParams, *, init=None, shape=None, dtype=None, borrow=False, direct=False
+) -> ffi_ops.LaunchBuffer:
     """A buffer to allocate (in the launch's prologue, `begin`, on every
     core of the device, or by `allocate_buffer`): its content shape padded
     per `buffer_bounds`, and an ordinary buffer instead of a direct one when
@@ -92,8 +101,9 @@ def launch_buffer(space, params: InterpretParams, *, init=None, shape=None, dtyp
     content = _padded_shape(logical, dtype, space, params)
     if direct and content == logical:
         return ffi_ops.LaunchBuffer(space=space, dtype=dtype, shape=content, direct=True)
-    return ffi_ops.LaunchBuffer(space=space, dtype=dtype, shape=content, logical_shape=logical,
-                                init=init, borrow=borrow)
+    return ffi_ops.LaunchBuffer(
+        space=space, dtype=dtype, shape=content, logical_shape=logical, init=init, borrow=borrow
+    )
 
 
 def launch_semaphores(shape, *, kind) -> ffi_ops.LaunchSemaphores:
@@ -109,8 +119,14 @@ def end(token, handle, device, *, on_leak, keep_alive=(), outputs=()):
     # device's kernel_end hands them to mosaic_rt.ffi.reports before its
     # outputs are ready (a native sink, not a host callback in the program:
     # that would keep jax from caching it).
-    return ffi_ops.kernel_end(token, handle, device, keep_alive=keep_alive, outputs=outputs,
-                              leak_policy=None if on_leak == "ignore" else on_leak)
+    return ffi_ops.kernel_end(
+        token,
+        handle,
+        device,
+        keep_alive=keep_alive,
+        outputs=outputs,
+        leak_policy=None if on_leak == "ignore" else on_leak,
+    )
 
 
 def core_end(token, handle, device, core):
@@ -133,49 +149,83 @@ def _padded_shape(shape, dtype, space, params: InterpretParams):
     return tuple(padded_shape(tuple(shape), jnp.dtype(dtype)))
 
 
-def allocate_buffer(token, *, handle, device, core, space, params: InterpretParams,
-                    init=None, shape=None, dtype=None, borrow=False):
+def allocate_buffer(
+    token, *, handle, device, core, space, params: InterpretParams, init=None, shape=None, dtype=None, borrow=False
+):
     """``(token, id)`` of a buffer made as `launch_buffer` describes it, by
     an op of its own (a `run_scoped` allocation)."""
     b = launch_buffer(space, params, init=init, shape=shape, dtype=dtype, borrow=borrow)
     token, buf = ffi_ops.allocate_buffer(
-        token, handle, device, core, space=space, dtype=b.dtype, shape=b.shape,
-        logical_shape=b.logical_shape, init=b.init, borrow=b.borrow, site=sites.current())
-    token = _log_allocation(token, device, -1 if core is None else core, space, buf,
-                            b.logical_shape, b.shape)
+        token,
+        handle,
+        device,
+        core,
+        space=space,
+        dtype=b.dtype,
+        shape=b.shape,
+        logical_shape=b.logical_shape,
+        init=b.init,
+        borrow=b.borrow,
+        site=sites.current(),
+    )
+    token = _log_allocation(token, device, -1 if core is None else core, space, buf, b.logical_shape, b.shape)
     return token, buf
 
 
 def _log_allocation(token, device, core, space, buf, logical, content):
     if not lg.enabled(lg.SHARED_MEMORY):  # (before making the shape arrays)
         return token
-    return lg.log(token, lg.SHARED_MEMORY, "allocate_buffer", device, core,
-                  space=_space(space), buffer_id=buf,
-                  logical_shape=jnp.asarray(logical, jnp.int32),
-                  content_shape=jnp.asarray(content, jnp.int32))
+    return lg.log(
+        token,
+        lg.SHARED_MEMORY,
+        "allocate_buffer",
+        device,
+        core,
+        space=_space(space),
+        buffer_id=buf,
+        logical_shape=jnp.asarray(logical, jnp.int32),
+        content_shape=jnp.asarray(content, jnp.int32),
+    )
 
 
 def free_buffer(token, handle, device, core, space, buf):
     token = ffi_ops.free_buffer(token, handle, device, core, buf, space=space)
-    return lg.log(token, lg.SHARED_MEMORY, "deallocate_buffer", device, core,
-                  space=_space(space), buffer_id=buf)
+    return lg.log(token, lg.SHARED_MEMORY, "deallocate_buffer", device, core, space=_space(space), buffer_id=buf)
 
 
 def _log_access(token, op, device, core, space, buf, region):
     if not lg.enabled(lg.SHARED_MEMORY):
         return token
-    return lg.log(token, lg.SHARED_MEMORY, op, device, core, space=_space(space), buffer_id=buf,
-                  starts=region.start_vector() if region is not None else jnp.zeros((0,), jnp.int32),
-                  sizes=jnp.asarray(region.sizes if region is not None else (), jnp.int32))
+    return lg.log(
+        token,
+        lg.SHARED_MEMORY,
+        op,
+        device,
+        core,
+        space=_space(space),
+        buffer_id=buf,
+        starts=region.start_vector() if region is not None else jnp.zeros((0,), jnp.int32),
+        sizes=jnp.asarray(region.sizes if region is not None else (), jnp.int32),
+    )
 
 
 def load(token, handle, device, core, space, buf, region, aval, mask=None):
     """With ``mask`` (broadcast to ``aval``'s shape): a masked load."""
     if mask is not None:
         mask = jnp.broadcast_to(jnp.asarray(mask, jnp.bool_), aval.shape)
-    token, value = ffi_ops.load(token, handle, device, core, buf, region, space=space,
-                            shape=aval.shape, dtype=aval.dtype, mask=mask,
-                            site=sites.current())
+    token, value = ffi_ops.load(
+        token,
+        handle,
+        device,
+        core,
+        buf,
+        region,
+        space=space,
+        shape=aval.shape,
+        dtype=aval.dtype,
+        mask=mask,
+        site=sites.current(),
+    )
     return _log_access(token, "get_buffer_content", device, core, space, buf, region), value
 
 
@@ -186,8 +236,9 @@ def swap(token, handle, device, core, space, buf, region, value, mask, aval, *, 
         value = jnp.broadcast_to(value, aval.shape)
     if mask is not None:
         mask = jnp.broadcast_to(jnp.asarray(mask, jnp.bool_), aval.shape)
-    out = ffi_ops.swap(token, handle, device, core, buf, region, value, mask, space=space,
-                       old=old, site=sites.current())
+    out = ffi_ops.swap(
+        token, handle, device, core, buf, region, value, mask, space=space, old=old, site=sites.current()
+    )
     token, value = out if old else (out, aval)
     return _log_access(token, "swap_buffer_content", device, core, space, buf, region), value
 
@@ -195,30 +246,38 @@ def swap(token, handle, device, core, space, buf, region, value, mask, aval, *, 
 def fill(token, handle, device, core, space, buf, region, scalar, old_aval=None):
     """A swap of the rank-0 `scalar` broadcast over the region: (token,
     old), old None unless `old_aval` asks for the previous contents."""
-    out = ffi_ops.fill(token, handle, device, core, buf, region, scalar, space=space,
-                       old_shape=None if old_aval is None else old_aval.shape,
-                       site=sites.current())
+    out = ffi_ops.fill(
+        token,
+        handle,
+        device,
+        core,
+        buf,
+        region,
+        scalar,
+        space=space,
+        old_shape=None if old_aval is None else old_aval.shape,
+        site=sites.current(),
+    )
     token, old = (out, None) if old_aval is None else out
     return _log_access(token, "swap_buffer_content", device, core, space, buf, region), old
 
 
 def store(token, handle, device, core, space, buf, region, value):
-    token = ffi_ops.store(token, handle, device, core, buf, region, value, space=space,
-                      site=sites.current())
+    token = ffi_ops.store(token, handle, device, core, buf, region, value, space=space, site=sites.current())
     return _log_access(token, "store_buffer_content", device, core, space, buf, region)
 
 
 def allocate_semaphores(token, handle, device, core, shape, *, kind):
     count = math.prod(shape)
-    token, first = ffi_ops.allocate_semaphores(token, handle, device, core, kind=kind,
-                                           count=max(count, 1), site=sites.current())
+    token, first = ffi_ops.allocate_semaphores(
+        token, handle, device, core, kind=kind, count=max(count, 1), site=sites.current()
+    )
     ids = first if tuple(shape) == () else ffi_ops.iota_ids(first, shape)
     return token, ids
 
 
 def barrier_semaphore(token, handle, device, collective_id):
-    return ffi_ops.barrier_semaphore(token, handle, device, collective_id=collective_id,
-                                 site=sites.current())
+    return ffi_ops.barrier_semaphore(token, handle, device, collective_id=collective_id, site=sites.current())
 
 
 def signal_wraps_target(device, core) -> bool:
@@ -230,42 +289,86 @@ def signal_wraps_target(device, core) -> bool:
     return not static and not lg.enabled(lg.SEMAPHORE)
 
 
-def semaphore_signal(token, handle, device, core, sem, inc, target_device, target_core, *,
-                     wrap_negative: bool = False):
-    token = ffi_ops.semaphore_signal(token, handle, device, core, _scalar_id(sem), inc,
-                                     target_device=target_device, target_core=target_core,
-                                     wrap_negative=wrap_negative, site=sites.current())
-    return lg.log(token, lg.SEMAPHORE, "signal", device, core, semaphore=_scalar_id(sem),
-                  inc=inc, target_device=-1 if target_device is None else target_device,
-                  target_core=-1 if target_core is None else target_core)
+def semaphore_signal(token, handle, device, core, sem, inc, target_device, target_core, *, wrap_negative: bool = False):
+    token = ffi_ops.semaphore_signal(
+        token,
+        handle,
+        device,
+        core,
+        _scalar_id(sem),
+        inc,
+        target_device=target_device,
+        target_core=target_core,
+        wrap_negative=wrap_negative,
+        site=sites.current(),
+    )
+    return lg.log(
+        token,
+        lg.SEMAPHORE,
+        "signal",
+        device,
+        core,
+        semaphore=_scalar_id(sem),
+        inc=inc,
+        target_device=-1 if target_device is None else target_device,
+        target_core=-1 if target_core is None else target_core,
+    )
 
 
 def semaphore_wait(token, handle, device, core, sem, value, *, decrement: bool = True):
-    token = ffi_ops.semaphore_wait(token, handle, device, core, _scalar_id(sem), value,
-                               decrement=decrement, site=sites.current())
+    token = ffi_ops.semaphore_wait(
+        token, handle, device, core, _scalar_id(sem), value, decrement=decrement, site=sites.current()
+    )
     extra = {} if decrement else {"decrement": 0}
-    return lg.log(token, lg.SEMAPHORE, "wait", device, core, semaphore=_scalar_id(sem),
-                  value=value, **extra)
+    return lg.log(token, lg.SEMAPHORE, "wait", device, core, semaphore=_scalar_id(sem), value=value, **extra)
 
 
 def semaphore_read(token, handle, device, core, sem):
-    return ffi_ops.semaphore_read(token, handle, device, core, _scalar_id(sem),
-                              site=sites.current())
+    return ffi_ops.semaphore_read(token, handle, device, core, _scalar_id(sem), site=sites.current())
 
 
-def dma_start(token, handle, device, core, *, src_space, src, src_region, dst_space,
-              dst, dst_region, dst_sem, src_sem, dst_device, dst_core=None, then_wait=()):
+def dma_start(
+    token,
+    handle,
+    device,
+    core,
+    *,
+    src_space,
+    src,
+    src_region,
+    dst_space,
+    dst,
+    dst_region,
+    dst_sem,
+    src_sem,
+    dst_device,
+    dst_core=None,
+    then_wait=(),
+):
     return ffi_ops.dma_start(
-        token, handle, device, core, src, src_region, dst, dst_region,
-        _scalar_id(dst_sem), src_space=src_space, dst_space=dst_space,
+        token,
+        handle,
+        device,
+        core,
+        src,
+        src_region,
+        dst,
+        dst_region,
+        _scalar_id(dst_sem),
+        src_space=src_space,
+        dst_space=dst_space,
         src_sem=None if src_sem is None else _scalar_id(src_sem),
-        dst_device=dst_device, dst_core=dst_core, then_wait=_waits(then_wait),
-        site=sites.current())
+        dst_device=dst_device,
+        dst_core=dst_core,
+        then_wait=_waits(then_wait),
+        site=sites.current(),
+    )
 
 
 def dma_wait(token, handle, device, core, sem, nbytes, then_wait=()):
-    return ffi_ops.dma_wait(token, handle, device, core, _scalar_id(sem), nbytes=nbytes,
-                            then_wait=_waits(then_wait), site=sites.current())
+    return ffi_ops.dma_wait(
+        token, handle, device, core, _scalar_id(sem), nbytes=nbytes, then_wait=_waits(then_wait), site=sites.current()
+    )
 
 
 def _waits(waits):
@@ -273,40 +376,89 @@ def _waits(waits):
     return [(_scalar_id(sem), nbytes, site) for sem, nbytes, site in waits]
 
 
-def _copy_block(token, handle, device, core, src, src_region, dst, dst_region, *,
-                src_space, dst_space, direction, name, block_indices, grid_point):
+def _copy_block(
+    token,
+    handle,
+    device,
+    core,
+    src,
+    src_region,
+    dst,
+    dst_region,
+    *,
+    src_space,
+    dst_space,
+    direction,
+    name,
+    block_indices,
+    grid_point,
+):
     if lg.enabled(lg.SHARED_MEMORY):
-        token = _log_access(token, "get_buffer_content", device, core, src_space, src,
-                            src_region)
-        token = _log_access(token, "store_buffer_content", device, core, dst_space, dst,
-                            dst_region)
+        token = _log_access(token, "get_buffer_content", device, core, src_space, src, src_region)
+        token = _log_access(token, "store_buffer_content", device, core, dst_space, dst, dst_region)
     return ffi_ops.copy_block(
-        token, handle, device, core, src, src_region, dst, dst_region,
-        src_space=src_space, dst_space=dst_space, direction=direction, name=name,
-        block_indices=block_indices, grid_point=grid_point, site=sites.current())
+        token,
+        handle,
+        device,
+        core,
+        src,
+        src_region,
+        dst,
+        dst_region,
+        src_space=src_space,
+        dst_space=dst_space,
+        direction=direction,
+        name=name,
+        block_indices=block_indices,
+        grid_point=grid_point,
+        site=sites.current(),
+    )
 
 
-def copy_block_in(token, *, handle, device, core, src, src_region, dst_space, dst,
-                  name, block_indices, grid_point):
+def copy_block_in(token, *, handle, device, core, src, src_region, dst_space, dst, name, block_indices, grid_point):
     """Copies one input block from its HBM buffer into the kernel's buffer."""
-    return _copy_block(token, handle, device, core, src, src_region, dst, None,
-                       src_space="hbm", dst_space=dst_space, direction="input",
-                       name=name, block_indices=block_indices, grid_point=grid_point)
+    return _copy_block(
+        token,
+        handle,
+        device,
+        core,
+        src,
+        src_region,
+        dst,
+        None,
+        src_space="hbm",
+        dst_space=dst_space,
+        direction="input",
+        name=name,
+        block_indices=block_indices,
+        grid_point=grid_point,
+    )
 
 
-def copy_block_out(token, *, handle, device, core, src_space, src, dst, dst_region,
-                   name, block_indices, grid_point):
+def copy_block_out(token, *, handle, device, core, src_space, src, dst, dst_region, name, block_indices, grid_point):
     """Copies the kernel's output buffer into its block of the HBM output."""
-    return _copy_block(token, handle, device, core, src, None, dst, dst_region,
-                       src_space=src_space, dst_space="hbm", direction="output",
-                       name=name, block_indices=block_indices, grid_point=grid_point)
+    return _copy_block(
+        token,
+        handle,
+        device,
+        core,
+        src,
+        None,
+        dst,
+        dst_region,
+        src_space=src_space,
+        dst_space="hbm",
+        direction="output",
+        name=name,
+        block_indices=block_indices,
+        grid_point=grid_point,
+    )
 
 
 def check_revisit(token, handle, device, core, loop_idx, regions):
     """Fails if an output block is written again after the core moved on
     (`regions[i]` is None for outputs that are not tracked)."""
-    return ffi_ops.check_revisit(token, handle, device, core, loop_idx, regions,
-                                 site=sites.current())
+    return ffi_ops.check_revisit(token, handle, device, core, loop_idx, regions, site=sites.current())
 
 
 def prng_seed(token, handle, device, core, seeds):
@@ -314,8 +466,7 @@ def prng_seed(token, handle, device, core, seeds):
 
 
 def prng_random_bits(token, handle, device, core, aval):
-    return ffi_ops.prng_random_bits(token, handle, device, core, shape=aval.shape,
-                                    dtype=aval.dtype)
+    return ffi_ops.prng_random_bits(token, handle, device, core, shape=aval.shape, dtype=aval.dtype)
 
 
 GridBlock = ffi_ops.GridBlock
@@ -331,5 +482,4 @@ def grid_copy_in(token, handle, device, core, indices):
 
 
 def grid_copy_out(token, handle, device, core, indices, next_indices, *, ndim):
-    return ffi_ops.grid_copy_out(token, handle, device, core, indices, next_indices,
-                                 ndim=ndim, site=sites.current())
+    return ffi_ops.grid_copy_out(token, handle, device, core, indices, next_indices, ndim=ndim, site=sites.current())

@@ -11,7 +11,6 @@ from __future__ import annotations
 from mosaic_rt.ffi.ops import TracedRegion
 from mosaic_rt.jax_internals import ANNOTATION_TRANSFORMS, NDIndexer, Slice
 
-
 FULL = TracedRegion()
 
 
@@ -20,8 +19,8 @@ def _static_int(x, what: str) -> int:
         return int(x)
     except TypeError:
         raise NotImplementedError(
-            f"dynamic slice {what} is not supported (sizes and strides of ref"
-            " slices must be static)") from None
+            f"dynamic slice {what} is not supported (sizes and strides of ref slices must be static)"
+        ) from None
 
 
 def _dims_of(indexer: NDIndexer):
@@ -30,8 +29,7 @@ def _dims_of(indexer: NDIndexer):
     dims = []
     for idx in indexer.indices:
         if isinstance(idx, Slice):
-            dims.append((idx.start, _static_int(idx.size, "size"),
-                         _static_int(idx.stride, "stride"), False))
+            dims.append((idx.start, _static_int(idx.size, "size"), _static_int(idx.stride, "stride"), False))
         else:
             if getattr(idx, "shape", ()) != ():
                 raise ValueError("Advanced indexers are not supported on TPU")
@@ -69,9 +67,7 @@ def to_region(transforms) -> TracedRegion:
         if t is None or isinstance(t, ANNOTATION_TRANSFORMS):
             continue
         if not isinstance(t, NDIndexer):
-            raise NotImplementedError(
-                f"ref transform {type(t).__name__} is not supported by TPU"
-                " interpret mode")
+            raise NotImplementedError(f"ref transform {type(t).__name__} is not supported by TPU interpret mode")
         dims = _compose(dims, _dims_of(t))
     if not dims:
         return FULL

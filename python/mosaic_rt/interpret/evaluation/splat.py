@@ -37,8 +37,11 @@ class BlockStores:
             operand, out = eqn.invars[0], eqn.outvars[0]
             if eqn.primitive is lax.broadcast_in_dim_p and operand.aval.shape == ():
                 sources[out] = operand
-            elif (eqn.primitive is lax.convert_element_type_p and operand in sources
-                    and operand.aval.dtype == out.aval.dtype):
+            elif (
+                eqn.primitive is lax.convert_element_type_p
+                and operand in sources
+                and operand.aval.dtype == out.aval.dtype
+            ):
                 sources[out] = sources[operand]
         used.update(v for v in self._jaxpr.outvars if not isinstance(v, jx.Literal))
         return sources, used

@@ -17,15 +17,21 @@ import jax.numpy as jnp
 
 from mosaic_rt.interpret.evaluation.regions import TracedRegion, to_region
 from mosaic_rt.jax_internals import (
-    ANNOTATION_TRANSFORMS, BitcastTransform, NDIndexer, ReshapeTransform, Slice,
-    TransposeTransform, bitcast_array, transform_type)
+    ANNOTATION_TRANSFORMS,
+    BitcastTransform,
+    NDIndexer,
+    ReshapeTransform,
+    Slice,
+    TransposeTransform,
+    bitcast_array,
+    transform_type,
+)
 
 
 def split(transforms, ref_aval) -> tuple[TracedRegion, tuple, object]:
     """(native region of the leading indexers, the remaining transforms, the
     aval of the leading region's value)."""
-    transforms = tuple(t for t in (transforms or ())
-                       if t is not None and not isinstance(t, ANNOTATION_TRANSFORMS))
+    transforms = tuple(t for t in (transforms or ()) if t is not None and not isinstance(t, ANNOTATION_TRANSFORMS))
     k = 0
     while k < len(transforms) and isinstance(transforms[k], NDIndexer):
         k += 1
@@ -60,8 +66,7 @@ def _apply(x, t):
         return x.reshape(t.shape)
     if isinstance(t, TransposeTransform):
         return jnp.transpose(x, t.permutation)
-    raise NotImplementedError(
-        f"ref transform {type(t).__name__} is not supported by TPU interpret mode")
+    raise NotImplementedError(f"ref transform {type(t).__name__} is not supported by TPU interpret mode")
 
 
 def _put_back(x, t, y):
@@ -80,8 +85,7 @@ def _put_back(x, t, y):
         for position, axis in enumerate(t.permutation):
             inverse[axis] = position
         return jnp.transpose(y, inverse)
-    raise NotImplementedError(
-        f"ref transform {type(t).__name__} is not supported by TPU interpret mode")
+    raise NotImplementedError(f"ref transform {type(t).__name__} is not supported by TPU interpret mode")
 
 
 def read(x, transforms):

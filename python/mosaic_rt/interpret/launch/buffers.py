@@ -37,11 +37,11 @@ class BlockOperands:
     """The pallas_call's BlockSpec operands, inputs then outputs: what the
     grid loop copies between HBM and the kernel's buffers."""
 
-    mappings: tuple      # their BlockMappings
-    shapes: list         # block shapes
-    squeezed: list       # per block dim: squeezed out of the kernel's view?
-    spaces: list         # the kernel-side memory space (ANY is HBM)
-    in_names: list       # argument names, for errors naming a block
+    mappings: tuple  # their BlockMappings
+    shapes: list  # block shapes
+    squeezed: list  # per block dim: squeezed out of the kernel's view?
+    spaces: list  # the kernel-side memory space (ANY is HBM)
+    in_names: list  # argument names, for errors naming a block
     out_names: list
     n_in: int
     n_out: int
@@ -51,24 +51,24 @@ class BlockOperands:
         mappings = grid_mapping.block_mappings
         n_in, n_out = grid_mapping.num_inputs, grid_mapping.num_outputs
         if jaxpr.debug_info.arg_names is not None:
-            in_names, out_names = jx.split_list(
-                list(jaxpr.debug_info.arg_names[grid_mapping.slice_block_ops]), [n_in])
+            in_names, out_names = jx.split_list(list(jaxpr.debug_info.arg_names[grid_mapping.slice_block_ops]), [n_in])
         else:
             in_names, out_names = ["unknown"] * n_in, ["unknown"] * n_out
         return cls(
             mappings=mappings,
             shapes=[jx.block_shape(bm) for bm in mappings],
-            squeezed=[tuple(isinstance(b, pallas_core.Squeezed) for b in bm.block_shape)
-                      for bm in mappings],
-            spaces=[forward_any_to_hbm(bm.transformed_block_aval.memory_space)
-                    for bm in mappings],
-            in_names=in_names, out_names=out_names, n_in=n_in, n_out=n_out)
+            squeezed=[tuple(isinstance(b, pallas_core.Squeezed) for b in bm.block_shape) for bm in mappings],
+            spaces=[forward_any_to_hbm(bm.transformed_block_aval.memory_space) for bm in mappings],
+            in_names=in_names,
+            out_names=out_names,
+            n_in=n_in,
+            n_out=n_out,
+        )
 
     def check_hbm_blocks(self, jaxpr: jx.Jaxpr, grid_mapping: jx.GridMapping):
         """A block operand left in HBM is not copied, so its block must be
         the whole operand (stock's error otherwise)."""
-        in_vars, out_vars = jx.split_list(jaxpr.invars[grid_mapping.slice_block_ops],
-                                          [self.n_in])
+        in_vars, out_vars = jx.split_list(jaxpr.invars[grid_mapping.slice_block_ops], [self.n_in])
         for j, var in enumerate(in_vars):
             if self.spaces[j] is _HBM and var.aval.shape != self.shapes[j]:
                 raise ValueError(f"Kernel input {j} in HBM but does not have trivial BlockSpec.")
@@ -84,42 +84,47 @@ class LaunchBuffers:
     it, every id (and `direct` entry) is the index of its allocation in the
     prologue instead; `resolved` puts in the allocations' results."""
 
-    input_ids: list       # HBM buffer of each input
-    output_ids: list      # HBM buffer of each output
-    output_avals: list    # each output as the pallas_call returns it
-    out_alias: dict       # output index -> the input it aliases
-    scalar_ids: list      # SMEM buffer of each scalar-prefetch operand
-    kernel_args: list     # the kernel jaxpr's arguments (scalars, blocks, scratch)
-    kernel_in_ids: list   # the kernel's buffer of each input block
+    input_ids: list  # HBM buffer of each input
+    output_ids: list  # HBM buffer of each output
+    output_avals: list  # each output as the pallas_call returns it
+    out_alias: dict  # output index -> the input it aliases
+    scalar_ids: list  # SMEM buffer of each scalar-prefetch operand
+    kernel_args: list  # the kernel jaxpr's arguments (scalars, blocks, scratch)
+    kernel_in_ids: list  # the kernel's buffer of each input block
     kernel_out_ids: list  # the kernel's buffer of each output block
-    borrowed: list        # inputs whose HBM buffer borrows their memory (kept alive to kernel_end)
-    direct: list          # per output: XLA's buffer it is written in (to kernel_end), or None
+    borrowed: list  # inputs whose HBM buffer borrows their memory (kept alive to kernel_end)
+    direct: list  # per output: XLA's buffer it is written in (to kernel_end), or None
 
     def resolved(self, id_of) -> "LaunchBuffers":
         """The buffers with ``id_of(k)`` (see `prologue_ids`) in place of
         allocation indices ``k``."""
         ids = functools.partial(map, id_of)
         return dataclasses.replace(
-            self, input_ids=list(ids(self.input_ids)), output_ids=list(ids(self.output_ids)),
-            scalar_ids=list(ids(self.scalar_ids)), kernel_args=list(ids(self.kernel_args)),
+            self,
+            input_ids=list(ids(self.input_ids)),
+            output_ids=list(ids(self.output_ids)),
+            scalar_ids=list(ids(self.scalar_ids)),
+            kernel_args=list(ids(self.kernel_args)),
             kernel_in_ids=list(ids(self.kernel_in_ids)),
             kernel_out_ids=list(ids(self.kernel_out_ids)),
-            direct=[None if k is None else id_of(k, out=True) for k in self.direct])
+            direct=[None if k is None else id_of(k, out=True) for k in self.direct],
+        )
 
 
 def prologue_ids(allocations, results):
     """``id_of(k, out=False)``: the id of allocation ``k`` from the
     prologue's ``results`` (`native_calls.begin`); with ``out`` a direct
     buffer's XLA output instead."""
+
     def id_of(k, out=False):
         if getattr(allocations[k], "direct", False):
             return results[k][1 if out else 0]
         return results[k]
+
     return id_of
 
 
-def plan(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, inputs,
-         input_output_aliases):
+def plan(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, inputs, input_output_aliases):
     """``(allocations, LaunchBuffers)``: every buffer of the launch (see the
     module doc), as the prologue allocates them in order, and the launch's
     buffers by allocation index (see `LaunchBuffers.resolved`)."""
@@ -129,27 +134,34 @@ def plan(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, inputs,
         allocations.append(native_calls.launch_buffer(space, ctx.params, **kw))
         return len(allocations) - 1
 
-    inputs = [jx.pad_to_block_dimension(a, bs, ctx.params.uninitialized_memory)
-              for a, bs in zip(inputs, blocks.shapes[:blocks.n_in])]
+    inputs = [
+        jx.pad_to_block_dimension(a, bs, ctx.params.uninitialized_memory)
+        for a, bs in zip(inputs, blocks.shapes[: blocks.n_in])
+    ]
     out_alias = {o: i - len(scalars) for i, o in input_output_aliases}
     if any(i < 0 for i in out_alias.values()):
-        raise ValueError("Aliasing of scalar prefetch arguments is not currently "
-                         "supported in TPU interpret mode.")
+        raise ValueError("Aliasing of scalar prefetch arguments is not currently supported in TPU interpret mode.")
     borrow = _borrowable_inputs(ctx, jaxpr, blocks, set(out_alias.values()))
     input_ids = [alloc(space_code(_HBM), init=a, borrow=b) for a, b in zip(inputs, borrow)]
     borrowed = [a for a, b in zip(inputs, borrow) if b]
-    output_ids, output_avals, direct = _plan_outputs(alloc, allocations, ctx, blocks, inputs,
-                                                     input_ids, out_alias)
+    output_ids, output_avals, direct = _plan_outputs(alloc, allocations, ctx, blocks, inputs, input_ids, out_alias)
     scalar_ids = [alloc(space_code(_SMEM), init=s) for s in scalars]
-    kernel_args = _plan_kernel_args(alloc, allocations, ctx, jaxpr, blocks, input_ids,
-                                    output_ids, scalar_ids)
+    kernel_args = _plan_kernel_args(alloc, allocations, ctx, jaxpr, blocks, input_ids, output_ids, scalar_ids)
     _, kernel_in_ids, kernel_out_ids, _ = jx.split_list(
-        kernel_args, [ctx.grid_mapping.num_index_operands, blocks.n_in, blocks.n_out])
+        kernel_args, [ctx.grid_mapping.num_index_operands, blocks.n_in, blocks.n_out]
+    )
     return allocations, LaunchBuffers(
-        input_ids=input_ids, output_ids=output_ids, output_avals=output_avals,
-        out_alias=out_alias, scalar_ids=scalar_ids, kernel_args=kernel_args,
-        kernel_in_ids=kernel_in_ids, kernel_out_ids=kernel_out_ids, borrowed=borrowed,
-        direct=direct)
+        input_ids=input_ids,
+        output_ids=output_ids,
+        output_avals=output_avals,
+        out_alias=out_alias,
+        scalar_ids=scalar_ids,
+        kernel_args=kernel_args,
+        kernel_in_ids=kernel_in_ids,
+        kernel_out_ids=kernel_out_ids,
+        borrowed=borrowed,
+        direct=direct,
+    )
 
 
 def _borrowable_inputs(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, aliased) -> list[bool]:
@@ -160,10 +172,9 @@ def _borrowable_inputs(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, aliased
     (their grid loops run on private XLA clients)."""
     if ctx.params.num_cores_per_device > 1:
         return [False] * blocks.n_in
-    in_vars = jaxpr.invars[ctx.grid_mapping.num_index_operands:][:blocks.n_in]
+    in_vars = jaxpr.invars[ctx.grid_mapping.num_index_operands :][: blocks.n_in]
     unwritten = input_writes.never_written(jaxpr, in_vars)
-    return [j not in aliased and (blocks.spaces[j] is not _HBM or unwritten[j])
-            for j in range(blocks.n_in)]
+    return [j not in aliased and (blocks.spaces[j] is not _HBM or unwritten[j]) for j in range(blocks.n_in)]
 
 
 def _plan_outputs(alloc, allocations, ctx: Ctx, blocks, inputs, input_ids, out_alias):
@@ -199,28 +210,28 @@ def _direct_output_ok(ctx: Ctx, aval) -> bool:
     may still write after this device left; several cores run their grid
     loops on private XLA clients). Not for empty outputs (no memory) or
     sub-byte dtypes (XLA packs them, simulated memory does not)."""
-    return (ctx.num_devices == 1 and ctx.params.num_cores_per_device == 1
-            and math.prod(aval.shape) > 0
-            and jax.dtypes.itemsize_bits(aval.dtype) == 8 * jnp.dtype(aval.dtype).itemsize)
+    return (
+        ctx.num_devices == 1
+        and ctx.params.num_cores_per_device == 1
+        and math.prod(aval.shape) > 0
+        and jax.dtypes.itemsize_bits(aval.dtype) == 8 * jnp.dtype(aval.dtype).itemsize
+    )
 
 
-def _plan_kernel_args(alloc, allocations, ctx, jaxpr, blocks, input_ids, output_ids,
-                      scalar_ids):
+def _plan_kernel_args(alloc, allocations, ctx, jaxpr, blocks, input_ids, output_ids, scalar_ids):
     """The kernel jaxpr's arguments: scalar-prefetch buffers, then per block
     operand and scratch operand a buffer (or semaphore ids) of its own."""
     kernel_args = list(scalar_ids)
     n_in, n_out = blocks.n_in, blocks.n_out
-    for i, var in enumerate(jaxpr.invars[ctx.grid_mapping.num_index_operands:]):
+    for i, var in enumerate(jaxpr.invars[ctx.grid_mapping.num_index_operands :]):
         out_j = i - n_in
         is_in, is_out = i < n_in, 0 <= out_j < n_out
         space = blocks.spaces[i] if is_in or is_out else forward_any_to_hbm(var.aval.memory_space)
         if space is _SEMAPHORE:
-            allocations.append(native_calls.launch_semaphores(
-                var.aval.shape, kind=semaphore_kind(var.aval)))
+            allocations.append(native_calls.launch_semaphores(var.aval.shape, kind=semaphore_kind(var.aval)))
             kernel_args.append(len(allocations) - 1)
         elif space is _HBM:
             kernel_args.append(input_ids[i] if is_in else output_ids[out_j])
         else:
-            kernel_args.append(alloc(space_code(space), shape=var.aval.shape,
-                                     dtype=var.aval.dtype))
+            kernel_args.append(alloc(space_code(space), shape=var.aval.shape, dtype=var.aval.dtype))
     return kernel_args

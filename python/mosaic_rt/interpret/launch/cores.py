@@ -85,8 +85,8 @@ def _lowered_core_program(jaxpr, const_types):
 def _run_core(jaxpr, const_types, consts, core: int, slot: int, slots: int):
     # The jaxpr itself is the key: it stays alive as long as its entry.
     loaded, device = _CLIENT.program(
-        (jaxpr, const_types), lambda: _lowered_core_program(jaxpr, const_types),
-        slot, slots)
+        (jaxpr, const_types), lambda: _lowered_core_program(jaxpr, const_types), slot, slots
+    )
     args = [jax.device_put(np.int32(core), device)]
     args += [jax.device_put(c, device) for c in consts]
     jax.block_until_ready(jx.execute_on_client(loaded, args))
@@ -96,11 +96,11 @@ def _run_all(jaxpr, num_cores, num_devices, token, device, *consts):
     consts = [np.asarray(c) for c in consts]
     first = int(device) * num_cores  # this device's cores among the launch's
     const_types = tuple((tuple(c.shape), np.dtype(c.dtype)) for c in consts)
-    with futures.ThreadPoolExecutor(max_workers=num_cores,
-                                    thread_name_prefix="mosaic_rt-core") as pool:
-        runs = [pool.submit(_run_core, jaxpr, const_types, consts, i, first + i,
-                            num_cores * num_devices)
-                for i in range(num_cores)]
+    with futures.ThreadPoolExecutor(max_workers=num_cores, thread_name_prefix="mosaic_rt-core") as pool:
+        runs = [
+            pool.submit(_run_core, jaxpr, const_types, consts, i, first + i, num_cores * num_devices)
+            for i in range(num_cores)
+        ]
         errors = []
         for run in runs:
             try:
@@ -123,10 +123,10 @@ def _prefetch(jaxpr, const_types, slots: int) -> None:
     caller's own program is still being lowered and compiled, so the first
     launch finds it ready (XLA compiles with the GIL released). Failures are
     left for the launch itself to raise, where they belong."""
+
     def compile_for(slot):
         try:
-            _CLIENT.program((jaxpr, const_types),
-                            lambda: _lowered_core_program(jaxpr, const_types), slot, slots)
+            _CLIENT.program((jaxpr, const_types), lambda: _lowered_core_program(jaxpr, const_types), slot, slots)
         except Exception:  # noqa: BLE001 - the launch compiles again and reports
             pass
 
@@ -137,12 +137,10 @@ def _prefetch(jaxpr, const_types, slots: int) -> None:
 def run_cores_concurrently(run_core, num_cores: int, token, *, device, num_devices: int):
     """Emits a launch of `run_core(core, token)` on `num_cores` threads of
     logical device `device` (traced) of `num_devices`."""
-    closed = jax.make_jaxpr(
-        lambda core: materialize(run_core(core, jnp.zeros((), jnp.int32))))(
-        jnp.int32(0))
+    closed = jax.make_jaxpr(lambda core: materialize(run_core(core, jnp.zeros((), jnp.int32))))(jnp.int32(0))
     jaxpr, consts = jx.closed_jaxpr_parts(closed)
     const_types = tuple((tuple(c.shape), np.dtype(c.dtype)) for c in consts)
     _prefetch(jaxpr, const_types, num_cores * num_devices)
     return jx.io_callback(
-        functools.partial(_run_all, jaxpr, num_cores, num_devices), _TOKEN, materialize(token),
-        device, *consts)
+        functools.partial(_run_all, jaxpr, num_cores, num_devices), _TOKEN, materialize(token), device, *consts
+    )

@@ -39,6 +39,7 @@ def _settled(branch):
     """A `lax.cond` branch on the token whose ops are emitted inside it."""
     return lambda token: materialize(branch(token))
 
+
 _HBM = jx.MemorySpace.HBM
 pallas_core = jx.pallas_core
 _TOKEN = jax.ShapeDtypeStruct((), jnp.int32)
@@ -49,27 +50,27 @@ class NativePlan:
     """What `grid_begin` is given: the static visiting order, each core's
     share of the iterations, and the blocks it copies."""
 
-    order: tuple            # per grid dim its visiting order (empty: identity)
-    grid: tuple             # per dim its size: an int, or a traced bound
-    num_iterations: int     # 0 when the grid has a dynamic bound
-    iters_per_core: int     # 0 when the grid has a dynamic bound
-    parallel_subgrid: int   # the product of the parallel dims (static)
+    order: tuple  # per grid dim its visiting order (empty: identity)
+    grid: tuple  # per dim its size: an int, or a traced bound
+    num_iterations: int  # 0 when the grid has a dynamic bound
+    iters_per_core: int  # 0 when the grid has a dynamic bound
+    parallel_subgrid: int  # the product of the parallel dims (static)
     cores: int
-    tracked: list           # block operands (inputs first) not in HBM: copied
-    blocks: list            # a native_calls.GridBlock per tracked operand
-    revisit: list           # per output: its index in `blocks` if revisits fail, else -1
-    n_tracked_in: int       # how many of `blocks` are inputs
+    tracked: list  # block operands (inputs first) not in HBM: copied
+    blocks: list  # a native_calls.GridBlock per tracked operand
+    revisit: list  # per output: its index in `blocks` if revisits fail, else -1
+    n_tracked_in: int  # how many of `blocks` are inputs
 
 
 @dataclasses.dataclass(frozen=True)
 class GridLoop:
     """One launch's grid loop, as every core of the device runs it."""
 
-    ctx: Ctx                # the launch's; `core` is set per core
-    jaxpr: jx.Jaxpr         # the kernel body
-    grid: tuple             # static ints, or traced bounds
-    randomized: Any         # per grid dim its visiting order
-    num_iterations: Any     # int or traced
+    ctx: Ctx  # the launch's; `core` is set per core
+    jaxpr: jx.Jaxpr  # the kernel body
+    grid: tuple  # static ints, or traced bounds
+    randomized: Any  # per grid dim its visiting order
+    num_iterations: Any  # int or traced
     iters_per_core: Any
     cores: int
     blocks: BlockOperands
@@ -77,8 +78,7 @@ class GridLoop:
     native: NativePlan | None  # None: the bookkeeping is XLA
 
 
-def plan(ctx: Ctx, jaxpr: jx.Jaxpr, grid, blocks: BlockOperands,
-         buffers: LaunchBuffers) -> GridLoop:
+def plan(ctx: Ctx, jaxpr: jx.Jaxpr, grid, blocks: BlockOperands, buffers: LaunchBuffers) -> GridLoop:
     """The grid loop of a launch: its visiting order, how the iterations are
     split between the cores (stock's split), native or XLA bookkeeping."""
     params, mosaic_params = ctx.params, ctx.mosaic_params
@@ -96,14 +96,20 @@ def plan(ctx: Ctx, jaxpr: jx.Jaxpr, grid, blocks: BlockOperands,
     cores = params.num_cores_per_device
     iters_per_core = ((subgrid + cores - 1) // cores) * (num_iterations // subgrid)
     return GridLoop(
-        ctx=ctx, jaxpr=jaxpr, grid=grid, randomized=randomized,
-        num_iterations=num_iterations, iters_per_core=iters_per_core, cores=cores,
-        blocks=blocks, buffers=buffers,
-        native=_native_plan(grid, randomized, subgrid, cores, blocks, buffers))
+        ctx=ctx,
+        jaxpr=jaxpr,
+        grid=grid,
+        randomized=randomized,
+        num_iterations=num_iterations,
+        iters_per_core=iters_per_core,
+        cores=cores,
+        blocks=blocks,
+        buffers=buffers,
+        native=_native_plan(grid, randomized, subgrid, cores, blocks, buffers),
+    )
 
 
-def _native_plan(grid, randomized, subgrid, cores, blocks: BlockOperands,
-                 buffers: LaunchBuffers) -> NativePlan | None:
+def _native_plan(grid, randomized, subgrid, cores, blocks: BlockOperands, buffers: LaunchBuffers) -> NativePlan | None:
     """The native loop's plan, or None when the bookkeeping must be XLA
     (a traced visiting order, an empty static grid, memory logging).
     Dynamic bounds (of dims in the identity order) are native-loop
@@ -111,34 +117,45 @@ def _native_plan(grid, randomized, subgrid, cores, blocks: BlockOperands,
     order = static_order(randomized)
     static_grid = all(isinstance(g, (int, np.integer)) for g in grid)
     n_static = math.prod(int(g) for g in grid) if static_grid else 0
-    if (order is None or (static_grid and n_static <= 0)
-            or not isinstance(subgrid, (int, np.integer))
-            or logging_ops.enabled(logging_ops.SHARED_MEMORY)):
+    if (
+        order is None
+        or (static_grid and n_static <= 0)
+        or not isinstance(subgrid, (int, np.integer))
+        or logging_ops.enabled(logging_ops.SHARED_MEMORY)
+    ):
         return None
     sub = int(subgrid)
     n_in, n_out = blocks.n_in, blocks.n_out
     tracked = [k for k in range(n_in + n_out) if blocks.spaces[k] is not _HBM]
-    grid_blocks = [native_calls.GridBlock(
-        output=k >= n_in, space=space_code(blocks.spaces[k]),
-        hbm_id=buffers.input_ids[k] if k < n_in else buffers.output_ids[k - n_in],
-        kernel_id=(buffers.kernel_in_ids[k] if k < n_in
-                   else buffers.kernel_out_ids[k - n_in]),
-        sizes=tuple(int(x) for x in blocks.shapes[k]), squeezed=blocks.squeezed[k],
-        factors=_block_factors(blocks.mappings[k]),
-        name=blocks.in_names[k] if k < n_in else blocks.out_names[k - n_in])
-        for k in tracked]
+    grid_blocks = [
+        native_calls.GridBlock(
+            output=k >= n_in,
+            space=space_code(blocks.spaces[k]),
+            hbm_id=buffers.input_ids[k] if k < n_in else buffers.output_ids[k - n_in],
+            kernel_id=(buffers.kernel_in_ids[k] if k < n_in else buffers.kernel_out_ids[k - n_in]),
+            sizes=tuple(int(x) for x in blocks.shapes[k]),
+            squeezed=blocks.squeezed[k],
+            factors=_block_factors(blocks.mappings[k]),
+            name=blocks.in_names[k] if k < n_in else blocks.out_names[k - n_in],
+        )
+        for k in tracked
+    ]
     # An output aliased to an input is not checked for revisits.
-    revisit = [tracked.index(n_in + j)
-               if (n_in + j in tracked and j not in buffers.out_alias) else -1
-               for j in range(n_out)]
+    revisit = [
+        tracked.index(n_in + j) if (n_in + j in tracked and j not in buffers.out_alias) else -1 for j in range(n_out)
+    ]
     return NativePlan(
-        order=order, grid=tuple(int(g) if isinstance(g, (int, np.integer)) else g
-                                for g in grid),
+        order=order,
+        grid=tuple(int(g) if isinstance(g, (int, np.integer)) else g for g in grid),
         num_iterations=n_static,
         iters_per_core=((sub + cores - 1) // cores) * (n_static // sub),
-        parallel_subgrid=sub, cores=cores,
-        tracked=tracked, blocks=grid_blocks, revisit=revisit,
-        n_tracked_in=sum(1 for k in tracked if k < n_in))
+        parallel_subgrid=sub,
+        cores=cores,
+        tracked=tracked,
+        blocks=grid_blocks,
+        revisit=revisit,
+        n_tracked_in=sum(1 for k in tracked if k < n_in),
+    )
 
 
 def prologue_grid_begin(loop: GridLoop) -> dict | None:
@@ -152,10 +169,16 @@ def prologue_grid_begin(loop: GridLoop) -> dict | None:
 
 
 def _grid_begin_args(native: NativePlan) -> dict:
-    return dict(grid=native.grid, order=native.order,
-                iters_per_core=native.iters_per_core, num_iterations=native.num_iterations,
-                blocks=native.blocks, revisit=native.revisit,
-                parallel_subgrid=native.parallel_subgrid, num_cores=native.cores)
+    return dict(
+        grid=native.grid,
+        order=native.order,
+        iters_per_core=native.iters_per_core,
+        num_iterations=native.num_iterations,
+        blocks=native.blocks,
+        revisit=native.revisit,
+        parallel_subgrid=native.parallel_subgrid,
+        num_cores=native.cores,
+    )
 
 
 def launched(loop: GridLoop, ctx: Ctx, buffers: LaunchBuffers, id_of) -> GridLoop:
@@ -163,9 +186,12 @@ def launched(loop: GridLoop, ctx: Ctx, buffers: LaunchBuffers, id_of) -> GridLoo
     buffers (`id_of`: allocation index -> id)."""
     native = loop.native
     if native is not None:
-        native = dataclasses.replace(native, blocks=[
-            dataclasses.replace(b, hbm_id=id_of(b.hbm_id), kernel_id=id_of(b.kernel_id))
-            for b in native.blocks])
+        native = dataclasses.replace(
+            native,
+            blocks=[
+                dataclasses.replace(b, hbm_id=id_of(b.hbm_id), kernel_id=id_of(b.kernel_id)) for b in native.blocks
+            ],
+        )
     return dataclasses.replace(loop, ctx=ctx, buffers=buffers, native=native)
 
 
@@ -174,8 +200,7 @@ def run_cores(loop: GridLoop, token, first_step=None):
     else each core's program on a thread of its own (`interpret/launch/cores.py`).
     ``first_step``: `grid_begin`'s ``(go, p0, p1)`` when the prologue began
     the loop (see `prologue_grid_begin`)."""
-    run_core = functools.partial(
-        _run_core_native if loop.native is not None else _run_core_xla, loop)
+    run_core = functools.partial(_run_core_native if loop.native is not None else _run_core_xla, loop)
     if loop.cores == 1:
         if first_step is not None:
             return run_core(jnp.int32(0), token, first_step=first_step)
@@ -186,14 +211,14 @@ def run_cores(loop: GridLoop, token, first_step=None):
     sync = ctx.params.detect_races
     if sync:
         token = native_calls.sync_device_cores(token, ctx.handle, ctx.device_id)
-    token = run_cores_concurrently(run_core, loop.cores, token, device=ctx.device_id,
-                                   num_devices=ctx.num_devices)
+    token = run_cores_concurrently(run_core, loop.cores, token, device=ctx.device_id, num_devices=ctx.num_devices)
     if sync:
         token = native_calls.sync_device_cores(token, ctx.handle, ctx.device_id)
     return token
 
 
 # ------------------------------------------------------------- native loop
+
 
 def _run_core_native(loop: GridLoop, core, token, first_step=None):
     """The grid loop of `core` with native bookkeeping: `grid_begin` (or
@@ -206,8 +231,7 @@ def _run_core_native(loop: GridLoop, core, token, first_step=None):
     if first_step is not None:
         go, p0, p1 = first_step
     else:
-        token, go, p0, p1 = native_calls.grid_begin(
-            token, handle, device, core, **_grid_begin_args(native))
+        token, go, p0, p1 = native_calls.grid_begin(token, handle, device, core, **_grid_begin_args(native))
     with pallas_core.grid_env(_local_grid_env(loop, p0)):
         token, idx0 = _tracked_indices(loop, p0, ctx, token)
 
@@ -225,14 +249,17 @@ def _run_core_native(loop: GridLoop, core, token, first_step=None):
         token = _begin_step(loop, core, point, token, stack_point=True)
         with pallas_core.grid_env(_local_grid_env(loop, point)):
             token, next_idx = _tracked_indices(loop, next_point, cctx, token)
-            token = native_calls.grid_copy_in(token, handle, device, core,
-                                              [i for b in idx[:n_in] for i in b])
-            token, _ = eval_jaxpr(loop.jaxpr, *loop.buffers.kernel_args, ctx=cctx,
-                                  token=token)
+            token = native_calls.grid_copy_in(token, handle, device, core, [i for b in idx[:n_in] for i in b])
+            token, _ = eval_jaxpr(loop.jaxpr, *loop.buffers.kernel_args, ctx=cctx, token=token)
             token, go, after = native_calls.grid_copy_out(
-                token, handle, device, core,
+                token,
+                handle,
+                device,
+                core,
                 [i for b in idx[n_in:] for i in b],
-                [i for b in next_idx[n_in:] for i in b], ndim=len(loop.grid))
+                [i for b in next_idx[n_in:] for i in b],
+                ndim=len(loop.grid),
+            )
             token = _end_step(loop, core, token)
         return (materialize(token), go, next_point, after, _carried_indices(sources, next_idx))
 
@@ -255,7 +282,7 @@ def _index_sources(loop: GridLoop):
     sources = []
     for k in loop.native.tracked:
         jaxpr = loop.blocks.mappings[k].index_map_jaxpr.jaxpr
-        grid_vars = jaxpr.invars[:len(loop.grid)]
+        grid_vars = jaxpr.invars[: len(loop.grid)]
         defined = {id(v) for v in jaxpr.constvars + jaxpr.invars}
         defined |= {id(v) for eqn in jaxpr.eqns for v in eqn.outvars}
         block = []
@@ -282,9 +309,12 @@ def _rebuild_indices(sources, point, carried, consts):
     carried = iter(carried)
     idx = []
     for src, const_block in zip(sources, consts):
-        idx.append(tuple(point[s[1]] if s[0] == "point" else
-                         const_block[d] if s[0] == "const" else next(carried)
-                         for d, s in enumerate(src)))
+        idx.append(
+            tuple(
+                point[s[1]] if s[0] == "point" else const_block[d] if s[0] == "const" else next(carried)
+                for d, s in enumerate(src)
+            )
+        )
     return idx
 
 
@@ -324,9 +354,11 @@ def _idx32(x):
 
 # ---------------------------------------------------------------- XLA loop
 
+
 class _Step(NamedTuple):
     """One step of the XLA loop: iteration, grid point, and every block
     operand's block indices and element starts there."""
+
     core: Any
     it: Any
     point: Any
@@ -355,22 +387,17 @@ def _run_core_xla(loop: GridLoop, core, token):
             next_point = jx.grid_point(next_loop_idx, randomized)
             token, next_idx, next_starts = _all_block_starts(loop, next_point, cctx, token)
             token = _copy_in_moved_blocks(loop, step, first_iter, prev_starts, token)
-            token, _ = eval_jaxpr(loop.jaxpr, *loop.buffers.kernel_args, ctx=cctx,
-                                  token=token)
-            token, out_regions = _copy_out_moving_blocks(loop, step, loop_bound, next_starts,
-                                                         token)
-            token = native_calls.check_revisit(token, ctx.handle, ctx.device_id, core,
-                                               loop_idx, out_regions)
+            token, _ = eval_jaxpr(loop.jaxpr, *loop.buffers.kernel_args, ctx=cctx, token=token)
+            token, out_regions = _copy_out_moving_blocks(loop, step, loop_bound, next_starts, token)
+            token = native_calls.check_revisit(token, ctx.handle, ctx.device_id, core, loop_idx, out_regions)
             token = _end_step(loop, core, token)
-        return (it + 1, next_loop_idx, next_point, cur_starts, next_idx, next_starts,
-                materialize(token))
+        return (it + 1, next_loop_idx, next_point, cur_starts, next_idx, next_starts, materialize(token))
 
     init_loop_idx = jx.grid_indices(loop.grid, first_iter)
     init_point = jx.grid_point(init_loop_idx, randomized)
     with pallas_core.grid_env(_local_grid_env(loop, init_point)):
         token, init_idx, init_starts = _all_block_starts(loop, init_point, ctx, token)
-    carry = (first_iter, init_loop_idx, init_point, init_starts, init_idx, init_starts,
-             materialize(token))
+    carry = (first_iter, init_loop_idx, init_point, init_starts, init_idx, init_starts, materialize(token))
     token = lax.while_loop(lambda c: c[0] < loop_bound, body, carry)[-1]
     return _core_done(loop, core, token)
 
@@ -384,11 +411,18 @@ def _copy_in_moved_blocks(loop: GridLoop, step: _Step, first_iter, prev_starts, 
             continue
         changed = (step.it == first_iter) | jnp.any(step.starts[j] != prev_starts[j])
         copy_in = functools.partial(
-            native_calls.copy_block_in, handle=ctx.handle, device=ctx.device_id,
-            core=step.core, src=buffers.input_ids[j],
+            native_calls.copy_block_in,
+            handle=ctx.handle,
+            device=ctx.device_id,
+            core=step.core,
+            src=buffers.input_ids[j],
             src_region=block_region(step.starts[j], blocks.shapes[j], blocks.squeezed[j]),
-            dst_space=space_code(blocks.spaces[j]), dst=buffers.kernel_in_ids[j],
-            name=blocks.in_names[j], block_indices=step.idx[j], grid_point=step.point)
+            dst_space=space_code(blocks.spaces[j]),
+            dst=buffers.kernel_in_ids[j],
+            name=blocks.in_names[j],
+            block_indices=step.idx[j],
+            grid_point=step.point,
+        )
         token = lax.cond(changed, _settled(copy_in), lambda t: t, materialize(token))
     return token
 
@@ -409,10 +443,18 @@ def _copy_out_moving_blocks(loop: GridLoop, step: _Step, loop_bound, next_starts
         out_regions.append(None if j in buffers.out_alias else region)
         changed = (step.it + 1 == loop_bound) | jnp.any(step.starts[k] != next_starts[k])
         copy_out = functools.partial(
-            native_calls.copy_block_out, handle=ctx.handle, device=ctx.device_id,
-            core=step.core, src_space=space_code(blocks.spaces[k]),
-            src=buffers.kernel_out_ids[j], dst=buffers.output_ids[j], dst_region=region,
-            name=blocks.out_names[j], block_indices=step.idx[k], grid_point=step.point)
+            native_calls.copy_block_out,
+            handle=ctx.handle,
+            device=ctx.device_id,
+            core=step.core,
+            src_space=space_code(blocks.spaces[k]),
+            src=buffers.kernel_out_ids[j],
+            dst=buffers.output_ids[j],
+            dst_region=region,
+            name=blocks.out_names[j],
+            block_indices=step.idx[k],
+            grid_point=step.point,
+        )
         token = lax.cond(changed, _settled(copy_out), lambda t: t, materialize(token))
     return token, out_regions
 
@@ -423,9 +465,7 @@ def _all_block_starts(loop: GridLoop, point, ctx: Ctx, token):
     idxs, starts = [], []
     for bm in loop.blocks.mappings:
         token, block_idx = _block_indices(loop, bm, point, ctx, token)
-        starts.append(jnp.array([_element_start(i, b)
-                                 for i, b in zip(block_idx, bm.block_shape)],
-                                dtype=jnp.int32))
+        starts.append(jnp.array([_element_start(i, b) for i, b in zip(block_idx, bm.block_shape)], dtype=jnp.int32))
         idxs.append(tuple(block_idx))
     return token, tuple(idxs), tuple(starts)
 
@@ -438,11 +478,13 @@ def _element_start(i, b):
 
 # ---------------------------------------------------------------- both loops
 
+
 def _block_indices(loop: GridLoop, bm, point, ctx: Ctx, token):
     """``(token, block indices)``: block mapping `bm`'s index map at `point`
     (it may read the scalar-prefetch operands)."""
-    return eval_jaxpr(bm.index_map_jaxpr.jaxpr, *bm.index_map_jaxpr.consts, *point,
-                      *loop.buffers.scalar_ids, ctx=ctx, token=token)
+    return eval_jaxpr(
+        bm.index_map_jaxpr.jaxpr, *bm.index_map_jaxpr.consts, *point, *loop.buffers.scalar_ids, ctx=ctx, token=token
+    )
 
 
 def _local_grid_env(loop: GridLoop, point):
@@ -450,9 +492,11 @@ def _local_grid_env(loop: GridLoop, point):
     grid_mapping, grid = loop.ctx.grid_mapping, loop.grid
     if grid_mapping.local_grid_env is not None:
         return grid_mapping.local_grid_env(point, grid)
-    return tuple(pallas_core.GridAxis(idx, b)
-                 for dim, (idx, b) in enumerate(zip(point, grid))
-                 if dim not in grid_mapping.vmapped_dims)
+    return tuple(
+        pallas_core.GridAxis(idx, b)
+        for dim, (idx, b) in enumerate(zip(point, grid))
+        if dim not in grid_mapping.vmapped_dims
+    )
 
 
 def _begin_step(loop: GridLoop, core, point, token, *, stack_point: bool):
@@ -460,21 +504,18 @@ def _begin_step(loop: GridLoop, core, point, token, *, stack_point: bool):
     gets the point as one vector: `stack_point` when it is a tuple)."""
     ctx, params = loop.ctx, loop.ctx.params
     if params.trace_path is not None:
-        token = native_calls.grid_step(token, ctx.handle, ctx.device_id, core, point,
-                                       phase="begin")
+        token = native_calls.grid_step(token, ctx.handle, ctx.device_id, core, point, phase="begin")
     if params.grid_point_recorder is not None:
         if stack_point:
             point = jnp.stack(point) if point else jnp.zeros((0,), jnp.int32)
-        token = jx.io_callback(params.grid_point_recorder, _TOKEN, materialize(token), point,
-                               core)
+        token = jx.io_callback(params.grid_point_recorder, _TOKEN, materialize(token), point, core)
     return token
 
 
 def _end_step(loop: GridLoop, core, token):
     """A step's end on the timeline."""
     if loop.ctx.params.trace_path is not None:
-        token = native_calls.grid_step(token, loop.ctx.handle, loop.ctx.device_id, core, (),
-                                       phase="end")
+        token = native_calls.grid_step(token, loop.ctx.handle, loop.ctx.device_id, core, (), phase="end")
     return token
 
 

@@ -53,8 +53,7 @@ def _eqn_may_write(eqn, at: list[int]) -> bool:
     if inner is None or any(len(vars_) != len(eqn.invars) for _, vars_ in inner):
         return True
     # None: the sub-jaxpr does not bind that operand, so cannot write it.
-    return any(vars_[i] is not None and _may_write(jaxpr, vars_[i])
-               for i in at for jaxpr, vars_ in inner)
+    return any(vars_[i] is not None and _may_write(jaxpr, vars_[i]) for i in at for jaxpr, vars_ in inner)
 
 
 def _sub_jaxpr_vars(eqn):
@@ -83,8 +82,10 @@ def _sub_jaxpr_vars(eqn):
         cond_n, body_n = p["cond_nconsts"], p["body_nconsts"]
         cond, body = _open(p["cond_jaxpr"]), _open(p["body_jaxpr"])
         init = body.invars[body_n:]
-        return [(cond, [*cond.invars[:cond_n], *[None] * body_n, *cond.invars[cond_n:]]),
-                (body, [*[None] * cond_n, *body.invars[:body_n], *init])]
+        return [
+            (cond, [*cond.invars[:cond_n], *[None] * body_n, *cond.invars[cond_n:]]),
+            (body, [*[None] * cond_n, *body.invars[:body_n], *init]),
+        ]
     return None
 
 

@@ -41,8 +41,11 @@ def interpret_pallas_call(*args, interpret_params: InterpretParams, **kwargs):
         # Ops outside the kernel body (scratch allocations, block copies, the
         # leak check) carry the kernel function's line.
         # Straight-line runs of native ops become one call each (`batched_runs`).
-        with logging_ops.tracing_with(interpret_params.logging_mode), \
-                sites.at_kernel(kwargs.get("jaxpr")), native_calls.batched_runs():
+        with (
+            logging_ops.tracing_with(interpret_params.logging_mode),
+            sites.at_kernel(kwargs.get("jaxpr")),
+            native_calls.batched_runs(),
+        ):
             result = _interpret_pallas_call(*args, interpret_params=interpret_params, **kwargs)
     except Exception:
         if check is not None:
@@ -71,15 +74,24 @@ def _interpret_pallas_call(
     params, mosaic_params = _launch_params(interpret_params, compiler_params, mesh)
     args = [jx.remove_memory_space_p.bind(a) for a in args]
     dyn_grid, scalars, inputs = jx.split_list(
-        args, [grid_mapping.num_dynamic_grid_bounds, grid_mapping.num_index_operands])
+        args, [grid_mapping.num_dynamic_grid_bounds, grid_mapping.num_index_operands]
+    )
     dyn_iter = iter(dyn_grid)
-    grid = tuple(next(dyn_iter) if isinstance(g, pallas_core.DynamicGridDim) else g
-                 for g in grid_mapping.grid)
+    grid = tuple(next(dyn_iter) if isinstance(g, pallas_core.DynamicGridDim) else g for g in grid_mapping.grid)
     axis_sizes, axis_indices, num_devices, device_id = _this_device()
 
-    ctx = Ctx(handle=None, device_id=device_id, core=None, grid_mapping=grid_mapping,
-              mesh=mesh, axis_sizes=axis_sizes, axis_indices=axis_indices,
-              mosaic_params=mosaic_params, params=params, num_devices=num_devices)
+    ctx = Ctx(
+        handle=None,
+        device_id=device_id,
+        core=None,
+        grid_mapping=grid_mapping,
+        mesh=mesh,
+        axis_sizes=axis_sizes,
+        axis_indices=axis_indices,
+        mosaic_params=mosaic_params,
+        params=params,
+        num_devices=num_devices,
+    )
     blocks = BlockOperands.of(jaxpr, grid_mapping)
     allocations, bufs = buffers.plan(ctx, jaxpr, blocks, scalars, inputs, input_output_aliases)
     blocks.check_hbm_blocks(jaxpr, grid_mapping)
@@ -89,10 +101,15 @@ def _interpret_pallas_call(
     # wait for all devices to start together, and begin the grid loop of a
     # single core.
     token, handle, results, first_step = native_calls.begin(
-        jnp.zeros((), jnp.int32), device_id, uid=_launch_uid(name, jaxpr, grid_mapping, args),
-        num_devices=num_devices, params=params, allocations=allocations,
+        jnp.zeros((), jnp.int32),
+        device_id,
+        uid=_launch_uid(name, jaxpr, grid_mapping, args),
+        num_devices=num_devices,
+        params=params,
+        allocations=allocations,
         barrier=mosaic_params.collective_id is None,
-        grid=grid_loop.prologue_grid_begin(loop))
+        grid=grid_loop.prologue_grid_begin(loop),
+    )
     ctx = ctx.replace(handle=handle)
     id_of = buffers.prologue_ids(allocations, results)
     bufs = bufs.resolved(id_of)
@@ -101,8 +118,9 @@ def _interpret_pallas_call(
 
     token, results = _read_outputs(token, ctx, bufs)
     direct = [out for out in bufs.direct if out is not None]
-    ended = native_calls.end(token, handle, device_id, on_leak=params.on_semaphore_leak,
-                             keep_alive=bufs.borrowed, outputs=direct)
+    ended = native_calls.end(
+        token, handle, device_id, on_leak=params.on_semaphore_leak, keep_alive=bufs.borrowed, outputs=direct
+    )
     if not direct:
         return results
     # Outputs written in place come back from kernel_end (it aliases them).
@@ -116,8 +134,7 @@ def _launch_params(params: InterpretParams, compiler_params, mesh):
     them."""
     mosaic_params = compiler_params or jx.CompilerParams()
     if not isinstance(mosaic_params, jx.CompilerParams):
-        raise ValueError(
-            f"TPU interpret mode needs pltpu.CompilerParams, got {type(mosaic_params).__name__}")
+        raise ValueError(f"TPU interpret mode needs pltpu.CompilerParams, got {type(mosaic_params).__name__}")
     if isinstance(mesh, jx.TensorCoreMesh):
         # core_map over a TensorCoreMesh: the mesh fixes the cores per device.
         params = dataclasses.replace(params, num_cores_or_threads=jx.tensorcore_mesh_cores(mesh))
@@ -144,8 +161,7 @@ def _launch_uid(name, jaxpr, grid_mapping, args) -> int:
     cache can serve it. Two different kernels sharing an id still meet
     correctly: their launches are counted apart in program order."""
     where = getattr(jaxpr.debug_info, "func_src_info", None) if jaxpr.debug_info else None
-    shapes = ",".join(f"{getattr(a, 'dtype', '?')}{tuple(getattr(a, 'shape', ()))}"
-                      for a in args)
+    shapes = ",".join(f"{getattr(a, 'dtype', '?')}{tuple(getattr(a, 'shape', ()))}" for a in args)
     text = f"{name}|{where}|{grid_mapping.grid}|{shapes}"
     return zlib.crc32(text.encode()) & 0x7FFFFFFF or 1
 
@@ -159,10 +175,14 @@ def _read_outputs(token, ctx: Ctx, bufs: buffers.LaunchBuffers):
         if direct is not None:
             results.append(None)
             continue
-        region = TracedRegion(sizes=tuple(aval.shape), strides=(1,) * len(aval.shape),
-                              squeezed=(False,) * len(aval.shape),
-                              starts=(0,) * len(aval.shape))
-        token, r = native_calls.load(token, ctx.handle, ctx.device_id, 0, space_code(_HBM),
-                                     buf, region if aval.shape else FULL, aval)
+        region = TracedRegion(
+            sizes=tuple(aval.shape),
+            strides=(1,) * len(aval.shape),
+            squeezed=(False,) * len(aval.shape),
+            starts=(0,) * len(aval.shape),
+        )
+        token, r = native_calls.load(
+            token, ctx.handle, ctx.device_id, 0, space_code(_HBM), buf, region if aval.shape else FULL, aval
+        )
         results.append(r)
     return token, results

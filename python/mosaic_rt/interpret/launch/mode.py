@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import contextlib
 
-from mosaic_rt.jax_internals import interpret_mode_setting
-
 from mosaic_rt.interpret.params import InterpretParams
+from mosaic_rt.jax_internals import interpret_mode_setting
 
 
 def _check(params) -> InterpretParams:

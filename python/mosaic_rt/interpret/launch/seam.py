@@ -50,9 +50,9 @@ def install() -> None:
             if isinstance(interpret_params, InterpretParams):
                 from mosaic_rt.ffi import reports
                 from mosaic_rt.interpret.launch.kernel import interpret_pallas_call
+
                 reports.deliver_in_background()  # outside pytest (see reports)
-                return interpret_pallas_call(
-                    *args, interpret_params=interpret_params, **kwargs)
+                return interpret_pallas_call(*args, interpret_params=interpret_params, **kwargs)
             return stock_impl(*args, interpret_params=interpret_params, **kwargs)
 
         setattr(dispatch, _MARK, True)
@@ -73,8 +73,7 @@ def _install_lowering() -> None:
 
     def lowering(ctx, *in_nodes, interpret, **params):
         if isinstance(interpret, InterpretParams) and not params["jaxpr"].constvars:
-            impl = functools.partial(getattr(_stock_module, _ATTR),
-                                     interpret_params=interpret, **params)
+            impl = functools.partial(getattr(_stock_module, _ATTR), interpret_params=interpret, **params)
             return jax_internals.lower_fun(impl, multiple_results=True)(ctx, *in_nodes)
         return stock_rule(ctx, *in_nodes, interpret=interpret, **params)
 
@@ -95,4 +94,3 @@ def _install_effects() -> None:
 
     setattr(interpret_effects, _MARK, True)
     setattr(_effects_module, _EFFECTS_ATTR, interpret_effects)
-

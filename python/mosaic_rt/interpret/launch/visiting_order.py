@@ -80,8 +80,9 @@ def _threefry2x32(k1, k2, x1, x2):
 def _threefry_bits(key, n):
     """(bits1, bits2) for counts 0..n-1 (jax's partitionable iota)."""
     count = np.arange(n, dtype=np.uint64)
-    return _threefry2x32(key[0], key[1], (count >> np.uint64(32)).astype(np.uint32),
-                         (count & np.uint64(0xFFFFFFFF)).astype(np.uint32))
+    return _threefry2x32(
+        key[0], key[1], (count >> np.uint64(32)).astype(np.uint32), (count & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    )
 
 
 def _split(key):
@@ -93,9 +94,11 @@ def _numpy_grid_coordinates(grid, parallel, seed):
     """Stock's `_get_randomized_grid_coordinates` in numpy, or None when
     jax's PRNG is configured differently from what this reproduces."""
     try:
-        if (not jax.config.jax_threefry_partitionable
-                or str(jax.config.jax_default_prng_impl) != "threefry2x32"
-                or not 0 <= int(seed) < 2**31):
+        if (
+            not jax.config.jax_threefry_partitionable
+            or str(jax.config.jax_default_prng_impl) != "threefry2x32"
+            or not 0 <= int(seed) < 2**31
+        ):
             return None
     except AttributeError:
         return None

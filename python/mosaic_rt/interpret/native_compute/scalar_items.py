@@ -33,15 +33,31 @@ COUNT_GO = ("count", "go")
 
 # Primitive -> scalar-program op (the same semantics on rank-0 ints/bools).
 _OPS = {
-    lax.add_p: "add", lax.sub_p: "sub", lax.mul_p: "mul", lax.div_p: "div",
-    lax.rem_p: "rem", lax.neg_p: "neg", lax.abs_p: "abs", lax.sign_p: "sign",
-    lax.max_p: "max", lax.min_p: "min", lax.clamp_p: "clamp",
-    lax.and_p: "and", lax.or_p: "or", lax.xor_p: "xor", lax.not_p: "not",
+    lax.add_p: "add",
+    lax.sub_p: "sub",
+    lax.mul_p: "mul",
+    lax.div_p: "div",
+    lax.rem_p: "rem",
+    lax.neg_p: "neg",
+    lax.abs_p: "abs",
+    lax.sign_p: "sign",
+    lax.max_p: "max",
+    lax.min_p: "min",
+    lax.clamp_p: "clamp",
+    lax.and_p: "and",
+    lax.or_p: "or",
+    lax.xor_p: "xor",
+    lax.not_p: "not",
     lax.shift_left_p: "shift_left",
     lax.shift_right_arithmetic_p: "shift_right_arithmetic",
     lax.shift_right_logical_p: "shift_right_logical",
-    lax.eq_p: "eq", lax.ne_p: "ne", lax.lt_p: "lt", lax.le_p: "le", lax.gt_p: "gt",
-    lax.ge_p: "ge", lax.select_n_p: "select_n",
+    lax.eq_p: "eq",
+    lax.ne_p: "ne",
+    lax.lt_p: "lt",
+    lax.le_p: "le",
+    lax.gt_p: "gt",
+    lax.ge_p: "ge",
+    lax.select_n_p: "select_n",
     lax.convert_element_type_p: "convert_element_type",
     lax.integer_pow_p: "integer_pow",
 }
@@ -55,23 +71,23 @@ def _always(values) -> bool:
 @dataclasses.dataclass(frozen=True, eq=False)
 class Item:
     keys: tuple
-    deps: tuple              # jaxpr vars / literals of the block, or keys
-    weight: int              # most values it adds to a program
-    origin: int              # index of the equation it serves
+    deps: tuple  # jaxpr vars / literals of the block, or keys
+    weight: int  # most values it adds to a program
+    origin: int  # index of the equation it serves
     # (builder, refs of deps, values of deps -- None when computed in the
     # same program) -> refs of keys
     build: Callable[[ProgramBuilder, list, list], list]
-    exported: bool = False   # read by equation `origin` (not through a var)
-    eqn: Any = None          # the equation it computes, if any
-    local: bool = False      # `eqn` is an equation of this very jaxpr
+    exported: bool = False  # read by equation `origin` (not through a var)
+    eqn: Any = None  # the equation it computes, if any
+    local: bool = False  # `eqn` is an equation of this very jaxpr
     native_ok: Callable[[list], bool] = _always
 
 
 # ------------------------------------------------------------- equations
 
+
 def _scalar_aval(aval) -> bool:
-    return (isinstance(aval, ShapedArray) and aval.shape == ()
-            and is_scalar_type(aval.dtype))
+    return isinstance(aval, ShapedArray) and aval.shape == () and is_scalar_type(aval.dtype)
 
 
 def _weight(eqn) -> int | None:
@@ -98,8 +114,15 @@ def of_eqn(eqn, j: int) -> Item | None:
     w = _weight(eqn)
     if w is None or w > MAX_VALUES - 8:
         return None
-    return Item(tuple(eqn.outvars), tuple(eqn.invars), w, j,
-                lambda b, refs, values: _emit_eqn(b, eqn, refs), eqn=eqn, local=True)
+    return Item(
+        tuple(eqn.outvars),
+        tuple(eqn.invars),
+        w,
+        j,
+        lambda b, refs, values: _emit_eqn(b, eqn, refs),
+        eqn=eqn,
+        local=True,
+    )
 
 
 def _emit_eqn(b: ProgramBuilder, eqn, args) -> list:
@@ -121,6 +144,7 @@ def _emit_eqn(b: ProgramBuilder, eqn, args) -> list:
 
 
 # ------------------------------------------- around a non-scalar equation
+
 
 def around(eqn, j: int, plan) -> list[Item]:
     """Items serving a non-scalar equation j: its semaphore lookups, the
@@ -145,9 +169,9 @@ def _cond_items(eqn, j, plan) -> list[Item]:
     items = []
     if clamps(eqn):
         top = len(eqn.params["branches"]) - 1
-        items.append(Item(
-            (("clamp", j),), (index,), 3, j,
-            lambda b, refs, values: [b.clamp_i32(refs[0], 0, top)], exported=True))
+        items.append(
+            Item((("clamp", j),), (index,), 3, j, lambda b, refs, values: [b.clamp_i32(refs[0], 0, top)], exported=True)
+        )
     operands = eqn.invars[1:]
     for k, closed in enumerate(eqn.params["branches"]):
         inner, _ = jx.closed_jaxpr_parts(closed)
@@ -160,20 +184,27 @@ def _cond_items(eqn, j, plan) -> list[Item]:
             return outer[d]
 
         for it in inner_plan.entry:
-            items.append(dataclasses.replace(
-                it, keys=tuple(("branch", j, k, key) for key in it.keys),
-                deps=tuple(d if isinstance(d, jx.Literal) else dep(d) for d in it.deps),
-                origin=j, exported=bool(inner_plan.entry_needed & set(it.keys)),
-                local=False))
+            items.append(
+                dataclasses.replace(
+                    it,
+                    keys=tuple(("branch", j, k, key) for key in it.keys),
+                    deps=tuple(d if isinstance(d, jx.Literal) else dep(d) for d in it.deps),
+                    origin=j,
+                    exported=bool(inner_plan.entry_needed & set(it.keys)),
+                    local=False,
+                )
+            )
     return items
 
 
 def branch_preset(j: int, k: int, computed: dict) -> dict:
     """What the parent computed of branch k of `cond` equation j (by the
     branch's own keys)."""
-    return {key[3]: v for key, v in computed.items()
-            if isinstance(key, tuple) and len(key) == 4 and key[0] == "branch"
-            and key[1] == j and key[2] == k}
+    return {
+        key[3]: v
+        for key, v in computed.items()
+        if isinstance(key, tuple) and len(key) == 4 and key[0] == "branch" and key[1] == j and key[2] == k
+    }
 
 
 def counter(length: int, n: int) -> Item:
@@ -187,6 +218,7 @@ def counter(length: int, n: int) -> Item:
 
 
 # ------------------------------------------------------ semaphore lookups
+
 
 def _sem_operands(eqn):
     """(role, semaphore ref var, index vars) of each semaphore operand of
@@ -233,14 +265,18 @@ def scalar_indices(sem, transforms):
 
 def _lookup(j, role, sem, indices) -> Item:
     def build(b, refs, values):
-        return [add_index(b, refs[0], np.shape(values[0]), values[0].dtype,
-                          [(r, d.aval.dtype) for r, d in zip(refs[1:], indices)])]
+        return [
+            add_index(
+                b, refs[0], np.shape(values[0]), values[0].dtype, [(r, d.aval.dtype) for r, d in zip(refs[1:], indices)]
+            )
+        ]
 
     def native_ok(values):  # the ids are an XLA value (not a constant array)
         return isinstance(values[0], jx.Tracer) and is_scalar_type(values[0].dtype)
 
-    return Item((("sem", j, role),), (sem, *indices), 2 + 5 * len(indices), j, build,
-                exported=True, native_ok=native_ok)
+    return Item(
+        (("sem", j, role),), (sem, *indices), 2 + 5 * len(indices), j, build, exported=True, native_ok=native_ok
+    )
 
 
 def add_index(b: ProgramBuilder, vec, shape, vec_dtype, indices):

@@ -131,10 +131,9 @@ class ProgramBuilder:
         (which returns each distinct ref once)."""
         if self.num_values > MAX_VALUES:
             raise ValueError(
-                f"scalar program of {self.num_values} values (at most {MAX_VALUES}):"
-                " a bug in mosaic_rt's run splitting")
+                f"scalar program of {self.num_values} values (at most {MAX_VALUES}): a bug in mosaic_rt's run splitting"
+            )
         distinct = list(dict.fromkeys(outputs))
-        values = ffi_ops.scalar_program(self.words(distinct), self._operands,
-                                        [self._dtypes[r] for r in distinct])
+        values = ffi_ops.scalar_program(self.words(distinct), self._operands, [self._dtypes[r] for r in distinct])
         by_ref = dict(zip(distinct, values))
         return [by_ref[r] for r in outputs]

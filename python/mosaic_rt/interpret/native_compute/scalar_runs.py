@@ -41,9 +41,9 @@ _I32 = np.dtype(np.int32)
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    groups: dict            # equation index -> items emitted before it (n: at the end)
-    exports: dict           # equation index -> keys of its group read outside it
-    absorbed: frozenset     # indices of the equations that are items
+    groups: dict  # equation index -> items emitted before it (n: at the end)
+    exports: dict  # equation index -> keys of its group read outside it
+    absorbed: frozenset  # indices of the equations that are items
     # Items a parent may hoist (they read only the jaxpr's invars and
     # literals) and the keys of theirs that the rest of the jaxpr reads.
     entry: tuple
@@ -87,12 +87,12 @@ def _plan(jaxpr, count) -> Plan:
     # Where each value becomes available, and where it is first needed.
     defined_at = {v: j + 1 for j, e in enumerate(eqns) if j not in absorbed for v in e.outvars}
     by_key = {k: m for m, it in enumerate(items) for k in it.keys}
-    readers: dict = {}       # key -> indices of the items reading it
+    readers: dict = {}  # key -> indices of the items reading it
     for m, it in enumerate(items):
         for d in it.deps:
             if not isinstance(d, jx.Literal) and d in by_key:
                 readers.setdefault(d, []).append(m)
-    outside: dict = {}       # var -> first non-item equation (n: the result) reading it
+    outside: dict = {}  # var -> first non-item equation (n: the result) reading it
     for j, e in enumerate(eqns):
         if j not in absorbed:
             # A cond whose index is clamped by an item reads the clamped
@@ -117,8 +117,7 @@ def _plan(jaxpr, count) -> Plan:
     used_outside = [it.exported or any(k in outside for k in it.keys) for it in items]
     for m in range(len(items) - 1, -1, -1):
         it = items[m]
-        at = min((outside[k] for k in it.keys if k in outside),
-                 default=it.origin if it.exported else _NEVER)
+        at = min((outside[k] for k in it.keys if k in outside), default=it.origin if it.exported else _NEVER)
         for k in it.keys:
             for r in readers.get(k, ()):
                 if latest[r] >= 0:
@@ -144,9 +143,13 @@ def _plan(jaxpr, count) -> Plan:
             exports.setdefault(p, set()).update(keys)
     # Dead equation items are absorbed too (never evaluated: nothing reads them).
     entry, entry_needed = _entry(jaxpr, items, latest, used_outside, by_key, readers)
-    return Plan({p: tuple(g) for p, g in groups.items()},
-                {p: frozenset(exports.get(p, ())) for p in groups},
-                frozenset(absorbed), entry, entry_needed)
+    return Plan(
+        {p: tuple(g) for p, g in groups.items()},
+        {p: frozenset(exports.get(p, ())) for p in groups},
+        frozenset(absorbed),
+        entry,
+        entry_needed,
+    )
 
 
 def _entry(jaxpr, items, latest, used_outside, by_key, readers):
@@ -158,15 +161,13 @@ def _entry(jaxpr, items, latest, used_outside, by_key, readers):
     for m, it in enumerate(items):
         if latest[m] < 0:
             continue
-        if all(isinstance(d, jx.Literal) or d in invars or by_key.get(d) in entry_ids
-               for d in it.deps):
+        if all(isinstance(d, jx.Literal) or d in invars or by_key.get(d) in entry_ids for d in it.deps):
             entry_ids.add(m)
             entry.append(it)
     needed = set()
     for m in entry_ids:
         keys = items[m].keys
-        if used_outside[m] or any(r not in entry_ids and latest[r] >= 0
-                                  for k in keys for r in readers.get(k, ())):
+        if used_outside[m] or any(r not in entry_ids and latest[r] >= 0 for k in keys for r in readers.get(k, ())):
             needed.update(keys)
     return tuple(entry), frozenset(needed)
 
@@ -179,7 +180,7 @@ def emit_group(items, exports, *, read, computed, write, eval_concrete):
     equations go to `write`, the other keys into `computed`; items whose
     results are in `computed` already (hoisted by the parent) are skipped."""
     b = ProgramBuilder()
-    refs: dict = {}    # key of an item computed by `b` -> its ref
+    refs: dict = {}  # key of an item computed by `b` -> its ref
 
     def flush(rest):
         nonlocal b
@@ -245,6 +246,7 @@ def _store(keys, values, computed, write):
 
 # ------------------------------------------- single calls (no plan item)
 
+
 def clamp_index(index, branches: int):
     """A traced int32 branch index clamped to ``0..branches`` natively."""
     b = ProgramBuilder()
@@ -256,9 +258,13 @@ def index_vector(vec, indices):
     as `scalar_items.add_index` computes it. None when not applicable (so
     the caller uses XLA)."""
     shape = tuple(np.shape(vec))
-    if (not shape or len(indices) != len(shape) or not isinstance(vec, jx.Tracer)
-            or not is_scalar_type(vec.dtype)
-            or not all(np.shape(i) == () and is_scalar_type(_dtype_of(i)) for i in indices)):
+    if (
+        not shape
+        or len(indices) != len(shape)
+        or not isinstance(vec, jx.Tracer)
+        or not is_scalar_type(vec.dtype)
+        or not all(np.shape(i) == () and is_scalar_type(_dtype_of(i)) for i in indices)
+    ):
         return None
     b = ProgramBuilder()
     refs = []

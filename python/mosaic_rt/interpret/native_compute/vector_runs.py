@@ -64,13 +64,24 @@ _MAX_VALUES = _native.VECTOR_MAX_VALUES
 NATIVE_MAX_ELEMENTS = 16384
 
 _BINARY = {
-    lax.add_p: "add", lax.sub_p: "sub", lax.mul_p: "mul", lax.div_p: "div",
-    lax.rem_p: "rem", lax.max_p: "max", lax.min_p: "min",
-    lax.and_p: "and", lax.or_p: "or", lax.xor_p: "xor",
+    lax.add_p: "add",
+    lax.sub_p: "sub",
+    lax.mul_p: "mul",
+    lax.div_p: "div",
+    lax.rem_p: "rem",
+    lax.max_p: "max",
+    lax.min_p: "min",
+    lax.and_p: "and",
+    lax.or_p: "or",
+    lax.xor_p: "xor",
     lax.shift_left_p: "shift_left",
     lax.shift_right_arithmetic_p: "shift_right_arithmetic",
     lax.shift_right_logical_p: "shift_right_logical",
-    lax.eq_p: "eq", lax.ne_p: "ne", lax.lt_p: "lt", lax.le_p: "le", lax.gt_p: "gt",
+    lax.eq_p: "eq",
+    lax.ne_p: "ne",
+    lax.lt_p: "lt",
+    lax.le_p: "le",
+    lax.gt_p: "gt",
     lax.ge_p: "ge",
 }
 _UNARY = {lax.neg_p: "neg", lax.abs_p: "abs", lax.not_p: "not"}
@@ -79,17 +90,26 @@ _IOTA_TYPES = (np.dtype(np.int32), np.dtype(np.uint32))
 # Equations with a float operand or result taken natively (see the doc).
 # Not `neg`: XLA moves negations into their neighbours (`-(x / y) * z`
 # came out with a NaN's sign other than negating the quotient's).
-_FLOAT_OPS = {lax.add_p, lax.sub_p, lax.mul_p, lax.div_p, lax.max_p, lax.min_p,
-              lax.abs_p, lax.convert_element_type_p, lax.broadcast_in_dim_p}
+_FLOAT_OPS = {
+    lax.add_p,
+    lax.sub_p,
+    lax.mul_p,
+    lax.div_p,
+    lax.max_p,
+    lax.min_p,
+    lax.abs_p,
+    lax.convert_element_type_p,
+    lax.broadcast_in_dim_p,
+}
 # Readers of a float product that XLA may fuse with it.
 _CONTRACTING = {lax.add_p, lax.sub_p, lax.neg_p}
 # Producers of values XLA's simplifier cannot look into.
-_OPAQUE = {p for p in (jx.get_p, jx.swap_p, jx.load_p, jx.masked_swap_p, lax.cond_p,
-                       lax.while_p, lax.scan_p) if p is not None}
+_OPAQUE = {
+    p for p in (jx.get_p, jx.swap_p, jx.load_p, jx.masked_swap_p, lax.cond_p, lax.while_p, lax.scan_p) if p is not None
+}
 
 # Readers of a value XLA's simplifier cannot look through (stores, control flow).
-_OPAQUE_READERS = {p for p in (jx.swap_p, jx.masked_swap_p, lax.cond_p, lax.while_p,
-                               lax.scan_p) if p is not None}
+_OPAQUE_READERS = {p for p in (jx.swap_p, jx.masked_swap_p, lax.cond_p, lax.while_p, lax.scan_p) if p is not None}
 
 # Tests and probes set this False to compare with XLA's own fusions.
 ENABLED = True
@@ -114,8 +134,7 @@ def _single(shape) -> bool:
 
 
 def _has_float(eqn) -> bool:
-    return any(isinstance(v.aval, ShapedArray) and _is_float(v.aval.dtype)
-               for v in (*eqn.invars, *eqn.outvars))
+    return any(isinstance(v.aval, ShapedArray) and _is_float(v.aval.dtype) for v in (*eqn.invars, *eqn.outvars))
 
 
 def _eligible(eqn) -> bool:
@@ -137,8 +156,7 @@ def _eligible(eqn) -> bool:
     if prim is lax.convert_element_type_p:
         return eqn.params.get("sharding") is None
     if prim is lax.iota_p:  # a mask's row or column index (else a fusion of its own)
-        return (np.dtype(out.dtype) in _IOTA_TYPES and eqn.params.get("sharding") is None
-                and len(out.shape) >= 1)
+        return np.dtype(out.dtype) in _IOTA_TYPES and eqn.params.get("sharding") is None and len(out.shape) >= 1
     return prim is lax.select_n_p or prim in _BINARY or prim in _UNARY
 
 
@@ -153,8 +171,7 @@ def _scales_exactly(eqn) -> bool:
     subnormal (inputs are flushed), or beyond every finite value by at
     least 2**128 - max (f32)."""
     c = _constant(eqn)
-    return (eqn.primitive is lax.mul_p and c is not None and math.isfinite(c)
-            and c >= 2 and math.frexp(c)[0] == 0.5)
+    return eqn.primitive is lax.mul_p and c is not None and math.isfinite(c) and c >= 2 and math.frexp(c)[0] == 0.5
 
 
 # An addend below this cannot bring an overflowed exact product of
@@ -191,8 +208,8 @@ def _offsets(eqn) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
-    items: frozenset     # equations emitted natively (in a group)
-    uses: dict           # var -> how many reads in the block (outvars count)
+    items: frozenset  # equations emitted natively (in a group)
+    uses: dict  # var -> how many reads in the block (outvars count)
 
 
 _PLANS: dict = {}
@@ -241,15 +258,14 @@ def _plan(jaxpr, absorbed) -> Plan:
                 if j is None or (j not in items and eqns[j].primitive not in _OPAQUE):
                     return True
         if _offsets(eqn) and any(
-                _offsets(eqns[producer[v]]) for v in eqn.invars
-                if not isinstance(v, jx.Literal) and v in producer):
+            _offsets(eqns[producer[v]]) for v in eqn.invars if not isinstance(v, jx.Literal) and v in producer
+        ):
             return True
         out = eqn.outvars[0]
         if out in outvars:  # the parent may compute with it
             return True
         for r in readers.get(out, ()):
-            if (r.primitive in _CONTRACTING and eqn.primitive is lax.mul_p
-                    and not _fuses_alike(eqn, r)):
+            if r.primitive in _CONTRACTING and eqn.primitive is lax.mul_p and not _fuses_alike(eqn, r):
                 return True
             if _offsets(eqn) and _offsets(r):
                 return True
@@ -275,11 +291,11 @@ class _Builder:
 
     def __init__(self):
         self.operands: list = []
-        self._inputs: dict = {}       # id(value) -> ref
+        self._inputs: dict = {}  # id(value) -> ref
         self._input_words: list = []
         self._instrs: list = []
         self._consts: dict = {}
-        self.scalars: set = set()     # refs of rank-0 values (the core's `Meta::scalar`)
+        self.scalars: set = set()  # refs of rank-0 values (the core's `Meta::scalar`)
 
     def input(self, value, dtype) -> tuple:
         ref = self._inputs.get(id(value))
@@ -349,8 +365,7 @@ class DeferredEnv:
         return self._env.read(v)
 
     def read_many(self, vs):
-        if self._pending and any(not isinstance(v, jx.Literal) and v in self._pending
-                                 for v in vs):
+        if self._pending and any(not isinstance(v, jx.Literal) and v in self._pending for v in vs):
             self.flush()
         return self._env.read_many(vs)
 
@@ -409,23 +424,23 @@ class DeferredEnv:
         # programs and miss the compilation cache.
         # A broadcast's scalar operand is an output too: a store of the
         # broadcast fills its block from the scalar (`splat`), reading it.
-        splatted = {eqns[i].invars[0] for i in members
-                    if eqns[i].primitive is lax.broadcast_in_dim_p
-                    and not isinstance(eqns[i].invars[0], jx.Literal)}
-        outputs = [v for v in (eqns[i].outvars[0] for i in members)
-                   if vplan.uses.get(v, 0) > inside.get(v, 0) or v in splatted]
+        splatted = {
+            eqns[i].invars[0]
+            for i in members
+            if eqns[i].primitive is lax.broadcast_in_dim_p and not isinstance(eqns[i].invars[0], jx.Literal)
+        }
+        outputs = [
+            v for v in (eqns[i].outvars[0] for i in members) if vplan.uses.get(v, 0) > inside.get(v, 0) or v in splatted
+        ]
         if not outputs:
             return
         n = math.prod(self._shape)
         program = b.words(n, [refs[v] for v in outputs])
         # A scalar of the program comes back rank-0 (n elements otherwise).
-        shapes = [() if refs[v] in b.scalars and _single(v.aval.shape) else self._shape
-                  for v in outputs]
-        values = ffi_ops.vector_program(program, b.operands,
-                                        [np.dtype(v.aval.dtype) for v in outputs], shapes)
+        shapes = [() if refs[v] in b.scalars and _single(v.aval.shape) else self._shape for v in outputs]
+        values = ffi_ops.vector_program(program, b.operands, [np.dtype(v.aval.dtype) for v in outputs], shapes)
         for v, value in zip(outputs, values):
-            self._env.write(v, jnp.reshape(value, v.aval.shape) if value.shape != v.aval.shape
-                            else value)
+            self._env.write(v, jnp.reshape(value, v.aval.shape) if value.shape != v.aval.shape else value)
 
 
 def _instruction(b: _Builder, eqn, ref):
@@ -439,7 +454,7 @@ def _instruction(b: _Builder, eqn, ref):
         return b.op("select_n", dtype, tuple(ref(v) for v in eqn.invars))
     if prim is lax.iota_p:
         shape, d = eqn.params["shape"], eqn.params["dimension"]
-        stride = math.prod(shape[d + 1:])
+        stride = math.prod(shape[d + 1 :])
         return b.op("iota", dtype, (), stride | shape[d] << 32)
     name = _BINARY.get(prim) or _UNARY[prim]
     return b.op(name, dtype, tuple(ref(v) for v in eqn.invars))
