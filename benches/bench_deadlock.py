@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import mosaic_rt
 import mosaic_rt.ffi as F
-from test_ffi_support import begin, dummy_rows, fresh_uid, on_devices, with_token
+from ffi_support import begin, dummy_rows, fresh_uid, on_devices, with_token
 
 
 def transition_latency(reps=50):

@@ -76,7 +76,7 @@ pytest_in() {  # pytest_in PY [PYTEST ARGS]: the wheel's venv plus test extras
     [ -x "$venv/bin/python" ] && [ -n "$wheel" ] \
         || { echo "error: no wheel venv at $venv (its wheel test step failed)" >&2; return 1; }
     # The tpu extra: the libtpu this venv's jax pins (~210 MB wheel), which
-    # tests/test_tpu_check.py needs in CI (the TPU compile check).
+    # tests/tpu_check/test_tpu_check.py needs in CI (the TPU compile check).
     "$venv/bin/python" -m pip install --quiet --only-binary=:all: "$wheel[test,tpu]" || return 1
     "$venv/bin/python" -c 'import jax, numpy; print("jax", jax.__version__, "numpy", numpy.__version__)'
     # JAX_PLATFORMS before any jax import (the pytest plugins import jax

@@ -4,7 +4,7 @@ corpora: a restructuring that should change nothing can prove it did not.
     python benches/tools/emitted_programs.py [--save FILE | --check FILE] [--only TEXT]
 
 Lowers, without compiling or running, every kernel of the bench's zoo, of
-the production-kernel family and of the test corpora (tests/kernels) under
+the production-kernel family and of the test corpora (tests/support/kernels) under
 mosaic_rt interpret mode, and prints one line per kernel: a short sha256 of
 its lowered StableHLO text (`jax.jit(f).lower(*args).as_text()`, what
 mosaic_rt hands XLA, with source-site and launch ids, which hash the
@@ -87,7 +87,7 @@ def _test_corpora():
     import jax
     import mosaic_rt
 
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT / "tests" / "support"))
     from kernels import multi_device, single_device
 
     for module in (single_device, multi_device):

@@ -3,7 +3,7 @@ its compute and native ops for its memory, DMAs and semaphores.
 
 Its rooms, lowest first; each may use only the rooms before it (and
 anything outside `interpret/`), never a later one
-(`tests/test_import_layers.py` checks):
+(`tests/api/test_import_layers.py` checks):
 
 - `params` (`mosaic_rt.InterpretParams`) and `context` (`Ctx`, the
   trace-time facts about the core being emitted): the bottom, shared by all.

@@ -369,7 +369,7 @@ fn leaks_of_a_device_out_of_range_is_an_error() {
 
 #[test]
 fn huge_out_of_bounds_dma_regions_are_errors_not_aborts() {
-    // Found by tests/test_runtime_fuzz.py: a copy going through a temporary
+    // Found by tests/runtime/test_runtime_fuzz.py: a copy going through a temporary
     // allocated the whole (4 TiB) region before checking bounds, and the
     // failed allocation aborted the process.
     let huge = Region::new(vec![DimSel::slice(0, 1 << 40, 1)]);

@@ -1,5 +1,5 @@
 //! Timelines (`Config::trace`): what a launch records and how it is
-//! exported. (tests/test_timeline.py checks the files structurally with a
+//! exported. (tests/ffi/test_timeline.py checks the files structurally with a
 //! JSON parser.)
 
 use mosaic_rt_core::{Config, DType, DmaMode, DmaRequest, Init, MemorySpace, Region, Runtime, SemKind};

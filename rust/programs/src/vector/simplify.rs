@@ -2,7 +2,7 @@
 //!
 //! Before codegen XLA rewrites float ops with a constant operand, and the
 //! rewritten forms skip the subnormal flush (or are no true division at
-//! all). Measured on jax 0.10.2 and 0.12 (`tests/test_vector_program.py`):
+//! all). Measured on jax 0.10.2 and 0.12 (`tests/interpret/test_vector_program.py`):
 //!
 //! * a constant operand of add, mul, max, min moves to the right (which
 //!   NaN wins depends on operand order);

@@ -1,5 +1,5 @@
 """The TPU compile check on kernels that interpret correctly but cannot run
-on a TPU (tests/kernels/tpu_invalid.py), on every generation libtpu knows:
+on a TPU (tests/support/kernels/tpu_invalid.py), on every generation libtpu knows:
 each broken kernel is rejected with the compiler's own message where the
 corpus says, compiles and gives the right answer elsewhere, and its fix
 passes. Also what `get_tpu_info()` answers per generation, checked against

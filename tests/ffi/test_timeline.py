@@ -16,8 +16,8 @@ import mosaic_rt
 import mosaic_rt.ffi as F
 import numpy as np
 import pytest
+from ffi_support import begin, dummy_rows, fresh_uid, on_devices, with_token
 from mosaic_rt import timeline
-from test_ffi_support import begin, dummy_rows, fresh_uid, on_devices, with_token
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -12,9 +12,9 @@ import mosaic_rt
 import mosaic_rt.ffi as F
 import numpy as np
 import pytest
+from ffi_support import begin, dummy_rows, fresh_uid, on_devices, with_token
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
-from test_ffi_support import begin, dummy_rows, fresh_uid, on_devices, with_token
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -17,9 +17,9 @@ import mosaic_rt
 import mosaic_rt.ffi as F
 import numpy as np
 import pytest
+from ffi_support import begin, dummy_rows, fresh_uid, run_on_devices, with_token
 from mosaic_rt import _native
 from mosaic_rt.ffi import reports
-from test_ffi_support import begin, dummy_rows, fresh_uid, run_on_devices, with_token
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -32,7 +32,7 @@ _SITE_ALLOC = _native.intern_site("k.py:1:0 (leaky)")
 @pytest.fixture(autouse=True)
 def _empty_queue(monkeypatch):
     # These tests read the native queue itself: the launch-end sink must
-    # leave it alone (the interpreter's path is tests/test_report_delivery.py).
+    # leave it alone (the interpreter's path is tests/api/test_report_delivery.py).
     monkeypatch.setattr(reports, "deliver_from_launch", lambda handle, device: None)
     reports.take()
     yield

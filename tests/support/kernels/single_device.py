@@ -1363,7 +1363,7 @@ def case_error_oob_masked_store():
 
 # A masked load (`pltpu.load(ref, mask=...)`) and a non-decrementing
 # semaphore wait raise NotImplementedError under stock but run under ours:
-# not parity cases (tests/test_masked_load_and_wait.py checks both, and
+# not parity cases (tests/interpret/test_masked_load_and_wait.py checks both, and
 # that stock still rejects them).
 
 

@@ -20,13 +20,13 @@ import mosaic_rt
 import mosaic_rt.ffi as F
 import numpy as np
 import pytest
+from ffi_support import begin, dummy_rows, fresh_uid, run_on_devices, with_token
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from mosaic_rt import _native
-from test_ffi_support import begin, dummy_rows, fresh_uid, run_on_devices, with_token
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 

@@ -13,7 +13,7 @@ import mosaic_rt
 import pytest
 from mosaic_rt import _native
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _pyproject():

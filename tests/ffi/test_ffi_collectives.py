@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import mosaic_rt.ffi as F
 import numpy as np
 import pytest
-from test_ffi_support import begin, dummy_rows, fresh_uid, run_on_devices, with_token
+from ffi_support import begin, dummy_rows, fresh_uid, run_on_devices, with_token
 
 pytestmark = pytest.mark.timeout(120)
 

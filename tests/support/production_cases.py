@@ -1,4 +1,6 @@
-"""jax's own production Pallas TPU ops (`jax.experimental.pallas.ops.tpu`) on mosaic_rt.
+"""The corpus of jax's own production Pallas TPU ops (`jax.experimental.pallas.ops.tpu`):
+the cases tests/production/test_production_kernels.py runs on mosaic_rt and the TPU
+compile check sweeps, with how each is checked.
 
 Every case calls the op shipped with the installed jax (never a copy) at a
 small shape, forced onto an interpreter with `force_interpret_mode`:
@@ -28,12 +30,9 @@ import jax
 import jax.numpy as jnp
 import mosaic_rt
 import numpy as np
-import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import Mesh
-
-pytestmark = pytest.mark.timeout(120)
 
 JAX_VERSION = tuple(int(p) for p in jax.__version__.split(".")[:3])
 MODES = ("on_wait", "eager")
@@ -591,45 +590,3 @@ for _sampler in ("bits", "uniform", "normal"):
 def _build_philox_count():
     fn = jax.jit(lambda key: philox.philox_4x32_count(key, (16, 256), offset=3))
     return fn, (_threefry_key(),)
-
-
-# -- the tests ---------------------------------------------------------------------------
-
-
-def _id(c: Case) -> str:
-    return c.name.replace(" ", "-")
-
-
-def _params():
-    for c in CASES:
-        marks = [pytest.mark.slow] if c.slow else []
-        if c.xfail:
-            marks.append(pytest.mark.xfail(reason=c.xfail, strict=False))
-        yield pytest.param(c, id=_id(c), marks=marks)
-
-
-TIMES: dict[str, dict] = {}
-
-
-@pytest.mark.parametrize("c", list(_params()))
-def test_production_kernel(c: Case):
-    if jax.device_count() < c.devices:
-        pytest.skip(f"needs {c.devices} devices")
-    fn, args = c.build()
-    for dma in c.dma_modes:
-        ours, t_ours = run("ours", fn, args, dma)
-        ours2, t_ours2 = run("ours", fn, args, dma)
-        times = {"ours_first_s": t_ours, "ours_second_s": t_ours2}
-        if c.stock is None:
-            stock, t_stock = run("stock", fn, args, dma)
-            times["stock_first_s"] = t_stock
-            assert_bit_identical(ours, stock)
-        elif c.reference is None and c.check is None:
-            pytest.fail(f"{c.name}: stock cannot run it and it has no reference")
-        if c.check is not None:
-            c.check(ours, *args)
-        if c.reference is not None and dma == c.dma_modes[0]:
-            assert_close(ours, c.reference(*args), c.atol, c.rtol)
-        assert_bit_identical(ours2, ours)  # deterministic from call to call
-        TIMES[f"{c.name} [{dma}]"] = times
-        print(f"\n{c.name} [{dma}]: " + ", ".join(f"{k} {v:.3f}" for k, v in times.items()))

@@ -10,8 +10,8 @@ import mosaic_rt.ffi as F
 import mosaic_rt.ffi.ops as ffi_ops
 import numpy as np
 import pytest
+from ffi_support import begin, fresh_uid, on_devices, with_token
 from test_ffi_ops import _bad_launch, _i32, _raw_call, translated
-from test_ffi_support import begin, fresh_uid, on_devices, with_token
 
 pytestmark = pytest.mark.timeout(120)
 

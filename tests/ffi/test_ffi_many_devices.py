@@ -14,7 +14,7 @@ SCRIPT = textwrap.dedent("""
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=64"
     os.environ["JAX_PLATFORMS"] = "cpu"
     import sys
-    sys.path.insert(0, {tests!r})
+    sys.path[:0] = [{tests!r}, {support!r}]
     import numpy as np
     import test_ffi_collectives as C
     C.test_ring_ping_pong_in_fori_loop(64)
@@ -32,6 +32,10 @@ def test_rings_dmas_and_failures_on_64_devices():
     here = os.path.dirname(os.path.abspath(__file__))
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT.format(tests=here)], env=env, capture_output=True, text=True, timeout=540
+        [sys.executable, "-c", SCRIPT.format(tests=here, support=os.path.join(os.path.dirname(here), "support"))],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=540,
     )
     assert proc.returncode == 0 and "OK64" in proc.stdout, proc.stderr[-4000:]

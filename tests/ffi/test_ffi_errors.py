@@ -10,9 +10,9 @@ import jax.numpy as jnp
 import mosaic_rt.ffi as F
 import numpy as np
 import pytest
+from ffi_support import begin, dummy_rows, fresh_uid, on_devices, run_on_devices, with_token
 from jax.errors import JaxRuntimeError
 from mosaic_rt.errors import KernelAborted, SemaphoreLeakError, WaitTimeout
-from test_ffi_support import begin, dummy_rows, fresh_uid, on_devices, run_on_devices, with_token
 
 pytestmark = pytest.mark.timeout(120)
 

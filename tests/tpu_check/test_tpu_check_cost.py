@@ -3,7 +3,7 @@ processes (and libtpu not even started when every answer is there), a
 fingerprint that is the same in every process, the optional worker-thread
 compile, and `report()`.
 
-Tests that compile need libtpu (see tests/test_tpu_check.py); the disk cache
+Tests that compile need libtpu (see tests/tpu_check/test_tpu_check.py); the disk cache
 itself and the fingerprint are tested without it."""
 
 import json

@@ -1,7 +1,7 @@
 """The pytest plugin installed with mosaic_rt: with `--mosaic-rt-warnings`
 a kernel's race and leak reports become warnings of the test that ran it,
 so `-W error::mosaic_rt.RaceWarning` fails a racy test; without it they are
-printed as stock prints them (see also tests/test_report_delivery.py)."""
+printed as stock prints them (see also tests/api/test_report_delivery.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Multi-device / multi-core parity: mosaic_rt.InterpretParams vs stock.
 
-`test_stock_runs` runs every case of tests/kernels/multi_device.py under stock
+`test_stock_runs` runs every case of tests/support/kernels/multi_device.py under stock
 `pltpu.InterpretParams` only and checks its numpy reference: the corpus is
 valid and runs today. `test_parity` compares stock with ours bit for bit for
 each DMA execution mode and race-detection setting (a mosaic_rt that cannot

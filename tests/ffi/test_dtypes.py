@@ -34,12 +34,12 @@ import mosaic_rt
 import mosaic_rt.ffi as F
 import numpy as np
 import pytest
+from ffi_support import fresh_uid
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from parity import assert_bitwise_equal, run_case
-from test_ffi_support import fresh_uid
 
 pytestmark = pytest.mark.timeout(300)
 

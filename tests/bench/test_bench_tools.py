@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-TOOLS = pathlib.Path(__file__).resolve().parent.parent / "benches" / "tools"
+TOOLS = pathlib.Path(__file__).resolve().parents[2] / "benches" / "tools"
 
 
 def run_tool(name: str, *args: str) -> str:

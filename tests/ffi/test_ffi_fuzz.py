@@ -13,9 +13,9 @@ import mosaic_rt
 import mosaic_rt.ffi as F
 import numpy as np
 import pytest
+from ffi_support import begin, fresh_uid
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_ffi_support import begin, fresh_uid
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "python" / "mosaic_rt"
+PACKAGE = Path(__file__).resolve().parents[2] / "python" / "mosaic_rt"
 
 # interpret/'s rooms, lowest first: a module may import its own room and the
 # ones before it, never a later one.

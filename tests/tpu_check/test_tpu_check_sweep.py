@@ -5,8 +5,8 @@ checked), compiles for both -- except the kernels listed in `REJECTED`,
 which are really invalid for those chips (each says why; every rejection
 measured here is the same on v5e and v6e, jax 0.10.2 and 0.12.0.1).
 
-Corpora: tests/kernels/single_device.py, tests/kernels/multi_device.py,
-jax's production ops of tests/test_production_kernels.py, and the bench's
+Corpora: tests/support/kernels/single_device.py, tests/support/kernels/multi_device.py,
+jax's production ops of tests/production/test_production_kernels.py, and the bench's
 kernel sets (mosaic_rt.bench: the suite, the zoo, the launch kernel, the
 cold-call variants, the production row). The check caches per kernel, so
 kernels shared between corpora compile once.
@@ -22,8 +22,8 @@ import warnings
 import jax
 import mosaic_rt
 import numpy as np
+import production_cases
 import pytest
-import test_production_kernels
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import Mesh, NamedSharding
@@ -192,7 +192,7 @@ def _kernels():
             _production_case(c),
             (pytest.mark.slow,) if c.slow else (),
         )  # slow in its own suite too
-        for c in test_production_kernels.CASES
+        for c in production_cases.CASES
     ]
     out += [(f"bench-suite/{c.name}", _suite_case(c), ()) for c in suite.suite(quick=False)]
     out += [(f"zoo/{k.name}", _zoo_kernel(k), ()) for k in zoo.kernels(0)]
@@ -228,7 +228,7 @@ def _rejections(run) -> dict[str, list[str]]:
 @pytest.mark.parametrize("kid, run", KERNELS)
 def test_kernel_compiles_for_v5e_and_v6e(libtpu, kid, run):
     if kid.startswith("production/"):
-        case = next(c for c in test_production_kernels.CASES if f"production/{c.name}" == kid)
+        case = next(c for c in production_cases.CASES if f"production/{c.name}" == kid)
         if jax.device_count() < case.devices:
             pytest.skip(f"needs {case.devices} devices")
     got = _rejections(run)

@@ -11,10 +11,10 @@ import mosaic_rt.ffi as F
 import mosaic_rt.ffi.ops as ffi_ops
 import numpy as np
 import pytest
+from ffi_support import begin, dummy_rows, fresh_uid, on_devices, with_token
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 from mosaic_rt import _native
-from test_ffi_support import begin, dummy_rows, fresh_uid, on_devices, with_token
 
 pytestmark = pytest.mark.timeout(120)
 
