@@ -19,6 +19,9 @@ Conventions shared by every op (see :mod:`mosaic_rt.ffi.ops`):
 Errors raised natively surface as ``jax.errors.JaxRuntimeError`` carrying a
 ``[mosaic_rt#N]`` marker; :func:`native_errors` / :func:`translate` turn them
 back into the right Python exception type with the root cause.
+
+Uses: `mosaic_rt._native`, `mosaic_rt.jax_internals`, `mosaic_rt.memory_spaces`,
+`mosaic_rt.errors`, `mosaic_rt._dtypes`; never the interpreter (which uses this).
 """
 
 from __future__ import annotations

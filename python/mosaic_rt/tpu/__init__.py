@@ -7,6 +7,9 @@ identical Mosaic program on TPU and runs the same under stock interpret mode
 and `mosaic_rt.InterpretParams()`. On top, invalid descriptors, priorities
 and device-id forms fail early with clear messages, and a descriptor that is
 never started or waited is reported with the line that created it.
+
+Uses: the installed `pltpu`, `mosaic_rt.jax_internals`, and the interpreter's
+device-id module (`interpret.evaluation.device_ids`, one statement of the forms).
 """
 
 import functools as _functools

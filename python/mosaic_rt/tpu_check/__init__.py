@@ -61,6 +61,9 @@ and limit 16.00M exceeded scoped vmem limit").
 Multi-device kernels (under ``shard_map``) are compiled on a topology with as
 many TPU devices, with the same mesh axes, so remote DMAs and device ids
 lower as on a pod; each device sees the kernel's operand shapes.
+
+Uses: `mosaic_rt.jax_internals`, `mosaic_rt.errors`, `mosaic_rt._version`;
+never the interpreter (which calls it) nor the native library.
 """
 
 from __future__ import annotations

@@ -33,6 +33,8 @@
 //! generic over the work queued on a semaphore), `memory`, `races`, `trace`,
 //! `deadlock`, `registry` (the launches of a process), `grid` (a grid
 //! loop's block bookkeeping), `config`, `error`.
+//!
+//! May use: std, `mosaic_rt_programs` (wire enums, program errors); no pyo3, no XLA.
 #![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 
 mod enum_str;

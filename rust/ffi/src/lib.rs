@@ -1,6 +1,8 @@
 //! XLA FFI layer: one C-ABI handler per runtime operation, over
 //! `mosaic_rt_core`. No Python, no GIL: XLA's CPU runtime calls these on each
 //! simulated device's thread. See `ops` for the operand conventions.
+//!
+//! May use: `mosaic_rt_core`, `mosaic_rt_programs`, the XLA FFI C ABI (`abi`); no pyo3.
 #![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 
 #[doc(hidden)]

@@ -1,6 +1,8 @@
 //! pyo3 binding (`mosaic_rt._native`): a thin layer over `mosaic_rt_core` and the FFI targets.
 //! Kept thin: argument conversion and error mapping; the work is in
 //! `mosaic_rt_core`, numpy handling in `python/mosaic_rt/runtime.py`.
+//!
+//! May use: `mosaic_rt_core`, `mosaic_rt_ffi`, `mosaic_rt_programs`, pyo3.
 #![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 use mosaic_rt_core::{LeakPolicy, MemorySpace, SemKind};
 use mosaic_rt_programs::scalar::{self, Op, ScalarType};
