@@ -2,7 +2,7 @@
 
 use crate::enum_str::enum_str;
 use crate::error::{Result, RtError};
-use crate::sem::AdaptiveSpin;
+use crate::spin::AdaptiveSpin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

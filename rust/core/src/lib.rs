@@ -56,6 +56,7 @@ mod revisit;
 mod runtime;
 mod sem;
 pub mod site;
+mod spin;
 mod sync;
 mod trace;
 

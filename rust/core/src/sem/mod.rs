@@ -16,12 +16,11 @@ mod counters;
 mod ids;
 mod misuse;
 mod park;
-mod pressure;
-mod spin;
 mod task_queue;
 
+use crate::spin;
+pub use crate::spin::AdaptiveSpin;
 pub use park::WaitRecord;
-pub use spin::AdaptiveSpin;
 
 use crate::config::{Config, Topology};
 use crate::deadlock::{Monitor, Probe, Wait};

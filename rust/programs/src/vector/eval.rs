@@ -9,47 +9,11 @@ use super::kernels::{compare, convert_op, float_op, int_op, select_bool, select_
 use super::ops::Op;
 use super::plan::{Loc, Plan};
 use super::program::{bad, Program, MAX_VALUES};
+use super::scratch::Scratch;
 use super::simplify::Rewrite;
 use super::types::VectorType;
 use super::view::{bytes_of, try_cast, words_as, words_as_mut, words_bytes_mut};
-use crate::error::{ProgramError, Result};
-
-/// Reusable scratch of one thread (no allocation per call once grown).
-pub struct Scratch {
-    words: Vec<u64>,
-}
-
-/// Scratch beyond this many words is given back after the call.
-const KEEP_WORDS: usize = 1 << 23;
-
-impl Scratch {
-    pub const fn new() -> Scratch {
-        Scratch { words: Vec::new() }
-    }
-
-    fn ensure(&mut self, words: usize) -> Result<()> {
-        if self.words.len() < words {
-            let more = words - self.words.len();
-            self.words.try_reserve_exact(more).map_err(|_| {
-                ProgramError::memory(format!("vector program: cannot allocate {} bytes of scratch", words * 8))
-            })?;
-            self.words.resize(words, 0);
-        }
-        Ok(())
-    }
-
-    fn trim(&mut self) {
-        if self.words.len() > KEEP_WORDS {
-            self.words = Vec::new();
-        }
-    }
-}
-
-impl Default for Scratch {
-    fn default() -> Self {
-        Scratch::new()
-    }
-}
+use crate::error::Result;
 
 /// What an instruction reads: the inputs and the scratch before its result.
 struct Ctx<'s, 'p> {

@@ -17,17 +17,19 @@
 mod elem;
 mod eval;
 mod kernels;
+mod meta;
 mod ops;
 mod plan;
 mod program;
+mod scratch;
 mod simplify;
 mod types;
 mod view;
 
-pub use eval::Scratch;
 pub use kernels::FmaForm;
 pub use ops::Op;
 pub use program::{DecodeCache, Program, ProgramState, VectorPrograms, FORMAT, MAX_ELEMENTS, MAX_VALUES};
+pub use scratch::Scratch;
 pub use types::VectorType;
 
 #[cfg(test)]

@@ -20,9 +20,10 @@
 //! scalar one into a one-element buffer is written once. Everything
 //! is checked once by [`Program::decode`]; evaluation then cannot fail.
 
-use super::eval::Scratch;
 use super::kernels::FmaForm;
+use super::meta::Meta;
 use super::ops::Op;
+use super::scratch::Scratch;
 use super::simplify::{self, Rewrite};
 use super::types::VectorType;
 use crate::error::{ProgramError, Result};
@@ -36,20 +37,6 @@ pub const FORMAT: i64 = 1;
 pub const MAX_VALUES: usize = 64;
 /// Most elements per value (scratch is allocated up front).
 pub const MAX_ELEMENTS: usize = u32::MAX as usize;
-
-/// What decoding learnt of a value.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Meta {
-    pub ty: VectorType,
-    /// One element, broadcast where an array meets it.
-    pub scalar: bool,
-    /// A constant's: the word of its immediate.
-    pub const_at: Option<u32>,
-    /// A `convert_element_type`'s: its argument.
-    pub convert_of: Option<u8>,
-    /// A float `gt` or `lt`'s: the op and its two arguments.
-    pub compare_of: Option<(Op, u8, u8)>,
-}
 
 const NO_META: Meta = Meta { ty: VectorType::Bool, scalar: true, const_at: None, convert_of: None, compare_of: None };
 

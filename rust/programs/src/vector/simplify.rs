@@ -22,8 +22,8 @@
 //! computed differently), instructions of constants only (XLA folds those
 //! without flushing subnormals).
 
+use super::meta::Meta;
 use super::ops::Op;
-use super::program::Meta;
 use super::types::VectorType;
 
 /// What an instruction becomes.

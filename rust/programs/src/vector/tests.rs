@@ -2,9 +2,9 @@
 //! per op and type, broadcasting, decode errors, the decode cache, and the
 //! AVX2 build of every loop against the baseline one.
 
-use super::eval::Scratch;
 use super::ops::Op;
 use super::program::{DecodeCache, Program, FORMAT, MAX_VALUES};
+use super::scratch::Scratch;
 use super::types::VectorType::{self, *};
 use crate::scalar;
 

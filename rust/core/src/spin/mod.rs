@@ -31,8 +31,12 @@
 //! short kernels have too few waits to learn it each time. Updates are
 //! plain loads and stores (a lost update only delays learning); they are
 //! std atomics even in loom models, being no part of the park protocol.
+//!
+//! May use: std only (it sits below `sem` and `config`, which hold it).
 
-use super::pressure::CpuPressure;
+mod pressure;
+
+use pressure::CpuPressure;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
