@@ -22,7 +22,7 @@ from mosaic_rt.interpret.params import InterpretParams
 class Ctx:
     """Trace-time facts about the core whose program is being emitted."""
 
-    handle: Any  # runtime handle (traced) from `native_calls.begin`
+    handle: Any  # runtime handle (traced) from `native_calls.launch_begin`
     device_id: Any  # logical device id (traced int32)
     core: Any  # local core id (int or traced int32); None: the launch's
     grid_point: Any = None

@@ -44,7 +44,7 @@ def _scalar_id(x):
 _space = memory_spaces.code
 
 
-def begin(token, device, *, uid, num_devices, params: InterpretParams, allocations, barrier, grid=None):
+def launch_begin(token, device, *, uid, num_devices, params: InterpretParams, allocations, barrier, grid=None):
     """Joins the launch, makes its ``allocations`` (`launch_buffer` /
     `launch_semaphores`), with ``barrier`` waits for every device and with
     ``grid`` begins core 0's grid loop: one native call. ``(token, handle,
@@ -111,7 +111,7 @@ def launch_semaphores(shape, *, kind) -> ffi_ops.LaunchSemaphores:
     return ffi_ops.LaunchSemaphores(shape=tuple(shape), kind=kind)
 
 
-def end(token, handle, device, *, on_leak, keep_alive=(), outputs=()):
+def kernel_end(token, handle, device, *, on_leak, keep_alive=(), outputs=()):
     """Leaves the launch, after its leak report (unless ``on_leak`` is
     "ignore"); with direct ``outputs`` (see `allocate_buffer`) returns
     ``(token, outputs)``, their final values."""

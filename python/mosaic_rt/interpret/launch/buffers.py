@@ -113,7 +113,7 @@ class LaunchBuffers:
 
 def prologue_ids(allocations, results):
     """``id_of(k, out=False)``: the id of allocation ``k`` from the
-    prologue's ``results`` (`native_calls.begin`); with ``out`` a direct
+    prologue's ``results`` (`native_calls.launch_begin`); with ``out`` a direct
     buffer's XLA output instead."""
 
     def id_of(k, out=False):

@@ -100,7 +100,7 @@ def _interpret_pallas_call(
     # tracing time): join, allocate, without a barrier semaphore of its own
     # wait for all devices to start together, and begin the grid loop of a
     # single core.
-    token, handle, results, first_step = native_calls.begin(
+    token, handle, results, first_step = native_calls.launch_begin(
         jnp.zeros((), jnp.int32),
         device_id,
         uid=_launch_uid(name, jaxpr, grid_mapping, args),
@@ -118,7 +118,7 @@ def _interpret_pallas_call(
 
     token, results = _read_outputs(token, ctx, bufs)
     direct = [out for out in bufs.direct if out is not None]
-    ended = native_calls.end(
+    ended = native_calls.kernel_end(
         token, handle, device_id, on_leak=params.on_semaphore_leak, keep_alive=bufs.borrowed, outputs=direct
     )
     if not direct:
