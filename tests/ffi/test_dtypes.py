@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import ffi_support
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -290,7 +291,7 @@ def test_ffi_ops_move_every_dtype_through_xla(name):
     # rewrite float8 NaN payloads (jaxlib 0.12 canonicalises float8_e5m2 NaNs
     # in a slice; both versions in a concatenate).
     def body(xin, vin, rin):
-        with F.kernel(F.new_token(), 0, uid=uid, num_devices=1, uninitialized_memory="nan") as k:
+        with ffi_support.kernel(F.new_token(), 0, uid=uid, num_devices=1, uninitialized_memory="nan") as k:
             h, t = k.handle, k.token
             t, b = F.allocate_buffer(t, h, 0, 0, space="vmem", dtype=dt, shape=(3, 5), init=xin)
             t, fresh = F.allocate_buffer(t, h, 0, 0, space="vmem", dtype=dt, shape=(3, 5))

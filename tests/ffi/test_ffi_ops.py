@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import pathlib
 
+import ffi_support
 import jax
 import jax.numpy as jnp
 import mosaic_rt.ffi as F
@@ -304,7 +305,7 @@ def test_out_of_range_target_device_is_a_value_error():
 
 def test_out_of_range_own_device_is_a_value_error():
     def body(d, _):
-        with F.kernel(F.new_token(), d + 3, uid=fresh_uid(), num_devices=2) as k:
+        with ffi_support.kernel(F.new_token(), d + 3, uid=fresh_uid(), num_devices=2) as k:
             pass
         return with_token(jnp.zeros((1,), jnp.int32), k.token)
 
@@ -322,7 +323,7 @@ def test_out_of_range_own_device_is_a_value_error():
 )
 def test_bad_kernel_config_is_a_value_error(attrs, pattern):
     def body(d, _):
-        with F.kernel(F.new_token(), d, uid=fresh_uid(), num_devices=1, **attrs) as k:
+        with ffi_support.kernel(F.new_token(), d, uid=fresh_uid(), num_devices=1, **attrs) as k:
             pass
         return with_token(jnp.zeros((1,), jnp.int32), k.token)
 
@@ -403,7 +404,7 @@ def test_device_ordinals_catch_a_device_id_that_does_not_match_the_mesh():
 
         def body(z):
             d = jax.lax.axis_index("x")
-            with F.kernel(F.new_token(), d, uid=uid, num_devices=n, device_ordinals=ordinals) as k:
+            with ffi_support.kernel(F.new_token(), d, uid=uid, num_devices=n, device_ordinals=ordinals) as k:
                 pass
             return z + k.token
 

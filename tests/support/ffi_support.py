@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import itertools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -55,4 +58,33 @@ def with_token(value, token):
 
 def begin(device, n, *, uid, **config):
     config.setdefault("wait_timeout_ms", 30_000)
-    return F.kernel(F.new_token(), device, uid=uid, num_devices=n, **config)
+    return kernel(F.new_token(), device, uid=uid, num_devices=n, **config)
+
+
+@dataclasses.dataclass
+class Launch:
+    """A launch being traced: ops update ``token`` in place of threading it."""
+
+    token: Any
+    handle: Any
+    device: Any
+
+
+@contextlib.contextmanager
+def kernel(token, device, *, leak_policy: str | None = None, **config):
+    """Emits ``kernel_begin`` ... ``kernel_end`` around the body.
+
+    ``config`` goes to `mosaic_rt.ffi.kernel_begin`. The body reads and replaces
+    ``launch.token``; after the block ``launch.token`` is the token after
+    ``kernel_end`` (preceded by a ``leak_report`` if ``leak_policy`` is set)::
+
+        with kernel(F.new_token(), dev, uid=1, num_devices=n) as k:
+            k.token = F.semaphore_signal(k.token, k.handle, k.device, 0, sem, 1)
+        out = k.token
+    """
+    token, handle = F.kernel_begin(token, device, **config)
+    launch = Launch(token, handle, device)
+    yield launch
+    if leak_policy is not None:
+        launch.token, _ = F.leak_report(launch.token, handle, device, policy=leak_policy)
+    launch.token = F.kernel_end(launch.token, handle, device)

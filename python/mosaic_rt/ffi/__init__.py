@@ -32,7 +32,6 @@ from mosaic_rt import _native
 from mosaic_rt.ffi import reports
 from mosaic_rt.ffi.errors import fail_launch, native_errors, register_exception, translate
 from mosaic_rt.ffi.ops import (
-    Launch,
     TracedRegion,
     allocate_buffer,
     allocate_semaphores,
@@ -44,7 +43,6 @@ from mosaic_rt.ffi.ops import (
     fill,
     free_buffer,
     grid_step,
-    kernel,
     kernel_begin,
     kernel_end,
     launch_info,
@@ -72,7 +70,6 @@ def _register_targets() -> tuple[str, ...]:
 TARGETS: tuple[str, ...] = _register_targets()
 
 __all__ = [
-    "Launch",
     "TracedRegion",
     "TARGETS",
     "allocate_buffer",
@@ -85,7 +82,6 @@ __all__ = [
     "fill",
     "free_buffer",
     "grid_step",
-    "kernel",
     "kernel_begin",
     "kernel_end",
     "launch_info",

@@ -14,7 +14,6 @@ May use: jax, numpy, ``mosaic_rt._native``, ``mosaic_rt._dtypes``,
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 from typing import Any
@@ -382,35 +381,6 @@ def core_end(token, handle, device, core, *, site: int = 0):
 def launch_info(token):
     """``(token, int32[3])``: XLA run id (low, high 32 bits) and device ordinal."""
     return _call("launch_info", (jax.ShapeDtypeStruct((3,), jnp.int32),), _args("launch_info", token=token))
-
-
-@dataclasses.dataclass
-class Launch:
-    """A launch being traced: ops update ``token`` in place of threading it."""
-
-    token: Any
-    handle: Any
-    device: Any
-
-
-@contextlib.contextmanager
-def kernel(token, device, *, leak_policy: str | None = None, **config):
-    """Emits ``kernel_begin`` ... ``kernel_end`` around the body.
-
-    ``config`` goes to :func:`kernel_begin`. The body reads and replaces
-    ``launch.token``; after the block ``launch.token`` is the token after
-    ``kernel_end`` (preceded by a ``leak_report`` if ``leak_policy`` is set)::
-
-        with kernel(new_token(), dev, uid=1, num_devices=n) as k:
-            k.token = semaphore_signal(k.token, k.handle, k.device, 0, sem, 1)
-        out = k.token
-    """
-    token, handle = kernel_begin(token, device, **config)
-    launch = Launch(token, handle, device)
-    yield launch
-    if leak_policy is not None:
-        launch.token, _ = leak_report(launch.token, handle, device, policy=leak_policy)
-    launch.token = kernel_end(launch.token, handle, device)
 
 
 # -------------------------------------------------------------------- memory
