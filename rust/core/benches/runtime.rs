@@ -1,7 +1,8 @@
 //! Hot-path timings of the runtime (plain std::time; prints a table).
 //! Run: cargo bench -p mosaic_rt_core
 
-use mosaic_rt_core::{Config, DType, DmaMode, DmaRequest, Init, MemorySpace, Region, Runtime, SemKind};
+use mosaic_rt_core::BufferSpec;
+use mosaic_rt_core::{Config, DType, DmaMode, DmaRequest, MemorySpace, Region, Runtime, SemKind};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::thread;
@@ -64,7 +65,7 @@ fn ping_pong(iters: u64) -> f64 {
 fn dma(bytes: usize, iters: u64, mode: DmaMode) -> (f64, f64) {
     let rt = runtime(1, mode);
     let n = bytes / 4;
-    let alloc = |space| rt.allocate_buffer(0, Some(0), space, DType::F32, &[n], None, Init::Fill).unwrap();
+    let alloc = |space| rt.allocate_buffer(0, Some(0), BufferSpec::new(space, DType::F32, &[n])).unwrap();
     let (src, dst) = (alloc(MemorySpace::Hbm), alloc(MemorySpace::Vmem));
     let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
     let req = DmaRequest {

@@ -67,7 +67,7 @@ pub use deadlock::CoreState;
 pub use dma::DmaRequest;
 pub use dtype::DType;
 pub use error::{ErrorKind, Result, RtError};
-pub use memory::{pooled_bytes, Access, BufferInfo, BufferKey, Init, MemRef, MemorySpace, Stored};
+pub use memory::{pooled_bytes, Access, BufferInfo, BufferKey, BufferSpec, Init, MemRef, MemorySpace, Stored};
 pub use races::{latest_race_log, RaceLog};
 pub use region::{DimSel, Region};
 pub use registry::LaunchRegistry;

@@ -14,7 +14,7 @@ use crate::dma::{DmaEnv, DmaRequest, DmaStep};
 use crate::dtype::DType;
 use crate::error::{Result, RtError};
 use crate::grid::GridLoop;
-use crate::memory::{Access, BufferInfo, BufferKey, Init, MemRef, MemorySpace, MemoryTable, Stored};
+use crate::memory::{Access, BufferInfo, BufferKey, BufferSpec, MemRef, MemorySpace, MemoryTable, Stored};
 use crate::prng::CorePrng;
 use crate::races::{RaceDetector, RaceLog};
 use crate::region::Region;
@@ -163,21 +163,9 @@ impl Runtime {
     /// once per device (key core 0) and are reference-counted across cores.
     /// `shape` is the allocated (possibly padded) shape, `logical_shape` the
     /// user-visible one (defaults to `shape`).
-    #[allow(clippy::too_many_arguments)] // where (device, core, space) and what (dtype, shapes, init)
-    pub fn allocate_buffer(
-        &self,
-        device: u32,
-        core: Option<u32>,
-        space: MemorySpace,
-        dtype: DType,
-        shape: &[usize],
-        logical_shape: Option<&[usize]>,
-        init: Init<'_>,
-    ) -> Result<u32> {
+    pub fn allocate_buffer(&self, device: u32, core: Option<u32>, spec: BufferSpec<'_>) -> Result<u32> {
         self.check_failed_at(device, core.unwrap_or(0))?;
-        self.memory
-            .allocate(device, core, space, dtype, shape, logical_shape, init)
-            .map_err(|e| e.at(device, core.unwrap_or(0)))
+        self.memory.allocate(device, core, spec).map_err(|e| e.at(device, core.unwrap_or(0)))
     }
 
     /// Drops one reference of the buffer; it is freed at zero.

@@ -3,6 +3,7 @@
 //! `ErrorKind::Deadlock` naming the blocked cores, and correct programs with
 //! long waits must never be reported.
 
+use mosaic_rt_core::BufferSpec;
 use mosaic_rt_core::CoreState;
 use mosaic_rt_core::{
     Config, DType, DmaMode, DmaRequest, ErrorKind, Init, LaunchRegistry, MemorySpace, Region, RtError, Runtime, SemKind,
@@ -163,8 +164,20 @@ fn a_signal_to_the_wrong_core_is_hinted() {
 fn dma_runtime(mode: DmaMode) -> (Arc<Runtime>, u32, u32, u32) {
     let rt = Arc::new(Runtime::new(Config { dma_mode: mode, ..config(1, 1) }).unwrap());
     let data = [0u8; 64];
-    let src = rt.allocate_buffer(0, None, MemorySpace::Hbm, DType::F32, &[16], None, Init::Bytes(&data)).unwrap();
-    let dst = rt.allocate_buffer(0, None, MemorySpace::Vmem, DType::F32, &[16], None, Init::Fill).unwrap();
+    let src = rt
+        .allocate_buffer(
+            0,
+            None,
+            BufferSpec {
+                space: MemorySpace::Hbm,
+                dtype: DType::F32,
+                shape: &[16],
+                logical_shape: None,
+                init: Init::Bytes(&data),
+            },
+        )
+        .unwrap();
+    let dst = rt.allocate_buffer(0, None, BufferSpec::new(MemorySpace::Vmem, DType::F32, &[16])).unwrap();
     let s = sem(&rt, SemKind::Dma);
     (rt, src, dst, s)
 }

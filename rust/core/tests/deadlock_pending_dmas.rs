@@ -3,6 +3,7 @@
 //! whose DMAs another core has yet to start; and when a DMA wait really
 //! cannot complete because earlier waits took the bytes, the report says so.
 
+use mosaic_rt_core::BufferSpec;
 use mosaic_rt_core::{
     Config, DType, DimSel, DmaMode, DmaRequest, ErrorKind, Init, MemorySpace, Region, Runtime, SemKind,
 };
@@ -33,8 +34,20 @@ fn setup(rt: &Runtime) -> (u32, u32, u32) {
     let data: Vec<u8> = (0..128u8).collect();
     let mut ids = (0, 0, 0);
     for d in 0..rt.topology().num_devices {
-        let src = rt.allocate_buffer(d, None, MemorySpace::Hbm, DType::F32, &[32], None, Init::Bytes(&data)).unwrap();
-        let dst = rt.allocate_buffer(d, None, MemorySpace::Vmem, DType::F32, &[32], None, Init::Fill).unwrap();
+        let src = rt
+            .allocate_buffer(
+                d,
+                None,
+                BufferSpec {
+                    space: MemorySpace::Hbm,
+                    dtype: DType::F32,
+                    shape: &[32],
+                    logical_shape: None,
+                    init: Init::Bytes(&data),
+                },
+            )
+            .unwrap();
+        let dst = rt.allocate_buffer(d, None, BufferSpec::new(MemorySpace::Vmem, DType::F32, &[32])).unwrap();
         let sem = rt.allocate_semaphores(d, None, SemKind::Dma, 1).unwrap();
         ids = (src, dst, sem);
     }

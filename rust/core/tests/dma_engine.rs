@@ -1,6 +1,7 @@
 //! The DMA engine: local and remote copies in eager and on_wait modes,
 //! semaphore byte counts, validation.
 
+use mosaic_rt_core::BufferSpec;
 use mosaic_rt_core::{
     Config, DType, DimSel, DmaMode, DmaRequest, ErrorKind, Init, MemorySpace, Region, Runtime, SemKind,
 };
@@ -30,13 +31,34 @@ fn as_f32(bytes: &[u8]) -> Vec<f32> {
 /// An f32 buffer of `n` elements on (device, core), filled with `first..`.
 fn buffer(rt: &Runtime, device: u32, core: u32, space: MemorySpace, n: usize, first: f32) -> u32 {
     let values: Vec<f32> = (0..n).map(|i| first + i as f32).collect();
-    rt.allocate_buffer(device, Some(core), space, DType::F32, &[n], None, Init::Bytes(&f32_bytes(&values))).unwrap()
+    rt.allocate_buffer(
+        device,
+        Some(core),
+        BufferSpec {
+            space,
+            dtype: DType::F32,
+            shape: &[n],
+            logical_shape: None,
+            init: Init::Bytes(&f32_bytes(&values)),
+        },
+    )
+    .unwrap()
 }
 
 /// A zero-filled f32 VMEM buffer of `n` elements on (device, core).
 fn zeros(rt: &Runtime, device: u32, core: u32, n: usize) -> u32 {
-    rt.allocate_buffer(device, Some(core), MemorySpace::Vmem, DType::F32, &[n], None, Init::Bytes(&vec![0u8; 4 * n]))
-        .unwrap()
+    rt.allocate_buffer(
+        device,
+        Some(core),
+        BufferSpec {
+            space: MemorySpace::Vmem,
+            dtype: DType::F32,
+            shape: &[n],
+            logical_shape: None,
+            init: Init::Bytes(&vec![0u8; 4 * n]),
+        },
+    )
+    .unwrap()
 }
 
 fn content(rt: &Runtime, device: u32, core: u32, space: MemorySpace, id: u32) -> Vec<f32> {
@@ -226,7 +248,7 @@ fn dtype_or_size_mismatch_names_both_sides() {
         let rt = runtime(1, 1, mode);
         let src = buffer(&rt, 0, 0, MemorySpace::Hbm, 8, 1.0);
         let small = zeros(&rt, 0, 0, 4);
-        let ints = rt.allocate_buffer(0, Some(0), MemorySpace::Vmem, DType::I32, &[8], None, Init::Fill).unwrap();
+        let ints = rt.allocate_buffer(0, Some(0), BufferSpec::new(MemorySpace::Vmem, DType::I32, &[8])).unwrap();
         let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
         let e = rt.dma_start(local(0, src, small, sem)).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Value);
@@ -274,7 +296,18 @@ fn dma_start_after_failure_aborts() {
 /// A 2-D f32 VMEM buffer of `shape` on (device, core), zero-filled.
 fn zeros_2d(rt: &Runtime, device: u32, shape: [usize; 2]) -> u32 {
     let bytes = vec![0u8; 4 * shape[0] * shape[1]];
-    rt.allocate_buffer(device, Some(0), MemorySpace::Vmem, DType::F32, &shape, None, Init::Bytes(&bytes)).unwrap()
+    rt.allocate_buffer(
+        device,
+        Some(0),
+        BufferSpec {
+            space: MemorySpace::Vmem,
+            dtype: DType::F32,
+            shape: &shape,
+            logical_shape: None,
+            init: Init::Bytes(&bytes),
+        },
+    )
+    .unwrap()
 }
 
 #[test]

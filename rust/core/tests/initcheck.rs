@@ -9,6 +9,7 @@ mod memory_support;
 
 use memory_support::Rng;
 use mosaic_rt_core::memory::MemRef;
+use mosaic_rt_core::BufferSpec;
 use mosaic_rt_core::{
     Config, DType, DimSel, DmaMode, DmaRequest, ErrorKind, Init, MemorySpace, Region, RtError, Runtime, SemKind,
 };
@@ -37,7 +38,7 @@ fn rows(start: i64, n: i64) -> Region {
 }
 
 fn fresh(rt: &Runtime, device: u32, space: MemorySpace, shape: &[usize]) -> u32 {
-    rt.allocate_buffer(device, Some(0), space, DType::F32, shape, None, Init::Fill).unwrap()
+    rt.allocate_buffer(device, Some(0), BufferSpec::new(space, DType::F32, shape)).unwrap()
 }
 
 fn load(rt: &Runtime, space: MemorySpace, id: u32, region: &Region, n: usize) -> Result<Vec<u8>, RtError> {
@@ -82,15 +83,37 @@ fn fresh_memory_reads_fail_and_written_memory_reads_pass() {
 #[test]
 fn initial_values_count_as_written_and_hbm_is_not_checked() {
     let rt = runtime(DmaMode::Eager);
-    let init =
-        rt.allocate_buffer(0, Some(0), MemorySpace::Smem, DType::I32, &[4], None, Init::Bytes(&[1u8; 16])).unwrap();
+    let init = rt
+        .allocate_buffer(
+            0,
+            Some(0),
+            BufferSpec {
+                space: MemorySpace::Smem,
+                dtype: DType::I32,
+                shape: &[4],
+                logical_shape: None,
+                init: Init::Bytes(&[1u8; 16]),
+            },
+        )
+        .unwrap();
     let mut out = [0u8; 16];
     rt.load(MemRef::new(0, 0, MemorySpace::Smem, init, &Region::full()), &mut out).unwrap();
     let hbm = fresh(&rt, 0, HBM, &[8]);
     load(&rt, HBM, hbm, &Region::full(), 8).unwrap();
     // Padding beyond the logical shape of an initialised buffer is not written.
-    let padded =
-        rt.allocate_buffer(0, Some(0), VMEM, DType::F32, &[4, 8], Some(&[3, 8]), Init::Bytes(&[0u8; 4 * 24])).unwrap();
+    let padded = rt
+        .allocate_buffer(
+            0,
+            Some(0),
+            BufferSpec {
+                space: VMEM,
+                dtype: DType::F32,
+                shape: &[4, 8],
+                logical_shape: Some(&[3, 8]),
+                init: Init::Bytes(&[0u8; 4 * 24]),
+            },
+        )
+        .unwrap();
     load(&rt, VMEM, padded, &rows(0, 3), 24).unwrap();
     let msg = uninit(load(&rt, VMEM, padded, &rows(2, 2), 16).unwrap_err());
     assert!(msg.contains("at [3, 0:8]: 8 of the 16"), "{msg}");
@@ -124,7 +147,19 @@ fn swaps_are_writes_of_what_their_mask_selects() {
 #[test]
 fn block_copies_mark_their_destination_and_check_their_source() {
     let rt = runtime(DmaMode::Eager);
-    let hbm = rt.allocate_buffer(0, Some(0), HBM, DType::F32, &[16, 128], None, Init::Bytes(&[0; 4 * 2048])).unwrap();
+    let hbm = rt
+        .allocate_buffer(
+            0,
+            Some(0),
+            BufferSpec {
+                space: HBM,
+                dtype: DType::F32,
+                shape: &[16, 128],
+                logical_shape: None,
+                init: Init::Bytes(&[0; 4 * 2048]),
+            },
+        )
+        .unwrap();
     let out = fresh(&rt, 0, HBM, &[16, 128]);
     let block = fresh(&rt, 0, VMEM, &[8, 128]);
     fn r(id: u32, space: MemorySpace, region: &Region) -> MemRef<'_> {
@@ -167,7 +202,19 @@ fn dmas_write_and_read_in_both_modes() {
     for mode in [DmaMode::Eager, DmaMode::OnWait] {
         let rt = runtime(mode);
         let sem = rt.allocate_semaphores(0, Some(0), SemKind::Dma, 1).unwrap();
-        let hbm = rt.allocate_buffer(0, Some(0), HBM, DType::F32, &[8], None, Init::Bytes(&[0; 32])).unwrap();
+        let hbm = rt
+            .allocate_buffer(
+                0,
+                Some(0),
+                BufferSpec {
+                    space: HBM,
+                    dtype: DType::F32,
+                    shape: &[8],
+                    logical_shape: None,
+                    init: Init::Bytes(&[0; 32]),
+                },
+            )
+            .unwrap();
         let a = fresh(&rt, 0, VMEM, &[8]);
         let b = fresh(&rt, 0, VMEM, &[8]);
         // HBM -> a[0:4]: a DMA write.
@@ -193,7 +240,19 @@ fn remote_dmas_mark_the_other_devices_memory() {
     let rt = runtime(DmaMode::OnWait);
     let send = rt.allocate_semaphores(0, Some(0), SemKind::Dma, 1).unwrap();
     let recv = rt.allocate_semaphores(1, Some(0), SemKind::Dma, 1).unwrap();
-    let src = rt.allocate_buffer(0, Some(0), VMEM, DType::F32, &[8], None, Init::Bytes(&[0; 32])).unwrap();
+    let src = rt
+        .allocate_buffer(
+            0,
+            Some(0),
+            BufferSpec {
+                space: VMEM,
+                dtype: DType::F32,
+                shape: &[8],
+                logical_shape: None,
+                init: Init::Bytes(&[0; 32]),
+            },
+        )
+        .unwrap();
     let dst = fresh(&rt, 1, VMEM, &[8]);
     let mut req = dma((VMEM, src, Region::full()), (VMEM, dst, Region::full()), recv);
     req.src_sem = Some(send);

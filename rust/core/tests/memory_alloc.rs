@@ -4,6 +4,7 @@
 mod memory_support;
 
 use memory_support::*;
+use mosaic_rt_core::BufferSpec;
 use mosaic_rt_core::MemRef;
 use mosaic_rt_core::{BufferKey, DType, DimSel, ErrorKind, FillMode, Init, MemorySpace, OobReads, Region};
 
@@ -17,7 +18,7 @@ fn key(space: MemorySpace, id: u32, device: u32, core: u32) -> BufferKey {
 #[test]
 fn ids_count_from_100_per_device_and_core() {
     let mem = table(2, 2, OobReads::Raise, FillMode::Nan);
-    let alloc = |d, c| mem.allocate(d, c, VMEM, DType::I32, &[2], None, Init::Fill).unwrap();
+    let alloc = |d, c| mem.allocate(d, c, BufferSpec::new(VMEM, DType::I32, &[2])).unwrap();
     assert_eq!(alloc(0, Some(0)), 100);
     assert_eq!(alloc(0, Some(0)), 101);
     assert_eq!(alloc(0, Some(1)), 100);
@@ -27,7 +28,7 @@ fn ids_count_from_100_per_device_and_core() {
     assert_eq!(alloc(0, None), 102);
     assert_eq!(alloc(0, Some(1)), 103);
     // Device 1: core 0 at 101, core 1 at 100 -> out of sync is an internal error.
-    let e = mem.allocate(1, None, VMEM, DType::I32, &[2], None, Init::Fill).unwrap_err();
+    let e = mem.allocate(1, None, BufferSpec::new(VMEM, DType::I32, &[2])).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Internal, "{e}");
     // ...and consumed no ids.
     assert_eq!(alloc(1, Some(1)), 100);
@@ -37,7 +38,19 @@ fn ids_count_from_100_per_device_and_core() {
 #[test]
 fn all_core_allocation_makes_one_private_buffer_per_core() {
     let mem = table(1, 3, OobReads::Raise, FillMode::Zero);
-    let id = mem.allocate(0, None, VMEM, DType::U8, &[4], None, Init::Bytes(&[1, 2, 3, 4])).unwrap();
+    let id = mem
+        .allocate(
+            0,
+            None,
+            BufferSpec {
+                space: VMEM,
+                dtype: DType::U8,
+                shape: &[4],
+                logical_shape: None,
+                init: Init::Bytes(&[1, 2, 3, 4]),
+            },
+        )
+        .unwrap();
     mem.store(MemRef::new(0, 1, VMEM, id, &Region::full()), &[9; 4]).unwrap();
     for core in 0..3 {
         let info = mem.info(key(VMEM, id, 0, core)).unwrap();
@@ -54,7 +67,7 @@ fn all_core_allocation_makes_one_private_buffer_per_core() {
 fn hbm_is_shared_by_cores_and_ref_counted() {
     for space in [MemorySpace::Hbm, MemorySpace::Any] {
         let mem = table(2, 2, OobReads::Raise, FillMode::Zero);
-        let id = mem.allocate(1, None, space, DType::I16, &[3], None, Init::Fill).unwrap();
+        let id = mem.allocate(1, None, BufferSpec::new(space, DType::I16, &[3])).unwrap();
         assert_eq!(mem.info(key(space, id, 1, 0)).unwrap().ref_count, 2);
         assert!(mem.info(key(space, id, 1, 1)).is_err(), "HBM is keyed with core 0");
         // A store from core 1 is seen by core 0.
@@ -77,8 +90,20 @@ fn hbm_is_shared_by_cores_and_ref_counted() {
 fn per_core_hbm_allocations_share_one_buffer() {
     // Each core's thread allocates "its" HBM buffer; ids agree, one buffer exists.
     let mem = table(1, 2, OobReads::Raise, FillMode::Zero);
-    let a = mem.allocate(0, Some(0), HBM, DType::U8, &[2], None, Init::Bytes(&[1, 2])).unwrap();
-    let b = mem.allocate(0, Some(1), HBM, DType::U8, &[2], None, Init::Bytes(&[3, 4])).unwrap();
+    let a = mem
+        .allocate(
+            0,
+            Some(0),
+            BufferSpec { space: HBM, dtype: DType::U8, shape: &[2], logical_shape: None, init: Init::Bytes(&[1, 2]) },
+        )
+        .unwrap();
+    let b = mem
+        .allocate(
+            0,
+            Some(1),
+            BufferSpec { space: HBM, dtype: DType::U8, shape: &[2], logical_shape: None, init: Init::Bytes(&[3, 4]) },
+        )
+        .unwrap();
     assert_eq!(a, b);
     let info = mem.info(key(HBM, a, 0, 0)).unwrap();
     assert_eq!(info.ref_count, 2);
@@ -88,19 +113,49 @@ fn per_core_hbm_allocations_share_one_buffer() {
 #[test]
 fn invalid_allocations_are_value_errors() {
     let mem = table(1, 2, OobReads::Raise, FillMode::Nan);
-    let e = mem.allocate(0, None, VMEM, DType::F32, &[8, 64], Some(&[8, 128]), Init::Fill).unwrap_err();
+    let e = mem
+        .allocate(
+            0,
+            None,
+            BufferSpec {
+                space: VMEM,
+                dtype: DType::F32,
+                shape: &[8, 64],
+                logical_shape: Some(&[8, 128]),
+                init: Init::Fill,
+            },
+        )
+        .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
     assert_eq!(e.message, "Logical shape (8, 128) cannot be bigger than content shape (8, 64).");
-    let e = mem.allocate(0, None, VMEM, DType::F32, &[8, 64], Some(&[8]), Init::Fill).unwrap_err();
+    let e = mem
+        .allocate(
+            0,
+            None,
+            BufferSpec { space: VMEM, dtype: DType::F32, shape: &[8, 64], logical_shape: Some(&[8]), init: Init::Fill },
+        )
+        .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
-    let e = mem.allocate(0, None, VMEM, DType::F32, &[4], None, Init::Bytes(&[0; 12])).unwrap_err();
+    let e = mem
+        .allocate(
+            0,
+            None,
+            BufferSpec {
+                space: VMEM,
+                dtype: DType::F32,
+                shape: &[4],
+                logical_shape: None,
+                init: Init::Bytes(&[0; 12]),
+            },
+        )
+        .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
     assert!(e.message.contains("must have 16 bytes, got 12"), "{e}");
-    let e = mem.allocate(1, None, VMEM, DType::F32, &[4], None, Init::Fill).unwrap_err();
+    let e = mem.allocate(1, None, BufferSpec::new(VMEM, DType::F32, &[4])).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
-    let e = mem.allocate(0, Some(2), VMEM, DType::F32, &[4], None, Init::Fill).unwrap_err();
+    let e = mem.allocate(0, Some(2), BufferSpec::new(VMEM, DType::F32, &[4])).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
-    let e = mem.allocate(0, Some(0), VMEM, DType::F64, &[1 << 40, 1 << 40], None, Init::Fill).unwrap_err();
+    let e = mem.allocate(0, Some(0), BufferSpec::new(VMEM, DType::F64, &[1 << 40, 1 << 40])).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value, "{e}");
     let e = mem.free(0, 0, VMEM, 100).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
@@ -115,7 +170,7 @@ fn fresh_memory_holds_the_fill_value() {
     for fill in [FillMode::Nan, FillMode::Zero] {
         let mem = table(1, 1, OobReads::Raise, fill);
         for dtype in DType::ALL {
-            let id = mem.allocate(0, Some(0), VMEM, dtype, &[3, 2], None, Init::Fill).unwrap();
+            let id = mem.allocate(0, Some(0), BufferSpec::new(VMEM, dtype, &[3, 2])).unwrap();
             let want: Vec<u8> = dtype.fill_bytes(fill).repeat(6);
             assert_eq!(mem.content(key(VMEM, id, 0, 0)).unwrap(), want, "{dtype:?} {fill:?}");
         }
@@ -126,7 +181,19 @@ fn fresh_memory_holds_the_fill_value() {
 fn init_goes_to_the_logical_corner_and_padding_gets_fill() {
     let mem = table(1, 1, OobReads::Raise, FillMode::Nan);
     let init: Vec<u8> = (1..=6).collect(); // logical (2, 3) of int8
-    let id = mem.allocate(0, Some(0), VMEM, DType::I8, &[3, 4], Some(&[2, 3]), Init::Bytes(&init)).unwrap();
+    let id = mem
+        .allocate(
+            0,
+            Some(0),
+            BufferSpec {
+                space: VMEM,
+                dtype: DType::I8,
+                shape: &[3, 4],
+                logical_shape: Some(&[2, 3]),
+                init: Init::Bytes(&init),
+            },
+        )
+        .unwrap();
     let f = 0x7f;
     assert_eq!(mem.content(key(VMEM, id, 0, 0)).unwrap(), [1, 2, 3, f, 4, 5, 6, f, f, f, f, f]);
     let info = mem.info(key(VMEM, id, 0, 0)).unwrap();
@@ -156,7 +223,13 @@ fn every_dtype_round_trips() {
     for dtype in DType::ALL {
         let n = 5 * 7 * dtype.itemsize();
         let init = rng.bytes(n);
-        let id = mem.allocate(0, Some(0), VMEM, dtype, &[5, 7], None, Init::Bytes(&init)).unwrap();
+        let id = mem
+            .allocate(
+                0,
+                Some(0),
+                BufferSpec { space: VMEM, dtype, shape: &[5, 7], logical_shape: None, init: Init::Bytes(&init) },
+            )
+            .unwrap();
         let mut out = vec![0u8; n];
         mem.load(MemRef::new(0, 0, VMEM, id, &Region::full()), &mut out).unwrap();
         assert_eq!(out, init, "{dtype:?}");
@@ -177,7 +250,19 @@ fn every_dtype_round_trips() {
 #[test]
 fn scalars_have_rank_zero() {
     let mem = table(1, 1, OobReads::Raise, FillMode::Zero);
-    let id = mem.allocate(0, Some(0), MemorySpace::Smem, DType::I32, &[], None, Init::Bytes(&[7, 0, 0, 0])).unwrap();
+    let id = mem
+        .allocate(
+            0,
+            Some(0),
+            BufferSpec {
+                space: MemorySpace::Smem,
+                dtype: DType::I32,
+                shape: &[],
+                logical_shape: None,
+                init: Init::Bytes(&[7, 0, 0, 0]),
+            },
+        )
+        .unwrap();
     let mut out = [0u8; 4];
     mem.load(MemRef::new(0, 0, MemorySpace::Smem, id, &Region::full()), &mut out).unwrap();
     assert_eq!(out, [7, 0, 0, 0]);

@@ -5,6 +5,7 @@ mod memory_support;
 
 use memory_support::*;
 use mosaic_rt_core::internals::MemoryTable;
+use mosaic_rt_core::BufferSpec;
 use mosaic_rt_core::{
     BufferKey, Config, DType, DmaMode, DmaRequest, ErrorKind, FillMode, Init, MemRef, MemorySpace, OobReads, Region,
     Runtime, SemKind,
@@ -46,7 +47,7 @@ fn a_borrowed_input_is_read_in_place_and_never_written() {
     mem.load(MemRef::new(0, 1, HBM, id, &region), &mut out).unwrap();
     assert_eq!(out[..], data[..]);
 
-    let other = mem.allocate(0, None, HBM, DType::U8, &[8, 8], None, Init::Fill).unwrap();
+    let other = mem.allocate(0, None, BufferSpec::new(HBM, DType::U8, &[8, 8])).unwrap();
     let fails = [
         mem.store(MemRef::new(0, 0, HBM, id, &region), &[1; 64]).unwrap_err(),
         mem.swap(MemRef::new(0, 0, HBM, id, &region), &[1; 64], None, &mut [0; 64]).unwrap_err(),
@@ -90,7 +91,7 @@ fn queue_remote_dma_of_input(rt: &Runtime, data: &[u8]) -> (u32, u32, u32, u32) 
     // SAFETY: the callers keep `data` unmodified and alive until device 0
     // has left (`leave_device` runs `release_borrowed`).
     let id = unsafe { rt.allocate_borrowed_buffer(0, DType::U8, &[32], data) }.unwrap();
-    let dst = rt.allocate_buffer(1, Some(0), MemorySpace::Vmem, DType::U8, &[32], None, Init::Fill).unwrap();
+    let dst = rt.allocate_buffer(1, Some(0), BufferSpec::new(MemorySpace::Vmem, DType::U8, &[32])).unwrap();
     let send = rt.allocate_semaphores(0, Some(0), SemKind::Dma, 1).unwrap();
     let recv = rt.allocate_semaphores(1, Some(0), SemKind::Dma, 1).unwrap();
     let full = Region::full();
@@ -153,12 +154,23 @@ fn reused_allocations_are_filled_again() {
         for round in 0..3u8 {
             let mem: MemoryTable = table(2, 1, OobReads::Raise, fill);
             let device = u32::from(round % 2);
-            let id = mem.allocate(device, None, HBM, DType::U8, &[n], None, Init::Fill).unwrap();
+            let id = mem.allocate(device, None, BufferSpec::new(HBM, DType::U8, &[n])).unwrap();
             let want = if fill == FillMode::Nan { u8::MAX } else { 0 };
             assert!(mem.content(hbm(id, device)).unwrap().iter().all(|&b| b == want), "{fill:?} {round}");
             mem.store(MemRef::new(device, 0, HBM, id, &Region::full()), &vec![round + 1; n]).unwrap();
-            let given =
-                mem.allocate(device, None, HBM, DType::U8, &[n / 2, 2], None, Init::Bytes(&vec![9; n])).unwrap();
+            let given = mem
+                .allocate(
+                    device,
+                    None,
+                    BufferSpec {
+                        space: HBM,
+                        dtype: DType::U8,
+                        shape: &[n / 2, 2],
+                        logical_shape: None,
+                        init: Init::Bytes(&vec![9; n]),
+                    },
+                )
+                .unwrap();
             assert!(mem.content(hbm(given, device)).unwrap().iter().all(|&b| b == 9));
         }
     }
@@ -174,12 +186,12 @@ fn a_reused_allocation_shows_only_fill_values_or_what_was_written() {
         {
             let mem = table(1, 1, OobReads::Raise, FillMode::Nan);
             for _ in 0..4 {
-                let id = mem.allocate(0, None, HBM, DType::U8, &[n], None, Init::Fill).unwrap();
+                let id = mem.allocate(0, None, BufferSpec::new(HBM, DType::U8, &[n])).unwrap();
                 mem.store(MemRef::new(0, 0, HBM, id, &Region::full()), &vec![round + 1; n]).unwrap();
             }
         }
         let mem = table(1, 1, OobReads::Raise, FillMode::Nan);
-        let alloc = || mem.allocate(0, None, HBM, DType::U8, &[n], None, Init::Fill).unwrap();
+        let alloc = || mem.allocate(0, None, BufferSpec::new(HBM, DType::U8, &[n])).unwrap();
         let (partial, whole, by_dma, src) = (alloc(), alloc(), alloc(), alloc());
         // A partial write: the rest holds fill values, never old bytes.
         mem.store(MemRef::new(0, 0, HBM, partial, &region(8, 8)), &[7; 8]).unwrap();

@@ -5,6 +5,7 @@ mod memory_support;
 
 use memory_support::*;
 use mosaic_rt_core::internals::MemoryTable;
+use mosaic_rt_core::BufferSpec;
 use mosaic_rt_core::MemRef;
 use mosaic_rt_core::{BufferKey, DType, DimSel, ErrorKind, FillMode, Init, MemorySpace, OobReads, Region};
 
@@ -19,7 +20,13 @@ fn rows(start: i64, size: i64) -> Region {
 fn setup(oob: OobReads, fill: FillMode) -> (MemoryTable, u32) {
     let mem = table(1, 2, oob, fill);
     let init: Vec<u8> = (0..12).collect();
-    let id = mem.allocate(0, None, HBM, DType::I8, &[4, 3], None, Init::Bytes(&init)).unwrap();
+    let id = mem
+        .allocate(
+            0,
+            None,
+            BufferSpec { space: HBM, dtype: DType::I8, shape: &[4, 3], logical_shape: None, init: Init::Bytes(&init) },
+        )
+        .unwrap();
     (mem, id)
 }
 
@@ -97,14 +104,26 @@ fn oob_write_is_its_own_kind_with_stock_text_and_writes_nothing() {
 #[test]
 fn error_texts_show_the_logical_shape() {
     let mem = table(1, 1, OobReads::Raise, FillMode::Nan);
-    let id = mem.allocate(0, Some(0), VMEM, DType::F32, &[8, 128], Some(&[5, 100]), Init::Fill).unwrap();
+    let id = mem
+        .allocate(
+            0,
+            Some(0),
+            BufferSpec {
+                space: VMEM,
+                dtype: DType::F32,
+                shape: &[8, 128],
+                logical_shape: Some(&[5, 100]),
+                init: Init::Fill,
+            },
+        )
+        .unwrap();
     let mut out = vec![0u8; 9 * 100 * 4];
     let e = mem.load(MemRef::new(0, 0, VMEM, id, &rows(0, 9)), &mut out).unwrap_err();
     assert_eq!(
         e.message,
         "Out-of-bounds read of (0 0 vmem 100): reading [(slice(0, 9, 1),)] but buffer has shape (5, 100)."
     );
-    let scalar = mem.allocate(0, Some(0), MemorySpace::Smem, DType::I32, &[2], None, Init::Fill).unwrap();
+    let scalar = mem.allocate(0, Some(0), BufferSpec::new(MemorySpace::Smem, DType::I32, &[2])).unwrap();
     let e = mem
         .store(MemRef::new(0, 0, MemorySpace::Smem, scalar, &Region::new(vec![DimSel::index(2)])), &[0; 4])
         .unwrap_err();
@@ -195,8 +214,19 @@ fn masked_swap() {
 #[test]
 fn swaps_only_write_within_the_logical_shape() {
     let mem = table(1, 1, OobReads::Raise, FillMode::Zero);
-    let id =
-        mem.allocate(0, Some(0), VMEM, DType::U8, &[2, 4], Some(&[2, 3]), Init::Bytes(&[1, 2, 3, 4, 5, 6])).unwrap();
+    let id = mem
+        .allocate(
+            0,
+            Some(0),
+            BufferSpec {
+                space: VMEM,
+                dtype: DType::U8,
+                shape: &[2, 4],
+                logical_shape: Some(&[2, 3]),
+                init: Init::Bytes(&[1, 2, 3, 4, 5, 6]),
+            },
+        )
+        .unwrap();
     let key = BufferKey { space: VMEM, id, device: 0, core: 0 };
     let r = Region::new(vec![DimSel::index(0), DimSel::slice(0, 4, 1)]);
     let mut out = [0u8; 4];
@@ -220,7 +250,7 @@ fn mref(space: MemorySpace, id: u32, region: &Region) -> MemRef<'_> {
 #[test]
 fn copies_between_buffers() {
     let (mem, src) = setup(OobReads::Raise, FillMode::Zero);
-    let dst = mem.allocate(0, Some(1), VMEM, DType::I8, &[2, 3], None, Init::Fill).unwrap();
+    let dst = mem.allocate(0, Some(1), BufferSpec::new(VMEM, DType::I8, &[2, 3])).unwrap();
     let whole = Region::full();
     let r = Region::new(vec![DimSel::slice(1, 2, 2)]);
     assert_eq!(mem.copy(mref(HBM, src, &r), mref(VMEM, dst, &whole)).unwrap(), 6);
@@ -244,7 +274,19 @@ fn copies_between_buffers() {
 #[test]
 fn uninitialized_copy_reads_fill_values() {
     let (mem, src) = setup(OobReads::Uninitialized, FillMode::Nan);
-    let dst = mem.allocate(0, Some(0), VMEM, DType::I8, &[2, 3], None, Init::Bytes(&[0; 6])).unwrap();
+    let dst = mem
+        .allocate(
+            0,
+            Some(0),
+            BufferSpec {
+                space: VMEM,
+                dtype: DType::I8,
+                shape: &[2, 3],
+                logical_shape: None,
+                init: Init::Bytes(&[0; 6]),
+            },
+        )
+        .unwrap();
     let whole = Region::full();
     let r = rows(3, 2);
     let bytes = mem

@@ -7,6 +7,7 @@
 mod memory_support;
 
 use memory_support::Rng;
+use mosaic_rt_core::BufferSpec;
 use mosaic_rt_core::{Config, DType, DimSel, FillMode, Init, MemRef, MemorySpace, Region, Runtime, Stored};
 
 const VMEM: MemorySpace = MemorySpace::Vmem;
@@ -61,7 +62,18 @@ fn a_fill_writes_what_a_swap_of_the_repeated_element_writes() {
         let (a, b) = (runtime(), runtime());
         let init = rng.bytes(logical.iter().product::<usize>() * itemsize);
         let alloc = |rt: &Runtime| {
-            rt.allocate_buffer(0, Some(0), VMEM, dtype, &shape, Some(&logical), Init::Bytes(&init)).unwrap()
+            rt.allocate_buffer(
+                0,
+                Some(0),
+                BufferSpec {
+                    space: VMEM,
+                    dtype,
+                    shape: &shape,
+                    logical_shape: Some(&logical),
+                    init: Init::Bytes(&init),
+                },
+            )
+            .unwrap()
         };
         let (ia, ib) = (alloc(&a), alloc(&b));
         let (ra, rb) = (MemRef::new(0, 0, VMEM, ia, &region), MemRef::new(0, 0, VMEM, ib, &region));
@@ -91,7 +103,7 @@ fn a_fill_writes_what_a_swap_of_the_repeated_element_writes() {
 #[test]
 fn a_fill_value_of_the_wrong_size_is_an_error_naming_it() {
     let rt = runtime();
-    let id = rt.allocate_buffer(0, Some(0), VMEM, DType::F32, &[2, 4], None, Init::Fill).unwrap();
+    let id = rt.allocate_buffer(0, Some(0), BufferSpec::new(VMEM, DType::F32, &[2, 4])).unwrap();
     let e =
         rt.swap_value(MemRef::new(0, 0, VMEM, id, &Region::full()), Stored::Splat(&[1, 2]), None, None).unwrap_err();
     assert!(e.to_string().contains("data"), "{e}");

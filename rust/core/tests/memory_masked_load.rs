@@ -6,6 +6,7 @@ mod memory_support;
 
 use memory_support::*;
 use mosaic_rt_core::internals::MemoryTable;
+use mosaic_rt_core::BufferSpec;
 use mosaic_rt_core::MemRef;
 use mosaic_rt_core::{DType, DimSel, ErrorKind, FillMode, Init, MemorySpace, OobReads, Region};
 
@@ -19,7 +20,13 @@ fn rows(start: i64, size: i64) -> Region {
 fn setup(oob: OobReads, fill: FillMode) -> (MemoryTable, u32) {
     let mem = table(1, 1, oob, fill);
     let init: Vec<u8> = (0..12).collect();
-    let id = mem.allocate(0, None, HBM, DType::I8, &[4, 3], None, Init::Bytes(&init)).unwrap();
+    let id = mem
+        .allocate(
+            0,
+            None,
+            BufferSpec { space: HBM, dtype: DType::I8, shape: &[4, 3], logical_shape: None, init: Init::Bytes(&init) },
+        )
+        .unwrap();
     (mem, id)
 }
 

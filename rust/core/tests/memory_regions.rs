@@ -4,6 +4,7 @@
 mod memory_support;
 
 use memory_support::*;
+use mosaic_rt_core::BufferSpec;
 use mosaic_rt_core::MemRef;
 use mosaic_rt_core::{DType, DimSel, ErrorKind, FillMode, Init, MemorySpace, OobReads, Region};
 
@@ -40,8 +41,19 @@ fn check_random_loads(oob: OobReads, fill: FillMode, seed: u64) {
         let size = dtype.itemsize();
         let (shape, logical, region) = random_case(&mut rng);
         let init = rng.bytes(numel(&logical) * size);
-        let id =
-            mem.allocate(0, Some(0), MemorySpace::Vmem, dtype, &shape, Some(&logical), Init::Bytes(&init)).unwrap();
+        let id = mem
+            .allocate(
+                0,
+                Some(0),
+                BufferSpec {
+                    space: MemorySpace::Vmem,
+                    dtype,
+                    shape: &shape,
+                    logical_shape: Some(&logical),
+                    init: Init::Bytes(&init),
+                },
+            )
+            .unwrap();
         let key = mosaic_rt_core::BufferKey { space: MemorySpace::Vmem, id, device: 0, core: 0 };
         let content = mem.content(key).unwrap();
         let full = full_shape(&region, &logical);
@@ -104,7 +116,13 @@ fn random_stores() {
         let (shape, logical, region) = random_case(&mut rng);
         let init = rng.bytes(numel(&logical) * size);
         let space = if rng.chance(50) { MemorySpace::Hbm } else { MemorySpace::Smem };
-        let id = mem.allocate(0, None, space, dtype, &shape, Some(&logical), Init::Bytes(&init)).unwrap();
+        let id = mem
+            .allocate(
+                0,
+                None,
+                BufferSpec { space, dtype, shape: &shape, logical_shape: Some(&logical), init: Init::Bytes(&init) },
+            )
+            .unwrap();
         let key = mosaic_rt_core::BufferKey::for_access(space, id, 0, 1);
         let mut expected = mem.content(key).unwrap();
         let full = full_shape(&region, &logical);
@@ -138,11 +156,22 @@ fn random_copies_match_load_then_store() {
         let size = dtype.itemsize();
         let (shape, logical, region) = random_case(&mut rng);
         let init = rng.bytes(numel(&logical) * size);
-        let src =
-            mem.allocate(0, Some(0), MemorySpace::Hbm, dtype, &shape, Some(&logical), Init::Bytes(&init)).unwrap();
+        let src = mem
+            .allocate(
+                0,
+                Some(0),
+                BufferSpec {
+                    space: MemorySpace::Hbm,
+                    dtype,
+                    shape: &shape,
+                    logical_shape: Some(&logical),
+                    init: Init::Bytes(&init),
+                },
+            )
+            .unwrap();
         // Destination: same shape with the region's full shape, on the other device.
         let full = full_shape(&region, &logical);
-        let dst = mem.allocate(1, Some(0), MemorySpace::Vmem, dtype, &full, None, Init::Fill).unwrap();
+        let dst = mem.allocate(1, Some(0), BufferSpec::new(MemorySpace::Vmem, dtype, &full)).unwrap();
         let mut via_load = vec![0u8; numel(&full) * size];
         let loaded = mem.load(MemRef::new(0, 0, MemorySpace::Hbm, src, &region), &mut via_load);
         let s =

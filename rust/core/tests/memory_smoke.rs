@@ -1,6 +1,7 @@
 //! Quick end-to-end check of allocate / load / store / free on MemoryTable.
 
 use mosaic_rt_core::internals::MemoryTable;
+use mosaic_rt_core::BufferSpec;
 use mosaic_rt_core::MemRef;
 use mosaic_rt_core::{Config, DType, DimSel, Init, MemorySpace, Region};
 
@@ -9,7 +10,19 @@ fn allocate_store_load_free() {
     let config = Config::default();
     let mem = MemoryTable::new(&config);
     let init: Vec<u8> = (0..8u32 * 4).flat_map(|v| (v as f32).to_le_bytes()).collect();
-    let id = mem.allocate(0, Some(0), MemorySpace::Vmem, DType::F32, &[8, 4], None, Init::Bytes(&init)).unwrap();
+    let id = mem
+        .allocate(
+            0,
+            Some(0),
+            BufferSpec {
+                space: MemorySpace::Vmem,
+                dtype: DType::F32,
+                shape: &[8, 4],
+                logical_shape: None,
+                init: Init::Bytes(&init),
+            },
+        )
+        .unwrap();
     assert_eq!(id, 100);
     let row = Region::new(vec![DimSel::index(2)]);
     let mut out = [0u8; 16];

@@ -4,6 +4,7 @@
 
 mod memory_support;
 
+use mosaic_rt_core::BufferSpec;
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
@@ -35,7 +36,7 @@ fn cores_write_their_own_rows_of_shared_hbm() {
     with_watchdog("rows", || {
         const CORES: u32 = 8;
         let mem = table(1, CORES, OobReads::Raise, FillMode::Zero);
-        let id = mem.allocate(0, None, HBM, DType::U32, &[CORES as usize, 64], None, Init::Fill).unwrap();
+        let id = mem.allocate(0, None, BufferSpec::new(HBM, DType::U32, &[CORES as usize, 64])).unwrap();
         thread::scope(|s| {
             for core in 0..CORES {
                 let mem = &mem;
@@ -63,7 +64,7 @@ fn cores_write_their_own_rows_of_shared_hbm() {
 fn loads_never_see_torn_stores() {
     with_watchdog("torn", || {
         let mem = table(2, 1, OobReads::Raise, FillMode::Zero);
-        let id = mem.allocate(1, Some(0), HBM, DType::U8, &[64, 1024], None, Init::Fill).unwrap();
+        let id = mem.allocate(1, Some(0), BufferSpec::new(HBM, DType::U8, &[64, 1024])).unwrap();
         thread::scope(|s| {
             let mem = &mem;
             s.spawn(move || {
@@ -88,8 +89,8 @@ fn loads_never_see_torn_stores() {
 fn opposite_remote_copies_do_not_deadlock() {
     with_watchdog("copies", || {
         let mem = table(2, 1, OobReads::Raise, FillMode::Zero);
-        let a = mem.allocate(0, Some(0), HBM, DType::F32, &[16, 128], None, Init::Fill).unwrap();
-        let b = mem.allocate(1, Some(0), HBM, DType::F32, &[16, 128], None, Init::Fill).unwrap();
+        let a = mem.allocate(0, Some(0), BufferSpec::new(HBM, DType::F32, &[16, 128])).unwrap();
+        let b = mem.allocate(1, Some(0), BufferSpec::new(HBM, DType::F32, &[16, 128])).unwrap();
         let whole = Region::full();
         thread::scope(|s| {
             for device in 0..2u32 {
@@ -111,7 +112,7 @@ fn opposite_remote_copies_do_not_deadlock() {
 fn allocation_churn_alongside_accesses() {
     with_watchdog("churn", || {
         let mem = table(4, 2, OobReads::Raise, FillMode::Nan);
-        let shared = mem.allocate(0, None, HBM, DType::I32, &[8, 8], None, Init::Fill).unwrap();
+        let shared = mem.allocate(0, None, BufferSpec::new(HBM, DType::I32, &[8, 8])).unwrap();
         thread::scope(|s| {
             for device in 0..4u32 {
                 for core in 0..2u32 {
@@ -126,11 +127,13 @@ fn allocation_churn_alongside_accesses() {
                                 .allocate(
                                     device,
                                     Some(core),
-                                    MemorySpace::Vmem,
-                                    DType::I32,
-                                    &[4],
-                                    None,
-                                    Init::Bytes(&data),
+                                    BufferSpec {
+                                        space: MemorySpace::Vmem,
+                                        dtype: DType::I32,
+                                        shape: &[4],
+                                        logical_shape: None,
+                                        init: Init::Bytes(&data),
+                                    },
                                 )
                                 .unwrap();
                             assert_eq!(id, expected_id);

@@ -3,6 +3,7 @@
 
 mod memory_support;
 
+use mosaic_rt_core::BufferSpec;
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -27,7 +28,19 @@ fn timing_load_vs_memcpy() {
     let mem = table(1, 1, OobReads::Raise, FillMode::Nan);
     let mib = 1 << 20;
     let init = vec![3u8; mib];
-    let id = mem.allocate(0, Some(0), MemorySpace::Hbm, DType::F32, &[256, 1024], None, Init::Bytes(&init)).unwrap();
+    let id = mem
+        .allocate(
+            0,
+            Some(0),
+            BufferSpec {
+                space: MemorySpace::Hbm,
+                dtype: DType::F32,
+                shape: &[256, 1024],
+                logical_shape: None,
+                init: Init::Bytes(&init),
+            },
+        )
+        .unwrap();
     let mut out = vec![0u8; mib];
     let load = per_iter(2000, || {
         mem.load(MemRef::new(0, 0, MemorySpace::Hbm, id, &Region::full()), &mut out).unwrap();

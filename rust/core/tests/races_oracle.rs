@@ -7,6 +7,7 @@
 //! same for both (after a race, per-location summaries may legitimately
 //! differ from the full history).
 
+use mosaic_rt_core::BufferSpec;
 use mosaic_rt_core::MemRef;
 use mosaic_rt_core::{Config, DType, DimSel, DmaMode, DmaRequest, Init, MemorySpace, Region, Runtime, SemKind};
 use std::collections::HashMap;
@@ -105,7 +106,20 @@ fn run(seed: u64, mode: DmaMode) -> (Option<usize>, Option<usize>) {
     })
     .unwrap();
     let bufs: Vec<u32> = (0..2)
-        .map(|_| rt.allocate_buffer(0, None, HBM, DType::F32, &[LEN as usize], None, Init::Bytes(&[0; 32])).unwrap())
+        .map(|_| {
+            rt.allocate_buffer(
+                0,
+                None,
+                BufferSpec {
+                    space: HBM,
+                    dtype: DType::F32,
+                    shape: &[LEN as usize],
+                    logical_shape: None,
+                    init: Init::Bytes(&[0; 32]),
+                },
+            )
+            .unwrap()
+        })
         .collect();
     let reg = rt.allocate_semaphores(0, None, SemKind::Regular, 1).unwrap();
     let mut counts = [0i64; CORES as usize];

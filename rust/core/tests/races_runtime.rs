@@ -2,6 +2,7 @@
 //! several cores per device are exercised directly (the interpreter does not
 //! run multi-core kernels yet).
 
+use mosaic_rt_core::BufferSpec;
 use mosaic_rt_core::MemRef;
 use mosaic_rt_core::{Config, DType, DimSel, DmaMode, DmaRequest, Init, MemorySpace, Region, Runtime, SemKind};
 use std::thread;
@@ -28,7 +29,12 @@ fn races(devices: u32, cores: u32, mode: DmaMode) -> Runtime {
 
 /// An f32 buffer of 8 zeros on every core of `device` (HBM: one per device).
 fn buffer(rt: &Runtime, device: u32, space: MemorySpace) -> u32 {
-    rt.allocate_buffer(device, None, space, DType::F32, &[8], None, Init::Bytes(&[0u8; 32])).unwrap()
+    rt.allocate_buffer(
+        device,
+        None,
+        BufferSpec { space, dtype: DType::F32, shape: &[8], logical_shape: None, init: Init::Bytes(&[0u8; 32]) },
+    )
+    .unwrap()
 }
 
 fn slice(start: i64, size: i64) -> Region {
@@ -391,7 +397,17 @@ fn cost_of_race_detection_per_element() {
             let rt = runtime(1, 1, DmaMode::OnWait, detect);
             let n = 256 * 256;
             let x = rt
-                .allocate_buffer(0, None, VMEM, DType::F32, &[256, 256], None, Init::Bytes(&vec![0u8; 4 * n]))
+                .allocate_buffer(
+                    0,
+                    None,
+                    BufferSpec {
+                        space: VMEM,
+                        dtype: DType::F32,
+                        shape: &[256, 256],
+                        logical_shape: None,
+                        init: Init::Bytes(&vec![0u8; 4 * n]),
+                    },
+                )
                 .unwrap();
             let per = n / regions.len();
             let data = vec![0u8; 4 * per];
@@ -444,7 +460,17 @@ fn blocks_of_a_2d_buffer_race_exactly_where_they_overlap() {
     let fresh = || {
         let rt = races(1, 2, DmaMode::OnWait);
         let x = rt
-            .allocate_buffer(0, None, HBM, DType::F32, &[16, 256], None, Init::Bytes(&vec![0u8; 4 * 16 * 256]))
+            .allocate_buffer(
+                0,
+                None,
+                BufferSpec {
+                    space: HBM,
+                    dtype: DType::F32,
+                    shape: &[16, 256],
+                    logical_shape: None,
+                    init: Init::Bytes(&vec![0u8; 4 * 16 * 256]),
+                },
+            )
             .unwrap();
         (rt, x)
     };

@@ -3,6 +3,7 @@
 //! rounds; a hang is detected by lack of progress (`run_watched`), never by
 //! how long the run took, so a slow or loaded machine cannot fail them.
 
+use mosaic_rt_core::BufferSpec;
 use mosaic_rt_core::MemRef;
 use mosaic_rt_core::{Config, DType, DmaMode, DmaRequest, Init, MemorySpace, Region, Runtime, SemKind};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -156,7 +157,14 @@ fn copy_ring(mode: DmaMode) {
     let rt = runtime(DEVICES, 1, mode);
     let mut ids = (0, 0, 0, 0);
     for d in 0..DEVICES {
-        let alloc = |init| rt.allocate_buffer(d, None, MemorySpace::Vmem, DType::F32, &[N], None, init).unwrap();
+        let alloc = |init| {
+            rt.allocate_buffer(
+                d,
+                None,
+                BufferSpec { space: MemorySpace::Vmem, dtype: DType::F32, shape: &[N], logical_shape: None, init },
+            )
+            .unwrap()
+        };
         let (src, dst) = (alloc(Init::Fill), alloc(Init::Fill));
         let dma = rt.allocate_semaphores(d, None, SemKind::Dma, 2).unwrap();
         let credit = rt.allocate_semaphores(d, None, SemKind::Regular, 1).unwrap();
@@ -228,7 +236,14 @@ fn dma_steps_misuse_checks_and_allocations_never_deadlock() {
     let rt = runtime(DEVICES, 1, DmaMode::OnWait);
     let mut ids = (0, 0, 0);
     for d in 0..DEVICES {
-        let alloc = |init| rt.allocate_buffer(d, None, MemorySpace::Vmem, DType::F32, &[N], None, init).unwrap();
+        let alloc = |init| {
+            rt.allocate_buffer(
+                d,
+                None,
+                BufferSpec { space: MemorySpace::Vmem, dtype: DType::F32, shape: &[N], logical_shape: None, init },
+            )
+            .unwrap()
+        };
         let (src, dst) = (alloc(Init::Fill), alloc(Init::Fill));
         let dma = rt.allocate_semaphores(d, None, SemKind::Dma, 2).unwrap();
         ids = (src, dst, dma);

@@ -2,6 +2,7 @@
 //! exported. (tests/ffi/test_timeline.py checks the files structurally with a
 //! JSON parser.)
 
+use mosaic_rt_core::BufferSpec;
 use mosaic_rt_core::{Config, DType, DmaMode, DmaRequest, Init, MemorySpace, Region, Runtime, SemKind};
 use std::sync::Arc;
 use std::thread;
@@ -92,10 +93,20 @@ fn dmas_are_spans_on_lanes_and_their_completion_releases_the_wait() {
         let rt = runtime(1, mode, true);
         let sem = rt.allocate_semaphores(0, Some(0), SemKind::Dma, 1).unwrap();
         let src = rt
-            .allocate_buffer(0, Some(0), MemorySpace::Hbm, DType::F32, &[8, 128], None, Init::Bytes(&[0; 4096]))
+            .allocate_buffer(
+                0,
+                Some(0),
+                BufferSpec {
+                    space: MemorySpace::Hbm,
+                    dtype: DType::F32,
+                    shape: &[8, 128],
+                    logical_shape: None,
+                    init: Init::Bytes(&[0; 4096]),
+                },
+            )
             .unwrap();
-        let a = rt.allocate_buffer(0, Some(0), MemorySpace::Vmem, DType::F32, &[8, 128], None, Init::Fill).unwrap();
-        let b = rt.allocate_buffer(0, Some(0), MemorySpace::Vmem, DType::F32, &[8, 128], None, Init::Fill).unwrap();
+        let a = rt.allocate_buffer(0, Some(0), BufferSpec::new(MemorySpace::Vmem, DType::F32, &[8, 128])).unwrap();
+        let b = rt.allocate_buffer(0, Some(0), BufferSpec::new(MemorySpace::Vmem, DType::F32, &[8, 128])).unwrap();
         // Two DMAs in flight at once (on_wait): two lanes.
         rt.dma_start(dma(src, a, sem)).unwrap();
         rt.dma_start(dma(src, b, sem)).unwrap();
@@ -116,8 +127,8 @@ fn dmas_are_spans_on_lanes_and_their_completion_releases_the_wait() {
 fn unfinished_dmas_and_steps_end_at_export() {
     let rt = runtime(1, DmaMode::OnWait, true);
     let sem = rt.allocate_semaphores(0, Some(0), SemKind::Dma, 1).unwrap();
-    let src = rt.allocate_buffer(0, Some(0), MemorySpace::Hbm, DType::F32, &[8], None, Init::Fill).unwrap();
-    let dst = rt.allocate_buffer(0, Some(0), MemorySpace::Vmem, DType::F32, &[8], None, Init::Fill).unwrap();
+    let src = rt.allocate_buffer(0, Some(0), BufferSpec::new(MemorySpace::Hbm, DType::F32, &[8])).unwrap();
+    let dst = rt.allocate_buffer(0, Some(0), BufferSpec::new(MemorySpace::Vmem, DType::F32, &[8])).unwrap();
     rt.tracer().unwrap().grid_step(0, 0, &[3], true);
     rt.dma_start(DmaRequest { src_region: Region::full(), ..dma(src, dst, sem) }).unwrap();
     let j = json(&rt);

@@ -2,8 +2,9 @@
 //! (no XLA) vs the same runtime calls made directly. Prints a table.
 //! Run: cargo bench -p mosaic_rt_ffi
 
+use mosaic_rt_core::BufferSpec;
 use mosaic_rt_core::MemRef;
-use mosaic_rt_core::{Config, DType, DimSel, Init, MemorySpace, Region, Runtime, SemKind};
+use mosaic_rt_core::{Config, DType, DimSel, MemorySpace, Region, Runtime, SemKind};
 use mosaic_rt_ffi::abi;
 use mosaic_rt_ffi::c_handlers as h;
 use mosaic_rt_ffi::testing::FakeCall;
@@ -87,7 +88,7 @@ fn main() {
     per_op("handler: store f32[128] row", 1, || {
         black_box(store.call(h::store)).unwrap();
     });
-    let b = rt.allocate_buffer(0, Some(0), MemorySpace::Vmem, DType::F32, &[8, 128], None, Init::Fill).unwrap();
+    let b = rt.allocate_buffer(0, Some(0), BufferSpec::new(MemorySpace::Vmem, DType::F32, &[8, 128])).unwrap();
     let mut out = vec![0u8; 512];
     per_op("direct Runtime: load f32[128] row", 1, || {
         let region = Region::new(vec![DimSel::index(3)]);

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mosaic_rt_core::{
-    timeout_from_secs, Access, BufferKey, Config, DmaRequest, Init, MemRef, Region, RtError, Runtime, SemKind,
+    timeout_from_secs, Access, BufferKey, BufferSpec, Config, DmaRequest, Init, MemRef, Region, RtError, Runtime,
+    SemKind,
 };
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -206,7 +207,13 @@ impl PyRuntime {
         };
         let rt = &self.rt;
         let big = product(&shape.0)?.saturating_mul(dtype.itemsize()) >= DETACH_BYTES;
-        let alloc = || rt.allocate_buffer(device, core, space.0, dtype, &shape.0, logical, init);
+        let alloc = || {
+            rt.allocate_buffer(
+                device,
+                core,
+                BufferSpec { space: space.0, dtype, shape: &shape.0, logical_shape: logical, init },
+            )
+        };
         // Filling a big buffer with the fill value touches only our memory.
         if big && data.is_none() {
             py.detach(alloc).or_raise(py)

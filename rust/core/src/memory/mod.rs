@@ -137,3 +137,22 @@ pub enum Init<'a> {
     /// C-order bytes of the logical shape; padding gets the fill value.
     Bytes(&'a [u8]),
 }
+
+/// What buffer to allocate (where -- device, core -- is the caller's other
+/// argument): its memory space, dtype, allocated (possibly padded) shape,
+/// user-visible shape (`None`: the allocated one) and initial contents.
+#[derive(Clone, Copy, Debug)]
+pub struct BufferSpec<'a> {
+    pub space: MemorySpace,
+    pub dtype: DType,
+    pub shape: &'a [usize],
+    pub logical_shape: Option<&'a [usize]>,
+    pub init: Init<'a>,
+}
+
+impl<'a> BufferSpec<'a> {
+    /// An unpadded buffer holding the fill value.
+    pub fn new(space: MemorySpace, dtype: DType, shape: &'a [usize]) -> Self {
+        BufferSpec { space, dtype, shape, logical_shape: None, init: Init::Fill }
+    }
+}

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use super::buffer::{element_count, Buffer};
 use super::message::{no_such_buffer, shape_repr};
 use super::plan::Plan;
-use super::{BufferInfo, BufferKey, Init, MemorySpace};
+use super::{BufferInfo, BufferKey, BufferSpec, Init, MemorySpace};
 use crate::config::{Config, FillMode, OobReads, Topology};
 use crate::dtype::DType;
 use crate::error::{Result, RtError};
@@ -73,17 +73,8 @@ impl MemoryTable {
         map.get(&key).cloned().ok_or_else(|| no_such_buffer(key, action))
     }
 
-    #[allow(clippy::too_many_arguments)] // where (device, core, space) and what (dtype, shapes, init)
-    pub fn allocate(
-        &self,
-        device: u32,
-        core: Option<u32>,
-        space: MemorySpace,
-        dtype: DType,
-        shape: &[usize],
-        logical_shape: Option<&[usize]>,
-        init: Init<'_>,
-    ) -> Result<u32> {
+    pub fn allocate(&self, device: u32, core: Option<u32>, spec: BufferSpec<'_>) -> Result<u32> {
+        let BufferSpec { space, dtype, shape, logical_shape, init } = spec;
         let topo = self.topo;
         let cores: Vec<u32> = match core {
             Some(c) => vec![c],

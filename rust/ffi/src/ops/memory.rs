@@ -109,7 +109,13 @@ pub fn allocate(handle: u64, device: u32, spec: &BufferSpec, init: Option<&Buf<'
         None => Init::Fill,
         Some(e) => Init::Bytes(e),
     };
-    launch::with_runtime(handle, |rt| rt.allocate_buffer(device, core, space, dtype, shape, logical.as_deref(), init))
+    launch::with_runtime(handle, |rt| {
+        rt.allocate_buffer(
+            device,
+            core,
+            mosaic_rt_core::BufferSpec { space, dtype, shape, logical_shape: logical.as_deref(), init },
+        )
+    })
 }
 
 /// Allocates `spec` as a direct output: registers `out` (a result buffer
