@@ -102,10 +102,14 @@ def _gmm():
 def _all_gather_2d():
     from jax.experimental.pallas import tpu as pltpu
     from jax.experimental.pallas.ops.tpu import all_gather as ag
-    from jax.sharding import Mesh
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     mesh = Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("x", "y"))
-    x = jnp.arange(32 * 128, dtype=jnp.float32).reshape(32, 128)
+    # Placed as the op's shard_map takes it (P("x")), as a caller's sharded
+    # activations are: an unplaced input would charge jax's resharding of it
+    # (a compile of its own, ~30 ms per shape) to the kernel sides only.
+    x = jax.device_put(jnp.arange(32 * 128, dtype=jnp.float32).reshape(32, 128), NamedSharding(mesh, P("x")))
     op = lambda: functools.partial(
         ag.all_gather,
         mesh=mesh,
@@ -115,9 +119,6 @@ def _all_gather_2d():
 
     # XLA's own all-gather: replicate the x-sharded input (out_specs P(None) over "x")
     def ref():
-        from jax.sharding import NamedSharding
-        from jax.sharding import PartitionSpec as P
-
         return jax.jit(lambda x: x, out_shardings=NamedSharding(mesh, P(None)))
 
     return op, ref, (x,)

@@ -2,14 +2,21 @@
 //! Run: cargo bench -p mosaic_rt_core
 
 use mosaic_rt_core::BufferSpec;
-use mosaic_rt_core::{Config, DType, DmaMode, DmaRequest, MemorySpace, Region, Runtime, SemKind};
+use mosaic_rt_core::{AdaptiveSpin, Config, DType, DmaMode, DmaRequest, MemorySpace, Region, Runtime, SemKind};
 use std::hint::black_box;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 fn runtime(devices: u32, mode: DmaMode) -> Arc<Runtime> {
+    runtime_with(devices, mode, None)
+}
+
+/// `spin`: the spin-then-park policy kernels get when every simulated core
+/// has a CPU (`None`: park at once).
+fn runtime_with(devices: u32, mode: DmaMode, spin: Option<Arc<AdaptiveSpin>>) -> Arc<Runtime> {
     let config = Config {
+        spin_before_park: spin,
         num_devices: devices,
         dma_mode: mode,
         wait_timeout: Some(Duration::from_secs(30)),
@@ -38,8 +45,11 @@ fn row(name: &str, ns: f64, target: &str) {
     println!("| {name:<34} | {shown:>12} | {target:<10} |");
 }
 
-fn ping_pong(iters: u64) -> f64 {
-    let rt = runtime(2, DmaMode::OnWait);
+/// Round trip of a semaphore bounced between two threads. Parking at once,
+/// it is the OS's futex hand-off floor: what any wait pays once the CPUs
+/// are oversubscribed (run it beside a CPU-bound process to see it).
+fn ping_pong(iters: u64, spin: Option<Arc<AdaptiveSpin>>) -> f64 {
+    let rt = runtime_with(2, DmaMode::OnWait, spin);
     let sem = same_semaphore_on_every_device(&rt, 2);
     let peer = {
         let rt = Arc::clone(&rt);
@@ -115,7 +125,9 @@ fn main() {
         }),
         "<= 300 ns",
     );
-    row("2-thread ping-pong round trip", ping_pong(20_000), "<= 10 us");
+    row("2-thread ping-pong, parking", ping_pong(20_000, None), "<= 10 us");
+    let spin = Arc::new(AdaptiveSpin::new(Duration::from_micros(20)));
+    row("2-thread ping-pong, spin 20 us", ping_pong(20_000, Some(spin)), "");
     for (label, bytes, iters) in [("1 KiB", 1024, 200_000), ("1 MiB", 1 << 20, 300)] {
         let (eager_ns, copy_ns) = dma(bytes, iters, DmaMode::Eager);
         let (on_wait_ns, _) = dma(bytes, iters, DmaMode::OnWait);
