@@ -106,3 +106,24 @@ def test_emitted_programs_saves_and_checks_fingerprints(tmp_path):
     assert done.returncode == 1
     assert "changed: zoo/add grid=1: 0000000000000000 1 ->" in done.stderr
     assert "1 programs, 1 changed" in done.stderr
+
+
+def test_production_stages_splits_a_first_call_per_side():
+    out = run_tool("production_stages.py", "threefry", "--reps", "1", "--sides", "ours,reference")
+    for side in ("ours", "reference"):
+        line = next(ln for ln in out.splitlines() if ln.startswith("threefry_2x32_count") and f" {side} " in ln)
+        assert re.search(
+            r"total +\d+ = trace +\d+ \+ lower +\d+ \+ compile +\d+ \+ run +\d+ \| fusions \d+, our custom calls \d+",
+            line,
+        ), line
+
+
+def test_production_stages_rejects_an_unknown_kernel():
+    done = subprocess.run(
+        [sys.executable, str(TOOLS / "production_stages.py"), "no-such-kernel"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+    )
+    assert done.returncode == 2 and "no production kernel matches ['no-such-kernel']" in done.stderr
