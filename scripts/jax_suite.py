@@ -70,11 +70,11 @@ import os
 import platform
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
+
+import suite_runner
 
 SCRIPTS = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_GIT = "/work/.mirror/jax-ml+jax/repo"
@@ -151,67 +151,6 @@ def _env(backend: str, stats_path: str, src: str | None = None) -> dict:
     return env
 
 
-def _first_line(text: str | None) -> str:
-    for line in (text or "").splitlines():
-        if line.strip():
-            return line.strip()[:300]
-    return ""
-
-
-def _cpu_seconds(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
-def _read_record(path: str):
-    collected, started, reports = None, [], []
-    if os.path.exists(path):
-        with open(path) as fh:
-            for line in fh:
-                try:
-                    obj = json.loads(line)
-                except ValueError:
-                    continue  # a line cut short by a kill
-                if "collected" in obj:
-                    collected = collected or obj["collected"]
-                elif "start" in obj:
-                    started.append(obj["start"])
-                else:
-                    reports.append(obj)
-    return collected, started, reports
-
-
-def _outcomes(reports, file: str) -> dict:
-    """Per-test outcome from the phase reports: a failed call is "failed", a
-    failed setup/teardown "error", a skip "skipped", else "passed"."""
-    tests: dict = {}
-    for r in reports:
-        tid = _tid(r["nodeid"], file)
-        t = tests.setdefault(tid, {"outcome": "passed", "time": 0.0})
-        t["time"] = round(t["time"] + r.get("duration", 0.0), 3)
-        if r["outcome"] == "failed":
-            new = "failed" if r["when"] == "call" else "error"
-            if t["outcome"] not in ("failed", "error"):
-                t["outcome"] = new
-                t["message"] = _first_line(r.get("message"))
-                if r.get("detail"):
-                    t["detail"] = r["detail"]
-                t["phase"] = r["when"]
-        elif r["outcome"] == "skipped" and t["outcome"] == "passed":
-            t["outcome"] = "skipped"
-            t["message"] = _first_line(r.get("message"))
-    return tests
-
-
-def _tid(nodeid: str, file: str) -> str:
-    parts = nodeid.split("::")
-    return "::".join([file] + parts[1:])
-
-
 def _plugin_flags(backend: str, versions: dict) -> list:
     """stock: none of mosaic_rt's pytest plugins (mosaic_rt is never imported).
     mosaic_rt: all of them but any whose module the imported mosaic_rt lacks
@@ -226,15 +165,13 @@ def _plugin_flags(backend: str, versions: dict) -> list:
 
 
 def _run_file(args, backend, python, src, tmp, file, versions):
-    """Runs one test file in its own pytest process; when a test makes no
-    progress for --test-timeout seconds the process gets SIGABRT (pytest's
-    faulthandler writes every thread's stack to the log), the test counts as
-    an error ("hung"), and pytest runs again on the tests not yet run."""
+    """Runs one test file in its own pytest processes (scripts/suite_runner.py:
+    a test making no progress for --test-timeout seconds is killed and counts
+    as an error "hung"; pytest resumes with the file's other tests)."""
     log = os.path.join(tmp, f"log-{file}.txt")
     stats = os.path.join(tmp, f"shim-{file}.json")
     record = os.path.join(tmp, f"record-{file}.jsonl")
     env = _env(backend, stats, src)
-    env["JAX_SUITE_RECORD"] = record
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SCRIPTS, env.get("PYTHONPATH")) if p)
     base = [
         python,
@@ -256,87 +193,20 @@ def _run_file(args, backend, python, src, tmp, file, versions):
         base += ["-p", "jax_suite_shim"]
     if args.k:
         base += ["-k", args.k]
-    target = f"tests/pallas/{file}"
-    hung: dict = {}
-    rcs = []
-    wall = 0.0
-    t_start = time.perf_counter()
-    with open(log, "w") as fh:
-        while True:
-            collected, started, reports = _read_record(record)
-            done = {r["nodeid"] for r in reports if r["when"] == "teardown"}
-            skip = sorted(done | set(hung))
-            if collected is not None and not (set(collected) - set(skip)):
-                break
-            cmd = base + [f"--deselect={n}" for n in skip] + [target]
-            fh.write("$ " + " ".join(cmd) + "\n")
-            fh.flush()
-            t0 = time.perf_counter()
-            proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=fh, stderr=subprocess.STDOUT)
-            last_progress, last_len, cpu0 = time.perf_counter(), -1, 0.0
-            killed = None
-            while proc.poll() is None:
-                time.sleep(0.2)
-                size = os.path.getsize(record) if os.path.exists(record) else 0
-                now = time.perf_counter()
-                if size != last_len:
-                    last_len, last_progress, cpu0 = size, now, _cpu_seconds(proc.pid)
-                elif now - last_progress > args.test_timeout:
-                    _, started_now, reports_now = _read_record(record)
-                    finished = {r["nodeid"] for r in reports_now if r["when"] == "teardown"}
-                    running = [n for n in started_now if n not in finished]
-                    cpu = _cpu_seconds(proc.pid) - cpu0
-                    killed = running[-1] if running else None
-                    fh.write(
-                        f"\n[jax_suite] no progress for {args.test_timeout:.0f}s in "
-                        f"{killed} (process CPU in that time: {cpu:.1f}s): SIGABRT\n"
-                    )
-                    fh.flush()
-                    proc.send_signal(signal.SIGABRT)
-                    try:
-                        proc.wait(30)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
-                        proc.wait()
-                    if killed is not None:
-                        hung[killed] = {"after": args.test_timeout, "cpu": round(cpu, 1)}
-                    break
-            rcs.append(proc.returncode)
-            wall += time.perf_counter() - t0
-            if killed is None:
-                break  # ended by itself (or no test to blame): do not loop
-        collected, started, reports = _read_record(record)
-    tests = _outcomes(reports, file)
-    for nodeid, h in hung.items():
-        tid = _tid(nodeid, file)
-        tests[tid] = {
-            "outcome": "error",
-            "time": h["after"],
-            "hung": h,
-            "message": f"hung: no progress for {h['after']:.0f}s (process CPU in that time {h['cpu']}s); killed",
-        }
-    with open(log) as fh:
-        tail = fh.read().splitlines()[-3:]
-    info = {
-        "wall": round(wall, 2),
-        "elapsed": round(time.perf_counter() - t_start, 2),
-        "returncodes": rcs,
-        "log": log,
-        "hung": sorted(hung),
-        "counts": _counts(tests),
-        "summary_line": tail[-1] if tail else "",
-    }
+    info, tests = suite_runner.run_file(
+        base,
+        [f"tests/pallas/{file}"],
+        cwd=tmp,
+        env=env,
+        record=record,
+        log=log,
+        file=file,
+        test_timeout=args.test_timeout,
+        label="jax_suite",
+    )
     if os.path.exists(stats):
         with open(stats) as fh:
             info["shim"] = json.load(fh)
-    bad = [rc for rc in rcs if rc not in (0, 1, 5) and rc != -signal.SIGABRT]
-    if bad or (collected is None and 5 not in rcs):
-        tests[f"{file}::<file>"] = {
-            "outcome": "error",
-            "time": wall,
-            "message": f"pytest exited with {rcs}: {' | '.join(tail)}",
-        }
-        info["counts"] = _counts(tests)
     return info, tests
 
 
@@ -378,7 +248,7 @@ def run_backend(args, backend: str) -> dict:
                 f"InterpretParams built under mosaic_rt: {info['shim']['stock_params_sites']}"
             )
     result["wall"] = round(total_wall, 2)
-    result["counts"] = _counts(result["tests"])
+    result["counts"] = suite_runner.counts(result["tests"])
     if not args.keep:
         # Keep the logs next to the JSON when one is asked for; drop the rest.
         if args.json:
@@ -393,14 +263,6 @@ def run_backend(args, backend: str) -> dict:
                     shutil.copy(rec, logdir)
         shutil.rmtree(tmp, ignore_errors=True)
     return result
-
-
-def _counts(tests: dict) -> dict:
-    counts = {"passed": 0, "failed": 0, "error": 0, "skipped": 0}
-    for t in tests.values():
-        counts[t["outcome"]] += 1
-    counts["total"] = len(tests)
-    return counts
 
 
 def _excluded(tid: str) -> bool:

@@ -141,6 +141,7 @@ BATCH_LIMITS: tuple[int, int, int, int]  # most members, member operands, member
 OP_LAYOUTS: dict[str, tuple[tuple[str, ...], tuple[str, ...], str, tuple[str, ...], tuple[str, ...]]]
 REGION_KEYS: dict[str, tuple[str, str, str, str]]  # {prefix: (sizes, strides, squeezed, fixed)}
 DYNAMIC_START: int  # in a region's `fixed` starts: "take this start from the operand"
+DYNAMIC_SIZE: int  # in a region's `sizes`: "take this size from the operand, after the starts"
 TAIL_STARTS: str  # attribute: how many trailing start operands an op has
 THEN_WAIT_ATTRS: tuple[str, str]  # attributes of trailing waits: (bytes, sites)
 

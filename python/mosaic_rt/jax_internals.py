@@ -166,6 +166,11 @@ def summarize_source(source_info) -> str:
 
 # `pltpu.conv` (0.12): a TPU convolution, run with lax's on CPU.
 conv_p = getattr(mosaic_primitives, "conv_p", None)
+# `pltpu.pack_elementwise` / `unpack_elementwise`: sub-word values packed
+# into wider words and back (no CPU lowering and no stock rule; None where
+# the release lacks them).
+pack_elementwise_p = getattr(mosaic_primitives, "pack_elementwise_p", None)
+unpack_elementwise_p = getattr(mosaic_primitives, "unpack_elementwise_p", None)
 # TPU-only primitives: they drive MXU registers and result FIFOs, have no CPU
 # lowering and no stock interpret rule. The interpreter raises
 # NotImplementedError naming them instead of letting XLA fail to lower.

@@ -46,6 +46,8 @@ from mosaic_rt.ffi import batching
 _I32 = jax.ShapeDtypeStruct((), jnp.int32)
 # A region's `fixed` start taken from the operand (the native sentinel).
 _DYNAMIC_START = _native.DYNAMIC_START
+# A region's size taken from the operand, after its dynamic starts.
+_DYNAMIC_SIZE = _native.DYNAMIC_SIZE
 _HANDLE = jax.ShapeDtypeStruct((2,), jnp.uint32)
 
 # The core's spellings and codes, exported by the binding (one source).
@@ -112,8 +114,9 @@ def _checked(op: str, attrs: dict) -> dict:
 @dataclasses.dataclass(frozen=True)
 class TracedRegion:
     """A region of a buffer as an op is emitted with, at trace time (see the
-    module doc): per leading dimension a static size, stride and squeezed
-    flag, and a start that may be traced."""
+    module doc): per leading dimension a static stride and squeezed flag, a
+    start that may be traced, and a size that is static but for DMA
+    regions (``pl.ds(start, n)`` of traced ``n``)."""
 
     sizes: tuple[int, ...] = ()
     strides: tuple[int, ...] = ()
@@ -378,6 +381,8 @@ def _region_parts(region, prefix: str = "", tail=None):
     if region is None:
         sizes = strides = squeezed = ()
         starts = no_starts()
+    elif not all(isinstance(s, _STATIC_INTS) for s in region.sizes):
+        return _dynamic_size_parts(region, prefix)
     else:
         sizes, strides, squeezed = region.sizes, region.strides, region.squeezed
         parts = region.starts
@@ -401,6 +406,29 @@ def _region_parts(region, prefix: str = "", tail=None):
     if fixed is not None:
         attrs[k_fixed] = fixed
     return starts, attrs
+
+
+def _dynamic_size_parts(region, prefix: str):
+    """`_region_parts` of a region with traced sizes: the sizes attribute
+    marks them (``DYNAMIC_SIZE``), the static starts are the ``fixed``
+    attribute, and the operand is one vector of the dynamic starts, then the
+    dynamic sizes (``rust/ffi/src/wire.rs``)."""
+    parts = region.starts
+    if not isinstance(parts, (tuple, list)):
+        raise NotImplementedError("a region with traced sizes needs its starts given per dimension")
+    static = [isinstance(s, _STATIC_INTS) for s in parts]
+    fixed = np.asarray([int(s) if st else _DYNAMIC_START for s, st in zip(parts, static)], np.int64)
+    dynamic = [s for s, st in zip(parts, static) if not st]
+    dynamic += [s for s in region.sizes if not isinstance(s, _STATIC_INTS)]
+    sizes = [int(s) if isinstance(s, _STATIC_INTS) else _DYNAMIC_SIZE for s in region.sizes]
+    k_sizes, k_strides, k_squeezed, k_fixed = _REGION_KEYS[prefix]
+    attrs = {
+        k_sizes: np.asarray(sizes, np.int64),
+        k_strides: _ints(region.strides),
+        k_squeezed: _ints(int(bool(s)) for s in region.squeezed),
+        k_fixed: fixed,
+    }
+    return TracedRegion(starts=tuple(dynamic)).start_vector(), attrs
 
 
 def _with_tail(operands, attrs, tail):

@@ -76,6 +76,12 @@ impl RegionAttrs {
 /// In a region's `fixed` starts attribute: "take this start from the operand".
 pub const DYNAMIC_START: i64 = i64::MIN;
 
+/// In a region's `sizes` attribute: "take this size from the operand" (a
+/// `pl.ds(start, n)` of traced `n`, which DMAs allow). A region with one
+/// always has the `fixed` attribute, and its operand holds its dynamic
+/// starts, then its dynamic sizes, in dimension order.
+pub const DYNAMIC_SIZE: i64 = i64::MIN;
+
 /// The region of load / store / swap / check_revisit (no prefix).
 pub const REGION: RegionAttrs =
     RegionAttrs { sizes: "sizes", strides: "strides", squeezed: "squeezed", fixed: "fixed" };

@@ -3,7 +3,7 @@
 //! `OP_LAYOUTS` ({target: (operands, optional operands, rest, attributes,
 //! optional attributes)}, tuples of names; `rest` a description of the
 //! variadic operands, "" for none), `REGION_KEYS` ({prefix: (sizes,
-//! strides, squeezed, fixed)}), `DYNAMIC_START`, `TAIL_STARTS` and
+//! strides, squeezed, fixed)}), `DYNAMIC_START`, `DYNAMIC_SIZE`, `TAIL_STARTS` and
 //! `THEN_WAIT_ATTRS` (bytes, sites).
 use mosaic_rt_ffi::wire;
 use pyo3::prelude::*;
@@ -29,6 +29,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     m.add("REGION_KEYS", regions)?;
     m.add("DYNAMIC_START", wire::DYNAMIC_START)?;
+    m.add("DYNAMIC_SIZE", wire::DYNAMIC_SIZE)?;
     m.add("TAIL_STARTS", wire::TAIL_STARTS)?;
     m.add("THEN_WAIT_ATTRS", (wire::THEN_WAIT_BYTES, wire::THEN_WAIT_SITES))?;
     Ok(())

@@ -23,7 +23,7 @@ from mosaic_rt import _native
 from mosaic_rt import jax_internals as jx
 from mosaic_rt.ffi import ops as ffi_ops
 from mosaic_rt.interpret.context import Ctx, semaphore_kind
-from mosaic_rt.interpret.evaluation import device_ids, native_calls, sites, splat, views
+from mosaic_rt.interpret.evaluation import device_ids, native_calls, packing, sites, splat, views
 from mosaic_rt.interpret.evaluation.regions import to_region
 from mosaic_rt.interpret.native_compute import scalar_items, scalar_runs, vector_runs
 from mosaic_rt.memory_spaces import code as space_code
@@ -690,6 +690,18 @@ def _conv(eqn, read, ctx, token):
     if acc:
         out = acc[0] + out.astype(acc[0].dtype)
     return token, out.astype(out_aval.dtype)
+
+
+@_rule(jx.pack_elementwise_p)
+def _pack_elementwise(eqn, read, ctx, token):
+    return token, packing.pack(read(), eqn.params["packed_dtype"])
+
+
+@_rule(jx.unpack_elementwise_p)
+def _unpack_elementwise(eqn, read, ctx, token):
+    p = eqn.params
+    (x,) = read()
+    return token, packing.unpack(x, p["index"], p["packed_dtype"], p["unpacked_dtype"])
 
 
 @_rule(jx.threefry2x32_p)

@@ -19,8 +19,18 @@ def _static_int(x, what: str) -> int:
         return int(x)
     except TypeError:
         raise NotImplementedError(
-            f"dynamic slice {what} is not supported (sizes and strides of ref slices must be static)"
+            f"dynamic slice {what} is not supported (strides of ref slices must be static)"
         ) from None
+
+
+def _size(x):
+    """A slice size: an int, or traced (``pl.ds(start, n)`` of traced
+    ``n``; only DMAs take such a slice, whose size the handler reads at run
+    time)."""
+    try:
+        return int(x)
+    except TypeError:
+        return x
 
 
 def _dims_of(indexer: NDIndexer):
@@ -29,7 +39,7 @@ def _dims_of(indexer: NDIndexer):
     dims = []
     for idx in indexer.indices:
         if isinstance(idx, Slice):
-            dims.append((idx.start, _static_int(idx.size, "size"), _static_int(idx.stride, "stride"), False))
+            dims.append((idx.start, _size(idx.size), _static_int(idx.stride, "stride"), False))
         else:
             if getattr(idx, "shape", ()) != ():
                 raise ValueError("Advanced indexers are not supported on TPU")

@@ -83,7 +83,7 @@ pub fn space_attr(f: &Frame, name: &str) -> Result<MemorySpace> {
     MemorySpace::from_code(f.attr_i64(name)?)
 }
 
-pub use crate::wire::{RegionAttrs, DST_REGION, DYNAMIC_START, REGION, SRC_REGION, TAIL_STARTS};
+pub use crate::wire::{RegionAttrs, DST_REGION, DYNAMIC_SIZE, DYNAMIC_START, REGION, SRC_REGION, TAIL_STARTS};
 
 /// How many trailing start operands an op has (read before the arity check,
 /// which needs it: an absent or malformed attribute counts 0, and then the
@@ -139,6 +139,9 @@ pub fn region(f: &Frame, names: &RegionAttrs, starts_arg: usize, tail: &mut Tail
         starts = &joined;
     }
     let n = sizes.len();
+    if sizes.contains(&DYNAMIC_SIZE) {
+        return dynamic_size_region(f, names, sizes, strides, squeezed, starts);
+    }
     if starts.len() != n && strides.len() == n && squeezed.len() == n {
         return fixed_region(f, names, sizes, strides, squeezed, starts);
     }
@@ -212,6 +215,63 @@ fn fixed_region(
             dynamic.len()
         )));
     }
+    Ok(Region::new(dims))
+}
+
+/// A region with sizes known at run time only ([`DYNAMIC_SIZE`] entries):
+/// its operand holds the dynamic starts (per the `fixed` attribute), then
+/// the dynamic sizes. A negative size is an error naming the dimension.
+#[cold]
+#[inline(never)]
+fn dynamic_size_region(
+    f: &Frame,
+    names: &RegionAttrs,
+    sizes: &[i64],
+    strides: &[i64],
+    squeezed: &[i64],
+    operand: &[i32],
+) -> Result<Region> {
+    let dynamic_starts = match f.attr_i64s_opt(names.fixed)? {
+        Some(fixed) => fixed.iter().filter(|&&s| s == DYNAMIC_START).count(),
+        None => sizes.len(),
+    };
+    let dynamic_sizes = sizes.iter().filter(|&&s| s == DYNAMIC_SIZE).count();
+    if operand.len() != dynamic_starts + dynamic_sizes {
+        return Err(RtError::value(format!(
+            "{}: region {:?} has {dynamic_starts} dynamic starts and {dynamic_sizes} dynamic sizes but its operand holds {} values",
+            f.op,
+            names.sizes,
+            operand.len()
+        )));
+    }
+    let (starts, given) = operand.split_at(dynamic_starts);
+    let mut given = given.iter();
+    let mut resolved = Vec::with_capacity(sizes.len());
+    for (dim, &size) in sizes.iter().enumerate() {
+        if size != DYNAMIC_SIZE {
+            resolved.push(size);
+            continue;
+        }
+        let n = i64::from(*given.next().expect("counted above"));
+        if n < 0 {
+            return Err(RtError::value(format!(
+                "{}: slice size {n} of dimension {dim} is negative (a `pl.ds(start, size)` of traced size)",
+                f.op
+            )));
+        }
+        resolved.push(n);
+    }
+    if f.attr_i64s_opt(names.fixed)?.is_some() {
+        return fixed_region(f, names, &resolved, strides, squeezed, starts);
+    }
+    let dims = (0..sizes.len())
+        .map(|i| DimSel {
+            start: i64::from(starts[i]),
+            size: resolved[i],
+            stride: strides[i],
+            squeezed: squeezed[i] != 0,
+        })
+        .collect();
     Ok(Region::new(dims))
 }
 

@@ -1,0 +1,457 @@
+#!/usr/bin/env python3
+"""Run a third-party Pallas TPU kernel test suite -- vLLM's tpu-inference --
+stock vs mosaic_rt, forced into TPU interpret mode on the chip each file asks
+for.
+
+    python scripts/client_suite.py                       # every kernel test file, both sides
+    python scripts/client_suite.py --quick               # the CI subset (a few minutes)
+    python scripts/client_suite.py --files causal_conv1d_test.py -k conv1d0
+    python scripts/client_suite.py --tpu-target          # ours also compiles each kernel for the file's chip
+    python scripts/client_suite.py --report out.json     # print an earlier run's report again
+
+What it does:
+
+1. A venv (``--venv``, default ``.venv-client/`` in the repo; built when
+   missing, ``--setup`` rebuilds it) with the client's pinned stack: Python
+   3.12, jax / jaxlib 0.11.2 (what tpu-inference 0.32.0 pins; inside
+   mosaic_rt's supported range), ``tpu-inference==0.32.0 --no-deps`` (its
+   kernels and their tests ship in the wheel: ``tpu_inference/kernels/``,
+   ``tests/kernels/``) and what those tests import (flax, absl-py,
+   parameterized, hypothesis, jaxtyping, sympy, tokamax, torch, torchax,
+   ...; ``--no-torch`` leaves torch out: the files importing it then fail to
+   collect), and mosaic_rt from this repo (``--mosaic-rt-wheel`` installs a
+   built wheel instead). tpu-inference imports ``vllm`` for its logger and
+   two helpers only: ``scripts/client_stubs/vllm`` stands in for it (put on
+   PYTHONPATH, never installed). Nothing of the client is modified.
+2. Every test file under the installed ``tests/kernels/`` (``--files``
+   picks some), one pytest process per file and side, stock then ours
+   file by file, each with 8 CPU devices and the simulated chip the file
+   asks for (the highest TPU version its ``jtu.is_device_tpu*`` gates name:
+   7 -> v7x, else v6e; ``CHIP_OF``), through ``scripts/client_suite_shim.py``
+   (chip, forced interpret mode) and ``scripts/jax_suite_record.py``
+   (outcomes). A test making no progress for ``--test-timeout`` seconds
+   (default 120) is killed, counts as timed out, and pytest resumes with
+   the file's other tests.
+3. A report per file: collected; passed / failed / timed out per side; the
+   tests whose outcome differs; the time on tests passing on both sides and
+   its ratio. ``--json PATH`` keeps everything (written after every file;
+   ``--resume`` reuses the files a cut-short run finished).
+
+Exit status: 1 when a test that passes on stock does not pass on ours (or a
+file could not run), else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import suite_runner
+
+SCRIPTS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(SCRIPTS)
+STUBS = os.path.join(SCRIPTS, "client_stubs")
+BACKENDS = ("stock", "mosaic_rt")
+
+CLIENT = "tpu-inference==0.32.0"
+JAX = "0.11.2"
+PYTHON = "3.12"
+# What the kernel tests import beyond jax (tpu-inference's own pins where it
+# has them); torch separately (a large download, ``--no-torch``).
+TEST_DEPS = (
+    "flax==0.12.10",
+    "absl-py",
+    "parameterized",
+    "hypothesis==6.151.9",
+    "jaxtyping",
+    "requests",
+    "pytest",
+    "pytest-mock",
+    "sympy",
+    "mpmath<1.4",
+)
+NO_DEPS = ("tokamax==0.0.17.dev20261015", "torchax==0.0.13")
+# torch 2.10 goes with the torchvision 0.25 that tpu-inference pins (torchax
+# 0.0.13 does not import with torch 2.15).
+TORCH = ("torch==2.10.0",)
+DEVICES = 8
+# A file's chip when its gates do not decide it (see chip_of).
+CHIP_OF: dict = {}
+QUICK = {
+    # file -> -k expression: a CI-sized subset that still covers the gaps
+    # closed for this suite (dynamic slice sizes, ...).
+    "causal_conv1d_test.py": "test_causal_conv1d0 or test_causal_conv1d1",
+    "ragged_paged_attention_kernel_v3_test.py": "test_ragged_paged_attention_basic",
+}
+
+
+# --------------------------------------------------------------------- venv
+
+
+def _find_python(version: str) -> str:
+    out = subprocess.run(
+        ["bash", "-c", f"source {SCRIPTS}/_common.sh && find_python {version}"], capture_output=True, text=True
+    )
+    if out.returncode != 0 or not out.stdout.strip():
+        raise SystemExit(f"client_suite: {out.stderr.strip() or f'Python {version} not found'}")
+    return out.stdout.strip()
+
+
+def _pip(python: str, *args: str) -> None:
+    cmd = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *args]
+    print("[client_suite] $ " + " ".join(cmd[2:]), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def setup_venv(venv: str, wheel: str | None, torch: bool) -> str:
+    """Builds the client venv; returns its python."""
+    python = os.path.join(venv, "bin", "python")
+    if os.path.isdir(venv):
+        shutil.rmtree(venv)
+    subprocess.run([_find_python(PYTHON), "-m", "venv", venv], check=True)
+    _pip(python, f"jax=={JAX}", f"jaxlib=={JAX}", *TEST_DEPS)
+    _pip(python, "--no-deps", CLIENT, *NO_DEPS)
+    if torch:
+        _pip(python, *TORCH, "mpmath<1.4")
+    _pip(python, "pytest-timeout")
+    # mosaic_rt last, with its test extra; it must keep the pinned jax.
+    _pip(python, f"{wheel or ROOT}", f"jax=={JAX}", f"jaxlib=={JAX}")
+    with open(os.path.join(venv, "client_suite.json"), "w") as fh:
+        json.dump({"client": CLIENT, "jax": JAX, "torch": torch, "mosaic_rt": wheel or ROOT}, fh)
+    return python
+
+
+def installed_versions(python: str) -> dict:
+    code = """
+import importlib.metadata as m, json, sys, os
+names = ('jax', 'jaxlib', 'numpy', 'pytest', 'mosaic_rt', 'tpu-inference', 'torch', 'flax')
+out = {}
+for n in names:
+    try:
+        out[n] = m.version(n)
+    except m.PackageNotFoundError:
+        out[n] = None
+out['python'] = sys.version.split()[0]
+import importlib.util as u
+spec = u.find_spec('tests')
+out['tests_dir'] = os.path.dirname(spec.origin) if spec and spec.origin else None
+out['site'] = os.path.dirname(out['tests_dir']) if out['tests_dir'] else None
+spec = u.find_spec('mosaic_rt')
+out['mosaic_rt_from'] = spec.origin if spec else None
+print(json.dumps(out))
+"""
+    return json.loads(subprocess.check_output([python, "-c", code], text=True, cwd=tempfile.gettempdir()))
+
+
+# -------------------------------------------------------------------- files
+
+
+def test_files(tests_dir: str) -> list:
+    """Every kernel test file, relative to ``tests/kernels``."""
+    base = os.path.join(tests_dir, "kernels")
+    found = set()
+    for pattern in ("**/*_test.py", "**/test_*.py"):
+        for path in glob.glob(os.path.join(base, pattern), recursive=True):
+            found.add(os.path.relpath(path, base))
+    return sorted(found)
+
+
+def chip_of(path: str, rel: str) -> str:
+    """The chip a file asks for: the highest TPU version its gates name."""
+    if rel in CHIP_OF:
+        return CHIP_OF[rel]
+    with open(path) as fh:
+        text = fh.read()
+    versions = [int(v) for v in re.findall(r"is_device_tpu(?:_at_least)?\(\s*(?:version\s*=\s*)?(\d+)", text)]
+    return "v7x" if versions and max(versions) >= 7 else "v6e"
+
+
+# ---------------------------------------------------------------------- run
+
+
+def _env(backend: str, chip: str, tpu_target: bool) -> dict:
+    env = dict(os.environ)
+    for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "MOSAIC_RT_TPU_TARGET", "JAX_TEST_DUT"):
+        env.pop(name, None)
+    flags = re.sub(r"--xla_force_host_platform_device_count=\S+", "", env.get("XLA_FLAGS", "")).strip()
+    env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={DEVICES}".strip()
+    env["JAX_PLATFORMS"] = "cpu"
+    env["TPU_SKIP_MDS_QUERY"] = "1"
+    # tpu-inference's import logs the TPU's name and type, read from the
+    # environment or else the cloud metadata server (absent here).
+    env.update(TPU_ACCELERATOR_TYPE=f"{chip}-{DEVICES}", TPU_NAME="simulated", TPU_WORKER_ID="0")
+    env["CLIENT_SUITE_BACKEND"] = backend
+    env["CLIENT_SUITE_CHIP"] = chip
+    if tpu_target and backend == "mosaic_rt":
+        env["MOSAIC_RT_TPU_TARGET"] = chip
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (SCRIPTS, STUBS, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def run_file(args, python, versions, backend, rel, tmp) -> tuple:
+    tests_dir = versions["tests_dir"]
+    path = os.path.join(tests_dir, "kernels", rel)
+    chip = chip_of(path, rel)
+    tag = rel.replace("/", "__")
+    base = [
+        python,
+        "-m",
+        "pytest",
+        "-c",
+        os.devnull,
+        "--rootdir",
+        versions["site"],
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "jax_suite_record",
+        "-p",
+        "client_suite_shim",
+        "-rfEs",
+        "--tb=short",
+        "-q",
+    ]
+    if backend == "stock":
+        base += ["-p", "no:mosaic_rt", "-p", "no:mosaic_rt_tpu"]
+    k = args.k or (QUICK.get(rel) if args.quick else None)
+    if k:
+        base += ["-k", k]
+    env = _env(backend, chip, args.tpu_target)
+    targets = [path]
+    if args.sample and args.sample > 1:
+        ids = _collect(base, path, tmp, env)
+        if len(ids) > 40:
+            targets = [os.path.join(versions["site"], n) for n in ids[:: args.sample]]
+    info, tests = suite_runner.run_file(
+        base,
+        targets,
+        cwd=tmp,
+        env=env,
+        record=os.path.join(tmp, f"record-{backend}-{tag}.jsonl"),
+        log=os.path.join(tmp, f"log-{backend}-{tag}.txt"),
+        file=rel,
+        test_timeout=args.test_timeout,
+        label="client_suite",
+    )
+    info["chip"] = chip
+    return info, tests
+
+
+def _collect(base, path, tmp, env) -> list:
+    out = subprocess.run(base + ["--collect-only", path], cwd=tmp, env=env, capture_output=True, text=True)
+    return [line.strip() for line in out.stdout.splitlines() if "::" in line]
+
+
+# ------------------------------------------------------------------- report
+
+
+def _passing_time(tests: dict, ids) -> float:
+    return round(sum(tests[t]["time"] for t in ids), 2)
+
+
+def compare_file(stock: dict, ours: dict) -> dict:
+    st, ot = stock["tests"], ours["tests"]
+    ids = sorted(set(st) | set(ot))
+    both = [t for t in ids if st.get(t, {}).get("outcome") == "passed" and ot.get(t, {}).get("outcome") == "passed"]
+    differ = [
+        {
+            "test": t,
+            "stock": st.get(t, {}).get("outcome", "missing"),
+            "mosaic_rt": ot.get(t, {}).get("outcome", "missing"),
+            "stock_message": st.get(t, {}).get("message", ""),
+            "mosaic_rt_message": ot.get(t, {}).get("message", ""),
+        }
+        for t in ids
+        if st.get(t, {}).get("outcome") != ot.get(t, {}).get("outcome")
+    ]
+    ts, to = _passing_time(st, both), _passing_time(ot, both)
+    return {
+        "collected": max(stock["info"]["collected"], ours["info"]["collected"]),
+        "both_passed": len(both),
+        "time_both": {"stock": ts, "mosaic_rt": to, "ratio": round(ts / to, 2) if to else None},
+        "regressions": [d for d in differ if d["stock"] == "passed"],
+        "differ": differ,
+    }
+
+
+def _side(c: dict) -> str:
+    return f"{c['passed']:4d} {c['failed']:4d} {c['error'] - c['timed_out']:4d} {c['timed_out']:4d} {c['skipped']:4d}"
+
+
+def report(result: dict) -> dict:
+    lines = []
+    p = lines.append
+    v = result["versions"]
+    p(
+        f"\n=== {CLIENT} kernel tests, TPU interpret mode: stock vs mosaic_rt (jax {v['jax']}, python {v['python']}, "
+        f"{DEVICES} CPU devices, timeout {result['test_timeout']:.0f}s/test) ==="
+    )
+    p(
+        f"{'file':58s} {'chip':4s} {'coll':>4s} | stock: pass fail  err  t/o skip "
+        "| ours:  pass fail  err  t/o skip | both  time s/o"
+    )
+    totals = {b: dict.fromkeys(("passed", "failed", "error", "skipped", "timed_out", "total"), 0) for b in BACKENDS}
+    regressions, both_n, ts, to, collected = [], 0, 0.0, 0.0, 0
+    for rel, f in result["files"].items():
+        if not all(b in f for b in BACKENDS):
+            continue
+        cmp = compare_file(f["stock"], f["mosaic_rt"])
+        f["comparison"] = cmp
+        for b in BACKENDS:
+            for key, n in f[b]["info"]["counts"].items():
+                totals[b][key] += n
+        collected += cmp["collected"]
+        both_n += cmp["both_passed"]
+        ts += cmp["time_both"]["stock"]
+        to += cmp["time_both"]["mosaic_rt"]
+        regressions += cmp["regressions"]
+        r = cmp["time_both"]["ratio"]
+        p(
+            f"{rel[:58]:58s} {f['chip']:4s} {cmp['collected']:4d} |        {_side(f['stock']['info']['counts'])} |"
+            f"       {_side(f['mosaic_rt']['info']['counts'])} | {cmp['both_passed']:4d} "
+            f"{cmp['time_both']['stock']:.1f}/{cmp['time_both']['mosaic_rt']:.1f}" + (f" ({r:.2f}x)" if r else "")
+        )
+    p(
+        f"{'total':58s} {'':4s} {collected:4d} |        {_side(totals['stock'])} "
+        f"|       {_side(totals['mosaic_rt'])} | "
+        f"{both_n:4d} {ts:.1f}/{to:.1f}" + (f" ({ts / to:.2f}x)" if to else "")
+    )
+    ran = collected - totals["mosaic_rt"]["skipped"]
+    p(
+        f"ours passes {totals['mosaic_rt']['passed']} of the {ran} tests that ran (collected minus skipped)"
+        + (f": {100 * totals['mosaic_rt']['passed'] / ran:.1f}%" if ran else "")
+        + f"; stock passes {totals['stock']['passed']}"
+    )
+    p(f"pass on stock, not on ours: {len(regressions)}")
+    for d in regressions:
+        p(f"  {d['mosaic_rt']:7s} {d['test']}: {d['mosaic_rt_message']}")
+    gained = [d for f in result["files"].values() if "comparison" in f for d in f["comparison"]["differ"]]
+    gained = [d for d in gained if d["mosaic_rt"] == "passed"]
+    p(f"pass on ours, not on stock: {len(gained)}")
+    for d in gained:
+        p(f"  stock {d['stock']:7s} {d['test']}: {d['stock_message']}")
+    print("\n".join(lines), flush=True)
+    return {
+        "collected": collected,
+        "totals": totals,
+        "both_passed": both_n,
+        "time_both": {"stock": round(ts, 2), "mosaic_rt": round(to, 2), "ratio": round(ts / to, 2) if to else None},
+        "regressions": regressions,
+        "gained": gained,
+    }
+
+
+def failure_classes(result: dict, backend: str = "mosaic_rt", top: int = 30) -> None:
+    """The most common first lines of failures on one side."""
+    seen: dict = {}
+    for f in result["files"].values():
+        for tid, t in f.get(backend, {}).get("tests", {}).items():
+            if t["outcome"] in ("failed", "error"):
+                key = re.sub(r"\d+", "N", t.get("message", ""))[:160]
+                seen.setdefault(key, []).append(tid)
+    print(f"\nfailure classes on {backend}:")
+    for key, ids in sorted(seen.items(), key=lambda kv: -len(kv[1]))[:top]:
+        print(f"  {len(ids):4d}  {key}  (e.g. {ids[0]})")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--venv", default=os.path.join(ROOT, ".venv-client"))
+    ap.add_argument("--setup", action="store_true", help="(re)build the venv, even if it exists")
+    ap.add_argument("--setup-only", action="store_true", help="build the venv and stop")
+    ap.add_argument("--no-torch", action="store_true", help="build the venv without torch (its files fail to collect)")
+    ap.add_argument("--mosaic-rt-wheel", help="install this wheel instead of building the repo")
+    ap.add_argument("--files", nargs="+", help="files under tests/kernels (default: all)")
+    ap.add_argument("-k", help="pytest -k expression for every file")
+    ap.add_argument("--quick", action="store_true", help="the CI subset (QUICK)")
+    ap.add_argument("--sample", type=int, metavar="K", help="files of more than 40 tests: every K-th test only")
+    ap.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
+    ap.add_argument("--tpu-target", action="store_true", help="ours: MOSAIC_RT_TPU_TARGET = the file's chip")
+    ap.add_argument("--test-timeout", type=float, default=120.0)
+    ap.add_argument("--json", help="write the results here (after every file)")
+    ap.add_argument("--resume", action="store_true", help="with --json: keep the files it already has")
+    ap.add_argument("--report", metavar="JSON", help="print the report of an earlier --json and stop")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dir of logs and records")
+    args = ap.parse_args(argv)
+
+    if args.report:
+        with open(args.report) as fh:
+            result = json.load(fh)
+        summary = report(result)
+        failure_classes(result)
+        return 1 if summary["regressions"] else 0
+
+    python = os.path.join(args.venv, "bin", "python")
+    if args.setup or args.setup_only or not os.path.exists(python):
+        setup_venv(args.venv, args.mosaic_rt_wheel, torch=not args.no_torch)
+    if args.setup_only:
+        return 0
+    versions = installed_versions(python)
+    if not versions.get("tests_dir") or versions.get("tpu-inference") is None:
+        raise SystemExit(f"client_suite: {args.venv} has no tpu-inference tests; run with --setup")
+    files = args.files or (sorted(QUICK) if args.quick else test_files(versions["tests_dir"]))
+    result = {
+        "client": CLIENT,
+        "versions": versions,
+        "host": {"machine": platform.machine(), "cpus": os.cpu_count()},
+        "test_timeout": args.test_timeout,
+        "files": {},
+    }
+    if args.resume and args.json and os.path.exists(args.json):
+        with open(args.json) as fh:
+            result["files"] = json.load(fh).get("files", {})
+    tmp = tempfile.mkdtemp(prefix="client_suite_")
+    logdir = (os.path.splitext(args.json)[0] + ".logs") if args.json else None
+    print(f"[client_suite] {CLIENT}, jax {versions['jax']}, mosaic_rt from {versions['mosaic_rt_from']}; logs in {tmp}")
+    t0 = time.perf_counter()
+    for rel in files:
+        entry = result["files"].setdefault(rel, {})
+        for backend in args.backends:
+            if backend in entry:
+                continue
+            info, tests = run_file(args, python, versions, backend, rel, tmp)
+            entry["chip"] = info["chip"]
+            entry[backend] = {"info": info, "tests": tests}
+            c = info["counts"]
+            print(
+                f"[client_suite] {backend:9s} {rel} ({info['chip']}): {c['passed']} passed, {c['failed']} failed, "
+                f"{c['error']} error ({c['timed_out']} timed out), {c['skipped']} skipped of {info['collected']} "
+                f"in {info['wall']:.0f}s",
+                flush=True,
+            )
+            if logdir:
+                os.makedirs(logdir, exist_ok=True)
+                shutil.copy(info["log"], logdir)
+                info["log"] = os.path.join(logdir, os.path.basename(info["log"]))
+            if args.json:
+                with open(args.json, "w") as fh:
+                    json.dump(result, fh, indent=1)
+    result["elapsed"] = round(time.perf_counter() - t0, 1)
+    summary = report(result) if len(args.backends) == 2 else {"regressions": []}
+    failure_classes(result, args.backends[-1])
+    result["summary"] = summary
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(result, fh, indent=1)
+        print(f"[client_suite] wrote {args.json}")
+    if not args.keep:
+        shutil.rmtree(tmp, ignore_errors=True)
+    broken = [
+        rel for rel, f in result["files"].items() for b in BACKENDS if f"{rel}::<file>" in f.get(b, {}).get("tests", {})
+    ]
+    return 1 if summary["regressions"] or (broken and args.quick) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""pytest plugin for scripts/client_suite.py (load with ``-p client_suite_shim``,
+scripts/ on sys.path): a third-party kernel test suite, unmodified, run on a
+simulated TPU chip in TPU interpret mode -- stock's or mosaic_rt's.
+
+Both backends get the same simulated chip, from ``CLIENT_SUITE_CHIP``
+(``v5e``, ``v6e``, ``v7x``, ...):
+
+* jax's test flag ``jax_test_dut`` is ``"tpu"``, and jax's test helpers
+  ``jtu.get_tpu_version`` / ``jtu.is_device_tpu`` answer for that chip (on
+  CPU they read the device kind "cpu"), so the suite's "Expect TPUv6+" gates
+  open as on that chip;
+* ``pltpu.get_tpu_info()`` on CPU answers for the chip (an entry for device
+  kind "cpu" in jax's TPU info registry), so kernels size blocks as there.
+
+What stays CPU: ``jax.devices()[0].device_kind`` is "cpu" (a kernel helper
+reading it directly falls back to its non-TPU defaults, on both backends).
+
+Then every pallas_call / core_map of the process runs in TPU interpret mode:
+``CLIENT_SUITE_BACKEND=stock`` sets ``pltpu.set_tpu_interpret_mode(
+pltpu.InterpretParams())``; ``mosaic_rt`` sets
+``mosaic_rt.set_interpret_mode(mosaic_rt.InterpretParams())`` and runs each
+test inside ``mosaic_rt.native_errors()`` (a kernel's error arrives as its own
+Python type, as under ``mosaic_rt.force_interpret_mode``). A process-wide
+setting wins over any ``interpret=`` a kernel passes, so kernels called with
+``interpret=False`` (as on a TPU) are interpreted too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import pytest
+
+# Generation -> (jtu version number, variant, device kind, cores per chip).
+CHIPS = {
+    "v4": (4, "", "TPU v4", 1),
+    "v5e": (5, "e", "TPU v5 lite", 1),
+    "v5p": (5, "p", "TPU v5", 2),
+    "v6e": (6, "e", "TPU v6 lite", 1),
+    "v7x": (7, "x", "TPU7x", 1),
+}
+BACKENDS = ("stock", "mosaic_rt")
+
+
+def _chip() -> str:
+    chip = os.environ.get("CLIENT_SUITE_CHIP", "v6e")
+    if chip not in CHIPS:
+        raise pytest.UsageError(f"CLIENT_SUITE_CHIP={chip!r}: expected one of {', '.join(CHIPS)}")
+    return chip
+
+
+def _backend() -> str:
+    backend = os.environ.get("CLIENT_SUITE_BACKEND", "")
+    if backend not in BACKENDS:
+        raise pytest.UsageError(f"CLIENT_SUITE_BACKEND={backend!r}: expected one of {', '.join(BACKENDS)}")
+    return backend
+
+
+def _simulate_chip(chip: str) -> None:
+    import jax
+    from jax._src import test_util as jtu
+    from jax._src import tpu_info
+
+    version, variant, kind, cores = CHIPS[chip]
+    jax.config.update("jax_test_dut", "tpu")
+
+    def get_tpu_version() -> int:
+        return version
+
+    def is_device_tpu(version_=None, variant_="", **kwargs):
+        want_version = kwargs.get("version", version_)
+        want_variant = kwargs.get("variant", variant_)
+        if want_version is None:
+            return True
+        return want_version == version and (not want_variant or want_variant == variant)
+
+    jtu.get_tpu_version = get_tpu_version
+    jtu.is_device_tpu = is_device_tpu
+
+    chip_version = tpu_info.chip_version_from_device_kind(kind)
+    tpu_info.registry["cpu"] = lambda: tpu_info.get_tpu_info_for_chip(chip_version, cores)
+    clear = getattr(tpu_info.get_tpu_info, "cache_clear", None)
+    if clear is not None:
+        clear()
+
+
+def _force_interpret_mode(backend: str) -> None:
+    if backend == "stock":
+        from jax.experimental.pallas import tpu as pltpu
+
+        pltpu.set_tpu_interpret_mode(pltpu.InterpretParams())
+    else:
+        import mosaic_rt
+
+        mosaic_rt.set_interpret_mode(mosaic_rt.InterpretParams())
+
+
+def pytest_configure(config):
+    config._client_suite = {"chip": _chip(), "backend": _backend()}
+    _simulate_chip(config._client_suite["chip"])
+    _force_interpret_mode(config._client_suite["backend"])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    if item.config._client_suite["backend"] == "mosaic_rt":
+        import mosaic_rt
+
+        errors = mosaic_rt.native_errors()
+    else:
+        errors = contextlib.nullcontext()
+    with errors:
+        return (yield)
+
+
+def pytest_report_header(config):
+    s = config._client_suite
+    return f"client_suite_shim: backend {s['backend']}, simulated chip {s['chip']}"

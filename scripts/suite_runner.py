@@ -1,0 +1,180 @@
+"""Running one test file in pytest processes of its own, for the suite
+harnesses (scripts/jax_suite.py, scripts/client_suite.py): a test that makes
+no progress for a while is killed and pytest resumes with the file's other
+tests, and every test's outcome is read back from the record that
+scripts/jax_suite_record.py (a passive plugin, ``-p jax_suite_record``)
+writes as JSON lines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+OUTCOMES = ("passed", "failed", "error", "skipped")
+
+
+def first_line(text: str | None) -> str:
+    for line in (text or "").splitlines():
+        if line.strip():
+            return line.strip()[:300]
+    return ""
+
+
+def cpu_seconds(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def read_record(path: str):
+    """``(collected ids or None, started ids, phase reports)`` of a record."""
+    collected, started, reports = None, [], []
+    if os.path.exists(path):
+        with open(path) as fh:
+            for line in fh:
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    continue  # a line cut short by a kill
+                if "collected" in obj:
+                    collected = collected or obj["collected"]
+                elif "start" in obj:
+                    started.append(obj["start"])
+                else:
+                    reports.append(obj)
+    return collected, started, reports
+
+
+def test_id(nodeid: str, file: str) -> str:
+    """``file::Class::test`` whatever path pytest gave the file."""
+    parts = nodeid.split("::")
+    return "::".join([file] + parts[1:])
+
+
+def outcomes(reports, file: str) -> dict:
+    """Per-test outcome from the phase reports: a failed call is "failed", a
+    failed setup/teardown "error", a skip "skipped", else "passed"."""
+    tests: dict = {}
+    for r in reports:
+        tid = test_id(r["nodeid"], file)
+        t = tests.setdefault(tid, {"outcome": "passed", "time": 0.0})
+        t["time"] = round(t["time"] + r.get("duration", 0.0), 3)
+        if r["outcome"] == "failed":
+            new = "failed" if r["when"] == "call" else "error"
+            if t["outcome"] not in ("failed", "error"):
+                t["outcome"] = new
+                t["message"] = first_line(r.get("message"))
+                if r.get("detail"):
+                    t["detail"] = r["detail"]
+                t["phase"] = r["when"]
+        elif r["outcome"] == "skipped" and t["outcome"] == "passed":
+            t["outcome"] = "skipped"
+            t["message"] = first_line(r.get("message"))
+    return tests
+
+
+def counts(tests: dict) -> dict:
+    c = dict.fromkeys(OUTCOMES, 0)
+    for t in tests.values():
+        c[t["outcome"]] += 1
+    c["total"] = len(tests)
+    c["timed_out"] = sum(1 for t in tests.values() if "hung" in t)
+    return c
+
+
+def run_file(base_cmd, targets, *, cwd, env, record, log, file, test_timeout, label="suite"):
+    """Runs ``base_cmd + targets`` (a pytest command line that loads
+    ``jax_suite_record``) until every collected test has a result. When the
+    record does not grow for ``test_timeout`` seconds, the process gets
+    SIGABRT (pytest's faulthandler writes every thread's stack to the log),
+    the running test counts as an error with ``"hung"`` set, and pytest
+    starts again with the tests already done deselected.
+
+    Returns ``(info, tests)``: wall time, return codes, hung ids and counts;
+    per-test outcome, time and first line of the failure."""
+    env = dict(env)
+    env["JAX_SUITE_RECORD"] = record
+    hung: dict = {}
+    rcs = []
+    wall = 0.0
+    t_start = time.perf_counter()
+    with open(log, "w") as fh:
+        while True:
+            collected, _started, reports = read_record(record)
+            done = {r["nodeid"] for r in reports if r["when"] == "teardown"}
+            skip = sorted(done | set(hung))
+            if collected is not None and not (set(collected) - set(skip)):
+                break
+            cmd = list(base_cmd) + [f"--deselect={n}" for n in skip] + list(targets)
+            fh.write("$ " + " ".join(cmd) + "\n")
+            fh.flush()
+            t0 = time.perf_counter()
+            proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT)
+            last_progress, last_len, cpu0 = time.perf_counter(), -1, 0.0
+            killed = None
+            while proc.poll() is None:
+                time.sleep(0.2)
+                size = os.path.getsize(record) if os.path.exists(record) else 0
+                now = time.perf_counter()
+                if size != last_len:
+                    last_len, last_progress, cpu0 = size, now, cpu_seconds(proc.pid)
+                elif now - last_progress > test_timeout:
+                    _, started_now, reports_now = read_record(record)
+                    finished = {r["nodeid"] for r in reports_now if r["when"] == "teardown"}
+                    running = [n for n in started_now if n not in finished]
+                    cpu = cpu_seconds(proc.pid) - cpu0
+                    killed = running[-1] if running else None
+                    fh.write(
+                        f"\n[{label}] no progress for {test_timeout:.0f}s in "
+                        f"{killed} (process CPU in that time: {cpu:.1f}s): SIGABRT\n"
+                    )
+                    fh.flush()
+                    proc.send_signal(signal.SIGABRT)
+                    try:
+                        proc.wait(30)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
+                    if killed is not None:
+                        hung[killed] = {"after": test_timeout, "cpu": round(cpu, 1)}
+                    break
+            rcs.append(proc.returncode)
+            wall += time.perf_counter() - t0
+            if killed is None:
+                break  # ended by itself (or no test to blame): do not loop
+        collected, _started, reports = read_record(record)
+    tests = outcomes(reports, file)
+    for nodeid, h in hung.items():
+        tests[test_id(nodeid, file)] = {
+            "outcome": "error",
+            "time": h["after"],
+            "hung": h,
+            "message": f"hung: no progress for {h['after']:.0f}s (process CPU in that time {h['cpu']}s); killed",
+        }
+    with open(log) as fh:
+        tail = fh.read().splitlines()[-3:]
+    info = {
+        "wall": round(wall, 2),
+        "elapsed": round(time.perf_counter() - t_start, 2),
+        "returncodes": rcs,
+        "log": log,
+        "hung": sorted(hung),
+        "collected": len(collected or ()),
+        "summary_line": tail[-1] if tail else "",
+    }
+    bad = [rc for rc in rcs if rc not in (0, 1, 5) and rc != -signal.SIGABRT]
+    if bad or (collected is None and 5 not in rcs):
+        tests[f"{file}::<file>"] = {
+            "outcome": "error",
+            "time": wall,
+            "message": f"pytest exited with {rcs}: {' | '.join(tail)}",
+        }
+    info["counts"] = counts(tests)
+    return info, tests
