@@ -79,7 +79,10 @@ TEST_DEPS = (
     "sympy",
     "mpmath<1.4",
 )
-NO_DEPS = ("tokamax==0.0.17.dev20261015", "torchax==0.0.13")
+# tokamax (quantized matmul's tiling) and its imports, without its full
+# dependency set (which brings GPU wheels).
+NO_DEPS = ("tokamax==0.0.17.dev20261015", "torchax==0.0.13", "qwix==0.1.2", "xprof")
+TOKAMAX_DEPS = ("immutabledict", "einshape", "pydantic", "tqdm", "tensorboardx", "fire", "six")
 # torch 2.10 goes with the torchvision 0.25 that tpu-inference pins (torchax
 # 0.0.13 does not import with torch 2.15).
 TORCH = ("torch==2.10.0",)
@@ -120,6 +123,7 @@ def setup_venv(venv: str, wheel: str | None, torch: bool) -> str:
     subprocess.run([_find_python(PYTHON), "-m", "venv", venv], check=True)
     _pip(python, f"jax=={JAX}", f"jaxlib=={JAX}", *TEST_DEPS)
     _pip(python, "--no-deps", CLIENT, *NO_DEPS)
+    _pip(python, *TOKAMAX_DEPS, f"jax=={JAX}", f"jaxlib=={JAX}")
     if torch:
         _pip(python, *TORCH, "mpmath<1.4")
     _pip(python, "pytest-timeout")

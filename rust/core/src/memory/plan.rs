@@ -68,9 +68,9 @@ impl Plan {
     /// (stock `clip_range_to_shape`); None when entirely out of bounds.
     ///
     /// An empty selection (a slice of size 0 in some dim) touches nothing and
-    /// is never out of bounds, wherever it starts: a TPU runs a zero-size
-    /// DMA at the end of an array (stock raises for a start at or past the
-    /// end even then).
+    /// is never out of bounds, wherever it starts: a zero-size DMA at the
+    /// end of an array runs on a TPU and on stock (whose vector loads alone
+    /// raise for an empty slice starting at the end).
     pub fn clip(&self, shape: &[usize]) -> Option<Dims<usize>> {
         let mut out = Dims::new();
         if self.dims.iter().any(|d| !d.squeezed && d.size == 0) {
