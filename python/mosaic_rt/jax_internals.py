@@ -522,3 +522,10 @@ def tpu_topology(name: str):
     from jax.experimental import topologies
 
     return topologies.get_topology_desc(name, "tpu")
+
+
+def itemsize_bits(dtype) -> int:
+    """Bits per element of `dtype` (4 for int4; public in newer jax)."""
+    from jax._src import dtypes
+
+    return int(dtypes.itemsize_bits(dtype))

@@ -691,12 +691,16 @@ def dma_start(
     dst_core=None,
     then_wait=(),
     site: int = 0,
+    src_map=None,
+    dst_map=None,
 ):
     """Starts a DMA. Remote copies give both ``src_sem`` and ``dst_device``
     and land on ``dst_core`` of ``dst_device`` (default: the issuing core).
     Given targets are range-checked natively (negative ids included).
     ``then_wait``: ``(sem, nbytes, site)`` of waits to run right after, in
-    order (see :func:`dma_wait`)."""
+    order (see :func:`dma_wait`). ``src_map`` / ``dst_map``: a side seen
+    through a ref view, as the int32 vector of its view's byte offsets in
+    its region's value (``mosaic_rt.interpret.evaluation.dma_views``)."""
     if (src_sem is None) != (dst_device is None):
         raise ValueError("Either both or neither `src_sem` and `device_id` can be set.")
     tail = []
@@ -720,6 +724,10 @@ def dma_start(
         dst_core=None if dst_core is None else _i32(dst_core),
     )
     operands, wait_attrs = _with_tail(operands, wait_attrs, tail)
+    maps = [m for m in (src_map, dst_map) if m is not None]
+    if maps:  # last: a DMA without views is emitted as it always was
+        operands = [*operands, *maps]
+        wait_attrs = dict(wait_attrs, view_maps=int(src_map is not None) + 2 * int(dst_map is not None))
     return _call(
         "dma_start",
         (),

@@ -18,8 +18,10 @@
 //! steps and hands them to waiters.
 
 mod machine;
+mod view;
 
 pub use machine::DmaMachine;
+pub use view::DmaView;
 
 use crate::config::{DmaMode, Topology};
 use crate::error::{Result, RtError};
@@ -90,9 +92,20 @@ struct Plan {
 /// not run yet): a direct buffer-to-buffer copy (no intermediate Vec; the
 /// copy checks dtypes and shapes), then the send signal (remote copies
 /// only) and the receive signal, both counting the bytes the copy moved.
-fn copy_whole(env: &DmaEnv, r: &DmaRequest, plan: &Plan, race: Option<DmaThread>, tr: Option<TraceDma>) -> Result<i64> {
+fn copy_whole(
+    env: &DmaEnv,
+    r: &DmaRequest,
+    view: Option<&DmaView>,
+    plan: &Plan,
+    race: Option<DmaThread>,
+    tr: Option<TraceDma>,
+) -> Result<i64> {
     // Not `Runtime::copy`: the accesses are the DMA's, not the issuing core's.
-    let bytes = env.memory.copy(r.src(), r.dst(plan)).map_err(|e| e.at(r.device, r.core))? as i64;
+    let bytes = match view {
+        None => env.memory.copy(r.src(), r.dst(plan)),
+        Some(v) => v.copy(env.memory, r.src(), r.dst(plan)),
+    };
+    let bytes = bytes.map_err(|e| e.at(r.device, r.core))? as i64;
     let plan = &Plan { bytes, ..*plan };
     note_read(env, r, race)?;
     note_write(env, r, plan, race)?;
@@ -145,6 +158,7 @@ fn note_end(env: &DmaEnv, race: Option<DmaThread>) {
 /// A queued DMA, shared by the steps that may run it.
 pub(crate) struct QueuedDma {
     req: DmaRequest,
+    view: Option<DmaView>,
     plan: Plan,
     machine: DmaMachine<Vec<u8>>,
     race: Option<DmaThread>,
@@ -158,10 +172,15 @@ impl QueuedDma {
     fn load_source(&self, env: &DmaEnv) -> Result<Vec<u8>> {
         let (r, plan) = (&self.req, &self.plan);
         // Bounds first: a huge out-of-bounds region fails without allocating.
-        let n = env.memory.check_access(r.src(), Access::Read).map_err(|e| e.at(r.device, r.core))?;
-        let mut data = crate::memory::zeroed(n, || format!("a DMA of {n} bytes"))?;
         // Not `Runtime::load`: the access is the DMA's, not the issuing core's.
-        env.memory.load(r.src(), &mut data).map_err(|e| e.at(r.device, r.core))?;
+        let data = match &self.view {
+            Some(v) => v.load(env.memory, r.src()),
+            None => env.memory.check_access(r.src(), Access::Read).and_then(|n| {
+                let mut data = crate::memory::zeroed(n, || format!("a DMA of {n} bytes"))?;
+                env.memory.load(r.src(), &mut data).map(|()| data)
+            }),
+        };
+        let data = data.map_err(|e| e.at(r.device, r.core))?;
         note_read(env, r, self.race)?;
         if let Some(src_sem) = r.src_sem {
             note_signal(env, self.race, src_sem, plan.src_gcore);
@@ -174,7 +193,11 @@ impl QueuedDma {
     /// Stores into the destination, then signals the receive semaphore.
     fn store_destination(&self, env: &DmaEnv, data: &[u8]) -> Result<()> {
         let (r, plan) = (&self.req, &self.plan);
-        env.memory.store(r.dst(plan), data).map_err(|e| e.at(plan.dst_device, plan.dst_core))?;
+        let stored = match &self.view {
+            Some(v) => v.store(env.memory, r.dst(plan), data),
+            None => env.memory.store(r.dst(plan), data),
+        };
+        stored.map_err(|e| e.at(plan.dst_device, plan.dst_core))?;
         note_write(env, r, plan, self.race)?;
         note_signal(env, self.race, r.dst_sem, plan.dst_gcore);
         note_end(env, self.race);
@@ -234,7 +257,7 @@ impl DmaStep {
             }),
             DmaStep::Write(d) => d.machine.read_write(
                 || {
-                    copy_whole(env, &d.req, &d.plan, d.race, d.trace)?;
+                    copy_whole(env, &d.req, d.view.as_ref(), &d.plan, d.race, d.trace)?;
                     env.memory.dma_read_done(d.req.device);
                     Ok(())
                 },
@@ -299,9 +322,10 @@ fn trace_begin(env: &DmaEnv, r: &DmaRequest) -> Option<TraceDma> {
     Some(t.dma_begin(r.device, r.core, format!("{src} -> {dst}"), args))
 }
 
-/// Starts `req` (eager: copies now; on_wait: queues its steps). Taken by
-/// value: a queued DMA keeps it (no clone of its regions per DMA).
-pub(crate) fn start(env: &DmaEnv, req: DmaRequest) -> Result<()> {
+/// Starts `req` (eager: copies now; on_wait: queues its steps), through
+/// `view` if given (see [`DmaView`]). Taken by value: a queued DMA keeps it
+/// (no clone of its regions per DMA).
+pub(crate) fn start(env: &DmaEnv, req: DmaRequest, view: Option<DmaView>) -> Result<()> {
     if req.src_sem.is_some() != req.dst_device.is_some() {
         return Err(RtError::value("Either both or neither `src_sem` and `device_id` can be set."));
     }
@@ -323,7 +347,7 @@ pub(crate) fn start(env: &DmaEnv, req: DmaRequest) -> Result<()> {
         // itself validates the two sides (this is the hot path).
         let plan = Plan { dst_device, dst_core, src_gcore, dst_gcore, bytes: 0 };
         let race = env.races.map(|races| races.dma_begin(req.device, req.core));
-        let bytes = copy_whole(env, &req, &plan, race, trace_begin(env, &req))?;
+        let bytes = copy_whole(env, &req, view.as_ref(), &plan, race, trace_begin(env, &req))?;
         note_started(env, &req, &plan, bytes);
         return Ok(());
     }
@@ -332,7 +356,13 @@ pub(crate) fn start(env: &DmaEnv, req: DmaRequest) -> Result<()> {
     // regions, dtypes and shapes), so a bad DMA fails at its start, not at a
     // wait -- or never, if nobody waits.
     let plan = Plan { dst_device, dst_core, src_gcore, dst_gcore, bytes: 0 };
-    let bytes = env.memory.check_copy(req.src(), req.dst(&plan))?;
+    let bytes = match &view {
+        None => env.memory.check_copy(req.src(), req.dst(&plan))?,
+        Some(v) => {
+            let region_bytes = |m: MemRef<'_>| env.memory.check_region_bytes(m);
+            v.check(region_bytes(req.src())?, region_bytes(req.dst(&plan))?)?
+        }
+    };
     let bytes = i64::try_from(bytes).map_err(|_| RtError::value(format!("DMA of {bytes} bytes is too large")))?;
 
     let plan = Plan { bytes, ..plan };
@@ -343,7 +373,7 @@ pub(crate) fn start(env: &DmaEnv, req: DmaRequest) -> Result<()> {
     // Counted until its source is read (an error on the way leaves it
     // counted: the device's borrowed inputs are then copied, not dropped).
     env.memory.dma_read_queued(req.device);
-    let dma = Arc::new(QueuedDma { req, plan, machine: DmaMachine::new(), race, site, trace });
+    let dma = Arc::new(QueuedDma { req, view, plan, machine: DmaMachine::new(), race, site, trace });
     if let Some(src_sem) = src_sem {
         env.sems.enqueue(src_sem, src_gcore, DmaStep::Read(Arc::clone(&dma)))?;
     }

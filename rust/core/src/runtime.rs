@@ -10,7 +10,7 @@
 //! error; the Python binding leaves that to the user).
 
 use crate::config::{Config, Topology};
-use crate::dma::{DmaEnv, DmaRequest, DmaStep};
+use crate::dma::{DmaEnv, DmaRequest, DmaStep, DmaView};
 use crate::dtype::DType;
 use crate::error::{Result, RtError};
 use crate::grid::GridLoop;
@@ -460,7 +460,14 @@ impl Runtime {
     /// Starts a DMA (see [`DmaRequest`]); in `eager` mode it completes here.
     pub fn dma_start(&self, req: DmaRequest) -> Result<()> {
         let (device, core) = (req.device, req.core);
-        crate::dma::start(&self.dma_env(), req).map_err(|e| e.at(device, core))
+        crate::dma::start(&self.dma_env(), req, None).map_err(|e| e.at(device, core))
+    }
+
+    /// [`Self::dma_start`] through ref views: each side of `req` is read or
+    /// written through its byte map in `view` (see [`DmaView`]).
+    pub fn dma_start_view(&self, req: DmaRequest, view: DmaView) -> Result<()> {
+        let (device, core) = (req.device, req.core);
+        crate::dma::start(&self.dma_env(), req, Some(view)).map_err(|e| e.at(device, core))
     }
 
     /// Waits for `bytes` on DMA semaphore `sem` of (device, core), running

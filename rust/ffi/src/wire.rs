@@ -306,10 +306,10 @@ layouts! {
         operands: [token, handle, device, core, src_id, src_starts, dst_id, dst_starts, dst_sem,
                    src_sem, dst_device],
         optional_operands: [dst_core],
-        rest: "the trailing waits' semaphores, then the regions' trailing starts",
+        rest: "the trailing waits' semaphores, then the regions' trailing starts, then the view maps",
         attrs: [src_space, dst_space, has_dst_device, has_dst_core,
                 src_sizes, src_strides, src_squeezed, dst_sizes, dst_strides, dst_squeezed],
-        optional_attrs: [src_fixed, dst_fixed, then_wait_bytes, then_wait_sites, tail_starts, site],
+        optional_attrs: [src_fixed, dst_fixed, then_wait_bytes, then_wait_sites, tail_starts, view_maps, site],
     }
     dma_wait {
         operands: [token, handle, device, core, sem],

@@ -23,7 +23,7 @@ from mosaic_rt import _native
 from mosaic_rt import jax_internals as jx
 from mosaic_rt.ffi import ops as ffi_ops
 from mosaic_rt.interpret.context import Ctx, semaphore_kind
-from mosaic_rt.interpret.evaluation import device_ids, native_calls, packing, sites, splat, views
+from mosaic_rt.interpret.evaluation import device_ids, dma_views, native_calls, packing, sites, splat, views
 from mosaic_rt.interpret.evaluation.regions import to_region
 from mosaic_rt.interpret.native_compute import scalar_items, scalar_runs, vector_runs
 from mosaic_rt.memory_spaces import code as space_code
@@ -769,6 +769,9 @@ def _dma_start(eqn, read, ctx, token):
     # Refs whose memory space is unknown are HBM refs (stock does the same).
     src_space = forward_any_to_hbm(getattr(orig_src.aval, "memory_space", None)) or _HBM
     dst_space = forward_any_to_hbm(getattr(orig_dst.aval, "memory_space", None)) or _HBM
+    (src_region, src_map), (dst_region, dst_map) = _dma_sides(
+        (src_transforms, orig_src), (dst_transforms, orig_dst)
+    )
     token = native_calls.dma_start(
         token,
         ctx.handle,
@@ -776,17 +779,40 @@ def _dma_start(eqn, read, ctx, token):
         ctx.core,
         src_space=space_code(src_space),
         src=src,
-        src_region=to_region(src_transforms),
+        src_region=src_region,
         dst_space=space_code(dst_space),
         dst=dst,
-        dst_region=to_region(dst_transforms),
+        dst_region=dst_region,
         dst_sem=_sem_ids(ctx, "dst", dst_sem, dst_sem_t),
         src_sem=None if src_sem is None else _sem_ids(ctx, "src", src_sem, src_sem_t),
         dst_device=target,
         dst_core=target_core,
         then_wait=ctx.then_wait,
+        src_map=src_map,
+        dst_map=dst_map,
     )
     return token, []
+
+
+def _dma_sides(src, dst):
+    """((region, byte map or None) of the source, the same of the
+    destination): a side seen through a bitcast / reshape / transpose gets a
+    byte map (`dma_views`); without one, both are plain regions, as always."""
+    (src_t, src_var), (dst_t, dst_var) = src, dst
+    if not (dma_views.has_view(src_t) or dma_views.has_view(dst_t)):
+        return (to_region(src_t), None), (to_region(dst_t), None)
+    src_aval, dst_aval = jx.ref_and_transforms(src_var)[0].aval, jx.ref_and_transforms(dst_var)[0].aval
+    src_view, dst_view = jx.transform_type(src_t, src_aval), jx.transform_type(dst_t, dst_aval)
+    if src_view.shape != dst_view.shape or src_view.dtype != dst_view.dtype:
+        raise ValueError(
+            f"DMA source and destination views differ: {src_view.dtype}{list(src_view.shape)}"
+            f" -> {dst_view.dtype}{list(dst_view.shape)}"
+        )
+
+    def side(t, aval, what):
+        return dma_views.endpoint(t, aval, what) if dma_views.has_view(t) else (to_region(t), None)
+
+    return side(src_t, src_aval, "source of a DMA"), side(dst_t, dst_aval, "destination of a DMA")
 
 
 # Waits on the third operand for the bytes of the first one's region: a

@@ -344,6 +344,8 @@ def dma_start(
     dst_device,
     dst_core=None,
     then_wait=(),
+    src_map=None,
+    dst_map=None,
 ):
     return ffi_ops.dma_start(
         token,
@@ -362,6 +364,8 @@ def dma_start(
         dst_core=dst_core,
         then_wait=_waits(then_wait),
         site=sites.current(),
+        src_map=src_map,
+        dst_map=dst_map,
     )
 
 

@@ -239,6 +239,12 @@ impl MemoryTable {
         }
     }
 
+    /// The bytes of `r`'s value, checked as [`Self::check_copy`] checks
+    /// each side (ids, region; no bounds).
+    pub fn check_region_bytes(&self, r: MemRef<'_>) -> Result<usize> {
+        Ok(self.resolve(r, "access")?.bytes)
+    }
+
     /// Checks that `src` can be copied to `dst` (both exist, the regions are
     /// valid, same dtype and shape: the checks and messages of [`Self::copy`])
     /// and returns the bytes a copy would move. Bounds are not checked: a

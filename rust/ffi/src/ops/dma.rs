@@ -5,7 +5,8 @@ use crate::dispatch::Call;
 use crate::frame::Frame;
 use crate::launch;
 use crate::wire::{self, dma_start as start, dma_wait as wait};
-use mosaic_rt_core::{DmaRequest, Result, RtError};
+use mosaic_rt_core::{DmaRequest, DmaView, Result, RtError};
+use std::sync::Arc;
 
 /// `dma_start(token, handle, device, core, src_id, src_starts, dst_id,
 /// dst_starts, dst_sem, src_sem, dst_device[, dst_core], waits..., tail...)
@@ -18,18 +19,26 @@ use mosaic_rt_core::{DmaRequest, Result, RtError};
 /// local copy; it and the destination device are given together (the
 /// runtime reports stock's message otherwise). No destination core: the
 /// issuing core. Optional trailing waits: see [`WAITS`]; then the regions'
-/// trailing starts (attribute `tail_starts`, see [`super::region`]).
+/// trailing starts (attribute `tail_starts`, see [`super::region`]). Last,
+/// a DMA through ref views has its byte maps (attribute `view_maps`: 1 for
+/// a source map, 2 for a destination map, 3 for both, in that order; int32
+/// vectors, see `DmaView`).
 pub fn dma_start(c: &mut Call) -> Result<()> {
     let k = trailing_count(&c.frame);
     let t = tail_len(&c.frame);
-    let fixed = start::arg::FIXED + k + t;
+    let maps = c.frame.attr_i64_opt(start::attr::view_maps).ok().flatten().unwrap_or(0);
+    let p = (maps & 1) as usize + ((maps >> 1) & 1) as usize;
+    let fixed = start::arg::FIXED + k + t + p;
     let (handle, device, core) = core_target(c, fixed..=fixed + start::LAYOUT.optional_operands.len(), 1)?;
     let waits = trailing_waits(&c.frame)?;
     let _site = c.enter_site();
     let f = &c.frame;
     let [has_device, has_core] = f.attrs_i64_opt([start::attr::has_dst_device, start::attr::has_dst_core]);
-    let base = f.num_args() - k - t;
-    let mut tail = Tail::of(f, t);
+    if !(0..=3).contains(&maps) {
+        return Err(RtError::value(format!("{}: view_maps must be 0..=3, got {maps}", f.op)));
+    }
+    let base = f.num_args() - k - t - p;
+    let mut tail = Tail::before(f, t, p);
     let dst_core = if base > start::arg::dst_core {
         super::target_arg(f, handle, start::arg::dst_core, has_core, "destination core id")?
     } else {
@@ -50,11 +59,32 @@ pub fn dma_start(c: &mut Call) -> Result<()> {
         dst_core,
     };
     tail.finish(f)?;
-    launch::with_runtime(handle, move |rt| rt.dma_start(req))?;
+    let view = (p > 0).then(|| view_maps(f, maps, f.num_args() - p)).transpose()?;
+    launch::with_runtime(handle, move |rt| match view {
+        None => rt.dma_start(req),
+        Some(v) => rt.dma_start_view(req, v),
+    })?;
     match waits {
         Some(w) => run_waits(&c.frame, handle, device, core, base, w),
         None => Ok(()),
     }
+}
+
+/// The byte maps of a DMA through views, from operand `first` on.
+fn view_maps(f: &Frame, maps: i64, first: usize) -> Result<DmaView> {
+    let mut next = first;
+    let mut take = |present: bool, what: &str| -> Result<Option<Arc<[u32]>>> {
+        if !present {
+            return Ok(None);
+        }
+        let m = f.arg(next)?.starts()?;
+        next += 1;
+        let m: Option<Arc<[u32]>> = m.iter().map(|&b| u32::try_from(b).ok()).collect();
+        m.map(Some).ok_or_else(|| RtError::value(format!("{}: {what} view map has a negative offset", f.op)))
+    };
+    let src = take(maps & 1 != 0, "source")?;
+    let dst = take(maps & 2 != 0, "destination")?;
+    Ok(DmaView { src, dst })
 }
 
 /// `dma_wait(token, handle, device, core, sem) -> token`; attribute `bytes`

@@ -106,6 +106,12 @@ impl Tail {
         Tail { next: end.saturating_sub(len), end }
     }
 
+    /// The `len` operands of `f` before its last `skip`.
+    pub fn before(f: &Frame, len: usize, skip: usize) -> Tail {
+        let end = f.num_args().saturating_sub(skip);
+        Tail { next: end.saturating_sub(len), end }
+    }
+
     /// None: an op with no trailing starts.
     pub fn none() -> Tail {
         Tail { next: 0, end: 0 }

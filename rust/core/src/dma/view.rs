@@ -1,0 +1,103 @@
+//! DMAs through ref views (`ref.bitcast`, `ref.reshape`, transposes and
+//! indexers after them): an endpoint is a plain region plus a byte map.
+//!
+//! A view is not a strided region of its buffer (a bitcast that changes
+//! the bitwidth interleaves rows, a reshape after a slice is not strided),
+//! but each byte of the view's value is some byte of its region's dense
+//! C-order value. The map, computed at trace time (or in XLA, for traced
+//! indices after the view), says which: `map[n]` is the offset, in the
+//! region's value, of byte `n` of the view's value. The copy then stays
+//! native (bounds, initcheck, races and semaphores on the regions, eager or
+//! on_wait), at the cost of a temporary per side.
+
+use crate::error::{Result, RtError};
+use crate::memory::{Access, MemRef, MemoryTable};
+use std::sync::Arc;
+
+/// The byte maps of a DMA's two sides (`None`: the side is its region).
+#[derive(Clone, Debug, Default)]
+pub struct DmaView {
+    pub src: Option<Arc<[u32]>>,
+    pub dst: Option<Arc<[u32]>>,
+}
+
+impl DmaView {
+    /// Checks the maps against the two regions (`src_bytes`, `dst_bytes`:
+    /// the bytes of their values) and returns the bytes the DMA moves.
+    pub(crate) fn check(&self, src_bytes: usize, dst_bytes: usize) -> Result<usize> {
+        let s = side(&self.src, src_bytes, "source")?;
+        let d = side(&self.dst, dst_bytes, "destination")?;
+        if s != d {
+            return Err(RtError::value(format!(
+                "DMA source view has {s} bytes but its destination view {d}: shapes or dtypes differ"
+            )));
+        }
+        Ok(s)
+    }
+
+    /// The source view's value (reads the source region).
+    pub(crate) fn load(&self, memory: &MemoryTable, src: MemRef<'_>) -> Result<Vec<u8>> {
+        // Bounds first: a huge out-of-bounds region fails without allocating.
+        let n = memory.check_access(src, Access::Read)?;
+        let mut region = crate::memory::zeroed(n, || format!("a DMA of {n} bytes"))?;
+        side(&self.src, n, "source")?;
+        memory.load(src, &mut region)?;
+        Ok(match &self.src {
+            None => region,
+            Some(m) => m.iter().map(|&b| region[b as usize]).collect(),
+        })
+    }
+
+    /// Writes `data`, the destination view's value, into the destination.
+    pub(crate) fn store(&self, memory: &MemoryTable, dst: MemRef<'_>, data: &[u8]) -> Result<()> {
+        let Some(m) = &self.dst else { return memory.store(dst, data) };
+        let n = memory.check_access(dst, Access::Write)?;
+        let view = side(&self.dst, n, "destination")?;
+        if view != data.len() {
+            return Err(RtError::value(format!("DMA destination view has {view} bytes, its data {}", data.len())));
+        }
+        let mut region = crate::memory::zeroed(n, || format!("a DMA of {n} bytes"))?;
+        // A view that covers only part of its region (an indexer after it):
+        // the rest is written back as it was (the write is not atomic with
+        // respect to other cores' writes to that rest).
+        if m.len() != n {
+            memory.load(dst, &mut region)?;
+        }
+        for (&b, &v) in m.iter().zip(data) {
+            region[b as usize] = v;
+        }
+        memory.store(dst, &region)
+    }
+
+    /// The whole copy (load, then store); returns the bytes moved.
+    pub(crate) fn copy(&self, memory: &MemoryTable, src: MemRef<'_>, dst: MemRef<'_>) -> Result<usize> {
+        let data = self.load(memory, src)?;
+        self.store(memory, dst, &data)?;
+        Ok(data.len())
+    }
+}
+
+/// The bytes of one side's view (its region's without a map), after
+/// checking that its map stays within its region of `region` bytes.
+fn side(map: &Option<Arc<[u32]>>, region: usize, what: &str) -> Result<usize> {
+    let Some(m) = map else { return Ok(region) };
+    if let Some(&bad) = m.iter().find(|&&b| b as usize >= region) {
+        return Err(RtError::value(format!(
+            "DMA {what} view maps byte offset {bad}, outside its region of {region} bytes"
+        )));
+    }
+    Ok(m.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_counts_view_bytes_and_rejects_bad_maps() {
+        let v = DmaView { src: Some(Arc::from(vec![3u32, 2, 1, 0])), dst: None };
+        assert_eq!(v.check(8, 4).unwrap(), 4);
+        assert!(v.check(8, 6).unwrap_err().message.contains("4 bytes but its destination view 6"));
+        assert!(v.check(3, 4).unwrap_err().message.contains("outside its region of 3 bytes"));
+    }
+}
