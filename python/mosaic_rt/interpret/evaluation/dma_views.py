@@ -56,7 +56,9 @@ def endpoint(transforms, ref_aval, what: str):
 def _itemsize(dtype, what: str) -> int:
     bits = jx.itemsize_bits(dtype)
     if bits % 8:
-        raise NotImplementedError(f"{what}: a view of {np.dtype(dtype).name} ({bits}-bit elements)")
+        raise NotImplementedError(
+            f"{what}: views of {np.dtype(dtype).name} ({bits}-bit elements) are not supported by TPU interpret mode"
+        )
     return bits // 8
 
 
@@ -70,7 +72,7 @@ def _apply(xp, x, t, what: str):
     if isinstance(t, jx.TransposeTransform):
         return xp.transpose(x, (*t.permutation, len(shape)))
     if isinstance(t, jx.BitcastTransform):
-        new = _itemsize(t.dtype, what)
+        new = _itemsize(t.dtype, f"{what}, {type(t).__name__} to {np.dtype(t.dtype).name}")
         if new == isz:
             return x
         *lead, m, n = shape
