@@ -13,6 +13,10 @@
 //!   the step ([`DmaStep::run`]); the [`DmaMachine`] makes each step run
 //!   exactly once, whichever core gets there first.
 //!
+//! A side seen through a ref view (a bitcast or reshape of its region) is
+//! read or written through a byte map (`view.rs`, [`DmaView`]); the
+//! semaphores then count the view's bytes.
+//!
 //! The engine knows nothing of the runtime: it works on a [`DmaEnv`], the
 //! parts of a runtime a DMA touches, and the semaphore table only keeps its
 //! steps and hands them to waiters.
