@@ -19,10 +19,12 @@ What it does:
    ``tests/kernels/``) and what those tests import (flax, absl-py,
    parameterized, hypothesis, jaxtyping, sympy, tokamax, torch, torchax,
    ...; ``--no-torch`` leaves torch out: the files importing it then fail to
-   collect), and mosaic_rt from this repo (``--mosaic-rt-wheel`` installs a
-   built wheel instead). tpu-inference imports ``vllm`` for its logger and
-   two helpers only: ``scripts/client_stubs/vllm`` stands in for it (put on
-   PYTHONPATH, never installed). Nothing of the client is modified.
+   collect; with torch comes vllm itself, ``--no-deps``, for the few test
+   files that import more of it), and mosaic_rt from this repo
+   (``--mosaic-rt-wheel`` installs a built wheel instead). Without vllm,
+   ``scripts/client_stubs/vllm`` stands in for the one thing the kernels
+   import of it, its logger (put on PYTHONPATH, never installed). Nothing of
+   the client is modified.
 2. Every test file under the installed ``tests/kernels/`` (``--files``
    picks some), one pytest process per file and side, stock then ours
    file by file, each with 8 CPU devices and the simulated chip the file
@@ -84,8 +86,27 @@ TEST_DEPS = (
 NO_DEPS = ("tokamax==0.0.17.dev20261015", "torchax==0.0.13", "qwix==0.1.2", "xprof")
 TOKAMAX_DEPS = ("immutabledict", "einshape", "pydantic", "tqdm", "tensorboardx", "fire", "six")
 # torch 2.10 goes with the torchvision 0.25 that tpu-inference pins (torchax
-# 0.0.13 does not import with torch 2.15).
+# 0.0.13 does not import with torch 2.15). With torch, the real vllm
+# (--no-deps) and what its imported modules need: a few test files import
+# more of vllm than its logger (tests/test_utils.py, vllm's own mhc kernels,
+# tpu_inference.runner); without torch the logger stub stands in.
 TORCH = ("torch==2.10.0",)
+VLLM = "vllm==0.33.0"
+VLLM_DEPS = (
+    "regex",
+    "cbor2",
+    "pyzmq",
+    "transformers",
+    "aiohttp",
+    "openai-harmony",
+    "openai",
+    "pillow",
+    "pybase64",
+    "cachetools",
+    "msgspec",
+    "cloudpickle",
+    "py-cpuinfo",
+)
 DEVICES = 8
 # A file's chip when its gates do not decide it (see chip_of).
 CHIP_OF: dict = {}
@@ -115,8 +136,8 @@ def _pip(python: str, *args: str) -> None:
     subprocess.run(cmd, check=True)
 
 
-def setup_venv(venv: str, wheel: str | None, torch: bool) -> str:
-    """Builds the client venv; returns its python."""
+def setup_venv(venv: str, torch: bool) -> str:
+    """Builds the client venv (without mosaic_rt); returns its python."""
     python = os.path.join(venv, "bin", "python")
     if os.path.isdir(venv):
         shutil.rmtree(venv)
@@ -125,19 +146,24 @@ def setup_venv(venv: str, wheel: str | None, torch: bool) -> str:
     _pip(python, "--no-deps", CLIENT, *NO_DEPS)
     _pip(python, *TOKAMAX_DEPS, f"jax=={JAX}", f"jaxlib=={JAX}")
     if torch:
-        _pip(python, *TORCH, "mpmath<1.4")
-    _pip(python, "pytest-timeout")
-    # mosaic_rt last, with its test extra; it must keep the pinned jax.
-    _pip(python, f"{wheel or ROOT}", f"jax=={JAX}", f"jaxlib=={JAX}")
+        _pip(python, *TORCH, "mpmath<1.4", *VLLM_DEPS, f"jax=={JAX}", f"jaxlib=={JAX}")
+        _pip(python, "--no-deps", VLLM)
     with open(os.path.join(venv, "client_suite.json"), "w") as fh:
-        json.dump({"client": CLIENT, "jax": JAX, "torch": torch, "mosaic_rt": wheel or ROOT}, fh)
+        json.dump({"client": CLIENT, "jax": JAX, "torch": torch}, fh)
     return python
+
+
+def install_mosaic_rt(python: str, wheel: str | None) -> None:
+    """mosaic_rt from ``wheel`` or this repo (built by pip: needs cargo),
+    keeping the client's pinned jax."""
+    _pip(python, "--force-reinstall", "--no-deps", wheel or ROOT)
+    _pip(python, f"{wheel or ROOT}", f"jax=={JAX}", f"jaxlib=={JAX}")
 
 
 def installed_versions(python: str) -> dict:
     code = """
 import importlib.metadata as m, json, sys, os
-names = ('jax', 'jaxlib', 'numpy', 'pytest', 'mosaic_rt', 'tpu-inference', 'torch', 'flax')
+names = ('jax', 'jaxlib', 'numpy', 'pytest', 'mosaic_rt', 'tpu-inference', 'torch', 'flax', 'vllm')
 out = {}
 for n in names:
     try:
@@ -182,7 +208,7 @@ def chip_of(path: str, rel: str) -> str:
 # ---------------------------------------------------------------------- run
 
 
-def _env(backend: str, chip: str, tpu_target: bool) -> dict:
+def _env(backend: str, chip: str, tpu_target: bool, stubs: bool) -> dict:
     env = dict(os.environ)
     for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "MOSAIC_RT_TPU_TARGET", "JAX_TEST_DUT"):
         env.pop(name, None)
@@ -197,7 +223,7 @@ def _env(backend: str, chip: str, tpu_target: bool) -> dict:
     env["CLIENT_SUITE_CHIP"] = chip
     if tpu_target and backend == "mosaic_rt":
         env["MOSAIC_RT_TPU_TARGET"] = chip
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (SCRIPTS, STUBS, env.get("PYTHONPATH")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (SCRIPTS, STUBS if stubs else None, env.get("PYTHONPATH")) if p)
     return env
 
 
@@ -229,7 +255,7 @@ def run_file(args, python, versions, backend, rel, tmp) -> tuple:
     k = args.k or (QUICK.get(rel) if args.quick else None)
     if k:
         base += ["-k", k]
-    env = _env(backend, chip, args.tpu_target)
+    env = _env(backend, chip, args.tpu_target, stubs=versions.get("vllm") is None)
     targets = [path]
     if args.sample and args.sample > 1:
         ids = _collect(base, path, tmp, env)
@@ -373,9 +399,9 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--venv", default=os.path.join(ROOT, ".venv-client"))
     ap.add_argument("--setup", action="store_true", help="(re)build the venv, even if it exists")
-    ap.add_argument("--setup-only", action="store_true", help="build the venv and stop")
+    ap.add_argument("--setup-only", action="store_true", help="build the venv (or install --mosaic-rt-wheel) and stop")
     ap.add_argument("--no-torch", action="store_true", help="build the venv without torch (its files fail to collect)")
-    ap.add_argument("--mosaic-rt-wheel", help="install this wheel instead of building the repo")
+    ap.add_argument("--mosaic-rt-wheel", help="install this mosaic_rt wheel (default: build the repo into a new venv)")
     ap.add_argument("--files", nargs="+", help="files under tests/kernels (default: all)")
     ap.add_argument("-k", help="pytest -k expression for every file")
     ap.add_argument("--quick", action="store_true", help="the CI subset (QUICK)")
@@ -397,8 +423,11 @@ def main(argv=None) -> int:
         return 1 if summary["regressions"] else 0
 
     python = os.path.join(args.venv, "bin", "python")
-    if args.setup or args.setup_only or not os.path.exists(python):
-        setup_venv(args.venv, args.mosaic_rt_wheel, torch=not args.no_torch)
+    fresh = args.setup or not os.path.exists(python)
+    if fresh:
+        setup_venv(args.venv, torch=not args.no_torch)
+    if fresh or args.mosaic_rt_wheel:
+        install_mosaic_rt(python, args.mosaic_rt_wheel)
     if args.setup_only:
         return 0
     versions = installed_versions(python)

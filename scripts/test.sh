@@ -7,7 +7,10 @@
 #      0.12.0.1, with no Rust on PATH; README examples and the ping bench;
 #   3. pytest on both ends of the jax range, in the 3.11 and 3.12 venvs of 2
 #      with the test and tpu extras added (tpu: libtpu for the TPU compile
-#      check's tests).
+#      check's tests);
+#   4. scripts/client_suite.py --quick: a subset of a third-party suite
+#      (tpu-inference's kernel tests, jax 0.11.2) forced into TPU interpret
+#      mode, stock vs the wheel of 2, in a venv of its own (.venv-test/client).
 # Extra arguments go to pytest.
 #
 # scripts/test.sh --here [PYTEST ARGS]: quick development run (cargo, ruff,
@@ -85,6 +88,15 @@ pytest_in() {  # pytest_in PY [PYTEST ARGS]: the wheel's venv plus test extras
     JAX_PLATFORMS="${JAX_PLATFORMS:-cpu}" "$venv/bin/python" -m pytest -q "$@"
 }
 
+client_suite_quick() {
+    local wheel py
+    wheel="$(ls "$root"/.venv-test/dist/mosaic_rt-*.whl 2>/dev/null)"
+    [ -n "$wheel" ] || { echo "error: no wheel in .venv-test/dist (its wheel test step failed)" >&2; return 1; }
+    py="$(find_python 3.12)" || return 1
+    "$py" scripts/client_suite.py --quick --no-torch --venv "$root/.venv-test/client" \
+        --mosaic-rt-wheel "$wheel" --json "$root/.venv-test/client-quick.json"
+}
+
 if [ "${1:-}" = "--here" ]; then
     shift
     phase "cargo test --workspace" rust_tests
@@ -100,6 +112,7 @@ else
     phase "wheel: build, install beside jax, smoke test (3.11, 3.12, 3.13)" bash scripts/test_wheel.sh
     phase "pytest: Python 3.11 + jax 0.10.2" pytest_in 3.11 "$@"
     phase "pytest: Python 3.12 + jax 0.12.0.1" pytest_in 3.12 "$@"
+    phase "client suite, quick subset: tpu-inference 0.32.0 + jax 0.11.2, stock vs ours" client_suite_quick
 fi
 
 echo; echo "== summary"
