@@ -175,6 +175,54 @@ def test_traced_indices_after_the_views(mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_slices_of_traced_size_after_the_views(mode):
+    # `pl.ds(start, n)` of traced n on the first dimension of a view (the
+    # load / store oracle cannot take such a slice: numpy only).
+    def kernel(x_hbm, o_hbm, sem):
+        i = pl.program_id(0)
+        n = i + 1
+        _dma(x_hbm.reshape(4, 2, 128).at[pl.ds(3 - i, n)], o_hbm.reshape(4, 2, 128).at[pl.ds(0, n)], sem)
+        _dma(x_hbm.bitcast(jnp.int8).at[pl.ds(16, 4 * n)], o_hbm.bitcast(jnp.int8).at[pl.ds(20, 4 * n)], sem)
+
+    got = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32),
+        grid=(3,),
+        in_specs=[_ANY],
+        out_specs=_ANY,
+        scratch_shapes=[pltpu.SemaphoreType.DMA],
+        interpret=_params(mode),
+    )(X_I32)
+    x = np.asarray(X_I32)
+    want = np.zeros_like(x)
+    for i in range(3):
+        want.reshape(4, 2, 128)[0 : i + 1] = x.reshape(4, 2, 128)[3 - i : 4]
+        want8 = np.asarray(tpu_bitcast(want, jnp.int8)).copy()
+        want8[20 : 24 + 4 * i] = np.asarray(tpu_bitcast(X_I32, jnp.int8))[16 : 20 + 4 * i]
+        want = np.asarray(tpu_bitcast(want8, jnp.int32)).copy()
+    np.testing.assert_array_equal(np.asarray(got), want)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_traced_index_out_of_bounds_after_a_view_is_an_error(mode):
+    def kernel(x_hbm, o_hbm, sem):
+        _dma(x_hbm.reshape(4, 2, 128).at[pl.program_id(0) + 3], o_hbm.at[0:2], sem)
+
+    with pytest.raises(Exception, match="DMA source view reaches outside its region.*an index out of bounds"):
+        jax.block_until_ready(
+            pl.pallas_call(
+                kernel,
+                out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32),
+                grid=(2,),
+                in_specs=[_ANY],
+                out_specs=_ANY,
+                scratch_shapes=[pltpu.SemaphoreType.DMA],
+                interpret=_params(mode),
+            )(X_I32)
+        )
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_vmem_to_vmem_and_back_with_races_detected(mode):
     def body(move, x_ref, o_ref, a, b, sem):
         move(x_ref, a, sem)

@@ -803,7 +803,7 @@ def _dma_sides(src, dst):
         return (to_region(src_t), None), (to_region(dst_t), None)
     src_aval, dst_aval = jx.ref_and_transforms(src_var)[0].aval, jx.ref_and_transforms(dst_var)[0].aval
     src_view, dst_view = jx.transform_type(src_t, src_aval), jx.transform_type(dst_t, dst_aval)
-    if src_view.shape != dst_view.shape or src_view.dtype != dst_view.dtype:
+    if not dma_views.same_shape(src_view.shape, dst_view.shape) or src_view.dtype != dst_view.dtype:
         raise ValueError(
             f"DMA source and destination views differ: {src_view.dtype}{list(src_view.shape)}"
             f" -> {dst_view.dtype}{list(dst_view.shape)}"

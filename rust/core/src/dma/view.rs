@@ -82,9 +82,9 @@ impl DmaView {
 fn side(map: &Option<Arc<[u32]>>, region: usize, what: &str) -> Result<usize> {
     let Some(m) = map else { return Ok(region) };
     if let Some(&bad) = m.iter().find(|&&b| b as usize >= region) {
-        return Err(RtError::value(format!(
-            "DMA {what} view maps byte offset {bad}, outside its region of {region} bytes"
-        )));
+        // i32::MAX: an index out of bounds after the view (see dma_views.py).
+        let why = if bad == i32::MAX as u32 { "an index out of bounds".to_string() } else { format!("byte {bad}") };
+        return Err(RtError::value(format!("DMA {what} view reaches outside its region of {region} bytes ({why})")));
     }
     Ok(m.len())
 }
@@ -98,6 +98,8 @@ mod tests {
         let v = DmaView { src: Some(Arc::from(vec![3u32, 2, 1, 0])), dst: None };
         assert_eq!(v.check(8, 4).unwrap(), 4);
         assert!(v.check(8, 6).unwrap_err().message.contains("4 bytes but its destination view 6"));
-        assert!(v.check(3, 4).unwrap_err().message.contains("outside its region of 3 bytes"));
+        assert!(v.check(3, 4).unwrap_err().message.contains("outside its region of 3 bytes (byte 3)"));
+        let oob = DmaView { src: Some(Arc::from(vec![i32::MAX as u32])), dst: None };
+        assert!(oob.check(8, 1).unwrap_err().message.contains("(an index out of bounds)"));
     }
 }

@@ -22,7 +22,7 @@ use std::sync::Arc;
 /// trailing starts (attribute `tail_starts`, see [`super::region`]). Last,
 /// a DMA through ref views has its byte maps (attribute `view_maps`: 1 for
 /// a source map, 2 for a destination map, 3 for both, in that order; int32
-/// vectors, see `DmaView`).
+/// vectors, see `DmaView`, each ending at its first negative entry).
 pub fn dma_start(c: &mut Call) -> Result<()> {
     let k = trailing_count(&c.frame);
     let t = tail_len(&c.frame);
@@ -79,8 +79,13 @@ fn view_maps(f: &Frame, maps: i64, first: usize) -> Result<DmaView> {
         }
         let m = f.arg(next)?.starts()?;
         next += 1;
-        let m: Option<Arc<[u32]>> = m.iter().map(|&b| u32::try_from(b).ok()).collect();
-        m.map(Some).ok_or_else(|| RtError::value(format!("{}: {what} view map has a negative offset", f.op)))
+        // A map ends at its first negative entry: made for the largest size
+        // of a slice of traced size, it holds -1 past the actual one.
+        let len = m.iter().position(|&b| b < 0).unwrap_or(m.len());
+        if m[len..].iter().any(|&b| b >= 0) {
+            return Err(RtError::value(format!("{}: {what} view map has offsets after its end", f.op)));
+        }
+        Ok(Some(m[..len].iter().map(|&b| b as u32).collect()))
     };
     let src = take(maps & 1 != 0, "source")?;
     let dst = take(maps & 2 != 0, "destination")?;
