@@ -15,6 +15,9 @@ import subprocess
 import time
 
 OUTCOMES = ("passed", "failed", "error", "skipped")
+# Before the record's first line (interpreter start, imports, collection)
+# a process gets at least this long.
+STARTUP_TIMEOUT = 600.0
 
 
 def first_line(text: str | None) -> str:
@@ -92,7 +95,8 @@ def counts(tests: dict) -> dict:
 def run_file(base_cmd, targets, *, cwd, env, record, log, file, test_timeout, label="suite"):
     """Runs ``base_cmd + targets`` (a pytest command line that loads
     ``jax_suite_record``) until every collected test has a result. When the
-    record does not grow for ``test_timeout`` seconds, the process gets
+    record does not grow for ``test_timeout`` seconds (``STARTUP_TIMEOUT``
+    before its first line), the process gets
     SIGABRT (pytest's faulthandler writes every thread's stack to the log),
     the running test counts as an error with ``"hung"`` set, and pytest
     starts again with the tests already done deselected.
@@ -125,7 +129,7 @@ def run_file(base_cmd, targets, *, cwd, env, record, log, file, test_timeout, la
                 now = time.perf_counter()
                 if size != last_len:
                     last_len, last_progress, cpu0 = size, now, cpu_seconds(proc.pid)
-                elif now - last_progress > test_timeout:
+                elif now - last_progress > (test_timeout if size else max(test_timeout, STARTUP_TIMEOUT)):
                     _, started_now, reports_now = read_record(record)
                     finished = {r["nodeid"] for r in reports_now if r["when"] == "teardown"}
                     running = [n for n in started_now if n not in finished]
