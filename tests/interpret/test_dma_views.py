@@ -10,6 +10,7 @@ bit for bit, and against numpy where the semantics are obvious.
 from __future__ import annotations
 
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -204,11 +205,22 @@ def test_slices_of_traced_size_after_the_views(mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_a_traced_index_out_of_bounds_after_a_view_is_an_error(mode):
+@pytest.mark.parametrize(
+    ("view", "error"),
+    [
+        # rows of a reshape are rows of the region: the region's own bounds check
+        (lambda x, i: x.reshape(4, 2, 128).at[i + 3], "Out-of-bounds read.*slice\\(8, 10, 1\\)"),
+        # a byte map: its out-of-bounds entries
+        (lambda x, i: x.bitcast(jnp.int8).at[pl.ds(i * 24, 16)], "source view reaches outside.*index out of bounds"),
+    ],
+    ids=["reshape", "bitcast"],
+)
+def test_a_traced_index_out_of_bounds_after_a_view_is_an_error(mode, view, error):
     def kernel(x_hbm, o_hbm, sem):
-        _dma(x_hbm.reshape(4, 2, 128).at[pl.program_id(0) + 3], o_hbm.at[0:2], sem)
+        src = view(x_hbm, pl.program_id(0))
+        _dma(src, o_hbm.bitcast(src.dtype).at[0 : src.shape[0]], sem)
 
-    with pytest.raises(Exception, match="DMA source view reaches outside its region.*an index out of bounds"):
+    with pytest.raises(Exception, match=error):
         jax.block_until_ready(
             pl.pallas_call(
                 kernel,
@@ -299,3 +311,25 @@ def test_remote_dma_through_views(mode):
     for dev in range(2):
         peer_words = np.asarray(tpu_bitcast(x[16 * (1 - dev) : 16 * (2 - dev)], jnp.int32))
         np.testing.assert_array_equal(got[8 * dev + 4 : 8 * dev + 8], peer_words[2:6])
+
+
+def test_rows_of_a_reshape_need_no_byte_map():
+    # `reshape(...).at[rows]` keeping whole rows is rows of the region before
+    # it: the DMA carries no map (a map costs a pass over the whole region).
+    def kernel(x_hbm, o_hbm, sem):
+        i = pl.program_id(0)
+        _dma(x_hbm.reshape(4, 2, 128).at[i], o_hbm.at[pl.ds(2 * i, 2)], sem)
+        _dma(x_hbm.bitcast(jnp.int8).at[pl.ds(4 * i, 4)], o_hbm.bitcast(jnp.int8).at[pl.ds(4 * i + 8, 4)], sem)
+
+    call = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((8, 128), jnp.int32),
+        grid=(2,),
+        in_specs=[_ANY],
+        out_specs=_ANY,
+        scratch_shapes=[pltpu.SemaphoreType.DMA],
+        interpret=_params("eager"),
+    )
+    text = jax.jit(call).lower(X_I32).as_text()
+    # The reshape: its source bytes in order (4); the bitcast: two maps (1 + 2).
+    assert re.findall(r"view_maps = (\d+)", text) == ["4", "3"], re.findall(r"view_maps = \d+", text)

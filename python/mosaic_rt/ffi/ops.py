@@ -700,7 +700,8 @@ def dma_start(
     ``then_wait``: ``(sem, nbytes, site)`` of waits to run right after, in
     order (see :func:`dma_wait`). ``src_map`` / ``dst_map``: a side seen
     through a ref view, as the int32 vector of its view's byte offsets in
-    its region's value (``mosaic_rt.interpret.evaluation.dma_views``)."""
+    its region's value (``mosaic_rt.interpret.evaluation.dma_views``), or
+    `SAME_BYTES`."""
     if (src_sem is None) != (dst_device is None):
         raise ValueError("Either both or neither `src_sem` and `device_id` can be set.")
     tail = []
@@ -724,10 +725,10 @@ def dma_start(
         dst_core=None if dst_core is None else _i32(dst_core),
     )
     operands, wait_attrs = _with_tail(operands, wait_attrs, tail)
-    maps = [m for m in (src_map, dst_map) if m is not None]
-    if maps:  # last: a DMA without views is emitted as it always was
-        operands = [*operands, *maps]
-        wait_attrs = dict(wait_attrs, view_maps=int(src_map is not None) + 2 * int(dst_map is not None))
+    bits = _view_bits(src_map, 1) | _view_bits(dst_map, 2)
+    if bits:  # last: a DMA without views is emitted as it always was
+        operands = [*operands, *(m for m in (src_map, dst_map) if m is not None and m is not SAME_BYTES)]
+        wait_attrs = dict(wait_attrs, view_maps=bits)
     return _call(
         "dma_start",
         (),
@@ -741,6 +742,19 @@ def dma_start(
         **dst_attrs,
         **wait_attrs,
     )
+
+
+# A `dma_start` side map: the view is its region's bytes in order (a
+# reshape of its dense value), in whatever shape.
+SAME_BYTES = "same_bytes"
+
+
+def _view_bits(view_map, bit: int) -> int:
+    """The side's `view_maps` bits: `bit` for a map operand, `bit << 2` for
+    `SAME_BYTES`, 0 for none."""
+    if view_map is None:
+        return 0
+    return bit << 2 if view_map is SAME_BYTES else bit
 
 
 def dma_wait(token, handle, device, core, sem, *, nbytes: int, then_wait=(), site: int = 0):

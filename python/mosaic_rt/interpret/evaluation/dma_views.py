@@ -18,6 +18,12 @@ of bounds maps to `OUT_OF_BOUNDS`, which the engine refuses (stock's DMAs
 fail out of bounds too). A slice of traced size (``pl.ds(start, n)``) is
 supported as the first dimension of the final view: the map is computed for
 its largest size and ends, for the engine, at its first negative entry.
+
+Maps cost a pass over the whole region per DMA, so the common cases need
+none: rows selected right after a reshape that keeps whole rows are rows of
+the region before it (`_narrow`), and a view that only reshapes its region
+(or bitcasts it to a type of the same width) is its bytes in order
+(`SAME_BYTES`).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mosaic_rt import jax_internals as jx
+from mosaic_rt.ffi.ops import SAME_BYTES
 from mosaic_rt.interpret.evaluation import views
 
 # The map is int32: its region's value must have fewer bytes.
@@ -47,7 +54,9 @@ def has_view(transforms) -> bool:
 def endpoint(transforms, ref_aval, what: str):
     """(native region, byte map) of one side of a DMA through a view; `what`
     names the side in errors ("source of a DMA")."""
-    region, rest, base = views.split(transforms, ref_aval)
+    region, rest, base = views.split(_narrow(transforms, ref_aval), ref_aval)
+    if all(isinstance(t, (jx.ReshapeTransform, _Reshape)) or _same_width(t, base.dtype) for t in rest):
+        return region, SAME_BYTES
     if not all(isinstance(n, int) for n in base.shape):
         raise NotImplementedError(f"{what}: a slice of traced size before a bitcast / reshape / transpose")
     nbytes = math.prod(base.shape) * _itemsize(base.dtype, what)
@@ -66,6 +75,61 @@ def endpoint(transforms, ref_aval, what: str):
     flat = x.reshape(-1)
     row_bytes = math.prod(x.shape[1:])
     return region, jnp.where(jnp.arange(flat.shape[0], dtype=np.int32) < rows * row_bytes, flat, -1)
+
+
+class _Reshape:
+    """A reshape `_narrow` made, to a shape whose first size may be traced."""
+
+    def __init__(self, shape):
+        self.shape = shape
+
+
+def _same_width(t, dtype) -> bool:
+    return isinstance(t, jx.BitcastTransform) and jx.itemsize_bits(t.dtype) == jx.itemsize_bits(dtype)
+
+
+def _static(x) -> bool:
+    return isinstance(x, (int, np.integer))
+
+
+def _narrow(transforms, ref_aval):
+    """`transforms` with rows selected right after a reshape moved before it:
+    `reshape(B).at[rows]` of a value of shape A, where each row of B is
+    whole rows of A (and the other dims are taken whole), is
+    `at[the A rows].reshape(...)`. Leaves anything else as it is."""
+    ts = [t for t in (transforms or ()) if t is not None and not isinstance(t, jx.ANNOTATION_TRANSFORMS)]
+    k = next((i for i, t in enumerate(ts) if not isinstance(t, jx.NDIndexer)), len(ts))
+    if k + 1 >= len(ts) or not isinstance(ts[k], jx.ReshapeTransform) or not isinstance(ts[k + 1], jx.NDIndexer):
+        return ts
+    a = jx.transform_type(ts[:k], ref_aval).shape if k else ref_aval.shape
+    b, indexer = tuple(ts[k].shape), ts[k + 1]
+    if not a or not all(_static(n) for n in (*a, *b)) or indexer.int_indexer_shape:
+        return ts
+    first, others = indexer.indices[0], indexer.indices[1:]
+    whole = all(
+        isinstance(i, jx.Slice)
+        and _static(i.start)
+        and i.start == 0
+        and _static(i.size)
+        and i.size == n
+        and i.stride == 1
+        for i, n in zip(others, b[1:])
+    )
+    row_a, row_b = math.prod(a[1:]), math.prod(b[1:])
+    if not whole or row_a == 0 or row_b % row_a:
+        return ts
+    f = row_b // row_a
+    if isinstance(first, jx.Slice):
+        if first.stride != 1:
+            return ts
+        start, size, shape = first.start, first.size, (first.size, *b[1:])
+    else:
+        start, size, shape = first, 1, b[1:]
+    if not _static(size) and k + 2 < len(ts):
+        return ts  # a traced size before more transforms: keep the map (an error)
+    rows = jx.NDIndexer.from_indices_shape((jx.Slice(start * f, size * f),), a)
+    tail = (_Reshape(shape),) if not _static(size) else (jx.ReshapeTransform(tuple(int(n) for n in shape)),)
+    return _narrow([*ts[:k], rows, *tail, *ts[k + 2 :]], ref_aval)
 
 
 def _is_traced(t) -> bool:

@@ -14,11 +14,21 @@ use crate::error::{Result, RtError};
 use crate::memory::{Access, MemRef, MemoryTable};
 use std::sync::Arc;
 
-/// The byte maps of a DMA's two sides (`None`: the side is its region).
+/// How one side's view sees its region's value.
+#[derive(Clone, Debug)]
+pub enum ViewMap {
+    /// Its bytes in order, in another shape (a reshape of a dense value):
+    /// only the byte counts of the two sides must agree.
+    Same,
+    /// Byte n of the view is byte `map[n]` of the region's value.
+    Bytes(Arc<[u32]>),
+}
+
+/// The views of a DMA's two sides (`None`: the side is its region).
 #[derive(Clone, Debug, Default)]
 pub struct DmaView {
-    pub src: Option<Arc<[u32]>>,
-    pub dst: Option<Arc<[u32]>>,
+    pub src: Option<ViewMap>,
+    pub dst: Option<ViewMap>,
 }
 
 impl DmaView {
@@ -43,14 +53,14 @@ impl DmaView {
         side(&self.src, n, "source")?;
         memory.load(src, &mut region)?;
         Ok(match &self.src {
-            None => region,
-            Some(m) => m.iter().map(|&b| region[b as usize]).collect(),
+            None | Some(ViewMap::Same) => region,
+            Some(ViewMap::Bytes(m)) => m.iter().map(|&b| region[b as usize]).collect(),
         })
     }
 
     /// Writes `data`, the destination view's value, into the destination.
     pub(crate) fn store(&self, memory: &MemoryTable, dst: MemRef<'_>, data: &[u8]) -> Result<()> {
-        let Some(m) = &self.dst else { return memory.store(dst, data) };
+        let Some(ViewMap::Bytes(m)) = &self.dst else { return memory.store(dst, data) };
         let n = memory.check_access(dst, Access::Write)?;
         let view = side(&self.dst, n, "destination")?;
         if view != data.len() {
@@ -79,8 +89,8 @@ impl DmaView {
 
 /// The bytes of one side's view (its region's without a map), after
 /// checking that its map stays within its region of `region` bytes.
-fn side(map: &Option<Arc<[u32]>>, region: usize, what: &str) -> Result<usize> {
-    let Some(m) = map else { return Ok(region) };
+fn side(map: &Option<ViewMap>, region: usize, what: &str) -> Result<usize> {
+    let Some(ViewMap::Bytes(m)) = map else { return Ok(region) };
     if let Some(&bad) = m.iter().find(|&&b| b as usize >= region) {
         // i32::MAX: an index out of bounds after the view (see dma_views.py).
         let why = if bad == i32::MAX as u32 { "an index out of bounds".to_string() } else { format!("byte {bad}") };
@@ -95,11 +105,11 @@ mod tests {
 
     #[test]
     fn check_counts_view_bytes_and_rejects_bad_maps() {
-        let v = DmaView { src: Some(Arc::from(vec![3u32, 2, 1, 0])), dst: None };
+        let v = DmaView { src: Some(ViewMap::Bytes(Arc::from(vec![3u32, 2, 1, 0]))), dst: None };
         assert_eq!(v.check(8, 4).unwrap(), 4);
         assert!(v.check(8, 6).unwrap_err().message.contains("4 bytes but its destination view 6"));
         assert!(v.check(3, 4).unwrap_err().message.contains("outside its region of 3 bytes (byte 3)"));
-        let oob = DmaView { src: Some(Arc::from(vec![i32::MAX as u32])), dst: None };
+        let oob = DmaView { src: Some(ViewMap::Bytes(Arc::from(vec![i32::MAX as u32]))), dst: Some(ViewMap::Same) };
         assert!(oob.check(8, 1).unwrap_err().message.contains("(an index out of bounds)"));
     }
 }

@@ -5,8 +5,7 @@ use crate::dispatch::Call;
 use crate::frame::Frame;
 use crate::launch;
 use crate::wire::{self, dma_start as start, dma_wait as wait};
-use mosaic_rt_core::{DmaRequest, DmaView, Result, RtError};
-use std::sync::Arc;
+use mosaic_rt_core::{DmaRequest, DmaView, Result, RtError, ViewMap};
 
 /// `dma_start(token, handle, device, core, src_id, src_starts, dst_id,
 /// dst_starts, dst_sem, src_sem, dst_device[, dst_core], waits..., tail...)
@@ -21,8 +20,10 @@ use std::sync::Arc;
 /// issuing core. Optional trailing waits: see [`WAITS`]; then the regions'
 /// trailing starts (attribute `tail_starts`, see [`super::region`]). Last,
 /// a DMA through ref views has its byte maps (attribute `view_maps`: 1 for
-/// a source map, 2 for a destination map, 3 for both, in that order; int32
-/// vectors, see `DmaView`, each ending at its first negative entry).
+/// a source map, 2 for a destination map, in that order; int32 vectors,
+/// see `DmaView`, each ending at its first negative entry; 4 and 8: the
+/// source / destination view is its region's bytes in order, no operand).
+/// Bits combine.
 pub fn dma_start(c: &mut Call) -> Result<()> {
     let k = trailing_count(&c.frame);
     let t = tail_len(&c.frame);
@@ -34,8 +35,8 @@ pub fn dma_start(c: &mut Call) -> Result<()> {
     let _site = c.enter_site();
     let f = &c.frame;
     let [has_device, has_core] = f.attrs_i64_opt([start::attr::has_dst_device, start::attr::has_dst_core]);
-    if !(0..=3).contains(&maps) {
-        return Err(RtError::value(format!("{}: view_maps must be 0..=3, got {maps}", f.op)));
+    if !(0..16).contains(&maps) || maps & 5 == 5 || maps & 10 == 10 {
+        return Err(RtError::value(format!("{}: bad view_maps {maps}", f.op)));
     }
     let base = f.num_args() - k - t - p;
     let mut tail = Tail::before(f, t, p);
@@ -59,7 +60,7 @@ pub fn dma_start(c: &mut Call) -> Result<()> {
         dst_core,
     };
     tail.finish(f)?;
-    let view = (p > 0).then(|| view_maps(f, maps, f.num_args() - p)).transpose()?;
+    let view = (maps != 0).then(|| view_maps(f, maps, f.num_args() - p)).transpose()?;
     launch::with_runtime(handle, move |rt| match view {
         None => rt.dma_start(req),
         Some(v) => rt.dma_start_view(req, v),
@@ -73,7 +74,10 @@ pub fn dma_start(c: &mut Call) -> Result<()> {
 /// The byte maps of a DMA through views, from operand `first` on.
 fn view_maps(f: &Frame, maps: i64, first: usize) -> Result<DmaView> {
     let mut next = first;
-    let mut take = |present: bool, what: &str| -> Result<Option<Arc<[u32]>>> {
+    let mut take = |present: bool, same: bool, what: &str| -> Result<Option<ViewMap>> {
+        if same {
+            return Ok(Some(ViewMap::Same));
+        }
         if !present {
             return Ok(None);
         }
@@ -85,10 +89,10 @@ fn view_maps(f: &Frame, maps: i64, first: usize) -> Result<DmaView> {
         if m[len..].iter().any(|&b| b >= 0) {
             return Err(RtError::value(format!("{}: {what} view map has offsets after its end", f.op)));
         }
-        Ok(Some(m[..len].iter().map(|&b| b as u32).collect()))
+        Ok(Some(ViewMap::Bytes(m[..len].iter().map(|&b| b as u32).collect())))
     };
-    let src = take(maps & 1 != 0, "source")?;
-    let dst = take(maps & 2 != 0, "destination")?;
+    let src = take(maps & 1 != 0, maps & 4 != 0, "source")?;
+    let dst = take(maps & 2 != 0, maps & 8 != 0, "destination")?;
     Ok(DmaView { src, dst })
 }
 
