@@ -68,8 +68,9 @@ impl DmaView {
         }
         let mut region = crate::memory::zeroed(n, || format!("a DMA of {n} bytes"))?;
         // A view that covers only part of its region (an indexer after it):
-        // the rest is written back as it was (the write is not atomic with
-        // respect to other cores' writes to that rest).
+        // the rest is written back as it was. So the write is not atomic
+        // with respect to other cores' writes to that rest, initcheck sees a
+        // read of the whole region, and races are those of the whole region.
         if m.len() != n {
             memory.load(dst, &mut region)?;
         }
