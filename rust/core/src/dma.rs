@@ -92,6 +92,16 @@ struct Plan {
     bytes: i64,
 }
 
+/// A DMA of zero bytes (a slice of size 0, e.g. `pl.ds(end, n)` with `n`
+/// traced to 0) touches no memory, wherever its slices start: a TPU runs it
+/// at the end of an array, and so does stock in on_wait mode (its wait for
+/// 0 bytes never runs the DMA; its eager mode raises an out-of-bounds read).
+/// Loads and stores keep stock's bounds rules. (An eager DMA's copy finds
+/// it out itself: `MemoryTable::copy`.)
+fn moves_nothing(plan: &Plan) -> bool {
+    plan.bytes == 0
+}
+
 /// The whole DMA in one go (eager mode, or an on_wait DMA whose read has
 /// not run yet): a direct buffer-to-buffer copy (no intermediate Vec; the
 /// copy checks dtypes and shapes), then the send signal (remote copies
@@ -106,6 +116,7 @@ fn copy_whole(
 ) -> Result<i64> {
     // Not `Runtime::copy`: the accesses are the DMA's, not the issuing core's.
     let bytes = match view {
+        // An empty copy moves nothing (`moves_nothing`): `copy` returns 0.
         None => env.memory.copy(r.src(), r.dst(plan)),
         Some(v) => v.copy(env.memory, r.src(), r.dst(plan)),
     };
@@ -178,6 +189,7 @@ impl QueuedDma {
         // Bounds first: a huge out-of-bounds region fails without allocating.
         // Not `Runtime::load`: the access is the DMA's, not the issuing core's.
         let data = match &self.view {
+            _ if moves_nothing(plan) => Ok(Vec::new()),
             Some(v) => v.load(env.memory, r.src()),
             None => env.memory.check_access(r.src(), Access::Read).and_then(|n| {
                 let mut data = crate::memory::zeroed(n, || format!("a DMA of {n} bytes"))?;
@@ -198,6 +210,7 @@ impl QueuedDma {
     fn store_destination(&self, env: &DmaEnv, data: &[u8]) -> Result<()> {
         let (r, plan) = (&self.req, &self.plan);
         let stored = match &self.view {
+            _ if moves_nothing(plan) => Ok(()),
             Some(v) => v.store(env.memory, r.dst(plan), data),
             None => env.memory.store(r.dst(plan), data),
         };

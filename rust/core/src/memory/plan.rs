@@ -66,19 +66,8 @@ impl Plan {
 
     /// Per result dim, how many selected indices lie within `shape`
     /// (stock `clip_range_to_shape`); None when entirely out of bounds.
-    ///
-    /// An empty selection (a slice of size 0 in some dim) touches nothing and
-    /// is never out of bounds, wherever it starts: a zero-size DMA at the
-    /// end of an array runs on a TPU and on stock (whose vector loads alone
-    /// raise for an empty slice starting at the end).
     pub fn clip(&self, shape: &[usize]) -> Option<Dims<usize>> {
         let mut out = Dims::new();
-        if self.dims.iter().any(|d| !d.squeezed && d.size == 0) {
-            for d in self.dims.iter().filter(|d| !d.squeezed) {
-                out.push(d.size);
-            }
-            return Some(out);
-        }
         for (d, &bound) in self.dims.iter().zip(shape) {
             let n = d.clip(bound)?;
             if !d.squeezed {
@@ -90,11 +79,7 @@ impl Plan {
 
     /// Whether any selected index lies outside `shape` (stock
     /// `is_range_out_of_bounds_for_shape`).
-    /// An empty selection is never out of bounds (see `clip`).
     pub fn any_out_of(&self, shape: &[usize]) -> bool {
-        if self.dims.iter().any(|d| !d.squeezed && d.size == 0) {
-            return false;
-        }
         self.dims.iter().zip(shape).any(|(d, &bound)| {
             if d.squeezed {
                 d.start >= bound
