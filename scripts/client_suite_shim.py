@@ -12,6 +12,11 @@ Both backends get the same simulated chip, from ``CLIENT_SUITE_CHIP``
 * ``pltpu.get_tpu_info()`` on CPU answers for the chip (an entry for device
   kind "cpu" in jax's TPU info registry), so kernels size blocks as there.
 
+* the CPU devices get the topology attributes of that chip's devices,
+  ``coords`` (a 2 x N grid of chips, in id order) and ``core_on_chip``
+  (v7x: two devices per chip), so code that orders devices physically
+  (``sorted(jax.devices(), key=lambda d: d.coords)``) runs.
+
 What stays CPU: ``jax.devices()[0].device_kind`` is "cpu" (a kernel helper
 reading it directly falls back to its non-TPU defaults, on both backends).
 
@@ -77,6 +82,15 @@ def _simulate_chip(chip: str) -> None:
 
     jtu.get_tpu_version = get_tpu_version
     jtu.is_device_tpu = is_device_tpu
+
+    # Topology of the chip's devices on the CPU device class (this process
+    # has no other devices of that class to confuse).
+    per_chip = 2 if chip == "v7x" else 1
+    device_class = type(jax.devices("cpu")[0])
+    if not hasattr(device_class, "coords"):
+        device_class.coords = property(lambda d: ((d.id // per_chip) % 2, (d.id // per_chip) // 2, 0))
+    if not hasattr(device_class, "core_on_chip"):
+        device_class.core_on_chip = property(lambda d: d.id % per_chip)
 
     chip_version = tpu_info.chip_version_from_device_kind(kind)
     tpu_info.registry["cpu"] = lambda: tpu_info.get_tpu_info_for_chip(chip_version, cores)
