@@ -55,7 +55,10 @@ def pytest_runtest_logreport(report):
         "duration": round(report.duration, 3),
     }
     if report.outcome != "passed":
-        entry["message"] = _message(report)[:4000]
+        message = _message(report)
+        # Head and tail: a JaxRuntimeError quoting a callback's traceback
+        # names the root cause at its end.
+        entry["message"] = message if len(message) <= 4000 else message[:1000] + "\n...\n" + message[-3000:]
         if report.failed:
             entry["detail"] = (report.longreprtext or "")[-6000:]
     _write(entry)

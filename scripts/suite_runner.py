@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -20,11 +21,23 @@ OUTCOMES = ("passed", "failed", "error", "skipped")
 STARTUP_TIMEOUT = 600.0
 
 
+_EMBEDDED = re.compile(r"^\s*(?:E\s+)?([A-Za-z_][\w.]*(?:Error|Exception|Exit)): (.+)$")
+
+
 def first_line(text: str | None) -> str:
-    for line in (text or "").splitlines():
-        if line.strip():
-            return line.strip()[:300]
-    return ""
+    """The failure's one-line summary: its first line -- or, when that only
+    says a host callback failed (stock interpret mode's errors arrive as a
+    JaxRuntimeError quoting the callback's traceback), the last
+    ``SomeError: message`` line quoted in it, the root cause."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if "CpuCallback error" in lines[0] or "Error dispatching computation" in lines[0]:
+        for line in reversed(lines[1:]):
+            m = _EMBEDDED.match(line)
+            if m:
+                return f"{lines[0][:60]}... {m.group(1)}: {m.group(2)}"[:300]
+    return lines[0][:300]
 
 
 def cpu_seconds(pid: int) -> float:
