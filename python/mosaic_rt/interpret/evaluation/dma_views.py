@@ -45,15 +45,22 @@ OUT_OF_BOUNDS = 2**31 - 1
 
 
 def has_view(transforms) -> bool:
-    """Whether a transform chain has anything but indexers (and annotations)."""
+    """Whether a transform chain has anything but indexers (and annotations),
+    or an indexer with an array index (a gather / scatter, `_gather`)."""
     return any(
         t is not None and not isinstance(t, (jx.NDIndexer, *jx.ANNOTATION_TRANSFORMS)) for t in (transforms or ())
-    )
+    ) or _has_gather(transforms)
+
+
+def _has_gather(transforms) -> bool:
+    return any(isinstance(t, jx.NDIndexer) and t.int_indexer_shape for t in (transforms or ()))
 
 
 def endpoint(transforms, ref_aval, what: str):
     """(native region, byte map) of one side of a DMA through a view; `what`
     names the side in errors ("source of a DMA")."""
+    if _has_gather(transforms):
+        return _gather(transforms, ref_aval, what)
     region, rest, base = views.split(_narrow(transforms, ref_aval), ref_aval)
     if all(isinstance(t, (jx.ReshapeTransform, _Reshape)) or _same_width(t, base.dtype) for t in rest):
         return region, SAME_BYTES
@@ -213,3 +220,93 @@ def _index(xp, x, indexer, what: str, last: bool):
     if oob is not None:
         y = jnp.where(oob[..., None], OUT_OF_BOUNDS, y)
     return (xp.squeeze(y, axis=tuple(squeeze)) if squeeze else y), rows
+
+
+def _gather(transforms, ref_aval, what: str):
+    """(native region, byte map) of a DMA side indexed along its first
+    dimension by a vector of indices: ``ref.at[idx]`` / ``ref.at[idx, ...]``,
+    also after bitcasts (``ref.bitcast(t).at[idx]``). This is the SparseCore
+    gather (source) / scatter (destination) DMA, ``tpu.enqueue_indirect_dma``:
+    row ``i`` of the view is row ``idx[i]`` of the indexed ref, and, as there,
+    the array indexer must be the last transform and its first index a 1-D
+    vector (a scalar index after it comes broadcast to that vector's shape).
+    `pl.Indirect` block dims of `pltpu.emit_pipeline` become such DMAs.
+
+    The map is made in XLA from the traced indices without a pass over the
+    region: a view of the region through bitcasts repeats a pattern every
+    ``period`` region rows (``per`` view rows), so view row ``j`` is the
+    pattern's row ``j % per`` of region block ``j // per``. An index out of
+    range maps to `OUT_OF_BOUNDS` (the engine's error names it)."""
+    ts = [t for t in (transforms or ()) if t is not None and not isinstance(t, jx.ANNOTATION_TRANSFORMS)]
+    g = next(i for i, t in enumerate(ts) if isinstance(t, jx.NDIndexer) and t.int_indexer_shape)
+    gather = ts[g]
+    if g != len(ts) - 1:
+        raise NotImplementedError(f"{what}: an array indexer must be the last transform of its ref")
+    first, others = gather.indices[0], gather.indices[1:]
+    if isinstance(first, jx.Slice) or len(getattr(first, "shape", ())) != 1:
+        raise NotImplementedError(
+            f"{what}: only a 1-D vector of indices along the first dimension is supported (got indexer shape"
+            f" {tuple(gather.int_indexer_shape)})"
+        )
+    if not jnp.issubdtype(first.dtype, jnp.integer):
+        raise ValueError(f"{what}: indices must be integers, got {first.dtype}")
+    k = next((i for i, t in enumerate(ts[:g]) if not isinstance(t, jx.NDIndexer)), g)
+    middle = ts[k:g]
+    for t in middle:
+        if not isinstance(t, jx.BitcastTransform):
+            raise NotImplementedError(f"{what}: an array indexer after a {type(t).__name__} (only after bitcasts)")
+    region, _, base = views.split(ts[:k], ref_aval)
+    if not base.shape or not all(isinstance(n, int) for n in base.shape):
+        raise NotImplementedError(f"{what}: an array indexer of a region of traced size or rank 0")
+    isz = _itemsize(base.dtype, what)
+    nbytes = math.prod(base.shape) * isz
+    if nbytes > _MAX_BYTES:
+        raise NotImplementedError(f"{what}: a gather from a region of {nbytes} bytes (at most {_MAX_BYTES})")
+    rows = int((jx.transform_type(ts[:g], ref_aval) if g else ref_aval).shape[0])
+    # Region rows per repeat of the pattern: bitcasts of a rank-2 value fold
+    # / split its first dimension, of a higher rank one they leave it alone.
+    period = 1
+    if middle and len(base.shape) == 2:
+        period = math.lcm(isz, *(_itemsize(t.dtype, what) for t in middle)) // isz
+    row_bytes = math.prod(base.shape[1:]) * isz
+    pattern = np.arange(period * row_bytes, dtype=np.int32).reshape(period, *base.shape[1:], isz)
+    for t in middle:
+        pattern = _apply(np, pattern, t, what)
+    per = pattern.shape[0]  # view rows per repeat
+    if rows * period != base.shape[0] * per:
+        raise NotImplementedError(f"{what}: an array indexer after bitcasts that do not keep whole rows")
+    idx = jnp.asarray(first)
+    bad = (idx < 0) | (idx >= rows)
+    idx = jnp.clip(idx, 0, rows - 1).astype(jnp.int32)
+    block = (idx // per).reshape(-1, *([1] * (pattern.ndim - 1)))
+    x = block * np.int32(period * row_bytes) + jnp.asarray(pattern)[idx % per]
+    x = jnp.where(bad.reshape(block.shape), OUT_OF_BOUNDS, x)
+    return region, _select(x, others, what).reshape(-1)
+
+
+def _select(x, indices, what: str):
+    """`x` (gathered rows, shape (n, *dims, itemsize)) indexed along `dims`
+    by `indices`: slices, or index vectors of shape (n,) (a scalar index
+    comes broadcast to one) taking element ``i`` of row ``i``."""
+    n, dims = x.shape[0], x.shape[1:-1]
+    slice_dims = [d for d, i in enumerate(indices) if isinstance(i, jx.Slice)]
+    rank = 1 + len(slice_dims)
+    arrays, bad = [jnp.arange(n, dtype=np.int32).reshape(n, *([1] * (rank - 1)))], None
+    for d, (i, extent) in enumerate(zip(indices, dims)):
+        if isinstance(i, jx.Slice):
+            try:
+                size = int(i.size)
+            except TypeError:
+                raise NotImplementedError(f"{what}: a slice of traced size after an array indexer") from None
+            shape = [1] * rank
+            shape[1 + slice_dims.index(d)] = size
+            a = (i.start + jnp.arange(size, dtype=np.int32) * int(i.stride)).reshape(shape)
+        else:
+            a = jnp.broadcast_to(jnp.asarray(i).astype(jnp.int32), (n,)).reshape(n, *([1] * (rank - 1)))
+        out = (a < 0) | (a >= extent)
+        bad = out if bad is None else bad | out
+        arrays.append(jnp.clip(a, 0, extent - 1))
+    if bad is None:
+        return x
+    y = x[tuple(arrays)]
+    return jnp.where(bad[..., None], OUT_OF_BOUNDS, y)
