@@ -296,6 +296,28 @@ def tensorcore_mesh_cores(mesh) -> int:
     return int(mesh.devices.shape[0])
 
 
+def _sparse_core_meshes() -> tuple:
+    try:
+        from jax._src.pallas.mosaic import sc_core
+    except ImportError:  # pragma: no cover - every supported jax has it
+        return ()
+    return tuple(getattr(sc_core, n) for n in ("VectorSubcoreMesh", "ScalarSubcoreMesh") if hasattr(sc_core, n))
+
+
+SPARSE_CORE_MESHES = _sparse_core_meshes()
+
+
+def core_mesh_cores(mesh) -> int | None:
+    """Cores per device a `core_map` mesh runs on (a `TensorCoreMesh`'s
+    cores; a SparseCore mesh's cores x subcores, each its own core), or None
+    for any other mesh."""
+    if isinstance(mesh, TensorCoreMesh):
+        return tensorcore_mesh_cores(mesh)
+    if SPARSE_CORE_MESHES and isinstance(mesh, SPARSE_CORE_MESHES):
+        return int(mesh.size)
+    return None
+
+
 def mesh_axis_names(mesh) -> tuple:
     """Names of a pallas mesh's axes (the core axis of a core_map)."""
     return tuple(mesh.shape.keys()) if mesh is not None else ()

@@ -261,3 +261,44 @@ def test_array_indexer_not_last_is_rejected():
     idx = _indices(8, 64)
     with pytest.raises(NotImplementedError, match="last transform"):
         _gather(lambda r, i: r.at[i].bitcast(jnp.uint8), idx, x, jax.ShapeDtypeStruct((32, 128), jnp.uint8), "eager")
+
+
+def _sparse_core():
+    try:
+        from jax.experimental.pallas import tpu_sc as plsc
+    except ImportError:
+        return None
+    return plsc if hasattr(plsc, "VectorSubcoreMesh") and hasattr(pl, "kernel") else None
+
+
+@pytest.mark.skipif(_sparse_core() is None, reason="this jax has no SparseCore meshes (tpu_sc.VectorSubcoreMesh)")
+@pytest.mark.parametrize("mode", MODES)
+def test_sparse_core_subcores_each_gather_their_rows(mode):
+    """csa_gather's shape of work: a kernel over a VectorSubcoreMesh, every
+    subcore (a core of its own, ``axis_index((core, subcore))``) gathering
+    the rows its window of the indices names."""
+    from mosaic_rt.tpu_check.tpu_info import answering_for
+
+    plsc = _sparse_core()
+    cores, subcores, b = 2, 4, 8
+    x = _data((96, 128), jnp.int32)
+    idx = _indices(cores * subcores * b, 96)
+
+    def kernel(idx_hbm, x_hbm, o_hbm):
+        w = jax.lax.axis_index(("core", "subcore"))
+
+        def scoped(idx_v, buf, sem):
+            pltpu.sync_copy(idx_hbm.at[pl.ds(w * b, b)], idx_v)
+            pltpu.async_copy(x_hbm.at[idx_v[...]], buf, sem).wait()
+            pltpu.sync_copy(buf, o_hbm.at[pl.ds(w * b, b)])
+
+        pl.run_scoped(scoped, pltpu.VMEM((b,), jnp.int32), pltpu.VMEM((b, 128), jnp.int32), pltpu.SemaphoreType.DMA)
+
+    with answering_for("v6e"):
+        mesh = plsc.VectorSubcoreMesh(
+            core_axis_name="core", subcore_axis_name="subcore", num_cores=cores, num_subcores=subcores
+        )
+        with mosaic_rt.force_interpret_mode(_params(mode)):
+            out = pl.kernel(kernel, out_type=jax.ShapeDtypeStruct((len(idx), 128), jnp.int32), mesh=mesh)(idx, x)
+            out = jax.block_until_ready(out)
+    _assert_same_bits(out, np.asarray(x)[np.asarray(idx)])

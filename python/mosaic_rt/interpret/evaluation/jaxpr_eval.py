@@ -552,7 +552,14 @@ def _jit(eqn, read, ctx, token):
 def _axis_index(eqn, read, ctx, token):
     name = eqn.params["axis_name"]
     if ctx.mesh is not None and name in ctx.mesh.shape:
-        return token, ctx.core  # core_map: our index along the core axis
+        # core_map: our index along that axis of the mesh (the core is the
+        # mesh position, the last axis fastest: SparseCore subcores).
+        sizes = list(ctx.mesh.shape.values())
+        if len(sizes) == 1:
+            return token, ctx.core
+        k = list(ctx.mesh.shape).index(name)
+        inner = math.prod(sizes[k + 1 :])
+        return token, (ctx.core // inner) % sizes[k]
     if name in ctx.axis_indices:
         return token, ctx.axis_indices[name]
     grid_names = ctx.grid_mapping.grid_names or ()
@@ -769,9 +776,7 @@ def _dma_start(eqn, read, ctx, token):
     # Refs whose memory space is unknown are HBM refs (stock does the same).
     src_space = forward_any_to_hbm(getattr(orig_src.aval, "memory_space", None)) or _HBM
     dst_space = forward_any_to_hbm(getattr(orig_dst.aval, "memory_space", None)) or _HBM
-    (src_region, src_map), (dst_region, dst_map) = _dma_sides(
-        (src_transforms, orig_src), (dst_transforms, orig_dst)
-    )
+    (src_region, src_map), (dst_region, dst_map) = _dma_sides((src_transforms, orig_src), (dst_transforms, orig_dst))
     token = native_calls.dma_start(
         token,
         ctx.handle,

@@ -83,7 +83,7 @@ def plan(ctx: Ctx, jaxpr: jx.Jaxpr, grid, blocks: BlockOperands, buffers: Launch
     split between the cores (stock's split), native or XLA bookkeeping."""
     params, mosaic_params = ctx.params, ctx.mosaic_params
     num_iterations = functools.reduce(jnp.multiply, grid) if grid else 1
-    if isinstance(ctx.mesh, jx.TensorCoreMesh):
+    if jx.core_mesh_cores(ctx.mesh) is not None:
         # core_map: a fixed division of the grid between cores (as stock).
         # Empty orders (the index itself) as host constants, so the native
         # loop takes them: a traced one would force the XLA loop, whose

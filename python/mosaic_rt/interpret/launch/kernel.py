@@ -135,11 +135,13 @@ def _launch_params(params: InterpretParams, compiler_params, mesh):
     mosaic_params = compiler_params or jx.CompilerParams()
     if not isinstance(mosaic_params, jx.CompilerParams):
         raise ValueError(f"TPU interpret mode needs pltpu.CompilerParams, got {type(mosaic_params).__name__}")
-    if isinstance(mesh, jx.TensorCoreMesh):
-        # core_map over a TensorCoreMesh: the mesh fixes the cores per device.
-        params = dataclasses.replace(params, num_cores_or_threads=jx.tensorcore_mesh_cores(mesh))
+    cores = jx.core_mesh_cores(mesh)
+    if cores is not None:
+        # core_map over a TensorCoreMesh (or a SparseCore mesh, each of
+        # whose subcores is a core): the mesh fixes the cores per device.
+        params = dataclasses.replace(params, num_cores_or_threads=cores)
         if params.num_cores_per_device > 1:
-            mosaic_params = mosaic_params.replace(dimension_semantics=("parallel",))
+            mosaic_params = mosaic_params.replace(dimension_semantics=("parallel",) * len(mesh.shape))
     return params, mosaic_params
 
 
