@@ -33,7 +33,9 @@ What it does:
    (chip, forced interpret mode) and ``scripts/jax_suite_record.py``
    (outcomes). A test making no progress for ``--test-timeout`` seconds
    (default 120) is killed, counts as timed out, and pytest resumes with
-   the file's other tests.
+   the file's other tests. Files that measure the TPU itself (``HARDWARE``,
+   with the reason) are left out unless ``--include-hardware``; ``--param
+   KEY=VALUE`` sets an InterpretParams field on both sides.
 3. A report per file: collected; passed / failed / timed out per side; the
    tests whose outcome differs; the time on tests passing on both sides and
    its ratio. ``--json PATH`` keeps everything (written after every file;
@@ -111,6 +113,13 @@ VLLM_DEPS = (
 DEVICES = 8
 # A file's chip when its gates do not decide it (see chip_of).
 CHIP_OF: dict = {}
+# Files whose tests measure the TPU itself -- no CPU backend can pass them
+# -- with the reason; left out unless ``--include-hardware`` (and never
+# counted in the pass rate).
+HARDWARE = {
+    "mla_tuned_vs_baseline_test.py": "asserts that the tuned MLA kernel's TPU latency (XPlane device timings, "
+    "else wall clock) is within 5-15% of the baseline's: a measurement of TPU hardware",
+}
 QUICK = {
     # file -> -k expression: a CI-sized subset, tests that pass on ours and
     # cover the gaps closed for this suite -- DMA slices of traced size and
@@ -211,7 +220,22 @@ def chip_of(path: str, rel: str) -> str:
 # ---------------------------------------------------------------------- run
 
 
-def _env(backend: str, chip: str, tpu_target: bool, stubs: bool) -> dict:
+def parse_params(items) -> dict:
+    """``--param KEY=VALUE`` pairs as InterpretParams fields (VALUE as JSON
+    when it parses, e.g. ``true`` / ``3``, else the string)."""
+    params = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"client_suite: --param {item!r}: expected KEY=VALUE")
+        try:
+            params[key] = json.loads(value)
+        except json.JSONDecodeError:
+            params[key] = value
+    return params
+
+
+def _env(backend: str, chip: str, tpu_target: bool, stubs: bool, params: dict | None = None) -> dict:
     env = dict(os.environ)
     for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "MOSAIC_RT_TPU_TARGET", "JAX_TEST_DUT"):
         env.pop(name, None)
@@ -226,6 +250,10 @@ def _env(backend: str, chip: str, tpu_target: bool, stubs: bool) -> dict:
     env["CLIENT_SUITE_CHIP"] = chip
     if tpu_target and backend == "mosaic_rt":
         env["MOSAIC_RT_TPU_TARGET"] = chip
+    if params:
+        env["CLIENT_SUITE_PARAMS"] = json.dumps(params)
+    else:
+        env.pop("CLIENT_SUITE_PARAMS", None)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SCRIPTS, STUBS if stubs else None, env.get("PYTHONPATH")) if p)
     return env
 
@@ -258,7 +286,7 @@ def run_file(args, python, versions, backend, rel, tmp) -> tuple:
     k = args.k or (QUICK.get(rel) if args.quick else None)
     if k:
         base += ["-k", k]
-    env = _env(backend, chip, args.tpu_target, stubs=versions.get("vllm") is None)
+    env = _env(backend, chip, args.tpu_target, stubs=versions.get("vllm") is None, params=parse_params(args.param))
     targets = [path]
     if args.sample and args.sample > 1:
         ids = _collect(base, path, tmp, env)
@@ -364,6 +392,10 @@ def report(result: dict) -> dict:
         + (f": {100 * totals['mosaic_rt']['passed'] / ran:.1f}%" if ran else "")
         + f"; stock passes {totals['stock']['passed']}"
     )
+    for rel, why in result.get("left_out", {}).items():
+        p(f"left out {rel}: {why}")
+    if result.get("params"):
+        p(f"InterpretParams on both sides: {result['params']}")
     p(f"pass on stock, not on ours: {len(regressions)}")
     for d in regressions:
         p(f"  {d['mosaic_rt']:7s} {d['test']}: {d['mosaic_rt_message']}")
@@ -411,6 +443,15 @@ def main(argv=None) -> int:
     ap.add_argument("--sample", type=int, metavar="K", help="files of more than 40 tests: every K-th test only")
     ap.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
     ap.add_argument("--tpu-target", action="store_true", help="ours: MOSAIC_RT_TPU_TARGET = the file's chip")
+    ap.add_argument(
+        "--param",
+        action="append",
+        metavar="KEY=VALUE",
+        help="an InterpretParams field for both sides, e.g. dma_execution_mode=on_wait (repeatable)",
+    )
+    ap.add_argument(
+        "--include-hardware", action="store_true", help="also run the files of HARDWARE (they measure the TPU)"
+    )
     ap.add_argument("--test-timeout", type=float, default=120.0)
     ap.add_argument("--json", help="write the results here (after every file)")
     ap.add_argument("--resume", action="store_true", help="with --json: keep the files it already has")
@@ -437,8 +478,14 @@ def main(argv=None) -> int:
     if not versions.get("tests_dir") or versions.get("tpu-inference") is None:
         raise SystemExit(f"client_suite: {args.venv} has no tpu-inference tests; run with --setup")
     files = args.files or (sorted(QUICK) if args.quick else test_files(versions["tests_dir"]))
+    if not (args.files or args.include_hardware):
+        for rel in sorted(set(files) & set(HARDWARE)):
+            print(f"[client_suite] left out {rel}: {HARDWARE[rel]} (--include-hardware runs it)")
+        files = [f for f in files if f not in HARDWARE]
     result = {
         "client": CLIENT,
+        "params": parse_params(args.param),
+        "left_out": {f: HARDWARE[f] for f in HARDWARE if f not in files},
         "versions": versions,
         "host": {"machine": platform.machine(), "cpus": os.cpu_count()},
         "test_timeout": args.test_timeout,

@@ -33,6 +33,7 @@ setting wins over any ``interpret=`` a kernel passes, so kernels called with
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 
 import pytest
@@ -99,15 +100,27 @@ def _simulate_chip(chip: str) -> None:
         clear()
 
 
+def _params() -> dict:
+    """InterpretParams fields for both backends, from ``CLIENT_SUITE_PARAMS``
+    (a JSON object, e.g. ``{"buffer_bounds": "logical"}``)."""
+    text = os.environ.get("CLIENT_SUITE_PARAMS", "")
+    if not text:
+        return {}
+    params = json.loads(text)
+    if not isinstance(params, dict):
+        raise pytest.UsageError(f"CLIENT_SUITE_PARAMS={text!r}: expected a JSON object")
+    return params
+
+
 def _force_interpret_mode(backend: str) -> None:
     if backend == "stock":
         from jax.experimental.pallas import tpu as pltpu
 
-        pltpu.set_tpu_interpret_mode(pltpu.InterpretParams())
+        pltpu.set_tpu_interpret_mode(pltpu.InterpretParams(**_params()))
     else:
         import mosaic_rt
 
-        mosaic_rt.set_interpret_mode(mosaic_rt.InterpretParams())
+        mosaic_rt.set_interpret_mode(mosaic_rt.InterpretParams(**_params()))
 
 
 def pytest_configure(config):

@@ -209,23 +209,54 @@ def test_a_dma_wait_matching_no_pending_dma_is_a_misuse_warning():
             t = F.dma_wait(t, h, d, 0, sem, nbytes=4096)
             for r in half:
                 t = F.dma_start(t, h, d, 0, src, r, dst, r, sem, src_space="hbm", dst_space="vmem", site=_SITE_START)
-            # Misuse: 1 KiB matches neither copy (4 KiB each) nor both.
+            # Misuse: 1 KiB matches neither copy (4 KiB each) nor both --
+            # reported once the semaphore is seen to leak at the end.
             t = F.dma_wait(t, h, d, 0, sem, nbytes=1024, site=_SITE_LOAD)
-            t, n = F.pending_reports(t)
+            t, before = F.pending_reports(t)
+            t, leaks = F.leak_report(t, h, d, policy="warn")
+            t, after = F.pending_reports(t)
             k.token = t
-        return with_token(n[None, None], k.token)
+        return with_token(jnp.stack([before, leaks, after])[None], k.token)
 
     with mosaic_rt.native_errors():
         out = run_on_devices(1, body, dummy_rows(1))
-    assert out[0, 0] == 1
-    [(category, text, details, _)] = reports.take()
-    assert category == "misuse"
+    assert out[0].tolist() == [0, 1, 2]
+    [(category, text, details, _), (leak, *_)] = reports.take()
+    assert (category, leak) == ("misuse", "leak")
     assert text.startswith(
         "dma_wait at k.py:3:8 (racy) on device 0, core 0 waits for 1024 bytes on "
         "DMA semaphore 2000, but the DMA(s) pending on it move 4096 bytes "
         "(started at k.py:2:4 (racy)), 4096 bytes"
     ), text
     assert details["pending_bytes"] == "4096,4096"
+
+
+def test_dma_waits_in_another_order_than_the_starts_are_no_misuse():
+    # Copies of 4 KiB and 1 KiB, waited as two halves of 2.5 KiB (no sum of
+    # the sizes): fine on a TPU (the semaphore counts bytes), and the kernel
+    # ends clean, so nothing is reported.
+    uid = fresh_uid()
+
+    def body(d, _):
+        with begin(d, 1, uid=uid, dma_execution_mode="on_wait") as k:
+            h, t = k.handle, k.token
+            t, src = F.allocate_buffer(t, h, d, 0, space="hbm", dtype=_F32, shape=(16, 128))
+            t, dst = F.allocate_buffer(t, h, d, 0, space="vmem", dtype=_F32, shape=(16, 128))
+            t, sem = F.allocate_semaphores(t, h, d, 0, kind="dma")
+            big, small = F.TracedRegion.slices((0, 8)), F.TracedRegion.slices((8, 2))
+            t = F.dma_start(t, h, d, 0, src, big, dst, big, sem, src_space="hbm", dst_space="vmem", site=_SITE_START)
+            t = F.dma_start(t, h, d, 0, src, small, dst, small, sem, src_space="hbm", dst_space="vmem", site=_SITE_START)
+            t = F.dma_wait(t, h, d, 0, sem, nbytes=2560, site=_SITE_LOAD)
+            t = F.dma_wait(t, h, d, 0, sem, nbytes=2560, site=_SITE_LOAD)
+            t, leaks = F.leak_report(t, h, d, policy="warn")
+            t, n = F.pending_reports(t)
+            k.token = t
+        return with_token(jnp.stack([leaks, n])[None], k.token)
+
+    with mosaic_rt.native_errors():
+        out = run_on_devices(1, body, dummy_rows(1))
+    assert out[0].tolist() == [0, 0]
+    assert reports.take() == []
 
 
 def test_pending_reports_counts_the_queue():

@@ -201,9 +201,13 @@ def test_failure_without_native_errors_is_a_jax_runtime_error(name):
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("dma_mode", ["eager", "on_wait"])
 def test_failures_in_both_dma_modes(dma_mode):
-    with pytest.raises(IndexError, match=_OOB):
+    with pytest.raises(IndexError, match=_OOB) as info:
         with mosaic_rt.native_errors():
             _oob_while_peers_wait_on_dma(_params(dma_execution_mode=dma_mode))
+    # Where in the kernel: the failing op's source line, as a note (the
+    # message stays stock's).
+    assert "test_interpret_failures.py:" in info.value.site, info.value.site
+    assert f"raised by the kernel op at {info.value.site}" in info.value.__notes__
     _assert_next_launch_works()
 
 

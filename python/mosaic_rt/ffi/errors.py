@@ -23,8 +23,14 @@ from mosaic_rt.errors import _from_native
 _MARKER = re.compile(r"\[mosaic_rt#(\d+)\] (\w+): (.*)", re.S)
 
 
-def _build(type_name: str, message: str, device, core) -> BaseException:
-    return _from_native(type_name, message, device, core, None)
+def _build(type_name: str, message: str, device, core, site: str | None) -> BaseException:
+    exc = _from_native(type_name, message, device, core, None)
+    # The message stays the one stock raises; where it happened is a note
+    # (shown under the message in tracebacks).
+    exc.site = site
+    if site is not None:
+        exc.add_note(f"raised by the kernel op at {site}")
+    return exc
 
 
 # Exceptions raised by user code inside kernels (host callbacks), kept so the
@@ -82,14 +88,14 @@ def translate(exc: BaseException) -> BaseException:
     record = _native.take_error_ex(int(m.group(1)))
     if record is None:
         # Dropped from the bounded table: the text still has type and message.
-        type_name, message, device, core, key = m.group(2), m.group(3), None, None, None
+        type_name, message, device, core, key, site = m.group(2), m.group(3), None, None, None, None
     else:
-        type_name, message, device, core, key = record
+        type_name, message, device, core, key, site = record
     if key is not None:
         original = registered_exception(key)
         if original is not None:
             return original
-    new = _build(type_name, message, device, core)
+    new = _build(type_name, message, device, core, site)
     new.__cause__ = exc
     return new
 

@@ -86,13 +86,17 @@ pub struct RtError {
     /// For [`ErrorKind::External`]: (key of the Python exception in the
     /// binding's registry, its type name).
     pub external: Option<Box<(u64, String)>>,
+    /// The source site (an id of `crate::site`) of the op that failed; 0:
+    /// unknown. Kept apart from `message`, which stays the text stock
+    /// interpret mode raises.
+    pub site: u32,
 }
 
 pub type Result<T> = std::result::Result<T, RtError>;
 
 impl RtError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        RtError { kind, message: message.into(), device: None, core: None, root: None, external: None }
+        RtError { kind, message: message.into(), device: None, core: None, root: None, external: None, site: 0 }
     }
     pub fn value(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Value, message)
@@ -128,6 +132,13 @@ impl RtError {
         self.core.get_or_insert(core);
         self
     }
+    /// Records the failing op's source site unless already known.
+    pub fn at_site(mut self, site: u32) -> Self {
+        if self.site == 0 {
+            self.site = site;
+        }
+        self
+    }
     /// The error that started it all: `root` for aborts, `self` otherwise.
     pub fn root_cause(&self) -> &RtError {
         match &self.root {
@@ -153,6 +164,7 @@ impl RtError {
             message,
             device: Some(device),
             core: Some(core),
+            site: root.site,
             root: Some(Box::new(root)),
             external: None,
         }

@@ -24,7 +24,7 @@ impl<'a> Call<'a> {
     /// that binds the member to its launch binds this call too.
     pub fn run_member(&mut self, frame: &CallFrame, op: &'static str, body: Body) -> Result<()> {
         let mut member = Call { frame: Frame { raw: frame, op }, bound: None };
-        let result = body(&mut member);
+        let result = body(&mut member).map_err(|e| e.at_site(member.site()));
         if member.bound.is_some() {
             self.bound = member.bound;
         }
@@ -119,7 +119,7 @@ fn execute(raw: &CallFrame, op: &'static str, body: Body) -> Option<String> {
             }
         }
     };
-    let err = result.err()?;
+    let err = result.err()?.at_site(call.site());
     let root = match call.bound {
         Some((handle, device)) => launch::fail_and_abandon(handle, device, err),
         None => err.root_cause().clone(),

@@ -30,15 +30,18 @@ fn ffi_targets(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
 }
 
 /// The root cause recorded by a failed FFI call as `[mosaic_rt#n]`:
-/// `(python type name, message, device, core, key)`, where key names the
-/// original Python exception when the root cause came from `fail_launch`
-/// (else None); `None` when it has been dropped from the bounded table.
+/// `(python type name, message, device, core, key, site)`, where key names
+/// the original Python exception when the root cause came from
+/// `fail_launch` (else None) and site is the source text of the op that
+/// failed (None: unknown); `None` when it has been dropped from the bounded
+/// table.
 #[pyfunction]
 #[allow(clippy::type_complexity)]
-fn take_error_ex(n: u64) -> Option<(String, String, Option<u32>, Option<u32>, Option<u64>)> {
+fn take_error_ex(n: u64) -> Option<(String, String, Option<u32>, Option<u32>, Option<u64>, Option<String>)> {
     mosaic_rt_ffi::recorded_error(n).map(|e| {
         let key = e.external.as_ref().map(|x| x.0);
-        (e.type_name().to_string(), e.message, e.device, e.core, key)
+        let site = mosaic_rt_ffi::sites::text(e.site);
+        (e.type_name().to_string(), e.message, e.device, e.core, key, site)
     })
 }
 

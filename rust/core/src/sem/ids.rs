@@ -55,6 +55,9 @@ pub(crate) struct SemBlock<T> {
     pub site: SiteId,
     /// (offset, core, value, site) of misuse already reported.
     misuse: Mutex<Vec<(u32, u32, i64, SiteId)>>,
+    /// Misuse reports held back until the kernel's end: (offset, core,
+    /// report), issued only if that semaphore leaks (see `misuse`).
+    suspects: Mutex<Vec<(u32, u32, crate::reports::Report)>>,
 }
 
 impl<T: Queued> SemBlock<T> {
@@ -83,6 +86,7 @@ impl<T: Queued> SemBlock<T> {
             queued: AtomicUsize::new(0),
             site: crate::site::current(),
             misuse: Mutex::new(Vec::new()),
+            suspects: Mutex::new(Vec::new()),
         })
     }
 
@@ -161,6 +165,22 @@ impl<T: Queued> SemBlock<T> {
         }
         seen.push(key);
         true
+    }
+
+    /// Holds `report` back until the kernel's end (see `take_suspects`).
+    pub fn suspect(&self, off: u32, gcore: u32, report: crate::reports::Report) {
+        lock(&self.suspects).push((off, gcore, report));
+    }
+
+    /// Takes the held-back reports of the global cores `keep` accepts.
+    pub fn take_suspects(&self, keep: impl Fn(u32) -> bool) -> Vec<(u32, u32, crate::reports::Report)> {
+        let mut all = lock(&self.suspects);
+        if all.is_empty() {
+            return Vec::new();
+        }
+        let (taken, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut *all).into_iter().partition(|s| keep(s.1));
+        *all = kept;
+        taken
     }
 
     /// Descriptions (with start sites) of the queued work that still has

@@ -1,18 +1,24 @@
 //! Misuse checks of semaphore waits that are warnings, not errors: a rule
 //! strict enough to be an error would reject legitimate kernels (one wait
 //! for the total of several DMAs on one semaphore is a real pattern).
+//!
+//! A suspect wait is only reported if its semaphore leaks at the kernel's
+//! end: waits in another order than the copies were started (a 512-byte
+//! wait while a 1024-byte copy is pending, the rest taken by a later wait,
+//! as tpu-inference's fused MoE does) are fine on a TPU, and only the end
+//! tells them from a descriptor waited with the wrong size.
 
 use super::ids::SemBlock;
 use super::Queued;
 use crate::config::Topology;
-use crate::reports::{self, Category, Detail, Report};
+use crate::reports::{Category, Detail, Report};
 use crate::site::{self, SiteId};
 
 /// A DMA wait for `value` bytes on (block offset `off`, `gcore`) that does
-/// not complete at once: warns (MisuseWarning) if DMAs are pending on the
-/// semaphore and no sum of their sizes (with or without the count already
-/// there) makes `value` -- a descriptor waited with a different size than
-/// it was started with. A sum, not only one DMA or all of them: kernels
+/// not complete at once: a suspect (a MisuseWarning if the semaphore leaks,
+/// see the module doc) if DMAs are pending on the semaphore and no sum of
+/// their sizes (with or without the count already there) makes `value` --
+/// a descriptor waited with a different size than it was started with. A sum, not only one DMA or all of them: kernels
 /// share one semaphore between kinds of copies and wait for each kind's
 /// total (jax's paged attention waits for its int8 pages, then for their
 /// scales, all started on one semaphore).
@@ -55,7 +61,7 @@ pub(crate) fn check_dma_wait<T: Queued>(
          waited size -- was the descriptor waited with a different size than it was started with?",
         sizes.join(", ")
     );
-    reports::push(Report {
+    s.suspect(off, gcore, Report {
         category: Category::Misuse,
         text,
         details: vec![

@@ -466,7 +466,8 @@ impl<T: Queued> SemTable<T> {
 
     /// Semaphores with a non-zero count or DMAs queued but never run, on a
     /// core of `device` (every device for `None`), sorted by (device, core,
-    /// semaphore id).
+    /// semaphore id). Issues the held-back misuse reports of those
+    /// semaphores and forgets the others of `device`.
     pub fn leaks(&self, device: Option<u32>) -> Result<Vec<Leak>> {
         if let Some(d) = device {
             self.topo.check(d, 0)?;
@@ -500,6 +501,15 @@ impl<T: Queued> SemTable<T> {
                 for (text, site) in dmas {
                     leak.pending_dmas.push(text);
                     leak.pending_sites.push(site);
+                }
+            }
+        }
+        // Suspect waits of these cores: reported where their semaphore
+        // leaks, dropped where it ended clean (see `misuse`).
+        for s in self.ids.all() {
+            for (off, g, report) in s.take_suspects(wanted) {
+                if found.contains_key(&(g / cpd, g % cpd, s.first + off, s.kind as u8)) {
+                    crate::reports::push(report);
                 }
             }
         }
