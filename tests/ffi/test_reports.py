@@ -245,7 +245,9 @@ def test_dma_waits_in_another_order_than_the_starts_are_no_misuse():
             t, sem = F.allocate_semaphores(t, h, d, 0, kind="dma")
             big, small = F.TracedRegion.slices((0, 8)), F.TracedRegion.slices((8, 2))
             t = F.dma_start(t, h, d, 0, src, big, dst, big, sem, src_space="hbm", dst_space="vmem", site=_SITE_START)
-            t = F.dma_start(t, h, d, 0, src, small, dst, small, sem, src_space="hbm", dst_space="vmem", site=_SITE_START)
+            t = F.dma_start(
+                t, h, d, 0, src, small, dst, small, sem, src_space="hbm", dst_space="vmem", site=_SITE_START
+            )
             t = F.dma_wait(t, h, d, 0, sem, nbytes=2560, site=_SITE_LOAD)
             t = F.dma_wait(t, h, d, 0, sem, nbytes=2560, site=_SITE_LOAD)
             t, leaks = F.leak_report(t, h, d, policy="warn")
