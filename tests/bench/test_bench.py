@@ -166,7 +166,7 @@ def test_a_hung_case_ends_the_run_with_code_4():
 
 # -- the rows beyond the per-kernel cases (cold calls, suite, launch, lowering) ------------
 
-from mosaic_rt.bench import cold, rows, zoo  # noqa: E402
+from mosaic_rt.bench import cold, row_cold_first_call, row_suite_workload, rows, zoo  # noqa: E402
 from mosaic_rt.bench.fmt import fmt_target  # noqa: E402
 
 
@@ -271,8 +271,8 @@ def test_cold_row_sees_fresh_shapes_and_no_persistent_cache():
         assert len(f["floor_s"]) == 2 and f["floor_ok"]
         assert f["ours_over_floor"] == f["ours_median_s"] / f["floor_median_s"]
     found = {v.subject: v for v in rows.verdicts({"cold_first_call": data})}
-    assert found["cold first call"].target == rows.COLD_TARGET
-    assert found["cold first call semaphores"].target == rows.COLD_FAMILY_TARGET
+    assert found["cold first call"].target == row_cold_first_call.TARGET
+    assert found["cold first call semaphores"].target == row_cold_first_call.FAMILY_TARGET
 
 
 def test_cold_floors_compute_what_each_familys_kernel_computes():
@@ -312,7 +312,7 @@ def test_suite_workload_runs_a_subset_and_checks_results():
     assert data["distinct_kernels"] == len(names) and len(data["passes"]) == 1
     assert np.isclose(data["stock_total_s"], sum(k["stock_s"] for k in data["kernels"]))
     found = {v.subject: v for v in rows.verdicts({"suite_workload": data})}
-    assert found["suite workload"].target == rows.SUITE_TARGET
+    assert found["suite workload"].target == row_suite_workload.TARGET
 
 
 def test_verdict_kinds_format_as_bounds():
@@ -325,6 +325,7 @@ def test_verdict_kinds_format_as_bounds():
 
 def test_memory_row_measures_both_sides_in_fresh_processes():
     from mosaic_rt.bench import memory, rows
+    from mosaic_rt.bench.row_memory_suite import ROW
 
     data = memory.run_memory(2)
     assert data["kernels"] == 2
@@ -336,11 +337,11 @@ def test_memory_row_measures_both_sides_in_fresh_processes():
         assert d["end_mib"] == d["samples_mib"][-1]
     found = {v.subject: v for v in rows.verdicts({"memory_suite": data})}
     assert found["memory growth per kernel"].kind == "max"
-    assert "stock" in memory.summary(data) and "ours" in memory.summary(data)
+    assert "stock" in ROW.summary(data) and "ours" in ROW.summary(data)
 
 
 def test_production_targets_judge_the_worst_kernel_and_the_median():
-    from mosaic_rt.bench import production
+    from mosaic_rt.bench.row_production_kernels import ROW
 
     def kernel(name, first, steady, ref_first):
         return {"name": name, "first_call_ratio": first, "ratio": steady, "ours_over_reference_first": ref_first}
@@ -351,7 +352,7 @@ def test_production_targets_judge_the_worst_kernel_and_the_median():
         "median_first_call_ratio": 6.0,
         "median_ratio": 120.0,
     }
-    found = {v.subject: v for v in production.verdicts(d)}
+    found = {v.subject: v for v in ROW.verdicts(d)}
     assert found["production first call"].passed
     assert found["production steady"].passed
     for subject in (
@@ -362,4 +363,4 @@ def test_production_targets_judge_the_worst_kernel_and_the_median():
         assert not found[subject].passed and "(b)" in found[subject].how, found[subject]
     assert found["production first call vs reference"].kind == "max"
     d["ok"] = False  # a mismatch fails every target
-    assert not any(v.passed for v in production.verdicts(d))
+    assert not any(v.passed for v in ROW.verdicts(d))

@@ -432,13 +432,13 @@ def _fake_run(mode: str, scale: float) -> dict:
 
 
 def test_bench_row_tables():
-    from mosaic_rt.bench import rows
-    from mosaic_rt.bench import tpu_check as row
+    from mosaic_rt.bench import rows, tpu_check
     from mosaic_rt.bench.console import make_console
+    from mosaic_rt.bench.row_tpu_check import ROW as row
 
     assert [r.key for r in rows.select(["tpu check"])] == ["tpu_check"]
     scales = {"off": 1.0, "cold": 2.0, "warm": 1.1, "overlap": 1.9}
-    d = row.summarize({m: [_fake_run(m, s)] * 3 for m, s in scales.items()}, reps=3)
+    d = tpu_check.summarize({m: [_fake_run(m, s)] * 3 for m, s in scales.items()}, reps=3)
     assert d["ok"] and d["cold_over_off"] == pytest.approx(2.0)
     assert d["kernels"][0]["check_compile_s"] == pytest.approx(0.1)
     assert d["overlap_over_cold"] == pytest.approx(0.95)
@@ -449,15 +449,15 @@ def test_bench_row_tables():
     row.render(make_console(), d)
     compiled_again = {m: [_fake_run(m, s)] for m, s in scales.items()}
     compiled_again["warm"][0] = {**compiled_again["warm"][0], "compiles": 2, "disk_hits": 0}
-    assert not row.summarize(compiled_again, reps=1)["ok"]
+    assert not tpu_check.summarize(compiled_again, reps=1)["ok"]
 
 
 def test_bench_row_without_libtpu(monkeypatch):
-    from mosaic_rt.bench import measure
-    from mosaic_rt.bench import tpu_check as row
+    from mosaic_rt.bench import measure, tpu_check
+    from mosaic_rt.bench.row_tpu_check import ROW as row
 
-    monkeypatch.setattr(row, "_has_libtpu", lambda: False)
-    d = row.run_tpu_check(measure.QUICK)
+    monkeypatch.setattr(tpu_check, "_has_libtpu", lambda: False)
+    d = row.run(measure.QUICK)
     assert d["ok"] and d["skipped"].startswith("libtpu not installed (pip install")
     assert "skipped, libtpu not installed" in row.summary(d)
     assert "skipped" in row.markdown(d)[-1]

@@ -19,14 +19,15 @@ _CHILD_FLAG = "MOSAIC_RT_BENCH_CHILD"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from mosaic_rt.bench.rows import ROWS
+
     parser.add_argument("--quick", action="store_true", help="fewer, smaller cases and short budgets (about 2 minutes)")
     parser.add_argument(
         "--filter",
         metavar="REGEX",
         action="append",
         default=[],
-        help="run only cases and rows (cold first call, suite workload, "
-        "launch per MiB, lowering and compile) whose name matches "
+        help=f"run only cases and rows ({', '.join(r.name for r in ROWS)}) whose name matches "
         "REGEX, case-insensitive search: a plain substring works "
         "(repeatable, any match)",
     )
@@ -138,6 +139,20 @@ def _one_line(result) -> str:
     )
 
 
+def _run_row(row, budget, console) -> dict:
+    """The row's data, or its error: one failing row must not stop the run."""
+    from mosaic_rt.bench.console import escape
+
+    with _watchdog(row.name, budget.row_timeout_s):
+        try:
+            d = row.run(budget)
+            console.print(row.summary(d))
+        except Exception as e:  # noqa: BLE001
+            d = {"ok": False, "error": f"{type(e).__name__}: {e}"[:400]}
+            console.print(f"[bold red]ERROR[/] {row.name}: {escape(d['error'])}")
+    return d
+
+
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     from mosaic_rt.bench.console import escape, make_console, make_progress
 
@@ -189,13 +204,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             progress.advance(task)
         for row in extra:
             progress.update(task, description=row.name)
-            with _watchdog(row.name, budget.row_timeout_s):
-                try:
-                    rows[row.key] = row.run(budget)
-                    progress.console.print(row.summary(rows[row.key]))
-                except Exception as e:  # noqa: BLE001 - one failing row must not stop the run
-                    rows[row.key] = {"ok": False, "error": f"{type(e).__name__}: {e}"[:400]}
-                    progress.console.print(f"[bold red]ERROR[/] {row.name}: {escape(rows[row.key]['error'])}")
+            rows[row.key] = _run_row(row, budget, progress.console)
             progress.advance(task)
         progress.update(task, description="done")
     if args.contention:
@@ -209,7 +218,12 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                 progress.advance(task)
 
     good_rows = {k: v for k, v in rows.items() if "error" not in v}
-    found = report.verdicts(results) + rows_mod.verdicts(good_rows, results) + contention.verdicts(contended)
+    found = (
+        report.verdicts(results)
+        + rows_mod.verdicts(good_rows)
+        + report.native_verdicts(results)
+        + contention.verdicts(contended)
+    )
     report.render(console, results, found, good_rows)
     bad = [r for r in results if not r.ok]
     for r in bad:

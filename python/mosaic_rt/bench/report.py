@@ -79,6 +79,30 @@ def verdicts(results: list[CaseResult]) -> list[Verdict]:
     return found
 
 
+NATIVE_TARGET = 1.5  # ours <= 1.5x XLA's own collective
+
+
+def native_verdicts(results: list[CaseResult]) -> list[Verdict]:
+    """The XLA-native column of the collective cases: per family, its largest case."""
+    found = []
+    for family in FAMILIES:
+        measured = [r for r in results if r.case.family == family and r.native]
+        if not measured:
+            continue
+        largest = measured[-1]
+        found.append(
+            Verdict(
+                f"{family} vs XLA native",
+                NATIVE_TARGET,
+                largest.ours_over_native,
+                f"ours/native median at {largest.case.name}",
+                largest.ok and (largest.ours_over_native or 1e9) <= NATIVE_TARGET,
+                kind="max",
+            )
+        )
+    return found
+
+
 def render(console, results: list[CaseResult], found: list[Verdict], rows: dict | None = None) -> None:
     from mosaic_rt.bench.console import Table, escape
 
