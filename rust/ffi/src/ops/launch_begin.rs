@@ -16,7 +16,7 @@
 //! consecutive run). With a grid, `grid_begin`'s results follow.
 
 use super::kernel;
-use super::memory::{allocate, allocate_direct, BufferSpec};
+use super::memory::{allocate, allocate_direct, BufferRequest};
 use crate::dispatch::Call;
 use crate::frame::Frame;
 use crate::launch;
@@ -34,7 +34,7 @@ const HAS_LOGICAL: i64 = 8;
 
 /// One decoded item.
 enum Item {
-    Buffer { spec: BufferSpec, init: bool, direct: bool },
+    Buffer { request: BufferRequest, init: bool, direct: bool },
     Semaphores { kind: SemKind, count: u32 },
 }
 
@@ -78,15 +78,15 @@ pub fn launch_begin(c: &mut Call) -> Result<()> {
     let mut ids = Vec::with_capacity(items.len());
     for item in &items {
         let id = match item {
-            Item::Buffer { spec, direct: true, .. } => {
-                let id = allocate_direct(handle, device, spec, &f.ret(ret + 1)?)?;
+            Item::Buffer { request, direct: true, .. } => {
+                let id = allocate_direct(handle, device, request, &f.ret(ret + 1)?)?;
                 f.ret(ret)?.write_i32(id as i32)?;
                 Some(id)
             }
-            Item::Buffer { spec, init, .. } => {
+            Item::Buffer { request, init, .. } => {
                 let init_buf = if *init { Some(f.arg(arg)?) } else { None };
                 arg += *init as usize;
-                let id = allocate(handle, device, spec, init_buf.as_ref())?;
+                let id = allocate(handle, device, request, init_buf.as_ref())?;
                 f.ret(ret)?.write_i32(id as i32)?;
                 Some(id)
             }
@@ -177,7 +177,7 @@ fn items(f: &Frame) -> Result<Vec<Item>> {
                 Err(RtError::internal(format!("{}: item {k}, a direct output, has an init value", f.op)))
             }
             BUFFER => Ok(Item::Buffer {
-                spec: BufferSpec {
+                request: BufferRequest {
                     core: None,
                     space: MemorySpace::from_code(spaces[k])?,
                     dtype: DType::from_name(types[k])?,

@@ -39,7 +39,7 @@ pub fn allocate_buffer(c: &mut Call) -> Result<()> {
     let (handle, device) = device_target(c, alloc::arg::FIXED..=alloc::arg::init + 1, rets)?;
     let _site = c.enter_site();
     let f = &c.frame;
-    let spec = BufferSpec {
+    let request = BufferRequest {
         core: f.arg_opt_id(alloc::arg::core, "core id")?,
         space: space_attr(f, alloc::attr::space)?,
         dtype: DType::from_name(f.attr_str(alloc::attr::dtype)?)?,
@@ -52,17 +52,18 @@ pub fn allocate_buffer(c: &mut Call) -> Result<()> {
         if f.attr_i64_opt(alloc::attr::direct)?.is_none_or(|v| v == 0) || f.num_args() != alloc::arg::FIXED {
             return Err(RtError::internal("allocate_buffer: a third result needs attribute direct and no init"));
         }
-        let id = allocate_direct(handle, device, &spec, &f.ret(2)?)?;
+        let id = allocate_direct(handle, device, &request, &f.ret(2)?)?;
         return f.ret(1)?.write_i32(id as i32);
     }
     let init = if f.num_args() > alloc::arg::init { Some(f.arg(alloc::arg::init)?) } else { None };
-    let id = allocate(handle, device, &spec, init.as_ref())?;
+    let id = allocate(handle, device, &request, init.as_ref())?;
     f.ret(1)?.write_i32(id as i32)
 }
 
-/// One buffer allocation, decoded from `allocate_buffer`'s operands and
-/// attributes or from an item of `launch_begin` (see there).
-pub struct BufferSpec {
+/// A buffer the interpreter asks for, decoded from `allocate_buffer`'s
+/// operands and attributes or from an item of `launch_begin` (see there):
+/// the core's `BufferSpec` plus where (`core`) and how (`borrow`).
+pub struct BufferRequest {
     pub core: Option<u32>,
     pub space: MemorySpace,
     pub dtype: DType,
@@ -74,10 +75,10 @@ pub struct BufferSpec {
     pub borrow: bool,
 }
 
-/// Allocates `spec` on `device` with contents `init` (the fill value
-/// without), borrowing `init`'s memory when `spec.borrow` allows it; the id.
-pub fn allocate(handle: u64, device: u32, spec: &BufferSpec, init: Option<&Buf<'_>>) -> Result<u32> {
-    let BufferSpec { core, space, dtype, ref shape, ref logical, borrow } = *spec;
+/// Allocates `request` on `device` with contents `init` (the fill value
+/// without), borrowing `init`'s memory when `request.borrow` allows it; the id.
+pub fn allocate(handle: u64, device: u32, request: &BufferRequest, init: Option<&Buf<'_>>) -> Result<u32> {
+    let BufferRequest { core, space, dtype, ref shape, ref logical, borrow } = *request;
     let logical_shape = logical.as_deref().unwrap_or(shape);
     let init_elements = match init {
         None => None,
@@ -118,10 +119,10 @@ pub fn allocate(handle: u64, device: u32, spec: &BufferSpec, init: Option<&Buf<'
     })
 }
 
-/// Allocates `spec` as a direct output: registers `out` (a result buffer
+/// Allocates `request` as a direct output: registers `out` (a result buffer
 /// of the call) as the buffer's bytes; the id.
-pub fn allocate_direct(handle: u64, device: u32, spec: &BufferSpec, out: &Buf<'_>) -> Result<u32> {
-    let BufferSpec { core, space, dtype, ref shape, ref logical, .. } = *spec;
+pub fn allocate_direct(handle: u64, device: u32, request: &BufferRequest, out: &Buf<'_>) -> Result<u32> {
+    let BufferRequest { core, space, dtype, ref shape, ref logical, .. } = *request;
     out.expect_dtype(dtype)?;
     let direct_ok = core.is_none()
         && space == MemorySpace::Hbm
