@@ -26,6 +26,12 @@ class InterpretParams(_StockParams):
     (see its docstring) plus:
 
     Attributes:
+      dma_execution_mode: when a DMA moves its bytes: ``"eager"`` (default:
+        at its start, as a TPU's DMA engine does with copies in the order
+        they are issued) or ``"on_wait"`` (stock's default: deferred until
+        something waits on its semaphore -- the latest moment a kernel may
+        rely on, which shows kernels that read a DMA's destination, or
+        reuse its source, before waiting for it).
       on_race: with ``detect_races=True``, what a data race does: ``"raise"``
         (the kernel fails with ``mosaic_rt.RaceError`` at the first race)
         or ``"warn"`` (reported, see ``python_warnings``). jax 0.12+ has this
@@ -81,6 +87,13 @@ class InterpretParams(_StockParams):
         ``--mosaic-rt-tpu-check``, else ``"raise"``.
     """
 
+    # Eager, not stock's "on_wait": a TPU's DMA engine starts a copy when it
+    # is issued, so a copy issued earlier is done with its buffers before a
+    # later one touches them; "on_wait" (every copy deferred to its wait,
+    # the most adversarial schedule) breaks kernels that rely on that order
+    # -- tpu-inference's GDN kernels prefetch into a buffer whose previous
+    # contents an earlier store copy is still sending.
+    dma_execution_mode: Literal["eager", "on_wait"] = "eager"
     if not STOCK_HAS_ON_RACE:
         on_race: Literal["raise", "warn"] = "warn"
     python_warnings: bool | None = None
@@ -91,6 +104,13 @@ class InterpretParams(_StockParams):
     on_semaphore_leak: Literal["warn", "raise", "ignore"] = "warn"
     tpu_target: str | tuple[str, ...] | None = None
     tpu_check: Literal["raise", "warn"] | None = None
+    # Not API: off, a kernel is emitted the plainer way, so tests and probes
+    # can compare programs and results in one process. _batch_runs:
+    # straight-line runs of native ops as one `batch` call each
+    # (`ffi.ops.batched_runs`); _vector_runs: elementwise compute as native
+    # vector programs (`native_compute.vector_runs`), else XLA fusions.
+    _batch_runs: bool = True
+    _vector_runs: bool = True
 
     def __post_init__(self):
         super().__post_init__()

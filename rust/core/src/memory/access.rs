@@ -55,6 +55,9 @@ impl MemoryTable {
 
     /// Reads `r` into `out` (C order, exactly the region's size).
     pub fn load(&self, r: MemRef<'_>, out: &mut [u8]) -> Result<()> {
+        if self.unchecked_smem_scalar(r, out)? {
+            return Ok(());
+        }
         let region = r.region;
         let r = self.resolve(r, "read")?;
         r.check_len("out", out.len(), r.bytes)?;

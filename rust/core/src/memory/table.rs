@@ -41,6 +41,10 @@ pub struct MemoryTable {
     pub(crate) fill: FillMode,
     /// initcheck: kernel-local buffers get a written-elements shadow.
     pub(crate) detect_uninit: bool,
+    /// Reports are for Python to issue as warnings (`Config`).
+    pub(super) report_as_warnings: bool,
+    /// Sites of unchecked SMEM scalar reads already reported (`smem_scalar`).
+    smem_oob_sites: Mutex<Vec<crate::site::SiteId>>,
 }
 
 impl MemoryTable {
@@ -58,7 +62,20 @@ impl MemoryTable {
             oob_reads: config.oob_reads,
             fill: config.fill,
             detect_uninit: config.detect_uninitialized,
+            report_as_warnings: config.report_as_warnings,
+            smem_oob_sites: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Whether an unchecked SMEM scalar read at `site` is the first one
+    /// there (at most 64 sites are reported per launch).
+    pub(super) fn note_smem_oob(&self, site: crate::site::SiteId) -> bool {
+        let mut seen = self.smem_oob_sites.lock().ignore_poison();
+        if seen.contains(&site) || seen.len() >= 64 {
+            return false;
+        }
+        seen.push(site);
+        true
     }
 
     fn shard(&self, device: u32) -> Result<&Shard> {
