@@ -61,20 +61,24 @@ pub(crate) fn check_dma_wait<T: Queued>(
          waited size -- was the descriptor waited with a different size than it was started with?",
         sizes.join(", ")
     );
-    s.suspect(off, gcore, Report {
-        category: Category::Misuse,
-        text,
-        details: vec![
-            ("kind", Detail::from("dma_wait_size")),
-            ("device", device.into()),
-            ("core", core.into()),
-            ("semaphore", sem.into()),
-            ("bytes", value.into()),
-            ("pending_bytes", Detail::Str(pending.iter().map(|p| p.0.to_string()).collect::<Vec<_>>().join(","))),
-            ("site", site::text(wait_site).into()),
-        ],
-        as_warning,
-    });
+    s.suspect(
+        off,
+        gcore,
+        Report {
+            category: Category::Misuse,
+            text,
+            details: vec![
+                ("kind", Detail::from("dma_wait_size")),
+                ("device", device.into()),
+                ("core", core.into()),
+                ("semaphore", sem.into()),
+                ("bytes", value.into()),
+                ("pending_bytes", Detail::Str(pending.iter().map(|p| p.0.to_string()).collect::<Vec<_>>().join(","))),
+                ("site", site::text(wait_site).into()),
+            ],
+            as_warning,
+        },
+    );
 }
 
 /// Multiples of the sizes' common divisor tracked before giving up (and
