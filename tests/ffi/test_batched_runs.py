@@ -4,6 +4,7 @@ calls, and the same results, errors and reports as one call per op."""
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import re
 
@@ -22,26 +23,16 @@ from mosaic_rt.ffi import ops as ffi_ops
 pytestmark = [pytest.mark.timeout(120), pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
 
-@pytest.fixture
-def unbatched(monkeypatch):
-    """Runs the body with one call per op (the comparison baseline)."""
-
-    def switch(flag: bool):
-        monkeypatch.setattr(ffi_ops, "BATCH_RUNS", flag)
-
-    return switch
-
-
 def _all_calls(text: str) -> int:
     return len(re.findall(r"custom_call @mosaic_rt_\w+", text))
 
 
 @pytest.mark.parametrize("make", [collectives.reduce_scatter, collectives.all_gather])
-def test_a_ring_collective_is_the_same_ops_in_fewer_calls(make, unbatched):
+def test_a_ring_collective_is_the_same_ops_in_fewer_calls(make):
     program, args = make(8, 8)
     batched = program(mosaic_rt.InterpretParams()).lower(*args).as_text()
-    unbatched(False)
-    single = program(mosaic_rt.InterpretParams()).lower(*args).as_text()
+    # One call per op: the comparison baseline.
+    single = program(mosaic_rt.InterpretParams(_batch_runs=False)).lower(*args).as_text()
     assert batch_calls(single) == 0
     assert batch_calls(batched) >= 2
     assert native_ops(batched) == native_ops(single)
@@ -53,16 +44,15 @@ def test_a_ring_collective_is_the_same_ops_in_fewer_calls(make, unbatched):
 @pytest.mark.parametrize("make", [collectives.reduce_scatter, collectives.all_gather])
 @pytest.mark.parametrize("mode", ["eager", "on_wait"])
 @pytest.mark.parametrize("races", [False, True])
-def test_batched_and_unbatched_results_are_bitwise_equal(make, mode, races, unbatched):
+def test_batched_and_unbatched_results_are_bitwise_equal(make, mode, races):
     program, args = make(8, 8)
     params = mosaic_rt.InterpretParams(dma_execution_mode=mode, detect_races=races)
     batched = np.asarray(program(params)(*args))
-    unbatched(False)
-    single = np.asarray(program(params)(*args))
+    single = np.asarray(program(dataclasses.replace(params, _batch_runs=False))(*args))
     assert batched.tobytes() == single.tobytes()
 
 
-def _waits_for_a_signal_that_never_comes():
+def _waits_for_a_signal_that_never_comes(batch_runs=True):
     def kernel(x_ref, o_ref, sem):
         o_ref[...] = x_ref[...]
         pl.semaphore_signal(sem, 1)
@@ -75,7 +65,7 @@ def _waits_for_a_signal_that_never_comes():
             kernel,
             out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
             scratch_shapes=[pltpu.SemaphoreType.REGULAR],
-            interpret=mosaic_rt.InterpretParams(wait_timeout=30.0),
+            interpret=mosaic_rt.InterpretParams(wait_timeout=30.0, _batch_runs=batch_runs),
         )
     ), x
 
@@ -87,7 +77,7 @@ def _deadlock_text(fn, x) -> str:
     return str(info.value)
 
 
-def test_a_member_wait_reports_its_own_line_as_an_op_of_its_own(unbatched):
+def test_a_member_wait_reports_its_own_line_as_an_op_of_its_own():
     fn, x = _waits_for_a_signal_that_never_comes()
     text = fn.lower(x).as_text()
     assert native_ops(text)["semaphore_wait"] == 1 and native_ops(text)["semaphore_signal"] == 1
@@ -98,8 +88,7 @@ def test_a_member_wait_reports_its_own_line_as_an_op_of_its_own(unbatched):
     wait_line = first + next(i for i, text in enumerate(lines) if "semaphore_wait" in text)
     assert "waits on REGULAR semaphore" in batched
     assert f"test_batched_runs.py:{wait_line}:" in batched, batched
-    unbatched(False)
-    fn, x = _waits_for_a_signal_that_never_comes()
+    fn, x = _waits_for_a_signal_that_never_comes(batch_runs=False)
     assert batch_calls(fn.lower(x).as_text()) == 0
     assert _deadlock_text(fn, x) == batched
 

@@ -50,18 +50,16 @@ from mosaic_rt.ffi.emit import (  # noqa: F401 (TracedRegion .. batch: re-export
     no_starts,
 )
 
-# Straight-line runs of ops become one `batch` call inside `batched_runs`
-# (tests and probes set this False to compare).
-BATCH_RUNS = True
 
-
-def batched_runs():
-    """Within: ops with no result but the token may return a pending token
-    (see `mosaic_rt.ffi.emit._call`); whoever takes the token out of the
-    chain of ops (into control flow, a callback) calls `materialize` first.
-    The interpreter emits kernels this way; outside, every wrapper emits its
-    call at once."""
-    return emit.batched(BATCH_RUNS)
+def batched_runs(enabled: bool = True):
+    """Within (when ``enabled``): straight-line runs of ops become one
+    `batch` call each -- ops with no result but the token may return a
+    pending token (see `mosaic_rt.ffi.emit._call`); whoever takes the token
+    out of the chain of ops (into control flow, a callback) calls
+    `materialize` first. The interpreter emits kernels this way (unless
+    `InterpretParams._batch_runs` is False, to compare); outside, every
+    wrapper emits its call at once."""
+    return emit.batched(enabled)
 
 
 # ------------------------------------------------------------------ launches

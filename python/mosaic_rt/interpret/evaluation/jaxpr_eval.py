@@ -86,7 +86,7 @@ def _eval_block(jaxpr, args, ctx: Ctx, token, preset, count):
     eqns = jaxpr.eqns
     plan = scalar_runs.plan(jaxpr, count)
     vplan = None
-    if vector_runs.ENABLED and not ctx.params.skip_floating_point_ops:
+    if ctx.params._vector_runs and not ctx.params.skip_floating_point_ops:
         vplan = vector_runs.plan(jaxpr, plan.absorbed)
         env = vector_runs.DeferredEnv(env, jaxpr, vplan)
     ctx = ctx.replace(stores=splat.BlockStores(jaxpr, env.read, skip_floats=ctx.params.skip_floating_point_ops))

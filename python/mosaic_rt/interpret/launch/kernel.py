@@ -44,7 +44,7 @@ def interpret_pallas_call(*args, interpret_params: InterpretParams, **kwargs):
         with (
             logging_ops.tracing_with(interpret_params.logging_mode),
             sites.at_kernel(kwargs.get("jaxpr")),
-            native_calls.batched_runs(),
+            native_calls.batched_runs(interpret_params._batch_runs),
         ):
             result = _interpret_pallas_call(*args, interpret_params=interpret_params, **kwargs)
     except Exception:

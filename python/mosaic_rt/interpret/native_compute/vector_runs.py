@@ -111,9 +111,6 @@ _OPAQUE = {
 # Readers of a value XLA's simplifier cannot look through (stores, control flow).
 _OPAQUE_READERS = {p for p in (jx.swap_p, jx.masked_swap_p, lax.cond_p, lax.while_p, lax.scan_p) if p is not None}
 
-# Tests and probes set this False to compare with XLA's own fusions.
-ENABLED = True
-
 
 def _is_float(dtype) -> bool:
     return np.dtype(dtype).kind in "fc"
