@@ -19,7 +19,7 @@ use crate::prng::CorePrng;
 use crate::races::{RaceDetector, RaceLog};
 use crate::region::Region;
 use crate::revisit::RevisitTracker;
-use crate::sem::{Leak, SemKind, SemTable};
+use crate::sem::{Leak, SemKind, SemTable, SemWait};
 use crate::sync::{lock, Mutex};
 use crate::trace::Tracer;
 #[cfg(not(loom))]
@@ -444,9 +444,8 @@ impl Runtime {
     #[inline(always)]
     fn wait_untraced(&self, device: u32, core: u32, kind: WaitKind, sem: u32, value: i64, site: u32) -> Result<()> {
         let decrement = !matches!(kind, WaitKind::SemNoDecrement);
-        self.sems
-            .wait_with(device, core, sem, value, decrement, site, &mut |step: DmaStep| step.run(&self.dma_env()))
-            .map_err(|e| e.at(device, core))?;
+        let wait = SemWait { device, core, sem, value, decrement, site };
+        self.sems.wait_with(wait, &mut |step: DmaStep| step.run(&self.dma_env())).map_err(|e| e.at(device, core))?;
         if let Some(races) = &self.races {
             races.wait_done(self.topo.global_core(device, core), sem);
         }

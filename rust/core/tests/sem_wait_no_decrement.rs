@@ -3,7 +3,7 @@
 //! out, fail with the launch and count for deadlock detection like a
 //! decrementing wait.
 
-use mosaic_rt_core::internals::SemTable;
+use mosaic_rt_core::internals::{SemTable, SemWait};
 use mosaic_rt_core::{Config, ErrorKind, Runtime, SemKind};
 use std::sync::Arc;
 use std::thread;
@@ -20,7 +20,7 @@ fn no_tasks<T>(_: T) -> mosaic_rt_core::Result<()> {
 }
 
 fn wait_nodec(t: &SemTable, device: u32, sem: u32, value: i64) -> mosaic_rt_core::Result<()> {
-    t.wait_with(device, 0, sem, value, false, 0, &mut no_tasks)
+    t.wait_with(SemWait { device, core: 0, sem, value, decrement: false, site: 0 }, &mut no_tasks)
 }
 
 fn until_parked(t: &SemTable, device: u32) {
@@ -41,7 +41,7 @@ fn a_non_decrementing_wait_leaves_the_count() {
     wait_nodec(&t, 0, s, 0).unwrap();
     assert_eq!(t.read(0, 0, s).unwrap(), 3);
     // The decrementing flag of `wait_with` is the normal wait.
-    t.wait_with(0, 0, s, 2, true, 0, &mut no_tasks).unwrap();
+    t.wait_with(SemWait { device: 0, core: 0, sem: s, value: 2, decrement: true, site: 0 }, &mut no_tasks).unwrap();
     assert_eq!(t.read(0, 0, s).unwrap(), 1);
 }
 

@@ -9,28 +9,21 @@
 //! tells them from a descriptor waited with the wrong size.
 
 use super::ids::SemBlock;
-use super::Queued;
-use crate::config::Topology;
+use super::{Queued, SemWait};
 use crate::reports::{Category, Detail, Report};
-use crate::site::{self, SiteId};
+use crate::site;
 
-/// A DMA wait for `value` bytes on (block offset `off`, `gcore`) that does
-/// not complete at once: a suspect (a MisuseWarning if the semaphore leaks,
-/// see the module doc) if DMAs are pending on the semaphore and no sum of
-/// their sizes (with or without the count already there) makes `value` --
-/// a descriptor waited with a different size than it was started with. A sum, not only one DMA or all of them: kernels
-/// share one semaphore between kinds of copies and wait for each kind's
-/// total (jax's paged attention waits for its int8 pages, then for their
-/// scales, all started on one semaphore).
-pub(crate) fn check_dma_wait<T: Queued>(
-    s: &SemBlock<T>,
-    off: u32,
-    gcore: u32,
-    value: i64,
-    topo: Topology,
-    wait_site: SiteId,
-    as_warning: bool,
-) {
+/// A DMA wait `w` (for `w.value` bytes, its site resolved; on block offset
+/// `off`, global core `gcore`) that does not complete at once: a suspect (a
+/// MisuseWarning if the semaphore leaks, see the module doc) if DMAs are
+/// pending on the semaphore and no sum of their sizes (with or without the
+/// count already there) makes `value` -- a descriptor waited with a
+/// different size than it was started with. A sum, not only one DMA or all
+/// of them: kernels share one semaphore between kinds of copies and wait
+/// for each kind's total (jax's paged attention waits for its int8 pages,
+/// then for their scales, all started on one semaphore).
+pub(crate) fn check_dma_wait<T: Queued>(s: &SemBlock<T>, off: u32, gcore: u32, w: SemWait, as_warning: bool) {
+    let SemWait { device, core, value, site: wait_site, .. } = w;
     let pending = s.pending_bytes(off, gcore);
     if pending.is_empty() {
         return;
@@ -43,7 +36,6 @@ pub(crate) fn check_dma_wait<T: Queued>(
     if !s.note_misuse(off, gcore, value, wait_site) {
         return;
     }
-    let (device, core) = (gcore / topo.cores_per_device, gcore % topo.cores_per_device);
     let sizes: Vec<String> = pending
         .iter()
         .map(|&(b, st)| match site::text(st) {

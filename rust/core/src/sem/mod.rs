@@ -34,6 +34,21 @@ use park::{Failure, Parker};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+/// One core's wait on a semaphore ([`SemTable::wait_with`]).
+#[derive(Clone, Copy, Debug)]
+pub struct SemWait {
+    pub device: u32,
+    pub core: u32,
+    pub sem: u32,
+    /// The count awaited.
+    pub value: i64,
+    /// Subtract `value` once the count reaches it; false for
+    /// `pl.semaphore_wait(..., decrement=False)` (the count is left as it is).
+    pub decrement: bool,
+    /// Where the wait is in the kernel (0: the thread's current site).
+    pub site: SiteId,
+}
+
 enum_str! {
     pub enum SemKind as "semaphore kind" {
         Regular = "regular",
@@ -277,25 +292,15 @@ impl<T: Queued> SemTable<T> {
         site: SiteId,
         run_task: &mut dyn FnMut(T) -> Result<()>,
     ) -> Result<()> {
-        self.wait_with(device, core, sem, value, true, site, run_task)
+        self.wait_with(SemWait { device, core, sem, value, decrement: true, site }, run_task)
     }
 
-    /// [`Self::wait`], subtracting `value` once the count reaches it only
-    /// with `decrement` (`pl.semaphore_wait(..., decrement=False)`: the
-    /// count is left as it is). Either way the wait parks, runs queued
+    /// [`Self::wait`] of `w`, subtracting its value once the count reaches
+    /// it only with `w.decrement`. Either way the wait parks, runs queued
     /// work, takes part in deadlock detection and times out alike.
-    #[allow(clippy::too_many_arguments)]
     #[inline]
-    pub fn wait_with(
-        &self,
-        device: u32,
-        core: u32,
-        sem: u32,
-        value: i64,
-        decrement: bool,
-        site: SiteId,
-        run_task: &mut dyn FnMut(T) -> Result<()>,
-    ) -> Result<()> {
+    pub fn wait_with(&self, w: SemWait, run_task: &mut dyn FnMut(T) -> Result<()>) -> Result<()> {
+        let SemWait { device, core, sem, value, decrement, site } = w;
         let take = |count: &AtomicI64, value: i64| {
             if decrement {
                 try_take(count, value)
@@ -335,7 +340,7 @@ impl<T: Queued> SemTable<T> {
             }
             if !checked && s.kind == SemKind::Dma {
                 checked = true;
-                misuse::check_dma_wait(s, off, gcore, value, self.topo, wait.site, self.reports_as_warnings);
+                misuse::check_dma_wait(s, off, gcore, SemWait { site: wait.site, ..w }, self.reports_as_warnings);
             }
             if let Some(task) = s.pop_task(off, gcore) {
                 run_task(task)?;
