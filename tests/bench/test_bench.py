@@ -180,6 +180,15 @@ def test_rows_are_listed_and_selected_by_filter():
     assert len(rows.select([])) == len(rows.ROWS)
 
 
+def test_each_row_is_one_object_in_a_module_of_its_own():
+    from mosaic_rt.bench.row import Row
+
+    assert len({r.key for r in rows.ROWS}) == len({r.name for r in rows.ROWS}) == len(rows.ROWS)
+    for row in rows.ROWS:
+        assert isinstance(row, Row)
+        assert type(row).__module__ == f"mosaic_rt.bench.row_{row.key}", row.key
+
+
 def test_lowering_and_launch_rows_write_json(tmp_path):
     out, md = tmp_path / "out.json", tmp_path / "out.md"
     done = _bench(
