@@ -194,16 +194,16 @@ def _index(xp, x, indexer, what: str, last: bool):
         extent = x.shape[d]
         if isinstance(idx, jx.Slice):
             stride = int(idx.stride)
-            try:
+            if not isinstance(idx.size, jx.Tracer):
                 size = int(idx.size)
-            except TypeError:
+            else:
                 # The map is made for the largest size and cut at run time:
                 # a prefix of the view only if nothing comes before the dim.
                 if not last or rows is not None or len(squeeze) != d:
                     raise NotImplementedError(
                         f"{what}: a slice of traced size after a bitcast / reshape / transpose, other than the"
                         " first dimension of the last indexer"
-                    ) from None
+                    )
                 size, rows = extent, idx.size
             shape[d] = size
             i = idx.start + xp.arange(size, dtype=np.int32) * stride
