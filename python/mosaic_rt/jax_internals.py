@@ -171,6 +171,22 @@ conv_p = getattr(mosaic_primitives, "conv_p", None)
 # the release lacks them).
 pack_elementwise_p = getattr(mosaic_primitives, "pack_elementwise_p", None)
 unpack_elementwise_p = getattr(mosaic_primitives, "unpack_elementwise_p", None)
+# SparseCore's `plsc.parallel_loop`: operands (lower, upper, step, consts,
+# carry) flattened by param `tree`; param `jaxpr` takes (*consts, index,
+# *carry) once its constvars are made invars (convert_constvars_jaxpr).
+try:
+    from jax._src.pallas.mosaic import sc_primitives as _sc_primitives
+except ImportError:  # pragma: no cover - every supported jax has it
+    _sc_primitives = None
+parallel_loop_p = getattr(_sc_primitives, "parallel_loop_p", None)
+
+
+def convert_constvars_jaxpr(jaxpr):
+    from jax._src.interpreters import partial_eval
+
+    return partial_eval.convert_constvars_jaxpr(jaxpr)
+
+
 # TPU-only primitives: they drive MXU registers and result FIFOs, have no CPU
 # lowering and no stock interpret rule. The interpreter raises
 # NotImplementedError naming them instead of letting XLA fail to lower.

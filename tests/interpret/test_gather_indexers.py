@@ -302,3 +302,79 @@ def test_sparse_core_subcores_each_gather_their_rows(mode):
             out = pl.kernel(kernel, out_type=jax.ShapeDtypeStruct((len(idx), 128), jnp.int32), mesh=mesh)(idx, x)
             out = jax.block_until_ready(out)
     _assert_same_bits(out, np.asarray(x)[np.asarray(idx)])
+
+
+def _subcore_kernel(kernel, out_type, mode, cores=2, subcores=4):
+    from mosaic_rt.tpu_check.tpu_info import answering_for
+
+    plsc = _sparse_core()
+    with answering_for("v6e"):
+        mesh = plsc.VectorSubcoreMesh(
+            core_axis_name="core", subcore_axis_name="subcore", num_cores=cores, num_subcores=subcores
+        )
+        with mosaic_rt.force_interpret_mode(_params(mode)):
+            return jax.block_until_ready(pl.kernel(kernel, out_type=out_type, mesh=mesh))
+
+
+@pytest.mark.skipif(_sparse_core() is None, reason="this jax has no SparseCore meshes (tpu_sc.VectorSubcoreMesh)")
+@pytest.mark.parametrize("mode", MODES)
+def test_subcores_write_their_rows_of_one_output_through_a_bitcast_view(mode):
+    """ragged_gather_v2's shape of work: every subcore DMAs its rows into
+    the same output through ``out.bitcast(...)`` -- each a write of part of
+    the view's region, all at once: no subcore's write may undo another's
+    (a whole-region read-modify-write lost rows in eager mode)."""
+    cores, subcores, b = 2, 16, 8
+    x = _data((cores * subcores * b, 512), jnp.float32)
+
+    def kernel(x_hbm, o_hbm):
+        w = jax.lax.axis_index(("core", "subcore"))
+        out_i32 = o_hbm.bitcast(jnp.int32)
+
+        def scoped(buf):
+            pltpu.sync_copy(x_hbm.bitcast(jnp.int32).at[pl.ds(w * b, b)], buf)
+            # one row per DMA, several times over: 32 subcores overlap
+            for _ in range(4):
+                for r in range(b):
+                    pltpu.sync_copy(buf.at[pl.ds(r, 1)], out_i32.at[pl.ds(w * b + r, 1)])
+
+        pl.run_scoped(scoped, pltpu.VMEM((b, 512), jnp.int32))
+
+    for _ in range(3):
+        out = _subcore_kernel(kernel, jax.ShapeDtypeStruct(x.shape, x.dtype), mode, cores, subcores)(x)
+        _assert_same_bits(out, x)
+
+
+@pytest.mark.skipif(_sparse_core() is None, reason="this jax has no SparseCore meshes (tpu_sc.VectorSubcoreMesh)")
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("step", [1, 32])
+def test_parallel_loop_runs_every_iteration_with_its_carry(mode, step):
+    """``plsc.parallel_loop``: a loop whose iterations the SparseCore may run
+    in any order or at once (the kernel promises they are independent):
+    every index from lower to upper by step, the carry threaded through."""
+    plsc = _sparse_core()
+    b = 8
+
+    def kernel(x_hbm, o_hbm, n_hbm):
+        w = jax.lax.axis_index(("core", "subcore"))
+
+        def scoped(buf, count):
+            pltpu.sync_copy(x_hbm.at[pl.ds(w * b, b)], buf)
+
+            def body(i, n):
+                cols = pl.ds(i, step)
+                buf[:, cols] = buf[:, cols] * 2 + i
+                return n + 1
+
+            count[0] = plsc.parallel_loop(0, 128, step=step, carry=jnp.int32(0))(body)
+            pltpu.sync_copy(buf, o_hbm.at[pl.ds(w * b, b)])
+            pltpu.sync_copy(count, n_hbm.at[pl.ds(w, 1)])
+
+        pl.run_scoped(scoped, pltpu.VMEM((b, 128), jnp.int32), pltpu.VMEM((1,), jnp.int32))
+
+    x = _data((8 * b, 128), jnp.int32) % 1000
+    out, n = _subcore_kernel(
+        kernel, (jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((8,), jnp.int32)), mode
+    )(x)
+    starts = (np.arange(128) // step) * step
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(x) * 2 + starts[None, :])
+    np.testing.assert_array_equal(np.asarray(n), np.full(8, 128 // step, np.int32))

@@ -543,6 +543,28 @@ def _while(eqn, read, ctx, token):
     return token, out
 
 
+@_rule(jx.parallel_loop_p)
+def _parallel_loop(eqn, read, ctx, token):
+    # Iterations may run in any order or at once on a SparseCore (the
+    # kernel promises they are independent): in order is one of those.
+    p = eqn.params
+    lower, upper, step, consts, init = p["tree"].unflatten(read())
+    body = jx.convert_constvars_jaxpr(p["jaxpr"])
+    index_type = jnp.int32
+
+    def step_fn(carry):
+        tok, i, vals = carry
+        tok, out = eval_jaxpr(body, *consts, i, *vals, ctx=ctx, token=tok)
+        return materialize(tok), i + jnp.asarray(step, index_type), list(out)
+
+    token, _, out = lax.while_loop(
+        lambda c: c[1] < jnp.asarray(upper, index_type),
+        step_fn,
+        (materialize(token), jnp.asarray(lower, index_type), list(init)),
+    )
+    return token, out
+
+
 @_rule(jx.jit_p)
 def _jit(eqn, read, ctx, token):
     return eval_closed(eqn.params["jaxpr"], *read(), ctx=ctx, token=token)

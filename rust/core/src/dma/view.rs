@@ -67,17 +67,32 @@ impl DmaView {
             return Err(RtError::value(format!("DMA destination view has {view} bytes, its data {}", data.len())));
         }
         let mut region = crate::memory::zeroed(n, || format!("a DMA of {n} bytes"))?;
+        if m.len() == n {
+            for (&b, &v) in m.iter().zip(data) {
+                region[b as usize] = v;
+            }
+            return memory.store(dst, &region);
+        }
         // A view that covers only part of its region (an indexer after it):
-        // the rest is written back as it was. So the write is not atomic
-        // with respect to other cores' writes to that rest, initcheck sees a
-        // read of the whole region, and races are those of the whole region.
-        if m.len() != n {
+        // a masked write of the elements it covers, under the buffer's lock,
+        // so that other cores writing the rest of the region at the same
+        // time (SparseCore subcores gathering rows into one output) keep
+        // their bytes. An element the view covers only in part keeps its
+        // other bytes as they were read just before.
+        let itemsize = memory.info(dst.key())?.dtype.itemsize().max(1);
+        let mut covered = vec![0u8; n];
+        for &b in m.iter() {
+            covered[b as usize] = 1;
+        }
+        let mask: Vec<u8> = covered.chunks(itemsize).map(|c| c.iter().any(|&x| x != 0) as u8).collect();
+        let partial = covered.chunks(itemsize).any(|c| c.iter().any(|&x| x != 0) && !c.iter().all(|&x| x != 0));
+        if partial {
             memory.load(dst, &mut region)?;
         }
         for (&b, &v) in m.iter().zip(data) {
             region[b as usize] = v;
         }
-        memory.store(dst, &region)
+        memory.swap_value(dst, crate::memory::Stored::Dense(&region), Some(&mask), None)
     }
 
     /// The whole copy (load, then store); returns the bytes moved.
