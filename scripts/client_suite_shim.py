@@ -17,8 +17,14 @@ Both backends get the same simulated chip, from ``CLIENT_SUITE_CHIP``
   (v7x: two devices per chip), so code that orders devices physically
   (``sorted(jax.devices(), key=lambda d: d.coords)``) runs.
 
-What stays CPU: ``jax.devices()[0].device_kind`` is "cpu" (a kernel helper
-reading it directly falls back to its non-TPU defaults, on both backends).
+* the CPU devices' ``device_kind`` is the chip's (``"TPU v6 lite"``,
+  ``"TPU7x"``, ...): kernels pick tuned block sizes and code paths by
+  reading it directly (tpu-inference's ragged paged attention v3 raises
+  "Unsupported tpu_version=-1" on "cpu"). Devices of other platforms (the
+  TPU compile check's) keep their own.
+
+What stays CPU: the platform (``jax.devices()[0].platform == "cpu"``), so
+jax compiles and runs everything for the CPU.
 
 Then every pallas_call / core_map of the process runs in TPU interpret mode:
 ``CLIENT_SUITE_BACKEND=stock`` sets ``pltpu.set_tpu_interpret_mode(
@@ -92,6 +98,24 @@ def _simulate_chip(chip: str) -> None:
         device_class.coords = property(lambda d: ((d.id // per_chip) % 2, (d.id // per_chip) // 2, 0))
     if not hasattr(device_class, "core_on_chip"):
         device_class.core_on_chip = property(lambda d: d.id % per_chip)
+
+    native_kind = device_class.__dict__.get("device_kind")
+    if isinstance(native_kind, property) and not getattr(native_kind.fget, "_client_suite", False):
+
+        def device_kind(d, _native=native_kind):
+            return kind if d.platform == "cpu" else _native.__get__(d)
+
+        device_kind._client_suite = True
+        device_class.device_kind = property(device_kind)
+    if not hasattr(jax.devices("cpu")[0], "num_cores"):
+        # What jax's TPU info reads of a TPU device (TPU devices answer
+        # through the class's __getattr__, which this falls back to).
+        def num_cores(d):
+            if d.platform != "cpu":
+                raise AttributeError("num_cores")
+            return cores
+
+        device_class.num_cores = property(num_cores)
 
     chip_version = tpu_info.chip_version_from_device_kind(kind)
     tpu_info.registry["cpu"] = lambda: tpu_info.get_tpu_info_for_chip(chip_version, cores)
