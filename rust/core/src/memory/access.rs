@@ -9,6 +9,7 @@ use super::buffer::Buffer;
 use super::copy::{copy_block, fill_pattern, for_each_element, Layout};
 use super::message::{self, Who};
 use super::plan::Plan;
+use super::smem_scalar;
 use super::{Access, MemRef, MemoryTable, Stored};
 use crate::config::OobReads;
 use crate::error::{Result, RtError};
@@ -55,9 +56,17 @@ impl MemoryTable {
 
     /// Reads `r` into `out` (C order, exactly the region's size).
     pub fn load(&self, r: MemRef<'_>, out: &mut [u8]) -> Result<()> {
-        if self.unchecked_smem_scalar(r, out)? {
-            return Ok(());
+        // Scalar SMEM reads outside the array follow the TPU (`smem_scalar`):
+        // a negative index before `resolve` (which rejects it), one past the
+        // end where reads leave the buffer below.
+        let scalar_smem = smem_scalar::is_scalar_smem(&r);
+        if scalar_smem && smem_scalar::has_negative_index(&r) {
+            let buf = self.get(r.key(), "read")?;
+            if self.read_outside_smem(r, &buf, out) {
+                return Ok(());
+            }
         }
+        let mem_ref = r;
         let region = r.region;
         let r = self.resolve(r, "read")?;
         r.check_len("out", out.len(), r.bytes)?;
@@ -67,6 +76,9 @@ impl MemoryTable {
             r.buf.check_initialized(&r.plan, in_bounds.as_deref(), &r.who, region)?;
             let src = r.plan.buffer_layout(&r.buf.shape, itemsize);
             copy_block(&r.buf.read(&r.who)?, &src, out, &r.dense(), &r.full, itemsize);
+            return Ok(());
+        }
+        if scalar_smem && self.read_outside_smem(mem_ref, &r.buf, out) {
             return Ok(());
         }
         if self.oob_reads == OobReads::Raise {

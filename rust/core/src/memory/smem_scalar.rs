@@ -6,25 +6,34 @@
 //! TPU's word is some other variable's) and is reported once per source
 //! line as misuse, instead of failing as stock's bounds check does.
 
+use super::buffer::Buffer;
 use super::message::{shape_repr, Who};
 use super::{MemRef, MemorySpace, MemoryTable};
-use crate::error::Result;
 use crate::reports::{self, Category, Detail, Report};
 
+/// Whether `r` reads one element of SMEM (every listed dim an integer
+/// index) -- cheap: no buffer lookup.
+pub(super) fn is_scalar_smem(r: &MemRef<'_>) -> bool {
+    r.space == MemorySpace::Smem && r.region.dims.iter().all(|d| d.squeezed)
+}
+
+/// Whether `r` (a scalar read, `is_scalar_smem`) has a negative index: such
+/// a region fails validation, so it is told apart before `resolve`.
+pub(super) fn has_negative_index(r: &MemRef<'_>) -> bool {
+    r.region.dims.iter().any(|d| d.start < 0)
+}
+
 impl MemoryTable {
-    /// Reads `r` into `out` if it is a scalar read of SMEM outside the
-    /// buffer (true), else leaves `out` alone (false).
-    pub(super) fn unchecked_smem_scalar(&self, r: MemRef<'_>, out: &mut [u8]) -> Result<bool> {
-        if r.space != MemorySpace::Smem || !r.region.dims.iter().all(|d| d.squeezed) {
-            return Ok(false);
-        }
-        let buf = self.get(r.key(), "read")?;
+    /// Reads scalar `r` of `buf`, outside its shape, as the TPU does (see
+    /// the module doc); false (nothing read) if `r` does not name every
+    /// dim of `buf` with an index outside it.
+    pub(super) fn read_outside_smem(&self, r: MemRef<'_>, buf: &Buffer, out: &mut [u8]) -> bool {
         if r.region.dims.len() != buf.shape.len() || out.len() != buf.dtype.itemsize() {
-            return Ok(false);
+            return false;
         }
         let outside = r.region.dims.iter().zip(&buf.shape).any(|(d, &n)| d.start < 0 || d.start as u64 >= n as u64);
         if !outside {
-            return Ok(false);
+            return false;
         }
         out.copy_from_slice(&buf.dtype.fill_bytes(self.fill));
         let site = crate::site::current();
@@ -49,6 +58,6 @@ impl MemoryTable {
                 as_warning: self.report_as_warnings,
             });
         }
-        Ok(true)
+        true
     }
 }
