@@ -287,11 +287,18 @@ def run_file(args, python, versions, backend, rel, tmp) -> tuple:
     if k:
         base += ["-k", k]
     env = _env(backend, chip, args.tpu_target, stubs=versions.get("vllm") is None, params=parse_params(args.param))
-    targets = [path]
-    if args.sample and args.sample > 1:
+    targets, subset = [path], None
+    if args.sample and args.sample > 1 or args.subset_from:
         ids = _collect(base, path, tmp, env)
-        if len(ids) > 40:
-            targets = [os.path.join(versions["site"], n) for n in ids[:: args.sample]]
+        keep = set(ids[:: args.sample]) if args.sample and args.sample > 1 and len(ids) > 40 else set(ids)
+        if args.subset_from:
+            keep, subset = _subset(ids, rel, args.subset_from, args.sample)
+        if not keep:  # nothing of this file to run on this side
+            info = {"wall": 0.0, "elapsed": 0.0, "returncodes": [], "log": None, "hung": [], "collected": 0}
+            info.update(counts=suite_runner.counts({}), chip=chip, subset=subset)
+            return info, {}
+        if keep != set(ids):
+            targets = [os.path.join(versions["site"], n) for n in ids if n in keep]
     info, tests = suite_runner.run_file(
         base,
         targets,
@@ -304,7 +311,24 @@ def run_file(args, python, versions, backend, rel, tmp) -> tuple:
         label="client_suite",
     )
     info["chip"] = chip
+    if subset:
+        info["subset"] = subset
     return info, tests
+
+
+def _subset(ids: list, rel: str, path: str, sample: int | None) -> tuple:
+    """The tests of ``ids`` (node ids) that the mosaic_rt side of the run in
+    ``path`` did not pass, plus every ``sample``-th test for timing; and
+    what was chosen. A file that run did not cover, or could not run, runs
+    whole."""
+    with open(path) as fh:
+        ours = json.load(fh)["files"].get(rel, {}).get("mosaic_rt", {}).get("tests")
+    if not ours or f"{rel}::<file>" in ours:
+        return set(ids), {"from": path, "whole": True}
+    by_id = {n: f"{rel}::" + n.split("::", 1)[1] for n in ids}
+    not_passed = {n for n, t in by_id.items() if ours.get(t, {}).get("outcome") not in ("passed", "skipped")}
+    sampled = set(ids[::sample]) if sample and sample > 1 else set()
+    return not_passed | sampled, {"from": path, "not_passed": len(not_passed), "sampled": len(sampled - not_passed)}
 
 
 def _collect(base, path, tmp, env) -> list:
@@ -322,6 +346,10 @@ def _passing_time(tests: dict, ids) -> float:
 def compare_file(stock: dict, ours: dict) -> dict:
     st, ot = stock["tests"], ours["tests"]
     ids = sorted(set(st) | set(ot))
+    # A side that ran a subset (--subset-from) is compared on that subset.
+    for side in (stock, ours):
+        if side["info"].get("subset") and not side["info"]["subset"].get("whole"):
+            ids = [t for t in ids if t in side["tests"]]
     both = [t for t in ids if st.get(t, {}).get("outcome") == "passed" and ot.get(t, {}).get("outcome") == "passed"]
     differ = [
         {
@@ -335,7 +363,9 @@ def compare_file(stock: dict, ours: dict) -> dict:
         if st.get(t, {}).get("outcome") != ot.get(t, {}).get("outcome")
     ]
     ts, to = _passing_time(st, both), _passing_time(ot, both)
+    stages = {b: suite_runner.stage_totals(side["tests"], both) for b, side in zip(BACKENDS, (stock, ours))}
     return {
+        "stages_both": stages,
         "collected": max(stock["info"]["collected"], ours["info"]["collected"]),
         "both_passed": len(both),
         "time_both": {"stock": ts, "mosaic_rt": to, "ratio": round(ts / to, 2) if to else None},
@@ -386,6 +416,7 @@ def report(result: dict) -> dict:
         f"|       {_side(totals['mosaic_rt'])} | "
         f"{both_n:4d} {ts:.1f}/{to:.1f}" + (f" ({ts / to:.2f}x)" if to else "")
     )
+    _print_stages(result, p)
     ran = collected - totals["mosaic_rt"]["skipped"]
     p(
         f"ours passes {totals['mosaic_rt']['passed']} of the {ran} tests that ran (collected minus skipped)"
@@ -415,6 +446,27 @@ def report(result: dict) -> dict:
     }
 
 
+def _print_stages(result: dict, p) -> None:
+    """Where the time on tests passing on both sides goes, per side, over
+    the files whose tests carry a stage split on both."""
+    totals = {b: None for b in BACKENDS}
+    for f in result["files"].values():
+        stages = f.get("comparison", {}).get("stages_both") or {}
+        if not all(stages.get(b) for b in BACKENDS):
+            continue
+        for b in BACKENDS:
+            t = totals[b] or dict.fromkeys((*suite_runner.STAGES, "kernels"), 0)
+            totals[b] = {k: round(t[k] + stages[b][k], 2) for k in t}
+    if all(totals.values()):
+        p("time by stage on tests passing on both (files with a split on both sides; s):")
+        for b in BACKENDS:
+            p("  " + suite_runner.format_stages(b, totals[b]))
+        # The tests' own work plus ours' (small) kernel execution: an upper
+        # bound on the time of these tests with the kernel calls removed.
+        floor = totals["mosaic_rt"]["rest"] + totals["mosaic_rt"]["other_compile"]
+        p(f"  floor (the tests without their kernels' first-call stages, ours' execution included): {floor:.1f}")
+
+
 def failure_classes(result: dict, backend: str = "mosaic_rt", top: int = 30) -> None:
     """The most common first lines of failures on one side."""
     seen: dict = {}
@@ -441,6 +493,13 @@ def main(argv=None) -> int:
     ap.add_argument("-k", help="pytest -k expression for every file")
     ap.add_argument("--quick", action="store_true", help="the CI subset (QUICK)")
     ap.add_argument("--sample", type=int, metavar="K", help="files of more than 40 tests: every K-th test only")
+    ap.add_argument(
+        "--subset-from",
+        metavar="JSON",
+        help="run only the tests the mosaic_rt side of this earlier --json did not pass (plus --sample K's, for "
+        "timing): with --backends stock, shows 'no test passing on stock fails on ours' without running stock on "
+        "every test",
+    )
     ap.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
     ap.add_argument("--tpu-target", action="store_true", help="ours: MOSAIC_RT_TPU_TARGET = the file's chip")
     ap.add_argument(
@@ -513,7 +572,7 @@ def main(argv=None) -> int:
                 f"in {info['wall']:.0f}s",
                 flush=True,
             )
-            if logdir:
+            if logdir and info["log"]:
                 os.makedirs(logdir, exist_ok=True)
                 shutil.copy(info["log"], logdir)
                 info["log"] = os.path.join(logdir, os.path.basename(info["log"]))
