@@ -23,6 +23,7 @@
 
 mod machine;
 mod view;
+mod view_rows;
 
 pub use machine::DmaMachine;
 pub use view::{DmaView, ViewMap};
