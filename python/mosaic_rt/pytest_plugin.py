@@ -51,7 +51,6 @@ def pytest_addoption(parser):
         help="mosaic_rt: true/false, as --mosaic-rt-warnings (unset: MOSAIC_RT_WARNINGS decides)",
     )
 
-
     parser.addoption(
         "--mosaic-rt-cache",
         metavar="DIR",
