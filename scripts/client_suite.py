@@ -7,6 +7,7 @@ for.
     python scripts/client_suite.py --quick               # the CI subset (a few minutes)
     python scripts/client_suite.py --files causal_conv1d_test.py -k conv1d0
     python scripts/client_suite.py --tpu-target          # ours also compiles each kernel for the file's chip
+    python scripts/client_suite.py --cache DIR           # ours keeps compiled programs in DIR (a 2nd run loads them)
     python scripts/client_suite.py --report out.json     # print an earlier run's report again
 
 What it does:
@@ -283,6 +284,8 @@ def run_file(args, python, versions, backend, rel, tmp) -> tuple:
     ]
     if backend == "stock":
         base += ["-p", "no:mosaic_rt", "-p", "no:mosaic_rt_tpu"]
+    elif args.cache:
+        base += ["--mosaic-rt-cache", os.path.abspath(args.cache)]
     k = args.k or (QUICK.get(rel) if args.quick else None)
     if k:
         base += ["-k", k]
@@ -502,6 +505,12 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
     ap.add_argument("--tpu-target", action="store_true", help="ours: MOSAIC_RT_TPU_TARGET = the file's chip")
+    ap.add_argument(
+        "--cache",
+        metavar="DIR",
+        help="ours: jax's persistent compilation cache in DIR (pytest --mosaic-rt-cache); run twice to time a "
+        "second run",
+    )
     ap.add_argument(
         "--param",
         action="append",
