@@ -46,11 +46,14 @@ def pytest_runtest_protocol(item, nextitem):
         return (yield)
     try:
         from mosaic_rt import stages
-    except ImportError:
+    except Exception:  # noqa: BLE001 - observing must never cost a test its record
         return (yield)
     with stages.record() as rec:
         result = yield
-    _write({"stages": item.nodeid, **rec.summary()})
+    try:
+        _write({"stages": item.nodeid, **rec.summary()})
+    except Exception:  # noqa: BLE001
+        pass
     return result
 
 
