@@ -8,6 +8,7 @@ for.
     python scripts/client_suite.py --files causal_conv1d_test.py -k conv1d0
     python scripts/client_suite.py --tpu-target          # ours also compiles each kernel for the file's chip
     python scripts/client_suite.py --cache DIR           # ours keeps compiled programs in DIR (a 2nd run loads them)
+    python scripts/client_suite.py --stock-subset --sample 8   # ours on every test; stock where ours fails + a sample
     python scripts/client_suite.py --report out.json     # print an earlier run's report again
 
 What it does:
@@ -259,7 +260,9 @@ def _env(backend: str, chip: str, tpu_target: bool, stubs: bool, params: dict | 
     return env
 
 
-def run_file(args, python, versions, backend, rel, tmp) -> tuple:
+def run_file(args, python, versions, backend, rel, tmp, ours_tests=None) -> tuple:
+    """One file on one side; with ``ours_tests`` (the mosaic_rt side's
+    results of this file) only the tests they did not pass (`_subset`)."""
     tests_dir = versions["tests_dir"]
     path = os.path.join(tests_dir, "kernels", rel)
     chip = chip_of(path, rel)
@@ -291,11 +294,11 @@ def run_file(args, python, versions, backend, rel, tmp) -> tuple:
         base += ["-k", k]
     env = _env(backend, chip, args.tpu_target, stubs=versions.get("vllm") is None, params=parse_params(args.param))
     targets, subset = [path], None
-    if args.sample and args.sample > 1 or args.subset_from:
+    if args.sample and args.sample > 1 or ours_tests is not None:
         ids = _collect(base, path, tmp, env)
         keep = set(ids[:: args.sample]) if args.sample and args.sample > 1 and len(ids) > 40 else set(ids)
-        if args.subset_from:
-            keep, subset = _subset(ids, rel, args.subset_from, args.sample)
+        if ours_tests is not None:
+            keep, subset = _subset(ids, rel, ours_tests, args.sample)
         if not keep:  # nothing of this file to run on this side
             info = {"wall": 0.0, "elapsed": 0.0, "returncodes": [], "log": None, "hung": [], "collected": 0}
             info.update(counts=suite_runner.counts({}), chip=chip, subset=subset)
@@ -319,19 +322,30 @@ def run_file(args, python, versions, backend, rel, tmp) -> tuple:
     return info, tests
 
 
-def _subset(ids: list, rel: str, path: str, sample: int | None) -> tuple:
-    """The tests of ``ids`` (node ids) that the mosaic_rt side of the run in
-    ``path`` did not pass, plus every ``sample``-th test for timing; and
-    what was chosen. A file that run did not cover, or could not run, runs
-    whole."""
-    with open(path) as fh:
-        ours = json.load(fh)["files"].get(rel, {}).get("mosaic_rt", {}).get("tests")
+def _subset(ids: list, rel: str, ours: dict, sample: int | None) -> tuple:
+    """The tests of ``ids`` (node ids) that ``ours`` (the mosaic_rt side's
+    results of file ``rel``) did not pass, plus every ``sample``-th test for
+    timing; and what was chosen. A file ours did not cover, or could not
+    run, runs whole."""
     if not ours or f"{rel}::<file>" in ours:
-        return set(ids), {"from": path, "whole": True}
+        return set(ids), {"whole": True}
     by_id = {n: f"{rel}::" + n.split("::", 1)[1] for n in ids}
     not_passed = {n for n, t in by_id.items() if ours.get(t, {}).get("outcome") not in ("passed", "skipped")}
     sampled = set(ids[::sample]) if sample and sample > 1 else set()
-    return not_passed | sampled, {"from": path, "not_passed": len(not_passed), "sampled": len(sampled - not_passed)}
+    return not_passed | sampled, {"not_passed": len(not_passed), "sampled": len(sampled - not_passed)}
+
+
+def _ours_tests(args, entry: dict, rel: str, backend: str):
+    """The mosaic_rt side's results a stock run is cut down to (see
+    --stock-subset / --subset-from), or None for a whole run."""
+    if backend != "stock":
+        return None
+    if args.stock_subset:
+        return entry.get("mosaic_rt", {}).get("tests") or {}
+    if args.subset_from:
+        with open(args.subset_from) as fh:
+            return json.load(fh)["files"].get(rel, {}).get("mosaic_rt", {}).get("tests") or {}
+    return None
 
 
 def _collect(base, path, tmp, env) -> list:
@@ -497,11 +511,15 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="the CI subset (QUICK)")
     ap.add_argument("--sample", type=int, metavar="K", help="files of more than 40 tests: every K-th test only")
     ap.add_argument(
+        "--stock-subset",
+        action="store_true",
+        help="per file, ours first, then stock on just the tests ours did not pass (plus every --sample K-th, for "
+        "timing): shows that no test passing on stock fails on ours without running stock on every test",
+    )
+    ap.add_argument(
         "--subset-from",
         metavar="JSON",
-        help="run only the tests the mosaic_rt side of this earlier --json did not pass (plus --sample K's, for "
-        "timing): with --backends stock, shows 'no test passing on stock fails on ours' without running stock on "
-        "every test",
+        help="as --stock-subset, with ours' results taken from this earlier --json (run with --backends stock)",
     )
     ap.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
     ap.add_argument("--tpu-target", action="store_true", help="ours: MOSAIC_RT_TPU_TARGET = the file's chip")
@@ -568,10 +586,11 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     for rel in files:
         entry = result["files"].setdefault(rel, {})
-        for backend in args.backends:
+        # With --stock-subset ours runs first: stock runs what ours did not pass.
+        for backend in sorted(args.backends, key=lambda b: b != "mosaic_rt") if args.stock_subset else args.backends:
             if backend in entry:
                 continue
-            info, tests = run_file(args, python, versions, backend, rel, tmp)
+            info, tests = run_file(args, python, versions, backend, rel, tmp, _ours_tests(args, entry, rel, backend))
             entry["chip"] = info["chip"]
             entry[backend] = {"info": info, "tests": tests}
             c = info["counts"]

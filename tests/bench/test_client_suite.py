@@ -102,23 +102,38 @@ def test_runner_kills_a_hanging_test_and_resumes_the_file(tmp_path):
     assert len(info["returncodes"]) == 2  # killed once, resumed once
 
 
-def test_subset_keeps_what_ours_did_not_pass_plus_the_sample(tmp_path):
-    ours = _side({"f.py::T::a": "passed", "f.py::T::b": "failed", "f.py::T::c": "error", "f.py::T::d": "skipped"}, 4)
-    path = tmp_path / "ours.json"
-    path.write_text(json.dumps({"files": {"f.py": {"mosaic_rt": ours}}}))
+def test_subset_keeps_what_ours_did_not_pass_plus_the_sample():
+    ours = _side({"f.py::T::a": "passed", "f.py::T::b": "failed", "f.py::T::c": "error", "f.py::T::d": "skipped"}, 4)[
+        "tests"
+    ]
     ids = [f"tests/kernels/f.py::T::{n}" for n in "abcd"]
-    keep, info = client_suite._subset(ids, "f.py", str(path), None)
+    keep, info = client_suite._subset(ids, "f.py", ours, None)
     assert keep == {ids[1], ids[2]} and info["not_passed"] == 2
-    keep, info = client_suite._subset(ids, "f.py", str(path), 4)
+    keep, info = client_suite._subset(ids, "f.py", ours, 4)
     assert keep == {ids[0], ids[1], ids[2]} and info["sampled"] == 1
-    # A file the earlier run did not cover runs whole.
-    keep, info = client_suite._subset(ids, "g.py", str(path), None)
+    # A file ours did not cover, or could not run, runs whole.
+    keep, info = client_suite._subset(ids, "f.py", {}, None)
     assert keep == set(ids) and info["whole"]
+    keep, info = client_suite._subset(ids, "f.py", {"f.py::<file>": {"outcome": "error"}}, None)
+    assert keep == set(ids) and info["whole"]
+
+
+def test_ours_results_a_stock_run_is_cut_to(tmp_path):
+    ours = {"f.py::T::a": {"outcome": "failed"}}
+    path = tmp_path / "ours.json"
+    path.write_text(json.dumps({"files": {"f.py": {"mosaic_rt": {"tests": ours}}}}))
+    args = client_suite.argparse.Namespace(stock_subset=False, subset_from=str(path))
+    assert client_suite._ours_tests(args, {}, "f.py", "stock") == ours
+    assert client_suite._ours_tests(args, {}, "f.py", "mosaic_rt") is None
+    args = client_suite.argparse.Namespace(stock_subset=True, subset_from=None)
+    assert client_suite._ours_tests(args, {"mosaic_rt": {"tests": ours}}, "f.py", "stock") == ours
+    args = client_suite.argparse.Namespace(stock_subset=False, subset_from=None)
+    assert client_suite._ours_tests(args, {}, "f.py", "stock") is None
 
 
 def test_a_subset_side_is_compared_on_its_subset_only():
     stock = _side({"f.py::b": "passed", "f.py::c": "failed"}, 2)
-    stock["info"]["subset"] = {"from": "ours.json", "not_passed": 2}
+    stock["info"]["subset"] = {"not_passed": 2}
     ours = _side({"f.py::a": "passed", "f.py::b": "failed", "f.py::c": "failed"}, 3)
     cmp = client_suite.compare_file(stock, ours)
     assert [d["test"] for d in cmp["regressions"]] == ["f.py::b"]
