@@ -382,7 +382,7 @@ def _region_parts(region, prefix: str = "", tail=None):
         sizes = strides = squeezed = ()
         starts = no_starts()
     elif not all(isinstance(s, _STATIC_INTS) for s in region.sizes):
-        return _dynamic_size_parts(region, prefix)
+        return _dynamic_size_parts(region, prefix, tail)
     else:
         sizes, strides, squeezed = region.sizes, region.strides, region.squeezed
         parts = region.starts
@@ -408,11 +408,13 @@ def _region_parts(region, prefix: str = "", tail=None):
     return starts, attrs
 
 
-def _dynamic_size_parts(region, prefix: str):
+def _dynamic_size_parts(region, prefix: str, tail=None):
     """`_region_parts` of a region with traced sizes: the sizes attribute
     marks them (``DYNAMIC_SIZE``), the static starts are the ``fixed``
     attribute, and the operand is one vector of the dynamic starts, then the
-    dynamic sizes (``rust/ffi/src/wire.rs``)."""
+    dynamic sizes (``rust/ffi/src/wire.rs``) -- or, with ``tail``, the first
+    of them with the others as trailing scalar operands (no concatenate to
+    compile: fused MoE's DMAs of traced size built ~2,000 of them)."""
     parts = region.starts
     if not isinstance(parts, (tuple, list)):
         raise NotImplementedError("a region with traced sizes needs its starts given per dimension")
@@ -428,7 +430,7 @@ def _dynamic_size_parts(region, prefix: str):
         k_squeezed: _ints(int(bool(s)) for s in region.squeezed),
         k_fixed: fixed,
     }
-    return TracedRegion(starts=tuple(dynamic)).start_vector(), attrs
+    return _starts_operand(tuple(dynamic), tail), attrs
 
 
 def _with_tail(operands, attrs, tail):

@@ -141,7 +141,7 @@ pub fn region(f: &Frame, names: &RegionAttrs, starts_arg: usize, tail: &mut Tail
     let mut starts = slot.starts()?;
     let joined;
     if tail.next < tail.end && slot.dims.is_empty() {
-        joined = join_tail(f, names, sizes.len(), starts, tail)?;
+        joined = join_tail(f, names, sizes, starts, tail)?;
         starts = &joined;
     }
     let n = sizes.len();
@@ -167,17 +167,18 @@ pub fn region(f: &Frame, names: &RegionAttrs, starts_arg: usize, tail: &mut Tail
     Ok(Region::new(dims))
 }
 
-/// The dynamic starts of a region whose scalar start operand is the first
+/// The dynamic values of a region whose scalar start operand is the first
 /// of several: it, then as many trailing operands as the region has dynamic
-/// starts left (all `n` dims without a `fixed` attribute, else its
-/// [`DYNAMIC_START`] entries).
+/// starts (all its dims without a `fixed` attribute, else its
+/// [`DYNAMIC_START`] entries) and dynamic sizes ([`DYNAMIC_SIZE`]) left.
 #[cold]
 #[inline(never)]
-fn join_tail(f: &Frame, names: &RegionAttrs, n: usize, first: &[i32], tail: &mut Tail) -> Result<Vec<i32>> {
-    let dynamic = match f.attr_i64s_opt(names.fixed)? {
+fn join_tail(f: &Frame, names: &RegionAttrs, sizes: &[i64], first: &[i32], tail: &mut Tail) -> Result<Vec<i32>> {
+    let starts = match f.attr_i64s_opt(names.fixed)? {
         Some(fixed) => fixed.iter().filter(|&&s| s == DYNAMIC_START).count(),
-        None => n,
+        None => sizes.len(),
     };
+    let dynamic = starts + sizes.iter().filter(|&&s| s == DYNAMIC_SIZE).count();
     let mut out = first.to_vec();
     while out.len() < dynamic && tail.next < tail.end {
         out.push(f.arg(tail.next)?.scalar_i32()?);
