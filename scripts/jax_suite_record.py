@@ -3,7 +3,8 @@
 $JAX_SUITE_RECORD, the collected test ids, each test's start, and each
 phase's report (outcome, duration, one-line message), flushing every line,
 so the harness knows which test was running when a pytest process hangs or
-dies; with mosaic_rt importable, also each test's time by stage
+dies (and deselects, by exact node id, the tests listed in $JAX_SUITE_SKIP:
+those a resumed run has done); with mosaic_rt importable, also each test's time by stage
 (`mosaic_rt.stages`: kernel trace / interpretation / lowering / compile,
 the test's own compiles, the rest), for either interpreter. Observes only.
 """
@@ -30,6 +31,21 @@ def pytest_configure(config):
     path = os.environ.get("JAX_SUITE_RECORD")
     if path:
         _fh = open(path, "a")
+
+
+def pytest_collection_modifyitems(config, items):
+    # The tests a resumed run has done already: deselected by exact node id
+    # (pytest's --deselect matches prefixes: deselecting test_x1 would drop
+    # test_x10..19 too).
+    path = os.environ.get("JAX_SUITE_SKIP")
+    if not path or not os.path.exists(path):
+        return
+    with open(path) as fh:
+        skip = {line.strip() for line in fh if line.strip()}
+    keep = [item for item in items if item.nodeid not in skip]
+    if len(keep) != len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item.nodeid in skip])
+        items[:] = keep
 
 
 def pytest_collection_finish(session):

@@ -72,11 +72,17 @@ def test_runner_kills_a_hanging_test_and_resumes_the_file(tmp_path):
             def test_fast():
                 pass
 
+            def test_n1():  # done before the hang: skipped when the file resumes
+                pass
+
             def test_hangs():
                 time.sleep(600)
 
             def test_after():
                 assert 1 + 1 == 3
+
+            def test_n10():  # still runs: done tests are skipped by exact id, not prefix
+                pass
             """
         )
     )
@@ -98,7 +104,9 @@ def test_runner_kills_a_hanging_test_and_resumes_the_file(tmp_path):
     assert tests["sample_test.py::test_hangs"]["outcome"] == "error"
     assert "hung" in tests["sample_test.py::test_hangs"]
     assert tests["sample_test.py::test_after"]["outcome"] == "failed"
-    assert info["counts"]["timed_out"] == 1 and info["collected"] == 3
+    assert tests["sample_test.py::test_n1"]["outcome"] == "passed"
+    assert tests["sample_test.py::test_n10"]["outcome"] == "passed"
+    assert info["counts"]["timed_out"] == 1 and info["collected"] == 5
     assert len(info["returncodes"]) == 2  # killed once, resumed once
 
 
