@@ -25,7 +25,7 @@ mod machine;
 mod view;
 
 pub use machine::DmaMachine;
-pub use view::{DmaView, ViewMap};
+pub use view::{DmaView, UnitLayout, ViewMap};
 
 use crate::config::{DmaMode, Topology};
 use crate::error::{Result, RtError};
