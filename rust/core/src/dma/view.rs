@@ -133,12 +133,8 @@ impl DmaView {
             return Err(RtError::value(format!("DMA destination view has {view} bytes, its data {}", data.len())));
         }
         let mut region = crate::memory::zeroed(n, || format!("a DMA of {n} bytes"))?;
-        if layout == UnitLayout::BYTES && m.len() == n {
-            for (&b, &v) in m.iter().zip(data) {
-                region[b as usize] = v;
-            }
-            return memory.store(dst, &region);
-        }
+        // Coverage is counted, not inferred from the map's length: a scatter
+        // with repeated indices has a full-length map that misses rows.
         let dtype = memory.info(dst.key())?.dtype;
         if layout != UnitLayout::BYTES {
             layout.check_region(dtype)?;
