@@ -1,7 +1,7 @@
 """DMAs (and loads / stores) through views of sub-byte arrays: an int4 /
-uint4 / int2 ref seen as int32 or int8 through ``ref.bitcast`` (the
-SparseCore's row packing: on TPU 8 int4 rows share one 32-bit word, row k
-in bits 4k..4k+3), both directions, with indexers and index vectors after
+uint4 / int2 / float4_e2m1fn ref seen as int32 or int8 through
+``ref.bitcast`` (the SparseCore's row packing: on TPU 8 int4 rows share one
+32-bit word, row k in bits 4k..4k+3), both directions, with indexers and index vectors after
 the view, eager and on_wait, local and remote.
 
 Stock interpret mode fails on these views, so the oracle is numpy: `_pack`
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.timeout(180)
 MODES = ("eager", "on_wait")
 _ANY = pl.BlockSpec(memory_space=pl.ANY)
 _VMEM = pl.BlockSpec(memory_space=pltpu.VMEM)
-SUB_BYTE = (jnp.int4, jnp.uint4, jnp.int2)
+SUB_BYTE = (jnp.int4, jnp.uint4, jnp.int2, jnp.float4_e2m1fn)
 
 
 def _params(mode, **knobs):
