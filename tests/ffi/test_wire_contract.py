@@ -154,6 +154,9 @@ def _uses(t, s):
     view_map = np.arange(8, dtype=np.int32)
     F.dma_start(t, _H, 0, 0, 1, mixed, 2, None, 3, src_space=_VMEM, dst_space=_VMEM, src_map=view_map)
     F.dma_start(t, _H, 0, 0, 1, None, 2, None, 3, src_space=_VMEM, dst_space=_VMEM, src_map=view_map, dst_map=view_map)
+    # ... in sub-byte units (int4 views): their layouts an attribute.
+    nibbles = F.UnitMap(view_map, unit=4, region=4, view=8)
+    F.dma_start(t, _H, 0, 0, 1, None, 2, None, 3, src_space=_VMEM, dst_space=_VMEM, src_map=nibbles, dst_map=view_map)
     F.dma_wait(t, _H, 0, 0, 3, nbytes=16)
     F.dma_wait(t, _H, 0, 0, 3, nbytes=16, then_wait=[(4, 16, 2)], site=1)
     F.copy_block(

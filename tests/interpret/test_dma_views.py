@@ -261,21 +261,6 @@ def test_mismatched_views_are_a_clear_error():
         )(X_BF16)
 
 
-def test_sub_byte_views_are_not_implemented_naming_the_transform():
-    def kernel(x_hbm, o_hbm, sem):
-        pltpu.async_copy(x_hbm.bitcast(jnp.int4), o_hbm, sem).wait()
-
-    with pytest.raises(NotImplementedError, match="source of a DMA, BitcastTransform to int4: views of int4"):
-        pl.pallas_call(
-            kernel,
-            out_shape=jax.ShapeDtypeStruct((64, 128), jnp.int4),
-            in_specs=[_ANY],
-            out_specs=_ANY,
-            scratch_shapes=[pltpu.SemaphoreType.DMA],
-            interpret=_params("eager"),
-        )(X_I8)
-
-
 # ------------------------------------------------------------ remote
 
 

@@ -155,6 +155,32 @@ def test_scatter_rows(mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_scatter_with_repeated_indices_keeps_the_rows_it_misses(mode):
+    """As many indices as rows, one repeated: the row nobody names keeps
+    its value (the repeated row gets one of its writers' rows)."""
+    x = _data((4, 128), jnp.int32)
+    idx = jnp.asarray([0, 0, 1, 2], jnp.int32)
+
+    def kernel(idx_ref, x_ref, o_in, o_hbm, sem):
+        del o_in
+        pltpu.async_copy(x_ref, o_hbm.at[idx_ref[...]], sem).wait()
+
+    out = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((4, 128), jnp.int32),
+        in_specs=[_VMEM, _VMEM, _ANY],
+        out_specs=_ANY,
+        input_output_aliases={2: 0},
+        scratch_shapes=[pltpu.SemaphoreType.DMA],
+        interpret=_params(mode),
+    )(idx, x, jnp.full((4, 128), -5, jnp.int32))
+    out, x = np.asarray(out), np.asarray(x)
+    np.testing.assert_array_equal(out[3], np.full(128, -5, np.int32))
+    np.testing.assert_array_equal(out[1:3], x[2:4])
+    assert (out[0] == x[0]).all() or (out[0] == x[1]).all()
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_gather_in_a_loop_with_two_in_flight(mode):
     """Gathers started together and waited later, one per step of a loop,
     with indices loaded from VMEM at each step."""

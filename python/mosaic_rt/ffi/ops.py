@@ -698,8 +698,8 @@ def dma_start(
     ``then_wait``: ``(sem, nbytes, site)`` of waits to run right after, in
     order (see :func:`dma_wait`). ``src_map`` / ``dst_map``: a side seen
     through a ref view, as the int32 vector of its view's byte offsets in
-    its region's value (``mosaic_rt.interpret.evaluation.dma_views``), or
-    `SAME_BYTES`."""
+    its region's value (``mosaic_rt.interpret.evaluation.dma_views``), a
+    `UnitMap` (the same in sub-byte units), or `SAME_BYTES`."""
     if (src_sem is None) != (dst_device is None):
         raise ValueError("Either both or neither `src_sem` and `device_id` can be set.")
     tail = []
@@ -725,8 +725,12 @@ def dma_start(
     operands, wait_attrs = _with_tail(operands, wait_attrs, tail)
     bits = _view_bits(src_map, 1) | _view_bits(dst_map, 2)
     if bits:  # last: a DMA without views is emitted as it always was
-        operands = [*operands, *(m for m in (src_map, dst_map) if m is not None and m is not SAME_BYTES)]
+        maps = [m for m in (src_map, dst_map) if m is not None and m is not SAME_BYTES]
+        operands = [*operands, *(m.offsets if isinstance(m, UnitMap) else m for m in maps)]
         wait_attrs = dict(wait_attrs, view_maps=bits)
+        units = _unit_code(src_map) | _unit_code(dst_map) << 16
+        if units:
+            wait_attrs = dict(wait_attrs, view_units=units)
     return _call(
         "dma_start",
         (),
@@ -745,6 +749,29 @@ def dma_start(
 # A `dma_start` side map: the view is its region's bytes in order (a
 # reshape of its dense value), in whatever shape.
 SAME_BYTES = "same_bytes"
+
+
+@dataclasses.dataclass(frozen=True)
+class UnitMap:
+    """A `dma_start` side map in units of ``unit`` bits (4 for int4) rather
+    than bytes: ``offsets[n]`` is the unit of the region's value that unit
+    ``n`` of the view's value is. Simulated memory stores a sub-byte element
+    one per byte, so each side also says how many bits of its value one
+    stored byte holds: ``region`` / ``view`` (8, or a sub-byte type's bits).
+    """
+
+    offsets: Any
+    unit: int
+    region: int
+    view: int
+
+
+def _unit_code(view_map) -> int:
+    """The side's `view_units` code: ``unit | region << 4 | view << 8``, 0
+    for a byte map (or none)."""
+    if not isinstance(view_map, UnitMap):
+        return 0
+    return view_map.unit | view_map.region << 4 | view_map.view << 8
 
 
 def _view_bits(view_map, bit: int) -> int:

@@ -26,7 +26,7 @@ mod view;
 mod view_rows;
 
 pub use machine::DmaMachine;
-pub use view::{DmaView, ViewMap};
+pub use view::{DmaView, UnitLayout, ViewMap};
 
 use crate::config::{DmaMode, Topology};
 use crate::error::{Result, RtError};

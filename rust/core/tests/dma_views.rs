@@ -176,3 +176,19 @@ fn a_row_gather_keeps_the_regions_later_dims() {
         .collect();
     assert_eq!(bytes(&rt, MemorySpace::Vmem, dst), want);
 }
+
+#[test]
+fn a_full_length_map_with_repeats_keeps_the_bytes_it_misses() {
+    // A scatter with a repeated index: as long as the region, yet byte 3 is
+    // not written and must keep its value (a length shortcut zeroed it).
+    for mode in [DmaMode::Eager, DmaMode::OnWait] {
+        let rt = runtime(mode);
+        let src = buffer(&rt, MemorySpace::Hbm, &[1, 2, 3, 4]);
+        let dst = buffer(&rt, MemorySpace::Vmem, &[9; 4]);
+        let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
+        let view = DmaView { src: None, dst: map(&[0, 0, 1, 2]) };
+        rt.dma_start_view(request(src, dst, sem), view).unwrap();
+        rt.dma_wait(0, 0, sem, 4).unwrap();
+        assert_eq!(bytes(&rt, MemorySpace::Vmem, dst), [2, 3, 4, 9], "{mode:?}");
+    }
+}

@@ -24,6 +24,12 @@ none: rows selected right after a reshape that keeps whole rows are rows of
 the region before it (`_narrow`), and a view that only reshapes its region
 (or bitcasts it to a type of the same width) is its bytes in order
 (`SAME_BYTES`).
+
+Views with a sub-byte type in their chain (SparseCore row packing: an int4
+ref seen as int32 through ``ref.bitcast(jnp.int32)``, 8 rows per word) move
+nibbles, which a byte map cannot address: their map counts *units* of the
+narrowest type's bits instead (a `UnitMap`), the same computation with a
+value's units (its elements' bits, little-endian) in place of its bytes.
 """
 
 from __future__ import annotations
@@ -35,11 +41,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from mosaic_rt import jax_internals as jx
-from mosaic_rt.ffi.ops import SAME_BYTES
+from mosaic_rt.ffi.ops import SAME_BYTES, UnitMap
 from mosaic_rt.interpret.evaluation import views
 
-# The map is int32: its region's value must have fewer bytes.
-_MAX_BYTES = 2**31 - 1
+# The map is int32: its region's value must have fewer bytes (units).
+_MAX_UNITS = 2**31 - 1
 # A byte map entry no region has (a traced index out of bounds).
 OUT_OF_BOUNDS = 2**31 - 1
 
@@ -66,22 +72,47 @@ def endpoint(transforms, ref_aval, what: str):
         return region, SAME_BYTES
     if not all(isinstance(n, int) for n in base.shape):
         raise NotImplementedError(f"{what}: a slice of traced size before a bitcast / reshape / transpose")
-    nbytes = math.prod(base.shape) * _itemsize(base.dtype, what)
-    if nbytes > _MAX_BYTES:
-        raise NotImplementedError(f"{what}: a view of a region of {nbytes} bytes (at most {_MAX_BYTES})")
+    unit, view_dtype = _unit_bits(base.dtype, rest)
+    per = _units(base.dtype, unit, what)
+    n = _checked_units(math.prod(base.shape) * per, unit, "a view of", what)
     xp = jnp if any(_is_traced(t) for t in rest) else np
-    x = xp.arange(nbytes, dtype=np.int32).reshape(*base.shape, _itemsize(base.dtype, what))
+    x = xp.arange(n, dtype=np.int32).reshape(*base.shape, per)
     rows = None  # the traced size of the view's first dimension
     for k, t in enumerate(rest):
         if isinstance(t, jx.NDIndexer):
             x, rows = _index(xp, x, t, what, last=k == len(rest) - 1)
         else:
-            x = _apply(xp, x, t, what)
-    if rows is None:
-        return region, x.reshape(-1)
+            x = _apply(xp, x, t, what, unit)
     flat = x.reshape(-1)
-    row_bytes = math.prod(x.shape[1:])
-    return region, jnp.where(jnp.arange(flat.shape[0], dtype=np.int32) < rows * row_bytes, flat, -1)
+    if rows is not None:
+        row_units = math.prod(x.shape[1:])
+        flat = jnp.where(jnp.arange(flat.shape[0], dtype=np.int32) < rows * row_units, flat, -1)
+    return region, _map(flat, unit, base.dtype, view_dtype)
+
+
+def _unit_bits(dtype, transforms) -> tuple[int, object]:
+    """(bits per map unit, the view's dtype) of a view of a `dtype` value
+    through `transforms`: 8 (a byte map) unless a sub-byte type is in the
+    chain, then its bits (widths are powers of two: it divides the others)."""
+    dtypes = [dtype, *(t.dtype for t in transforms if isinstance(t, jx.BitcastTransform))]
+    return min(8, *(jx.itemsize_bits(d) for d in dtypes)), dtypes[-1]
+
+
+def _map(offsets, unit: int, region_dtype, view_dtype):
+    """A side's map: the offsets themselves (bytes), or a `UnitMap` saying
+    how many bits of each side's value one stored byte holds (simulated
+    memory keeps a sub-byte element per byte)."""
+    if unit == 8:
+        return offsets
+    region, view = (min(8, jx.itemsize_bits(d)) for d in (region_dtype, view_dtype))
+    return UnitMap(offsets, unit, region, view)
+
+
+def _checked_units(n: int, unit: int, how: str, what: str) -> int:
+    if n > _MAX_UNITS:
+        units = "bytes" if unit == 8 else f"{unit}-bit units"
+        raise NotImplementedError(f"{what}: {how} a region of {n} {units} (at most {_MAX_UNITS})")
+    return n
 
 
 class _Reshape:
@@ -152,24 +183,25 @@ def same_shape(a, b) -> bool:
     return len(a) == len(b) and all(not (isinstance(m, int) and isinstance(n, int)) or m == n for m, n in zip(a, b))
 
 
-def _itemsize(dtype, what: str) -> int:
+def _units(dtype, unit: int, what: str) -> int:
+    """Units of `unit` bits per element of `dtype`."""
     bits = jx.itemsize_bits(dtype)
-    if bits % 8:
+    if bits % unit:
         raise NotImplementedError(
             f"{what}: views of {np.dtype(dtype).name} ({bits}-bit elements) are not supported by TPU interpret mode"
         )
-    return bits // 8
+    return bits // unit
 
 
-def _apply(xp, x, t, what: str):
-    """The view `t` of `x`: byte offsets of shape (*shape, itemsize)."""
+def _apply(xp, x, t, what: str, unit: int):
+    """The view `t` of `x`: unit offsets of shape (*shape, units per element)."""
     shape, isz = x.shape[:-1], x.shape[-1]
     if isinstance(t, jx.ReshapeTransform):
         return x.reshape(*t.shape, isz)
     if isinstance(t, jx.TransposeTransform):
         return xp.transpose(x, (*t.permutation, len(shape)))
     if isinstance(t, jx.BitcastTransform):
-        new = _itemsize(t.dtype, f"{what}, {type(t).__name__} to {np.dtype(t.dtype).name}")
+        new = _units(t.dtype, unit, f"{what}, {type(t).__name__} to {np.dtype(t.dtype).name}")
         if new == isz:
             return x
         *lead, m, n = shape
@@ -258,20 +290,19 @@ def _gather(transforms, ref_aval, what: str):
     region, _, base = views.split(ts[:k], ref_aval)
     if not base.shape or not all(isinstance(n, int) for n in base.shape):
         raise NotImplementedError(f"{what}: an array indexer of a region of traced size or rank 0")
-    isz = _itemsize(base.dtype, what)
-    nbytes = math.prod(base.shape) * isz
-    if nbytes > _MAX_BYTES:
-        raise NotImplementedError(f"{what}: a gather from a region of {nbytes} bytes (at most {_MAX_BYTES})")
+    unit, view_dtype = _unit_bits(base.dtype, middle)
+    isz = _units(base.dtype, unit, what)
+    _checked_units(math.prod(base.shape) * isz, unit, "a gather from", what)
     rows = int((jx.transform_type(ts[:g], ref_aval) if g else ref_aval).shape[0])
     # Region rows per repeat of the pattern: bitcasts of a rank-2 value fold
     # / split its first dimension, of a higher rank one they leave it alone.
     period = 1
     if middle and len(base.shape) == 2:
-        period = math.lcm(isz, *(_itemsize(t.dtype, what) for t in middle)) // isz
-    row_bytes = math.prod(base.shape[1:]) * isz
+        period = math.lcm(isz, *(_units(t.dtype, unit, what) for t in middle)) // isz
+    row_bytes = math.prod(base.shape[1:]) * isz  # in units
     pattern = np.arange(period * row_bytes, dtype=np.int32).reshape(period, *base.shape[1:], isz)
     for t in middle:
-        pattern = _apply(np, pattern, t, what)
+        pattern = _apply(np, pattern, t, what, unit)
     per = pattern.shape[0]  # view rows per repeat
     if rows * period != base.shape[0] * per:
         raise NotImplementedError(f"{what}: an array indexer after bitcasts that do not keep whole rows")
@@ -281,11 +312,11 @@ def _gather(transforms, ref_aval, what: str):
     block = (idx // per).reshape(-1, *([1] * (pattern.ndim - 1)))
     x = block * np.int32(period * row_bytes) + jnp.asarray(pattern)[idx % per]
     x = jnp.where(bad.reshape(block.shape), OUT_OF_BOUNDS, x)
-    return region, _select(x, others, what).reshape(-1)
+    return region, _map(_select(x, others, what).reshape(-1), unit, base.dtype, view_dtype)
 
 
 def _select(x, indices, what: str):
-    """`x` (gathered rows, shape (n, *dims, itemsize)) indexed along `dims`
+    """`x` (gathered rows, shape (n, *dims, units per element)) indexed along `dims`
     by `indices`: slices, or index vectors of shape (n,) (a scalar index
     comes broadcast to one) taking element ``i`` of row ``i``."""
     n, dims = x.shape[0], x.shape[1:-1]

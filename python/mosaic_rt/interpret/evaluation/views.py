@@ -8,12 +8,20 @@ store handle, and the rest, which is applied in XLA to the value of that
 region: a read is load + view; a write is load + functional update through
 the view chain + store back. The store-back rewrites the whole leading
 region, so such writes are not atomic with respect to other cores.
+
+A bitcast that changes the bitwidth of a sub-byte type (int4 rows packed
+into int32 words) is computed with shifts, not XLA's bitcast-convert: XLA's
+simplifier folds two such converts in a row (int4 -> int32 -> int8) into one
+it then rejects ("Last dimension of input shape=8 is not equal to ratio of
+bit-widths=2"; jaxlib 0.10.2 and 0.12.0.1).
 """
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax import lax
 
 from mosaic_rt.interpret.evaluation.regions import TracedRegion, to_region
 from mosaic_rt.jax_internals import (
@@ -24,6 +32,7 @@ from mosaic_rt.jax_internals import (
     Slice,
     TransposeTransform,
     bitcast_array,
+    itemsize_bits,
     transform_type,
 )
 
@@ -61,7 +70,7 @@ def _apply(x, t):
         arrays, squeeze = _index_arrays(t)
         return jnp.squeeze(x[arrays], axis=squeeze) if squeeze else x[arrays]
     if isinstance(t, BitcastTransform):
-        return bitcast_array(x, t.dtype)
+        return _bitcast(x, t.dtype)
     if isinstance(t, ReshapeTransform):
         return x.reshape(t.shape)
     if isinstance(t, TransposeTransform):
@@ -77,7 +86,7 @@ def _put_back(x, t, y):
             y = jnp.expand_dims(y, squeeze)
         return x.at[arrays].set(y.astype(x.dtype))
     if isinstance(t, BitcastTransform):
-        return bitcast_array(y, x.dtype).reshape(x.shape)
+        return _bitcast(y, x.dtype).reshape(x.shape)
     if isinstance(t, ReshapeTransform):
         return y.reshape(x.shape)
     if isinstance(t, TransposeTransform):
@@ -86,6 +95,29 @@ def _put_back(x, t, y):
             inverse[axis] = position
         return jnp.transpose(y, inverse)
     raise NotImplementedError(f"ref transform {type(t).__name__} is not supported by TPU interpret mode")
+
+
+def _bitcast(x, dtype):
+    """`bitcast_array` (a bitwidth change folds / splits the second-to-last
+    dimension, little-endian pieces in order), by shifts in uint32 when a
+    sub-byte type changes width (see the module doc)."""
+    narrow, wide = sorted((itemsize_bits(x.dtype), itemsize_bits(dtype)))
+    if narrow == wide or narrow >= 8 or wide > 32:
+        return bitcast_array(x, dtype)
+    r, mask = wide // narrow, (1 << narrow) - 1
+    raw = lax.convert_element_type(lax.bitcast_convert_type(x, _uint(itemsize_bits(x.dtype))), jnp.uint32)
+    *lead, m, n = x.shape
+    shifts = (jnp.arange(r, dtype=jnp.uint32) * narrow).reshape(r, 1)
+    if itemsize_bits(x.dtype) == narrow:  # r rows -> one row of wider elements
+        parts = raw.reshape(*lead, m // r, r, n) << shifts
+        out = lax.reduce(parts, np.uint32(0), lax.bitwise_or, (len(lead) + 1,))
+    else:  # each element -> r rows of narrower ones
+        out = ((raw[..., None, :] >> shifts) & np.uint32(mask)).reshape(*lead, m * r, n)
+    return lax.bitcast_convert_type(lax.convert_element_type(out, _uint(itemsize_bits(dtype))), dtype)
+
+
+def _uint(bits: int):
+    return {2: jnp.uint2, 4: jnp.uint4, 8: jnp.uint8, 16: jnp.uint16, 32: jnp.uint32}[bits]
 
 
 def read(x, transforms):

@@ -9,8 +9,16 @@
 //! region's value, of byte `n` of the view's value. The copy then stays
 //! native (bounds, initcheck, races and semaphores on the regions, eager or
 //! on_wait), at the cost of a temporary per side.
+//!
+//! Views of sub-byte types (int4 rows packed 8 to an int32 by
+//! `ref.bitcast(jnp.int32)`) move nibbles, not bytes, and simulated memory
+//! keeps one sub-byte element per byte (see `dtype.rs`), so their maps
+//! count *units* of 4 (or 2, 1) bits instead ([`ViewMap::Units`],
+//! [`UnitLayout`]): a value's units are its elements' bits, little-endian,
+//! and each stored byte holds `min(8, element bits)` of them.
 
 use super::view_rows;
+use crate::dtype::DType;
 use crate::error::{Result, RtError};
 use crate::memory::{Access, MemRef, MemoryTable};
 use std::sync::Arc;
@@ -23,6 +31,56 @@ pub enum ViewMap {
     Same,
     /// Byte n of the view is byte `map[n]` of the region's value.
     Bytes(Arc<[u32]>),
+    /// Unit n of the view is unit `map[n]` of the region's value, units as
+    /// the layout says (a view with a sub-byte type in its chain).
+    Units(Arc<[u32]>, UnitLayout),
+}
+
+/// The units of a [`ViewMap::Units`] map: `unit` bits each (1, 2 or 4);
+/// `region` / `view`: the bits of the region's / view's value one stored
+/// byte holds (8, or the bits of a sub-byte element, stored one per byte
+/// in its low bits). Unit `k` of a value is bits `(k % per) * unit ..` of
+/// stored byte `k / per`, `per = bits / unit`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnitLayout {
+    pub unit: u8,
+    pub region: u8,
+    pub view: u8,
+}
+
+impl UnitLayout {
+    /// Byte maps as unit maps (the layout every engine loop is written for).
+    const BYTES: UnitLayout = UnitLayout { unit: 8, region: 8, view: 8 };
+
+    fn check(self) -> Result<()> {
+        let ok = |b: u8| matches!(b, 1 | 2 | 4 | 8) && b >= self.unit;
+        if !matches!(self.unit, 1 | 2 | 4) || !ok(self.region) || !ok(self.view) {
+            return Err(RtError::internal(format!("DMA view map with a bad unit layout {self:?}")));
+        }
+        Ok(())
+    }
+
+    /// Units per stored byte of the region's value (a power of two).
+    fn region_per_byte(self) -> usize {
+        (self.region / self.unit) as usize
+    }
+
+    fn view_per_byte(self) -> usize {
+        (self.view / self.unit) as usize
+    }
+
+    /// Whether the map was made for a region of `dtype` (a mismatch is our
+    /// bug: the trace-time map and the buffer disagree).
+    fn check_region(self, dtype: DType) -> Result<()> {
+        if dtype.bits().min(8) != self.region as usize {
+            return Err(RtError::internal(format!(
+                "DMA view map made for {} bits per stored byte, but its region is {}",
+                self.region,
+                dtype.name()
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// The views of a DMA's two sides (`None`: the side is its region).
@@ -62,46 +120,65 @@ impl DmaView {
         Ok(match &self.src {
             None | Some(ViewMap::Same) => region,
             Some(ViewMap::Bytes(m)) => m.iter().map(|&b| region[b as usize]).collect(),
+            Some(ViewMap::Units(m, layout)) => {
+                layout.check_region(memory.info(src.key())?.dtype)?;
+                gather_units(&region, m, *layout)
+            }
         })
     }
 
     /// Writes `data`, the destination view's value, into the destination.
     pub(crate) fn store(&self, memory: &MemoryTable, dst: MemRef<'_>, data: &[u8]) -> Result<()> {
-        let Some(ViewMap::Bytes(m)) = &self.dst else { return memory.store(dst, data) };
+        let (m, layout) = match &self.dst {
+            Some(ViewMap::Bytes(m)) => (m, UnitLayout::BYTES),
+            Some(ViewMap::Units(m, layout)) => (m, *layout),
+            None | Some(ViewMap::Same) => return memory.store(dst, data),
+        };
         let n = memory.check_access(dst, Access::Write)?;
         let view = side(&self.dst, n, "destination")?;
         if view != data.len() {
             return Err(RtError::value(format!("DMA destination view has {view} bytes, its data {}", data.len())));
         }
-        if let Some(split) = sparse(memory, dst, m.len())? {
+        let bytes = layout == UnitLayout::BYTES;
+        if let Some(split) = if bytes { sparse(memory, dst, m.len())? } else { None } {
             let itemsize = memory.info(dst.key())?.dtype.itemsize();
             return view_rows::store(memory, dst, &split, m, data, itemsize);
         }
         let mut region = crate::memory::zeroed(n, || format!("a DMA of {n} bytes"))?;
-        if m.len() == n {
-            for (&b, &v) in m.iter().zip(data) {
-                region[b as usize] = v;
-            }
-            return memory.store(dst, &region);
+        // Coverage is counted, not inferred from the map's length: a scatter
+        // with repeated indices has a full-length map that misses rows.
+        let dtype = memory.info(dst.key())?.dtype;
+        if layout != UnitLayout::BYTES {
+            layout.check_region(dtype)?;
         }
-        // A view that covers only part of its region (an indexer after it):
-        // a masked write of the elements it covers, under the buffer's lock,
-        // so that other cores writing the rest of the region at the same
-        // time (SparseCore subcores gathering rows into one output) keep
-        // their bytes. An element the view covers only in part keeps its
-        // other bytes as they were read just before.
-        let itemsize = memory.info(dst.key())?.dtype.itemsize().max(1);
-        let mut covered = vec![0u8; n];
-        for &b in m.iter() {
-            covered[b as usize] = 1;
+        // A view that covers only part of its region (an indexer after it,
+        // or some of the nibbles of wider elements): a masked write of the
+        // elements it covers, under the buffer's lock, so that other cores
+        // writing the rest of the region at the same time (SparseCore
+        // subcores gathering rows into one output) keep their bytes. An
+        // element the view covers only in part keeps its other bits as they
+        // were read just before.
+        let per_elem = dtype.itemsize().max(1) * layout.region_per_byte();
+        let mut covered = vec![false; n * layout.region_per_byte()];
+        for &k in m.iter() {
+            covered[k as usize] = true;
         }
-        let mask: Vec<u8> = covered.chunks(itemsize).map(|c| c.iter().any(|&x| x != 0) as u8).collect();
-        let partial = covered.chunks(itemsize).any(|c| c.iter().any(|&x| x != 0) && !c.iter().all(|&x| x != 0));
+        let (mut all, mut partial) = (true, false);
+        let mask: Vec<u8> = covered
+            .chunks(per_elem)
+            .map(|c| {
+                let (any, every) = (c.iter().any(|&x| x), c.iter().all(|&x| x));
+                all &= every;
+                partial |= any && !every;
+                any as u8
+            })
+            .collect();
         if partial {
             memory.load(dst, &mut region)?;
         }
-        for (&b, &v) in m.iter().zip(data) {
-            region[b as usize] = v;
+        scatter_units(&mut region, m, layout, data);
+        if all {
+            return memory.store(dst, &region);
         }
         memory.swap_value(dst, crate::memory::Stored::Dense(&region), Some(&mask), None)
     }
@@ -111,6 +188,41 @@ impl DmaView {
         let data = self.load(memory, src)?;
         self.store(memory, dst, &data)?;
         Ok(data.len())
+    }
+}
+
+/// The view's stored bytes: unit `n` of them is unit `map[n]` of `region`.
+fn gather_units(region: &[u8], map: &[u32], layout: UnitLayout) -> Vec<u8> {
+    let (unit, rp, vp) = (layout.unit as u32, layout.region_per_byte(), layout.view_per_byte());
+    let (rs, vs) = (rp.trailing_zeros(), vp.trailing_zeros());
+    let mask = ((1u16 << unit) - 1) as u8;
+    let mut out = vec![0u8; map.len() / vp];
+    for (n, &k) in map.iter().enumerate() {
+        let k = k as usize;
+        let bits = (region[k >> rs] >> ((k & (rp - 1)) as u32 * unit)) & mask;
+        out[n >> vs] |= bits << ((n & (vp - 1)) as u32 * unit);
+    }
+    out
+}
+
+/// Writes `data`, the view's stored bytes, into `region` through `map`
+/// (the other bits of a touched byte stay as they are).
+fn scatter_units(region: &mut [u8], map: &[u32], layout: UnitLayout, data: &[u8]) {
+    if layout == UnitLayout::BYTES {
+        for (&b, &v) in map.iter().zip(data) {
+            region[b as usize] = v;
+        }
+        return;
+    }
+    let (unit, rp, vp) = (layout.unit as u32, layout.region_per_byte(), layout.view_per_byte());
+    let (rs, vs) = (rp.trailing_zeros(), vp.trailing_zeros());
+    let mask = ((1u16 << unit) - 1) as u8;
+    for (n, &k) in map.iter().enumerate() {
+        let k = k as usize;
+        let bits = (data[n >> vs] >> ((n & (vp - 1)) as u32 * unit)) & mask;
+        let shift = (k & (rp - 1)) as u32 * unit;
+        let byte = &mut region[k >> rs];
+        *byte = (*byte & !(mask << shift)) | (bits << shift);
     }
 }
 
@@ -125,13 +237,33 @@ fn sparse(memory: &MemoryTable, r: MemRef<'_>, map_len: usize) -> Result<Option<
 /// The bytes of one side's view (its region's without a map), after
 /// checking that its map stays within its region of `region` bytes.
 fn side(map: &Option<ViewMap>, region: usize, what: &str) -> Result<usize> {
-    let Some(ViewMap::Bytes(m)) = map else { return Ok(region) };
-    if let Some(&bad) = m.iter().find(|&&b| b as usize >= region) {
+    let (m, layout) = match map {
+        Some(ViewMap::Bytes(m)) => (m, UnitLayout::BYTES),
+        Some(ViewMap::Units(m, layout)) => {
+            layout.check()?;
+            (m, *layout)
+        }
+        None | Some(ViewMap::Same) => return Ok(region),
+    };
+    let units = region * layout.region_per_byte();
+    if let Some(&bad) = m.iter().find(|&&b| b as usize >= units) {
         // i32::MAX: an index out of bounds after the view (see dma_views.py).
-        let why = if bad == i32::MAX as u32 { "an index out of bounds".to_string() } else { format!("byte {bad}") };
+        let why = match bad {
+            _ if bad == i32::MAX as u32 => "an index out of bounds".to_string(),
+            _ if layout == UnitLayout::BYTES => format!("byte {bad}"),
+            _ => format!("{}-bit unit {bad}", layout.unit),
+        };
         return Err(RtError::value(format!("DMA {what} view reaches outside its region of {region} bytes ({why})")));
     }
-    Ok(m.len())
+    let per = layout.view_per_byte();
+    if m.len() % per != 0 {
+        return Err(RtError::internal(format!(
+            "DMA {what} view map of {} {}-bit units is not whole bytes of its view",
+            m.len(),
+            layout.unit
+        )));
+    }
+    Ok(m.len() / per)
 }
 
 #[cfg(test)]

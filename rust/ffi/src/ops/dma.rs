@@ -5,7 +5,7 @@ use crate::dispatch::Call;
 use crate::frame::Frame;
 use crate::launch;
 use crate::wire::{self, dma_start as start, dma_wait as wait};
-use mosaic_rt_core::{DmaRequest, DmaView, Result, RtError, ViewMap};
+use mosaic_rt_core::{DmaRequest, DmaView, Result, RtError, UnitLayout, ViewMap};
 
 /// `dma_start(token, handle, device, core, src_id, src_starts, dst_id,
 /// dst_starts, dst_sem, src_sem, dst_device[, dst_core], waits..., tail...)
@@ -23,7 +23,10 @@ use mosaic_rt_core::{DmaRequest, DmaView, Result, RtError, ViewMap};
 /// a source map, 2 for a destination map, in that order; int32 vectors,
 /// see `DmaView`, each ending at its first negative entry; 4 and 8: the
 /// source / destination view is its region's bytes in order, no operand).
-/// Bits combine.
+/// Bits combine. A map of sub-byte units (int4 views) has its
+/// `UnitLayout` in attribute `view_units`: bits 0..12 for the source,
+/// 16..28 for the destination, each `unit | region << 4 | view << 8`
+/// (0: a byte map).
 pub fn dma_start(c: &mut Call) -> Result<()> {
     let k = trailing_count(&c.frame);
     let t = tail_len(&c.frame);
@@ -60,7 +63,8 @@ pub fn dma_start(c: &mut Call) -> Result<()> {
         dst_core,
     };
     tail.finish(f)?;
-    let view = (maps != 0).then(|| view_maps(f, maps, f.num_args() - p)).transpose()?;
+    let units = f.attr_i64_opt(start::attr::view_units)?.unwrap_or(0);
+    let view = (maps != 0).then(|| view_maps(f, maps, units, f.num_args() - p)).transpose()?;
     launch::with_runtime(handle, move |rt| match view {
         None => rt.dma_start(req),
         Some(v) => rt.dma_start_view(req, v),
@@ -71,10 +75,17 @@ pub fn dma_start(c: &mut Call) -> Result<()> {
     }
 }
 
-/// The byte maps of a DMA through views, from operand `first` on.
-fn view_maps(f: &Frame, maps: i64, first: usize) -> Result<DmaView> {
+/// The byte maps of a DMA through views, from operand `first` on
+/// (`units`: the `view_units` attribute).
+fn view_maps(f: &Frame, maps: i64, units: i64, first: usize) -> Result<DmaView> {
+    if !(0..1 << 32).contains(&units) || (units & 0xffff) >> 12 != 0 || units >> 28 != 0 {
+        return Err(RtError::value(format!("{}: bad view_units {units}", f.op)));
+    }
     let mut next = first;
-    let mut take = |present: bool, same: bool, what: &str| -> Result<Option<ViewMap>> {
+    let mut take = |present: bool, same: bool, code: i64, what: &str| -> Result<Option<ViewMap>> {
+        if code != 0 && !present {
+            return Err(RtError::value(format!("{}: a {what} unit layout without a {what} map", f.op)));
+        }
         if same {
             return Ok(Some(ViewMap::Same));
         }
@@ -89,10 +100,15 @@ fn view_maps(f: &Frame, maps: i64, first: usize) -> Result<DmaView> {
         if m[len..].iter().any(|&b| b >= 0) {
             return Err(RtError::value(format!("{}: {what} view map has offsets after its end", f.op)));
         }
-        Ok(Some(ViewMap::Bytes(m[..len].iter().map(|&b| b as u32).collect())))
+        let m = m[..len].iter().map(|&b| b as u32).collect();
+        if code == 0 {
+            return Ok(Some(ViewMap::Bytes(m)));
+        }
+        let layout = UnitLayout { unit: (code & 15) as u8, region: ((code >> 4) & 15) as u8, view: (code >> 8) as u8 };
+        Ok(Some(ViewMap::Units(m, layout)))
     };
-    let src = take(maps & 1 != 0, maps & 4 != 0, "source")?;
-    let dst = take(maps & 2 != 0, maps & 8 != 0, "destination")?;
+    let src = take(maps & 1 != 0, maps & 4 != 0, units & 0xfff, "source")?;
+    let dst = take(maps & 2 != 0, maps & 8 != 0, units >> 16, "destination")?;
     Ok(DmaView { src, dst })
 }
 
