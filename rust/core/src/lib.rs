@@ -51,6 +51,7 @@ mod prng;
 mod races;
 pub mod region;
 mod registry;
+pub mod remote;
 pub mod reports;
 mod revisit;
 mod runtime;

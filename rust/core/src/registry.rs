@@ -9,7 +9,9 @@
 //! evicted (oldest first) beyond a cap, so they cannot pile up.
 
 use crate::config::Config;
-use crate::error::{Result, RtError};
+use crate::error::{ErrorKind, Result, RtError};
+use crate::remote::wire::{Frame, GlobalKey, Msg, Status};
+use crate::remote::{Link, Node, Transport};
 use crate::runtime::Runtime;
 use crate::sync::{lock, Arc, AtomicU64, IgnorePoison, Mutex, Ordering, RwLock};
 use std::collections::{HashMap, VecDeque};
@@ -31,6 +33,18 @@ struct Instance {
     /// Per device: has it left or abandoned?
     gone: Vec<bool>,
     failed: bool,
+    /// A launch spanning processes: its key there, and whether this
+    /// process told the others it left.
+    global: Option<GlobalKey>,
+    told_left: bool,
+}
+
+impl Instance {
+    /// Every device owned here has left or abandoned the launch.
+    fn local_done(&self) -> bool {
+        let link = self.runtime.link();
+        self.gone.iter().enumerate().all(|(d, &g)| g || link.is_some_and(|l| l.is_remote(d as u32)))
+    }
 }
 
 #[derive(Default)]
@@ -47,7 +61,20 @@ struct Tables {
     launches: HashMap<LaunchKey, Launch>,
     /// Failed instances, oldest first.
     failed: VecDeque<u64>,
+    /// Launches spanning processes, by their key there.
+    by_global: HashMap<GlobalKey, u64>,
+    /// Frames of such launches not begun here yet, in arrival order.
+    early: HashMap<GlobalKey, Vec<Frame>>,
+    /// Instances begun with early frames waiting for the progress thread.
+    ready: Vec<GlobalKey>,
+    /// Joins so far per (uid, device), across runs: the `seq` of a key.
+    seqs: HashMap<(u64, u32), u64>,
+    /// Keys of launches spanning processes that ended here, recent first.
+    ended: VecDeque<GlobalKey>,
 }
+
+/// Ended launches remembered (their late frames are dropped).
+const MAX_ENDED: usize = 4096;
 
 pub struct LaunchRegistry {
     next_handle: AtomicU64,
@@ -56,6 +83,8 @@ pub struct LaunchRegistry {
     runtimes: RwLock<HashMap<u64, Arc<Runtime>>>,
     /// (handle, root cause) of freed failed launches, oldest first.
     tombstones: Mutex<VecDeque<(u64, RtError)>>,
+    /// This process's end of a multi-process job, once attached.
+    node: std::sync::OnceLock<std::sync::Arc<Node>>,
 }
 
 impl Default for LaunchRegistry {
@@ -71,6 +100,7 @@ impl LaunchRegistry {
             tables: Mutex::new(Tables::default()),
             runtimes: RwLock::new(HashMap::new()),
             tombstones: Mutex::new(VecDeque::new()),
+            node: std::sync::OnceLock::new(),
         }
     }
 
@@ -86,17 +116,36 @@ impl LaunchRegistry {
         config.validate()?;
         config.topology().check_device(device)?;
         let mut t = lock(&self.tables);
+        let global = match self.spans_processes(config, device)? {
+            true => {
+                let seq = t.seqs.entry((uid, device)).or_insert(0);
+                *seq += 1;
+                Some(GlobalKey { uid, seq: *seq - 1 })
+            }
+            false => None,
+        };
         let launch = t.launches.entry((uid, run_id)).or_default();
         let occurrence = launch.joins.get(&device).copied().unwrap_or(0);
         if let Some(&handle) = launch.instances.get(&occurrence) {
             let inst = &t.instances[&handle];
             check_same_config(&inst.config, config, uid, run_id)?;
+            if inst.global != global {
+                return Err(RtError::internal(format!(
+                    "device {device} joined launch {global:?} of kernel {uid} but its other devices here joined                      {:?}: the devices of this process launch kernels in different orders",
+                    inst.global
+                )));
+            }
             let runtime = Arc::clone(&inst.runtime);
             bump_joins(&mut t, (uid, run_id), device);
             runtime.join_device(device)?;
             return Ok((handle, runtime));
         }
-        let runtime = Arc::new(Runtime::new_launch(config.clone())?);
+        let runtime = Arc::new(match (global, config.owners.clone(), self.node.get()) {
+            (Some(key), Some(owners), Some(node)) => {
+                Runtime::new_linked(config.clone(), Link::new(std::sync::Arc::clone(node), key, owners))?
+            }
+            _ => Runtime::new_launch(config.clone())?,
+        });
         runtime.join_device(device)?;
         #[cfg(not(loom))]
         runtime.watch();
@@ -112,8 +161,16 @@ impl LaunchRegistry {
                 runtime: Arc::clone(&runtime),
                 gone: vec![false; config.num_devices as usize],
                 failed: false,
+                global,
+                told_left: false,
             },
         );
+        if let Some(key) = global {
+            t.by_global.insert(key, handle);
+            if t.early.contains_key(&key) {
+                t.ready.push(key);
+            }
+        }
         self.runtimes.write().ignore_poison().insert(handle, Arc::clone(&runtime));
         Ok((handle, runtime))
     }
@@ -161,7 +218,18 @@ impl LaunchRegistry {
         }
         let newly_failed = !inst.failed && (abandoned || inst.runtime.failure().is_some());
         inst.failed |= newly_failed;
-        if inst.gone.iter().all(|&g| g) {
+        if inst.local_done() {
+            if let Some(link) = inst.runtime.link() {
+                // The launch lives on until every process has left: a late
+                // read of this process's memory must still be served.
+                if !inst.told_left {
+                    inst.told_left = true;
+                    let _ = link.broadcast(&Msg::Left);
+                }
+                if !link.all_peers_left() {
+                    return;
+                }
+            }
             self.remove(&mut t, handle);
             return;
         }
@@ -185,12 +253,168 @@ impl LaunchRegistry {
         }
         self.runtimes.write().ignore_poison().remove(&handle);
         t.failed.retain(|&h| h != handle);
+        if let Some(key) = inst.global {
+            t.by_global.remove(&key);
+            t.early.remove(&key);
+            t.ended.push_front(key);
+            t.ended.truncate(MAX_ENDED);
+        }
         if let Some(launch) = t.launches.get_mut(&inst.launch) {
             launch.instances.remove(&inst.occurrence);
             // With no live instance left, counting restarts at 0 for everyone.
             if launch.instances.is_empty() {
                 t.launches.remove(&inst.launch);
             }
+        }
+    }
+}
+
+impl LaunchRegistry {
+    /// Attaches this process to a multi-process job: launches whose devices
+    /// other processes own reach them through `transport`, whose frames a
+    /// progress thread delivers from now on.
+    pub fn attach(&'static self, transport: Box<dyn Transport>) -> Result<()> {
+        let node = std::sync::Arc::new(Node::new(transport));
+        if self.node.set(std::sync::Arc::clone(&node)).is_err() {
+            return Err(RtError::value("this process is attached to a multi-process job already"));
+        }
+        std::thread::Builder::new()
+            .name("mosaic_rt-progress".into())
+            .spawn(move || self.progress(&node))
+            .map_err(|e| RtError::internal(format!("cannot start the progress thread: {e}")))?;
+        Ok(())
+    }
+
+    /// This process's index in its job, once attached.
+    pub fn process(&self) -> Option<u32> {
+        self.node.get().map(|n| n.process())
+    }
+
+    /// Whether a launch of `device` under `config` spans processes (and
+    /// can: this process is attached and owns `device`).
+    fn spans_processes(&self, config: &Config, device: u32) -> Result<bool> {
+        let Some(owners) = &config.owners else { return Ok(false) };
+        let Some(first) = owners.first() else { return Ok(false) };
+        if owners.iter().all(|p| p == first) {
+            return Ok(false);
+        }
+        let Some(node) = self.node.get() else {
+            return Err(RtError::new(
+                ErrorKind::Runtime,
+                "this launch spans several processes, and this process is not attached to them (MPI):                  pip install \"mosaic_rt[mpi]\" and run under mpirun",
+            ));
+        };
+        let owner = owners.get(device as usize).copied().unwrap_or(u32::MAX);
+        if owner != node.process() {
+            return Err(RtError::value(format!(
+                "device {device} runs in process {} but the mesh places it in process {owner}",
+                node.process()
+            )));
+        }
+        Ok(true)
+    }
+
+    /// Runs frames from other processes until the process ends: polls
+    /// busily while frames flow, then backs off to sleeping.
+    fn progress(&self, node: &Node) {
+        let mut idle: u32 = 0;
+        loop {
+            self.deliver_ready();
+            match node.poll() {
+                Ok(frames) if !frames.is_empty() => {
+                    idle = 0;
+                    for f in frames {
+                        self.deliver(&f);
+                    }
+                }
+                Ok(_) => {
+                    idle = idle.saturating_add(1);
+                    crate::remote::backoff(idle);
+                }
+                Err(e) => {
+                    eprintln!("mosaic_rt: the multi-process transport failed: {}", e.message);
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+            }
+        }
+    }
+
+    /// Delivers the early frames of launches begun since.
+    fn deliver_ready(&self) {
+        let work: Vec<(Arc<Runtime>, u64, Vec<Frame>)> = {
+            let mut t = lock(&self.tables);
+            if t.ready.is_empty() {
+                return;
+            }
+            let keys = std::mem::take(&mut t.ready);
+            keys.into_iter()
+                .filter_map(|k| {
+                    let h = *t.by_global.get(&k)?;
+                    let frames = t.early.remove(&k)?;
+                    Some((Arc::clone(&t.instances.get(&h)?.runtime), h, frames))
+                })
+                .collect()
+        };
+        for (rt, handle, frames) in work {
+            for f in frames {
+                self.apply(&rt, handle, f);
+            }
+        }
+    }
+
+    /// One frame from another process: to its launch, or kept until the
+    /// launch begins here.
+    pub fn deliver(&self, bytes: &[u8]) {
+        let frame = match crate::remote::wire::decode(bytes) {
+            Ok(f) => f,
+            Err(e) => return eprintln!("mosaic_rt: dropped a message from another process: {}", e.message),
+        };
+        let (rt, handle, early) = {
+            let mut t = lock(&self.tables);
+            let Some(&handle) = t.by_global.get(&frame.key) else {
+                let ended = t.ended.contains(&frame.key);
+                drop(t);
+                return self.not_here(frame, ended);
+            };
+            let Some(inst) = t.instances.get(&handle) else { return };
+            let rt = Arc::clone(&inst.runtime);
+            let early = t.early.remove(&frame.key).unwrap_or_default();
+            (rt, handle, early)
+        };
+        for f in early.into_iter().chain(std::iter::once(frame)) {
+            self.apply(&rt, handle, f);
+        }
+    }
+
+    fn apply(&self, rt: &Runtime, handle: u64, frame: Frame) {
+        if frame.msg == Msg::Left {
+            let from = frame.from;
+            rt.deliver(frame);
+            let mut t = lock(&self.tables);
+            let done = match t.instances.get(&handle) {
+                Some(inst) => inst.runtime.link().is_some_and(|l| l.peer_left(from)) && inst.local_done(),
+                None => false,
+            };
+            if done {
+                self.remove(&mut t, handle);
+            }
+            return;
+        }
+        rt.deliver(frame);
+    }
+
+    /// A frame of a launch not (or no longer) here: probes are answered,
+    /// frames of ended launches dropped, the rest kept for the launch.
+    fn not_here(&self, frame: Frame, ended: bool) {
+        if let Msg::Probe { wave } = frame.msg {
+            let status = Status { joined: ended, quiescent: ended, left: ended, ..Status::default() };
+            if let Some(node) = self.node.get() {
+                let _ = node.send(frame.from, frame.key, &Msg::Status { wave, status });
+            }
+            return;
+        }
+        if !ended {
+            lock(&self.tables).early.entry(frame.key).or_default().push(frame);
         }
     }
 }
@@ -221,6 +445,9 @@ fn check_same_config(a: &Config, b: &Config, uid: u64, run_id: i64) -> Result<()
     }
     if a.fill != b.fill {
         return differ("fill", format!("{:?}", a.fill), format!("{:?}", b.fill));
+    }
+    if a.owners != b.owners {
+        return differ("the process of each device", format!("{:?}", a.owners), format!("{:?}", b.owners));
     }
     if a.wait_timeout != b.wait_timeout {
         return differ("wait_timeout", format!("{:?}", a.wait_timeout), format!("{:?}", b.wait_timeout));

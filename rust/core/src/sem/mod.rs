@@ -397,9 +397,18 @@ impl<T: Queued> SemTable<T> {
     /// Rendezvous of all devices (one call per device). `on_complete` runs
     /// once per generation, by the last device to arrive, before any device
     /// leaves.
+    #[cfg(any(test, feature = "internals", loom))] // tests and models (the runtime calls `device_barrier_with`)
     pub fn device_barrier(&self, device: u32, on_complete: &dyn Fn()) -> Result<()> {
+        self.device_barrier_with(device, on_complete, &|_, _| {})
+    }
+
+    /// [`Self::device_barrier`] of a launch spanning processes:
+    /// `on_local(generation, count)` runs when this process's last device
+    /// arrives (to tell the others).
+    pub fn device_barrier_with(&self, device: u32, on_complete: &dyn Fn(), on_local: &dyn Fn(u64, u32)) -> Result<()> {
         self.topo.check(device, 0)?;
-        let r = self.barrier.arrive(&self.failure, device, self.wait_timeout, on_complete, &self.monitor, self);
+        let r =
+            self.barrier.arrive(&self.failure, device, self.wait_timeout, on_complete, on_local, &self.monitor, self);
         match r {
             Err(e) if e.kind == ErrorKind::Deadlock && self.failure.get().is_none() => {
                 let root = self.fail(e);
@@ -407,6 +416,29 @@ impl<T: Queued> SemTable<T> {
             }
             r => r,
         }
+    }
+
+    /// `count` devices of another process arrived at device barrier `generation`.
+    pub fn device_barrier_remote(&self, generation: u64, count: u32, on_complete: &dyn Fn()) {
+        self.barrier.arrive_remote(generation, count, on_complete, &self.monitor);
+    }
+
+    /// Devices owned by other processes (`local[d]` false; see
+    /// `Monitor::set_remote`).
+    pub fn set_remote(&self, local: &[bool]) {
+        self.monitor.set_remote(local);
+        self.barrier.set_local(local.iter().filter(|&&l| l).count() as u32);
+    }
+
+    /// This process's part of a distributed launch for a termination probe
+    /// (see `Monitor::quiescent_report`) and the monitor's epoch.
+    pub fn quiescence(&self) -> (Option<Vec<String>>, u64) {
+        (self.monitor.quiescent_report(self), self.monitor.epoch())
+    }
+
+    /// Whether semaphore `sem` exists (in either namespace).
+    pub fn exists(&self, sem: u32) -> bool {
+        self.ids.with(sem, |_, _| ()).is_ok()
     }
 
     // ------------------------------------------------ deadlock detection
