@@ -9,7 +9,7 @@
 //! evicted (oldest first) beyond a cap, so they cannot pile up.
 
 use crate::config::Config;
-use crate::error::{ErrorKind, Result, RtError};
+use crate::error::{Result, RtError};
 use crate::remote::wire::{Frame, GlobalKey, Msg, Status};
 use crate::remote::{Link, Node, Transport};
 use crate::runtime::Runtime;
@@ -143,6 +143,11 @@ impl LaunchRegistry {
         let runtime = Arc::new(match (global, config.owners.clone(), self.node.get()) {
             (Some(key), Some(owners), Some(node)) => {
                 Runtime::new_linked(config.clone(), Link::new(std::sync::Arc::clone(node), key, owners))?
+            }
+            (None, Some(owners), None) if owners.iter().any(|&p| p != owners[0]) => {
+                let mine = owners.get(device as usize).copied();
+                let local: Vec<bool> = owners.iter().map(|&p| Some(p) == mine).collect();
+                Runtime::new_isolated(config.clone(), &local)?
             }
             _ => Runtime::new_launch(config.clone())?,
         });
@@ -298,12 +303,8 @@ impl LaunchRegistry {
         if owners.iter().all(|p| p == first) {
             return Ok(false);
         }
-        let Some(node) = self.node.get() else {
-            return Err(RtError::new(
-                ErrorKind::Runtime,
-                "this launch spans several processes, and this process is not attached to them (MPI):                  pip install \"mosaic_rt[mpi]\" and run under mpirun",
-            ));
-        };
+        // Not attached: the launch runs isolated (only what stays here works).
+        let Some(node) = self.node.get() else { return Ok(false) };
         let owner = owners.get(device as usize).copied().unwrap_or(u32::MAX);
         if owner != node.process() {
             return Err(RtError::value(format!(

@@ -43,6 +43,9 @@ pub struct Runtime {
     trace: Option<Box<Tracer>>,
     /// Only when other processes own devices of the launch (`remote`).
     remote: Option<Box<crate::remote::Link>>,
+    /// Per device: owned by another process this one cannot reach (a
+    /// launch spanning processes without a transport; `None` otherwise).
+    unreachable: Option<Box<[bool]>>,
 }
 
 #[derive(Default)]
@@ -69,9 +72,28 @@ impl Runtime {
     /// devices other processes own.
     pub fn new_linked(config: Config, link: crate::remote::Link) -> Result<Runtime> {
         let mut rt = Self::build(config, false)?;
-        rt.sems.set_remote(&link.local_mask());
+        rt.sems.set_remote(&link.local_mask(), false);
         rt.remote = Some(Box::new(link));
         Ok(rt)
+    }
+
+    /// The runtime of a launch spanning processes in a process not attached
+    /// to the others (no MPI): only the devices of `local` (true) run
+    /// here; a signal or DMA to any other fails, naming the install line.
+    pub fn new_isolated(config: Config, local: &[bool]) -> Result<Runtime> {
+        let mut rt = Self::build(config, false)?;
+        rt.sems.set_remote(local, true);
+        rt.unreachable = Some(local.iter().map(|&l| !l).collect());
+        Ok(rt)
+    }
+
+    /// Errs if `device` belongs to a process this one cannot reach.
+    #[inline]
+    fn check_reachable(&self, device: Option<u32>) -> Result<()> {
+        match (&self.unreachable, device) {
+            (Some(u), Some(d)) if u.get(d as usize).copied().unwrap_or(false) => Err(crate::remote::unreachable(d)),
+            _ => Ok(()),
+        }
     }
 
     /// The connection to the other processes of the launch, if any.
@@ -84,6 +106,7 @@ impl Runtime {
         let topo = config.topology();
         Ok(Runtime {
             remote: None,
+            unreachable: None,
             memory: MemoryTable::new(&config),
             sems: SemTable::with_devices_joined(&config, joined),
             cores: (0..topo.num_cores()).map(|_| CoreState::default()).collect(),
@@ -388,6 +411,7 @@ impl Runtime {
         if self.races.is_some() || self.trace.is_some() {
             self.note_signal(device, core, sem, inc, target_device, target_core);
         }
+        self.check_reachable(target_device).map_err(|e| e.at(device, core))?;
         if let Some(link) = self.remote.as_deref() {
             if target_device.is_some_and(|d| link.is_remote(d)) {
                 return self.signal_remote(link, device, core, sem, inc, target_device, target_core);
@@ -490,6 +514,7 @@ impl Runtime {
     /// Starts a DMA (see [`DmaRequest`]); in `eager` mode it completes here.
     pub fn dma_start(&self, req: DmaRequest) -> Result<()> {
         let (device, core) = (req.device, req.core);
+        self.check_reachable(req.dst_device).map_err(|e| e.at(device, core))?;
         crate::dma::start(&self.dma_env(), req, None).map_err(|e| e.at(device, core))
     }
 
@@ -497,6 +522,7 @@ impl Runtime {
     /// written through its byte map in `view` (see [`DmaView`]).
     pub fn dma_start_view(&self, req: DmaRequest, view: DmaView) -> Result<()> {
         let (device, core) = (req.device, req.core);
+        self.check_reachable(req.dst_device).map_err(|e| e.at(device, core))?;
         crate::dma::start(&self.dma_env(), req, Some(view)).map_err(|e| e.at(device, core))
     }
 

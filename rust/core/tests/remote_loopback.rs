@@ -180,14 +180,16 @@ fn a_deadlock_across_processes_is_reported_in_every_process() {
 }
 
 #[test]
-fn a_launch_spanning_processes_needs_a_transport() {
+fn without_a_transport_only_what_stays_in_the_process_runs() {
     let reg = LaunchRegistry::new();
-    let e = match reg.join(1, 0, 0, &config(2, DmaMode::Eager)) {
-        Ok(_) => panic!("joined"),
-        Err(e) => e,
-    };
+    let (h, rt) = reg.join(1, 0, 0, &config(2, DmaMode::Eager)).unwrap();
+    let sem = rt.allocate_semaphores(0, None, SemKind::Regular, 1).unwrap();
+    rt.device_barrier(0).unwrap(); // the other process's device is not waited for
+    rt.semaphore_signal(0, 0, sem, 1, Some(0), None).unwrap();
+    let e = rt.semaphore_signal(0, 0, sem, 1, Some(1), None).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Runtime);
     assert!(e.message.contains("mosaic_rt[mpi]"), "{}", e.message);
+    reg.leave(h, 0);
 }
 
 #[allow(dead_code)]

@@ -179,14 +179,15 @@ impl Monitor {
     /// Devices owned by other processes (`local[d]` false): they count as
     /// joined, their cores as finished; verdicts are then left to the
     /// processes together (`remote::detect`).
-    pub fn set_remote(&self, local: &[bool]) {
+    /// `isolated`: no transport reaches them, so local verdicts stand.
+    pub fn set_remote(&self, local: &[bool], isolated: bool) {
         let mut st = lock(&self.state);
         for (d, &here) in local.iter().enumerate() {
             if here || st.remote[d] {
                 continue;
             }
             st.remote[d] = true;
-            st.distributed = true;
+            st.distributed = !isolated;
             if !st.joined[d] {
                 st.joined[d] = true;
                 st.joined_count += 1;

@@ -106,3 +106,16 @@ pub(crate) fn backoff(idle: u32) {
     let us = 20u64 << ((idle - 2000) / 64).min(6);
     std::thread::sleep(std::time::Duration::from_micros(us.min(1000)));
 }
+
+/// The error of a signal or DMA to a device of a process this one is not
+/// attached to.
+pub fn unreachable(device: u32) -> crate::error::RtError {
+    crate::error::RtError::new(
+        crate::error::ErrorKind::Runtime,
+        format!(
+            "device {device} belongs to another process, and this process is not attached to the others \
+             (MPI): pip install \"mosaic_rt[mpi]\", run under mpirun, and call \
+             mosaic_rt.distributed.initialize() (or attach())"
+        ),
+    )
+}

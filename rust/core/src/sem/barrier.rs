@@ -15,6 +15,9 @@ struct State {
     remote: std::collections::BTreeMap<u64, u32>,
     /// Devices owned here (all of them in a launch of one process).
     local: u32,
+    /// Arrivals that complete a generation (all devices; the local ones
+    /// of a launch whose other processes are unreachable).
+    expected: u32,
 }
 
 pub(crate) struct DeviceBarrier {
@@ -25,14 +28,20 @@ pub(crate) struct DeviceBarrier {
 
 impl DeviceBarrier {
     pub fn new(num_devices: u32) -> Self {
-        let state = State { generation: 0, arrived: 0, remote: Default::default(), local: num_devices };
+        let state = State { generation: 0, arrived: 0, remote: Default::default(), local: num_devices, expected: num_devices };
         DeviceBarrier { num_devices, state: Mutex::new(state), cv: Condvar::new() }
     }
 
     /// Only `local` devices are owned here; the others arrive through
     /// [`Self::arrive_remote`].
-    pub fn set_local(&self, local: u32) {
-        lock(&self.state).local = local;
+    /// `isolated`: the others never arrive (no transport): the local
+    /// devices alone complete a generation.
+    pub fn set_local(&self, local: u32, isolated: bool) {
+        let mut st = lock(&self.state);
+        st.local = local;
+        if isolated {
+            st.expected = local;
+        }
     }
 
     /// `count` devices of another process arrived at `generation`.
@@ -47,7 +56,7 @@ impl DeviceBarrier {
     /// Completes the current generation if every device arrived.
     fn complete_if_full(&self, st: &mut State, on_complete: &dyn Fn(), monitor: &Monitor) -> bool {
         let remote = st.remote.get(&st.generation).copied().unwrap_or(0);
-        if st.arrived + remote < self.num_devices {
+        if st.arrived + remote < st.expected {
             return false;
         }
         on_complete();
@@ -88,7 +97,7 @@ impl DeviceBarrier {
             return Err(super::failed(&root, device, 0));
         }
         st.arrived += 1;
-        if st.arrived == st.local && st.local < self.num_devices {
+        if st.arrived == st.local && st.local < st.expected {
             on_local(st.generation, st.local);
         }
         if self.complete_if_full(&mut st, on_complete, monitor) {

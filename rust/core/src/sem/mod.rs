@@ -425,9 +425,11 @@ impl<T: Queued> SemTable<T> {
 
     /// Devices owned by other processes (`local[d]` false; see
     /// `Monitor::set_remote`).
-    pub fn set_remote(&self, local: &[bool]) {
-        self.monitor.set_remote(local);
-        self.barrier.set_local(local.iter().filter(|&&l| l).count() as u32);
+    /// `isolated`: no transport reaches them (the barrier waits for the
+    /// local devices only).
+    pub fn set_remote(&self, local: &[bool], isolated: bool) {
+        self.monitor.set_remote(local, isolated);
+        self.barrier.set_local(local.iter().filter(|&&l| l).count() as u32, isolated);
     }
 
     /// This process's part of a distributed launch for a termination probe
