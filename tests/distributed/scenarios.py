@@ -1,0 +1,217 @@
+"""Kernels run under ``mpirun -np N python scenarios.py NAME [MODE]``: each
+rank prints one ``RESULT <rank> <json>`` line (tests/distributed/
+test_mpirun.py starts them and reads the lines).
+
+Every scenario is one global mesh spanning the processes
+(`mosaic_rt.distributed.initialize`, ``MRT_DEVICES`` CPU devices each).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import mosaic_rt.distributed
+
+mosaic_rt.distributed.initialize(local_device_count=int(os.environ.get("MRT_DEVICES", "2")))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.experimental import pallas as pl  # noqa: E402
+from jax.experimental.pallas import tpu as pltpu  # noqa: E402
+from jax.sharding import Mesh, NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+import mosaic_rt  # noqa: E402
+
+RANK = jax.process_index()
+N = jax.device_count()
+MESH = Mesh(np.array(jax.devices()), ("x",))
+
+
+def report(**fields) -> None:
+    print(f"RESULT {RANK} {json.dumps(fields)}", flush=True)
+
+
+def global_array(shape, dtype=np.float32):
+    full = np.arange(int(np.prod(shape)), dtype=dtype).reshape(shape)
+    return full, jax.make_array_from_callback(shape, NamedSharding(MESH, P("x")), lambda idx: full[idx])
+
+
+def local_parts(y) -> dict:
+    return {int(s.index[0].start or 0): np.asarray(s.data) for s in y.addressable_shards}
+
+
+def run(kernel, x, out_shape, scratch, params, **kw):
+    def body(v):
+        return pl.pallas_call(
+            kernel,
+            out_shape=out_shape,
+            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
+            out_specs=pl.BlockSpec(memory_space=pl.ANY),
+            scratch_shapes=scratch,
+            interpret=params,
+            **kw,
+        )(v)
+
+    return jax.jit(jax.shard_map(body, mesh=MESH, in_specs=P("x"), out_specs=P("x"), check_vma=False))(x)
+
+
+def params(**kw):
+    return mosaic_rt.InterpretParams(dma_execution_mode=os.environ.get("MRT_MODE", "eager"), **kw)
+
+
+# ------------------------------------------------------------- scenarios
+
+
+def all_gather():
+    """Ring all-gather: N-1 hops, each a remote DMA to the right neighbour;
+    equal to XLA's own all_gather."""
+    rows = 8
+    full, x = global_array((N * rows, 128))
+
+    def kernel(x_ref, o_ref, send, recv, ready):
+        me = jax.lax.axis_index("x")
+        right = jax.lax.rem(me + 1, N)
+        left = jax.lax.rem(me + N - 1, N)
+        o_ref[pl.ds(me * rows, rows)] = x_ref[...]
+        for hop in range(N - 1):
+            slot = jax.lax.rem(me + N - hop, N)
+            # The right neighbour says it is ready for this hop.
+            pltpu.semaphore_signal(ready, 1, device_id=(left,), device_id_type=pltpu.DeviceIdType.MESH)
+            pltpu.semaphore_wait(ready, 1)
+            c = pltpu.make_async_remote_copy(
+                o_ref.at[pl.ds(slot * rows, rows)],
+                o_ref.at[pl.ds(slot * rows, rows)],
+                send,
+                recv,
+                device_id=(right,),
+                device_id_type=pltpu.DeviceIdType.MESH,
+            )
+            c.start()
+            c.wait()
+
+    out = jax.ShapeDtypeStruct((N * rows, 128), jnp.float32)
+    y = run(kernel, x, out, [pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.REGULAR], params())
+    # N copies of the whole array, one per device.
+    ok = all(np.array_equal(v, full) for v in local_parts(y).values())
+    xla = jax.jit(
+        jax.shard_map(lambda v: jax.lax.all_gather(v, "x", tiled=True), mesh=MESH, in_specs=P("x"), out_specs=P("x"))
+    )(x)
+    same_as_xla = all(np.array_equal(local_parts(y)[k], v) for k, v in local_parts(xla).items())
+    report(ok=bool(ok and same_as_xla), digest=float(sum(float(v.sum()) for v in local_parts(y).values())))
+
+
+def ping_pong():
+    """Devices 0 and N-1 (different processes) bounce a signal 200 times."""
+    full, x = global_array((N * 8, 128))
+    rounds = 200
+
+    def kernel(x_ref, o_ref, sem):
+        me = jax.lax.axis_index("x")
+        o_ref[...] = x_ref[...]
+
+        @pl.when(me == 0)
+        def _():
+            @pl.loop(0, rounds)
+            def _(i):
+                pltpu.semaphore_signal(sem, 1, device_id=(N - 1,), device_id_type=pltpu.DeviceIdType.MESH)
+                pltpu.semaphore_wait(sem, 1)
+
+        @pl.when(me == N - 1)
+        def _():
+            @pl.loop(0, rounds)
+            def _(i):
+                pltpu.semaphore_wait(sem, 1)
+                pltpu.semaphore_signal(sem, 1, device_id=(0,), device_id_type=pltpu.DeviceIdType.MESH)
+
+    out = jax.ShapeDtypeStruct((N * 8, 128), jnp.float32)
+    y = run(kernel, x, out, [pltpu.SemaphoreType.REGULAR], params())
+    jax.block_until_ready(y)
+    t = time.perf_counter()
+    jax.block_until_ready(run(kernel, x, out, [pltpu.SemaphoreType.REGULAR], params()))
+    per_round = (time.perf_counter() - t) / rounds
+    ok = all(np.array_equal(v, full[k : k + 8]) for k, v in local_parts(y).items())
+    report(ok=bool(ok), us_per_round_trip=per_round * 1e6)
+
+
+def barrier():
+    """get_barrier_semaphore with a collective_id: each device signals both
+    neighbours and waits for both, then a remote DMA."""
+    full, x = global_array((N * 8, 128))
+
+    def kernel(x_ref, o_ref, send, recv):
+        me = jax.lax.axis_index("x")
+        right, left = jax.lax.rem(me + 1, N), jax.lax.rem(me + N - 1, N)
+        b = pltpu.get_barrier_semaphore()
+        for n in (left, right):
+            pltpu.semaphore_signal(b, 1, device_id=(n,), device_id_type=pltpu.DeviceIdType.MESH)
+        pltpu.semaphore_wait(b, 2)
+        c = pltpu.make_async_remote_copy(
+            x_ref, o_ref, send, recv, device_id=(right,), device_id_type=pltpu.DeviceIdType.MESH
+        )
+        c.start()
+        c.wait()
+
+    out = jax.ShapeDtypeStruct((N * 8, 128), jnp.float32)
+    y = run(
+        kernel,
+        x,
+        out,
+        [pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA],
+        params(),
+        compiler_params=pltpu.CompilerParams(collective_id=7),
+    )
+    want = np.roll(full, 8, axis=0)
+    ok = all(np.array_equal(v, want[k : k + 8]) for k, v in local_parts(y).items())
+    report(ok=bool(ok))
+
+
+def _expect_error(fn):
+    try:
+        jax.block_until_ready(fn())
+    except Exception as e:  # noqa: BLE001 - the scenario reports what it got
+        root = mosaic_rt.native_errors(e)
+        report(ok=False, type=type(root).__name__, message=str(root)[:4000])
+        return
+    report(ok=True)
+
+
+def failure():
+    """The last device reads out of bounds; every other one waits for a
+    signal from it: every process ends with the IndexError."""
+    full, x = global_array((N * 8, 128))
+
+    def kernel(x_ref, o_ref, sem):
+        me = jax.lax.axis_index("x")
+
+        @pl.when(me == N - 1)
+        def _():
+            o_ref[...] = x_ref[pl.ds(me * 1000, 8)]
+
+        @pl.when(me != N - 1)
+        def _():
+            pltpu.semaphore_wait(sem, 1)
+
+    out = jax.ShapeDtypeStruct((N * 8, 128), jnp.float32)
+    _expect_error(lambda: run(kernel, x, out, [pltpu.SemaphoreType.REGULAR], params()))
+
+
+def deadlock():
+    """Every device waits for a signal nobody sends."""
+    full, x = global_array((N * 8, 128))
+
+    def kernel(x_ref, o_ref, sem):
+        pltpu.semaphore_wait(sem, 1)
+
+    out = jax.ShapeDtypeStruct((N * 8, 128), jnp.float32)
+    t = time.perf_counter()
+    _expect_error(lambda: run(kernel, x, out, [pltpu.SemaphoreType.REGULAR], params()))
+    print(f"RESULT-TIME {RANK} {time.perf_counter() - t:.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    globals()[sys.argv[1]]()

@@ -1,0 +1,86 @@
+"""Real multi-process launches: ``mpirun -np 2`` and ``-np 4
+--oversubscribe`` of tests/distributed/scenarios.py, each rank one JAX
+process of one global mesh (marked ``mpi``: ``pytest -m mpi``; needs
+mpi4py and an MPI whose ``mpirun`` is beside the interpreter or on PATH --
+``pip install "mosaic_rt[mpi]"``; scripts/test.sh installs them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600)]
+
+SCENARIOS = Path(__file__).with_name("scenarios.py")
+
+
+def _mpirun() -> str | None:
+    here = Path(sys.executable).parent / "mpirun"
+    return str(here) if here.exists() else shutil.which("mpirun")
+
+
+def launch(name: str, np_: int, devices: int, mode: str = "eager", timeout: float = 300) -> dict[int, dict]:
+    """Runs scenario `name` on `np_` ranks of `devices` CPU devices each;
+    ``{rank: result}`` (every rank must report)."""
+    mpirun = _mpirun()
+    if mpirun is None:
+        pytest.skip('no mpirun: pip install "mosaic_rt[mpi]"')
+    pytest.importorskip("mpi4py")
+    env = dict(os.environ, MRT_DEVICES=str(devices), MRT_MODE=mode, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    cmd = [mpirun, "--oversubscribe", "-np", str(np_)]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    cmd += [sys.executable, str(SCENARIOS), name]
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise AssertionError(f"mpirun {name} did not finish in {timeout}s:\n{e.stdout}\n{e.stderr}") from None
+    results = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            _, rank, payload = line.split(" ", 2)
+            results[int(rank)] = json.loads(payload)
+    assert sorted(results) == list(range(np_)), f"exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
+    return results
+
+
+@pytest.mark.parametrize("mode", ["eager", "on_wait"])
+def test_ring_all_gather_over_4_processes_of_8_devices_equals_xla(mode):
+    results = launch("all_gather", 4, 8, mode)
+    assert all(r["ok"] for r in results.values()), results
+
+
+@pytest.mark.parametrize("mode", ["eager", "on_wait"])
+def test_ping_pong_between_two_processes(mode):
+    results = launch("ping_pong", 2, 2, mode)
+    assert all(r["ok"] for r in results.values()), results
+
+
+@pytest.mark.parametrize("mode", ["eager", "on_wait"])
+def test_barrier_semaphore_with_collective_id(mode):
+    results = launch("barrier", 2, 2, mode)
+    assert all(r["ok"] for r in results.values()), results
+
+
+def test_a_failure_in_one_process_ends_every_process_with_the_root_cause():
+    results = launch("failure", 2, 2)
+    for rank, r in results.items():
+        assert not r["ok"], (rank, r)
+        assert r["type"] == "IndexError", (rank, r)
+
+
+def test_a_deadlock_across_processes_is_reported_on_every_process():
+    results = launch("deadlock", 2, 2)
+    for rank, r in results.items():
+        assert r["type"] == "DeadlockError", (rank, r)
+        for d in range(4):
+            assert f"device {d}, core 0" in r["message"], (rank, r["message"])
+        assert "process 0:" in r["message"] and "process 1:" in r["message"], r["message"]
