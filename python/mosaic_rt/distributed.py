@@ -22,6 +22,7 @@ a single-process run never touches MPI.
 
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 
@@ -107,6 +108,9 @@ def attach(*, reason: str = "mosaic_rt.distributed.attach() was called") -> None
     if sorted(by_rank) != list(range(count)):
         raise MultiProcessError(f"the MPI ranks name JAX processes {by_rank}, not each of 0..{count - 1} once")
     ranks = [by_rank.index(p) for p in range(count)]
+    # mpi4py finalises MPI at exit (its atexit hook, registered at import,
+    # runs after ours): the progress thread must be quiet by then.
+    atexit.register(_native.mpi_detach)
     _native.mpi_attach(
         MPI.__file__,
         MPI._handleof(comm),

@@ -128,7 +128,7 @@ def ping_pong():
                 pltpu.semaphore_wait(sem, 1)
                 pltpu.semaphore_signal(sem, 1, device_id=(0,), device_id_type=pltpu.DeviceIdType.MESH)
 
-    out = jax.ShapeDtypeStruct((N * 8, 128), jnp.float32)
+    out = jax.ShapeDtypeStruct((8, 128), jnp.float32)
     y = run(kernel, x, out, [pltpu.SemaphoreType.REGULAR], params())
     jax.block_until_ready(y)
     t = time.perf_counter()
@@ -156,7 +156,7 @@ def barrier():
         c.start()
         c.wait()
 
-    out = jax.ShapeDtypeStruct((N * 8, 128), jnp.float32)
+    out = jax.ShapeDtypeStruct((8, 128), jnp.float32)
     y = run(
         kernel,
         x,
@@ -196,7 +196,7 @@ def failure():
         def _():
             pltpu.semaphore_wait(sem, 1)
 
-    out = jax.ShapeDtypeStruct((N * 8, 128), jnp.float32)
+    out = jax.ShapeDtypeStruct((8, 128), jnp.float32)
     _expect_error(lambda: run(kernel, x, out, [pltpu.SemaphoreType.REGULAR], params()))
 
 
@@ -207,7 +207,7 @@ def deadlock():
     def kernel(x_ref, o_ref, sem):
         pltpu.semaphore_wait(sem, 1)
 
-    out = jax.ShapeDtypeStruct((N * 8, 128), jnp.float32)
+    out = jax.ShapeDtypeStruct((8, 128), jnp.float32)
     t = time.perf_counter()
     _expect_error(lambda: run(kernel, x, out, [pltpu.SemaphoreType.REGULAR], params()))
     print(f"RESULT-TIME {RANK} {time.perf_counter() - t:.2f}", flush=True)

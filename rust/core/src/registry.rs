@@ -290,6 +290,13 @@ impl LaunchRegistry {
         Ok(())
     }
 
+    /// Stops the transport for good (the process is exiting).
+    pub fn detach(&self) {
+        if let Some(node) = self.node.get() {
+            node.close();
+        }
+    }
+
     /// This process's index in its job, once attached.
     pub fn process(&self) -> Option<u32> {
         self.node.get().map(|n| n.process())

@@ -118,6 +118,11 @@ pub fn attach_transport(transport: Box<dyn mosaic_rt_core::remote::Transport>) -
     launch::registry().attach(transport)
 }
 
+/// Stops the multi-process transport (before MPI shuts down at exit).
+pub fn detach_transport() {
+    launch::registry().detach()
+}
+
 /// This process's index in its multi-process job, once attached.
 pub fn attached_process() -> Option<u32> {
     launch::registry().process()

@@ -77,6 +77,8 @@ pub struct MpiTransport {
     setup: MpiSetup,
     /// Sends in flight (their buffers must live until complete).
     sends: Mutex<Vec<Pending>>,
+    /// MPI is (about to be) finalised: no more calls.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 fn check(rc: c_int, what: &str) -> Result<()> {
@@ -104,7 +106,11 @@ impl MpiTransport {
                 get_count: std::mem::transmute::<*mut c_void, GetCount>(lib.symbol("MPI_Get_count")?),
             }
         };
-        Ok(MpiTransport { f, setup, sends: Mutex::new(Vec::new()) })
+        Ok(MpiTransport { f, setup, sends: Mutex::new(Vec::new()), closed: Default::default() })
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<Pending>> {
@@ -148,6 +154,9 @@ impl Transport for MpiTransport {
         let len = c_int::try_from(frame.len())
             .map_err(|_| RtError::value(format!("a message of {} bytes is too large for MPI", frame.len())))?;
         let mut sends = self.lock();
+        if self.is_closed() {
+            return Err(RtError::new(mosaic_rt_core::ErrorKind::Runtime, "MPI was shut down (the process is exiting)"));
+        }
         let mut request: usize = 0;
         // SAFETY: `frame` stays alive in `sends` until MPI_Test reports the
         // send complete; handles are the words mpi4py gave for this MPI.
@@ -170,8 +179,17 @@ impl Transport for MpiTransport {
         Ok(())
     }
 
+    fn close(&self) {
+        // Under the lock: no MPI call is in progress once this returns.
+        let _sends = self.lock();
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
     fn poll(&self) -> Result<Vec<Vec<u8>>> {
         let mut sends = self.lock();
+        if self.is_closed() {
+            return Ok(Vec::new());
+        }
         if !sends.is_empty() {
             self.reap(&mut sends)?;
         }

@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(mpi_attach, m)?)?;
     m.add_function(wrap_pyfunction!(mpi_process, m)?)?;
+    m.add_function(wrap_pyfunction!(mpi_detach, m)?)?;
     Ok(())
 }
 
@@ -36,4 +37,11 @@ fn mpi_attach(
 #[pyfunction]
 fn mpi_process() -> Option<u32> {
     mosaic_rt_ffi::attached_process()
+}
+
+/// Stops every MPI call of mosaic_rt (registered with atexit by
+/// `mosaic_rt.distributed`, to run before mpi4py finalises MPI).
+#[pyfunction]
+fn mpi_detach(py: Python<'_>) {
+    py.detach(mosaic_rt_ffi::detach_transport);
 }

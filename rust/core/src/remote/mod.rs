@@ -57,6 +57,9 @@ pub trait Transport: Send + Sync {
     /// long; the caller delivers them after the transport's locks are
     /// released).
     fn poll(&self) -> Result<Vec<Vec<u8>>>;
+    /// Stops using the underlying library for good (before it shuts down
+    /// at process exit): sends fail, polls find nothing.
+    fn close(&self) {}
 }
 
 /// This process's end of the job: the transport and where frames go.
@@ -82,6 +85,10 @@ impl Node {
 
     pub fn poll(&self) -> Result<Vec<Vec<u8>>> {
         self.transport.poll()
+    }
+
+    pub fn close(&self) {
+        self.transport.close()
     }
 }
 
