@@ -10,6 +10,8 @@
 #      check's tests): the tests not marked slow, then the slow ones (-m slow:
 #      production kernels, the TPU-check sweep, 64-device loads, ...), so
 #      every test runs on both ends;
+#      then the mpirun tests (-m mpi, tests/distributed: real 2- and 4-process
+#      launches) in the 3.11 venv with the mpi extra (mpi4py + Open MPI from PyPI);
 #   4. scripts/client_suite.py --quick: a subset of a third-party suite
 #      (tpu-inference's kernel tests, jax 0.11.2) forced into TPU interpret
 #      mode, stock vs the wheel of 2, in a venv of its own (.venv-test/client).
@@ -90,6 +92,16 @@ pytest_in() {  # pytest_in PY [PYTEST ARGS]: the wheel's venv plus test extras
     JAX_PLATFORMS="${JAX_PLATFORMS:-cpu}" "$venv/bin/python" -m pytest -q "$@"
 }
 
+pytest_mpi() {  # the mpirun tests (-m mpi) in the 3.11 wheel venv, MPI from PyPI
+    local venv="$root/.venv-test/py3.11" wheel
+    wheel="$(ls "$root"/.venv-test/dist/mosaic_rt-*.whl 2>/dev/null)"
+    [ -x "$venv/bin/python" ] && [ -n "$wheel" ] \
+        || { echo "error: no wheel venv at $venv (its wheel test step failed)" >&2; return 1; }
+    # The mpi extra: mpi4py and Open MPI (mpirun lands in the venv's bin).
+    "$venv/bin/python" -m pip install --quiet --only-binary=:all: "$wheel[test,mpi]" || return 1
+    PATH="$venv/bin:$PATH" JAX_PLATFORMS=cpu "$venv/bin/python" -m pytest -q -m mpi tests/distributed "$@"
+}
+
 client_suite_quick() {
     local wheel py
     wheel="$(ls "$root"/.venv-test/dist/mosaic_rt-*.whl 2>/dev/null)"
@@ -106,6 +118,9 @@ if [ "${1:-}" = "--here" ]; then
     phase "ruff check + format" python_lint
     phase "loom model tests" loom_tests
     phase "pytest ($(python --version 2>&1))" python -m pytest -q "$@"
+    if python -c "import mpi4py" 2> /dev/null; then
+        phase "pytest -m mpi: mpirun launches" python -m pytest -q -m mpi tests/distributed
+    fi
 else
     phase "cargo test --workspace" rust_tests
     phase "rustfmt + clippy" rust_style
@@ -114,6 +129,8 @@ else
     phase "wheel: build, install beside jax, smoke test (3.11, 3.12, 3.13)" bash scripts/test_wheel.sh
     phase "pytest: Python 3.11 + jax 0.10.2" pytest_in 3.11 "$@"
     phase "pytest: Python 3.12 + jax 0.12.0.1" pytest_in 3.12 "$@"
+    # Real multi-process launches under mpirun (2 and 4 ranks), MPI from PyPI.
+    phase "pytest -m mpi: mpirun launches, Python 3.11 + jax 0.10.2" pytest_mpi
     # The slow tests (pyproject's addopts deselects them: the developer loop
     # and --here stay quick) in phases of their own. 119 tests, ~2 min per
     # end on 2 busy vCPUs (measured: 3.11 2:04, 3.12 2:01), so both ends fit
