@@ -50,8 +50,6 @@ def run(kernel, x, out_shape, scratch, params, **kw):
         return pl.pallas_call(
             kernel,
             out_shape=out_shape,
-            in_specs=[pl.BlockSpec(memory_space=pl.ANY)],
-            out_specs=pl.BlockSpec(memory_space=pl.ANY),
             scratch_shapes=scratch,
             interpret=params,
             **kw,
