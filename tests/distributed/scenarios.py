@@ -170,10 +170,11 @@ def barrier():
 
 def _expect_error(fn):
     try:
-        jax.block_until_ready(fn())
+        with mosaic_rt.native_errors():
+            jax.block_until_ready(fn())
     except Exception as e:  # noqa: BLE001 - the scenario reports what it got
-        root = mosaic_rt.native_errors(e)
-        report(ok=False, type=type(root).__name__, message=str(root)[:4000])
+        root = getattr(e, "root", None) or e
+        report(ok=False, type=type(root).__name__, outer=type(e).__name__, message=str(root)[:4000])
         return
     report(ok=True)
 
