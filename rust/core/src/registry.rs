@@ -85,6 +85,9 @@ pub struct LaunchRegistry {
     tombstones: Mutex<VecDeque<(u64, RtError)>>,
     /// This process's end of a multi-process job, once attached.
     node: std::sync::OnceLock<std::sync::Arc<Node>>,
+    /// Held by whoever moves frames (the progress thread or a waiter):
+    /// one at a time, so frames are applied in arrival order.
+    progress_lock: std::sync::Mutex<()>,
 }
 
 impl Default for LaunchRegistry {
@@ -101,6 +104,7 @@ impl LaunchRegistry {
             runtimes: RwLock::new(HashMap::new()),
             tombstones: Mutex::new(VecDeque::new()),
             node: std::sync::OnceLock::new(),
+            progress_lock: std::sync::Mutex::new(()),
         }
     }
 
@@ -283,6 +287,11 @@ impl LaunchRegistry {
         if self.node.set(std::sync::Arc::clone(&node)).is_err() {
             return Err(RtError::value("this process is attached to a multi-process job already"));
         }
+        let weak = std::sync::Arc::downgrade(&node);
+        node.set_driver(std::sync::Arc::new(move |ready: &dyn Fn() -> bool| match weak.upgrade() {
+            Some(node) => self.drive(&node, ready),
+            None => false,
+        }));
         std::thread::Builder::new()
             .name("mosaic_rt-progress".into())
             .spawn(move || self.progress(&node))
@@ -327,23 +336,52 @@ impl LaunchRegistry {
     fn progress(&self, node: &Node) {
         let mut idle: u32 = 0;
         loop {
-            self.deliver_ready();
-            match node.poll() {
-                Ok(frames) if !frames.is_empty() => {
-                    idle = 0;
-                    for f in frames {
-                        self.deliver(&f);
-                    }
-                }
-                Ok(_) => {
-                    idle = idle.saturating_add(1);
-                    crate::remote::backoff(idle);
-                }
-                Err(e) => {
-                    eprintln!("mosaic_rt: the multi-process transport failed: {}", e.message);
-                    std::thread::sleep(std::time::Duration::from_millis(100));
-                }
+            // A waiter driving progress holds the lock: back off.
+            let moved = match self.progress_lock.try_lock() {
+                Ok(_guard) => self.move_frames(node),
+                Err(_) => 0,
+            };
+            if moved > 0 {
+                idle = 0;
+            } else {
+                idle = idle.saturating_add(1);
+                crate::remote::backoff(idle);
             }
+        }
+    }
+
+    /// Delivers what arrived; how many frames (call with `progress_lock`).
+    fn move_frames(&self, node: &Node) -> usize {
+        self.deliver_ready();
+        match node.poll() {
+            Ok(frames) => {
+                let n = frames.len();
+                for f in frames {
+                    self.deliver(&f);
+                }
+                n
+            }
+            Err(e) => {
+                eprintln!("mosaic_rt: the multi-process transport failed: {}", e.message);
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                0
+            }
+        }
+    }
+
+    /// A waiter's turn at moving frames (see `remote::Driver`).
+    fn drive(&self, node: &Node, ready: &dyn Fn() -> bool) -> bool {
+        let Ok(_guard) = self.progress_lock.try_lock() else { return false };
+        let start = std::time::Instant::now();
+        loop {
+            self.move_frames(node);
+            if ready() {
+                return true;
+            }
+            if start.elapsed() >= crate::remote::DRIVE_BUDGET {
+                return false;
+            }
+            std::hint::spin_loop();
         }
     }
 

@@ -73,6 +73,9 @@ impl Runtime {
     pub fn new_linked(config: Config, link: crate::remote::Link) -> Result<Runtime> {
         let mut rt = Self::build(config, false)?;
         rt.sems.set_remote(&link.local_mask(), false);
+        if let Some(d) = link.driver() {
+            rt.sems.set_driver(d);
+        }
         rt.remote = Some(Box::new(link));
         Ok(rt)
     }

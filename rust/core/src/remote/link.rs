@@ -61,6 +61,11 @@ impl Link {
         }
     }
 
+    /// The node's driver (see [`super::Driver`]).
+    pub fn driver(&self) -> Option<super::Driver> {
+        self.node.driver()
+    }
+
     pub fn key(&self) -> GlobalKey {
         self.key
     }

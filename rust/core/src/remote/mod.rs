@@ -62,16 +62,35 @@ pub trait Transport: Send + Sync {
     fn close(&self) {}
 }
 
+/// Run by a waiter about to park: moves frames from other processes (if
+/// no other thread is doing so) until `ready()` or a short budget ends;
+/// true if `ready()` became true. A ping-pong between processes then
+/// costs no thread wake-up on either side.
+pub type Driver = std::sync::Arc<dyn Fn(&dyn Fn() -> bool) -> bool + Send + Sync>;
+
+/// How long a waiter drives progress before it parks.
+pub const DRIVE_BUDGET: std::time::Duration = std::time::Duration::from_micros(200);
+
 /// This process's end of the job: the transport and where frames go.
 pub struct Node {
     transport: Box<dyn Transport>,
     me: u32,
+    /// Set by the registry at attach (it delivers the frames).
+    driver: std::sync::OnceLock<Driver>,
 }
 
 impl Node {
     pub fn new(transport: Box<dyn Transport>) -> Node {
         let me = transport.process();
-        Node { transport, me }
+        Node { transport, me, driver: std::sync::OnceLock::new() }
+    }
+
+    pub fn set_driver(&self, driver: Driver) {
+        let _ = self.driver.set(driver);
+    }
+
+    pub fn driver(&self) -> Option<Driver> {
+        self.driver.get().cloned()
     }
 
     pub fn process(&self) -> u32 {

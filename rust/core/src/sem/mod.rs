@@ -154,6 +154,9 @@ pub struct SemTable<T: Queued = NoWork> {
     /// none). A hint for deadlock reports, kept with plain atomics outside
     /// the loom models.
     last_signaller: Box<[std::sync::atomic::AtomicU32]>,
+    /// A launch spanning processes: before parking, a waiter may move the
+    /// other processes' messages itself (see `remote::Driver`).
+    driver: std::sync::OnceLock<crate::remote::Driver>,
 }
 
 /// The error a core gets when the launch failed with `root`: a deadlock is
@@ -191,7 +194,13 @@ impl<T: Queued> SemTable<T> {
             parkers: (0..topo.num_cores()).map(|_| Parker::new()).collect(),
             failure: Failure::new(),
             barrier: DeviceBarrier::new(topo.num_devices),
+            driver: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Lets waiters move other processes' messages before parking.
+    pub fn set_driver(&self, driver: crate::remote::Driver) {
+        let _ = self.driver.set(driver);
     }
 
     /// Allocates `count` internal semaphores on (device, core), or on every
@@ -353,6 +362,14 @@ impl<T: Queued> SemTable<T> {
                         self.failure.is_set() || can_take(count.load(Ordering::SeqCst), value) || s.has_task(off, gcore)
                     });
                     policy.record(outcome);
+                    continue;
+                }
+            }
+            if let Some(drive) = self.driver.get() {
+                let ready = || {
+                    self.failure.is_set() || can_take(count.load(Ordering::SeqCst), value) || s.has_task(off, gcore)
+                };
+                if drive(&ready) {
                     continue;
                 }
             }
