@@ -88,6 +88,9 @@ pub struct LaunchRegistry {
     /// Held by whoever moves frames (the progress thread or a waiter):
     /// one at a time, so frames are applied in arrival order.
     progress_lock: std::sync::Mutex<()>,
+    /// A waiter is moving frames (at most one: the others park); the
+    /// progress thread stays out of its way meanwhile.
+    driving: std::sync::atomic::AtomicBool,
 }
 
 impl Default for LaunchRegistry {
@@ -105,6 +108,7 @@ impl LaunchRegistry {
             tombstones: Mutex::new(VecDeque::new()),
             node: std::sync::OnceLock::new(),
             progress_lock: std::sync::Mutex::new(()),
+            driving: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -336,7 +340,11 @@ impl LaunchRegistry {
     fn progress(&self, node: &Node) {
         let mut idle: u32 = 0;
         loop {
-            // A waiter driving progress holds the lock: back off.
+            // A waiter is moving frames: stay off its CPU.
+            if self.driving.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_micros(50));
+                continue;
+            }
             let moved = match self.progress_lock.try_lock() {
                 Ok(_guard) => self.move_frames(node),
                 Err(_) => 0,
@@ -357,7 +365,7 @@ impl LaunchRegistry {
             Ok(frames) => {
                 let n = frames.len();
                 for f in frames {
-                    self.deliver(&f);
+                    self.deliver(f);
                 }
                 n
             }
@@ -371,18 +379,26 @@ impl LaunchRegistry {
 
     /// A waiter's turn at moving frames (see `remote::Driver`).
     fn drive(&self, node: &Node, ready: &dyn Fn() -> bool) -> bool {
-        let Ok(_guard) = self.progress_lock.try_lock() else { return false };
-        let start = std::time::Instant::now();
-        loop {
-            self.move_frames(node);
-            if ready() {
-                return true;
-            }
-            if start.elapsed() >= crate::remote::DRIVE_BUDGET {
-                return false;
-            }
-            std::hint::spin_loop();
+        if self.driving.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            return false;
         }
+        let ready_now = {
+            // The progress thread holds the lock for one poll at most.
+            let _guard = self.progress_lock.lock().ignore_poison();
+            let start = std::time::Instant::now();
+            loop {
+                self.move_frames(node);
+                if ready() {
+                    break true;
+                }
+                if start.elapsed() >= crate::remote::DRIVE_BUDGET {
+                    break false;
+                }
+                std::hint::spin_loop();
+            }
+        };
+        self.driving.store(false, Ordering::Release);
+        ready_now
     }
 
     /// Delivers the early frames of launches begun since.
@@ -410,7 +426,7 @@ impl LaunchRegistry {
 
     /// One frame from another process: to its launch, or kept until the
     /// launch begins here.
-    pub fn deliver(&self, bytes: &[u8]) {
+    pub fn deliver(&self, bytes: crate::remote::Payload) {
         let frame = match crate::remote::wire::decode(bytes) {
             Ok(f) => f,
             Err(e) => return eprintln!("mosaic_rt: dropped a message from another process: {}", e.message),
@@ -455,7 +471,7 @@ impl LaunchRegistry {
         if let Msg::Probe { wave } = frame.msg {
             let status = Status { joined: ended, quiescent: ended, left: ended, ..Status::default() };
             if let Some(node) = self.node.get() {
-                let _ = node.send(frame.from, frame.key, &Msg::Status { wave, status });
+                let _ = node.send(frame.from, frame.key, Msg::Status { wave, status });
             }
             return;
         }

@@ -22,7 +22,7 @@
 
 mod dl;
 
-use mosaic_rt_core::remote::Transport;
+use mosaic_rt_core::remote::{Payload, Transport};
 use mosaic_rt_core::{Result, RtError};
 use std::ffi::{c_int, c_void};
 use std::sync::{Mutex, MutexGuard};
@@ -69,7 +69,7 @@ pub struct MpiSetup {
 
 struct Pending {
     request: usize,
-    _frame: Vec<u8>,
+    _frame: Payload,
 }
 
 pub struct MpiTransport {
@@ -145,7 +145,7 @@ impl Transport for MpiTransport {
         self.setup.process
     }
 
-    fn send(&self, to: u32, frame: Vec<u8>) -> Result<()> {
+    fn send(&self, to: u32, frame: Payload) -> Result<()> {
         let rank = *self
             .setup
             .ranks
@@ -161,15 +161,7 @@ impl Transport for MpiTransport {
         // SAFETY: `frame` stays alive in `sends` until MPI_Test reports the
         // send complete; handles are the words mpi4py gave for this MPI.
         let rc = unsafe {
-            (self.f.isend)(
-                frame.as_ptr().cast(),
-                len,
-                self.setup.byte,
-                rank,
-                TAG,
-                self.setup.comm,
-                &mut request,
-            )
+            (self.f.isend)(frame.as_ptr().cast(), len, self.setup.byte, rank, TAG, self.setup.comm, &mut request)
         };
         check(rc, "MPI_Isend")?;
         sends.push(Pending { request, _frame: frame });
@@ -185,7 +177,7 @@ impl Transport for MpiTransport {
         self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
-    fn poll(&self) -> Result<Vec<Vec<u8>>> {
+    fn poll(&self) -> Result<Vec<Payload>> {
         let mut sends = self.lock();
         if self.is_closed() {
             return Ok(Vec::new());
@@ -216,11 +208,17 @@ impl Transport for MpiTransport {
             let mut count: c_int = 0;
             // SAFETY: the status MPI_Improbe just filled.
             check(unsafe { (self.f.get_count)(status.as_ptr().cast(), self.setup.byte, &mut count) }, "MPI_Get_count")?;
-            let mut buf = vec![0u8; count.max(0) as usize];
+            let mut buf = Payload::for_receive(count.max(0) as usize);
             // SAFETY: a buffer of exactly the probed size and the matched
             // message handle MPI_Improbe returned (consumed here).
             let rc = unsafe {
-                (self.f.mrecv)(buf.as_mut_ptr().cast(), count, self.setup.byte, &mut message, status.as_mut_ptr().cast())
+                (self.f.mrecv)(
+                    buf.as_mut_slice().as_mut_ptr().cast(),
+                    count,
+                    self.setup.byte,
+                    &mut message,
+                    status.as_mut_ptr().cast(),
+                )
             };
             check(rc, "MPI_Mrecv")?;
             frames.push(buf);

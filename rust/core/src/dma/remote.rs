@@ -6,7 +6,7 @@ use super::{note_started, DmaEnv, DmaRequest, DmaStep, Plan};
 use crate::error::{Result, RtError};
 use crate::memory::{Access, MemRef};
 use crate::remote::wire::{DstSide, Msg};
-use crate::remote::{lock, Link};
+use crate::remote::{lock, Link, Payload};
 use crate::site::{self, SiteId};
 use std::sync::{Arc, Mutex};
 
@@ -23,15 +23,13 @@ fn dst_side(req: &DmaRequest, plan: &Plan) -> DstSide {
 
 /// Reads the source region of `req` (checked as a load), then signals its
 /// send semaphore with the bytes read.
-fn read_source(env: &DmaEnv, req: &DmaRequest) -> Result<Vec<u8>> {
+fn read_source(env: &DmaEnv, req: &DmaRequest) -> Result<Payload> {
     let n = env.memory.check_access(req.src(), Access::Read).map_err(|e| e.at(req.device, req.core))?;
-    let data = if n == 0 {
-        Vec::new()
-    } else {
-        let mut data = crate::memory::zeroed(n, || format!("a DMA of {n} bytes"))?;
-        env.memory.load(req.src(), &mut data).map_err(|e| e.at(req.device, req.core))?;
-        data
-    };
+    // Read straight into the frame's buffer (its header goes in front).
+    let mut data = Payload::with_headroom(n);
+    if n > 0 {
+        env.memory.load(req.src(), data.as_mut_slice()).map_err(|e| e.at(req.device, req.core))?;
+    }
     if let Some(src_sem) = req.src_sem {
         let src_gcore = env.topo.global_core(req.device, req.core);
         env.sems.signal_global(src_gcore, src_sem, data.len() as i64)?;
@@ -54,7 +52,7 @@ pub(super) fn start_eager(env: &DmaEnv, link: &Link, req: &DmaRequest, plan: &Pl
     let data = read_source(env, req)?;
     let bytes = data.len() as i64;
     note_started(env, req, plan, bytes);
-    link.send(link.owner(plan.dst_device), &Msg::DmaEager { dst: dst_side(req, plan), data })
+    link.send(link.owner(plan.dst_device), Msg::DmaEager { dst: dst_side(req, plan), data })
 }
 
 /// The source side of an on_wait DMA to another process.
@@ -78,7 +76,7 @@ impl OutgoingDma {
         let data = read_source(env, &self.req)?;
         *read = true;
         env.memory.dma_read_done(self.req.device);
-        link.send(link.owner(self.plan.dst_device), &Msg::DmaData { id: self.id, data })
+        link.send(link.owner(self.plan.dst_device), Msg::DmaData { id: self.id, data })
     }
 
     pub(crate) fn is_pending(&self) -> bool {
@@ -136,7 +134,7 @@ pub(super) fn start_on_wait(env: &DmaEnv, link: &Link, req: DmaRequest, plan: Pl
         env.sems.enqueue(s, plan.src_gcore, DmaStep::RemoteRead(dma))?;
         env.sems.dma_started(s, plan.src_gcore, bytes);
     }
-    link.send(link.owner(plan.dst_device), &Msg::DmaQueued { id, dst, bytes, describe })
+    link.send(link.owner(plan.dst_device), Msg::DmaQueued { id, dst, bytes, describe })
 }
 
 /// Where an incoming on_wait DMA stands at its destination.
@@ -146,7 +144,7 @@ enum InState {
     /// A waiter here asked the source's process for the data.
     Requested,
     /// The data arrived before a waiter needed it.
-    Data(Vec<u8>),
+    Data(Payload),
     Done,
 }
 
@@ -174,7 +172,7 @@ impl IncomingDma {
         match std::mem::replace(&mut *st, InState::Done) {
             InState::Queued => {
                 *st = InState::Requested;
-                link.send(self.from, &Msg::DmaRead { id: self.id })
+                link.send(self.from, Msg::DmaRead { id: self.id })
             }
             InState::Data(data) => write_destination(env, &self.dst, self.gcore, &data),
             other => {
@@ -185,7 +183,7 @@ impl IncomingDma {
     }
 
     /// The data arrived from the source's process.
-    pub(crate) fn arrived(&self, env: &DmaEnv, data: Vec<u8>) -> Result<()> {
+    pub(crate) fn arrived(&self, env: &DmaEnv, data: Payload) -> Result<()> {
         let mut st = lock(&self.state);
         match std::mem::replace(&mut *st, InState::Done) {
             InState::Requested => write_destination(env, &self.dst, self.gcore, &data),

@@ -101,7 +101,7 @@ impl Link {
     }
 
     /// Sends `msg` to process `to`.
-    pub fn send(&self, to: u32, msg: &Msg) -> Result<()> {
+    pub fn send(&self, to: u32, msg: Msg) -> Result<()> {
         if msg.counted() {
             self.sent.fetch_add(1, Ordering::SeqCst);
         }
@@ -111,7 +111,7 @@ impl Link {
     /// Sends `msg` to every peer.
     pub fn broadcast(&self, msg: &Msg) -> Result<()> {
         for &p in &self.peers {
-            self.send(p, msg)?;
+            self.send(p, msg.clone())?;
         }
         Ok(())
     }

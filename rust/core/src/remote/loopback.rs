@@ -1,14 +1,14 @@
 //! Processes simulated in one process (tests): a mailbox per process.
 
 use super::lock;
-use super::Transport;
+use super::{Payload, Transport};
 use crate::error::Result;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 /// The mailboxes of `n` simulated processes.
 pub struct LoopbackHub {
-    boxes: Vec<Mutex<VecDeque<Vec<u8>>>>,
+    boxes: Vec<Mutex<VecDeque<Payload>>>,
 }
 
 impl LoopbackHub {
@@ -32,7 +32,7 @@ impl Transport for Endpoint {
         self.me
     }
 
-    fn send(&self, to: u32, frame: Vec<u8>) -> Result<()> {
+    fn send(&self, to: u32, frame: Payload) -> Result<()> {
         match self.hub.boxes.get(to as usize) {
             Some(b) => {
                 lock(b).push_back(frame);
@@ -42,7 +42,7 @@ impl Transport for Endpoint {
         }
     }
 
-    fn poll(&self) -> Result<Vec<Vec<u8>>> {
+    fn poll(&self) -> Result<Vec<Payload>> {
         Ok(lock(&self.hub.boxes[self.me as usize]).drain(..).collect())
     }
 }

@@ -38,10 +38,12 @@
 pub mod detect;
 mod link;
 mod loopback;
+pub mod payload;
 pub mod wire;
 
 pub use link::Link;
 pub use loopback::LoopbackHub;
+pub use payload::Payload;
 pub use wire::{GlobalKey, Msg};
 
 use crate::error::Result;
@@ -52,11 +54,11 @@ pub trait Transport: Send + Sync {
     /// This process's index (as launches' `owners` number processes).
     fn process(&self) -> u32;
     /// Sends `frame` to process `to` without waiting for it to arrive.
-    fn send(&self, to: u32, frame: Vec<u8>) -> Result<()>;
+    fn send(&self, to: u32, frame: Payload) -> Result<()>;
     /// The frames that have arrived since the last call (never blocks
     /// long; the caller delivers them after the transport's locks are
     /// released).
-    fn poll(&self) -> Result<Vec<Vec<u8>>>;
+    fn poll(&self) -> Result<Vec<Payload>>;
     /// Stops using the underlying library for good (before it shuts down
     /// at process exit): sends fail, polls find nothing.
     fn close(&self) {}
@@ -98,11 +100,11 @@ impl Node {
     }
 
     /// Sends `msg` of launch `key` to process `to`.
-    pub fn send(&self, to: u32, key: GlobalKey, msg: &Msg) -> Result<()> {
+    pub fn send(&self, to: u32, key: GlobalKey, msg: Msg) -> Result<()> {
         self.transport.send(to, wire::encode(self.me, key, msg))
     }
 
-    pub fn poll(&self) -> Result<Vec<Vec<u8>>> {
+    pub fn poll(&self) -> Result<Vec<Payload>> {
         self.transport.poll()
     }
 

@@ -4,6 +4,7 @@
 //! u8][fields..]`, little-endian, with variable-length fields prefixed by
 //! their length. The transport only moves frames; it never looks inside.
 
+use super::payload::Payload;
 use crate::error::{ErrorKind, Result, RtError};
 use crate::memory::MemorySpace;
 use crate::region::{DimSel, Region};
@@ -58,7 +59,7 @@ pub enum Msg {
     /// An eager DMA's bytes: write them, then signal.
     DmaEager {
         dst: DstSide,
-        data: Vec<u8>,
+        data: Payload,
     },
     /// An on_wait DMA was started: queue its write on the destination
     /// semaphore (`bytes` is what it will signal).
@@ -75,7 +76,7 @@ pub enum Msg {
     /// The data of on_wait DMA `id`, read at its source.
     DmaData {
         id: u64,
-        data: Vec<u8>,
+        data: Payload,
     },
     /// `count` devices of the sender arrived at device barrier `generation`.
     Barrier {
@@ -166,23 +167,40 @@ fn kind_code(k: ErrorKind) -> u8 {
     ErrorKind::ALL.iter().position(|&x| x == k).unwrap_or(0) as u8
 }
 
-/// The bytes of `msg` from process `from` for launch `key`.
-pub fn encode(from: u32, key: GlobalKey, msg: &Msg) -> Vec<u8> {
+/// The bytes of `msg` from process `from` for launch `key` (a DMA's data
+/// last, in place behind the header when its buffer has room).
+pub fn encode(from: u32, key: GlobalKey, msg: Msg) -> Payload {
     let mut o = Out(Vec::with_capacity(64));
     o.u32(from);
     o.u64(key.uid);
     o.u64(key.seq);
+    match msg {
+        Msg::DmaEager { dst, data } => {
+            o.u8(1);
+            o.dst(&dst);
+            o.u64(data.len() as u64);
+            data.prefixed(&o.0)
+        }
+        Msg::DmaData { id, data } => {
+            o.u8(4);
+            o.u64(id);
+            o.u64(data.len() as u64);
+            data.prefixed(&o.0)
+        }
+        other => {
+            encode_fields(&mut o, &other);
+            Payload::from_vec(o.0)
+        }
+    }
+}
+
+fn encode_fields(o: &mut Out, msg: &Msg) {
     match msg {
         Msg::Signal { gcore, sem, inc } => {
             o.u8(0);
             o.u32(*gcore);
             o.u32(*sem);
             o.i64(*inc);
-        }
-        Msg::DmaEager { dst, data } => {
-            o.u8(1);
-            o.dst(dst);
-            o.bytes(data);
         }
         Msg::DmaQueued { id, dst, bytes, describe } => {
             o.u8(2);
@@ -194,11 +212,6 @@ pub fn encode(from: u32, key: GlobalKey, msg: &Msg) -> Vec<u8> {
         Msg::DmaRead { id } => {
             o.u8(3);
             o.u64(*id);
-        }
-        Msg::DmaData { id, data } => {
-            o.u8(4);
-            o.u64(*id);
-            o.bytes(data);
         }
         Msg::Barrier { generation, count } => {
             o.u8(5);
@@ -229,13 +242,13 @@ pub fn encode(from: u32, key: GlobalKey, msg: &Msg) -> Vec<u8> {
                 o.bytes(line.as_bytes());
             }
         }
+        Msg::DmaEager { .. } | Msg::DmaData { .. } => unreachable!("encoded with their payload"),
     }
-    o.0
 }
 
 // ------------------------------------------------------------- decoding
 
-struct In<'a>(&'a [u8]);
+struct In<'a>(&'a [u8], usize);
 
 fn short() -> RtError {
     RtError::internal("a message from another process is truncated")
@@ -248,6 +261,7 @@ impl In<'_> {
         }
         let (a, b) = self.0.split_at(n);
         self.0 = b;
+        self.1 += n;
         Ok(a)
     }
     fn u8(&mut self) -> Result<u8> {
@@ -288,17 +302,33 @@ impl In<'_> {
     }
 }
 
-/// The frame `bytes` holds.
-pub fn decode(bytes: &[u8]) -> Result<Frame> {
-    let mut i = In(bytes);
+/// The frame `bytes` holds (a DMA's data stays in its buffer).
+pub fn decode(bytes: Payload) -> Result<Frame> {
+    let mut i = In(&bytes, 0);
+    // The data of a DMA frame: the rest of the buffer, checked against its length.
+    let payload = |i: &mut In| -> Result<(usize, usize)> {
+        let n = usize::try_from(i.u64()?).map_err(|_| short())?;
+        if i.0.len() != n {
+            return Err(short());
+        }
+        Ok((i.1, i.1 + n))
+    };
     let from = i.u32()?;
     let key = GlobalKey { uid: i.u64()?, seq: i.u64()? };
     let msg = match i.u8()? {
         0 => Msg::Signal { gcore: i.u32()?, sem: i.u32()?, inc: i.i64()? },
-        1 => Msg::DmaEager { dst: i.dst()?, data: i.bytes()? },
+        1 => {
+            let dst = i.dst()?;
+            let (a, b) = payload(&mut i)?;
+            return Ok(Frame { from, key, msg: Msg::DmaEager { dst, data: bytes.slice(a, b) } });
+        }
         2 => Msg::DmaQueued { id: i.u64()?, dst: i.dst()?, bytes: i.i64()?, describe: i.text()? },
         3 => Msg::DmaRead { id: i.u64()? },
-        4 => Msg::DmaData { id: i.u64()?, data: i.bytes()? },
+        4 => {
+            let id = i.u64()?;
+            let (a, b) = payload(&mut i)?;
+            return Ok(Frame { from, key, msg: Msg::DmaData { id, data: bytes.slice(a, b) } });
+        }
         5 => Msg::Barrier { generation: i.u64()?, count: i.u32()? },
         6 => {
             let kind = *ErrorKind::ALL.get(i.u8()? as usize).ok_or_else(short)?;

@@ -36,7 +36,7 @@ impl Runtime {
         self.sems.check_exists(sem).map_err(|e| e.at(device, core))?;
         let target = target_device.unwrap_or(device);
         let gcore = self.topo.check(target, target_core.unwrap_or(0)).map_err(|e| e.at(device, core))?;
-        link.send(link.owner(target), &Msg::Signal { gcore, sem, inc }).map_err(|e| e.at(device, core))
+        link.send(link.owner(target), Msg::Signal { gcore, sem, inc }).map_err(|e| e.at(device, core))
     }
 
     /// The last local device arrived at the device barrier: tell the others.
@@ -122,7 +122,7 @@ impl Runtime {
                 Ok(())
             }
             Msg::Left => Ok(()), // the registry's business
-            Msg::Probe { wave } => link.send(from, &Msg::Status { wave: *wave, status: self.local_status(link) }),
+            Msg::Probe { wave } => link.send(from, Msg::Status { wave: *wave, status: self.local_status(link) }),
             Msg::Status { wave, status } => {
                 let ctx = self.wave_context(Instant::now());
                 let verdict = lock(&link.waves).answer(*wave, from, status.clone(), link.peers(), &ctx);

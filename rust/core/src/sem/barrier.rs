@@ -28,7 +28,8 @@ pub(crate) struct DeviceBarrier {
 
 impl DeviceBarrier {
     pub fn new(num_devices: u32) -> Self {
-        let state = State { generation: 0, arrived: 0, remote: Default::default(), local: num_devices, expected: num_devices };
+        let state =
+            State { generation: 0, arrived: 0, remote: Default::default(), local: num_devices, expected: num_devices };
         DeviceBarrier { num_devices, state: Mutex::new(state), cv: Condvar::new() }
     }
 

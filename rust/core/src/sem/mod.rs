@@ -366,9 +366,8 @@ impl<T: Queued> SemTable<T> {
                 }
             }
             if let Some(drive) = self.driver.get() {
-                let ready = || {
-                    self.failure.is_set() || can_take(count.load(Ordering::SeqCst), value) || s.has_task(off, gcore)
-                };
+                let ready =
+                    || self.failure.is_set() || can_take(count.load(Ordering::SeqCst), value) || s.has_task(off, gcore);
                 if drive(&ready) {
                     continue;
                 }
