@@ -73,6 +73,9 @@ impl Runtime {
     pub fn new_linked(config: Config, link: crate::remote::Link) -> Result<Runtime> {
         let mut rt = Self::build(config, false)?;
         rt.sems.set_remote(&link.local_mask(), false);
+        if let Some(t) = &rt.trace {
+            t.elsewhere(&link.local_mask());
+        }
         if let Some(d) = link.driver() {
             rt.sems.set_driver(d);
         }
@@ -86,6 +89,9 @@ impl Runtime {
     pub fn new_isolated(config: Config, local: &[bool]) -> Result<Runtime> {
         let mut rt = Self::build(config, false)?;
         rt.sems.set_remote(local, true);
+        if let Some(t) = &rt.trace {
+            t.elsewhere(local);
+        }
         rt.unreachable = Some(local.iter().map(|&l| !l).collect());
         Ok(rt)
     }

@@ -164,10 +164,9 @@ impl Transport for MpiTransport {
             (self.f.isend)(frame.as_ptr().cast(), len, self.setup.byte, rank, TAG, self.setup.comm, &mut request)
         };
         check(rc, "MPI_Isend")?;
+        // Completed sends give their (large, pooled) buffers back early.
+        self.reap(&mut sends)?;
         sends.push(Pending { request, _frame: frame });
-        if sends.len() > 64 {
-            self.reap(&mut sends)?;
-        }
         Ok(())
     }
 

@@ -97,6 +97,9 @@ def _interpret_pallas_call(
     blocks.check_hbm_blocks(jaxpr, grid_mapping)
     loop = grid_loop.plan(ctx, jaxpr, grid, blocks, bufs)
     owners = processes.device_processes(num_devices, jaxpr)
+    if owners is not None and params.trace_path:
+        # One trace per process (`python -m mosaic_rt trace --merge` joins them).
+        params = dataclasses.replace(params, trace_path=processes.per_process_path(params.trace_path))
     # The prologue is one native call (each custom call costs compile and
     # tracing time): join, allocate, without a barrier semaphore of its own
     # wait for all devices to start together, and begin the grid loop of a

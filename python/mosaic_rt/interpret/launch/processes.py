@@ -75,3 +75,13 @@ def talks_to_other_devices(jaxpr) -> bool:
         except Exception:  # an unknown layout: assume it may
             return True
     return False
+
+
+def per_process_path(path) -> str:
+    """``trace.json`` -> ``trace.p<this process>.json``."""
+    import os
+
+    import jax
+
+    root, ext = os.path.splitext(os.fspath(path))
+    return f"{root}.p{jax.process_index()}{ext or '.json'}"
