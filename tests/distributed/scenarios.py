@@ -212,5 +212,25 @@ def deadlock():
     print(f"RESULT-TIME {RANK} {time.perf_counter() - t:.2f}", flush=True)
 
 
+def race():
+    """Each device DMAs into its right neighbour's output (another process
+    for one of them) while that neighbour writes the same output without
+    waiting: a race across processes, reported with both source lines."""
+    full, x = global_array((N * 8, 128))
+
+    def kernel(x_ref, o_ref, send, recv):
+        me = jax.lax.axis_index("x")
+        c = pltpu.make_async_remote_copy(
+            x_ref, o_ref, send, recv, device_id=(jax.lax.rem(me + 1, N),), device_id_type=pltpu.DeviceIdType.MESH
+        )
+        c.start()  # RACE-DMA
+        o_ref[...] = jnp.zeros_like(x_ref)  # RACE-STORE
+        c.wait()
+
+    out = jax.ShapeDtypeStruct((8, 128), jnp.float32)
+    scratch = [pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA]
+    _expect_error(lambda: run(kernel, x, out, scratch, params(detect_races=True, on_race="raise")))
+
+
 if __name__ == "__main__":
     globals()[sys.argv[1]]()

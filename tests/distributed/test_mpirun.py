@@ -84,3 +84,15 @@ def test_a_deadlock_across_processes_is_reported_on_every_process():
         for d in range(4):
             assert f"device {d}, core 0" in r["message"], (rank, r["message"])
         assert "process 0:" in r["message"] and "process 1:" in r["message"], r["message"]
+
+
+@pytest.mark.parametrize("mode", ["eager", "on_wait"])
+def test_a_race_across_processes_is_reported_with_both_source_lines(mode):
+    lines = SCENARIOS.read_text().splitlines()
+    dma = next(i for i, t in enumerate(lines, 1) if "# RACE-DMA" in t)
+    store = next(i for i, t in enumerate(lines, 1) if "# RACE-STORE" in t)
+    results = launch("race", 2, 2, mode)
+    for rank, r in results.items():
+        assert r["type"] == "RaceError", (rank, r)
+    # The process where the DMA's write met the store names both lines.
+    assert any(f"scenarios.py:{dma}" in r["message"] and f"scenarios.py:{store}" in r["message"] for r in results.values()), results

@@ -2,9 +2,11 @@
 //! `crate::remote` for the protocol). The source side runs here, the
 //! destination side in the owner's runtime, from the messages.
 
-use super::{note_started, DmaEnv, DmaRequest, DmaStep, Plan};
+use super::{note_end, note_read, note_signal, note_started, DmaEnv, DmaRequest, DmaStep, Plan};
 use crate::error::{Result, RtError};
 use crate::memory::{Access, MemRef};
+use crate::races::DmaThread;
+use crate::remote::wire::RaceSync;
 use crate::remote::wire::{DstSide, Msg};
 use crate::remote::{lock, Link, Payload};
 use crate::site::{self, SiteId};
@@ -23,18 +25,31 @@ fn dst_side(req: &DmaRequest, plan: &Plan) -> DstSide {
 
 /// Reads the source region of `req` (checked as a load), then signals its
 /// send semaphore with the bytes read.
-fn read_source(env: &DmaEnv, req: &DmaRequest) -> Result<Payload> {
+fn read_source(env: &DmaEnv, req: &DmaRequest, race: Option<DmaThread>) -> Result<Payload> {
     let n = env.memory.check_access(req.src(), Access::Read).map_err(|e| e.at(req.device, req.core))?;
     // Read straight into the frame's buffer (its header goes in front).
     let mut data = Payload::with_headroom(n);
     if n > 0 {
         env.memory.load(req.src(), data.as_mut_slice()).map_err(|e| e.at(req.device, req.core))?;
     }
+    note_read(env, req, race)?;
     if let Some(src_sem) = req.src_sem {
         let src_gcore = env.topo.global_core(req.device, req.core);
+        note_signal(env, race, src_sem, src_gcore);
         env.sems.signal_global(src_gcore, src_sem, data.len() as i64)?;
     }
     Ok(data)
+}
+
+/// What travels with a DMA for race detection: its clock, issuer and site.
+fn race_sync(env: &DmaEnv, req: &DmaRequest, race: Option<DmaThread>, site: SiteId) -> Option<RaceSync> {
+    let (races, t) = (env.races?, race?);
+    Some(RaceSync {
+        clock: races.dma_clock(t),
+        device: req.device,
+        core: req.core,
+        site: site::text(site).unwrap_or_default(),
+    })
 }
 
 fn remote_only(view: bool) -> Result<()> {
@@ -49,10 +64,13 @@ fn remote_only(view: bool) -> Result<()> {
 /// An eager DMA to another process: read now, send the bytes.
 pub(super) fn start_eager(env: &DmaEnv, link: &Link, req: &DmaRequest, plan: &Plan, view: bool) -> Result<()> {
     remote_only(view)?;
-    let data = read_source(env, req)?;
+    let race = env.races.map(|r| r.dma_begin(req.device, req.core));
+    let data = read_source(env, req, race)?;
+    let sync = race_sync(env, req, race, site::current());
+    note_end(env, race);
     let bytes = data.len() as i64;
     note_started(env, req, plan, bytes);
-    link.send(link.owner(plan.dst_device), Msg::DmaEager { dst: dst_side(req, plan), data })
+    link.send(link.owner(plan.dst_device), Msg::DmaEager { dst: dst_side(req, plan), sync, data })
 }
 
 /// The source side of an on_wait DMA to another process.
@@ -63,6 +81,7 @@ pub(crate) struct OutgoingDma {
     /// Read yet (the data went to the destination's process)?
     read: Mutex<bool>,
     site: SiteId,
+    race: Option<DmaThread>,
 }
 
 impl OutgoingDma {
@@ -73,7 +92,8 @@ impl OutgoingDma {
         if *read {
             return Ok(());
         }
-        let data = read_source(env, &self.req)?;
+        let data = read_source(env, &self.req, self.race)?;
+        note_end(env, self.race);
         *read = true;
         env.memory.dma_read_done(self.req.device);
         link.send(link.owner(self.plan.dst_device), Msg::DmaData { id: self.id, data })
@@ -127,14 +147,16 @@ pub(super) fn start_on_wait(env: &DmaEnv, link: &Link, req: DmaRequest, plan: Pl
         site::at(site)
     );
     env.memory.dma_read_queued(req.device);
+    let race = env.races.map(|r| r.dma_begin(req.device, req.core));
+    let sync = race_sync(env, &req, race, site);
     let src_sem = req.src_sem;
-    let dma = Arc::new(OutgoingDma { req, plan, id, read: Mutex::new(false), site });
+    let dma = Arc::new(OutgoingDma { req, plan, id, read: Mutex::new(false), site, race });
     link.register_outgoing(id, Arc::clone(&dma));
     if let Some(s) = src_sem {
         env.sems.enqueue(s, plan.src_gcore, DmaStep::RemoteRead(dma))?;
         env.sems.dma_started(s, plan.src_gcore, bytes);
     }
-    link.send(link.owner(plan.dst_device), Msg::DmaQueued { id, dst, bytes, describe })
+    link.send(link.owner(plan.dst_device), Msg::DmaQueued { id, dst, bytes, describe, sync })
 }
 
 /// Where an incoming on_wait DMA stands at its destination.
@@ -157,12 +179,22 @@ pub(crate) struct IncomingDma {
     gcore: u32,
     bytes: i64,
     describe: String,
+    sync: Option<RaceSync>,
     state: Mutex<InState>,
 }
 
 impl IncomingDma {
-    pub(crate) fn new(from: u32, id: u64, dst: DstSide, gcore: u32, bytes: i64, describe: String) -> IncomingDma {
-        IncomingDma { from, id, dst, gcore, bytes, describe, state: Mutex::new(InState::Queued) }
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        from: u32,
+        id: u64,
+        dst: DstSide,
+        gcore: u32,
+        bytes: i64,
+        describe: String,
+        sync: Option<RaceSync>,
+    ) -> IncomingDma {
+        IncomingDma { from, id, dst, gcore, bytes, describe, sync, state: Mutex::new(InState::Queued) }
     }
 
     /// A waiter here needs the data: write it if it came, else ask for it
@@ -174,7 +206,7 @@ impl IncomingDma {
                 *st = InState::Requested;
                 link.send(self.from, Msg::DmaRead { id: self.id })
             }
-            InState::Data(data) => write_destination(env, &self.dst, self.gcore, &data),
+            InState::Data(data) => write_destination(env, &self.dst, self.gcore, &data, self.sync.as_ref()),
             other => {
                 *st = other;
                 Ok(())
@@ -186,7 +218,7 @@ impl IncomingDma {
     pub(crate) fn arrived(&self, env: &DmaEnv, data: Payload) -> Result<()> {
         let mut st = lock(&self.state);
         match std::mem::replace(&mut *st, InState::Done) {
-            InState::Requested => write_destination(env, &self.dst, self.gcore, &data),
+            InState::Requested => write_destination(env, &self.dst, self.gcore, &data, self.sync.as_ref()),
             InState::Queued => {
                 *st = InState::Data(data);
                 Ok(())
@@ -212,11 +244,26 @@ impl IncomingDma {
 }
 
 /// Writes `data` into the destination `dst` (global core `gcore`), then
-/// signals its receive semaphore with the bytes.
-pub(crate) fn write_destination(env: &DmaEnv, dst: &DstSide, gcore: u32, data: &[u8]) -> Result<()> {
+/// signals its receive semaphore with the bytes. With race detection the
+/// write is a DMA thread's here, whose past is `sync`'s clock.
+pub(crate) fn write_destination(
+    env: &DmaEnv,
+    dst: &DstSide,
+    gcore: u32,
+    data: &[u8],
+    sync: Option<&RaceSync>,
+) -> Result<()> {
+    let m = MemRef::new(dst.device, dst.core, dst.space, dst.id, &dst.region);
     if !data.is_empty() {
-        let m = MemRef::new(dst.device, dst.core, dst.space, dst.id, &dst.region);
         env.memory.store(m, data).map_err(|e| e.at(dst.device, dst.core))?;
+    }
+    if let (Some(races), Some(s)) = (env.races, sync) {
+        let t = races.remote_dma_begin(&s.clock, s.device, s.core, site::intern(&s.site));
+        if let Some(e) = races.dma_access(env.memory, t, m.key(), &dst.region, true) {
+            return Err(e);
+        }
+        races.dma_signal(t, dst.sem, gcore);
+        races.dma_end(t);
     }
     env.sems.signal_global(gcore, dst.sem, data.len() as i64)
 }

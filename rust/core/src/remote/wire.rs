@@ -30,6 +30,18 @@ pub struct DstSide {
     pub sem: u32,
 }
 
+/// Race detection across processes: the sender's vector clock over the
+/// launch's cores (components of DMAs are the sender's own and stay
+/// there: the receiver's memory only ever holds its own threads' epochs)
+/// and, for a DMA, who started it where (for race reports).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct RaceSync {
+    pub clock: Vec<u32>,
+    pub device: u32,
+    pub core: u32,
+    pub site: String,
+}
+
 /// What one process of a launch reports to another's termination probe.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Status {
@@ -55,10 +67,12 @@ pub enum Msg {
         gcore: u32,
         sem: u32,
         inc: i64,
+        sync: Option<RaceSync>,
     },
     /// An eager DMA's bytes: write them, then signal.
     DmaEager {
         dst: DstSide,
+        sync: Option<RaceSync>,
         data: Payload,
     },
     /// An on_wait DMA was started: queue its write on the destination
@@ -68,6 +82,7 @@ pub enum Msg {
         dst: DstSide,
         bytes: i64,
         describe: String,
+        sync: Option<RaceSync>,
     },
     /// A waiter at the destination needs the data of DMA `id`: read it.
     DmaRead {
@@ -82,6 +97,8 @@ pub enum Msg {
     Barrier {
         generation: u64,
         count: u32,
+        /// The join of the sender's core clocks (race detection; else empty).
+        clock: Vec<u32>,
     },
     /// The launch failed in the sender with this root cause.
     Fail {
@@ -143,6 +160,17 @@ impl Out {
         self.u8(v.is_some() as u8);
         self.u32(v.unwrap_or(0));
     }
+    fn sync(&mut self, s: &Option<RaceSync>) {
+        let Some(s) = s else { return self.u8(0) };
+        self.u8(1);
+        self.u32(s.clock.len() as u32);
+        for &c in &s.clock {
+            self.u32(c);
+        }
+        self.u32(s.device);
+        self.u32(s.core);
+        self.bytes(s.site.as_bytes());
+    }
     fn dst(&mut self, d: &DstSide) {
         self.u32(d.device);
         self.u32(d.core);
@@ -175,9 +203,10 @@ pub fn encode(from: u32, key: GlobalKey, msg: Msg) -> Payload {
     o.u64(key.uid);
     o.u64(key.seq);
     match msg {
-        Msg::DmaEager { dst, data } => {
+        Msg::DmaEager { dst, sync, data } => {
             o.u8(1);
             o.dst(&dst);
+            o.sync(&sync);
             o.u64(data.len() as u64);
             data.prefixed(&o.0)
         }
@@ -196,27 +225,33 @@ pub fn encode(from: u32, key: GlobalKey, msg: Msg) -> Payload {
 
 fn encode_fields(o: &mut Out, msg: &Msg) {
     match msg {
-        Msg::Signal { gcore, sem, inc } => {
+        Msg::Signal { gcore, sem, inc, sync } => {
             o.u8(0);
             o.u32(*gcore);
             o.u32(*sem);
             o.i64(*inc);
+            o.sync(sync);
         }
-        Msg::DmaQueued { id, dst, bytes, describe } => {
+        Msg::DmaQueued { id, dst, bytes, describe, sync } => {
             o.u8(2);
             o.u64(*id);
             o.dst(dst);
             o.i64(*bytes);
             o.bytes(describe.as_bytes());
+            o.sync(sync);
         }
         Msg::DmaRead { id } => {
             o.u8(3);
             o.u64(*id);
         }
-        Msg::Barrier { generation, count } => {
+        Msg::Barrier { generation, count, clock } => {
             o.u8(5);
             o.u64(*generation);
             o.u32(*count);
+            o.u32(clock.len() as u32);
+            for &c in clock {
+                o.u32(c);
+            }
         }
         Msg::Fail { kind, message, device, core } => {
             o.u8(6);
@@ -288,6 +323,14 @@ impl In<'_> {
         let v = self.u32()?;
         Ok(some.then_some(v))
     }
+    fn sync(&mut self) -> Result<Option<RaceSync>> {
+        if self.u8()? == 0 {
+            return Ok(None);
+        }
+        let n = self.u32()? as usize;
+        let clock = (0..n).map(|_| self.u32()).collect::<Result<Vec<_>>>()?;
+        Ok(Some(RaceSync { clock, device: self.u32()?, core: self.u32()?, site: self.text()? }))
+    }
     fn dst(&mut self) -> Result<DstSide> {
         let (device, core) = (self.u32()?, self.u32()?);
         let space = MemorySpace::from_code(self.u8()? as i64)?;
@@ -316,20 +359,25 @@ pub fn decode(bytes: Payload) -> Result<Frame> {
     let from = i.u32()?;
     let key = GlobalKey { uid: i.u64()?, seq: i.u64()? };
     let msg = match i.u8()? {
-        0 => Msg::Signal { gcore: i.u32()?, sem: i.u32()?, inc: i.i64()? },
+        0 => Msg::Signal { gcore: i.u32()?, sem: i.u32()?, inc: i.i64()?, sync: i.sync()? },
         1 => {
             let dst = i.dst()?;
+            let sync = i.sync()?;
             let (a, b) = payload(&mut i)?;
-            return Ok(Frame { from, key, msg: Msg::DmaEager { dst, data: bytes.slice(a, b) } });
+            return Ok(Frame { from, key, msg: Msg::DmaEager { dst, sync, data: bytes.slice(a, b) } });
         }
-        2 => Msg::DmaQueued { id: i.u64()?, dst: i.dst()?, bytes: i.i64()?, describe: i.text()? },
+        2 => Msg::DmaQueued { id: i.u64()?, dst: i.dst()?, bytes: i.i64()?, describe: i.text()?, sync: i.sync()? },
         3 => Msg::DmaRead { id: i.u64()? },
         4 => {
             let id = i.u64()?;
             let (a, b) = payload(&mut i)?;
             return Ok(Frame { from, key, msg: Msg::DmaData { id, data: bytes.slice(a, b) } });
         }
-        5 => Msg::Barrier { generation: i.u64()?, count: i.u32()? },
+        5 => {
+            let (generation, count) = (i.u64()?, i.u32()?);
+            let n = i.u32()? as usize;
+            Msg::Barrier { generation, count, clock: (0..n).map(|_| i.u32()).collect::<Result<Vec<_>>>()? }
+        }
         6 => {
             let kind = *ErrorKind::ALL.get(i.u8()? as usize).ok_or_else(short)?;
             Msg::Fail { kind, message: i.text()?, device: i.opt()?, core: i.opt()? }

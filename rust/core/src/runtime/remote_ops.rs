@@ -7,7 +7,7 @@ use crate::dma::DmaStep;
 use crate::error::{ErrorKind, Result, RtError};
 use crate::memory::BufferKey;
 use crate::remote::detect::{Verdict, WaveContext};
-use crate::remote::wire::{DstSide, Frame, Msg, Status};
+use crate::remote::wire::{DstSide, Frame, Msg, RaceSync, Status};
 use crate::remote::{lock, Link};
 use std::sync::Arc;
 use std::time::Instant;
@@ -36,13 +36,20 @@ impl Runtime {
         self.sems.check_exists(sem).map_err(|e| e.at(device, core))?;
         let target = target_device.unwrap_or(device);
         let gcore = self.topo.check(target, target_core.unwrap_or(0)).map_err(|e| e.at(device, core))?;
-        link.send(link.owner(target), Msg::Signal { gcore, sem, inc }).map_err(|e| e.at(device, core))
+        let sync = self.races.as_ref().map(|r| RaceSync {
+            clock: r.core_clock(self.topo.global_core(device, core)),
+            device,
+            core,
+            site: String::new(),
+        });
+        link.send(link.owner(target), Msg::Signal { gcore, sem, inc, sync }).map_err(|e| e.at(device, core))
     }
 
     /// The last local device arrived at the device barrier: tell the others.
     pub(super) fn barrier_arrived_here(&self, generation: u64, count: u32) {
         if let Some(link) = self.link() {
-            if let Err(e) = link.broadcast(&Msg::Barrier { generation, count }) {
+            let clock = self.races.as_ref().map(|r| r.cores_joined()).unwrap_or_default();
+            if let Err(e) = link.broadcast(&Msg::Barrier { generation, count, clock }) {
                 self.fail(e);
             }
         }
@@ -80,15 +87,21 @@ impl Runtime {
                 self.hold(link, frame)
             }
             Msg::DmaEager { dst, .. } if !self.can_land(dst) => self.hold(link, frame),
-            Msg::Signal { gcore, sem, inc } => self.sems.signal_global(*gcore, *sem, *inc),
-            Msg::DmaEager { dst, data } => {
+            Msg::Signal { gcore, sem, inc, sync } => {
+                if let (Some(races), Some(s)) = (&self.races, sync) {
+                    races.remote_release(&s.clock, *sem, *gcore);
+                }
+                self.sems.signal_global(*gcore, *sem, *inc)
+            }
+            Msg::DmaEager { dst, sync, data } => {
                 let gcore = self.topo.check(dst.device, dst.core)?;
                 self.sems.dma_started(dst.sem, gcore, data.len() as i64);
-                write_destination(&self.dma_env(), dst, gcore, data)
+                write_destination(&self.dma_env(), dst, gcore, data, sync.as_ref())
             }
-            Msg::DmaQueued { id, dst, bytes, describe } => {
+            Msg::DmaQueued { id, dst, bytes, describe, sync } => {
                 let gcore = self.topo.check(dst.device, dst.core)?;
-                let dma = Arc::new(IncomingDma::new(from, *id, dst.clone(), gcore, *bytes, describe.clone()));
+                let (dst, describe, sync) = (dst.clone(), describe.clone(), sync.clone());
+                let dma = Arc::new(IncomingDma::new(from, *id, dst.clone(), gcore, *bytes, describe, sync));
                 link.register_incoming(from, *id, Arc::clone(&dma));
                 self.sems.enqueue(dst.sem, gcore, DmaStep::RemoteWrite(dma))?;
                 self.sems.dma_started(dst.sem, gcore, *bytes);
@@ -105,7 +118,12 @@ impl Runtime {
                 let Msg::DmaData { data, .. } = frame.msg else { unreachable!() };
                 dma.arrived(&self.dma_env(), data)
             }
-            Msg::Barrier { generation, count } => {
+            Msg::Barrier { generation, count, clock } => {
+                // The other process's past, seen once the barrier completes
+                // here (joined now: this can only hide races, never invent one).
+                if let Some(races) = self.races.as_ref().filter(|_| !clock.is_empty()) {
+                    races.join_all(clock);
+                }
                 let sync = || {
                     if let Some(races) = &self.races {
                         races.sync_all();
