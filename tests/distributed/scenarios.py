@@ -15,7 +15,18 @@ import time
 
 import mosaic_rt.distributed
 
-mosaic_rt.distributed.initialize(local_device_count=int(os.environ.get("MRT_DEVICES", "2")))
+if os.environ.get("MRT_NO_MPI"):
+    # Processes started by hand (no mpirun) where mpi4py cannot be imported.
+    sys.modules["mpi4py"] = None
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", int(os.environ.get("MRT_DEVICES", "2")))
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(
+        os.environ["MRT_COORDINATOR"], num_processes=int(os.environ["MRT_NPROC"]), process_id=int(os.environ["MRT_RANK"])
+    )
+else:
+    mosaic_rt.distributed.initialize(local_device_count=int(os.environ.get("MRT_DEVICES", "2")))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -209,6 +220,34 @@ def deadlock():
     out = jax.ShapeDtypeStruct((8, 128), jnp.float32)
     t = time.perf_counter()
     _expect_error(lambda: run(kernel, x, out, [pltpu.SemaphoreType.REGULAR], params()))
+    print(f"RESULT-TIME {RANK} {time.perf_counter() - t:.2f}", flush=True)
+
+
+def local_only():
+    """A kernel that stays on each device (no device ids): runs without MPI."""
+    full, x = global_array((N * 8, 128))
+
+    def kernel(x_ref, o_ref):
+        o_ref[...] = x_ref[...] * 2.0
+
+    y = run(kernel, x, jax.ShapeDtypeStruct((8, 128), jnp.float32), [], params())
+    ok = all(np.array_equal(v, full[k : k + 8] * 2.0) for k, v in local_parts(y).items())
+    report(ok=bool(ok))
+
+
+def remote_without_mpi():
+    """A remote DMA with processes that have no MPI: a clear error at once."""
+    full, x = global_array((N * 8, 128))
+
+    def kernel(x_ref, o_ref, send, recv):
+        me = jax.lax.axis_index("x")
+        pltpu.make_async_remote_copy(
+            x_ref, o_ref, send, recv, device_id=(jax.lax.rem(me + 1, N),), device_id_type=pltpu.DeviceIdType.MESH
+        ).start()
+
+    t = time.perf_counter()
+    out = jax.ShapeDtypeStruct((8, 128), jnp.float32)
+    _expect_error(lambda: run(kernel, x, out, [pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA], params()))
     print(f"RESULT-TIME {RANK} {time.perf_counter() - t:.2f}", flush=True)
 
 
