@@ -23,20 +23,21 @@ if os.environ.get("MRT_NO_MPI"):
     jax.config.update("jax_num_cpu_devices", int(os.environ.get("MRT_DEVICES", "2")))
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(
-        os.environ["MRT_COORDINATOR"], num_processes=int(os.environ["MRT_NPROC"]), process_id=int(os.environ["MRT_RANK"])
+        os.environ["MRT_COORDINATOR"],
+        num_processes=int(os.environ["MRT_NPROC"]),
+        process_id=int(os.environ["MRT_RANK"]),
     )
 else:
     mosaic_rt.distributed.initialize(local_device_count=int(os.environ.get("MRT_DEVICES", "2")))
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.experimental import pallas as pl  # noqa: E402
-from jax.experimental.pallas import tpu as pltpu  # noqa: E402
-from jax.sharding import Mesh, NamedSharding  # noqa: E402
-from jax.sharding import PartitionSpec as P  # noqa: E402
-
-import mosaic_rt  # noqa: E402
+import jax
+import jax.numpy as jnp
+import mosaic_rt
+import numpy as np
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 RANK = jax.process_index()
 N = jax.device_count()

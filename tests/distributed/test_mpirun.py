@@ -95,4 +95,6 @@ def test_a_race_across_processes_is_reported_with_both_source_lines(mode):
     for rank, r in results.items():
         assert r["type"] == "RaceError", (rank, r)
     # The process where the DMA's write met the store names both lines.
-    assert any(f"scenarios.py:{dma}" in r["message"] and f"scenarios.py:{store}" in r["message"] for r in results.values()), results
+    assert any(
+        f"scenarios.py:{dma}" in r["message"] and f"scenarios.py:{store}" in r["message"] for r in results.values()
+    ), results

@@ -76,7 +76,13 @@ class MultiProcess(Row):
 
     def markdown(self, d) -> list[str]:
         p, b, c = d["ping"], d["bandwidth"], d["permute"]
-        lines = ["", "Multi-process (mpirun, this machine):", "", "| measure | ours | MPI's own | ratio |", "|--|--:|--:|--:|"]
+        lines = [
+            "",
+            "Multi-process (mpirun, this machine):",
+            "",
+            "| measure | ours | MPI's own | ratio |",
+            "|--|--:|--:|--:|",
+        ]
         if "error" not in p:
             lines.append(f"| round trip | {p['ours_us']:.1f} us | {p['mpi_us']:.1f} us | {p['ratio']:.2f}x |")
         if "error" not in b:

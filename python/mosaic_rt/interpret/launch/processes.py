@@ -72,7 +72,7 @@ def talks_to_other_devices(jaxpr) -> bool:
         try:
             if where(tree, list(eqn.invars)) is not None:
                 return True
-        except Exception:  # an unknown layout: assume it may
+        except Exception:  # noqa: BLE001 - an unknown layout: assume it may
             return True
     return False
 
