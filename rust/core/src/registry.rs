@@ -91,6 +91,10 @@ pub struct LaunchRegistry {
     /// A waiter is moving frames (at most one: the others park); the
     /// progress thread stays out of its way meanwhile.
     driving: std::sync::atomic::AtomicBool,
+    /// The progress thread, and whether a waiter that parked since wants
+    /// it polling busily again (frames it waits for may come any moment).
+    progress_thread: std::sync::OnceLock<std::thread::Thread>,
+    kicked: std::sync::atomic::AtomicBool,
 }
 
 impl Default for LaunchRegistry {
@@ -109,6 +113,8 @@ impl LaunchRegistry {
             node: std::sync::OnceLock::new(),
             progress_lock: std::sync::Mutex::new(()),
             driving: std::sync::atomic::AtomicBool::new(false),
+            progress_thread: std::sync::OnceLock::new(),
+            kicked: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -296,10 +302,11 @@ impl LaunchRegistry {
             Some(node) => self.drive(&node, ready),
             None => false,
         }));
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("mosaic_rt-progress".into())
             .spawn(move || self.progress(&node))
             .map_err(|e| RtError::internal(format!("cannot start the progress thread: {e}")))?;
+        let _ = self.progress_thread.set(thread.thread().clone());
         Ok(())
     }
 
@@ -342,8 +349,11 @@ impl LaunchRegistry {
         loop {
             // A waiter is moving frames: stay off its CPU.
             if self.driving.load(Ordering::Relaxed) {
-                std::thread::sleep(std::time::Duration::from_micros(50));
+                std::thread::park_timeout(std::time::Duration::from_micros(50));
                 continue;
+            }
+            if self.kicked.swap(false, Ordering::Relaxed) {
+                idle = 0;
             }
             let moved = match self.progress_lock.try_lock() {
                 Ok(_guard) => self.move_frames(node),
@@ -398,6 +408,13 @@ impl LaunchRegistry {
             }
         };
         self.driving.store(false, Ordering::Release);
+        if !ready_now {
+            // This waiter parks now: the progress thread takes over, busily.
+            self.kicked.store(true, Ordering::Relaxed);
+            if let Some(t) = self.progress_thread.get() {
+                t.unpark();
+            }
+        }
         ready_now
     }
 

@@ -132,7 +132,8 @@ pub(crate) fn backoff(idle: u32) {
         return;
     }
     let us = 20u64 << ((idle - 2000) / 64).min(6);
-    std::thread::sleep(std::time::Duration::from_micros(us.min(1000)));
+    // Parked, not slept: a waiter that gives up driving wakes it (`kick`).
+    std::thread::park_timeout(std::time::Duration::from_micros(us.min(1000)));
 }
 
 /// The error of a signal or DMA to a device of a process this one is not
