@@ -252,6 +252,23 @@ def remote_without_mpi():
     print(f"RESULT-TIME {RANK} {time.perf_counter() - t:.2f}", flush=True)
 
 
+def skip():
+    """The last process never calls the kernel (it sleeps instead): the
+    others report it by name instead of hanging."""
+    full, x = global_array((N * 8, 128))
+
+    def kernel(x_ref, o_ref, sem):
+        pltpu.semaphore_signal(sem, 1, device_id=(jax.lax.rem(jax.lax.axis_index("x") + 1, N),))
+        pltpu.semaphore_wait(sem, 1)
+
+    if RANK == jax.process_count() - 1:
+        time.sleep(8)
+        report(ok=True, skipped=True)
+        return
+    out = jax.ShapeDtypeStruct((8, 128), jnp.float32)
+    _expect_error(lambda: run(kernel, x, out, [pltpu.SemaphoreType.REGULAR], params()))
+
+
 def race():
     """Each device DMAs into its right neighbour's output (another process
     for one of them) while that neighbour writes the same output without

@@ -98,3 +98,10 @@ def test_a_race_across_processes_is_reported_with_both_source_lines(mode):
     assert any(
         f"scenarios.py:{dma}" in r["message"] and f"scenarios.py:{store}" in r["message"] for r in results.values()
     ), results
+
+
+def test_a_process_that_never_calls_the_kernel_is_named():
+    results = launch("skip", 2, 2)
+    r = results[0]
+    assert r["type"] == "DeadlockError", r
+    assert "process 1: device(s) 2, 3 never joined this launch" in r["message"], r["message"]

@@ -486,7 +486,22 @@ impl LaunchRegistry {
     /// frames of ended launches dropped, the rest kept for the launch.
     fn not_here(&self, frame: Frame, ended: bool) {
         if let Msg::Probe { wave } = frame.msg {
-            let status = Status { joined: ended, quiescent: ended, left: ended, ..Status::default() };
+            // Frames kept for the launch count as received (they are not
+            // in flight), so the others can tell this process never came.
+            let received = match ended {
+                true => 0,
+                false => {
+                    lock(&self.tables).early.get(&frame.key).map_or(0, |f| f.iter().filter(|f| f.msg.counted()).count())
+                }
+            };
+            let status = Status {
+                joined: ended,
+                quiescent: ended,
+                left: ended,
+                received: received as u64,
+                epoch: received as u64,
+                ..Status::default()
+            };
             if let Some(node) = self.node.get() {
                 let _ = node.send(frame.from, frame.key, Msg::Status { wave, status });
             }

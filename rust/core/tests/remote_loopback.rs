@@ -196,3 +196,17 @@ fn without_a_transport_only_what_stays_in_the_process_runs() {
 fn _runtime_is_send_sync(rt: Arc<Runtime>) -> impl Send + Sync {
     rt
 }
+
+#[test]
+fn a_process_that_never_joins_is_named() {
+    let regs = job(2);
+    let reg = regs[0];
+    let (h, rt) = reg.join(17, 0, 0, &config(2, DmaMode::Eager)).unwrap();
+    let r = (|| {
+        rt.allocate_semaphores(0, None, SemKind::Regular, 1)?;
+        rt.device_barrier(0)
+    })();
+    let e = finish(reg, h, &rt, 0, r).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Deadlock, "{e:?}");
+    assert!(e.message.contains("process 1: device(s) 1 never joined this launch"), "{}", e.message);
+}

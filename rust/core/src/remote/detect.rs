@@ -82,8 +82,10 @@ impl Waves {
 
     fn judge(&mut self, answers: BTreeMap<u32, Status>, ctx: &WaveContext) -> Verdict {
         let joined: Vec<&Status> = answers.values().filter(|s| s.joined).collect();
+        // Every answer's counts: a process that never joined still holds
+        // (has received) what was sent to it.
         let still = joined.iter().all(|s| s.quiescent || s.left)
-            && joined.iter().map(|s| s.sent).sum::<u64>() == joined.iter().map(|s| s.received).sum::<u64>();
+            && answers.values().map(|s| s.sent).sum::<u64>() == answers.values().map(|s| s.received).sum::<u64>();
         let waiting = joined.iter().any(|s| !s.blocked.is_empty());
         if !still || !waiting {
             self.previous = None;
