@@ -269,6 +269,22 @@ def skip():
     _expect_error(lambda: run(kernel, x, out, [pltpu.SemaphoreType.REGULAR], params()))
 
 
+def killed():
+    """The last process is killed (SIGKILL) while the others wait for it
+    inside the kernel: the job ends, no process is left running."""
+    full, x = global_array((N * 8, 128))
+
+    def kernel(x_ref, o_ref, sem):
+        pltpu.semaphore_wait(sem, 1)
+
+    if RANK == jax.process_count() - 1:
+        time.sleep(1)
+        os.kill(os.getpid(), 9)
+    out = jax.ShapeDtypeStruct((8, 128), jnp.float32)
+    _expect_error(lambda: run(kernel, x, out, [pltpu.SemaphoreType.REGULAR], params()))
+    time.sleep(30)  # mpirun ends this process once it notices the killed one
+
+
 def race():
     """Each device DMAs into its right neighbour's output (another process
     for one of them) while that neighbour writes the same output without

@@ -105,3 +105,16 @@ def test_a_process_that_never_calls_the_kernel_is_named():
     r = results[0]
     assert r["type"] == "DeadlockError", r
     assert "process 1: device(s) 2, 3 never joined this launch" in r["message"], r["message"]
+
+
+def test_a_killed_process_ends_the_job_and_leaves_no_process_running():
+    mpirun = _mpirun()
+    if mpirun is None:
+        pytest.skip('no mpirun: pip install "mosaic_rt[mpi]"')
+    env = dict(os.environ, MRT_DEVICES="2", JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    cmd = [mpirun, "--oversubscribe", "-np", "2"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+    proc = subprocess.run([*cmd, sys.executable, str(SCENARIOS), "killed"], env=env, capture_output=True, timeout=120)
+    assert proc.returncode != 0
+    left = subprocess.run(["pgrep", "-f", f"{SCENARIOS} killed"], capture_output=True, text=True)
+    assert left.stdout.strip() == "", left.stdout
