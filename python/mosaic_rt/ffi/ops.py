@@ -85,6 +85,7 @@ def kernel_begin(
     trace_path: str | None = None,
     report_as_warnings: bool = True,
     site: int = 0,
+    device_processes=None,
 ):
     """Joins launch ``uid`` of the running XLA execution as ``device``.
 
@@ -132,6 +133,7 @@ def kernel_begin(
             detect_uninitialized=detect_uninitialized,
             trace_path=trace_path,
             report_as_warnings=report_as_warnings,
+            device_processes=device_processes,
         ),
         site=site,
     )
