@@ -64,8 +64,9 @@ def _setup():
     return MPI.COMM_WORLD
 
 
-def _timed(fn, reps: int) -> float:
-    """Median seconds of `fn()` (blocked until ready) over `reps` calls."""
+def _timed(fn, reps: int, best: bool = False) -> float:
+    """Median (or, with `best`, least) seconds of `fn()` (blocked until
+    ready) over `reps` calls."""
     import jax
 
     jax.block_until_ready(fn())
@@ -74,7 +75,7 @@ def _timed(fn, reps: int) -> float:
         t = time.perf_counter()
         jax.block_until_ready(fn())
         times.append(time.perf_counter() - t)
-    return sorted(times)[len(times) // 2]
+    return min(times) if best else sorted(times)[len(times) // 2]
 
 
 def _shard_call(kernel, out_shape, scratch, x, mesh):
@@ -137,9 +138,13 @@ def ping(comm) -> dict:
         f = _shard_call(kernel, jax.ShapeDtypeStruct((8, 128), jnp.float32), [pltpu.SemaphoreType.REGULAR], x, mesh)
         return lambda: f(x)
 
+    # Best of several, as MPI's own is measured: both see the same machine
+    # (other processes' load moves both).
     small, big = 10, 2010
-    t_small, t_big = _timed(make(small), 5), _timed(make(big), 5)
+    t_small, t_big = _timed(make(small), 5, best=True), _timed(make(big), 5, best=True)
     ours = (t_big - t_small) / (big - small)
+    if comm.Get_size() == 1:  # the same kernel with both devices in one process
+        return {"ours_us": ours * 1e6, "rounds": big - small}
     mpi = _mpi_ping(comm, SIGNAL_FRAME_BYTES, 20000)
     return {"ours_us": ours * 1e6, "mpi_us": mpi * 1e6, "ratio": ours / mpi, "rounds": big - small}
 

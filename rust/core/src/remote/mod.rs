@@ -71,7 +71,7 @@ pub trait Transport: Send + Sync {
 pub type Driver = std::sync::Arc<dyn Fn(&dyn Fn() -> bool) -> bool + Send + Sync>;
 
 /// How long a waiter drives progress before it parks.
-pub const DRIVE_BUDGET: std::time::Duration = std::time::Duration::from_micros(200);
+pub const DRIVE_BUDGET: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// This process's end of the job: the transport and where frames go.
 pub struct Node {
