@@ -28,7 +28,10 @@ if os.environ.get("MRT_NO_MPI"):
         process_id=int(os.environ["MRT_RANK"]),
     )
 else:
-    mosaic_rt.distributed.initialize(local_device_count=int(os.environ.get("MRT_DEVICES", "2")))
+    devices = int(os.environ.get("MRT_DEVICES", "2"))
+    if os.environ.get("MRT_UNEVEN"):  # rank r owns devices + r devices
+        devices += int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0")))
+    mosaic_rt.distributed.initialize(local_device_count=devices)
 
 import jax
 import jax.numpy as jnp

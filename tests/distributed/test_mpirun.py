@@ -26,14 +26,16 @@ def _mpirun() -> str | None:
     return str(here) if here.exists() else shutil.which("mpirun")
 
 
-def launch(name: str, np_: int, devices: int, mode: str = "eager", timeout: float = 300) -> dict[int, dict]:
+def launch(
+    name: str, np_: int, devices: int, mode: str = "eager", timeout: float = 300, **extra_env
+) -> dict[int, dict]:
     """Runs scenario `name` on `np_` ranks of `devices` CPU devices each;
     ``{rank: result}`` (every rank must report)."""
     mpirun = _mpirun()
     if mpirun is None:
         pytest.skip('no mpirun: pip install "mosaic_rt[mpi]"')
     pytest.importorskip("mpi4py")
-    env = dict(os.environ, MRT_DEVICES=str(devices), MRT_MODE=mode, JAX_PLATFORMS="cpu")
+    env = dict(os.environ, MRT_DEVICES=str(devices), MRT_MODE=mode, JAX_PLATFORMS="cpu", **extra_env)
     env.pop("XLA_FLAGS", None)
     cmd = [mpirun, "--oversubscribe", "-np", str(np_)]
     if os.geteuid() == 0:
@@ -55,6 +57,12 @@ def launch(name: str, np_: int, devices: int, mode: str = "eager", timeout: floa
 @pytest.mark.parametrize("mode", ["eager", "on_wait"])
 def test_ring_all_gather_over_4_processes_of_8_devices_equals_xla(mode):
     results = launch("all_gather", 4, 8, mode)
+    assert all(r["ok"] for r in results.values()), results
+
+
+def test_processes_with_different_device_counts():
+    # Rank r owns 2 + r devices: 2 + 3 devices in one ring.
+    results = launch("all_gather", 2, 2, "on_wait", MRT_UNEVEN="1")
     assert all(r["ok"] for r in results.values()), results
 
 
