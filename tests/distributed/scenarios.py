@@ -94,15 +94,14 @@ def all_gather():
         for hop in range(N - 1):
             slot = jax.lax.rem(me + N - hop, N)
             # The right neighbour says it is ready for this hop.
-            pltpu.semaphore_signal(ready, 1, device_id=(left,), device_id_type=pltpu.DeviceIdType.MESH)
-            pltpu.semaphore_wait(ready, 1)
+            pl.semaphore_signal(ready, 1, device_id=(left,))
+            pl.semaphore_wait(ready, 1)
             c = pltpu.make_async_remote_copy(
                 o_ref.at[pl.ds(slot * rows, rows)],
                 o_ref.at[pl.ds(slot * rows, rows)],
                 send,
                 recv,
                 device_id=(right,),
-                device_id_type=pltpu.DeviceIdType.MESH,
             )
             c.start()
             c.wait()
@@ -131,15 +130,15 @@ def ping_pong():
         def _():
             @pl.loop(0, rounds)
             def _(i):
-                pltpu.semaphore_signal(sem, 1, device_id=(N - 1,), device_id_type=pltpu.DeviceIdType.MESH)
-                pltpu.semaphore_wait(sem, 1)
+                pl.semaphore_signal(sem, 1, device_id=(N - 1,))
+                pl.semaphore_wait(sem, 1)
 
         @pl.when(me == N - 1)
         def _():
             @pl.loop(0, rounds)
             def _(i):
-                pltpu.semaphore_wait(sem, 1)
-                pltpu.semaphore_signal(sem, 1, device_id=(0,), device_id_type=pltpu.DeviceIdType.MESH)
+                pl.semaphore_wait(sem, 1)
+                pl.semaphore_signal(sem, 1, device_id=(0,))
 
     out = jax.ShapeDtypeStruct((8, 128), jnp.float32)
     y = run(kernel, x, out, [pltpu.SemaphoreType.REGULAR], params())
@@ -161,11 +160,9 @@ def barrier():
         right, left = jax.lax.rem(me + 1, N), jax.lax.rem(me + N - 1, N)
         b = pltpu.get_barrier_semaphore()
         for n in (left, right):
-            pltpu.semaphore_signal(b, 1, device_id=(n,), device_id_type=pltpu.DeviceIdType.MESH)
-        pltpu.semaphore_wait(b, 2)
-        c = pltpu.make_async_remote_copy(
-            x_ref, o_ref, send, recv, device_id=(right,), device_id_type=pltpu.DeviceIdType.MESH
-        )
+            pl.semaphore_signal(b, 1, device_id=(n,))
+        pl.semaphore_wait(b, 2)
+        c = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(right,))
         c.start()
         c.wait()
 
@@ -208,7 +205,7 @@ def failure():
 
         @pl.when(me != N - 1)
         def _():
-            pltpu.semaphore_wait(sem, 1)
+            pl.semaphore_wait(sem, 1)
 
     out = jax.ShapeDtypeStruct((8, 128), jnp.float32)
     _expect_error(lambda: run(kernel, x, out, [pltpu.SemaphoreType.REGULAR], params()))
@@ -219,7 +216,7 @@ def deadlock():
     full, x = global_array((N * 8, 128))
 
     def kernel(x_ref, o_ref, sem):
-        pltpu.semaphore_wait(sem, 1)
+        pl.semaphore_wait(sem, 1)
 
     out = jax.ShapeDtypeStruct((8, 128), jnp.float32)
     t = time.perf_counter()
@@ -245,9 +242,7 @@ def remote_without_mpi():
 
     def kernel(x_ref, o_ref, send, recv):
         me = jax.lax.axis_index("x")
-        pltpu.make_async_remote_copy(
-            x_ref, o_ref, send, recv, device_id=(jax.lax.rem(me + 1, N),), device_id_type=pltpu.DeviceIdType.MESH
-        ).start()
+        pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(jax.lax.rem(me + 1, N),)).start()
 
     t = time.perf_counter()
     out = jax.ShapeDtypeStruct((8, 128), jnp.float32)
@@ -261,8 +256,8 @@ def skip():
     full, x = global_array((N * 8, 128))
 
     def kernel(x_ref, o_ref, sem):
-        pltpu.semaphore_signal(sem, 1, device_id=(jax.lax.rem(jax.lax.axis_index("x") + 1, N),))
-        pltpu.semaphore_wait(sem, 1)
+        pl.semaphore_signal(sem, 1, device_id=(jax.lax.rem(jax.lax.axis_index("x") + 1, N),))
+        pl.semaphore_wait(sem, 1)
 
     if RANK == jax.process_count() - 1:
         time.sleep(8)
@@ -278,7 +273,7 @@ def killed():
     full, x = global_array((N * 8, 128))
 
     def kernel(x_ref, o_ref, sem):
-        pltpu.semaphore_wait(sem, 1)
+        pl.semaphore_wait(sem, 1)
 
     if RANK == jax.process_count() - 1:
         time.sleep(1)
@@ -296,9 +291,7 @@ def race():
 
     def kernel(x_ref, o_ref, send, recv):
         me = jax.lax.axis_index("x")
-        c = pltpu.make_async_remote_copy(
-            x_ref, o_ref, send, recv, device_id=(jax.lax.rem(me + 1, N),), device_id_type=pltpu.DeviceIdType.MESH
-        )
+        c = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(jax.lax.rem(me + 1, N),))
         c.start()  # RACE-DMA
         o_ref[...] = jnp.zeros_like(x_ref)  # RACE-STORE
         c.wait()

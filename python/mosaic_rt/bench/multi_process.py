@@ -125,15 +125,15 @@ def ping(comm) -> dict:
             def _():
                 @pl.loop(0, rounds)
                 def _(i):
-                    pltpu.semaphore_signal(sem, 1, device_id=(n - 1,), device_id_type=pltpu.DeviceIdType.MESH)
-                    pltpu.semaphore_wait(sem, 1)
+                    pl.semaphore_signal(sem, 1, device_id=(n - 1,))
+                    pl.semaphore_wait(sem, 1)
 
             @pl.when(me == n - 1)
             def _():
                 @pl.loop(0, rounds)
                 def _(i):
-                    pltpu.semaphore_wait(sem, 1)
-                    pltpu.semaphore_signal(sem, 1, device_id=(0,), device_id_type=pltpu.DeviceIdType.MESH)
+                    pl.semaphore_wait(sem, 1)
+                    pl.semaphore_signal(sem, 1, device_id=(0,))
 
         f = _shard_call(kernel, jax.ShapeDtypeStruct((8, 128), jnp.float32), [pltpu.SemaphoreType.REGULAR], x, mesh)
         return lambda: f(x)
@@ -193,9 +193,7 @@ def bandwidth(comm) -> dict:
             def _():
                 @pl.loop(0, k)
                 def _(i):
-                    c = pltpu.make_async_remote_copy(
-                        x_ref, o_ref, send, recv, device_id=(n - 1,), device_id_type=pltpu.DeviceIdType.MESH
-                    )
+                    c = pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(n - 1,))
                     c.start()
                     c.wait_send()
 
@@ -203,9 +201,7 @@ def bandwidth(comm) -> dict:
             def _():
                 @pl.loop(0, k)
                 def _(i):
-                    pltpu.make_async_remote_copy(
-                        x_ref, o_ref, send, recv, device_id=(0,), device_id_type=pltpu.DeviceIdType.MESH
-                    ).wait_recv()
+                    pltpu.make_async_remote_copy(x_ref, o_ref, send, recv, device_id=(0,)).wait_recv()
 
         scratch = [pltpu.SemaphoreType.DMA, pltpu.SemaphoreType.DMA]
         f = _shard_call(kernel, jax.ShapeDtypeStruct((rows, 128), jnp.float32), scratch, x, mesh)
@@ -268,7 +264,6 @@ def permute(comm) -> dict:
             send,
             recv,
             device_id=(jax.lax.rem(me + 1, n),),
-            device_id_type=pltpu.DeviceIdType.MESH,
         )
         c.start()
         c.wait()
