@@ -12,9 +12,11 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
+from mosaic_rt.bench.multi_process import mpirun_command
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600)]
 
@@ -35,21 +37,20 @@ def launch(
     if mpirun is None:
         pytest.skip('no mpirun: pip install "mosaic_rt[mpi]"')
     pytest.importorskip("mpi4py")
-    env = dict(os.environ, MRT_DEVICES=str(devices), MRT_MODE=mode, JAX_PLATFORMS="cpu", **extra_env)
+    results_dir = tempfile.mkdtemp(prefix="mrt-results-")
+    env = dict(
+        os.environ, MRT_DEVICES=str(devices), MRT_MODE=mode, JAX_PLATFORMS="cpu", MRT_RESULTS=results_dir, **extra_env
+    )
     env.pop("XLA_FLAGS", None)
-    cmd = [mpirun, "--oversubscribe", "-np", str(np_)]
-    if os.geteuid() == 0:
-        cmd.append("--allow-run-as-root")
-    cmd += [sys.executable, str(SCENARIOS), name]
+    cmd = [*mpirun_command(mpirun, np_), sys.executable, str(SCENARIOS), name]
     try:
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
         raise AssertionError(f"mpirun {name} did not finish in {timeout}s:\n{e.stdout}\n{e.stderr}") from None
     results = {}
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            _, rank, payload = line.split(" ", 2)
-            results[int(rank)] = json.loads(payload)
+    for path in Path(results_dir).glob("*.json"):
+        results[int(path.stem)] = json.loads(path.read_text())
+    shutil.rmtree(results_dir, ignore_errors=True)
     assert sorted(results) == list(range(np_)), f"exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
     return results
 
@@ -121,8 +122,8 @@ def test_a_killed_process_ends_the_job_and_leaves_no_process_running():
         pytest.skip('no mpirun: pip install "mosaic_rt[mpi]"')
     env = dict(os.environ, MRT_DEVICES="2", JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)
-    cmd = [mpirun, "--oversubscribe", "-np", "2"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
-    proc = subprocess.run([*cmd, sys.executable, str(SCENARIOS), "killed"], env=env, capture_output=True, timeout=120)
+    cmd = [*mpirun_command(mpirun, 2), sys.executable, str(SCENARIOS), "killed"]
+    proc = subprocess.run(cmd, env=env, capture_output=True, timeout=120)
     assert proc.returncode != 0
     left = subprocess.run(["pgrep", "-f", f"{SCENARIOS} killed"], capture_output=True, text=True)
     assert left.stdout.strip() == "", left.stdout

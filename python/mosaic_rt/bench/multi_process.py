@@ -31,15 +31,24 @@ def mpirun() -> str | None:
     return str(here) if here.exists() else shutil.which("mpirun")
 
 
+def mpirun_command(run: str, np_: int) -> list[str]:
+    """``mpirun -np NP`` with what this MPI's launcher needs to start more
+    ranks than CPUs, as root (Open MPI's flags; MPICH's hydra needs none)."""
+    cmd = [run, "-np", str(np_)]
+    version = subprocess.run([run, "--version"], capture_output=True, text=True, timeout=60)
+    if "Open MPI" in version.stdout + version.stderr or "prterun" in version.stdout + version.stderr:
+        cmd.append("--oversubscribe")
+        if os.geteuid() == 0:
+            cmd.append("--allow-run-as-root")
+    return cmd
+
+
 def launch(part: str, np_: int, devices: int, timeout: float = 900, **env) -> dict:
     """Runs `part` on `np_` ranks of `devices` CPU devices; rank 0's result."""
     run = mpirun()
     if run is None:
         return {"error": 'no mpirun: pip install "mosaic_rt[mpi]"'}
-    cmd = [run, "--oversubscribe", "-np", str(np_)]
-    if os.geteuid() == 0:
-        cmd.append("--allow-run-as-root")
-    cmd += [sys.executable, "-m", "mosaic_rt.bench.multi_process", part]
+    cmd = [*mpirun_command(run, np_), sys.executable, "-m", "mosaic_rt.bench.multi_process", part]
     e = dict(os.environ, MRT_DEVICES=str(devices), JAX_PLATFORMS="cpu", **{k: str(v) for k, v in env.items()})
     e.pop("XLA_FLAGS", None)
     try:
