@@ -7,6 +7,8 @@ for.
     python scripts/client_suite.py --quick               # the CI subset (a few minutes)
     python scripts/client_suite.py --files causal_conv1d_test.py -k conv1d0
     python scripts/client_suite.py --tpu-target          # ours also compiles each kernel for the file's chip
+    python scripts/client_suite.py --cache DIR           # ours keeps compiled programs in DIR (a 2nd run loads them)
+    python scripts/client_suite.py --stock-subset --sample 8   # ours on every test; stock where ours fails + a sample
     python scripts/client_suite.py --report out.json     # print an earlier run's report again
 
 What it does:
@@ -258,7 +260,9 @@ def _env(backend: str, chip: str, tpu_target: bool, stubs: bool, params: dict | 
     return env
 
 
-def run_file(args, python, versions, backend, rel, tmp) -> tuple:
+def run_file(args, python, versions, backend, rel, tmp, ours_tests=None) -> tuple:
+    """One file on one side; with ``ours_tests`` (the mosaic_rt side's
+    results of this file) only the tests they did not pass (`_subset`)."""
     tests_dir = versions["tests_dir"]
     path = os.path.join(tests_dir, "kernels", rel)
     chip = chip_of(path, rel)
@@ -283,15 +287,24 @@ def run_file(args, python, versions, backend, rel, tmp) -> tuple:
     ]
     if backend == "stock":
         base += ["-p", "no:mosaic_rt", "-p", "no:mosaic_rt_tpu"]
+    elif args.cache:
+        base += ["--mosaic-rt-cache", os.path.abspath(args.cache)]
     k = args.k or (QUICK.get(rel) if args.quick else None)
     if k:
         base += ["-k", k]
     env = _env(backend, chip, args.tpu_target, stubs=versions.get("vllm") is None, params=parse_params(args.param))
-    targets = [path]
-    if args.sample and args.sample > 1:
+    targets, subset = [path], None
+    if args.sample and args.sample > 1 or ours_tests is not None:
         ids = _collect(base, path, tmp, env)
-        if len(ids) > 40:
-            targets = [os.path.join(versions["site"], n) for n in ids[:: args.sample]]
+        keep = set(ids[:: args.sample]) if args.sample and args.sample > 1 and len(ids) > 40 else set(ids)
+        if ours_tests is not None:
+            keep, subset = _subset(ids, rel, ours_tests, args.sample)
+        if not keep:  # nothing of this file to run on this side
+            info = {"wall": 0.0, "elapsed": 0.0, "returncodes": [], "log": None, "hung": [], "collected": 0}
+            info.update(counts=suite_runner.counts({}), chip=chip, subset=subset)
+            return info, {}
+        if keep != set(ids):
+            targets = [os.path.join(versions["site"], n) for n in ids if n in keep]
     info, tests = suite_runner.run_file(
         base,
         targets,
@@ -304,7 +317,35 @@ def run_file(args, python, versions, backend, rel, tmp) -> tuple:
         label="client_suite",
     )
     info["chip"] = chip
+    if subset:
+        info["subset"] = subset
     return info, tests
+
+
+def _subset(ids: list, rel: str, ours: dict, sample: int | None) -> tuple:
+    """The tests of ``ids`` (node ids) that ``ours`` (the mosaic_rt side's
+    results of file ``rel``) did not pass, plus every ``sample``-th test for
+    timing; and what was chosen. A file ours did not cover, or could not
+    run, runs whole."""
+    if not ours or f"{rel}::<file>" in ours:
+        return set(ids), {"whole": True}
+    by_id = {n: f"{rel}::" + n.split("::", 1)[1] for n in ids}
+    not_passed = {n for n, t in by_id.items() if ours.get(t, {}).get("outcome") not in ("passed", "skipped")}
+    sampled = set(ids[::sample]) if sample and sample > 1 else set()
+    return not_passed | sampled, {"not_passed": len(not_passed), "sampled": len(sampled - not_passed)}
+
+
+def _ours_tests(args, entry: dict, rel: str, backend: str):
+    """The mosaic_rt side's results a stock run is cut down to (see
+    --stock-subset / --subset-from), or None for a whole run."""
+    if backend != "stock":
+        return None
+    if args.stock_subset:
+        return entry.get("mosaic_rt", {}).get("tests") or {}
+    if args.subset_from:
+        with open(args.subset_from) as fh:
+            return json.load(fh)["files"].get(rel, {}).get("mosaic_rt", {}).get("tests") or {}
+    return None
 
 
 def _collect(base, path, tmp, env) -> list:
@@ -322,6 +363,10 @@ def _passing_time(tests: dict, ids) -> float:
 def compare_file(stock: dict, ours: dict) -> dict:
     st, ot = stock["tests"], ours["tests"]
     ids = sorted(set(st) | set(ot))
+    # A side that ran a subset (--subset-from) is compared on that subset.
+    for side in (stock, ours):
+        if side["info"].get("subset") and not side["info"]["subset"].get("whole"):
+            ids = [t for t in ids if t in side["tests"]]
     both = [t for t in ids if st.get(t, {}).get("outcome") == "passed" and ot.get(t, {}).get("outcome") == "passed"]
     differ = [
         {
@@ -335,7 +380,9 @@ def compare_file(stock: dict, ours: dict) -> dict:
         if st.get(t, {}).get("outcome") != ot.get(t, {}).get("outcome")
     ]
     ts, to = _passing_time(st, both), _passing_time(ot, both)
+    stages = {b: suite_runner.stage_totals(side["tests"], both) for b, side in zip(BACKENDS, (stock, ours))}
     return {
+        "stages_both": stages,
         "collected": max(stock["info"]["collected"], ours["info"]["collected"]),
         "both_passed": len(both),
         "time_both": {"stock": ts, "mosaic_rt": to, "ratio": round(ts / to, 2) if to else None},
@@ -386,6 +433,7 @@ def report(result: dict) -> dict:
         f"|       {_side(totals['mosaic_rt'])} | "
         f"{both_n:4d} {ts:.1f}/{to:.1f}" + (f" ({ts / to:.2f}x)" if to else "")
     )
+    _print_stages(result, p)
     ran = collected - totals["mosaic_rt"]["skipped"]
     p(
         f"ours passes {totals['mosaic_rt']['passed']} of the {ran} tests that ran (collected minus skipped)"
@@ -415,6 +463,27 @@ def report(result: dict) -> dict:
     }
 
 
+def _print_stages(result: dict, p) -> None:
+    """Where the time on tests passing on both sides goes, per side, over
+    the files whose tests carry a stage split on both."""
+    totals = {b: None for b in BACKENDS}
+    for f in result["files"].values():
+        stages = f.get("comparison", {}).get("stages_both") or {}
+        if not all(stages.get(b) for b in BACKENDS):
+            continue
+        for b in BACKENDS:
+            t = totals[b] or dict.fromkeys((*suite_runner.STAGES, "kernels"), 0)
+            totals[b] = {k: round(t[k] + stages[b][k], 2) for k in t}
+    if all(totals.values()):
+        p("time by stage on tests passing on both (files with a split on both sides; s):")
+        for b in BACKENDS:
+            p("  " + suite_runner.format_stages(b, totals[b]))
+        # The tests' own work plus ours' (small) kernel execution: an upper
+        # bound on the time of these tests with the kernel calls removed.
+        floor = totals["mosaic_rt"]["rest"] + totals["mosaic_rt"]["other_compile"]
+        p(f"  floor (the tests without their kernels' first-call stages, ours' execution included): {floor:.1f}")
+
+
 def failure_classes(result: dict, backend: str = "mosaic_rt", top: int = 30) -> None:
     """The most common first lines of failures on one side."""
     seen: dict = {}
@@ -441,8 +510,25 @@ def main(argv=None) -> int:
     ap.add_argument("-k", help="pytest -k expression for every file")
     ap.add_argument("--quick", action="store_true", help="the CI subset (QUICK)")
     ap.add_argument("--sample", type=int, metavar="K", help="files of more than 40 tests: every K-th test only")
+    ap.add_argument(
+        "--stock-subset",
+        action="store_true",
+        help="per file, ours first, then stock on just the tests ours did not pass (plus every --sample K-th, for "
+        "timing): shows that no test passing on stock fails on ours without running stock on every test",
+    )
+    ap.add_argument(
+        "--subset-from",
+        metavar="JSON",
+        help="as --stock-subset, with ours' results taken from this earlier --json (run with --backends stock)",
+    )
     ap.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
     ap.add_argument("--tpu-target", action="store_true", help="ours: MOSAIC_RT_TPU_TARGET = the file's chip")
+    ap.add_argument(
+        "--cache",
+        metavar="DIR",
+        help="ours: jax's persistent compilation cache in DIR (pytest --mosaic-rt-cache); run twice to time a "
+        "second run",
+    )
     ap.add_argument(
         "--param",
         action="append",
@@ -500,10 +586,11 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     for rel in files:
         entry = result["files"].setdefault(rel, {})
-        for backend in args.backends:
+        # With --stock-subset ours runs first: stock runs what ours did not pass.
+        for backend in sorted(args.backends, key=lambda b: b != "mosaic_rt") if args.stock_subset else args.backends:
             if backend in entry:
                 continue
-            info, tests = run_file(args, python, versions, backend, rel, tmp)
+            info, tests = run_file(args, python, versions, backend, rel, tmp, _ours_tests(args, entry, rel, backend))
             entry["chip"] = info["chip"]
             entry[backend] = {"info": info, "tests": tests}
             c = info["counts"]
@@ -513,7 +600,7 @@ def main(argv=None) -> int:
                 f"in {info['wall']:.0f}s",
                 flush=True,
             )
-            if logdir:
+            if logdir and info["log"]:
                 os.makedirs(logdir, exist_ok=True)
                 shutil.copy(info["log"], logdir)
                 info["log"] = os.path.join(logdir, os.path.basename(info["log"]))

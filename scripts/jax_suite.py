@@ -317,6 +317,16 @@ def compare(stock: dict, ours: dict) -> dict:
             r = info["wall"] / o["wall"] if o["wall"] else float("inf")
             per_file[file] = {"stock": info["wall"], "mosaic_rt": o["wall"], "ratio": round(r, 2)}
             p(f"  {file}: stock {info['wall']:.1f}s, ours {o['wall']:.1f}s, {r:.2f}x")
+    both = [
+        t
+        for t, v in stock["tests"].items()
+        if v["outcome"] == "passed" and ours["tests"].get(t, {}).get("outcome") == "passed"
+    ]
+    splits = {r["backend"]: suite_runner.stage_totals(r["tests"], both) for r in (stock, ours)}
+    if all(splits.values()):
+        p(f"time by stage on the {len(both)} tests passing on both (s):")
+        for backend, totals in splits.items():
+            p("  " + suite_runner.format_stages(backend, totals))
     must = sorted(t for t, v in stock["tests"].items() if v["outcome"] == "passed" and not _excluded(t))
     not_passing = [t for t in must if ours["tests"].get(t, {}).get("outcome") != "passed"]
     p(

@@ -3,13 +3,18 @@
 $JAX_SUITE_RECORD, the collected test ids, each test's start, and each
 phase's report (outcome, duration, one-line message), flushing every line,
 so the harness knows which test was running when a pytest process hangs or
-dies. Observes only.
+dies; with mosaic_rt importable, also each test's time by stage
+(`mosaic_rt.stages`: kernel trace / interpretation / lowering / compile,
+the test's own compiles, the rest), for either interpreter. Observes only.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
+
+import pytest
 
 _fh = None
 
@@ -33,6 +38,23 @@ def pytest_collection_finish(session):
 
 def pytest_runtest_logstart(nodeid, location):
     _write({"start": nodeid})
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if "jax" not in sys.modules:  # no kernel can run (and no import to pay here)
+        return (yield)
+    try:
+        from mosaic_rt import stages
+    except Exception:  # noqa: BLE001 - observing must never cost a test its record
+        return (yield)
+    with stages.record() as rec:
+        result = yield
+    try:
+        _write({"stages": item.nodeid, **rec.summary()})
+    except Exception:  # noqa: BLE001
+        pass
+    return result
 
 
 def _message(report):

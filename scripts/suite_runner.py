@@ -49,8 +49,9 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
 
 
-def read_record(path: str):
-    """``(collected ids or None, started ids, phase reports)`` of a record."""
+def read_record(path: str, stages: dict | None = None):
+    """``(collected ids or None, started ids, phase reports)`` of a record;
+    each test's time by stage into ``stages`` (node id -> dict) if given."""
     collected, started, reports = None, [], []
     if os.path.exists(path):
         with open(path) as fh:
@@ -63,6 +64,9 @@ def read_record(path: str):
                     collected = collected or obj["collected"]
                 elif "start" in obj:
                     started.append(obj["start"])
+                elif "stages" in obj:
+                    if stages is not None:
+                        stages[obj.pop("stages")] = obj
                 else:
                     reports.append(obj)
     return collected, started, reports
@@ -166,8 +170,12 @@ def run_file(base_cmd, targets, *, cwd, env, record, log, file, test_timeout, la
             wall += time.perf_counter() - t0
             if killed is None:
                 break  # ended by itself (or no test to blame): do not loop
-        collected, _started, reports = read_record(record)
+        by_stage: dict = {}
+        collected, _started, reports = read_record(record, by_stage)
     tests = outcomes(reports, file)
+    for nodeid, split in by_stage.items():
+        if test_id(nodeid, file) in tests:
+            tests[test_id(nodeid, file)]["stages"] = split
     for nodeid, h in hung.items():
         tests[test_id(nodeid, file)] = {
             "outcome": "error",
@@ -195,3 +203,23 @@ def run_file(base_cmd, targets, *, cwd, env, record, log, file, test_timeout, la
         }
     info["counts"] = counts(tests)
     return info, tests
+
+
+STAGES = ("kernel_trace", "kernel_interpret", "kernel_lower", "kernel_compile", "other_compile", "rest")
+
+
+def stage_totals(tests: dict, ids) -> dict | None:
+    """Seconds per stage (`mosaic_rt.stages`) summed over the tests ``ids``,
+    or None when any of them has no split (recorded without mosaic_rt)."""
+    splits = [tests[t].get("stages") for t in ids]
+    if not splits or any(s is None for s in splits):
+        return None
+    out = {k: round(sum(s.get(k, 0.0) for s in splits), 2) for k in STAGES}
+    out["kernels"] = sum(s.get("kernels", 0) for s in splits)
+    return out
+
+
+def format_stages(label: str, totals: dict) -> str:
+    kernel = sum(totals[k] for k in STAGES[:4])
+    parts = " ".join(f"{k.replace('kernel_', 'k.')} {totals[k]:.1f}" for k in STAGES)
+    return f"{label}: {totals['kernels']} kernels; kernel first calls {kernel:.1f}s ({parts})"

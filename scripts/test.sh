@@ -7,9 +7,8 @@
 #      0.12.0.1, with no Rust on PATH; README examples and the ping bench;
 #   3. pytest on both ends of the jax range, in the 3.11 and 3.12 venvs of 2
 #      with the test and tpu extras added (tpu: libtpu for the TPU compile
-#      check's tests): the tests not marked slow, then the slow ones (-m slow:
-#      production kernels, the TPU-check sweep, 64-device loads, ...), so
-#      every test runs on both ends;
+#      check's tests): every test, those marked slow too (production
+#      kernels, the TPU-check sweep, 64-device loads, ...), nothing deselected;
 #      then the mpirun tests (-m mpi, tests/distributed: real 2- and 4-process
 #      launches) in the 3.11 venv with the mpi extra (mpi4py + Open MPI from PyPI);
 #   4. scripts/client_suite.py --quick: a subset of a third-party suite
@@ -127,16 +126,14 @@ else
     phase "ruff check + format" python_lint
     phase "loom model tests" loom_tests
     phase "wheel: build, install beside jax, smoke test (3.11, 3.12, 3.13)" bash scripts/test_wheel.sh
-    phase "pytest: Python 3.11 + jax 0.10.2" pytest_in 3.11 "$@"
-    phase "pytest: Python 3.12 + jax 0.12.0.1" pytest_in 3.12 "$@"
+    # Every test, the slow ones included (pyproject's addopts deselects
+    # them for the developer loop and --here; a later -m wins): nothing is
+    # deselected. The slow ones add ~2 min per end on 2 busy vCPUs, so both
+    # ends fit CI's 90 min.
+    phase "pytest (every test): Python 3.11 + jax 0.10.2" pytest_in 3.11 -m "slow or not slow" "$@"
     # Real multi-process launches under mpirun (2 and 4 ranks), MPI from PyPI.
     phase "pytest -m mpi: mpirun launches, Python 3.11 + jax 0.10.2" pytest_mpi
-    # The slow tests (pyproject's addopts deselects them: the developer loop
-    # and --here stay quick) in phases of their own. 119 tests, ~2 min per
-    # end on 2 busy vCPUs (measured: 3.11 2:04, 3.12 2:01), so both ends fit
-    # CI's 90 min.
-    phase "pytest -m slow: Python 3.11 + jax 0.10.2" pytest_in 3.11 -m slow "$@"
-    phase "pytest -m slow: Python 3.12 + jax 0.12.0.1" pytest_in 3.12 -m slow "$@"
+    phase "pytest (every test): Python 3.12 + jax 0.12.0.1" pytest_in 3.12 -m "slow or not slow" "$@"
     phase "client suite, quick subset: tpu-inference 0.32.0 + jax 0.11.2, stock vs ours" client_suite_quick
 fi
 

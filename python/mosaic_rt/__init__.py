@@ -2,7 +2,7 @@
 
 # First: fails with one clear ImportError on an unsupported jax.
 from mosaic_rt import jax_internals as _jax_internals  # noqa: F401
-from mosaic_rt import races, timeline, tpu
+from mosaic_rt import races, stages, timeline, tpu
 from mosaic_rt.errors import (
     DeadlockError,
     KernelAborted,
@@ -39,6 +39,7 @@ __all__ = [
     "__version__",
     "tpu",
     "races",
+    "stages",
     "timeline",
     "InterpretParams",
     "force_interpret_mode",

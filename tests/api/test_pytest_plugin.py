@@ -5,6 +5,7 @@ printed as stock prints them (see also tests/api/test_report_delivery.py)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -60,3 +61,78 @@ def test_minus_w_error_fails_the_racy_test(tmp_path):
     run = _pytest(tmp_path, "-W", "error::mosaic_rt.RaceWarning")
     assert run.returncode == 1, run.stdout + run.stderr
     assert "1 failed" in run.stdout and "RaceWarning" in run.stdout, run.stdout
+
+
+_CACHED_TEST = textwrap.dedent("""
+    import os
+    import jax, jax.numpy as jnp
+    from jax.experimental import pallas as pl
+    import mosaic_rt
+
+    HITS = []
+    jax.monitoring.register_event_listener(
+        lambda name, **kw: HITS.append(name) if name == "/jax/compilation_cache/cache_hits" else None)
+
+    def add_one(x_ref, o_ref):
+        o_ref[...] = x_ref[...] + 1.0
+
+    def test_kernel_and_report_cache_hits():
+        x = jnp.zeros((8, 128), jnp.float32)
+        f = jax.jit(pl.pallas_call(add_one, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                                   interpret=mosaic_rt.InterpretParams()))
+        before = len(HITS)
+        assert (f(x) == 1).all()
+        with open(os.environ["HITS_FILE"], "a") as fh:
+            fh.write(f"{len(HITS) - before}\\n")
+""")
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("how", ["option", "ini", "ini, jax imported by conftest"])
+def test_mosaic_rt_cache_keeps_kernels_for_the_next_run(tmp_path, how):
+    (tmp_path / "test_cached.py").write_text(_CACHED_TEST)
+    cache = tmp_path / "cache"
+    args = ["--mosaic-rt-cache", str(cache)] if how == "option" else []
+    if how.startswith("ini"):
+        (tmp_path / "pytest.ini").write_text(f"[pytest]\nmosaic_rt_cache_dir = {cache}\n")
+    if "conftest" in how:
+        (tmp_path / "conftest.py").write_text("import jax\n")
+    hits = tmp_path / "hits.txt"
+    for _ in range(2):
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_cached.py", *args],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            cwd=tmp_path,
+            env={**os.environ, "HITS_FILE": str(hits)},
+        )
+        assert run.returncode == 0, run.stdout + run.stderr
+    first, second = (int(n) for n in hits.read_text().split())
+    assert first == 0 and second >= 1, (first, second)  # the kernel's program came from the cache
+    assert any(cache.iterdir())
+
+
+@pytest.mark.timeout(120)
+def test_mosaic_rt_cache_directory_that_cannot_be_made_is_a_usage_error(tmp_path):
+    (tmp_path / "blocker").write_text("a file, not a directory")
+    (tmp_path / "test_nothing.py").write_text("def test_nothing():\n    pass\n")
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--mosaic-rt-cache",
+            str(tmp_path / "blocker" / "cache"),
+            "test_nothing.py",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 4, run.stdout + run.stderr  # pytest's usage error
+    assert "mosaic_rt cache directory" in run.stderr

@@ -5,6 +5,7 @@ with a hanging test killed and the file resumed."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import textwrap
@@ -99,3 +100,89 @@ def test_runner_kills_a_hanging_test_and_resumes_the_file(tmp_path):
     assert tests["sample_test.py::test_after"]["outcome"] == "failed"
     assert info["counts"]["timed_out"] == 1 and info["collected"] == 3
     assert len(info["returncodes"]) == 2  # killed once, resumed once
+
+
+def test_subset_keeps_what_ours_did_not_pass_plus_the_sample():
+    ours = _side({"f.py::T::a": "passed", "f.py::T::b": "failed", "f.py::T::c": "error", "f.py::T::d": "skipped"}, 4)[
+        "tests"
+    ]
+    ids = [f"tests/kernels/f.py::T::{n}" for n in "abcd"]
+    keep, info = client_suite._subset(ids, "f.py", ours, None)
+    assert keep == {ids[1], ids[2]} and info["not_passed"] == 2
+    keep, info = client_suite._subset(ids, "f.py", ours, 4)
+    assert keep == {ids[0], ids[1], ids[2]} and info["sampled"] == 1
+    # A file ours did not cover, or could not run, runs whole.
+    keep, info = client_suite._subset(ids, "f.py", {}, None)
+    assert keep == set(ids) and info["whole"]
+    keep, info = client_suite._subset(ids, "f.py", {"f.py::<file>": {"outcome": "error"}}, None)
+    assert keep == set(ids) and info["whole"]
+
+
+def test_ours_results_a_stock_run_is_cut_to(tmp_path):
+    ours = {"f.py::T::a": {"outcome": "failed"}}
+    path = tmp_path / "ours.json"
+    path.write_text(json.dumps({"files": {"f.py": {"mosaic_rt": {"tests": ours}}}}))
+    args = client_suite.argparse.Namespace(stock_subset=False, subset_from=str(path))
+    assert client_suite._ours_tests(args, {}, "f.py", "stock") == ours
+    assert client_suite._ours_tests(args, {}, "f.py", "mosaic_rt") is None
+    args = client_suite.argparse.Namespace(stock_subset=True, subset_from=None)
+    assert client_suite._ours_tests(args, {"mosaic_rt": {"tests": ours}}, "f.py", "stock") == ours
+    args = client_suite.argparse.Namespace(stock_subset=False, subset_from=None)
+    assert client_suite._ours_tests(args, {}, "f.py", "stock") is None
+
+
+def test_a_subset_side_is_compared_on_its_subset_only():
+    stock = _side({"f.py::b": "passed", "f.py::c": "failed"}, 2)
+    stock["info"]["subset"] = {"not_passed": 2}
+    ours = _side({"f.py::a": "passed", "f.py::b": "failed", "f.py::c": "failed"}, 3)
+    cmp = client_suite.compare_file(stock, ours)
+    assert [d["test"] for d in cmp["regressions"]] == ["f.py::b"]
+    assert [d["test"] for d in cmp["differ"]] == ["f.py::b"]  # f.py::a: not run on stock, not a difference
+    assert cmp["collected"] == 3
+
+
+def test_stage_totals_sum_the_split_of_the_given_tests():
+    split = dict.fromkeys(suite_runner.STAGES, 1.0) | {"kernels": 2}
+    tests = {"a": {"stages": split}, "b": {"stages": split}, "c": {}}
+    totals = suite_runner.stage_totals(tests, ["a", "b"])
+    assert totals["kernel_compile"] == 2.0 and totals["kernels"] == 4
+    assert suite_runner.stage_totals(tests, ["a", "c"]) is None  # c has no split
+    assert "4 kernels; kernel first calls 8.0s" in suite_runner.format_stages("ours", totals)
+
+
+def test_the_record_plugin_writes_each_tests_stages(tmp_path):
+    test = tmp_path / "sample_test.py"
+    test.write_text(
+        textwrap.dedent(
+            """
+            import jax, jax.numpy as jnp
+            from jax.experimental import pallas as pl
+            import mosaic_rt
+
+            def test_kernel():
+                def add(x_ref, o_ref):
+                    o_ref[...] = x_ref[...] + 1.0
+                x = jnp.zeros((8, 128), jnp.float32)
+                f = pl.pallas_call(add, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+                                   interpret=mosaic_rt.InterpretParams())
+                assert (jax.jit(f)(x) == 1).all()
+            """
+        )
+    )
+    base = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "jax_suite_record", "-q"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.abspath(SCRIPTS), os.environ.get("PYTHONPATH", "")]))
+    env.pop("PYTEST_ADDOPTS", None)
+    info, tests = suite_runner.run_file(
+        base,
+        [str(test)],
+        cwd=str(tmp_path),
+        env=env,
+        record=str(tmp_path / "record.jsonl"),
+        log=str(tmp_path / "log.txt"),
+        file="sample_test.py",
+        test_timeout=120.0,
+    )
+    split = tests["sample_test.py::test_kernel"]["stages"]
+    assert tests["sample_test.py::test_kernel"]["outcome"] == "passed"
+    assert split["kernels"] == 1 and split["kernel_interpret"] > 0 and split["kernel_compile"] > 0
+    assert split["total"] >= sum(split[k] for k in suite_runner.STAGES)

@@ -1,6 +1,6 @@
 """Load: many simulated devices and cores at once, and many launches.
 
-Both run under `-m slow` (CI's default run deselects them); their figures go
+Both are marked slow (the developer loop, `pytest -q`, deselects them; the test command runs them); their figures go
 to benches/RESULTS.md. Each prints what it measured (`pytest -s`).
 """
 

@@ -172,13 +172,17 @@ QUICK = ("flash_attention fwd causal", "megablox gmm", "all_gather 2-D mesh vmem
 
 
 def _time(fn, args, ctx, reps: int, seconds: float):
-    """(first call s, steady median s, output): the first call includes jit+compile."""
+    """(first call s, steady median s, output, the first call by stage
+    (`mosaic_rt.stages`)): the first call includes jit+compile."""
+    from mosaic_rt import stages
+
     with ctx():
         # A full collection (40-85 ms here) would land in whichever side's
         # first call crosses the threshold: start every side from a clean heap.
         gc.collect()
         start = time.perf_counter()
-        out = np.asarray(jax.block_until_ready(fn(*args)))
+        with stages.record() as rec:
+            out = np.asarray(jax.block_until_ready(fn(*args)))
         first = time.perf_counter() - start
         times, spent = [], 0.0
         while len(times) < reps[0] or (spent < seconds and len(times) < reps[1]):
@@ -186,7 +190,7 @@ def _time(fn, args, ctx, reps: int, seconds: float):
             jax.block_until_ready(fn(*args))
             times.append(time.perf_counter() - start)
             spent += times[-1]
-    return first, statistics.median(times), out
+    return first, statistics.median(times), out, rec.summary()
 
 
 def run_production(budget, names=None) -> dict:
@@ -219,8 +223,8 @@ def run_production(budget, names=None) -> dict:
             op, ref, args = build()
             for side, (ctx, reps) in sides.items():
                 fn = ref() if side == "reference" else op()
-                first, steady, outs[side] = _time(fn, args, ctx, reps, budget.seconds_per_side)
-                entry[side] = {"first_call_s": first, "median_s": steady}
+                first, steady, outs[side], split = _time(fn, args, ctx, reps, budget.seconds_per_side)
+                entry[side] = {"first_call_s": first, "median_s": steady, "stages": split}
         except Exception as e:  # noqa: BLE001 - reported, the row goes on
             entry["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         entry["equal"] = "stock" in outs and "ours" in outs and outs["stock"].tobytes() == outs["ours"].tobytes()

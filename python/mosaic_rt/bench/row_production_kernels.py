@@ -111,6 +111,12 @@ class ProductionKernels(Row):
         for k in d["kernels"]:
             t.add_row(*_cells(k))
         console.print(t)
+        t = Table(title=_STAGES_TITLE)
+        for col in _STAGE_COLS:
+            t.add_column(col, justify="left" if col in ("kernel", "side") else "right")
+        for row in _stage_rows(d):
+            t.add_row(*row)
+        console.print(t)
 
     def markdown(self, d) -> list[str]:
         lines = [
@@ -121,7 +127,38 @@ class ProductionKernels(Row):
             "| " + " | ".join(_COLS) + " |",
             "|---|" + "--:|" * (len(_COLS) - 2) + ":-:|",
         ]
-        return lines + ["| " + " | ".join(_cells(k)) + " |" for k in d["kernels"]]
+        lines += ["| " + " | ".join(_cells(k)) + " |" for k in d["kernels"]]
+        stage_rows = _stage_rows(d)
+        if stage_rows:
+            lines += ["", _STAGES_TITLE + ":", "", "| " + " | ".join(_STAGE_COLS) + " |"]
+            lines += ["|---|---|" + "--:|" * (len(_STAGE_COLS) - 2)]
+            lines += ["| " + " | ".join(row) + " |" for row in stage_rows]
+        return lines
+
+
+_STAGES_TITLE = (
+    "production kernels, first call by stage (mosaic_rt.stages): the kernel's jax trace, interpretation, "
+    "lowering and XLA compile; other = every other compile; rest = running it and Python"
+)
+_STAGE_COLS = ("kernel", "side", "first call", "trace", "interpret", "lower", "compile", "other", "rest")
+
+
+def _stage_rows(d) -> list:
+    rows = []
+    for k in d["kernels"]:
+        for side in ("stock", "ours", "reference"):
+            split = (k.get(side) or {}).get("stages")
+            if not split:
+                continue
+            times = [split[s] for s in ("kernel_trace", "kernel_interpret", "kernel_lower", "kernel_compile")]
+            if side == "reference":  # no kernel: its own program is "other"
+                times = [None] * 4
+            rows.append(
+                [k["name"] if side == "stock" else "", side, fmt_time(k[side]["first_call_s"])]
+                + [fmt_time(t) if t is not None else "-" for t in times]
+                + [fmt_time(split["other_compile"]), fmt_time(split["rest"])]
+            )
+    return rows
 
 
 def _cells(k) -> list[str]:

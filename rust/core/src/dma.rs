@@ -24,6 +24,7 @@
 mod machine;
 pub(crate) mod remote;
 mod view;
+mod view_rows;
 
 pub use machine::DmaMachine;
 pub use view::{DmaView, ViewMap};

@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import threading
 
-from mosaic_rt import jax_internals
+from mosaic_rt import jax_internals, stages
 from mosaic_rt.interpret.launch import processes
 from mosaic_rt.interpret.params import InterpretParams
 
@@ -48,13 +48,14 @@ def install() -> None:
 
         @functools.wraps(stock_impl)
         def dispatch(*args, interpret_params, **kwargs):
-            if isinstance(interpret_params, InterpretParams):
-                from mosaic_rt.ffi import reports
-                from mosaic_rt.interpret.launch.kernel import interpret_pallas_call
+            with stages.interpreting():  # ours and stock's alike
+                if isinstance(interpret_params, InterpretParams):
+                    from mosaic_rt.ffi import reports
+                    from mosaic_rt.interpret.launch.kernel import interpret_pallas_call
 
-                reports.deliver_in_background()  # outside pytest (see reports)
-                return interpret_pallas_call(*args, interpret_params=interpret_params, **kwargs)
-            return stock_impl(*args, interpret_params=interpret_params, **kwargs)
+                    reports.deliver_in_background()  # outside pytest (see reports)
+                    return interpret_pallas_call(*args, interpret_params=interpret_params, **kwargs)
+                return stock_impl(*args, interpret_params=interpret_params, **kwargs)
 
         setattr(dispatch, _MARK, True)
         setattr(_stock_module, _ATTR, dispatch)

@@ -10,6 +10,7 @@
 //! native (bounds, initcheck, races and semaphores on the regions, eager or
 //! on_wait), at the cost of a temporary per side.
 
+use super::view_rows;
 use crate::error::{Result, RtError};
 use crate::memory::{Access, MemRef, MemoryTable};
 use std::sync::Arc;
@@ -49,6 +50,12 @@ impl DmaView {
     pub(crate) fn load(&self, memory: &MemoryTable, src: MemRef<'_>) -> Result<Vec<u8>> {
         // Bounds first: a huge out-of-bounds region fails without allocating.
         let n = memory.check_access(src, Access::Read)?;
+        if let Some(ViewMap::Bytes(m)) = &self.src {
+            if let Some(split) = sparse(memory, src, m.len())? {
+                side(&self.src, n, "source")?;
+                return view_rows::load(memory, src, &split, m);
+            }
+        }
         let mut region = crate::memory::zeroed(n, || format!("a DMA of {n} bytes"))?;
         side(&self.src, n, "source")?;
         memory.load(src, &mut region)?;
@@ -65,6 +72,10 @@ impl DmaView {
         let view = side(&self.dst, n, "destination")?;
         if view != data.len() {
             return Err(RtError::value(format!("DMA destination view has {view} bytes, its data {}", data.len())));
+        }
+        if let Some(split) = sparse(memory, dst, m.len())? {
+            let itemsize = memory.info(dst.key())?.dtype.itemsize();
+            return view_rows::store(memory, dst, &split, m, data, itemsize);
         }
         let mut region = crate::memory::zeroed(n, || format!("a DMA of {n} bytes"))?;
         if m.len() == n {
@@ -101,6 +112,14 @@ impl DmaView {
         self.store(memory, dst, &data)?;
         Ok(data.len())
     }
+}
+
+/// The row split of `r`'s region when a map of `map_len` bytes touches
+/// little enough of it that moving just the touched rows pays.
+fn sparse(memory: &MemoryTable, r: MemRef<'_>, map_len: usize) -> Result<Option<view_rows::Rows>> {
+    let info = memory.info(r.key())?;
+    let split = view_rows::Rows::of(r.region, &info.logical_shape, info.dtype.itemsize());
+    Ok(split.filter(|s| s.pays(map_len)))
 }
 
 /// The bytes of one side's view (its region's without a map), after

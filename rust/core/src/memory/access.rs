@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::buffer::Buffer;
 use super::copy::{copy_block, fill_pattern, for_each_element, Layout};
+use super::init_shadow::Masked;
 use super::message::{self, Who};
 use super::plan::Plan;
 use super::smem_scalar;
@@ -125,7 +126,8 @@ impl MemoryTable {
         if selected_in_bounds == 0 {
             return Ok(());
         }
-        r.buf.check_initialized_masked(&r.plan, &counts, &r.full, mask, &r.who, region)?;
+        let block = Masked { counts: &counts, full: &r.full, mask };
+        r.buf.check_initialized_masked(&r.plan, block, &r.who, region)?;
         let content = r.buf.read(&r.who)?;
         let at = r.plan.buffer_layout(&r.buf.shape, itemsize);
         for_each_element(&counts, &at, &r.dense(), |a, d| {
@@ -229,7 +231,7 @@ impl MemoryTable {
                     content[a..a + itemsize].copy_from_slice(&data[d..d + itemsize]);
                 }
             });
-            r.buf.mark_initialized_masked(&r.plan, &counts, &r.full, mask);
+            r.buf.mark_initialized_masked(&r.plan, Masked { counts: &counts, full: &r.full, mask });
         }
         Ok(())
     }

@@ -9,7 +9,7 @@ use std::sync::RwLock;
 
 use super::content::{Content, ContentRead, ContentWrite};
 use super::copy::extend_with_pattern;
-use super::init_shadow::{InitShadow, Shapes};
+use super::init_shadow::{InitShadow, Masked, Shapes};
 use super::message::{shape_repr, Who};
 use super::plan::Plan;
 use super::BufferInfo;
@@ -242,11 +242,11 @@ impl Buffer {
         }
     }
 
-    /// initcheck: the mask-selected elements of the `counts` block were
-    /// written ([`InitShadow::mark_masked`]).
-    pub(crate) fn mark_initialized_masked(&self, plan: &Plan, counts: &[usize], full: &[usize], mask: &[u8]) {
+    /// initcheck: the mask-selected elements of a block were written
+    /// ([`InitShadow::mark_masked`]).
+    pub(crate) fn mark_initialized_masked(&self, plan: &Plan, block: Masked<'_>) {
         if let Some(shadow) = &self.init {
-            shadow.mark_masked(self.shapes(), plan, counts, full, mask);
+            shadow.mark_masked(self.shapes(), plan, block);
         }
     }
 
@@ -270,14 +270,12 @@ impl Buffer {
     pub(crate) fn check_initialized_masked(
         &self,
         plan: &Plan,
-        counts: &[usize],
-        full: &[usize],
-        mask: &[u8],
+        block: Masked<'_>,
         who: &Who,
         region: &Region,
     ) -> Result<()> {
         match &self.init {
-            Some(shadow) => shadow.check_read_masked(self.shapes(), plan, counts, full, mask, who, region),
+            Some(shadow) => shadow.check_read_masked(self.shapes(), plan, block, who, region),
             None => Ok(()),
         }
     }

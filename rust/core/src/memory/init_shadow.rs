@@ -48,6 +48,16 @@ fn bits(lo: usize, hi: usize) -> u64 {
     upper & !((1u64 << lo) - 1)
 }
 
+/// The part of a masked access that touches the buffer: the in-bounds
+/// `counts` block of a `full`-shaped value, of which only the elements
+/// whose byte in `mask` (one per element of `full`) is non-zero count.
+#[derive(Clone, Copy)]
+pub(crate) struct Masked<'a> {
+    pub counts: &'a [usize],
+    pub full: &'a [usize],
+    pub mask: &'a [u8],
+}
+
 impl InitShadow {
     /// A shadow of `len` elements, none initialised (a MemoryError, never
     /// an abort, when the host cannot hold it).
@@ -156,11 +166,11 @@ impl InitShadow {
         touched(shapes.shape, plan, counts).for_each_run(|start, len| self.mark_range(start, len));
     }
 
-    /// Marks the mask-selected elements of the `counts` block written.
-    pub(crate) fn mark_masked(&self, shapes: Shapes, plan: &Plan, counts: &[usize], full: &[usize], mask: &[u8]) {
+    /// Marks the mask-selected elements of a block written.
+    pub(crate) fn mark_masked(&self, shapes: Shapes, plan: &Plan, block: Masked<'_>) {
         let at = plan.buffer_layout(shapes.shape, 1);
-        for_each_element(counts, &at, &Layout::dense(full, 1), |e, m| {
-            if mask[m] != 0 {
+        for_each_element(block.counts, &at, &Layout::dense(block.full, 1), |e, m| {
+            if block.mask[m] != 0 {
                 self.mark_range(e, 1);
             }
         });
@@ -188,29 +198,24 @@ impl InitShadow {
     }
 
     /// [`InitShadow::check_read`] of a masked load: only the mask-selected
-    /// elements of the `counts` block (the in-bounds part of a
-    /// `full`-shaped value; `mask` has one byte per element of `full`) are
-    /// read, and checked.
-    #[allow(clippy::too_many_arguments)]
+    /// elements of the block are read, and checked.
     pub(crate) fn check_read_masked(
         &self,
         shapes: Shapes,
         plan: &Plan,
-        counts: &[usize],
-        full: &[usize],
-        mask: &[u8],
+        block: Masked<'_>,
         who: &Who,
         region: &Region,
     ) -> Result<()> {
         let at = plan.buffer_layout(shapes.shape, 1);
         let mut ok = true;
-        for_each_element(counts, &at, &Layout::dense(full, 1), |e, m| {
-            ok &= mask[m] == 0 || self.is_set(e);
+        for_each_element(block.counts, &at, &Layout::dense(block.full, 1), |e, m| {
+            ok &= block.mask[m] == 0 || self.is_set(e);
         });
         if ok {
             return Ok(());
         }
-        Err(uninitialized(shapes, self, plan, counts, Some((full, mask)), who, region))
+        Err(uninitialized(shapes, self, plan, block.counts, Some(block), who, region))
     }
 }
 
@@ -227,7 +232,7 @@ fn uninitialized(
     shadow: &InitShadow,
     plan: &Plan,
     counts: &[usize],
-    mask: Option<(&[usize], &[u8])>,
+    mask: Option<Masked<'_>>,
     who: &Who,
     region: &Region,
 ) -> RtError {
@@ -237,7 +242,7 @@ fn uninitialized(
     let (mut read, mut missing) = (0usize, 0usize);
     let at = plan.buffer_layout(shape, 1);
     let (mask_layout, mask) = match mask {
-        Some((full, m)) => (Layout::dense(full, 1), Some(m)),
+        Some(block) => (Layout::dense(block.full, 1), Some(block.mask)),
         None => (at.clone(), None),
     };
     for_each_element(counts, &at, &mask_layout, |e, m| {

@@ -1,0 +1,153 @@
+//! A view that touches a small part of its region, moved by the region
+//! rows it touches instead of through a copy of the whole region.
+//!
+//! A SparseCore gather (`cache.bitcast(i32).at[idx]`) is a view of its
+//! whole region -- a 100 MiB cache -- of which a DMA moves a few rows. The
+//! dense path of [`super::view`] reads or writes the whole region per DMA;
+//! here the region's value is cut into rows along its first dimension of
+//! more than one element, the rows the map touches are grouped into runs of
+//! consecutive rows, and each run is one ordinary load or masked store of a
+//! sub-region. Bounds, initcheck and races then see only those rows (the
+//! dense path's race records named the whole region).
+
+use crate::error::Result;
+use crate::memory::{MemRef, MemoryTable, Stored};
+use crate::region::{DimSel, Region};
+
+/// How a region's value splits into rows: along buffer dim `dim` (every
+/// earlier dim of the value has one element), `rows` rows of `row_bytes`.
+pub(crate) struct Rows {
+    dim: usize,
+    rows: usize,
+    row_bytes: usize,
+    /// The region's selections, one per buffer dim.
+    dims: Vec<DimSel>,
+}
+
+impl Rows {
+    /// The row split of `region` of a buffer of `logical` shape and
+    /// `itemsize`, or `None` when its value is a single element.
+    pub(crate) fn of(region: &Region, logical: &[usize], itemsize: usize) -> Option<Rows> {
+        let mut dims = region.dims.clone();
+        for &n in &logical[dims.len().min(logical.len())..] {
+            dims.push(DimSel::slice(0, n as i64, 1));
+        }
+        let dim = dims.iter().position(|d| !d.squeezed && d.size != 1)?;
+        let row_elems: usize = dims[dim + 1..].iter().filter(|d| !d.squeezed).map(|d| d.size as usize).product();
+        Some(Rows { dim, rows: dims[dim].size as usize, row_bytes: row_elems * itemsize, dims })
+    }
+
+    /// The sub-region of rows `[a, b)`.
+    fn sub(&self, a: usize, b: usize) -> Region {
+        let mut dims = self.dims.clone();
+        let d = dims[self.dim];
+        dims[self.dim] = DimSel::slice(d.start + a as i64 * d.stride, (b - a) as i64, d.stride);
+        Region::new(dims)
+    }
+
+    /// The touched rows of `map` (offsets into the region's value), sorted
+    /// and distinct, and their runs of consecutive rows `(first, end)`.
+    fn touched(&self, map: &[u32]) -> (Vec<usize>, Vec<(usize, usize)>) {
+        let mut rows: Vec<usize> = map.iter().map(|&b| b as usize / self.row_bytes.max(1)).collect();
+        rows.sort_unstable();
+        rows.dedup();
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        for &r in &rows {
+            match runs.last_mut() {
+                Some(run) if run.1 == r => run.1 = r + 1,
+                _ => runs.push((r, r + 1)),
+            }
+        }
+        (rows, runs)
+    }
+
+    /// Whether moving `map`'s bytes by rows beats copying the whole region.
+    pub(crate) fn pays(&self, map_len: usize) -> bool {
+        self.row_bytes > 0 && self.rows > 1 && map_len.saturating_mul(2) < self.rows * self.row_bytes
+    }
+}
+
+/// Where each touched row sits in a buffer holding just the touched rows,
+/// in order: a lookup that remembers the last row (maps walk rows in runs).
+struct RowIndex<'a> {
+    rows: &'a [usize],
+    last: (usize, usize),
+}
+
+impl RowIndex<'_> {
+    fn position(&mut self, row: usize) -> usize {
+        if self.last.0 != row {
+            // `touched` collected every row of the map, so it is there.
+            self.last = (row, self.rows.binary_search(&row).unwrap_or(0));
+        }
+        self.last.1
+    }
+}
+
+/// The view's value: byte n is byte `map[n]` of the region's value.
+pub(crate) fn load(memory: &MemoryTable, src: MemRef<'_>, split: &Rows, map: &[u32]) -> Result<Vec<u8>> {
+    let (rows, runs) = split.touched(map);
+    let rb = split.row_bytes;
+    let mut compact = crate::memory::zeroed(rows.len() * rb, || format!("a DMA of {} rows", rows.len()))?;
+    let mut at = 0;
+    for &(a, b) in &runs {
+        let region = split.sub(a, b);
+        memory.load(MemRef { region: &region, ..src }, &mut compact[at..at + (b - a) * rb])?;
+        at += (b - a) * rb;
+    }
+    let mut index = RowIndex { rows: &rows, last: (usize::MAX, 0) };
+    Ok(map
+        .iter()
+        .map(|&byte| {
+            let (row, within) = (byte as usize / rb, byte as usize % rb);
+            compact[index.position(row) * rb + within]
+        })
+        .collect())
+}
+
+/// Writes `data`, the view's value, into the region rows it covers: per
+/// run a masked store of the elements the view covers (other cores may be
+/// writing the rest of the region); an element covered in part keeps its
+/// other bytes as they were read just before.
+pub(crate) fn store(
+    memory: &MemoryTable,
+    dst: MemRef<'_>,
+    split: &Rows,
+    map: &[u32],
+    data: &[u8],
+    itemsize: usize,
+) -> Result<()> {
+    let (rows, runs) = split.touched(map);
+    let rb = split.row_bytes;
+    let mut compact = crate::memory::zeroed(rows.len() * rb, || format!("a DMA of {} rows", rows.len()))?;
+    let mut covered = vec![0u8; compact.len()];
+    let mut index = RowIndex { rows: &rows, last: (usize::MAX, 0) };
+    for (&byte, &v) in map.iter().zip(data) {
+        let (row, within) = (byte as usize / rb, byte as usize % rb);
+        let at = index.position(row) * rb + within;
+        compact[at] = v;
+        covered[at] = 1;
+    }
+    let itemsize = itemsize.max(1);
+    let mut at = 0;
+    for &(a, b) in &runs {
+        let len = (b - a) * rb;
+        let (value, cover) = (&mut compact[at..at + len], &covered[at..at + len]);
+        let mask: Vec<u8> = cover.chunks(itemsize).map(|c| c.iter().any(|&x| x != 0) as u8).collect();
+        let partial = cover.chunks(itemsize).any(|c| c.iter().any(|&x| x != 0) && !c.iter().all(|&x| x != 0));
+        let region = split.sub(a, b);
+        let sub = MemRef { region: &region, ..dst };
+        if partial {
+            let mut old = vec![0u8; len];
+            memory.load(sub, &mut old)?;
+            for ((v, &c), o) in value.iter_mut().zip(cover).zip(old) {
+                if c == 0 {
+                    *v = o;
+                }
+            }
+        }
+        memory.swap_value(sub, Stored::Dense(value), Some(&mask), None)?;
+        at += len;
+    }
+    Ok(())
+}
