@@ -9,6 +9,8 @@
 #      with the test and tpu extras added (tpu: libtpu for the TPU compile
 #      check's tests): every test, those marked slow too (production
 #      kernels, the TPU-check sweep, 64-device loads, ...), nothing deselected;
+#      then the mpirun tests (-m mpi, tests/distributed: real 2- and 4-process
+#      launches) in the 3.11 venv with the mpi extra (mpi4py + Open MPI from PyPI);
 #   4. scripts/client_suite.py --quick: a subset of a third-party suite
 #      (tpu-inference's kernel tests, jax 0.11.2) forced into TPU interpret
 #      mode, stock vs the wheel of 2, in a venv of its own (.venv-test/client).
@@ -89,6 +91,16 @@ pytest_in() {  # pytest_in PY [PYTEST ARGS]: the wheel's venv plus test extras
     JAX_PLATFORMS="${JAX_PLATFORMS:-cpu}" "$venv/bin/python" -m pytest -q "$@"
 }
 
+pytest_mpi() {  # the mpirun tests (-m mpi) in the 3.11 wheel venv, MPI from PyPI
+    local venv="$root/.venv-test/py3.11" wheel
+    wheel="$(ls "$root"/.venv-test/dist/mosaic_rt-*.whl 2>/dev/null)"
+    [ -x "$venv/bin/python" ] && [ -n "$wheel" ] \
+        || { echo "error: no wheel venv at $venv (its wheel test step failed)" >&2; return 1; }
+    # The mpi extra: mpi4py and Open MPI (mpirun lands in the venv's bin).
+    "$venv/bin/python" -m pip install --quiet --only-binary=:all: "$wheel[test,mpi]" || return 1
+    PATH="$venv/bin:$PATH" JAX_PLATFORMS=cpu "$venv/bin/python" -m pytest -q -m mpi tests/distributed "$@"
+}
+
 client_suite_quick() {
     local wheel py
     wheel="$(ls "$root"/.venv-test/dist/mosaic_rt-*.whl 2>/dev/null)"
@@ -105,6 +117,9 @@ if [ "${1:-}" = "--here" ]; then
     phase "ruff check + format" python_lint
     phase "loom model tests" loom_tests
     phase "pytest ($(python --version 2>&1))" python -m pytest -q "$@"
+    if python -c "import mpi4py" 2> /dev/null; then
+        phase "pytest -m mpi: mpirun launches" python -m pytest -q -m mpi tests/distributed
+    fi
 else
     phase "cargo test --workspace" rust_tests
     phase "rustfmt + clippy" rust_style
@@ -116,6 +131,8 @@ else
     # deselected. The slow ones add ~2 min per end on 2 busy vCPUs, so both
     # ends fit CI's 90 min.
     phase "pytest (every test): Python 3.11 + jax 0.10.2" pytest_in 3.11 -m "slow or not slow" "$@"
+    # Real multi-process launches under mpirun (2 and 4 ranks), MPI from PyPI.
+    phase "pytest -m mpi: mpirun launches, Python 3.11 + jax 0.10.2" pytest_mpi
     phase "pytest (every test): Python 3.12 + jax 0.12.0.1" pytest_in 3.12 -m "slow or not slow" "$@"
     phase "client suite, quick subset: tpu-inference 0.32.0 + jax 0.11.2, stock vs ours" client_suite_quick
 fi

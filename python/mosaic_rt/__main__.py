@@ -1,9 +1,11 @@
 """Command line: `python -m mosaic_rt demo [...]`, `python -m mosaic_rt bench [...]` and
-`python -m mosaic_rt trace TRACE.json [--png PNG] [--check]`."""
+`python -m mosaic_rt trace TRACE.json [--png PNG] [--check]`
+(`trace --merge OUT T0.json T1.json ...`: one timeline of a launch's processes)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 
@@ -19,7 +21,14 @@ def main(argv: list[str] | None = None) -> int:
 
     add_bench_arguments(bench)
     trace = sub.add_parser("trace", help="summarise, check or draw a kernel's timeline file")
-    trace.add_argument("path", help="Chrome trace-event JSON written by a kernel (trace_path=...)")
+    trace.add_argument(
+        "path", nargs="+", help="Chrome trace-event JSON written by a kernel (trace_path=...); with --merge, several"
+    )
+    trace.add_argument(
+        "--merge",
+        metavar="OUT",
+        help="join the traces of a launch's processes (trace.p0.json trace.p1.json ...) into one timeline OUT",
+    )
     trace.add_argument(
         "--png", metavar="PNG", help="draw the timeline into this PNG (needs matplotlib: pip install 'mosaic_rt[plot]')"
     )
@@ -51,11 +60,22 @@ def _trace(args) -> int:
             print("error: --png needs matplotlib: pip install 'mosaic_rt[plot]'", file=sys.stderr)
             return 2
     try:
-        data = timeline.load(args.path)
+        loaded = [timeline.load(p) for p in args.path]
     except (OSError, ValueError) as e:
-        print(f"error: cannot read {args.path}: {e}", file=sys.stderr)
+        print(f"error: cannot read {e}", file=sys.stderr)
         return 2
-    print(f"{args.path}: {timeline.summary(data)}")
+    if args.merge:
+        data = timeline.merge(loaded)
+        with open(args.merge, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+        print(f"wrote {args.merge} ({len(loaded)} traces)")
+        name = args.merge
+    elif len(loaded) > 1:
+        print("error: several traces need --merge OUT", file=sys.stderr)
+        return 2
+    else:
+        data, name = loaded[0], args.path[0]
+    print(f"{name}: {timeline.summary(data)}")
     status = 0
     if args.check:
         problems = timeline.check(data)

@@ -154,3 +154,8 @@ def _from_native(
     exc.device = device
     exc.core = core
     return exc
+
+
+class MultiProcessError(MosaicRuntimeError):
+    """A launch spanning processes cannot run: MPI is missing or the job's
+    processes do not match (the message says what to install or change)."""

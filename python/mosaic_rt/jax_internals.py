@@ -358,6 +358,27 @@ def shard_map_axes(ctx) -> tuple[dict, tuple] | None:
     return axes, tuple(n for n in axes if n in manual)
 
 
+def mesh_processes(ctx) -> tuple[int, ...] | None:
+    """The process index of each device of the mesh the lowering context
+    ``ctx`` is inside (its row-major device order, the partition ids), or
+    None outside a concrete shard_map mesh."""
+    axis_ctx = ctx.module_context.axis_context
+    devices = getattr(getattr(axis_ctx, "mesh", None), "devices", None)
+    if not isinstance(axis_ctx, SPMDAxisContext) or devices is None:
+        return None
+    return tuple(int(d.process_index) for d in np.asarray(devices).flat)
+
+
+def all_equations(jaxpr):
+    """Every equation of ``jaxpr`` (open or closed) and of its sub-jaxprs,
+    depth first."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for sub in jax_core.jaxprs_in_params(eqn.params):
+            yield from all_equations(sub)
+
+
 def make_primitive(name: str, *, multiple_results: bool, abstract_eval, lowering):
     """A primitive of ours that only ever lowers (bound while interpreting
     inside pallas_call's lowering, so no transformation rules are needed)."""

@@ -58,6 +58,36 @@ def load(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
+def merge(traces: list[dict[str, Any]]) -> dict[str, Any]:
+    """One timeline of a launch spanning processes from each process's
+    trace (`InterpretParams(trace_path=...)` writes one per process, named
+    ``trace.p<process>.json``): events shifted onto a common clock (each
+    trace's ``start_unix_us``), each device's track named once, flow ids
+    kept apart per trace."""
+    starts = [t.get("otherData", {}).get("start_unix_us") for t in traces]
+    known = [s for s in starts if isinstance(s, (int, float))]
+    origin = min(known) if known else 0
+    events: list[dict[str, Any]] = []
+    seen_meta = set()
+    for k, (trace, start) in enumerate(zip(traces, starts)):
+        shift = (start - origin) if isinstance(start, (int, float)) else 0
+        for e in trace["traceEvents"]:
+            e = dict(e)
+            if e.get("ph") == "M":
+                key = (e.get("pid"), e.get("tid"), e.get("name"), json.dumps(e.get("args"), sort_keys=True))
+                if key in seen_meta:
+                    continue
+                seen_meta.add(key)
+            elif "ts" in e:
+                e["ts"] = e["ts"] + shift
+            if "id" in e and e.get("ph") in ("s", "t", "f"):
+                e["id"] = f"{k}:{e['id']}"
+            events.append(e)
+    other = dict(traces[0].get("otherData", {})) if traces else {}
+    other.update(start_unix_us=origin, merged_traces=len(traces))
+    return {"traceEvents": events, "displayTimeUnit": "ns", "otherData": other}
+
+
 def _ns(us: float) -> int:
     """Microseconds (as written, nanosecond precision) to integer ns."""
     return round(us * 1000)

@@ -16,6 +16,7 @@ from mosaic_rt.bench import (
     row_launch_per_mib,
     row_lowering,
     row_memory_suite,
+    row_multi_process,
     row_production_kernels,
     row_suite_workload,
     row_tpu_check,
@@ -30,6 +31,7 @@ ROWS = [
     row_production_kernels.ROW,
     row_memory_suite.ROW,
     row_tpu_check.ROW,
+    row_multi_process.ROW,
 ]
 
 # Rows whose tables print before the others' (where they have always been:

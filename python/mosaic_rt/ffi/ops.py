@@ -85,6 +85,7 @@ def kernel_begin(
     trace_path: str | None = None,
     report_as_warnings: bool = True,
     site: int = 0,
+    device_processes=None,
 ):
     """Joins launch ``uid`` of the running XLA execution as ``device``.
 
@@ -132,6 +133,7 @@ def kernel_begin(
             detect_uninitialized=detect_uninitialized,
             trace_path=trace_path,
             report_as_warnings=report_as_warnings,
+            device_processes=device_processes,
         ),
         site=site,
     )
@@ -154,11 +156,16 @@ def _begin_attrs(
     detect_uninitialized: bool = False,
     trace_path: str | None = None,
     report_as_warnings: bool = True,
+    device_processes=None,
 ) -> dict:
-    """The attributes of `kernel_begin` (and `launch_begin`) for its config."""
+    """The attributes of `kernel_begin` (and `launch_begin`) for its config.
+    ``device_processes``: the process of each device when the launch spans
+    processes (see `mosaic_rt.distributed`)."""
     extra = {}
     if device_ordinals is not None:
         extra["device_ordinals"] = _ints(device_ordinals)
+    if device_processes is not None:
+        extra["device_processes"] = _ints(device_processes)
     if on_race is not None:
         if on_race not in ("raise", "warn", "print"):
             raise ValueError(f"on_race must be 'raise', 'warn' or 'print', got {on_race!r}")

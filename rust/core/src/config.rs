@@ -192,6 +192,9 @@ pub struct Config {
     /// idle before devices that never joined, and cores not blocked in
     /// mosaic_rt, count as stuck. `None` turns that heuristic off.
     pub deadlock_idle: Option<Duration>,
+    /// The process of each device when the launch spans processes (see
+    /// `crate::remote`); `None`: every device is owned here.
+    pub owners: Option<Arc<[u32]>>,
 }
 
 /// Default idle window of the deadlock heuristic.
@@ -214,6 +217,7 @@ impl Default for Config {
             spin_before_park: None,
             detect_deadlocks: false,
             deadlock_idle: Some(DEFAULT_DEADLOCK_IDLE),
+            owners: None,
         }
     }
 }
@@ -231,6 +235,15 @@ impl Config {
         }
         if self.num_devices.checked_mul(self.cores_per_device).is_none_or(|n| n > 1 << 16) {
             return Err(RtError::value("too many cores (at most 65536 in total)"));
+        }
+        if let Some(owners) = &self.owners {
+            if owners.len() != self.num_devices as usize {
+                return Err(RtError::value(format!(
+                    "the launch has {} device(s) but names the process of {}",
+                    self.num_devices,
+                    owners.len()
+                )));
+            }
         }
         Ok(())
     }

@@ -22,6 +22,7 @@
 //! steps and hands them to waiters.
 
 mod machine;
+pub(crate) mod remote;
 mod view;
 mod view_rows;
 
@@ -81,6 +82,8 @@ pub(crate) struct DmaEnv<'a> {
     pub races: Option<&'a RaceDetector>,
     /// `Some` exactly with a timeline.
     pub trace: Option<&'a Tracer>,
+    /// `Some` exactly when other processes own devices of the launch.
+    pub remote: Option<&'a crate::remote::Link>,
 }
 
 /// Where a validated DMA goes and how many bytes it moves.
@@ -260,6 +263,11 @@ pub(crate) enum DmaStep {
     Read(Arc<QueuedDma>),
     /// The receive side (on its receive semaphore): whatever is left.
     Write(Arc<QueuedDma>),
+    /// The send side of a DMA to another process: the read (its data is
+    /// then sent there).
+    RemoteRead(std::sync::Arc<remote::OutgoingDma>),
+    /// The receive side of a DMA from another process.
+    RemoteWrite(std::sync::Arc<remote::IncomingDma>),
 }
 
 impl DmaStep {
@@ -281,12 +289,16 @@ impl DmaStep {
                 },
                 |data| d.store_destination(env, data),
             ),
-        }
-    }
-
-    fn dma(&self) -> &QueuedDma {
-        match self {
-            DmaStep::Read(d) | DmaStep::Write(d) => d,
+            DmaStep::RemoteRead(d) => {
+                let link = env.remote.ok_or_else(|| RtError::internal("a remote DMA step without a link"))?;
+                d.read_once(env, link)?;
+                link.take_outgoing(d.id());
+                Ok(())
+            }
+            DmaStep::RemoteWrite(d) => {
+                let link = env.remote.ok_or_else(|| RtError::internal("a remote DMA step without a link"))?;
+                d.run(env, link)
+            }
         }
     }
 
@@ -295,19 +307,33 @@ impl DmaStep {
         match self {
             DmaStep::Read(d) => d.machine.is_started(),
             DmaStep::Write(d) => !d.machine.is_completed(),
+            DmaStep::RemoteRead(d) => d.is_pending(),
+            DmaStep::RemoteWrite(d) => d.is_pending(),
         }
     }
 }
 
 impl Queued for DmaStep {
     fn pending(&self) -> Option<String> {
-        self.is_pending().then(|| self.dma().describe())
+        self.is_pending().then(|| match self {
+            DmaStep::Read(d) | DmaStep::Write(d) => d.describe(),
+            DmaStep::RemoteRead(d) => d.describe(),
+            DmaStep::RemoteWrite(d) => d.describe(),
+        })
     }
     fn site(&self) -> SiteId {
-        self.dma().site
+        match self {
+            DmaStep::Read(d) | DmaStep::Write(d) => d.site,
+            DmaStep::RemoteRead(d) => d.site(),
+            DmaStep::RemoteWrite(_) => 0,
+        }
     }
     fn bytes(&self) -> Option<i64> {
-        self.is_pending().then_some(self.dma().plan.bytes)
+        self.is_pending().then(|| match self {
+            DmaStep::Read(d) | DmaStep::Write(d) => d.plan.bytes,
+            DmaStep::RemoteRead(d) => d.bytes(),
+            DmaStep::RemoteWrite(d) => d.bytes(),
+        })
     }
 }
 
@@ -359,6 +385,13 @@ pub(crate) fn start(env: &DmaEnv, req: DmaRequest, view: Option<DmaView>) -> Res
     env.sems.check_exists(req.dst_sem)?;
     if let Some(s) = req.src_sem {
         env.sems.check_exists(s)?;
+    }
+    if let Some(link) = env.remote.filter(|l| l.is_remote(dst_device)) {
+        let plan = Plan { dst_device, dst_core, src_gcore, dst_gcore, bytes: 0 };
+        return match env.mode {
+            DmaMode::Eager => remote::start_eager(env, link, &req, &plan, view.is_some()),
+            DmaMode::OnWait => remote::start_on_wait(env, link, req, plan, view.is_some()),
+        };
     }
     if env.mode == DmaMode::Eager {
         // Nobody else can see this DMA: no state machine, and the copy

@@ -32,7 +32,9 @@
 //! engine over a `DmaEnv`), `sem` (counters, waits, barrier, failure;
 //! generic over the work queued on a semaphore), `memory`, `races`, `trace`,
 //! `deadlock`, `registry` (the launches of a process), `grid` (a grid
-//! loop's block bookkeeping), `config`, `error`.
+//! loop's block bookkeeping), `config`, `error`, `remote` (launches
+//! spanning processes: what crosses to the devices other processes own,
+//! over a `remote::Transport` the layers above provide; no MPI here).
 //!
 //! May use: std, `mosaic_rt_programs` (wire enums, program errors); no pyo3, no XLA.
 #![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
@@ -51,6 +53,7 @@ mod prng;
 mod races;
 pub mod region;
 mod registry;
+pub mod remote;
 pub mod reports;
 mod revisit;
 mod runtime;

@@ -25,6 +25,8 @@ use crate::trace::Tracer;
 #[cfg(not(loom))]
 use std::sync::Arc;
 
+mod remote_ops;
+
 pub struct Runtime {
     config: Config,
     topo: Topology,
@@ -39,6 +41,11 @@ pub struct Runtime {
     /// Only with `trace`: every hook is one branch on this when off (boxed:
     /// the hot fields stay together).
     trace: Option<Box<Tracer>>,
+    /// Only when other processes own devices of the launch (`remote`).
+    remote: Option<Box<crate::remote::Link>>,
+    /// Per device: owned by another process this one cannot reach (a
+    /// launch spanning processes without a transport; `None` otherwise).
+    unreachable: Option<Box<[bool]>>,
 }
 
 #[derive(Default)]
@@ -61,10 +68,54 @@ impl Runtime {
         Self::build(config, false)
     }
 
+    /// The runtime of a launch spanning processes: `link` reaches the
+    /// devices other processes own.
+    pub fn new_linked(config: Config, link: crate::remote::Link) -> Result<Runtime> {
+        let mut rt = Self::build(config, false)?;
+        rt.sems.set_remote(&link.local_mask(), false);
+        if let Some(t) = &rt.trace {
+            t.elsewhere(&link.local_mask());
+        }
+        if let Some(d) = link.driver() {
+            rt.sems.set_driver(d);
+        }
+        rt.remote = Some(Box::new(link));
+        Ok(rt)
+    }
+
+    /// The runtime of a launch spanning processes in a process not attached
+    /// to the others (no MPI): only the devices of `local` (true) run
+    /// here; a signal or DMA to any other fails, naming the install line.
+    pub fn new_isolated(config: Config, local: &[bool]) -> Result<Runtime> {
+        let mut rt = Self::build(config, false)?;
+        rt.sems.set_remote(local, true);
+        if let Some(t) = &rt.trace {
+            t.elsewhere(local);
+        }
+        rt.unreachable = Some(local.iter().map(|&l| !l).collect());
+        Ok(rt)
+    }
+
+    /// Errs if `device` belongs to a process this one cannot reach.
+    #[inline]
+    fn check_reachable(&self, device: Option<u32>) -> Result<()> {
+        match (&self.unreachable, device) {
+            (Some(u), Some(d)) if u.get(d as usize).copied().unwrap_or(false) => Err(crate::remote::unreachable(d)),
+            _ => Ok(()),
+        }
+    }
+
+    /// The connection to the other processes of the launch, if any.
+    pub fn link(&self) -> Option<&crate::remote::Link> {
+        self.remote.as_deref()
+    }
+
     fn build(config: Config, joined: bool) -> Result<Runtime> {
         config.validate()?;
         let topo = config.topology();
         Ok(Runtime {
+            remote: None,
+            unreachable: None,
             memory: MemoryTable::new(&config),
             sems: SemTable::with_devices_joined(&config, joined),
             cores: (0..topo.num_cores()).map(|_| CoreState::default()).collect(),
@@ -92,6 +143,7 @@ impl Runtime {
             sems: &self.sems,
             races: self.races.as_ref(),
             trace: self.trace.as_deref(),
+            remote: self.remote.as_deref(),
         }
     }
 
@@ -101,7 +153,7 @@ impl Runtime {
     /// devices that never join and cores that stop without telling us).
     #[cfg(not(loom))]
     pub fn watch(self: &Arc<Self>) {
-        if self.config.detect_deadlocks && self.config.deadlock_idle.is_some() {
+        if self.config.detect_deadlocks && (self.config.deadlock_idle.is_some() || self.remote.is_some()) {
             let weak: std::sync::Weak<dyn crate::deadlock::detector::Watched> =
                 Arc::downgrade(self) as std::sync::Weak<Runtime>;
             crate::deadlock::detector::watch(weak);
@@ -165,7 +217,9 @@ impl Runtime {
     /// user-visible one (defaults to `shape`).
     pub fn allocate_buffer(&self, device: u32, core: Option<u32>, spec: BufferSpec<'_>) -> Result<u32> {
         self.check_failed_at(device, core.unwrap_or(0))?;
-        self.memory.allocate(device, core, spec).map_err(|e| e.at(device, core.unwrap_or(0)))
+        let id = self.memory.allocate(device, core, spec).map_err(|e| e.at(device, core.unwrap_or(0)))?;
+        self.retry_held();
+        Ok(id)
     }
 
     /// Drops one reference of the buffer; it is freed at zero.
@@ -337,14 +391,18 @@ impl Runtime {
     /// every core of the device when `core` is `None` -- and returns the first
     /// id (ids count from 2000 per core and stay in sync across cores).
     pub fn allocate_semaphores(&self, device: u32, core: Option<u32>, kind: SemKind, count: u32) -> Result<u32> {
-        self.sems.allocate(device, core, kind, count).map_err(|e| e.at(device, core.unwrap_or(0)))
+        let first = self.sems.allocate(device, core, kind, count).map_err(|e| e.at(device, core.unwrap_or(0)))?;
+        self.retry_held();
+        Ok(first)
     }
 
     /// The barrier semaphore of `collective_id` (fixed-id namespace); it is
     /// created on first use and its id is the collective id.
     pub fn barrier_semaphore(&self, device: u32, collective_id: u32) -> Result<u32> {
         self.topo.check(device, 0)?;
-        self.sems.barrier_semaphore(collective_id).map_err(|e| e.at(device, 0))
+        let id = self.sems.barrier_semaphore(collective_id).map_err(|e| e.at(device, 0))?;
+        self.retry_held();
+        Ok(id)
     }
 
     /// Adds `inc` to `sem` on (target_device, target_core). `None` target
@@ -361,6 +419,12 @@ impl Runtime {
     ) -> Result<()> {
         if self.races.is_some() || self.trace.is_some() {
             self.note_signal(device, core, sem, inc, target_device, target_core);
+        }
+        self.check_reachable(target_device).map_err(|e| e.at(device, core))?;
+        if let Some(link) = self.remote.as_deref() {
+            if target_device.is_some_and(|d| link.is_remote(d)) {
+                return self.signal_remote(link, device, core, sem, inc, target_device, target_core);
+            }
         }
         self.sems.signal(device, core, sem, inc, target_device, target_core).map_err(|e| e.at(device, core))
     }
@@ -459,6 +523,7 @@ impl Runtime {
     /// Starts a DMA (see [`DmaRequest`]); in `eager` mode it completes here.
     pub fn dma_start(&self, req: DmaRequest) -> Result<()> {
         let (device, core) = (req.device, req.core);
+        self.check_reachable(req.dst_device).map_err(|e| e.at(device, core))?;
         crate::dma::start(&self.dma_env(), req, None).map_err(|e| e.at(device, core))
     }
 
@@ -466,6 +531,7 @@ impl Runtime {
     /// written through its byte map in `view` (see [`DmaView`]).
     pub fn dma_start_view(&self, req: DmaRequest, view: DmaView) -> Result<()> {
         let (device, core) = (req.device, req.core);
+        self.check_reachable(req.dst_device).map_err(|e| e.at(device, core))?;
         crate::dma::start(&self.dma_env(), req, Some(view)).map_err(|e| e.at(device, core))
     }
 
@@ -489,7 +555,8 @@ impl Runtime {
                 races.sync_all();
             }
         };
-        let barrier = || self.sems.device_barrier(device, &sync_clocks).map_err(|e| e.at(device, 0));
+        let on_local = |generation, count| self.barrier_arrived_here(generation, count);
+        let barrier = || self.sems.device_barrier_with(device, &sync_clocks, &on_local).map_err(|e| e.at(device, 0));
         match &self.trace {
             Some(t) => crate::trace::traced_barrier(t, device, barrier),
             None => barrier(),
@@ -588,7 +655,11 @@ impl Runtime {
     /// Records `err` as the kernel's failure unless one is recorded already,
     /// wakes every parked waiter, and returns the recorded root cause.
     pub fn fail(&self, err: RtError) -> RtError {
-        self.sems.fail(err)
+        let root = self.sems.fail(err.clone());
+        if root == err {
+            self.tell_failure(&root);
+        }
+        root
     }
 
     pub fn failure(&self) -> Option<RtError> {
@@ -605,6 +676,7 @@ impl Runtime {
 impl crate::deadlock::detector::Watched for Runtime {
     fn tick(&self, process_idle_since: Option<std::time::Instant>, now: std::time::Instant) {
         self.sems.deadlock_tick(process_idle_since, now);
+        self.remote_tick(now);
     }
 }
 

@@ -52,6 +52,21 @@ pub fn set_resolver(f: Resolver) {
     let _ = RESOLVER.set(f);
 }
 
+type Interner = fn(&str) -> SiteId;
+
+static INTERNER: OnceLock<Interner> = OnceLock::new();
+
+/// Installs the function that gives a text its site id (once per process).
+pub fn set_interner(f: Interner) {
+    let _ = INTERNER.set(f);
+}
+
+/// The site id of `text` (a site of another process's kernel); 0 if no
+/// interner is installed.
+pub fn intern(text: &str) -> SiteId {
+    INTERNER.get().map_or(0, |f| f(text))
+}
+
 /// The text of `site`, if it is known.
 pub fn text(site: SiteId) -> Option<String> {
     if site == 0 {

@@ -111,3 +111,19 @@ pub use trace_files::{trace_json, written as trace_files_written};
 pub fn recorded_error(n: u64) -> Option<mosaic_rt_core::RtError> {
     errors::lookup(n)
 }
+
+/// Attaches this process to a multi-process job (see
+/// `mosaic_rt_core::remote`): launches spanning processes use `transport`.
+pub fn attach_transport(transport: Box<dyn mosaic_rt_core::remote::Transport>) -> mosaic_rt_core::Result<()> {
+    launch::registry().attach(transport)
+}
+
+/// Stops the multi-process transport (before MPI shuts down at exit).
+pub fn detach_transport() {
+    launch::registry().detach()
+}
+
+/// This process's index in its multi-process job, once attached.
+pub fn attached_process() -> Option<u32> {
+    launch::registry().process()
+}

@@ -20,7 +20,10 @@ static TABLE: Mutex<Option<Table>> = Mutex::new(None);
 
 fn install_resolver() {
     static ONCE: Once = Once::new();
-    ONCE.call_once(|| mosaic_rt_core::site::set_resolver(text));
+    ONCE.call_once(|| {
+        mosaic_rt_core::site::set_resolver(text);
+        mosaic_rt_core::site::set_interner(intern);
+    });
 }
 
 /// FNV-1a of the text: ids must not depend on the order texts are interned

@@ -166,7 +166,8 @@ layouts! {
         attrs: [uid, num_devices, num_cores, dma_execution_mode, out_of_bounds_reads,
                 uninitialized_memory, wait_timeout_ms, detect_races],
         optional_attrs: [device_ordinals, on_race, detect_deadlocks, deadlock_idle_ms,
-                         detect_uninitialized, trace_path, report_as_warnings, site],
+                         detect_uninitialized, trace_path, report_as_warnings, site,
+                         device_processes],
     }
     launch_begin {
         operands: [token, device],
@@ -181,7 +182,7 @@ layouts! {
                          grid, order, order_lens, iters_per_core, num_iterations,
                          parallel_subgrid, grid_cores, block_outputs, block_spaces, block_ranks,
                          block_sizes, block_squeezed, block_factors, block_names, revisit,
-                         block_items, site],
+                         block_items, site, device_processes],
     }
     kernel_end {
         operands: [token, handle, device],

@@ -2,7 +2,7 @@
 //! Kept thin: argument conversion and error mapping; the work is in
 //! `mosaic_rt_core`, numpy handling in `python/mosaic_rt/runtime.py`.
 //!
-//! May use: `mosaic_rt_core`, `mosaic_rt_ffi`, `mosaic_rt_programs`, pyo3.
+//! May use: `mosaic_rt_core`, `mosaic_rt_ffi`, `mosaic_rt_mpi`, `mosaic_rt_programs`, pyo3.
 #![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 use mosaic_rt_core::{LeakPolicy, MemorySpace, SemKind};
 use mosaic_rt_programs::scalar::{self, Op, ScalarType};
@@ -14,6 +14,7 @@ mod args;
 mod bytes;
 mod errors;
 mod ffi;
+mod mpi;
 mod runtime;
 mod trace;
 mod wire;
@@ -25,6 +26,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<runtime::PyRuntime>()?;
     ffi::register(m)?;
     trace::register(m)?;
+    mpi::register(m)?;
     wire::register(m)?;
     constants(m)
 }

@@ -44,7 +44,9 @@ def _scalar_id(x):
 _space = memory_spaces.code
 
 
-def launch_begin(token, device, *, uid, num_devices, params: InterpretParams, allocations, barrier, grid=None):
+def launch_begin(
+    token, device, *, uid, num_devices, params: InterpretParams, allocations, barrier, grid=None, device_processes=None
+):
     """Joins the launch, makes its ``allocations`` (`launch_buffer` /
     `launch_semaphores`), with ``barrier`` waits for every device and with
     ``grid`` begins core 0's grid loop: one native call. ``(token, handle,
@@ -72,6 +74,7 @@ def launch_begin(token, device, *, uid, num_devices, params: InterpretParams, al
         # None, inf, or more milliseconds than int64 holds: 0, no timeout.
         wait_timeout_ms=(0 if timeout is None or not timeout * 1000 < 2**63 else max(1, int(timeout * 1000))),
         site=sites.current(),
+        **({} if device_processes is None else {"device_processes": device_processes}),
     )
     for a, r in zip(allocations, results):
         if isinstance(a, ffi_ops.LaunchBuffer):

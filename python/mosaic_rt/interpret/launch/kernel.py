@@ -21,7 +21,7 @@ from mosaic_rt import jax_internals as jx
 from mosaic_rt.interpret.context import Ctx
 from mosaic_rt.interpret.evaluation import device_ids, logging_ops, native_calls, sites
 from mosaic_rt.interpret.evaluation.regions import FULL, TracedRegion
-from mosaic_rt.interpret.launch import buffers, grid_loop
+from mosaic_rt.interpret.launch import buffers, grid_loop, processes
 from mosaic_rt.interpret.launch.buffers import BlockOperands
 from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.memory_spaces import code as space_code
@@ -96,6 +96,10 @@ def _interpret_pallas_call(
     allocations, bufs = buffers.plan(ctx, jaxpr, blocks, scalars, inputs, input_output_aliases)
     blocks.check_hbm_blocks(jaxpr, grid_mapping)
     loop = grid_loop.plan(ctx, jaxpr, grid, blocks, bufs)
+    owners = processes.device_processes(num_devices, jaxpr)
+    if owners is not None and params.trace_path:
+        # One trace per process (`python -m mosaic_rt trace --merge` joins them).
+        params = dataclasses.replace(params, trace_path=processes.per_process_path(params.trace_path))
     # The prologue is one native call (each custom call costs compile and
     # tracing time): join, allocate, without a barrier semaphore of its own
     # wait for all devices to start together, and begin the grid loop of a
@@ -109,6 +113,7 @@ def _interpret_pallas_call(
         allocations=allocations,
         barrier=mosaic_params.collective_id is None,
         grid=grid_loop.prologue_grid_begin(loop),
+        device_processes=owners,
     )
     ctx = ctx.replace(handle=handle)
     id_of = buffers.prologue_ids(allocations, results)

@@ -29,6 +29,7 @@ import functools
 import threading
 
 from mosaic_rt import jax_internals, stages
+from mosaic_rt.interpret.launch import processes
 from mosaic_rt.interpret.params import InterpretParams
 
 _lock = threading.Lock()
@@ -75,8 +76,10 @@ def _install_lowering() -> None:
     def lowering(ctx, *in_nodes, interpret, **params):
         if isinstance(interpret, InterpretParams) and not params["jaxpr"].constvars:
             impl = functools.partial(getattr(_stock_module, _ATTR), interpret_params=interpret, **params)
-            return jax_internals.lower_fun(impl, multiple_results=True)(ctx, *in_nodes)
-        return stock_rule(ctx, *in_nodes, interpret=interpret, **params)
+            with processes.lowering_in(ctx):
+                return jax_internals.lower_fun(impl, multiple_results=True)(ctx, *in_nodes)
+        with processes.lowering_in(ctx):
+            return stock_rule(ctx, *in_nodes, interpret=interpret, **params)
 
     setattr(lowering, _MARK, True)
     jax_internals.set_pallas_call_lowering(lowering, inline)

@@ -113,6 +113,13 @@ pub(crate) struct State {
     barrier_generation: u64,
     last_change: Instant,
     reported: bool,
+    /// Devices owned by other processes (their cores count as finished
+    /// here; `remote::detect` judges the whole launch).
+    remote: Vec<bool>,
+    /// Other processes own devices: a local verdict is never the launch's.
+    distributed: bool,
+    /// Bumped on every change (termination detection compares it).
+    epoch: u64,
 }
 
 impl State {
@@ -129,6 +136,7 @@ impl State {
     }
 
     fn touch(&mut self) {
+        self.epoch += 1;
         if !cfg!(loom) {
             self.last_change = Instant::now();
         }
@@ -155,6 +163,9 @@ impl Monitor {
                 barrier_generation: 0,
                 last_change: Instant::now(),
                 reported: false,
+                remote: vec![false; d],
+                distributed: false,
+                epoch: 0,
             }),
             dmas: (0..if enabled { topo.num_cores() } else { 0 }).map(|_| Mutex::new(SemDmas::default())).collect(),
         }
@@ -163,6 +174,53 @@ impl Monitor {
     #[inline]
     pub fn enabled(&self) -> bool {
         self.enabled
+    }
+
+    /// Devices owned by other processes (`local[d]` false): they count as
+    /// joined, their cores as finished; verdicts are then left to the
+    /// processes together (`remote::detect`).
+    /// `isolated`: no transport reaches them, so local verdicts stand.
+    pub fn set_remote(&self, local: &[bool], isolated: bool) {
+        let mut st = lock(&self.state);
+        for (d, &here) in local.iter().enumerate() {
+            if here || st.remote[d] {
+                continue;
+            }
+            st.remote[d] = true;
+            st.distributed = !isolated;
+            if !st.joined[d] {
+                st.joined[d] = true;
+                st.joined_count += 1;
+            }
+            for c in 0..self.topo.cores_per_device {
+                st.set(self.topo.global_core(d as u32, c), CoreState::Finished);
+            }
+        }
+    }
+
+    /// This process's part of a distributed launch, for a termination
+    /// probe: `None` while a local core runs (or may continue), else the
+    /// report lines of its blocked cores (empty when all finished).
+    pub fn quiescent_report(&self, probe: &dyn Probe) -> Option<Vec<String>> {
+        let st = lock(&self.state);
+        if st.in_callbacks > 0 || st.joined_count < self.topo.num_devices || st.blocked < self.topo.num_cores() {
+            return None;
+        }
+        let waiting = self.stuck(&st, probe, None)?;
+        if waiting == 0 {
+            return Some(Vec::new());
+        }
+        let mut dmas = HashMap::new();
+        for (g, m) in self.dmas.iter().enumerate() {
+            dmas.extend(lock(m).iter().map(|(&sem, &t)| ((sem, g as u32), t)));
+        }
+        let text = report::describe(&self.topo, &st, probe, &dmas, None);
+        Some(text.lines().skip(1).map(str::to_string).collect())
+    }
+
+    /// Bumped on every state change.
+    pub fn epoch(&self) -> u64 {
+        lock(&self.state).epoch
     }
 
     /// The state of core `gcore` (tests and diagnostics).
@@ -330,6 +388,24 @@ impl Monitor {
     /// The deadlock, if every blocked core is stuck (and, with `idle`, the
     /// running and unjoined ones count as stuck too).
     fn analyze(&self, st: &mut State, probe: &dyn Probe, idle: Option<Duration>) -> Option<RtError> {
+        let waiting = self.stuck(st, probe, idle)?;
+        // Another process may still wake these cores: the processes decide
+        // together (`remote::detect`).
+        if waiting == 0 || st.distributed {
+            return None;
+        }
+        st.reported = true;
+        let mut dmas = HashMap::new();
+        for (g, m) in self.dmas.iter().enumerate() {
+            dmas.extend(lock(m).iter().map(|(&sem, &t)| ((sem, g as u32), t)));
+        }
+        let text = report::describe(&self.topo, st, probe, &dmas, idle);
+        Some(RtError::new(ErrorKind::Deadlock, text))
+    }
+
+    /// How many cores wait with nothing to wake them; `None` if some core
+    /// can continue (with `idle`, running and unjoined ones count as stuck).
+    fn stuck(&self, st: &State, probe: &dyn Probe, idle: Option<Duration>) -> Option<u32> {
         let mut waiting = 0;
         for (g, s) in st.cores.iter().enumerate() {
             let g = g as u32;
@@ -355,15 +431,6 @@ impl Monitor {
                 CoreState::Finished => {}
             }
         }
-        if waiting == 0 {
-            return None;
-        }
-        st.reported = true;
-        let mut dmas = HashMap::new();
-        for (g, m) in self.dmas.iter().enumerate() {
-            dmas.extend(lock(m).iter().map(|(&sem, &t)| ((sem, g as u32), t)));
-        }
-        let text = report::describe(&self.topo, st, probe, &dmas, idle);
-        Some(RtError::new(ErrorKind::Deadlock, text))
+        Some(waiting)
     }
 }

@@ -36,6 +36,9 @@ pub(super) fn describe(
     for (g, s) in st.cores.iter().enumerate() {
         let g = g as u32;
         let device = g / topo.cores_per_device;
+        if st.remote[device as usize] {
+            continue; // another process reports it
+        }
         let mut line = format!("  {}: ", place(topo, g));
         match *s {
             CoreState::Parked(w) => {

@@ -272,6 +272,58 @@ impl RaceDetector {
         DmaThread { slot, actor }
     }
 
+    /// The clock of global core `gcore` over the cores (what travels to
+    /// another process with its signals and DMAs).
+    pub fn core_clock(&self, gcore: u32) -> Vec<u32> {
+        let st = self.state.lock().ignore_poison();
+        let c = &st.clocks[gcore as usize];
+        (0..self.num_cores).map(|t| c.get(t)).collect()
+    }
+
+    /// The clock of DMA thread `dma` over the cores.
+    pub fn dma_clock(&self, dma: DmaThread) -> Vec<u32> {
+        self.core_clock(dma.slot)
+    }
+
+    /// The join of every core's clock (sent with a device barrier arrival).
+    pub fn cores_joined(&self) -> Vec<u32> {
+        let st = self.state.lock().ignore_poison();
+        let mut all = VectorClock::default();
+        for g in 0..self.num_cores {
+            all.join(&st.clocks[g as usize]);
+        }
+        (0..self.num_cores).map(|t| all.get(t)).collect()
+    }
+
+    /// Every core sees `clock` (another process's cores at a device barrier).
+    pub fn join_all(&self, clock: &[u32]) {
+        let c = clock_of(clock);
+        let mut st = self.state.lock().ignore_poison();
+        for g in 0..self.num_cores {
+            st.clocks[g as usize].join(&c);
+        }
+    }
+
+    /// A signal of `sem` on `target` from another process, whose signaller
+    /// had seen `clock` (before the count changes).
+    pub fn remote_release(&self, clock: &[u32], sem: u32, target: u32) {
+        let mut st = self.state.lock().ignore_poison();
+        let c = clock_of(clock);
+        st.sems.entry((sem, target)).or_default().join(&c);
+    }
+
+    /// A DMA started in another process by core (device, core) at `site`,
+    /// whose issuer had seen `clock`: a thread here for its write.
+    pub fn remote_dma_begin(&self, clock: &[u32], device: u32, core: u32, site: crate::site::SiteId) -> DmaThread {
+        let mut st = self.state.lock().ignore_poison();
+        let id = st.next_dma;
+        st.next_dma += 1;
+        let actor = Actor::Dma { id, device, core, site };
+        st.clocks.push(clock_of(clock));
+        st.records.push(Vec::new());
+        DmaThread { slot: (st.clocks.len() - 1) as u32, actor }
+    }
+
     /// The DMA has completed: its component may be reused.
     pub fn dma_end(&self, dma: DmaThread) {
         let mut st = self.state.lock().ignore_poison();
@@ -293,4 +345,12 @@ impl RaceDetector {
     pub fn num_threads(&self) -> usize {
         self.state.lock().ignore_poison().clocks.len()
     }
+}
+
+fn clock_of(components: &[u32]) -> VectorClock {
+    let mut c = VectorClock::new(components.len());
+    for (t, &v) in components.iter().enumerate() {
+        c.set(t as u32, v);
+    }
+    c
 }

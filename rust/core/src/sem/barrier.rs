@@ -10,6 +10,14 @@ use std::time::{Duration, Instant};
 struct State {
     generation: u64,
     arrived: u32,
+    /// Devices of other processes arrived, by generation (a process may
+    /// report the next generation before this one completes here).
+    remote: std::collections::BTreeMap<u64, u32>,
+    /// Devices owned here (all of them in a launch of one process).
+    local: u32,
+    /// Arrivals that complete a generation (all devices; the local ones
+    /// of a launch whose other processes are unreachable).
+    expected: u32,
 }
 
 pub(crate) struct DeviceBarrier {
@@ -20,7 +28,46 @@ pub(crate) struct DeviceBarrier {
 
 impl DeviceBarrier {
     pub fn new(num_devices: u32) -> Self {
-        DeviceBarrier { num_devices, state: Mutex::new(State { generation: 0, arrived: 0 }), cv: Condvar::new() }
+        let state =
+            State { generation: 0, arrived: 0, remote: Default::default(), local: num_devices, expected: num_devices };
+        DeviceBarrier { num_devices, state: Mutex::new(state), cv: Condvar::new() }
+    }
+
+    /// Only `local` devices are owned here; the others arrive through
+    /// [`Self::arrive_remote`].
+    /// `isolated`: the others never arrive (no transport): the local
+    /// devices alone complete a generation.
+    pub fn set_local(&self, local: u32, isolated: bool) {
+        let mut st = lock(&self.state);
+        st.local = local;
+        if isolated {
+            st.expected = local;
+        }
+    }
+
+    /// `count` devices of another process arrived at `generation`.
+    pub fn arrive_remote(&self, generation: u64, count: u32, on_complete: &dyn Fn(), monitor: &Monitor) {
+        let mut st = lock(&self.state);
+        *st.remote.entry(generation).or_insert(0) += count;
+        if generation == st.generation {
+            self.complete_if_full(&mut st, on_complete, monitor);
+        }
+    }
+
+    /// Completes the current generation if every device arrived.
+    fn complete_if_full(&self, st: &mut State, on_complete: &dyn Fn(), monitor: &Monitor) -> bool {
+        let remote = st.remote.get(&st.generation).copied().unwrap_or(0);
+        if st.arrived + remote < st.expected {
+            return false;
+        }
+        on_complete();
+        monitor.barrier_completed(st.generation);
+        let generation = st.generation;
+        st.remote.remove(&generation);
+        st.arrived = 0;
+        st.generation += 1;
+        self.cv.notify_all();
+        true
     }
 
     /// Wakes waiters so they notice a failure (set before this call).
@@ -33,12 +80,16 @@ impl DeviceBarrier {
     /// arrive, before any device leaves (the race detector joins clocks).
     /// A device that would complete a deadlock by waiting gets the
     /// deadlock error (its arrival taken back) and must fail the launch.
+    /// `on_local(generation, count)` runs when the last local device of a
+    /// launch spanning processes arrives (to tell the others).
+    #[allow(clippy::too_many_arguments)]
     pub fn arrive(
         &self,
         failure: &Failure,
         device: u32,
         timeout: Option<Duration>,
         on_complete: &dyn Fn(),
+        on_local: &dyn Fn(u64, u32),
         monitor: &Monitor,
         probe: &dyn Probe,
     ) -> Result<()> {
@@ -47,12 +98,10 @@ impl DeviceBarrier {
             return Err(super::failed(&root, device, 0));
         }
         st.arrived += 1;
-        if st.arrived == self.num_devices {
-            on_complete();
-            monitor.barrier_completed(st.generation);
-            st.arrived = 0;
-            st.generation += 1;
-            self.cv.notify_all();
+        if st.arrived == st.local && st.local < st.expected {
+            on_local(st.generation, st.local);
+        }
+        if self.complete_if_full(&mut st, on_complete, monitor) {
             return Ok(());
         }
         let generation = st.generation;

@@ -154,6 +154,9 @@ pub struct SemTable<T: Queued = NoWork> {
     /// none). A hint for deadlock reports, kept with plain atomics outside
     /// the loom models.
     last_signaller: Box<[std::sync::atomic::AtomicU32]>,
+    /// A launch spanning processes: before parking, a waiter may move the
+    /// other processes' messages itself (see `remote::Driver`).
+    driver: std::sync::OnceLock<crate::remote::Driver>,
 }
 
 /// The error a core gets when the launch failed with `root`: a deadlock is
@@ -191,7 +194,13 @@ impl<T: Queued> SemTable<T> {
             parkers: (0..topo.num_cores()).map(|_| Parker::new()).collect(),
             failure: Failure::new(),
             barrier: DeviceBarrier::new(topo.num_devices),
+            driver: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Lets waiters move other processes' messages before parking.
+    pub fn set_driver(&self, driver: crate::remote::Driver) {
+        let _ = self.driver.set(driver);
     }
 
     /// Allocates `count` internal semaphores on (device, core), or on every
@@ -356,6 +365,13 @@ impl<T: Queued> SemTable<T> {
                     continue;
                 }
             }
+            if let Some(drive) = self.driver.get() {
+                let ready =
+                    || self.failure.is_set() || can_take(count.load(Ordering::SeqCst), value) || s.has_task(off, gcore);
+                if drive(&ready) {
+                    continue;
+                }
+            }
             let deadline = *deadline.get_or_insert_with(|| deadline_after(self.wait_timeout));
             let parked = parker.park(
                 record,
@@ -397,9 +413,18 @@ impl<T: Queued> SemTable<T> {
     /// Rendezvous of all devices (one call per device). `on_complete` runs
     /// once per generation, by the last device to arrive, before any device
     /// leaves.
+    #[cfg(any(test, feature = "internals", loom))] // tests and models (the runtime calls `device_barrier_with`)
     pub fn device_barrier(&self, device: u32, on_complete: &dyn Fn()) -> Result<()> {
+        self.device_barrier_with(device, on_complete, &|_, _| {})
+    }
+
+    /// [`Self::device_barrier`] of a launch spanning processes:
+    /// `on_local(generation, count)` runs when this process's last device
+    /// arrives (to tell the others).
+    pub fn device_barrier_with(&self, device: u32, on_complete: &dyn Fn(), on_local: &dyn Fn(u64, u32)) -> Result<()> {
         self.topo.check(device, 0)?;
-        let r = self.barrier.arrive(&self.failure, device, self.wait_timeout, on_complete, &self.monitor, self);
+        let r =
+            self.barrier.arrive(&self.failure, device, self.wait_timeout, on_complete, on_local, &self.monitor, self);
         match r {
             Err(e) if e.kind == ErrorKind::Deadlock && self.failure.get().is_none() => {
                 let root = self.fail(e);
@@ -407,6 +432,31 @@ impl<T: Queued> SemTable<T> {
             }
             r => r,
         }
+    }
+
+    /// `count` devices of another process arrived at device barrier `generation`.
+    pub fn device_barrier_remote(&self, generation: u64, count: u32, on_complete: &dyn Fn()) {
+        self.barrier.arrive_remote(generation, count, on_complete, &self.monitor);
+    }
+
+    /// Devices owned by other processes (`local[d]` false; see
+    /// `Monitor::set_remote`).
+    /// `isolated`: no transport reaches them (the barrier waits for the
+    /// local devices only).
+    pub fn set_remote(&self, local: &[bool], isolated: bool) {
+        self.monitor.set_remote(local, isolated);
+        self.barrier.set_local(local.iter().filter(|&&l| l).count() as u32, isolated);
+    }
+
+    /// This process's part of a distributed launch for a termination probe
+    /// (see `Monitor::quiescent_report`) and the monitor's epoch.
+    pub fn quiescence(&self) -> (Option<Vec<String>>, u64) {
+        (self.monitor.quiescent_report(self), self.monitor.epoch())
+    }
+
+    /// Whether semaphore `sem` exists (in either namespace).
+    pub fn exists(&self, sem: u32) -> bool {
+        self.ids.with(sem, |_, _| ()).is_ok()
     }
 
     // ------------------------------------------------ deadlock detection

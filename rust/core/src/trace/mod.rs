@@ -129,6 +129,9 @@ impl State {
 
 pub struct Tracer {
     start: Instant,
+    /// `start` as microseconds since the Unix epoch: lines up the traces
+    /// of the processes of one launch (`trace --merge`).
+    start_unix_us: u64,
     num_devices: u32,
     cores_per_device: u32,
     state: Mutex<State>,
@@ -166,6 +169,9 @@ impl Tracer {
     pub fn new(num_devices: u32, cores_per_device: u32) -> Self {
         Tracer {
             start: Instant::now(),
+            start_unix_us: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as u64),
             num_devices,
             cores_per_device,
             state: Mutex::new(State::default()),
@@ -321,6 +327,23 @@ impl Tracer {
     // -------------------------------------------------------------- export
 
     /// `device`'s program ended (normally or on an error). True exactly
+    /// Devices of other processes (`local[d]` false) have nothing to
+    /// record here: they count as finished from the start.
+    pub fn elsewhere(&self, local: &[bool]) {
+        let mut f = self.finished.lock().ignore_poison();
+        for (d, &here) in local.iter().enumerate() {
+            if !here {
+                if let Some(x) = f.get_mut(d) {
+                    *x = true;
+                }
+            }
+        }
+    }
+
+    pub fn start_unix_us(&self) -> u64 {
+        self.start_unix_us
+    }
+
     /// once: for the call that makes every device finished.
     pub fn device_finished(&self, device: u32) -> bool {
         let mut f = self.finished.lock().ignore_poison();
@@ -357,7 +380,10 @@ impl Tracer {
         }
         let dropped = st.dropped;
         drop(st);
-        export::chrome_json(&events, self.num_devices, self.cores_per_device, dropped, &site::text)
+        let json = export::chrome_json(&events, self.num_devices, self.cores_per_device, dropped, &site::text);
+        // When the launch started, so the traces of its processes line up.
+        let origin = "\"time_origin\": \"launch start\", ";
+        json.replacen(origin, &format!("{origin}\"start_unix_us\": {}, ", self.start_unix_us), 1)
     }
 }
 

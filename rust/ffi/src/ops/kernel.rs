@@ -78,6 +78,16 @@ fn config_from_attrs(f: &Frame) -> Result<Config> {
             Some(ms) if ms <= 0 => None,
             Some(ms) => Some(Duration::from_millis(ms as u64)),
         },
+        // Optional: the process of each device (a launch spanning processes).
+        owners: match f.attr_i64s_opt(kb::attr::device_processes)? {
+            None => None,
+            Some(p) => Some(
+                p.iter()
+                    .map(|&x| u32::try_from(x).map_err(|_| RtError::value(format!("bad process index {x}"))))
+                    .collect::<Result<Vec<u32>>>()?
+                    .into(),
+            ),
+        },
     })
 }
 

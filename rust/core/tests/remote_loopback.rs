@@ -1,0 +1,212 @@
+//! A launch spanning processes, simulated in one process: each "process"
+//! is a registry of its own, attached to a loopback hub. Checks remote
+//! signals, remote DMAs in both modes, the device barrier, failure
+//! propagation and deadlock detection across processes.
+
+use mosaic_rt_core::remote::LoopbackHub;
+use mosaic_rt_core::{
+    BufferKey, BufferSpec, Config, DType, DmaMode, DmaRequest, ErrorKind, Init, LaunchRegistry, MemorySpace, Region,
+    RtError, Runtime, SemKind,
+};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// `n` registries attached to one hub, one device each.
+fn job(n: u32) -> Vec<&'static LaunchRegistry> {
+    let hub = LoopbackHub::new(n);
+    (0..n)
+        .map(|p| {
+            let reg: &'static LaunchRegistry = Box::leak(Box::new(LaunchRegistry::new()));
+            reg.attach(hub.endpoint(p)).unwrap();
+            reg
+        })
+        .collect()
+}
+
+fn config(n: u32, mode: DmaMode) -> Config {
+    Config {
+        num_devices: n,
+        dma_mode: mode,
+        wait_timeout: Some(Duration::from_secs(30)),
+        detect_deadlocks: true,
+        owners: Some((0..n).collect::<Vec<u32>>().into()),
+        ..Config::default()
+    }
+}
+
+fn f32_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// Device `d`'s program of a right-permute: its HBM buffer of 4 values
+/// `d*10..` goes to device `d+1`'s output; returns the output.
+fn permute(reg: &LaunchRegistry, d: u32, n: u32, mode: DmaMode) -> Result<Vec<u8>, RtError> {
+    let (h, rt) = reg.join(5, 0, d, &config(n, mode))?;
+    let values: Vec<f32> = (0..4).map(|i| (d * 10 + i) as f32).collect();
+    let bytes = f32_bytes(&values);
+    let spec = |init| BufferSpec { space: MemorySpace::Hbm, dtype: DType::F32, shape: &[4], logical_shape: None, init };
+    let result = (|| {
+        let src = rt.allocate_buffer(d, None, spec(Init::Bytes(&bytes)))?;
+        let dst = rt.allocate_buffer(d, None, spec(Init::Fill))?;
+        let sems = rt.allocate_semaphores(d, None, SemKind::Dma, 2)?;
+        rt.device_barrier(d)?;
+        rt.dma_start(DmaRequest {
+            device: d,
+            core: 0,
+            src_space: MemorySpace::Hbm,
+            src_id: src,
+            src_region: Region::full(),
+            dst_space: MemorySpace::Hbm,
+            dst_id: dst,
+            dst_region: Region::full(),
+            dst_sem: sems + 1,
+            src_sem: Some(sems),
+            dst_device: Some((d + 1) % n),
+            dst_core: None,
+        })?;
+        rt.dma_wait(d, 0, sems, 16)?;
+        rt.dma_wait(d, 0, sems + 1, 16)?;
+        rt.device_barrier(d)?;
+        rt.buffer_bytes(BufferKey::for_access(MemorySpace::Hbm, dst, d, 0))
+    })();
+    finish(reg, h, &rt, d, result)
+}
+
+fn finish<T>(reg: &LaunchRegistry, h: u64, rt: &Runtime, d: u32, r: Result<T, RtError>) -> Result<T, RtError> {
+    match r {
+        Ok(v) => {
+            reg.leave(h, d);
+            Ok(v)
+        }
+        Err(e) => {
+            let root = rt.fail(e);
+            reg.abandon(h, d);
+            Err(root)
+        }
+    }
+}
+
+fn run_all<T: Send + 'static>(n: u32, f: impl Fn(&'static LaunchRegistry, u32) -> T + Send + Sync + 'static) -> Vec<T> {
+    let regs = job(n);
+    let f = Arc::new(f);
+    let threads: Vec<_> = regs
+        .into_iter()
+        .enumerate()
+        .map(|(p, reg)| {
+            let f = Arc::clone(&f);
+            thread::spawn(move || f(reg, p as u32))
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+#[test]
+fn remote_dmas_cross_processes_in_both_modes() {
+    for mode in [DmaMode::Eager, DmaMode::OnWait] {
+        let out = run_all(3, move |reg, p| permute(reg, p, 3, mode).unwrap());
+        for (d, bytes) in out.iter().enumerate() {
+            let from = (d as u32 + 2) % 3;
+            let want: Vec<f32> = (0..4).map(|i| (from * 10 + i) as f32).collect();
+            assert_eq!(bytes, &f32_bytes(&want), "{mode:?} device {d}");
+        }
+    }
+}
+
+#[test]
+fn remote_signals_ping_pong() {
+    let out = run_all(2, |reg, d| {
+        let (h, rt) = reg.join(9, 0, d, &config(2, DmaMode::Eager)).unwrap();
+        let r = (|| {
+            let sem = rt.allocate_semaphores(d, None, SemKind::Regular, 1)?;
+            rt.device_barrier(d)?;
+            for _ in 0..200 {
+                if d == 0 {
+                    rt.semaphore_signal(0, 0, sem, 1, Some(1), None)?;
+                    rt.semaphore_wait(0, 0, sem, 1)?;
+                } else {
+                    rt.semaphore_wait(1, 0, sem, 1)?;
+                    rt.semaphore_signal(1, 0, sem, 1, Some(0), None)?;
+                }
+            }
+            Ok(())
+        })();
+        finish(reg, h, &rt, d, r)
+    });
+    assert!(out.iter().all(|r| r.is_ok()), "{out:?}");
+}
+
+#[test]
+fn a_failure_in_one_process_ends_waits_in_all() {
+    let out = run_all(2, |reg, d| {
+        let (h, rt) = reg.join(11, 0, d, &config(2, DmaMode::Eager)).unwrap();
+        let r = (|| {
+            let sem = rt.allocate_semaphores(d, None, SemKind::Regular, 1)?;
+            if d == 1 {
+                thread::sleep(Duration::from_millis(50));
+                return Err(RtError::value("boom in process 1"));
+            }
+            rt.semaphore_wait(0, 0, sem, 1)
+        })();
+        finish(reg, h, &rt, d, r)
+    });
+    for r in &out {
+        let e = r.as_ref().unwrap_err();
+        assert_eq!(e.root_cause().kind, ErrorKind::Value, "{e:?}");
+        assert!(e.root_cause().message.contains("boom in process 1"), "{e:?}");
+    }
+}
+
+#[test]
+fn a_deadlock_across_processes_is_reported_in_every_process() {
+    let started = Instant::now();
+    let out = run_all(2, |reg, d| {
+        let (h, rt) = reg.join(13, 0, d, &config(2, DmaMode::Eager)).unwrap();
+        let r = (|| {
+            let sem = rt.allocate_semaphores(d, None, SemKind::Regular, 1)?;
+            rt.device_barrier(d)?;
+            // Both wait for a signal nobody sends.
+            rt.semaphore_wait(d, 0, sem, 1)
+        })();
+        finish(reg, h, &rt, d, r)
+    });
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    for r in &out {
+        let e = r.as_ref().unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Deadlock, "{e:?}");
+        assert!(e.message.contains("process 0:") && e.message.contains("process 1:"), "{}", e.message);
+        assert!(e.message.contains("device 0, core 0") && e.message.contains("device 1, core 0"), "{}", e.message);
+    }
+}
+
+#[test]
+fn without_a_transport_only_what_stays_in_the_process_runs() {
+    let reg = LaunchRegistry::new();
+    let (h, rt) = reg.join(1, 0, 0, &config(2, DmaMode::Eager)).unwrap();
+    let sem = rt.allocate_semaphores(0, None, SemKind::Regular, 1).unwrap();
+    rt.device_barrier(0).unwrap(); // the other process's device is not waited for
+    rt.semaphore_signal(0, 0, sem, 1, Some(0), None).unwrap();
+    let e = rt.semaphore_signal(0, 0, sem, 1, Some(1), None).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Runtime);
+    assert!(e.message.contains("mosaic_rt[mpi]"), "{}", e.message);
+    reg.leave(h, 0);
+}
+
+#[allow(dead_code)]
+fn _runtime_is_send_sync(rt: Arc<Runtime>) -> impl Send + Sync {
+    rt
+}
+
+#[test]
+fn a_process_that_never_joins_is_named() {
+    let regs = job(2);
+    let reg = regs[0];
+    let (h, rt) = reg.join(17, 0, 0, &config(2, DmaMode::Eager)).unwrap();
+    let r = (|| {
+        rt.allocate_semaphores(0, None, SemKind::Regular, 1)?;
+        rt.device_barrier(0)
+    })();
+    let e = finish(reg, h, &rt, 0, r).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Deadlock, "{e:?}");
+    assert!(e.message.contains("process 1: device(s) 1 never joined this launch"), "{}", e.message);
+}
