@@ -71,3 +71,40 @@ def test_dma_through_a_reshaped_ref():
         interpret=mosaic_rt.InterpretParams(),
     )(X)
     np.testing.assert_array_equal(np.asarray(out), np.asarray(X))
+
+
+def _traced_box_kernel(x_ref, o_ref, acc_ref):
+    # Reads and accumulating writes through a reshaped view at traced
+    # offsets (a loop counter), as MoE kernels index their accumulators: the
+    # view's indexer is one box, so XLA gets a dynamic (update) slice.
+    acc_ref[...] = jnp.zeros_like(acc_ref)
+    view = acc_ref.reshape(4, 4, 128)
+
+    def body(i, carry):
+        plane, rows = i // 2, pl.ds((i % 2) * 2, 2)
+        view[plane, rows, :] += x_ref.reshape(4, 4, 128)[plane, rows, :] * (i + 1).astype(jnp.float32)
+        view[plane, rows, :] += 1.0
+        return carry
+
+    jax.lax.fori_loop(0, 8, body, None)
+    o_ref[...] = acc_ref[...]
+
+
+def test_traced_box_reads_and_writes_through_a_view():
+    x = jnp.arange(16 * 128, dtype=jnp.float32).reshape(16, 128)
+    f = pl.pallas_call(
+        _traced_box_kernel,
+        out_shape=jax.ShapeDtypeStruct((16, 128), jnp.float32),
+        scratch_shapes=[pltpu.VMEM((16, 128), jnp.float32)],
+        interpret=mosaic_rt.InterpretParams(),
+    )
+    text = jax.jit(f).lower(x).as_text()
+    assert "dynamic_update_slice" in text and "scatter" not in text and "gather" not in text
+    out = f(x)
+    want = np.zeros((4, 4, 128), np.float32)
+    xv = np.asarray(x).reshape(4, 4, 128)
+    for i in range(8):
+        plane, rows = i // 2, slice((i % 2) * 2, (i % 2) * 2 + 2)
+        want[plane, rows] += xv[plane, rows] * (i + 1)
+        want[plane, rows] += 1.0
+    np.testing.assert_array_equal(np.asarray(out), want.reshape(16, 128))

@@ -65,8 +65,37 @@ def _index_arrays(indexer: NDIndexer):
     return tuple(arrays), tuple(squeeze)
 
 
+def _box(indexer: NDIndexer):
+    """(starts, sizes, squeezed dims) when `indexer` selects one box of
+    static size (unit-stride slices and scalar indices), else None: XLA then
+    gets a dynamic slice / update slice, not a gather / scatter over index
+    arrays (each of which XLA:CPU compiles as a kernel of its own; fused
+    MoE's stores through a view were 140 scatters and 72 gathers)."""
+    if indexer.int_indexer_shape:
+        return None
+    starts, sizes, squeeze = [], [], []
+    for d, idx in enumerate(indexer.indices):
+        if isinstance(idx, Slice):
+            if not isinstance(idx.size, (int, np.integer)) or idx.stride != 1:
+                return None
+            starts.append(idx.start)
+            sizes.append(int(idx.size))
+        else:
+            if getattr(idx, "shape", ()) != ():
+                return None
+            starts.append(idx)
+            sizes.append(1)
+            squeeze.append(d)
+    return starts, sizes, tuple(squeeze)
+
+
 def _apply(x, t):
     if isinstance(t, NDIndexer):
+        box = _box(t)
+        if box is not None:
+            starts, sizes, squeeze = box
+            y = lax.dynamic_slice(x, starts, sizes)
+            return jnp.squeeze(y, axis=squeeze) if squeeze else y
         arrays, squeeze = _index_arrays(t)
         return jnp.squeeze(x[arrays], axis=squeeze) if squeeze else x[arrays]
     if isinstance(t, BitcastTransform):
@@ -81,6 +110,11 @@ def _apply(x, t):
 def _put_back(x, t, y):
     """The value of `x` after its view `_apply(x, t)` became `y`."""
     if isinstance(t, NDIndexer):
+        box = _box(t)
+        if box is not None:
+            starts, sizes, squeeze = box
+            y = jnp.reshape(y, sizes).astype(x.dtype)
+            return lax.dynamic_update_slice(x, y, starts)
         arrays, squeeze = _index_arrays(t)
         if squeeze:
             y = jnp.expand_dims(y, squeeze)
