@@ -39,7 +39,7 @@ def test_a_kernels_first_call_is_split_from_the_other_compiles(params):
     assert f"kernel_program_{rows}" in rec.kernel_functions
     for stage in ("kernel_trace", "kernel_interpret", "kernel_compile", "other_compile"):
         assert s[stage] > 0, (stage, s)
-    assert s["total"] >= sum(s[k] for k in stages.STAGES)
+    assert s["total"] + 1e-3 >= sum(s[k] for k in stages.STAGES)  # each rounded
     assert s["rest"] >= 0
 
 
@@ -84,4 +84,4 @@ def test_what_the_interpreter_compiles_is_the_kernels_and_not_interpretation():
             jax.block_until_ready(jax.jit(lambda x: x * 3.0)(jnp.ones(7)))
     s = rec.summary()
     assert rec.nested > 0 and s["kernel_compile"] > 0 and s["other_compile"] == 0
-    assert s["kernel_interpret"] <= s["total"] - rec.nested + 1e-6
+    assert s["kernel_interpret"] <= s["total"] - rec.nested + 1e-3  # each rounded

@@ -193,4 +193,4 @@ def test_the_record_plugin_writes_each_tests_stages(tmp_path):
     split = tests["sample_test.py::test_kernel"]["stages"]
     assert tests["sample_test.py::test_kernel"]["outcome"] == "passed"
     assert split["kernels"] == 1 and split["kernel_interpret"] > 0 and split["kernel_compile"] > 0
-    assert split["total"] >= sum(split[k] for k in suite_runner.STAGES)
+    assert split["total"] + 1e-3 >= sum(split[k] for k in suite_runner.STAGES)  # each rounded
