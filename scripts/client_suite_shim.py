@@ -23,6 +23,11 @@ Both backends get the same simulated chip, from ``CLIENT_SUITE_CHIP``
   "Unsupported tpu_version=-1" on "cpu"). Devices of other platforms (the
   TPU compile check's) keep their own.
 
+* ``jax.default_backend()`` (the public function; jax itself calls its
+  private one) answers ``"tpu"``: tests gate kernels on it ("Pallas TPU
+  kernel needs TPU hardware", deepseek_v4/mhc_test.py), and the kernels
+  they then call run in interpret mode like every other.
+
 What stays CPU: the platform (``jax.devices()[0].platform == "cpu"``), so
 jax compiles and runs everything for the CPU.
 
@@ -116,6 +121,16 @@ def _simulate_chip(chip: str) -> None:
             return cores
 
         device_class.num_cores = property(num_cores)
+
+    if not getattr(jax.default_backend, "_client_suite", False):
+        real_default_backend = jax.default_backend
+
+        def default_backend():
+            backend = real_default_backend()
+            return "tpu" if backend == "cpu" else backend
+
+        default_backend._client_suite = True
+        jax.default_backend = default_backend
 
     chip_version = tpu_info.chip_version_from_device_kind(kind)
     tpu_info.registry["cpu"] = lambda: tpu_info.get_tpu_info_for_chip(chip_version, cores)
