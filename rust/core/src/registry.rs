@@ -10,7 +10,7 @@
 
 use crate::config::Config;
 use crate::error::{Result, RtError};
-use crate::remote::wire::{Frame, GlobalKey, Msg, Status};
+use crate::remote::wire::{Envelope, GlobalKey, Msg, Status};
 use crate::remote::{Link, Node, Transport};
 use crate::runtime::Runtime;
 use crate::sync::{lock, Arc, AtomicU64, IgnorePoison, Mutex, Ordering, RwLock};
@@ -64,7 +64,7 @@ struct Tables {
     /// Launches spanning processes, by their key there.
     by_global: HashMap<GlobalKey, u64>,
     /// Frames of such launches not begun here yet, in arrival order.
-    early: HashMap<GlobalKey, Vec<Frame>>,
+    early: HashMap<GlobalKey, Vec<Envelope>>,
     /// Instances begun with early frames waiting for the progress thread.
     ready: Vec<GlobalKey>,
     /// Joins so far per (uid, device), across runs: the `seq` of a key.
@@ -420,7 +420,7 @@ impl LaunchRegistry {
 
     /// Delivers the early frames of launches begun since.
     fn deliver_ready(&self) {
-        let work: Vec<(Arc<Runtime>, u64, Vec<Frame>)> = {
+        let work: Vec<(Arc<Runtime>, u64, Vec<Envelope>)> = {
             let mut t = lock(&self.tables);
             if t.ready.is_empty() {
                 return;
@@ -465,7 +465,7 @@ impl LaunchRegistry {
         }
     }
 
-    fn apply(&self, rt: &Runtime, handle: u64, frame: Frame) {
+    fn apply(&self, rt: &Runtime, handle: u64, frame: Envelope) {
         if frame.msg == Msg::Left {
             let from = frame.from;
             rt.deliver(frame);
@@ -484,7 +484,7 @@ impl LaunchRegistry {
 
     /// A frame of a launch not (or no longer) here: probes are answered,
     /// frames of ended launches dropped, the rest kept for the launch.
-    fn not_here(&self, frame: Frame, ended: bool) {
+    fn not_here(&self, frame: Envelope, ended: bool) {
         if let Msg::Probe { wave } = frame.msg {
             // Frames kept for the launch count as received (they are not
             // in flight), so the others can tell this process never came.

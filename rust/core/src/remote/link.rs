@@ -2,7 +2,7 @@
 
 use super::detect::Waves;
 use super::lock;
-use super::wire::{Frame, GlobalKey, Msg};
+use super::wire::{Envelope, GlobalKey, Msg};
 use super::Node;
 use crate::dma::remote::{IncomingDma, OutgoingDma};
 use crate::error::Result;
@@ -27,7 +27,7 @@ pub struct Link {
     epoch: AtomicU64,
     next_dma: AtomicU64,
     /// Messages waiting for a semaphore or buffer to be allocated here.
-    held: Mutex<Vec<Frame>>,
+    held: Mutex<Vec<Envelope>>,
     /// Peers that have left the launch.
     left: Mutex<Vec<u32>>,
     pub(crate) waves: Mutex<Waves>,
@@ -130,12 +130,12 @@ impl Link {
     }
 
     /// Keeps `frame` until what it names is allocated here.
-    pub fn hold(&self, frame: Frame) {
+    pub fn hold(&self, frame: Envelope) {
         lock(&self.held).push(frame);
     }
 
     /// Takes every held frame (to be tried again, in arrival order).
-    pub fn take_held(&self) -> Vec<Frame> {
+    pub fn take_held(&self) -> Vec<Envelope> {
         std::mem::take(&mut *lock(&self.held))
     }
 

@@ -1,4 +1,4 @@
-//! Frame bytes without extra copies: a DMA's data is read straight into
+//! Envelope bytes without extra copies: a DMA's data is read straight into
 //! the buffer its frame is sent from (room for the header is left in
 //! front), and a received frame's data is written from the buffer it
 //! arrived in. Large buffers go back to a small pool when dropped, so a

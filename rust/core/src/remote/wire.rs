@@ -127,9 +127,10 @@ impl Msg {
     }
 }
 
-/// A decoded frame.
+/// A decoded frame: its sender, the launch it belongs to and its message
+/// (named apart from the FFI call frame, `mosaic_rt_ffi::frame::Frame`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Frame {
+pub struct Envelope {
     pub from: u32,
     pub key: GlobalKey,
     pub msg: Msg,
@@ -346,7 +347,7 @@ impl In<'_> {
 }
 
 /// The frame `bytes` holds (a DMA's data stays in its buffer).
-pub fn decode(bytes: Payload) -> Result<Frame> {
+pub fn decode(bytes: Payload) -> Result<Envelope> {
     let mut i = In(&bytes, 0);
     // The data of a DMA frame: the rest of the buffer, checked against its length.
     let payload = |i: &mut In| -> Result<(usize, usize)> {
@@ -364,14 +365,14 @@ pub fn decode(bytes: Payload) -> Result<Frame> {
             let dst = i.dst()?;
             let sync = i.sync()?;
             let (a, b) = payload(&mut i)?;
-            return Ok(Frame { from, key, msg: Msg::DmaEager { dst, sync, data: bytes.slice(a, b) } });
+            return Ok(Envelope { from, key, msg: Msg::DmaEager { dst, sync, data: bytes.slice(a, b) } });
         }
         2 => Msg::DmaQueued { id: i.u64()?, dst: i.dst()?, bytes: i.i64()?, describe: i.text()?, sync: i.sync()? },
         3 => Msg::DmaRead { id: i.u64()? },
         4 => {
             let id = i.u64()?;
             let (a, b) = payload(&mut i)?;
-            return Ok(Frame { from, key, msg: Msg::DmaData { id, data: bytes.slice(a, b) } });
+            return Ok(Envelope { from, key, msg: Msg::DmaData { id, data: bytes.slice(a, b) } });
         }
         5 => {
             let (generation, count) = (i.u64()?, i.u32()?);
@@ -403,5 +404,5 @@ pub fn decode(bytes: Payload) -> Result<Frame> {
         }
         t => return Err(RtError::internal(format!("a message from another process has unknown tag {t}"))),
     };
-    Ok(Frame { from, key, msg })
+    Ok(Envelope { from, key, msg })
 }

@@ -7,7 +7,7 @@ use crate::dma::DmaStep;
 use crate::error::{ErrorKind, Result, RtError};
 use crate::memory::BufferKey;
 use crate::remote::detect::{Verdict, WaveContext};
-use crate::remote::wire::{DstSide, Frame, Msg, RaceSync, Status};
+use crate::remote::wire::{DstSide, Envelope, Msg, RaceSync, Status};
 use crate::remote::{lock, Link};
 use std::sync::Arc;
 use std::time::Instant;
@@ -72,7 +72,7 @@ impl Runtime {
 
     /// Applies a message from another process (on the progress thread, in
     /// arrival order). An error fails the launch everywhere.
-    pub fn deliver(&self, frame: Frame) {
+    pub fn deliver(&self, frame: Envelope) {
         let Some(link) = self.link() else { return };
         link.note_received(&frame.msg);
         if let Err(e) = self.apply(link, frame) {
@@ -80,7 +80,7 @@ impl Runtime {
         }
     }
 
-    fn apply(&self, link: &Link, frame: Frame) -> Result<()> {
+    fn apply(&self, link: &Link, frame: Envelope) -> Result<()> {
         let from = frame.from;
         match &frame.msg {
             Msg::Signal { sem, .. } | Msg::DmaQueued { dst: DstSide { sem, .. }, .. } if !self.sems.exists(*sem) => {
@@ -159,7 +159,7 @@ impl Runtime {
     }
 
     /// Keeps `frame` until an allocation here makes it applicable.
-    fn hold(&self, link: &Link, frame: Frame) -> Result<()> {
+    fn hold(&self, link: &Link, frame: Envelope) -> Result<()> {
         link.hold(frame);
         // An allocation may have happened since the check: try once more.
         self.retry_held();
