@@ -410,13 +410,20 @@ def report(result: dict) -> dict:
     totals = {b: dict.fromkeys(("passed", "failed", "error", "skipped", "timed_out", "total"), 0) for b in BACKENDS}
     regressions, both_n, ts, to, collected = [], 0, 0.0, 0.0, 0
     for rel, f in result["files"].items():
-        if not all(b in f for b in BACKENDS):
+        sides = [b for b in BACKENDS if b in f]
+        if not sides:
+            continue
+        for b in sides:
+            for key, n in f[b]["info"]["counts"].items():
+                totals[b][key] += n
+        cols = {b: _side(f[b]["info"]["counts"]) if b in f else f"{'--':>24s}" for b in BACKENDS}
+        if len(sides) < len(BACKENDS):  # a one-sided run: its counts, no comparison
+            n = max(f[b]["info"].get("collected") or f[b]["info"]["counts"]["total"] for b in sides)
+            collected += n
+            p(f"{rel[:58]:58s} {f['chip']:4s} {n:4d} |        {cols['stock']} |       {cols['mosaic_rt']} |   --")
             continue
         cmp = compare_file(f["stock"], f["mosaic_rt"])
         f["comparison"] = cmp
-        for b in BACKENDS:
-            for key, n in f[b]["info"]["counts"].items():
-                totals[b][key] += n
         collected += cmp["collected"]
         both_n += cmp["both_passed"]
         ts += cmp["time_both"]["stock"]
@@ -424,8 +431,8 @@ def report(result: dict) -> dict:
         regressions += cmp["regressions"]
         r = cmp["time_both"]["ratio"]
         p(
-            f"{rel[:58]:58s} {f['chip']:4s} {cmp['collected']:4d} |        {_side(f['stock']['info']['counts'])} |"
-            f"       {_side(f['mosaic_rt']['info']['counts'])} | {cmp['both_passed']:4d} "
+            f"{rel[:58]:58s} {f['chip']:4s} {cmp['collected']:4d} |        {cols['stock']} |"
+            f"       {cols['mosaic_rt']} | {cmp['both_passed']:4d} "
             f"{cmp['time_both']['stock']:.1f}/{cmp['time_both']['mosaic_rt']:.1f}" + (f" ({r:.2f}x)" if r else "")
         )
     p(

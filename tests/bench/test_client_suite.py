@@ -62,6 +62,22 @@ def test_report_counts_regressions_gains_and_time_on_both(capsys):
     assert "ours passes 2 of the 3 tests that ran" in out
 
 
+def test_report_of_a_one_sided_run_counts_its_side(capsys):
+    """`--backends mosaic_rt` alone: the file's row and the pass rate come
+    from ours; nothing is compared."""
+    ours = _side({"g.py::a": "passed", "g.py::b": "failed", "g.py::c": "skipped"}, 3)
+    result = {
+        "versions": {"jax": "0.11.2", "python": "3.12"},
+        "test_timeout": 120.0,
+        "files": {"g.py": {"chip": "v7x", "mosaic_rt": ours}},
+    }
+    summary = client_suite.report(result)
+    assert summary["collected"] == 3 and summary["both_passed"] == 0 and summary["regressions"] == []
+    assert summary["totals"]["mosaic_rt"]["passed"] == 1
+    out = capsys.readouterr().out
+    assert "g.py" in out and "ours passes 1 of the 2 tests that ran" in out
+
+
 def test_runner_kills_a_hanging_test_and_resumes_the_file(tmp_path):
     test = tmp_path / "sample_test.py"
     test.write_text(
