@@ -37,7 +37,7 @@ use crate::region::Region;
 use crate::sem::{Queued, SemTable};
 use crate::site::{self, SiteId};
 use crate::sync::Arc;
-use crate::trace::{self, Arg, TraceDma, Tracer};
+use crate::trace::{self, TraceArg, TraceDma, Tracer};
 
 /// A DMA from a region of a buffer of (device, core) to a region of a buffer
 /// of (dst_device, dst_core): by default remote copies land on the same
@@ -66,7 +66,7 @@ impl DmaRequest {
         MemRef::new(self.device, self.core, self.src_space, self.src_id, &self.src_region)
     }
 
-    fn dst(&self, plan: &Plan) -> MemRef<'_> {
+    fn dst(&self, plan: &DmaRoute) -> MemRef<'_> {
         MemRef::new(plan.dst_device, plan.dst_core, self.dst_space, self.dst_id, &self.dst_region)
     }
 }
@@ -88,7 +88,7 @@ pub(crate) struct DmaEnv<'a> {
 
 /// Where a validated DMA goes and how many bytes it moves.
 #[derive(Clone, Copy)]
-struct Plan {
+struct DmaRoute {
     dst_device: u32,
     dst_core: u32,
     src_gcore: u32,
@@ -102,7 +102,7 @@ struct Plan {
 /// 0 bytes never runs the DMA; its eager mode raises an out-of-bounds read).
 /// Loads and stores keep stock's bounds rules. (An eager DMA's copy finds
 /// it out itself: `MemoryTable::copy`.)
-fn moves_nothing(plan: &Plan) -> bool {
+fn moves_nothing(plan: &DmaRoute) -> bool {
     plan.bytes == 0
 }
 
@@ -114,7 +114,7 @@ fn copy_whole(
     env: &DmaEnv,
     r: &DmaRequest,
     view: Option<&DmaView>,
-    plan: &Plan,
+    plan: &DmaRoute,
     race: Option<DmaThread>,
     tr: Option<TraceDma>,
 ) -> Result<i64> {
@@ -125,7 +125,7 @@ fn copy_whole(
         Some(v) => v.copy(env.memory, r.src(), r.dst(plan)),
     };
     let bytes = bytes.map_err(|e| e.at(r.device, r.core))? as i64;
-    let plan = &Plan { bytes, ..*plan };
+    let plan = &DmaRoute { bytes, ..*plan };
     note_read(env, r, race)?;
     note_write(env, r, plan, race)?;
     if let Some(src_sem) = r.src_sem {
@@ -152,7 +152,7 @@ fn note_read(env: &DmaEnv, r: &DmaRequest, race: Option<DmaThread>) -> Result<()
     Ok(())
 }
 
-fn note_write(env: &DmaEnv, r: &DmaRequest, plan: &Plan, race: Option<DmaThread>) -> Result<()> {
+fn note_write(env: &DmaEnv, r: &DmaRequest, plan: &DmaRoute, race: Option<DmaThread>) -> Result<()> {
     if let (Some(races), Some(t)) = (env.races, race) {
         if let Some(e) = races.dma_access(env.memory, t, r.dst(plan).key(), &r.dst_region, true) {
             return Err(e);
@@ -178,7 +178,7 @@ fn note_end(env: &DmaEnv, race: Option<DmaThread>) {
 pub(crate) struct QueuedDma {
     req: DmaRequest,
     view: Option<DmaView>,
-    plan: Plan,
+    plan: DmaRoute,
     machine: DmaMachine<Vec<u8>>,
     race: Option<DmaThread>,
     /// Where it was started.
@@ -338,7 +338,7 @@ impl Queued for DmaStep {
 }
 
 /// Deadlock reports say how many bytes the DMAs started on a semaphore delivered.
-fn note_started(env: &DmaEnv, req: &DmaRequest, plan: &Plan, bytes: i64) {
+fn note_started(env: &DmaEnv, req: &DmaRequest, plan: &DmaRoute, bytes: i64) {
     env.sems.dma_started(req.dst_sem, plan.dst_gcore, bytes);
     if let Some(s) = req.src_sem {
         env.sems.dma_started(s, plan.src_gcore, bytes);
@@ -358,10 +358,13 @@ fn trace_begin(env: &DmaEnv, r: &DmaRequest) -> Option<TraceDma> {
     };
     let src = side(r.src_space, r.src_id, r.device, r.core, &r.src_region);
     let dst = side(r.dst_space, r.dst_id, dst_device, dst_core, &r.dst_region);
-    let mut args =
-        vec![("src", Arg::Str(src.clone())), ("dst", Arg::Str(dst.clone())), ("dst_sem", Arg::Int(r.dst_sem as i64))];
+    let mut args = vec![
+        ("src", TraceArg::Str(src.clone())),
+        ("dst", TraceArg::Str(dst.clone())),
+        ("dst_sem", TraceArg::Int(r.dst_sem as i64)),
+    ];
     if let Some(s) = r.src_sem {
-        args.push(("src_sem", Arg::Int(s as i64)));
+        args.push(("src_sem", TraceArg::Int(s as i64)));
     }
     Some(t.dma_begin(r.device, r.core, format!("{src} -> {dst}"), args))
 }
@@ -387,7 +390,7 @@ pub(crate) fn start(env: &DmaEnv, req: DmaRequest, view: Option<DmaView>) -> Res
         env.sems.check_exists(s)?;
     }
     if let Some(link) = env.remote.filter(|l| l.is_remote(dst_device)) {
-        let plan = Plan { dst_device, dst_core, src_gcore, dst_gcore, bytes: 0 };
+        let plan = DmaRoute { dst_device, dst_core, src_gcore, dst_gcore, bytes: 0 };
         return match env.mode {
             DmaMode::Eager => remote::start_eager(env, link, &req, &plan, view.is_some()),
             DmaMode::OnWait => remote::start_on_wait(env, link, req, plan, view.is_some()),
@@ -396,7 +399,7 @@ pub(crate) fn start(env: &DmaEnv, req: DmaRequest, view: Option<DmaView>) -> Res
     if env.mode == DmaMode::Eager {
         // Nobody else can see this DMA: no state machine, and the copy
         // itself validates the two sides (this is the hot path).
-        let plan = Plan { dst_device, dst_core, src_gcore, dst_gcore, bytes: 0 };
+        let plan = DmaRoute { dst_device, dst_core, src_gcore, dst_gcore, bytes: 0 };
         let race = env.races.map(|races| races.dma_begin(req.device, req.core));
         let bytes = copy_whole(env, &req, view.as_ref(), &plan, race, trace_begin(env, &req))?;
         note_started(env, &req, &plan, bytes);
@@ -406,7 +409,7 @@ pub(crate) fn start(env: &DmaEnv, req: DmaRequest, view: Option<DmaView>) -> Res
     // on_wait: validate now (exactly as the eager copy does: buffers,
     // regions, dtypes and shapes), so a bad DMA fails at its start, not at a
     // wait -- or never, if nobody waits.
-    let plan = Plan { dst_device, dst_core, src_gcore, dst_gcore, bytes: 0 };
+    let plan = DmaRoute { dst_device, dst_core, src_gcore, dst_gcore, bytes: 0 };
     let bytes = match &view {
         None => env.memory.check_copy(req.src(), req.dst(&plan))?,
         Some(v) => {
@@ -416,7 +419,7 @@ pub(crate) fn start(env: &DmaEnv, req: DmaRequest, view: Option<DmaView>) -> Res
     };
     let bytes = i64::try_from(bytes).map_err(|_| RtError::value(format!("DMA of {bytes} bytes is too large")))?;
 
-    let plan = Plan { bytes, ..plan };
+    let plan = DmaRoute { bytes, ..plan };
     let race = env.races.map(|races| races.dma_begin(req.device, req.core));
     let site = site::current();
     let trace = trace_begin(env, &req);

@@ -35,7 +35,7 @@ pub struct Runtime {
     sems: SemTable<DmaStep>,
     /// Per global core: output-revisit history and PRNG state. Only the
     /// core's own thread touches them, so the locks are uncontended.
-    cores: Vec<CoreState>,
+    cores: Vec<CoreLocals>,
     /// Only with `detect_races`: every hook is one branch on this when off.
     races: Option<RaceDetector>,
     /// Only with `trace`: every hook is one branch on this when off (boxed:
@@ -48,8 +48,9 @@ pub struct Runtime {
     unreachable: Option<Box<[bool]>>,
 }
 
+/// What only a core's own thread touches (see `Runtime::cores`).
 #[derive(Default)]
-struct CoreState {
+struct CoreLocals {
     revisit: Mutex<RevisitTracker>,
     prng: Mutex<CorePrng>,
     /// The native grid loop (`grid_begin` .. its last `grid_copy_out`).
@@ -118,7 +119,7 @@ impl Runtime {
             unreachable: None,
             memory: MemoryTable::new(&config),
             sems: SemTable::with_devices_joined(&config, joined),
-            cores: (0..topo.num_cores()).map(|_| CoreState::default()).collect(),
+            cores: (0..topo.num_cores()).map(|_| CoreLocals::default()).collect(),
             races: config.detect_races.then(|| {
                 RaceDetector::with_policy(topo.num_devices, topo.cores_per_device, config.on_race)
                     .reporting_as_warnings(config.report_as_warnings)

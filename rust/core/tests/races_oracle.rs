@@ -7,6 +7,9 @@
 //! same for both (after a race, per-location summaries may legitimately
 //! differ from the full history).
 
+mod memory_support;
+
+use memory_support::Rng;
 use mosaic_rt_core::BufferSpec;
 use mosaic_rt_core::MemRef;
 use mosaic_rt_core::{Config, DType, DimSel, DmaMode, DmaRequest, Init, MemorySpace, Region, Runtime, SemKind};
@@ -15,21 +18,6 @@ use std::collections::HashMap;
 const CORES: u32 = 3;
 const LEN: i64 = 8;
 const HBM: MemorySpace = MemorySpace::Hbm;
-
-/// xorshift64*: deterministic, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// The happens-before graph: each node's ancestors (itself included).
 #[derive(Default)]
@@ -95,7 +83,7 @@ fn region(start: i64, len: i64) -> Region {
 
 /// Runs one random program; returns (first racing op per ours, per oracle).
 fn run(seed: u64, mode: DmaMode) -> (Option<usize>, Option<usize>) {
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = Rng::new(seed);
     let rt = Runtime::new(Config {
         num_devices: 1,
         cores_per_device: CORES,

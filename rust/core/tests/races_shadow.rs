@@ -3,26 +3,17 @@
 //! with random happens-before, every chunk size gives the same first
 //! conflict per access and the same state per element.
 
+mod memory_support;
+
+use memory_support::Rng;
 use mosaic_rt_core::internals::{Epoch, Memo, Shadow, VectorClock};
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
-}
 
 const THREADS: u32 = 4;
 
 /// Runs one program; returns (accesses with a conflict, elements seen read-shared).
 fn program(seed: u64, len: usize, steps: usize, chunks: &[usize]) -> (usize, usize) {
     let (mut conflicts, mut shared) = (0, 0);
-    let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = Rng::new(seed);
     let mut clocks: Vec<VectorClock> = (0..THREADS).map(|_| VectorClock::default()).collect();
     let mut plain = Shadow::with_chunk(len, 1);
     let mut chunked: Vec<Shadow> = chunks.iter().map(|&c| Shadow::with_chunk(len, c)).collect();

@@ -107,8 +107,9 @@ pub struct ErrorCreateArgs {
     pub errc: i32,
 }
 
+/// `XLA_FFI_Buffer`: one operand or result of a call.
 #[repr(C)]
-pub struct Buffer {
+pub struct FfiBuffer {
     pub struct_size: usize,
     pub extension_start: *mut ExtensionBase,
     pub dtype: i32,
@@ -249,7 +250,7 @@ mod tests {
     #[test]
     fn layout_matches_the_c_header() {
         // Offsets as computed from c_api.h on x86_64 / aarch64 (LP64).
-        assert_eq!(size_of::<Buffer>(), 48);
+        assert_eq!(size_of::<FfiBuffer>(), 48);
         assert_eq!(size_of::<Args>(), 40);
         assert_eq!(size_of::<Attrs>(), 48);
         assert_eq!(offset_of!(CallFrame, args), 40);

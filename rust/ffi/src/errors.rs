@@ -15,12 +15,12 @@ use std::sync::Mutex;
 /// Recent root causes kept for Python; older ones are dropped.
 const TABLE_SIZE: usize = 64;
 
-struct Table {
+struct ErrorTable {
     next: u64,
     entries: VecDeque<(u64, RtError)>,
 }
 
-static TABLE: Mutex<Table> = Mutex::new(Table { next: 1, entries: VecDeque::new() });
+static TABLE: Mutex<ErrorTable> = Mutex::new(ErrorTable { next: 1, entries: VecDeque::new() });
 
 fn same_error(a: &RtError, b: &RtError) -> bool {
     a.kind == b.kind && a.message == b.message && a.device == b.device && a.core == b.core && a.external == b.external

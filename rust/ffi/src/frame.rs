@@ -102,7 +102,7 @@ impl<'a> Frame<'a> {
         }
         // SAFETY: a non-null BUFFER entry points at an `XLA_FFI_Buffer` that
         // lives for the whole call.
-        let b = unsafe { &*(ptr as *const abi::Buffer) };
+        let b = unsafe { &*(ptr as *const abi::FfiBuffer) };
         let dims: &'a [i64] = match b.rank {
             0 => &[],
             r if r > 0 && !b.dims.is_null() => {
@@ -148,13 +148,13 @@ impl<'a> Frame<'a> {
     /// no `Buf`, no error value built); `None` sends callers to the slow,
     /// descriptive path.
     #[inline(always)]
-    fn raw_arg(&self, i: usize, dtype: i32, rank: i64) -> Option<&'a abi::Buffer> {
+    fn raw_arg(&self, i: usize, dtype: i32, rank: i64) -> Option<&'a abi::FfiBuffer> {
         let (ty, ptr) = self.arg_entry(i)?;
         if ty != abi::ARG_BUFFER {
             return None;
         }
         // SAFETY: as in `buffer` (`as_ref` checks for null).
-        let b = unsafe { (ptr as *const abi::Buffer).as_ref()? };
+        let b = unsafe { (ptr as *const abi::FfiBuffer).as_ref()? };
         (b.dtype == dtype && b.rank == rank && !b.data.is_null() && (rank == 0 || !b.dims.is_null())).then_some(b)
     }
 
@@ -214,7 +214,7 @@ impl<'a> Frame<'a> {
                 return None;
             }
             // SAFETY: as in `buffer` (`as_ref` checks for null).
-            let b = unsafe { (ptr as *const abi::Buffer).as_ref()? };
+            let b = unsafe { (ptr as *const abi::FfiBuffer).as_ref()? };
             if b.dtype != abi::DT_S32 || b.rank != 0 || b.data.is_null() {
                 return None;
             }

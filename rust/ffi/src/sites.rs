@@ -11,12 +11,12 @@ use std::sync::{Mutex, Once};
 pub const MAX_SITES: usize = 1 << 20;
 
 #[derive(Default)]
-struct Table {
+struct SiteTable {
     ids: HashMap<String, u32>,
     texts: HashMap<u32, String>,
 }
 
-static TABLE: Mutex<Option<Table>> = Mutex::new(None);
+static TABLE: Mutex<Option<SiteTable>> = Mutex::new(None);
 
 fn install_resolver() {
     static ONCE: Once = Once::new();
@@ -44,7 +44,7 @@ fn hash(text: &str) -> u32 {
 pub fn intern(text: &str) -> u32 {
     install_resolver();
     let mut guard = TABLE.lock().ignore_poison();
-    let t = guard.get_or_insert_with(Table::default);
+    let t = guard.get_or_insert_with(SiteTable::default);
     if let Some(&id) = t.ids.get(text) {
         return id;
     }

@@ -72,7 +72,7 @@ fn fake_api() -> Api {
 }
 
 struct OwnedBuffer {
-    raw: Box<abi::Buffer>,
+    raw: Box<abi::FfiBuffer>,
     _dims: Vec<i64>,
     data: Vec<u8>,
 }
@@ -80,8 +80,8 @@ struct OwnedBuffer {
 fn owned_buffer(dtype: i32, dims: &[i64], mut data: Vec<u8>) -> OwnedBuffer {
     let mut dims = dims.to_vec();
     data.reserve(8); // a non-null pointer even when empty
-    let raw = Box::new(abi::Buffer {
-        struct_size: std::mem::size_of::<abi::Buffer>(),
+    let raw = Box::new(abi::FfiBuffer {
+        struct_size: std::mem::size_of::<abi::FfiBuffer>(),
         extension_start: std::ptr::null_mut(),
         dtype,
         data: data.as_mut_ptr() as *mut c_void,
@@ -239,10 +239,10 @@ impl FakeCall {
         self.attrs.sort_by(|a, b| a.1.cmp(&b.1)); // XLA sorts attributes by name
         let mut arg_types = vec![abi::ARG_BUFFER; self.args.len()];
         let mut arg_ptrs: Vec<*mut c_void> =
-            self.args.iter_mut().map(|b| &mut *b.raw as *mut abi::Buffer as *mut c_void).collect();
+            self.args.iter_mut().map(|b| &mut *b.raw as *mut abi::FfiBuffer as *mut c_void).collect();
         let mut ret_types = vec![abi::RET_BUFFER; self.rets.len()];
         let mut ret_ptrs: Vec<*mut c_void> =
-            self.rets.iter_mut().map(|b| &mut *b.raw as *mut abi::Buffer as *mut c_void).collect();
+            self.rets.iter_mut().map(|b| &mut *b.raw as *mut abi::FfiBuffer as *mut c_void).collect();
         let mut attr_types = Vec::new();
         let mut attr_names = Vec::new();
         let mut attr_ptrs = Vec::new();

@@ -5,7 +5,7 @@
 use mosaic_rt_ffi::abi;
 use mosaic_rt_ffi::c_handlers as h;
 use mosaic_rt_ffi::testing::FakeCall;
-use mosaic_rt_programs::scalar::{Op, ScalarType, FORMAT};
+use mosaic_rt_programs::scalar::{ScalarOp, ScalarType, FORMAT};
 
 /// `[FORMAT, n_in, n_instr, n_out, inputs.., instrs.., outputs..]`.
 fn program(inputs: &[&[i64]], instrs: &[&[i64]], outputs: &[i64]) -> Vec<i64> {
@@ -19,7 +19,7 @@ fn program(inputs: &[&[i64]], instrs: &[&[i64]], outputs: &[i64]) -> Vec<i64> {
 const I32: i64 = 3;
 const BOOL: i64 = 0;
 
-fn code(op: Op) -> i64 {
+fn code(op: ScalarOp) -> i64 {
     op.code()
 }
 
@@ -30,11 +30,11 @@ fn runs_a_program_over_scalar_operands() {
     let words = program(
         &[&[I32, 0]],
         &[
-            &[code(Op::Const), I32, 0, 1],
-            &[code(Op::Const), I32, 0, 8],
-            &[code(Op::Add), I32, 2, 0, 1, 0],
-            &[code(Op::Rem), I32, 2, 3, 2, 0],
-            &[code(Op::Lt), BOOL, 2, 3, 2, 0],
+            &[code(ScalarOp::Const), I32, 0, 1],
+            &[code(ScalarOp::Const), I32, 0, 8],
+            &[code(ScalarOp::Add), I32, 2, 0, 1, 0],
+            &[code(ScalarOp::Rem), I32, 2, 3, 2, 0],
+            &[code(ScalarOp::Lt), BOOL, 2, 3, 2, 0],
         ],
         &[4, 5],
     );
@@ -46,7 +46,7 @@ fn runs_a_program_over_scalar_operands() {
 
 #[test]
 fn indexes_a_semaphore_id_vector_with_clamping() {
-    let words = program(&[&[I32, 1, 3], &[I32, 0]], &[&[code(Op::Index), I32, 2, 0, 1, 0]], &[2]);
+    let words = program(&[&[I32, 1, 3], &[I32, 0]], &[&[code(ScalarOp::Index), I32, 2, 0, 1, 0]], &[2]);
     for (i, want) in [(0, 2000), (2, 2002), (-4, 2000), (9, 2002)] {
         let mut c = FakeCall::new().arg_i32s(&[2000, 2001, 2002]).arg_i32(i).ret_i32().attr_i64s("program", &words);
         c.call(h::scalar_program).unwrap();

@@ -6,7 +6,7 @@ use mosaic_rt_ffi::abi;
 use mosaic_rt_ffi::c_handlers as h;
 use mosaic_rt_ffi::testing::FakeCall;
 use mosaic_rt_programs::scalar::fingerprint;
-use mosaic_rt_programs::vector::{Op, VectorType, FORMAT};
+use mosaic_rt_programs::vector::{VectorOp, VectorType, FORMAT};
 
 const F32: i64 = 9;
 const I32: i64 = 3;
@@ -34,10 +34,10 @@ fn x_times_s_plus_one() -> Vec<i64> {
         6,
         &[[F32, 0], [F32, 1]],
         &[
-            &[Op::Const.code(), F32, 0, 1f32.to_bits() as i64],
-            &[Op::Mul.code(), F32, 2, 0, 1, 0],
-            &[Op::Add.code(), F32, 2, 3, 2, 0],
-            &[Op::Lt.code(), 0, 2, 0, 1, 0],
+            &[VectorOp::Const.code(), F32, 0, 1f32.to_bits() as i64],
+            &[VectorOp::Mul.code(), F32, 2, 0, 1, 0],
+            &[VectorOp::Add.code(), F32, 2, 3, 2, 0],
+            &[VectorOp::Lt.code(), 0, 2, 0, 1, 0],
         ],
         &[4, 5],
     )

@@ -5,7 +5,7 @@
 //! through uint64 for the high half of the product), 2 arrays out.
 //! Run: cargo bench -p mosaic_rt_programs --bench vector [-- N...]
 
-use mosaic_rt_programs::vector::{Program, Scratch};
+use mosaic_rt_programs::vector::{VectorProgram, VectorScratch};
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -51,17 +51,17 @@ fn main() {
     for n in lengths {
         let mut words = PHILOX_ROUND;
         words[1] = n as i64;
-        let program = Program::decode(&words).unwrap();
+        let program = VectorProgram::decode(&words).unwrap();
         let array: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(0x9e37_79b9)).collect();
         let reversed: Vec<u32> = array.iter().rev().copied().collect();
         let bytes = |xs: &[u32]| xs.iter().flat_map(|x| x.to_ne_bytes()).collect::<Vec<u8>>();
         let (a, b, k0, k1) = (bytes(&array), bytes(&reversed), bytes(&[7]), bytes(&[9]));
         let inputs: [&[u8]; 4] = [&a, &k0, &k1, &b];
         let mut outs = [vec![0u8; n * 4], vec![0u8; n * 4]];
-        let mut scratch = Scratch::new();
+        let mut scratch = VectorScratch::new();
         let iters = (50_000_000 / (n as u64 * 23)).max(3);
         let mut results = vec![];
-        // None: the default choice (`Program::run`).
+        // None: the default choice (`VectorProgram::run`).
         for chunk in std::iter::once(None).chain(chunks.iter().map(|&c| Some(if c == 0 { n } else { c }))) {
             let ns = time(iters, || {
                 let [o0, o1] = &mut outs;

@@ -22,7 +22,7 @@ pub struct ProgramError {
     pub message: String,
 }
 
-pub type Result<T, E = ProgramError> = std::result::Result<T, E>;
+pub type ProgramResult<T, E = ProgramError> = std::result::Result<T, E>;
 
 impl ProgramError {
     pub fn value(message: impl Into<String>) -> Self {

@@ -20,4 +20,4 @@ pub mod vector;
 #[doc(hidden)]
 pub mod wire;
 
-pub use error::{ProgramError, ProgramErrorKind, Result};
+pub use error::{ProgramError, ProgramErrorKind, ProgramResult};

@@ -9,7 +9,7 @@
 //!
 //! May use: `crate::error`.
 
-use crate::error::{ProgramError, Result};
+use crate::error::{ProgramError, ProgramResult};
 
 /// Programs a [`DecodeCache`] keeps.
 pub const CACHED_PROGRAMS: usize = 32;
@@ -37,7 +37,7 @@ pub struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    pub fn next(&mut self, what: &str) -> Result<i64> {
+    pub fn next(&mut self, what: &str) -> ProgramResult<i64> {
         let Some(&w) = self.words.get(self.pos) else {
             return Err((self.bad)(format!("truncated at word {} ({what})", self.pos)));
         };
@@ -46,7 +46,7 @@ impl Reader<'_> {
     }
 
     /// The next word as a count in `0..=max`.
-    pub fn count(&mut self, what: &str, max: usize) -> Result<usize> {
+    pub fn count(&mut self, what: &str, max: usize) -> ProgramResult<usize> {
         let n = self.next(what)?;
         usize::try_from(n)
             .ok()
@@ -83,7 +83,7 @@ pub trait ProgramKind {
     /// What a thread reuses from one evaluation to the next.
     type Scratch;
     /// Parses and checks `words`.
-    fn decode_layout(words: &[i64]) -> Result<Self::Layout>;
+    fn decode_layout(words: &[i64]) -> ProgramResult<Self::Layout>;
     /// The kind's error of a message (`"<kind> program: ..."`).
     fn bad(message: String) -> ProgramError;
     fn program<'a>(words: &'a [i64], layout: LayoutRef<'a, Self::Layout>) -> Self::Program<'a>;
@@ -119,7 +119,7 @@ impl<K: ProgramKind> DecodeCache<K> {
 
     /// The program of `words`, decoded unless cached (bad programs are
     /// not cached).
-    pub fn decode<'a>(&'a mut self, words: &'a [i64]) -> Result<K::Program<'a>> {
+    pub fn decode<'a>(&'a mut self, words: &'a [i64]) -> ProgramResult<K::Program<'a>> {
         let k = self.find_or_decode(words)?;
         Ok(K::program(words, LayoutRef::Cached(&self.entries[k].layout)))
     }
@@ -127,7 +127,7 @@ impl<K: ProgramKind> DecodeCache<K> {
     /// [`DecodeCache::decode`] of words whose [`fingerprint`] the caller
     /// states: when the same words were seen at the same address, no word
     /// is compared. A wrong fingerprint is the kind's error.
-    pub fn decode_fingerprinted<'a>(&'a mut self, words: &'a [i64], stated: u64) -> Result<K::Program<'a>> {
+    pub fn decode_fingerprinted<'a>(&'a mut self, words: &'a [i64], stated: u64) -> ProgramResult<K::Program<'a>> {
         let at = words.as_ptr() as usize;
         let hit = self
             .entries
@@ -151,14 +151,18 @@ impl<K: ProgramKind> DecodeCache<K> {
 
     /// [`DecodeCache::decode_fingerprinted`] when a fingerprint is stated,
     /// else [`DecodeCache::decode`].
-    pub fn decode_stated<'a>(&'a mut self, words: &'a [i64], fingerprint: Option<u64>) -> Result<K::Program<'a>> {
+    pub fn decode_stated<'a>(
+        &'a mut self,
+        words: &'a [i64],
+        fingerprint: Option<u64>,
+    ) -> ProgramResult<K::Program<'a>> {
         match fingerprint {
             Some(fp) => self.decode_fingerprinted(words, fp),
             None => self.decode(words),
         }
     }
 
-    fn find_or_decode(&mut self, words: &[i64]) -> Result<usize> {
+    fn find_or_decode(&mut self, words: &[i64]) -> ProgramResult<usize> {
         if let Some(k) = self.entries.iter().position(|e| e.words.as_slice() == words) {
             return Ok(k);
         }

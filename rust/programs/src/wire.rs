@@ -102,10 +102,10 @@ mod tests {
             }
             all.iter().map(|&v| name(v)).collect::<Vec<_>>().join(" ")
         }
-        use crate::scalar::{Op, ScalarType};
-        use crate::vector::{FmaForm, Op as VectorOp, VectorType};
+        use crate::scalar::{ScalarOp, ScalarType};
+        use crate::vector::{FmaForm, VectorOp, VectorType};
         assert_eq!(
-            table(&Op::ALL, Op::code, Op::name),
+            table(&ScalarOp::ALL, ScalarOp::code, ScalarOp::name),
             "const add sub mul div rem neg abs sign max min clamp and or xor not shift_left \
              shift_right_arithmetic shift_right_logical eq ne lt le gt ge select_n convert_element_type \
              integer_pow index"

@@ -5,7 +5,7 @@
 //! May use: `mosaic_rt_core`, `mosaic_rt_ffi`, `mosaic_rt_mpi`, `mosaic_rt_programs`, pyo3.
 #![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
 use mosaic_rt_core::{LeakPolicy, MemorySpace, SemKind};
-use mosaic_rt_programs::scalar::{self, Op, ScalarType};
+use mosaic_rt_programs::scalar::{self, ScalarOp, ScalarType};
 use mosaic_rt_programs::vector::{self, VectorType};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
@@ -49,7 +49,7 @@ fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SEMAPHORE_KINDS", PyTuple::new(py, SemKind::ALL.iter().map(|k| k.as_str()))?)?;
     m.add("LEAK_POLICIES", PyTuple::new(py, LeakPolicy::ALL.iter().map(|p| p.as_str()))?)?;
     let ops = PyDict::new(py);
-    for op in Op::ALL {
+    for op in ScalarOp::ALL {
         ops.set_item(op.name(), op.code())?;
     }
     m.add("SCALAR_OPS", ops)?;
@@ -61,7 +61,7 @@ fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SCALAR_FORMAT", scalar::FORMAT)?;
     m.add("SCALAR_MAX_VALUES", scalar::MAX_VALUES)?;
     let ops = PyDict::new(py);
-    for op in vector::Op::ALL {
+    for op in vector::VectorOp::ALL {
         ops.set_item(op.name(), op.code())?;
     }
     m.add("VECTOR_OPS", ops)?;

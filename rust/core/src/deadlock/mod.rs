@@ -91,7 +91,7 @@ pub(crate) struct Monitor {
     /// of unknown state; `None` turns the heuristic off.
     idle: Option<Duration>,
     topo: Topology,
-    state: Mutex<State>,
+    state: Mutex<DeadlockState>,
     /// Per global core: bytes of the DMAs started on each of its DMA
     /// semaphores. One map per core, so DMA starts on different cores do
     /// not contend, with the integer hasher (a DMA start is a hot path).
@@ -101,7 +101,7 @@ pub(crate) struct Monitor {
 /// DMA totals of one core's semaphores, by semaphore id.
 type SemDmas = HashMap<u32, DmaTotals, BuildHasherDefault<KeyHasher>>;
 
-pub(crate) struct State {
+pub(crate) struct DeadlockState {
     joined: Vec<bool>,
     joined_count: u32,
     cores: Vec<CoreState>,
@@ -122,7 +122,7 @@ pub(crate) struct State {
     epoch: u64,
 }
 
-impl State {
+impl DeadlockState {
     fn set(&mut self, gcore: u32, new: CoreState) {
         let old = std::mem::replace(&mut self.cores[gcore as usize], new);
         let was = !matches!(old, CoreState::Running);
@@ -153,7 +153,7 @@ impl Monitor {
             enabled,
             idle,
             topo,
-            state: Mutex::new(State {
+            state: Mutex::new(DeadlockState {
                 joined: vec![joined; d],
                 joined_count: if joined { topo.num_devices } else { 0 },
                 cores: vec![CoreState::Running; n],
@@ -367,7 +367,7 @@ impl Monitor {
         self.check(&mut st, probe, false).or_else(|| idle.and_then(|d| self.check_idle(&mut st, probe, d)))
     }
 
-    fn check(&self, st: &mut State, probe: &dyn Probe, _idle: bool) -> Option<RtError> {
+    fn check(&self, st: &mut DeadlockState, probe: &dyn Probe, _idle: bool) -> Option<RtError> {
         if st.reported
             || st.in_callbacks > 0
             || st.joined_count < self.topo.num_devices
@@ -378,7 +378,7 @@ impl Monitor {
         self.analyze(st, probe, None)
     }
 
-    fn check_idle(&self, st: &mut State, probe: &dyn Probe, idle_for: Duration) -> Option<RtError> {
+    fn check_idle(&self, st: &mut DeadlockState, probe: &dyn Probe, idle_for: Duration) -> Option<RtError> {
         if st.reported || st.in_callbacks > 0 {
             return None;
         }
@@ -387,7 +387,7 @@ impl Monitor {
 
     /// The deadlock, if every blocked core is stuck (and, with `idle`, the
     /// running and unjoined ones count as stuck too).
-    fn analyze(&self, st: &mut State, probe: &dyn Probe, idle: Option<Duration>) -> Option<RtError> {
+    fn analyze(&self, st: &mut DeadlockState, probe: &dyn Probe, idle: Option<Duration>) -> Option<RtError> {
         let waiting = self.stuck(st, probe, idle)?;
         // Another process may still wake these cores: the processes decide
         // together (`remote::detect`).
@@ -405,7 +405,7 @@ impl Monitor {
 
     /// How many cores wait with nothing to wake them; `None` if some core
     /// can continue (with `idle`, running and unjoined ones count as stuck).
-    fn stuck(&self, st: &State, probe: &dyn Probe, idle: Option<Duration>) -> Option<u32> {
+    fn stuck(&self, st: &DeadlockState, probe: &dyn Probe, idle: Option<Duration>) -> Option<u32> {
         let mut waiting = 0;
         for (g, s) in st.cores.iter().enumerate() {
             let g = g as u32;

@@ -1,6 +1,6 @@
 //! The text of a deadlock report.
 
-use super::{CoreState, Probe, State};
+use super::{CoreState, DeadlockState, Probe};
 use crate::config::Topology;
 use crate::site::{self, SiteId};
 use std::collections::HashMap;
@@ -21,7 +21,7 @@ fn place(topo: &Topology, g: u32) -> String {
 
 pub(super) fn describe(
     topo: &Topology,
-    st: &State,
+    st: &DeadlockState,
     probe: &dyn Probe,
     dmas: &HashMap<(u32, u32), DmaTotals>,
     idle: Option<Duration>,

@@ -2,7 +2,7 @@
 //! `crate::remote` for the protocol). The source side runs here, the
 //! destination side in the owner's runtime, from the messages.
 
-use super::{note_end, note_read, note_signal, note_started, DmaEnv, DmaRequest, DmaStep, Plan};
+use super::{note_end, note_read, note_signal, note_started, DmaEnv, DmaRequest, DmaRoute, DmaStep};
 use crate::error::{Result, RtError};
 use crate::memory::{Access, MemRef};
 use crate::races::DmaThread;
@@ -12,7 +12,7 @@ use crate::remote::{lock, Link, Payload};
 use crate::site::{self, SiteId};
 use std::sync::{Arc, Mutex};
 
-fn dst_side(req: &DmaRequest, plan: &Plan) -> DstSide {
+fn dst_side(req: &DmaRequest, plan: &DmaRoute) -> DstSide {
     DstSide {
         device: plan.dst_device,
         core: plan.dst_core,
@@ -62,7 +62,7 @@ fn remote_only(view: bool) -> Result<()> {
 }
 
 /// An eager DMA to another process: read now, send the bytes.
-pub(super) fn start_eager(env: &DmaEnv, link: &Link, req: &DmaRequest, plan: &Plan, view: bool) -> Result<()> {
+pub(super) fn start_eager(env: &DmaEnv, link: &Link, req: &DmaRequest, plan: &DmaRoute, view: bool) -> Result<()> {
     remote_only(view)?;
     let race = env.races.map(|r| r.dma_begin(req.device, req.core));
     let data = read_source(env, req, race)?;
@@ -76,7 +76,7 @@ pub(super) fn start_eager(env: &DmaEnv, link: &Link, req: &DmaRequest, plan: &Pl
 /// The source side of an on_wait DMA to another process.
 pub(crate) struct OutgoingDma {
     req: DmaRequest,
-    plan: Plan,
+    plan: DmaRoute,
     id: u64,
     /// Read yet (the data went to the destination's process)?
     read: Mutex<bool>,
@@ -131,11 +131,11 @@ impl OutgoingDma {
 
 /// An on_wait DMA to another process: validate the source, queue the read
 /// here on the send semaphore, tell the destination's process.
-pub(super) fn start_on_wait(env: &DmaEnv, link: &Link, req: DmaRequest, plan: Plan, view: bool) -> Result<()> {
+pub(super) fn start_on_wait(env: &DmaEnv, link: &Link, req: DmaRequest, plan: DmaRoute, view: bool) -> Result<()> {
     remote_only(view)?;
     let bytes = env.memory.check_region_bytes(req.src())?;
     let bytes = i64::try_from(bytes).map_err(|_| RtError::value(format!("DMA of {bytes} bytes is too large")))?;
-    let plan = Plan { bytes, ..plan };
+    let plan = DmaRoute { bytes, ..plan };
     let id = link.next_dma_id();
     let site = site::current();
     let dst = dst_side(&req, &plan);

@@ -6,10 +6,10 @@
 use std::sync::Arc;
 
 use super::buffer::Buffer;
-use super::copy::{copy_block, fill_pattern, for_each_element, Layout};
+use super::copy::{copy_block, fill_pattern, for_each_element, StridedLayout};
 use super::init_shadow::Masked;
 use super::message::{self, Who};
-use super::plan::Plan;
+use super::plan::RegionPlan;
 use super::smem_scalar;
 use super::{Access, MemRef, MemoryTable, Stored};
 use crate::config::OobReads;
@@ -19,7 +19,7 @@ use crate::error::{Result, RtError};
 struct Resolved {
     who: Who,
     buf: Arc<Buffer>,
-    plan: Plan,
+    plan: RegionPlan,
     full: super::dims::Dims<usize>,
     /// Bytes of a full-shape value.
     bytes: usize,
@@ -35,8 +35,8 @@ impl Resolved {
     fn itemsize(&self) -> usize {
         self.buf.dtype.itemsize()
     }
-    fn dense(&self) -> Layout {
-        Layout::dense(&self.full, self.itemsize())
+    fn dense(&self) -> StridedLayout {
+        StridedLayout::dense(&self.full, self.itemsize())
     }
 }
 
@@ -45,7 +45,7 @@ impl MemoryTable {
         self.topo.check(r.device, r.core)?;
         let key = r.key();
         let buf = self.get(key, action)?;
-        let plan = Plan::new(r.region, &buf.logical_shape)?;
+        let plan = RegionPlan::new(r.region, &buf.logical_shape)?;
         let full = plan.full_shape();
         let who = Who { device: r.device, core: r.core, space: r.space, id: r.id };
         let bytes = full
@@ -111,7 +111,7 @@ impl MemoryTable {
         r.check_len("mask", mask.len(), r.bytes / itemsize)?;
         let selected = mask.iter().filter(|&&m| m != 0).count();
         let in_bounds = r.plan.clip(&r.buf.shape);
-        let mask_layout = Layout::dense(&r.full, 1);
+        let mask_layout = StridedLayout::dense(&r.full, 1);
         let mut selected_in_bounds = 0usize;
         if let Some(counts) = &in_bounds {
             for_each_element(counts, &mask_layout, &mask_layout, |m, _| {
@@ -206,7 +206,7 @@ impl MemoryTable {
             return Ok(());
         };
         // Every selected (mask-true) element must be in bounds.
-        let mask_layout = Layout::dense(&r.full, 1);
+        let mask_layout = StridedLayout::dense(&r.full, 1);
         let mut selected_in_bounds = 0usize;
         for_each_element(&in_bounds, &mask_layout, &mask_layout, |m, _| {
             selected_in_bounds += (mask[m] != 0) as usize;

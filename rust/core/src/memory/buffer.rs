@@ -11,7 +11,7 @@ use super::content::{Content, ContentRead, ContentWrite};
 use super::copy::extend_with_pattern;
 use super::init_shadow::{InitShadow, Masked, Shapes};
 use super::message::{shape_repr, Who};
-use super::plan::Plan;
+use super::plan::RegionPlan;
 use super::BufferInfo;
 use crate::dtype::DType;
 use crate::error::{Result, RtError};
@@ -88,8 +88,8 @@ impl Buffer {
                 }
                 if let Some(init) = init {
                     let itemsize = dtype.itemsize();
-                    let full = super::copy::Layout::dense(logical_shape, itemsize);
-                    let dst = super::copy::Layout::dense(shape, itemsize);
+                    let full = super::copy::StridedLayout::dense(logical_shape, itemsize);
+                    let dst = super::copy::StridedLayout::dense(shape, itemsize);
                     super::copy::copy_block(init, &full, &mut content, &dst, logical_shape, itemsize);
                 }
             }
@@ -99,7 +99,7 @@ impl Buffer {
             true => {
                 let shadow = InitShadow::new(element_count(shape)?)?;
                 if init.is_some() {
-                    let logical = super::copy::Layout::dense(shape, 1);
+                    let logical = super::copy::StridedLayout::dense(shape, 1);
                     let mut c = super::dims::Dims::new();
                     logical_shape.iter().for_each(|&n| c.push(n));
                     super::elements::Touched { len: 0, row: 1, counts: Some(c), at: logical }
@@ -236,7 +236,7 @@ impl Buffer {
     /// initcheck (a no-op unless `detect_uninitialized`): the `counts`
     /// block of `plan` was written ([`InitShadow::mark`]).
     #[inline]
-    pub(crate) fn mark_initialized(&self, plan: &Plan, counts: &[usize]) {
+    pub(crate) fn mark_initialized(&self, plan: &RegionPlan, counts: &[usize]) {
         if let Some(shadow) = &self.init {
             shadow.mark(self.shapes(), plan, counts);
         }
@@ -244,7 +244,7 @@ impl Buffer {
 
     /// initcheck: the mask-selected elements of a block were written
     /// ([`InitShadow::mark_masked`]).
-    pub(crate) fn mark_initialized_masked(&self, plan: &Plan, block: Masked<'_>) {
+    pub(crate) fn mark_initialized_masked(&self, plan: &RegionPlan, block: Masked<'_>) {
         if let Some(shadow) = &self.init {
             shadow.mark_masked(self.shapes(), plan, block);
         }
@@ -255,7 +255,7 @@ impl Buffer {
     #[inline]
     pub(crate) fn check_initialized(
         &self,
-        plan: &Plan,
+        plan: &RegionPlan,
         counts: Option<&[usize]>,
         who: &Who,
         region: &Region,
@@ -269,7 +269,7 @@ impl Buffer {
     /// initcheck of a masked load ([`InitShadow::check_read_masked`]).
     pub(crate) fn check_initialized_masked(
         &self,
-        plan: &Plan,
+        plan: &RegionPlan,
         block: Masked<'_>,
         who: &Who,
         region: &Region,
@@ -314,7 +314,7 @@ impl Buffer {
     }
 
     /// Whether a write through `plan` replaces every byte of this buffer.
-    pub(crate) fn covered_by(&self, plan: &super::plan::Plan) -> bool {
+    pub(crate) fn covered_by(&self, plan: &super::plan::RegionPlan) -> bool {
         self.shape == self.logical_shape && plan.covers(&self.shape)
     }
 }

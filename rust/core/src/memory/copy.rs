@@ -6,21 +6,21 @@ use super::dims::Dims;
 
 /// Where element (i0, .., in) lives: `offset + sum(i_k * strides[k])` bytes.
 #[derive(Clone, Debug)]
-pub(crate) struct Layout {
+pub(crate) struct StridedLayout {
     pub offset: usize,
     pub strides: Dims<usize>,
 }
 
-impl Layout {
+impl StridedLayout {
     /// A dense C-order array of `shape` starting at byte 0.
-    pub fn dense(shape: &[usize], itemsize: usize) -> Layout {
+    pub fn dense(shape: &[usize], itemsize: usize) -> StridedLayout {
         let mut strides = Dims::filled(shape.len(), 0usize);
         let mut acc = itemsize;
         for k in (0..shape.len()).rev() {
             strides[k] = acc;
             acc *= shape[k];
         }
-        Layout { offset: 0, strides }
+        StridedLayout { offset: 0, strides }
     }
 }
 
@@ -35,7 +35,7 @@ struct Loop {
 /// Merges dims that are contiguous on both sides, from the innermost out:
 /// returns the bytes per memcpy and the remaining loops (innermost first).
 /// Size-1 dims vanish.
-fn merge_dims(s: &Layout, d: &Layout, counts: &[usize], itemsize: usize) -> (usize, Dims<Loop>) {
+fn merge_dims(s: &StridedLayout, d: &StridedLayout, counts: &[usize], itemsize: usize) -> (usize, Dims<Loop>) {
     let mut loops: Dims<Loop> = Dims::new();
     let mut run = itemsize;
     for k in (0..counts.len()).rev() {
@@ -60,7 +60,14 @@ fn merge_dims(s: &Layout, d: &Layout, counts: &[usize], itemsize: usize) -> (usi
 
 /// Copies the `counts`-shaped block at `s` in `src` to `d` in `dst`.
 /// Panics (never UB) if a layout points outside its slice: callers check bounds.
-pub(crate) fn copy_block(src: &[u8], s: &Layout, dst: &mut [u8], d: &Layout, counts: &[usize], itemsize: usize) {
+pub(crate) fn copy_block(
+    src: &[u8],
+    s: &StridedLayout,
+    dst: &mut [u8],
+    d: &StridedLayout,
+    counts: &[usize],
+    itemsize: usize,
+) {
     if counts.contains(&0) {
         return;
     }
@@ -104,7 +111,12 @@ pub(crate) fn copy_block(src: &[u8], s: &Layout, dst: &mut [u8], d: &Layout, cou
 
 /// Calls `f(a_offset, b_offset)` for every element of the `counts` block,
 /// in C order, with byte offsets in layouts `a` and `b`.
-pub(crate) fn for_each_element(counts: &[usize], a: &Layout, b: &Layout, mut f: impl FnMut(usize, usize)) {
+pub(crate) fn for_each_element(
+    counts: &[usize],
+    a: &StridedLayout,
+    b: &StridedLayout,
+    mut f: impl FnMut(usize, usize),
+) {
     if counts.contains(&0) {
         return;
     }
@@ -172,15 +184,15 @@ pub(crate) fn extend_with_pattern(v: &mut Vec<u8>, n: usize, pattern: &[u8]) {
 mod tests {
     use super::*;
 
-    fn strided(offset: usize, strides: &[usize]) -> Layout {
+    fn strided(offset: usize, strides: &[usize]) -> StridedLayout {
         let mut s = Dims::new();
         strides.iter().for_each(|&x| s.push(x));
-        Layout { offset, strides: s }
+        StridedLayout { offset, strides: s }
     }
 
     #[test]
     fn contiguous_blocks_are_one_memcpy() {
-        let dense = Layout::dense(&[8, 1, 128], 4);
+        let dense = StridedLayout::dense(&[8, 1, 128], 4);
         let (run, loops) = merge_dims(&dense, &dense, &[8, 1, 128], 4);
         assert_eq!((run, loops.len()), (8 * 128 * 4, 0));
     }
@@ -189,13 +201,13 @@ mod tests {
     fn windows_copy_one_run_per_row() {
         // An (8, 128) f32 window of a (256, 1024) buffer into a dense block.
         let src = strided(0, &[4096, 4]);
-        let dst = Layout::dense(&[8, 128], 4);
+        let dst = StridedLayout::dense(&[8, 128], 4);
         let (run, loops) = merge_dims(&src, &dst, &[8, 128], 4);
         assert_eq!(run, 512);
         assert_eq!(loops.iter().map(|l| (l.count, l.src, l.dst)).collect::<Vec<_>>(), [(8, 4096, 512)]);
         // Strided innermost dim: element-sized runs; rows that continue the
         // same stride merge into one loop.
-        let (run, loops) = merge_dims(&strided(0, &[16, 8]), &Layout::dense(&[3, 2], 4), &[3, 2], 4);
+        let (run, loops) = merge_dims(&strided(0, &[16, 8]), &StridedLayout::dense(&[3, 2], 4), &[3, 2], 4);
         assert_eq!(run, 4);
         assert_eq!(loops.iter().map(|l| (l.count, l.src, l.dst)).collect::<Vec<_>>(), [(6, 8, 4)]);
     }
@@ -226,7 +238,7 @@ mod tests {
         let src: Vec<u8> = (0..=255).collect();
         let mut dst = vec![0u8; 12];
         // Rows 1, 3, 5 (stride 2 of a (8, 32)-byte buffer), bytes 4..8 of each.
-        copy_block(&src, &strided(32 + 4, &[64, 1]), &mut dst, &Layout::dense(&[3, 4], 1), &[3, 4], 1);
+        copy_block(&src, &strided(32 + 4, &[64, 1]), &mut dst, &StridedLayout::dense(&[3, 4], 1), &[3, 4], 1);
         assert_eq!(dst, [36, 37, 38, 39, 100, 101, 102, 103, 164, 165, 166, 167]);
     }
 }

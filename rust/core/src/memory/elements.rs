@@ -2,9 +2,9 @@
 //! the region clipped to the ALLOCATED shape (what a read can see and where
 //! a write may land), as flat C-order element indices.
 
-use super::copy::{for_each_element, Layout};
+use super::copy::{for_each_element, StridedLayout};
 use super::dims::Dims;
-use super::plan::Plan;
+use super::plan::RegionPlan;
 use super::{BufferKey, MemoryTable};
 use crate::error::Result;
 use crate::region::Region;
@@ -15,7 +15,7 @@ pub(crate) struct Touched {
     /// Elements in a row (the innermost allocated dim; 1 for scalars).
     pub row: usize,
     pub(crate) counts: Option<Dims<usize>>,
-    pub(crate) at: Layout,
+    pub(crate) at: StridedLayout,
 }
 
 impl Touched {
@@ -46,7 +46,7 @@ impl Touched {
 impl MemoryTable {
     pub(crate) fn touched_elements(&self, key: BufferKey, region: &Region) -> Result<Touched> {
         let buf = self.get(key, "inspect")?;
-        let plan = Plan::new(region, &buf.logical_shape)?;
+        let plan = RegionPlan::new(region, &buf.logical_shape)?;
         Ok(Touched {
             len: buf.shape.iter().product(),
             row: buf.shape.last().copied().unwrap_or(1),
@@ -71,7 +71,7 @@ mod tests {
 
     /// The runs, expanded, against one call per element.
     fn check(counts: &[usize], offset: usize, strides: &[usize]) {
-        let at = Layout { offset, strides: dims(strides) };
+        let at = StridedLayout { offset, strides: dims(strides) };
         let touched = Touched { len: 0, row: 1, counts: Some(dims(counts)), at };
         let mut runs = Vec::new();
         touched.for_each_run(|start, len| runs.extend(start..start + len));

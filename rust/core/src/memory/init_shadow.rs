@@ -26,11 +26,11 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::copy::{for_each_element, Layout};
+use super::copy::{for_each_element, StridedLayout};
 use super::dims::Dims;
 use super::elements::Touched;
 use super::message::Who;
-use super::plan::Plan;
+use super::plan::RegionPlan;
 use crate::error::{ErrorKind, Result, RtError};
 use crate::region::Region;
 
@@ -136,7 +136,7 @@ impl InitShadow {
 /// The elements of a buffer of allocated `shape` a `counts`-shaped block
 /// of `plan` touches (counts already clipped to the shape that bounds the
 /// access).
-fn touched(shape: &[usize], plan: &Plan, counts: &[usize]) -> Touched {
+fn touched(shape: &[usize], plan: &RegionPlan, counts: &[usize]) -> Touched {
     let mut c = Dims::new();
     counts.iter().for_each(|&n| c.push(n));
     Touched {
@@ -162,14 +162,14 @@ impl InitShadow {
     /// A write of the `counts` block of `plan` landed: its elements are
     /// initialised from now on.
     #[inline]
-    pub(crate) fn mark(&self, shapes: Shapes, plan: &Plan, counts: &[usize]) {
+    pub(crate) fn mark(&self, shapes: Shapes, plan: &RegionPlan, counts: &[usize]) {
         touched(shapes.shape, plan, counts).for_each_run(|start, len| self.mark_range(start, len));
     }
 
     /// Marks the mask-selected elements of a block written.
-    pub(crate) fn mark_masked(&self, shapes: Shapes, plan: &Plan, block: Masked<'_>) {
+    pub(crate) fn mark_masked(&self, shapes: Shapes, plan: &RegionPlan, block: Masked<'_>) {
         let at = plan.buffer_layout(shapes.shape, 1);
-        for_each_element(block.counts, &at, &Layout::dense(block.full, 1), |e, m| {
+        for_each_element(block.counts, &at, &StridedLayout::dense(block.full, 1), |e, m| {
             if block.mask[m] != 0 {
                 self.mark_range(e, 1);
             }
@@ -183,7 +183,7 @@ impl InitShadow {
     pub(crate) fn check_read(
         &self,
         shapes: Shapes,
-        plan: &Plan,
+        plan: &RegionPlan,
         counts: Option<&[usize]>,
         who: &Who,
         region: &Region,
@@ -202,14 +202,14 @@ impl InitShadow {
     pub(crate) fn check_read_masked(
         &self,
         shapes: Shapes,
-        plan: &Plan,
+        plan: &RegionPlan,
         block: Masked<'_>,
         who: &Who,
         region: &Region,
     ) -> Result<()> {
         let at = plan.buffer_layout(shapes.shape, 1);
         let mut ok = true;
-        for_each_element(block.counts, &at, &Layout::dense(block.full, 1), |e, m| {
+        for_each_element(block.counts, &at, &StridedLayout::dense(block.full, 1), |e, m| {
             ok &= block.mask[m] == 0 || self.is_set(e);
         });
         if ok {
@@ -230,7 +230,7 @@ impl InitShadow {
 fn uninitialized(
     shapes: Shapes,
     shadow: &InitShadow,
-    plan: &Plan,
+    plan: &RegionPlan,
     counts: &[usize],
     mask: Option<Masked<'_>>,
     who: &Who,
@@ -242,7 +242,7 @@ fn uninitialized(
     let (mut read, mut missing) = (0usize, 0usize);
     let at = plan.buffer_layout(shape, 1);
     let (mask_layout, mask) = match mask {
-        Some(block) => (Layout::dense(block.full, 1), Some(block.mask)),
+        Some(block) => (StridedLayout::dense(block.full, 1), Some(block.mask)),
         None => (at.clone(), None),
     };
     for_each_element(counts, &at, &mask_layout, |e, m| {

@@ -5,7 +5,7 @@
 //! "Result dims" are the dims of the value a load returns: the buffer dims
 //! minus the squeezed (integer-indexed) ones.
 
-use super::copy::Layout;
+use super::copy::StridedLayout;
 use super::dims::Dims;
 use crate::error::Result;
 use crate::region::Region;
@@ -30,14 +30,15 @@ impl DimPlan {
     }
 }
 
+/// A region resolved against one buffer's logical shape (per buffer dim).
 #[derive(Clone, Debug)]
-pub(crate) struct Plan {
+pub(crate) struct RegionPlan {
     dims: Dims<DimPlan>,
 }
 
-impl Plan {
+impl RegionPlan {
     /// Validates `region` for a buffer with `logical` shape and resolves it.
-    pub fn new(region: &Region, logical: &[usize]) -> Result<Plan> {
+    pub fn new(region: &Region, logical: &[usize]) -> Result<RegionPlan> {
         region.validate(logical.len())?;
         let mut dims = Dims::new();
         for d in &region.dims {
@@ -52,7 +53,7 @@ impl Plan {
         for &n in &logical[region.dims.len()..] {
             dims.push(DimPlan { start: 0, size: n, stride: 1, squeezed: false });
         }
-        Ok(Plan { dims })
+        Ok(RegionPlan { dims })
     }
 
     /// Shape of the value a fully in-bounds load returns.
@@ -104,7 +105,7 @@ impl Plan {
 
     /// Byte layout of the selection inside a C-order buffer of `content`
     /// shape, over the result dims.
-    pub fn buffer_layout(&self, content: &[usize], itemsize: usize) -> Layout {
+    pub fn buffer_layout(&self, content: &[usize], itemsize: usize) -> StridedLayout {
         let mut strides = Dims::filled(self.dims.len(), 0usize);
         let mut acc = itemsize;
         for k in (0..content.len()).rev() {
@@ -119,6 +120,6 @@ impl Plan {
                 result_strides.push(d.stride * s);
             }
         }
-        Layout { offset, strides: result_strides }
+        StridedLayout { offset, strides: result_strides }
     }
 }

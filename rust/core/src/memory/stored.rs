@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 
 use super::access::zeroed;
-use super::copy::{fill_pattern, Layout};
+use super::copy::{fill_pattern, StridedLayout};
 use crate::error::Result;
 
 /// The value a swap writes into a region.
@@ -35,14 +35,14 @@ impl<'a> Stored<'a> {
     /// Bytes to copy from and where element (i0, .., in) of a `full`-shaped
     /// region is in them. A splat is one innermost row of the element
     /// (outer strides 0), so a copy is still one memcpy per row.
-    pub(crate) fn source(&self, full: &[usize], itemsize: usize) -> Result<(Cow<'a, [u8]>, Layout)> {
+    pub(crate) fn source(&self, full: &[usize], itemsize: usize) -> Result<(Cow<'a, [u8]>, StridedLayout)> {
         Ok(match *self {
-            Stored::Dense(b) => (Cow::Borrowed(b), Layout::dense(full, itemsize)),
+            Stored::Dense(b) => (Cow::Borrowed(b), StridedLayout::dense(full, itemsize)),
             Stored::Splat(element) => {
                 let row = full.last().copied().unwrap_or(1);
                 let mut bytes = zeroed(row * itemsize, || "a row of a fill".to_string())?;
                 fill_pattern(&mut bytes, element);
-                let mut layout = Layout::dense(full, itemsize);
+                let mut layout = StridedLayout::dense(full, itemsize);
                 let outer = full.len().saturating_sub(1);
                 for s in layout.strides.iter_mut().take(outer) {
                     *s = 0;

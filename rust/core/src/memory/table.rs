@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use super::buffer::{element_count, Buffer};
 use super::message::{no_such_buffer, shape_repr};
-use super::plan::Plan;
+use super::plan::RegionPlan;
 use super::{BufferInfo, BufferKey, BufferSpec, Init, MemorySpace};
 use crate::config::{Config, FillMode, OobReads, Topology};
 use crate::dtype::DType;
@@ -305,7 +305,7 @@ impl MemoryTable {
 
     pub fn region_shape(&self, key: BufferKey, region: &Region) -> Result<Vec<usize>> {
         let buf = self.get(key, "index")?;
-        Ok(Plan::new(region, &buf.logical_shape)?.full_shape().to_vec())
+        Ok(RegionPlan::new(region, &buf.logical_shape)?.full_shape().to_vec())
     }
 }
 

@@ -54,11 +54,11 @@ pub struct RaceDetector {
     as_warnings: bool,
     cores_per_device: u32,
     num_cores: u32,
-    state: Mutex<State>,
+    state: Mutex<RaceState>,
     log: Arc<RaceLog>,
 }
 
-struct State {
+struct RaceState {
     /// Per thread: cores `0..num_cores`, then DMA slots.
     clocks: Vec<VectorClock>,
     /// Per thread, its accesses in order (epoch value v is `records[v - 1]`).
@@ -89,7 +89,7 @@ impl RaceDetector {
             as_warnings: true,
             cores_per_device,
             num_cores,
-            state: Mutex::new(State {
+            state: Mutex::new(RaceState {
                 clocks: (0..num_cores).map(|_| VectorClock::new(num_cores as usize)).collect(),
                 records: (0..num_cores).map(|_| Vec::new()).collect(),
                 sems: HashMap::new(),
@@ -152,7 +152,7 @@ impl RaceDetector {
         // The access succeeded, so the buffer exists and the region is valid.
         let Ok(touched) = memory.touched_elements(key, &record.region) else { return None };
         let mut st = self.state.lock().ignore_poison();
-        let State { clocks, records, shadows, .. } = &mut *st;
+        let RaceState { clocks, records, shadows, .. } = &mut *st;
         let clock = &mut clocks[thread as usize];
         let now = clock.tick(thread);
         let shadow = shadows.entry(key).or_insert_with(|| Shadow::new(touched.len, touched.row));
@@ -206,14 +206,14 @@ impl RaceDetector {
 
     fn release(&self, thread: u32, sem: u32, target: u32) {
         let mut st = self.state.lock().ignore_poison();
-        let State { clocks, sems, .. } = &mut *st;
+        let RaceState { clocks, sems, .. } = &mut *st;
         sems.entry((sem, target)).or_default().join(&clocks[thread as usize]);
     }
 
     /// A successful wait on `sem` by global core `gcore`.
     pub fn wait_done(&self, gcore: u32, sem: u32) {
         let mut st = self.state.lock().ignore_poison();
-        let State { clocks, sems, .. } = &mut *st;
+        let RaceState { clocks, sems, .. } = &mut *st;
         if let Some(c) = sems.get(&(sem, gcore)) {
             clocks[gcore as usize].join(c);
         }

@@ -7,7 +7,7 @@ use crate::error::{ErrorKind, Result, RtError};
 use crate::sync::{lock, Condvar, IgnorePoison, Mutex};
 use std::time::{Duration, Instant};
 
-struct State {
+struct BarrierState {
     generation: u64,
     arrived: u32,
     /// Devices of other processes arrived, by generation (a process may
@@ -22,14 +22,19 @@ struct State {
 
 pub(crate) struct DeviceBarrier {
     num_devices: u32,
-    state: Mutex<State>,
+    state: Mutex<BarrierState>,
     cv: Condvar,
 }
 
 impl DeviceBarrier {
     pub fn new(num_devices: u32) -> Self {
-        let state =
-            State { generation: 0, arrived: 0, remote: Default::default(), local: num_devices, expected: num_devices };
+        let state = BarrierState {
+            generation: 0,
+            arrived: 0,
+            remote: Default::default(),
+            local: num_devices,
+            expected: num_devices,
+        };
         DeviceBarrier { num_devices, state: Mutex::new(state), cv: Condvar::new() }
     }
 
@@ -55,7 +60,7 @@ impl DeviceBarrier {
     }
 
     /// Completes the current generation if every device arrived.
-    fn complete_if_full(&self, st: &mut State, on_complete: &dyn Fn(), monitor: &Monitor) -> bool {
+    fn complete_if_full(&self, st: &mut BarrierState, on_complete: &dyn Fn(), monitor: &Monitor) -> bool {
         let remote = st.remote.get(&st.generation).copied().unwrap_or(0);
         if st.arrived + remote < st.expected {
             return false;
@@ -143,9 +148,9 @@ impl DeviceBarrier {
     #[cfg(not(loom))]
     fn sleep<'a>(
         &self,
-        st: crate::sync::MutexGuard<'a, State>,
+        st: crate::sync::MutexGuard<'a, BarrierState>,
         left: Option<Duration>,
-    ) -> crate::sync::MutexGuard<'a, State> {
+    ) -> crate::sync::MutexGuard<'a, BarrierState> {
         match left {
             None => self.cv.wait(st).ignore_poison(),
             Some(l) => self.cv.wait_timeout(st, l).ignore_poison().0,
@@ -155,9 +160,9 @@ impl DeviceBarrier {
     #[cfg(loom)]
     fn sleep<'a>(
         &self,
-        st: crate::sync::MutexGuard<'a, State>,
+        st: crate::sync::MutexGuard<'a, BarrierState>,
         _left: Option<Duration>,
-    ) -> crate::sync::MutexGuard<'a, State> {
+    ) -> crate::sync::MutexGuard<'a, BarrierState> {
         self.cv.wait(st).ignore_poison()
     }
 }

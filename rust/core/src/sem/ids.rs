@@ -252,7 +252,7 @@ impl Hasher for IdHasher {
 
 type IdMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
 
-struct Table<T> {
+struct SemIdTable<T> {
     /// Internal ids `[FIRST_INTERNAL_ID, end)`, in blocks sorted by first id
     /// that cover the range without gaps.
     blocks: Vec<Arc<SemBlock<T>>>,
@@ -261,7 +261,7 @@ struct Table<T> {
     fixed: IdMap<Arc<SemBlock<T>>>,
 }
 
-impl<T> Table<T> {
+impl<T> SemIdTable<T> {
     #[inline]
     fn internal(&self, id: u32) -> Option<(&Arc<SemBlock<T>>, u32)> {
         if !(FIRST_INTERNAL_ID..self.end).contains(&id) {
@@ -299,7 +299,7 @@ impl<T> Table<T> {
 /// barrier semaphores with internal ids >= 2000).
 #[cold]
 #[inline(never)]
-fn shadowed<T>(table: &Table<T>, id: u32) -> bool {
+fn shadowed<T>(table: &SemIdTable<T>, id: u32) -> bool {
     table.fixed.contains_key(&id)
 }
 
@@ -313,7 +313,7 @@ fn unknown_error(id: u32) -> RtError {
 
 pub(crate) struct SemIds<T> {
     topo: Topology,
-    table: RwLock<Table<T>>,
+    table: RwLock<SemIdTable<T>>,
     /// Next internal id per global core.
     next: Mutex<Vec<u32>>,
 }
@@ -322,7 +322,7 @@ impl<T: Queued> SemIds<T> {
     pub fn new(topo: Topology) -> Self {
         SemIds {
             topo,
-            table: RwLock::new(Table { blocks: Vec::new(), end: FIRST_INTERNAL_ID, fixed: IdMap::default() }),
+            table: RwLock::new(SemIdTable { blocks: Vec::new(), end: FIRST_INTERNAL_ID, fixed: IdMap::default() }),
             next: Mutex::new(vec![FIRST_INTERNAL_ID; topo.num_cores() as usize]),
         }
     }

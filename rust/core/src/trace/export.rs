@@ -16,7 +16,7 @@
 //! flow start to the signal instant it follows and each flow end to its
 //! wait; viewers that re-sort see the same order.
 
-use super::{Arg, Event, FlowSource, Track};
+use super::{Event, FlowSource, TraceArg, Track};
 use std::collections::HashMap;
 use std::fmt::Write;
 
@@ -53,7 +53,7 @@ pub(crate) fn escape(s: &str, out: &mut String) {
     out.push('"');
 }
 
-fn args_json(args: &[(&'static str, Arg)], site: u32, resolve: &SiteResolver<'_>) -> String {
+fn args_json(args: &[(&'static str, TraceArg)], site: u32, resolve: &SiteResolver<'_>) -> String {
     let mut s = String::from("{");
     let mut first = true;
     let mut key = |s: &mut String, k: &str| {
@@ -71,11 +71,11 @@ fn args_json(args: &[(&'static str, Arg)], site: u32, resolve: &SiteResolver<'_>
     for (k, v) in args {
         key(&mut s, k);
         match v {
-            Arg::Int(i) => {
+            TraceArg::Int(i) => {
                 let _ = write!(s, "{i}");
             }
-            Arg::Str(t) => escape(t, &mut s),
-            Arg::Ints(xs) => {
+            TraceArg::Str(t) => escape(t, &mut s),
+            TraceArg::Ints(xs) => {
                 let items: Vec<String> = xs.iter().map(|x| x.to_string()).collect();
                 let _ = write!(s, "[{}]", items.join(", "));
             }

@@ -33,7 +33,7 @@ pub const MAX_EVENTS: usize = 1_000_000;
 
 /// An event argument.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Arg {
+pub enum TraceArg {
     Int(i64),
     Str(String),
     Ints(Vec<i64>),
@@ -71,7 +71,7 @@ pub(crate) enum Event {
         begin: u64,
         end: u64,
         site: u32,
-        args: Vec<(&'static str, Arg)>,
+        args: Vec<(&'static str, TraceArg)>,
     },
     Instant {
         gcore: u32,
@@ -79,7 +79,7 @@ pub(crate) enum Event {
         cat: &'static str,
         ts: u64,
         site: u32,
-        args: Vec<(&'static str, Arg)>,
+        args: Vec<(&'static str, TraceArg)>,
     },
     Flow {
         id: u64,
@@ -95,7 +95,7 @@ struct OpenDma {
     begin: u64,
     name: String,
     site: u32,
-    args: Vec<(&'static str, Arg)>,
+    args: Vec<(&'static str, TraceArg)>,
 }
 
 /// A grid step in progress on a core.
@@ -106,7 +106,7 @@ struct OpenStep {
 }
 
 #[derive(Default)]
-struct State {
+struct TraceState {
     events: Vec<Event>,
     dropped: u64,
     next_flow: u64,
@@ -117,7 +117,7 @@ struct State {
     last_signal: HashMap<(u32, u32), FlowSource>,
 }
 
-impl State {
+impl TraceState {
     fn push(&mut self, e: Event) {
         if self.events.len() < MAX_EVENTS {
             self.events.push(e);
@@ -134,7 +134,7 @@ pub struct Tracer {
     start_unix_us: u64,
     num_devices: u32,
     cores_per_device: u32,
-    state: Mutex<State>,
+    state: Mutex<TraceState>,
     /// Devices whose program has ended (normally or not).
     finished: Mutex<Vec<bool>>,
 }
@@ -174,7 +174,7 @@ impl Tracer {
                 .map_or(0, |d| d.as_micros() as u64),
             num_devices,
             cores_per_device,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(TraceState::default()),
             finished: Mutex::new(vec![false; num_devices as usize]),
         }
     }
@@ -222,10 +222,10 @@ impl Tracer {
             format!("signal sem {sem} +{inc} -> device {td}, core {tc}")
         };
         let args = vec![
-            ("sem", Arg::Int(sem as i64)),
-            ("inc", Arg::Int(inc)),
-            ("target_device", Arg::Int(td as i64)),
-            ("target_core", Arg::Int(tc as i64)),
+            ("sem", TraceArg::Int(sem as i64)),
+            ("inc", TraceArg::Int(inc)),
+            ("target_device", TraceArg::Int(td as i64)),
+            ("target_core", TraceArg::Int(tc as i64)),
         ];
         let mut st = self.state.lock().ignore_poison();
         st.push(Event::Instant { gcore: g, name, cat: "signal", ts, site, args });
@@ -245,9 +245,9 @@ impl Tracer {
         let Some(g) = self.gcore(device, core) else { return };
         let end = self.now().max(start.begin);
         let unit = if what == "dma_wait" { " B" } else { "" };
-        let mut args = vec![("sem", Arg::Int(sem as i64)), ("value", Arg::Int(value))];
+        let mut args = vec![("sem", TraceArg::Int(sem as i64)), ("value", TraceArg::Int(value))];
         if let Some(kind) = error {
-            args.push(("error", Arg::Str(kind.to_string())));
+            args.push(("error", TraceArg::Str(kind.to_string())));
         }
         let name = format!("{what} sem {sem} >= {value}{unit}");
         let mut st = self.state.lock().ignore_poison();
@@ -278,7 +278,7 @@ impl Tracer {
         let end = self.now().max(start.begin);
         let mut args = Vec::new();
         if let Some(kind) = error {
-            args.push(("error", Arg::Str(kind.to_string())));
+            args.push(("error", TraceArg::Str(kind.to_string())));
         }
         self.state.lock().ignore_poison().push(Event::Span {
             track: Track::Core(g),
@@ -295,7 +295,7 @@ impl Tracer {
 
     /// A DMA started by (device, core); `what` describes it (both sides,
     /// bytes). Its span ends at [`Tracer::dma_end`].
-    pub fn dma_begin(&self, device: u32, core: u32, what: String, args: Vec<(&'static str, Arg)>) -> TraceDma {
+    pub fn dma_begin(&self, device: u32, core: u32, what: String, args: Vec<(&'static str, TraceArg)>) -> TraceDma {
         let g = self.gcore(device, core).unwrap_or(0);
         let begin = self.now();
         let site = site::current();
@@ -396,14 +396,14 @@ fn step_span(gcore: u32, s: OpenStep, end: u64) -> Event {
         begin: s.begin,
         end: end.max(s.begin),
         site: s.site,
-        args: vec![("grid_indices", Arg::Ints(s.indices))],
+        args: vec![("grid_indices", TraceArg::Ints(s.indices))],
     }
 }
 
 fn dma_span(id: u64, d: OpenDma, end: u64, completed: bool) -> Event {
     let mut args = d.args;
     if !completed {
-        args.push(("completed", Arg::Str("no: never waited for".to_string())));
+        args.push(("completed", TraceArg::Str("no: never waited for".to_string())));
     }
     Event::Span {
         track: Track::Dma { issuer: d.issuer, id },

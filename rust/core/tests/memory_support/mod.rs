@@ -1,5 +1,6 @@
-//! Shared helpers of the memory tests: a seeded PRNG, a MemoryTable
-//! factory, and a naive element-by-element reference of stock's semantics.
+//! Shared helpers of the memory tests: a seeded PRNG (the race tests'
+//! too), a MemoryTable factory, and a naive element-by-element reference
+//! of stock's semantics.
 #![allow(dead_code)]
 
 use mosaic_rt_core::internals::MemoryTable;
@@ -17,6 +18,10 @@ impl Rng {
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    /// In 0..n (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
     }
     /// Uniform in lo..=hi.
     pub fn range(&mut self, lo: i64, hi: i64) -> i64 {

@@ -9,13 +9,13 @@ use crate::dispatch::Call;
 use crate::frame::{dtype_to_xla, Buf, Frame};
 use crate::wire::scalar_program as wire;
 use mosaic_rt_core::{DType, Result, RtError};
-use mosaic_rt_programs::scalar::{Program, ProgramState, ScalarType, Values};
+use mosaic_rt_programs::scalar::{ScalarProgram, ScalarProgramState, ScalarType, Values};
 use std::cell::RefCell;
 
 thread_local! {
     /// Each XLA thread's recently run programs (decoding checks every word) and
     /// its scratch values (reused: an evaluation writes each value it reads).
-    static STATE: RefCell<ProgramState> = const { RefCell::new(ProgramState::new(Values::new())) };
+    static STATE: RefCell<ScalarProgramState> = const { RefCell::new(ScalarProgramState::new(Values::new())) };
 }
 
 /// Programs of at most this many operands keep their operand slices in a
@@ -29,7 +29,7 @@ pub fn scalar_program(c: &mut Call) -> Result<()> {
     STATE.with(|state| state.borrow_mut().run(words, fingerprint.map(|fp| fp as u64), |p, values| run(f, p, values)))
 }
 
-fn run(f: &Frame, program: &Program, values: &mut Values) -> Result<()> {
+fn run(f: &Frame, program: &ScalarProgram, values: &mut Values) -> Result<()> {
     let (n_in, n_out) = (program.num_inputs(), program.num_outputs());
     f.expect_arity(n_in..=n_in, n_out)?;
     if n_in <= FEW_INPUTS {
@@ -61,7 +61,7 @@ fn run(f: &Frame, program: &Program, values: &mut Values) -> Result<()> {
 }
 
 /// Operand `i`'s bytes, checked against the program's type and dims.
-fn input<'a>(f: &Frame<'a>, program: &Program, i: usize) -> Result<&'a [u8]> {
+fn input<'a>(f: &Frame<'a>, program: &ScalarProgram, i: usize) -> Result<&'a [u8]> {
     let (ty, dims) = program.input(i);
     let buf = f.arg(i)?;
     expect(f, &buf, ty, dims)?;

@@ -9,13 +9,13 @@ use crate::dispatch::Call;
 use crate::frame::{dtype_to_xla, Buf, Frame};
 use crate::wire::vector_program as wire;
 use mosaic_rt_core::{DType, Result, RtError};
-use mosaic_rt_programs::vector::{Program, ProgramState, Scratch, VectorType, MAX_VALUES};
+use mosaic_rt_programs::vector::{VectorProgram, VectorProgramState, VectorScratch, VectorType, MAX_VALUES};
 use std::cell::RefCell;
 
 thread_local! {
     /// Each XLA thread's recently run programs (decoding checks every word) and
     /// its scratch (grown once, reused by every call on the thread).
-    static STATE: RefCell<ProgramState> = const { RefCell::new(ProgramState::new(Scratch::new())) };
+    static STATE: RefCell<VectorProgramState> = const { RefCell::new(VectorProgramState::new(VectorScratch::new())) };
 }
 
 pub fn vector_program(c: &mut Call) -> Result<()> {
@@ -25,7 +25,7 @@ pub fn vector_program(c: &mut Call) -> Result<()> {
     STATE.with(|state| state.borrow_mut().run(words, fingerprint.map(|fp| fp as u64), |p, scratch| run(f, p, scratch)))
 }
 
-fn run(f: &Frame, program: &Program, scratch: &mut Scratch) -> Result<()> {
+fn run(f: &Frame, program: &VectorProgram, scratch: &mut VectorScratch) -> Result<()> {
     let (n_in, n_out) = (program.num_inputs(), program.num_outputs());
     f.expect_arity(n_in..=n_in, n_out)?;
     let mut inputs: [&[u8]; MAX_VALUES] = [&[]; MAX_VALUES];

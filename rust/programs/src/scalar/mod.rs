@@ -15,6 +15,6 @@ mod program;
 mod types;
 
 pub use crate::program_words::fingerprint;
-pub use ops::{binary, convert, unary, Op};
-pub use program::{DecodeCache, Program, ProgramState, ScalarPrograms, Values, FORMAT, MAX_VALUES};
+pub use ops::{binary, convert, unary, ScalarOp};
+pub use program::{ScalarDecodeCache, ScalarProgram, ScalarProgramState, ScalarPrograms, Values, FORMAT, MAX_VALUES};
 pub use types::ScalarType;

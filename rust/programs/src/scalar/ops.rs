@@ -14,7 +14,7 @@ use crate::wire_enum;
 wire_enum! {
     /// One op of scalar programs: wire code and name (jax's primitive name
     /// where there is one).
-    pub enum Op as "op" {
+    pub enum ScalarOp as "op" {
         Const = 0 => "const",
         Add = 1 => "add",
         Sub = 2 => "sub",
@@ -47,31 +47,31 @@ wire_enum! {
     }
 }
 
-impl Op {
+impl ScalarOp {
     /// Whether the op compares (its result is bool, its operands any type).
     pub fn is_comparison(self) -> bool {
-        matches!(self, Op::Eq | Op::Ne | Op::Lt | Op::Le | Op::Gt | Op::Ge)
+        matches!(self, ScalarOp::Eq | ScalarOp::Ne | ScalarOp::Lt | ScalarOp::Le | ScalarOp::Gt | ScalarOp::Ge)
     }
 }
 
 /// `a op b` for a binary op of type `t` (comparisons return 0 or 1).
 #[inline]
-pub fn binary(op: Op, t: ScalarType, a: u64, b: u64) -> u64 {
+pub fn binary(op: ScalarOp, t: ScalarType, a: u64, b: u64) -> u64 {
     let (x, y) = (t.to_i128(a), t.to_i128(b));
     match op {
-        Op::Add => t.wrap(a.wrapping_add(b)),
-        Op::Sub => t.wrap(a.wrapping_sub(b)),
-        Op::Mul => t.wrap(a.wrapping_mul(b)),
-        Op::Div => div(t, a, b),
-        Op::Rem => rem(t, a, b),
-        Op::Max => {
+        ScalarOp::Add => t.wrap(a.wrapping_add(b)),
+        ScalarOp::Sub => t.wrap(a.wrapping_sub(b)),
+        ScalarOp::Mul => t.wrap(a.wrapping_mul(b)),
+        ScalarOp::Div => div(t, a, b),
+        ScalarOp::Rem => rem(t, a, b),
+        ScalarOp::Max => {
             if x >= y {
                 a
             } else {
                 b
             }
         }
-        Op::Min => {
+        ScalarOp::Min => {
             if x <= y {
                 a
             } else {
@@ -79,22 +79,22 @@ pub fn binary(op: Op, t: ScalarType, a: u64, b: u64) -> u64 {
             }
         }
         // Canonical forms are closed under the bitwise ops (bool: 0/1).
-        Op::And => a & b,
-        Op::Or => a | b,
-        Op::Xor => a ^ b,
-        Op::ShiftLeft => shift(t, a, b, |v, s| v << s, 0),
-        Op::ShiftRightLogical => shift(t, a, b, |v, s| (v & mask(t)) >> s, 0),
-        Op::ShiftRightArithmetic => {
+        ScalarOp::And => a & b,
+        ScalarOp::Or => a | b,
+        ScalarOp::Xor => a ^ b,
+        ScalarOp::ShiftLeft => shift(t, a, b, |v, s| v << s, 0),
+        ScalarOp::ShiftRightLogical => shift(t, a, b, |v, s| (v & mask(t)) >> s, 0),
+        ScalarOp::ShiftRightArithmetic => {
             let signed = sign_extend(a, t.width());
             let fill = ((signed as i64) >> 63) as u64;
             shift(t, signed, b, |v, s| ((v as i64) >> s) as u64, fill)
         }
-        Op::Eq => (a == b) as u64,
-        Op::Ne => (a != b) as u64,
-        Op::Lt => (x < y) as u64,
-        Op::Le => (x <= y) as u64,
-        Op::Gt => (x > y) as u64,
-        Op::Ge => (x >= y) as u64,
+        ScalarOp::Eq => (a == b) as u64,
+        ScalarOp::Ne => (a != b) as u64,
+        ScalarOp::Lt => (x < y) as u64,
+        ScalarOp::Le => (x <= y) as u64,
+        ScalarOp::Gt => (x > y) as u64,
+        ScalarOp::Ge => (x >= y) as u64,
         _ => unreachable!("{op:?} is not binary"),
     }
 }
@@ -143,15 +143,15 @@ fn rem(t: ScalarType, a: u64, b: u64) -> u64 {
 
 /// `op a` for a unary op of type `t` (`Not` of bool is logical).
 #[inline]
-pub fn unary(op: Op, t: ScalarType, a: u64) -> u64 {
+pub fn unary(op: ScalarOp, t: ScalarType, a: u64) -> u64 {
     match op {
-        Op::Neg => t.wrap(a.wrapping_neg()),
-        Op::Abs if t.is_signed() => t.wrap((a as i64).wrapping_abs() as u64),
-        Op::Abs => a,
-        Op::Sign if t.is_signed() => t.wrap((a as i64).signum() as u64),
-        Op::Sign => (a != 0) as u64,
-        Op::Not if t == ScalarType::Bool => a ^ 1,
-        Op::Not => t.wrap(!a),
+        ScalarOp::Neg => t.wrap(a.wrapping_neg()),
+        ScalarOp::Abs if t.is_signed() => t.wrap((a as i64).wrapping_abs() as u64),
+        ScalarOp::Abs => a,
+        ScalarOp::Sign if t.is_signed() => t.wrap((a as i64).signum() as u64),
+        ScalarOp::Sign => (a != 0) as u64,
+        ScalarOp::Not if t == ScalarType::Bool => a ^ 1,
+        ScalarOp::Not => t.wrap(!a),
         _ => unreachable!("{op:?} is not unary"),
     }
 }
@@ -159,7 +159,7 @@ pub fn unary(op: Op, t: ScalarType, a: u64) -> u64 {
 /// `min(max(x, lo), hi)`, as XLA's clamp (so `lo > hi` gives `hi`).
 #[inline]
 pub fn clamp(t: ScalarType, lo: u64, x: u64, hi: u64) -> u64 {
-    binary(Op::Min, t, binary(Op::Max, t, x, lo), hi)
+    binary(ScalarOp::Min, t, binary(ScalarOp::Max, t, x, lo), hi)
 }
 
 /// `a` of type `from` converted to `to`: to bool is `a != 0`; between
@@ -210,7 +210,7 @@ mod tests {
         t.wrap(v as u64)
     }
 
-    fn bin(op: Op, t: ScalarType, a: i64, b: i64) -> i64 {
+    fn bin(op: ScalarOp, t: ScalarType, a: i64, b: i64) -> i64 {
         let r = binary(op, t, s(t, a), s(t, b));
         if t.is_signed() {
             r as i64
@@ -222,23 +222,23 @@ mod tests {
 
     #[test]
     fn codes_round_trip() {
-        for op in Op::ALL {
-            assert_eq!(Op::from_code(op.code()).unwrap(), op);
-            assert_eq!(Op::from_name(op.name()).unwrap(), op);
+        for op in ScalarOp::ALL {
+            assert_eq!(ScalarOp::from_code(op.code()).unwrap(), op);
+            assert_eq!(ScalarOp::from_name(op.name()).unwrap(), op);
         }
-        assert!(Op::from_code(Op::ALL.len() as i64).is_err());
-        assert!(Op::from_code(-1).is_err());
+        assert!(ScalarOp::from_code(ScalarOp::ALL.len() as i64).is_err());
+        assert!(ScalarOp::from_code(-1).is_err());
     }
 
     #[test]
     fn add_sub_mul_wrap() {
-        assert_eq!(bin(Op::Add, I8, 127, 1), -128);
-        assert_eq!(bin(Op::Sub, I8, -128, 1), 127);
-        assert_eq!(bin(Op::Mul, I16, 300, 300), (90000i64 as i16) as i64);
-        assert_eq!(bin(Op::Add, U8, 255, 1), 0);
-        assert_eq!(bin(Op::Sub, U32, 0, 1), u32::MAX as i64);
-        assert_eq!(bin(Op::Mul, I64, i64::MAX, 2), -2);
-        assert_eq!(binary(Op::Add, U64, u64::MAX, 2), 1);
+        assert_eq!(bin(ScalarOp::Add, I8, 127, 1), -128);
+        assert_eq!(bin(ScalarOp::Sub, I8, -128, 1), 127);
+        assert_eq!(bin(ScalarOp::Mul, I16, 300, 300), (90000i64 as i16) as i64);
+        assert_eq!(bin(ScalarOp::Add, U8, 255, 1), 0);
+        assert_eq!(bin(ScalarOp::Sub, U32, 0, 1), u32::MAX as i64);
+        assert_eq!(bin(ScalarOp::Mul, I64, i64::MAX, 2), -2);
+        assert_eq!(binary(ScalarOp::Add, U64, u64::MAX, 2), 1);
     }
 
     #[test]
@@ -247,22 +247,22 @@ mod tests {
         for t in [I8, I16, I32, I64] {
             let min = t.min_max().0 as i64;
             let max = t.min_max().1 as i64;
-            assert_eq!(bin(Op::Div, t, min, -1), min, "{t:?}");
-            assert_eq!(bin(Op::Rem, t, min, -1), 0, "{t:?}");
-            assert_eq!(bin(Op::Div, t, max, 0), -1, "{t:?}");
-            assert_eq!(bin(Op::Div, t, 0, 0), -1, "{t:?}");
-            assert_eq!(bin(Op::Rem, t, max, 0), max, "{t:?}");
-            assert_eq!(bin(Op::Rem, t, -7, 0), -7, "{t:?}");
-            assert_eq!(bin(Op::Div, t, -7, 2), -3, "truncates, {t:?}");
-            assert_eq!(bin(Op::Rem, t, -7, 2), -1, "sign of the dividend, {t:?}");
-            assert_eq!(bin(Op::Rem, t, 7, -2), 1, "{t:?}");
+            assert_eq!(bin(ScalarOp::Div, t, min, -1), min, "{t:?}");
+            assert_eq!(bin(ScalarOp::Rem, t, min, -1), 0, "{t:?}");
+            assert_eq!(bin(ScalarOp::Div, t, max, 0), -1, "{t:?}");
+            assert_eq!(bin(ScalarOp::Div, t, 0, 0), -1, "{t:?}");
+            assert_eq!(bin(ScalarOp::Rem, t, max, 0), max, "{t:?}");
+            assert_eq!(bin(ScalarOp::Rem, t, -7, 0), -7, "{t:?}");
+            assert_eq!(bin(ScalarOp::Div, t, -7, 2), -3, "truncates, {t:?}");
+            assert_eq!(bin(ScalarOp::Rem, t, -7, 2), -1, "sign of the dividend, {t:?}");
+            assert_eq!(bin(ScalarOp::Rem, t, 7, -2), 1, "{t:?}");
         }
         for t in [U8, U16, U32, U64] {
             let max = t.min_max().1;
-            assert_eq!(binary(Op::Div, t, 7, 0), max, "{t:?}");
-            assert_eq!(binary(Op::Rem, t, 7, 0), 7, "{t:?}");
-            assert_eq!(binary(Op::Div, t, max, 3), max / 3, "{t:?}");
-            assert_eq!(binary(Op::Rem, t, max, 2), 1, "{t:?}");
+            assert_eq!(binary(ScalarOp::Div, t, 7, 0), max, "{t:?}");
+            assert_eq!(binary(ScalarOp::Rem, t, 7, 0), 7, "{t:?}");
+            assert_eq!(binary(ScalarOp::Div, t, max, 3), max / 3, "{t:?}");
+            assert_eq!(binary(ScalarOp::Rem, t, max, 2), 1, "{t:?}");
         }
     }
 
@@ -270,50 +270,50 @@ mod tests {
     fn shifts_match_xla_out_of_range() {
         for t in [I8, I16, I32, I64] {
             let w = t.width() as i64;
-            assert_eq!(bin(Op::ShiftLeft, t, -5, 1), -10);
-            assert_eq!(bin(Op::ShiftLeft, t, -5, w - 1), t.min_max().0 as i64);
-            assert_eq!(bin(Op::ShiftLeft, t, -5, w), 0);
-            assert_eq!(bin(Op::ShiftLeft, t, -5, -1), 0, "negative amounts are huge unsigned ones");
-            assert_eq!(bin(Op::ShiftRightArithmetic, t, -5, 1), -3);
-            assert_eq!(bin(Op::ShiftRightArithmetic, t, -5, w), -1);
-            assert_eq!(bin(Op::ShiftRightArithmetic, t, 5, w + 1), 0);
-            assert_eq!(bin(Op::ShiftRightArithmetic, t, -5, -1), -1);
-            assert_eq!(bin(Op::ShiftRightLogical, t, -5, w), 0);
-            assert_eq!(bin(Op::ShiftRightLogical, t, -1, w - 1), 1);
-            assert_eq!(bin(Op::ShiftRightLogical, t, -1, 0), -1);
+            assert_eq!(bin(ScalarOp::ShiftLeft, t, -5, 1), -10);
+            assert_eq!(bin(ScalarOp::ShiftLeft, t, -5, w - 1), t.min_max().0 as i64);
+            assert_eq!(bin(ScalarOp::ShiftLeft, t, -5, w), 0);
+            assert_eq!(bin(ScalarOp::ShiftLeft, t, -5, -1), 0, "negative amounts are huge unsigned ones");
+            assert_eq!(bin(ScalarOp::ShiftRightArithmetic, t, -5, 1), -3);
+            assert_eq!(bin(ScalarOp::ShiftRightArithmetic, t, -5, w), -1);
+            assert_eq!(bin(ScalarOp::ShiftRightArithmetic, t, 5, w + 1), 0);
+            assert_eq!(bin(ScalarOp::ShiftRightArithmetic, t, -5, -1), -1);
+            assert_eq!(bin(ScalarOp::ShiftRightLogical, t, -5, w), 0);
+            assert_eq!(bin(ScalarOp::ShiftRightLogical, t, -1, w - 1), 1);
+            assert_eq!(bin(ScalarOp::ShiftRightLogical, t, -1, 0), -1);
         }
         // Arithmetic right shifts of unsigned types fill with the top bit.
-        assert_eq!(binary(Op::ShiftRightArithmetic, U8, 0xc8, 1), 0xe4);
-        assert_eq!(binary(Op::ShiftRightArithmetic, U8, 0xc8, 9), 0xff);
-        assert_eq!(binary(Op::ShiftRightArithmetic, U32, 200, 1), 100);
-        assert_eq!(binary(Op::ShiftRightArithmetic, U64, 1 << 63, 63), u64::MAX);
-        assert_eq!(binary(Op::ShiftRightLogical, U8, 200, 1), 100);
-        assert_eq!(binary(Op::ShiftLeft, U8, 200, 1), 144);
-        assert_eq!(binary(Op::ShiftLeft, U8, 200, 8), 0);
-        assert_eq!(binary(Op::ShiftLeft, U64, 1, 63), 1 << 63);
-        assert_eq!(binary(Op::ShiftLeft, U64, 1, 64), 0);
+        assert_eq!(binary(ScalarOp::ShiftRightArithmetic, U8, 0xc8, 1), 0xe4);
+        assert_eq!(binary(ScalarOp::ShiftRightArithmetic, U8, 0xc8, 9), 0xff);
+        assert_eq!(binary(ScalarOp::ShiftRightArithmetic, U32, 200, 1), 100);
+        assert_eq!(binary(ScalarOp::ShiftRightArithmetic, U64, 1 << 63, 63), u64::MAX);
+        assert_eq!(binary(ScalarOp::ShiftRightLogical, U8, 200, 1), 100);
+        assert_eq!(binary(ScalarOp::ShiftLeft, U8, 200, 1), 144);
+        assert_eq!(binary(ScalarOp::ShiftLeft, U8, 200, 8), 0);
+        assert_eq!(binary(ScalarOp::ShiftLeft, U64, 1, 63), 1 << 63);
+        assert_eq!(binary(ScalarOp::ShiftLeft, U64, 1, 64), 0);
     }
 
     #[test]
     fn comparisons_signed_and_unsigned() {
-        assert_eq!(bin(Op::Lt, I32, -1, 0), 1);
-        assert_eq!(binary(Op::Lt, U32, u32::MAX as u64, 0), 0);
-        assert_eq!(binary(Op::Gt, U64, 1 << 63, 1), 1);
-        assert_eq!(bin(Op::Gt, I64, i64::MIN, 1), 0);
-        assert_eq!(bin(Op::Le, I8, 3, 3), 1);
-        assert_eq!(bin(Op::Ge, I8, 2, 3), 0);
-        assert_eq!(bin(Op::Eq, I16, -1, -1), 1);
-        assert_eq!(bin(Op::Ne, I16, -1, -1), 0);
-        assert_eq!(binary(Op::Lt, Bool, 0, 1), 1);
+        assert_eq!(bin(ScalarOp::Lt, I32, -1, 0), 1);
+        assert_eq!(binary(ScalarOp::Lt, U32, u32::MAX as u64, 0), 0);
+        assert_eq!(binary(ScalarOp::Gt, U64, 1 << 63, 1), 1);
+        assert_eq!(bin(ScalarOp::Gt, I64, i64::MIN, 1), 0);
+        assert_eq!(bin(ScalarOp::Le, I8, 3, 3), 1);
+        assert_eq!(bin(ScalarOp::Ge, I8, 2, 3), 0);
+        assert_eq!(bin(ScalarOp::Eq, I16, -1, -1), 1);
+        assert_eq!(bin(ScalarOp::Ne, I16, -1, -1), 0);
+        assert_eq!(binary(ScalarOp::Lt, Bool, 0, 1), 1);
     }
 
     #[test]
     fn min_max_clamp() {
-        assert_eq!(bin(Op::Max, I32, -3, 2), 2);
-        assert_eq!(bin(Op::Min, I32, -3, 2), -3);
-        assert_eq!(binary(Op::Max, U32, u32::MAX as u64, 2), u32::MAX as u64);
-        assert_eq!(binary(Op::Max, Bool, 1, 0), 1);
-        assert_eq!(binary(Op::Min, Bool, 1, 0), 0);
+        assert_eq!(bin(ScalarOp::Max, I32, -3, 2), 2);
+        assert_eq!(bin(ScalarOp::Min, I32, -3, 2), -3);
+        assert_eq!(binary(ScalarOp::Max, U32, u32::MAX as u64, 2), u32::MAX as u64);
+        assert_eq!(binary(ScalarOp::Max, Bool, 1, 0), 1);
+        assert_eq!(binary(ScalarOp::Min, Bool, 1, 0), 0);
         // XLA: lo > hi gives hi.
         assert_eq!(clamp(I32, 5, 1, 2), 2);
         assert_eq!(clamp(I32, 5, 9, 2), 2);
@@ -325,32 +325,32 @@ mod tests {
     #[test]
     fn unary_ops() {
         let min8 = I8.min_max().0;
-        assert_eq!(unary(Op::Neg, I8, min8), min8);
-        assert_eq!(unary(Op::Abs, I8, min8), min8);
-        assert_eq!(unary(Op::Abs, I32, s(I32, -7)), 7);
-        assert_eq!(unary(Op::Abs, I64, i64::MIN as u64), i64::MIN as u64);
-        assert_eq!(unary(Op::Sign, I8, min8), s(I8, -1));
-        assert_eq!(unary(Op::Sign, I32, 0), 0);
-        assert_eq!(unary(Op::Sign, I32, 9), 1);
-        assert_eq!(unary(Op::Sign, U8, 200), 1);
-        assert_eq!(unary(Op::Sign, U64, 0), 0);
-        assert_eq!(unary(Op::Neg, U8, 7), 249);
-        assert_eq!(unary(Op::Neg, U64, 1), u64::MAX);
-        assert_eq!(unary(Op::Not, Bool, 1), 0);
-        assert_eq!(unary(Op::Not, Bool, 0), 1);
-        assert_eq!(unary(Op::Not, U8, 0), 255);
-        assert_eq!(unary(Op::Not, I16, 0), s(I16, -1));
+        assert_eq!(unary(ScalarOp::Neg, I8, min8), min8);
+        assert_eq!(unary(ScalarOp::Abs, I8, min8), min8);
+        assert_eq!(unary(ScalarOp::Abs, I32, s(I32, -7)), 7);
+        assert_eq!(unary(ScalarOp::Abs, I64, i64::MIN as u64), i64::MIN as u64);
+        assert_eq!(unary(ScalarOp::Sign, I8, min8), s(I8, -1));
+        assert_eq!(unary(ScalarOp::Sign, I32, 0), 0);
+        assert_eq!(unary(ScalarOp::Sign, I32, 9), 1);
+        assert_eq!(unary(ScalarOp::Sign, U8, 200), 1);
+        assert_eq!(unary(ScalarOp::Sign, U64, 0), 0);
+        assert_eq!(unary(ScalarOp::Neg, U8, 7), 249);
+        assert_eq!(unary(ScalarOp::Neg, U64, 1), u64::MAX);
+        assert_eq!(unary(ScalarOp::Not, Bool, 1), 0);
+        assert_eq!(unary(ScalarOp::Not, Bool, 0), 1);
+        assert_eq!(unary(ScalarOp::Not, U8, 0), 255);
+        assert_eq!(unary(ScalarOp::Not, I16, 0), s(I16, -1));
     }
 
     #[test]
     fn bitwise_ops_keep_canonical_form() {
-        assert_eq!(bin(Op::And, I8, -1, 0x0f), 0x0f);
-        assert_eq!(bin(Op::Or, I8, 0x70, -128), -16);
-        assert_eq!(bin(Op::Xor, I8, -1, 1), -2);
-        assert_eq!(binary(Op::Xor, U16, 0xffff, 1), 0xfffe);
-        assert_eq!(binary(Op::And, Bool, 1, 0), 0);
-        assert_eq!(binary(Op::Or, Bool, 1, 0), 1);
-        assert_eq!(binary(Op::Xor, Bool, 1, 1), 0);
+        assert_eq!(bin(ScalarOp::And, I8, -1, 0x0f), 0x0f);
+        assert_eq!(bin(ScalarOp::Or, I8, 0x70, -128), -16);
+        assert_eq!(bin(ScalarOp::Xor, I8, -1, 1), -2);
+        assert_eq!(binary(ScalarOp::Xor, U16, 0xffff, 1), 0xfffe);
+        assert_eq!(binary(ScalarOp::And, Bool, 1, 0), 0);
+        assert_eq!(binary(ScalarOp::Or, Bool, 1, 0), 1);
+        assert_eq!(binary(ScalarOp::Xor, Bool, 1, 1), 0);
     }
 
     #[test]

@@ -14,11 +14,11 @@
 //! [`ScalarType`] code, `imm` the op's immediate (a constant's canonical
 //! value, an integer power's exponent, else 0). Vector inputs (rank > 0)
 //! are only read by `index`. Everything is checked once by
-//! [`Program::decode`]; evaluation then cannot fail.
+//! [`ScalarProgram::decode`]; evaluation then cannot fail.
 
-use super::ops::{self, Op};
+use super::ops::{self, ScalarOp};
 use super::types::ScalarType;
-use crate::error::{ProgramError, Result};
+use crate::error::{ProgramError, ProgramResult};
 use crate::program_words::{self, LayoutRef, ProgramKind, Reader};
 #[cfg(test)]
 use crate::program_words::{fingerprint, CACHED_PROGRAMS};
@@ -31,14 +31,14 @@ pub const MAX_VALUES: usize = 128;
 
 /// What decoding learnt of a value (4 bytes: the table is re-made per call).
 #[derive(Clone, Copy)]
-struct Meta {
+struct ScalarValueMeta {
     ty: ScalarType,
     /// > 0 only for a vector input, whose dims start at word `dims_at`.
     rank: u8,
     dims_at: u16,
 }
 
-const NO_META: Meta = Meta { ty: ScalarType::Bool, rank: 0, dims_at: 0 };
+const NO_META: ScalarValueMeta = ScalarValueMeta { ty: ScalarType::Bool, rank: 0, dims_at: 0 };
 
 /// The values of one evaluation (inputs, then one per instruction). An
 /// evaluation writes every value before reading it, so one `Values` can be
@@ -58,20 +58,20 @@ impl Default for Values {
 }
 
 /// A validated program over its words.
-pub struct Program<'a> {
+pub struct ScalarProgram<'a> {
     words: &'a [i64],
-    layout: LayoutRef<'a, Layout>,
+    layout: LayoutRef<'a, ScalarLayout>,
 }
 
 /// What decoding learnt of a program's words (reusable for equal words).
 #[derive(Clone, Copy)]
-pub struct Layout {
+pub struct ScalarLayout {
     n_inputs: usize,
     n_values: usize,
     instrs_at: usize,
     outputs_at: usize,
     n_outputs: usize,
-    meta: [Meta; MAX_VALUES],
+    meta: [ScalarValueMeta; MAX_VALUES],
 }
 
 #[cold]
@@ -79,15 +79,15 @@ fn bad(message: String) -> ProgramError {
     ProgramError::value(format!("scalar program: {message}"))
 }
 
-impl<'a> Program<'a> {
+impl<'a> ScalarProgram<'a> {
     /// Parses and type-checks `words`.
-    pub fn decode(words: &'a [i64]) -> Result<Program<'a>> {
-        Ok(Program { words, layout: LayoutRef::Owned(Box::new(decode_layout(words)?)) })
+    pub fn decode(words: &'a [i64]) -> ProgramResult<ScalarProgram<'a>> {
+        Ok(ScalarProgram { words, layout: LayoutRef::Owned(Box::new(decode_layout(words)?)) })
     }
 }
 
 /// The checked layout of a program's words.
-fn decode_layout(words: &[i64]) -> Result<Layout> {
+fn decode_layout(words: &[i64]) -> ProgramResult<ScalarLayout> {
     {
         let mut r = Reader { words, pos: 0, bad };
         let format = r.next("format")?;
@@ -111,12 +111,12 @@ fn decode_layout(words: &[i64]) -> Result<Layout> {
                     return Err(bad(format!("vector input dimension {d} (must be >= 1)")));
                 }
             }
-            *m = Meta { ty, rank: rank as u8, dims_at };
+            *m = ScalarValueMeta { ty, rank: rank as u8, dims_at };
         }
         let instrs_at = r.pos;
         for k in 0..n_instrs {
             let v = n_inputs + k;
-            meta[v] = Meta { ty: check_instr(&mut r, &meta[..v], words)?, rank: 0, dims_at: 0 };
+            meta[v] = ScalarValueMeta { ty: check_instr(&mut r, &meta[..v], words)?, rank: 0, dims_at: 0 };
         }
         let outputs_at = r.pos;
         let n_values = n_inputs + n_instrs;
@@ -126,11 +126,11 @@ fn decode_layout(words: &[i64]) -> Result<Layout> {
         if r.pos != words.len() {
             return Err(bad(format!("{} words after the outputs", words.len() - r.pos)));
         }
-        Ok(Layout { n_inputs, n_values, instrs_at, outputs_at, n_outputs, meta })
+        Ok(ScalarLayout { n_inputs, n_values, instrs_at, outputs_at, n_outputs, meta })
     }
 }
 
-impl<'a> Program<'a> {
+impl<'a> ScalarProgram<'a> {
     pub fn num_inputs(&self) -> usize {
         self.layout.n_inputs
     }
@@ -153,7 +153,7 @@ impl<'a> Program<'a> {
 
     /// Evaluates the program: `inputs[i]` holds input i's native-endian
     /// elements (C order), each `outputs[j]` receives output j.
-    pub fn run(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<()> {
+    pub fn run(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> ProgramResult<()> {
         if inputs.len() != self.layout.n_inputs || outputs.len() != self.layout.n_outputs {
             return Err(bad(format!(
                 "{} inputs and {} outputs given, the program has {} and {}",
@@ -184,7 +184,7 @@ impl<'a> Program<'a> {
     }
 
     /// Checks that input `i` has `len` bytes (all its elements).
-    pub fn check_input(&self, i: usize, len: usize) -> Result<()> {
+    pub fn check_input(&self, i: usize, len: usize) -> ProgramResult<()> {
         let (ty, dims) = self.input(i);
         let n: usize = dims.iter().map(|&d| d as usize).product();
         if len != n * ty.size() {
@@ -194,14 +194,14 @@ impl<'a> Program<'a> {
     }
 
     /// Every value of the program; `input(i)` gives input i's bytes, whose
-    /// lengths the caller checked ([`Program::check_input`]).
+    /// lengths the caller checked ([`ScalarProgram::check_input`]).
     pub fn eval<'b>(&self, input: impl Fn(usize) -> &'b [u8]) -> Values {
         let mut vals = Values::new();
         self.eval_into(&mut vals, input);
         vals
     }
 
-    /// [`Program::eval`] into `vals` (whatever it held before).
+    /// [`ScalarProgram::eval`] into `vals` (whatever it held before).
     pub fn eval_into<'b>(&self, vals: &mut Values, input: impl Fn(usize) -> &'b [u8]) {
         for i in 0..self.layout.n_inputs {
             if self.layout.meta[i].rank == 0 {
@@ -212,7 +212,7 @@ impl<'a> Program<'a> {
         let mut pos = self.layout.instrs_at;
         for v in self.layout.n_inputs..self.layout.n_values {
             // Decoded already: every word below is known to be valid.
-            let op = Op::ALL[w[pos] as usize];
+            let op = ScalarOp::ALL[w[pos] as usize];
             let ty = self.layout.meta[v].ty;
             let n = w[pos + 2] as usize;
             let args = &w[pos + 3..pos + 3 + n];
@@ -220,16 +220,16 @@ impl<'a> Program<'a> {
             pos += 4 + n;
             let arg = |k: usize| vals.0[args[k] as usize];
             vals.0[v] = match op {
-                Op::Const => imm as u64,
-                Op::Neg | Op::Abs | Op::Sign | Op::Not => ops::unary(op, ty, arg(0)),
-                Op::Clamp => ops::clamp(ty, arg(0), arg(1), arg(2)),
-                Op::Convert => ops::convert(ty, arg(0)),
-                Op::IntegerPow => ops::integer_pow(ty, arg(0), imm as u64),
-                Op::SelectN => {
+                ScalarOp::Const => imm as u64,
+                ScalarOp::Neg | ScalarOp::Abs | ScalarOp::Sign | ScalarOp::Not => ops::unary(op, ty, arg(0)),
+                ScalarOp::Clamp => ops::clamp(ty, arg(0), arg(1), arg(2)),
+                ScalarOp::Convert => ops::convert(ty, arg(0)),
+                ScalarOp::IntegerPow => ops::integer_pow(ty, arg(0), imm as u64),
+                ScalarOp::SelectN => {
                     let which = self.layout.meta[args[0] as usize].ty;
                     arg(1 + ops::select_case(which, arg(0), n - 1))
                 }
-                Op::Index => self.index(&input, &vals.0, args),
+                ScalarOp::Index => self.index(&input, &vals.0, args),
                 _ if op.is_comparison() => ops::binary(op, self.layout.meta[args[0] as usize].ty, arg(0), arg(1)),
                 _ => ops::binary(op, ty, arg(0), arg(1)),
             };
@@ -261,28 +261,28 @@ impl<'a> Program<'a> {
 pub struct ScalarPrograms;
 
 impl ProgramKind for ScalarPrograms {
-    type Layout = Layout;
-    type Program<'a> = Program<'a>;
+    type Layout = ScalarLayout;
+    type Program<'a> = ScalarProgram<'a>;
     type Scratch = Values;
-    fn decode_layout(words: &[i64]) -> Result<Layout> {
+    fn decode_layout(words: &[i64]) -> ProgramResult<ScalarLayout> {
         decode_layout(words)
     }
     fn bad(message: String) -> ProgramError {
         bad(message)
     }
-    fn program<'a>(words: &'a [i64], layout: LayoutRef<'a, Layout>) -> Program<'a> {
-        Program { words, layout }
+    fn program<'a>(words: &'a [i64], layout: LayoutRef<'a, ScalarLayout>) -> ScalarProgram<'a> {
+        ScalarProgram { words, layout }
     }
 }
 
 /// Decoded scalar programs by their words.
-pub type DecodeCache = program_words::DecodeCache<ScalarPrograms>;
+pub type ScalarDecodeCache = program_words::DecodeCache<ScalarPrograms>;
 
 /// A thread's decoded scalar programs and scratch.
-pub type ProgramState = program_words::ProgramState<ScalarPrograms>;
+pub type ScalarProgramState = program_words::ProgramState<ScalarPrograms>;
 
 /// The type of scalar value `v` (an earlier value, not a vector input).
-fn scalar_arg(meta: &[Meta], v: i64) -> Result<ScalarType> {
+fn scalar_arg(meta: &[ScalarValueMeta], v: i64) -> ProgramResult<ScalarType> {
     let m = usize::try_from(v)
         .ok()
         .and_then(|i| meta.get(i))
@@ -294,9 +294,9 @@ fn scalar_arg(meta: &[Meta], v: i64) -> Result<ScalarType> {
 }
 
 /// Checks one instruction at the reader and returns its result type.
-fn check_instr(r: &mut Reader, meta: &[Meta], words: &[i64]) -> Result<ScalarType> {
+fn check_instr(r: &mut Reader, meta: &[ScalarValueMeta], words: &[i64]) -> ProgramResult<ScalarType> {
     let code = r.next("op")?;
-    let op = Op::from_code(code).map_err(|e| bad(e.message))?;
+    let op = ScalarOp::from_code(code).map_err(|e| bad(e.message))?;
     let ty = ScalarType::from_code(r.next("result type")?).map_err(|e| bad(e.message))?;
     let n = r.count("argument count", MAX_VALUES)?;
     let args_at = r.pos;
@@ -306,20 +306,20 @@ fn check_instr(r: &mut Reader, meta: &[Meta], words: &[i64]) -> Result<ScalarTyp
     let args = &words[args_at..args_at + n];
     let imm = r.next("immediate")?;
     let name = op.name();
-    let arity = |want: usize| -> Result<()> {
+    let arity = |want: usize| -> ProgramResult<()> {
         if n != want {
             return Err(bad(format!("{name} takes {want} argument(s), got {n}")));
         }
         Ok(())
     };
-    let need_int = || -> Result<()> {
+    let need_int = || -> ProgramResult<()> {
         if !ty.is_int() {
             return Err(bad(format!("{name} of bool")));
         }
         Ok(())
     };
     // Every argument has the result's type (the common case).
-    let all_of = |t: ScalarType, from: usize| -> Result<()> {
+    let all_of = |t: ScalarType, from: usize| -> ProgramResult<()> {
         for &a in &args[from..] {
             let at = scalar_arg(meta, a)?;
             if at != t {
@@ -329,48 +329,48 @@ fn check_instr(r: &mut Reader, meta: &[Meta], words: &[i64]) -> Result<ScalarTyp
         Ok(())
     };
     match op {
-        Op::Const => {
+        ScalarOp::Const => {
             arity(0)?;
             let canonical = ops::convert(ty, imm as u64);
             if ty == ScalarType::Bool && imm as u64 > 1 || canonical != imm as u64 {
                 return Err(bad(format!("constant {imm} is not a canonical {}", ty.name())));
             }
         }
-        Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Rem => {
+        ScalarOp::Add | ScalarOp::Sub | ScalarOp::Mul | ScalarOp::Div | ScalarOp::Rem => {
             arity(2)?;
             need_int()?;
             all_of(ty, 0)?;
         }
-        Op::ShiftLeft | Op::ShiftRightArithmetic | Op::ShiftRightLogical => {
+        ScalarOp::ShiftLeft | ScalarOp::ShiftRightArithmetic | ScalarOp::ShiftRightLogical => {
             arity(2)?;
             need_int()?;
             all_of(ty, 0)?;
         }
-        Op::Max | Op::Min | Op::And | Op::Or | Op::Xor => {
+        ScalarOp::Max | ScalarOp::Min | ScalarOp::And | ScalarOp::Or | ScalarOp::Xor => {
             arity(2)?;
             all_of(ty, 0)?;
         }
-        Op::Neg | Op::Abs | Op::Sign => {
+        ScalarOp::Neg | ScalarOp::Abs | ScalarOp::Sign => {
             arity(1)?;
             need_int()?;
             all_of(ty, 0)?;
         }
-        Op::Not => {
+        ScalarOp::Not => {
             arity(1)?;
             all_of(ty, 0)?;
         }
-        Op::Clamp => {
+        ScalarOp::Clamp => {
             arity(3)?;
             all_of(ty, 0)?;
         }
-        Op::Eq | Op::Ne | Op::Lt | Op::Le | Op::Gt | Op::Ge => {
+        ScalarOp::Eq | ScalarOp::Ne | ScalarOp::Lt | ScalarOp::Le | ScalarOp::Gt | ScalarOp::Ge => {
             arity(2)?;
             if ty != ScalarType::Bool {
                 return Err(bad(format!("{name} returns bool, not {}", ty.name())));
             }
             all_of(scalar_arg(meta, args[0])?, 1)?;
         }
-        Op::SelectN => {
+        ScalarOp::SelectN => {
             if n < 2 {
                 return Err(bad(format!("{name} needs an index and at least one case, got {n} argument(s)")));
             }
@@ -381,11 +381,11 @@ fn check_instr(r: &mut Reader, meta: &[Meta], words: &[i64]) -> Result<ScalarTyp
             }
             all_of(ty, 1)?;
         }
-        Op::Convert => {
+        ScalarOp::Convert => {
             arity(1)?;
             scalar_arg(meta, args[0])?;
         }
-        Op::IntegerPow => {
+        ScalarOp::IntegerPow => {
             arity(1)?;
             need_int()?;
             all_of(ty, 0)?;
@@ -393,7 +393,7 @@ fn check_instr(r: &mut Reader, meta: &[Meta], words: &[i64]) -> Result<ScalarTyp
                 return Err(bad(format!("{name} with negative exponent {imm}")));
             }
         }
-        Op::Index => {
+        ScalarOp::Index => {
             let vec = args.first().copied().unwrap_or(-1);
             let m = usize::try_from(vec).ok().and_then(|i| meta.get(i)).filter(|m| m.rank > 0);
             let m = m.ok_or_else(|| bad(format!("{name} of value {vec}, which is not a vector input")))?;
@@ -414,7 +414,7 @@ mod tests {
 
     /// Builds programs the way the Python side does.
     #[derive(Default)]
-    struct B {
+    struct ScalarProgramBuilder {
         inputs: Vec<i64>,
         n_in: i64,
         instrs: Vec<i64>,
@@ -422,14 +422,14 @@ mod tests {
         outputs: Vec<i64>,
     }
 
-    impl B {
+    impl ScalarProgramBuilder {
         fn input(&mut self, t: ScalarType, dims: &[i64]) -> i64 {
             self.inputs.extend([t.code(), dims.len() as i64]);
             self.inputs.extend(dims);
             self.n_in += 1;
             self.n_in - 1
         }
-        fn op(&mut self, op: Op, t: ScalarType, args: &[i64], imm: i64) -> i64 {
+        fn op(&mut self, op: ScalarOp, t: ScalarType, args: &[i64], imm: i64) -> i64 {
             self.instrs.extend([op.code(), t.code(), args.len() as i64]);
             self.instrs.extend(args);
             self.instrs.push(imm);
@@ -437,7 +437,7 @@ mod tests {
             self.n_in + self.n_instr - 1
         }
         fn konst(&mut self, t: ScalarType, v: i64) -> i64 {
-            self.op(Op::Const, t, &[], t.wrap(v as u64) as i64)
+            self.op(ScalarOp::Const, t, &[], t.wrap(v as u64) as i64)
         }
         fn words(&self) -> Vec<i64> {
             let mut w = vec![FORMAT, self.n_in, self.n_instr, self.outputs.len() as i64];
@@ -452,9 +452,9 @@ mod tests {
         xs.iter().flat_map(|x| x.to_ne_bytes()).collect()
     }
 
-    fn run1(b: &B, inputs: &[&[u8]], out_size: usize) -> Vec<u8> {
+    fn run1(b: &ScalarProgramBuilder, inputs: &[&[u8]], out_size: usize) -> Vec<u8> {
         let words = b.words();
-        let p = Program::decode(&words).unwrap();
+        let p = ScalarProgram::decode(&words).unwrap();
         let mut out = vec![0u8; out_size];
         p.run(inputs, &mut [&mut out[..]]).unwrap();
         out
@@ -463,20 +463,20 @@ mod tests {
     #[test]
     fn remainder_of_jnp_runs_as_one_program() {
         // jnp.remainder(a, b) for int32, as jax writes it.
-        let mut b = B::default();
+        let mut b = ScalarProgramBuilder::default();
         let (x, y) = (b.input(I32, &[]), b.input(I32, &[]));
         let zero = b.konst(I32, 0);
         let one = b.konst(I32, 1);
-        let is0 = b.op(Op::Eq, Bool, &[y, zero], 0);
-        let d = b.op(Op::SelectN, I32, &[is0, y, one], 0);
-        let r = b.op(Op::Rem, I32, &[x, d], 0);
-        let nz = b.op(Op::Ne, Bool, &[r, zero], 0);
-        let rn = b.op(Op::Lt, Bool, &[r, zero], 0);
-        let dn = b.op(Op::Lt, Bool, &[d, zero], 0);
-        let diff = b.op(Op::Ne, Bool, &[rn, dn], 0);
-        let fix = b.op(Op::And, Bool, &[diff, nz], 0);
-        let sum = b.op(Op::Add, I32, &[r, d], 0);
-        let out = b.op(Op::SelectN, I32, &[fix, r, sum], 0);
+        let is0 = b.op(ScalarOp::Eq, Bool, &[y, zero], 0);
+        let d = b.op(ScalarOp::SelectN, I32, &[is0, y, one], 0);
+        let r = b.op(ScalarOp::Rem, I32, &[x, d], 0);
+        let nz = b.op(ScalarOp::Ne, Bool, &[r, zero], 0);
+        let rn = b.op(ScalarOp::Lt, Bool, &[r, zero], 0);
+        let dn = b.op(ScalarOp::Lt, Bool, &[d, zero], 0);
+        let diff = b.op(ScalarOp::Ne, Bool, &[rn, dn], 0);
+        let fix = b.op(ScalarOp::And, Bool, &[diff, nz], 0);
+        let sum = b.op(ScalarOp::Add, I32, &[r, d], 0);
+        let out = b.op(ScalarOp::SelectN, I32, &[fix, r, sum], 0);
         b.outputs.push(out);
         for (a, m, want) in [(-1, 8, 7), (9, 8, 1), (-9, -8, -1), (7, -3, -2), (5, 0, 0)] {
             let got = run1(&b, &[&i32s(&[a]), &i32s(&[m])], 4);
@@ -486,10 +486,10 @@ mod tests {
 
     #[test]
     fn index_clamps_like_dynamic_slice() {
-        let mut b = B::default();
+        let mut b = ScalarProgramBuilder::default();
         let v = b.input(I32, &[2, 3]);
         let (i, j) = (b.input(I32, &[]), b.input(I32, &[]));
-        let e = b.op(Op::Index, I32, &[v, i, j], 0);
+        let e = b.op(ScalarOp::Index, I32, &[v, i, j], 0);
         b.outputs.push(e);
         let data = i32s(&[10, 11, 12, 13, 14, 15]);
         for (i, j, want) in [(0, 0, 10), (1, 2, 15), (-1, 1, 11), (5, 9, 15), (1, -7, 13)] {
@@ -499,16 +499,16 @@ mod tests {
 
     #[test]
     fn index_by_computed_values_and_constants() {
-        let mut b = B::default();
+        let mut b = ScalarProgramBuilder::default();
         let v = b.input(I32, &[4]);
         let i = b.input(I32, &[]);
         let one = b.konst(I32, 1);
-        let next = b.op(Op::Add, I32, &[i, one], 0);
-        let e = b.op(Op::Index, I32, &[v, next], 0);
-        let c = b.op(Op::Index, I32, &[v, one], 0);
+        let next = b.op(ScalarOp::Add, I32, &[i, one], 0);
+        let e = b.op(ScalarOp::Index, I32, &[v, next], 0);
+        let c = b.op(ScalarOp::Index, I32, &[v, one], 0);
         b.outputs.extend([e, c]);
         let words = b.words();
-        let p = Program::decode(&words).unwrap();
+        let p = ScalarProgram::decode(&words).unwrap();
         let (mut o0, mut o1) = ([0u8; 4], [0u8; 4]);
         p.run(&[&i32s(&[5, 6, 7, 8]), &i32s(&[2])], &mut [&mut o0, &mut o1]).unwrap();
         assert_eq!((i32::from_ne_bytes(o0), i32::from_ne_bytes(o1)), (8, 6));
@@ -516,15 +516,15 @@ mod tests {
 
     #[test]
     fn several_outputs_of_several_types() {
-        let mut b = B::default();
+        let mut b = ScalarProgramBuilder::default();
         let x = b.input(I64, &[]);
         let c = b.konst(I64, -3);
-        let lt = b.op(Op::Lt, Bool, &[x, c], 0);
-        let narrow = b.op(Op::Convert, U8, &[x], 0);
-        let p = b.op(Op::IntegerPow, I64, &[x], 3);
+        let lt = b.op(ScalarOp::Lt, Bool, &[x, c], 0);
+        let narrow = b.op(ScalarOp::Convert, U8, &[x], 0);
+        let p = b.op(ScalarOp::IntegerPow, I64, &[x], 3);
         b.outputs.extend([lt, narrow, p, x]);
         let words = b.words();
-        let prog = Program::decode(&words).unwrap();
+        let prog = ScalarProgram::decode(&words).unwrap();
         assert_eq!(prog.num_outputs(), 4);
         assert_eq!(prog.output_type(1), U8);
         let (mut o0, mut o1, mut o2, mut o3) = ([9u8; 1], [0u8; 1], [0u8; 8], [0u8; 8]);
@@ -537,7 +537,7 @@ mod tests {
     }
 
     fn decode_err(words: &[i64]) -> String {
-        match Program::decode(words) {
+        match ScalarProgram::decode(words) {
             Err(e) => e.message,
             Ok(_) => panic!("decoded {words:?}"),
         }
@@ -548,46 +548,46 @@ mod tests {
         assert!(decode_err(&[]).contains("truncated"));
         assert!(decode_err(&[7, 0, 0, 0]).contains("format 7"));
         // An add of bool, a forward reference, a type mismatch.
-        let mut b = B::default();
+        let mut b = ScalarProgramBuilder::default();
         let x = b.input(Bool, &[]);
-        b.op(Op::Add, Bool, &[x, x], 0);
+        b.op(ScalarOp::Add, Bool, &[x, x], 0);
         assert!(decode_err(&b.words()).contains("add of bool"), "{}", decode_err(&b.words()));
-        let mut b = B::default();
+        let mut b = ScalarProgramBuilder::default();
         let x = b.input(I32, &[]);
-        b.op(Op::Add, I32, &[x, 5], 0);
+        b.op(ScalarOp::Add, I32, &[x, 5], 0);
         assert!(decode_err(&b.words()).contains("used before it is defined"));
-        let mut b = B::default();
+        let mut b = ScalarProgramBuilder::default();
         let (x, y) = (b.input(I32, &[]), b.input(I8, &[]));
-        b.op(Op::Mul, I32, &[x, y], 0);
+        b.op(ScalarOp::Mul, I32, &[x, y], 0);
         assert!(decode_err(&b.words()).contains("given a int8 argument"));
         // A vector read as a scalar, an index with the wrong arity.
-        let mut b = B::default();
+        let mut b = ScalarProgramBuilder::default();
         let v = b.input(I32, &[4]);
-        b.op(Op::Neg, I32, &[v], 0);
+        b.op(ScalarOp::Neg, I32, &[v], 0);
         assert!(decode_err(&b.words()).contains("vector input 0 used as a scalar"));
-        let mut b = B::default();
+        let mut b = ScalarProgramBuilder::default();
         let v = b.input(I32, &[4]);
-        b.op(Op::Index, I32, &[v], 0);
+        b.op(ScalarOp::Index, I32, &[v], 0);
         assert!(decode_err(&b.words()).contains("takes 2 argument"));
         // Non-canonical constants, negative powers, comparisons typed int.
-        let mut b = B::default();
-        b.op(Op::Const, I8, &[], 200);
+        let mut b = ScalarProgramBuilder::default();
+        b.op(ScalarOp::Const, I8, &[], 200);
         assert!(decode_err(&b.words()).contains("not a canonical int8"));
-        let mut b = B::default();
-        b.op(Op::Const, Bool, &[], 2);
+        let mut b = ScalarProgramBuilder::default();
+        b.op(ScalarOp::Const, Bool, &[], 2);
         assert!(decode_err(&b.words()).contains("not a canonical bool"));
-        let mut b = B::default();
+        let mut b = ScalarProgramBuilder::default();
         let x = b.input(I32, &[]);
-        b.op(Op::IntegerPow, I32, &[x], -1);
+        b.op(ScalarOp::IntegerPow, I32, &[x], -1);
         assert!(decode_err(&b.words()).contains("negative exponent"));
-        let mut b = B::default();
+        let mut b = ScalarProgramBuilder::default();
         let x = b.input(I32, &[]);
-        b.op(Op::Lt, I32, &[x, x], 0);
+        b.op(ScalarOp::Lt, I32, &[x, x], 0);
         assert!(decode_err(&b.words()).contains("returns bool"));
         // select_n with a bool index and three cases; unknown codes; junk at the end.
-        let mut b = B::default();
+        let mut b = ScalarProgramBuilder::default();
         let (p, x) = (b.input(Bool, &[]), b.input(I32, &[]));
-        b.op(Op::SelectN, I32, &[p, x, x, x], 0);
+        b.op(ScalarOp::SelectN, I32, &[p, x, x, x], 0);
         assert!(decode_err(&b.words()).contains("index of type bool with 3 case"));
         assert!(decode_err(&[FORMAT, 0, 1, 0, 99, 3, 0, 0]).contains("unknown op code 99"));
         assert!(decode_err(&[FORMAT, 1, 0, 0, 11, 0]).contains("unknown type code 11"));
@@ -599,16 +599,16 @@ mod tests {
 
     #[test]
     fn the_decode_cache_matches_by_content() {
-        let unary = |op: Op| {
-            let mut b = B::default();
+        let unary = |op: ScalarOp| {
+            let mut b = ScalarProgramBuilder::default();
             let x = b.input(I32, &[]);
             let y = b.op(op, I32, &[x], 0);
             b.outputs.push(y);
             b.words()
         };
-        let (neg, not) = (unary(Op::Neg), unary(Op::Not));
+        let (neg, not) = (unary(ScalarOp::Neg), unary(ScalarOp::Not));
         assert_eq!(neg.len(), not.len(), "same length, different content");
-        let mut cache = DecodeCache::new();
+        let mut cache = ScalarDecodeCache::new();
         let input = 5i32.to_ne_bytes();
         for _ in 0..2 {
             for (w, want) in [(&neg, -5i64), (&not, !5i64)] {
@@ -620,7 +620,7 @@ mod tests {
         assert!(cache.decode(&[FORMAT, 9]).is_err(), "bad programs are not cached");
         assert_eq!(cache.len(), 2);
         for k in 0..(CACHED_PROGRAMS as i64 + 5) {
-            let mut b = B::default();
+            let mut b = ScalarProgramBuilder::default();
             let c = b.konst(I32, k);
             b.outputs.push(c);
             let words = b.words();
@@ -632,17 +632,17 @@ mod tests {
 
     #[test]
     fn fingerprinted_lookups_check_the_fingerprint_and_match_by_address() {
-        let mut b = B::default();
+        let mut b = ScalarProgramBuilder::default();
         let x = b.input(I32, &[]);
-        let y = b.op(Op::Neg, I32, &[x], 0);
+        let y = b.op(ScalarOp::Neg, I32, &[x], 0);
         b.outputs.push(y);
         let words = b.words();
         let mut other = words.clone();
         // Same length, another op (header 4 words, the input 2, then the op).
-        assert_eq!(other[6], Op::Neg.code());
-        other[6] = Op::Not.code();
+        assert_eq!(other[6], ScalarOp::Neg.code());
+        other[6] = ScalarOp::Not.code();
         let input = 5i32.to_ne_bytes();
-        let mut cache = DecodeCache::new();
+        let mut cache = ScalarDecodeCache::new();
         for _ in 0..2 {
             for (w, want) in [(&words, -5i64), (&other, !5i64)] {
                 let p = cache.decode_fingerprinted(w, fingerprint(w)).unwrap();
@@ -666,34 +666,34 @@ mod tests {
     #[test]
     fn reused_values_do_not_leak_into_the_next_evaluation() {
         // A long program, then a short one whose values overlap its slots.
-        let mut long = B::default();
+        let mut long = ScalarProgramBuilder::default();
         let x = long.input(I32, &[]);
         let mut v = x;
         for _ in 0..20 {
-            v = long.op(Op::Mul, I32, &[v, v], 0);
+            v = long.op(ScalarOp::Mul, I32, &[v, v], 0);
         }
         long.outputs.push(v);
-        let mut short = B::default();
+        let mut short = ScalarProgramBuilder::default();
         let y = short.input(I32, &[]);
         let one = short.konst(I32, 1);
-        let s = short.op(Op::Add, I32, &[y, one], 0);
+        let s = short.op(ScalarOp::Add, I32, &[y, one], 0);
         short.outputs.push(s);
         let (lw, sw) = (long.words(), short.words());
         let mut vals = Values::new();
         let three = 3i32.to_ne_bytes();
-        Program::decode(&lw).unwrap().eval_into(&mut vals, |_| &three[..]);
-        let p = Program::decode(&sw).unwrap();
+        ScalarProgram::decode(&lw).unwrap().eval_into(&mut vals, |_| &three[..]);
+        let p = ScalarProgram::decode(&sw).unwrap();
         p.eval_into(&mut vals, |_| &three[..]);
         assert_eq!(p.output(&vals, 0).1, 4);
     }
 
     #[test]
     fn buffers_of_the_wrong_size_are_rejected() {
-        let mut b = B::default();
+        let mut b = ScalarProgramBuilder::default();
         let x = b.input(I32, &[]);
         b.outputs.push(x);
         let words = b.words();
-        let p = Program::decode(&words).unwrap();
+        let p = ScalarProgram::decode(&words).unwrap();
         let mut out = [0u8; 4];
         let e = p.run(&[&[0u8; 8]], &mut [&mut out]).unwrap_err();
         assert!(e.message.contains("input 0 has 8 bytes"), "{}", e.message);

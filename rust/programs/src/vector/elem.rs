@@ -1,6 +1,6 @@
 //! Element types as Rust types, and XLA:CPU's per-element semantics.
 //!
-//! Integers and bools delegate to the scalar programs' ops (`Int`), so the
+//! Integers and bools delegate to the scalar programs' ops (`IntElem`), so the
 //! two evaluators cannot disagree. Floats (`Float`) follow XLA:CPU, which
 //! runs with denormals-are-zero and flush-to-zero set: every arithmetic op,
 //! compare and convert treats a subnormal input as a zero of its sign and
@@ -8,7 +8,7 @@
 //! result does not depend on the calling thread's MXCSR.
 
 use super::types::VectorType;
-use crate::scalar::{self, Op as ScalarOp, ScalarType};
+use crate::scalar::{self, ScalarOp, ScalarType};
 
 /// A bool element as XLA stores it (one byte; any non-zero byte is true).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -91,14 +91,14 @@ macro_rules! int_elem {
             }
             #[inline(always)]
             fn from_int(w: u64, _signed: bool) -> Self {
-                scalar::convert(<$t as Int>::ST, w) as $t
+                scalar::convert(<$t as IntElem>::ST, w) as $t
             }
             #[inline(always)]
             fn compare(op: ScalarOp, a: Self, b: Self) -> bool {
-                scalar::binary(op, <$t as Int>::ST, a.to_word(), b.to_word()) != 0
+                scalar::binary(op, <$t as IntElem>::ST, a.to_word(), b.to_word()) != 0
             }
         }
-        impl Int for $t {
+        impl IntElem for $t {
             const ST: ScalarType = ScalarType::$ty;
         }
     };
@@ -141,12 +141,12 @@ impl Elem for B8 {
     }
 }
 
-impl Int for B8 {
+impl IntElem for B8 {
     const ST: ScalarType = ScalarType::Bool;
 }
 
 /// An integer or bool element: its ops are the scalar programs'.
-pub trait Int: Elem {
+pub trait IntElem: Elem {
     const ST: ScalarType;
 }
 

@@ -6,18 +6,18 @@
 
 use super::elem::{Elem, Float, B8};
 use super::kernels::{compare, convert_op, float_op, int_op, select_bool, select_i32, Arg};
-use super::ops::Op;
-use super::plan::{Loc, Plan};
-use super::program::{bad, Program, MAX_VALUES};
-use super::scratch::Scratch;
+use super::ops::VectorOp;
+use super::plan::{EvalPlan, Loc};
+use super::program::{bad, VectorProgram, MAX_VALUES};
+use super::scratch::VectorScratch;
 use super::simplify::Rewrite;
 use super::types::VectorType;
 use super::view::{bytes_of, try_cast, words_as, words_as_mut, words_bytes_mut};
-use crate::error::Result;
+use crate::error::ProgramResult;
 
 /// What an instruction reads: the inputs and the scratch before its result.
 struct Ctx<'s, 'p> {
-    program: &'p Program<'p>,
+    program: &'p VectorProgram<'p>,
     inputs: &'s [&'s [u8]],
     before: &'s [u64],
     locs: &'s [Loc; MAX_VALUES],
@@ -165,27 +165,27 @@ macro_rules! with_type {
     };
 }
 
-impl Program<'_> {
+impl VectorProgram<'_> {
     /// Evaluates the program: `inputs[i]` holds input i's native-endian
     /// elements (n, or 1 for a scalar input), each `outputs[j]` receives
     /// output j's n elements. `scratch` is reused across calls.
-    pub fn run(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]], scratch: &mut Scratch) -> Result<()> {
+    pub fn run(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]], scratch: &mut VectorScratch) -> ProgramResult<()> {
         self.run_with(inputs, outputs, scratch, true)
     }
 
-    /// [`Program::run`], with `simd` false: baseline instructions only (so
+    /// [`VectorProgram::run`], with `simd` false: baseline instructions only (so
     /// tests compare the two builds of every loop).
     pub(super) fn run_with(
         &self,
         inputs: &[&[u8]],
         outputs: &mut [&mut [u8]],
-        scratch: &mut Scratch,
+        scratch: &mut VectorScratch,
         simd: bool,
-    ) -> Result<()> {
+    ) -> ProgramResult<()> {
         self.run_chunked(inputs, outputs, scratch, simd, None)
     }
 
-    /// [`Program::run`] in chunks of `chunk` elements (so benchmarks can
+    /// [`VectorProgram::run`] in chunks of `chunk` elements (so benchmarks can
     /// compare chunk lengths, one chunk of n being the unchunked order).
     #[cfg(feature = "internals")]
     #[doc(hidden)]
@@ -193,9 +193,9 @@ impl Program<'_> {
         &self,
         inputs: &[&[u8]],
         outputs: &mut [&mut [u8]],
-        scratch: &mut Scratch,
+        scratch: &mut VectorScratch,
         chunk: usize,
-    ) -> Result<()> {
+    ) -> ProgramResult<()> {
         self.run_chunked(inputs, outputs, scratch, true, Some(chunk))
     }
 
@@ -207,10 +207,10 @@ impl Program<'_> {
         &self,
         inputs: &[&[u8]],
         outputs: &mut [&mut [u8]],
-        scratch: &mut Scratch,
+        scratch: &mut VectorScratch,
         simd: bool,
         chunk: Option<usize>,
-    ) -> Result<()> {
+    ) -> ProgramResult<()> {
         let l = &*self.layout;
         if inputs.len() != l.n_inputs || outputs.len() != l.n_outputs {
             return Err(bad(format!(
@@ -239,7 +239,7 @@ impl Program<'_> {
         for (slot, (i, input)) in in_place.iter_mut().zip(inputs.iter().enumerate()) {
             *slot = aligned(input, self.input(i).0);
         }
-        let Plan { locs, chunk, words } = l.plan(&in_place[..l.n_inputs], chunk);
+        let EvalPlan { locs, chunk, words } = l.plan(&in_place[..l.n_inputs], chunk);
         scratch.ensure(words)?;
         let mut start = 0;
         while start < l.n {
@@ -301,7 +301,7 @@ impl Program<'_> {
         let mut pos = l.instrs_at;
         for v in l.n_inputs..l.n_values {
             // Decoded already: every word below is known to be valid.
-            let op = Op::ALL[w[pos] as usize];
+            let op = VectorOp::ALL[w[pos] as usize];
             let ty = VectorType::ALL[w[pos + 1] as usize];
             let n_args = w[pos + 2] as usize;
             let args = &w[pos + 3..pos + 3 + n_args];
@@ -324,14 +324,14 @@ impl Program<'_> {
                 }
                 Rewrite::Neg(a) => {
                     swapped = [a as i64, 0];
-                    (Op::Neg, &swapped[..1], Adjust::None)
+                    (VectorOp::Neg, &swapped[..1], Adjust::None)
                 }
                 Rewrite::Swap => {
                     swapped = [args[1], args[0]];
                     (op, &swapped[..], Adjust::None)
                 }
-                Rewrite::AddNegated => (Op::Add, args, Adjust::Negate),
-                Rewrite::MulReciprocal => (Op::Mul, args, Adjust::Reciprocal),
+                Rewrite::AddNegated => (VectorOp::Add, args, Adjust::Negate),
+                Rewrite::MulReciprocal => (VectorOp::Mul, args, Adjust::Reciprocal),
                 Rewrite::FlushedSelect => (op, args, Adjust::FlushResult),
             };
             let Loc::At(off) = locs[v] else { unreachable!("instructions live in scratch") };
@@ -359,7 +359,7 @@ fn aligned(bytes: &[u8], ty: VectorType) -> bool {
 /// vector instructions the CPU has (the same results: every op is exact
 /// IEEE or integer arithmetic, and `mul_add` is correctly rounded either
 /// way -- in hardware instead of libm's software fma).
-fn exec(op: Op, ty: VectorType, args: &[i64], imm: i64, out: &mut [u64], len: usize, cx: &Ctx) {
+fn exec(op: VectorOp, ty: VectorType, args: &[i64], imm: i64, out: &mut [u64], len: usize, cx: &Ctx) {
     #[cfg(target_arch = "x86_64")]
     if cx.simd && std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
         // SAFETY: the CPU has AVX2 and FMA (checked just now).
@@ -374,15 +374,15 @@ fn exec(op: Op, ty: VectorType, args: &[i64], imm: i64, out: &mut [u64], len: us
 /// Only call on a CPU with AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn exec_avx2(op: Op, ty: VectorType, args: &[i64], imm: i64, out: &mut [u64], len: usize, cx: &Ctx) {
+unsafe fn exec_avx2(op: VectorOp, ty: VectorType, args: &[i64], imm: i64, out: &mut [u64], len: usize, cx: &Ctx) {
     exec_baseline(op, ty, args, imm, out, len, cx)
 }
 
 #[inline(always)]
-fn exec_baseline(op: Op, ty: VectorType, args: &[i64], imm: i64, out: &mut [u64], len: usize, cx: &Ctx) {
+fn exec_baseline(op: VectorOp, ty: VectorType, args: &[i64], imm: i64, out: &mut [u64], len: usize, cx: &Ctx) {
     match op {
-        Op::Const => with_type!(ty, T => words_as_mut::<T>(out, 1)[0] = T::from_word(imm as u64)),
-        Op::Iota => {
+        VectorOp::Const => with_type!(ty, T => words_as_mut::<T>(out, 1)[0] = T::from_word(imm as u64)),
+        VectorOp::Iota => {
             let (stride, size) = super::program::iota_dims(imm);
             // In runs, not a division per element: a row index is runs of
             // `stride` equal values (a fill), a column index (stride 1)
@@ -409,11 +409,11 @@ fn exec_baseline(op: Op, ty: VectorType, args: &[i64], imm: i64, out: &mut [u64]
                 }
             })
         }
-        Op::Convert => {
+        VectorOp::Convert => {
             let a = args[0];
             with_type!(cx.ty(a), A => with_type!(ty, B => convert_op::<A, B>(words_as_mut(out, len), cx.arg(a))))
         }
-        Op::SelectN => {
+        VectorOp::SelectN => {
             let p = args[0];
             let pred_is_bool = cx.ty(p) == VectorType::Bool;
             with_type!(ty, T => {

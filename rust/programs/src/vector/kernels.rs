@@ -6,9 +6,9 @@
 // Indexed loops on purpose (see `map1`).
 #![allow(clippy::needless_range_loop)]
 
-use super::elem::{convert, fmax, fmin, Elem, Float, Int, B8};
-use super::ops::Op;
-use crate::scalar::{self, Op as ScalarOp};
+use super::elem::{convert, fmax, fmin, Elem, Float, IntElem, B8};
+use super::ops::VectorOp;
+use crate::scalar::{self, ScalarOp};
 use crate::wire_enum;
 
 /// An instruction argument: every element, or one broadcast value.
@@ -103,34 +103,34 @@ pub fn map3<A: Copy, B: Copy, C: Copy, R>(out: &mut [R], a: Arg<A>, b: Arg<B>, c
 /// `op` of an integer or bool type `T` (every argument a `T`), by the
 /// scalar programs' per-element functions.
 #[inline(always)]
-pub fn int_op<T: Int>(op: Op, out: &mut [T], args: &[Arg<T>]) {
+pub fn int_op<T: IntElem>(op: VectorOp, out: &mut [T], args: &[Arg<T>]) {
     #[inline(always)]
-    fn bin<T: Int>(op: ScalarOp, x: T, y: T) -> T {
+    fn bin<T: IntElem>(op: ScalarOp, x: T, y: T) -> T {
         T::from_word(scalar::binary(op, T::ST, x.to_word(), y.to_word()))
     }
     #[inline(always)]
-    fn un<T: Int>(op: ScalarOp, x: T) -> T {
+    fn un<T: IntElem>(op: ScalarOp, x: T) -> T {
         T::from_word(scalar::unary(op, T::ST, x.to_word()))
     }
     let a = args[0];
     let b = || args[1];
     match op {
-        Op::Add => map2(out, a, b(), |x, y| bin(ScalarOp::Add, x, y)),
-        Op::Sub => map2(out, a, b(), |x, y| bin(ScalarOp::Sub, x, y)),
-        Op::Mul => map2(out, a, b(), |x, y| bin(ScalarOp::Mul, x, y)),
-        Op::Div => map2(out, a, b(), |x, y| bin(ScalarOp::Div, x, y)),
-        Op::Rem => map2(out, a, b(), |x, y| bin(ScalarOp::Rem, x, y)),
-        Op::Max => map2(out, a, b(), |x, y| bin(ScalarOp::Max, x, y)),
-        Op::Min => map2(out, a, b(), |x, y| bin(ScalarOp::Min, x, y)),
-        Op::And => map2(out, a, b(), |x, y| bin(ScalarOp::And, x, y)),
-        Op::Or => map2(out, a, b(), |x, y| bin(ScalarOp::Or, x, y)),
-        Op::Xor => map2(out, a, b(), |x, y| bin(ScalarOp::Xor, x, y)),
-        Op::ShiftLeft => map2(out, a, b(), |x, y| bin(ScalarOp::ShiftLeft, x, y)),
-        Op::ShiftRightArithmetic => map2(out, a, b(), |x, y| bin(ScalarOp::ShiftRightArithmetic, x, y)),
-        Op::ShiftRightLogical => map2(out, a, b(), |x, y| bin(ScalarOp::ShiftRightLogical, x, y)),
-        Op::Neg => map1(out, a, |x| un(ScalarOp::Neg, x)),
-        Op::Abs => map1(out, a, |x| un(ScalarOp::Abs, x)),
-        Op::Not => map1(out, a, |x| un(ScalarOp::Not, x)),
+        VectorOp::Add => map2(out, a, b(), |x, y| bin(ScalarOp::Add, x, y)),
+        VectorOp::Sub => map2(out, a, b(), |x, y| bin(ScalarOp::Sub, x, y)),
+        VectorOp::Mul => map2(out, a, b(), |x, y| bin(ScalarOp::Mul, x, y)),
+        VectorOp::Div => map2(out, a, b(), |x, y| bin(ScalarOp::Div, x, y)),
+        VectorOp::Rem => map2(out, a, b(), |x, y| bin(ScalarOp::Rem, x, y)),
+        VectorOp::Max => map2(out, a, b(), |x, y| bin(ScalarOp::Max, x, y)),
+        VectorOp::Min => map2(out, a, b(), |x, y| bin(ScalarOp::Min, x, y)),
+        VectorOp::And => map2(out, a, b(), |x, y| bin(ScalarOp::And, x, y)),
+        VectorOp::Or => map2(out, a, b(), |x, y| bin(ScalarOp::Or, x, y)),
+        VectorOp::Xor => map2(out, a, b(), |x, y| bin(ScalarOp::Xor, x, y)),
+        VectorOp::ShiftLeft => map2(out, a, b(), |x, y| bin(ScalarOp::ShiftLeft, x, y)),
+        VectorOp::ShiftRightArithmetic => map2(out, a, b(), |x, y| bin(ScalarOp::ShiftRightArithmetic, x, y)),
+        VectorOp::ShiftRightLogical => map2(out, a, b(), |x, y| bin(ScalarOp::ShiftRightLogical, x, y)),
+        VectorOp::Neg => map1(out, a, |x| un(ScalarOp::Neg, x)),
+        VectorOp::Abs => map1(out, a, |x| un(ScalarOp::Abs, x)),
+        VectorOp::Not => map1(out, a, |x| un(ScalarOp::Not, x)),
         _ => unreachable!("{op:?} is not an integer op (checked at decode)"),
     }
 }
@@ -138,21 +138,21 @@ pub fn int_op<T: Int>(op: Op, out: &mut [T], args: &[Arg<T>]) {
 /// `op` of a float type `T` (every argument a `T`; `imm` an fma's
 /// [`FmaForm`] code).
 #[inline(always)]
-pub fn float_op<T: Float>(op: Op, imm: i64, out: &mut [T], args: &[Arg<T>]) {
+pub fn float_op<T: Float>(op: VectorOp, imm: i64, out: &mut [T], args: &[Arg<T>]) {
     let a = args[0];
     let b = || args[1];
     match op {
-        Op::Add => map2(out, a, b(), |x, y| T::add(x, y)),
-        Op::Sub => map2(out, a, b(), |x, y| T::sub(x, y)),
-        Op::Mul => map2(out, a, b(), |x, y| T::mul(x, y)),
-        Op::Div => map2(out, a, b(), |x, y| T::div(x, y)),
-        Op::Rem => map2(out, a, b(), |x, y| T::rem(x, y)),
-        Op::Max => map2(out, a, b(), |x, y| fmax(x, y)),
-        Op::Min => map2(out, a, b(), |x, y| fmin(x, y)),
+        VectorOp::Add => map2(out, a, b(), |x, y| T::add(x, y)),
+        VectorOp::Sub => map2(out, a, b(), |x, y| T::sub(x, y)),
+        VectorOp::Mul => map2(out, a, b(), |x, y| T::mul(x, y)),
+        VectorOp::Div => map2(out, a, b(), |x, y| T::div(x, y)),
+        VectorOp::Rem => map2(out, a, b(), |x, y| T::rem(x, y)),
+        VectorOp::Max => map2(out, a, b(), |x, y| fmax(x, y)),
+        VectorOp::Min => map2(out, a, b(), |x, y| fmin(x, y)),
         // Sign-bit operations in XLA too: no flush (measured).
-        Op::Neg => map1(out, a, |x| -x),
-        Op::Abs => map1(out, a, |x| T::abs(x)),
-        Op::Fma => match FmaForm::from_code(imm) {
+        VectorOp::Neg => map1(out, a, |x| -x),
+        VectorOp::Abs => map1(out, a, |x| T::abs(x)),
+        VectorOp::Fma => match FmaForm::from_code(imm) {
             Ok(FmaForm::MulSub) => fused::<T, MulSub>(out, a, b(), args[2]),
             Ok(FmaForm::NegMulAdd) => fused::<T, NegMulAdd>(out, a, b(), args[2]),
             _ => fused::<T, MulAdd>(out, a, b(), args[2]),
@@ -225,15 +225,15 @@ wire_enum! {
 
 /// A comparison of two `T`s.
 #[inline(always)]
-pub fn compare<T: Elem>(op: Op, out: &mut [B8], a: Arg<T>, b: Arg<T>) {
+pub fn compare<T: Elem>(op: VectorOp, out: &mut [B8], a: Arg<T>, b: Arg<T>) {
     let f = |o: ScalarOp| move |x: T, y: T| B8(T::compare(o, x, y) as u8);
     match op {
-        Op::Eq => map2(out, a, b, f(ScalarOp::Eq)),
-        Op::Ne => map2(out, a, b, f(ScalarOp::Ne)),
-        Op::Lt => map2(out, a, b, f(ScalarOp::Lt)),
-        Op::Le => map2(out, a, b, f(ScalarOp::Le)),
-        Op::Gt => map2(out, a, b, f(ScalarOp::Gt)),
-        Op::Ge => map2(out, a, b, f(ScalarOp::Ge)),
+        VectorOp::Eq => map2(out, a, b, f(ScalarOp::Eq)),
+        VectorOp::Ne => map2(out, a, b, f(ScalarOp::Ne)),
+        VectorOp::Lt => map2(out, a, b, f(ScalarOp::Lt)),
+        VectorOp::Le => map2(out, a, b, f(ScalarOp::Le)),
+        VectorOp::Gt => map2(out, a, b, f(ScalarOp::Gt)),
+        VectorOp::Ge => map2(out, a, b, f(ScalarOp::Ge)),
         _ => unreachable!("{op:?} is not a comparison (checked at decode)"),
     }
 }

@@ -3,12 +3,12 @@
 //!
 //! May use: `ops`, `types`.
 
-use super::ops::Op;
+use super::ops::VectorOp;
 use super::types::VectorType;
 
 /// What decoding learnt of a value.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Meta {
+pub(super) struct VectorValueMeta {
     pub ty: VectorType,
     /// One element, broadcast where an array meets it.
     pub scalar: bool,
@@ -17,5 +17,5 @@ pub(super) struct Meta {
     /// A `convert_element_type`'s: its argument.
     pub convert_of: Option<u8>,
     /// A float `gt` or `lt`'s: the op and its two arguments.
-    pub compare_of: Option<(Op, u8, u8)>,
+    pub compare_of: Option<(VectorOp, u8, u8)>,
 }

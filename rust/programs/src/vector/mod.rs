@@ -27,9 +27,11 @@ mod types;
 mod view;
 
 pub use kernels::FmaForm;
-pub use ops::Op;
-pub use program::{DecodeCache, Program, ProgramState, VectorPrograms, FORMAT, MAX_ELEMENTS, MAX_VALUES};
-pub use scratch::Scratch;
+pub use ops::VectorOp;
+pub use program::{
+    VectorDecodeCache, VectorProgram, VectorProgramState, VectorPrograms, FORMAT, MAX_ELEMENTS, MAX_VALUES,
+};
+pub use scratch::VectorScratch;
 pub use types::VectorType;
 
 #[cfg(test)]

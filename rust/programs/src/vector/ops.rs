@@ -1,12 +1,12 @@
 //! The ops of vector programs, named as jax's primitives.
 
-use crate::scalar::Op as ScalarOp;
+use crate::scalar::ScalarOp;
 use crate::wire_enum;
 
 wire_enum! {
     /// A vector-program op, named as jax's primitive (as the scalar
     /// program's op of the same name, whose integer semantics it shares).
-    pub enum Op as "op" {
+    pub enum VectorOp as "op" {
         Const = 0 => "const",
         Add = 1 => "add",
         Sub = 2 => "sub",
@@ -37,10 +37,10 @@ wire_enum! {
     }
 }
 
-impl Op {
+impl VectorOp {
     /// The scalar-program op of the same name (integer semantics live there).
     pub const fn scalar(self) -> Option<ScalarOp> {
-        use Op::*;
+        use VectorOp::*;
         Some(match self {
             Const => ScalarOp::Const,
             Add => ScalarOp::Add,
@@ -73,7 +73,7 @@ impl Op {
 
     /// Whether the op compares (bool result, operands of any one type).
     pub fn is_comparison(self) -> bool {
-        matches!(self, Op::Eq | Op::Ne | Op::Lt | Op::Le | Op::Gt | Op::Ge)
+        matches!(self, VectorOp::Eq | VectorOp::Ne | VectorOp::Lt | VectorOp::Le | VectorOp::Gt | VectorOp::Ge)
     }
 }
 
@@ -84,16 +84,16 @@ mod tests {
     #[test]
     fn codes_and_names_round_trip() {
         let mut names = std::collections::HashSet::new();
-        for op in Op::ALL {
-            assert_eq!(Op::from_code(op.code()).unwrap(), op);
+        for op in VectorOp::ALL {
+            assert_eq!(VectorOp::from_code(op.code()).unwrap(), op);
             assert!(names.insert(op.name()), "{op:?}");
             if let Some(s) = op.scalar() {
                 assert_eq!(s.name(), op.name(), "named as the scalar op");
             }
         }
-        assert_eq!(Op::Convert.name(), "convert_element_type");
-        assert_eq!(Op::Fma.name(), "fma");
-        assert!(Op::from_code(Op::ALL.len() as i64).is_err());
-        assert!(Op::from_code(-1).is_err());
+        assert_eq!(VectorOp::Convert.name(), "convert_element_type");
+        assert_eq!(VectorOp::Fma.name(), "fma");
+        assert!(VectorOp::from_code(VectorOp::ALL.len() as i64).is_err());
+        assert!(VectorOp::from_code(-1).is_err());
     }
 }

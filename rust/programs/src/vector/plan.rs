@@ -1,7 +1,7 @@
 //! Where one evaluation keeps each value, and how many elements a chunk
 //! has (`eval` runs every instruction over one chunk, then the next).
 
-use super::program::{Layout, MAX_VALUES};
+use super::program::{VectorLayout, MAX_VALUES};
 use super::simplify::Rewrite;
 use super::view::words_for;
 
@@ -26,7 +26,8 @@ pub(super) enum Loc {
     At(usize),
 }
 
-pub(super) struct Plan {
+/// Where one evaluation keeps each value, and its chunk length.
+pub(super) struct EvalPlan {
     pub locs: [Loc; MAX_VALUES],
     /// Elements per chunk (the last chunk may have fewer); n if n is at
     /// most one chunk.
@@ -42,12 +43,12 @@ pub(super) fn chunk_len(n: usize, bytes_per_element: usize) -> usize {
     n.min(fit.max(CHUNK_QUANTUM))
 }
 
-impl Layout {
+impl VectorLayout {
     /// The plan of one evaluation: an input that `in_place` says is
     /// aligned is read where it is, an alias where its value is, every
     /// other value gets a scratch slot of its own. `chunk`: elements per
     /// chunk (at least 1), else chosen by [`chunk_len`].
-    pub(super) fn plan(&self, in_place: &[bool], chunk: Option<usize>) -> Plan {
+    pub(super) fn plan(&self, in_place: &[bool], chunk: Option<usize>) -> EvalPlan {
         let slot = |v: usize| match self.rewrites[v] {
             _ if v < self.n_inputs => !in_place[v],
             Rewrite::Alias(_) => false,
@@ -73,6 +74,6 @@ impl Layout {
                 _ => Loc::Input(v),
             };
         }
-        Plan { locs, chunk, words }
+        EvalPlan { locs, chunk, words }
     }
 }

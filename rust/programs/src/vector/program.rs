@@ -18,15 +18,15 @@
 //! instruction whose arguments are all
 //! scalars is a scalar. Every output is written as n elements, but a
 //! scalar one into a one-element buffer is written once. Everything
-//! is checked once by [`Program::decode`]; evaluation then cannot fail.
+//! is checked once by [`VectorProgram::decode`]; evaluation then cannot fail.
 
 use super::kernels::FmaForm;
-use super::meta::Meta;
-use super::ops::Op;
-use super::scratch::Scratch;
+use super::meta::VectorValueMeta;
+use super::ops::VectorOp;
+use super::scratch::VectorScratch;
 use super::simplify::{self, Rewrite};
 use super::types::VectorType;
-use crate::error::{ProgramError, Result};
+use crate::error::{ProgramError, ProgramResult};
 use crate::program_words::{self, LayoutRef, ProgramKind, Reader};
 use crate::scalar;
 
@@ -38,26 +38,27 @@ pub const MAX_VALUES: usize = 64;
 /// Most elements per value (scratch is allocated up front).
 pub const MAX_ELEMENTS: usize = u32::MAX as usize;
 
-const NO_META: Meta = Meta { ty: VectorType::Bool, scalar: true, const_at: None, convert_of: None, compare_of: None };
+const NO_META: VectorValueMeta =
+    VectorValueMeta { ty: VectorType::Bool, scalar: true, const_at: None, convert_of: None, compare_of: None };
 
 /// What decoding learnt of a program's words (reusable for equal words).
 #[derive(Clone, Copy)]
-pub struct Layout {
+pub struct VectorLayout {
     pub(super) n: usize,
     pub(super) n_inputs: usize,
     pub(super) n_values: usize,
     pub(super) instrs_at: usize,
     pub(super) outputs_at: usize,
     pub(super) n_outputs: usize,
-    pub(super) meta: [Meta; MAX_VALUES],
+    pub(super) meta: [VectorValueMeta; MAX_VALUES],
     /// Per value: how XLA would rewrite the instruction (`simplify`).
     pub(super) rewrites: [Rewrite; MAX_VALUES],
 }
 
 /// A validated program over its words.
-pub struct Program<'a> {
+pub struct VectorProgram<'a> {
     pub(super) words: &'a [i64],
-    pub(super) layout: LayoutRef<'a, Layout>,
+    pub(super) layout: LayoutRef<'a, VectorLayout>,
 }
 
 /// A program's layout: decoded just now, or a cache's.
@@ -66,11 +67,11 @@ pub(super) fn bad(message: String) -> ProgramError {
     ProgramError::value(format!("vector program: {message}"))
 }
 
-impl<'a> Program<'a> {
+impl<'a> VectorProgram<'a> {
     /// Parses and type-checks `words`.
-    pub fn decode(words: &'a [i64]) -> Result<Program<'a>> {
+    pub fn decode(words: &'a [i64]) -> ProgramResult<VectorProgram<'a>> {
         let layout = decode_layout(words)?;
-        Ok(Program { words, layout: LayoutRef::Owned(Box::new(layout)) })
+        Ok(VectorProgram { words, layout: LayoutRef::Owned(Box::new(layout)) })
     }
 
     /// Elements of every array input and of every output.
@@ -112,7 +113,7 @@ impl<'a> Program<'a> {
     }
 }
 
-fn decode_layout(words: &[i64]) -> Result<Layout> {
+fn decode_layout(words: &[i64]) -> ProgramResult<VectorLayout> {
     let mut r = Reader { words, pos: 0, bad };
     let format = r.next("format")?;
     if format != FORMAT {
@@ -133,7 +134,7 @@ fn decode_layout(words: &[i64]) -> Result<Layout> {
             1 => true,
             k => return Err(bad(format!("input kind {k} (0: an array, 1: a scalar)"))),
         };
-        *m = Meta { ty, scalar, ..NO_META };
+        *m = VectorValueMeta { ty, scalar, ..NO_META };
     }
     let instrs_at = r.pos;
     let mut rewrites = [Rewrite::None; MAX_VALUES];
@@ -142,7 +143,7 @@ fn decode_layout(words: &[i64]) -> Result<Layout> {
         let at = r.pos;
         meta[v] = check_instr(&mut r, &meta[..v])?;
         // Checked: op, type, argument count and arguments are valid.
-        let (op, ty, n_args) = (Op::ALL[words[at] as usize], meta[v].ty, words[at + 2] as usize);
+        let (op, ty, n_args) = (VectorOp::ALL[words[at] as usize], meta[v].ty, words[at + 2] as usize);
         rewrites[v] = simplify::rewrite(op, ty, &words[at + 3..at + 3 + n_args], &meta[..v], words);
     }
     let outputs_at = r.pos;
@@ -153,11 +154,11 @@ fn decode_layout(words: &[i64]) -> Result<Layout> {
     if r.pos != words.len() {
         return Err(bad(format!("{} words after the outputs", words.len() - r.pos)));
     }
-    Ok(Layout { n, n_inputs, n_values, instrs_at, outputs_at, n_outputs, meta, rewrites })
+    Ok(VectorLayout { n, n_inputs, n_values, instrs_at, outputs_at, n_outputs, meta, rewrites })
 }
 
 /// The meta of earlier value `v`.
-fn value(meta: &[Meta], v: i64) -> Result<Meta> {
+fn value(meta: &[VectorValueMeta], v: i64) -> ProgramResult<VectorValueMeta> {
     usize::try_from(v)
         .ok()
         .and_then(|i| meta.get(i))
@@ -166,9 +167,9 @@ fn value(meta: &[Meta], v: i64) -> Result<Meta> {
 }
 
 /// Checks one instruction at the reader and returns its result's meta.
-fn check_instr(r: &mut Reader, meta: &[Meta]) -> Result<Meta> {
+fn check_instr(r: &mut Reader, meta: &[VectorValueMeta]) -> ProgramResult<VectorValueMeta> {
     let code = r.next("op")?;
-    let op = Op::from_code(code).map_err(|e| bad(e.message))?;
+    let op = VectorOp::from_code(code).map_err(|e| bad(e.message))?;
     let ty = VectorType::from_code(r.next("result type")?).map_err(|e| bad(e.message))?;
     let n = r.count("argument count", MAX_VALUES)?;
     let mut args = [NO_META; MAX_VALUES];
@@ -184,20 +185,20 @@ fn check_instr(r: &mut Reader, meta: &[Meta]) -> Result<Meta> {
     let imm_at = r.pos as u32;
     let imm = r.next("immediate")?;
     let name = op.name();
-    let arity = |want: usize| -> Result<()> {
+    let arity = |want: usize| -> ProgramResult<()> {
         if n != want {
             return Err(bad(format!("{name} takes {want} argument(s), got {n}")));
         }
         Ok(())
     };
-    let kinds = |ok: bool, what: &str| -> Result<()> {
+    let kinds = |ok: bool, what: &str| -> ProgramResult<()> {
         if !ok {
             return Err(bad(format!("{name} of {} (needs {what})", ty.name())));
         }
         Ok(())
     };
     // Every argument from `from` on has type `t`.
-    let all_of = |t: VectorType, from: usize| -> Result<()> {
+    let all_of = |t: VectorType, from: usize| -> ProgramResult<()> {
         for a in &args[from..] {
             if a.ty != t {
                 return Err(bad(format!("{name} of {} given a {} argument", t.name(), a.ty.name())));
@@ -206,47 +207,47 @@ fn check_instr(r: &mut Reader, meta: &[Meta]) -> Result<Meta> {
         Ok(())
     };
     match op {
-        Op::Const => {
+        VectorOp::Const => {
             arity(0)?;
             check_const(ty, imm)?;
         }
-        Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Rem => {
+        VectorOp::Add | VectorOp::Sub | VectorOp::Mul | VectorOp::Div | VectorOp::Rem => {
             arity(2)?;
             kinds(ty != VectorType::Bool, "a number type")?;
             all_of(ty, 0)?;
         }
-        Op::Max | Op::Min => {
+        VectorOp::Max | VectorOp::Min => {
             arity(2)?;
             all_of(ty, 0)?;
         }
-        Op::And | Op::Or | Op::Xor => {
+        VectorOp::And | VectorOp::Or | VectorOp::Xor => {
             arity(2)?;
             kinds(!ty.is_float(), "an integer or bool type")?;
             all_of(ty, 0)?;
         }
-        Op::Not => {
+        VectorOp::Not => {
             arity(1)?;
             kinds(!ty.is_float(), "an integer or bool type")?;
             all_of(ty, 0)?;
         }
-        Op::Neg | Op::Abs => {
+        VectorOp::Neg | VectorOp::Abs => {
             arity(1)?;
             kinds(ty != VectorType::Bool, "a number type")?;
             all_of(ty, 0)?;
         }
-        Op::ShiftLeft | Op::ShiftRightArithmetic | Op::ShiftRightLogical => {
+        VectorOp::ShiftLeft | VectorOp::ShiftRightArithmetic | VectorOp::ShiftRightLogical => {
             arity(2)?;
             kinds(ty.is_int(), "an integer type")?;
             all_of(ty, 0)?;
         }
-        Op::Eq | Op::Ne | Op::Lt | Op::Le | Op::Gt | Op::Ge => {
+        VectorOp::Eq | VectorOp::Ne | VectorOp::Lt | VectorOp::Le | VectorOp::Gt | VectorOp::Ge => {
             arity(2)?;
             if ty != VectorType::Bool {
                 return Err(bad(format!("{name} returns bool, not {}", ty.name())));
             }
             all_of(args[0].ty, 1)?;
         }
-        Op::SelectN => {
+        VectorOp::SelectN => {
             if n < 2 {
                 return Err(bad(format!("{name} needs a predicate and at least one case, got {n} argument(s)")));
             }
@@ -257,8 +258,8 @@ fn check_instr(r: &mut Reader, meta: &[Meta]) -> Result<Meta> {
             }
             all_of(ty, 1)?;
         }
-        Op::Convert => arity(1)?,
-        Op::Iota => {
+        VectorOp::Convert => arity(1)?,
+        VectorOp::Iota => {
             arity(0)?;
             kinds(ty.is_int(), "an integer type")?;
             let (stride, size) = iota_dims(imm);
@@ -266,7 +267,7 @@ fn check_instr(r: &mut Reader, meta: &[Meta]) -> Result<Meta> {
                 return Err(bad(format!("{name} stride {stride} and size {size} (both >= 1, 31 bits)")));
             }
         }
-        Op::Fma => {
+        VectorOp::Fma => {
             arity(3)?;
             kinds(ty.is_float(), "a float type")?;
             all_of(ty, 0)?;
@@ -275,13 +276,13 @@ fn check_instr(r: &mut Reader, meta: &[Meta]) -> Result<Meta> {
             }
         }
     }
-    Ok(Meta {
+    Ok(VectorValueMeta {
         ty,
         // An iota counts along the array: never a scalar (of n > 1).
-        scalar: op != Op::Iota && args.iter().all(|a| a.scalar),
-        const_at: (op == Op::Const).then_some(imm_at),
-        convert_of: (op == Op::Convert).then_some(first_args[0]),
-        compare_of: (matches!(op, Op::Gt | Op::Lt) && args[0].ty.is_float()).then_some((
+        scalar: op != VectorOp::Iota && args.iter().all(|a| a.scalar),
+        const_at: (op == VectorOp::Const).then_some(imm_at),
+        convert_of: (op == VectorOp::Convert).then_some(first_args[0]),
+        compare_of: (matches!(op, VectorOp::Gt | VectorOp::Lt) && args[0].ty.is_float()).then_some((
             op,
             first_args[0],
             first_args[1],
@@ -298,7 +299,7 @@ pub(super) fn iota_dims(imm: i64) -> (u64, u64) {
 }
 
 /// A constant's immediate must be a canonical value of its type.
-fn check_const(ty: VectorType, imm: i64) -> Result<()> {
+fn check_const(ty: VectorType, imm: i64) -> ProgramResult<()> {
     let ok = match ty.scalar() {
         Some(s) => {
             (s != scalar::ScalarType::Bool || (0..=1).contains(&imm)) && scalar::convert(s, imm as u64) == imm as u64
@@ -316,22 +317,22 @@ fn check_const(ty: VectorType, imm: i64) -> Result<()> {
 pub struct VectorPrograms;
 
 impl ProgramKind for VectorPrograms {
-    type Layout = Layout;
-    type Program<'a> = Program<'a>;
-    type Scratch = Scratch;
-    fn decode_layout(words: &[i64]) -> Result<Layout> {
+    type Layout = VectorLayout;
+    type Program<'a> = VectorProgram<'a>;
+    type Scratch = VectorScratch;
+    fn decode_layout(words: &[i64]) -> ProgramResult<VectorLayout> {
         decode_layout(words)
     }
     fn bad(message: String) -> ProgramError {
         bad(message)
     }
-    fn program<'a>(words: &'a [i64], layout: LayoutRef<'a, Layout>) -> Program<'a> {
-        Program { words, layout }
+    fn program<'a>(words: &'a [i64], layout: LayoutRef<'a, VectorLayout>) -> VectorProgram<'a> {
+        VectorProgram { words, layout }
     }
 }
 
 /// Decoded vector programs by their words.
-pub type DecodeCache = program_words::DecodeCache<VectorPrograms>;
+pub type VectorDecodeCache = program_words::DecodeCache<VectorPrograms>;
 
 /// A thread's decoded vector programs and scratch.
-pub type ProgramState = program_words::ProgramState<VectorPrograms>;
+pub type VectorProgramState = program_words::ProgramState<VectorPrograms>;

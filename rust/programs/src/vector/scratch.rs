@@ -3,22 +3,22 @@
 //!
 //! May use: `crate::error`.
 
-use crate::error::{ProgramError, Result};
+use crate::error::{ProgramError, ProgramResult};
 
 /// Reusable scratch of one thread (no allocation per call once grown).
-pub struct Scratch {
+pub struct VectorScratch {
     pub(super) words: Vec<u64>,
 }
 
 /// Scratch beyond this many words is given back after the call.
 const KEEP_WORDS: usize = 1 << 23;
 
-impl Scratch {
-    pub const fn new() -> Scratch {
-        Scratch { words: Vec::new() }
+impl VectorScratch {
+    pub const fn new() -> VectorScratch {
+        VectorScratch { words: Vec::new() }
     }
 
-    pub(super) fn ensure(&mut self, words: usize) -> Result<()> {
+    pub(super) fn ensure(&mut self, words: usize) -> ProgramResult<()> {
         if self.words.len() < words {
             let more = words - self.words.len();
             self.words.try_reserve_exact(more).map_err(|_| {
@@ -36,8 +36,8 @@ impl Scratch {
     }
 }
 
-impl Default for Scratch {
+impl Default for VectorScratch {
     fn default() -> Self {
-        Scratch::new()
+        VectorScratch::new()
     }
 }

@@ -22,8 +22,8 @@
 //! computed differently), instructions of constants only (XLA folds those
 //! without flushing subnormals).
 
-use super::meta::Meta;
-use super::ops::Op;
+use super::meta::VectorValueMeta;
+use super::ops::VectorOp;
 use super::types::VectorType;
 
 /// What an instruction becomes.
@@ -60,7 +60,7 @@ enum Const {
 }
 
 /// The constant an earlier value is, if it is a float constant.
-fn constant(meta: &[Meta], words: &[i64], v: usize) -> Option<Const> {
+fn constant(meta: &[VectorValueMeta], words: &[i64], v: usize) -> Option<Const> {
     let m = meta[v];
     let imm = words[m.const_at? as usize];
     let (bits, exp_mask, mantissa_mask) = match m.ty {
@@ -78,11 +78,11 @@ fn constant(meta: &[Meta], words: &[i64], v: usize) -> Option<Const> {
 
 /// The rewrite of instruction `op` of type `ty` with arguments `args`
 /// (earlier values, already checked).
-pub(super) fn rewrite(op: Op, ty: VectorType, args: &[i64], meta: &[Meta], words: &[i64]) -> Rewrite {
+pub(super) fn rewrite(op: VectorOp, ty: VectorType, args: &[i64], meta: &[VectorValueMeta], words: &[i64]) -> Rewrite {
     if !ty.is_float() {
         return Rewrite::None;
     }
-    if op == Op::SelectN && args.len() == 3 {
+    if op == VectorOp::SelectN && args.len() == 3 {
         // select_n(p, if_false, if_true) with p = a > b or a < b over the
         // two cases, in either order.
         if let Some((_, a, b)) = meta[args[0] as usize].compare_of {
@@ -93,7 +93,7 @@ pub(super) fn rewrite(op: Op, ty: VectorType, args: &[i64], meta: &[Meta], words
         }
         return Rewrite::None;
     }
-    if op == Op::Convert {
+    if op == VectorOp::Convert {
         // convert(convert(x: T -> wider float) -> T) is x.
         let inner = args[0] as usize;
         if let Some(from) = meta[inner].convert_of {
@@ -107,34 +107,37 @@ pub(super) fn rewrite(op: Op, ty: VectorType, args: &[i64], meta: &[Meta], words
         return Rewrite::None;
     }
     let (a, b) = (args[0] as usize, args[1] as usize);
-    if a == b && matches!(op, Op::Max | Op::Min) {
+    if a == b && matches!(op, VectorOp::Max | VectorOp::Min) {
         return Rewrite::Alias(a as u8);
     }
     let (ca, cb) = (constant(meta, words, a), constant(meta, words, b));
-    let arithmetic = matches!(op, Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Rem | Op::Max | Op::Min);
+    let arithmetic = matches!(
+        op,
+        VectorOp::Add | VectorOp::Sub | VectorOp::Mul | VectorOp::Div | VectorOp::Rem | VectorOp::Max | VectorOp::Min
+    );
     if let (true, Some(Const::Nan(bits)), None) | (true, None, Some(Const::Nan(bits))) = (arithmetic, ca, cb) {
-        let negated = op == Op::Sub && cb.is_some();
+        let negated = op == VectorOp::Sub && cb.is_some();
         return Rewrite::Fill(quiet_nan_bits(ty, bits, negated));
     }
     match (ca, cb) {
         (Some(Const::Value(c)), None) => match op {
-            Op::Add if c == 0.0 => Rewrite::Alias(b as u8),
-            Op::Mul if c == 1.0 => Rewrite::Alias(b as u8),
-            Op::Mul if c == -1.0 => Rewrite::Neg(b as u8),
-            Op::Max if c == f64::NEG_INFINITY => Rewrite::Alias(b as u8),
-            Op::Min if c == f64::INFINITY => Rewrite::Alias(b as u8),
-            Op::Add | Op::Mul | Op::Max | Op::Min => Rewrite::Swap,
-            Op::Sub if c == 0.0 && c.is_sign_negative() => Rewrite::Neg(b as u8),
+            VectorOp::Add if c == 0.0 => Rewrite::Alias(b as u8),
+            VectorOp::Mul if c == 1.0 => Rewrite::Alias(b as u8),
+            VectorOp::Mul if c == -1.0 => Rewrite::Neg(b as u8),
+            VectorOp::Max if c == f64::NEG_INFINITY => Rewrite::Alias(b as u8),
+            VectorOp::Min if c == f64::INFINITY => Rewrite::Alias(b as u8),
+            VectorOp::Add | VectorOp::Mul | VectorOp::Max | VectorOp::Min => Rewrite::Swap,
+            VectorOp::Sub if c == 0.0 && c.is_sign_negative() => Rewrite::Neg(b as u8),
             _ => Rewrite::None,
         },
         (None, Some(Const::Value(c))) => match op {
-            Op::Add | Op::Sub if c == 0.0 => Rewrite::Alias(a as u8),
-            Op::Mul | Op::Div if c == 1.0 => Rewrite::Alias(a as u8),
-            Op::Mul | Op::Div if c == -1.0 => Rewrite::Neg(a as u8),
-            Op::Max if c == f64::NEG_INFINITY => Rewrite::Alias(a as u8),
-            Op::Min if c == f64::INFINITY => Rewrite::Alias(a as u8),
-            Op::Sub => Rewrite::AddNegated,
-            Op::Div => Rewrite::MulReciprocal,
+            VectorOp::Add | VectorOp::Sub if c == 0.0 => Rewrite::Alias(a as u8),
+            VectorOp::Mul | VectorOp::Div if c == 1.0 => Rewrite::Alias(a as u8),
+            VectorOp::Mul | VectorOp::Div if c == -1.0 => Rewrite::Neg(a as u8),
+            VectorOp::Max if c == f64::NEG_INFINITY => Rewrite::Alias(a as u8),
+            VectorOp::Min if c == f64::INFINITY => Rewrite::Alias(a as u8),
+            VectorOp::Sub => Rewrite::AddNegated,
+            VectorOp::Div => Rewrite::MulReciprocal,
             _ => Rewrite::None,
         },
         _ => Rewrite::None,

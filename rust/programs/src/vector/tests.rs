@@ -2,14 +2,14 @@
 //! per op and type, broadcasting, decode errors, the decode cache, and the
 //! AVX2 build of every loop against the baseline one.
 
-use super::ops::Op;
-use super::program::{DecodeCache, Program, FORMAT, MAX_VALUES};
-use super::scratch::Scratch;
+use super::ops::VectorOp;
+use super::program::{VectorDecodeCache, VectorProgram, FORMAT, MAX_VALUES};
+use super::scratch::VectorScratch;
 use super::types::VectorType::{self, *};
 use crate::scalar;
 
 /// Builds programs the way the Python side does.
-struct B {
+struct VectorProgramBuilder {
     n: i64,
     inputs: Vec<i64>,
     instrs: Vec<i64>,
@@ -18,23 +18,23 @@ struct B {
     n_instr: i64,
 }
 
-impl B {
-    fn new(n: usize) -> B {
-        B { n: n as i64, inputs: vec![], instrs: vec![], outputs: vec![], n_in: 0, n_instr: 0 }
+impl VectorProgramBuilder {
+    fn new(n: usize) -> VectorProgramBuilder {
+        VectorProgramBuilder { n: n as i64, inputs: vec![], instrs: vec![], outputs: vec![], n_in: 0, n_instr: 0 }
     }
     fn input(&mut self, t: VectorType, scalar: bool) -> i64 {
         self.inputs.extend([t.code(), scalar as i64]);
         self.n_in += 1;
         self.n_in - 1
     }
-    fn op(&mut self, op: Op, t: VectorType, args: &[i64], imm: i64) -> i64 {
+    fn op(&mut self, op: VectorOp, t: VectorType, args: &[i64], imm: i64) -> i64 {
         self.instrs.extend([op.code(), t.code(), args.len() as i64]);
         self.instrs.extend(args);
         self.instrs.push(imm);
         self.n_instr += 1;
         self.n_in + self.n_instr - 1
     }
-    fn out(mut self, v: &[i64]) -> B {
+    fn out(mut self, v: &[i64]) -> VectorProgramBuilder {
         self.outputs.extend(v);
         self
     }
@@ -56,10 +56,10 @@ fn bytes<T: Copy>(xs: &[T]) -> Vec<u8> {
 /// Runs `words` on `inputs`, chunks of `chunk` elements (None: the
 /// default choice); returns each output's bytes.
 fn run_chunks(words: &[i64], inputs: &[&[u8]], chunk: Option<usize>, simd: bool) -> Vec<Vec<u8>> {
-    let p = Program::decode(words).unwrap();
+    let p = VectorProgram::decode(words).unwrap();
     let mut outs: Vec<Vec<u8>> = (0..p.num_outputs()).map(|j| vec![0u8; p.len() * p.output_type(j).size()]).collect();
     let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
-    p.run_chunked(inputs, &mut refs, &mut Scratch::new(), simd, chunk).unwrap();
+    p.run_chunked(inputs, &mut refs, &mut VectorScratch::new(), simd, chunk).unwrap();
     outs
 }
 
@@ -67,7 +67,7 @@ fn run_chunks(words: &[i64], inputs: &[&[u8]], chunk: Option<usize>, simd: bool)
 /// short chunks (asserting all agree); returns each output's bytes.
 fn run(words: &[i64], inputs: &[Vec<u8>]) -> Vec<Vec<u8>> {
     let ins: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
-    let n = Program::decode(words).unwrap().len();
+    let n = VectorProgram::decode(words).unwrap().len();
     let whole = run_chunks(words, &ins, Some(n), true);
     assert_eq!(whole, run_chunks(words, &ins, Some(n), false), "the AVX2 and baseline builds differ");
     for chunk in [None, Some(1), Some(3), Some(64)] {
@@ -87,8 +87,8 @@ fn i32s(b: &[u8]) -> Vec<i32> {
 }
 
 /// `op` over two f32 arrays, as bit patterns.
-fn f32_binary(op: Op, a: &[f32], b: &[f32]) -> Vec<u32> {
-    let mut p = B::new(a.len());
+fn f32_binary(op: VectorOp, a: &[f32], b: &[f32]) -> Vec<u32> {
+    let mut p = VectorProgramBuilder::new(a.len());
     let (x, y) = (p.input(F32, false), p.input(F32, false));
     let r = p.op(op, if op.is_comparison() { Bool } else { F32 }, &[x, y], 0);
     let out = run(&p.out(&[r]).words(), &[bytes(a), bytes(b)]);
@@ -99,8 +99,8 @@ fn f32_binary(op: Op, a: &[f32], b: &[f32]) -> Vec<u32> {
     }
 }
 
-fn i32_binary(op: Op, a: &[i32], b: &[i32]) -> Vec<i32> {
-    let mut p = B::new(a.len());
+fn i32_binary(op: VectorOp, a: &[i32], b: &[i32]) -> Vec<i32> {
+    let mut p = VectorProgramBuilder::new(a.len());
     let (x, y) = (p.input(I32, false), p.input(I32, false));
     let r = p.op(op, I32, &[x, y], 0);
     i32s(&run(&p.out(&[r]).words(), &[bytes(a), bytes(b)])[0])
@@ -120,16 +120,16 @@ fn float_arithmetic_flushes_subnormals_and_picks_the_first_nan() {
     let a = [1e-39f32 * 0.0 + SUB, 1.5e-38, nan(PAYLOAD), 1.0, 0.0, f32::INFINITY, nan(0x7f80_0001)];
     let b = [1e10f32, 0.5, nan(QNAN), nan(PAYLOAD), f32::INFINITY, f32::NEG_INFINITY, 1.0];
     assert_eq!(
-        f32_binary(Op::Mul, &a, &b),
+        f32_binary(VectorOp::Mul, &a, &b),
         [0, 0, PAYLOAD, PAYLOAD, DEFAULT_NAN, 0xff80_0000, 0x7fc0_0001],
         "DAZ, FTZ, first NaN, lone NaN, 0*inf, quieted signaling NaN"
     );
-    assert_eq!(f32_binary(Op::Add, &[f32::INFINITY], &[f32::NEG_INFINITY]), [DEFAULT_NAN]);
-    assert_eq!(f32_binary(Op::Div, &[1.0, -1.0], &[SUB, SUB]), [0x7f80_0000, 0xff80_0000]);
-    assert_eq!(f32_binary(Op::Sub, &[SUB], &[-SUB]), [0]);
+    assert_eq!(f32_binary(VectorOp::Add, &[f32::INFINITY], &[f32::NEG_INFINITY]), [DEFAULT_NAN]);
+    assert_eq!(f32_binary(VectorOp::Div, &[1.0, -1.0], &[SUB, SUB]), [0x7f80_0000, 0xff80_0000]);
+    assert_eq!(f32_binary(VectorOp::Sub, &[SUB], &[-SUB]), [0]);
     // fmod: the divisor is flushed, the dividend and result are not.
     assert_eq!(
-        f32_binary(Op::Rem, &[SUB, 1.0, 0.5], &[1.0, SUB, 1.7632415e-38]),
+        f32_binary(VectorOp::Rem, &[SUB, 1.0, 0.5], &[1.0, SUB, 1.7632415e-38]),
         [SUB.to_bits(), DEFAULT_NAN, 0x0040_0000]
     );
 }
@@ -138,45 +138,51 @@ fn float_arithmetic_flushes_subnormals_and_picks_the_first_nan() {
 fn float_max_min_and_compares() {
     let a = [0.0f32, -0.0, 6.0, -6.0, nan(PAYLOAD), SUB, 1.0];
     let b = [-0.0f32, 0.0, nan(0xffc0_0001), nan(QNAN), 1.0, -1.0, nan(QNAN)];
-    assert_eq!(f32_binary(Op::Max, &a, &b), [0, 0, 0x7fc0_0001, QNAN, PAYLOAD, 0, QNAN]);
+    assert_eq!(f32_binary(VectorOp::Max, &a, &b), [0, 0, 0x7fc0_0001, QNAN, PAYLOAD, 0, QNAN]);
     assert_eq!(
-        f32_binary(Op::Min, &a, &b),
+        f32_binary(VectorOp::Min, &a, &b),
         [0x8000_0000, 0x8000_0000, 0xffc0_0001, 0xffc0_0000, PAYLOAD, 0xbf80_0000, QNAN]
     );
-    assert_eq!(f32_binary(Op::Eq, &[SUB, nan(QNAN), 0.0], &[0.0, nan(QNAN), -0.0]), [1, 0, 1]);
-    assert_eq!(f32_binary(Op::Ne, &[nan(QNAN)], &[1.0]), [1]);
-    assert_eq!(f32_binary(Op::Lt, &[nan(QNAN), -SUB, 1.0], &[1.0, 0.0, 2.0]), [0, 0, 1]);
-    assert_eq!(f32_binary(Op::Ge, &[nan(QNAN), 1.0], &[1.0, 1.0]), [0, 1]);
+    assert_eq!(f32_binary(VectorOp::Eq, &[SUB, nan(QNAN), 0.0], &[0.0, nan(QNAN), -0.0]), [1, 0, 1]);
+    assert_eq!(f32_binary(VectorOp::Ne, &[nan(QNAN)], &[1.0]), [1]);
+    assert_eq!(f32_binary(VectorOp::Lt, &[nan(QNAN), -SUB, 1.0], &[1.0, 0.0, 2.0]), [0, 0, 1]);
+    assert_eq!(f32_binary(VectorOp::Ge, &[nan(QNAN), 1.0], &[1.0, 1.0]), [0, 1]);
 }
 
 #[test]
 fn integer_ops_are_the_scalar_programs() {
     let min = i32::MIN;
-    assert_eq!(i32_binary(Op::Div, &[7, min, -7, 5], &[0, -1, 2, -2]), [-1, min, -3, -2]);
-    assert_eq!(i32_binary(Op::Rem, &[7, min, -7], &[0, -1, 2]), [7, 0, -1]);
-    assert_eq!(i32_binary(Op::Add, &[i32::MAX], &[1]), [min]);
-    assert_eq!(i32_binary(Op::ShiftLeft, &[-5, -5, 1], &[32, -1, 31]), [0, 0, min]);
-    assert_eq!(i32_binary(Op::ShiftRightArithmetic, &[-5, 5], &[40, 40]), [-1, 0]);
-    assert_eq!(i32_binary(Op::ShiftRightLogical, &[-1, -1], &[31, 32]), [1, 0]);
-    assert_eq!(i32_binary(Op::Max, &[-3, 4], &[2, -9]), [2, 4]);
+    assert_eq!(i32_binary(VectorOp::Div, &[7, min, -7, 5], &[0, -1, 2, -2]), [-1, min, -3, -2]);
+    assert_eq!(i32_binary(VectorOp::Rem, &[7, min, -7], &[0, -1, 2]), [7, 0, -1]);
+    assert_eq!(i32_binary(VectorOp::Add, &[i32::MAX], &[1]), [min]);
+    assert_eq!(i32_binary(VectorOp::ShiftLeft, &[-5, -5, 1], &[32, -1, 31]), [0, 0, min]);
+    assert_eq!(i32_binary(VectorOp::ShiftRightArithmetic, &[-5, 5], &[40, 40]), [-1, 0]);
+    assert_eq!(i32_binary(VectorOp::ShiftRightLogical, &[-1, -1], &[31, 32]), [1, 0]);
+    assert_eq!(i32_binary(VectorOp::Max, &[-3, 4], &[2, -9]), [2, 4]);
     // Every other integer type goes through the same per-element functions.
     for t in [I8, I16, I64, U8, U16, U32, U64] {
         let st = t.scalar().unwrap();
         let (lo, hi) = st.min_max();
-        let mut p = B::new(4);
+        let mut p = VectorProgramBuilder::new(4);
         let (x, y) = (p.input(t, false), p.input(t, false));
-        let outs: Vec<i64> = [Op::Div, Op::Rem, Op::Sub, Op::Mul, Op::ShiftRightArithmetic]
-            .iter()
-            .map(|&op| p.op(op, t, &[x, y], 0))
-            .collect();
+        let outs: Vec<i64> =
+            [VectorOp::Div, VectorOp::Rem, VectorOp::Sub, VectorOp::Mul, VectorOp::ShiftRightArithmetic]
+                .iter()
+                .map(|&op| p.op(op, t, &[x, y], 0))
+                .collect();
         let xs = [lo, hi, 7, 0];
         let ys = [u64::MAX, 0, st.wrap(3), hi];
         let enc = |vs: &[u64]| vs.iter().flat_map(|&v| st.bytes(v)[..t.size()].to_vec()).collect::<Vec<u8>>();
         let got = run(&p.out(&outs).words(), &[enc(&xs), enc(&ys)]);
-        for (k, op) in
-            [scalar::Op::Div, scalar::Op::Rem, scalar::Op::Sub, scalar::Op::Mul, scalar::Op::ShiftRightArithmetic]
-                .into_iter()
-                .enumerate()
+        for (k, op) in [
+            scalar::ScalarOp::Div,
+            scalar::ScalarOp::Rem,
+            scalar::ScalarOp::Sub,
+            scalar::ScalarOp::Mul,
+            scalar::ScalarOp::ShiftRightArithmetic,
+        ]
+        .into_iter()
+        .enumerate()
         {
             for i in 0..4 {
                 let want = scalar::binary(op, st, st.wrap(xs[i]), st.wrap(ys[i]));
@@ -189,16 +195,16 @@ fn integer_ops_are_the_scalar_programs() {
 #[test]
 fn select_converts_and_fma() {
     let n = 5;
-    let mut p = B::new(n);
+    let mut p = VectorProgramBuilder::new(n);
     let (x, w, f) = (p.input(F32, false), p.input(I32, false), p.input(Bool, false));
-    let c = p.op(Op::Const, F32, &[], 2.0f32.to_bits() as i64);
-    let s3 = p.op(Op::SelectN, F32, &[w, x, c, x], 0);
-    let s2 = p.op(Op::SelectN, F32, &[f, x, c], 0);
-    let to_i8 = p.op(Op::Convert, I8, &[x], 0);
-    let to_bool = p.op(Op::Convert, Bool, &[x], 0);
-    let back = p.op(Op::Convert, F64, &[x], 0);
-    let fma = p.op(Op::Fma, F32, &[x, x, c], 0);
-    let nma = p.op(Op::Fma, F32, &[x, x, c], 2);
+    let c = p.op(VectorOp::Const, F32, &[], 2.0f32.to_bits() as i64);
+    let s3 = p.op(VectorOp::SelectN, F32, &[w, x, c, x], 0);
+    let s2 = p.op(VectorOp::SelectN, F32, &[f, x, c], 0);
+    let to_i8 = p.op(VectorOp::Convert, I8, &[x], 0);
+    let to_bool = p.op(VectorOp::Convert, Bool, &[x], 0);
+    let back = p.op(VectorOp::Convert, F64, &[x], 0);
+    let fma = p.op(VectorOp::Fma, F32, &[x, x, c], 0);
+    let nma = p.op(VectorOp::Fma, F32, &[x, x, c], 2);
     let words = p.out(&[s3, s2, to_i8, to_bool, back, fma, nma]).words();
     let xs = [1e10f32, -2.5, f32::NAN, SUB, 1.0 + f32::EPSILON];
     let out = run(&words, &[bytes(&xs), bytes(&[-4i32, 1, 7, 2, 0]), vec![1, 0, 1, 0, 0]]);
@@ -222,11 +228,11 @@ fn select_converts_and_fma() {
 
 #[test]
 fn scalars_broadcast_and_scalar_instructions_stay_scalar() {
-    let mut p = B::new(3);
+    let mut p = VectorProgramBuilder::new(3);
     let (x, s) = (p.input(I32, false), p.input(I32, true));
-    let two = p.op(Op::Const, I32, &[], 2);
-    let s2 = p.op(Op::Mul, I32, &[s, two], 0);
-    let r = p.op(Op::Sub, I32, &[s2, x], 0);
+    let two = p.op(VectorOp::Const, I32, &[], 2);
+    let s2 = p.op(VectorOp::Mul, I32, &[s, two], 0);
+    let r = p.op(VectorOp::Sub, I32, &[s2, x], 0);
     let out = run(&p.out(&[r, s2, two, x]).words(), &[bytes(&[1i32, 2, 3]), bytes(&[10i32])]);
     assert_eq!(i32s(&out[0]), [19, 18, 17]);
     assert_eq!(i32s(&out[1]), [20, 20, 20]);
@@ -236,29 +242,29 @@ fn scalars_broadcast_and_scalar_instructions_stay_scalar() {
 
 #[test]
 fn empty_arrays_and_misaligned_inputs() {
-    let mut p = B::new(0);
+    let mut p = VectorProgramBuilder::new(0);
     let x = p.input(F64, false);
-    let one = p.op(Op::Const, F64, &[], 1f64.to_bits() as i64);
-    let r = p.op(Op::Add, F64, &[x, one], 0);
+    let one = p.op(VectorOp::Const, F64, &[], 1f64.to_bits() as i64);
+    let r = p.op(VectorOp::Add, F64, &[x, one], 0);
     assert_eq!(run(&p.out(&[r, one]).words(), &[vec![]]), [Vec::<u8>::new(), vec![]]);
     // An operand at an odd address is copied to scratch first.
-    let mut p = B::new(2);
+    let mut p = VectorProgramBuilder::new(2);
     let x = p.input(F32, false);
-    let r = p.op(Op::Add, F32, &[x, x], 0);
+    let r = p.op(VectorOp::Add, F32, &[x, x], 0);
     let words = p.out(&[r]).words();
-    let prog = Program::decode(&words).unwrap();
+    let prog = VectorProgram::decode(&words).unwrap();
     // A heap buffer (malloc aligns it), so `buf[1..]` is surely misaligned.
     #[allow(clippy::useless_vec)]
     let mut buf = vec![0u8; 9];
     buf[1..].copy_from_slice(&bytes(&[1.5f32, -2.0]));
     let mut out = [0u8; 8];
-    prog.run(&[&buf[1..]], &mut [&mut out[..]], &mut Scratch::new()).unwrap();
+    prog.run(&[&buf[1..]], &mut [&mut out[..]], &mut VectorScratch::new()).unwrap();
     assert_eq!(f32s(&out), [3.0f32.to_bits(), (-4.0f32).to_bits()]);
 }
 
 #[test]
 fn malformed_programs_are_value_errors() {
-    let add = Op::Add.code();
+    let add = VectorOp::Add.code();
     let cases: &[(&[i64], &str)] = &[
         (&[], "truncated at word 0"),
         (&[2, 1, 0, 0, 0], "format 2"),
@@ -271,19 +277,19 @@ fn malformed_programs_are_value_errors() {
         (&[1, 1, 1, 1, 0, 9, 0, add, 9, 2, 0, 1, 0], "value 1 used before"),
         (&[1, 1, 1, 1, 0, 9, 0, add, 0, 2, 0, 0, 0], "add of bool"),
         (&[1, 1, 1, 1, 0, 9, 0, add, 3, 2, 0, 0, 0], "add of int32 given a float32 argument"),
-        (&[1, 1, 1, 1, 0, 9, 0, Op::Not.code(), 9, 1, 0, 0], "not of float32"),
-        (&[1, 1, 1, 1, 0, 9, 0, Op::SelectN.code(), 9, 1, 0, 0], "needs a predicate"),
-        (&[1, 1, 1, 1, 0, 9, 0, Op::SelectN.code(), 9, 2, 0, 0, 0], "predicate of type float32"),
-        (&[1, 1, 1, 1, 0, 9, 0, Op::Eq.code(), 9, 2, 0, 0, 0], "eq returns bool"),
+        (&[1, 1, 1, 1, 0, 9, 0, VectorOp::Not.code(), 9, 1, 0, 0], "not of float32"),
+        (&[1, 1, 1, 1, 0, 9, 0, VectorOp::SelectN.code(), 9, 1, 0, 0], "needs a predicate"),
+        (&[1, 1, 1, 1, 0, 9, 0, VectorOp::SelectN.code(), 9, 2, 0, 0, 0], "predicate of type float32"),
+        (&[1, 1, 1, 1, 0, 9, 0, VectorOp::Eq.code(), 9, 2, 0, 0, 0], "eq returns bool"),
         (&[1, 1, 0, 1, 0, 0, 0, 0, 2], "constant 2 is not a canonical bool"),
         (&[1, 1, 0, 1, 0, 0, 9, 0, 1 << 32], "not a canonical float32"),
         (&[1, 1, 0, 1, 0, 0, 5, 0, 256], "not a canonical uint8"),
-        (&[1, 1, 1, 1, 0, 9, 0, Op::Fma.code(), 9, 3, 0, 0, 0, 7], "fma form 7"),
+        (&[1, 1, 1, 1, 0, 9, 0, VectorOp::Fma.code(), 9, 3, 0, 0, 0, 7], "fma form 7"),
         (&[1, 1, 0, 0, 1, 0], "value 0 used before"),
         (&[1, 1, 0, 0, 0, 5], "1 words after the outputs"),
     ];
     for (words, want) in cases {
-        let e = Program::decode(words).err().unwrap_or_else(|| panic!("{words:?} decoded"));
+        let e = VectorProgram::decode(words).err().unwrap_or_else(|| panic!("{words:?} decoded"));
         assert_eq!(e.kind, crate::ProgramErrorKind::Value);
         assert!(e.message.starts_with("vector program: ") && e.message.contains(want), "{words:?}: {}", e.message);
     }
@@ -291,25 +297,25 @@ fn malformed_programs_are_value_errors() {
 
 #[test]
 fn buffers_of_the_wrong_size_are_value_errors() {
-    let mut p = B::new(2);
+    let mut p = VectorProgramBuilder::new(2);
     let x = p.input(F32, false);
     let words = p.out(&[x]).words();
-    let prog = Program::decode(&words).unwrap();
+    let prog = VectorProgram::decode(&words).unwrap();
     let mut out = [0u8; 8];
-    let e = prog.run(&[&[0u8; 4]], &mut [&mut out[..]], &mut Scratch::new()).unwrap_err();
+    let e = prog.run(&[&[0u8; 4]], &mut [&mut out[..]], &mut VectorScratch::new()).unwrap_err();
     assert!(e.message.contains("input 0 has 4 bytes, expected 2 float32"), "{}", e.message);
-    let e = prog.run(&[&[0u8; 8]], &mut [&mut out[..4]], &mut Scratch::new()).unwrap_err();
+    let e = prog.run(&[&[0u8; 8]], &mut [&mut out[..4]], &mut VectorScratch::new()).unwrap_err();
     assert!(e.message.contains("output 0 has 4 bytes"), "{}", e.message);
-    let e = prog.run(&[], &mut [&mut out[..]], &mut Scratch::new()).unwrap_err();
+    let e = prog.run(&[], &mut [&mut out[..]], &mut VectorScratch::new()).unwrap_err();
     assert!(e.message.contains("0 inputs and 1 outputs given, the program has 1 and 1"), "{}", e.message);
 }
 
 #[test]
 fn the_cache_decodes_once_and_checks_fingerprints() {
-    let mut p = B::new(1);
+    let mut p = VectorProgramBuilder::new(1);
     let x = p.input(I32, false);
     let words = p.out(&[x]).words();
-    let mut cache = DecodeCache::new();
+    let mut cache = VectorDecodeCache::new();
     let fp = scalar::fingerprint(&words);
     assert_eq!(cache.decode_fingerprinted(&words, fp).unwrap().num_outputs(), 1);
     assert_eq!(cache.decode_fingerprinted(&words, fp).unwrap().num_inputs(), 1);
@@ -317,7 +323,7 @@ fn the_cache_decodes_once_and_checks_fingerprints() {
     assert!(e.message.contains("does not match its words"), "{}", e.message);
     assert!(cache.decode(&[1, 2]).is_err(), "errors are not cached as programs");
     for k in 0..40 {
-        let mut p = B::new(k);
+        let mut p = VectorProgramBuilder::new(k);
         let x = p.input(U8, false);
         let w = p.out(&[x]).words();
         assert_eq!(cache.decode(&w).unwrap().len(), k, "eviction keeps the right layouts");
@@ -348,19 +354,25 @@ fn every_op_and_type_gives_the_same_bits_in_both_builds() {
     for t in VectorType::ALL {
         let len = n * t.size();
         let inputs = [noise(len, 1), noise(len, 2), noise(t.size(), 3)];
-        let program = |ops: &dyn Fn(&mut B, [i64; 3]) -> Vec<i64>| {
-            let mut p = B::new(n);
+        let program = |ops: &dyn Fn(&mut VectorProgramBuilder, [i64; 3]) -> Vec<i64>| {
+            let mut p = VectorProgramBuilder::new(n);
             let xyz = [p.input(t, false), p.input(t, false), p.input(t, true)];
             let outs = ops(&mut p, xyz);
             p.out(&outs).words()
         };
-        for op in Op::ALL {
+        for op in VectorOp::ALL {
             let ok = match op {
-                Op::Const | Op::SelectN | Op::Convert | Op::Iota => false,
-                Op::Add | Op::Sub | Op::Mul | Op::Div | Op::Rem | Op::Neg | Op::Abs => t != Bool,
-                Op::And | Op::Or | Op::Xor | Op::Not => !t.is_float(),
-                Op::ShiftLeft | Op::ShiftRightArithmetic | Op::ShiftRightLogical => t.is_int(),
-                Op::Fma => t.is_float(),
+                VectorOp::Const | VectorOp::SelectN | VectorOp::Convert | VectorOp::Iota => false,
+                VectorOp::Add
+                | VectorOp::Sub
+                | VectorOp::Mul
+                | VectorOp::Div
+                | VectorOp::Rem
+                | VectorOp::Neg
+                | VectorOp::Abs => t != Bool,
+                VectorOp::And | VectorOp::Or | VectorOp::Xor | VectorOp::Not => !t.is_float(),
+                VectorOp::ShiftLeft | VectorOp::ShiftRightArithmetic | VectorOp::ShiftRightLogical => t.is_int(),
+                VectorOp::Fma => t.is_float(),
                 _ => true,
             };
             if !ok {
@@ -368,11 +380,11 @@ fn every_op_and_type_gives_the_same_bits_in_both_builds() {
             }
             let ty = if op.is_comparison() { Bool } else { t };
             let arity = match op {
-                Op::Neg | Op::Abs | Op::Not => 1,
-                Op::Fma => 3,
+                VectorOp::Neg | VectorOp::Abs | VectorOp::Not => 1,
+                VectorOp::Fma => 3,
                 _ => 2,
             };
-            let forms = if op == Op::Fma { 3 } else { 1 };
+            let forms = if op == VectorOp::Fma { 3 } else { 1 };
             let words = program(&|p, [x, y, z]| {
                 let mut outs = vec![];
                 for args in [[x, y, x], [z, x, y], [x, z, z]] {
@@ -384,22 +396,23 @@ fn every_op_and_type_gives_the_same_bits_in_both_builds() {
             });
             run(&words, &inputs); // asserts both builds agree
         }
-        let words = program(&|p, [x, _, _]| VectorType::ALL.iter().map(|&to| p.op(Op::Convert, to, &[x], 0)).collect());
+        let words =
+            program(&|p, [x, _, _]| VectorType::ALL.iter().map(|&to| p.op(VectorOp::Convert, to, &[x], 0)).collect());
         run(&words, &inputs);
         let words = program(&|p, [x, y, z]| {
-            let f = p.op(Op::Lt, Bool, &[x, y], 0);
-            let w = p.op(Op::Convert, I32, &[x], 0);
-            vec![p.op(Op::SelectN, t, &[f, x, y], 0), p.op(Op::SelectN, t, &[w, z, y, x], 0)]
+            let f = p.op(VectorOp::Lt, Bool, &[x, y], 0);
+            let w = p.op(VectorOp::Convert, I32, &[x], 0);
+            vec![p.op(VectorOp::SelectN, t, &[f, x, y], 0), p.op(VectorOp::SelectN, t, &[w, z, y, x], 0)]
         });
         run(&words, &inputs);
     }
 }
 
 /// `x op c` over f32 `xs` with `c` a constant on the right (or left).
-fn f32_with_constant(op: Op, xs: &[f32], c: f32, left: bool) -> Vec<u32> {
-    let mut p = B::new(xs.len());
+fn f32_with_constant(op: VectorOp, xs: &[f32], c: f32, left: bool) -> Vec<u32> {
+    let mut p = VectorProgramBuilder::new(xs.len());
     let x = p.input(F32, false);
-    let k = p.op(Op::Const, F32, &[], c.to_bits() as i64);
+    let k = p.op(VectorOp::Const, F32, &[], c.to_bits() as i64);
     let args = if left { [k, x] } else { [x, k] };
     let r = p.op(op, F32, &args, 0);
     f32s(&run(&p.out(&[r]).words(), &[bytes(xs)])[0])
@@ -410,37 +423,37 @@ fn constant_operands_are_rewritten_as_xla_does() {
     let xs = [SUB, -SUB, nan(0x7f80_0001), 2.5, -0.0];
     let same: Vec<u32> = xs.iter().map(|x| x.to_bits()).collect();
     let negated: Vec<u32> = xs.iter().map(|x| x.to_bits() ^ 0x8000_0000).collect();
-    assert_eq!(f32_with_constant(Op::Mul, &xs, 1.0, false), same, "x * 1 is x, unflushed");
-    assert_eq!(f32_with_constant(Op::Mul, &xs, 1.0, true), same);
-    assert_eq!(f32_with_constant(Op::Add, &xs, 0.0, false), same, "-0 + 0 is -0 too");
-    assert_eq!(f32_with_constant(Op::Sub, &xs, -0.0, false), same);
-    assert_eq!(f32_with_constant(Op::Div, &xs, 1.0, false), same);
-    assert_eq!(f32_with_constant(Op::Max, &xs, f32::NEG_INFINITY, true), same);
-    assert_eq!(f32_with_constant(Op::Min, &xs, f32::INFINITY, false), same);
-    assert_eq!(f32_with_constant(Op::Mul, &xs, -1.0, false), negated, "x * -1 is neg x");
-    assert_eq!(f32_with_constant(Op::Div, &xs, -1.0, false), negated);
-    assert_eq!(f32_with_constant(Op::Sub, &xs, -0.0, true), negated, "-0 - x is neg x");
-    assert_eq!(f32_with_constant(Op::Sub, &[SUB], 0.0, true), [0], "+0 - x is computed");
+    assert_eq!(f32_with_constant(VectorOp::Mul, &xs, 1.0, false), same, "x * 1 is x, unflushed");
+    assert_eq!(f32_with_constant(VectorOp::Mul, &xs, 1.0, true), same);
+    assert_eq!(f32_with_constant(VectorOp::Add, &xs, 0.0, false), same, "-0 + 0 is -0 too");
+    assert_eq!(f32_with_constant(VectorOp::Sub, &xs, -0.0, false), same);
+    assert_eq!(f32_with_constant(VectorOp::Div, &xs, 1.0, false), same);
+    assert_eq!(f32_with_constant(VectorOp::Max, &xs, f32::NEG_INFINITY, true), same);
+    assert_eq!(f32_with_constant(VectorOp::Min, &xs, f32::INFINITY, false), same);
+    assert_eq!(f32_with_constant(VectorOp::Mul, &xs, -1.0, false), negated, "x * -1 is neg x");
+    assert_eq!(f32_with_constant(VectorOp::Div, &xs, -1.0, false), negated);
+    assert_eq!(f32_with_constant(VectorOp::Sub, &xs, -0.0, true), negated, "-0 - x is neg x");
+    assert_eq!(f32_with_constant(VectorOp::Sub, &[SUB], 0.0, true), [0], "+0 - x is computed");
     // x / c is x * (1/c): not the true quotient.
-    let q = f32_with_constant(Op::Div, &[2.5, 3.0], 3.0, false);
+    let q = f32_with_constant(VectorOp::Div, &[2.5, 3.0], 3.0, false);
     assert_eq!(q, [(2.5f32 * (1.0 / 3.0f32)).to_bits(), (3.0f32 * (1.0 / 3.0f32)).to_bits()]);
     assert_ne!(q[0], (2.5f32 / 3.0).to_bits());
-    assert_eq!(f32_with_constant(Op::Div, &[2.5], 3.0, true), [(3.0f32 / 2.5).to_bits()], "c / x is a division");
+    assert_eq!(f32_with_constant(VectorOp::Div, &[2.5], 3.0, true), [(3.0f32 / 2.5).to_bits()], "c / x is a division");
     // An op with a NaN constant is that NaN, quieted; x - NaN negates it.
     let c = nan(0x7f80_0123);
-    assert_eq!(f32_with_constant(Op::Add, &[1.0, nan(PAYLOAD)], c, false), [0x7fc0_0123; 2]);
-    assert_eq!(f32_with_constant(Op::Sub, &[1.0], c, false), [0xffc0_0123]);
-    assert_eq!(f32_with_constant(Op::Min, &[-0.0], c, true), [0x7fc0_0123]);
+    assert_eq!(f32_with_constant(VectorOp::Add, &[1.0, nan(PAYLOAD)], c, false), [0x7fc0_0123; 2]);
+    assert_eq!(f32_with_constant(VectorOp::Sub, &[1.0], c, false), [0xffc0_0123]);
+    assert_eq!(f32_with_constant(VectorOp::Min, &[-0.0], c, true), [0x7fc0_0123]);
     // Otherwise a constant on the left of a commutative op moves right.
-    assert_eq!(f32_with_constant(Op::Max, &[nan(0xffc0_0001)], 2.0, true), [0xffc0_0001]);
+    assert_eq!(f32_with_constant(VectorOp::Max, &[nan(0xffc0_0001)], 2.0, true), [0xffc0_0001]);
 }
 
 #[test]
 fn a_float_convert_round_trip_is_dropped() {
-    let mut p = B::new(2);
+    let mut p = VectorProgramBuilder::new(2);
     let x = p.input(F32, false);
-    let wide = p.op(Op::Convert, F64, &[x], 0);
-    let back = p.op(Op::Convert, F32, &[wide], 0);
+    let wide = p.op(VectorOp::Convert, F64, &[x], 0);
+    let back = p.op(VectorOp::Convert, F32, &[wide], 0);
     let out = run(&p.out(&[back, wide]).words(), &[bytes(&[SUB, nan(0x7f80_0001)])]);
     assert_eq!(f32s(&out[0]), [SUB.to_bits(), 0x7f80_0001]);
     assert_eq!(&out[1][..8], 0f64.to_ne_bytes(), "the widening alone flushes");
@@ -451,48 +464,49 @@ fn a_strict_compare_selecting_its_own_operands_flushes_the_choice() {
     let (xs, ys) = ([SUB, 2.0], [-1.0f32, -SUB]);
     let bits = |v: [f32; 2]| v.map(f32::to_bits).to_vec();
     for (cmp, want) in [
-        (Op::Gt, bits([0.0, 2.0])),
-        (Op::Lt, bits([-1.0, -0.0])),
-        (Op::Ge, bits([SUB, 2.0])),
-        (Op::Le, bits([-1.0, -SUB])),
+        (VectorOp::Gt, bits([0.0, 2.0])),
+        (VectorOp::Lt, bits([-1.0, -0.0])),
+        (VectorOp::Ge, bits([SUB, 2.0])),
+        (VectorOp::Le, bits([-1.0, -SUB])),
     ] {
-        let mut p = B::new(2);
+        let mut p = VectorProgramBuilder::new(2);
         let (x, y) = (p.input(F32, false), p.input(F32, false));
         let c = p.op(cmp, Bool, &[x, y], 0);
-        let s = p.op(Op::SelectN, F32, &[c, y, x], 0); // c ? x : y
+        let s = p.op(VectorOp::SelectN, F32, &[c, y, x], 0); // c ? x : y
         assert_eq!(f32s(&run(&p.out(&[s]).words(), &[bytes(&xs), bytes(&ys)])[0]), want, "{cmp:?}");
     }
 }
 
 #[test]
 fn a_scalar_output_fills_a_one_element_buffer_once() {
-    let mut p = B::new(3);
+    let mut p = VectorProgramBuilder::new(3);
     let (x, s) = (p.input(I32, false), p.input(I32, true));
-    let s1 = p.op(Op::Add, I32, &[s, s], 0);
-    let r = p.op(Op::Xor, I32, &[x, s1], 0);
+    let s1 = p.op(VectorOp::Add, I32, &[s, s], 0);
+    let r = p.op(VectorOp::Xor, I32, &[x, s1], 0);
     let words = p.out(&[r, s1]).words();
-    let prog = Program::decode(&words).unwrap();
+    let prog = VectorProgram::decode(&words).unwrap();
     assert!(!prog.output_is_scalar(0) && prog.output_is_scalar(1));
     let (mut arr, mut one) = ([0u8; 12], [0u8; 4]);
     let inputs: [&[u8]; 2] = [&bytes(&[1i32, 2, 3]), &bytes(&[5i32])];
-    prog.run(&inputs, &mut [&mut arr[..], &mut one[..]], &mut Scratch::new()).unwrap();
+    prog.run(&inputs, &mut [&mut arr[..], &mut one[..]], &mut VectorScratch::new()).unwrap();
     assert_eq!(i32s(&arr), [11, 8, 9]);
     assert_eq!(i32s(&one), [10]);
     // An array output still needs all n elements.
-    let e = prog.run(&inputs, &mut [&mut arr[..4], &mut one[..]], &mut Scratch::new()).unwrap_err();
+    let e = prog.run(&inputs, &mut [&mut arr[..4], &mut one[..]], &mut VectorScratch::new()).unwrap_err();
     assert!(e.message.contains("output 0 has 4 bytes"), "{}", e.message);
     // Over several chunks the one element is written once, the array in full.
-    let mut p = B::new(200);
+    let mut p = VectorProgramBuilder::new(200);
     let (x, s) = (p.input(I32, false), p.input(I32, true));
-    let s1 = p.op(Op::Add, I32, &[s, s], 0);
-    let r = p.op(Op::Xor, I32, &[x, s1], 0);
+    let s1 = p.op(VectorOp::Add, I32, &[s, s], 0);
+    let r = p.op(VectorOp::Xor, I32, &[x, s1], 0);
     let prog_words = p.out(&[r, s1]).words();
-    let prog = Program::decode(&prog_words).unwrap();
+    let prog = VectorProgram::decode(&prog_words).unwrap();
     let xs: Vec<i32> = (0..200).collect();
     let (mut arr, mut one) = (vec![0u8; 800], [0u8; 4]);
     let inputs: [&[u8]; 2] = [&bytes(&xs), &bytes(&[5i32])];
     for simd in [true, false] {
-        prog.run_chunked(&inputs, &mut [&mut arr[..], &mut one[..]], &mut Scratch::new(), simd, Some(64)).unwrap();
+        prog.run_chunked(&inputs, &mut [&mut arr[..], &mut one[..]], &mut VectorScratch::new(), simd, Some(64))
+            .unwrap();
         assert_eq!(i32s(&arr), xs.iter().map(|x| x ^ 10).collect::<Vec<_>>());
         assert_eq!(i32s(&one), [10]);
     }
@@ -508,35 +522,35 @@ fn misaligned(bytes: &[u8]) -> Vec<u8> {
 /// A program of every rewrite kind, scalar and misaligned inputs, and
 /// outputs that are inputs, constants, scalars and aliases.
 fn every_rewrite(n: usize) -> Vec<i64> {
-    let mut p = B::new(n);
+    let mut p = VectorProgramBuilder::new(n);
     let (x, y, s) = (p.input(F32, false), p.input(F32, false), p.input(F32, true));
     let (u, k) = (p.input(U32, false), p.input(U32, true));
-    let f = |p: &mut B, c: f32| p.op(Op::Const, F32, &[], c.to_bits() as i64);
+    let f = |p: &mut VectorProgramBuilder, c: f32| p.op(VectorOp::Const, F32, &[], c.to_bits() as i64);
     let (one, minus_one, zero, three) = (f(&mut p, 1.0), f(&mut p, -1.0), f(&mut p, 0.0), f(&mut p, 3.0));
-    let nan = p.op(Op::Const, F32, &[], 0x7f80_0123);
+    let nan = p.op(VectorOp::Const, F32, &[], 0x7f80_0123);
     let mut outs = vec![
-        p.op(Op::Mul, F32, &[x, one], 0),       // alias
-        p.op(Op::Add, F32, &[x, zero], 0),      // alias
-        p.op(Op::Max, F32, &[y, y], 0),         // alias
-        p.op(Op::Mul, F32, &[y, minus_one], 0), // neg
-        p.op(Op::Add, F32, &[three, y], 0),     // swap
-        p.op(Op::Sub, F32, &[x, three], 0),     // add negated
-        p.op(Op::Div, F32, &[y, three], 0),     // mul reciprocal
-        p.op(Op::Add, F32, &[x, nan], 0),       // fill, array
-        p.op(Op::Sub, F32, &[s, nan], 0),       // fill, scalar
+        p.op(VectorOp::Mul, F32, &[x, one], 0),       // alias
+        p.op(VectorOp::Add, F32, &[x, zero], 0),      // alias
+        p.op(VectorOp::Max, F32, &[y, y], 0),         // alias
+        p.op(VectorOp::Mul, F32, &[y, minus_one], 0), // neg
+        p.op(VectorOp::Add, F32, &[three, y], 0),     // swap
+        p.op(VectorOp::Sub, F32, &[x, three], 0),     // add negated
+        p.op(VectorOp::Div, F32, &[y, three], 0),     // mul reciprocal
+        p.op(VectorOp::Add, F32, &[x, nan], 0),       // fill, array
+        p.op(VectorOp::Sub, F32, &[s, nan], 0),       // fill, scalar
     ];
-    let gt = p.op(Op::Gt, Bool, &[x, y], 0);
-    outs.push(p.op(Op::SelectN, F32, &[gt, y, x], 0)); // flushed select
-    let wide = p.op(Op::Convert, F64, &[x], 0);
-    outs.push(p.op(Op::Convert, F32, &[wide], 0)); // alias of x
-    let s3 = p.op(Op::Mul, F32, &[s, three], 0); // a scalar instruction
-    outs.push(p.op(Op::Fma, F32, &[x, y, s3], 0));
-    let c16 = p.op(Op::Const, U32, &[], 16);
-    let uk = p.op(Op::Mul, U32, &[u, k], 0);
-    let hi = p.op(Op::ShiftRightLogical, U32, &[uk, c16], 0);
-    let mixed = p.op(Op::Xor, U32, &[hi, u], 0);
-    let lt = p.op(Op::Lt, Bool, &[u, k], 0);
-    outs.push(p.op(Op::SelectN, U32, &[lt, uk, mixed], 0));
+    let gt = p.op(VectorOp::Gt, Bool, &[x, y], 0);
+    outs.push(p.op(VectorOp::SelectN, F32, &[gt, y, x], 0)); // flushed select
+    let wide = p.op(VectorOp::Convert, F64, &[x], 0);
+    outs.push(p.op(VectorOp::Convert, F32, &[wide], 0)); // alias of x
+    let s3 = p.op(VectorOp::Mul, F32, &[s, three], 0); // a scalar instruction
+    outs.push(p.op(VectorOp::Fma, F32, &[x, y, s3], 0));
+    let c16 = p.op(VectorOp::Const, U32, &[], 16);
+    let uk = p.op(VectorOp::Mul, U32, &[u, k], 0);
+    let hi = p.op(VectorOp::ShiftRightLogical, U32, &[uk, c16], 0);
+    let mixed = p.op(VectorOp::Xor, U32, &[hi, u], 0);
+    let lt = p.op(VectorOp::Lt, Bool, &[u, k], 0);
+    outs.push(p.op(VectorOp::SelectN, U32, &[lt, uk, mixed], 0));
     outs.extend([mixed, s3, wide, x, s, k, one, c16]);
     p.out(&outs).words()
 }
@@ -544,7 +558,7 @@ fn every_rewrite(n: usize) -> Vec<i64> {
 #[test]
 fn chunks_of_any_length_give_the_bits_of_one_chunk() {
     let words = every_rewrite(1 << 20);
-    let prog = Program::decode(&words).unwrap();
+    let prog = VectorProgram::decode(&words).unwrap();
     // x and s misaligned (copied to scratch), y, u, k read in place.
     let default = prog.layout.plan(&[false, true, false, true, true], None).chunk;
     assert!(default % 64 == 0 && (64..1 << 20).contains(&default), "{default}");
@@ -563,9 +577,9 @@ fn chunks_of_any_length_give_the_bits_of_one_chunk() {
 }
 
 /// xorshift64.
-struct Rng(u64);
+struct Xorshift64(u64);
 
-impl Rng {
+impl Xorshift64 {
     fn below(&mut self, k: usize) -> usize {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
@@ -576,8 +590,8 @@ impl Rng {
 
 /// A random well-typed program over uint32, float32 and bool values, and
 /// its inputs (some scalar, some misaligned).
-fn random_program(rng: &mut Rng, n: usize) -> (Vec<i64>, Vec<Vec<u8>>, Vec<usize>) {
-    let mut p = B::new(n);
+fn random_program(rng: &mut Xorshift64, n: usize) -> (Vec<i64>, Vec<Vec<u8>>, Vec<usize>) {
+    let mut p = VectorProgramBuilder::new(n);
     let mut values: Vec<(i64, VectorType)> = vec![];
     let (mut inputs, mut offsets) = (vec![], vec![]);
     for _ in 0..1 + rng.below(4) {
@@ -594,50 +608,50 @@ fn random_program(rng: &mut Rng, n: usize) -> (Vec<i64>, Vec<Vec<u8>>, Vec<usize
         let t = [U32, F32][rng.below(2)];
         let of_t: Vec<i64> = values.iter().filter(|v| v.1 == t).map(|v| v.0).collect();
         let kind = if of_t.is_empty() { 0 } else { rng.below(7) };
-        let pick = |rng: &mut Rng| of_t[rng.below(of_t.len())];
+        let pick = |rng: &mut Xorshift64| of_t[rng.below(of_t.len())];
         let v = match kind {
-            0 if t == F32 => p.op(Op::Const, F32, &[], consts[rng.below(consts.len())].to_bits() as i64),
-            0 => p.op(Op::Const, U32, &[], rng.below(1 << 32) as i64),
+            0 if t == F32 => p.op(VectorOp::Const, F32, &[], consts[rng.below(consts.len())].to_bits() as i64),
+            0 => p.op(VectorOp::Const, U32, &[], rng.below(1 << 32) as i64),
             1 => {
-                let ops: &[Op] = if t == F32 {
-                    &[Op::Add, Op::Sub, Op::Mul, Op::Div, Op::Max, Op::Min]
+                let ops: &[VectorOp] = if t == F32 {
+                    &[VectorOp::Add, VectorOp::Sub, VectorOp::Mul, VectorOp::Div, VectorOp::Max, VectorOp::Min]
                 } else {
                     &[
-                        Op::Add,
-                        Op::Sub,
-                        Op::Mul,
-                        Op::Xor,
-                        Op::And,
-                        Op::Or,
-                        Op::ShiftLeft,
-                        Op::ShiftRightLogical,
-                        Op::Max,
+                        VectorOp::Add,
+                        VectorOp::Sub,
+                        VectorOp::Mul,
+                        VectorOp::Xor,
+                        VectorOp::And,
+                        VectorOp::Or,
+                        VectorOp::ShiftLeft,
+                        VectorOp::ShiftRightLogical,
+                        VectorOp::Max,
                     ]
                 };
                 let (a, b) = (pick(rng), pick(rng));
                 p.op(ops[rng.below(ops.len())], t, &[a, b], 0)
             }
             2 => {
-                let op = if t == F32 { [Op::Neg, Op::Abs][rng.below(2)] } else { Op::Not };
+                let op = if t == F32 { [VectorOp::Neg, VectorOp::Abs][rng.below(2)] } else { VectorOp::Not };
                 p.op(op, t, &[pick(rng)], 0)
             }
             3 | 4 => {
                 let (a, b) = (pick(rng), pick(rng));
-                let c = p.op([Op::Gt, Op::Lt, Op::Eq][rng.below(3)], Bool, &[a, b], 0);
+                let c = p.op([VectorOp::Gt, VectorOp::Lt, VectorOp::Eq][rng.below(3)], Bool, &[a, b], 0);
                 values.push((c, Bool));
                 // Sometimes the compare's own operands: a flushed select.
                 let cases = if kind == 3 { [b, a] } else { [pick(rng), pick(rng)] };
-                p.op(Op::SelectN, t, &[c, cases[0], cases[1]], 0)
+                p.op(VectorOp::SelectN, t, &[c, cases[0], cases[1]], 0)
             }
             5 => {
                 let from = values[rng.below(values.len())];
-                p.op(Op::Convert, t, &[from.0], 0)
+                p.op(VectorOp::Convert, t, &[from.0], 0)
             }
             _ if t == F32 => {
                 let args = [pick(rng), pick(rng), pick(rng)];
-                p.op(Op::Fma, F32, &args, rng.below(3) as i64)
+                p.op(VectorOp::Fma, F32, &args, rng.below(3) as i64)
             }
-            _ => p.op(Op::Mul, U32, &[pick(rng), pick(rng)], 0),
+            _ => p.op(VectorOp::Mul, U32, &[pick(rng), pick(rng)], 0),
         };
         values.push((v, t));
     }
@@ -647,7 +661,7 @@ fn random_program(rng: &mut Rng, n: usize) -> (Vec<i64>, Vec<Vec<u8>>, Vec<usize
 
 #[test]
 fn random_programs_give_the_bits_of_one_chunk_in_any_chunks() {
-    let mut rng = Rng(0x5eed_0fc4_0ac5);
+    let mut rng = Xorshift64(0x5eed_0fc4_0ac5);
     for case in 0..300 {
         let n = if case % 30 == 0 { 2000 + rng.below(3000) } else { 1 + rng.below(300) };
         let (words, inputs, offsets) = random_program(&mut rng, n);
@@ -663,11 +677,11 @@ fn random_programs_give_the_bits_of_one_chunk_in_any_chunks() {
 #[test]
 fn iota_counts_along_a_dimension_across_chunks() {
     // A (3, 100) array: rows (stride 100, size 3) and columns (stride 1, size 100).
-    let mut p = B::new(300);
+    let mut p = VectorProgramBuilder::new(300);
     let x = p.input(I32, false);
-    let rows = p.op(Op::Iota, I32, &[], 100 | (3 << 32));
-    let cols = p.op(Op::Iota, U32, &[], 1 | (100 << 32));
-    let r = p.op(Op::Add, I32, &[x, rows], 0);
+    let rows = p.op(VectorOp::Iota, I32, &[], 100 | (3 << 32));
+    let cols = p.op(VectorOp::Iota, U32, &[], 1 | (100 << 32));
+    let r = p.op(VectorOp::Add, I32, &[x, rows], 0);
     let out = run(&p.out(&[r, cols]).words(), &[bytes(&[10i32; 300])]);
     let want: Vec<i32> = (0..300).map(|i| 10 + i / 100).collect();
     assert_eq!(i32s(&out[0]), want);
@@ -675,8 +689,8 @@ fn iota_counts_along_a_dimension_across_chunks() {
     assert_eq!(cols, (0..300).map(|i| i % 100).collect::<Vec<u32>>());
     // A zero stride or size, a float iota: value errors.
     for (ty, imm) in [(I32, 3 << 32), (I32, 1), (F32, 1 | (3 << 32))] {
-        let mut p = B::new(3);
-        let v = p.op(Op::Iota, ty, &[], imm);
-        assert!(Program::decode(&p.out(&[v]).words()).is_err(), "{ty:?} {imm}");
+        let mut p = VectorProgramBuilder::new(3);
+        let v = p.op(VectorOp::Iota, ty, &[], imm);
+        assert!(VectorProgram::decode(&p.out(&[v]).words()).is_err(), "{ty:?} {imm}");
     }
 }
