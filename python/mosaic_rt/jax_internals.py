@@ -179,6 +179,10 @@ try:
 except ImportError:  # pragma: no cover - every supported jax has it
     _sc_primitives = None
 parallel_loop_p = getattr(_sc_primitives, "parallel_loop_p", None)
+# SparseCore's `plsc.bitcast` (to 0.11: its own primitive, with no CPU
+# lowering; 0.12 binds `pltpu.bitcast(dim=-1)`, which has one): the minor
+# dimension reinterpreted at another element width.
+sc_bitcast_p = getattr(_sc_primitives, "bitcast_p", None)
 
 
 def convert_constvars_jaxpr(jaxpr):

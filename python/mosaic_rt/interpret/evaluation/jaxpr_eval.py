@@ -733,6 +733,12 @@ def _unpack_elementwise(eqn, read, ctx, token):
     return token, packing.unpack(x, p["index"], p["packed_dtype"], p["unpacked_dtype"])
 
 
+@_rule(jx.sc_bitcast_p)
+def _sc_bitcast(eqn, read, ctx, token):
+    (x,) = read()
+    return token, packing.bitcast_minor(x, eqn.params["dtype"])
+
+
 @_rule(jx.threefry2x32_p)
 def _threefry2x32(eqn, read, ctx, token):
     """One native call instead of XLA's 20 unrolled rounds (fusions). An

@@ -1,4 +1,5 @@
-"""`pltpu.pack_elementwise` / `pltpu.unpack_elementwise` as plain jnp.
+"""`pltpu.pack_elementwise` / `pltpu.unpack_elementwise` and SparseCore's
+`plsc.bitcast` as plain jnp.
 
 Neither primitive has a CPU lowering (nor a stock interpret rule); on a TPU
 they are one Mosaic op each. A word of ``W`` bits holds ``W // P`` values of
@@ -61,3 +62,22 @@ def unpack(x, index: int, packed_dtype, unpacked_dtype):
     bits = bits & np.asarray((1 << p) - 1, word)
     value = lax.bitcast_convert_type(bits.astype(_uint(p)), packed_dtype)
     return value.astype(unpacked_dtype)
+
+
+def bitcast_minor(x, dtype):
+    """``plsc.bitcast(x, dtype)``: the bytes of each row of the minor
+    dimension read as ``dtype`` (little-endian, as in memory), so the minor
+    size scales by the width ratio and the rank stays."""
+    dtype = jnp.dtype(dtype)
+    old, new = _width(x.dtype), _width(dtype)
+    if old < 8 or new < 8:
+        raise NotImplementedError(f"plsc.bitcast between {x.dtype} and {dtype}: sub-byte element types")
+    if old == new:
+        return lax.bitcast_convert_type(x, dtype)
+    if old > new:  # each element splits into old // new narrower ones, lowest first
+        y = lax.bitcast_convert_type(x, dtype)
+        return y.reshape(*x.shape[:-1], x.shape[-1] * (old // new))
+    k = new // old
+    if x.shape[-1] % k:
+        raise ValueError(f"plsc.bitcast of {x.dtype}{list(x.shape)} to {dtype}: minor size not a multiple of {k}")
+    return lax.bitcast_convert_type(x.reshape(*x.shape[:-1], x.shape[-1] // k, k), dtype)
