@@ -116,7 +116,10 @@ def run_file(base_cmd, targets, *, cwd, env, record, log, file, test_timeout, la
     before its first line), the process gets
     SIGABRT (pytest's faulthandler writes every thread's stack to the log),
     the running test counts as an error with ``"hung"`` set, and pytest
-    starts again with the tests already done deselected.
+    starts again with the tests already done deselected. A process that
+    dies by itself in a test (a signal: the kernel's OOM killer, a native
+    crash) blames that test the same way (``"crashed"``) and the file
+    resumes too.
 
     Returns ``(info, tests)``: wall time, return codes, hung ids and counts;
     per-test outcome, time and first line of the failure."""
@@ -125,6 +128,7 @@ def run_file(base_cmd, targets, *, cwd, env, record, log, file, test_timeout, la
     skip_file = record + ".skip"
     env["JAX_SUITE_SKIP"] = skip_file
     hung: dict = {}
+    crashed: dict = {}
     rcs = []
     wall = 0.0
     t_start = time.perf_counter()
@@ -132,7 +136,7 @@ def run_file(base_cmd, targets, *, cwd, env, record, log, file, test_timeout, la
         while True:
             collected, _started, reports = read_record(record)
             done = {r["nodeid"] for r in reports if r["when"] == "teardown"}
-            skip = sorted(done | set(hung))
+            skip = sorted(done | set(hung) | set(crashed))
             if collected is not None and not (set(collected) - set(skip)):
                 break
             # Done tests are deselected by exact node id through the record
@@ -175,7 +179,12 @@ def run_file(base_cmd, targets, *, cwd, env, record, log, file, test_timeout, la
             rcs.append(proc.returncode)
             wall += time.perf_counter() - t0
             if killed is None:
-                break  # ended by itself (or no test to blame): do not loop
+                blamed = _running_test(record) if proc.returncode < 0 else None
+                if blamed is None:
+                    break  # ended by itself (or no test to blame): do not loop
+                crashed[blamed] = proc.returncode
+                fh.write(f"\n[{label}] pytest died in {blamed} ({_signal_name(proc.returncode)}): resuming\n")
+                fh.flush()
         by_stage: dict = {}
         collected, _started, reports = read_record(record, by_stage)
     tests = outcomes(reports, file)
@@ -189,6 +198,14 @@ def run_file(base_cmd, targets, *, cwd, env, record, log, file, test_timeout, la
             "hung": h,
             "message": f"hung: no progress for {h['after']:.0f}s (process CPU in that time {h['cpu']}s); killed",
         }
+    for nodeid, rc in crashed.items():
+        tests[test_id(nodeid, file)] = {
+            "outcome": "error",
+            "time": 0.0,
+            "crashed": rc,
+            "message": f"crashed: the pytest process died in this test ({_signal_name(rc)}; SIGKILL is "
+            "usually the kernel's out-of-memory killer); killed",
+        }
     with open(log) as fh:
         tail = fh.read().splitlines()[-3:]
     info = {
@@ -201,6 +218,8 @@ def run_file(base_cmd, targets, *, cwd, env, record, log, file, test_timeout, la
         "summary_line": tail[-1] if tail else "",
     }
     bad = [rc for rc in rcs if rc not in (0, 1, 5) and rc != -signal.SIGABRT]
+    for rc in crashed.values():  # blamed on a test already
+        bad.remove(rc)
     if bad or (collected is None and 5 not in rcs):
         tests[f"{file}::<file>"] = {
             "outcome": "error",
@@ -209,6 +228,21 @@ def run_file(base_cmd, targets, *, cwd, env, record, log, file, test_timeout, la
         }
     info["counts"] = counts(tests)
     return info, tests
+
+
+def _running_test(record: str) -> str | None:
+    """The test that started and did not finish, per the record."""
+    _, started, reports = read_record(record)
+    finished = {r["nodeid"] for r in reports if r["when"] == "teardown"}
+    running = [n for n in started if n not in finished]
+    return running[-1] if running else None
+
+
+def _signal_name(rc: int) -> str:
+    try:
+        return signal.Signals(-rc).name
+    except ValueError:
+        return f"exit {rc}"
 
 
 STAGES = ("kernel_trace", "kernel_interpret", "kernel_lower", "kernel_compile", "other_compile", "rest")

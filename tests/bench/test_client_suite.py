@@ -126,6 +126,48 @@ def test_runner_kills_a_hanging_test_and_resumes_the_file(tmp_path):
     assert len(info["returncodes"]) == 2  # killed once, resumed once
 
 
+def test_runner_blames_a_test_that_kills_pytest_and_resumes_the_file(tmp_path):
+    """A test whose process dies (SIGKILL here, as from the OOM killer) is
+    an error of its own; the tests after it still run."""
+    test = tmp_path / "crash_test.py"
+    test.write_text(
+        textwrap.dedent(
+            """
+            import os, signal
+
+            def test_before():
+                pass
+
+            def test_dies():
+                os.kill(os.getpid(), signal.SIGKILL)
+
+            def test_after():
+                pass
+            """
+        )
+    )
+    base = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "jax_suite_record", "-q"]
+    base += ["-p", "no:mosaic_rt", "-p", "no:mosaic_rt_tpu"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.abspath(SCRIPTS), os.environ.get("PYTHONPATH", "")]))
+    env.pop("PYTEST_ADDOPTS", None)
+    info, tests = suite_runner.run_file(
+        base,
+        [str(test)],
+        cwd=str(tmp_path),
+        env=env,
+        record=str(tmp_path / "record.jsonl"),
+        log=str(tmp_path / "log.txt"),
+        file="crash_test.py",
+        test_timeout=60.0,
+    )
+    dies = tests["crash_test.py::test_dies"]
+    assert dies["outcome"] == "error" and dies["crashed"] == -9 and "SIGKILL" in dies["message"]
+    assert tests["crash_test.py::test_before"]["outcome"] == "passed"
+    assert tests["crash_test.py::test_after"]["outcome"] == "passed"
+    assert "crash_test.py::<file>" not in tests
+    assert info["returncodes"] == [-9, 0] and info["counts"]["error"] == 1
+
+
 def test_subset_keeps_what_ours_did_not_pass_plus_the_sample():
     ours = _side({"f.py::T::a": "passed", "f.py::T::b": "failed", "f.py::T::c": "error", "f.py::T::d": "skipped"}, 4)[
         "tests"
