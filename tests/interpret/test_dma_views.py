@@ -318,3 +318,58 @@ def test_rows_of_a_reshape_need_no_byte_map():
     text = jax.jit(call).lower(X_I32).as_text()
     # The reshape: its source bytes in order (4); the bitcast: two maps (1 + 2).
     assert re.findall(r"view_maps = (\d+)", text) == ["4", "3"], re.findall(r"view_maps = \d+", text)
+
+
+X_BF16_WIDE = (jnp.arange(16 * 256, dtype=jnp.float32).reshape(16, 256) * 0.37 - 100).astype(jnp.bfloat16)
+X_I32_WIDE = jnp.asarray((np.arange(8 * 256, dtype=np.int64) * 2654435761 % 2**32).astype(np.uint32).view(np.int32))
+X_I32_WIDE = X_I32_WIDE.reshape(8, 256)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_box_after_a_width_changing_bitcast_maps_only_the_box(mode):
+    # tpu-inference's ragged scatter: one row of a bf16 array seen as uint32
+    # per DMA, at a traced row. The bitcast regroups rows of the second-minor
+    # dim only, so the DMA reads / writes the few region rows under the box
+    # and its map covers them, not the whole region (a pass over all of it
+    # per DMA, in XLA temporaries of 4x its bytes).
+    def body(move, x_hbm, o_hbm, sem):
+        i = pl.program_id(0)
+        src = x_hbm.bitcast(jnp.uint32).at[7 - i, pl.ds(128, 128)]  # widens: 2 bf16 rows per row
+        move(src, o_hbm.bitcast(jnp.uint32).at[i, pl.ds(0, 128)], sem)
+        move(
+            x_hbm.bitcast(jnp.uint32).at[pl.ds(7 - i, 1), pl.ds(0, 128)],
+            o_hbm.bitcast(jnp.uint32).at[pl.ds(i, 1), pl.ds(128, 128)],
+            sem,
+        )
+
+    out = jax.ShapeDtypeStruct((16, 256), jnp.bfloat16)
+    got = _check(body, X_BF16_WIDE, out, mode=mode, grid=(8,))
+    words = np.asarray(tpu_bitcast(X_BF16_WIDE, jnp.uint32))
+    want = np.concatenate([words[::-1, 128:], words[::-1, :128]], axis=1)
+    _assert_same_bits(tpu_bitcast(got, jnp.uint32), want)
+
+    def narrow(move, x_hbm, o_hbm, sem):
+        i = pl.program_id(0)  # splits: 4 int8 rows per int32 row; row 4i + 1 is piece 1 of row i
+        move(
+            x_hbm.bitcast(jnp.int8).at[4 * i + 1, pl.ds(0, 128)],
+            o_hbm.bitcast(jnp.int8).at[31 - 4 * i, pl.ds(128, 128)],
+            sem,
+        )
+
+    got = _check(narrow, X_I32_WIDE, jax.ShapeDtypeStruct((8, 256), jnp.int32), mode=mode, grid=(8,))
+    b = np.asarray(tpu_bitcast(X_I32_WIDE, jnp.int8))
+    w = np.asarray(tpu_bitcast(got, jnp.int8))
+    for i in range(8):
+        np.testing.assert_array_equal(w[31 - 4 * i, 128:], b[4 * i + 1, :128])
+    # No map of the whole region: (16 x 256 bf16 = 8192 bytes; int32: 8192).
+    call = pl.pallas_call(
+        functools.partial(body, _dma),
+        out_shape=out,
+        grid=(8,),
+        in_specs=[_ANY],
+        out_specs=_ANY,
+        scratch_shapes=[pltpu.SemaphoreType.DMA],
+        interpret=_params(mode),
+    )
+    text = jax.jit(call).lower(X_BF16_WIDE).as_text()
+    assert "8192xi32" not in text and "view_maps" in text

@@ -20,10 +20,12 @@ supported as the first dimension of the final view: the map is computed for
 its largest size and ends, for the engine, at its first negative entry.
 
 Maps cost a pass over the whole region per DMA, so the common cases need
-none: rows selected right after a reshape that keeps whole rows are rows of
-the region before it (`_narrow`), and a view that only reshapes its region
-(or bitcasts it to a type of the same width) is its bytes in order
-(`SAME_BYTES`).
+none or a small one: rows selected right after a reshape that keeps whole
+rows are rows of the region before it (`_narrow`); a box selected right
+after a bitcast that changes the width is the bitcast of a box of the
+region (`_narrow_bitcast`: the map covers only that box); and a view that
+only reshapes its region (or bitcasts it to a type of the same width) is
+its bytes in order (`SAME_BYTES`).
 
 Views with a sub-byte type in their chain (SparseCore row packing: an int4
 ref seen as int32 through ``ref.bitcast(jnp.int32)``, 8 rows per word) move
@@ -67,7 +69,7 @@ def endpoint(transforms, ref_aval, what: str):
     names the side in errors ("source of a DMA")."""
     if _has_gather(transforms):
         return _gather(transforms, ref_aval, what)
-    region, rest, base = views.split(_narrow(transforms, ref_aval), ref_aval)
+    region, rest, base = views.split(_narrow_bitcast(_narrow(transforms, ref_aval), ref_aval), ref_aval)
     if all(isinstance(t, (jx.ReshapeTransform, _Reshape)) or _same_width(t, base.dtype) for t in rest):
         return region, SAME_BYTES
     if not all(isinstance(n, int) for n in base.shape):
@@ -168,6 +170,64 @@ def _narrow(transforms, ref_aval):
     rows = jx.NDIndexer.from_indices_shape((jx.Slice(start * f, size * f),), a)
     tail = (_Reshape(shape),) if not _static(size) else (jx.ReshapeTransform(tuple(int(n) for n in shape)),)
     return _narrow([*ts[:k], rows, *tail, *ts[k + 2 :]], ref_aval)
+
+
+def _narrow_bitcast(ts, ref_aval):
+    """`bitcast(dtype).at[box]` with a width change, where the box takes
+    unit-stride slices of static size of the last two dims (any index of
+    the others), is `at[region box].bitcast(dtype).at[box within it]`: a
+    bitcast only regroups rows of the second-minor dim (`k` region rows per
+    view row when it widens, `k` view rows per region row when it narrows),
+    so the map covers the box, not the whole region (tpu-inference's ragged
+    scatter DMAs one row of a 224 MiB array seen as uint32 at a time: a map
+    of the whole array per DMA was 4x its bytes in XLA temporaries per
+    core). Leaves anything else as it is."""
+    k = next((i for i, t in enumerate(ts) if not isinstance(t, jx.NDIndexer)), len(ts))
+    if k + 1 >= len(ts) or not isinstance(ts[k], jx.BitcastTransform) or not isinstance(ts[k + 1], jx.NDIndexer):
+        return ts
+    a = jx.transform_type(ts[:k], ref_aval) if k else ref_aval
+    wr, wv = jx.itemsize_bits(a.dtype), jx.itemsize_bits(ts[k].dtype)
+    indexer = ts[k + 1]
+    if wr == wv or len(a.shape) < 2 or not all(_static(n) for n in a.shape) or indexer.int_indexer_shape:
+        return ts
+    *lead, row, col = indexer.indices
+    box, post = [], []
+    for i in lead:  # the other dims: selected in the region as in the view
+        if isinstance(i, jx.Slice):
+            if not _static(i.size):
+                return ts
+            box.append(i)
+            post.append(jx.Slice(0, i.size))
+        else:
+            box.append(i)
+    if not (isinstance(col, jx.Slice) and _static(col.size) and col.stride == 1):
+        return ts
+    if isinstance(row, jx.Slice) and not (_static(row.size) and row.stride == 1):
+        return ts
+    if wv > wr:  # view row r is region rows [r * f, (r + 1) * f)
+        f = wv // wr
+        if isinstance(row, jx.Slice):
+            box.append(jx.Slice(row.start * f, row.size * f))
+            post.append(jx.Slice(0, row.size))
+        else:
+            box.append(jx.Slice(row * f, f))
+            post.append(0)
+    else:  # region row q is view rows [q * f, (q + 1) * f)
+        f = wr // wv
+        if isinstance(row, jx.Slice):
+            if not (_static(row.start) and row.start % f == 0 and row.size % f == 0):
+                return ts
+            box.append(jx.Slice(row.start // f, row.size // f))
+            post.append(jx.Slice(0, row.size))
+        else:
+            box.append(jx.Slice(row // f, 1))
+            post.append(row % f)
+    box.append(col)
+    post.append(jx.Slice(0, col.size))
+    region_box = jx.NDIndexer.from_indices_shape(tuple(box), a.shape)
+    boxed = jx.transform_type([region_box, ts[k]], a)
+    within = jx.NDIndexer.from_indices_shape(tuple(post), boxed.shape)
+    return [*ts[:k], region_box, ts[k], within, *ts[k + 2 :]]
 
 
 def _is_traced(t) -> bool:
