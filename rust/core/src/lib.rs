@@ -74,7 +74,7 @@ pub use memory::{pooled_bytes, Access, BufferInfo, BufferKey, BufferSpec, Init, 
 pub use races::{latest_race_log, RaceLog};
 pub use region::{DimSel, Region};
 pub use registry::LaunchRegistry;
-pub use runtime::Runtime;
+pub use runtime::{live_runtimes, Runtime};
 pub use sem::{AdaptiveSpin, Leak, SemKind, MAX_COUNT};
 pub use sync::IgnorePoison;
 pub use trace::Tracer;

@@ -46,6 +46,33 @@ pub struct Runtime {
     /// Per device: owned by another process this one cannot reach (a
     /// launch spanning processes without a transport; `None` otherwise).
     unreachable: Option<Box<[bool]>>,
+    /// Counts this runtime in [`live_runtimes`] while it exists.
+    _live: LiveGuard,
+}
+
+/// Runtimes alive in the process (launches not yet freed, `mosaic_rt.Runtime`
+/// objects): a finished launch that stays counted holds its whole memory.
+static LIVE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many runtimes exist now (tests, diagnostics: each one owns its
+/// launch's simulated memory).
+pub fn live_runtimes() -> usize {
+    LIVE.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+struct LiveGuard;
+
+impl LiveGuard {
+    fn new() -> LiveGuard {
+        LIVE.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        LiveGuard
+    }
+}
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        LIVE.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// What only a core's own thread touches (see `Runtime::cores`).
@@ -127,6 +154,7 @@ impl Runtime {
             trace: config.trace.then(|| Box::new(Tracer::new(topo.num_devices, topo.cores_per_device))),
             topo,
             config,
+            _live: LiveGuard::new(),
         })
     }
 

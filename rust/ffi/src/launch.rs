@@ -3,12 +3,12 @@
 //! Handles are `u64`s handed to XLA as a `uint32[2]` array (x64 is off in
 //! jax, so no 64-bit operands). Every op looks its runtime up through a
 //! per-thread cache first: a device's program runs on one XLA thread, so the
-//! cache hits on every call but the first, and the shared registry (and the
-//! runtime's reference count) is not touched on the hot path.
+//! cache hits on nearly every call, and the shared registry is not touched
+//! on the hot path (the runtime's reference count is: see `CACHE`).
 
 use mosaic_rt_core::{Config, LaunchRegistry, Result, RtError, Runtime};
 use std::cell::RefCell;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 
 pub fn registry() -> &'static LaunchRegistry {
     static REGISTRY: OnceLock<LaunchRegistry> = OnceLock::new();
@@ -16,7 +16,17 @@ pub fn registry() -> &'static LaunchRegistry {
 }
 
 thread_local! {
-    static CACHE: RefCell<Option<(u64, Arc<Runtime>)>> = const { RefCell::new(None) };
+    /// The launch this thread last ran an op of. Never an owner (a `Weak`,
+    /// upgraded per op): XLA also runs handlers on its pool threads (the
+    /// thunk executor hands ready work to its workers, ~100 of them on the
+    /// private client of `cores.py`), and a worker that runs no op of ours
+    /// again never drops what it caches. A strong cache there kept every
+    /// finished launch's runtime -- its whole simulated memory, a copy of
+    /// its inputs included -- alive: one input's worth of memory leaked per
+    /// launch of a SparseCore kernel (tpu-inference's ragged gather-reduce,
+    /// 224 MiB per launch, killed for memory after ~80). The registry alone
+    /// owns a launch's runtime, so it is freed when the last device leaves.
+    static CACHE: RefCell<Option<(u64, Weak<Runtime>)>> = const { RefCell::new(None) };
 }
 
 pub fn split_handle(h: u64) -> [u32; 2] {
@@ -50,24 +60,24 @@ fn lookup(handle: u64) -> Result<Arc<Runtime>> {
 
 /// Runs `f` on the runtime of `handle`.
 pub fn with_runtime<R>(handle: u64, f: impl FnOnce(&Runtime) -> Result<R>) -> Result<R> {
-    CACHE.with(|cell| {
-        {
-            let slot = cell.borrow();
-            if let Some((h, rt)) = slot.as_ref() {
-                if *h == handle {
-                    return f(rt);
-                }
-            }
+    let cached = CACHE.with(|cell| match &*cell.borrow() {
+        Some((h, rt)) if *h == handle => rt.upgrade(),
+        _ => None,
+    });
+    let rt = match cached {
+        Some(rt) => rt,
+        None => {
+            // A miss, or the cached launch has ended (its late op fails below).
+            let rt = lookup(handle);
+            CACHE.with(|cell| *cell.borrow_mut() = rt.as_ref().ok().map(|rt| (handle, Arc::downgrade(rt))));
+            rt?
         }
-        let rt = lookup(handle)?;
-        *cell.borrow_mut() = Some((handle, rt));
-        let slot = cell.borrow();
-        f(&slot.as_ref().expect("just filled").1)
-    })
+    };
+    f(&rt)
 }
 
-/// Forgets the cached runtime of `handle` on this thread, so a finished
-/// launch is not kept alive by the cache.
+/// Forgets the cached runtime of `handle` on this thread (the cache does
+/// not keep it alive, but its `Weak` keeps the runtime's own allocation).
 pub fn evict(handle: u64) {
     CACHE.with(|cell| {
         let mut slot = cell.borrow_mut();
@@ -80,7 +90,7 @@ pub fn evict(handle: u64) {
 /// Joins launch `uid` of XLA run `run_id` as `device`.
 pub fn join(uid: u64, run_id: i64, device: u32, config: &Config) -> Result<u64> {
     let (handle, rt) = registry().join(uid, run_id, device, config)?;
-    CACHE.with(|cell| *cell.borrow_mut() = Some((handle, rt)));
+    CACHE.with(|cell| *cell.borrow_mut() = Some((handle, Arc::downgrade(&rt))));
     Ok(handle)
 }
 
@@ -137,5 +147,36 @@ pub fn callback_state(handle: u64, device: u32, core: u32, inside: bool) -> Resu
             Some(_) => Ok(()), // the launch failed already: nothing to mark
             None => Err(unknown_handle(handle)),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// XLA runs handlers on pool threads too; one that ran an op of a
+    /// launch and then idles must not keep the launch's runtime (and its
+    /// memory) alive after the launch ends.
+    #[test]
+    fn an_idle_thread_that_ran_an_op_does_not_keep_an_ended_launch_alive() {
+        let config = Config { num_devices: 1, ..Config::default() };
+        let handle = join(0x1ea4_c0de, 1, 0, &config).expect("join");
+        let rt = Arc::downgrade(&registry().get(handle).expect("live launch"));
+        let (ran, ran_rx) = mpsc::channel();
+        let (go, go_rx) = mpsc::channel::<()>();
+        let worker = std::thread::spawn(move || {
+            with_runtime(handle, |_| Ok(())).expect("op of a live launch");
+            ran.send(()).unwrap();
+            go_rx.recv().unwrap();
+            // A late op of the ended launch: an error, not the old runtime.
+            with_runtime(handle, |_| Ok(())).expect_err("the launch has ended").message
+        });
+        ran_rx.recv().unwrap();
+        leave(handle, 0);
+        assert_eq!(rt.strong_count(), 0, "the idle thread's cache kept the ended launch's runtime");
+        go.send(()).unwrap();
+        let late = worker.join().unwrap();
+        assert!(late.contains("unknown kernel launch handle"), "{late}");
     }
 }

@@ -128,7 +128,22 @@ fn race_results() -> Option<(bool, u64, Vec<String>)> {
     mosaic_rt_core::latest_race_log().map(|log| (log.found(), log.count(), log.reports()))
 }
 
+/// Runtimes alive in the process: launches not yet freed plus
+/// `mosaic_rt.Runtime` objects (tests: a finished launch must not stay).
+#[pyfunction]
+fn live_runtimes() -> usize {
+    mosaic_rt_core::live_runtimes()
+}
+
+/// Bytes of finished launches' allocations parked for reuse (bounded).
+#[pyfunction]
+fn pooled_bytes() -> usize {
+    mosaic_rt_core::pooled_bytes()
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(live_runtimes, m)?)?;
+    m.add_function(wrap_pyfunction!(pooled_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(race_results, m)?)?;
     m.add_function(wrap_pyfunction!(ffi_targets, m)?)?;
     m.add_function(wrap_pyfunction!(take_error_ex, m)?)?;
