@@ -317,6 +317,8 @@ def run_file(args, python, versions, backend, rel, tmp, ours_tests=None) -> tupl
         label="client_suite",
     )
     info["chip"] = chip
+    if not subset and (k or targets != [path]):  # -k or --sample: part of the file, compared on it
+        subset = {"whole": False, "k": k} if k else {"whole": False, "sample": args.sample}
     if subset:
         info["subset"] = subset
     return info, tests
@@ -470,6 +472,40 @@ def report(result: dict) -> dict:
     }
 
 
+def merge(results: list) -> dict:
+    """One result of several `--json` results of the same client: per file
+    and side, the union of their tests, a later result's outcome replacing
+    an earlier one's for the same test (a rerun after a fix, a `-k` rerun
+    of some tests, a stock subset). A side is compared on its tests only
+    (a subset) unless some result ran it whole."""
+    out = {k: v for k, v in results[-1].items() if k not in ("files", "summary", "elapsed")}
+    out["files"] = {}
+    whole: dict = {}
+    for r in results:
+        for rel, entry in r.get("files", {}).items():
+            merged = out["files"].setdefault(rel, {"chip": entry.get("chip")})
+            for b in (b for b in BACKENDS if b in entry):
+                side = entry[b]
+                subset = side["info"].get("subset")
+                # A run of every test of the file replaces what came before
+                # (a stale "<file>" error of a crashed run included); a
+                # partial one (-k, a subset, a run cut short) adds to it.
+                covers = not subset and len(side["tests"]) >= (side["info"].get("collected") or 0)
+                have = merged.setdefault(b, {"info": dict(side["info"]), "tests": {}})
+                if covers:
+                    have["tests"] = dict(side["tests"])
+                else:
+                    have["tests"].update(side["tests"])
+                info = have["info"]
+                info["collected"] = max(info.get("collected") or 0, side["info"].get("collected") or 0)
+                whole[rel, b] = whole.get((rel, b), False) or not subset or bool(subset.get("whole"))
+                info.pop("subset", None)
+                if not whole[rel, b]:
+                    info["subset"] = {"whole": False}
+                info["counts"] = suite_runner.counts(have["tests"])
+    return out
+
+
 def _print_stages(result: dict, p) -> None:
     """Where the time on tests passing on both sides goes, per side, over
     the files whose tests carry a stage split on both."""
@@ -504,7 +540,7 @@ def failure_classes(result: dict, backend: str = "mosaic_rt", top: int = 30) -> 
         print(f"  {len(ids):4d}  {key}  (e.g. {ids[0]})")
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -550,7 +586,31 @@ def main(argv=None) -> int:
     ap.add_argument("--resume", action="store_true", help="with --json: keep the files it already has")
     ap.add_argument("--report", metavar="JSON", help="print the report of an earlier --json and stop")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir of logs and records")
+    ap.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="JSON",
+        help="with --json OUT: merge earlier --json results (reruns, stock subsets, -k runs) into OUT, "
+        "later files replacing earlier ones test by test, then report it",
+    )
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
+
+    if args.merge:
+        if not args.json:
+            ap.error("--merge needs --json OUT")
+        results = []
+        for path in args.merge:
+            with open(path) as fh:
+                results.append(json.load(fh))
+        result = merge(results)
+        with open(args.json, "w") as fh:
+            json.dump(result, fh, indent=1)
+        args.report = args.json
 
     if args.report:
         with open(args.report) as fh:

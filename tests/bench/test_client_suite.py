@@ -252,3 +252,45 @@ def test_the_record_plugin_writes_each_tests_stages(tmp_path):
     assert tests["sample_test.py::test_kernel"]["outcome"] == "passed"
     assert split["kernels"] == 1 and split["kernel_interpret"] > 0 and split["kernel_compile"] > 0
     assert split["total"] + 1e-3 >= sum(split[k] for k in suite_runner.STAGES)  # each rounded
+
+
+def test_merge_unions_tests_later_runs_replacing_earlier_ones(tmp_path, capsys):
+    """A full ours run, a rerun of one test after a fix, and a stock subset
+    merge into one report: the rerun's outcome wins, stock is compared on
+    the tests it ran."""
+    ours = _side({"f.py::a": "passed", "f.py::b": "failed", "f.py::c": "passed"}, 3)
+    rerun = _side({"f.py::b": "passed"}, 3)
+    stock = _side({"f.py::b": "failed", "f.py::c": "passed"}, 3)
+    stock["info"]["subset"] = {"whole": False}
+    base = {"versions": {"jax": "0.11.2", "python": "3.12"}, "test_timeout": 300.0}
+    runs = [
+        {**base, "files": {"f.py": {"chip": "v6e", "mosaic_rt": ours}}},
+        {**base, "files": {"f.py": {"chip": "v6e", "mosaic_rt": rerun}}},
+        {**base, "files": {"f.py": {"chip": "v6e", "stock": stock}}},
+    ]
+    paths = []
+    for i, r in enumerate(runs):
+        paths.append(str(tmp_path / f"r{i}.json"))
+        with open(paths[-1], "w") as fh:
+            json.dump(r, fh)
+    out = tmp_path / "merged.json"
+    assert client_suite.main(["--merge", *paths, "--json", str(out)]) == 0
+    merged = json.loads(out.read_text())["files"]["f.py"]
+    assert merged["mosaic_rt"]["tests"]["f.py::b"]["outcome"] == "passed"
+    assert merged["mosaic_rt"]["info"]["counts"]["passed"] == 3 and "subset" not in merged["mosaic_rt"]["info"]
+    assert merged["stock"]["info"]["subset"] == {"whole": False}
+    printed = capsys.readouterr().out
+    assert "ours passes 3 of the 3 tests that ran" in printed
+    assert "pass on stock, not on ours: 0" in printed and "pass on ours, not on stock: 1" in printed
+
+
+def test_merge_a_run_of_the_whole_file_replaces_a_crashed_one():
+    crashed = _side({"f.py::a": "passed", "f.py::<file>": "error"}, 3)
+    whole = _side({"f.py::a": "passed", "f.py::b": "passed", "f.py::c": "failed"}, 3)
+    part = _side({"f.py::c": "passed"}, 1)
+    part["info"]["subset"] = {"whole": False, "k": "c"}
+    base = {"versions": {"jax": "0.11.2", "python": "3.12"}, "test_timeout": 300.0}
+    runs = [{**base, "files": {"f.py": {"chip": "v6e", "mosaic_rt": s}}} for s in (crashed, whole, part)]
+    merged = client_suite.merge(runs)["files"]["f.py"]["mosaic_rt"]
+    assert sorted(merged["tests"]) == ["f.py::a", "f.py::b", "f.py::c"]  # the stale <file> error is gone
+    assert merged["info"]["counts"]["passed"] == 3 and "subset" not in merged["info"]
