@@ -196,10 +196,8 @@ def _narrow_bitcast(ts, ref_aval):
         if isinstance(i, jx.Slice):
             if not _static(i.size):
                 return ts
-            box.append(i)
             post.append(jx.Slice(0, i.size))
-        else:
-            box.append(i)
+        box.append(i)
     if not (isinstance(col, jx.Slice) and _static(col.size) and col.stride == 1):
         return ts
     if isinstance(row, jx.Slice) and not (_static(row.size) and row.stride == 1):
