@@ -294,11 +294,15 @@ def run_file(args, python, versions, backend, rel, tmp, ours_tests=None) -> tupl
         base += ["-k", k]
     env = _env(backend, chip, args.tpu_target, stubs=versions.get("vllm") is None, params=parse_params(args.param))
     targets, subset = [path], None
-    if args.sample and args.sample > 1 or ours_tests is not None:
+    done = _done_tests(args.missing_from, rel, backend)
+    if args.sample and args.sample > 1 or ours_tests is not None or done is not None:
         ids = _collect(base, path, tmp, env)
         keep = set(ids[:: args.sample]) if args.sample and args.sample > 1 and len(ids) > 40 else set(ids)
         if ours_tests is not None:
             keep, subset = _subset(ids, rel, ours_tests, args.sample)
+        if done is not None:  # finish a cut-short run: only the tests it did not reach
+            keep = {n for n in keep if f"{rel}::" + n.split("::", 1)[1] not in done}
+            subset = {"whole": False, "missing_from": os.path.basename(args.missing_from), "ran": len(keep)}
         if not keep:  # nothing of this file to run on this side
             info = {"wall": 0.0, "elapsed": 0.0, "returncodes": [], "log": None, "hung": [], "collected": 0}
             info.update(counts=suite_runner.counts({}), chip=chip, subset=subset)
@@ -335,6 +339,15 @@ def _subset(ids: list, rel: str, ours: dict, sample: int | None) -> tuple:
     not_passed = {n for n, t in by_id.items() if ours.get(t, {}).get("outcome") not in ("passed", "skipped")}
     sampled = set(ids[::sample]) if sample and sample > 1 else set()
     return not_passed | sampled, {"not_passed": len(not_passed), "sampled": len(sampled - not_passed)}
+
+
+def _done_tests(path: str | None, rel: str, backend: str) -> set | None:
+    """The tests of ``rel`` an earlier --json (``--missing-from``) has for
+    ``backend``, or None without one."""
+    if not path:
+        return None
+    with open(path) as fh:
+        return set(json.load(fh)["files"].get(rel, {}).get(backend, {}).get("tests") or {})
 
 
 def _ours_tests(args, entry: dict, rel: str, backend: str):
@@ -497,7 +510,11 @@ def merge(results: list) -> dict:
                 else:
                     have["tests"].update(side["tests"])
                 info = have["info"]
-                info["collected"] = max(info.get("collected") or 0, side["info"].get("collected") or 0)
+                # At least the tests with an outcome: a run cut short counted
+                # only what it reached, the run finishing it the rest.
+                info["collected"] = max(
+                    info.get("collected") or 0, side["info"].get("collected") or 0, len(have["tests"])
+                )
                 whole[rel, b] = whole.get((rel, b), False) or not subset or bool(subset.get("whole"))
                 info.pop("subset", None)
                 if not whole[rel, b]:
@@ -565,6 +582,12 @@ def _parser() -> argparse.ArgumentParser:
         help="as --stock-subset, with ours' results taken from this earlier --json (run with --backends stock)",
     )
     ap.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
+    ap.add_argument(
+        "--missing-from",
+        metavar="JSON",
+        help="run only the tests of each file this earlier --json does not have (finish a cut-short run; "
+        "--merge the two)",
+    )
     ap.add_argument("--tpu-target", action="store_true", help="ours: MOSAIC_RT_TPU_TARGET = the file's chip")
     ap.add_argument(
         "--cache",
@@ -638,6 +661,8 @@ def main(argv=None) -> int:
     result = {
         "client": CLIENT,
         "params": parse_params(args.param),
+        # Ours compiled every kernel for the file's chip too (MOSAIC_RT_TPU_TARGET).
+        "tpu_target": bool(args.tpu_target),
         "left_out": {f: HARDWARE[f] for f in HARDWARE if f not in files},
         "versions": versions,
         "host": {"machine": platform.machine(), "cpus": os.cpu_count()},

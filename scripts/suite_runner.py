@@ -97,6 +97,14 @@ def outcomes(reports, file: str) -> dict:
         elif r["outcome"] == "skipped" and t["outcome"] == "passed":
             t["outcome"] = "skipped"
             t["message"] = first_line(r.get("message"))
+        if r["when"] == "call":
+            t["called"] = True
+    for t in tests.values():
+        # A setup that passed and no call report: the process ended inside
+        # the test (killed, or died). Never a pass.
+        if not t.pop("called", False) and t["outcome"] == "passed":
+            t["outcome"] = "error"
+            t["message"] = "did not finish: no report of its call (the process ended in it)"
     return tests
 
 

@@ -294,3 +294,19 @@ def test_merge_a_run_of_the_whole_file_replaces_a_crashed_one():
     merged = client_suite.merge(runs)["files"]["f.py"]["mosaic_rt"]
     assert sorted(merged["tests"]) == ["f.py::a", "f.py::b", "f.py::c"]  # the stale <file> error is gone
     assert merged["info"]["counts"]["passed"] == 3 and "subset" not in merged["info"]
+
+
+def test_a_test_with_no_call_report_did_not_pass():
+    # The process ended inside the test (a record read after a killed run):
+    # its passed setup is not a pass.
+    rep = [
+        {"nodeid": "k.py::test_a", "when": "setup", "outcome": "passed", "duration": 0.1},
+        {"nodeid": "k.py::test_a", "when": "call", "outcome": "passed", "duration": 2.0},
+        {"nodeid": "k.py::test_a", "when": "teardown", "outcome": "passed", "duration": 0.0},
+        {"nodeid": "k.py::test_b", "when": "setup", "outcome": "passed", "duration": 0.1},
+        {"nodeid": "k.py::test_c", "when": "setup", "outcome": "skipped", "duration": 0.0, "message": "gated"},
+    ]
+    tests = suite_runner.outcomes(rep, "k.py")
+    assert tests["k.py::test_a"]["outcome"] == "passed"
+    assert tests["k.py::test_b"]["outcome"] == "error" and "no report of its call" in tests["k.py::test_b"]["message"]
+    assert tests["k.py::test_c"]["outcome"] == "skipped"

@@ -213,7 +213,7 @@ def failure():
             pl.semaphore_wait(sem, 1)
 
     out = jax.ShapeDtypeStruct((8, 128), jnp.float32)
-    _expect_error(lambda: run(kernel, x, out, [pltpu.SemaphoreType.REGULAR], params()))
+    _expect_error(lambda: run(kernel, x, out, [pltpu.SemaphoreType.REGULAR], params(out_of_bounds_reads="raise")))
 
 
 def deadlock():

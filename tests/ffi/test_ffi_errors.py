@@ -153,6 +153,13 @@ def test_translate_falls_back_to_the_text_when_the_record_is_gone():
     j = JaxRuntimeError("INVALID_ARGUMENT: [mosaic_rt#999999999] IndexError: out of bounds here")
     t = F.translate(j)
     assert type(t) is IndexError and str(t) == "out of bounds here" and t.__cause__ is j
+    # The wire text's trailing source line is the site, not the message.
+    j = JaxRuntimeError(
+        "INVALID_ARGUMENT: [mosaic_rt#999999998] IndexError: out of bounds here\n"
+        "(raised by the kernel op at k.py:3:4 (kernel))"
+    )
+    t = F.translate(j)
+    assert str(t) == "out of bounds here" and t.site == "k.py:3:4 (kernel)", (str(t), t.site)
 
 
 def test_native_errors_works_as_a_decorator():

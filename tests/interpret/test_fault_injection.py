@@ -96,7 +96,7 @@ def _ring(params):
 
 @pytest.fixture(scope="module")
 def ring():
-    run = _ring(mosaic_rt.InterpretParams(wait_timeout=WAIT_TIMEOUT))
+    run = _ring(mosaic_rt.InterpretParams(wait_timeout=WAIT_TIMEOUT, out_of_bounds_reads="raise"))
     run([-1, -1, -1, -1])  # compile outside the timed runs
     return run
 
@@ -181,7 +181,9 @@ def cores():
         out_specs=pl.BlockSpec(TILE, lambda i: (i, 0)),
         scratch_shapes=[pltpu.SemaphoreType.REGULAR],
         compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
-        interpret=mosaic_rt.InterpretParams(num_cores_or_threads=CORES, wait_timeout=WAIT_TIMEOUT),
+        interpret=mosaic_rt.InterpretParams(
+            num_cores_or_threads=CORES, wait_timeout=WAIT_TIMEOUT, out_of_bounds_reads="raise"
+        ),
     )
     fn = jax.jit(call)
     x = jnp.zeros(TILE, jnp.float32)
@@ -240,7 +242,7 @@ def _callback_ring():
         out_specs=VMEM,
         scratch_shapes=[pltpu.SemaphoreType.REGULAR],
         compiler_params=pltpu.CompilerParams(collective_id=0),
-        interpret=mosaic_rt.InterpretParams(wait_timeout=WAIT_TIMEOUT),
+        interpret=mosaic_rt.InterpretParams(wait_timeout=WAIT_TIMEOUT, out_of_bounds_reads="raise"),
     )
     mesh = Mesh(np.array(jax.devices()[:N]), ("x",))
     fn = jax.jit(jax.shard_map(call, mesh=mesh, in_specs=(P(), P("x")), out_specs=P("x"), check_vma=False))

@@ -43,7 +43,7 @@ def _lowered(f):
 
 # Defaults that follow the TPU instead of stock (README, "Where we follow
 # the TPU"): DMAs move their bytes when started.
-_TPU_DEFAULTS = {"dma_execution_mode": ("on_wait", "eager")}
+_TPU_DEFAULTS = {"dma_execution_mode": ("on_wait", "eager"), "out_of_bounds_reads": ("raise", "tpu")}
 
 
 def test_params_accept_every_stock_field_with_stock_defaults():
@@ -56,6 +56,7 @@ def test_params_accept_every_stock_field_with_stock_defaults():
             assert getattr(ours, field.name) == getattr(stock, field.name), field.name
     # Stock's default stays one argument away.
     assert mosaic_rt.InterpretParams(dma_execution_mode="on_wait").dma_execution_mode == "on_wait"
+    assert mosaic_rt.InterpretParams(out_of_bounds_reads="raise").out_of_bounds_reads == "raise"
     assert isinstance(ours, pltpu.InterpretParams)
     with pytest.raises(TypeError):
         mosaic_rt.InterpretParams(True)  # keyword-only

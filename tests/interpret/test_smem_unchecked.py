@@ -5,8 +5,8 @@ past an SMEM array's ends and discard the value (tpu-inference's fused MoE
 reads ``sizes[e - 2]`` at e = 0 under a select). Ours returns the
 uninitialized-memory value, reports the read once per source line as
 misuse, and the kernel's result is the TPU's; stock's bounds check fails
-such a kernel. Vector reads and DMAs keep their bounds checks (the TPU
-checks DMAs).
+such a kernel. DMAs keep their bounds checks (the TPU checks DMAs); vector
+loads follow ``out_of_bounds_reads`` (test_unchecked_loads.py).
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def test_one_report_per_source_line():
     assert "test_smem_unchecked.py:" in str(smem[0].message)
 
 
-def test_vector_reads_outside_smem_keep_the_bounds_check():
+def test_vector_reads_outside_keep_the_bounds_check_under_raise():
     def kernel(s_ref, o_ref):
         o_ref[...] = s_ref[pl.ds(jnp.int32(6), 4)]
 
@@ -104,7 +104,7 @@ def test_vector_reads_outside_smem_keep_the_bounds_check():
                 out_shape=jax.ShapeDtypeStruct((4,), jnp.int32),
                 in_specs=[pl.BlockSpec(memory_space=pltpu.VMEM)],
                 out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
-                interpret=mosaic_rt.InterpretParams(),
+                interpret=mosaic_rt.InterpretParams(out_of_bounds_reads="raise"),
             )(jnp.arange(8, dtype=jnp.int32))
             jax.block_until_ready(out)
 

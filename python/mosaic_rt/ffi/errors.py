@@ -21,6 +21,9 @@ from mosaic_rt import _native, jax_internals
 from mosaic_rt.errors import _from_native
 
 _MARKER = re.compile(r"\[mosaic_rt#(\d+)\] (\w+): (.*)", re.S)
+# The wire text ends with the failing op's line when known
+# (rust/ffi/src/errors.rs `wire_message`); the message proper is before it.
+_SITE_NOTE = "\n(raised by the kernel op at "
 
 
 def _build(type_name: str, message: str, device, core, site: str | None) -> BaseException:
@@ -88,7 +91,8 @@ def translate(exc: BaseException) -> BaseException:
     record = _native.take_error_ex(int(m.group(1)))
     if record is None:
         # Dropped from the bounded table: the text still has type and message.
-        type_name, message, device, core, key, site = m.group(2), m.group(3), None, None, None, None
+        message, _, site = m.group(3).partition(_SITE_NOTE)
+        type_name, device, core, key, site = m.group(2), None, None, None, site.rsplit(")", 1)[0] or None
     else:
         type_name, message, device, core, key, site = record
     if key is not None:

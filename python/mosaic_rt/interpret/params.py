@@ -32,6 +32,15 @@ class InterpretParams(_StockParams):
         something waits on its semaphore -- the latest moment a kernel may
         rely on, which shows kernels that read a DMA's destination, or
         reuse its source, before waiting for it).
+      out_of_bounds_reads: what a read outside its buffer does: ``"tpu"``
+        (default: as a TPU -- the kernel's own loads of VMEM and SMEM are
+        not bounds checked: the part outside reads as uninitialized memory,
+        see ``uninitialized_memory``, and the load is reported once per
+        source line as misuse, see ``python_warnings``; a DMA reading
+        outside its source fails with ``IndexError``, as a TPU's DMA engine
+        checks), ``"raise"`` (stock's default: every such read fails with
+        ``IndexError``) or ``"uninitialized"`` (stock: every such read, DMAs
+        too, reads uninitialized memory, silently).
       on_race: with ``detect_races=True``, what a data race does: ``"raise"``
         (the kernel fails with ``mosaic_rt.RaceError`` at the first race)
         or ``"warn"`` (reported, see ``python_warnings``). jax 0.12+ has this
@@ -94,6 +103,9 @@ class InterpretParams(_StockParams):
     # -- tpu-inference's GDN kernels prefetch into a buffer whose previous
     # contents an earlier store copy is still sending.
     dma_execution_mode: Literal["eager", "on_wait"] = "eager"
+    # "tpu", not stock's "raise": a TPU's loads are unchecked, and kernels
+    # prefetch past the end and discard the value (tpu-inference's MLA v2).
+    out_of_bounds_reads: Literal["raise", "uninitialized", "tpu"] = "tpu"
     if not STOCK_HAS_ON_RACE:
         on_race: Literal["raise", "warn"] = "warn"
     python_warnings: bool | None = None
@@ -116,9 +128,9 @@ class InterpretParams(_StockParams):
         super().__post_init__()
         if self.dma_execution_mode not in ("eager", "on_wait"):
             raise ValueError(f"dma_execution_mode must be 'eager' or 'on_wait', got {self.dma_execution_mode!r}.")
-        if self.out_of_bounds_reads not in ("raise", "uninitialized"):
+        if self.out_of_bounds_reads not in ("raise", "uninitialized", "tpu"):
             raise ValueError(
-                f"out_of_bounds_reads must be 'raise' or 'uninitialized', got {self.out_of_bounds_reads!r}."
+                f"out_of_bounds_reads must be 'raise', 'uninitialized' or 'tpu', got {self.out_of_bounds_reads!r}."
             )
         if self.uninitialized_memory not in ("nan", "zero"):
             raise ValueError(f"uninitialized_memory must be 'nan' or 'zero', got {self.uninitialized_memory!r}.")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import logging
 import math
 import os
 import sys
@@ -57,6 +58,8 @@ class Stats:
     startup_seconds: float = 0.0  # loading libtpu, making topologies
     # (kernel, source, Outcome) of each compile and disk-cache answer: see `report()`.
     records: list = dataclasses.field(default_factory=list)
+    # SparseCore kernels left unchecked: (kernel, source) (see _not_checked)
+    sparse_core_skipped: list = dataclasses.field(default_factory=list)
 
 
 _lock = threading.RLock()
@@ -486,6 +489,9 @@ def start_check(args, kernel_params: dict, interpret_params, overlap: bool | Non
     from mosaic_rt.tpu_check import fingerprint
 
     name, source = _where(kernel_params)
+    if jx.SPARSE_CORE_MESHES and isinstance(kernel_params.get("mesh"), jx.SPARSE_CORE_MESHES):
+        _not_checked(name, source, generations)
+        return None
     axis_sizes = dict(jx.axis_sizes())
     avals = [jx.get_aval(a) for a in args]
     x64 = jx.x64_enabled()
@@ -494,6 +500,26 @@ def start_check(args, kernel_params: dict, interpret_params, overlap: bool | Non
     if overlap_enabled() if overlap is None else overlap:
         pending.start_in_background()
     return pending
+
+
+def _not_checked(name: str, source: str | None, generations) -> None:
+    """Notes (once per kernel, on logger ``mosaic_rt``) a SparseCore kernel
+    the check leaves alone. jax lowers a SparseCore `core_map` through its
+    own path (`mpmd_map`), not the pallas_call the interpreter receives;
+    compiling that pallas_call runs the TensorCore lowering, which rejects
+    SparseCore ops (`parallel_loop`, vector-indexed DMAs) the SparseCore
+    compiles: a false positive on every such kernel."""
+    with _lock:
+        if (name, source) in stats.sparse_core_skipped:
+            return
+        stats.sparse_core_skipped.append((name, source))
+    where = f" ({source})" if source else ""
+    logging.getLogger("mosaic_rt").info(
+        "TPU compile check: SparseCore kernel %r%s not compiled for %s (only TensorCore kernels are checked)",
+        name,
+        where,
+        ", ".join(generations),
+    )
 
 
 def check_kernel(args, kernel_params: dict, interpret_params) -> None:

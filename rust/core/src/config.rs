@@ -32,6 +32,11 @@ enum_str! {
         Raise = "raise",
         /// Out-of-bounds parts of a read return the fill value.
         Uninitialized = "uninitialized",
+        /// As a TPU: a kernel's own loads of VMEM and SMEM are not bounds
+        /// checked (out-of-bounds parts return the fill value and are
+        /// reported once per source line as misuse); DMA reads raise, as a
+        /// TPU's DMA engine checks them.
+        Tpu = "tpu",
     }
 }
 

@@ -87,12 +87,16 @@ mod tests {
             assert_eq!("bogus".parse::<T>().unwrap_err().message, error);
         }
         check(DmaMode::ALL, DmaMode::as_str, "dma_execution_mode must be 'eager' or 'on_wait', got \"bogus\"");
-        check(OobReads::ALL, OobReads::as_str, "out_of_bounds_reads must be 'raise' or 'uninitialized', got \"bogus\"");
+        check(
+            OobReads::ALL,
+            OobReads::as_str,
+            "out_of_bounds_reads must be 'raise', 'uninitialized' or 'tpu', got \"bogus\"",
+        );
         check(FillMode::ALL, FillMode::as_str, "uninitialized_memory must be 'nan' or 'zero', got \"bogus\"");
         check(RacePolicy::ALL, RacePolicy::as_str, "on_race must be 'raise', 'warn' or 'print', got \"bogus\"");
         check(LeakPolicy::ALL, LeakPolicy::as_str, "leak policy must be 'ignore', 'warn' or 'raise', got \"bogus\"");
         check(SemKind::ALL, SemKind::as_str, "semaphore kind must be 'regular', 'dma' or 'barrier', got \"bogus\"");
-        check(Access::ALL, Access::as_str, "access must be 'read', 'write' or 'swap', got \"bogus\"");
+        check(Access::ALL, Access::as_str, "access must be 'read', 'load', 'write' or 'swap', got \"bogus\"");
         check(
             MemorySpace::ALL,
             MemorySpace::as_str,

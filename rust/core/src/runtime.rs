@@ -348,8 +348,10 @@ impl Runtime {
 
     /// Reads `r` (buffer (space, id) as seen from (device, core)) into `out`
     /// (C order, exactly the region's size).
+    /// A kernel's load: under out-of-bounds reads "tpu", VMEM and SMEM are
+    /// not bounds checked (see `MemoryTable::kernel_load`).
     pub fn load(&self, r: MemRef<'_>, out: &mut [u8]) -> Result<()> {
-        self.memory.load(r, out).map_err(|e| e.at(r.device, r.core))?;
+        self.memory.kernel_load(r, out).map_err(|e| e.at(r.device, r.core))?;
         self.note_access(r.device, r.core, r, false)
     }
 

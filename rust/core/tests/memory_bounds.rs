@@ -301,3 +301,42 @@ fn uninitialized_copy_reads_fill_values() {
         [9, 10, 11, 0x7f, 0x7f, 0x7f]
     );
 }
+
+/// Out-of-bounds reads "tpu": a kernel's load of VMEM past the buffer reads
+/// the fill value there and is reported once (a TPU does not check loads);
+/// a DMA's read of the same region, and a kernel load of HBM, still raise.
+#[test]
+fn tpu_reads_leave_kernel_loads_of_vmem_unchecked_and_dma_reads_checked() {
+    let mem = table(1, 1, OobReads::Tpu, FillMode::Zero);
+    let init: Vec<u8> = (1..=12).collect();
+    let spec =
+        |space| BufferSpec { space, dtype: DType::I8, shape: &[4, 3], logical_shape: None, init: Init::Bytes(&init) };
+    let vmem = mem.allocate(0, Some(0), spec(VMEM)).unwrap();
+    let hbm = mem.allocate(0, None, spec(HBM)).unwrap();
+    mosaic_rt_core::reports::take_all();
+    let mut out = [0xAAu8; 6];
+    // Rows 3..5 of 4: row 3 is read, row 4 is the fill value (zero).
+    mem.kernel_load(MemRef::new(0, 0, VMEM, vmem, &rows(3, 2)), &mut out).unwrap();
+    assert_eq!(out, [10, 11, 12, 0, 0, 0]);
+    mem.kernel_load(MemRef::new(0, 0, VMEM, vmem, &rows(3, 2)), &mut out).unwrap();
+    // (Other tests of this binary may queue reports of their own.)
+    let reports: Vec<_> =
+        mosaic_rt_core::reports::take_all().into_iter().filter(|r| r.text.starts_with("load of VMEM")).collect();
+    assert_eq!(reports.len(), 1, "one report per source line");
+    assert!(
+        reports[0]
+            .text
+            .contains("load of VMEM buffer (0 0 vmem 100) reading [(slice(3, 5, 1),)] outside its shape (4, 3)"),
+        "{}",
+        reports[0].text
+    );
+    let e = mem.load(MemRef::new(0, 0, VMEM, vmem, &rows(3, 2)), &mut out).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Index, "a DMA's read is checked");
+    let e = mem.kernel_load(MemRef::new(0, 0, HBM, hbm, &rows(3, 2)), &mut out).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Index, "HBM is reached by DMAs only: checked");
+    // "raise" keeps stock's error for kernel loads too.
+    let strict = table(1, 1, OobReads::Raise, FillMode::Zero);
+    let v = strict.allocate(0, Some(0), spec(VMEM)).unwrap();
+    let e = strict.kernel_load(MemRef::new(0, 0, VMEM, v, &rows(3, 2)), &mut out).unwrap_err();
+    assert!(e.message.starts_with("Out-of-bounds read of (0 0 vmem 100)"), "{}", e.message);
+}

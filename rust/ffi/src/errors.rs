@@ -50,10 +50,20 @@ pub fn lookup(n: u64) -> Option<RtError> {
     t.entries.iter().find(|(k, _)| *k == n).map(|(_, e)| e.clone())
 }
 
-/// The message XLA carries to Python for root cause number `n`.
+/// The message XLA carries to Python for root cause number `n`, with the
+/// failing op's source line when known: the raw `JaxRuntimeError` of a
+/// user outside `native_errors` says where too.
 pub fn wire_message(n: u64, root: &RtError) -> String {
-    format!("[mosaic_rt#{n}] {}: {}", root.type_name(), root.message)
+    let mut text = format!("[mosaic_rt#{n}] {}: {}", root.type_name(), root.message);
+    if let Some(site) = mosaic_rt_core::site::text(root.site) {
+        text.push_str(&format!("{SITE_NOTE}{site})"));
+    }
+    text
 }
+
+/// What precedes the site in a wire message (Python strips it from the
+/// message: `mosaic_rt.ffi.errors`).
+pub const SITE_NOTE: &str = "\n(raised by the kernel op at ";
 
 /// Creates an XLA error owning a copy of `message`.
 ///
@@ -96,5 +106,10 @@ mod tests {
         }
         assert!(lookup(n).is_none());
         assert_eq!(wire_message(7, &e), "[mosaic_rt#7] ValueError: boom unique-1");
+        let at = RtError::index("oob").at_site(crate::sites::intern("kernel.py:12:3 (k)"));
+        assert_eq!(
+            wire_message(8, &at),
+            "[mosaic_rt#8] IndexError: oob\n(raised by the kernel op at kernel.py:12:3 (k))"
+        );
     }
 }

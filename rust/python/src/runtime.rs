@@ -314,7 +314,7 @@ impl PyRuntime {
             }
             None => {
                 // Errors before allocating room for a (possibly huge) region.
-                self.rt.check_access(r, Access::Read).or_raise(py)?;
+                self.rt.check_access(r, Access::Load).or_raise(py)?;
                 let fresh = PyByteArray::new_with(py, want, |dst| {
                     // Nobody else can reach the new bytearray: copying into
                     // it without the GIL races with nothing.

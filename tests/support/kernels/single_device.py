@@ -1085,7 +1085,7 @@ def case_oob_read_uninitialized_zero():
     return Case("oob_read_uninitialized_zero", fn, args, reference=ref)
 
 
-def _bounds_fn(bounds):
+def _bounds_fn(bounds, **knobs):
     # Reads rows 8..15 of a (12, 100) VMEM input, past its logical shape but
     # inside its padded (tiled) shape. The padding depends on the simulated
     # TPU kind, which an abstract mesh provides (the CPU kind is unsupported).
@@ -1098,7 +1098,7 @@ def _bounds_fn(bounds):
                 kernel,
                 out_shape=jax.ShapeDtypeStruct((8, 100), _F32),
                 in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), pl.BlockSpec(memory_space=pltpu.VMEM)],
-                interpret=_with(params, buffer_bounds=bounds, uninitialized_memory="zero"),
+                interpret=_with(params, buffer_bounds=bounds, uninitialized_memory="zero", **knobs),
             )(offs, x)
 
     return fn, (np.array([8], np.int32), _ints((12, 100), seed=40))
@@ -1114,7 +1114,7 @@ def case_buffer_bounds_padded():
 
 
 def case_error_buffer_bounds_logical():
-    fn, args = _bounds_fn("logical")
+    fn, args = _bounds_fn("logical", out_of_bounds_reads="raise")
     return Case("error_buffer_bounds_logical", fn, args, expect_error="Out-of-bounds read")
 
 
@@ -1264,7 +1264,8 @@ def case_dma_dst_read_before_wait():
 
 
 def case_error_oob_read_raise():
-    fn, args = _oob_read_fn({})
+    # Stock's default; ours follows the TPU's unchecked loads unless asked.
+    fn, args = _oob_read_fn({"out_of_bounds_reads": "raise"})
     return Case("error_oob_read_raise", fn, args, expect_error="Out-of-bounds read")
 
 

@@ -11,9 +11,23 @@ use super::init_shadow::Masked;
 use super::message::{self, Who};
 use super::plan::RegionPlan;
 use super::smem_scalar;
-use super::{Access, MemRef, MemoryTable, Stored};
+use super::{Access, MemRef, MemorySpace, MemoryTable, Stored};
 use crate::config::OobReads;
 use crate::error::{Result, RtError};
+
+/// What a read does with the part of its region outside the buffer.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum OobRule {
+    /// Fails with an out-of-bounds error (stock's "raise").
+    Raise,
+    /// Reads the fill value there (stock's "uninitialized").
+    Fill,
+    /// Reads the fill value there and reports the load once per source
+    /// line: a TPU does not bounds-check vector or scalar loads, and
+    /// kernels rely on it (a software-pipelined loop that prefetches one
+    /// row past the end on its last trip and never uses it).
+    FillAndReport,
+}
 
 /// One access resolved: the buffer, the plan and the result shape.
 struct Resolved {
@@ -55,8 +69,33 @@ impl MemoryTable {
         Ok(Resolved { who, buf, plan, full, bytes })
     }
 
-    /// Reads `r` into `out` (C order, exactly the region's size).
+    /// Reads `r` into `out` (C order, exactly the region's size), as a DMA
+    /// reads its source.
     pub fn load(&self, r: MemRef<'_>, out: &mut [u8]) -> Result<()> {
+        self.read_into(r, out, Access::Read)
+    }
+
+    /// A kernel's own load of `r` (`ref[...]`): [`Self::load`], but under
+    /// out-of-bounds reads "tpu" a VMEM or SMEM region outside its buffer
+    /// reads as on a TPU (see [`OobRule`]).
+    pub fn kernel_load(&self, r: MemRef<'_>, out: &mut [u8]) -> Result<()> {
+        self.read_into(r, out, Access::Load)
+    }
+
+    /// What a read of `space` by `access` (`Read` or `Load`) does outside
+    /// its buffer.
+    fn oob_rule(&self, space: MemorySpace, access: Access) -> OobRule {
+        match self.oob_reads {
+            OobReads::Raise => OobRule::Raise,
+            OobReads::Uninitialized => OobRule::Fill,
+            OobReads::Tpu if access == Access::Load && matches!(space, MemorySpace::Vmem | MemorySpace::Smem) => {
+                OobRule::FillAndReport
+            }
+            OobReads::Tpu => OobRule::Raise,
+        }
+    }
+
+    fn read_into(&self, r: MemRef<'_>, out: &mut [u8], access: Access) -> Result<()> {
         // Scalar SMEM reads outside the array follow the TPU (`smem_scalar`):
         // a negative index before `resolve` (which rejects it), one past the
         // end where reads leave the buffer below.
@@ -82,10 +121,14 @@ impl MemoryTable {
         if scalar_smem && self.read_outside_smem(mem_ref, &r.buf, out) {
             return Ok(());
         }
-        if self.oob_reads == OobReads::Raise {
+        let rule = self.oob_rule(mem_ref.space, access);
+        if rule == OobRule::Raise {
             return Err(message::oob_read(&r.who, region, &r.buf.logical_shape));
         }
         r.buf.check_initialized(&r.plan, in_bounds.as_deref(), &r.who, region)?;
+        if rule == OobRule::FillAndReport {
+            self.report_unchecked_load(&r.who, region, &r.buf.logical_shape, false);
+        }
         // "uninitialized": fill values, with the in-bounds part in the low corner.
         fill_pattern(out, &r.buf.dtype.fill_bytes(self.fill));
         if let Some(counts) = in_bounds {
@@ -118,8 +161,12 @@ impl MemoryTable {
                 selected_in_bounds += (mask[m] != 0) as usize;
             });
         }
-        if selected_in_bounds != selected && self.oob_reads == OobReads::Raise {
-            return Err(message::oob_masked_read(&r.who, region, &r.buf.logical_shape));
+        if selected_in_bounds != selected {
+            match self.oob_rule(r.who.space, Access::Load) {
+                OobRule::Raise => return Err(message::oob_masked_read(&r.who, region, &r.buf.logical_shape)),
+                OobRule::FillAndReport => self.report_unchecked_load(&r.who, region, &r.buf.logical_shape, true),
+                OobRule::Fill => {}
+            }
         }
         fill_pattern(out, &r.buf.dtype.fill_bytes(self.fill));
         let Some(counts) = in_bounds else { return Ok(()) };
@@ -245,7 +292,7 @@ impl MemoryTable {
         let res = self.resolve(r, access.as_str())?;
         let in_bounds = || res.plan.clip(&res.buf.shape).as_deref() == Some(&*res.full);
         match access {
-            Access::Read if self.oob_reads == OobReads::Raise && !in_bounds() => {
+            Access::Read | Access::Load if self.oob_rule(r.space, access) == OobRule::Raise && !in_bounds() => {
                 Err(message::oob_read(&res.who, r.region, &res.buf.logical_shape))
             }
             Access::Write if res.plan.any_out_of(&res.buf.shape) => {
@@ -291,7 +338,7 @@ impl MemoryTable {
             // Rare paths (padding fill, copies within one buffer): go through a
             // temporary -- after the checks the load and the store would make,
             // so that a huge out-of-bounds region fails without allocating.
-            if !read_in_bounds && self.oob_reads == OobReads::Raise {
+            if !read_in_bounds && self.oob_rule(src.space, Access::Read) == OobRule::Raise {
                 return Err(message::oob_read(&s.who, src.region, &s.buf.logical_shape));
             }
             if d.plan.any_out_of(&d.buf.shape) {

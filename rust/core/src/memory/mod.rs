@@ -17,6 +17,7 @@ mod pool;
 mod smem_scalar;
 mod stored;
 pub(crate) mod table;
+mod unchecked_load;
 
 pub(crate) use access::zeroed;
 pub(crate) use init_shadow::slice_notation;
@@ -91,7 +92,12 @@ impl std::fmt::Display for BufferKey {
 enum_str! {
     /// The kind of access `Runtime::check_access` checks.
     pub enum Access as "access" {
+        /// A DMA's read (bounds always checked unless out-of-bounds reads
+        /// are "uninitialized").
         Read = "read",
+        /// A kernel's own load (`ref[...]`): unchecked in VMEM and SMEM under
+        /// out-of-bounds reads "tpu".
+        Load = "load",
         Write = "write",
         /// An unmasked swap (every element read and written).
         Swap = "swap",

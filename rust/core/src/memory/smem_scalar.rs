@@ -37,7 +37,7 @@ impl MemoryTable {
         }
         out.copy_from_slice(&buf.dtype.fill_bytes(self.fill));
         let site = crate::site::current();
-        if self.note_smem_oob(site) {
+        if self.note_oob_read(site) {
             let who = Who { device: r.device, core: r.core, space: r.space, id: r.id };
             let index: Vec<String> = r.region.dims.iter().map(|d| d.start.to_string()).collect();
             let at = crate::site::text(site).map(|t| format!(" at {t}")).unwrap_or_default();

@@ -44,7 +44,7 @@ pub struct MemoryTable {
     /// Reports are for Python to issue as warnings (`Config`).
     pub(super) report_as_warnings: bool,
     /// Sites of unchecked SMEM scalar reads already reported (`smem_scalar`).
-    smem_oob_sites: Mutex<Vec<crate::site::SiteId>>,
+    oob_read_sites: Mutex<Vec<crate::site::SiteId>>,
 }
 
 impl MemoryTable {
@@ -63,14 +63,14 @@ impl MemoryTable {
             fill: config.fill,
             detect_uninit: config.detect_uninitialized,
             report_as_warnings: config.report_as_warnings,
-            smem_oob_sites: Mutex::new(Vec::new()),
+            oob_read_sites: Mutex::new(Vec::new()),
         }
     }
 
-    /// Whether an unchecked SMEM scalar read at `site` is the first one
+    /// Whether an unchecked out-of-bounds load at `site` is the first one
     /// there (at most 64 sites are reported per launch).
-    pub(super) fn note_smem_oob(&self, site: crate::site::SiteId) -> bool {
-        let mut seen = self.smem_oob_sites.lock().ignore_poison();
+    pub(super) fn note_oob_read(&self, site: crate::site::SiteId) -> bool {
+        let mut seen = self.oob_read_sites.lock().ignore_poison();
         if seen.contains(&site) || seen.len() >= 64 {
             return false;
         }
