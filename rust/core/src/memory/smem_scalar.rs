@@ -9,7 +9,6 @@
 use super::buffer::Buffer;
 use super::message::{shape_repr, Who};
 use super::{MemRef, MemorySpace, MemoryTable};
-use crate::reports::{self, Category, Detail, Report};
 
 /// Whether `r` reads one element of SMEM (every listed dim an integer
 /// index) -- cheap: no buffer lookup.
@@ -36,28 +35,16 @@ impl MemoryTable {
             return false;
         }
         out.copy_from_slice(&buf.dtype.fill_bytes(self.fill));
-        let site = crate::site::current();
-        if self.note_oob_read(site) {
-            let who = Who { device: r.device, core: r.core, space: r.space, id: r.id };
-            let index: Vec<String> = r.region.dims.iter().map(|d| d.start.to_string()).collect();
-            let at = crate::site::text(site).map(|t| format!(" at {t}")).unwrap_or_default();
-            reports::push(Report {
-                category: Category::Misuse,
-                text: format!(
-                    "scalar read of SMEM buffer {who} at index ({}) outside its shape {}{at}: a TPU reads \
-                     whatever word lies there unchecked; this read returned the uninitialized-memory value",
-                    index.join(", "),
-                    shape_repr(&buf.shape)
-                ),
-                details: vec![
-                    ("kind", Detail::from("smem_read_out_of_bounds")),
-                    ("device", r.device.into()),
-                    ("core", r.core.into()),
-                    ("site", crate::site::text(site).into()),
-                ],
-                as_warning: self.report_as_warnings,
-            });
-        }
+        let who = Who { device: r.device, core: r.core, space: r.space, id: r.id };
+        let index: Vec<String> = r.region.dims.iter().map(|d| d.start.to_string()).collect();
+        self.report_oob_read(&who, "smem_read_out_of_bounds", |at| {
+            format!(
+                "scalar read of SMEM buffer {who} at index ({}) outside its shape {}{at}: a TPU reads \
+                 whatever word lies there unchecked; this read returned the uninitialized-memory value",
+                index.join(", "),
+                shape_repr(&buf.shape)
+            )
+        });
         true
     }
 }
