@@ -43,7 +43,7 @@ pub struct MemoryTable {
     pub(crate) detect_uninit: bool,
     /// Reports are for Python to issue as warnings (`Config`).
     pub(super) report_as_warnings: bool,
-    /// Sites of unchecked SMEM scalar reads already reported (`smem_scalar`).
+    /// Sites of unchecked out-of-bounds reads already reported (`report_oob_read`).
     oob_read_sites: Mutex<Vec<crate::site::SiteId>>,
 }
 
