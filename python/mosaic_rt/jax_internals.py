@@ -95,6 +95,8 @@ except ImportError:  # a jax without it: lax.switch (one clamp more)
 
 Jaxpr = jax_core.Jaxpr
 Literal = jax_core.Literal
+Var = jax_core.Var
+DropVar = jax_core.DropVar
 Tracer = jax_core.Tracer
 MemorySpace = mosaic_core.MemorySpace
 AnyMemorySpace = pallas_core.MemorySpace.ANY

@@ -1,5 +1,5 @@
 """The import graph of `python/mosaic_rt`: no cycle, and interpret/'s layers
-one-way (context <- native_compute <- evaluation <- launch).
+one-way (context <- rewrites <- native_compute <- evaluation <- launch).
 
 Read from the source with `ast` (nothing is imported). Every import counts,
 also one inside a function: a lazy import that dodges a cycle is still a
@@ -18,6 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "python" / "mosaic_rt"
 # ones before it, never a later one.
 LAYERS = (
     ("base", ("mosaic_rt.interpret", "mosaic_rt.interpret.context", "mosaic_rt.interpret.params")),
+    ("rewrites", ("mosaic_rt.interpret.rewrites",)),
     ("native_compute", ("mosaic_rt.interpret.native_compute",)),
     ("evaluation", ("mosaic_rt.interpret.evaluation",)),
     ("launch", ("mosaic_rt.interpret.launch",)),

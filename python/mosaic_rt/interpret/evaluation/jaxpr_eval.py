@@ -26,6 +26,8 @@ from mosaic_rt.interpret.context import Ctx, semaphore_kind
 from mosaic_rt.interpret.evaluation import device_ids, dma_views, native_calls, packing, sites, splat, views
 from mosaic_rt.interpret.evaluation.regions import to_region
 from mosaic_rt.interpret.native_compute import scalar_items, scalar_runs, vector_runs
+from mosaic_rt.interpret.rewrites import hoisting
+from mosaic_rt.interpret.rewrites.inlining import inline_calls
 from mosaic_rt.memory_spaces import code as space_code
 from mosaic_rt.memory_spaces import forward_any_to_hbm
 
@@ -81,6 +83,7 @@ def eval_jaxpr(jaxpr: jx.Jaxpr, *args, ctx: Ctx, token, preset=None):
 def _eval_block(jaxpr, args, ctx: Ctx, token, preset, count):
     """`eval_jaxpr`, also returning the keys its scalar programs computed
     (with `count`: the counter step of a loop of `count` steps)."""
+    jaxpr = inline_calls(jaxpr)
     sentinel = jnp.inf if ctx.params.skip_floating_point_ops else None
     env = jx.JaxprEnv(vars=jaxpr.constvars + jaxpr.invars, values=args, sentinel_for_floating_point_values=sentinel)
     eqns = jaxpr.eqns
@@ -509,6 +512,11 @@ def _counted_loop(p, consts, init, length: int, ctx, token):
     own counter would be two XLA fusions: add, compare)."""
 
     jaxpr, body_consts = jx.closed_jaxpr_parts(p["jaxpr"])
+    hoisted = hoisting.hoist(inline_calls(jaxpr), len(consts))
+    if hoisted is not None:  # its loop-invariant integer work, once before it
+        invariant = [*body_consts, *consts]
+        token, extra = eval_jaxpr(hoisted.prelude, *(invariant[k] for k in hoisted.inputs), ctx=ctx, token=token)
+        jaxpr, consts = hoisted.body, [*consts, *extra]
 
     def step(carry):
         tok, i, c, _ = carry

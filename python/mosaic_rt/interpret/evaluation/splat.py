@@ -39,6 +39,7 @@ class BlockStores:
                 sources[out] = operand
             elif (
                 eqn.primitive is lax.convert_element_type_p
+                and not isinstance(operand, jx.Literal)  # (inlined calls pass literals on)
                 and operand in sources
                 and operand.aval.dtype == out.aval.dtype
             ):
