@@ -512,11 +512,8 @@ def _counted_loop(p, consts, init, length: int, ctx, token):
     own counter would be two XLA fusions: add, compare)."""
 
     jaxpr, body_consts = jx.closed_jaxpr_parts(p["jaxpr"])
-    hoisted = hoisting.hoist(inline_calls(jaxpr), len(consts))
-    if hoisted is not None:  # its loop-invariant integer work, once before it
-        invariant = [*body_consts, *consts]
-        token, extra = eval_jaxpr(hoisted.prelude, *(invariant[k] for k in hoisted.inputs), ctx=ctx, token=token)
-        jaxpr, consts = hoisted.body, [*consts, *extra]
+    token, jaxpr, extra = _hoist_invariants(jaxpr, [*body_consts, *consts], len(consts), ctx, token)
+    consts = [*consts, *extra]
 
     def step(carry):
         tok, i, c, _ = carry
@@ -530,6 +527,18 @@ def _counted_loop(p, consts, init, length: int, ctx, token):
         lambda c: c[3], step, (materialize(token), np.int32(0), list(init), np.bool_(True))
     )
     return token, list(carry)
+
+
+def _hoist_invariants(jaxpr, invariant, num_consts: int, ctx, token):
+    """``(token, body, extra)``: a loop body that runs at least once, its
+    loop-invariant integer work computed here, once (`rewrites.hoisting`);
+    the body takes ``extra`` right after its ``num_consts`` constants.
+    ``invariant``: the values of its constvars and those constants."""
+    hoisted = hoisting.hoist(inline_calls(jaxpr), num_consts)
+    if hoisted is None:
+        return token, jaxpr, []
+    token, extra = eval_jaxpr(hoisted.prelude, *(invariant[k] for k in hoisted.inputs), ctx=ctx, token=token)
+    return token, hoisted.body, list(extra)
 
 
 @_rule(lax.while_p)
@@ -558,6 +567,9 @@ def _parallel_loop(eqn, read, ctx, token):
     p = eqn.params
     lower, upper, step, consts, init = p["tree"].unflatten(read())
     body = jx.convert_constvars_jaxpr(p["jaxpr"])
+    if _runs_at_least_once(lower, upper, step):
+        token, body, extra = _hoist_invariants(body, list(consts), len(consts), ctx, token)
+        consts = [*consts, *extra]
     index_type = jnp.int32
 
     def step_fn(carry):
@@ -571,6 +583,14 @@ def _parallel_loop(eqn, read, ctx, token):
         (materialize(token), jnp.asarray(lower, index_type), list(init)),
     )
     return token, out
+
+
+def _runs_at_least_once(lower, upper, step) -> bool:
+    bounds = (lower, upper, step)
+    if any(isinstance(b, jx.Tracer) for b in bounds):
+        return False
+    lower, upper, step = (int(np.asarray(b)) for b in bounds)
+    return step > 0 and upper > lower
 
 
 @_rule(jx.jit_p)

@@ -1,4 +1,4 @@
-"""Loop-invariant integer work of a counted loop's body, moved before it.
+"""Loop-invariant integer work of a loop body, moved before the loop.
 
 Unrolled SparseCore kernels compute per-row shifts, destinations and
 masks from vectors loaded before a `pl.loop` (`src_indices[r] % 2 * 16`,
@@ -6,8 +6,9 @@ masks from vectors loaded before a `pl.loop` (`src_indices[r] % 2 * 16`,
 XLA slice per element on every trip (ragged_scatter: ~60 of its ~300 calls
 per trip). Computed once before the loop, they come in as loop constants.
 
-Only what cannot change a result is moved: equations of a counted loop
-(at least one trip, so nothing runs that would not have run), pure (no
+Only what cannot change a result is moved: equations of a loop known to
+run at least once (a counted `fori_loop` / `pl.loop`, a `parallel_loop`
+with static bounds: nothing runs that would not have run), pure (no
 effects, no sub-jaxprs), reading only the loop's constants and other moved
 values, with integer or bool results (exact wherever XLA computes them; a
 float might fuse differently outside the loop than in it) of at most
