@@ -13,6 +13,7 @@ another jax fails here with one clear ImportError.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -285,6 +286,12 @@ def switch_on_clamped_index(index, branches, operands):
     if _switch_internal is None:
         return jax.lax.switch(index, branches, *operands)
     return _switch_internal(index, branches, operands, branches_platforms=None)
+
+
+def replace_indexer(indexer, indices: tuple):
+    """An `NDIndexer` of the same ref shape with other ``indices`` (of the
+    same kinds per dimension: its integer-indexer shape stays)."""
+    return dataclasses.replace(indexer, indices=tuple(indices))
 
 
 def closed_jaxpr_parts(closed) -> tuple[Jaxpr, list]:

@@ -154,7 +154,9 @@ def _sparse_core():
 @pytest.mark.parametrize("mode", ["eager", "on_wait"])
 def test_a_parallel_loop_with_static_bounds_hoists_too(mode, monkeypatch):
     """ragged_gather_reduce's shape of work: per-row shifts from an index
-    vector loaded before a `plsc.parallel_loop` over column chunks."""
+    vector loaded before a `plsc.parallel_loop` over column chunks. (The
+    stored value adds the column start, so the loop keeps its iterations:
+    `rewrites.widening` would otherwise run it as one.)"""
     from mosaic_rt.tpu_check.tpu_info import answering_for
 
     plsc = _sparse_core()
@@ -182,7 +184,7 @@ def test_a_parallel_loop_with_static_bounds_hoists_too(mode, monkeypatch):
                 sl = pl.ds(c, lanes)
                 for r in range(rows):
                     shift = jnp.where(jnp.bitwise_and(idx[r], 1) == 0, 16, 0)
-                    buf[r, sl] = jnp.right_shift(jnp.left_shift(buf[r, sl], shift), 16) + idx[r] // 2
+                    buf[r, sl] = jnp.right_shift(jnp.left_shift(buf[r, sl], shift), 16) + idx[r] // 2 + c
 
             pltpu.sync_copy(buf, o_hbm.at[pl.ds(w * rows, rows)])
 
@@ -199,5 +201,6 @@ def test_a_parallel_loop_with_static_bounds_hoists_too(mode, monkeypatch):
     assert any(moved), moved
     shifts = np.where(idx % 2 == 0, 16, 0).astype(np.int32)
     r = np.arange(x.shape[0]) % rows
-    expected = ((x << shifts[r][:, None]) >> 16) + (idx[r] // 2)[:, None]
+    starts = np.arange(cols) // lanes * lanes
+    expected = ((x << shifts[r][:, None]) >> 16) + (idx[r] // 2)[:, None] + starts
     np.testing.assert_array_equal(out, expected)

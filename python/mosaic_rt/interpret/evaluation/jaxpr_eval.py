@@ -26,7 +26,7 @@ from mosaic_rt.interpret.context import Ctx, semaphore_kind
 from mosaic_rt.interpret.evaluation import device_ids, dma_views, native_calls, packing, sites, splat, views
 from mosaic_rt.interpret.evaluation.regions import to_region
 from mosaic_rt.interpret.native_compute import scalar_items, scalar_runs, vector_runs
-from mosaic_rt.interpret.rewrites import hoisting
+from mosaic_rt.interpret.rewrites import hoisting, widening
 from mosaic_rt.interpret.rewrites.inlining import inline_calls
 from mosaic_rt.memory_spaces import code as space_code
 from mosaic_rt.memory_spaces import forward_any_to_hbm
@@ -567,6 +567,13 @@ def _parallel_loop(eqn, read, ctx, token):
     p = eqn.params
     lower, upper, step, consts, init = p["tree"].unflatten(read())
     body = jx.convert_constvars_jaxpr(p["jaxpr"])
+    if not init and _runs_at_least_once(lower, upper, step):
+        # Iterations over disjoint columns: all of them as one (`widening`).
+        bounds = (int(np.asarray(b)) for b in (lower, upper, step))
+        wide = widening.widen(inline_calls(body), len(consts), *bounds)
+        if wide is not None:
+            token, _ = eval_jaxpr(wide, *consts, ctx=ctx, token=token)
+            return token, []
     if _runs_at_least_once(lower, upper, step):
         token, body, extra = _hoist_invariants(body, list(consts), len(consts), ctx, token)
         consts = [*consts, *extra]
