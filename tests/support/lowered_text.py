@@ -5,6 +5,8 @@ from __future__ import annotations
 import collections
 import re
 
+import numpy as np
+
 from mosaic_rt import _native
 
 # `launch_begin`'s allocation flags (rust/ffi/src/ops/launch_begin.rs).
@@ -32,11 +34,24 @@ def native_ops(text: str) -> collections.Counter:
             if name != "batch":
                 counts[name] += 1
                 continue
-            values, n = re.search(r"\bops = dense<\[?([-\d, ]*)\]?> : tensor<(\d+)xi64>", line).groups()
-            codes = [int(v) for v in values.split(",")]
-            codes = codes * int(n) if len(codes) == 1 else codes  # a splat
-            counts.update(_native.BATCH_OPS[c].removeprefix("mosaic_rt_") for c in codes)
+            counts.update(_native.BATCH_OPS[c].removeprefix("mosaic_rt_") for c in batch_ops(line))
     return counts
+
+
+def batch_ops(line: str) -> list:
+    """The member op codes of the `batch` call on ``line``."""
+    return batch_attr(line, "ops")
+
+
+def batch_attr(line: str, name: str) -> list:
+    """The int64 array attribute ``name`` of the call on ``line``, printed
+    as a list, a splat, or (a long one) hex bytes."""
+    m = re.search(rf'\b{name} = dense<(?:"0x([0-9A-Fa-f]+)"|\[?([-\d, ]*)\]?)> : tensor<(\d+)xi64>', line)
+    hex_bytes, values, n = m.groups()
+    if hex_bytes is not None:
+        return [int(v) for v in np.frombuffer(bytes.fromhex(hex_bytes), "<i8")]
+    codes = [int(v) for v in values.split(",")]
+    return codes * int(n) if len(codes) == 1 else codes  # a splat
 
 
 def batch_calls(text: str) -> int:

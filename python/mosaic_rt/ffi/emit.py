@@ -222,7 +222,7 @@ def _ints(xs) -> np.ndarray:
     return np.asarray(tuple(int(x) for x in xs), np.int64)
 
 
-def _call(name: str, results, operands, *, site: int = 0, **attrs):
+def _call(name: str, results, operands, *, site: int = 0, lazy: bool = False, **attrs):
     """One side-effecting, token-threaded op (operand 0 -> result 0).
     ``site``: the source-site id (``_native.intern_site``) the native side
     names in reports and errors; 0 (unknown) adds no attribute.
@@ -232,19 +232,61 @@ def _call(name: str, results, operands, *, site: int = 0, **attrs):
     token is not emitted yet: it returns a pending token, and the
     straight-line run it starts or extends is emitted as one call by the op
     with results that ends it, or by `materialize`
-    (`mosaic_rt.ffi.batching`)."""
+    (`mosaic_rt.ffi.batching`). With ``lazy`` (the caller takes
+    placeholders), an op with results stays pending too: it returns the
+    pending token and a `batching.Lazy` per result."""
     if site:
         attrs["site"] = int(site)
     _checked(name, attrs)
     member = batching.Member(f"mosaic_rt_{name}", tuple(results), tuple(operands[1:]), attrs)
     if _BATCHED.get() and batching.fits((), member):
-        base, members = _joinable(operands[0], member)
-        if not results:
-            return batching.Pending(base, (*members, member), jx.current_trace())
+        base, members, extended = _joinable(operands[0], member)
+        if not results or lazy:
+            lazies = tuple(batching.Lazy(r.shape, r.dtype) for r in results)
+            if lazies:
+                member = dataclasses.replace(member, lazy=lazies)
+            token = batching.Pending(base, (*members, member), jx.current_trace())
+            if extended is not None:
+                extended.successor = token
+            for x in lazies:
+                x.pending = token
+            return token if not results else (token, *lazies)
         out = _emit(base, (*members, member))
     else:  # (`_bind` emits a run pending on the token first)
         out = _emit(operands[0], (member,))
     return out[0] if not results else tuple(out)
+
+
+def join_pure(target: str, results, operands, attrs):
+    """The `batching.Lazy` results of the pure op ``target`` joining, as a
+    member without a token, the pending run that made its `Lazy` operands
+    (so it reads them inside that call); None when it cannot (no pending
+    operand, not batched, over the limits): emit it on its own then."""
+    waiting = [x for x in operands if isinstance(x, batching.Lazy) and x.value is None]
+    if not waiting or not _BATCHED.get():
+        return None
+    run = waiting[0].pending.latest()
+    if not run.is_open() or any(x.pending.latest() is not run for x in waiting):
+        return None
+    member = batching.Member(target, tuple(results), tuple(operands), attrs, tokenless=True)
+    if not batching.fits(run.members, member):
+        return None
+    lazies = tuple(batching.Lazy(r.shape, r.dtype) for r in results)
+    token = run.extend_silently(dataclasses.replace(member, lazy=lazies))
+    for x in lazies:
+        x.pending = token
+    return list(lazies)
+
+
+def realize(x):
+    """``x``'s traced value: a `batching.Lazy`'s run is emitted first."""
+    if not isinstance(x, batching.Lazy):
+        return x
+    if x.value is None:
+        materialize(x.pending.latest())
+        if x.value is None:
+            raise AssertionError(f"mosaic_rt internal error: emitting its run left {x!r} without a value")
+    return x.value
 
 
 _BATCHED = contextvars.ContextVar("mosaic_rt_batched_runs", default=False)
@@ -264,14 +306,16 @@ def batched(enabled: bool = True):
 
 
 def _joinable(token, member):
-    """``(base token, members)`` that ``member`` follows: the run pending on
-    ``token`` when ``member`` may join it, else the emitted token."""
+    """``(base token, members, extended)`` that ``member`` follows: the run
+    pending on ``token`` when ``member`` may join it (``extended``: that
+    pending token), else the emitted token."""
     if not isinstance(token, batching.Pending):
-        return token, ()
+        return token, (), None
+    token = token.forwarded()
     if not batching.fits(token.members, member):
-        return materialize(token), ()
+        return materialize(token), (), None
     real = token.claim_for_extension()
-    return (real, ()) if real is not None else (token.base, token.members)
+    return (real, (), None) if real is not None else (token.base, token.members, token)
 
 
 def materialize(token):
@@ -280,6 +324,7 @@ def materialize(token):
     control flow, out of a loop or branch body, into a host callback."""
     if not isinstance(token, batching.Pending):
         return token
+    token = token.forwarded()
     real = token.claim_for_emission()
     if real is None:
         real = _emit(token.base, token.members)[0]
@@ -289,20 +334,26 @@ def materialize(token):
 
 def _emit(token, members):
     """The results ``(token, *values)`` of ``members`` run after ``token``:
-    one op's own call, or one `batch` call (only the last member of a run
-    has results)."""
-    if len(members) == 1:
+    one op's own call, or one `batch` call; the last member's values are
+    returned, the others' fill their `batching.Lazy` placeholders."""
+    if len(members) == 1 and not members[0].tokenless:
         m = members[0]
-        return _bind(m.target, (_I32, *m.results), (token, *m.operands), m.attrs)
+        out = _bind(m.target, (_I32, *m.results), (token, *m.operands), m.attrs)
+        for x, value in zip(m.lazy, out[1:]):
+            x.value = value
+        return out
     token, results = batch(token, members)
+    for m, values in zip(members, results):
+        for x, value in zip(m.lazy, values):
+            x.value = value
     return (token, *results[-1])
 
 
 def batch(token, members):
     """``(token, results)``: the ops ``members`` (`batching.Member`s, each
     without its token) run in order after ``token`` in one native call;
-    ``results[k]`` holds member k's results. A member may not read another
-    member's results."""
+    ``results[k]`` holds member k's results. A member reads an earlier
+    member's result through its `batching.Lazy`."""
     operands, results, attrs, slices = batching.encode(tuple(members))
     out = _bind("mosaic_rt_batch", (_I32, *results), (token, *operands), attrs)
     values = out[1:]
@@ -330,7 +381,9 @@ def _bind(target: str, results, operands, attrs, *, side_effect: bool = True, al
     re-derives them on every call; ops are emitted thousands of times per
     test suite). ``aliases``: sorted ``(operand, result)`` pairs."""
     avals, out_layouts = _result_signature(tuple((tuple(r.shape), np.dtype(r.dtype)) for r in results))
-    operands = jx.auto_insert_reshard(*(materialize(x) if isinstance(x, batching.Pending) else x for x in operands))
+    operands = jx.auto_insert_reshard(
+        *(materialize(x) if isinstance(x, batching.Pending) else realize(x) for x in operands)
+    )
     return jx.ffi_call_p.bind(
         *operands,
         result_avals=avals,

@@ -45,10 +45,13 @@ from mosaic_rt.ffi.emit import (  # noqa: F401 (TracedRegion .. batch: re-export
     _space,
     _with_tail,
     batch,
+    join_pure,
     materialize,
     new_token,
     no_starts,
+    realize,
 )
+from mosaic_rt.ffi.batching import Lazy
 
 
 def batched_runs(enabled: bool = True):
@@ -463,12 +466,15 @@ def free_buffer(token, handle, device, core, buffer_id, *, space, site: int = 0)
     )
 
 
-def load(token, handle, device, core, buffer_id, region, *, space, shape, dtype, mask=None, site: int = 0):
+def load(
+    token, handle, device, core, buffer_id, region, *, space, shape, dtype, mask=None, site: int = 0, lazy=False
+):
     """``(token, value)``: ``region`` of the buffer; ``shape``/``dtype`` are
     the value's (squeezed dims dropped). With ``mask`` (bool, the value's
     shape) a masked load: only the selected elements are read; masked-off
     ones hold the fill value (uninitialized memory) and may lie out of
-    bounds."""
+    bounds. With ``lazy``, inside `batched_runs`, the value may come back
+    as a `batching.Lazy` (see `emit.realize`)."""
     tail = []
     starts, attrs = _region_parts(region, tail=tail)
     out = jax.ShapeDtypeStruct(tuple(shape), _dtype(dtype, "load"))
@@ -483,12 +489,12 @@ def load(token, handle, device, core, buffer_id, region, *, space, shape, dtype,
         mask=None if mask is None else jnp.asarray(mask, jnp.bool_),
     )
     operands, attrs = _with_tail(operands, attrs, tail)
-    return _call("load", (out,), operands, space=_space(space), site=site, **attrs)
+    return _call("load", (out,), operands, space=_space(space), site=site, lazy=lazy, **attrs)
 
 
 def store(token, handle, device, core, buffer_id, region, value, *, space, site: int = 0):
     """Writes ``value`` into ``region`` of the buffer."""
-    _dtype(jnp.result_type(value), "store")
+    _dtype(value.dtype if isinstance(value, Lazy) else jnp.result_type(value), "store")
     tail = []
     starts, attrs = _region_parts(region, tail=tail)
     operands, attrs = _with_tail(
@@ -514,7 +520,8 @@ def swap(token, handle, device, core, buffer_id, region, value, mask=None, *, sp
     ``old=False`` only the token (nothing is copied out)."""
     tail = []
     starts, attrs = _region_parts(region, tail=tail)
-    value = jnp.asarray(value)
+    if not isinstance(value, Lazy):  # (a pending member's result: see `emit.join_pure`)
+        value = jnp.asarray(value)
     _dtype(value.dtype, "swap")
     operands = _args(
         "swap",
@@ -1160,19 +1167,17 @@ def vector_program(program, operands, result_dtypes, shapes):
     XLA may CSE or drop it). Returns one array per entry of
     ``result_dtypes``, of the shape at the same position of ``shapes``
     (``n`` elements, or ``()`` for an output the program computes as a
-    scalar)."""
+    scalar). Given a pending `batching.Lazy` operand, the program joins its
+    batch and its outputs are `Lazy` too (`emit.join_pure`)."""
     results = tuple(jax.ShapeDtypeStruct(tuple(s), d) for s, d in zip(shapes, result_dtypes))
     words = np.asarray(program, np.int64)
-    return list(
-        _bind(
-            "mosaic_rt_vector_program",
-            results,
-            _args("vector_program", operands),
-            _checked("vector_program", {"program": words, "fingerprint": _fingerprint(words)}),
-            side_effect=False,
-            aliases=(),
-        )
-    )
+    operands = _args("vector_program", operands)
+    attrs = _checked("vector_program", {"program": words, "fingerprint": _fingerprint(words)})
+    # Reading pending loads: run inside their batch call (values stay lazy).
+    joined = join_pure("mosaic_rt_vector_program", results, operands, attrs)
+    if joined is not None:
+        return joined
+    return list(_bind("mosaic_rt_vector_program", results, operands, attrs, side_effect=False, aliases=()))
 
 
 def threefry2x32(k0, k1, x0, x1, shape):

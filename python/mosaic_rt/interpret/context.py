@@ -42,6 +42,9 @@ class Ctx:
     # The block's broadcast-scalar values and used results: an
     # `evaluation.splat.BlockStores`, set by the evaluator per block.
     stores: Any = None
+    # Whether the block's environment takes a load's value pending in a
+    # batch (`batching.Lazy`): set by the evaluator per block.
+    lazy_loads: bool = False
 
     def replace(self, **changes) -> "Ctx":
         return dataclasses.replace(self, **changes)

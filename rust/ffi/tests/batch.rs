@@ -157,3 +157,39 @@ fn malformed_batches_are_value_errors() {
     let err = swap_then_load(handle, a, a, 1.0).attr_i64("m5_site", 1).call(h::batch).unwrap_err();
     assert!(err.contains("attribute of member 5, but the batch has 2"), "{err}");
 }
+
+/// A batch of `load(a)`, then `store(b)` of what the load returned: the
+/// store's value operand is `-1`, the batch's result 1.
+fn load_then_store(handle: [u32; 2], a: i32, b: i32, store_args: &[i64]) -> FakeCall {
+    let ops = [code("load"), code("store")];
+    let mut args = vec![6, 0, 1, 2, 3, 4, 5];
+    args.extend_from_slice(store_args);
+    let c = core_call(handle)
+        .arg_i32(a)
+        .arg_i32s(&[])
+        .arg_i32(b)
+        .ret_i32()
+        .ret(dtype_to_xla(DType::F32), &[N as i64], N * 4)
+        .attr_i64s("ops", &ops)
+        .attr_i64s("args", &args)
+        .attr_i64s("rets", &[2, 0, 1, 1, 0]);
+    member_region(member_region(c, 0), 1)
+}
+
+#[test]
+fn a_member_reads_an_earlier_members_result_by_negative_index() {
+    let handle = begin_single_device("zero");
+    let (a, b) = (alloc(handle, 5.0), alloc(handle, 100.0));
+    let mut c = load_then_store(handle, a, b, &[7, 0, 1, 2, 3, 6, 5, -1]);
+    c.call(h::batch).unwrap();
+    // b now holds a's contents: loading b returns them.
+    let mut check = swap_then_load(handle, alloc(handle, 0.0), b, 0.0);
+    check.call(h::batch).unwrap();
+    assert_eq!(loaded(&check), (0..N).map(|k| 5.0 + k as f32).collect::<Vec<_>>());
+    end(handle);
+    // Index -2 names no result of this batch (it has one besides the token).
+    let handle = begin_single_device("zero");
+    let (a, b) = (alloc(handle, 5.0), alloc(handle, 100.0));
+    let err = load_then_store(handle, a, b, &[7, 0, 1, 2, 3, 6, 5, -2]).call(h::batch).unwrap_err();
+    assert!(err.contains("ValueError") && err.contains("operand index -2 is out of range"), "{err}");
+}

@@ -92,7 +92,10 @@ def _eval_block(jaxpr, args, ctx: Ctx, token, preset, count):
     if ctx.params._vector_runs and not ctx.params.skip_floating_point_ops:
         vplan = vector_runs.plan(jaxpr, plan.absorbed)
         env = vector_runs.DeferredEnv(env, jaxpr, vplan)
-    ctx = ctx.replace(stores=splat.BlockStores(jaxpr, env.read, skip_floats=ctx.params.skip_floating_point_ops))
+    ctx = ctx.replace(
+        stores=splat.BlockStores(jaxpr, env.read, skip_floats=ctx.params.skip_floating_point_ops),
+        lazy_loads=vplan is not None,
+    )
     computed = dict(preset or {})
     for key, value in computed.items():
         if not isinstance(key, tuple):
@@ -218,6 +221,9 @@ def _eval_eqn(eqn, env, ctx: Ctx, token):
     # Inputs are read lazily: with skip_floating_point_ops a skipped eqn must
     # not materialise its (sentinel) inputs.
     read = functools.partial(env.read_many, eqn.invars)
+    if prim is jx.swap_p and isinstance(env, vector_runs.DeferredEnv):
+        # A plain store takes its value pending in a batch (`batching.Lazy`).
+        read = functools.partial(env.read_many, eqn.invars, lazy_at=1)
     if (impl := jx.stock_interpret_impls.get(prim)) is not None:
         invals = read()
         impl_jaxpr = jax.make_jaxpr(functools.partial(impl, **eqn.params))(*invals)
@@ -244,9 +250,14 @@ def _eval_eqn(eqn, env, ctx: Ctx, token):
 
 
 def _load_view(token, ctx, space, ref, ref_aval, transforms, aval):
+    """(token, the value): with `ctx.lazy_loads` a value straight from
+    memory may stay pending in its batch (`vector_runs.DeferredEnv` reads
+    it out)."""
     region, rest, base = views.split(transforms, ref_aval)
     if not rest:
-        return native_calls.load(token, ctx.handle, ctx.device_id, ctx.core, space_code(space), ref, region, aval)
+        return native_calls.load(
+            token, ctx.handle, ctx.device_id, ctx.core, space_code(space), ref, region, aval, lazy=ctx.lazy_loads
+        )
     token, value = native_calls.load(token, ctx.handle, ctx.device_id, ctx.core, space_code(space), ref, region, base)
     return token, views.read(value, rest)
 

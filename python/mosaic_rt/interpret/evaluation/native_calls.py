@@ -17,6 +17,7 @@ import numpy as np
 
 from mosaic_rt import memory_spaces
 from mosaic_rt.ffi import ops as ffi_ops
+from mosaic_rt.ffi.ops import Lazy
 from mosaic_rt.ffi import reports
 from mosaic_rt.interpret.evaluation import logging_ops as lg
 from mosaic_rt.interpret.evaluation import sites
@@ -212,8 +213,9 @@ def _log_access(token, op, device, core, space, buf, region):
     )
 
 
-def load(token, handle, device, core, space, buf, region, aval, mask=None):
-    """With ``mask`` (broadcast to ``aval``'s shape): a masked load."""
+def load(token, handle, device, core, space, buf, region, aval, mask=None, *, lazy=False):
+    """With ``mask`` (broadcast to ``aval``'s shape): a masked load. With
+    ``lazy`` the value may be a `batching.Lazy` (see `ffi_ops.load`)."""
     if mask is not None:
         mask = jnp.broadcast_to(jnp.asarray(mask, jnp.bool_), aval.shape)
     token, value = ffi_ops.load(
@@ -228,13 +230,18 @@ def load(token, handle, device, core, space, buf, region, aval, mask=None):
         dtype=aval.dtype,
         mask=mask,
         site=sites.current(),
+        lazy=lazy,
     )
     return _log_access(token, "get_buffer_content", device, core, space, buf, region), value
 
 
 def swap(token, handle, device, core, space, buf, region, value, mask, aval, *, old=True):
-    """(token, old): old is `aval` itself (no value) when not ``old``."""
-    value = jnp.asarray(value, aval.dtype)
+    """(token, old): old is `aval` itself (no value) when not ``old``.
+    ``value`` may be a pending member's `Lazy` result of the right type."""
+    if isinstance(value, Lazy) and (value.dtype != aval.dtype or value.shape != aval.shape):
+        value = ffi_ops.realize(value)
+    if not isinstance(value, Lazy):
+        value = jnp.asarray(value, aval.dtype)
     if value.shape != aval.shape:
         value = jnp.broadcast_to(value, aval.shape)
     if mask is not None:

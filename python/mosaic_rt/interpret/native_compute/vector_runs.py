@@ -355,16 +355,20 @@ class DeferredEnv:
         # an instruction and at most one input or constant per operand.
         self._values = 0
 
-    # The JaxprEnv interface the interpreter uses.
+    # The JaxprEnv interface the interpreter uses. Values may be pending
+    # in a batch (a load's, a program's that joined it: `batching.Lazy`);
+    # a read takes them out of it, except at ``lazy_at`` (the position of a
+    # store's value, which joins the batch too).
     def read(self, v):
         if self._pending and not isinstance(v, jx.Literal) and v in self._pending:
             self.flush()
-        return self._env.read(v)
+        return ffi_ops.realize(self._env.read(v))
 
-    def read_many(self, vs):
+    def read_many(self, vs, lazy_at=None):
         if self._pending and any(not isinstance(v, jx.Literal) and v in self._pending for v in vs):
             self.flush()
-        return self._env.read_many(vs)
+        values = self._env.read_many(vs)
+        return [x if k == lazy_at else ffi_ops.realize(x) for k, x in enumerate(values)]
 
     def write(self, v, value):
         self._env.write(v, value)
@@ -437,7 +441,9 @@ class DeferredEnv:
         shapes = [() if refs[v] in b.scalars and _single(v.aval.shape) else self._shape for v in outputs]
         values = ffi_ops.vector_program(program, b.operands, [np.dtype(v.aval.dtype) for v in outputs], shapes)
         for v, value in zip(outputs, values):
-            self._env.write(v, jnp.reshape(value, v.aval.shape) if value.shape != v.aval.shape else value)
+            if value.shape != v.aval.shape:
+                value = jnp.reshape(ffi_ops.realize(value), v.aval.shape)
+            self._env.write(v, value)
 
 
 def _instruction(b: _Builder, eqn, ref):

@@ -13,14 +13,18 @@
 //! * `ops`: the members' op codes ([`MEMBERS`], exported to Python as
 //!   `_native.BATCH_OPS`), in program order;
 //! * `args` / `rets`: for each member in turn, its operand (result) count,
-//!   then the index of each in the batch's operands (results); a member's
-//!   operand 0 and result 0 are the batch's token;
+//!   then the index of each in the batch's operands (results); a
+//!   token-threaded member's operand 0 and result 0 are the batch's token
+//!   (a pure member, the vector program, has none);
 //! * member k's own attribute `name` as `m{k}_{name}`.
 //!
-//! A member never reads another member's results (the Python side ends a
-//! batch before such a reader), so each frame's buffers are XLA's own.
+//! An operand index `-j` (j >= 1) is the batch's result j, which an
+//! earlier member wrote: a row's `load -> vector program -> store` is one
+//! call, its values never leaving the batch. Every buffer a frame gets is
+//! still XLA's own, and a member's results are never its own operands (the
+//! Python side refers only to earlier members' results).
 
-use super::{dma, grid, interp, kernel, memory, sem, trace};
+use super::{dma, grid, interp, kernel, memory, sem, trace, vector};
 use crate::abi::{self, ByteSpan, CallFrame};
 use crate::dispatch::{Body, Call};
 use crate::frame::Frame;
@@ -53,48 +57,39 @@ pub const MEMBERS: &[(&str, Body)] = &[
     ("mosaic_rt_device_barrier", kernel::device_barrier),
     ("mosaic_rt_sync_device_cores", kernel::sync_device_cores),
     ("mosaic_rt_leak_report", kernel::leak_report),
+    ("mosaic_rt_vector_program", vector::vector_program),
 ];
 
 /// Most members, operands / results of one member, and attributes of one
-/// batch (the member frames are built on the stack; the Python side keeps
-/// within these).
-pub const MAX_MEMBERS: usize = 64;
+/// batch (the member frames are built on the stack, the attribute table
+/// grows to the largest batch a thread ran; the Python side keeps within
+/// these). A SparseCore trip of 128 rows' `load -> program -> store` is
+/// ~400 members and ~2,000 attributes.
+pub const MAX_MEMBERS: usize = 512;
 pub const MAX_MEMBER_ARGS: usize = 32;
 pub const MAX_MEMBER_RETS: usize = 8;
-pub const MAX_ATTRS: usize = 128;
+pub const MAX_ATTRS: usize = 4096;
 
 /// The members' attributes, `(type, name without the prefix, value)`,
 /// grouped by member: a counting sort of the batch's attributes, with no
 /// assumption on their order.
+#[derive(Default)]
 struct MemberAttrs {
-    types: [i32; MAX_ATTRS],
-    spans: [ByteSpan; MAX_ATTRS],
-    values: [*mut c_void; MAX_ATTRS],
+    types: Vec<i32>,
+    spans: Vec<ByteSpan>,
+    values: Vec<*mut c_void>,
     /// The name pointers of the member being run (into `spans`).
-    names: [*mut ByteSpan; MAX_ATTRS],
+    names: Vec<*mut ByteSpan>,
     /// `starts[k]..starts[k + 1]`: member k's slots.
-    starts: [usize; MAX_MEMBERS + 1],
-}
-
-impl MemberAttrs {
-    fn new() -> MemberAttrs {
-        let empty = ByteSpan { ptr: std::ptr::null(), len: 0 };
-        MemberAttrs {
-            types: [0; MAX_ATTRS],
-            spans: [empty; MAX_ATTRS],
-            values: [std::ptr::null_mut(); MAX_ATTRS],
-            names: [std::ptr::null_mut(); MAX_ATTRS],
-            starts: [0; MAX_MEMBERS + 1],
-        }
-    }
+    starts: Vec<usize>,
 }
 
 thread_local! {
-    /// Each thread's `MemberAttrs` (~5 KiB), reused: zeroing a fresh one
-    /// cost a tenth of a small launch's instructions. A batch never runs
-    /// inside another (no member is a batch), and every slot a member
+    /// Each thread's `MemberAttrs`, reused: allocating and zeroing fresh
+    /// tables cost a tenth of a small launch's instructions. A batch never
+    /// runs inside another (no member is a batch), and every slot a member
     /// reads is written by this call's `group` first.
-    static SCRATCH: RefCell<Box<MemberAttrs>> = RefCell::new(Box::new(MemberAttrs::new()));
+    static SCRATCH: RefCell<MemberAttrs> = RefCell::new(MemberAttrs::default());
 }
 
 pub fn batch(c: &mut Call) -> Result<()> {
@@ -155,9 +150,18 @@ impl MemberAttrs {
         if n > MAX_ATTRS + 3 {
             return Err(RtError::value(format!("mosaic_rt_batch: more than {MAX_ATTRS} member attributes")));
         }
+        if self.types.len() < n {
+            let empty = ByteSpan { ptr: std::ptr::null(), len: 0 };
+            self.types.resize(n, 0);
+            self.spans.resize(n, empty);
+            self.values.resize(n, std::ptr::null_mut());
+            self.names.resize(n, std::ptr::null_mut());
+        }
         // Two passes over the names (count, then place): cheaper than
         // keeping each attribute's owner in another array.
-        let mut counts = [0usize; MAX_MEMBERS + 1];
+        self.starts.clear();
+        self.starts.resize(members + 1, 0);
+        let counts = &mut self.starts;
         for i in 0..n {
             let Some((_, key, _)) = f.attr_entry(i) else { continue };
             if let Some((k, _)) = member_of(key) {
@@ -169,24 +173,23 @@ impl MemberAttrs {
                 counts[k + 1] += 1;
             }
         }
-        if counts.iter().sum::<usize>() > MAX_ATTRS {
-            return Err(RtError::value(format!("mosaic_rt_batch: more than {MAX_ATTRS} member attributes")));
-        }
         for k in 0..members {
             counts[k + 1] += counts[k];
         }
-        self.starts[..=members].copy_from_slice(&counts[..=members]);
-        let mut next = counts;
+        // Placing member k's next attribute at `starts[k]` moves each start
+        // to the next member's; shifted back one member below.
         for i in 0..n {
             let Some((ty, key, value)) = f.attr_entry(i) else { continue };
             let Some((k, skip)) = member_of(key) else { continue };
-            let slot = next[k];
-            next[k] += 1;
+            let slot = self.starts[k];
+            self.starts[k] += 1;
             self.types[slot] = ty;
             let rest = &key[skip..];
             self.spans[slot] = ByteSpan { ptr: rest.as_ptr().cast(), len: rest.len() };
             self.values[slot] = value;
         }
+        self.starts.copy_within(0..members, 1);
+        self.starts[0] = 0;
         Ok(())
     }
 }
@@ -204,7 +207,11 @@ fn run_member(
     let mut arg_types = [0i32; MAX_MEMBER_ARGS];
     let mut arg_ptrs = [std::ptr::null_mut::<c_void>(); MAX_MEMBER_ARGS];
     for (j, &i) in args.iter().enumerate() {
-        let entry = usize::try_from(i).ok().and_then(|i| f.arg_entry(i));
+        // `-j`: the batch's result j, an earlier member's (see the module doc).
+        let entry = match usize::try_from(i) {
+            Ok(i) => f.arg_entry(i),
+            Err(_) => usize::try_from(i.unsigned_abs()).ok().filter(|&r| r >= 1).and_then(|r| f.ret_entry(r)),
+        };
         (arg_types[j], arg_ptrs[j]) = entry.ok_or_else(|| bad_index(name, "operand", i))?;
     }
     let mut ret_types = [0i32; MAX_MEMBER_RETS];

@@ -43,7 +43,9 @@ fn run(f: &Frame, program: &VectorProgram, scratch: &mut VectorScratch) -> Resul
         expect(f, &buf, "result", j, program.output_type(j), rank0, program.len())?;
         // SAFETY: called once per result; XLA gives each result a buffer of
         // its own that no operand overlaps (the wrapper declares no
-        // aliasing), so this slice is the only reference to that memory.
+        // aliasing; as a `batch` member, its operands are the batch's or
+        // earlier members' results, never its own), so this slice is the
+        // only reference to that memory.
         *slot = unsafe { buf.bytes_mut()? };
     }
     Ok(program.run(&inputs[..n_in], &mut outputs[..n_out], scratch)?)
