@@ -221,7 +221,7 @@ def _eval_eqn(eqn, env, ctx: Ctx, token):
     # Inputs are read lazily: with skip_floating_point_ops a skipped eqn must
     # not materialise its (sentinel) inputs.
     read = functools.partial(env.read_many, eqn.invars)
-    if prim is jx.swap_p and isinstance(env, vector_runs.DeferredEnv):
+    if prim is jx.swap_p and isinstance(env, vector_runs.DeferredEnv) and prim not in jx.stock_interpret_impls:
         # A plain store takes its value pending in a batch (`batching.Lazy`).
         read = functools.partial(env.read_many, eqn.invars, lazy_at=1)
     if (impl := jx.stock_interpret_impls.get(prim)) is not None:
@@ -263,7 +263,11 @@ def _load_view(token, ctx, space, ref, ref_aval, transforms, aval):
 
 
 def _swap_view(token, ctx, space, ref, ref_aval, transforms, val, mask, aval, eqn=None):
+    """(token, old value); ``val`` may be pending in a batch (a
+    `batching.Lazy`): only a plain store of it takes it so."""
     region, rest, base = views.split(transforms, ref_aval)
+    if rest or mask is not None:
+        val = ffi_ops.realize(val)
     if not rest and mask is None and eqn is not None:
         done = _fill(token, ctx, space, ref, region, eqn, aval)
         if done is not None:
