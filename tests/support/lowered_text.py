@@ -6,7 +6,6 @@ import collections
 import re
 
 import numpy as np
-
 from mosaic_rt import _native
 
 # `launch_begin`'s allocation flags (rust/ffi/src/ops/launch_begin.rs).

@@ -24,6 +24,7 @@ import numpy as np
 
 from mosaic_rt import _native
 from mosaic_rt.ffi import emit
+from mosaic_rt.ffi.batching import Lazy
 from mosaic_rt.ffi.emit import (  # noqa: F401 (TracedRegion .. batch: re-exported)
     _HANDLE,
     _I32,
@@ -51,7 +52,6 @@ from mosaic_rt.ffi.emit import (  # noqa: F401 (TracedRegion .. batch: re-export
     no_starts,
     realize,
 )
-from mosaic_rt.ffi.batching import Lazy
 
 
 def batched_runs(enabled: bool = True):
@@ -466,9 +466,7 @@ def free_buffer(token, handle, device, core, buffer_id, *, space, site: int = 0)
     )
 
 
-def load(
-    token, handle, device, core, buffer_id, region, *, space, shape, dtype, mask=None, site: int = 0, lazy=False
-):
+def load(token, handle, device, core, buffer_id, region, *, space, shape, dtype, mask=None, site: int = 0, lazy=False):
     """``(token, value)``: ``region`` of the buffer; ``shape``/``dtype`` are
     the value's (squeezed dims dropped). With ``mask`` (bool, the value's
     shape) a masked load: only the selected elements are read; masked-off

@@ -17,8 +17,8 @@ import numpy as np
 
 from mosaic_rt import memory_spaces
 from mosaic_rt.ffi import ops as ffi_ops
-from mosaic_rt.ffi.ops import Lazy
 from mosaic_rt.ffi import reports
+from mosaic_rt.ffi.ops import Lazy
 from mosaic_rt.interpret.evaluation import logging_ops as lg
 from mosaic_rt.interpret.evaluation import sites
 from mosaic_rt.interpret.params import InterpretParams
