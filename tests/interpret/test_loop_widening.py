@@ -259,6 +259,8 @@ def test_reads_of_a_read_only_ref_and_of_own_columns_widen(monkeypatch):
         cols = pl.ds(c, _LANES)
         out[3, cols] = buf[1, cols] - buf[2, cols] + buf[4, 5]
         out[5, cols] = out[3, cols] * 2
+        acc = jnp.zeros((_LANES,), jnp.int32)  # a broadcast literal beside lane values
+        out[6, cols] = acc | buf[6, cols]
 
     x = np.random.default_rng(9).integers(-(2**20), 2**20, (4 * _ROWS, _COLS)).astype(np.int32)
     shape = jax.ShapeDtypeStruct((4 * _ROWS, _COLS + _LANES), jnp.int32)
@@ -269,3 +271,4 @@ def test_reads_of_a_read_only_ref_and_of_own_columns_widen(monkeypatch):
     got = wide.reshape(4, _ROWS, -1)
     np.testing.assert_array_equal(got[:, 3, :_COLS], expected)
     np.testing.assert_array_equal(got[:, 5, :_COLS], expected * 2)
+    np.testing.assert_array_equal(got[:, 6, :_COLS], blocks[:, 6])

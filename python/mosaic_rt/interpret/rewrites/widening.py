@@ -178,9 +178,9 @@ class _Widening:
             raise _Reject
         invars = [self._atom(v) for v in eqn.invars]
         if not any(self._is_lane(v) for v in invars):
-            if prim is lax.broadcast_in_dim_p and not isinstance(eqn.invars[0], jx.Literal):
-                if eqn.invars[0].aval.shape == ():
-                    self.splats[eqn.outvars[0]] = (invars[0], eqn)
+            # (A literal's too: `jnp.zeros((1, 16))` seeding an accumulator.)
+            if prim is lax.broadcast_in_dim_p and np.shape(_value_or_aval(eqn.invars[0])) == ():
+                self.splats[eqn.outvars[0]] = (invars[0], eqn)
             outvars = [self._out(v) for v in eqn.outvars]
             self.eqns.append(eqn.replace(invars=invars, outvars=outvars))
             return
@@ -319,6 +319,10 @@ class _Widening:
             if whole.stride != 1:
                 raise _Reject
         return k, d
+
+
+def _value_or_aval(atom):
+    return atom.val if isinstance(atom, jx.Literal) else atom.aval
 
 
 def _mentions(idx, var) -> bool:
