@@ -297,7 +297,7 @@ class _Widening:
             for d, idx in enumerate(t.indices)
             if _mentions(idx, self.index)
         ]
-        if not any(_mentions_leaf(t, self.index) for t in transforms):
+        if not any(_mentions(t, self.index) for t in transforms):
             return None
         if len(uses) != 1:
             raise _Reject
@@ -325,13 +325,9 @@ def _value_or_aval(atom):
     return atom.val if isinstance(atom, jx.Literal) else atom.aval
 
 
-def _mentions(idx, var) -> bool:
-    leaves, _ = jx.tree_flatten(idx)
-    return any(leaf is var for leaf in leaves)
-
-
-def _mentions_leaf(t, var) -> bool:
-    leaves, _ = jx.tree_flatten(t)
+def _mentions(tree, var) -> bool:
+    """Whether ``var`` is a leaf of ``tree`` (an indexer, a transform)."""
+    leaves, _ = jx.tree_flatten(tree)
     return any(leaf is var for leaf in leaves)
 
 
