@@ -355,7 +355,9 @@ impl<T: Queued> SemTable<T> {
                 run_task(task)?;
                 continue;
             }
-            if !spun {
+            // A launch spanning processes drives instead: watching the
+            // counter alone, nothing would deliver the frame it waits for.
+            if !spun && self.driver.get().is_none() {
                 spun = true;
                 if let Some((policy, budget)) = self.spin.as_ref().and_then(|p| Some((p, p.plan()?))) {
                     let outcome = spin::spin(budget, || {
