@@ -87,8 +87,9 @@ def params(**kw):
 
 def all_gather():
     """Ring all-gather: N-1 hops, each a remote DMA to the right neighbour;
-    equal to XLA's own all_gather."""
-    rows = 8
+    equal to XLA's own all_gather. MRT_ROWS rows of 128 f32 per device
+    (256: 128 KiB hops, whose data travels apart from its header)."""
+    rows = int(os.environ.get("MRT_ROWS", "8"))
     full, x = global_array((N * rows, 128))
 
     def kernel(x_ref, o_ref, send, recv, ready):

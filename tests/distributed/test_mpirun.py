@@ -61,6 +61,13 @@ def test_ring_all_gather_over_4_processes_of_8_devices_equals_xla(mode):
     assert all(r["ok"] for r in results.values()), results
 
 
+@pytest.mark.parametrize("mode", ["eager", "on_wait"])
+def test_ring_all_gather_of_large_blocks_equals_xla(mode):
+    # 128 KiB per hop: an eager DMA's data lands in place at the receiver.
+    results = launch("all_gather", 2, 2, mode, MRT_ROWS="256")
+    assert all(r["ok"] for r in results.values()), results
+
+
 def test_processes_with_different_device_counts():
     # Rank r owns 2 + r devices: 2 + 3 devices in one ring.
     results = launch("all_gather", 2, 2, "on_wait", MRT_UNEVEN="1")

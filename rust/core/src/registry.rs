@@ -10,7 +10,7 @@
 
 use crate::config::Config;
 use crate::error::{Result, RtError};
-use crate::remote::wire::{Envelope, GlobalKey, Msg, Status};
+use crate::remote::wire::{Envelope, GlobalKey, Incoming, Msg, Status};
 use crate::remote::{Link, Node, Transport};
 use crate::runtime::Runtime;
 use crate::sync::{lock, Arc, AtomicU64, IgnorePoison, Mutex, Ordering, RwLock};
@@ -444,8 +444,12 @@ impl LaunchRegistry {
     /// One frame from another process: to its launch, or kept until the
     /// launch begins here.
     pub fn deliver(&self, bytes: crate::remote::Payload) {
-        let frame = match crate::remote::wire::decode(bytes) {
-            Ok(f) => f,
+        let frame = match crate::remote::wire::decode_incoming(bytes) {
+            Ok(Incoming::Whole(f)) => f,
+            Ok(Incoming::DataFollows { envelope, len }) => match self.take_data(envelope, len) {
+                Some(f) => f,
+                None => return,
+            },
             Err(e) => return eprintln!("mosaic_rt: dropped a message from another process: {}", e.message),
         };
         let (rt, handle, early) = {
@@ -480,6 +484,34 @@ impl LaunchRegistry {
             return;
         }
         rt.deliver(frame);
+    }
+
+    /// The data following an eager DMA's header: landed in place when its
+    /// launch runs here with no earlier frame kept for it (arrival order),
+    /// else taken into a buffer and returned in the frame, delivered as
+    /// any other.
+    fn take_data(&self, mut frame: Envelope, len: usize) -> Option<Envelope> {
+        let node = self.node.get()?;
+        let from = frame.from;
+        let rt = {
+            let t = lock(&self.tables);
+            match t.early.contains_key(&frame.key) {
+                true => None,
+                false => t.by_global.get(&frame.key).and_then(|h| t.instances.get(h)).map(|i| Arc::clone(&i.runtime)),
+            }
+        };
+        if rt.is_some_and(|rt| rt.deliver_in_place(&frame, len, &mut |into: &mut [u8]| node.receive_data(from, into))) {
+            return None;
+        }
+        let mut data = crate::remote::Payload::for_receive(len);
+        if let Err(e) = node.receive_data(from, data.as_mut_slice()) {
+            eprintln!("mosaic_rt: the data of a DMA from process {from} was lost: {}", e.message);
+            return None;
+        }
+        if let Msg::DmaEager { data: d, .. } = &mut frame.msg {
+            *d = data;
+        }
+        Some(frame)
     }
 
     /// A frame of a launch not (or no longer) here: probes are answered,

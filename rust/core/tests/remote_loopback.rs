@@ -5,7 +5,7 @@
 
 use mosaic_rt_core::remote::LoopbackHub;
 use mosaic_rt_core::{
-    BufferKey, BufferSpec, Config, DType, DmaMode, DmaRequest, ErrorKind, Init, LaunchRegistry, MemorySpace, Region,
+    BufferKey, BufferSpec, Config, DType, DimSel, DmaMode, DmaRequest, ErrorKind, Init, LaunchRegistry, MemorySpace, Region,
     RtError, Runtime, SemKind,
 };
 use std::sync::Arc;
@@ -209,4 +209,82 @@ fn a_process_that_never_joins_is_named() {
     let e = finish(reg, h, &rt, 0, r).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Deadlock, "{e:?}");
     assert!(e.message.contains("process 1: device(s) 1 never joined this launch"), "{}", e.message);
+}
+
+/// Device `d` sends its (256, 128) f32 HBM buffer to device `1 - d` three
+/// ways: into the right half of a (256, 256) buffer (a strided
+/// destination: staged), into a (256, 128) buffer (landed in place, the
+/// data following its header apart) and its first 8 rows whole (a small
+/// DMA: one frame). `dst_row`: the first row of the in-place destination
+/// (past the end: that DMA fails at the destination). Returns the three
+/// destinations' bytes.
+fn large_dmas(reg: &LaunchRegistry, uid: u64, d: u32, dst_row: i64) -> Result<[Vec<u8>; 3], RtError> {
+    let (h, rt) = reg.join(uid, 0, d, &config(2, DmaMode::Eager))?;
+    let values: Vec<f32> = (0..256 * 128).map(|i| (d * 1_000_000 + i) as f32).collect();
+    let bytes = f32_bytes(&values);
+    let spec = |shape: &'static [usize], init| BufferSpec {
+        space: MemorySpace::Hbm,
+        dtype: DType::F32,
+        shape,
+        logical_shape: None,
+        init,
+    };
+    let result = (|| {
+        let src = rt.allocate_buffer(d, None, spec(&[256, 128], Init::Bytes(&bytes)))?;
+        let wide = rt.allocate_buffer(d, None, spec(&[256, 256], Init::Fill))?;
+        let full = rt.allocate_buffer(d, None, spec(&[256, 128], Init::Fill))?;
+        let small = rt.allocate_buffer(d, None, spec(&[8, 128], Init::Fill))?;
+        let sems = rt.allocate_semaphores(d, None, SemKind::Dma, 2)?;
+        rt.device_barrier(d)?;
+        let rows = |start, n| DimSel::slice(start, n, 1);
+        let dmas = [
+            (Region::full(), wide, Region::new(vec![rows(0, 256), rows(128, 128)])),
+            (Region::full(), full, Region::new(vec![rows(dst_row, 256), rows(0, 128)])),
+            (Region::new(vec![rows(0, 8)]), small, Region::full()),
+        ];
+        let mut total = 0;
+        for (src_region, dst_id, dst_region) in dmas {
+            let n = if dst_id == small { 8 * 128 * 4 } else { 256 * 128 * 4 };
+            total += n;
+            rt.dma_start(DmaRequest {
+                device: d,
+                core: 0,
+                src_space: MemorySpace::Hbm,
+                src_id: src,
+                src_region,
+                dst_space: MemorySpace::Hbm,
+                dst_id,
+                dst_region,
+                dst_sem: sems + 1,
+                src_sem: Some(sems),
+                dst_device: Some(1 - d),
+                dst_core: None,
+            })?;
+        }
+        rt.dma_wait(d, 0, sems, total)?;
+        rt.dma_wait(d, 0, sems + 1, total)?;
+        rt.device_barrier(d)?;
+        let read = |id| rt.buffer_bytes(BufferKey::for_access(MemorySpace::Hbm, id, d, 0));
+        Ok([read(wide)?, read(full)?, read(small)?])
+    })();
+    finish(reg, h, &rt, d, result)
+}
+
+#[test]
+fn large_remote_dmas_land_in_place_staged_or_whole_and_a_failed_one_keeps_the_stream_in_step() {
+    let out = run_all(2, |reg, d| {
+        // Launch 1: the in-place DMA's destination starts past the end.
+        let failed = large_dmas(reg, 21, d, 300).unwrap_err();
+        // Launch 2 finds its own data behind each header.
+        (failed, large_dmas(reg, 22, d, 0).unwrap())
+    });
+    for (d, (failed, [wide, full, small])) in out.iter().enumerate() {
+        assert!(format!("{failed:?}").contains("Out-of-bounds write"), "{failed:?}");
+        let from = 1 - d as u32;
+        let sent: Vec<f32> = (0..256 * 128).map(|i| (from * 1_000_000 + i) as f32).collect();
+        assert_eq!(full, &f32_bytes(&sent), "device {d}: in place");
+        assert_eq!(small, &f32_bytes(&sent[..8 * 128]), "device {d}: small");
+        let right: Vec<u8> = wide.chunks(256 * 4).flat_map(|row| row[128 * 4..].to_vec()).collect();
+        assert_eq!(right, f32_bytes(&sent), "device {d}: staged");
+    }
 }

@@ -29,6 +29,9 @@ use std::sync::{Mutex, MutexGuard};
 
 /// The tag of every frame (on a communicator of mosaic_rt's own).
 const TAG: c_int = 0x4d52;
+/// The tag of a split frame's data (received by `receive_data` only, so
+/// polls never match it).
+const TAG_DATA: c_int = 0x4d53;
 
 /// Frames taken per poll at most (then the caller delivers them).
 const MAX_FRAMES_PER_POLL: usize = 256;
@@ -38,6 +41,7 @@ type Test = unsafe extern "C" fn(*mut usize, *mut c_int, *mut u8) -> c_int;
 type Improbe = unsafe extern "C" fn(c_int, c_int, usize, *mut c_int, *mut usize, *mut u8) -> c_int;
 type Mrecv = unsafe extern "C" fn(*mut c_void, c_int, usize, *mut usize, *mut u8) -> c_int;
 type GetCount = unsafe extern "C" fn(*const u8, usize, *mut c_int) -> c_int;
+type Recv = unsafe extern "C" fn(*mut c_void, c_int, usize, c_int, c_int, usize, *mut u8) -> c_int;
 
 /// The MPI functions used, resolved from the loaded library.
 struct Functions {
@@ -46,6 +50,7 @@ struct Functions {
     improbe: Improbe,
     mrecv: Mrecv,
     get_count: GetCount,
+    recv: Recv,
 }
 
 /// What mpi4py tells of the MPI library and the communicator to use.
@@ -104,6 +109,7 @@ impl MpiTransport {
                 improbe: std::mem::transmute::<*mut c_void, Improbe>(lib.symbol("MPI_Improbe")?),
                 mrecv: std::mem::transmute::<*mut c_void, Mrecv>(lib.symbol("MPI_Mrecv")?),
                 get_count: std::mem::transmute::<*mut c_void, GetCount>(lib.symbol("MPI_Get_count")?),
+                recv: std::mem::transmute::<*mut c_void, Recv>(lib.symbol("MPI_Recv")?),
             }
         };
         Ok(MpiTransport { f, setup, sends: Mutex::new(Vec::new()), closed: Default::default() })
@@ -140,33 +146,98 @@ impl MpiTransport {
 /// Words of the status buffer (larger than any MPI's `MPI_Status`).
 const STATUS_WORDS: usize = 8;
 
+/// A message's length as MPI counts it.
+fn mpi_len(n: usize) -> Result<c_int> {
+    c_int::try_from(n).map_err(|_| RtError::value(format!("a message of {n} bytes is too large for MPI")))
+}
+
+fn shut_down() -> RtError {
+    RtError::new(mosaic_rt_core::ErrorKind::Runtime, "MPI was shut down (the process is exiting)")
+}
+
+impl MpiTransport {
+    fn rank(&self, process: u32) -> Result<c_int> {
+        self.setup
+            .ranks
+            .get(process as usize)
+            .copied()
+            .ok_or_else(|| RtError::internal(format!("no MPI rank for process {process}")))
+    }
+
+    /// Starts sending `frame` with `tag` (call with the lock held); it is
+    /// kept in `sends` until complete.
+    fn isend(&self, sends: &mut Vec<Pending>, rank: c_int, tag: c_int, frame: Payload) -> Result<()> {
+        let len = mpi_len(frame.len())?;
+        let mut request: usize = 0;
+        // SAFETY: `frame` stays alive in `sends` until MPI_Test reports the
+        // send complete; handles are the words mpi4py gave for this MPI.
+        let rc = unsafe {
+            (self.f.isend)(frame.as_ptr().cast(), len, self.setup.byte, rank, tag, self.setup.comm, &mut request)
+        };
+        check(rc, "MPI_Isend")?;
+        sends.push(Pending { request, _frame: frame });
+        Ok(())
+    }
+}
+
 impl Transport for MpiTransport {
     fn process(&self) -> u32 {
         self.setup.process
     }
 
     fn send(&self, to: u32, frame: Payload) -> Result<()> {
-        let rank = *self
-            .setup
-            .ranks
-            .get(to as usize)
-            .ok_or_else(|| RtError::internal(format!("no MPI rank for process {to}")))?;
-        let len = c_int::try_from(frame.len())
-            .map_err(|_| RtError::value(format!("a message of {} bytes is too large for MPI", frame.len())))?;
+        let rank = self.rank(to)?;
         let mut sends = self.lock();
         if self.is_closed() {
-            return Err(RtError::new(mosaic_rt_core::ErrorKind::Runtime, "MPI was shut down (the process is exiting)"));
+            return Err(shut_down());
         }
-        let mut request: usize = 0;
-        // SAFETY: `frame` stays alive in `sends` until MPI_Test reports the
-        // send complete; handles are the words mpi4py gave for this MPI.
-        let rc = unsafe {
-            (self.f.isend)(frame.as_ptr().cast(), len, self.setup.byte, rank, TAG, self.setup.comm, &mut request)
-        };
-        check(rc, "MPI_Isend")?;
         // Completed sends give their (large, pooled) buffers back early.
         self.reap(&mut sends)?;
-        sends.push(Pending { request, _frame: frame });
+        self.isend(&mut sends, rank, TAG, frame)
+    }
+
+    fn send_split(&self, to: u32, header: Payload, data: Payload) -> Result<()> {
+        let rank = self.rank(to)?;
+        let mut sends = self.lock();
+        if self.is_closed() {
+            return Err(shut_down());
+        }
+        self.reap(&mut sends)?;
+        // Both under one hold of the lock: once the header can be polled,
+        // its data has been posted behind it.
+        self.isend(&mut sends, rank, TAG, header)?;
+        self.isend(&mut sends, rank, TAG_DATA, data)
+    }
+
+    fn receive_data(&self, from: u32, into: &mut [u8]) -> Result<()> {
+        let rank = self.rank(from)?;
+        let len = mpi_len(into.len())?;
+        let _sends = self.lock();
+        if self.is_closed() {
+            return Err(shut_down());
+        }
+        let mut status = [0u64; STATUS_WORDS];
+        // SAFETY: `into` is writable for `len` bytes and MPI writes at most
+        // that many; a status buffer at least sizeof(MPI_Status). Blocking
+        // here is bounded: the sender posted this data with the header.
+        let rc = unsafe {
+            (self.f.recv)(
+                into.as_mut_ptr().cast(),
+                len,
+                self.setup.byte,
+                rank,
+                TAG_DATA,
+                self.setup.comm,
+                status.as_mut_ptr().cast(),
+            )
+        };
+        check(rc, "MPI_Recv")?;
+        let mut count: c_int = 0;
+        // SAFETY: the status MPI_Recv just filled.
+        check(unsafe { (self.f.get_count)(status.as_ptr().cast(), self.setup.byte, &mut count) }, "MPI_Get_count")?;
+        if count != len {
+            return Err(RtError::internal(format!("a DMA's data arrived with {count} bytes, {len} expected")));
+        }
         Ok(())
     }
 

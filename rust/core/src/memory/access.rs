@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::buffer::Buffer;
-use super::copy::{copy_block, fill_pattern, for_each_element, StridedLayout};
+use super::copy::{contiguous_offset, copy_block, fill_pattern, for_each_element, StridedLayout};
 use super::init_shadow::Masked;
 use super::message::{self, Who};
 use super::plan::RegionPlan;
@@ -201,6 +201,37 @@ impl MemoryTable {
             r.buf.mark_initialized(&r.plan, &counts);
         }
         Ok(())
+    }
+
+    /// [`Self::store`] of the `len` bytes `fill` produces. A region that
+    /// is one contiguous run within the logical shape is filled in place
+    /// (a DMA arriving from another process lands without a staging
+    /// copy); any other is staged and stored. `fill` is called at most
+    /// once, and not at all when the store fails first.
+    pub fn store_from(&self, r: MemRef<'_>, len: usize, fill: &mut dyn FnMut(&mut [u8]) -> Result<()>) -> Result<()> {
+        let region = r.region;
+        let res = self.resolve(r, "write")?;
+        res.check_len("data", len, res.bytes)?;
+        if res.plan.any_out_of(&res.buf.shape) {
+            return Err(message::oob_write(&res.who, region, &res.buf.logical_shape));
+        }
+        let itemsize = res.itemsize();
+        let counts = res.plan.clip(&res.buf.logical_shape);
+        let whole = counts.as_ref().is_some_and(|c| c[..] == res.full[..]);
+        if let (true, Some(counts)) = (whole, &counts) {
+            let layout = res.plan.buffer_layout(&res.buf.shape, itemsize);
+            if let Some(at) = contiguous_offset(&layout, counts, itemsize) {
+                // Not `covers_all`: `fill` may fail part-way.
+                let mut bytes = res.buf.write(&res.who, false)?;
+                fill(&mut bytes[at..at + len])?;
+                drop(bytes);
+                res.buf.mark_initialized(&res.plan, counts);
+                return Ok(());
+            }
+        }
+        let mut staged = vec![0u8; len];
+        fill(&mut staged)?;
+        self.store(r, &staged)
     }
 
     /// Writes `data` into `r` where `mask` is set (everywhere without one)

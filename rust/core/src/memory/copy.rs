@@ -58,6 +58,14 @@ fn merge_dims(s: &StridedLayout, d: &StridedLayout, counts: &[usize], itemsize: 
     (run, loops)
 }
 
+/// The byte offset of the `counts`-shaped block at `l` when it is one
+/// contiguous run in C order (a single memcpy's worth), else `None`.
+pub(crate) fn contiguous_offset(l: &StridedLayout, counts: &[usize], itemsize: usize) -> Option<usize> {
+    let dense = StridedLayout::dense(counts, itemsize);
+    let same = counts.iter().zip(l.strides.iter().zip(dense.strides.iter())).all(|(&n, (a, b))| n <= 1 || a == b);
+    same.then_some(l.offset)
+}
+
 /// Copies the `counts`-shaped block at `s` in `src` to `d` in `dst`.
 /// Panics (never UB) if a layout points outside its slice: callers check bounds.
 pub(crate) fn copy_block(

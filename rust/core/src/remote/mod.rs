@@ -44,7 +44,7 @@ pub mod wire;
 pub use link::Link;
 pub use loopback::LoopbackHub;
 pub use payload::Payload;
-pub use wire::{GlobalKey, Msg};
+pub use wire::{GlobalKey, Incoming, Msg};
 
 use crate::error::Result;
 
@@ -55,6 +55,14 @@ pub trait Transport: Send + Sync {
     fn process(&self) -> u32;
     /// Sends `frame` to process `to` without waiting for it to arrive.
     fn send(&self, to: u32, frame: Payload) -> Result<()>;
+    /// Sends `header`, then `data` as a message of its own, which the
+    /// receiver takes with [`Transport::receive_data`] right after polling
+    /// `header` (so it can land in place).
+    fn send_split(&self, to: u32, header: Payload, data: Payload) -> Result<()>;
+    /// Receives into `into` the data of the [`Transport::send_split`] from
+    /// process `from` whose header was polled last (exactly `into.len()`
+    /// bytes); blocks until it has arrived.
+    fn receive_data(&self, from: u32, into: &mut [u8]) -> Result<()>;
     /// The frames that have arrived since the last call (never blocks
     /// long; the caller delivers them after the transport's locks are
     /// released).
@@ -101,7 +109,15 @@ impl Node {
 
     /// Sends `msg` of launch `key` to process `to`.
     pub fn send(&self, to: u32, key: GlobalKey, msg: Msg) -> Result<()> {
-        self.transport.send(to, wire::encode(self.me, key, msg))
+        match wire::encode_split(self.me, key, msg) {
+            (frame, None) => self.transport.send(to, frame),
+            (header, Some(data)) => self.transport.send_split(to, header, data),
+        }
+    }
+
+    /// The data following the header just polled from process `from`.
+    pub fn receive_data(&self, from: u32, into: &mut [u8]) -> Result<()> {
+        self.transport.receive_data(from, into)
     }
 
     pub fn poll(&self) -> Result<Vec<Payload>> {

@@ -196,6 +196,39 @@ fn kind_code(k: ErrorKind) -> u8 {
     ErrorKind::ALL.iter().position(|&x| x == k).unwrap_or(0) as u8
 }
 
+/// An eager DMA this large or larger travels as a header frame and a data
+/// message of its own, which the receiver lands in place (one copy less
+/// than taking the frame into a buffer and writing it from there).
+pub const SPLIT_BYTES: usize = 64 << 10;
+
+/// [`encode`], with the data of a large eager DMA apart: `(header,
+/// Some(data))` (see [`SPLIT_BYTES`]), else `(frame, None)`.
+pub fn encode_split(from: u32, key: GlobalKey, msg: Msg) -> (Payload, Option<Payload>) {
+    match msg {
+        Msg::DmaEager { dst, sync, data } if data.len() >= SPLIT_BYTES => {
+            let mut o = Out(Vec::with_capacity(64));
+            o.u32(from);
+            o.u64(key.uid);
+            o.u64(key.seq);
+            o.u8(10);
+            o.dst(&dst);
+            o.sync(&sync);
+            o.u64(data.len() as u64);
+            (Payload::from_vec(o.0), Some(data))
+        }
+        msg => (encode(from, key, msg), None),
+    }
+}
+
+/// A frame as received: whole, or an eager DMA's header whose `len` bytes
+/// follow as a data message of their own (`Transport::receive_data`); its
+/// envelope holds the DMA with no data yet.
+#[derive(Debug)]
+pub enum Incoming {
+    Whole(Envelope),
+    DataFollows { envelope: Envelope, len: usize },
+}
+
 /// The bytes of `msg` from process `from` for launch `key` (a DMA's data
 /// last, in place behind the header when its buffer has room).
 pub fn encode(from: u32, key: GlobalKey, msg: Msg) -> Payload {
@@ -346,8 +379,17 @@ impl In<'_> {
     }
 }
 
-/// The frame `bytes` holds (a DMA's data stays in its buffer).
+/// The frame `bytes` holds (a DMA's data stays in its buffer); a header
+/// whose data follows apart is an error here (see [`decode_incoming`]).
 pub fn decode(bytes: Payload) -> Result<Envelope> {
+    match decode_incoming(bytes)? {
+        Incoming::Whole(e) => Ok(e),
+        Incoming::DataFollows { .. } => Err(RtError::internal("a DMA header whose data follows apart")),
+    }
+}
+
+/// The frame `bytes` holds, or the header of data that follows apart.
+pub fn decode_incoming(bytes: Payload) -> Result<Incoming> {
     let mut i = In(&bytes, 0);
     // The data of a DMA frame: the rest of the buffer, checked against its length.
     let payload = |i: &mut In| -> Result<(usize, usize)> {
@@ -365,14 +407,18 @@ pub fn decode(bytes: Payload) -> Result<Envelope> {
             let dst = i.dst()?;
             let sync = i.sync()?;
             let (a, b) = payload(&mut i)?;
-            return Ok(Envelope { from, key, msg: Msg::DmaEager { dst, sync, data: bytes.slice(a, b) } });
+            return Ok(Incoming::Whole(Envelope {
+                from,
+                key,
+                msg: Msg::DmaEager { dst, sync, data: bytes.slice(a, b) },
+            }));
         }
         2 => Msg::DmaQueued { id: i.u64()?, dst: i.dst()?, bytes: i.i64()?, describe: i.text()?, sync: i.sync()? },
         3 => Msg::DmaRead { id: i.u64()? },
         4 => {
             let id = i.u64()?;
             let (a, b) = payload(&mut i)?;
-            return Ok(Envelope { from, key, msg: Msg::DmaData { id, data: bytes.slice(a, b) } });
+            return Ok(Incoming::Whole(Envelope { from, key, msg: Msg::DmaData { id, data: bytes.slice(a, b) } }));
         }
         5 => {
             let (generation, count) = (i.u64()?, i.u32()?);
@@ -402,7 +448,13 @@ pub fn decode(bytes: Payload) -> Result<Envelope> {
             };
             Msg::Status { wave, status }
         }
+        10 => {
+            let (dst, sync) = (i.dst()?, i.sync()?);
+            let len = usize::try_from(i.u64()?).map_err(|_| short())?;
+            let msg = Msg::DmaEager { dst, sync, data: Payload::from_vec(Vec::new()) };
+            return Ok(Incoming::DataFollows { envelope: Envelope { from, key, msg }, len });
+        }
         t => return Err(RtError::internal(format!("a message from another process has unknown tag {t}"))),
     };
-    Ok(Envelope { from, key, msg })
+    Ok(Incoming::Whole(Envelope { from, key, msg }))
 }
