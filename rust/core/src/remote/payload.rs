@@ -12,7 +12,7 @@ pub const HEADROOM: usize = 256;
 
 /// Buffers this large and up are pooled.
 const POOLED: usize = 64 * 1024;
-const POOL_BUFFERS: usize = 8;
+const POOL_BUFFERS: usize = 32;
 const POOL_BYTES: usize = 512 << 20;
 
 static POOL: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
