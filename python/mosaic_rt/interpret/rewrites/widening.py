@@ -106,7 +106,10 @@ def widen(body, num_consts: int, lower: int, upper: int, step: int):
     if hit is not None and hit[0] is body:
         return hit[1]
     try:
-        result = _Widening(body, num_consts, lower, upper, step).run()
+        if step <= 0 or upper <= lower or len(body.invars) != num_consts + 1:
+            raise _Reject
+        count = math.ceil((upper - lower) / step)
+        result = _Widening(body, num_consts, body.invars[num_consts], lower, count, step).run()
     except _Reject:
         result = None
     if len(_CACHE) > _CACHE_LIMIT:
@@ -115,14 +118,32 @@ def widen(body, num_consts: int, lower: int, upper: int, step: int):
     return result
 
 
+def widen_copies(block, start, count: int, step: int):
+    """The equations of ``block`` (a jaxpr whose invars are every variable
+    it reads from outside) done for ``count`` copies whose column slices
+    start ``step`` columns apart, in one pass; None when they do not
+    qualify (see the module doc). ``start``: the variable ``block``
+    defines as its first copy's column start (``c + off``, see
+    `unrolled`). Not cached: the caller caches the block it rewrites."""
+    try:
+        if step <= 0 or count < 2:
+            raise _Reject
+        return _Widening(block, len(block.invars), start, None, count, step).run().eqns
+    except _Reject:
+        return None
+
+
 class _Widening:
-    def __init__(self, body, num_consts, lower, upper, step):
-        if step <= 0 or upper <= lower or len(body.invars) != num_consts + 1 or body.outvars:
+    def __init__(self, body, num_consts, index, lower, count, step):
+        """``index``: the column start, an invar (a loop's index, first
+        value ``lower``) or a variable the body defines (``lower`` None:
+        its new variable is the wide slice's start)."""
+        if body.outvars:
             raise _Reject
         self.body, self.num_consts = body, num_consts
-        self.index = body.invars[num_consts]
+        self.index = index
         self.lower, self.step = lower, step
-        self.width = math.ceil((upper - lower) / step) * step
+        self.width = count * step
         self.subst: dict = {}  # old var -> new atom
         self.lane: set = set()  # new vars holding all iterations' columns
         self.splats: dict = {}  # old var -> (operand, eqn) of a scalar broadcast
@@ -268,7 +289,8 @@ class _Widening:
         k, d = column
         last = transforms[k]
         indices = list(last.indices)
-        indices[d] = jx.Slice(self.lower, self.width, 1)
+        start = self.lower if self.lower is not None else self.subst[self.index]
+        indices[d] = jx.Slice(start, self.width, 1)
         transforms = (*transforms[:k], jx.replace_indexer(last, tuple(indices)), *transforms[k + 1 :])
         new_leaves, tree = jx.tree_flatten(transforms)
         new_leaves = [self._atom(v) for v in new_leaves]
