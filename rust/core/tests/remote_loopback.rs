@@ -5,8 +5,8 @@
 
 use mosaic_rt_core::remote::LoopbackHub;
 use mosaic_rt_core::{
-    BufferKey, BufferSpec, Config, DType, DimSel, DmaMode, DmaRequest, ErrorKind, Init, LaunchRegistry, MemorySpace, Region,
-    RtError, Runtime, SemKind,
+    BufferKey, BufferSpec, Config, DType, DimSel, DmaMode, DmaRequest, ErrorKind, Init, LaunchRegistry, MemorySpace,
+    Region, RtError, Runtime, SemKind,
 };
 use std::sync::Arc;
 use std::thread;

@@ -191,9 +191,10 @@ impl Transport for MpiTransport {
         if self.is_closed() {
             return Err(shut_down());
         }
-        // Completed sends give their (large, pooled) buffers back early.
-        self.reap(&mut sends)?;
-        self.isend(&mut sends, rank, TAG, frame)
+        self.isend(&mut sends, rank, TAG, frame)?;
+        // Testing every send, this one included, also pushes it along now;
+        // completed sends give their (large, pooled) buffers back early.
+        self.reap(&mut sends)
     }
 
     fn send_split(&self, to: u32, header: Payload, data: Payload) -> Result<()> {
@@ -202,11 +203,11 @@ impl Transport for MpiTransport {
         if self.is_closed() {
             return Err(shut_down());
         }
-        self.reap(&mut sends)?;
         // Both under one hold of the lock: once the header can be polled,
         // its data has been posted behind it.
         self.isend(&mut sends, rank, TAG, header)?;
-        self.isend(&mut sends, rank, TAG_DATA, data)
+        self.isend(&mut sends, rank, TAG_DATA, data)?;
+        self.reap(&mut sends)
     }
 
     fn receive_data(&self, from: u32, into: &mut [u8]) -> Result<()> {
