@@ -209,6 +209,24 @@ def test_files(tests_dir: str) -> list:
     return sorted(found)
 
 
+def chosen_files(names: list, tests_dir: str) -> list:
+    """``--files`` as test files under ``tests/kernels``: a directory stands
+    for the test files in it; a name that is neither is an error."""
+    base = os.path.join(tests_dir, "kernels")
+    everything = test_files(tests_dir)
+    out = []
+    for name in names:
+        name = name.rstrip("/")
+        inside = [f for f in everything if f.startswith(name + "/")]
+        if os.path.isfile(os.path.join(base, name)):
+            out.append(name)
+        elif inside:
+            out.extend(inside)
+        else:
+            raise SystemExit(f"client_suite: no test file or directory {name!r} under {base}")
+    return out
+
+
 def chip_of(path: str, rel: str) -> str:
     """The chip a file asks for: the highest TPU version its gates name."""
     if rel in CHIP_OF:
@@ -653,7 +671,10 @@ def main(argv=None) -> int:
     versions = installed_versions(python)
     if not versions.get("tests_dir") or versions.get("tpu-inference") is None:
         raise SystemExit(f"client_suite: {args.venv} has no tpu-inference tests; run with --setup")
-    files = args.files or (sorted(QUICK) if args.quick else test_files(versions["tests_dir"]))
+    if args.files:
+        files = chosen_files(args.files, versions["tests_dir"])
+    else:
+        files = sorted(QUICK) if args.quick else test_files(versions["tests_dir"])
     if not (args.files or args.include_hardware):
         for rel in sorted(set(files) & set(HARDWARE)):
             print(f"[client_suite] left out {rel}: {HARDWARE[rel]} (--include-hardware runs it)")

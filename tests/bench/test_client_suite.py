@@ -310,3 +310,15 @@ def test_a_test_with_no_call_report_did_not_pass():
     assert tests["k.py::test_a"]["outcome"] == "passed"
     assert tests["k.py::test_b"]["outcome"] == "error" and "no report of its call" in tests["k.py::test_b"]["message"]
     assert tests["k.py::test_c"]["outcome"] == "skipped"
+
+
+def test_files_named_by_directory_expand_and_unknown_names_fail(tmp_path):
+    kernels = tmp_path / "kernels"
+    (kernels / "deepseek_v4").mkdir(parents=True)
+    for rel in ("a_test.py", "deepseek_v4/rope_test.py", "deepseek_v4/o_projection_test.py"):
+        (kernels / rel).write_text("")
+    (kernels / "deepseek_v4" / "helpers.py").write_text("")
+    got = client_suite.chosen_files(["a_test.py", "deepseek_v4/"], str(tmp_path))
+    assert got == ["a_test.py", "deepseek_v4/o_projection_test.py", "deepseek_v4/rope_test.py"]
+    with pytest.raises(SystemExit, match="no test file or directory 'nope_test.py'"):
+        client_suite.chosen_files(["nope_test.py"], str(tmp_path))
