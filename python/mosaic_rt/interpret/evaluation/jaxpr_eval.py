@@ -26,9 +26,8 @@ from mosaic_rt.interpret.context import Ctx, semaphore_kind
 from mosaic_rt.interpret.evaluation import device_ids, dma_views, native_calls, packing, sites, splat, views
 from mosaic_rt.interpret.evaluation.regions import to_region
 from mosaic_rt.interpret.native_compute import scalar_items, scalar_runs, vector_runs
-from mosaic_rt.interpret.rewrites import hoisting, widening
+from mosaic_rt.interpret.rewrites import as_evaluated, hoisting, widening
 from mosaic_rt.interpret.rewrites.inlining import inline_calls
-from mosaic_rt.interpret.rewrites.unrolled import widen_unrolled
 from mosaic_rt.memory_spaces import code as space_code
 from mosaic_rt.memory_spaces import forward_any_to_hbm
 
@@ -84,7 +83,7 @@ def eval_jaxpr(jaxpr: jx.Jaxpr, *args, ctx: Ctx, token, preset=None):
 def _eval_block(jaxpr, args, ctx: Ctx, token, preset, count):
     """`eval_jaxpr`, also returning the keys its scalar programs computed
     (with `count`: the counter step of a loop of `count` steps)."""
-    jaxpr = widen_unrolled(inline_calls(jaxpr))
+    jaxpr = as_evaluated(jaxpr)
     sentinel = jnp.inf if ctx.params.skip_floating_point_ops else None
     env = jx.JaxprEnv(vars=jaxpr.constvars + jaxpr.invars, values=args, sentinel_for_floating_point_values=sentinel)
     eqns = jaxpr.eqns
@@ -552,7 +551,7 @@ def _hoist_invariants(jaxpr, invariant, num_consts: int, ctx, token):
     ``invariant``: the values of its constvars and those constants."""
     # Unrolled copies widened first: each copy's own invariants would be
     # hoisted apart, and the copies would no longer look alike.
-    hoisted = hoisting.hoist(widen_unrolled(inline_calls(jaxpr)), num_consts)
+    hoisted = hoisting.hoist(as_evaluated(jaxpr), num_consts)
     if hoisted is None:
         return token, jaxpr, []
     token, extra = eval_jaxpr(hoisted.prelude, *(invariant[k] for k in hoisted.inputs), ctx=ctx, token=token)

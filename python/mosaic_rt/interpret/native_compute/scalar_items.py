@@ -26,8 +26,7 @@ from jax.core import ShapedArray
 
 from mosaic_rt import jax_internals as jx
 from mosaic_rt.interpret.native_compute.scalar_program import MAX_VALUES, ProgramBuilder, is_scalar_type
-from mosaic_rt.interpret.rewrites.inlining import inline_calls
-from mosaic_rt.interpret.rewrites.unrolled import widen_unrolled
+from mosaic_rt.interpret.rewrites import as_evaluated
 
 COUNTER = ("counter",)
 COUNT_NEXT = ("count", "next")
@@ -178,7 +177,7 @@ def _cond_items(eqn, j, plan) -> list[Item]:
     for k, closed in enumerate(eqn.params["branches"]):
         # As the branch will be evaluated: its calls inlined, unrolled
         # column copies widened (keys name its equations by position).
-        inner = widen_unrolled(inline_calls(jx.closed_jaxpr_parts(closed)[0]))
+        inner = as_evaluated(jx.closed_jaxpr_parts(closed)[0])
         inner_plan = plan(inner)
         outer = dict(zip(inner.invars, operands))
 

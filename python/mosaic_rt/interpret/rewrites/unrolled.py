@@ -198,13 +198,9 @@ def _free_vars(eqns) -> list:
     """The variables ``eqns`` read without defining, in first-use order."""
     defined, free, seen = set(), [], set()
     for eqn in eqns:
-        for v in _reads(eqn):
-            if id(v) not in defined and id(v) not in seen:
+        for v in eqn.invars:
+            if not isinstance(v, jx.Literal) and id(v) not in defined and id(v) not in seen:
                 seen.add(id(v))
                 free.append(v)
         defined.update(id(v) for v in eqn.outvars if not isinstance(v, jx.DropVar))
     return free
-
-
-def _reads(eqn):
-    return [v for v in eqn.invars if not isinstance(v, jx.Literal)]

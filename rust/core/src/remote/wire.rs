@@ -206,15 +206,7 @@ pub const SPLIT_BYTES: usize = 64 << 10;
 pub fn encode_split(from: u32, key: GlobalKey, msg: Msg) -> (Payload, Option<Payload>) {
     match msg {
         Msg::DmaEager { dst, sync, data } if data.len() >= SPLIT_BYTES => {
-            let mut o = Out(Vec::with_capacity(64));
-            o.u32(from);
-            o.u64(key.uid);
-            o.u64(key.seq);
-            o.u8(10);
-            o.dst(&dst);
-            o.sync(&sync);
-            o.u64(data.len() as u64);
-            (Payload::from_vec(o.0), Some(data))
+            (Payload::from_vec(eager_header(from, key, 10, &dst, &sync, data.len()).0), Some(data))
         }
         msg => (encode(from, key, msg), None),
     }
@@ -232,29 +224,44 @@ pub enum Incoming {
 /// The bytes of `msg` from process `from` for launch `key` (a DMA's data
 /// last, in place behind the header when its buffer has room).
 pub fn encode(from: u32, key: GlobalKey, msg: Msg) -> Payload {
-    let mut o = Out(Vec::with_capacity(64));
-    o.u32(from);
-    o.u64(key.uid);
-    o.u64(key.seq);
     match msg {
         Msg::DmaEager { dst, sync, data } => {
-            o.u8(1);
-            o.dst(&dst);
-            o.sync(&sync);
-            o.u64(data.len() as u64);
-            data.prefixed(&o.0)
+            let header = eager_header(from, key, 1, &dst, &sync, data.len());
+            data.prefixed(&header.0)
         }
         Msg::DmaData { id, data } => {
+            let mut o = envelope_start(from, key);
             o.u8(4);
             o.u64(id);
             o.u64(data.len() as u64);
             data.prefixed(&o.0)
         }
         other => {
+            let mut o = envelope_start(from, key);
             encode_fields(&mut o, &other);
             Payload::from_vec(o.0)
         }
     }
+}
+
+/// A frame's sender and launch, which every frame begins with.
+fn envelope_start(from: u32, key: GlobalKey) -> Out {
+    let mut o = Out(Vec::with_capacity(64));
+    o.u32(from);
+    o.u64(key.uid);
+    o.u64(key.seq);
+    o
+}
+
+/// An eager DMA's frame up to its data: tag 1, the data follows in the
+/// same frame; tag 10, as a message of its own.
+fn eager_header(from: u32, key: GlobalKey, tag: u8, dst: &DstSide, sync: &Option<RaceSync>, len: usize) -> Out {
+    let mut o = envelope_start(from, key);
+    o.u8(tag);
+    o.dst(dst);
+    o.sync(sync);
+    o.u64(len as u64);
+    o
 }
 
 fn encode_fields(o: &mut Out, msg: &Msg) {
