@@ -104,6 +104,35 @@ def test_read_only_inputs_are_borrowed_and_match_stock(knobs):
     np.testing.assert_array_equal(np.asarray(x), keep)
 
 
+@pytest.mark.parametrize("knobs", [{}, {"detect_races": True}])
+def test_several_cores_borrow_read_only_inputs(knobs):
+    # Their programs run inside one call of the device's program, before
+    # kernel_end ends the borrow.
+    x = _x(32)
+    keep = np.asarray(x).copy()
+
+    def kernel(x_ref, o_ref, buf, sem):
+        i = pl.program_id(0)
+        copy = pltpu.make_async_copy(x_ref.at[pl.ds(i * 8, 8)], buf, sem)
+        copy.start()
+        copy.wait()
+        o_ref[...] = buf[...] - 2.0
+
+    make = lambda p: _call(  # noqa: E731
+        kernel,
+        x,
+        p,
+        out_specs=pl.BlockSpec((8, 128), lambda i: (i, 0)),
+        scratch=[pltpu.VMEM((8, 128), x.dtype), pltpu.SemaphoreType.DMA(())],
+        grid=(4,),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+    )
+    stock, ours, fn = _both(make, x, num_cores_or_threads=2, **knobs)
+    np.testing.assert_array_equal(ours.view(np.uint32), stock.view(np.uint32))
+    assert _borrows(fn, x) == 1
+    np.testing.assert_array_equal(np.asarray(x), keep)
+
+
 def _dma_into(dst_ref, value, sem, scratch):
     scratch[...] = value
     copy = pltpu.make_async_copy(scratch, dst_ref, sem)

@@ -1,8 +1,9 @@
-"""HBM outputs at launch: in a launch of one device and one core, an
-unaliased output that needs no padding is written in place in XLA's result
-buffer (threaded from its allocation to `kernel_end`, which returns it), so
-nothing is copied out at kernel end; every other output is read back as
-before. Results are bit-identical to stock either way, uninitialized bytes
+"""HBM outputs at launch: in a launch of one device (any number of cores),
+an output that needs no padding is written in place in XLA's result buffer
+(threaded from its allocation to `kernel_end`, which returns it), so
+nothing is copied out at kernel end; an output aliased to an input is too,
+XLA giving that buffer the input's value (the input aliased to the
+allocation's result). Every other output is read back as before. Results are bit-identical to stock either way, uninitialized bytes
 included, in every context XLA may place the buffers differently in (jit,
 loops, vmap, donation, shard_map)."""
 
@@ -143,16 +144,62 @@ def test_blockspec_grid_outputs_padded_or_not():
     assert _directs(fn, x) == 0, "an output padded to whole blocks is read back"
 
 
-def test_an_aliased_output_is_read_back():
+def _head_from_tail(x_ref, o_ref, sem):
+    del x_ref
+    _dma_head(o_ref.at[pl.ds(8, 8)], o_ref, sem)
+
+
+def test_an_aliased_output_is_written_in_place():
     x = _x(seed=4)
-
-    def kernel(x_ref, o_ref, sem):
-        del x_ref
-        _dma_head(o_ref.at[pl.ds(8, 8)], o_ref, sem)
-
-    ours, stock, fn = _both(lambda p: _call(kernel, p, jax.ShapeDtypeStruct(x.shape, x.dtype), aliases={0: 0}), x)
+    ours, stock, fn = _both(
+        lambda p: _call(_head_from_tail, p, jax.ShapeDtypeStruct(x.shape, x.dtype), aliases={0: 0}), x
+    )
     _same_bits(ours, stock)
-    assert _directs(fn, x) == 0
+    assert _directs(fn, x) == 1
+
+
+def test_an_aliased_input_read_after_the_launch_keeps_its_value():
+    # XLA copies the input into the output's buffer first (x lives on).
+    x = _x(seed=15)
+    want = np.asarray(x)
+
+    def make(params):
+        call = _call(_head_from_tail, params, jax.ShapeDtypeStruct(x.shape, x.dtype), aliases={0: 0})
+        return lambda x: (call(x), x * 1.0, call(x + 1.0))
+
+    ours, stock, fn = _both(make, x)
+    _same_bits(ours, stock)
+    _same_bits(ours[1], want)
+    assert _directs(fn, x) == 2
+    donated = jax.jit(make(mosaic_rt.InterpretParams()), donate_argnums=0)
+    for _ in range(2):
+        _same_bits(donated(jnp.asarray(want)), stock)
+
+
+def test_aliased_outputs_in_another_order_than_their_buffers():
+    # Output 1 is input 0's buffer, allocated before output 0's: kernel_end
+    # takes the direct buffers in allocation order.
+    x, y = _x(seed=16), _x(seed=17)
+
+    def kernel(x_ref, y_ref, o_ref, p_ref, sem):
+        _dma_head(y_ref, o_ref, sem)
+        _dma_head(p_ref.at[pl.ds(8, 8)], p_ref, sem)
+        del x_ref
+
+    shape = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    make = lambda p: _call(  # noqa: E731
+        kernel, p, [shape, shape], in_specs=(_ANY, _ANY), out_specs=[_ANY, _ANY], aliases={0: 1}
+    )
+    ours, stock, fn = _both(make, x, y)
+    _same_bits(ours, stock)
+    assert _directs(fn, x, y) == 2
+
+    def looped(params):
+        call = make(params)
+        return lambda x, y: lax.fori_loop(0, 3, lambda i, c: tuple(call(c[1], c[0] + i)), (x, y))
+
+    ours, stock, fn = _both(looped, x, y)
+    _same_bits(ours, stock, "in a loop")
 
 
 def test_an_aliased_output_beside_one_written_in_place():
@@ -166,7 +213,7 @@ def test_an_aliased_output_beside_one_written_in_place():
     shape = jax.ShapeDtypeStruct(x.shape, x.dtype)
     ours, stock, fn = _both(lambda p: _call(kernel, p, [shape, shape], out_specs=[_ANY, _ANY], aliases={0: 0}), x)
     _same_bits(ours, stock)
-    assert _directs(fn, x) == 1
+    assert _directs(fn, x) == 2
 
 
 def _write_input_then_dma(x_ref, o_ref, scratch, sem):
@@ -292,7 +339,10 @@ def test_shard_map_one_device_in_place_several_read_back():
         assert _directs(fn, x) == (1 if n == 1 else 0)
 
 
-def test_several_cores_read_back():
+@pytest.mark.parametrize("aliased", [False, True])
+def test_several_cores_write_in_place(aliased):
+    # The cores' programs run inside one call of the device's program,
+    # between the allocation and kernel_end.
     x = _x(seed=11)
 
     def kernel(x_ref, o_ref):
@@ -307,13 +357,14 @@ def test_several_cores_read_back():
             out_specs=spec,
             out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
             compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel",)),
+            input_output_aliases={0: 0} if aliased else {},
             interpret=p,
         ),
         x,
         num_cores_or_threads=2,
     )
     _same_bits(ours, stock)
-    assert _directs(fn, x) == 0
+    assert _directs(fn, x) == 1
 
 
 def _direct_launch(pass_output: bool):

@@ -222,7 +222,7 @@ def _ints(xs) -> np.ndarray:
     return np.asarray(tuple(int(x) for x in xs), np.int64)
 
 
-def _call(name: str, results, operands, *, site: int = 0, lazy: bool = False, **attrs):
+def _call(name: str, results, operands, *, site: int = 0, lazy: bool = False, aliases=((0, 0),), **attrs):
     """One side-effecting, token-threaded op (operand 0 -> result 0).
     ``site``: the source-site id (``_native.intern_site``) the native side
     names in reports and errors; 0 (unknown) adds no attribute.
@@ -234,10 +234,15 @@ def _call(name: str, results, operands, *, site: int = 0, lazy: bool = False, **
     with results that ends it, or by `materialize`
     (`mosaic_rt.ffi.batching`). With ``lazy`` (the caller takes
     placeholders), an op with results stays pending too: it returns the
-    pending token and a `batching.Lazy` per result."""
+    pending token and a `batching.Lazy` per result. ``aliases``: sorted
+    ``(operand, result)`` pairs XLA aliases (more than the token's: the op
+    is its own call, never a batch member)."""
     if site:
         attrs["site"] = int(site)
     _checked(name, attrs)
+    if tuple(aliases) != ((0, 0),):
+        out = _bind(f"mosaic_rt_{name}", (_I32, *results), operands, attrs, aliases=tuple(aliases))
+        return out[0] if not results else tuple(out)
     member = batching.Member(f"mosaic_rt_{name}", tuple(results), tuple(operands[1:]), attrs)
     if _BATCHED.get() and batching.fits((), member):
         base, members, extended = _joinable(operands[0], member)

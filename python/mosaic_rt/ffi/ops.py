@@ -272,6 +272,7 @@ def launch_begin(token, device, *, allocations=(), barrier: bool = False, grid=N
     returns them (None without ``grid``)."""
     kinds, flags, spaces, ranks, shapes, logical, types = [], [], [], [], [], [], []
     inits, results = [], []
+    aliases = [(0, 0)]  # (operand, result): the token, and a direct buffer's init
     for a in allocations:
         if isinstance(a, LaunchSemaphores):
             _check_semaphore_kind(a.kind)
@@ -286,8 +287,8 @@ def launch_begin(token, device, *, allocations=(), barrier: bool = False, grid=N
         dtype = _dtype(a.dtype, "allocate_buffer")
         flag = 0
         if a.direct:
-            if a.init is not None or a.borrow:
-                raise ValueError("launch_begin: a direct buffer takes no init/borrow")
+            if a.borrow:
+                raise ValueError("launch_begin: a direct buffer cannot borrow its init value")
             flag |= _DIRECT
         if a.borrow:
             _check_borrow_init("launch_begin", a.init)
@@ -307,6 +308,10 @@ def launch_begin(token, device, *, allocations=(), barrier: bool = False, grid=N
         results.append(_I32)
         if a.direct:
             results.append(jax.ShapeDtypeStruct(tuple(a.shape), dtype))
+            if a.init is not None:
+                # XLA puts the input in the result's memory (in place when
+                # the input dies here), where the kernel writes its output.
+                aliases.append((len(inits) - 1, 1 + len(results)))  # after token, handle
     grid_attrs = {}
     if grid is not None:
         grid_attrs = _grid_attrs(**grid)
@@ -314,11 +319,13 @@ def launch_begin(token, device, *, allocations=(), barrier: bool = False, grid=N
         inits += _dynamic_dims(grid["grid"])
         results += _grid_results(grid["grid"])
     operands = _args("launch_begin", inits, token=token, device=_i32(device))
+    first_init = len(operands) - len(inits)
     out = _call(
         "launch_begin",
         (_HANDLE, *results),
         operands,
         site=site,
+        aliases=((0, 0), *((first_init + i, r) for i, r in aliases[1:])),
         **_begin_attrs(**config),
         **grid_attrs,
         item_kinds=_ints(kinds),

@@ -274,7 +274,8 @@ impl Runtime {
 
     /// An HBM output buffer of `device` written in place in XLA's result
     /// memory (`len` bytes at `ptr`) instead of copied out at kernel end;
-    /// it holds the fill values until written.
+    /// it holds the fill values until written, or with `holds_value` the
+    /// bytes already there (XLA put the aliased input's value in them).
     ///
     /// # Safety
     /// `ptr` must point to `len` writable bytes that nothing else reads or
@@ -288,10 +289,11 @@ impl Runtime {
         shape: &[usize],
         ptr: *mut u8,
         len: usize,
+        holds_value: bool,
     ) -> Result<u32> {
         self.check_failed_at(device, 0)?;
         // SAFETY: this fn's contract, passed on.
-        unsafe { self.memory.allocate_direct(device, dtype, shape, ptr, len) }.map_err(|e| e.at(device, 0))
+        unsafe { self.memory.allocate_direct(device, dtype, shape, ptr, len, holds_value) }.map_err(|e| e.at(device, 0))
     }
 
     /// Kernel end of `device`'s direct outputs: checks that `results` (the

@@ -38,7 +38,7 @@ fn an_output_is_written_in_xla_memory_and_the_rest_filled_at_kernel_end() {
     let mut xla = vec![0xABu8; 4 * 4 * 4];
     // SAFETY: `xla` outlives `rt` and nothing else touches it until
     // `finish_direct_outputs` below.
-    let id = unsafe { rt.allocate_direct_output(0, DType::F32, &[4, 4], xla.as_mut_ptr(), xla.len()) }.unwrap();
+    let id = unsafe { rt.allocate_direct_output(0, DType::F32, &[4, 4], xla.as_mut_ptr(), xla.len(), false) }.unwrap();
     rt.store(MemRef::new(0, 0, HBM, id, &rows(1, 2)), &[7u8; 32]).unwrap();
     let mut back = [0u8; 64];
     rt.load(MemRef::new(0, 0, HBM, id, &Region::full()), &mut back).unwrap();
@@ -56,12 +56,32 @@ fn an_output_is_written_in_xla_memory_and_the_rest_filled_at_kernel_end() {
 }
 
 #[test]
+fn an_output_holding_its_aliased_inputs_value_keeps_every_unwritten_byte() {
+    let rt = runtime();
+    // XLA put the input aliased to this output in its memory.
+    let mut xla: Vec<u8> = (0..64).collect();
+    let input = xla.clone();
+    // SAFETY: `xla` outlives `rt` and nothing else touches it until
+    // `finish_direct_outputs` below.
+    let id = unsafe { rt.allocate_direct_output(0, DType::F32, &[4, 4], xla.as_mut_ptr(), xla.len(), true) }.unwrap();
+    let mut back = [0u8; 64];
+    rt.load(MemRef::new(0, 0, HBM, id, &Region::full()), &mut back).unwrap();
+    assert_eq!(&back[..], &input[..], "it starts as the input");
+    rt.store(MemRef::new(0, 0, HBM, id, &rows(2, 1)), &[9u8; 16]).unwrap();
+    rt.finish_direct_outputs(0, &[range(&xla)]).unwrap();
+    for (row, chunk) in xla.chunks(16).enumerate() {
+        let want = if row == 2 { vec![9; 16] } else { input[row * 16..][..16].to_vec() };
+        assert_eq!(chunk, &want[..], "row {row}: no fill values");
+    }
+}
+
+#[test]
 fn a_write_of_the_whole_output_skips_the_fill() {
     let mem = table(1, 1, OobReads::Raise, FillMode::Zero);
     let mut xla = vec![0xABu8; 16];
     // SAFETY: `xla` outlives `mem` and nothing else touches it until
     // `finish_direct_outputs` below.
-    let id = unsafe { mem.allocate_direct(0, DType::U8, &[16], xla.as_mut_ptr(), xla.len()) }.unwrap();
+    let id = unsafe { mem.allocate_direct(0, DType::U8, &[16], xla.as_mut_ptr(), xla.len(), false) }.unwrap();
     let key = BufferKey { space: HBM, id, device: 0, core: 0 };
     assert_eq!(mem.info(key).unwrap().ref_count, 1);
     let data: Vec<u8> = (0..16).collect();
@@ -77,7 +97,7 @@ fn other_memory_at_kernel_end_is_an_internal_error_and_nothing_more_is_written()
     let elsewhere = vec![0u8; 16];
     // SAFETY: `xla` outlives `rt` and nothing else touches it until the
     // borrow ends (`finish_direct_outputs` ends it on the mismatch too).
-    let id = unsafe { rt.allocate_direct_output(0, DType::U8, &[16], xla.as_mut_ptr(), xla.len()) }.unwrap();
+    let id = unsafe { rt.allocate_direct_output(0, DType::U8, &[16], xla.as_mut_ptr(), xla.len(), false) }.unwrap();
     let e = rt.finish_direct_outputs(0, &[range(&elsewhere)]).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Internal, "{e}");
     assert!(e.message.contains("XLA copied an output"), "{e}");
@@ -94,21 +114,21 @@ fn outputs_are_matched_in_allocation_order() {
     // SAFETY: `a` and `b` outlive `rt`; nothing else touches them until
     // the borrows end (`finish_direct_outputs`, or `leave_device`).
     unsafe {
-        rt.allocate_direct_output(0, DType::U8, &[8], a.as_mut_ptr(), 8).unwrap();
-        rt.allocate_direct_output(0, DType::U8, &[8], b.as_mut_ptr(), 8).unwrap();
+        rt.allocate_direct_output(0, DType::U8, &[8], a.as_mut_ptr(), 8, false).unwrap();
+        rt.allocate_direct_output(0, DType::U8, &[8], b.as_mut_ptr(), 8, false).unwrap();
     }
     let e = rt.finish_direct_outputs(0, &[range(&b), range(&a)]).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Internal, "{e}");
     let rt = runtime();
     // SAFETY: as above.
-    unsafe { rt.allocate_direct_output(0, DType::U8, &[8], a.as_mut_ptr(), 8).unwrap() };
+    unsafe { rt.allocate_direct_output(0, DType::U8, &[8], a.as_mut_ptr(), 8, false).unwrap() };
     let e = rt.finish_direct_outputs(0, &[]).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Internal, "a missing output is a mismatch too: {e}");
     let rt = runtime();
     // SAFETY: as above.
     unsafe {
-        rt.allocate_direct_output(0, DType::U8, &[8], a.as_mut_ptr(), 8).unwrap();
-        rt.allocate_direct_output(0, DType::U8, &[8], b.as_mut_ptr(), 8).unwrap();
+        rt.allocate_direct_output(0, DType::U8, &[8], a.as_mut_ptr(), 8, false).unwrap();
+        rt.allocate_direct_output(0, DType::U8, &[8], b.as_mut_ptr(), 8, false).unwrap();
     }
     rt.finish_direct_outputs(0, &[range(&a), range(&b)]).unwrap();
 }
@@ -118,7 +138,7 @@ fn leaving_without_kernel_end_never_writes_xla_memory() {
     let rt = runtime();
     let mut xla = vec![0xABu8; 16];
     // SAFETY: `xla` outlives `rt`; the borrow ends in `leave_device`.
-    let id = unsafe { rt.allocate_direct_output(0, DType::U8, &[16], xla.as_mut_ptr(), 16) }.unwrap();
+    let id = unsafe { rt.allocate_direct_output(0, DType::U8, &[16], xla.as_mut_ptr(), 16, false) }.unwrap();
     rt.leave_device(0).unwrap();
     assert_eq!(xla, vec![0xAB; 16], "a failed launch leaves the pending fill unwritten");
     let e = rt.store(MemRef::new(0, 0, HBM, id, &Region::full()), &[1; 16]).unwrap_err();
@@ -130,6 +150,6 @@ fn a_direct_output_has_the_results_size() {
     let rt = runtime();
     let mut xla = vec![0u8; 12];
     // SAFETY: the call fails before borrowing.
-    let e = unsafe { rt.allocate_direct_output(0, DType::F32, &[4], xla.as_mut_ptr(), xla.len()) }.unwrap_err();
+    let e = unsafe { rt.allocate_direct_output(0, DType::F32, &[4], xla.as_mut_ptr(), xla.len(), false) }.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Internal, "{e}");
 }

@@ -534,7 +534,7 @@ pub fn dtype_to_xla(d: DType) -> i32 {
 }
 
 impl<'a> Buf<'a> {
-    fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         format!("{}: {} {}", self.op, self.what.0, self.what.1)
     }
 

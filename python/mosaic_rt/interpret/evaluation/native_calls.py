@@ -97,14 +97,14 @@ def launch_buffer(
     """A buffer to allocate (in the launch's prologue, `begin`, on every
     core of the device, or by `allocate_buffer`): its content shape padded
     per `buffer_bounds`, and an ordinary buffer instead of a direct one when
-    padded."""
+    padded (a direct one with ``init`` starts as that value, in place)."""
     if init is not None:
         init = jnp.asarray(init)
         shape, dtype = init.shape, init.dtype
     logical = tuple(shape)
     content = _padded_shape(logical, dtype, space, params)
-    if direct and content == logical:
-        return ffi_ops.LaunchBuffer(space=space, dtype=dtype, shape=content, direct=True)
+    if direct and content == logical and not borrow:
+        return ffi_ops.LaunchBuffer(space=space, dtype=dtype, shape=content, init=init, direct=True)
     return ffi_ops.LaunchBuffer(
         space=space, dtype=dtype, shape=content, logical_shape=logical, init=init, borrow=borrow
     )

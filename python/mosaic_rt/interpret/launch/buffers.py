@@ -2,8 +2,9 @@
 
 In HBM: the pallas_call's inputs (padded to whole blocks, as stock) and
 outputs (an output aliased to an input is that input's buffer; an output
-of a single-device, single-core launch that needs no padding is written in
-place in XLA's result buffer, see `_direct_outputs`); in SMEM:
+of a single-device launch that needs no padding is written in place in
+XLA's result buffer, see `_direct_output_ok`, and so is an aliased one,
+whose buffer XLA gives the input's value); in SMEM:
 the scalar-prefetch operands. Then the kernel's own arguments: a buffer per
 block operand in its memory space (block operands left in HBM are passed
 the HBM buffer itself), scratch buffers and semaphores. Every buffer is
@@ -94,6 +95,7 @@ class LaunchBuffers:
     kernel_out_ids: list  # the kernel's buffer of each output block
     borrowed: list  # inputs whose HBM buffer borrows their memory (kept alive to kernel_end)
     direct: list  # per output: XLA's buffer it is written in (to kernel_end), or None
+    direct_order: tuple  # the outputs with a `direct` buffer, in allocation order (kernel_end's)
 
     def resolved(self, id_of) -> "LaunchBuffers":
         """The buffers with ``id_of(k)`` (see `prologue_ids`) in place of
@@ -134,6 +136,7 @@ def plan(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, inputs, inpu
         allocations.append(native_calls.launch_buffer(space, ctx.params, **kw))
         return len(allocations) - 1
 
+    unpadded = inputs
     inputs = [
         jx.pad_to_block_dimension(a, bs, ctx.params.uninitialized_memory)
         for a, bs in zip(inputs, blocks.shapes[: blocks.n_in])
@@ -142,7 +145,13 @@ def plan(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, inputs, inpu
     if any(i < 0 for i in out_alias.values()):
         raise ValueError("Aliasing of scalar prefetch arguments is not currently supported in TPU interpret mode.")
     borrow = _borrowable_inputs(ctx, jaxpr, blocks, set(out_alias.values()))
-    input_ids = [alloc(space_code(_HBM), init=a, borrow=b) for a, b in zip(inputs, borrow)]
+    # An input aliased to an output, unpadded, is written in place in
+    # XLA's buffer of that output (which XLA gives the input's value).
+    in_place = {i for i in out_alias.values() if inputs[i].shape == unpadded[i].shape}
+    in_place = {i for i in in_place if _direct_output_ok(ctx, inputs[i])}
+    input_ids = [
+        alloc(space_code(_HBM), init=a, borrow=b, direct=i in in_place) for i, (a, b) in enumerate(zip(inputs, borrow))
+    ]
     borrowed = [a for a, b in zip(inputs, borrow) if b]
     output_ids, output_avals, direct = _plan_outputs(alloc, allocations, ctx, blocks, inputs, input_ids, out_alias)
     scalar_ids = [alloc(space_code(_SMEM), init=s) for s in scalars]
@@ -161,6 +170,7 @@ def plan(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, inputs, inpu
         kernel_out_ids=kernel_out_ids,
         borrowed=borrowed,
         direct=direct,
+        direct_order=tuple(sorted((j for j, k in enumerate(direct) if k is not None), key=lambda j: direct[j])),
     )
 
 
@@ -168,10 +178,8 @@ def _borrowable_inputs(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, aliased
     """Per input, whether its HBM buffer may borrow XLA's operand memory
     instead of a copy: never aliased to an output and never written by the
     kernel (`input_writes`; an input in VMEM/SMEM blocks is only read, by
-    the block copies). Launches with several cores per device keep copying
-    (their grid loops run on private XLA clients)."""
-    if ctx.params.num_cores_per_device > 1:
-        return [False] * blocks.n_in
+    the block copies). Several cores per device borrow too: their grid
+    loops run inside the device program's call that `kernel_end` follows."""
     in_vars = jaxpr.invars[ctx.grid_mapping.num_index_operands :][: blocks.n_in]
     unwritten = input_writes.never_written(jaxpr, in_vars)
     return [j not in aliased and (blocks.spaces[j] is not _HBM or unwritten[j]) for j in range(blocks.n_in)]
@@ -186,9 +194,10 @@ def _plan_outputs(alloc, allocations, ctx: Ctx, blocks, inputs, input_ids, out_a
     for j, bm in enumerate(ctx.grid_mapping.block_mappings_output):
         if j in out_alias:
             aliased = inputs[out_alias[j]]
-            output_ids.append(input_ids[out_alias[j]])
+            buf = input_ids[out_alias[j]]
+            output_ids.append(buf)
             output_avals.append(jax.ShapeDtypeStruct(aliased.shape, aliased.dtype))
-            direct.append(None)
+            direct.append(buf if allocations[buf].direct else None)
             continue
         aval = bm.array_aval
         block = blocks.shapes[blocks.n_in + j]
@@ -205,14 +214,13 @@ def _plan_outputs(alloc, allocations, ctx: Ctx, blocks, inputs, input_ids, out_a
 def _direct_output_ok(ctx: Ctx, aval) -> bool:
     """Whether an (unaliased, unpadded) output may be written in place in
     XLA's result buffer instead of read back at kernel end. Only in a
-    launch of one device and one core: there the device's own program is
-    the only writer and is done at `kernel_end` (with peers, a remote DMA
-    may still write after this device left; several cores run their grid
-    loops on private XLA clients). Not for empty outputs (no memory) or
+    launch of one device: there the device's own program is the only
+    writer and is done at `kernel_end` (its cores' programs run inside one
+    call before it; with peers, a remote DMA may still write after this
+    device left). Not for empty outputs (no memory) or
     sub-byte dtypes (XLA packs them, simulated memory does not)."""
     return (
         ctx.num_devices == 1
-        and ctx.params.num_cores_per_device == 1
         and math.prod(aval.shape) > 0
         and jax.dtypes.itemsize_bits(aval.dtype) == 8 * jnp.dtype(aval.dtype).itemsize
     )

@@ -122,15 +122,16 @@ def _interpret_pallas_call(
     token = grid_loop.run_cores(loop, token, first_step)
 
     token, results = _read_outputs(token, ctx, bufs)
-    direct = [out for out in bufs.direct if out is not None]
+    direct = [bufs.direct[j] for j in bufs.direct_order]
     ended = native_calls.kernel_end(
         token, handle, device_id, on_leak=params.on_semaphore_leak, keep_alive=bufs.borrowed, outputs=direct
     )
     if not direct:
         return results
     # Outputs written in place come back from kernel_end (it aliases them).
-    written = iter(ended[1])
-    return [next(written) if r is None else r for r in results]
+    for j, out in zip(bufs.direct_order, ended[1]):
+        results[j] = out
+    return results
 
 
 def _launch_params(params: InterpretParams, compiler_params, mesh):

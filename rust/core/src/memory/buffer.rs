@@ -166,7 +166,9 @@ impl Buffer {
 
     /// A buffer whose bytes are XLA's result memory of an output (`len`
     /// bytes at `ptr`), written in place: it holds the fill values `fill`
-    /// until written (lazily, as `Unfilled`). No initcheck shadow (HBM).
+    /// until written (lazily, as `Unfilled`), or with `fill` None the bytes
+    /// already there (an input aliased to the output). No initcheck shadow
+    /// (HBM).
     ///
     /// # Safety
     /// `ptr` must point to `len` writable bytes (`len` = the element count
@@ -178,7 +180,7 @@ impl Buffer {
         shape: &[usize],
         ptr: *mut u8,
         len: usize,
-        fill: &[u8],
+        fill: Option<&[u8]>,
         ref_count: u32,
     ) -> Result<Buffer> {
         let want = element_count(shape)?.checked_mul(dtype.itemsize());

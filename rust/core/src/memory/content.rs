@@ -70,8 +70,10 @@ impl Content {
     /// `ptr` must point to `len` writable bytes (non-null, `len` > 0) that
     /// nothing else reads or writes until [`Content::release_borrowed`] has
     /// run on this value or it is dropped, whichever comes first.
-    pub(crate) unsafe fn direct(ptr: *mut u8, len: usize, fill: &[u8]) -> Content {
-        Content::Direct { ptr, len, pending: Some(fill.to_vec()) }
+    /// `fill`: the values it holds until written (None: it holds its
+    /// value already, an aliased input's).
+    pub(crate) unsafe fn direct(ptr: *mut u8, len: usize, fill: Option<&[u8]>) -> Content {
+        Content::Direct { ptr, len, pending: fill.map(<[u8]>::to_vec) }
     }
 
     /// XLA's result memory written in place, as (address, length).

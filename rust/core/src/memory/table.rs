@@ -164,7 +164,8 @@ impl MemoryTable {
 
     /// An HBM output buffer of `device` (shared by its cores) whose bytes
     /// are `len` bytes at `ptr`: XLA's result buffer of the output, written
-    /// in place. Holds the fill values until written. Ends with
+    /// in place. Holds the fill values until written, or with `holds_value`
+    /// the bytes already there (an input aliased to the output). Ends with
     /// [`MemoryTable::finish_direct_outputs`] or `release_borrowed`.
     ///
     /// # Safety
@@ -178,13 +179,14 @@ impl MemoryTable {
         shape: &[usize],
         ptr: *mut u8,
         len: usize,
+        holds_value: bool,
     ) -> Result<u32> {
         self.topo.check_device(device)?;
-        let fill = dtype.fill_bytes(self.fill);
+        let fill = (!holds_value).then(|| dtype.fill_bytes(self.fill));
         // SAFETY: the memory is ours until the buffer's borrow ends (this
         // fn's contract), which `finish_direct_outputs` / `release_borrowed`
         // do before XLA may use it again.
-        let buf = unsafe { Buffer::direct(dtype, shape, ptr, len, &fill, self.topo.cores_per_device)? };
+        let buf = unsafe { Buffer::direct(dtype, shape, ptr, len, fill.as_deref(), self.topo.cores_per_device)? };
         self.insert_device_hbm(device, buf)
     }
 

@@ -12,7 +12,9 @@
 //! Item `k` (attributes, one entry per item) is a buffer or a semaphore
 //! array. Its results, in item order: a buffer's id (int32 scalar), then for
 //! a direct output its XLA result buffer (see `allocate_buffer`'s
-//! `direct`); a semaphore array's ids (int32 of the array's shape, one
+//! `direct`; with an init operand, that operand aliased to it: an input
+//! whose output is written in place starts as its value); a semaphore
+//! array's ids (int32 of the array's shape, one
 //! consecutive run). With a grid, `grid_begin`'s results follow.
 
 use super::kernel;
@@ -78,8 +80,12 @@ pub fn launch_begin(c: &mut Call) -> Result<()> {
     let mut ids = Vec::with_capacity(items.len());
     for item in &items {
         let id = match item {
-            Item::Buffer { request, direct: true, .. } => {
-                let id = allocate_direct(handle, device, request, &f.ret(ret + 1)?)?;
+            Item::Buffer { request, direct: true, init } => {
+                // An init operand of a direct buffer is the input XLA
+                // aliases to its result (see the module doc).
+                let aliased = if *init { Some(f.arg(arg)?) } else { None };
+                arg += *init as usize;
+                let id = allocate_direct(handle, device, request, &f.ret(ret + 1)?, aliased.as_ref())?;
                 f.ret(ret)?.write_i32(id as i32)?;
                 Some(id)
             }
@@ -173,8 +179,8 @@ fn items(f: &Frame) -> Result<Vec<Item>> {
     let logical = split(f, f.attr_i64s(lb::attr::item_logical)?, logical_ranks, "item_logical")?;
     (0..n)
         .map(|k| match kinds[k] {
-            BUFFER if flags[k] & DIRECT != 0 && flags[k] & (HAS_INIT | BORROW) != 0 => {
-                Err(RtError::internal(format!("{}: item {k}, a direct output, has an init value", f.op)))
+            BUFFER if flags[k] & DIRECT != 0 && flags[k] & BORROW != 0 => {
+                Err(RtError::internal(format!("{}: item {k}, a direct output, borrows its init value", f.op)))
             }
             BUFFER => Ok(Item::Buffer {
                 request: BufferRequest {

@@ -52,7 +52,7 @@ pub fn allocate_buffer(c: &mut Call) -> Result<()> {
         if f.attr_i64_opt(alloc::attr::direct)?.is_none_or(|v| v == 0) || f.num_args() != alloc::arg::FIXED {
             return Err(RtError::internal("allocate_buffer: a third result needs attribute direct and no init"));
         }
-        let id = allocate_direct(handle, device, &request, &f.ret(2)?)?;
+        let id = allocate_direct(handle, device, &request, &f.ret(2)?, None)?;
         return f.ret(1)?.write_i32(id as i32);
     }
     let init = if f.num_args() > alloc::arg::init { Some(f.arg(alloc::arg::init)?) } else { None };
@@ -121,7 +121,17 @@ pub fn allocate(handle: u64, device: u32, request: &BufferRequest, init: Option<
 
 /// Allocates `request` as a direct output: registers `out` (a result buffer
 /// of the call) as the buffer's bytes; the id.
-pub fn allocate_direct(handle: u64, device: u32, request: &BufferRequest, out: &Buf<'_>) -> Result<u32> {
+///
+/// `aliased`: the operand XLA aliases to `out` (an input whose output the
+/// kernel writes in place): the buffer starts as its value, already in
+/// `out`'s memory, instead of the fill values.
+pub fn allocate_direct(
+    handle: u64,
+    device: u32,
+    request: &BufferRequest,
+    out: &Buf<'_>,
+    aliased: Option<&Buf<'_>>,
+) -> Result<u32> {
     let BufferRequest { core, space, dtype, ref shape, ref logical, .. } = *request;
     out.expect_dtype(dtype)?;
     let direct_ok = core.is_none()
@@ -139,6 +149,18 @@ pub fn allocate_direct(handle: u64, device: u32, request: &BufferRequest, out: &
         )));
     }
     let len = out.byte_len()?;
+    if let Some(init) = aliased {
+        init.expect_dtype(dtype)?;
+        if init.dims != out.dims || init.data != out.data {
+            return Err(RtError::internal(format!(
+                "allocate_buffer: a direct buffer's initial value must be its result's memory (aliased), \
+                 got {} of shape {:?} for a result of shape {:?}",
+                init.describe(),
+                init.dims,
+                out.dims
+            )));
+        }
+    }
     // SAFETY: `out` is XLA's buffer for a result of this call, which the
     // interpreter passes on only to the device's `kernel_end` (aliased to a
     // result of it, the attribute's contract, see `ffi/ops.py`): XLA keeps
@@ -146,7 +168,7 @@ pub fn allocate_direct(handle: u64, device: u32, request: &BufferRequest, out: &
     // `kernel_end`, which checks the address and ends the borrow
     // (`finish_direct_outputs`); leaving or failing ends it first otherwise.
     launch::with_runtime(handle, |rt| unsafe {
-        rt.allocate_direct_output(device, dtype, shape, out.data as *mut u8, len)
+        rt.allocate_direct_output(device, dtype, shape, out.data as *mut u8, len, aliased.is_some())
     })
 }
 
