@@ -67,6 +67,18 @@ def _dma_then_scale(x_ref, o_ref, buf, sem):
     o_ref[...] = buf[...] * 2.0 + 1.0
 
 
+def _dma_in_scope(x_ref, o_ref, sem):
+    # Read inside run_scoped, whose body binds the scratch it allocates
+    # after the refs it closes over.
+    def scoped(buf, sem2):
+        copy = pltpu.make_async_copy(x_ref, buf, sem2)
+        copy.start()
+        copy.wait()
+        _dma_copy_kernel(buf, o_ref, sem)
+
+    pl.run_scoped(scoped, pltpu.VMEM((16, 128), jnp.float32), pltpu.SemaphoreType.DMA(()))
+
+
 def _write_vmem_block(x_ref, o_ref):
     # Writes the kernel's VMEM block of the input, never its HBM buffer.
     x_ref[...] = x_ref[...] * 4.0
@@ -88,6 +100,7 @@ def test_read_only_inputs_are_borrowed_and_match_stock(knobs):
             out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
             scratch=[pltpu.VMEM(x.shape, x.dtype), pltpu.SemaphoreType.DMA(())],
         ),
+        "dma in run_scoped": lambda p: _call(_dma_in_scope, x, p, scratch=[pltpu.SemaphoreType.DMA(())]),
         "blockspec, block written": lambda p: _call(
             _write_vmem_block,
             x,

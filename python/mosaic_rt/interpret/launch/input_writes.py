@@ -63,8 +63,10 @@ def _sub_jaxpr_vars(eqn):
     prim, p = eqn.primitive, eqn.params
     n = len(eqn.invars)
     if prim is jx.run_scoped_p:
-        body = p["jaxpr"]  # closed-over operands bind its constvars
-        return [(body, list(body.constvars) + list(body.invars))]
+        # The operands (closed over) bind its constvars; its invars are
+        # the scoped allocations, no operands.
+        body = p["jaxpr"]
+        return [(body, list(body.constvars))]
     if prim is jx.jit_p:
         return [(_open(p["jaxpr"]), _open(p["jaxpr"]).invars)]
     if prim is jax.lax.cond_p:
