@@ -14,6 +14,7 @@ mod init_shadow;
 mod message;
 mod plan;
 mod pool;
+mod recent;
 mod smem_scalar;
 mod stored;
 pub(crate) mod table;

@@ -5,12 +5,13 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use super::buffer::{element_count, Buffer};
 use super::message::{no_such_buffer, shape_repr};
 use super::plan::RegionPlan;
+use super::recent;
 use super::{BufferInfo, BufferKey, BufferSpec, Init, MemorySpace};
 use crate::config::{Config, FillMode, OobReads, Topology};
 use crate::dtype::DType;
@@ -24,8 +25,19 @@ const FIRST_BUFFER_ID: u32 = 100;
 
 type BufferMap = HashMap<BufferKey, Arc<Buffer>, BuildHasherDefault<KeyHasher>>;
 
+/// Shard generations, unique in the process (see `recent.rs`).
+static GENERATIONS: AtomicU64 = AtomicU64::new(1);
+
+fn new_generation() -> u64 {
+    GENERATIONS.fetch_add(1, Ordering::Relaxed)
+}
+
 struct Shard {
     buffers: RwLock<BufferMap>,
+    /// The map's version for the per-thread lookup cache (`recent.rs`):
+    /// changed, under the write lock, whenever a buffer is removed (new
+    /// keys invalidate nothing a thread remembered).
+    generation: AtomicU64,
     /// Next buffer id per local core of this device.
     next_ids: Mutex<Vec<u32>>,
     /// Queued (on_wait) DMAs whose source, on this device, is still to be
@@ -52,6 +64,7 @@ impl MemoryTable {
         let shards = (0..config.num_devices)
             .map(|_| Shard {
                 buffers: RwLock::new(BufferMap::default()),
+                generation: AtomicU64::new(new_generation()),
                 next_ids: Mutex::new(vec![FIRST_BUFFER_ID; config.cores_per_device as usize]),
                 unread_dmas: AtomicU32::new(0),
             })
@@ -86,8 +99,18 @@ impl MemoryTable {
     /// The buffer of `key`; the shard lock is released before returning.
     pub(crate) fn get(&self, key: BufferKey, action: &str) -> Result<Arc<Buffer>> {
         let shard = self.shard(key.device)?;
+        // Acquire: a removal that happened before this lookup (say, before a
+        // semaphore signal this thread waited for) is seen.
+        if let Some(buf) = recent::find(shard.generation.load(Ordering::Acquire), key) {
+            return Ok(buf);
+        }
         let map = shard.buffers.read().ignore_poison();
-        map.get(&key).cloned().ok_or_else(|| no_such_buffer(key, action))
+        // Under the read lock the generation is the map's.
+        let generation = shard.generation.load(Ordering::Relaxed);
+        let buf = map.get(&key).cloned().ok_or_else(|| no_such_buffer(key, action))?;
+        drop(map);
+        recent::remember(generation, key, &buf);
+        Ok(buf)
     }
 
     pub fn allocate(&self, device: u32, core: Option<u32>, spec: BufferSpec<'_>) -> Result<u32> {
@@ -293,6 +316,7 @@ impl MemoryTable {
         buf.ref_count.store(left, Ordering::Relaxed);
         if left == 0 {
             map.remove(&key);
+            shard.generation.store(new_generation(), Ordering::Release);
         }
         Ok(())
     }
