@@ -3,7 +3,8 @@ an output that needs no padding is written in place in XLA's result buffer
 (threaded from its allocation to `kernel_end`, which returns it), so
 nothing is copied out at kernel end; an output aliased to an input is too,
 XLA giving that buffer the input's value (the input aliased to the
-allocation's result). Every other output is read back as before. Results are bit-identical to stock either way, uninitialized bytes
+allocation's result). Every other output is read back as before.
+Results are bit-identical to stock either way, uninitialized bytes
 included, in every context XLA may place the buffers differently in (jit,
 loops, vmap, donation, shard_map)."""
 

@@ -20,20 +20,20 @@ use super::BufferKey;
 
 const ENTRIES: usize = 4;
 
-struct Entry {
+struct CachedLookup {
     generation: u64,
     key: BufferKey,
     buf: Weak<Buffer>,
 }
 
 #[derive(Default)]
-struct Recent {
-    entries: [Option<Entry>; ENTRIES],
+struct LookupCache {
+    entries: [Option<CachedLookup>; ENTRIES],
     next: usize,
 }
 
 thread_local! {
-    static RECENT: RefCell<Recent> = RefCell::new(Recent::default());
+    static RECENT: RefCell<LookupCache> = RefCell::new(LookupCache::default());
 }
 
 /// The buffer of `key` if this thread looked it up under `generation`.
@@ -51,7 +51,7 @@ pub(super) fn remember(generation: u64, key: BufferKey, buf: &Arc<Buffer>) {
     RECENT.with(|r| {
         let mut r = r.borrow_mut();
         let at = r.next;
-        r.entries[at] = Some(Entry { generation, key, buf: Arc::downgrade(buf) });
+        r.entries[at] = Some(CachedLookup { generation, key, buf: Arc::downgrade(buf) });
         r.next = (at + 1) % ENTRIES;
     });
 }
