@@ -272,7 +272,7 @@ def launch_begin(token, device, *, allocations=(), barrier: bool = False, grid=N
     returns them (None without ``grid``)."""
     kinds, flags, spaces, ranks, shapes, logical, types = [], [], [], [], [], [], []
     inits, results = [], []
-    aliases = [(0, 0)]  # (operand, result): the token, and a direct buffer's init
+    init_aliases = []  # (index in inits, result) of a direct buffer's init
     for a in allocations:
         if isinstance(a, LaunchSemaphores):
             _check_semaphore_kind(a.kind)
@@ -311,7 +311,7 @@ def launch_begin(token, device, *, allocations=(), barrier: bool = False, grid=N
             if a.init is not None:
                 # XLA puts the input in the result's memory (in place when
                 # the input dies here), where the kernel writes its output.
-                aliases.append((len(inits) - 1, 1 + len(results)))  # after token, handle
+                init_aliases.append((len(inits) - 1, 1 + len(results)))  # after token, handle
     grid_attrs = {}
     if grid is not None:
         grid_attrs = _grid_attrs(**grid)
@@ -325,7 +325,7 @@ def launch_begin(token, device, *, allocations=(), barrier: bool = False, grid=N
         (_HANDLE, *results),
         operands,
         site=site,
-        aliases=((0, 0), *((first_init + i, r) for i, r in aliases[1:])),
+        aliases=((0, 0), *((first_init + i, r) for i, r in init_aliases)),
         **_begin_attrs(**config),
         **grid_attrs,
         item_kinds=_ints(kinds),

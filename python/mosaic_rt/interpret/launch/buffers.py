@@ -147,8 +147,9 @@ def plan(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, inputs, inpu
     borrow = _borrowable_inputs(ctx, jaxpr, blocks, set(out_alias.values()))
     # An input aliased to an output, unpadded, is written in place in
     # XLA's buffer of that output (which XLA gives the input's value).
-    in_place = {i for i in out_alias.values() if inputs[i].shape == unpadded[i].shape}
-    in_place = {i for i in in_place if _direct_output_ok(ctx, inputs[i])}
+    in_place = {
+        i for i in out_alias.values() if inputs[i].shape == unpadded[i].shape and _direct_output_ok(ctx, inputs[i])
+    }
     input_ids = [
         alloc(space_code(_HBM), init=a, borrow=b, direct=i in in_place) for i, (a, b) in enumerate(zip(inputs, borrow))
     ]
@@ -212,8 +213,9 @@ def _plan_outputs(alloc, allocations, ctx: Ctx, blocks, inputs, input_ids, out_a
 
 
 def _direct_output_ok(ctx: Ctx, aval) -> bool:
-    """Whether an (unaliased, unpadded) output may be written in place in
-    XLA's result buffer instead of read back at kernel end. Only in a
+    """Whether an unpadded output (or the input aliased to it) may be
+    written in place in XLA's result buffer instead of read back at kernel
+    end. Only in a
     launch of one device: there the device's own program is the only
     writer and is done at `kernel_end` (its cores' programs run inside one
     call before it; with peers, a remote DMA may still write after this

@@ -79,20 +79,23 @@ pub fn launch_begin(c: &mut Call) -> Result<()> {
     let (mut arg, mut ret) = (lb::arg::FIXED, 2);
     let mut ids = Vec::with_capacity(items.len());
     for item in &items {
+        let init_arg = match item {
+            Item::Buffer { init: true, .. } => {
+                arg += 1;
+                Some(f.arg(arg - 1)?)
+            }
+            _ => None,
+        };
         let id = match item {
-            Item::Buffer { request, direct: true, init } => {
-                // An init operand of a direct buffer is the input XLA
-                // aliases to its result (see the module doc).
-                let aliased = if *init { Some(f.arg(arg)?) } else { None };
-                arg += *init as usize;
-                let id = allocate_direct(handle, device, request, &f.ret(ret + 1)?, aliased.as_ref())?;
+            Item::Buffer { request, direct: true, .. } => {
+                // A direct buffer's init operand is the input XLA aliases to
+                // its result (see the module doc).
+                let id = allocate_direct(handle, device, request, &f.ret(ret + 1)?, init_arg.as_ref())?;
                 f.ret(ret)?.write_i32(id as i32)?;
                 Some(id)
             }
-            Item::Buffer { request, init, .. } => {
-                let init_buf = if *init { Some(f.arg(arg)?) } else { None };
-                arg += *init as usize;
-                let id = allocate(handle, device, request, init_buf.as_ref())?;
+            Item::Buffer { request, .. } => {
+                let id = allocate(handle, device, request, init_arg.as_ref())?;
                 f.ret(ret)?.write_i32(id as i32)?;
                 Some(id)
             }
