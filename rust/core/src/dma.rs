@@ -24,10 +24,12 @@
 mod machine;
 pub(crate) mod remote;
 mod view;
+mod view_entries;
 mod view_rows;
 
 pub use machine::DmaMachine;
 pub use view::{DmaView, UnitLayout, ViewMap};
+pub use view_entries::ViewEntries;
 
 use crate::config::{DmaMode, Topology};
 use crate::error::{Result, RtError};

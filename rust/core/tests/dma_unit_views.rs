@@ -7,7 +7,6 @@ use mosaic_rt_core::{
     BufferKey, BufferSpec, Config, DType, DmaMode, DmaRequest, DmaView, ErrorKind, Init, MemorySpace, Region, Runtime,
     SemKind, UnitLayout, ViewMap,
 };
-use std::sync::Arc;
 use std::time::Duration;
 
 const MODES: [DmaMode; 2] = [DmaMode::Eager, DmaMode::OnWait];
@@ -50,7 +49,7 @@ fn request(src: u32, dst: u32, sem: u32) -> DmaRequest {
 }
 
 fn units(map: &[u32], unit: u8, region: u8, view: u8) -> Option<ViewMap> {
-    Some(ViewMap::Units(Arc::from(map), UnitLayout { unit, region, view }))
+    Some(ViewMap::units(map, UnitLayout { unit, region, view }))
 }
 
 /// An int4 (8, 2) value seen as int32 (1, 2) (`bitcast_array`: 8 rows fold

@@ -6,7 +6,6 @@ use mosaic_rt_core::{
     BufferKey, BufferSpec, Config, DType, DmaMode, DmaRequest, DmaView, ErrorKind, Init, MemorySpace, Region, Runtime,
     SemKind, ViewMap,
 };
-use std::sync::Arc;
 use std::time::Duration;
 
 fn runtime(mode: DmaMode) -> Runtime {
@@ -42,7 +41,7 @@ fn request(src: u32, dst: u32, sem: u32) -> DmaRequest {
 }
 
 fn map(m: &[u32]) -> Option<ViewMap> {
-    Some(ViewMap::Bytes(Arc::from(m)))
+    Some(ViewMap::bytes(m))
 }
 
 #[test]

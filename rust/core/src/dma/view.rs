@@ -17,6 +17,7 @@
 //! [`UnitLayout`]): a value's units are its elements' bits, little-endian,
 //! and each stored byte holds `min(8, element bits)` of them.
 
+use super::view_entries::{self, ViewEntries};
 use super::view_rows;
 use crate::dtype::DType;
 use crate::error::{Result, RtError};
@@ -30,10 +31,22 @@ pub enum ViewMap {
     /// only the byte counts of the two sides must agree.
     Same,
     /// Byte n of the view is byte `map[n]` of the region's value.
-    Bytes(Arc<[u32]>),
+    Bytes(Arc<ViewEntries>),
     /// Unit n of the view is unit `map[n]` of the region's value, units as
     /// the layout says (a view with a sub-byte type in its chain).
-    Units(Arc<[u32]>, UnitLayout),
+    Units(Arc<ViewEntries>, UnitLayout),
+}
+
+impl ViewMap {
+    /// A byte map.
+    pub fn bytes(map: impl Into<ViewEntries>) -> ViewMap {
+        ViewMap::Bytes(Arc::new(map.into()))
+    }
+
+    /// A unit map of `layout`.
+    pub fn units(map: impl Into<ViewEntries>, layout: UnitLayout) -> ViewMap {
+        ViewMap::Units(Arc::new(map.into()), layout)
+    }
 }
 
 /// The units of a [`ViewMap::Units`] map: `unit` bits each (1, 2 or 4);
@@ -109,7 +122,7 @@ impl DmaView {
         // Bounds first: a huge out-of-bounds region fails without allocating.
         let n = memory.check_access(src, Access::Read)?;
         if let Some(ViewMap::Bytes(m)) = &self.src {
-            if let Some(split) = sparse(memory, src, m.len())? {
+            if let Some(split) = sparse(memory, src, n, m.len())? {
                 side(&self.src, n, "source")?;
                 return view_rows::load(memory, src, &split, m);
             }
@@ -119,7 +132,7 @@ impl DmaView {
         memory.load(src, &mut region)?;
         Ok(match &self.src {
             None | Some(ViewMap::Same) => region,
-            Some(ViewMap::Bytes(m)) => m.iter().map(|&b| region[b as usize]).collect(),
+            Some(ViewMap::Bytes(m)) => view_entries::gather(&region, m),
             Some(ViewMap::Units(m, layout)) => {
                 layout.check_region(memory.info(src.key())?.dtype)?;
                 gather_units(&region, m, *layout)
@@ -140,7 +153,13 @@ impl DmaView {
             return Err(RtError::value(format!("DMA destination view has {view} bytes, its data {}", data.len())));
         }
         let bytes = layout == UnitLayout::BYTES;
-        if let Some(split) = if bytes { sparse(memory, dst, m.len())? } else { None } {
+        if bytes && m.len() == n && m.is_permutation() {
+            // Every byte of the region written once: a plain store.
+            let mut region = crate::memory::zeroed(n, || format!("a DMA of {n} bytes"))?;
+            view_entries::scatter(&mut region, m, data);
+            return memory.store(dst, &region);
+        }
+        if let Some(split) = if bytes { sparse(memory, dst, n, m.len())? } else { None } {
             let itemsize = memory.info(dst.key())?.dtype.itemsize();
             return view_rows::store(memory, dst, &split, m, data, itemsize);
         }
@@ -207,11 +226,9 @@ fn gather_units(region: &[u8], map: &[u32], layout: UnitLayout) -> Vec<u8> {
 
 /// Writes `data`, the view's stored bytes, into `region` through `map`
 /// (the other bits of a touched byte stay as they are).
-fn scatter_units(region: &mut [u8], map: &[u32], layout: UnitLayout, data: &[u8]) {
+fn scatter_units(region: &mut [u8], map: &ViewEntries, layout: UnitLayout, data: &[u8]) {
     if layout == UnitLayout::BYTES {
-        for (&b, &v) in map.iter().zip(data) {
-            region[b as usize] = v;
-        }
+        view_entries::scatter(region, map, data);
         return;
     }
     let (unit, rp, vp) = (layout.unit as u32, layout.region_per_byte(), layout.view_per_byte());
@@ -226,9 +243,15 @@ fn scatter_units(region: &mut [u8], map: &[u32], layout: UnitLayout, data: &[u8]
     }
 }
 
-/// The row split of `r`'s region when a map of `map_len` bytes touches
-/// little enough of it that moving just the touched rows pays.
-fn sparse(memory: &MemoryTable, r: MemRef<'_>, map_len: usize) -> Result<Option<view_rows::Rows>> {
+/// The row split of `r`'s region (of `region_bytes`) when a map of
+/// `map_len` bytes touches little enough of it that moving just the
+/// touched rows pays.
+fn sparse(memory: &MemoryTable, r: MemRef<'_>, region_bytes: usize, map_len: usize) -> Result<Option<view_rows::Rows>> {
+    // The rows of a split hold the region's bytes: a map of half of them
+    // or more never pays (and most maps are their whole region).
+    if map_len.saturating_mul(2) >= region_bytes {
+        return Ok(None);
+    }
     let info = memory.info(r.key())?;
     let split = view_rows::Rows::of(r.region, &info.logical_shape, info.dtype.itemsize());
     Ok(split.filter(|s| s.pays(map_len)))
@@ -246,7 +269,8 @@ fn side(map: &Option<ViewMap>, region: usize, what: &str) -> Result<usize> {
         None | Some(ViewMap::Same) => return Ok(region),
     };
     let units = region * layout.region_per_byte();
-    if let Some(&bad) = m.iter().find(|&&b| b as usize >= units) {
+    if m.end() > units {
+        let bad = m.iter().copied().find(|&b| b as usize >= units).unwrap_or(0);
         // i32::MAX: an index out of bounds after the view (see dma_views.py).
         let why = match bad {
             _ if bad == i32::MAX as u32 => "an index out of bounds".to_string(),
@@ -272,11 +296,11 @@ mod tests {
 
     #[test]
     fn check_counts_view_bytes_and_rejects_bad_maps() {
-        let v = DmaView { src: Some(ViewMap::Bytes(Arc::from(vec![3u32, 2, 1, 0]))), dst: None };
+        let v = DmaView { src: Some(ViewMap::bytes(vec![3u32, 2, 1, 0])), dst: None };
         assert_eq!(v.check(8, 4).unwrap(), 4);
         assert!(v.check(8, 6).unwrap_err().message.contains("4 bytes but its destination view 6"));
         assert!(v.check(3, 4).unwrap_err().message.contains("outside its region of 3 bytes (byte 3)"));
-        let oob = DmaView { src: Some(ViewMap::Bytes(Arc::from(vec![i32::MAX as u32]))), dst: Some(ViewMap::Same) };
+        let oob = DmaView { src: Some(ViewMap::bytes(vec![i32::MAX as u32])), dst: Some(ViewMap::Same) };
         assert!(oob.check(8, 1).unwrap_err().message.contains("(an index out of bounds)"));
     }
 }

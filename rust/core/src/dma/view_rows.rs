@@ -95,7 +95,7 @@ impl Recent {
     }
 
     /// Byte `b`'s place in the compact buffer if its row is a recent one.
-    #[inline]
+    #[inline(always)]
     fn at(&self, b: usize) -> Option<usize> {
         self.slots.iter().find(|s| b >= s.0 && b < s.1).map(|s| s.2 + (b - s.0))
     }
@@ -108,7 +108,7 @@ impl Recent {
 
     /// Byte `b`'s place in the compact buffer of `rows` (sorted; `b`'s row
     /// is among them: `touched` collected every row of the map).
-    #[inline]
+    #[inline(always)]
     fn place(&mut self, b: usize, rows: &[usize]) -> usize {
         if let Some(at) = self.at(b) {
             return at;

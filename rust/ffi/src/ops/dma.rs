@@ -5,7 +5,9 @@ use crate::dispatch::Call;
 use crate::frame::Frame;
 use crate::launch;
 use crate::wire::{self, dma_start as start, dma_wait as wait};
-use mosaic_rt_core::{DmaRequest, DmaView, Result, RtError, UnitLayout, ViewMap};
+use mosaic_rt_core::{DmaRequest, DmaView, Result, RtError, UnitLayout, ViewEntries, ViewMap};
+use std::cell::RefCell;
+use std::sync::Arc;
 
 /// `dma_start(token, handle, device, core, src_id, src_starts, dst_id,
 /// dst_starts, dst_sem, src_sem, dst_device[, dst_core], waits..., tail...)
@@ -92,15 +94,8 @@ fn view_maps(f: &Frame, maps: i64, units: i64, first: usize) -> Result<DmaView> 
         if !present {
             return Ok(None);
         }
-        let m = f.arg(next)?.starts()?;
+        let m = decoded(f.op, f.arg(next)?.starts()?, what)?;
         next += 1;
-        // A map ends at its first negative entry: made for the largest size
-        // of a slice of traced size, it holds -1 past the actual one.
-        let len = m.iter().position(|&b| b < 0).unwrap_or(m.len());
-        if m[len..].iter().any(|&b| b >= 0) {
-            return Err(RtError::value(format!("{}: {what} view map has offsets after its end", f.op)));
-        }
-        let m = m[..len].iter().map(|&b| b as u32).collect();
         if code == 0 {
             return Ok(Some(ViewMap::Bytes(m)));
         }
@@ -110,6 +105,60 @@ fn view_maps(f: &Frame, maps: i64, units: i64, first: usize) -> Result<DmaView> 
     let src = take(maps & 1 != 0, maps & 4 != 0, units & 0xfff, "source")?;
     let dst = take(maps & 2 != 0, maps & 8 != 0, units >> 16, "destination")?;
     Ok(DmaView { src, dst })
+}
+
+/// Maps decoded lately on this thread: `(operand address, its entries as
+/// given, decoded)`. A map is usually a constant of the program, the same
+/// operand on every call, and a SparseCore kernel starts hundreds of
+/// thousands of DMAs through a few maps per call; decoding one (and the
+/// facts `ViewEntries` keeps) cost more than the DMA's copy. A hit is
+/// checked by content, so a map computed in XLA into a reused buffer is
+/// never mistaken for an earlier one.
+struct DecodedMaps {
+    slots: [Option<DecodedMap>; 4],
+    next: usize,
+}
+
+/// Larger maps are decoded per DMA: their DMAs move as many bytes as
+/// decoding reads, and a gather's map, computed in XLA per DMA, would be
+/// copied into the cache on every miss.
+const MAX_CACHED_MAP: usize = 4096;
+
+/// `(operand address, its entries as given, decoded)`.
+type DecodedMap = (usize, Box<[i32]>, Arc<ViewEntries>);
+
+thread_local! {
+    static DECODED: RefCell<DecodedMaps> = const { RefCell::new(DecodedMaps { slots: [None, None, None, None], next: 0 }) };
+}
+
+/// The entries of a view map operand (`raw`) of op `op`, from the cache or
+/// decoded.
+fn decoded(op: &str, raw: &[i32], what: &str) -> Result<Arc<ViewEntries>> {
+    let at = raw.as_ptr() as usize;
+    let hit = DECODED.with(|d| {
+        let d = d.borrow();
+        d.slots.iter().flatten().find(|(a, r, _)| *a == at && **r == *raw).map(|(_, _, m)| Arc::clone(m))
+    });
+    if let Some(m) = hit {
+        return Ok(m);
+    }
+    // A map ends at its first negative entry: made for the largest size
+    // of a slice of traced size, it holds -1 past the actual one.
+    let len = raw.iter().position(|&b| b < 0).unwrap_or(raw.len());
+    if raw[len..].iter().any(|&b| b >= 0) {
+        return Err(RtError::value(format!("{op}: {what} view map has offsets after its end")));
+    }
+    let m = Arc::new(ViewEntries::new(raw[..len].iter().map(|&b| b as u32).collect::<Vec<u32>>()));
+    if raw.len() > MAX_CACHED_MAP {
+        return Ok(m);
+    }
+    DECODED.with(|d| {
+        let mut d = d.borrow_mut();
+        let k = d.next;
+        d.slots[k] = Some((at, raw.into(), Arc::clone(&m)));
+        d.next = (k + 1) % d.slots.len();
+    });
+    Ok(m)
 }
 
 /// `dma_wait(token, handle, device, core, sem) -> token`; attribute `bytes`
@@ -177,4 +226,23 @@ fn run_waits(f: &Frame, handle: u64, device: u32, core: u32, first: usize, w: Wa
         launch::with_runtime(handle, |rt| rt.dma_wait_at(device, core, sem, bytes, site))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_map_operand_reused_with_other_entries_is_decoded_again() {
+        let mut raw = vec![3, 2, 1, 0, -1];
+        let first = decoded("op", &raw, "source").unwrap();
+        assert_eq!(&first[..], [3, 2, 1, 0]);
+        assert!(Arc::ptr_eq(&first, &decoded("op", &raw, "source").unwrap()), "the same entries: cached");
+        // XLA reuses the buffer for a map computed per DMA.
+        raw[..4].copy_from_slice(&[0, 1, 2, 3]);
+        assert_eq!(&decoded("op", &raw, "source").unwrap()[..], [0, 1, 2, 3]);
+        raw[3..].copy_from_slice(&[-1, 7]);
+        let err = decoded("op", &raw, "source").unwrap_err();
+        assert!(err.message.contains("op: source view map has offsets after its end"), "{}", err.message);
+    }
 }

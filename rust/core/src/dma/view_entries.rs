@@ -1,0 +1,186 @@
+//! A view map's entries, with the facts about them that let a DMA through
+//! the view skip work, computed once per map.
+//!
+//! A map is usually a constant of the kernel's program (the FFI layer keeps
+//! decoded maps across calls), while a SparseCore kernel starts hundreds of
+//! thousands of small DMAs through it per call: checking the map's bounds,
+//! its coverage of the region and its shape on every DMA cost more than
+//! moving the bytes.
+
+use std::ops::Deref;
+use std::sync::OnceLock;
+
+/// The entries of a [`super::ViewMap`] (entry n: the offset, in the
+/// region's value, of byte -- or unit -- n of the view's value).
+#[derive(Debug, Clone)]
+pub struct ViewEntries {
+    entries: Box<[u32]>,
+    /// One past the largest entry (0 for an empty map): every DMA checks it.
+    end: usize,
+    /// Computed when first asked: a large map computed in XLA per DMA (a
+    /// gather's) takes the row path, which needs neither.
+    shape: OnceLock<MapShape>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct MapShape {
+    /// Every entry distinct and `end == len`: the view moves each unit of
+    /// its region exactly once.
+    permutation: bool,
+    /// The map is aligned runs of `run` consecutive entries (1, 2, 4 or 8):
+    /// entry `k * run + j` is `entry[k * run] + j`, a multiple of `run`
+    /// plus j. A bitcast moves whole elements, so its map is runs of the
+    /// narrower itemsize.
+    run: usize,
+}
+
+impl ViewEntries {
+    pub fn new(entries: impl Into<Box<[u32]>>) -> ViewEntries {
+        let entries = entries.into();
+        let end = entries.iter().max().map_or(0, |&m| m as usize + 1);
+        ViewEntries { entries, end, shape: OnceLock::new() }
+    }
+
+    /// One past the largest entry (0 for an empty map).
+    pub fn end(&self) -> usize {
+        self.end
+    }
+
+    fn shape(&self) -> MapShape {
+        *self.shape.get_or_init(|| {
+            let m = &self.entries;
+            let permutation = self.end == m.len() && all_distinct(m);
+            let run = [8, 4, 2].into_iter().find(|&k| is_runs_of(m, k)).unwrap_or(1);
+            MapShape { permutation, run }
+        })
+    }
+
+    /// Whether the map moves every unit of `0..len` exactly once.
+    pub fn is_permutation(&self) -> bool {
+        self.shape().permutation
+    }
+
+    /// The length of the map's aligned runs of consecutive entries.
+    pub fn run(&self) -> usize {
+        self.shape().run
+    }
+}
+
+impl PartialEq for ViewEntries {
+    fn eq(&self, other: &ViewEntries) -> bool {
+        self.entries == other.entries
+    }
+}
+
+impl Eq for ViewEntries {}
+
+impl Deref for ViewEntries {
+    type Target = [u32];
+    fn deref(&self) -> &[u32] {
+        &self.entries
+    }
+}
+
+impl From<&[u32]> for ViewEntries {
+    fn from(m: &[u32]) -> ViewEntries {
+        ViewEntries::new(m)
+    }
+}
+
+impl From<Vec<u32>> for ViewEntries {
+    fn from(m: Vec<u32>) -> ViewEntries {
+        ViewEntries::new(m)
+    }
+}
+
+/// Entries below their length, each at most once (`end == len` checked by
+/// the caller, so every entry indexes the bitmap).
+fn all_distinct(m: &[u32]) -> bool {
+    let mut seen = vec![0u64; m.len().div_ceil(64)];
+    for &b in m {
+        let (word, bit) = (b as usize / 64, 1u64 << (b % 64));
+        if seen[word] & bit != 0 {
+            return false;
+        }
+        seen[word] |= bit;
+    }
+    true
+}
+
+fn is_runs_of(m: &[u32], k: usize) -> bool {
+    !m.is_empty()
+        && m.len() % k == 0
+        && m.chunks_exact(k)
+            .all(|c| c[0] as usize % k == 0 && c.iter().enumerate().all(|(j, &b)| b.wrapping_sub(c[0]) as usize == j))
+}
+
+/// The view's bytes: byte n is `region[map[n]]` (entries within `region`,
+/// checked by the caller), copied a run at a time.
+pub(crate) fn gather(region: &[u8], map: &ViewEntries) -> Vec<u8> {
+    let mut out = vec![0u8; map.len()];
+    match map.run() {
+        8 => gather_runs::<8>(region, map, &mut out),
+        4 => gather_runs::<4>(region, map, &mut out),
+        2 => gather_runs::<2>(region, map, &mut out),
+        _ => gather_runs::<1>(region, map, &mut out),
+    }
+    out
+}
+
+fn gather_runs<const K: usize>(region: &[u8], map: &[u32], out: &mut [u8]) {
+    for (o, &b) in out.chunks_exact_mut(K).zip(map.iter().step_by(K)) {
+        let b = b as usize;
+        o.copy_from_slice(&region[b..b + K]);
+    }
+}
+
+/// Writes `data`, the view's bytes, into `region` through the map, a run
+/// at a time (entries within `region`, checked by the caller).
+pub(crate) fn scatter(region: &mut [u8], map: &ViewEntries, data: &[u8]) {
+    match map.run() {
+        8 => scatter_runs::<8>(region, map, data),
+        4 => scatter_runs::<4>(region, map, data),
+        2 => scatter_runs::<2>(region, map, data),
+        _ => scatter_runs::<1>(region, map, data),
+    }
+}
+
+fn scatter_runs<const K: usize>(region: &mut [u8], map: &[u32], data: &[u8]) {
+    for (d, &b) in data.chunks_exact(K).zip(map.iter().step_by(K)) {
+        let b = b as usize;
+        region[b..b + K].copy_from_slice(d);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn facts_of_a_row_packing_bitcast_map() {
+        // A (2, 4) bf16 region seen as (1, 4) u32: word j is row 0's
+        // element j, then row 1's (bytes 2j, 2j+1, 8+2j, 8+2j+1).
+        let m: Vec<u32> = (0..16).map(|n| (n / 2 % 2) * 8 + (n / 4) * 2 + n % 2).collect();
+        let e = ViewEntries::new(m.clone());
+        assert_eq!((e.end(), e.is_permutation(), e.run()), (16, true, 2));
+        let region: Vec<u8> = (0..16).collect();
+        let view = gather(&region, &e);
+        assert_eq!(view, m.iter().map(|&b| b as u8).collect::<Vec<_>>());
+        let mut back = vec![0u8; 16];
+        scatter(&mut back, &e, &view);
+        assert_eq!(back, region);
+    }
+
+    #[test]
+    fn facts_of_maps_that_repeat_miss_or_break_runs() {
+        let repeat = ViewEntries::new(vec![0, 1, 0, 1]);
+        assert_eq!((repeat.end(), repeat.is_permutation(), repeat.run()), (2, false, 2));
+        let part = ViewEntries::new(vec![4, 5, 6, 7]);
+        assert_eq!((part.end(), part.is_permutation(), part.run()), (8, false, 4));
+        // Consecutive but not aligned: copied byte by byte.
+        let unaligned = ViewEntries::new(vec![1, 2, 3, 0]);
+        assert_eq!((unaligned.is_permutation(), unaligned.run()), (true, 1));
+        let empty = ViewEntries::new(Vec::new());
+        assert_eq!((empty.end(), empty.is_permutation(), empty.run()), (0, true, 1));
+    }
+}
