@@ -120,7 +120,8 @@ impl DmaView {
     /// The source view's value (reads the source region).
     pub(crate) fn load(&self, memory: &MemoryTable, src: MemRef<'_>) -> Result<Vec<u8>> {
         // Bounds first: a huge out-of-bounds region fails without allocating.
-        let n = memory.check_access(src, Access::Read)?;
+        let checked = memory.checked(src, Access::Read)?;
+        let n = checked.bytes();
         if let Some(ViewMap::Bytes(m)) = &self.src {
             if let Some(split) = sparse(memory, src, n, m.len())? {
                 side(&self.src, n, "source")?;
@@ -129,7 +130,7 @@ impl DmaView {
         }
         let mut region = crate::memory::zeroed(n, || format!("a DMA of {n} bytes"))?;
         side(&self.src, n, "source")?;
-        memory.load(src, &mut region)?;
+        memory.load_checked(&checked, &mut region)?;
         Ok(match &self.src {
             None | Some(ViewMap::Same) => region,
             Some(ViewMap::Bytes(m)) => view_entries::gather(&region, m),
@@ -147,7 +148,8 @@ impl DmaView {
             Some(ViewMap::Units(m, layout)) => (m, *layout),
             None | Some(ViewMap::Same) => return memory.store(dst, data),
         };
-        let n = memory.check_access(dst, Access::Write)?;
+        let checked = memory.checked(dst, Access::Write)?;
+        let n = checked.bytes();
         let view = side(&self.dst, n, "destination")?;
         if view != data.len() {
             return Err(RtError::value(format!("DMA destination view has {view} bytes, its data {}", data.len())));
@@ -157,7 +159,7 @@ impl DmaView {
             // Every byte of the region written once: a plain store.
             let mut region = crate::memory::zeroed(n, || format!("a DMA of {n} bytes"))?;
             view_entries::scatter(&mut region, m, data);
-            return memory.store(dst, &region);
+            return memory.store_checked(&checked, &region);
         }
         if let Some(split) = if bytes { sparse(memory, dst, n, m.len())? } else { None } {
             let itemsize = memory.info(dst.key())?.dtype.itemsize();
@@ -197,7 +199,7 @@ impl DmaView {
         }
         scatter_units(&mut region, m, layout, data);
         if all {
-            return memory.store(dst, &region);
+            return memory.store_checked(&checked, &region);
         }
         memory.swap_value(dst, crate::memory::Stored::Dense(&region), Some(&mask), None)
     }

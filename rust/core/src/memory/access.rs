@@ -29,6 +29,19 @@ enum OobRule {
     FillAndReport,
 }
 
+/// A region resolved and checked for an access ([`MemoryTable::checked`]).
+pub struct CheckedAccess<'r> {
+    r: MemRef<'r>,
+    res: Resolved,
+}
+
+impl CheckedAccess<'_> {
+    /// The bytes of the region's value.
+    pub fn bytes(&self) -> usize {
+        self.res.bytes
+    }
+}
+
 /// One access resolved: the buffer, the plan and the result shape.
 struct Resolved {
     who: Who,
@@ -99,17 +112,21 @@ impl MemoryTable {
         // Scalar SMEM reads outside the array follow the TPU (`smem_scalar`):
         // a negative index before `resolve` (which rejects it), one past the
         // end where reads leave the buffer below.
-        let scalar_smem = smem_scalar::is_scalar_smem(&r);
-        if scalar_smem && smem_scalar::has_negative_index(&r) {
+        if smem_scalar::is_scalar_smem(&r) && smem_scalar::has_negative_index(&r) {
             let buf = self.get(r.key(), "read")?;
             if self.read_outside_smem(r, &buf, out) {
                 return Ok(());
             }
         }
-        let mem_ref = r;
-        let region = r.region;
-        let r = self.resolve(r, "read")?;
-        r.check_len("out", out.len(), r.bytes)?;
+        let res = self.resolve(r, "read")?;
+        res.check_len("out", out.len(), res.bytes)?;
+        self.read_resolved(r, &res, out, access)
+    }
+
+    /// The read of [`Self::read_into`] once `r` is resolved to `res` (and
+    /// `out` checked to be its size).
+    fn read_resolved(&self, mem_ref: MemRef<'_>, r: &Resolved, out: &mut [u8], access: Access) -> Result<()> {
+        let region = mem_ref.region;
         let itemsize = r.itemsize();
         let in_bounds = r.plan.clip(&r.buf.shape);
         if in_bounds.as_deref() == Some(&*r.full) {
@@ -118,7 +135,7 @@ impl MemoryTable {
             copy_block(&r.buf.read(&r.who)?, &src, out, &r.dense(), &r.full, itemsize);
             return Ok(());
         }
-        if scalar_smem && self.read_outside_smem(mem_ref, &r.buf, out) {
+        if smem_scalar::is_scalar_smem(&mem_ref) && self.read_outside_smem(mem_ref, &r.buf, out) {
             return Ok(());
         }
         let rule = self.oob_rule(mem_ref.space, access);
@@ -187,12 +204,30 @@ impl MemoryTable {
 
     /// Writes `data` (C order, exactly the region's size) into `r`.
     pub fn store(&self, r: MemRef<'_>, data: &[u8]) -> Result<()> {
-        let region = r.region;
-        let r = self.resolve(r, "write")?;
-        r.check_len("data", data.len(), r.bytes)?;
-        if r.plan.any_out_of(&r.buf.shape) {
-            return Err(message::oob_write(&r.who, region, &r.buf.logical_shape));
+        let res = self.resolve(r, "write")?;
+        res.check_len("data", data.len(), res.bytes)?;
+        if res.plan.any_out_of(&res.buf.shape) {
+            return Err(message::oob_write(&res.who, r.region, &res.buf.logical_shape));
         }
+        self.store_resolved(&res, data)
+    }
+
+    /// A DMA's read of a region checked by [`Self::checked`] for
+    /// [`Access::Read`]: [`Self::load`] without resolving it again.
+    pub fn load_checked(&self, c: &CheckedAccess<'_>, out: &mut [u8]) -> Result<()> {
+        c.res.check_len("out", out.len(), c.res.bytes)?;
+        self.read_resolved(c.r, &c.res, out, Access::Read)
+    }
+
+    /// A DMA's write of a region checked by [`Self::checked`] for
+    /// [`Access::Write`]: [`Self::store`] without resolving it again.
+    pub fn store_checked(&self, c: &CheckedAccess<'_>, data: &[u8]) -> Result<()> {
+        c.res.check_len("data", data.len(), c.res.bytes)?;
+        self.store_resolved(&c.res, data)
+    }
+
+    /// The write of a checked store.
+    fn store_resolved(&self, r: &Resolved, data: &[u8]) -> Result<()> {
         // Only the part within the logical shape is written (from data's low corner).
         if let Some(counts) = r.plan.clip(&r.buf.logical_shape) {
             let itemsize = r.itemsize();
@@ -320,6 +355,14 @@ impl MemoryTable {
     /// returns the bytes of the value. Lets callers refuse a huge region
     /// before allocating room for it.
     pub fn check_access(&self, r: MemRef<'_>, access: Access) -> Result<usize> {
+        self.checked(r, access).map(|c| c.bytes())
+    }
+
+    /// [`Self::check_access`], keeping the resolved region for the access
+    /// itself ([`Self::load_checked`], [`Self::store_checked`]): a small
+    /// DMA through a view otherwise looked its buffer up and planned its
+    /// region twice per side.
+    pub fn checked<'r>(&self, r: MemRef<'r>, access: Access) -> Result<CheckedAccess<'r>> {
         let res = self.resolve(r, access.as_str())?;
         let in_bounds = || res.plan.clip(&res.buf.shape).as_deref() == Some(&*res.full);
         match access {
@@ -330,7 +373,7 @@ impl MemoryTable {
                 Err(message::oob_write(&res.who, r.region, &res.buf.logical_shape))
             }
             Access::Swap if !in_bounds() => Err(message::oob_swap(&res.who, r.region, &res.buf.logical_shape)),
-            _ => Ok(res.bytes),
+            _ => Ok(CheckedAccess { r, res }),
         }
     }
 
