@@ -41,6 +41,23 @@ impl ViewEntries {
         ViewEntries { entries, end, shape: OnceLock::new() }
     }
 
+    /// The entries of an operand cut at its first negative entry (`raw`
+    /// has none), converted and measured in one pass: large maps computed
+    /// in XLA per DMA are decoded on every DMA.
+    pub fn from_i32(raw: &[i32]) -> ViewEntries {
+        let mut max = 0u32;
+        let entries: Box<[u32]> = raw
+            .iter()
+            .map(|&b| {
+                let b = b.max(0) as u32;
+                max = max.max(b);
+                b
+            })
+            .collect();
+        let end = if entries.is_empty() { 0 } else { max as usize + 1 };
+        ViewEntries { entries, end, shape: OnceLock::new() }
+    }
+
     /// One past the largest entry (0 for an empty map).
     pub fn end(&self) -> usize {
         self.end
@@ -169,6 +186,13 @@ mod tests {
         let mut back = vec![0u8; 16];
         scatter(&mut back, &e, &view);
         assert_eq!(back, region);
+    }
+
+    #[test]
+    fn entries_from_an_operand() {
+        let e = ViewEntries::from_i32(&[5, 0, 2]);
+        assert_eq!((&e[..], e.end()), (&[5u32, 0, 2][..], 6));
+        assert_eq!(ViewEntries::from_i32(&[]).end(), 0);
     }
 
     #[test]

@@ -148,7 +148,7 @@ fn decoded(op: &str, raw: &[i32], what: &str) -> Result<Arc<ViewEntries>> {
     if raw[len..].iter().any(|&b| b >= 0) {
         return Err(RtError::value(format!("{op}: {what} view map has offsets after its end")));
     }
-    let m = Arc::new(ViewEntries::new(raw[..len].iter().map(|&b| b as u32).collect::<Vec<u32>>()));
+    let m = Arc::new(ViewEntries::from_i32(&raw[..len]));
     if raw.len() > MAX_CACHED_MAP {
         return Ok(m);
     }
