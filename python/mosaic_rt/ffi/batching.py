@@ -37,6 +37,10 @@ from mosaic_rt import jax_internals as jx
 # Op codes of the ops a batch may hold (the index in the native table).
 CODES = {name: code for code, name in enumerate(_native.BATCH_OPS)}
 MAX_MEMBERS, MAX_MEMBER_ARGS, MAX_MEMBER_RETS, MAX_ATTRS = _native.BATCH_LIMITS
+# Member k's attribute `name` is `m{k}_{name}` with k of this many digits
+# for every member: XLA sorts attributes by name, and the native side then
+# finds each member's as one run, in member order.
+_MEMBER_DIGITS = len(str(MAX_MEMBERS - 1))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,7 +218,7 @@ def encode(members: tuple):
             if m.lazy:
                 made[id(m.lazy[j])] = len(results)
         for name, value in m.attrs.items():
-            attrs[f"m{k}_{name}"] = value
+            attrs[f"m{k:0{_MEMBER_DIGITS}d}_{name}"] = value
     attrs["ops"] = np.asarray(ops, np.int64)
     attrs["args"] = np.asarray(arg_map, np.int64)
     attrs["rets"] = np.asarray(ret_map, np.int64)

@@ -22,8 +22,9 @@ impl<'a> Call<'a> {
 
     /// Runs `body` as op `op` on `frame` (a member of a `batch`): an error
     /// that binds the member to its launch binds this call too.
-    pub fn run_member(&mut self, frame: &CallFrame, op: &'static str, body: Body) -> Result<()> {
-        let mut member = Call { frame: Frame { raw: frame, op }, bound: None };
+    /// Its attribute names start with `skip` bytes that are not theirs.
+    pub fn run_member(&mut self, frame: &CallFrame, skip: usize, op: &'static str, body: Body) -> Result<()> {
+        let mut member = Call { frame: Frame { raw: frame, op, skip }, bound: None };
         let result = body(&mut member).map_err(|e| e.at_site(member.site()));
         if member.bound.is_some() {
             self.bound = member.bound;
@@ -102,7 +103,7 @@ pub unsafe fn run(frame: *mut CallFrame, op: &'static str, body: Body) -> *mut a
 /// Checks the frame, runs the body and turns any failure (error or panic)
 /// into the wire message of the launch's root cause.
 fn execute(raw: &CallFrame, op: &'static str, body: Body) -> Option<String> {
-    let mut call = Call { frame: Frame { raw, op }, bound: None };
+    let mut call = Call { frame: Frame { raw, op, skip: 0 }, bound: None };
     let result = if raw.struct_size < abi::CALL_FRAME_STRUCT_SIZE {
         Err(RtError::internal(format!(
             "{op}: XLA call frame too small ({} < {} bytes): incompatible jaxlib",

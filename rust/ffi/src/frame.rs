@@ -16,6 +16,10 @@ pub struct Frame<'a> {
     pub(crate) raw: &'a CallFrame,
     /// Target name, for messages.
     pub(crate) op: &'static str,
+    /// Bytes before each attribute's name proper: a `batch` member's frame
+    /// shows the batch's own attribute entries, named `m{k}_{name}` (see
+    /// `ops::batch`); 0 for a call of XLA's.
+    pub(crate) skip: usize,
 }
 
 /// One operand or result buffer.
@@ -252,7 +256,8 @@ impl<'a> Frame<'a> {
         at.size.max(0) as usize
     }
 
-    /// (type, name, value pointer) of attribute `i`, if it has a name.
+    /// (type, name, value pointer) of attribute `i`, if it has a name (its
+    /// first `skip` bytes left out).
     #[inline(always)]
     pub(crate) fn attr_entry(&self, i: usize) -> Option<(i32, &'a [u8], *mut c_void)> {
         if i >= self.num_attrs() {
@@ -270,7 +275,7 @@ impl<'a> Frame<'a> {
         }
         // SAFETY: a non-null span pointer covers `len` bytes, valid for the call.
         let key = unsafe { std::slice::from_raw_parts(span.ptr as *const u8, span.len) };
-        Some((ty, key, attr))
+        Some((ty, key.get(self.skip..)?, attr))
     }
 
     /// The attribute called `name`. Every call of an op at one call site

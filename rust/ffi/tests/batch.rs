@@ -33,10 +33,10 @@ fn alloc(handle: [u32; 2], init: f32) -> i32 {
 
 /// `c` with member `k`'s whole-buffer region and `space`.
 fn member_region(c: FakeCall, k: usize) -> FakeCall {
-    c.attr_i64(&format!("m{k}_space"), VMEM)
-        .attr_i64s(&format!("m{k}_sizes"), &[])
-        .attr_i64s(&format!("m{k}_strides"), &[])
-        .attr_i64s(&format!("m{k}_squeezed"), &[])
+    c.attr_i64(&format!("m{k:03}_space"), VMEM)
+        .attr_i64s(&format!("m{k:03}_sizes"), &[])
+        .attr_i64s(&format!("m{k:03}_strides"), &[])
+        .attr_i64s(&format!("m{k:03}_squeezed"), &[])
 }
 
 const OPS: fn() -> Vec<i64> = || vec![code("swap"), code("load")];
@@ -154,8 +154,13 @@ fn malformed_batches_are_value_errors() {
     }
     let handle = begin_single_device("zero");
     let a = alloc(handle, 0.0);
-    let err = swap_then_load(handle, a, a, 1.0).attr_i64("m5_site", 1).call(h::batch).unwrap_err();
-    assert!(err.contains("attribute of member 5, but the batch has 2"), "{err}");
+    // Member attributes are `m{k}_{name}` with 3-digit k: another width,
+    // or a member the batch does not have, is misplaced.
+    for (name, k) in [("m005_site", 5), ("m1_site", 1), ("m0001_site", 1)] {
+        let err = swap_then_load(handle, a, a, 1.0).attr_i64(name, 1).call(h::batch).unwrap_err();
+        let want = format!("attribute {name:?} of member {k} is out of place (the batch has 2 members");
+        assert!(err.contains("ValueError") && err.contains(&want), "{name}: {err}");
+    }
 }
 
 /// A batch of `load(a)`, then `store(b)` of what the load returned: the

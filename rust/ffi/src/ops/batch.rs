@@ -16,7 +16,10 @@
 //!   then the index of each in the batch's operands (results); a
 //!   token-threaded member's operand 0 and result 0 are the batch's token
 //!   (a pure member, the vector program, has none);
-//! * member k's own attribute `name` as `m{k}_{name}`.
+//! * member k's own attribute `name` as `m{k}_{name}`, k written with
+//!   [`MEMBER_DIGITS`] digits (`m007_site`): XLA sorts attributes by name,
+//!   so each member's are one run of the batch's, in member order, and its
+//!   frame shows that run in place (names read past the prefix).
 //!
 //! An operand index `-j` (j >= 1) is the batch's result j, which an
 //! earlier member wrote: a row's `load -> vector program -> store` is one
@@ -25,11 +28,10 @@
 //! Python side refers only to earlier members' results).
 
 use super::{dma, grid, interp, kernel, memory, sem, trace, vector};
-use crate::abi::{self, ByteSpan, CallFrame};
+use crate::abi::{self, CallFrame};
 use crate::dispatch::{Body, Call};
 use crate::frame::Frame;
 use mosaic_rt_core::{Result, RtError};
-use std::cell::RefCell;
 use std::ffi::c_void;
 
 /// The ops a batch may hold, by code (index). Ops that alias more than the
@@ -61,35 +63,29 @@ pub const MEMBERS: &[(&str, Body)] = &[
 ];
 
 /// Most members, operands / results of one member, and attributes of one
-/// batch (the member frames are built on the stack, the attribute table
-/// grows to the largest batch a thread ran; the Python side keeps within
-/// these). A SparseCore trip of 128 rows' `load -> program -> store` is
-/// ~400 members and ~2,000 attributes.
+/// batch (the member frames are built on the stack; the Python side keeps
+/// within these). A SparseCore trip of 128 rows' `load -> program -> store`
+/// is ~400 members and ~2,000 attributes.
 pub const MAX_MEMBERS: usize = 512;
 pub const MAX_MEMBER_ARGS: usize = 32;
 pub const MAX_MEMBER_RETS: usize = 8;
 pub const MAX_ATTRS: usize = 4096;
 
-/// The members' attributes, `(type, name without the prefix, value)`,
-/// grouped by member: a counting sort of the batch's attributes, with no
-/// assumption on their order.
-#[derive(Default)]
-struct MemberAttrs {
-    types: Vec<i32>,
-    spans: Vec<ByteSpan>,
-    values: Vec<*mut c_void>,
-    /// The name pointers of the member being run (into `spans`).
-    names: Vec<*mut ByteSpan>,
-    /// `starts[k]..starts[k + 1]`: member k's slots.
-    starts: Vec<usize>,
-}
+/// Digits of a member's index in its attribute names (`m007_site`): as
+/// many for every member, so that XLA's sorting of the names by bytes
+/// keeps the members in order and each member's attributes together.
+pub const MEMBER_DIGITS: usize = digits(MAX_MEMBERS - 1);
 
-thread_local! {
-    /// Each thread's `MemberAttrs`, reused: allocating and zeroing fresh
-    /// tables cost a tenth of a small launch's instructions. A batch never
-    /// runs inside another (no member is a batch), and every slot a member
-    /// reads is written by this call's `group` first.
-    static SCRATCH: RefCell<MemberAttrs> = RefCell::new(MemberAttrs::default());
+/// The length of a member attribute's prefix `m{k}_`.
+const PREFIX: usize = MEMBER_DIGITS + 2;
+
+const fn digits(mut n: usize) -> usize {
+    let mut d = 1;
+    while n >= 10 {
+        n /= 10;
+        d += 1;
+    }
+    d
 }
 
 pub fn batch(c: &mut Call) -> Result<()> {
@@ -100,11 +96,12 @@ pub fn batch(c: &mut Call) -> Result<()> {
     if ops.len() > MAX_MEMBERS {
         return Err(RtError::value(format!("mosaic_rt_batch: more than {MAX_MEMBERS} members")));
     }
-    SCRATCH.with(|cell| run_members(c, ops, arg_map, ret_map, &mut cell.borrow_mut()))
-}
-
-fn run_members(c: &mut Call, ops: &[i64], arg_map: &[i64], ret_map: &[i64], attrs: &mut MemberAttrs) -> Result<()> {
-    attrs.group(&c.frame, ops.len())?;
+    if f.num_attrs() > MAX_ATTRS + 3 {
+        return Err(RtError::value(format!("mosaic_rt_batch: more than {MAX_ATTRS} member attributes")));
+    }
+    let mut starts = [0u16; MAX_MEMBERS + 1];
+    let starts = &mut starts[..ops.len() + 1];
+    member_ranges(f, starts)?;
     let (mut a, mut r) = (0usize, 0usize);
     for (k, &code) in ops.iter().enumerate() {
         let (name, body) = usize::try_from(code)
@@ -114,7 +111,8 @@ fn run_members(c: &mut Call, ops: &[i64], arg_map: &[i64], ret_map: &[i64], attr
             .ok_or_else(|| RtError::value(format!("mosaic_rt_batch: unknown member op code {code}")))?;
         let args = take_indices(arg_map, &mut a, MAX_MEMBER_ARGS, "args")?;
         let rets = take_indices(ret_map, &mut r, MAX_MEMBER_RETS, "rets")?;
-        run_member(c, name, body, args, rets, attrs, k)?;
+        let attrs = usize::from(starts[k])..usize::from(starts[k + 1]);
+        run_member(c, name, body, args, rets, attrs)?;
     }
     if a != arg_map.len() || r != ret_map.len() {
         return Err(RtError::value("mosaic_rt_batch: attributes `args` / `rets` have entries left over"));
@@ -133,65 +131,60 @@ fn take_indices<'m>(map: &'m [i64], at: &mut usize, max: usize, what: &str) -> R
     Ok(out)
 }
 
-/// The member prefix `m{k}_` of an attribute name: `(k, prefix length)`.
-fn member_of(name: &[u8]) -> Option<(usize, usize)> {
+/// The member index of an attribute name `m{k}_...` (any number of
+/// digits: for messages about misplaced ones).
+fn member_of(name: &[u8]) -> Option<usize> {
     let digits = name.strip_prefix(b"m")?;
     let n = digits.iter().take_while(|b| b.is_ascii_digit()).count();
-    if n == 0 || n > 4 || digits.get(n) != Some(&b'_') {
+    if n == 0 || n > 9 || digits.get(n) != Some(&b'_') {
         return None;
     }
-    let k = digits[..n].iter().fold(0usize, |k, d| k * 10 + usize::from(d - b'0'));
-    Some((k, n + 2))
+    Some(digits[..n].iter().fold(0usize, |k, d| k * 10 + usize::from(d - b'0')))
 }
 
-impl MemberAttrs {
-    fn group(&mut self, f: &Frame, members: usize) -> Result<()> {
-        let n = f.num_attrs();
-        if n > MAX_ATTRS + 3 {
-            return Err(RtError::value(format!("mosaic_rt_batch: more than {MAX_ATTRS} member attributes")));
+/// Whether `name` starts with member `k`'s prefix (`k` has
+/// [`MEMBER_DIGITS`] digits).
+#[inline]
+fn has_prefix(name: &[u8], k: usize) -> bool {
+    let Some(p) = name.get(..PREFIX) else { return false };
+    let mut rest = k;
+    for i in (1..=MEMBER_DIGITS).rev() {
+        if p[i] != b'0' + (rest % 10) as u8 {
+            return false;
         }
-        if self.types.len() < n {
-            let empty = ByteSpan { ptr: std::ptr::null(), len: 0 };
-            self.types.resize(n, 0);
-            self.spans.resize(n, empty);
-            self.values.resize(n, std::ptr::null_mut());
-            self.names.resize(n, std::ptr::null_mut());
-        }
-        // Two passes over the names (count, then place): cheaper than
-        // keeping each attribute's owner in another array.
-        self.starts.clear();
-        self.starts.resize(members + 1, 0);
-        let counts = &mut self.starts;
-        for i in 0..n {
-            let Some((_, key, _)) = f.attr_entry(i) else { continue };
-            if let Some((k, _)) = member_of(key) {
-                if k >= members {
-                    return Err(RtError::value(format!(
-                        "mosaic_rt_batch: attribute of member {k}, but the batch has {members}"
-                    )));
-                }
-                counts[k + 1] += 1;
-            }
-        }
-        for k in 0..members {
-            counts[k + 1] += counts[k];
-        }
-        // Placing member k's next attribute at `starts[k]` moves each start
-        // to the next member's; shifted back one member below.
-        for i in 0..n {
-            let Some((ty, key, value)) = f.attr_entry(i) else { continue };
-            let Some((k, skip)) = member_of(key) else { continue };
-            let slot = self.starts[k];
-            self.starts[k] += 1;
-            self.types[slot] = ty;
-            let rest = &key[skip..];
-            self.spans[slot] = ByteSpan { ptr: rest.as_ptr().cast(), len: rest.len() };
-            self.values[slot] = value;
-        }
-        self.starts.copy_within(0..members, 1);
-        self.starts[0] = 0;
-        Ok(())
+        rest /= 10;
     }
+    p[0] == b'm' && p[PREFIX - 1] == b'_'
+}
+
+/// Member k's attributes are the batch's `starts[k]..starts[k + 1]`: XLA
+/// hands attributes over sorted by name, so with equal-width indices each
+/// member's are one run, in member order. Every other attribute must not
+/// look like a member's (an index of another width or out of range).
+fn member_ranges(f: &Frame, starts: &mut [u16]) -> Result<()> {
+    let (n, members) = (f.num_attrs(), starts.len() - 1);
+    let name = |i: usize| f.attr_entry(i).map_or(&[][..], |(_, key, _)| key);
+    let mut i = 0;
+    while i < n && member_of(name(i)).is_none() {
+        i += 1;
+    }
+    for k in 0..members {
+        starts[k] = i as u16; // i <= n <= MAX_ATTRS + 3 < 2**16
+        while i < n && has_prefix(name(i), k) {
+            i += 1;
+        }
+    }
+    starts[members] = i as u16;
+    for j in (0..n).filter(|&j| j < usize::from(starts[0]) || j >= i) {
+        if let Some(k) = member_of(name(j)) {
+            return Err(RtError::value(format!(
+                "mosaic_rt_batch: attribute {:?} of member {k} is out of place (the batch has {members} members, \
+                 their attributes named m{{k}}_{{name}} with {MEMBER_DIGITS}-digit k)",
+                String::from_utf8_lossy(name(j))
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn run_member(
@@ -200,8 +193,7 @@ fn run_member(
     body: Body,
     args: &[i64],
     rets: &[i64],
-    attrs: &mut MemberAttrs,
-    k: usize,
+    attrs: std::ops::Range<usize>,
 ) -> Result<()> {
     let f = &c.frame;
     let mut arg_types = [0i32; MAX_MEMBER_ARGS];
@@ -220,11 +212,12 @@ fn run_member(
         let entry = usize::try_from(i).ok().and_then(|i| f.ret_entry(i));
         (ret_types[j], ret_ptrs[j]) = entry.ok_or_else(|| bad_index(name, "result", i))?;
     }
-    let (from, to) = (attrs.starts[k], attrs.starts[k + 1]);
-    for (slot, span) in attrs.names[from..to].iter_mut().zip(&mut attrs.spans[from..to]) {
-        *slot = span;
-    }
     let raw = f.raw;
+    // The member's attributes are a run of the batch's own arrays (see
+    // `member_ranges`), which hold `num_attrs()` entries or are null (then
+    // the range is empty).
+    let at = &raw.attrs;
+    let start = if attrs.is_empty() { 0 } else { attrs.start };
     let frame = CallFrame {
         struct_size: raw.struct_size,
         extension_start: std::ptr::null_mut(),
@@ -246,16 +239,16 @@ fn run_member(
             rets: ret_ptrs.as_mut_ptr(),
         },
         attrs: abi::Attrs {
-            struct_size: raw.attrs.struct_size,
+            struct_size: at.struct_size,
             extension_start: std::ptr::null_mut(),
-            size: (to - from) as i64,
-            types: attrs.types[from..].as_mut_ptr(),
-            names: attrs.names[from..].as_mut_ptr(),
-            attrs: attrs.values[from..].as_mut_ptr(),
+            size: attrs.len() as i64,
+            types: at.types.wrapping_add(start),
+            names: at.names.wrapping_add(start),
+            attrs: at.attrs.wrapping_add(start),
         },
         future: raw.future,
     };
-    c.run_member(&frame, name, body)
+    c.run_member(&frame, PREFIX, name, body)
 }
 
 #[cold]
