@@ -168,8 +168,8 @@ fn member_ranges(f: &Frame, starts: &mut [u16]) -> Result<()> {
     while i < n && member_of(name(i)).is_none() {
         i += 1;
     }
-    for k in 0..members {
-        starts[k] = i as u16; // i <= n <= MAX_ATTRS + 3 < 2**16
+    for (k, start) in starts[..members].iter_mut().enumerate() {
+        *start = i as u16; // i <= n <= MAX_ATTRS + 3 < 2**16
         while i < n && has_prefix(name(i), k) {
             i += 1;
         }
