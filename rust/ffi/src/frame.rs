@@ -8,8 +8,8 @@
 
 use crate::abi::{self, CallFrame};
 use mosaic_rt_core::{DType, Result, RtError};
-use std::cell::Cell;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// A validated EXECUTE-stage call frame.
 pub struct Frame<'a> {
@@ -280,20 +280,31 @@ impl<'a> Frame<'a> {
 
     /// The attribute called `name`. Every call of an op at one call site
     /// has the same attributes, so the position it was found at last (per
-    /// thread, op and name) is tried first; otherwise a binary search, since
-    /// XLA hands attributes over sorted by name (its own C++ decoding binds
-    /// them by position in that order; `batch` keeps each member's in it).
-    /// Ops look up many attributes on every call: this is the hot path.
+    /// op and name) is tried first -- for an absent attribute, the position
+    /// it would sort at, confirmed by its neighbours; otherwise a binary
+    /// search, since XLA hands attributes over sorted by name (its own C++
+    /// decoding binds them by position in that order; `batch` keeps each
+    /// member's in it). Ops look up many attributes on every call, optional
+    /// ones mostly absent: this is the hot path.
     fn find_attr(&self, name: &str) -> Option<(i32, *mut c_void)> {
         let slot = hint_slot(self.op, name);
-        let guess = HINTS.with(|h| h[slot].get()) as usize;
+        let guess = usize::from(HINTS[slot].load(Ordering::Relaxed));
         let name = name.as_bytes();
-        if let Some((ty, key, attr)) = self.attr_entry(guess) {
-            if key.len() == name.len() && compare(key, name).is_eq() {
-                return Some((ty, attr));
-            }
+        let n = self.num_attrs();
+        let at_guess = match self.attr_entry(guess) {
+            Some((ty, key, attr)) => match compare(key, name) {
+                std::cmp::Ordering::Equal => return Some((ty, attr)),
+                order => Some(order),
+            },
+            None => None,
+        };
+        // Absent where it was absent last: it sorts right before `guess`.
+        let before_guess = at_guess == Some(std::cmp::Ordering::Greater) || (guess == n && n > 0);
+        if before_guess && (guess == 0 || self.attr_entry(guess - 1).is_some_and(|(_, k, _)| compare(k, name).is_lt()))
+        {
+            return None;
         }
-        let (mut lo, mut hi) = (0, self.num_attrs());
+        let (mut lo, mut hi) = (0, n);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             let Some((ty, key, attr)) = self.attr_entry(mid) else { return self.scan_attr(name) };
@@ -301,13 +312,12 @@ impl<'a> Frame<'a> {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
                 std::cmp::Ordering::Equal => {
-                    if let Ok(at) = u8::try_from(mid) {
-                        HINTS.with(|h| h[slot].set(at));
-                    }
+                    remember(slot, mid);
                     return Some((ty, attr));
                 }
             }
         }
+        remember(slot, lo);
         None
     }
 
@@ -710,10 +720,20 @@ impl<'a> Buf<'a> {
 /// Slots of the per-thread table of attribute positions (see `find_attr`).
 const HINT_SLOTS: usize = 256;
 
-thread_local! {
-    /// Per (op, attribute name), hashed: where the attribute was found
-    /// last. Only a guess, always checked; collisions just cost a search.
-    static HINTS: [Cell<u8>; HINT_SLOTS] = const { [const { Cell::new(0) }; HINT_SLOTS] };
+/// Per (op, attribute name), hashed: where the attribute was found last.
+/// Only a guess, always checked; collisions just cost a search. Shared by
+/// all threads (relaxed loads and stores are plain moves on x86): a
+/// thread-local table cost a `__tls_get_addr` call per lookup in this
+/// shared library, and every device's thread runs the same ops.
+static HINTS: [AtomicU8; HINT_SLOTS] = [const { AtomicU8::new(0) }; HINT_SLOTS];
+
+/// Remembers position `at` for `HINTS` slot `slot` (positions past 255
+/// are not remembered: no op has that many attributes).
+#[inline]
+fn remember(slot: usize, at: usize) {
+    if let Ok(at) = u8::try_from(at) {
+        HINTS[slot].store(at, Ordering::Relaxed);
+    }
 }
 
 /// The `HINTS` slot of attribute `name` of op `op`: names and op names are
@@ -749,7 +769,40 @@ fn compare(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
 
 #[cfg(test)]
 mod tests {
-    use super::compare;
+    use super::{compare, Frame};
+    use crate::testing::FakeCall;
+
+    /// Each frame's `attr_i64_opt(name)` for `names`, all looked up as one
+    /// op (so they share position hints, as a call site's do).
+    fn lookups(frames: &[&[&str]], names: &[&str]) -> Vec<Vec<Option<i64>>> {
+        frames
+            .iter()
+            .map(|attrs| {
+                let mut c = attrs.iter().enumerate().fold(FakeCall::new(), |c, (i, a)| c.attr_i64(a, i as i64));
+                let p = c.prepare();
+                let f = Frame { raw: &p.frame, op: "hint_test_op", skip: 0 };
+                names.iter().map(|n| f.attr_i64_opt(n).unwrap()).collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_attribute_absent_at_its_remembered_position_is_still_found_elsewhere() {
+        // Positions remembered from one frame (found, or absent and where it
+        // would sort) must never hide an attribute in the next one.
+        let frames: [&[&str]; 6] =
+            [&["b", "d"], &["b", "c", "d"], &["a", "b", "d", "e"], &["c"], &[], &["a", "b", "c", "d", "e", "f"]];
+        let names = ["a", "c", "e", "z", ""];
+        let got = lookups(&frames, &names);
+        for (attrs, found) in frames.iter().zip(&got) {
+            for (name, v) in names.iter().zip(found) {
+                let want = attrs.iter().position(|a| a == name).map(|i| i as i64);
+                assert_eq!(*v, want, "{name:?} in {attrs:?}");
+            }
+        }
+        // Twice over: now every hint is one a previous frame left.
+        assert_eq!(lookups(&frames, &names), got);
+    }
 
     #[test]
     fn compare_orders_names_as_bytes_do() {

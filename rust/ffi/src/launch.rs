@@ -7,7 +7,7 @@
 //! on the hot path (the runtime's reference count is: see `CACHE`).
 
 use mosaic_rt_core::{Config, LaunchRegistry, Result, RtError, Runtime};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::{Arc, OnceLock, Weak};
 
 pub fn registry() -> &'static LaunchRegistry {
@@ -60,6 +60,19 @@ fn lookup(handle: u64) -> Result<Arc<Runtime>> {
 
 /// Runs `f` on the runtime of `handle`.
 pub fn with_runtime<R>(handle: u64, f: impl FnOnce(&Runtime) -> Result<R>) -> Result<R> {
+    let pinned = BATCH.with(|b| b.pinned(handle));
+    if !pinned.is_null() {
+        // SAFETY: `BatchScope::rt` is the runtime `BatchScope::owner` holds
+        // a strong reference to; it is only dropped when the batch ends
+        // (`BatchGuard::drop`), after every member returned.
+        return f(unsafe { &*pinned });
+    }
+    let rt = cached_or_lookup(handle)?;
+    BATCH.with(|b| b.offer(handle, &rt));
+    f(&rt)
+}
+
+fn cached_or_lookup(handle: u64) -> Result<Arc<Runtime>> {
     let cached = CACHE.with(|cell| match &*cell.borrow() {
         Some((h, rt)) if *h == handle => rt.upgrade(),
         _ => None,
@@ -73,7 +86,64 @@ pub fn with_runtime<R>(handle: u64, f: impl FnOnce(&Runtime) -> Result<R>) -> Re
             rt?
         }
     };
-    f(&rt)
+    Ok(rt)
+}
+
+/// The runtime a `batch`'s members run on, held for the batch: a batch
+/// runs hundreds of ops of one launch, and upgrading the cached `Weak` per
+/// op is two atomic updates of a count every device's thread shares.
+#[derive(Default)]
+struct BatchScope {
+    active: Cell<bool>,
+    handle: Cell<u64>,
+    /// `owner`'s runtime, or null.
+    rt: Cell<*const Runtime>,
+    owner: RefCell<Option<Arc<Runtime>>>,
+}
+
+impl BatchScope {
+    #[inline]
+    fn pinned(&self, handle: u64) -> *const Runtime {
+        if self.handle.get() == handle {
+            self.rt.get()
+        } else {
+            std::ptr::null()
+        }
+    }
+
+    /// Holds `rt` (the runtime of `handle`) until the batch ends, if a
+    /// batch is running and holds none yet.
+    fn offer(&self, handle: u64, rt: &Arc<Runtime>) {
+        if self.active.get() && self.rt.get().is_null() {
+            *self.owner.borrow_mut() = Some(Arc::clone(rt));
+            self.handle.set(handle);
+            self.rt.set(Arc::as_ptr(rt));
+        }
+    }
+}
+
+thread_local! {
+    static BATCH: BatchScope = BatchScope { rt: Cell::new(std::ptr::null()), ..BatchScope::default() };
+}
+
+/// While alive, ops on this thread keep the first runtime they look up
+/// (see `BatchScope`). A batch never runs inside another.
+pub struct BatchGuard(());
+
+pub fn batch_scope() -> BatchGuard {
+    BATCH.with(|b| b.active.set(true));
+    BatchGuard(())
+}
+
+impl Drop for BatchGuard {
+    fn drop(&mut self) {
+        BATCH.with(|b| {
+            b.active.set(false);
+            b.rt.set(std::ptr::null());
+            b.handle.set(0);
+            b.owner.borrow_mut().take()
+        });
+    }
 }
 
 /// Forgets the cached runtime of `handle` on this thread (the cache does

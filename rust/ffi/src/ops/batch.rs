@@ -102,6 +102,7 @@ pub fn batch(c: &mut Call) -> Result<()> {
     let mut starts = [0u16; MAX_MEMBERS + 1];
     let starts = &mut starts[..ops.len() + 1];
     member_ranges(f, starts)?;
+    let _pinned = crate::launch::batch_scope();
     let (mut a, mut r) = (0usize, 0usize);
     for (k, &code) in ops.iter().enumerate() {
         let (name, body) = usize::try_from(code)
