@@ -191,3 +191,18 @@ fn a_full_length_map_with_repeats_keeps_the_bytes_it_misses() {
         assert_eq!(bytes(&rt, MemorySpace::Vmem, dst), [2, 3, 4, 9], "{mode:?}");
     }
 }
+
+#[test]
+fn a_row_gather_whose_runs_cross_rows_moves_them_byte_by_byte() {
+    // Rows of 12 bytes and a map of aligned runs of 8 bytes: the run at 8
+    // spans rows 0 and 1 (the row path cannot move it as one piece).
+    let rt = runtime(DmaMode::Eager);
+    let (src, src_bytes) = pattern_buffer(&rt, MemorySpace::Hbm, &[32, 3]);
+    let (dst, _) = pattern_buffer(&rt, MemorySpace::Vmem, &[4]);
+    let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
+    let src_map: Vec<u32> = (8..16).chain(96..104).collect();
+    rt.dma_start_view(request(src, dst, sem), DmaView { src: map(&src_map), dst: None }).unwrap();
+    rt.dma_wait(0, 0, sem, 16).unwrap();
+    let want: Vec<u8> = src_map.iter().map(|&b| src_bytes[b as usize]).collect();
+    assert_eq!(bytes(&rt, MemorySpace::Vmem, dst), want);
+}

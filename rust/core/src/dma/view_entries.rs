@@ -41,21 +41,20 @@ impl ViewEntries {
         ViewEntries { entries, end, shape: OnceLock::new() }
     }
 
-    /// The entries of an operand cut at its first negative entry (`raw`
-    /// has none), converted and measured in one pass: large maps computed
-    /// in XLA per DMA are decoded on every DMA.
-    pub fn from_i32(raw: &[i32]) -> ViewEntries {
+    /// The entries of an operand before its first negative one (a map
+    /// made for the largest size of a slice of traced size holds -1 past
+    /// the actual one), converted and measured in one pass: large maps
+    /// computed in XLA per DMA are decoded on every DMA.
+    pub fn until_negative(raw: &[i32]) -> ViewEntries {
         let mut max = 0u32;
-        let entries: Box<[u32]> = raw
-            .iter()
-            .map(|&b| {
-                let b = b.max(0) as u32;
-                max = max.max(b);
-                b
-            })
-            .collect();
+        let mut entries = Vec::with_capacity(raw.len());
+        for &b in raw {
+            let Ok(b) = u32::try_from(b) else { break };
+            max = max.max(b);
+            entries.push(b);
+        }
         let end = if entries.is_empty() { 0 } else { max as usize + 1 };
-        ViewEntries { entries, end, shape: OnceLock::new() }
+        ViewEntries { entries: entries.into_boxed_slice(), end, shape: OnceLock::new() }
     }
 
     /// One past the largest entry (0 for an empty map).
@@ -190,9 +189,12 @@ mod tests {
 
     #[test]
     fn entries_from_an_operand() {
-        let e = ViewEntries::from_i32(&[5, 0, 2]);
+        let e = ViewEntries::until_negative(&[5, 0, 2]);
         assert_eq!((&e[..], e.end()), (&[5u32, 0, 2][..], 6));
-        assert_eq!(ViewEntries::from_i32(&[]).end(), 0);
+        assert_eq!(ViewEntries::until_negative(&[]).end(), 0);
+        let cut = ViewEntries::until_negative(&[3, 1, -1, 9, -1]);
+        assert_eq!((&cut[..], cut.end()), (&[3u32, 1][..], 4));
+        assert_eq!(ViewEntries::until_negative(&[-1, 2]).end(), 0);
     }
 
     #[test]

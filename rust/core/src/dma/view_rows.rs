@@ -10,6 +10,7 @@
 //! sub-region. Bounds, initcheck and races then see only those rows (the
 //! dense path's race records named the whole region).
 
+use super::view_entries::ViewEntries;
 use crate::error::Result;
 use crate::memory::{MemRef, MemoryTable, Stored};
 use crate::region::{DimSel, Region};
@@ -47,11 +48,13 @@ impl Rows {
 
     /// The touched rows of `map` (offsets into the region's value), sorted
     /// and distinct, and their runs of consecutive rows `(first, end)`.
-    fn touched(&self, map: &[u32]) -> (Vec<usize>, Vec<(usize, usize)>) {
+    fn touched(&self, map: &ViewEntries) -> (Vec<usize>, Vec<(usize, usize)>) {
         let rb = self.row_bytes.max(1);
         let mut rows: Vec<usize> = Vec::new();
         let mut recent = Recent::new(rb);
-        for &b in map {
+        // A run of the map lies in one row (`run_in_rows`): its first byte
+        // names the row.
+        for &b in map.iter().step_by(self.run_in_rows(map)) {
             let b = b as usize;
             if recent.at(b).is_none() {
                 let r = b / rb;
@@ -69,6 +72,17 @@ impl Rows {
             }
         }
         (rows, runs)
+    }
+
+    /// The map's run length (see `ViewEntries::run`) when its runs never
+    /// cross a row (rows are whole runs: runs are aligned), else 1.
+    fn run_in_rows(&self, map: &ViewEntries) -> usize {
+        let run = map.run();
+        if self.row_bytes % run == 0 {
+            run
+        } else {
+            1
+        }
     }
 
     /// Whether moving `map`'s bytes by rows beats copying the whole region.
@@ -121,7 +135,7 @@ impl Recent {
 }
 
 /// The view's value: byte n is byte `map[n]` of the region's value.
-pub(crate) fn load(memory: &MemoryTable, src: MemRef<'_>, split: &Rows, map: &[u32]) -> Result<Vec<u8>> {
+pub(crate) fn load(memory: &MemoryTable, src: MemRef<'_>, split: &Rows, map: &ViewEntries) -> Result<Vec<u8>> {
     let (rows, runs) = split.touched(map);
     let rb = split.row_bytes;
     let mut compact = crate::memory::zeroed(rows.len() * rb, || format!("a DMA of {} rows", rows.len()))?;
@@ -131,8 +145,24 @@ pub(crate) fn load(memory: &MemoryTable, src: MemRef<'_>, split: &Rows, map: &[u
         memory.load(MemRef { region: &region, ..src }, &mut compact[at..at + (b - a) * rb])?;
         at += (b - a) * rb;
     }
+    let mut out = crate::memory::zeroed(map.len(), || format!("a DMA of {} bytes", map.len()))?;
+    match split.run_in_rows(map) {
+        8 => gather_runs::<8>(&compact, map, &rows, rb, &mut out),
+        4 => gather_runs::<4>(&compact, map, &rows, rb, &mut out),
+        2 => gather_runs::<2>(&compact, map, &rows, rb, &mut out),
+        _ => gather_runs::<1>(&compact, map, &rows, rb, &mut out),
+    }
+    Ok(out)
+}
+
+/// `out`'s runs of K bytes from `compact` (the touched `rows`, of `rb`
+/// bytes each), through `map`.
+fn gather_runs<const K: usize>(compact: &[u8], map: &[u32], rows: &[usize], rb: usize, out: &mut [u8]) {
     let mut recent = Recent::new(rb);
-    Ok(map.iter().map(|&byte| compact[recent.place(byte as usize, &rows)]).collect())
+    for (o, &b) in out.chunks_exact_mut(K).zip(map.iter().step_by(K)) {
+        let at = recent.place(b as usize, rows);
+        o.copy_from_slice(&compact[at..at + K]);
+    }
 }
 
 /// Writes `data`, the view's value, into the region rows it covers: per
@@ -143,7 +173,7 @@ pub(crate) fn store(
     memory: &MemoryTable,
     dst: MemRef<'_>,
     split: &Rows,
-    map: &[u32],
+    map: &ViewEntries,
     data: &[u8],
     itemsize: usize,
 ) -> Result<()> {
@@ -151,11 +181,12 @@ pub(crate) fn store(
     let rb = split.row_bytes;
     let mut compact = crate::memory::zeroed(rows.len() * rb, || format!("a DMA of {} rows", rows.len()))?;
     let mut covered = vec![0u8; compact.len()];
+    let k = split.run_in_rows(map);
     let mut recent = Recent::new(rb);
-    for (&byte, &v) in map.iter().zip(data) {
+    for (&byte, v) in map.iter().step_by(k).zip(data.chunks_exact(k)) {
         let at = recent.place(byte as usize, &rows);
-        compact[at] = v;
-        covered[at] = 1;
+        compact[at..at + k].copy_from_slice(v);
+        covered[at..at + k].fill(1);
     }
     let itemsize = itemsize.max(1);
     let mut at = 0;

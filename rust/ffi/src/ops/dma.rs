@@ -144,11 +144,10 @@ fn decoded(op: &str, raw: &[i32], what: &str) -> Result<Arc<ViewEntries>> {
     }
     // A map ends at its first negative entry: made for the largest size
     // of a slice of traced size, it holds -1 past the actual one.
-    let len = raw.iter().position(|&b| b < 0).unwrap_or(raw.len());
-    if raw[len..].iter().any(|&b| b >= 0) {
+    let m = Arc::new(ViewEntries::until_negative(raw));
+    if raw[m.len()..].iter().any(|&b| b >= 0) {
         return Err(RtError::value(format!("{op}: {what} view map has offsets after its end")));
     }
-    let m = Arc::new(ViewEntries::from_i32(&raw[..len]));
     if raw.len() > MAX_CACHED_MAP {
         return Ok(m);
     }
