@@ -24,7 +24,7 @@ impl<'a> Call<'a> {
     /// that binds the member to its launch binds this call too.
     /// Its attribute names start with `skip` bytes that are not theirs.
     pub fn run_member(&mut self, frame: &CallFrame, skip: usize, op: &'static str, body: Body) -> Result<()> {
-        let mut member = Call { frame: Frame { raw: frame, op, skip }, bound: None };
+        let mut member = Call { frame: Frame { raw: frame, op, skip, hints: self.frame.hints }, bound: None };
         let result = body(&mut member).map_err(|e| e.at_site(member.site()));
         if member.bound.is_some() {
             self.bound = member.bound;
@@ -103,7 +103,11 @@ pub unsafe fn run(frame: *mut CallFrame, op: &'static str, body: Body) -> *mut a
 /// Checks the frame, runs the body and turns any failure (error or panic)
 /// into the wire message of the launch's root cause.
 fn execute(raw: &CallFrame, op: &'static str, body: Body) -> Option<String> {
-    let mut call = Call { frame: Frame { raw, op, skip: 0 }, bound: None };
+    crate::frame::with_hints(|hints| execute_with(raw, op, body, hints))
+}
+
+fn execute_with(raw: &CallFrame, op: &'static str, body: Body, hints: &crate::frame::Hints) -> Option<String> {
+    let mut call = Call { frame: Frame { raw, op, skip: 0, hints }, bound: None };
     let result = if raw.struct_size < abi::CALL_FRAME_STRUCT_SIZE {
         Err(RtError::internal(format!(
             "{op}: XLA call frame too small ({} < {} bytes): incompatible jaxlib",

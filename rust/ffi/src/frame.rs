@@ -8,8 +8,8 @@
 
 use crate::abi::{self, CallFrame};
 use mosaic_rt_core::{DType, Result, RtError};
+use std::cell::Cell;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU8, Ordering};
 
 /// A validated EXECUTE-stage call frame.
 pub struct Frame<'a> {
@@ -20,6 +20,8 @@ pub struct Frame<'a> {
     /// shows the batch's own attribute entries, named `m{k}_{name}` (see
     /// `ops::batch`); 0 for a call of XLA's.
     pub(crate) skip: usize,
+    /// This thread's attribute position hints (see `find_attr`).
+    pub(crate) hints: &'a Hints,
 }
 
 /// One operand or result buffer.
@@ -288,7 +290,7 @@ impl<'a> Frame<'a> {
     /// ones mostly absent: this is the hot path.
     fn find_attr(&self, name: &str) -> Option<(i32, *mut c_void)> {
         let slot = hint_slot(self.op, name);
-        let guess = usize::from(HINTS[slot].load(Ordering::Relaxed));
+        let guess = usize::from(self.hints.0[slot].get());
         let name = name.as_bytes();
         let n = self.num_attrs();
         let at_guess = match self.attr_entry(guess) {
@@ -312,12 +314,12 @@ impl<'a> Frame<'a> {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
                 std::cmp::Ordering::Equal => {
-                    remember(slot, mid);
+                    self.hints.remember(slot, mid);
                     return Some((ty, attr));
                 }
             }
         }
-        remember(slot, lo);
+        self.hints.remember(slot, lo);
         None
     }
 
@@ -721,18 +723,30 @@ impl<'a> Buf<'a> {
 const HINT_SLOTS: usize = 256;
 
 /// Per (op, attribute name), hashed: where the attribute was found last.
-/// Only a guess, always checked; collisions just cost a search. Shared by
-/// all threads (relaxed loads and stores are plain moves on x86): a
-/// thread-local table cost a `__tls_get_addr` call per lookup in this
-/// shared library, and every device's thread runs the same ops.
-static HINTS: [AtomicU8; HINT_SLOTS] = [const { AtomicU8::new(0) }; HINT_SLOTS];
+/// Only a guess, always checked; collisions just cost a search. One table
+/// per thread (a shared one has its lines bounce between cores whenever
+/// call sites with different positions alternate), reached through the
+/// frame: looked up once per call, since a thread-local costs a
+/// `__tls_get_addr` call in this shared library.
+pub(crate) struct Hints([Cell<u8>; HINT_SLOTS]);
 
-/// Remembers position `at` for `HINTS` slot `slot` (positions past 255
-/// are not remembered: no op has that many attributes).
-#[inline]
-fn remember(slot: usize, at: usize) {
-    if let Ok(at) = u8::try_from(at) {
-        HINTS[slot].store(at, Ordering::Relaxed);
+thread_local! {
+    static HINTS: Hints = const { Hints([const { Cell::new(0) }; HINT_SLOTS]) };
+}
+
+/// Runs `f` with this thread's hints.
+pub(crate) fn with_hints<R>(f: impl FnOnce(&Hints) -> R) -> R {
+    HINTS.with(f)
+}
+
+impl Hints {
+    /// Remembers position `at` for slot `slot` (positions past 255 are not
+    /// remembered: no op has that many attributes).
+    #[inline]
+    fn remember(&self, slot: usize, at: usize) {
+        if let Ok(at) = u8::try_from(at) {
+            self.0[slot].set(at);
+        }
     }
 }
 
@@ -780,8 +794,10 @@ mod tests {
             .map(|attrs| {
                 let mut c = attrs.iter().enumerate().fold(FakeCall::new(), |c, (i, a)| c.attr_i64(a, i as i64));
                 let p = c.prepare();
-                let f = Frame { raw: &p.frame, op: "hint_test_op", skip: 0 };
-                names.iter().map(|n| f.attr_i64_opt(n).unwrap()).collect()
+                super::with_hints(|hints| {
+                    let f = Frame { raw: &p.frame, op: "hint_test_op", skip: 0, hints };
+                    names.iter().map(|n| f.attr_i64_opt(n).unwrap()).collect()
+                })
             })
             .collect()
     }
