@@ -4,7 +4,8 @@
 //! jax, so no 64-bit operands). Every op looks its runtime up through a
 //! per-thread cache first: a device's program runs on one XLA thread, so the
 //! cache hits on nearly every call, and the shared registry is not touched
-//! on the hot path (the runtime's reference count is: see `CACHE`).
+//! on the hot path (the runtime's reference count is, once per call: see
+//! `CACHE`; a `batch` call's members share one lookup: see `BatchScope`).
 
 use mosaic_rt_core::{Config, LaunchRegistry, Result, RtError, Runtime};
 use std::cell::{Cell, RefCell};
@@ -96,7 +97,7 @@ fn cached_or_lookup(handle: u64) -> Result<Arc<Runtime>> {
 struct BatchScope {
     active: Cell<bool>,
     handle: Cell<u64>,
-    /// `owner`'s runtime, or null.
+    /// `owner`'s runtime, or null (the default).
     rt: Cell<*const Runtime>,
     owner: RefCell<Option<Arc<Runtime>>>,
 }
@@ -123,7 +124,7 @@ impl BatchScope {
 }
 
 thread_local! {
-    static BATCH: BatchScope = BatchScope { rt: Cell::new(std::ptr::null()), ..BatchScope::default() };
+    static BATCH: BatchScope = BatchScope::default();
 }
 
 /// While alive, ops on this thread keep the first runtime they look up
