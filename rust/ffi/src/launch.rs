@@ -93,11 +93,10 @@ fn cached_or_lookup(handle: u64) -> Result<Arc<Runtime>> {
 /// The runtime a `batch`'s members run on, held for the batch: a batch
 /// runs hundreds of ops of one launch, and upgrading the cached `Weak` per
 /// op is two atomic updates of a count every device's thread shares.
-#[derive(Default)]
 struct BatchScope {
     active: Cell<bool>,
     handle: Cell<u64>,
-    /// `owner`'s runtime, or null (the default).
+    /// `owner`'s runtime, or null.
     rt: Cell<*const Runtime>,
     owner: RefCell<Option<Arc<Runtime>>>,
 }
@@ -124,7 +123,16 @@ impl BatchScope {
 }
 
 thread_local! {
-    static BATCH: BatchScope = BatchScope::default();
+    // Spelled out: `Default` for raw pointers is newer than the crate's
+    // minimum Rust (1.85).
+    static BATCH: BatchScope = const {
+        BatchScope {
+            active: Cell::new(false),
+            handle: Cell::new(0),
+            rt: Cell::new(std::ptr::null()),
+            owner: RefCell::new(None),
+        }
+    };
 }
 
 /// While alive, ops on this thread keep the first runtime they look up
