@@ -181,6 +181,11 @@ pub fn leave(handle: u64, device: u32) {
 
 /// `device`'s program stopped on an error: record `err` as the launch's
 /// failure (waking every other core) and return the launch's root cause.
+///
+/// A launch already failed and freed reports its recorded root cause, not
+/// `err`: with several cores per device, the first failing core abandons
+/// the device (ending the borrows of its inputs) while its other cores are
+/// still inside ops, and their errors are consequences of that failure.
 pub fn fail_and_abandon(handle: u64, device: u32, err: RtError) -> RtError {
     evict(handle);
     let root = match registry().get(handle) {
@@ -192,7 +197,7 @@ pub fn fail_and_abandon(handle: u64, device: u32, err: RtError) -> RtError {
             }
             root
         }
-        None => err,
+        None => registry().tombstone(handle).unwrap_or(err),
     };
     registry().abandon(handle, device);
     root.root_cause().clone()
@@ -257,5 +262,20 @@ mod tests {
         go.send(()).unwrap();
         let late = worker.join().unwrap();
         assert!(late.contains("unknown kernel launch handle"), "{late}");
+    }
+
+    /// A core still inside an op when another core's failure freed the
+    /// launch (a late read of a released input, say) reports the launch's
+    /// root cause, not its own consequence of it.
+    #[test]
+    fn a_late_failure_of_a_freed_launch_reports_the_first_failure() {
+        let config = Config { num_devices: 1, ..Config::default() };
+        let handle = join(0x1ea4_c0df, 1, 0, &config).expect("join");
+        let first = RtError::value("the first core's failure").at(0, 2);
+        let root = fail_and_abandon(handle, 0, first.clone());
+        assert_eq!(root.message, first.message);
+        assert!(registry().get(handle).is_none(), "the failed launch was freed");
+        let late = fail_and_abandon(handle, 0, RtError::internal("read after its device left the launch"));
+        assert_eq!(late.message, first.message, "{late}");
     }
 }
