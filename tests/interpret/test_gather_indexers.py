@@ -404,3 +404,61 @@ def test_parallel_loop_runs_every_iteration_with_its_carry(mode, step):
     starts = (np.arange(128) // step) * step
     np.testing.assert_array_equal(np.asarray(out), np.asarray(x) * 2 + starts[None, :])
     np.testing.assert_array_equal(np.asarray(n), np.full(8, 128 // step, np.int32))
+
+
+def _gather_at(view, idx, start, x, out_aval, mode):
+    """`_gather` with a traced scalar `start` (read from SMEM) for `view`."""
+
+    def kernel(idx_ref, start_ref, x_hbm, o_ref, buf, sem):
+        pltpu.async_copy(view(x_hbm, idx_ref[...], start_ref[0]), buf, sem).wait()
+        o_ref[...] = buf[...]
+
+    return pl.pallas_call(
+        kernel,
+        out_shape=out_aval,
+        in_specs=[_VMEM, pl.BlockSpec(memory_space=pltpu.SMEM), _ANY],
+        out_specs=_VMEM,
+        scratch_shapes=[pltpu.VMEM(out_aval.shape, out_aval.dtype), pltpu.SemaphoreType.DMA],
+        interpret=_params(mode),
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(("src_dtype", "view_dtype"), [(jnp.bfloat16, jnp.uint32), (jnp.int32, jnp.int32)])
+def test_gather_with_a_traced_column_start(mode, src_dtype, view_dtype):
+    """``x.bitcast(u32).at[idx, pl.ds(c, n)]`` with `c` known at run time
+    only (tpu-inference's ragged gather-reduce: its column chunk is the
+    pipeline step's): the map comes as rows, shifted by `c`."""
+    x = _data((64, 384), src_dtype)
+    view = np.asarray(tpu_bitcast(x, view_dtype))
+    idx = _indices(16, view.shape[0])
+    call = _gather_at(
+        lambda r, i, c: r.bitcast(view_dtype).at[i, pl.ds(c, 128)],
+        idx,
+        None,
+        x,
+        jax.ShapeDtypeStruct((16, 128), view_dtype),
+        mode,
+    )
+    fn = jax.jit(call)
+    for c in (0, 100, 256):
+        out = fn(idx, jnp.asarray([c], jnp.int32), x)
+        _assert_same_bits(out, view[np.asarray(idx), c : c + 128])
+    # Only the rows' starts are computed per DMA: the map is sent as rows
+    # (`view_maps` bits 1 | 16 for a source map of rows).
+    assert "view_maps = 17" in fn.lower(idx, jnp.asarray([0], jnp.int32), x).as_text()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("c", [-1, 257, 1 << 20])
+def test_gather_with_a_traced_column_start_out_of_range_is_an_error(mode, c):
+    x = _data((64, 384), jnp.int32)
+    idx = _indices(8, 64)
+    call = _gather_at(
+        lambda r, i, s: r.at[i, pl.ds(s, 128)], idx, None, x, jax.ShapeDtypeStruct((8, 128), jnp.int32), mode
+    )
+    with (
+        pytest.raises(ValueError, match="DMA source view reaches outside.*index out of bounds"),
+        mosaic_rt.native_errors(),
+    ):
+        jax.block_until_ready(call(idx, jnp.asarray([c], jnp.int32), x))

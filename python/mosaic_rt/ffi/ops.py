@@ -718,7 +718,8 @@ def dma_start(
     order (see :func:`dma_wait`). ``src_map`` / ``dst_map``: a side seen
     through a ref view, as the int32 vector of its view's byte offsets in
     its region's value (``mosaic_rt.interpret.evaluation.dma_views``), a
-    `UnitMap` (the same in sub-byte units), or `SAME_BYTES`."""
+    `UnitMap` (the same in sub-byte units), a `RowMap` (the same given as
+    rows), or `SAME_BYTES`."""
     if (src_sem is None) != (dst_device is None):
         raise ValueError("Either both or neither `src_sem` and `device_id` can be set.")
     tail = []
@@ -745,7 +746,7 @@ def dma_start(
     bits = _view_bits(src_map, 1) | _view_bits(dst_map, 2)
     if bits:  # last: a DMA without views is emitted as it always was
         maps = [m for m in (src_map, dst_map) if m is not None and m is not SAME_BYTES]
-        operands = [*operands, *(m.offsets if isinstance(m, UnitMap) else m for m in maps)]
+        operands = [*operands, *(o for m in maps for o in _map_operands(m))]
         wait_attrs = dict(wait_attrs, view_maps=bits)
         units = _unit_code(src_map) | _unit_code(dst_map) << 16
         if units:
@@ -785,6 +786,27 @@ class UnitMap:
     view: int
 
 
+@dataclasses.dataclass(frozen=True)
+class RowMap:
+    """A `dma_start` side byte map given as rows (a gather / scatter through
+    a view): row ``i`` of the view's bytes is ``pattern`` shifted by
+    ``starts[i]`` (byte ``i * len(pattern) + k`` is ``starts[i] +
+    pattern[k]``; a start of ``2**31 - 1`` marks a row whose index was out
+    of bounds). Only the starts are computed per DMA; the pattern is a
+    constant."""
+
+    starts: Any
+    pattern: Any
+
+
+def _map_operands(view_map) -> tuple:
+    if isinstance(view_map, UnitMap):
+        return (view_map.offsets,)
+    if isinstance(view_map, RowMap):
+        return (view_map.pattern, view_map.starts)
+    return (view_map,)
+
+
 def _unit_code(view_map) -> int:
     """The side's `view_units` code: ``unit | region << 4 | view << 8``, 0
     for a byte map (or none)."""
@@ -795,9 +817,11 @@ def _unit_code(view_map) -> int:
 
 def _view_bits(view_map, bit: int) -> int:
     """The side's `view_maps` bits: `bit` for a map operand, `bit << 2` for
-    `SAME_BYTES`, 0 for none."""
+    `SAME_BYTES`, `bit | bit << 4` for a `RowMap`, 0 for none."""
     if view_map is None:
         return 0
+    if isinstance(view_map, RowMap):
+        return bit | bit << 4
     return bit << 2 if view_map is SAME_BYTES else bit
 
 

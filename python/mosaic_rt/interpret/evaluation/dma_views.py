@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mosaic_rt import jax_internals as jx
-from mosaic_rt.ffi.ops import SAME_BYTES, UnitMap
+from mosaic_rt.ffi.ops import SAME_BYTES, RowMap, UnitMap
 from mosaic_rt.interpret.evaluation import views
 
 # The map is int32: its region's value must have fewer bytes (units).
@@ -367,10 +367,60 @@ def _gather(transforms, ref_aval, what: str):
     idx = jnp.asarray(first)
     bad = (idx < 0) | (idx >= rows)
     idx = jnp.clip(idx, 0, rows - 1).astype(jnp.int32)
+    if unit == 8 and per == 1:
+        by_rows = _row_map(pattern[0], idx * np.int32(period * row_bytes), bad, others)
+        if by_rows is not None:
+            return region, by_rows
     block = (idx // per).reshape(-1, *([1] * (pattern.ndim - 1)))
     x = block * np.int32(period * row_bytes) + jnp.asarray(pattern)[idx % per]
     x = jnp.where(bad.reshape(block.shape), OUT_OF_BOUNDS, x)
     return region, _map(_select(x, others, what).reshape(-1), unit, base.dtype, view_dtype)
+
+
+def _row_map(pattern, starts, bad, indices):
+    """The gather's map as a `RowMap` when every gathered row sees the same
+    `pattern` (shape (*dims, bytes per element): the offsets of one row's
+    bytes, relative to its block's first byte; `starts`: each row's block)
+    and `indices` (one per dim) are slices of static size and stride: XLA
+    then computes one start per row per DMA, not every byte (a SparseCore
+    gather of 16 rows of 8 KiB was 131072 offsets per DMA). A slice of
+    traced start moves every row by the same amount where the pattern is
+    linear along its dim (bitcasts keep it so: they only regroup the bytes
+    of each element). `None` for anything else (the full map does it)."""
+    dims = pattern.shape[:-1]
+    if len(indices) != len(dims):
+        return None
+    box = []
+    for d, (i, extent) in enumerate(zip(indices, dims)):
+        if not (isinstance(i, jx.Slice) and _static(i.size) and _static(i.stride) and int(i.size) > 0):
+            return None
+        size, stride = int(i.size), int(i.stride)
+        reach = (size - 1) * stride  # the slice's last index past its first
+        if _static(i.start):
+            start = int(i.start)
+            if start < 0 or start + reach >= extent:
+                return None  # out of bounds: the full map reports it
+            box.append(slice(start, start + reach + 1, stride))
+            continue
+        step = _linear_step(pattern, d)
+        if step is None:
+            return None
+        start = jnp.asarray(i.start).astype(jnp.int32)
+        bad = bad | (start < 0) | (start + reach >= extent)
+        starts = starts + jnp.clip(start, 0, max(extent - 1 - reach, 0)) * np.int32(step)
+        box.append(slice(0, reach + 1, stride))
+    starts = jnp.where(bad, OUT_OF_BOUNDS, starts).astype(jnp.int32)
+    return RowMap(starts=starts, pattern=np.ascontiguousarray(pattern[tuple(box)]).reshape(-1))
+
+
+def _linear_step(pattern, d: int):
+    """The offset step of `pattern` along dim `d` if it is the same
+    everywhere (0 for a dim of one element), else None."""
+    if pattern.shape[d] < 2:
+        return 0
+    steps = np.diff(pattern.astype(np.int64), axis=d)
+    step = int(steps.flat[0])
+    return step if bool(np.all(steps == step)) else None
 
 
 def _select(x, indices, what: str):

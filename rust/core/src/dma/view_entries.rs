@@ -18,27 +18,26 @@ pub struct ViewEntries {
     /// One past the largest entry (0 for an empty map): every DMA checks it.
     end: usize,
     /// Computed when first asked: a large map computed in XLA per DMA (a
-    /// gather's) takes the row path, which needs neither.
-    shape: OnceLock<MapShape>,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct MapShape {
-    /// Every entry distinct and `end == len`: the view moves each unit of
-    /// its region exactly once.
-    permutation: bool,
+    /// gather's) takes the row path, which needs no permutation check.
+    permutation: OnceLock<bool>,
     /// The map is aligned runs of `run` consecutive entries (1, 2, 4 or 8):
     /// entry `k * run + j` is `entry[k * run] + j`, a multiple of `run`
     /// plus j. A bitcast moves whole elements, so its map is runs of the
-    /// narrower itemsize.
-    run: usize,
+    /// narrower itemsize. Known up front for a map made of rows
+    /// ([`ViewEntries::rows`]), else computed when first asked.
+    run: OnceLock<usize>,
 }
+
+/// The entry of a row of [`ViewEntries::rows`] whose index was out of
+/// bounds (`OUT_OF_BOUNDS` of `dma_views.py`): every entry of the row is
+/// this, which no region reaches, so the DMA's bounds check names it.
+pub const OUT_OF_BOUNDS: u32 = i32::MAX as u32;
 
 impl ViewEntries {
     pub fn new(entries: impl Into<Box<[u32]>>) -> ViewEntries {
         let entries = entries.into();
         let end = entries.iter().max().map_or(0, |&m| m as usize + 1);
-        ViewEntries { entries, end, shape: OnceLock::new() }
+        ViewEntries { entries, end, permutation: OnceLock::new(), run: OnceLock::new() }
     }
 
     /// The entries of an operand before its first negative one (a map
@@ -54,7 +53,37 @@ impl ViewEntries {
             entries.push(b);
         }
         let end = if entries.is_empty() { 0 } else { max as usize + 1 };
-        ViewEntries { entries: entries.into_boxed_slice(), end, shape: OnceLock::new() }
+        ViewEntries { entries: entries.into_boxed_slice(), end, permutation: OnceLock::new(), run: OnceLock::new() }
+    }
+
+    /// The map of a gather / scatter through a view: row `i` of the view
+    /// is `pattern` shifted by `starts[i]` (entry `i * P + k` is
+    /// `starts[i] + pattern[k]`, `P = pattern.len()`); a start of
+    /// [`OUT_OF_BOUNDS`] makes its whole row that. XLA computes only the
+    /// starts per DMA (a few per row) instead of every entry, and the
+    /// facts come from the pattern's, known once.
+    pub fn rows(starts: &[u32], pattern: &ViewEntries) -> ViewEntries {
+        let p = pattern.len();
+        let mut entries = Vec::with_capacity(starts.len() * p);
+        let mut end = 0usize;
+        for &s in starts {
+            if s == OUT_OF_BOUNDS {
+                entries.resize(entries.len() + p, OUT_OF_BOUNDS);
+                end = end.max(OUT_OF_BOUNDS as usize + 1);
+                continue;
+            }
+            // Past u32: saturated, and `end` (exact) fails the bounds check.
+            entries.extend(pattern.iter().map(|&b| s.saturating_add(b)));
+            if p > 0 {
+                end = end.max(s as usize + pattern.end());
+            }
+        }
+        let run = OnceLock::new();
+        let r = pattern.run();
+        if starts.iter().all(|&s| s as usize % r == 0) {
+            let _ = run.set(r);
+        }
+        ViewEntries { entries: entries.into_boxed_slice(), end, permutation: OnceLock::new(), run }
     }
 
     /// One past the largest entry (0 for an empty map).
@@ -62,23 +91,14 @@ impl ViewEntries {
         self.end
     }
 
-    fn shape(&self) -> MapShape {
-        *self.shape.get_or_init(|| {
-            let m = &self.entries;
-            let permutation = self.end == m.len() && all_distinct(m);
-            let run = [8, 4, 2].into_iter().find(|&k| is_runs_of(m, k)).unwrap_or(1);
-            MapShape { permutation, run }
-        })
-    }
-
     /// Whether the map moves every unit of `0..len` exactly once.
     pub fn is_permutation(&self) -> bool {
-        self.shape().permutation
+        *self.permutation.get_or_init(|| self.end == self.entries.len() && all_distinct(&self.entries))
     }
 
     /// The length of the map's aligned runs of consecutive entries.
     pub fn run(&self) -> usize {
-        self.shape().run
+        *self.run.get_or_init(|| [8, 4, 2].into_iter().find(|&k| is_runs_of(&self.entries, k)).unwrap_or(1))
     }
 }
 
@@ -185,6 +205,31 @@ mod tests {
         let mut back = vec![0u8; 16];
         scatter(&mut back, &e, &view);
         assert_eq!(back, region);
+    }
+
+    #[test]
+    fn a_map_of_rows_is_its_pattern_shifted_per_row() {
+        // Two bytes of each of two region rows of 8 bytes, per view row.
+        let pattern = ViewEntries::new(vec![2, 3, 10, 11]);
+        assert_eq!(pattern.run(), 2);
+        let m = ViewEntries::rows(&[16, 0], &pattern);
+        assert_eq!(&m[..], [18, 19, 26, 27, 2, 3, 10, 11]);
+        assert_eq!((m.end(), m.run(), m.is_permutation()), (28, 2, false));
+        assert_eq!(m, ViewEntries::new(m.to_vec()), "the same entries as the map made whole");
+        // An odd start breaks the runs: the map is then asked, not told.
+        let odd = ViewEntries::rows(&[1], &pattern);
+        assert_eq!((&odd[..], odd.run()), (&[3u32, 4, 11, 12][..], 1));
+        // A row out of bounds is all sentinel; the bounds check names it.
+        let oob = ViewEntries::rows(&[0, OUT_OF_BOUNDS], &pattern);
+        assert_eq!(&oob[4..], [OUT_OF_BOUNDS; 4]);
+        assert_eq!(oob.end(), OUT_OF_BOUNDS as usize + 1);
+        // Past u32: saturated entries, an exact end past any region.
+        let far = ViewEntries::rows(&[u32::MAX - 2], &pattern);
+        assert_eq!(far.end(), u32::MAX as usize - 2 + 12);
+        let none = ViewEntries::rows(&[], &pattern);
+        assert_eq!((none.len(), none.end()), (0, 0));
+        let empty = ViewEntries::rows(&[5, 7], &ViewEntries::new(Vec::new()));
+        assert_eq!((empty.len(), empty.end()), (0, 0));
     }
 
     #[test]

@@ -24,7 +24,9 @@ use std::sync::Arc;
 /// a DMA through ref views has its byte maps (attribute `view_maps`: 1 for
 /// a source map, 2 for a destination map, in that order; int32 vectors,
 /// see `DmaView`, each ending at its first negative entry; 4 and 8: the
-/// source / destination view is its region's bytes in order, no operand).
+/// source / destination view is its region's bytes in order, no operand;
+/// 16 and 32, with 1 and 2: that side's map is given as rows, two operands
+/// in its place, a pattern and the rows' starts, see `ViewEntries::rows`).
 /// Bits combine. A map of sub-byte units (int4 views) has its
 /// `UnitLayout` in attribute `view_units`: bits 0..12 for the source,
 /// 16..28 for the destination, each `unit | region << 4 | view << 8`
@@ -33,14 +35,15 @@ pub fn dma_start(c: &mut Call) -> Result<()> {
     let k = trailing_count(&c.frame);
     let t = tail_len(&c.frame);
     let maps = c.frame.attr_i64_opt(start::attr::view_maps).ok().flatten().unwrap_or(0);
-    let p = (maps & 1) as usize + ((maps >> 1) & 1) as usize;
+    let p = [1, 2, 16, 32].iter().filter(|&&bit| maps & bit != 0).count();
     let fixed = start::arg::FIXED + k + t + p;
     let (handle, device, core) = core_target(c, fixed..=fixed + start::LAYOUT.optional_operands.len(), 1)?;
     let waits = trailing_waits(&c.frame)?;
     let _site = c.enter_site();
     let f = &c.frame;
     let [has_device, has_core] = f.attrs_i64_opt([start::attr::has_dst_device, start::attr::has_dst_core]);
-    if !(0..16).contains(&maps) || maps & 5 == 5 || maps & 10 == 10 {
+    let rows_without_map = maps & 16 != 0 && maps & 1 == 0 || maps & 32 != 0 && maps & 2 == 0;
+    if !(0..64).contains(&maps) || maps & 5 == 5 || maps & 10 == 10 || rows_without_map {
         return Err(RtError::value(format!("{}: bad view_maps {maps}", f.op)));
     }
     let base = f.num_args() - k - t - p;
@@ -84,7 +87,7 @@ fn view_maps(f: &Frame, maps: i64, units: i64, first: usize) -> Result<DmaView> 
         return Err(RtError::value(format!("{}: bad view_units {units}", f.op)));
     }
     let mut next = first;
-    let mut take = |present: bool, same: bool, code: i64, what: &str| -> Result<Option<ViewMap>> {
+    let mut take = |present: bool, same: bool, rows: bool, code: i64, what: &str| -> Result<Option<ViewMap>> {
         if code != 0 && !present {
             return Err(RtError::value(format!("{}: a {what} unit layout without a {what} map", f.op)));
         }
@@ -94,17 +97,37 @@ fn view_maps(f: &Frame, maps: i64, units: i64, first: usize) -> Result<DmaView> 
         if !present {
             return Ok(None);
         }
-        let m = decoded(f.op, f.arg(next)?.starts()?, what)?;
+        let limit = if rows { MAX_CACHED_PATTERN } else { MAX_CACHED_MAP };
+        let m = decoded(f.op, f.arg(next)?.starts()?, what, limit)?;
         next += 1;
+        let m = match rows {
+            false => m,
+            true => {
+                if code != 0 {
+                    return Err(RtError::value(format!("{}: a {what} map of rows in sub-byte units", f.op)));
+                }
+                let starts = row_starts(f.op, f.arg(next)?.starts()?, what)?;
+                next += 1;
+                Arc::new(ViewEntries::rows(&starts, &m))
+            }
+        };
         if code == 0 {
             return Ok(Some(ViewMap::Bytes(m)));
         }
         let layout = UnitLayout { unit: (code & 15) as u8, region: ((code >> 4) & 15) as u8, view: (code >> 8) as u8 };
         Ok(Some(ViewMap::Units(m, layout)))
     };
-    let src = take(maps & 1 != 0, maps & 4 != 0, units & 0xfff, "source")?;
-    let dst = take(maps & 2 != 0, maps & 8 != 0, units >> 16, "destination")?;
+    let src = take(maps & 1 != 0, maps & 4 != 0, maps & 16 != 0, units & 0xfff, "source")?;
+    let dst = take(maps & 2 != 0, maps & 8 != 0, maps & 32 != 0, units >> 16, "destination")?;
     Ok(DmaView { src, dst })
+}
+
+/// The row starts of a map given as rows: offsets, or `VIEW_OUT_OF_BOUNDS`
+/// for a row whose index was out of bounds.
+fn row_starts(op: &str, raw: &[i32], what: &str) -> Result<Vec<u32>> {
+    raw.iter()
+        .map(|&s| u32::try_from(s).map_err(|_| RtError::value(format!("{op}: {what} view row start {s} is negative"))))
+        .collect()
 }
 
 /// Maps decoded lately on this thread: `(operand address, its entries as
@@ -120,9 +143,13 @@ struct DecodedMaps {
 }
 
 /// Larger maps are decoded per DMA: their DMAs move as many bytes as
-/// decoding reads, and a gather's map, computed in XLA per DMA, would be
-/// copied into the cache on every miss.
+/// decoding reads, and a map computed in XLA per DMA would be copied into
+/// the cache on every miss.
 const MAX_CACHED_MAP: usize = 4096;
+
+/// The pattern of a map given as rows is a constant of the program (only
+/// the starts are computed per DMA): cached up to this many entries.
+const MAX_CACHED_PATTERN: usize = 1 << 20;
 
 /// `(operand address, its entries as given, decoded)`.
 type DecodedMap = (usize, Box<[i32]>, Arc<ViewEntries>);
@@ -132,8 +159,8 @@ thread_local! {
 }
 
 /// The entries of a view map operand (`raw`) of op `op`, from the cache or
-/// decoded.
-fn decoded(op: &str, raw: &[i32], what: &str) -> Result<Arc<ViewEntries>> {
+/// decoded (and cached if it has at most `limit` entries).
+fn decoded(op: &str, raw: &[i32], what: &str, limit: usize) -> Result<Arc<ViewEntries>> {
     let at = raw.as_ptr() as usize;
     let hit = DECODED.with(|d| {
         let d = d.borrow();
@@ -148,7 +175,7 @@ fn decoded(op: &str, raw: &[i32], what: &str) -> Result<Arc<ViewEntries>> {
     if raw[m.len()..].iter().any(|&b| b >= 0) {
         return Err(RtError::value(format!("{op}: {what} view map has offsets after its end")));
     }
-    if raw.len() > MAX_CACHED_MAP {
+    if raw.len() > limit {
         return Ok(m);
     }
     DECODED.with(|d| {
@@ -234,14 +261,17 @@ mod tests {
     #[test]
     fn a_map_operand_reused_with_other_entries_is_decoded_again() {
         let mut raw = vec![3, 2, 1, 0, -1];
-        let first = decoded("op", &raw, "source").unwrap();
+        let first = decoded("op", &raw, "source", MAX_CACHED_MAP).unwrap();
         assert_eq!(&first[..], [3, 2, 1, 0]);
-        assert!(Arc::ptr_eq(&first, &decoded("op", &raw, "source").unwrap()), "the same entries: cached");
+        assert!(
+            Arc::ptr_eq(&first, &decoded("op", &raw, "source", MAX_CACHED_MAP).unwrap()),
+            "the same entries: cached"
+        );
         // XLA reuses the buffer for a map computed per DMA.
         raw[..4].copy_from_slice(&[0, 1, 2, 3]);
-        assert_eq!(&decoded("op", &raw, "source").unwrap()[..], [0, 1, 2, 3]);
+        assert_eq!(&decoded("op", &raw, "source", MAX_CACHED_MAP).unwrap()[..], [0, 1, 2, 3]);
         raw[3..].copy_from_slice(&[-1, 7]);
-        let err = decoded("op", &raw, "source").unwrap_err();
+        let err = decoded("op", &raw, "source", MAX_CACHED_MAP).unwrap_err();
         assert!(err.message.contains("op: source view map has offsets after its end"), "{}", err.message);
     }
 }
