@@ -206,3 +206,53 @@ fn a_row_gather_whose_runs_cross_rows_moves_them_byte_by_byte() {
     let want: Vec<u8> = src_map.iter().map(|&b| src_bytes[b as usize]).collect();
     assert_eq!(bytes(&rt, MemorySpace::Vmem, dst), want);
 }
+
+/// A gather / scatter map made of rows (`ViewEntries::rows`: a pattern per
+/// row, shifted by each row's start) moves exactly the bytes of the same
+/// map made whole, through the row path, on both sides: starts that are not
+/// row-aligned (a column offset), starts that break the pattern's runs,
+/// repeated rows, a pattern spanning two rows (a row-packing bitcast).
+#[test]
+fn a_map_made_of_rows_moves_what_the_same_map_made_whole_moves() {
+    use mosaic_rt_core::ViewEntries;
+    use std::sync::Arc;
+    // Rows of 32 bytes; the pattern takes 2 bytes of each of two rows,
+    // four words' worth, as a bf16 -> u32 bitcast does.
+    let pattern: Vec<u32> = (0..16u32).map(|n| (n / 2 % 2) * 32 + (n / 4) * 2 + n % 2).collect();
+    let pattern = Arc::new(ViewEntries::new(pattern));
+    let cases: [&[u32]; 4] = [&[64, 0, 512, 64], &[70, 6, 1800], &[71, 3], &[2000]];
+    for starts in cases {
+        let rows = ViewEntries::rows(starts, &pattern);
+        assert!(rows.row_form().is_some());
+        let whole = ViewEntries::new(rows.to_vec());
+        for mode in [DmaMode::Eager, DmaMode::OnWait] {
+            let n = rows.len();
+            let load = |m: ViewEntries| {
+                let rt = runtime(mode);
+                let (src, _) = pattern_buffer(&rt, MemorySpace::Hbm, &[64, 8]);
+                let (dst, _) = pattern_buffer(&rt, MemorySpace::Vmem, &[n / 4]);
+                let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
+                let view = DmaView { src: Some(ViewMap::Bytes(Arc::new(m))), dst: None };
+                rt.dma_start_view(request(src, dst, sem), view).unwrap();
+                rt.dma_wait(0, 0, sem, n as i64).unwrap();
+                bytes(&rt, MemorySpace::Vmem, dst)
+            };
+            let got = load(ViewEntries::rows(starts, &pattern));
+            assert_eq!(got, load(whole.clone()), "load {starts:?} {mode:?}");
+            let store = |m: ViewEntries| {
+                let rt = runtime(mode);
+                let (src, _) = pattern_buffer(&rt, MemorySpace::Vmem, &[n / 4]);
+                let (dst, _) = pattern_buffer(&rt, MemorySpace::Hbm, &[64, 8]);
+                let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
+                let mut req = request(src, dst, sem);
+                (req.src_space, req.dst_space) = (MemorySpace::Vmem, MemorySpace::Hbm);
+                let view = DmaView { src: None, dst: Some(ViewMap::Bytes(Arc::new(m))) };
+                rt.dma_start_view(req, view).unwrap();
+                rt.dma_wait(0, 0, sem, n as i64).unwrap();
+                bytes(&rt, MemorySpace::Hbm, dst)
+            };
+            let got = store(ViewEntries::rows(starts, &pattern));
+            assert_eq!(got, store(whole.clone()), "store {starts:?} {mode:?}");
+        }
+    }
+}

@@ -8,7 +8,7 @@
 //! moving the bytes.
 
 use std::ops::Deref;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// The entries of a [`super::ViewMap`] (entry n: the offset, in the
 /// region's value, of byte -- or unit -- n of the view's value).
@@ -26,6 +26,16 @@ pub struct ViewEntries {
     /// narrower itemsize. Known up front for a map made of rows
     /// ([`ViewEntries::rows`]), else computed when first asked.
     run: OnceLock<usize>,
+    /// How a map made by [`ViewEntries::rows`] was made: the DMA's row
+    /// path then walks its pattern per row instead of every entry.
+    row_form: Option<RowForm>,
+}
+
+/// The starts and pattern of a map made of rows (no start out of bounds).
+#[derive(Debug, Clone)]
+pub struct RowForm {
+    pub starts: Box<[u32]>,
+    pub pattern: Arc<ViewEntries>,
 }
 
 /// The entry of a row of [`ViewEntries::rows`] whose index was out of
@@ -37,7 +47,7 @@ impl ViewEntries {
     pub fn new(entries: impl Into<Box<[u32]>>) -> ViewEntries {
         let entries = entries.into();
         let end = entries.iter().max().map_or(0, |&m| m as usize + 1);
-        ViewEntries { entries, end, permutation: OnceLock::new(), run: OnceLock::new() }
+        ViewEntries { entries, end, permutation: OnceLock::new(), run: OnceLock::new(), row_form: None }
     }
 
     /// The entries of an operand before its first negative one (a map
@@ -53,7 +63,13 @@ impl ViewEntries {
             entries.push(b);
         }
         let end = if entries.is_empty() { 0 } else { max as usize + 1 };
-        ViewEntries { entries: entries.into_boxed_slice(), end, permutation: OnceLock::new(), run: OnceLock::new() }
+        ViewEntries {
+            entries: entries.into_boxed_slice(),
+            end,
+            permutation: OnceLock::new(),
+            run: OnceLock::new(),
+            row_form: None,
+        }
     }
 
     /// The map of a gather / scatter through a view: row `i` of the view
@@ -62,7 +78,7 @@ impl ViewEntries {
     /// [`OUT_OF_BOUNDS`] makes its whole row that. XLA computes only the
     /// starts per DMA (a few per row) instead of every entry, and the
     /// facts come from the pattern's, known once.
-    pub fn rows(starts: &[u32], pattern: &ViewEntries) -> ViewEntries {
+    pub fn rows(starts: &[u32], pattern: &Arc<ViewEntries>) -> ViewEntries {
         let p = pattern.len();
         let mut entries = Vec::with_capacity(starts.len() * p);
         let mut end = 0usize;
@@ -83,7 +99,14 @@ impl ViewEntries {
         if starts.iter().all(|&s| s as usize % r == 0) {
             let _ = run.set(r);
         }
-        ViewEntries { entries: entries.into_boxed_slice(), end, permutation: OnceLock::new(), run }
+        let row_form =
+            (!starts.contains(&OUT_OF_BOUNDS)).then(|| RowForm { starts: starts.into(), pattern: Arc::clone(pattern) });
+        ViewEntries { entries: entries.into_boxed_slice(), end, permutation: OnceLock::new(), run, row_form }
+    }
+
+    /// The starts and pattern of a map made by [`ViewEntries::rows`].
+    pub fn row_form(&self) -> Option<&RowForm> {
+        self.row_form.as_ref()
     }
 
     /// One past the largest entry (0 for an empty map).
@@ -210,7 +233,7 @@ mod tests {
     #[test]
     fn a_map_of_rows_is_its_pattern_shifted_per_row() {
         // Two bytes of each of two region rows of 8 bytes, per view row.
-        let pattern = ViewEntries::new(vec![2, 3, 10, 11]);
+        let pattern = Arc::new(ViewEntries::new(vec![2, 3, 10, 11]));
         assert_eq!(pattern.run(), 2);
         let m = ViewEntries::rows(&[16, 0], &pattern);
         assert_eq!(&m[..], [18, 19, 26, 27, 2, 3, 10, 11]);
@@ -222,13 +245,14 @@ mod tests {
         // A row out of bounds is all sentinel; the bounds check names it.
         let oob = ViewEntries::rows(&[0, OUT_OF_BOUNDS], &pattern);
         assert_eq!(&oob[4..], [OUT_OF_BOUNDS; 4]);
+        assert!(oob.row_form().is_none() && m.row_form().is_some());
         assert_eq!(oob.end(), OUT_OF_BOUNDS as usize + 1);
         // Past u32: saturated entries, an exact end past any region.
         let far = ViewEntries::rows(&[u32::MAX - 2], &pattern);
         assert_eq!(far.end(), u32::MAX as usize - 2 + 12);
         let none = ViewEntries::rows(&[], &pattern);
         assert_eq!((none.len(), none.end()), (0, 0));
-        let empty = ViewEntries::rows(&[5, 7], &ViewEntries::new(Vec::new()));
+        let empty = ViewEntries::rows(&[5, 7], &Arc::new(ViewEntries::new(Vec::new())));
         assert_eq!((empty.len(), empty.end()), (0, 0));
     }
 

@@ -10,7 +10,7 @@
 //! sub-region. Bounds, initcheck and races then see only those rows (the
 //! dense path's race records named the whole region).
 
-use super::view_entries::ViewEntries;
+use super::view_entries::{RowForm, ViewEntries};
 use crate::error::Result;
 use crate::memory::{MemRef, MemoryTable, Stored};
 use crate::region::{DimSel, Region};
@@ -46,22 +46,10 @@ impl Rows {
         Region::new(dims)
     }
 
-    /// The touched rows of `map` (offsets into the region's value), sorted
-    /// and distinct, and their runs of consecutive rows `(first, end)`.
-    fn touched(&self, map: &ViewEntries) -> (Vec<usize>, Vec<(usize, usize)>) {
-        let rb = self.row_bytes.max(1);
-        let mut rows: Vec<usize> = Vec::new();
-        let mut recent = Recent::new(rb);
-        // A run of the map lies in one row (`run_in_rows`): its first byte
-        // names the row.
-        for &b in map.iter().step_by(self.run_in_rows(map)) {
-            let b = b as usize;
-            if recent.at(b).is_none() {
-                let r = b / rb;
-                rows.push(r);
-                recent.remember(r, 0);
-            }
-        }
+    /// The touched rows of `walk`'s map (offsets into the region's value),
+    /// sorted and distinct, and their runs of consecutive rows `(first, end)`.
+    fn touched(&self, walk: &Walk) -> (Vec<usize>, Vec<(usize, usize)>) {
+        let mut rows = walk.rows(self.row_bytes.max(1));
         rows.sort_unstable();
         rows.dedup();
         let mut runs: Vec<(usize, usize)> = Vec::new();
@@ -88,6 +76,119 @@ impl Rows {
     /// Whether moving `map`'s bytes by rows beats copying the whole region.
     pub(crate) fn pays(&self, map_len: usize) -> bool {
         self.row_bytes > 0 && self.rows > 1 && map_len.saturating_mul(2) < self.rows * self.row_bytes
+    }
+}
+
+/// How to walk a map's runs: entry by entry, or, for a map made of rows
+/// (a gather's, [`ViewEntries::rows`]), its pattern once per row shift and
+/// then per row (a 128 KiB gather walked 64 Ki runs to find its 32 rows).
+pub(crate) enum Walk<'a> {
+    Entries { map: &'a ViewEntries, run: usize },
+    Rows { form: &'a RowForm, run: usize, shifts: Vec<Shift> },
+}
+
+/// A row map's pattern shifted by `m` (a start's offset in its row): per
+/// run, `(row after the start's row, offset in that row)`, and the
+/// distinct rows it reaches.
+pub(crate) struct Shift {
+    m: usize,
+    places: Vec<(u32, u32)>,
+    rels: Vec<u32>,
+}
+
+impl<'a> Walk<'a> {
+    /// The walk of `map` over rows of `rb` bytes, a run of `run` entries
+    /// at a time (runs never cross a row: see `Rows::run_in_rows`).
+    pub(crate) fn of(map: &'a ViewEntries, run: usize, rb: usize) -> Walk<'a> {
+        let Some(form) = map.row_form() else { return Walk::Entries { map, run } };
+        let mut shifts: Vec<Shift> = Vec::new();
+        for &s in form.starts.iter() {
+            let m = s as usize % rb;
+            if shifts.iter().any(|sh| sh.m == m) {
+                continue;
+            }
+            let places: Vec<(u32, u32)> = form
+                .pattern
+                .iter()
+                .step_by(run)
+                .map(|&b| {
+                    let t = m + b as usize;
+                    ((t / rb) as u32, (t % rb) as u32)
+                })
+                .collect();
+            let mut rels: Vec<u32> = places.iter().map(|p| p.0).collect();
+            rels.sort_unstable();
+            rels.dedup();
+            shifts.push(Shift { m, places, rels });
+        }
+        Walk::Rows { form, run, shifts }
+    }
+
+    fn run(&self) -> usize {
+        match self {
+            Walk::Entries { run, .. } | Walk::Rows { run, .. } => *run,
+        }
+    }
+
+    fn shift(shifts: &[Shift], s: u32, rb: usize) -> &Shift {
+        let m = s as usize % rb;
+        shifts.iter().find(|sh| sh.m == m).expect("every start's shift was made by `Walk::of`")
+    }
+
+    /// The rows the map touches (in any order, repeats allowed).
+    fn rows(&self, rb: usize) -> Vec<usize> {
+        match self {
+            Walk::Entries { map, run } => {
+                let mut rows = Vec::new();
+                let mut recent = Recent::new(rb);
+                // A run lies in one row: its first byte names the row.
+                for &b in map.iter().step_by(*run) {
+                    let b = b as usize;
+                    if recent.at(b).is_none() {
+                        let r = b / rb;
+                        rows.push(r);
+                        recent.remember(r, 0);
+                    }
+                }
+                rows
+            }
+            Walk::Rows { form, shifts, .. } => form
+                .starts
+                .iter()
+                .flat_map(|&s| Walk::shift(shifts, s, rb).rels.iter().map(move |&rel| s as usize / rb + rel as usize))
+                .collect(),
+        }
+    }
+
+    /// Calls `f(view offset, offset in the compact buffer of `rows`)` for
+    /// every run of the map, in order (`rows`: sorted, every touched row).
+    #[inline(always)]
+    fn for_each(&self, rows: &[usize], rb: usize, mut f: impl FnMut(usize, usize)) {
+        match self {
+            Walk::Entries { map, run } => {
+                let mut recent = Recent::new(rb);
+                for (j, &b) in map.iter().step_by(*run).enumerate() {
+                    f(j * run, recent.place(b as usize, rows));
+                }
+            }
+            Walk::Rows { form, run, shifts } => {
+                let p = form.pattern.len();
+                let mut at: Vec<usize> = Vec::new();
+                for (i, &s) in form.starts.iter().enumerate() {
+                    let sh = Walk::shift(shifts, s, rb);
+                    let base = s as usize / rb;
+                    at.clear();
+                    at.resize(sh.rels.last().map_or(0, |&r| r as usize + 1), 0);
+                    for &rel in &sh.rels {
+                        let row = base + rel as usize;
+                        at[rel as usize] = rows.binary_search(&row).unwrap_or(0) * rb;
+                    }
+                    for (j, &(rel, col)) in sh.places.iter().enumerate() {
+                        f(i * p + j * run, at[rel as usize] + col as usize);
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -136,8 +237,9 @@ impl Recent {
 
 /// The view's value: byte n is byte `map[n]` of the region's value.
 pub(crate) fn load(memory: &MemoryTable, src: MemRef<'_>, split: &Rows, map: &ViewEntries) -> Result<Vec<u8>> {
-    let (rows, runs) = split.touched(map);
     let rb = split.row_bytes;
+    let walk = Walk::of(map, split.run_in_rows(map), rb.max(1));
+    let (rows, runs) = split.touched(&walk);
     let mut compact = crate::memory::zeroed(rows.len() * rb, || format!("a DMA of {} rows", rows.len()))?;
     let mut at = 0;
     for &(a, b) in &runs {
@@ -146,23 +248,19 @@ pub(crate) fn load(memory: &MemoryTable, src: MemRef<'_>, split: &Rows, map: &Vi
         at += (b - a) * rb;
     }
     let mut out = crate::memory::zeroed(map.len(), || format!("a DMA of {} bytes", map.len()))?;
-    match split.run_in_rows(map) {
-        8 => gather_runs::<8>(&compact, map, &rows, rb, &mut out),
-        4 => gather_runs::<4>(&compact, map, &rows, rb, &mut out),
-        2 => gather_runs::<2>(&compact, map, &rows, rb, &mut out),
-        _ => gather_runs::<1>(&compact, map, &rows, rb, &mut out),
+    match walk.run() {
+        8 => gather_runs::<8>(&compact, &walk, &rows, rb, &mut out),
+        4 => gather_runs::<4>(&compact, &walk, &rows, rb, &mut out),
+        2 => gather_runs::<2>(&compact, &walk, &rows, rb, &mut out),
+        _ => gather_runs::<1>(&compact, &walk, &rows, rb, &mut out),
     }
     Ok(out)
 }
 
 /// `out`'s runs of K bytes from `compact` (the touched `rows`, of `rb`
-/// bytes each), through `map`.
-fn gather_runs<const K: usize>(compact: &[u8], map: &[u32], rows: &[usize], rb: usize, out: &mut [u8]) {
-    let mut recent = Recent::new(rb);
-    for (o, &b) in out.chunks_exact_mut(K).zip(map.iter().step_by(K)) {
-        let at = recent.place(b as usize, rows);
-        o.copy_from_slice(&compact[at..at + K]);
-    }
+/// bytes each), through the map's walk.
+fn gather_runs<const K: usize>(compact: &[u8], walk: &Walk, rows: &[usize], rb: usize, out: &mut [u8]) {
+    walk.for_each(rows, rb, |v, c| out[v..v + K].copy_from_slice(&compact[c..c + K]));
 }
 
 /// Writes `data`, the view's value, into the region rows it covers: per
@@ -177,17 +275,16 @@ pub(crate) fn store(
     data: &[u8],
     itemsize: usize,
 ) -> Result<()> {
-    let (rows, runs) = split.touched(map);
     let rb = split.row_bytes;
+    let walk = Walk::of(map, split.run_in_rows(map), rb.max(1));
+    let (rows, runs) = split.touched(&walk);
     let mut compact = crate::memory::zeroed(rows.len() * rb, || format!("a DMA of {} rows", rows.len()))?;
     let mut covered = vec![0u8; compact.len()];
-    let k = split.run_in_rows(map);
-    let mut recent = Recent::new(rb);
-    for (&byte, v) in map.iter().step_by(k).zip(data.chunks_exact(k)) {
-        let at = recent.place(byte as usize, &rows);
-        compact[at..at + k].copy_from_slice(v);
+    let k = walk.run();
+    walk.for_each(&rows, rb, |v, at| {
+        compact[at..at + k].copy_from_slice(&data[v..v + k]);
         covered[at..at + k].fill(1);
-    }
+    });
     let itemsize = itemsize.max(1);
     let mut at = 0;
     for &(a, b) in &runs {
