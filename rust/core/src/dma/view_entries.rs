@@ -14,7 +14,10 @@ use std::sync::{Arc, OnceLock};
 /// region's value, of byte -- or unit -- n of the view's value).
 #[derive(Debug, Clone)]
 pub struct ViewEntries {
-    entries: Box<[u32]>,
+    /// Made when first read for a map of rows (the DMA's row path walks
+    /// its pattern instead), else given.
+    entries: OnceLock<Box<[u32]>>,
+    len: usize,
     /// One past the largest entry (0 for an empty map): every DMA checks it.
     end: usize,
     /// Computed when first asked: a large map computed in XLA per DMA (a
@@ -38,6 +41,22 @@ pub struct RowForm {
     pub pattern: Arc<ViewEntries>,
 }
 
+impl RowForm {
+    /// Entry `i * P + k` is `starts[i] + pattern[k]` (a start out of
+    /// bounds: its whole row).
+    fn entries(&self) -> Box<[u32]> {
+        let p = self.pattern.len();
+        let mut entries = Vec::with_capacity(self.starts.len() * p);
+        for &s in self.starts.iter() {
+            match s {
+                OUT_OF_BOUNDS => entries.resize(entries.len() + p, OUT_OF_BOUNDS),
+                _ => entries.extend(self.pattern.iter().map(|&b| s.saturating_add(b))),
+            }
+        }
+        entries.into_boxed_slice()
+    }
+}
+
 /// The entry of a row of [`ViewEntries::rows`] whose index was out of
 /// bounds (`OUT_OF_BOUNDS` of `dma_views.py`): every entry of the row is
 /// this, which no region reaches, so the DMA's bounds check names it.
@@ -45,9 +64,9 @@ pub const OUT_OF_BOUNDS: u32 = i32::MAX as u32;
 
 impl ViewEntries {
     pub fn new(entries: impl Into<Box<[u32]>>) -> ViewEntries {
-        let entries = entries.into();
+        let entries: Box<[u32]> = entries.into();
         let end = entries.iter().max().map_or(0, |&m| m as usize + 1);
-        ViewEntries { entries, end, permutation: OnceLock::new(), run: OnceLock::new(), row_form: None }
+        ViewEntries::given(entries, end)
     }
 
     /// The entries of an operand before its first negative one (a map
@@ -63,8 +82,14 @@ impl ViewEntries {
             entries.push(b);
         }
         let end = if entries.is_empty() { 0 } else { max as usize + 1 };
+        ViewEntries::given(entries.into_boxed_slice(), end)
+    }
+
+    fn given(entries: Box<[u32]>, end: usize) -> ViewEntries {
+        let len = entries.len();
         ViewEntries {
-            entries: entries.into_boxed_slice(),
+            entries: OnceLock::from(entries),
+            len,
             end,
             permutation: OnceLock::new(),
             run: OnceLock::new(),
@@ -80,28 +105,47 @@ impl ViewEntries {
     /// facts come from the pattern's, known once.
     pub fn rows(starts: &[u32], pattern: &Arc<ViewEntries>) -> ViewEntries {
         let p = pattern.len();
-        let mut entries = Vec::with_capacity(starts.len() * p);
         let mut end = 0usize;
         for &s in starts {
-            if s == OUT_OF_BOUNDS {
-                entries.resize(entries.len() + p, OUT_OF_BOUNDS);
-                end = end.max(OUT_OF_BOUNDS as usize + 1);
-                continue;
-            }
-            // Past u32: saturated, and `end` (exact) fails the bounds check.
-            entries.extend(pattern.iter().map(|&b| s.saturating_add(b)));
-            if p > 0 {
-                end = end.max(s as usize + pattern.end());
-            }
+            // Past u32 the entries saturate, and `end` (exact) fails the
+            // bounds check.
+            end = end.max(match s {
+                OUT_OF_BOUNDS => OUT_OF_BOUNDS as usize + 1,
+                _ if p == 0 => 0,
+                _ => s as usize + pattern.end(),
+            });
         }
         let run = OnceLock::new();
         let r = pattern.run();
         if starts.iter().all(|&s| s as usize % r == 0) {
             let _ = run.set(r);
         }
-        let row_form =
-            (!starts.contains(&OUT_OF_BOUNDS)).then(|| RowForm { starts: starts.into(), pattern: Arc::clone(pattern) });
-        ViewEntries { entries: entries.into_boxed_slice(), end, permutation: OnceLock::new(), run, row_form }
+        let form = RowForm { starts: starts.into(), pattern: Arc::clone(pattern) };
+        let entries = OnceLock::new();
+        let row_form = match starts.contains(&OUT_OF_BOUNDS) {
+            true => {
+                let _ = entries.set(form.entries());
+                None
+            }
+            false => Some(form),
+        };
+        ViewEntries { entries, len: starts.len() * p, end, permutation: OnceLock::new(), run, row_form }
+    }
+
+    /// The number of entries (known without making them).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn entries(&self) -> &[u32] {
+        self.entries.get_or_init(|| match &self.row_form {
+            Some(form) => form.entries(),
+            None => Box::default(), // unreachable: given maps have their entries
+        })
     }
 
     /// The starts and pattern of a map made by [`ViewEntries::rows`].
@@ -116,18 +160,18 @@ impl ViewEntries {
 
     /// Whether the map moves every unit of `0..len` exactly once.
     pub fn is_permutation(&self) -> bool {
-        *self.permutation.get_or_init(|| self.end == self.entries.len() && all_distinct(&self.entries))
+        *self.permutation.get_or_init(|| self.end == self.len && all_distinct(self.entries()))
     }
 
     /// The length of the map's aligned runs of consecutive entries.
     pub fn run(&self) -> usize {
-        *self.run.get_or_init(|| [8, 4, 2].into_iter().find(|&k| is_runs_of(&self.entries, k)).unwrap_or(1))
+        *self.run.get_or_init(|| [8, 4, 2].into_iter().find(|&k| is_runs_of(self.entries(), k)).unwrap_or(1))
     }
 }
 
 impl PartialEq for ViewEntries {
     fn eq(&self, other: &ViewEntries) -> bool {
-        self.entries == other.entries
+        self.entries() == other.entries()
     }
 }
 
@@ -136,7 +180,7 @@ impl Eq for ViewEntries {}
 impl Deref for ViewEntries {
     type Target = [u32];
     fn deref(&self) -> &[u32] {
-        &self.entries
+        self.entries()
     }
 }
 

@@ -116,9 +116,12 @@ impl<'a> Walk<'a> {
                     ((t / rb) as u32, (t % rb) as u32)
                 })
                 .collect();
-            let mut rels: Vec<u32> = places.iter().map(|p| p.0).collect();
-            rels.sort_unstable();
-            rels.dedup();
+            // Rows after the start's: few, counted in a table, not sorted.
+            let mut seen = vec![false; places.iter().map(|p| p.0 as usize + 1).max().unwrap_or(0)];
+            for p in &places {
+                seen[p.0 as usize] = true;
+            }
+            let rels: Vec<u32> = (0..seen.len() as u32).filter(|&r| seen[r as usize]).collect();
             shifts.push(Shift { m, places, rels });
         }
         Walk::Rows { form, run, shifts }
