@@ -221,7 +221,10 @@ fn a_map_made_of_rows_moves_what_the_same_map_made_whole_moves() {
     let pattern: Vec<u32> = (0..16u32).map(|n| (n / 2 % 2) * 32 + (n / 4) * 2 + n % 2).collect();
     let pattern = Arc::new(ViewEntries::new(pattern));
     let cases: [&[u32]; 4] = [&[64, 0, 512, 64], &[70, 6, 1800], &[71, 3], &[2000]];
-    for starts in cases {
+    // Rows of one dim (a DMA moves just the columns it touches) and of two
+    // (whole rows).
+    for (shape, starts) in [[64, 8, 1], [32, 2, 8]].iter().flat_map(|s| cases.map(|c| (s, c))) {
+        let shape: Vec<usize> = shape.iter().copied().filter(|&n| n > 1).collect();
         let rows = ViewEntries::rows(starts, &pattern);
         assert!(rows.row_form().is_some());
         let whole = ViewEntries::new(rows.to_vec());
@@ -229,7 +232,7 @@ fn a_map_made_of_rows_moves_what_the_same_map_made_whole_moves() {
             let n = rows.len();
             let load = |m: ViewEntries| {
                 let rt = runtime(mode);
-                let (src, _) = pattern_buffer(&rt, MemorySpace::Hbm, &[64, 8]);
+                let (src, _) = pattern_buffer(&rt, MemorySpace::Hbm, &shape);
                 let (dst, _) = pattern_buffer(&rt, MemorySpace::Vmem, &[n / 4]);
                 let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
                 let view = DmaView { src: Some(ViewMap::Bytes(Arc::new(m))), dst: None };
@@ -238,11 +241,11 @@ fn a_map_made_of_rows_moves_what_the_same_map_made_whole_moves() {
                 bytes(&rt, MemorySpace::Vmem, dst)
             };
             let got = load(ViewEntries::rows(starts, &pattern));
-            assert_eq!(got, load(whole.clone()), "load {starts:?} {mode:?}");
+            assert_eq!(got, load(whole.clone()), "load {shape:?} {starts:?} {mode:?}");
             let store = |m: ViewEntries| {
                 let rt = runtime(mode);
                 let (src, _) = pattern_buffer(&rt, MemorySpace::Vmem, &[n / 4]);
-                let (dst, _) = pattern_buffer(&rt, MemorySpace::Hbm, &[64, 8]);
+                let (dst, _) = pattern_buffer(&rt, MemorySpace::Hbm, &shape);
                 let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
                 let mut req = request(src, dst, sem);
                 (req.src_space, req.dst_space) = (MemorySpace::Vmem, MemorySpace::Hbm);
@@ -252,7 +255,7 @@ fn a_map_made_of_rows_moves_what_the_same_map_made_whole_moves() {
                 bytes(&rt, MemorySpace::Hbm, dst)
             };
             let got = store(ViewEntries::rows(starts, &pattern));
-            assert_eq!(got, store(whole.clone()), "store {starts:?} {mode:?}");
+            assert_eq!(got, store(whole.clone()), "store {shape:?} {starts:?} {mode:?}");
         }
     }
 }

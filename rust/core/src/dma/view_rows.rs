@@ -21,6 +21,7 @@ pub(crate) struct Rows {
     dim: usize,
     rows: usize,
     row_bytes: usize,
+    itemsize: usize,
     /// The region's selections, one per buffer dim.
     dims: Vec<DimSel>,
 }
@@ -35,15 +36,41 @@ impl Rows {
         }
         let dim = dims.iter().position(|d| !d.squeezed && d.size != 1)?;
         let row_elems: usize = dims[dim + 1..].iter().filter(|d| !d.squeezed).map(|d| d.size as usize).product();
-        Some(Rows { dim, rows: dims[dim].size as usize, row_bytes: row_elems * itemsize, dims })
+        Some(Rows { dim, rows: dims[dim].size as usize, row_bytes: row_elems * itemsize, itemsize, dims })
     }
 
-    /// The sub-region of rows `[a, b)`.
-    fn sub(&self, a: usize, b: usize) -> Region {
+    /// The sub-region of rows `[a, b)`, bytes `cols` of each (a `window`).
+    fn sub(&self, a: usize, b: usize, cols: (usize, usize)) -> Region {
         let mut dims = self.dims.clone();
         let d = dims[self.dim];
         dims[self.dim] = DimSel::slice(d.start + a as i64 * d.stride, (b - a) as i64, d.stride);
+        if cols != (0, self.row_bytes) {
+            let c = self.column_dim().expect("a narrower window only where `window` found the row's dim");
+            let (d, isz) = (dims[c], self.itemsize as i64);
+            let (lo, hi) = (cols.0 as i64 / isz, cols.1 as i64 / isz);
+            dims[c] = DimSel::slice(d.start + lo * d.stride, hi - lo, d.stride);
+        }
         Region::new(dims)
+    }
+
+    /// The buffer dim a row spans when it is one dim (every other dim after
+    /// the rows' of one element).
+    fn column_dim(&self) -> Option<usize> {
+        let mut wide = (self.dim + 1..self.dims.len()).filter(|&c| !self.dims[c].squeezed && self.dims[c].size != 1);
+        let c = wide.next()?;
+        wide.next().is_none().then_some(c)
+    }
+
+    /// The bytes `[lo, hi)` of each row that a DMA moves, widened to whole
+    /// elements: a gather of a column chunk moves that chunk of its rows,
+    /// not the whole rows (three times the bytes for tpu-inference's
+    /// gather-reduce). The whole row unless a row is one dim.
+    fn window(&self, (lo, hi): (usize, usize)) -> (usize, usize) {
+        let isz = self.itemsize.max(1);
+        if (lo, hi) == (0, self.row_bytes) || self.column_dim().is_none() {
+            return (0, self.row_bytes);
+        }
+        (lo / isz * isz, hi.div_ceil(isz) * isz)
     }
 
     /// The touched rows of `walk`'s map (offsets into the region's value),
@@ -127,6 +154,21 @@ impl<'a> Walk<'a> {
         Walk::Rows { form, run, shifts }
     }
 
+    /// The bytes of a row the map touches, `[lo, hi)` (a whole row of `rb`
+    /// for a map walked entry by entry).
+    fn columns(&self, rb: usize) -> (usize, usize) {
+        match self {
+            Walk::Entries { .. } => (0, rb),
+            Walk::Rows { run, shifts, .. } => {
+                let cols = || shifts.iter().flat_map(|sh| sh.places.iter().map(|p| p.1 as usize));
+                match (cols().min(), cols().max()) {
+                    (Some(lo), Some(hi)) => (lo, hi + run),
+                    _ => (0, rb),
+                }
+            }
+        }
+    }
+
     fn run(&self) -> usize {
         match self {
             Walk::Entries { run, .. } | Walk::Rows { run, .. } => *run,
@@ -164,11 +206,14 @@ impl<'a> Walk<'a> {
     }
 
     /// Calls `f(view offset, offset in the compact buffer of `rows`)` for
-    /// every run of the map, in order (`rows`: sorted, every touched row).
+    /// every run of the map, in view order (`rows`: sorted, every touched
+    /// row; the buffer holds bytes `cols` of each, see `columns`).
     #[inline(always)]
-    fn for_each(&self, rows: &[usize], rb: usize, mut f: impl FnMut(usize, usize)) {
+    fn for_each(&self, rows: &[usize], rb: usize, cols: (usize, usize), mut f: impl FnMut(usize, usize)) {
+        let (lo, w) = (cols.0, cols.1 - cols.0);
         match self {
             Walk::Entries { map, run } => {
+                debug_assert_eq!(cols, (0, rb), "a map walked by entries moves whole rows");
                 let mut recent = Recent::new(rb);
                 for (j, &b) in map.iter().step_by(*run).enumerate() {
                     f(j * run, recent.place(b as usize, rows));
@@ -184,10 +229,10 @@ impl<'a> Walk<'a> {
                     at.resize(sh.rels.last().map_or(0, |&r| r as usize + 1), 0);
                     for &rel in &sh.rels {
                         let row = base + rel as usize;
-                        at[rel as usize] = rows.binary_search(&row).unwrap_or(0) * rb;
+                        at[rel as usize] = rows.binary_search(&row).unwrap_or(0) * w;
                     }
                     for (j, &(rel, col)) in sh.places.iter().enumerate() {
-                        f(i * p + j * run, at[rel as usize] + col as usize);
+                        f(i * p + j * run, at[rel as usize] + col as usize - lo);
                     }
                 }
             }
@@ -243,27 +288,41 @@ pub(crate) fn load(memory: &MemoryTable, src: MemRef<'_>, split: &Rows, map: &Vi
     let rb = split.row_bytes;
     let walk = Walk::of(map, split.run_in_rows(map), rb.max(1));
     let (rows, runs) = split.touched(&walk);
-    let mut compact = crate::memory::zeroed(rows.len() * rb, || format!("a DMA of {} rows", rows.len()))?;
+    let cols = split.window(walk.columns(rb));
+    let w = cols.1 - cols.0;
+    let mut compact = crate::memory::zeroed(rows.len() * w, || format!("a DMA of {} rows", rows.len()))?;
     let mut at = 0;
     for &(a, b) in &runs {
-        let region = split.sub(a, b);
-        memory.load(MemRef { region: &region, ..src }, &mut compact[at..at + (b - a) * rb])?;
-        at += (b - a) * rb;
+        let region = split.sub(a, b, cols);
+        memory.load(MemRef { region: &region, ..src }, &mut compact[at..at + (b - a) * w])?;
+        at += (b - a) * w;
     }
-    let mut out = crate::memory::zeroed(map.len(), || format!("a DMA of {} bytes", map.len()))?;
+    let mut out = Vec::new();
+    if out.try_reserve_exact(map.len()).is_err() {
+        let n = map.len();
+        return Err(crate::error::RtError::memory(format!("cannot allocate {n} bytes for a DMA of {n} bytes")));
+    }
     match walk.run() {
-        8 => gather_runs::<8>(&compact, &walk, &rows, rb, &mut out),
-        4 => gather_runs::<4>(&compact, &walk, &rows, rb, &mut out),
-        2 => gather_runs::<2>(&compact, &walk, &rows, rb, &mut out),
-        _ => gather_runs::<1>(&compact, &walk, &rows, rb, &mut out),
+        8 => gather_runs::<8>(&compact, &walk, &rows, rb, cols, &mut out),
+        4 => gather_runs::<4>(&compact, &walk, &rows, rb, cols, &mut out),
+        2 => gather_runs::<2>(&compact, &walk, &rows, rb, cols, &mut out),
+        _ => gather_runs::<1>(&compact, &walk, &rows, rb, cols, &mut out),
     }
+    debug_assert_eq!(out.len(), map.len());
     Ok(out)
 }
 
-/// `out`'s runs of K bytes from `compact` (the touched `rows`, of `rb`
-/// bytes each), through the map's walk.
-fn gather_runs<const K: usize>(compact: &[u8], walk: &Walk, rows: &[usize], rb: usize, out: &mut [u8]) {
-    walk.for_each(rows, rb, |v, c| out[v..v + K].copy_from_slice(&compact[c..c + K]));
+/// Appends the view's runs of K bytes, in order, from `compact` (bytes
+/// `cols` of the touched `rows` of `rb` bytes), through the map's walk.
+fn gather_runs<const K: usize>(
+    compact: &[u8],
+    walk: &Walk,
+    rows: &[usize],
+    rb: usize,
+    cols: (usize, usize),
+    out: &mut Vec<u8>,
+) {
+    walk.for_each(rows, rb, cols, |_, c| out.extend_from_slice(&compact[c..c + K]));
 }
 
 /// Writes `data`, the view's value, into the region rows it covers: per
@@ -281,21 +340,23 @@ pub(crate) fn store(
     let rb = split.row_bytes;
     let walk = Walk::of(map, split.run_in_rows(map), rb.max(1));
     let (rows, runs) = split.touched(&walk);
-    let mut compact = crate::memory::zeroed(rows.len() * rb, || format!("a DMA of {} rows", rows.len()))?;
+    let cols = split.window(walk.columns(rb));
+    let w = cols.1 - cols.0;
+    let mut compact = crate::memory::zeroed(rows.len() * w, || format!("a DMA of {} rows", rows.len()))?;
     let mut covered = vec![0u8; compact.len()];
     let k = walk.run();
-    walk.for_each(&rows, rb, |v, at| {
+    walk.for_each(&rows, rb, cols, |v, at| {
         compact[at..at + k].copy_from_slice(&data[v..v + k]);
         covered[at..at + k].fill(1);
     });
     let itemsize = itemsize.max(1);
     let mut at = 0;
     for &(a, b) in &runs {
-        let len = (b - a) * rb;
+        let len = (b - a) * w;
         let (value, cover) = (&mut compact[at..at + len], &covered[at..at + len]);
         let mask: Vec<u8> = cover.chunks(itemsize).map(|c| c.iter().any(|&x| x != 0) as u8).collect();
         let partial = cover.chunks(itemsize).any(|c| c.iter().any(|&x| x != 0) && !c.iter().all(|&x| x != 0));
-        let region = split.sub(a, b);
+        let region = split.sub(a, b, cols);
         let sub = MemRef { region: &region, ..dst };
         if partial {
             let mut old = vec![0u8; len];
