@@ -128,6 +128,12 @@ impl<'a> Walk<'a> {
     /// at a time (runs never cross a row: see `Rows::run_in_rows`).
     pub(crate) fn of(map: &'a ViewEntries, run: usize, rb: usize) -> Walk<'a> {
         let Some(form) = map.row_form() else { return Walk::Entries { map, run } };
+        // Each row's pattern must be whole runs, each in one row: runs of
+        // the pattern, shifted by starts that keep them aligned.
+        let whole_runs = form.pattern.len() % run == 0 && form.pattern.run() % run == 0;
+        if !whole_runs || form.starts.iter().any(|&s| s as usize % run != 0) {
+            return Walk::Entries { map, run };
+        }
         let mut shifts: Vec<Shift> = Vec::new();
         for &s in form.starts.iter() {
             let m = s as usize % rb;
