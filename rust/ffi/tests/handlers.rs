@@ -244,13 +244,22 @@ fn a_malformed_call_still_fails_the_launch_it_names() {
 
 #[test]
 fn null_buffer_pointers_are_errors_not_crashes() {
-    let handle = begin(0, 1, uid(), 5000).unwrap();
-    let sem = alloc_sem(handle, 0).unwrap();
+    // Each case fails its launch (a later op of a failed launch reports
+    // that launch's first failure), so each gets a launch of its own.
+    let launch = || {
+        let handle = begin(0, 1, uid(), 5000).unwrap();
+        (handle, alloc_sem(handle, 0).unwrap())
+    };
+    let (handle, sem) = launch();
     // A result whose data pointer is null.
     let e = core_call(handle, 0).arg_i32(sem).ret_i32().ret_i32().null_ret_data(1).call(h::semaphore_read).unwrap_err();
     assert!(e.contains("result 1 has no data (null pointer)"), "{e}");
+    // A later op of that failed launch reports its first failure.
+    let e = read(handle, 0, sem).unwrap_err();
+    assert!(e.contains("result 1 has no data (null pointer)"), "{e}");
     // An operand whose data pointer is null (the fast path falls back to
     // the checked one).
+    let (handle, sem) = launch();
     let e = core_call(handle, 0)
         .arg_i32(sem)
         .arg_i32(1)
@@ -262,6 +271,7 @@ fn null_buffer_pointers_are_errors_not_crashes() {
         .unwrap_err();
     assert!(e.contains("operand 4 has no data (null pointer)"), "{e}");
     // The handle (rank 1) with a null dims pointer.
+    let (handle, sem) = launch();
     let e = core_call(handle, 0).arg_i32(sem).ret_i32().ret_i32().null_arg_dims(1).call(h::semaphore_read).unwrap_err();
     assert!(e.contains("operand 1 has a negative rank or no dimensions"), "{e}");
     // The launch failed with those errors; a new one works.
