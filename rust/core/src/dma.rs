@@ -29,7 +29,7 @@ mod view_rows;
 
 pub use machine::DmaMachine;
 pub use view::{DmaView, UnitLayout, ViewMap};
-pub use view_entries::{ViewEntries, OUT_OF_BOUNDS as VIEW_OUT_OF_BOUNDS};
+pub use view_entries::ViewEntries;
 
 use crate::config::{DmaMode, Topology};
 use crate::error::{Result, RtError};

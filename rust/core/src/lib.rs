@@ -67,7 +67,7 @@ pub use config::{
     timeout_from_secs, Config, DmaMode, FillMode, LeakPolicy, OobReads, RacePolicy, Topology, DEFAULT_DEADLOCK_IDLE,
 };
 pub use deadlock::CoreState;
-pub use dma::{DmaRequest, DmaView, UnitLayout, ViewEntries, ViewMap, VIEW_OUT_OF_BOUNDS};
+pub use dma::{DmaRequest, DmaView, UnitLayout, ViewEntries, ViewMap};
 pub use dtype::DType;
 pub use error::{ErrorKind, Result, RtError};
 pub use memory::{pooled_bytes, Access, BufferInfo, BufferKey, BufferSpec, Init, MemRef, MemorySpace, Stored};

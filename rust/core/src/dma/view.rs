@@ -273,9 +273,9 @@ fn side(map: &Option<ViewMap>, region: usize, what: &str) -> Result<usize> {
     let units = region * layout.region_per_byte();
     if m.end() > units {
         let bad = m.iter().copied().find(|&b| b as usize >= units).unwrap_or(0);
-        // i32::MAX: an index out of bounds after the view (see dma_views.py).
+        // The sentinel of an index out of bounds after the view (dma_views.py).
         let why = match bad {
-            _ if bad == i32::MAX as u32 => "an index out of bounds".to_string(),
+            view_entries::OUT_OF_BOUNDS => "an index out of bounds".to_string(),
             _ if layout == UnitLayout::BYTES => format!("byte {bad}"),
             _ => format!("{}-bit unit {bad}", layout.unit),
         };

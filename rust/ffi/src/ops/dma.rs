@@ -122,7 +122,7 @@ fn view_maps(f: &Frame, maps: i64, units: i64, first: usize) -> Result<DmaView> 
     Ok(DmaView { src, dst })
 }
 
-/// The row starts of a map given as rows: offsets, or `VIEW_OUT_OF_BOUNDS`
+/// The row starts of a map given as rows: offsets, or `i32::MAX`
 /// for a row whose index was out of bounds.
 fn row_starts(op: &str, raw: &[i32], what: &str) -> Result<Vec<u32>> {
     raw.iter()
