@@ -15,6 +15,7 @@ May use: jax, numpy, ``mosaic_rt._native``, ``mosaic_rt._dtypes``,
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from typing import Any
 
@@ -751,19 +752,32 @@ def dma_start(
         units = _unit_code(src_map) | _unit_code(dst_map) << 16
         if units:
             wait_attrs = dict(wait_attrs, view_units=units)
-    return _call(
-        "dma_start",
-        (),
-        operands,
+    attrs = dict(
         src_space=_space(src_space),
         dst_space=_space(dst_space),
         has_dst_device=int(dst_device is not None),
         has_dst_core=int(dst_core is not None),
-        site=site,
         **src_attrs,
         **dst_attrs,
         **wait_attrs,
     )
+    return _call("dma_start", (), operands, site=site, plan_key=plan_key(attrs), **attrs)
+
+
+def plan_key(attrs: dict) -> np.ndarray:
+    """The ``plan_key`` attribute of an op with attributes ``attrs``: a
+    128-bit hash of their names and values, as two int64s. The native side
+    parses a call site's attributes once per thread and keeps the result
+    under this key (``rust/ffi/src/ops/dma_plan.rs``), so equal keys must
+    mean equal attributes: every name and value goes into the hash, each
+    value as its int64 bytes with its length."""
+    h = hashlib.blake2b(digest_size=16)
+    for name in sorted(attrs):
+        value = np.asarray(attrs[name], np.int64).reshape(-1)
+        h.update(name.encode())
+        h.update(len(value).to_bytes(8, "little"))
+        h.update(value.tobytes())
+    return np.frombuffer(h.digest(), "<i8").copy()
 
 
 # A `dma_start` side map: the view is its region's bytes in order (a

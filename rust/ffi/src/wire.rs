@@ -311,7 +311,7 @@ layouts! {
         attrs: [src_space, dst_space, has_dst_device, has_dst_core,
                 src_sizes, src_strides, src_squeezed, dst_sizes, dst_strides, dst_squeezed],
         optional_attrs: [src_fixed, dst_fixed, then_wait_bytes, then_wait_sites, tail_starts, view_maps, view_units,
-                         site],
+                         plan_key, site],
     }
     dma_wait {
         operands: [token, handle, device, core, sem],

@@ -1,12 +1,14 @@
 //! DMAs: start and wait.
 
-use super::{core_target, region, space_attr, tail_len, Tail, DST_REGION, SRC_REGION};
+use super::dma_plan::{self, Counts, StartPlan};
+use super::{core_target, region_of, Tail, DST_REGION, SRC_REGION};
 use crate::dispatch::Call;
 use crate::frame::Frame;
 use crate::launch;
 use crate::wire::{self, dma_start as start, dma_wait as wait};
 use mosaic_rt_core::{DmaRequest, DmaView, Result, RtError, UnitLayout, ViewEntries, ViewMap};
 use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::Arc;
 
 /// `dma_start(token, handle, device, core, src_id, src_starts, dst_id,
@@ -30,62 +32,64 @@ use std::sync::Arc;
 /// Bits combine. A map of sub-byte units (int4 views) has its
 /// `UnitLayout` in attribute `view_units`: bits 0..12 for the source,
 /// 16..28 for the destination, each `unit | region << 4 | view << 8`
-/// (0: a byte map).
+/// (0: a byte map). Optional `plan_key`: a hash of the other attributes
+/// but `site`, under which they are parsed once per thread (`dma_plan`).
 pub fn dma_start(c: &mut Call) -> Result<()> {
-    let k = trailing_count(&c.frame);
-    let t = tail_len(&c.frame);
-    let maps = c.frame.attr_i64_opt(start::attr::view_maps).ok().flatten().unwrap_or(0);
-    let p = [1, 2, 16, 32].iter().filter(|&&bit| maps & bit != 0).count();
+    let key = dma_plan::key(&c.frame);
+    let known = key.and_then(dma_plan::cached);
+    let counts = known.as_ref().map_or_else(|| Counts::read(&c.frame), |p| p.counts);
+    let (k, t, p) = (counts.waits, counts.tail, counts.maps);
     let fixed = start::arg::FIXED + k + t + p;
     let (handle, device, core) = core_target(c, fixed..=fixed + start::LAYOUT.optional_operands.len(), 1)?;
-    let waits = trailing_waits(&c.frame)?;
+    let plan = match known {
+        Some(plan) => plan,
+        None => {
+            let plan = Rc::new(StartPlan::parse(&c.frame, counts)?);
+            if let Some(key) = key {
+                dma_plan::remember(key, Rc::clone(&plan));
+            }
+            plan
+        }
+    };
     let _site = c.enter_site();
     let f = &c.frame;
-    let [has_device, has_core] = f.attrs_i64_opt([start::attr::has_dst_device, start::attr::has_dst_core]);
-    let rows_without_map = maps & 16 != 0 && maps & 1 == 0 || maps & 32 != 0 && maps & 2 == 0;
-    if !(0..64).contains(&maps) || maps & 5 == 5 || maps & 10 == 10 || rows_without_map {
-        return Err(RtError::value(format!("{}: bad view_maps {maps}", f.op)));
-    }
     let base = f.num_args() - k - t - p;
     let mut tail = Tail::before(f, t, p);
     let dst_core = if base > start::arg::dst_core {
-        super::target_arg(f, handle, start::arg::dst_core, has_core, "destination core id")?
+        super::target_arg(f, handle, start::arg::dst_core, plan.has_dst_core, "destination core id")?
     } else {
         None
     };
     let req = DmaRequest {
         device,
         core,
-        src_space: space_attr(f, start::attr::src_space)?,
+        src_space: plan.src_space,
         src_id: f.arg_id(start::arg::src_id, "source buffer id")?,
-        src_region: region(f, &SRC_REGION, start::arg::src_starts, &mut tail)?,
-        dst_space: space_attr(f, start::attr::dst_space)?,
+        src_region: region_of(f, &SRC_REGION, plan.src.spec(), start::arg::src_starts, &mut tail)?,
+        dst_space: plan.dst_space,
         dst_id: f.arg_id(start::arg::dst_id, "destination buffer id")?,
-        dst_region: region(f, &DST_REGION, start::arg::dst_starts, &mut tail)?,
+        dst_region: region_of(f, &DST_REGION, plan.dst.spec(), start::arg::dst_starts, &mut tail)?,
         dst_sem: f.arg_id(start::arg::dst_sem, "destination semaphore id")?,
         src_sem: f.arg_opt_id(start::arg::src_sem, "source semaphore id")?,
-        dst_device: super::target_arg(f, handle, start::arg::dst_device, has_device, "destination device id")?,
+        dst_device: super::target_arg(f, handle, start::arg::dst_device, plan.has_dst_device, "destination device id")?,
         dst_core,
     };
     tail.finish(f)?;
-    let units = f.attr_i64_opt(start::attr::view_units)?.unwrap_or(0);
-    let view = (maps != 0).then(|| view_maps(f, maps, units, f.num_args() - p)).transpose()?;
+    let view = (plan.maps != 0).then(|| view_maps(f, plan.maps, plan.units, f.num_args() - p)).transpose()?;
     launch::with_runtime(handle, move |rt| match view {
         None => rt.dma_start(req),
         Some(v) => rt.dma_start_view(req, v),
     })?;
-    match waits {
-        Some(w) => run_waits(&c.frame, handle, device, core, base, w),
+    match &plan.waits {
+        Some(w) => run_waits(&c.frame, handle, device, core, base, Waits { bytes: &w.bytes, sites: &w.sites }),
         None => Ok(()),
     }
 }
 
 /// The byte maps of a DMA through views, from operand `first` on
-/// (`units`: the `view_units` attribute).
+/// (`maps`, `units`: the `view_maps` and `view_units` attributes, checked
+/// by `StartPlan::parse`).
 fn view_maps(f: &Frame, maps: i64, units: i64, first: usize) -> Result<DmaView> {
-    if !(0..1 << 32).contains(&units) || (units & 0xffff) >> 12 != 0 || units >> 28 != 0 {
-        return Err(RtError::value(format!("{}: bad view_units {units}", f.op)));
-    }
     let mut next = first;
     let mut take = |present: bool, same: bool, rows: bool, code: i64, what: &str| -> Result<Option<ViewMap>> {
         if code != 0 && !present {

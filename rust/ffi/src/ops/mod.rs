@@ -5,6 +5,7 @@
 
 pub mod batch;
 pub mod dma;
+pub mod dma_plan;
 pub mod grid;
 pub mod interp;
 pub mod kernel;
@@ -130,26 +131,59 @@ impl Tail {
     }
 }
 
+/// A region's static attributes: sizes, strides, squeezed flags and
+/// (optional) fixed starts, as the frame holds them or as a cached plan
+/// keeps them (see `dma_plan`).
+#[derive(Clone, Copy)]
+pub struct RegionSpec<'s> {
+    pub sizes: &'s [i64],
+    pub strides: &'s [i64],
+    pub squeezed: &'s [i64],
+    pub fixed: Option<&'s [i64]>,
+}
+
+impl<'s> RegionSpec<'s> {
+    /// The attributes named by `names` of `f`.
+    pub fn read(f: &Frame<'s>, names: &RegionAttrs) -> Result<RegionSpec<'s>> {
+        Ok(RegionSpec {
+            sizes: f.attr_i64s(names.sizes)?,
+            strides: f.attr_i64s(names.strides)?,
+            squeezed: f.attr_i64s(names.squeezed)?,
+            fixed: f.attr_i64s_opt(names.fixed)?,
+        })
+    }
+}
+
 /// A region: static sizes, strides and squeezed flags (attributes named by
 /// `names`) and a dynamic int32 start vector operand (or scalar: one start;
 /// or the first of several, the others taken from `tail`).
 pub fn region(f: &Frame, names: &RegionAttrs, starts_arg: usize, tail: &mut Tail) -> Result<Region> {
-    let sizes = f.attr_i64s(names.sizes)?;
-    let strides = f.attr_i64s(names.strides)?;
-    let squeezed = f.attr_i64s(names.squeezed)?;
+    region_of(f, names, RegionSpec::read(f, names)?, starts_arg, tail)
+}
+
+/// [`region`] with its static attributes already read (`names` only for
+/// messages).
+pub fn region_of(
+    f: &Frame,
+    names: &RegionAttrs,
+    spec: RegionSpec,
+    starts_arg: usize,
+    tail: &mut Tail,
+) -> Result<Region> {
+    let RegionSpec { sizes, strides, squeezed, fixed } = spec;
     let slot = f.arg(starts_arg)?;
     let mut starts = slot.starts()?;
     let joined;
     if tail.next < tail.end && slot.dims.is_empty() {
-        joined = join_tail(f, names, sizes, starts, tail)?;
+        joined = join_tail(f, sizes, fixed, starts, tail)?;
         starts = &joined;
     }
     let n = sizes.len();
     if sizes.contains(&DYNAMIC_SIZE) {
-        return dynamic_size_region(f, names, sizes, strides, squeezed, starts);
+        return dynamic_size_region(f, names, spec, starts);
     }
     if starts.len() != n && strides.len() == n && squeezed.len() == n {
-        return fixed_region(f, names, sizes, strides, squeezed, starts);
+        return fixed_region(f, names, sizes, strides, squeezed, fixed, starts);
     }
     if strides.len() != n || squeezed.len() != n || starts.len() != n {
         return Err(RtError::value(format!(
@@ -173,8 +207,8 @@ pub fn region(f: &Frame, names: &RegionAttrs, starts_arg: usize, tail: &mut Tail
 /// [`DYNAMIC_START`] entries) and dynamic sizes ([`DYNAMIC_SIZE`]) left.
 #[cold]
 #[inline(never)]
-fn join_tail(f: &Frame, names: &RegionAttrs, sizes: &[i64], first: &[i32], tail: &mut Tail) -> Result<Vec<i32>> {
-    let starts = match f.attr_i64s_opt(names.fixed)? {
+fn join_tail(f: &Frame, sizes: &[i64], fixed: Option<&[i64]>, first: &[i32], tail: &mut Tail) -> Result<Vec<i32>> {
+    let starts = match fixed {
         Some(fixed) => fixed.iter().filter(|&&s| s == DYNAMIC_START).count(),
         None => sizes.len(),
     };
@@ -198,9 +232,10 @@ fn fixed_region(
     sizes: &[i64],
     strides: &[i64],
     squeezed: &[i64],
+    fixed: Option<&[i64]>,
     dynamic: &[i32],
 ) -> Result<Region> {
-    let fixed = f.attr_i64s_opt(names.fixed)?.unwrap_or(&[]);
+    let fixed = fixed.unwrap_or(&[]);
     let mut next = dynamic.iter();
     let mut dims = Vec::with_capacity(sizes.len());
     for (i, &size) in sizes.iter().enumerate() {
@@ -230,15 +265,9 @@ fn fixed_region(
 /// the dynamic sizes. A negative size is an error naming the dimension.
 #[cold]
 #[inline(never)]
-fn dynamic_size_region(
-    f: &Frame,
-    names: &RegionAttrs,
-    sizes: &[i64],
-    strides: &[i64],
-    squeezed: &[i64],
-    operand: &[i32],
-) -> Result<Region> {
-    let dynamic_starts = match f.attr_i64s_opt(names.fixed)? {
+fn dynamic_size_region(f: &Frame, names: &RegionAttrs, spec: RegionSpec, operand: &[i32]) -> Result<Region> {
+    let RegionSpec { sizes, strides, squeezed, fixed } = spec;
+    let dynamic_starts = match fixed {
         Some(fixed) => fixed.iter().filter(|&&s| s == DYNAMIC_START).count(),
         None => sizes.len(),
     };
@@ -268,8 +297,8 @@ fn dynamic_size_region(
         }
         resolved.push(n);
     }
-    if f.attr_i64s_opt(names.fixed)?.is_some() {
-        return fixed_region(f, names, &resolved, strides, squeezed, starts);
+    if fixed.is_some() {
+        return fixed_region(f, names, &resolved, strides, squeezed, fixed, starts);
     }
     let dims = (0..sizes.len())
         .map(|i| DimSel {

@@ -1,0 +1,245 @@
+//! A `dma_start`'s static attributes, parsed once per call site and thread.
+//!
+//! A SparseCore kernel starts hundreds of thousands of DMAs per call from a
+//! few hundred call sites, and reading some twenty attributes by name per
+//! DMA cost about as much as the rest of the op's parsing together. Every
+//! call of one site has the same attributes, so the Python side gives each
+//! `dma_start` the attribute `plan_key`: a 128-bit hash of all its other
+//! attributes (but the site id, which the plan does not hold). The plan
+//! parsed from them is kept per thread under that key; a later call with
+//! the key reads only its operands. Keying by content (not by the frame's
+//! address, which a later executable may reuse) makes a hit mean "the
+//! same attributes"; a call without the key is parsed every time.
+
+use super::{space_attr, tail_len, RegionSpec, DST_REGION, SRC_REGION};
+use crate::frame::Frame;
+use crate::wire::{dma_start as start, RegionAttrs, THEN_WAIT_BYTES, THEN_WAIT_SITES};
+use mosaic_rt_core::{MemorySpace, Result, RtError};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::rc::Rc;
+
+/// Plans kept per thread before the table starts over (a test suite
+/// compiles many kernels; a kernel has a few hundred DMA sites).
+const MAX_PLANS: usize = 16 * 1024;
+
+/// The counts of a call's variable operands, read leniently before the
+/// arity check (a malformed attribute counts 0; [`StartPlan::parse`]
+/// reports it once the call is bound to its launch).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Counts {
+    /// Trailing waits (their semaphores).
+    pub waits: usize,
+    /// The regions' trailing starts.
+    pub tail: usize,
+    /// The view maps' operands.
+    pub maps: usize,
+}
+
+impl Counts {
+    pub fn read(f: &Frame) -> Counts {
+        let waits = f.attr_i64s_opt(THEN_WAIT_BYTES).ok().flatten().map_or(0, <[i64]>::len);
+        Counts { waits, tail: tail_len(f), maps: map_operands(lenient_maps(f)) }
+    }
+}
+
+/// The `view_maps` bits, a malformed attribute read as 0 (no maps).
+fn lenient_maps(f: &Frame) -> i64 {
+    f.attr_i64_opt(start::attr::view_maps).ok().flatten().unwrap_or(0)
+}
+
+/// Operands the `view_maps` bits stand for: one per side with a map, one
+/// more per side given as rows.
+fn map_operands(maps: i64) -> usize {
+    [1, 2, 16, 32].iter().filter(|&&bit| maps & bit != 0).count()
+}
+
+/// One region's static attributes, owned.
+#[derive(Debug)]
+pub struct OwnedRegion {
+    sizes: Box<[i64]>,
+    strides: Box<[i64]>,
+    squeezed: Box<[i64]>,
+    fixed: Option<Box<[i64]>>,
+}
+
+impl OwnedRegion {
+    fn read(f: &Frame, names: &RegionAttrs) -> Result<OwnedRegion> {
+        let s = RegionSpec::read(f, names)?;
+        Ok(OwnedRegion {
+            sizes: s.sizes.into(),
+            strides: s.strides.into(),
+            squeezed: s.squeezed.into(),
+            fixed: s.fixed.map(Into::into),
+        })
+    }
+
+    pub fn spec(&self) -> RegionSpec<'_> {
+        RegionSpec {
+            sizes: &self.sizes,
+            strides: &self.strides,
+            squeezed: &self.squeezed,
+            fixed: self.fixed.as_deref(),
+        }
+    }
+}
+
+/// The trailing waits' sizes and sites (see `dma::WAITS`).
+#[derive(Debug)]
+pub struct TrailingWaits {
+    pub bytes: Box<[i64]>,
+    pub sites: Box<[i64]>,
+}
+
+/// Everything static about one `dma_start` call site.
+#[derive(Debug)]
+pub struct StartPlan {
+    pub counts: Counts,
+    pub waits: Option<TrailingWaits>,
+    pub has_dst_device: Option<i64>,
+    pub has_dst_core: Option<i64>,
+    /// The `view_maps` bits (checked) and the `view_units` codes.
+    pub maps: i64,
+    pub units: i64,
+    pub src_space: MemorySpace,
+    pub dst_space: MemorySpace,
+    pub src: OwnedRegion,
+    pub dst: OwnedRegion,
+}
+
+impl StartPlan {
+    /// Reads and checks the static attributes of `f` (a call already bound
+    /// to its launch, its arity checked with `counts`).
+    pub fn parse(f: &Frame, counts: Counts) -> Result<StartPlan> {
+        let waits = match f.attr_i64s_opt(THEN_WAIT_BYTES)? {
+            None => None,
+            Some(bytes) => {
+                let sites = f.attr_i64s(THEN_WAIT_SITES)?;
+                if sites.len() != bytes.len() {
+                    return Err(RtError::value(format!(
+                        "{}: {} trailing wait sizes but {} sites",
+                        f.op,
+                        bytes.len(),
+                        sites.len()
+                    )));
+                }
+                Some(TrailingWaits { bytes: bytes.into(), sites: sites.into() })
+            }
+        };
+        let [has_dst_device, has_dst_core] = f.attrs_i64_opt([start::attr::has_dst_device, start::attr::has_dst_core]);
+        let maps = lenient_maps(f);
+        let rows_without_map = maps & 16 != 0 && maps & 1 == 0 || maps & 32 != 0 && maps & 2 == 0;
+        if !(0..64).contains(&maps) || maps & 5 == 5 || maps & 10 == 10 || rows_without_map {
+            return Err(RtError::value(format!("{}: bad view_maps {maps}", f.op)));
+        }
+        let units = f.attr_i64_opt(start::attr::view_units)?.unwrap_or(0);
+        if maps != 0 && (!(0..1 << 32).contains(&units) || (units & 0xffff) >> 12 != 0 || units >> 28 != 0) {
+            return Err(RtError::value(format!("{}: bad view_units {units}", f.op)));
+        }
+        Ok(StartPlan {
+            counts,
+            waits,
+            has_dst_device,
+            has_dst_core,
+            maps,
+            units,
+            src_space: space_attr(f, start::attr::src_space)?,
+            dst_space: space_attr(f, start::attr::dst_space)?,
+            src: OwnedRegion::read(f, &SRC_REGION)?,
+            dst: OwnedRegion::read(f, &DST_REGION)?,
+        })
+    }
+}
+
+/// The call's `plan_key` (two int64s), if it has a well-formed one (a
+/// malformed key is no key: the call is parsed as one without).
+pub fn key(f: &Frame) -> Option<u128> {
+    match f.attr_i64s_opt(start::attr::plan_key) {
+        Ok(Some(&[hi, lo])) => Some(u128::from(hi as u64) << 64 | u128::from(lo as u64)),
+        _ => None,
+    }
+}
+
+/// The keys are hashes already: their low bits are the map's hash.
+#[derive(Default)]
+struct KeyBits(u64);
+
+impl Hasher for KeyBits {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u128(&mut self, n: u128) {
+        self.0 = n as u64;
+    }
+}
+
+type Plans = HashMap<u128, Rc<StartPlan>, BuildHasherDefault<KeyBits>>;
+
+thread_local! {
+    static PLANS: RefCell<Plans> = const { RefCell::new(HashMap::with_hasher(BuildHasherDefault::new())) };
+}
+
+/// The plan kept under `key` on this thread.
+pub fn cached(key: u128) -> Option<Rc<StartPlan>> {
+    PLANS.with(|p| p.borrow().get(&key).cloned())
+}
+
+/// Keeps `plan` under `key` on this thread.
+pub fn remember(key: u128, plan: Rc<StartPlan>) {
+    PLANS.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.len() >= MAX_PLANS {
+            p.clear();
+        }
+        p.insert(key, plan);
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn map_operands_count_one_per_map_and_one_more_per_map_of_rows() {
+        assert_eq!(map_operands(0), 0);
+        assert_eq!(map_operands(1), 1);
+        assert_eq!(map_operands(1 | 2), 2);
+        assert_eq!(map_operands(1 | 16 | 2 | 32), 4);
+        assert_eq!(map_operands(4 | 2), 1, "a side of its region's bytes has no operand");
+    }
+
+    #[test]
+    fn the_table_keeps_plans_by_key_and_starts_over_when_full() {
+        let plan = |n: usize| {
+            Rc::new(StartPlan {
+                counts: Counts { waits: n, tail: 0, maps: 0 },
+                waits: None,
+                has_dst_device: None,
+                has_dst_core: None,
+                maps: 0,
+                units: 0,
+                src_space: MemorySpace::Vmem,
+                dst_space: MemorySpace::Vmem,
+                src: OwnedRegion { sizes: [].into(), strides: [].into(), squeezed: [].into(), fixed: None },
+                dst: OwnedRegion { sizes: [].into(), strides: [].into(), squeezed: [].into(), fixed: None },
+            })
+        };
+        let high = 7u128 << 64;
+        remember(high | 1, plan(1));
+        remember(1, plan(2));
+        assert_eq!(cached(high | 1).unwrap().counts.waits, 1, "keys differing only in the high bits are apart");
+        assert_eq!(cached(1).unwrap().counts.waits, 2);
+        assert!(cached(3).is_none());
+        for k in 0..MAX_PLANS as u128 {
+            remember(1000 + k, plan(0));
+        }
+        assert!(cached(high | 1).is_none(), "a full table starts over");
+        assert!(cached(1000 + MAX_PLANS as u128 - 1).is_some());
+    }
+}
