@@ -11,7 +11,7 @@
 //! address, which a later executable may reuse) makes a hit mean "the
 //! same attributes"; a call without the key is parsed every time.
 
-use super::{space_attr, tail_len, RegionSpec, DST_REGION, SRC_REGION};
+use super::{space_attr, tail_len, StaticRegion, DST_REGION, SRC_REGION};
 use crate::frame::Frame;
 use crate::wire::{dma_start as start, RegionAttrs, THEN_WAIT_BYTES, THEN_WAIT_SITES};
 use mosaic_rt_core::{MemorySpace, Result, RtError};
@@ -57,17 +57,17 @@ fn map_operands(maps: i64) -> usize {
 
 /// One region's static attributes, owned.
 #[derive(Debug)]
-pub struct OwnedRegion {
+pub struct KeptRegion {
     sizes: Box<[i64]>,
     strides: Box<[i64]>,
     squeezed: Box<[i64]>,
     fixed: Option<Box<[i64]>>,
 }
 
-impl OwnedRegion {
-    fn read(f: &Frame, names: &RegionAttrs) -> Result<OwnedRegion> {
-        let s = RegionSpec::read(f, names)?;
-        Ok(OwnedRegion {
+impl KeptRegion {
+    fn read(f: &Frame, names: &RegionAttrs) -> Result<KeptRegion> {
+        let s = StaticRegion::read(f, names)?;
+        Ok(KeptRegion {
             sizes: s.sizes.into(),
             strides: s.strides.into(),
             squeezed: s.squeezed.into(),
@@ -75,8 +75,8 @@ impl OwnedRegion {
         })
     }
 
-    pub fn spec(&self) -> RegionSpec<'_> {
-        RegionSpec {
+    pub fn as_static(&self) -> StaticRegion<'_> {
+        StaticRegion {
             sizes: &self.sizes,
             strides: &self.strides,
             squeezed: &self.squeezed,
@@ -104,8 +104,8 @@ pub struct StartPlan {
     pub units: i64,
     pub src_space: MemorySpace,
     pub dst_space: MemorySpace,
-    pub src: OwnedRegion,
-    pub dst: OwnedRegion,
+    pub src: KeptRegion,
+    pub dst: KeptRegion,
 }
 
 impl StartPlan {
@@ -146,8 +146,8 @@ impl StartPlan {
             units,
             src_space: space_attr(f, start::attr::src_space)?,
             dst_space: space_attr(f, start::attr::dst_space)?,
-            src: OwnedRegion::read(f, &SRC_REGION)?,
-            dst: OwnedRegion::read(f, &DST_REGION)?,
+            src: KeptRegion::read(f, &SRC_REGION)?,
+            dst: KeptRegion::read(f, &DST_REGION)?,
         })
     }
 }
@@ -226,8 +226,8 @@ mod tests {
                 units: 0,
                 src_space: MemorySpace::Vmem,
                 dst_space: MemorySpace::Vmem,
-                src: OwnedRegion { sizes: [].into(), strides: [].into(), squeezed: [].into(), fixed: None },
-                dst: OwnedRegion { sizes: [].into(), strides: [].into(), squeezed: [].into(), fixed: None },
+                src: KeptRegion { sizes: [].into(), strides: [].into(), squeezed: [].into(), fixed: None },
+                dst: KeptRegion { sizes: [].into(), strides: [].into(), squeezed: [].into(), fixed: None },
             })
         };
         let high = 7u128 << 64;

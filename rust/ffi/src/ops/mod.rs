@@ -135,17 +135,17 @@ impl Tail {
 /// (optional) fixed starts, as the frame holds them or as a cached plan
 /// keeps them (see `dma_plan`).
 #[derive(Clone, Copy)]
-pub struct RegionSpec<'s> {
+pub struct StaticRegion<'s> {
     pub sizes: &'s [i64],
     pub strides: &'s [i64],
     pub squeezed: &'s [i64],
     pub fixed: Option<&'s [i64]>,
 }
 
-impl<'s> RegionSpec<'s> {
+impl<'s> StaticRegion<'s> {
     /// The attributes named by `names` of `f`.
-    pub fn read(f: &Frame<'s>, names: &RegionAttrs) -> Result<RegionSpec<'s>> {
-        Ok(RegionSpec {
+    pub fn read(f: &Frame<'s>, names: &RegionAttrs) -> Result<StaticRegion<'s>> {
+        Ok(StaticRegion {
             sizes: f.attr_i64s(names.sizes)?,
             strides: f.attr_i64s(names.strides)?,
             squeezed: f.attr_i64s(names.squeezed)?,
@@ -158,7 +158,7 @@ impl<'s> RegionSpec<'s> {
 /// `names`) and a dynamic int32 start vector operand (or scalar: one start;
 /// or the first of several, the others taken from `tail`).
 pub fn region(f: &Frame, names: &RegionAttrs, starts_arg: usize, tail: &mut Tail) -> Result<Region> {
-    region_of(f, names, RegionSpec::read(f, names)?, starts_arg, tail)
+    region_of(f, names, StaticRegion::read(f, names)?, starts_arg, tail)
 }
 
 /// [`region`] with its static attributes already read (`names` only for
@@ -166,11 +166,11 @@ pub fn region(f: &Frame, names: &RegionAttrs, starts_arg: usize, tail: &mut Tail
 pub fn region_of(
     f: &Frame,
     names: &RegionAttrs,
-    spec: RegionSpec,
+    spec: StaticRegion,
     starts_arg: usize,
     tail: &mut Tail,
 ) -> Result<Region> {
-    let RegionSpec { sizes, strides, squeezed, fixed } = spec;
+    let StaticRegion { sizes, strides, squeezed, fixed } = spec;
     let slot = f.arg(starts_arg)?;
     let mut starts = slot.starts()?;
     let joined;
@@ -265,8 +265,8 @@ fn fixed_region(
 /// the dynamic sizes. A negative size is an error naming the dimension.
 #[cold]
 #[inline(never)]
-fn dynamic_size_region(f: &Frame, names: &RegionAttrs, spec: RegionSpec, operand: &[i32]) -> Result<Region> {
-    let RegionSpec { sizes, strides, squeezed, fixed } = spec;
+fn dynamic_size_region(f: &Frame, names: &RegionAttrs, spec: StaticRegion, operand: &[i32]) -> Result<Region> {
+    let StaticRegion { sizes, strides, squeezed, fixed } = spec;
     let dynamic_starts = match fixed {
         Some(fixed) => fixed.iter().filter(|&&s| s == DYNAMIC_START).count(),
         None => sizes.len(),
