@@ -216,14 +216,24 @@ fn a_row_gather_whose_runs_cross_rows_moves_them_byte_by_byte() {
 fn a_map_made_of_rows_moves_what_the_same_map_made_whole_moves() {
     use mosaic_rt_core::ViewEntries;
     use std::sync::Arc;
-    // Rows of 32 bytes; the pattern takes 2 bytes of each of two rows,
-    // four words' worth, as a bf16 -> u32 bitcast does.
-    let pattern: Vec<u32> = (0..16u32).map(|n| (n / 2 % 2) * 32 + (n / 4) * 2 + n % 2).collect();
-    let pattern = Arc::new(ViewEntries::new(pattern));
-    let cases: [&[u32]; 4] = [&[64, 0, 512, 64], &[70, 6, 1800], &[71, 3], &[2000]];
+    // Rows of 32 bytes. Patterns: 2 bytes of each of two rows in turn,
+    // four words' worth, as a bf16 -> u32 bitcast does; a byte of each of
+    // four rows in turn (int8 -> u32); 16 bytes of one row (a plain
+    // gather); and one that is none of these (its runs out of order).
+    let patterns: [Vec<u32>; 4] = [
+        (0..16u32).map(|n| (n / 2 % 2) * 32 + (n / 4) * 2 + n % 2).collect(),
+        (0..16u32).map(|n| (n % 4) * 32 + n / 4).collect(),
+        (0..16u32).collect(),
+        (0..16u32).map(|n| (n / 2 % 2) * 32 + (3 - n / 4) * 2 + n % 2).collect(),
+    ];
+    let cases: [&[u32]; 4] = [&[64, 0, 512, 64], &[70, 6, 1800], &[71, 3], &[1936]];
     // Rows of one dim (a DMA moves just the columns it touches) and of two
     // (whole rows).
-    for (shape, starts) in [[64, 8, 1], [32, 2, 8]].iter().flat_map(|s| cases.map(|c| (s, c))) {
+    let shapes = [[64, 8, 1], [32, 2, 8]];
+    for (pattern, shape, starts) in
+        patterns.iter().flat_map(|p| shapes.iter().flat_map(move |s| cases.map(|c| (p, s, c))))
+    {
+        let pattern = Arc::new(ViewEntries::new(pattern.clone()));
         let shape: Vec<usize> = shape.iter().copied().filter(|&n| n > 1).collect();
         let rows = ViewEntries::rows(starts, &pattern);
         assert!(rows.row_form().is_some());
@@ -241,7 +251,7 @@ fn a_map_made_of_rows_moves_what_the_same_map_made_whole_moves() {
                 bytes(&rt, MemorySpace::Vmem, dst)
             };
             let got = load(ViewEntries::rows(starts, &pattern));
-            assert_eq!(got, load(whole.clone()), "load {shape:?} {starts:?} {mode:?}");
+            assert_eq!(got, load(whole.clone()), "load {:?} {shape:?} {starts:?} {mode:?}", &pattern[..]);
             let store = |m: ViewEntries| {
                 let rt = runtime(mode);
                 let (src, _) = pattern_buffer(&rt, MemorySpace::Vmem, &[n / 4]);
@@ -255,7 +265,7 @@ fn a_map_made_of_rows_moves_what_the_same_map_made_whole_moves() {
                 bytes(&rt, MemorySpace::Hbm, dst)
             };
             let got = store(ViewEntries::rows(starts, &pattern));
-            assert_eq!(got, store(whole.clone()), "store {shape:?} {starts:?} {mode:?}");
+            assert_eq!(got, store(whole.clone()), "store {:?} {shape:?} {starts:?} {mode:?}", &pattern[..]);
         }
     }
 }

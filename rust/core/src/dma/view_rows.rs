@@ -121,6 +121,34 @@ pub(crate) struct Shift {
     m: usize,
     places: Vec<(u32, u32)>,
     rels: Vec<u32>,
+    /// The places as interleaved streams, when they are (see [`Streams`]).
+    streams: Option<Streams>,
+}
+
+/// Places that take one run from each of `rels.len()` rows in turn, each
+/// row's runs consecutive from column `col`: `places[j] = (rels[j % k],
+/// col + (j / k) * run)`. A row-packing bitcast's pattern is two (bf16) or
+/// four (int8) rows interleaved run by run; a plain row's is one stream.
+/// Each stream is then one slice of the compact buffer, and the view's
+/// bytes for a start are the streams interleaved: no per-run lookups.
+struct Streams {
+    rels: Vec<u32>,
+    col: usize,
+}
+
+impl Streams {
+    /// Streams that are `places` exactly (at most four, of `run`-byte runs).
+    fn of(places: &[(u32, u32)], run: usize) -> Option<Streams> {
+        let first = places.first()?;
+        let k = places.iter().take_while(|p| p.1 == first.1).count();
+        if k > 4 || places.len() % k != 0 {
+            return None;
+        }
+        let rels: Vec<u32> = places[..k].iter().map(|p| p.0).collect();
+        let col = first.1 as usize;
+        let exact = places.iter().enumerate().all(|(j, p)| p.0 == rels[j % k] && p.1 as usize == col + (j / k) * run);
+        exact.then_some(Streams { rels, col })
+    }
 }
 
 impl<'a> Walk<'a> {
@@ -155,7 +183,8 @@ impl<'a> Walk<'a> {
                 seen[p.0 as usize] = true;
             }
             let rels: Vec<u32> = (0..seen.len() as u32).filter(|&r| seen[r as usize]).collect();
-            shifts.push(Shift { m, places, rels });
+            let streams = Streams::of(&places, run);
+            shifts.push(Shift { m, places, rels, streams });
         }
         Walk::Rows { form, run, shifts }
     }
@@ -303,32 +332,73 @@ pub(crate) fn load(memory: &MemoryTable, src: MemRef<'_>, split: &Rows, map: &Vi
         memory.load(MemRef { region: &region, ..src }, &mut compact[at..at + (b - a) * w])?;
         at += (b - a) * w;
     }
-    let mut out = Vec::new();
-    if out.try_reserve_exact(map.len()).is_err() {
-        let n = map.len();
-        return Err(crate::error::RtError::memory(format!("cannot allocate {n} bytes for a DMA of {n} bytes")));
-    }
+    let mut out = crate::memory::zeroed(map.len(), || format!("a DMA of {} bytes", map.len()))?;
     match walk.run() {
         8 => gather_runs::<8>(&compact, &walk, &rows, rb, cols, &mut out),
         4 => gather_runs::<4>(&compact, &walk, &rows, rb, cols, &mut out),
         2 => gather_runs::<2>(&compact, &walk, &rows, rb, cols, &mut out),
         _ => gather_runs::<1>(&compact, &walk, &rows, rb, cols, &mut out),
     }
-    debug_assert_eq!(out.len(), map.len());
     Ok(out)
 }
 
-/// Appends the view's runs of K bytes, in order, from `compact` (bytes
-/// `cols` of the touched `rows` of `rb` bytes), through the map's walk.
+/// Writes the view's runs of K bytes from `compact` (bytes `cols` of the
+/// touched `rows` of `rb` bytes) into `out`, through the map's walk: a
+/// start whose shift is streams interleaves them, the rest run by run.
 fn gather_runs<const K: usize>(
     compact: &[u8],
     walk: &Walk,
     rows: &[usize],
     rb: usize,
     cols: (usize, usize),
-    out: &mut Vec<u8>,
+    out: &mut [u8],
 ) {
-    walk.for_each(rows, rb, cols, |_, c| out.extend_from_slice(&compact[c..c + K]));
+    let Walk::Rows { form, shifts, .. } = walk else {
+        walk.for_each(rows, rb, cols, |v, c| out[v..v + K].copy_from_slice(&compact[c..c + K]));
+        return;
+    };
+    let (lo, w) = (cols.0, cols.1 - cols.0);
+    let p = form.pattern.len();
+    for (i, &s) in form.starts.iter().enumerate() {
+        let sh = Walk::shift(shifts, s, rb);
+        let dst = &mut out[i * p..(i + 1) * p];
+        let base = s as usize / rb;
+        let row_at = |rel: u32| rows.binary_search(&(base + rel as usize)).unwrap_or(0) * w;
+        let Some(st) = &sh.streams else {
+            let mut at: Vec<usize> = vec![0; sh.rels.last().map_or(0, |&r| r as usize + 1)];
+            for &rel in &sh.rels {
+                at[rel as usize] = row_at(rel);
+            }
+            for (j, &(rel, col)) in sh.places.iter().enumerate() {
+                let c = at[rel as usize] + col as usize - lo;
+                dst[j * K..j * K + K].copy_from_slice(&compact[c..c + K]);
+            }
+            continue;
+        };
+        // Stream h: its row's bytes in the compact buffer from its column.
+        let n = p / st.rels.len();
+        let stream = |rel: u32| {
+            let o = row_at(rel) + st.col - lo;
+            &compact[o..o + n]
+        };
+        match *st.rels.as_slice() {
+            [a] => dst.copy_from_slice(stream(a)),
+            [a, b] => interleave::<K, 2>(dst, [stream(a), stream(b)]),
+            [a, b, c] => interleave::<K, 3>(dst, [stream(a), stream(b), stream(c)]),
+            [a, b, c, d] => interleave::<K, 4>(dst, [stream(a), stream(b), stream(c), stream(d)]),
+            _ => unreachable!("`Streams::of` makes one to four streams"),
+        }
+    }
+}
+
+/// `dst` = runs of K bytes taken from each of the S `streams` in turn.
+#[inline(always)]
+fn interleave<const K: usize, const S: usize>(dst: &mut [u8], streams: [&[u8]; S]) {
+    for (t, chunk) in dst.chunks_exact_mut(K * S).enumerate() {
+        for (h, stream) in streams.iter().enumerate() {
+            chunk[h * K..h * K + K].copy_from_slice(&stream[t * K..t * K + K]);
+        }
+    }
 }
 
 /// Writes `data`, the view's value, into the region rows it covers: per
