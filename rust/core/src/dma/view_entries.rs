@@ -29,6 +29,11 @@ pub struct ViewEntries {
     /// narrower itemsize. Known up front for a map made of rows
     /// ([`ViewEntries::rows`]), else computed when first asked.
     run: OnceLock<usize>,
+    /// Where the map is one to four streams interleaved run by run, the
+    /// streams' first entries: run r is `streams[r % k] + (r / k) * run`
+    /// (a row-packing bitcast of a block: two or four rows in turn; a
+    /// plain view of a dense block: one). Computed when first asked.
+    streams: OnceLock<Option<Box<[u32]>>>,
     /// How a map made by [`ViewEntries::rows`] was made: the DMA's row
     /// path then walks its pattern per row instead of every entry.
     row_form: Option<RowForm>,
@@ -93,6 +98,7 @@ impl ViewEntries {
             end,
             permutation: OnceLock::new(),
             run: OnceLock::new(),
+            streams: OnceLock::new(),
             row_form: None,
         }
     }
@@ -129,7 +135,8 @@ impl ViewEntries {
             }
             false => Some(form),
         };
-        ViewEntries { entries, len: starts.len() * p, end, permutation: OnceLock::new(), run, row_form }
+        let len = starts.len() * p;
+        ViewEntries { entries, len, end, permutation: OnceLock::new(), run, streams: OnceLock::new(), row_form }
     }
 
     /// The number of entries (known without making them).
@@ -167,6 +174,22 @@ impl ViewEntries {
     pub fn run(&self) -> usize {
         *self.run.get_or_init(|| [8, 4, 2].into_iter().find(|&k| is_runs_of(self.entries(), k)).unwrap_or(1))
     }
+
+    /// The first entries of the map's streams, if it is one to four
+    /// streams interleaved run by run (see the field).
+    pub fn streams(&self) -> Option<&[u32]> {
+        self.streams.get_or_init(|| find_streams(self.entries(), self.run())).as_deref()
+    }
+}
+
+/// The streams of `m` (runs of `run`): the fewest k in 1..=4 with run r
+/// at `m[(r % k) * run] + (r / k) * run` for every r.
+fn find_streams(m: &[u32], run: usize) -> Option<Box<[u32]>> {
+    let runs = m.len() / run;
+    (1..=4usize).filter(|&k| runs > 0 && runs % k == 0).find_map(|k| {
+        let exact = (0..runs).all(|r| m[r * run] as usize == m[(r % k) * run] as usize + (r / k) * run);
+        exact.then(|| (0..k).map(|h| m[h * run]).collect())
+    })
 }
 
 impl PartialEq for ViewEntries {
@@ -218,9 +241,20 @@ fn is_runs_of(m: &[u32], k: usize) -> bool {
 }
 
 /// The view's bytes: byte n is `region[map[n]]` (entries within `region`,
-/// checked by the caller), copied a run at a time.
+/// checked by the caller), copied a stream or a run at a time.
 pub(crate) fn gather(region: &[u8], map: &ViewEntries) -> Vec<u8> {
     let mut out = vec![0u8; map.len()];
+    if let Some(bases) = map.streams() {
+        let n = out.len() / bases.len();
+        let s = |h: usize| &region[bases[h] as usize..bases[h] as usize + n];
+        match bases.len() {
+            1 => out.copy_from_slice(s(0)),
+            2 => interleave_runs(map.run(), &mut out, [s(0), s(1)]),
+            3 => interleave_runs(map.run(), &mut out, [s(0), s(1), s(2)]),
+            _ => interleave_runs(map.run(), &mut out, [s(0), s(1), s(2), s(3)]),
+        }
+        return out;
+    }
     match map.run() {
         8 => gather_runs::<8>(region, map, &mut out),
         4 => gather_runs::<4>(region, map, &mut out),
@@ -237,9 +271,52 @@ fn gather_runs<const K: usize>(region: &[u8], map: &[u32], out: &mut [u8]) {
     }
 }
 
-/// Writes `data`, the view's bytes, into `region` through the map, a run
-/// at a time (entries within `region`, checked by the caller).
+/// `dst` = runs of `run` bytes (1, 2, 4 or 8) taken from each of the S
+/// `streams` in turn (each `dst.len() / S` bytes).
+pub(crate) fn interleave_runs<const S: usize>(run: usize, dst: &mut [u8], streams: [&[u8]; S]) {
+    match run {
+        8 => interleave::<8, S>(dst, streams),
+        4 => interleave::<4, S>(dst, streams),
+        2 => interleave::<2, S>(dst, streams),
+        _ => interleave::<1, S>(dst, streams),
+    }
+}
+
+/// (Measured on 512-byte bf16 -> u32 views: a pair of zipped streams and a
+/// pass per stream each copy 2-4x faster than one loop over both.)
+#[inline(always)]
+fn interleave<const K: usize, const S: usize>(dst: &mut [u8], streams: [&[u8]; S]) {
+    if let [a, b] = streams.as_slice() {
+        for (o, (a, b)) in dst.chunks_exact_mut(2 * K).zip(a.chunks_exact(K).zip(b.chunks_exact(K))) {
+            o[..K].copy_from_slice(a);
+            o[K..].copy_from_slice(b);
+        }
+        return;
+    }
+    for (h, stream) in streams.iter().enumerate() {
+        for (o, run) in dst.chunks_exact_mut(K * S).zip(stream.chunks_exact(K)) {
+            o[h * K..h * K + K].copy_from_slice(run);
+        }
+    }
+}
+
+/// Writes `data`, the view's bytes, into `region` through the map, a
+/// stream or a run at a time, in the map's order (entries within
+/// `region`, checked by the caller; a later run wins where two meet).
 pub(crate) fn scatter(region: &mut [u8], map: &ViewEntries, data: &[u8]) {
+    if let Some(bases) = map.streams().filter(|b| disjoint(b, data.len() / b.len())) {
+        if let [b] = *bases {
+            region[b as usize..b as usize + data.len()].copy_from_slice(data);
+            return;
+        }
+        match map.run() {
+            8 => deinterleave::<8>(region, bases, data),
+            4 => deinterleave::<4>(region, bases, data),
+            2 => deinterleave::<2>(region, bases, data),
+            _ => deinterleave::<1>(region, bases, data),
+        }
+        return;
+    }
     match map.run() {
         8 => scatter_runs::<8>(region, map, data),
         4 => scatter_runs::<4>(region, map, data),
@@ -252,6 +329,28 @@ fn scatter_runs<const K: usize>(region: &mut [u8], map: &[u32], data: &[u8]) {
     for (d, &b) in data.chunks_exact(K).zip(map.iter().step_by(K)) {
         let b = b as usize;
         region[b..b + K].copy_from_slice(d);
+    }
+}
+
+/// Whether streams of `n` bytes from `bases` meet nowhere (then the order
+/// runs are written in does not matter).
+fn disjoint(bases: &[u32], n: usize) -> bool {
+    bases
+        .iter()
+        .enumerate()
+        .all(|(i, &a)| bases[i + 1..].iter().all(|&b| a as usize + n <= b as usize || b as usize + n <= a as usize))
+}
+
+/// Stream h (data's runs `t * S + h`) to `bases[h]..`, a pass per stream
+/// (streams disjoint).
+fn deinterleave<const K: usize>(region: &mut [u8], bases: &[u32], data: &[u8]) {
+    let s = bases.len();
+    let n = data.len() / s;
+    for (h, &b) in bases.iter().enumerate() {
+        let b = b as usize;
+        for (o, d) in region[b..b + n].chunks_exact_mut(K).zip(data.chunks_exact(K * s)) {
+            o.copy_from_slice(&d[h * K..h * K + K]);
+        }
     }
 }
 
@@ -272,6 +371,67 @@ mod tests {
         let mut back = vec![0u8; 16];
         scatter(&mut back, &e, &view);
         assert_eq!(back, region);
+    }
+
+    /// Byte n of the view is `region[map[n]]`, one entry at a time.
+    fn gather_by_entries(region: &[u8], map: &[u32]) -> Vec<u8> {
+        map.iter().map(|&b| region[b as usize]).collect()
+    }
+
+    fn scatter_by_entries(region: &mut [u8], map: &[u32], data: &[u8]) {
+        for (&b, &d) in map.iter().zip(data) {
+            region[b as usize] = d;
+        }
+    }
+
+    #[test]
+    fn maps_of_interleaved_streams_move_what_their_entries_say() {
+        let bf16_words: Vec<u32> = (0..32).map(|n| (n / 2 % 2) * 64 + (n / 4) * 2 + n % 2 + 6).collect();
+        let int8_words: Vec<u32> = (0..32).map(|n| (n % 4) * 16 + n / 4).collect();
+        let three: Vec<u32> = (0..24).map(|n| (n / 4 % 3) * 40 + (n / 12) * 4 + n % 4).collect();
+        let plain: Vec<u32> = (10..42).collect();
+        let f32_rows: Vec<u32> = (0..32).map(|n| (n / 8 % 2) * 32 + (n / 16) * 8 + n % 8).collect();
+        let cases: [(&[u32], Option<&[u32]>); 5] = [
+            (&bf16_words, Some(&[6, 70])),
+            (&int8_words, Some(&[0, 16, 32, 48])),
+            (&three, Some(&[0, 40, 80])),
+            (&plain, Some(&[10])),
+            (&f32_rows, Some(&[0, 32])),
+        ];
+        let region: Vec<u8> = (0..128).map(|b| (b * 7 + 3) as u8).collect();
+        for (m, want) in cases {
+            let e = ViewEntries::new(m.to_vec());
+            assert_eq!(e.streams(), want, "{m:?}");
+            assert_eq!(gather(&region, &e), gather_by_entries(&region, m), "gather {m:?}");
+            let data: Vec<u8> = (0..m.len()).map(|n| (n * 13 + 1) as u8).collect();
+            let (mut got, mut expect) = (region.clone(), region.clone());
+            scatter(&mut got, &e, &data);
+            scatter_by_entries(&mut expect, m, &data);
+            assert_eq!(got, expect, "scatter {m:?}");
+        }
+    }
+
+    #[test]
+    fn maps_that_are_not_streams_are_moved_run_by_run() {
+        let region: Vec<u8> = (0..64).collect();
+        // Runs backwards; five rows in turn; streams of unequal length.
+        let backwards: Vec<u32> = (0..16).map(|n| 14 - n / 2 * 2 + n % 2).collect();
+        let cases: [&[u32]; 3] = [&backwards, &[0, 8, 16, 24, 32, 1, 9, 17, 25, 33], &[0, 8, 1, 9, 2]];
+        for m in cases {
+            let e = ViewEntries::new(m.to_vec());
+            assert_eq!(e.streams(), None, "{m:?}");
+            assert_eq!(gather(&region, &e), gather_by_entries(&region, m));
+        }
+        // Streams that meet (a scatter's repeated rows): in the map's
+        // order, the later run wins, as entry by entry.
+        let overlap: Vec<u32> = vec![0, 1, 2, 3, 2, 3, 4, 5];
+        let e = ViewEntries::new(overlap.clone());
+        assert_eq!(e.streams(), Some(&[0, 2][..]));
+        let data: Vec<u8> = (100..108).collect();
+        let (mut got, mut expect) = (vec![0u8; 8], vec![0u8; 8]);
+        scatter(&mut got, &e, &data);
+        scatter_by_entries(&mut expect, &overlap, &data);
+        assert_eq!(got, expect);
     }
 
     #[test]

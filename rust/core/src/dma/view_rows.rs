@@ -10,7 +10,7 @@
 //! sub-region. Bounds, initcheck and races then see only those rows (the
 //! dense path's race records named the whole region).
 
-use super::view_entries::{RowForm, ViewEntries};
+use super::view_entries::{self, RowForm, ViewEntries};
 use crate::error::Result;
 use crate::memory::{MemRef, MemoryTable, Stored};
 use crate::region::{DimSel, Region};
@@ -383,20 +383,10 @@ fn gather_runs<const K: usize>(
         };
         match *st.rels.as_slice() {
             [a] => dst.copy_from_slice(stream(a)),
-            [a, b] => interleave::<K, 2>(dst, [stream(a), stream(b)]),
-            [a, b, c] => interleave::<K, 3>(dst, [stream(a), stream(b), stream(c)]),
-            [a, b, c, d] => interleave::<K, 4>(dst, [stream(a), stream(b), stream(c), stream(d)]),
+            [a, b] => view_entries::interleave_runs(K, dst, [stream(a), stream(b)]),
+            [a, b, c] => view_entries::interleave_runs(K, dst, [stream(a), stream(b), stream(c)]),
+            [a, b, c, d] => view_entries::interleave_runs(K, dst, [stream(a), stream(b), stream(c), stream(d)]),
             _ => unreachable!("`Streams::of` makes one to four streams"),
-        }
-    }
-}
-
-/// `dst` = runs of K bytes taken from each of the S `streams` in turn.
-#[inline(always)]
-fn interleave<const K: usize, const S: usize>(dst: &mut [u8], streams: [&[u8]; S]) {
-    for (t, chunk) in dst.chunks_exact_mut(K * S).enumerate() {
-        for (h, stream) in streams.iter().enumerate() {
-            chunk[h * K..h * K + K].copy_from_slice(&stream[t * K..t * K + K]);
         }
     }
 }
