@@ -20,9 +20,10 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::rc::Rc;
 
-/// Plans kept per thread before the table starts over (a test suite
-/// compiles many kernels; a kernel has a few hundred DMA sites).
-const MAX_PLANS: usize = 16 * 1024;
+/// Plans kept per thread before the table starts over: a kernel has at
+/// most a few hundred DMA sites, and a test suite runs many kernels on
+/// long-lived threads (a plan is ~0.5 KiB; starting over costs a parse).
+const MAX_PLANS: usize = 2048;
 
 /// The counts of a call's variable operands, read leniently before the
 /// arity check (a malformed attribute counts 0; [`StartPlan::parse`]
