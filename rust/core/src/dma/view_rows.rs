@@ -125,6 +125,18 @@ pub(crate) struct Shift {
     streams: Option<Streams>,
 }
 
+impl Shift {
+    /// `at[rel]`: where row `base + rel` (each of `rels`) starts in the
+    /// compact buffer of `rows` (sorted, every touched row), `w` bytes each.
+    fn row_table(&self, base: usize, rows: &[usize], w: usize, at: &mut Vec<usize>) {
+        at.clear();
+        at.resize(self.rels.last().map_or(0, |&r| r as usize + 1), 0);
+        for &rel in &self.rels {
+            at[rel as usize] = rows.binary_search(&(base + rel as usize)).unwrap_or(0) * w;
+        }
+    }
+}
+
 /// Places that take one run from each of `rels.len()` rows in turn, each
 /// row's runs consecutive from column `col`: `places[j] = (rels[j % k],
 /// col + (j / k) * run)`. A row-packing bitcast's pattern is two (bf16) or
@@ -259,13 +271,7 @@ impl<'a> Walk<'a> {
                 let mut at: Vec<usize> = Vec::new();
                 for (i, &s) in form.starts.iter().enumerate() {
                     let sh = Walk::shift(shifts, s, rb);
-                    let base = s as usize / rb;
-                    at.clear();
-                    at.resize(sh.rels.last().map_or(0, |&r| r as usize + 1), 0);
-                    for &rel in &sh.rels {
-                        let row = base + rel as usize;
-                        at[rel as usize] = rows.binary_search(&row).unwrap_or(0) * w;
-                    }
+                    sh.row_table(s as usize / rb, rows, w, &mut at);
                     for (j, &(rel, col)) in sh.places.iter().enumerate() {
                         f(i * p + j * run, at[rel as usize] + col as usize - lo);
                     }
@@ -359,16 +365,14 @@ fn gather_runs<const K: usize>(
     };
     let (lo, w) = (cols.0, cols.1 - cols.0);
     let p = form.pattern.len();
+    let mut at: Vec<usize> = Vec::new();
     for (i, &s) in form.starts.iter().enumerate() {
         let sh = Walk::shift(shifts, s, rb);
         let dst = &mut out[i * p..(i + 1) * p];
         let base = s as usize / rb;
         let row_at = |rel: u32| rows.binary_search(&(base + rel as usize)).unwrap_or(0) * w;
         let Some(st) = &sh.streams else {
-            let mut at: Vec<usize> = vec![0; sh.rels.last().map_or(0, |&r| r as usize + 1)];
-            for &rel in &sh.rels {
-                at[rel as usize] = row_at(rel);
-            }
+            sh.row_table(base, rows, w, &mut at);
             for (j, &(rel, col)) in sh.places.iter().enumerate() {
                 let c = at[rel as usize] + col as usize - lo;
                 dst[j * K..j * K + K].copy_from_slice(&compact[c..c + K]);

@@ -219,19 +219,19 @@ pub fn dma_wait(c: &mut Call) -> Result<()> {
 pub const WAITS: (&str, &str) = (wire::THEN_WAIT_BYTES, wire::THEN_WAIT_SITES);
 
 #[derive(Clone, Copy)]
-struct Waits<'a> {
-    bytes: &'a [i64],
-    sites: &'a [i64],
+pub(super) struct Waits<'a> {
+    pub(super) bytes: &'a [i64],
+    pub(super) sites: &'a [i64],
 }
 
 /// How many trailing waits an op has (read before the arity check, which
 /// needs it; malformed attributes are reported by [`trailing_waits`] once
 /// the call is bound to its launch, see `device_target`).
-fn trailing_count(f: &Frame) -> usize {
+pub(super) fn trailing_count(f: &Frame) -> usize {
     f.attr_i64s_opt(WAITS.0).ok().flatten().map_or(0, <[i64]>::len)
 }
 
-fn trailing_waits<'a>(f: &Frame<'a>) -> Result<Option<Waits<'a>>> {
+pub(super) fn trailing_waits<'a>(f: &Frame<'a>) -> Result<Option<Waits<'a>>> {
     let Some(bytes) = f.attr_i64s_opt(WAITS.0)? else { return Ok(None) };
     let sites = f.attr_i64s(WAITS.1)?;
     if sites.len() != bytes.len() {

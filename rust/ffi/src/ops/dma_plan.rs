@@ -11,9 +11,10 @@
 //! address, which a later executable may reuse) makes a hit mean "the
 //! same attributes"; a call without the key is parsed every time.
 
+use super::dma::{trailing_count, trailing_waits};
 use super::{space_attr, tail_len, StaticRegion, DST_REGION, SRC_REGION};
 use crate::frame::Frame;
-use crate::wire::{dma_start as start, RegionAttrs, THEN_WAIT_BYTES, THEN_WAIT_SITES};
+use crate::wire::{dma_start as start, RegionAttrs};
 use mosaic_rt_core::{MemorySpace, Result, RtError};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -40,8 +41,7 @@ pub struct Counts {
 
 impl Counts {
     pub fn read(f: &Frame) -> Counts {
-        let waits = f.attr_i64s_opt(THEN_WAIT_BYTES).ok().flatten().map_or(0, <[i64]>::len);
-        Counts { waits, tail: tail_len(f), maps: map_operands(lenient_maps(f)) }
+        Counts { waits: trailing_count(f), tail: tail_len(f), maps: map_operands(lenient_maps(f)) }
     }
 }
 
@@ -113,21 +113,7 @@ impl StartPlan {
     /// Reads and checks the static attributes of `f` (a call already bound
     /// to its launch, its arity checked with `counts`).
     pub fn parse(f: &Frame, counts: Counts) -> Result<StartPlan> {
-        let waits = match f.attr_i64s_opt(THEN_WAIT_BYTES)? {
-            None => None,
-            Some(bytes) => {
-                let sites = f.attr_i64s(THEN_WAIT_SITES)?;
-                if sites.len() != bytes.len() {
-                    return Err(RtError::value(format!(
-                        "{}: {} trailing wait sizes but {} sites",
-                        f.op,
-                        bytes.len(),
-                        sites.len()
-                    )));
-                }
-                Some(TrailingWaits { bytes: bytes.into(), sites: sites.into() })
-            }
-        };
+        let waits = trailing_waits(f)?.map(|w| TrailingWaits { bytes: w.bytes.into(), sites: w.sites.into() });
         let [has_dst_device, has_dst_core] = f.attrs_i64_opt([start::attr::has_dst_device, start::attr::has_dst_core]);
         let maps = lenient_maps(f);
         let rows_without_map = maps & 16 != 0 && maps & 1 == 0 || maps & 32 != 0 && maps & 2 == 0;
