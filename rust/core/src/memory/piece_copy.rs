@@ -32,7 +32,8 @@ impl MemoryTable {
     /// Moves the `len` bytes of `src` to `dst`, both regions of exactly
     /// `len` bytes: `mv` gets the bytes of the source's pieces and of the
     /// destination's (each side's [`Piece`]s of its region's value, in the
-    /// order given) and must write every byte of the destination's. Returns
+    /// order given; the destination's must be its whole region, each byte
+    /// once) and must write every byte of the destination's. Returns
     /// whether it ran (see the module doc for when it does not); errors are
     /// the general path's own (initcheck of the source, a released buffer).
     pub(crate) fn copy_pieces(
@@ -65,7 +66,8 @@ impl MemoryTable {
             return Ok(false);
         };
         let (src_at, dst_at) = (&src_at[..src_pieces.len()], &dst_at[..dst_pieces.len()]);
-        if !disjoint(dst_at) {
+        // The destination's pieces are its whole region, each byte once.
+        if !disjoint(dst_at) || dst_at.iter().map(|&(_, n)| n).sum::<usize>() != len {
             return Ok(false);
         }
         s.buf.check_initialized(&s.plan, Some(&s.full), &s.who, src.region)?;
