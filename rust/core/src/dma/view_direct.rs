@@ -39,13 +39,7 @@ fn gather(memory: &MemoryTable, src: MemRef<'_>, dst: MemRef<'_>, m: &ViewEntrie
     };
     let (len, run) = (m.len(), m.run());
     let streams = pieces(bases, len);
-    let mut mv = |s: &[&[u8]], d: &mut [&mut [u8]]| match *s {
-        [a] => d[0].copy_from_slice(a),
-        [a, b] => view_entries::interleave_runs(run, d[0], [a, b]),
-        [a, b, c] => view_entries::interleave_runs(run, d[0], [a, b, c]),
-        [a, b, c, e] => view_entries::interleave_runs(run, d[0], [a, b, c, e]),
-        _ => unreachable!("a map has one to four streams"),
-    };
+    let mut mv = |s: &[&[u8]], d: &mut [&mut [u8]]| view_entries::interleave_streams(run, d[0], s);
     let done = memory.copy_pieces(src, dst, len, &streams[..bases.len()], &[(0, len)], &mut mv)?;
     Ok(done.then_some(len))
 }

@@ -246,13 +246,11 @@ pub(crate) fn gather(region: &[u8], map: &ViewEntries) -> Vec<u8> {
     let mut out = vec![0u8; map.len()];
     if let Some(bases) = map.streams() {
         let n = out.len() / bases.len();
-        let s = |h: usize| &region[bases[h] as usize..bases[h] as usize + n];
-        match bases.len() {
-            1 => out.copy_from_slice(s(0)),
-            2 => interleave_runs(map.run(), &mut out, [s(0), s(1)]),
-            3 => interleave_runs(map.run(), &mut out, [s(0), s(1), s(2)]),
-            _ => interleave_runs(map.run(), &mut out, [s(0), s(1), s(2), s(3)]),
+        let mut streams: [&[u8]; 4] = [&[]; 4];
+        for (s, &b) in streams.iter_mut().zip(bases) {
+            *s = &region[b as usize..b as usize + n];
         }
+        interleave_streams(map.run(), &mut out, &streams[..bases.len()]);
         return out;
     }
     match map.run() {
@@ -271,9 +269,20 @@ fn gather_runs<const K: usize>(region: &[u8], map: &[u32], out: &mut [u8]) {
     }
 }
 
+/// [`interleave_runs`] of one to four streams (one: a plain copy).
+pub(crate) fn interleave_streams(run: usize, dst: &mut [u8], streams: &[&[u8]]) {
+    match *streams {
+        [a] => dst.copy_from_slice(a),
+        [a, b] => interleave_runs(run, dst, [a, b]),
+        [a, b, c] => interleave_runs(run, dst, [a, b, c]),
+        [a, b, c, e] => interleave_runs(run, dst, [a, b, c, e]),
+        _ => unreachable!("a map has one to four streams"),
+    }
+}
+
 /// `dst` = runs of `run` bytes (1, 2, 4 or 8) taken from each of the S
 /// `streams` in turn (each `dst.len() / S` bytes).
-pub(crate) fn interleave_runs<const S: usize>(run: usize, dst: &mut [u8], streams: [&[u8]; S]) {
+fn interleave_runs<const S: usize>(run: usize, dst: &mut [u8], streams: [&[u8]; S]) {
     match run {
         8 => interleave::<8, S>(dst, streams),
         4 => interleave::<4, S>(dst, streams),

@@ -385,13 +385,11 @@ fn gather_runs<const K: usize>(
             let o = row_at(rel) + st.col - lo;
             &compact[o..o + n]
         };
-        match *st.rels.as_slice() {
-            [a] => dst.copy_from_slice(stream(a)),
-            [a, b] => view_entries::interleave_runs(K, dst, [stream(a), stream(b)]),
-            [a, b, c] => view_entries::interleave_runs(K, dst, [stream(a), stream(b), stream(c)]),
-            [a, b, c, d] => view_entries::interleave_runs(K, dst, [stream(a), stream(b), stream(c), stream(d)]),
-            _ => unreachable!("`Streams::of` makes one to four streams"),
+        let mut streams: [&[u8]; 4] = [&[]; 4];
+        for (s, &rel) in streams.iter_mut().zip(&st.rels) {
+            *s = stream(rel);
         }
+        view_entries::interleave_streams(K, dst, &streams[..st.rels.len()]);
     }
 }
 
