@@ -31,13 +31,25 @@ fn a_remote_arrival_racing_the_local_ones_completes_the_barrier_once() {
         let done = Arc::new(AtomicUsize::new(0));
         let local = {
             let (t, done) = (Arc::clone(&t), Arc::clone(&done));
-            thread::spawn(move || t.device_barrier(1, &|| drop(done.fetch_add(1, Ordering::SeqCst))).unwrap())
+            thread::spawn(move || {
+                t.device_barrier(1, &|| {
+                    done.fetch_add(1, Ordering::SeqCst);
+                })
+                .unwrap()
+            })
         };
         let remote = {
             let (t, done) = (Arc::clone(&t), Arc::clone(&done));
-            thread::spawn(move || t.device_barrier_remote(0, 1, &|| drop(done.fetch_add(1, Ordering::SeqCst))))
+            thread::spawn(move || {
+                t.device_barrier_remote(0, 1, &|| {
+                    done.fetch_add(1, Ordering::SeqCst);
+                })
+            })
         };
-        t.device_barrier(0, &|| drop(done.fetch_add(1, Ordering::SeqCst))).unwrap();
+        t.device_barrier(0, &|| {
+            done.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
         local.join().unwrap();
         remote.join().unwrap();
         assert_eq!(done.load(Ordering::SeqCst), 1);

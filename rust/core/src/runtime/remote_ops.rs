@@ -264,7 +264,9 @@ impl Runtime {
     }
 
     /// The detector's periodic look: when every local core is stuck, ask
-    /// the other processes (a wave of `remote::detect`).
+    /// the other processes (a wave of `remote::detect`). Not under loom,
+    /// which models no detector thread.
+    #[cfg(not(loom))]
     pub(super) fn remote_tick(&self, now: Instant) {
         let Some(link) = self.link() else { return };
         if !self.config.detect_deadlocks || self.sems.failure().is_some() {
