@@ -56,9 +56,11 @@ test's time and per-file wall times as JSON (--json; the pytest logs go to
 <json>.<backend>.logs/), and a summary. --compare runs
 stock then mosaic_rt and prints the counts per backend, the tests that pass on
 stock but not on mosaic_rt with the first line of each failure, and the wall
-times with their ratio; test_correct_number_of_stores (it counts stock's
-private store callbacks) is excluded from the must-pass set and reported on its
-own. Exit status: 0 when every must-pass test passes (--compare /
+times with their ratio; the tests of EXCLUDED (test_correct_number_of_stores
+counts stock's private store callbacks; two tests trigger their exception with
+an out-of-bounds load, which raises under stock's default out_of_bounds_reads
+but not under mosaic_rt's, the TPU's) are outside the must-pass set and
+reported on their own, with the reason. Exit status: 0 when every must-pass test passes (--compare /
 --compare-json) or the run completed (single backend), else 1.
 """
 
@@ -84,7 +86,17 @@ FILES = (
     "tpu_pallas_interpret_distributed_test.py",
 )
 SUPPORT = ("pyproject.toml", "conftest.py")
-EXCLUDED = ("test_correct_number_of_stores",)  # counts stock's private callbacks
+# Tests outside the must-pass set, each with why (reported on their own).
+EXCLUDED = {
+    "test_correct_number_of_stores": "counts stock's private store callbacks",
+    # Both make device 1 fail with an out-of-bounds VMEM load under the default
+    # InterpretParams(). Stock's default out_of_bounds_reads is "raise";
+    # mosaic_rt's is "tpu" (a TPU's loads are unchecked), so no exception
+    # comes. Both pass with out_of_bounds_reads="raise" (checked by hand with
+    # --mosaic-rt-src on a copy whose default is "raise").
+    "test_that_exception_does_not_cause_dma_to_wait_forever": "relies on stock's default out_of_bounds_reads='raise'",
+    "test_that_barrier_does_not_hang_after_exception": "relies on stock's default out_of_bounds_reads='raise'",
+}
 BACKENDS = ("stock", "mosaic_rt")
 
 
@@ -265,9 +277,17 @@ def run_backend(args, backend: str) -> dict:
     return result
 
 
-def _excluded(tid: str) -> bool:
+def _exclusion(tid: str) -> str | None:
+    """Why `tid` is outside the must-pass set (None: it is in it)."""
     name = tid.rsplit("::", 1)[-1]
-    return any(name == e or name.startswith(e + "_") or re.fullmatch(re.escape(e) + r"\d*", name) for e in EXCLUDED)
+    for e, why in EXCLUDED.items():
+        if name == e or name.startswith(e + "_") or re.fullmatch(re.escape(e) + r"\d*", name):
+            return why
+    return None
+
+
+def _excluded(tid: str) -> bool:
+    return _exclusion(tid) is not None
 
 
 def summarize(result: dict) -> None:
@@ -330,7 +350,7 @@ def compare(stock: dict, ours: dict) -> dict:
     must = sorted(t for t, v in stock["tests"].items() if v["outcome"] == "passed" and not _excluded(t))
     not_passing = [t for t in must if ours["tests"].get(t, {}).get("outcome") != "passed"]
     p(
-        f"must-pass (passed on stock, {', '.join(EXCLUDED)} excluded): {len(must)}; "
+        f"must-pass (passed on stock, {len(EXCLUDED)} tests excluded, below): {len(must)}; "
         f"pass on mosaic_rt: {len(must) - len(not_passing)}; not: {len(not_passing)}"
     )
     for t in not_passing:
@@ -350,7 +370,7 @@ def compare(stock: dict, ours: dict) -> dict:
     for t in excluded:
         s, o = stock["tests"].get(t, {}), ours["tests"].get(t, {})
         p(
-            f"excluded {t}: stock {s.get('outcome', 'missing')}, mosaic_rt "
+            f"excluded {t} ({_exclusion(t)}): stock {s.get('outcome', 'missing')}, mosaic_rt "
             f"{o.get('outcome', 'missing')}{': ' + o['message'] if o.get('message') else ''}"
         )
     for file, info in ours["files"].items():

@@ -5,8 +5,9 @@ past an SMEM array's ends and discard the value (tpu-inference's fused MoE
 reads ``sizes[e - 2]`` at e = 0 under a select). Ours returns the
 uninitialized-memory value, reports the read once per source line as
 misuse, and the kernel's result is the TPU's; stock's bounds check fails
-such a kernel. DMAs keep their bounds checks (the TPU checks DMAs); vector
-loads follow ``out_of_bounds_reads`` (test_unchecked_loads.py).
+such a kernel. DMAs keep their bounds checks (the TPU checks DMAs);
+``out_of_bounds_reads="raise"`` keeps stock's check for these reads too, and
+vector loads follow ``out_of_bounds_reads`` (test_unchecked_loads.py).
 """
 
 from __future__ import annotations
@@ -106,6 +107,16 @@ def test_vector_reads_outside_keep_the_bounds_check_under_raise():
                 out_specs=pl.BlockSpec(memory_space=pltpu.VMEM),
                 interpret=mosaic_rt.InterpretParams(out_of_bounds_reads="raise"),
             )(jnp.arange(8, dtype=jnp.int32))
+            jax.block_until_ready(out)
+
+
+@pytest.mark.parametrize("shift", [2, -3])
+def test_raise_makes_the_scalar_read_outside_an_error(shift):
+    # Asked for explicitly, stock's bounds check holds at both ends (JAX's
+    # own test_out_of_bounds_read_index passes "raise" and expects it).
+    with pytest.raises(IndexError, match=r"Out-of-bounds read of \(0 0 smem \d+\)"):
+        with mosaic_rt.native_errors():
+            out, _ = _masked_lookback(mosaic_rt.InterpretParams(out_of_bounds_reads="raise"), shift)
             jax.block_until_ready(out)
 
 

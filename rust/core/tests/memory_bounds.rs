@@ -340,3 +340,36 @@ fn tpu_reads_leave_kernel_loads_of_vmem_unchecked_and_dma_reads_checked() {
     let e = strict.kernel_load(MemRef::new(0, 0, VMEM, v, &rows(3, 2)), &mut out).unwrap_err();
     assert!(e.message.starts_with("Out-of-bounds read of (0 0 vmem 100)"), "{}", e.message);
 }
+
+/// A scalar read of SMEM outside its array (`sizes[e - 2]` at e = 0, or one
+/// past the end): under "tpu" a kernel's load reads the fill value, as a
+/// TPU's scalar core reads the word there; under "raise" -- chosen by the
+/// user, or for a DMA's read -- it is stock's error, at either end.
+#[test]
+fn scalar_smem_reads_outside_follow_the_rule() {
+    const SMEM: MemorySpace = MemorySpace::Smem;
+    let init: Vec<u8> = (1..=4).collect();
+    let spec = BufferSpec { space: SMEM, dtype: DType::I8, shape: &[4], logical_shape: None, init: Init::Bytes(&init) };
+    let at = |i| Region::new(vec![DimSel::index(i)]);
+    let mut out = [0xAAu8; 1];
+
+    let tpu = table(1, 1, OobReads::Tpu, FillMode::Zero);
+    let s = tpu.allocate(0, Some(0), spec).unwrap();
+    for i in [-2, 4] {
+        out[0] = 0xAA;
+        tpu.kernel_load(MemRef::new(0, 0, SMEM, s, &at(i)), &mut out).unwrap();
+        assert_eq!(out, [0], "index {i}: the fill value");
+        let e = tpu.load(MemRef::new(0, 0, SMEM, s, &at(i)), &mut out).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Index, "index {i}: a DMA's read is checked");
+    }
+    tpu.kernel_load(MemRef::new(0, 0, SMEM, s, &at(3)), &mut out).unwrap();
+    assert_eq!(out, [4]);
+
+    let strict = table(1, 1, OobReads::Raise, FillMode::Zero);
+    let s = strict.allocate(0, Some(0), spec).unwrap();
+    for i in [-2, 4] {
+        let e = strict.kernel_load(MemRef::new(0, 0, SMEM, s, &at(i)), &mut out).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Index, "index {i}");
+        assert!(e.message.starts_with("Out-of-bounds read of (0 0 smem "), "{}", e.message);
+    }
+}

@@ -109,11 +109,16 @@ impl MemoryTable {
     }
 
     fn read_into(&self, r: MemRef<'_>, out: &mut [u8], access: Access) -> Result<()> {
-        // Scalar SMEM reads outside the array follow the TPU (`smem_scalar`):
-        // a negative index before `resolve` (which rejects it), one past the
-        // end where reads leave the buffer below.
+        // Scalar SMEM reads outside the array follow the TPU (`smem_scalar`)
+        // unless the rule says raise (`out_of_bounds_reads="raise"`, or a
+        // DMA's read): a negative index before `resolve` (which rejects
+        // it), one past the end where reads leave the buffer below.
         if smem_scalar::is_scalar_smem(&r) && smem_scalar::has_negative_index(&r) {
             let buf = self.get(r.key(), "read")?;
+            if self.oob_rule(r.space, access) == OobRule::Raise {
+                let who = Who { device: r.device, core: r.core, space: r.space, id: r.id };
+                return Err(message::oob_read(&who, r.region, &buf.logical_shape));
+            }
             if self.read_outside_smem(r, &buf, out) {
                 return Ok(());
             }
@@ -135,10 +140,13 @@ impl MemoryTable {
             copy_block(&r.buf.read(&r.who)?, &src, out, &r.dense(), &r.full, itemsize);
             return Ok(());
         }
-        if smem_scalar::is_scalar_smem(&mem_ref) && self.read_outside_smem(mem_ref, &r.buf, out) {
+        let rule = self.oob_rule(mem_ref.space, access);
+        if rule != OobRule::Raise
+            && smem_scalar::is_scalar_smem(&mem_ref)
+            && self.read_outside_smem(mem_ref, &r.buf, out)
+        {
             return Ok(());
         }
-        let rule = self.oob_rule(mem_ref.space, access);
         if rule == OobRule::Raise {
             return Err(message::oob_read(&r.who, region, &r.buf.logical_shape));
         }
