@@ -7,7 +7,8 @@
 #
 #   scripts/test_wheel.sh [--wheel PATH] [--venvs DIR] [PY[:JAX] ...]
 #
-# PY defaults to 3.11 3.12 3.13; JAX to 0.10.2 on 3.11 and 0.12.0.1 otherwise.
+# PY defaults to 3.11 3.12 3.13; JAX to 0.10.2 on 3.11, otherwise the newest
+# jax pip offers for that Python (scripts/_common.sh: default_jax).
 # --wheel skips the build. The venvs stay in DIR (default .venv-test/) as
 # DIR/pyPY, so scripts/test.sh can run pytest in them afterwards.
 set -uo pipefail
@@ -128,7 +129,9 @@ fi
 wheel="$(cd "$(dirname "$wheel")" && pwd)/$(basename "$wheel")"
 echo "wheel: $wheel ($(du -k "$wheel" | cut -f1) KiB)"
 for target in "${targets[@]}"; do
-    smoke "${target%%:*}" "$( [[ "$target" == *:* ]] && echo "${target#*:}" || default_jax "$target")"
+    py="${target%%:*}"
+    if [[ "$target" == *:* ]]; then jax="${target#*:}"; else jax="$(default_jax "$py")" || { failed+=("jax for $py"); continue; }; fi
+    smoke "$py" "$jax"
 done
 
 if [ ${#failed[@]} -gt 0 ]; then

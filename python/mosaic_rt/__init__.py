@@ -1,10 +1,16 @@
 """mosaic_rt: run unmodified Pallas TPU kernels on CPU at native speed."""
 
-# First: fails with one clear ImportError on an unsupported jax.
-from mosaic_rt import jax_internals as _jax_internals  # noqa: F401
-from mosaic_rt import races, stages, timeline, tpu
+from mosaic_rt import jax_version as _jax_version
+
+# First: jax_internals checks the jax version (an ImportError below the
+# supported range, an UntestedJaxWarning above the tested one), and a JAX
+# internal that moved becomes a JaxVersionError naming both versions.
+with _jax_version.internals_guard():
+    from mosaic_rt import jax_internals as _jax_internals  # noqa: F401
+    from mosaic_rt import races, stages, timeline, tpu
 from mosaic_rt.errors import (
     DeadlockError,
+    JaxVersionError,
     KernelAborted,
     MisuseWarning,
     MosaicRuntimeError,
@@ -16,6 +22,7 @@ from mosaic_rt.errors import (
     TpuCompileError,
     TpuCompileWarning,
     UninitializedReadError,
+    UntestedJaxWarning,
     WaitTimeout,
 )
 from mosaic_rt.ffi import native_errors
@@ -27,9 +34,10 @@ from mosaic_rt.runtime import BufferInfo, Leak, Runtime
 
 # Route pallas_call(interpret=mosaic_rt.InterpretParams()) to our interpreter
 # (stock InterpretParams keep the stock path).
-_seam.install()
+with _jax_version.internals_guard():
+    _seam.install()
 # MOSAIC_RT_TPU_TARGET: pltpu.get_tpu_info() on CPU answers for its chip.
-from mosaic_rt.tpu_check import targets as _tpu_targets  # noqa: E402
+from mosaic_rt.tpu_check import targets as _tpu_targets
 
 _tpu_targets.answer_tpu_info_from_environment()
 
@@ -50,6 +58,7 @@ __all__ = [
     "Leak",
     "Runtime",
     "DeadlockError",
+    "JaxVersionError",
     "KernelAborted",
     "MosaicRuntimeError",
     "MultiProcessError",
@@ -62,4 +71,5 @@ __all__ = [
     "MisuseWarning",
     "TpuCompileError",
     "TpuCompileWarning",
+    "UntestedJaxWarning",
 ]

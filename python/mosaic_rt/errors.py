@@ -115,6 +115,25 @@ class TpuCompileWarning(UserWarning):
     check cannot check yet."""
 
 
+class JaxVersionError(ImportError):
+    """The installed jax lacks a JAX internal mosaic_rt relies on (it moved
+    in a jax release newer than mosaic_rt was tested with). The message
+    names the jax version and the tested range; ``jax_version`` and
+    ``tested`` hold them, ``__cause__`` the original ImportError /
+    AttributeError. An ImportError: the fix is installing another jax or
+    mosaic_rt, as for any unusable dependency."""
+
+    def __init__(self, message: str = "", *, jax_version: str | None = None, tested: str | None = None):
+        super().__init__(message)
+        self.jax_version = jax_version
+        self.tested = tested
+
+
+class UntestedJaxWarning(UserWarning):
+    """The installed jax is newer than any release this mosaic_rt was tested
+    with (issued once, at import)."""
+
+
 # Names used by the native layer (``ErrorKind::python_type`` in Rust).
 _BY_NAME: dict[str, type[BaseException]] = {
     "ValueError": ValueError,

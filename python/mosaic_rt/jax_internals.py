@@ -7,8 +7,9 @@ place. Porting to a new jax release is a change in this module: primitive
 params that were renamed, the jaxpr types (`ClosedJaxpr` merged into
 `Jaxpr` in 0.12), mesh types, the pallas_call seam.
 
-Supported: jax 0.10.2 up to (not including) 0.13. Importing mosaic_rt with
-another jax fails here with one clear ImportError.
+Which releases: `mosaic_rt.jax_version` (a moved internal imported here
+becomes a `JaxVersionError` through its `internals_guard`, which
+`mosaic_rt/__init__.py` puts around this import).
 """
 
 from __future__ import annotations
@@ -23,42 +24,14 @@ try:
 except ImportError as e:  # e.g. jaxlib 0.10.2 under numpy >= 2.4
     raise ImportError(
         f"mosaic_rt needs jax, which failed to import: {e}. Supported: jax and"
-        " jaxlib >= 0.10.2 and < 0.13; jaxlib 0.10.2 needs numpy < 2.4"
+        " jaxlib >= 0.10.2; jaxlib 0.10.2 needs numpy < 2.4"
         f" (found numpy {np.__version__})."
     ) from e
 
-SUPPORTED_RANGE = ((0, 10, 2), (0, 13))  # [lowest, first unsupported)
+from mosaic_rt import jax_version
 
-
-def _release(version: str) -> tuple[int, ...]:
-    """The numeric release of a version string ("0.12.0.1" -> (0, 12, 0, 1))."""
-    parts = []
-    for piece in version.split("."):
-        m = re.match(r"\d+", piece)
-        if m is None:
-            break
-        parts.append(int(m.group()))
-        if m.end() != len(piece):  # "1rc1", "0.dev..." end the release part
-            break
-    return tuple(parts)
-
-
-JAX_VERSION = _release(jax.__version__)
-
-
-def _check_supported(version: str) -> None:
-    low, high = SUPPORTED_RANGE
-    release = _release(version)
-    if not (low <= release < high):
-        raise ImportError(
-            f"mosaic_rt supports jax >= {'.'.join(map(str, low))} and"
-            f" < {'.'.join(map(str, high))}; found jax {version}. Install a"
-            " supported jax (e.g. `pip install 'jax>=0.10.2,<0.13'`) or a"
-            " mosaic_rt release made for this jax."
-        )
-
-
-_check_supported(jax.__version__)
+JAX_VERSION = jax_version.release(jax.__version__)
+jax_version.check_supported(jax.__version__)
 
 # ruff: noqa: E402  (the version check must run before the internal imports)
 from jax._src import callback, effects, pjit, source_info_util, state, tree_util
@@ -376,8 +349,11 @@ def mesh_processes(ctx) -> tuple[int, ...] | None:
     ``ctx`` is inside (its row-major device order, the partition ids), or
     None outside a concrete shard_map mesh."""
     axis_ctx = ctx.module_context.axis_context
-    devices = getattr(getattr(axis_ctx, "mesh", None), "devices", None)
-    if not isinstance(axis_ctx, SPMDAxisContext) or devices is None:
+    mesh = getattr(axis_ctx, "mesh", None)
+    if not isinstance(axis_ctx, SPMDAxisContext) or mesh is None or isinstance(mesh, jax.sharding.AbstractMesh):
+        return None  # an AbstractMesh has no devices (its `.devices` raises)
+    devices = getattr(mesh, "devices", None)
+    if devices is None:
         return None
     return tuple(int(d.process_index) for d in np.asarray(devices).flat)
 
@@ -434,6 +410,14 @@ def current_trace():
 
 def block_shape(block_mapping) -> tuple[int, ...]:
     return pallas_core._get_block_shape(block_mapping.block_shape)
+
+
+def block_memory_space(block_mapping):
+    """The memory space a kernel sees a block operand in: the transformed
+    block aval's before 0.12.1 (`transformed_block_aval`), the block aval's
+    from 0.12.1 (BlockMapping lost its transforms)."""
+    aval = getattr(block_mapping, "transformed_block_aval", None) or block_mapping.block_aval
+    return aval.memory_space
 
 
 def ref_and_transforms(ref):

@@ -33,6 +33,7 @@ import mosaic_rt
 import mosaic_rt.tpu as mtpu
 import numpy as np
 import pytest
+from core_mesh import core_mesh
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
@@ -269,11 +270,7 @@ def _remote_signal_counts(api):
 
 
 def _core_mesh(cores):
-    # pltpu.TensorCoreMesh is public from jax 0.11 on (and
-    # create_tensorcore_mesh deprecated in 0.12).
-    if hasattr(pltpu, "TensorCoreMesh"):
-        return pltpu.TensorCoreMesh(axis_name="core", num_cores=cores)
-    return pltpu.create_tensorcore_mesh("core", num_cores=cores)
+    return core_mesh(cores)
 
 
 def _cores_swap(api):

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import mosaic_rt
 import pytest
+from core_mesh import core_mesh
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from mosaic_rt import stages
@@ -59,7 +60,7 @@ def test_core_map_is_a_kernel_too():
     if hasattr(pltpu, "TensorCoreMesh"):  # jax >= 0.11
         mesh = pltpu.TensorCoreMesh(axis_name="core", num_cores=2)
     else:
-        mesh = pltpu.create_tensorcore_mesh("core", num_cores=2)
+        mesh = core_mesh(2)
 
     @jax.jit
     def f(x):

@@ -20,6 +20,7 @@ import mosaic_rt
 import mosaic_rt.ffi as F
 import numpy as np
 import pytest
+from core_mesh import core_mesh
 from ffi_support import begin, dummy_rows, fresh_uid, run_on_devices, with_token
 from jax import lax
 from jax.experimental import pallas as pl
@@ -250,9 +251,7 @@ def test_signal_sent_to_the_wrong_core():
     # Core 1 means to wake core 0 but signals itself; core 0 waits forever.
     n, cores = 1, 2
 
-    @pl.kernel(
-        out_type=_sds((cores * 8, 128)), mesh=pltpu.create_tensorcore_mesh("core", num_cores=cores), interpret=_params()
-    )
+    @pl.kernel(out_type=_sds((cores * 8, 128)), mesh=core_mesh(cores), interpret=_params())
     def run(x_hbm, o_hbm):
         c = lax.axis_index("core")
 

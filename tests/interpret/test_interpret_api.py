@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import mosaic_rt
 import numpy as np
 import pytest
+from core_mesh import core_mesh
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
@@ -208,7 +209,7 @@ def test_grid_split_across_cores_matches_stock(cores):
 
 
 def _cores_wait_on_each_other(params):
-    mesh = pltpu.create_tensorcore_mesh("core", num_cores=2)
+    mesh = core_mesh(2)
     x = jnp.arange(16 * 128, dtype=jnp.float32).reshape(16, 128)
 
     @functools.partial(

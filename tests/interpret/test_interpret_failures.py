@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import mosaic_rt  # a broken build fails this suite at collection, never skips it
 import numpy as np
 import pytest
+from core_mesh import core_mesh
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
@@ -124,7 +125,7 @@ def _oob_while_peers_wait_on_dma(params, n=4, failing_device=0):
 def _oob_inside_core_map(params, n=2, cores=2):
     # Core 1 of every device reads out of bounds; core 0 waits for a signal
     # from core 1 that never comes.
-    mesh = pltpu.create_tensorcore_mesh("core", num_cores=cores)
+    mesh = core_mesh(cores)
 
     def per_device(b):
         @pl.kernel(

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import mosaic_rt
 import numpy as np
 import pytest
+from core_mesh import core_mesh
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
@@ -57,7 +58,7 @@ def test_core_map_with_eight_cores():
     if hasattr(pltpu, "TensorCoreMesh"):  # jax >= 0.11
         mesh = pltpu.TensorCoreMesh(axis_name="core", num_cores=8)
     else:
-        mesh = pltpu.create_tensorcore_mesh("core", num_cores=8)
+        mesh = core_mesh(8)
 
     @pl.kernel(
         out_type=jax.ShapeDtypeStruct((8, 128), jnp.float32),
@@ -86,7 +87,7 @@ def test_core_map_takes_the_native_grid_loop_and_matches_stock(monkeypatch):
     if hasattr(pltpu, "TensorCoreMesh"):  # jax >= 0.11
         mesh = pltpu.TensorCoreMesh(axis_name="core", num_cores=2)
     else:
-        mesh = pltpu.create_tensorcore_mesh("core", num_cores=2)
+        mesh = core_mesh(2)
     x = jnp.arange(2 * 8 * 128, dtype=jnp.float32).reshape(2, 8, 128)
 
     def run(params):

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import mosaic_rt
 import numpy as np
 import pytest
+from core_mesh import core_mesh
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
@@ -414,7 +415,7 @@ def _two_cores(*, wait: bool):
     rows = 8
 
     def fn(interpret, x):
-        mesh = pltpu.create_tensorcore_mesh("core", num_cores=cores)
+        mesh = core_mesh(cores)
 
         @pl.kernel(out_type=jax.ShapeDtypeStruct((2 * cores, rows, COLS), x.dtype), mesh=mesh, interpret=interpret)
         def run(x_hbm, o_hbm):

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import mosaic_rt
 import numpy as np
 import pytest
+from core_mesh import core_mesh
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import PartitionSpec as P
@@ -285,7 +286,7 @@ def test_core_map_kernel_compiles(libtpu):
     # core_map's run_scoped lowering asks the chip kind at lowering time.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # renamed in 0.12
-        mesh = pltpu.create_tensorcore_mesh("core", num_cores=1)
+        mesh = core_mesh(1)
     x = jnp.asarray(X)
 
     @functools.partial(

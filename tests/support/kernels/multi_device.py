@@ -18,6 +18,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from core_mesh import core_mesh
 from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
@@ -724,7 +725,7 @@ def case_two_kernels_one_jit():
 
 
 def _core_mesh(cores):
-    return pltpu.create_tensorcore_mesh("core", num_cores=cores)
+    return core_mesh(cores)
 
 
 def case_core_map_shared_hbm():

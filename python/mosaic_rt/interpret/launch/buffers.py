@@ -59,7 +59,7 @@ class BlockOperands:
             mappings=mappings,
             shapes=[jx.block_shape(bm) for bm in mappings],
             squeezed=[tuple(isinstance(b, pallas_core.Squeezed) for b in bm.block_shape) for bm in mappings],
-            spaces=[forward_any_to_hbm(bm.transformed_block_aval.memory_space) for bm in mappings],
+            spaces=[forward_any_to_hbm(jx.block_memory_space(bm)) for bm in mappings],
             in_names=in_names,
             out_names=out_names,
             n_in=n_in,

@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import threading
 
-from mosaic_rt import jax_internals, stages
+from mosaic_rt import jax_internals, jax_version, stages
 from mosaic_rt.interpret.launch import processes
 from mosaic_rt.interpret.params import InterpretParams
 
@@ -54,7 +54,8 @@ def install() -> None:
                     from mosaic_rt.interpret.launch.kernel import interpret_pallas_call
 
                     reports.deliver_in_background()  # outside pytest (see reports)
-                    return interpret_pallas_call(*args, interpret_params=interpret_params, **kwargs)
+                    with jax_version.internals_guard():
+                        return interpret_pallas_call(*args, interpret_params=interpret_params, **kwargs)
                 return stock_impl(*args, interpret_params=interpret_params, **kwargs)
 
         setattr(dispatch, _MARK, True)
@@ -78,6 +79,10 @@ def _install_lowering() -> None:
             impl = functools.partial(getattr(_stock_module, _ATTR), interpret_params=interpret, **params)
             with processes.lowering_in(ctx):
                 return jax_internals.lower_fun(impl, multiple_results=True)(ctx, *in_nodes)
+        if not isinstance(interpret, InterpretParams):
+            # Not ours: jax's rule exactly as without mosaic_rt (any mesh,
+            # abstract ones included, any platform).
+            return stock_rule(ctx, *in_nodes, interpret=interpret, **params)
         with processes.lowering_in(ctx):
             return stock_rule(ctx, *in_nodes, interpret=interpret, **params)
 
