@@ -11,7 +11,9 @@ same interpreter unless --python is given):
     python scripts/jax_suite.py --compare-json stock.json ours.json   # no rerun
 
 Options: --jax-git DIR (default /work/.mirror/jax-ml+jax/repo), --tag TAG
-(default jax-v<installed jax version>), --files NAME... (default the three
+(default jax-v<installed jax version>; where the repository lacks that tag --
+a snapshot older than the newest jax -- the newest release tag not newer
+than the installed jax, said in the output and the JSON's tag_note), --files NAME... (default the three
 files below), -k EXPR (passed to pytest), --keep (keep the temp dir),
 --test-timeout S (a test making no progress for S seconds -- stock
 interpret mode can deadlock, see below -- is killed with SIGABRT, its
@@ -107,6 +109,27 @@ def _git_show(git_dir: str, tag: str, path: str) -> bytes:
             f"jax_suite: cannot read {tag}:{path} from {git_dir}: {proc.stderr.decode(errors='replace').strip()}"
         )
     return proc.stdout
+
+
+def _release(tag: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", tag.removeprefix("jax-v")))
+
+
+def default_tag(git_dir: str, jax_version: str) -> tuple[str, str | None]:
+    """``(tag, note)``: ``jax-v<jax_version>`` when the repository has it,
+    else the newest release tag not newer than that jax, with a note saying
+    so (a snapshot can lag behind PyPI: tests of the newest jax's own tag
+    are then not available)."""
+    wanted = f"jax-v{jax_version}"
+    proc = subprocess.run(["git", "--git-dir", git_dir, "tag", "--list", "jax-v*"], capture_output=True, text=True)
+    tags = [t for t in proc.stdout.split() if re.fullmatch(r"jax-v\d+(\.\d+)+", t)]
+    if wanted in tags or not tags:
+        return wanted, None
+    older = [t for t in tags if _release(t) <= _release(wanted)]
+    if not older:
+        return wanted, None
+    best = max(older, key=_release)
+    return best, f"{wanted} is not in {git_dir} (newest there: {max(tags, key=_release)}); using {best}"
 
 
 def extract(git_dir: str, tag: str, files, dest: str) -> None:
@@ -226,12 +249,15 @@ def run_backend(args, backend: str) -> dict:
     python = args.python or sys.executable
     src = args.mosaic_rt_src if backend == "mosaic_rt" else None
     versions = installed_versions(python, src)
-    tag = args.tag or f"jax-v{versions['jax']}"
+    tag, note = (args.tag, None) if args.tag else default_tag(args.jax_git, versions["jax"])
+    if note:
+        print(f"[jax_suite] {note}", flush=True)
     tmp = tempfile.mkdtemp(prefix=f"jax_suite_{backend}_")
     extract(args.jax_git, tag, args.files, tmp)
     result = {
         "backend": backend,
         "tag": tag,
+        "tag_note": note,
         "versions": versions,
         "python": python,
         "host": {"machine": platform.machine(), "cpus": os.cpu_count()},
@@ -401,7 +427,11 @@ def main(argv=None) -> int:
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--jax-git", default=DEFAULT_GIT)
-    ap.add_argument("--tag", default=None, help="default: jax-v<installed jax version>")
+    ap.add_argument(
+        "--tag",
+        default=None,
+        help="default: jax-v<installed jax version>, else the newest release tag of --jax-git not newer than it",
+    )
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--backend", choices=BACKENDS)
     mode.add_argument("--compare", action="store_true", help="run stock, then mosaic_rt")
