@@ -462,3 +462,18 @@ def test_device_id_type_deprecation_as_in_stock(use_type):
     assert [m for m, _, _ in stock] == [message] * 3
     assert [(f, n) for _, f, n in stock[:2]] == [(__file__, lines[0]), (__file__, lines[1])]
     assert stock[2][1] != __file__  # stock attributes it inside jax
+
+
+def test_mirrors_the_public_jax_pallas_tpu_namespace_too():
+    # jax 0.12.1 made Pallas public as `jax.pallas` / `jax.pallas.tpu`: the
+    # same functions as jax.experimental.pallas(.tpu), so mosaic_rt.tpu
+    # mirrors both spellings (and a kernel may import either).
+    public = pytest.importorskip("jax.pallas.tpu", reason="jax.pallas is public from jax 0.12.1 on")
+    import jax.pallas as public_pl
+
+    stock = _stock_api()
+    for module in (public, public_pl):
+        for name in dir(module):
+            if _API_NAME.match(name):
+                assert getattr(module, name) is stock[name], name
+                assert name in mtpu.__all__, name
