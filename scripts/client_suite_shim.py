@@ -77,7 +77,11 @@ def _backend() -> str:
 def _simulate_chip(chip: str) -> None:
     import jax
     from jax._src import test_util as jtu
-    from jax._src import tpu_info
+
+    try:
+        from jax._src import tpu_info
+    except ImportError:  # jax < 0.11
+        from jax._src.pallas.mosaic import tpu_info
 
     version, variant, kind, cores = CHIPS[chip]
     jax.config.update("jax_test_dut", "tpu")

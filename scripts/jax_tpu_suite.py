@@ -1,0 +1,538 @@
+#!/usr/bin/env python3
+"""Run JAX's TPU-only Pallas test files, unmodified, on a simulated TPU chip in
+TPU interpret mode: stock's and mosaic_rt's, side by side.
+
+    python scripts/jax_tpu_suite.py --json tpu.json            # every file, both sides (hours)
+    python scripts/jax_tpu_suite.py --quick                    # the CI subset (about a minute)
+    python scripts/jax_tpu_suite.py --files tpu_pallas_async_test.py -k semaphore
+    python scripts/jax_tpu_suite.py --tpu-target --backends mosaic_rt --json checked.json
+    python scripts/jax_tpu_suite.py --compare-check plain.json checked.json
+    python scripts/jax_tpu_suite.py --report tpu.json          # print an earlier run's report again
+
+Run it with the Python of the venv under test (jax, jaxlib, mosaic_rt and
+pytest installed; ``--python`` picks another). The full run at both ends of
+mosaic_rt's jax range is:
+
+    /work/venvs/py311/bin/python scripts/jax_tpu_suite.py --tag jax-v0.10.2 --json tpu-0.10.2.json
+    /work/venvs/py312/bin/python scripts/jax_tpu_suite.py --json tpu-0.12.1.json   # tag jax-v0.11.0
+
+What it does:
+
+1. Extracts, at ``--tag`` (default: ``jax-v<installed jax>``, else the
+   newest release tag of ``--jax-git`` not newer than it), JAX's
+   pyproject.toml, conftest.py and every ``tests/pallas/tpu_*_test.py``
+   but the three interpret-mode files (scripts/jax_suite.py runs those)
+   into a temp dir laid out like the repository (nothing of JAX is
+   written into this repo), and runs pytest there in JAX's own pytest
+   configuration (``filterwarnings = error``, ...).
+2. Each file runs in pytest processes of its own (scripts/suite_runner.py:
+   a test making no progress for ``--test-timeout`` seconds is killed,
+   counts as an error "hung", and pytest resumes with the file's other
+   tests), with ``--devices`` CPU devices and the simulated chip the file
+   needs (``CHIP_OF``; v5e by default, v7x -- SparseCores -- for the
+   SparseCore files), through scripts/client_suite_shim.py: jax's
+   ``jax_test_dut`` flag, the jtu chip gates, ``pltpu.get_tpu_info()``,
+   the devices' attributes and ``jax.default_backend()`` answer for the
+   chip, and every pallas_call / core_map of the process runs in TPU
+   interpret mode (``pltpu.InterpretParams()`` on the stock side,
+   ``mosaic_rt.InterpretParams()`` on ours) whatever ``interpret=`` it
+   passes. Tests a file skips on the single-core chip because they need
+   two TensorCores (``MEGACORE_SKIP``) run again on a megacore chip
+   (``MEGACORE``: v5p) as a row of their own, ``<file>@v5p``.
+3. Large files are sampled (``SAMPLE``: every k-th collected test;
+   ``--sample FILE=K`` overrides, ``--sample all=1`` runs everything), the
+   same tests on both sides. ``--stock-subset`` runs stock only on the
+   tests ours did not pass plus every ``--stock-sample``-th (enough to
+   show that nothing passing on stock fails on ours, and to time).
+4. A report: per file the collected / run counts and passed / failed /
+   errors / timed out / skipped per side; the tests whose outcome differs;
+   the time on tests passing on both and its ratio; the tests outside the
+   pass rate (``EXCLUDED``: they inspect compiled TPU artefacts or measure
+   the TPU), and the pass rate of ours over the tests that ran. ``--json``
+   keeps everything (written after every file; ``--resume`` keeps the
+   files a cut-short run finished).
+
+``--tpu-target``: ours also compiles every kernel for the file's chip with
+the real TPU compiler (``MOSAIC_RT_TPU_TARGET``; needs libtpu), so tests
+expecting the TPU to reject a kernel see its error; ``--compare-check
+PLAIN CHECKED`` lists the tests the check changes.
+
+Exit status: 1 when a test passing on stock does not pass on ours, or with
+``--quick`` when a test of the subset does not pass on ours; else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import client_suite
+import jax_suite
+import suite_runner
+
+SCRIPTS = os.path.dirname(os.path.abspath(__file__))
+BACKENDS = ("stock", "mosaic_rt")
+DEFAULT_GIT = jax_suite.DEFAULT_GIT
+# scripts/jax_suite.py runs these (stock's own interpret-mode tests).
+INTERPRET_FILES = set(jax_suite.FILES)
+DEVICES = 4
+DEFAULT_CHIP = "v5e"
+# SparseCore kernels need a chip with SparseCores; v7x is the newest.
+CHIP_OF = {
+    "tpu_sparsecore_pallas_test.py": "v7x",
+    "tpu_sparsecore_pallas_distributed_test.py": "v7x",
+    "tpu_sparsecore_pallas_debug_check_test.py": "v7x",
+    "tpu_pallas_mpmd_test.py": "v7x",
+}
+# Tests skipped on a one-core chip with one of these reasons run again on
+# a two-TensorCore chip (v5p), on 2 devices ("Testing single device two
+# cores" wants at most two).
+MEGACORE = ("v5p", 2)
+MEGACORE_SKIP = re.compile(r"megacore|two cores|2 cores", re.I)
+# file -> every k-th collected test (the rest are left out, on both sides).
+SAMPLE = {
+    "tpu_pallas_test.py": 5,
+    "tpu_pallas_pipeline_test.py": 2,
+    "tpu_sparsecore_pallas_test.py": 3,
+}
+# Tests outside the pass rate, with why no CPU backend can pass them (a
+# name matches itself and its parameterized variants name0, name_x, ...).
+EXCLUDED: dict = {}
+# The CI subset: file -> -k expression (tests that pass on ours, covering
+# what was closed for this suite), run on ours only by --quick.
+QUICK = {
+    "tpu_pallas_async_test.py": "test_basic_remote_vmem_dma or test_multiple_dmas",
+    "tpu_pallas_random_test.py": "test_stateful_uniform_sample",
+    "tpu_info_test.py": "test_get_tpu_info",
+}
+
+
+# ------------------------------------------------------------------- files
+
+
+def test_files(git_dir: str, tag: str) -> list:
+    """JAX's TPU-only Pallas test files at ``tag`` (not the interpret-mode ones)."""
+    proc = subprocess.run(
+        ["git", "--git-dir", git_dir, "ls-tree", "--name-only", f"{tag}:tests/pallas"], capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"jax_tpu_suite: cannot list {tag}:tests/pallas in {git_dir}: {proc.stderr.strip()}")
+    names = [n for n in proc.stdout.split() if re.fullmatch(r"tpu_\w+_test\.py", n)]
+    return sorted(n for n in names if n not in INTERPRET_FILES)
+
+
+def chip_of(file: str) -> str:
+    return CHIP_OF.get(file, DEFAULT_CHIP)
+
+
+def parse_samples(items) -> dict:
+    """``--sample FILE=K`` (``all=K`` for every file) over ``SAMPLE``."""
+    out = dict(SAMPLE)
+    for item in items or ():
+        name, sep, k = item.partition("=")
+        if not sep or not k.isdigit() or int(k) < 1:
+            raise SystemExit(f"jax_tpu_suite: --sample {item!r}: expected FILE=K with K >= 1")
+        if name == "all":
+            out = {"all": int(k)}
+        else:
+            out[name] = int(k)
+    return out
+
+
+def sample_of(samples: dict, file: str) -> int:
+    return samples.get(file, samples.get("all", 1))
+
+
+def exclusion(tid: str) -> str | None:
+    """Why test ``tid`` is outside the pass rate (None: it is in it)."""
+    name = tid.rsplit("::", 1)[-1]
+    for e, why in EXCLUDED.items():
+        if name == e or re.fullmatch(re.escape(e) + r"(\d+|_\w+)", name):
+            return why
+    return None
+
+
+# --------------------------------------------------------------------- run
+
+
+def _env(backend: str, chip: str, devices: int, tpu_target: bool, params: dict) -> dict:
+    env = dict(os.environ)
+    for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "MOSAIC_RT_TPU_TARGET", "JAX_TEST_DUT", "CLIENT_SUITE_PARAMS"):
+        env.pop(name, None)
+    flags = re.sub(r"--xla_force_host_platform_device_count=\S+", "", env.get("XLA_FLAGS", "")).strip()
+    env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
+    env["JAX_PLATFORMS"] = "cpu"
+    env["TPU_SKIP_MDS_QUERY"] = "1"
+    env["CLIENT_SUITE_BACKEND"] = backend
+    env["CLIENT_SUITE_CHIP"] = chip
+    if params:
+        env["CLIENT_SUITE_PARAMS"] = json.dumps(params)
+    if tpu_target and backend == "mosaic_rt":
+        env["MOSAIC_RT_TPU_TARGET"] = chip
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (SCRIPTS, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _base(python: str, tmp: str, backend: str, versions: dict) -> list:
+    cmd = [python, "-m", "pytest", "-c", os.path.join(tmp, "pyproject.toml"), "--rootdir", tmp]
+    cmd += ["-p", "no:cacheprovider", "-p", "jax_suite_record", "-p", "client_suite_shim", "-rfEs", "--tb=short", "-q"]
+    return cmd + jax_suite._plugin_flags(backend, versions)
+
+
+def collect(base: list, target: str, tmp: str, env: dict) -> list:
+    """The node ids pytest collects of ``target`` (with the chip's gates)."""
+    out = subprocess.run(base + ["--collect-only", target], cwd=tmp, env=env, capture_output=True, text=True)
+    ids = [line.strip() for line in out.stdout.splitlines() if "::" in line and not line.startswith(" ")]
+    if out.returncode not in (0, 5):
+        tail = " | ".join((out.stdout + out.stderr).strip().splitlines()[-3:])
+        raise RuntimeError(f"collection failed (exit {out.returncode}): {tail}")
+    return ids
+
+
+def run_side(args, ctx, backend: str, row: str, file: str, chip: str, devices: int, ids: list) -> dict:
+    """One side of one row: the tests ``ids`` of ``file`` on ``chip``."""
+    env = _env(backend, chip, devices, args.tpu_target, ctx["params"])
+    tag = re.sub(r"\W", "_", row)
+    info, tests = suite_runner.run_file(
+        _base(ctx["python"], ctx["tmp"], backend, ctx["versions"]) + (["-k", args.k] if args.k else []),
+        ids,
+        cwd=ctx["tmp"],
+        env=env,
+        record=os.path.join(ctx["tmp"], f"record-{backend}-{tag}.jsonl"),
+        log=os.path.join(ctx["tmp"], f"log-{backend}-{tag}.txt"),
+        file=row,
+        test_timeout=args.test_timeout,
+        label="jax_tpu_suite",
+    )
+    info["chip"], info["devices"] = chip, devices
+    if ctx["logdir"]:
+        os.makedirs(ctx["logdir"], exist_ok=True)
+        shutil.copy(info["log"], ctx["logdir"])
+        info["log"] = os.path.join(ctx["logdir"], os.path.basename(info["log"]))
+    c = info["counts"]
+    print(
+        f"[jax_tpu_suite] {backend:9s} {row} ({chip}, {devices} devices): {c['passed']} passed, {c['failed']} "
+        f"failed, {c['error']} error ({c['timed_out']} timed out), {c['skipped']} skipped of {len(ids)} "
+        f"in {info['wall']:.0f}s",
+        flush=True,
+    )
+    return {"info": info, "tests": tests}
+
+
+def _stock_ids(args, ids: list, row: str, ours: dict) -> list:
+    """With --stock-subset: the tests ours did not pass, plus every
+    --stock-sample-th (for timing); else all of ``ids``."""
+    if not args.stock_subset or not ours or f"{row}::<file>" in ours["tests"]:
+        return ids
+    keep = set(ids[:: args.stock_sample]) if args.stock_sample else set()
+    for n in ids:
+        if ours["tests"].get(suite_runner.test_id(n, row), {}).get("outcome") not in ("passed", "skipped"):
+            keep.add(n)
+    return [n for n in ids if n in keep]
+
+
+def run_row(args, ctx, result, row, file, chip, devices, ids, backends) -> dict:
+    """Both sides of one row (ours first, so --stock-subset can cut
+    stock down), kept in ``result`` and written after each side."""
+    entry = result["files"].setdefault(row, {"file": file, "chip": chip, "devices": devices})
+    for backend in sorted(backends, key=lambda b: b != "mosaic_rt"):
+        if backend in entry:
+            continue
+        side_ids = _stock_ids(args, ids, row, entry.get("mosaic_rt")) if backend == "stock" else ids
+        if not side_ids:
+            continue
+        entry[backend] = run_side(args, ctx, backend, row, file, chip, devices, side_ids)
+        entry[backend]["info"]["collected"] = entry.get("collected", len(ids))
+        if len(side_ids) < len(ids):
+            entry[backend]["info"]["subset"] = {"whole": False, "ran": len(side_ids)}
+        _save(args, result)
+    return entry
+
+
+def run_file(args, ctx, result, file: str) -> None:
+    chip = chip_of(file)
+    target = f"tests/pallas/{file}"
+    if file not in result["files"] or not all(b in result["files"][file] for b in args.backends):
+        env = _env("mosaic_rt", chip, args.devices, False, ctx["params"])
+        base = _base(ctx["python"], ctx["tmp"], "mosaic_rt", ctx["versions"]) + (["-k", args.k] if args.k else [])
+        try:
+            ids = collect(base, target, ctx["tmp"], env)
+        except RuntimeError as e:
+            # Not one test of the file can run: a row of one error per side.
+            print(f"[jax_tpu_suite] {file}: {e}", flush=True)
+            ids = [target]
+        k = sample_of(ctx["samples"], file)
+        entry = result["files"].setdefault(file, {"file": file, "chip": chip, "devices": args.devices})
+        entry["collected"] = len(ids)
+        if k > 1 and len(ids) > 40:
+            entry["sample"] = k
+            ids = ids[::k]
+        run_row(args, ctx, result, file, file, chip, args.devices, ids, args.backends)
+    _megacore_row(args, ctx, result, file)
+
+
+def _megacore_row(args, ctx, result, file: str) -> None:
+    """The tests the single-core run skipped for wanting two cores, on v5p."""
+    if chip_of(file) != DEFAULT_CHIP or args.no_megacore:
+        return
+    ours = result["files"].get(file, {}).get("mosaic_rt", {}).get("tests", {})
+    skipped = [t for t, v in ours.items() if v["outcome"] == "skipped" and MEGACORE_SKIP.search(v.get("message", ""))]
+    if not skipped:
+        return
+    chip, devices = MEGACORE
+    ids = [f"tests/pallas/{file}::" + t.split("::", 1)[1] for t in skipped]
+    row = f"{file}@{chip}"
+    result["files"].setdefault(row, {"file": file, "chip": chip, "devices": devices, "collected": len(ids)})
+    run_row(args, ctx, result, row, file, chip, devices, ids, args.backends)
+
+
+def _save(args, result) -> None:
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(result, fh, indent=1)
+
+
+# ------------------------------------------------------------------ report
+
+
+def _counts(side: dict, must: bool = False) -> dict:
+    tests = {t: v for t, v in side["tests"].items() if not (must and exclusion(t))}
+    return suite_runner.counts(tests)
+
+
+def _cols(c: dict | None) -> str:
+    if c is None:
+        return f"{'--':>24s}"
+    return f"{c['passed']:4d} {c['failed']:4d} {c['error'] - c['timed_out']:4d} {c['timed_out']:4d} {c['skipped']:4d}"
+
+
+def report(result: dict, out=print) -> dict:
+    """The per-file table, the differing tests and the pass rate."""
+    v = result["versions"]
+    lines = []
+    p = lines.append
+    p(
+        f"\n=== JAX's TPU-only Pallas tests at {result['tag']}, TPU interpret mode on a simulated chip: stock vs "
+        f"mosaic_rt (jax {v['jax']}, python {v['python']}, timeout {result['test_timeout']:.0f}s/test"
+        + (", ours with the TPU compile check" if result.get("tpu_target") else "")
+        + ") ==="
+    )
+    p(
+        f"{'file':52s} {'chip':4s} {'coll':>4s} {'ran':>4s} | stock: pass fail  err  t/o skip "
+        "| ours:  pass fail  err  t/o skip | both  time s/o"
+    )
+    totals = {b: dict.fromkeys(("passed", "failed", "error", "skipped", "timed_out", "total"), 0) for b in BACKENDS}
+    regressions, gained, both_n, ts, to, excluded = [], [], 0, 0.0, 0.0, []
+    for row, f in result["files"].items():
+        sides = {b: f[b] for b in BACKENDS if b in f}
+        if not sides:
+            continue
+        for b, side in sides.items():
+            for key, n in _counts(side, must=True).items():
+                totals[b][key] += n
+        excluded += sorted({t for side in sides.values() for t in side["tests"] if exclusion(t)})
+        ran = max(len(side["tests"]) for side in sides.values())
+        cols = {b: _cols(_counts(sides[b]) if b in sides else None) for b in BACKENDS}
+        head = f"{row[:52]:52s} {f.get('chip', ''):4s} {f.get('collected', ran):4d} {ran:4d}"
+        if len(sides) < 2:
+            p(f"{head} |        {cols['stock']} |       {cols['mosaic_rt']} |   --")
+            continue
+        cmp = client_suite.compare_file(sides["stock"], sides["mosaic_rt"])
+        f["comparison"] = cmp
+        both_n += cmp["both_passed"]
+        ts += cmp["time_both"]["stock"]
+        to += cmp["time_both"]["mosaic_rt"]
+        regressions += [d for d in cmp["regressions"] if not exclusion(d["test"])]
+        gained += [d for d in cmp["differ"] if d["mosaic_rt"] == "passed"]
+        r = cmp["time_both"]["ratio"]
+        p(
+            f"{head} |        {cols['stock']} |       {cols['mosaic_rt']} | {cmp['both_passed']:4d} "
+            f"{cmp['time_both']['stock']:.1f}/{cmp['time_both']['mosaic_rt']:.1f}" + (f" ({r:.2f}x)" if r else "")
+        )
+    p(
+        f"{'total (excluded tests left out)':52s} {'':4s} {'':4s} {'':4s} |        {_cols(totals['stock'])} "
+        f"|       {_cols(totals['mosaic_rt'])} | {both_n:4d} {ts:.1f}/{to:.1f}" + (f" ({ts / to:.2f}x)" if to else "")
+    )
+    samples = [f"{row} every {f['sample']}th" for row, f in result["files"].items() if f.get("sample")]
+    if samples:
+        p(f"sampled: {', '.join(samples)} (the same tests on both sides)")
+    rates = {}
+    for b in BACKENDS:
+        t = totals[b]
+        ran = t["total"] - t["skipped"]
+        rates[b] = round(100 * t["passed"] / ran, 1) if ran else None
+        if t["total"]:
+            p(
+                f"{b}: passes {t['passed']} of the {ran} tests that ran (run minus skipped minus excluded)"
+                + (f": {rates[b]}%" if ran else "")
+            )
+    p(f"pass on stock, not on ours: {len(regressions)}")
+    for d in regressions:
+        p(f"  {d['mosaic_rt']:7s} {d['test']}: {d['mosaic_rt_message']}")
+    p(f"pass on ours, not on stock: {len(gained)}")
+    for d in gained:
+        p(f"  stock {d['stock']:7s} {d['test']}: {d['stock_message'][:200]}")
+    if excluded:
+        p(f"excluded from the pass rate: {len(excluded)}")
+        for t in excluded:
+            outcome = {b: result["files"][t.split("::")[0]].get(b, {}).get("tests", {}).get(t, {}) for b in BACKENDS}
+            p(
+                f"  {t}: {exclusion(t)} (stock {outcome['stock'].get('outcome', '--')}, "
+                f"ours {outcome['mosaic_rt'].get('outcome', '--')})"
+            )
+    out("\n".join(lines))
+    return {
+        "totals": totals,
+        "pass_rate": rates,
+        "both_passed": both_n,
+        "time_both": {"stock": round(ts, 2), "mosaic_rt": round(to, 2), "ratio": round(ts / to, 2) if to else None},
+        "regressions": regressions,
+        "gained": gained,
+        "excluded": excluded,
+    }
+
+
+def compare_check(plain: dict, checked: dict, out=print) -> dict:
+    """Ours without and with the TPU compile check, test by test: the check
+    must fail no test that passes without it."""
+    lost, won = [], []
+    for row, f in checked["files"].items():
+        before = plain["files"].get(row, {}).get("mosaic_rt", {}).get("tests", {})
+        for t, v in f.get("mosaic_rt", {}).get("tests", {}).items():
+            was = before.get(t, {}).get("outcome")
+            if was == "passed" and v["outcome"] != "passed":
+                lost.append((t, v["outcome"], v.get("message", "")))
+            elif was in ("failed", "error") and v["outcome"] == "passed":
+                won.append((t, before[t].get("message", "")))
+    out(f"\n=== the TPU compile check: {len(lost)} tests passing without it fail with it ===")
+    for t, o, m in lost:
+        out(f"  {o:7s} {t}: {m}")
+    out(f"=== pass only with it (the TPU's own rejection expected): {len(won)} ===")
+    for t, m in won:
+        out(f"  {t}: without: {m[:200]}")
+    return {"lost": lost, "won": won}
+
+
+# -------------------------------------------------------------------- main
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--jax-git", default=DEFAULT_GIT)
+    ap.add_argument("--tag", help="default: jax-v<installed jax>, else the newest release tag not newer than it")
+    ap.add_argument("--files", nargs="+", help="test files under tests/pallas (default: every TPU-only one)")
+    ap.add_argument("-k", help="pytest -k expression for every file")
+    ap.add_argument("--quick", action="store_true", help="the CI subset (QUICK), ours only unless --backends")
+    ap.add_argument("--backends", nargs="+", choices=BACKENDS)
+    ap.add_argument("--sample", action="append", metavar="FILE=K", help="every K-th test of FILE (all=K: every file)")
+    ap.add_argument("--stock-subset", action="store_true", help="stock only where ours did not pass (+ a sample)")
+    ap.add_argument("--stock-sample", type=int, default=10, metavar="K", help="with --stock-subset (default 10)")
+    ap.add_argument("--no-megacore", action="store_true", help="no second run of two-core tests on v5p")
+    ap.add_argument("--devices", type=int, default=DEVICES, help=f"CPU devices (default {DEVICES})")
+    ap.add_argument("--tpu-target", action="store_true", help="ours: also compile every kernel for the file's chip")
+    ap.add_argument("--param", action="append", metavar="KEY=VALUE", help="an InterpretParams field on both sides")
+    ap.add_argument("--test-timeout", type=float, default=120.0)
+    ap.add_argument("--python", help="interpreter that runs pytest (default: this one)")
+    ap.add_argument("--json", help="write the results here (after every file)")
+    ap.add_argument("--resume", action="store_true", help="with --json: keep the files it already has")
+    ap.add_argument("--report", metavar="JSON", help="print the report of an earlier --json and stop")
+    ap.add_argument("--compare-check", nargs=2, metavar=("PLAIN", "CHECKED"), help="ours without / with --tpu-target")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dir")
+    return ap
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    if args.report:
+        with open(args.report) as fh:
+            result = json.load(fh)
+        summary = report(result)
+        client_suite.failure_classes(result)
+        return 1 if summary["regressions"] else 0
+    if args.compare_check:
+        with open(args.compare_check[0]) as fh, open(args.compare_check[1]) as gh:
+            return 1 if compare_check(json.load(fh), json.load(gh))["lost"] else 0
+    python = args.python or sys.executable
+    versions = jax_suite.installed_versions(python)
+    if args.tag:
+        tag, note = args.tag, None
+    else:
+        tag, note = jax_suite.default_tag(args.jax_git, versions["jax"])
+    backends = args.backends or (["mosaic_rt"] if args.quick else list(BACKENDS))
+    args.backends = backends
+    every = test_files(args.jax_git, tag)
+    files = args.files or (sorted(QUICK) if args.quick else every)
+    unknown = [f for f in files if f not in every]
+    if unknown:
+        raise SystemExit(f"jax_tpu_suite: not a TPU-only test file at {tag}: {unknown} (there: {every})")
+    if args.quick and not args.k:
+        args.sample = ["all=1"]
+    tmp = tempfile.mkdtemp(prefix="jax_tpu_suite_")
+    jax_suite.extract(args.jax_git, tag, files, tmp)
+    result = {
+        "tag": tag,
+        "tag_note": note,
+        "versions": versions,
+        "host": {"machine": platform.machine(), "cpus": os.cpu_count()},
+        "test_timeout": args.test_timeout,
+        "tpu_target": bool(args.tpu_target),
+        "params": client_suite.parse_params(args.param),
+        "files": {},
+    }
+    if args.resume and args.json and os.path.exists(args.json):
+        with open(args.json) as fh:
+            result["files"] = json.load(fh).get("files", {})
+    ctx = {
+        "python": python,
+        "versions": versions,
+        "tmp": tmp,
+        "params": result["params"],
+        "samples": parse_samples(args.sample),
+        "logdir": (os.path.splitext(args.json)[0] + ".logs") if args.json else None,
+    }
+    print(
+        f"[jax_tpu_suite] {tag}{' (' + note + ')' if note else ''}, jax {versions['jax']}, python "
+        f"{versions['python']}, mosaic_rt from {versions['mosaic_rt_from']}; {len(files)} files; work dir {tmp}",
+        flush=True,
+    )
+    t0 = time.perf_counter()
+    for file in files:
+        k_saved = args.k
+        if args.quick and not args.k:
+            args.k = QUICK.get(file)
+        try:
+            run_file(args, ctx, result, file)
+        finally:
+            args.k = k_saved
+    result["elapsed"] = round(time.perf_counter() - t0, 1)
+    summary = report(result)
+    client_suite.failure_classes(result, backends[-1] if len(backends) == 1 else "mosaic_rt")
+    result["summary"] = summary
+    _save(args, result)
+    if args.json:
+        print(f"[jax_tpu_suite] wrote {args.json}")
+    if not args.keep:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if args.quick:
+        bad = [
+            t
+            for f in result["files"].values()
+            for t, v in f.get("mosaic_rt", {}).get("tests", {}).items()
+            if v["outcome"] != "passed"
+        ]
+        return 1 if bad or summary["regressions"] else 0
+    return 1 if summary["regressions"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
