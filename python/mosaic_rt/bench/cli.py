@@ -16,6 +16,7 @@ import threading
 
 # Set in the environment of a re-executed child so it never re-executes again.
 _CHILD_FLAG = "MOSAIC_RT_BENCH_CHILD"
+PLOT_INSTALL = "pip install 'mosaic_rt[plot]'"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--plot",
         metavar="PATH",
-        help="write a PNG bar chart of the ratios (needs matplotlib: pip install 'mosaic_rt[plot]')",
+        help=f"write a PNG bar chart of the ratios (needs matplotlib: {PLOT_INSTALL})",
     )
     parser.add_argument(
         "--markdown", metavar="PATH", help="write the result tables as Markdown (as in benches/RESULTS.md)"
@@ -131,10 +132,10 @@ def _one_line(result) -> str:
     from mosaic_rt.bench.console import escape
 
     if result.error:  # escaped: error text may hold "[...]" that is not a style
-        return f"[bold red]ERROR[/] {result.case.name}: {escape(result.error)}"
+        return f"[bold red]ERROR[/] {escape(result.case.name)}: {escape(result.error)}"
     status = "[green]equal[/]" if result.ok else "[bold red]MISMATCH[/]"
     return (
-        f"{result.case.name}: stock {result.stock.median_s * 1e3:.2f} ms, "
+        f"{escape(result.case.name)}: stock {result.stock.median_s * 1e3:.2f} ms, "
         f"ours {result.ours.median_s * 1e3:.3f} ms, {result.ratio:,.1f}x, {status}"
     )
 
@@ -149,7 +150,7 @@ def _run_row(row, budget, console) -> dict:
             console.print(row.summary(d))
         except Exception as e:  # noqa: BLE001
             d = {"ok": False, "error": f"{type(e).__name__}: {e}"[:400]}
-            console.print(f"[bold red]ERROR[/] {row.name}: {escape(d['error'])}")
+            console.print(f"[bold red]ERROR[/] {escape(row.name)}: {escape(d['error'])}")
     return d
 
 
@@ -161,7 +162,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            console.print("[bold red]--plot needs matplotlib:[/] pip install 'mosaic_rt\\[plot]'")
+            console.print(f"[bold red]--plot needs matplotlib:[/] {escape(PLOT_INSTALL)}")
             return 2
     try:
         cases = _select(args.quick, args.filter)
@@ -175,9 +176,9 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         return 2
     if args.list:
         for c in cases:
-            console.print(f"{c.name}  ({c.family}, {c.devices} device(s))")
+            console.print(escape(f"{c.name}  ({c.family}, {c.devices} device(s))"))
         for r in extra:
-            console.print(f"{r.name}  (row, {r.devices} device(s))")
+            console.print(escape(f"{r.name}  (row, {r.devices} device(s))"))
         return 0
     if hasattr(signal, "SIGUSR1"):  # `kill -USR1 PID` prints every thread's stack
         faulthandler.register(signal.SIGUSR1, all_threads=True)
@@ -196,14 +197,14 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         task = progress.add_task("warming up", total=len(cases) + len(extra))
         measure.warm_up()
         for case in cases:
-            progress.update(task, description=case.name)
+            progress.update(task, description=escape(case.name))
             with _watchdog(case.name, budget.case_timeout_s):
                 result = measure.run_case(case, budget)
             results.append(result)
             progress.console.print(_one_line(result))
             progress.advance(task)
         for row in extra:
-            progress.update(task, description=row.name)
+            progress.update(task, description=escape(row.name))
             rows[row.key] = _run_row(row, budget, progress.console)
             progress.advance(task)
         progress.update(task, description="done")
@@ -211,7 +212,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
         with make_progress(console) as progress:
             task = progress.add_task("quiet vs contended", total=len(cases))
             for case in cases:
-                progress.update(task, description=f"{case.name} quiet vs contended")
+                progress.update(task, description=escape(f"{case.name} quiet vs contended"))
                 with _watchdog(case.name, budget.case_timeout_s):
                     contended.append(contention.time_case(case, budget, args.contention))
                 progress.console.print(contention.summary(contended[-1]))
@@ -234,12 +235,11 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             if not r.correct
             else "XLA native output differs from the reference"
         )
-        console.print(f"[bold red]FAILED[/] {r.case.name}: {escape(why)}")
+        console.print(f"[bold red]FAILED[/] {escape(r.case.name)}: {escape(why)}")
     bad_rows = [k for k, v in rows.items() if not v.get("ok", True)]
     for k in bad_rows:
-        console.print(
-            f"[bold red]FAILED[/] row {k}: {escape(rows[k].get('error') or 'an output differs (see its table)')}"
-        )
+        why = rows[k].get("error") or "an output differs (see its table)"
+        console.print(f"[bold red]FAILED[/] row {escape(k)}: {escape(why)}")
     settings = {
         "quick": args.quick,
         "filter": args.filter,
@@ -253,16 +253,16 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(data, f, indent=1)
-        console.print(f"results written to {args.json}")
+        console.print(escape(f"results written to {args.json}"))
     if args.markdown:
         from mosaic_rt.bench import markdown
 
         with open(args.markdown, "w") as f:
             f.write(markdown.render(data))
-        console.print(f"markdown written to {args.markdown}")
+        console.print(escape(f"markdown written to {args.markdown}"))
     if args.plot:
         report.plot(results, args.plot)
-        console.print(f"plot written to {args.plot}")
+        console.print(escape(f"plot written to {args.plot}"))
     if bad or bad_rows:
         return 1
     if args.strict and not all(v.passed for v in found):

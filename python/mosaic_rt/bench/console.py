@@ -22,6 +22,12 @@ HINT = "plain output: pip install 'mosaic_rt[bench]' for a progress bar and colo
 _TAG = re.compile(r"(?<!\\)\[(?:/|/?[a-z][a-z ]*)\]")
 
 
+def escaped(cells) -> list[str]:
+    """Table cells of data (names, error texts) that must print as written:
+    a "[...]" in them is text, not a style tag."""
+    return [escape(str(c)) for c in cells]
+
+
 def _plain(text: str) -> str:
     return _TAG.sub("", text).replace("\\[", "[")
 

@@ -136,9 +136,9 @@ def summary(c: Contended) -> str:
     from mosaic_rt.bench.fmt import fmt_ratio, fmt_time
 
     if c.error:
-        return f"[bold red]ERROR[/] {c.name} (contended): {escape(c.error)}"
+        return f"[bold red]ERROR[/] {escape(c.name)} (contended): {escape(c.error)}"
     return (
-        f"{c.name}: ours quiet {fmt_time(c.quiet)}, with {c.processes} CPU-bound "
+        f"{escape(c.name)}: ours quiet {fmt_time(c.quiet)}, with {c.processes} CPU-bound "
         f"process(es) {fmt_time(c.contended)}, {fmt_ratio(c.ratio)}"
     )
 

@@ -128,7 +128,9 @@ def render(console, results: list[CaseResult], found: list[Verdict], rows: dict 
         table.add_column(col, justify=justify, no_wrap=col == "case")
     for r in results:
         if r.error or not (r.stock and r.ours):
-            table.add_row(r.case.name, str(r.case.devices), *[""] * 11, f"[bold red]ERROR[/] {escape(r.error or '')}")
+            table.add_row(
+                escape(r.case.name), str(r.case.devices), *[""] * 11, f"[bold red]ERROR[/] {escape(r.error or '')}"
+            )
             continue
         per_op = [_fmt_time(r.stock.median_s / r.case.ops), _fmt_time(r.ours.median_s / r.case.ops), r.case.unit]
         if r.case.unit == "call":
@@ -140,7 +142,7 @@ def render(console, results: list[CaseResult], found: list[Verdict], rows: dict 
         else:
             eq = "[bold red]WRONG (both)[/]"
         table.add_row(
-            r.case.name,
+            escape(r.case.name),
             str(r.case.devices),
             _fmt_time(r.stock.first_s),
             _fmt_time(r.ours.first_s),
@@ -163,7 +165,7 @@ def render(console, results: list[CaseResult], found: list[Verdict], rows: dict 
     for name, c in costs.items():
         if c["marginal_ratio"] is not None:
             marginal.add_row(
-                name,
+                escape(name),
                 FAMILIES[name].unit,
                 _fmt_time(c["stock_marginal_s"]),
                 _fmt_time(c["ours_marginal_s"]),
@@ -182,10 +184,10 @@ def render(console, results: list[CaseResult], found: list[Verdict], rows: dict 
         targets.add_column(col, justify="right" if col in ("needed", "measured") else "left")
     for v in found:
         targets.add_row(
-            v.subject,
+            escape(v.subject),
             fmt_target(v, "target"),
             fmt_target(v, "measured"),
-            v.how,
+            escape(v.how),
             "[green]PASS[/]" if v.passed else "[bold red]FAIL[/]",
         )
     console.print(targets)

@@ -51,7 +51,7 @@ class ColdFirstCall(Row):
         return found
 
     def render(self, console, d) -> None:
-        from mosaic_rt.bench.console import Table
+        from mosaic_rt.bench.console import Table, escape, escaped
 
         t = Table(
             title=f"cold first call (jit+trace+lower+compile+run of a never-seen "
@@ -60,7 +60,7 @@ class ColdFirstCall(Row):
         for col in ("family", "stock", "ours", "ratio", "jax floor", "ours/floor", "ok"):
             t.add_column(col, justify="left" if col in ("family", "ok") else "right")
         for f in d["families"]:
-            t.add_row(*_family_cells(f), "yes" if f["ok"] else f"[bold red]NO[/] {f['error'] or ''}")
+            t.add_row(*escaped(_family_cells(f)), "yes" if f["ok"] else f"[bold red]NO[/] {escape(f['error'] or '')}")
         t.add_row(
             "all families (sum)",
             fmt_time(d["stock_total_s"]),

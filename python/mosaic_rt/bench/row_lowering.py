@@ -20,8 +20,10 @@ class Lowering(Row):
         return lowering.run_lowering(budget.lowering_reps)
 
     def summary(self, d) -> str:
+        from mosaic_rt.bench.console import escape
+
         return "lowering and compile: " + ", ".join(
-            f"{k['name']} ours lower {fmt_time(k['ours']['interp_s'])} compile "
+            f"{escape(k['name'])} ours lower {fmt_time(k['ours']['interp_s'])} compile "
             f"{fmt_time(k['ours']['compile_s'])} (jnp {fmt_time(k['jnp']['compile_s'])})"
             for k in d["kernels"]
         )
@@ -51,7 +53,7 @@ class Lowering(Row):
         ]
 
     def render(self, console, d) -> None:
-        from mosaic_rt.bench.console import Table
+        from mosaic_rt.bench.console import Table, escaped
 
         t = Table(
             title=f"lowering and compile of one kernel (median of {d['reps']}, fresh "
@@ -60,7 +62,7 @@ class Lowering(Row):
         for col in ("kernel", "side", "trace", "interpreter", "MLIR", "XLA compile", "1st run", "kernels"):
             t.add_column(col, justify="left" if col in ("kernel", "side") else "right")
         for cells in _side_cells(d):
-            t.add_row(*cells)
+            t.add_row(*escaped(cells))
         console.print(t)
 
     def markdown(self, d) -> list[str]:

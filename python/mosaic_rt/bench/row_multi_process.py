@@ -44,7 +44,9 @@ class MultiProcess(Row):
                 f"{c['chips']} chips {'ok' if c['ok'] else 'MISMATCH'}, {c['us_per_hop']:.0f} us/hop, "
                 f"peak RSS {max(c['peak_rss_mib']):.0f} MiB/process"
             )
-        errors = [v["error"] for v in (p, b, c) if "error" in v]
+        from mosaic_rt.bench.console import escape
+
+        errors = [escape(v["error"]) for v in (p, b, c) if "error" in v]
         return "multi-process: " + "; ".join(parts + errors)
 
     def verdicts(self, d) -> list:

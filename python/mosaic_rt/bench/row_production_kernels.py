@@ -100,7 +100,7 @@ class ProductionKernels(Row):
         ]
 
     def render(self, console, d) -> None:
-        from mosaic_rt.bench.console import Table
+        from mosaic_rt.bench.console import Table, escaped
 
         t = Table(
             title="production kernels (jax.experimental.pallas.ops.tpu): first call and "
@@ -109,13 +109,13 @@ class ProductionKernels(Row):
         for col in _COLS:
             t.add_column(col, justify="left" if col in ("kernel", "ok") else "right")
         for k in d["kernels"]:
-            t.add_row(*_cells(k))
+            t.add_row(*escaped(_cells(k)))
         console.print(t)
         t = Table(title=_STAGES_TITLE)
         for col in _STAGE_COLS:
             t.add_column(col, justify="left" if col in ("kernel", "side") else "right")
         for row in _stage_rows(d):
-            t.add_row(*row)
+            t.add_row(*escaped(row))
         console.print(t)
 
     def markdown(self, d) -> list[str]:

@@ -38,7 +38,7 @@ class SuiteWorkload(Row):
         ]
 
     def render(self, console, d) -> None:
-        from mosaic_rt.bench.console import Table
+        from mosaic_rt.bench.console import Table, escape, escaped
 
         t = Table(
             title=f"suite workload: {d['distinct_kernels']} distinct kernels, each called "
@@ -47,16 +47,15 @@ class SuiteWorkload(Row):
         for col in ("family", "kernels", "stock", "ours", "ratio"):
             t.add_column(col, justify="left" if col == "family" else "right")
         for name, f in d["families"].items():
-            t.add_row(name, str(f["kernels"]), fmt_time(f["stock_s"]), fmt_time(f["ours_s"]), fmt_ratio(f["ratio"]))
+            cells = [name, str(f["kernels"]), fmt_time(f["stock_s"]), fmt_time(f["ours_s"]), fmt_ratio(f["ratio"])]
+            t.add_row(*escaped(cells))
         for p in d["passes"]:
             t.add_row(f"pass {p['pass'] + 1} (all)", "", *_pass_cells(p))
         console.print(t)
         for k in d["kernels"]:
             if not k["ok"]:
-                console.print(
-                    f"[bold red]suite kernel {k['name']} (pass {k['pass'] + 1}):[/] "
-                    f"{k['error'] or ('outputs differ' if not k['equal'] else 'wrong result')}"
-                )
+                why = k["error"] or ("outputs differ" if not k["equal"] else "wrong result")
+                console.print(f"[bold red]suite kernel {escape(k['name'])} (pass {k['pass'] + 1}):[/] {escape(why)}")
 
     def markdown(self, d) -> list[str]:
         lines = [

@@ -35,8 +35,10 @@ class TpuCheck(Row):
         return tpu_check.run_tpu_check(budget)
 
     def summary(self, d) -> str:
+        from mosaic_rt.bench.console import escape
+
         if d.get("skipped"):
-            return f"tpu check: skipped, {d['skipped']}"
+            return f"tpu check: skipped, {escape(d['skipped'])}"
         m = d["modes"]
         text = (
             f"tpu check ({d['generation']}, {len(d['kernels'])} kernels' first calls): off "
@@ -48,10 +50,10 @@ class TpuCheck(Row):
         return text + ("" if d["ok"] else ", [bold red]warm run compiled[/]")
 
     def render(self, console, d) -> None:
-        from mosaic_rt.bench.console import Table
+        from mosaic_rt.bench.console import Table, escaped
 
         if d.get("skipped"):
-            console.print(f"tpu check: skipped, {d['skipped']}")
+            console.print(self.summary(d))
             return
         t = Table(
             title=f"tpu check: first calls of {len(d['kernels'])} kernels in a fresh process, "
@@ -68,7 +70,7 @@ class TpuCheck(Row):
         for col in ("kernel", *d["modes"], "compile"):
             t.add_column(col, justify="left" if col == "kernel" else "right")
         for cells in _kernel_cells(d):
-            t.add_row(*cells)
+            t.add_row(*escaped(cells))
         console.print(t)
 
     def markdown(self, d) -> list[str]:
