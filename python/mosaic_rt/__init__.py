@@ -31,6 +31,7 @@ from mosaic_rt.interpret.launch import seam as _seam
 from mosaic_rt.interpret.launch.mode import force_interpret_mode, set_interpret_mode
 from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.runtime import BufferInfo, Leak, Runtime
+from mosaic_rt.simulate import set_simulated_tpu, simulate_tpu, simulated_tpu
 
 # Route pallas_call(interpret=mosaic_rt.InterpretParams()) to our interpreter
 # (stock InterpretParams keep the stock path).
@@ -53,6 +54,9 @@ __all__ = [
     "force_interpret_mode",
     "set_interpret_mode",
     "native_errors",
+    "simulate_tpu",
+    "set_simulated_tpu",
+    "simulated_tpu",
     "deliver_reports",
     "BufferInfo",
     "Leak",

@@ -585,3 +585,61 @@ def itemsize_bits(dtype) -> int:
     from jax._src import dtypes
 
     return int(dtypes.itemsize_bits(dtype))
+
+
+# ------------------------------------- mosaic_rt.simulate (a simulated host)
+# What code under test asks of a TPU host, answered for a simulated chip
+# (`mosaic_rt.simulate.gates`), and mpmd_map's lowering (`pl.kernel`,
+# `core_map` on 0.12), which the kernel routing wraps like pallas_call's.
+
+
+def test_util():
+    """jax's test helpers (`jtu`), or None where they do not import (they
+    need absl-py): then the code under test cannot use them either."""
+    try:
+        from jax._src import test_util as jtu
+    except ImportError:
+        return None
+    return jtu
+
+
+def test_dut(jtu) -> str:
+    """jax's ``jax_test_dut`` flag (defined by `jtu` when it is imported)."""
+    return jtu._TEST_DUT.value
+
+
+def device_class():
+    """The class of every jax device (CPU and TPU alike)."""
+    from jax._src.lib import xla_client
+
+    return xla_client.Device
+
+
+def num_cpu_devices_setting() -> int:
+    """``jax_num_cpu_devices`` (-1: not set)."""
+    from jax._src import xla_bridge
+
+    return int(xla_bridge.num_cpu_devices.value)
+
+
+def _mpmd_map_p():
+    try:
+        from jax._src.pallas import mpmd
+    except ImportError:
+        return None
+    return getattr(mpmd, "mpmd_map_p", None)
+
+
+def mpmd_map_lowering():
+    """``(rule, inline)``: mpmd_map's registered lowering, or None on a jax
+    without it. On CPU it lowers through pallas_call's lowering function
+    directly, not the registered rule."""
+    from jax._src.interpreters import mlir as _mlir
+
+    prim = _mpmd_map_p()
+    entry = None if prim is None else _mlir._lowerings.get(prim)
+    return None if entry is None else (entry.rule, entry.inline)
+
+
+def set_mpmd_map_lowering(rule, inline: bool) -> None:
+    mlir.register_lowering(_mpmd_map_p(), rule, inline=inline)

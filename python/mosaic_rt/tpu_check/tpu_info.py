@@ -1,13 +1,19 @@
-"""`pltpu.get_tpu_info()` on CPU answering for the process's TPU target.
+"""`pltpu.get_tpu_info()` on CPU answering for a chip.
 
-With a process-wide target (``MOSAIC_RT_TPU_TARGET``, pytest's
-``--mosaic-rt-tpu-target``, `set_default_target`), jax's TPU info registry
-gets an entry for the CPU device kind that answers for the first target
-generation, so kernels that size their blocks by chip (``get_tpu_info()
+Two settings make jax's TPU info registry answer for the CPU device kind
+("cpu"), so kernels that size their blocks by chip (``get_tpu_info()
 .vmem_capacity_bytes``, ``.num_lanes``...) trace on CPU as they would on
-that chip, inside kernels and outside. A kernel's own
-``InterpretParams(tpu_target=)`` cannot do this: the kernel body is traced
-before its params reach mosaic_rt. Without a target, nothing is registered.
+that chip, inside kernels and outside:
+
+* a simulated chip (`mosaic_rt.simulate`: ``pytest --mosaic-rt=v7x``,
+  `mosaic_rt.simulate_tpu`), which wins;
+* else the compile check's process-wide target (``MOSAIC_RT_TPU_TARGET``,
+  pytest's ``--mosaic-rt-tpu-target``, `set_default_target`): its first
+  generation.
+
+A kernel's own ``InterpretParams(tpu_target=)`` cannot do this: the kernel
+body is traced before its params reach mosaic_rt. With neither, nothing is
+registered; an entry someone else registered is left alone.
 """
 
 from __future__ import annotations
@@ -15,16 +21,15 @@ from __future__ import annotations
 import contextlib
 import threading
 
+from mosaic_rt.simulate.chips import CHIPS
+
 # Generation -> (device kind the topology's devices report, cores per device).
-DEVICE_KINDS = {
-    "v4": ("TPU v4", 1),
-    "v5e": ("TPU v5 lite", 1),
-    "v5p": ("TPU v5", 2),
-    "v6e": ("TPU v6 lite", 1),
-    "v7x": ("TPU7x", 1),
-}
+DEVICE_KINDS = {name: (chip.device_kind, chip.cores_per_device) for name, chip in CHIPS.items()}
 _CPU_KIND = "cpu"
 _MARK = "_mosaic_rt_generation"
+_state_lock = threading.RLock()
+_target_generation: str | None = None  # the compile check's
+_simulated: str | None = None  # a simulated run's (wins)
 
 
 def info_for(generation: str):
@@ -36,9 +41,9 @@ def info_for(generation: str):
     return info.get_tpu_info_for_chip(info.chip_version_from_device_kind(kind), cores)
 
 
-def answer_on_cpu(generation: str | None) -> None:
-    """Makes ``get_tpu_info()`` on CPU answer for ``generation`` (``None``:
-    removes our entry; an entry someone else registered is left alone)."""
+def _install(generation: str | None) -> None:
+    """Our registry entry for ``generation`` (None: removes ours); an entry
+    someone else registered is left alone."""
     from mosaic_rt import jax_internals as jx
 
     info = jx.pallas_tpu_info()
@@ -56,9 +61,32 @@ def answer_on_cpu(generation: str | None) -> None:
         registry[_CPU_KIND] = answer
     else:
         return
+    _clear_cache(info)
+
+
+def _clear_cache(info) -> None:
     clear = getattr(info.get_tpu_info, "cache_clear", None)
     if clear is not None:
         clear()
+
+
+def answer_on_cpu(generation: str | None) -> None:
+    """The compile check's target: ``get_tpu_info()`` on CPU answers for
+    ``generation`` unless a simulated chip says otherwise (``None``: no
+    target)."""
+    global _target_generation
+    with _state_lock:
+        _target_generation = generation
+        _install(_simulated or _target_generation)
+
+
+def simulate(generation: str | None) -> None:
+    """A simulated run's chip (``None``: the run ended; the compile check's
+    target, if any, answers again)."""
+    global _simulated
+    with _state_lock:
+        _simulated = generation
+        _install(_simulated or _target_generation)
 
 
 _swap_lock = threading.Lock()
@@ -70,8 +98,9 @@ def answering_for(generation: str):
     it. The Pallas TPU lowering re-enters the abstract mesh each equation was
     traced under -- for a kernel under a CPU `shard_map`, a mesh of CPU
     devices -- and some rules (`run_scoped` in `core_map`) then ask the chip
-    of device kind "cpu". The entry in place before (the process target's,
-    or none) comes back afterwards; someone else's entry is left alone."""
+    of device kind "cpu". The entry in place before (the simulated chip's or
+    the process target's, or none) comes back afterwards; someone else's
+    entry is left alone."""
     from mosaic_rt import jax_internals as jx
 
     info = jx.pallas_tpu_info()
@@ -79,15 +108,13 @@ def answering_for(generation: str):
         before = info.registry.get(_CPU_KIND)
         ours = before is None or hasattr(before, _MARK)
         if ours:
-            answer_on_cpu(generation)
+            _install(generation)
         try:
             yield
         finally:
             if ours:
                 if before is None:
-                    answer_on_cpu(None)
+                    _install(None)
                 else:
                     info.registry[_CPU_KIND] = before
-                    clear = getattr(info.get_tpu_info, "cache_clear", None)
-                    if clear is not None:
-                        clear()
+                    _clear_cache(info)

@@ -14,6 +14,13 @@ pallas_call's lowering rule itself is wrapped the same way
 skipping the rule's import of the GPU interpreter (once per process,
 ~0.3 s of CPU).
 
+A simulated run (`mosaic_rt.simulate`: ``pytest --mosaic-rt``,
+`mosaic_rt.simulate_tpu`) routes every TPU kernel lowered for the CPU,
+whatever its ``interpret=``: both lowering rules ask
+`mosaic_rt.simulate.routing.route` first (mpmd_map's too: `pl.kernel`, and
+`core_map` on jax 0.12, lower through it), and so does the dispatcher, which
+jax's own rule reaches with a stock ``pltpu.InterpretParams``.
+
 A third, equally narrow hook (`jax_internals.INTERPRET_EFFECTS_SEAM`)
 gives stock interpret mode ordered IO effects, because its per-op Python
 callbacks share one global memory and kernels must not overlap. Our kernels
@@ -31,6 +38,7 @@ import threading
 from mosaic_rt import jax_internals, jax_version, stages
 from mosaic_rt.interpret.launch import processes
 from mosaic_rt.interpret.params import InterpretParams
+from mosaic_rt.simulate import routing
 
 _lock = threading.Lock()
 _stock_module, _ATTR = jax_internals.PALLAS_CALL_SEAM
@@ -48,6 +56,8 @@ def install() -> None:
 
         @functools.wraps(stock_impl)
         def dispatch(*args, interpret_params, **kwargs):
+            if routing.active() is not None:
+                interpret_params = routing.route(interpret_params, kwargs.get("compiler_params"), ("cpu",))
             with stages.interpreting():  # ours and stock's alike
                 if isinstance(interpret_params, InterpretParams):
                     from mosaic_rt.ffi import reports
@@ -62,6 +72,7 @@ def install() -> None:
         setattr(_stock_module, _ATTR, dispatch)
         _install_effects()
         _install_lowering()
+        _install_mpmd_lowering()
 
 
 def _install_lowering() -> None:
@@ -75,6 +86,8 @@ def _install_lowering() -> None:
         return
 
     def lowering(ctx, *in_nodes, interpret, **params):
+        if routing.active() is not None:
+            interpret = routing.route(interpret, params.get("compiler_params"), ctx.module_context.platforms)
         if isinstance(interpret, InterpretParams) and not params["jaxpr"].constvars:
             impl = functools.partial(getattr(_stock_module, _ATTR), interpret_params=interpret, **params)
             with processes.lowering_in(ctx):
@@ -90,6 +103,26 @@ def _install_lowering() -> None:
     jax_internals.set_pallas_call_lowering(lowering, inline)
 
 
+def _install_mpmd_lowering() -> None:
+    """mpmd_map's lowering rule (`pl.kernel`; `core_map` on jax 0.12), taking
+    a simulated run's kernels to TPU interpret mode: on CPU it calls
+    pallas_call's lowering function directly, past the rule above."""
+    found = jax_internals.mpmd_map_lowering()
+    if found is None or getattr(found[0], _MARK, False):
+        return
+    stock_rule, inline = found
+
+    def lowering(ctx, *in_nodes, **params):
+        if routing.active() is not None and "interpret" in params:
+            params["interpret"] = routing.route(
+                params["interpret"], params.get("compiler_params"), ctx.module_context.platforms
+            )
+        return stock_rule(ctx, *in_nodes, **params)
+
+    setattr(lowering, _MARK, True)
+    jax_internals.set_mpmd_map_lowering(lowering, inline)
+
+
 def _install_effects() -> None:
     stock_effects = getattr(_effects_module, _EFFECTS_ATTR)
     if getattr(stock_effects, _MARK, False):
@@ -97,6 +130,8 @@ def _install_effects() -> None:
 
     @functools.wraps(stock_effects)
     def interpret_effects(interpret):
+        if routing.active() is not None:
+            interpret = routing.effects_interpret(interpret)
         if isinstance(interpret, InterpretParams):
             return jax_internals.no_effects
         return stock_effects(interpret)
