@@ -704,8 +704,10 @@ def test_mismatched_operands_and_results_are_value_errors():
         p.run(np.zeros(4, np.int32), np.int32(1))
     with pytest.raises(ValueError, match=r"operand 0 has shape \[5\], the vector program expects 4 elements"):
         p.run(np.zeros(5, np.float32), np.int32(1))
-    with pytest.raises(ValueError, match=r"operand 1 has shape \[1\], the vector program expects a rank-0"):
-        p.run(np.zeros(4, np.float32), np.zeros(1, np.int32))
+    with pytest.raises(ValueError, match=r"operand 1 has shape \[2\], the vector program expects one element"):
+        p.run(np.zeros(4, np.float32), np.zeros(2, np.int32))
+    # A scalar operand is one element of any shape (a (1, 1) block's value).
+    assert p.run(np.zeros(4, np.float32), np.zeros((1, 1), np.int32))[0].tolist() == [0, 0, 0, 0]
     with pytest.raises(ValueError, match=r"expected 2 operand\(s\) and 1 result\(s\), got 1"):
         p.run(np.zeros(4, np.float32))
     with pytest.raises(ValueError, match=r"result 0 has shape \[2, 3\], the vector program expects 4"):

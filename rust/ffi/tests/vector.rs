@@ -1,5 +1,5 @@
 //! The pure `vector_program` handler with fake XLA call frames: arrays of
-//! any shape with n elements, rank-0 scalars broadcast, the decode cache
+//! any shape with n elements, one-element scalars broadcast, the decode cache
 //! with fingerprints, and the checks of buffers against the program.
 
 use mosaic_rt_ffi::abi;
@@ -71,6 +71,15 @@ fn runs_a_program_over_arrays_and_a_scalar() {
         .attr_i64s("program", &words);
     c.call(h::vector_program).unwrap();
     assert_eq!(f32_values(c.ret_bytes(0)), [0.5, 2.0, -1.0, -2.0, 1.0, -9.0]);
+    // A scalar operand of one element in any shape (a `(1, 1)` block's value).
+    let mut c = FakeCall::new()
+        .arg(abi::DT_F32, &[6], f32_bytes(&x))
+        .arg(abi::DT_F32, &[1, 1], f32_bytes(&[-1.0]))
+        .ret(abi::DT_F32, &[6], 24)
+        .ret(abi::DT_PRED, &[6], 6)
+        .attr_i64s("program", &words);
+    c.call(h::vector_program).unwrap();
+    assert_eq!(f32_values(c.ret_bytes(0)), [0.5, 2.0, -1.0, -2.0, 1.0, -9.0]);
 }
 
 #[test]
@@ -91,8 +100,9 @@ fn buffers_that_do_not_match_the_program_are_value_errors() {
     assert!(e.contains("ValueError") && e.contains("operand 0 must be float32, got int32"), "{e}");
     let e = call((abi::DT_F32, &[5], x[..20].to_vec()), (abi::DT_F32, &[], s.clone()), (abi::DT_F32, &[6], 24));
     assert!(e.contains("operand 0 has shape [5], the vector program expects 6 elements of float32"), "{e}");
-    let e = call((abi::DT_F32, &[6], x.clone()), (abi::DT_F32, &[1], s.clone()), (abi::DT_F32, &[6], 24));
-    assert!(e.contains("operand 1 has shape [1], the vector program expects a rank-0 scalar of float32"), "{e}");
+    let two = f32_bytes(&[0.0; 2]);
+    let e = call((abi::DT_F32, &[6], x.clone()), (abi::DT_F32, &[2], two), (abi::DT_F32, &[6], 24));
+    assert!(e.contains("operand 1 has shape [2], the vector program expects one element of float32"), "{e}");
     let e = call((abi::DT_F32, &[6], x.clone()), (abi::DT_F32, &[], s.clone()), (abi::DT_F64, &[6], 48));
     assert!(e.contains("result 0 must be float32, got float64"), "{e}");
     let e = call((abi::DT_F32, &[6], x.clone()), (abi::DT_F32, &[], s.clone()), (abi::DT_F32, &[7], 28));

@@ -299,10 +299,10 @@ class _Builder:
         if ref is None:
             ref = ("in", len(self.operands))
             self._inputs[id(value)] = ref
+            # A one-element operand of any shape is a scalar of the program
+            # (as it is, even a pending batch member's `Lazy` result).
             single = _single(np.shape(value))
-            # A one-element operand goes in as a rank-0 scalar (a reshape
-            # XLA makes a bitcast).
-            self.operands.append(jnp.reshape(value, ()) if single and np.ndim(value) else value)
+            self.operands.append(value)
             self._input_words += [_TYPES[np.dtype(dtype)], int(single)]
             if single:
                 self.scalars.add(ref)
@@ -457,6 +457,11 @@ def _instruction(b: _Builder, eqn, ref):
         return b.op("select_n", dtype, tuple(ref(v) for v in eqn.invars))
     if prim is lax.iota_p:
         shape, d = eqn.params["shape"], eqn.params["dimension"]
+        if _single(shape):
+            # Its one index is 0: a scalar of the program like any other
+            # one-element value, whatever the group's shape (an `iota`
+            # instruction counts along the group's n elements).
+            return b.const(0, dtype)
         stride = math.prod(shape[d + 1 :])
         return b.op("iota", dtype, (), stride | shape[d] << 32)
     name = _BINARY.get(prim) or _UNARY[prim]

@@ -51,15 +51,16 @@ fn run(f: &Frame, program: &VectorProgram, scratch: &mut VectorScratch) -> Resul
     Ok(program.run(&inputs[..n_in], &mut outputs[..n_out], scratch)?)
 }
 
-/// Checks a buffer's dtype and size: a scalar is rank 0, an array any shape
-/// of exactly `n` elements.
+/// Checks a buffer's dtype and size: a scalar is one element of any shape
+/// (a `(1, 1)` block's value, maybe still a `batch` member's result, which
+/// the wrapper cannot reshape), an array any shape of exactly `n` elements.
 fn expect(f: &Frame, buf: &Buf, what: &str, k: usize, ty: VectorType, scalar: bool, n: usize) -> Result<()> {
     if buf.dtype != dtype_to_xla(DType::from(ty)) {
         buf.expect_dtype(DType::from(ty))?; // the error naming both
     }
-    let ok = if scalar { buf.dims.is_empty() } else { buf.num_elements() == n };
+    let ok = if scalar { buf.num_elements() == 1 } else { buf.num_elements() == n };
     if !ok {
-        let want = if scalar { "a rank-0 scalar".to_string() } else { format!("{n} elements") };
+        let want = if scalar { "one element".to_string() } else { format!("{n} elements") };
         return Err(RtError::value(format!(
             "{}: {what} {k} has shape {:?}, the vector program expects {want} of {}",
             f.op,

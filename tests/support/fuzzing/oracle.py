@@ -1,0 +1,161 @@
+"""The verdict on one case: stock interpret mode is the oracle, bit for bit.
+
+Both interpreters run the case with the same ``KNOBS``. Where they agree
+(same bits, or both reject the kernel) nothing more is asked. Where they
+disagree the kernel's meaning decides (``meaning()`` of the case: numpy, or
+eager jax op by op, with the TPU's wrapping integer rules): a case where
+mosaic_rt gives the meaning and stock does not is *stock's* error, listed as
+such, not counted against mosaic_rt. A case only mosaic_rt rejects is always
+a mismatch; one only stock rejects is listed apart (stock's limitation when
+mosaic_rt gives the meaning).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import warnings
+
+import jax
+import mosaic_rt
+import numpy as np
+from jax.experimental.pallas import tpu as pltpu
+
+# Bounds every blocking wait of ours: a generated kernel that would hang fails.
+OUR_WAIT_TIMEOUT = 60.0
+
+SAME = "same"  # both ran, identical bits
+BOTH_REJECT = "both_reject"  # both raised (not a mismatch)
+STOCK_WRONG = "stock_wrong"  # outputs differ, ours is the meaning, stock is not
+STOCK_REJECTS = "stock_rejects"  # only stock raised; ours runs (and gives the meaning where known)
+MISMATCH = "mismatch"  # ours rejects what stock runs, or differs where stock is not shown wrong
+
+KINDS = (SAME, BOTH_REJECT, STOCK_WRONG, STOCK_REJECTS, MISMATCH)
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    kind: str
+    # For mismatches, what the shrinker keeps: ("ours_rejects", exception
+    # type) or ("differs", "") or ("ours_wrong", "") (only stock rejects and
+    # ours is not the meaning).
+    signature: tuple = ()
+    detail: str = ""
+    # Both ran and agree, but not with the generator's model of the kernel
+    # (float fusion, or a model to fix): counted, never a mismatch.
+    off_meaning: bool = False
+
+
+def attempt(fn):
+    """``fn()``'s outputs as a list of numpy arrays, or the exception it raised."""
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            out = jax.block_until_ready(fn())
+            return [np.asarray(x) for x in jax.tree.leaves(out)]
+    except Exception as exc:  # noqa: BLE001 - the exception is the result
+        return exc
+
+
+def _bits(x: np.ndarray):
+    return x.dtype.str, x.shape, x.tobytes()
+
+
+def identical(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(_bits(x) == _bits(y) for x, y in zip(a, b))
+
+
+def _close_to_meaning(x: np.ndarray, want) -> bool:
+    """Bit for bit, but any NaN equals any NaN (eager jax and numpy pick
+    their own NaN payloads)."""
+    want = np.asarray(want)
+    if want.dtype != x.dtype:
+        try:
+            want = want.astype(x.dtype)
+        except (TypeError, ValueError):
+            return False
+    if x.shape != want.shape:
+        return False
+    if x.tobytes() == want.tobytes():
+        return True
+    if x.dtype.kind not in "fcV" and "float" not in x.dtype.name:
+        return False
+    xf, wf = x.astype(np.float64), want.astype(np.float64)
+    both_nan = np.isnan(xf) & np.isnan(wf)
+    same = x.reshape(-1).view(np.uint8).reshape(x.size, -1) == want.reshape(-1).view(np.uint8).reshape(x.size, -1)
+    return bool(np.all(same.all(axis=-1) | both_nan.reshape(-1)))
+
+
+def matches_meaning(outs: list, want) -> bool:
+    if want is None:
+        return False
+    want = [np.asarray(w) for w in jax.tree.leaves(want)]
+    return len(outs) == len(want) and all(_close_to_meaning(x, w) for x, w in zip(outs, want))
+
+
+def _first_difference(a: list, b: list) -> str:
+    if len(a) != len(b):
+        return f"{len(a)} outputs vs {len(b)}"
+    for k, (x, y) in enumerate(zip(a, b)):
+        if (x.dtype, x.shape) != (y.dtype, y.shape):
+            return f"output {k}: {x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}"
+        if x.tobytes() != y.tobytes():
+            xb = x.reshape(-1).view(np.uint8).reshape(x.size, -1)
+            yb = y.reshape(-1).view(np.uint8).reshape(y.size, -1)
+            bad = np.nonzero(np.any(xb != yb, axis=-1))[0]
+            at = tuple(int(i) for i in np.unravel_index(bad[0], x.shape))
+            return f"output {k}: {bad.size} of {x.size} differ, first at {at}: stock {x[at]!r}, mosaic_rt {y[at]!r}"
+    return "no difference"
+
+
+def _meaning(ns):
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ns["meaning"]()
+    except Exception:  # noqa: BLE001 - a model that fails is no model
+        return None
+
+
+def stock_params(knobs: dict):
+    return pltpu.InterpretParams(**knobs)
+
+
+def our_params(knobs: dict):
+    return mosaic_rt.InterpretParams(**knobs, wait_timeout=OUR_WAIT_TIMEOUT)
+
+
+def judge(ns: dict) -> Verdict:
+    """Runs a loaded case (`fuzzing.case.load`) on both interpreters."""
+    knobs = ns["KNOBS"]
+    stock = attempt(lambda: ns["run"](stock_params(knobs)))
+    if isinstance(stock, Exception):
+        # Stock keeps global state that an exception leaves broken.
+        pltpu.reset_tpu_interpret_mode_state()
+    ours = attempt(lambda: ns["run"](our_params(knobs)))
+    s_err, o_err = isinstance(stock, Exception), isinstance(ours, Exception)
+    if s_err and o_err:
+        return Verdict(BOTH_REJECT, detail=f"stock: {_describe(stock)}\nmosaic_rt: {_describe(ours)}")
+    if o_err:
+        return Verdict(MISMATCH, ("ours_rejects", type(ours).__name__), f"only mosaic_rt rejects it: {_describe(ours)}")
+    if s_err:
+        want = _meaning(ns)
+        if want is not None and not matches_meaning(ours, want):
+            return Verdict(
+                MISMATCH, ("ours_wrong", ""), f"only stock rejects it ({_describe(stock)}); ours is not the meaning"
+            )
+        return Verdict(STOCK_REJECTS, detail=f"stock: {_describe(stock)}")
+    if identical(stock, ours):
+        want = _meaning(ns)
+        return Verdict(SAME, off_meaning=want is not None and not matches_meaning(ours, want))
+    diff = _first_difference(stock, ours)
+    want = _meaning(ns)
+    if matches_meaning(ours, want) and not matches_meaning(stock, want):
+        return Verdict(STOCK_WRONG, detail=f"stock is not the meaning; ours is: {diff}")
+    return Verdict(MISMATCH, ("differs", ""), f"outputs differ: {diff}")
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {' | '.join(text[:6])[:600]}"

@@ -1,0 +1,81 @@
+"""Generating, judging and shrinking cases: what `scripts/fuzz.py` and the
+quick pytest sample share.
+
+A case is named by its category and seed; ``generate(category, seed)``
+always makes the same spec from them on one jax version (a statement's type
+is traced, so another jax may draw another kernel from the same seed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import time
+import traceback
+
+import jax
+
+from fuzzing import case, categories, oracle
+from fuzzing.shrink import shrink
+
+
+def generate(category: str, seed: int):
+    rng = random.Random(f"{category}:{seed}")
+    return categories.GENERATORS[category](rng)
+
+
+def title(category: str, seed: int, note: str = "") -> str:
+    return f"category={category} seed={seed} jax={jax.__version__}{note}"
+
+
+def judge_spec(spec, name: str) -> tuple[oracle.Verdict, str]:
+    text = case.source(spec, title=name)
+    ns = case.load(text, name)
+    try:
+        return oracle.judge(ns), text
+    finally:
+        case.forget(ns)
+
+
+@dataclasses.dataclass
+class Result:
+    category: str
+    seed: int
+    kind: str  # an oracle kind, or "generator_error"
+    detail: str = ""
+    off_meaning: bool = False
+    seconds: float = 0.0
+    repro: str | None = None  # path of the minimal repro written
+    shrink_runs: int = 0
+
+
+def run_case(category: str, seed: int, *, repro_dir: str | None = None, shrink_budget: int = 120) -> Result:
+    """Generates and judges one case; a mismatch is shrunk and, with
+    ``repro_dir``, written there as a standalone repro file."""
+    t0 = time.perf_counter()
+    try:
+        spec = generate(category, seed)
+    except Exception:  # noqa: BLE001 - a generator bug is a result of its own
+        return Result(category, seed, "generator_error", traceback.format_exc(limit=8))
+    name = title(category, seed)
+    verdict, text = judge_spec(spec, name)
+    result = Result(category, seed, verdict.kind, verdict.detail, verdict.off_meaning)
+    if verdict.kind == oracle.MISMATCH:
+
+        def still_fails(candidate) -> bool:
+            v, _ = judge_spec(candidate, name + " (shrinking)")
+            return v.kind == oracle.MISMATCH and v.signature == verdict.signature
+
+        small, result.shrink_runs = shrink(spec, still_fails, shrink_budget) if shrink_budget else (spec, 0)
+        v, text = judge_spec(small, title(category, seed, ", shrunk"))
+        if v.kind == oracle.MISMATCH:
+            result.detail = v.detail
+        if repro_dir:
+            os.makedirs(repro_dir, exist_ok=True)
+            path = os.path.join(repro_dir, f"repro_{category}_{seed}.py")
+            with open(path, "w") as f:
+                f.write(text)
+            result.repro = path
+    result.seconds = time.perf_counter() - t0
+    return result
