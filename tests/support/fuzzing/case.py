@@ -24,7 +24,7 @@ import itertools
 import linecache
 import textwrap
 
-from fuzzing import data
+from fuzzing import data, fakes
 
 _HEADER = '''\
 """mosaic_rt fuzz case: {title}.
@@ -57,7 +57,7 @@ from jax.sharding import PartitionSpec as P  # noqa: F401
 
 _HARNESS = """
 
-def _bits(x):
+def _repro_bits(x):
     x = np.asarray(x)
     return x.dtype.str, x.shape, x.tobytes()
 
@@ -82,7 +82,7 @@ def _main():
         else:
             print(f"{name}: {[(str(x.dtype), x.shape) for x in got]}")
     if not isinstance(stock, Exception) and not isinstance(ours, Exception):
-        same = [_bits(a) == _bits(b) for a, b in zip(stock, ours)]
+        same = [_repro_bits(a) == _repro_bits(b) for a, b in zip(stock, ours)]
         print("bit-identical outputs:", same)
         for k, ok in enumerate(same):
             if not ok:
@@ -102,11 +102,20 @@ def _data_source() -> str:
     return textwrap.dedent(inspect.getsource(data.make_input))
 
 
+def _fakes_source() -> str:
+    """`fakes` without its docstring (its first statement)."""
+    text = inspect.getsource(fakes)
+    return text[text.index('"""', 3) + 3 :].strip("\n")
+
+
 def source(spec, *, title: str) -> str:
     """The standalone source of ``spec`` (see the module doc)."""
     head = _HEADER.format(title=title, devices=max(16, spec.devices()))
     body = spec.render().strip("\n")
-    return f"{head}{_data_source()}\n\nKNOBS = {spec.knobs()!r}\n\n{body}\n{_HARNESS}"
+    helpers = _data_source()
+    if getattr(spec, "uses_fakes", lambda: False)():
+        helpers += f"\n\n# The kernel's meaning: its own code over numpy refs.\n{_fakes_source()}\n"
+    return f"{head}{helpers}\n\nKNOBS = {spec.knobs()!r}\n\n{body}\n{_HARNESS}"
 
 
 _counter = itertools.count()

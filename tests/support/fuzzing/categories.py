@@ -3,10 +3,12 @@ name -> ``generate(rng) -> spec``."""
 
 from __future__ import annotations
 
-from fuzzing import elementwise
+from fuzzing import elementwise, memory, scalar
 
 GENERATORS = {
     "elementwise": elementwise.generate,
+    "memory": memory.generate,
+    "scalar": scalar.generate,
 }
 
 NAMES = tuple(GENERATORS)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import logging
 import warnings
 
 import jax
@@ -30,8 +31,9 @@ BOTH_REJECT = "both_reject"  # both raised (not a mismatch)
 STOCK_WRONG = "stock_wrong"  # outputs differ, ours is the meaning, stock is not
 STOCK_REJECTS = "stock_rejects"  # only stock raised; ours runs (and gives the meaning where known)
 MISMATCH = "mismatch"  # ours rejects what stock runs, or differs where stock is not shown wrong
+MEANING_ERROR = "meaning_error"  # the generator's model of the kernel raised (a fuzzer bug)
 
-KINDS = (SAME, BOTH_REJECT, STOCK_WRONG, STOCK_REJECTS, MISMATCH)
+KINDS = (SAME, BOTH_REJECT, STOCK_WRONG, STOCK_REJECTS, MISMATCH, MEANING_ERROR)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,11 +49,32 @@ class Verdict:
     off_meaning: bool = False
 
 
-def attempt(fn):
-    """``fn()``'s outputs as a list of numpy arrays, or the exception it raised."""
+class _Quiet(logging.Filter):
+    def filter(self, record):
+        return False
+
+
+@contextlib.contextmanager
+def _quiet():
+    """No warnings, prints or logged tracebacks (stock logs every failing
+    io_callback's) while a case runs."""
+    loggers = [logging.getLogger(name) for name in ("jax._src.callback", "jax._src.pallas.mosaic.interpret")]
+    quiet = _Quiet()
+    for lg in loggers:
+        lg.addFilter(quiet)
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
+            yield
+    finally:
+        for lg in loggers:
+            lg.removeFilter(quiet)
+
+
+def attempt(fn):
+    """``fn()``'s outputs as a list of numpy arrays, or the exception it raised."""
+    try:
+        with _quiet():
             out = jax.block_until_ready(fn())
             return [np.asarray(x) for x in jax.tree.leaves(out)]
     except Exception as exc:  # noqa: BLE001 - the exception is the result
@@ -109,13 +132,18 @@ def _first_difference(a: list, b: list) -> str:
     return "no difference"
 
 
+class MeaningFailed(Exception):
+    """The case's meaning raised: a generator's model to fix (it would
+    otherwise hide the very disagreements it is there to judge)."""
+
+
 def _meaning(ns):
+    """The case's meaning, None where it has none; `MeaningFailed` when it raises."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with _quiet():
             return ns["meaning"]()
-    except Exception:  # noqa: BLE001 - a model that fails is no model
-        return None
+    except Exception as exc:
+        raise MeaningFailed(f"{type(exc).__name__}: {exc}") from exc
 
 
 def stock_params(knobs: dict):
@@ -126,8 +154,18 @@ def our_params(knobs: dict):
     return mosaic_rt.InterpretParams(**knobs, wait_timeout=OUR_WAIT_TIMEOUT)
 
 
-def judge(ns: dict) -> Verdict:
-    """Runs a loaded case (`fuzzing.case.load`) on both interpreters."""
+def judge(ns: dict, check_meaning: bool = True) -> Verdict:
+    """Runs a loaded case (`fuzzing.case.load`) on both interpreters.
+    ``check_meaning``: where they agree, compare with the meaning too (to
+    find models to fix: `Verdict.off_meaning`); eager jax op by op costs as
+    much as stock's run, so long runs do it for a sample."""
+    try:
+        return _judge(ns, check_meaning)
+    except MeaningFailed as exc:
+        return Verdict(MEANING_ERROR, ("meaning_error", ""), f"the case's meaning() raised {exc}")
+
+
+def _judge(ns: dict, check_meaning: bool) -> Verdict:
     knobs = ns["KNOBS"]
     stock = attempt(lambda: ns["run"](stock_params(knobs)))
     if isinstance(stock, Exception):
@@ -147,7 +185,7 @@ def judge(ns: dict) -> Verdict:
             )
         return Verdict(STOCK_REJECTS, detail=f"stock: {_describe(stock)}")
     if identical(stock, ours):
-        want = _meaning(ns)
+        want = _meaning(ns) if check_meaning else None
         return Verdict(SAME, off_meaning=want is not None and not matches_meaning(ours, want))
     diff = _first_difference(stock, ours)
     want = _meaning(ns)

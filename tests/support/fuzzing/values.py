@@ -95,7 +95,9 @@ def literal(rng, dtype: str) -> str:
     info = ml_dtypes.iinfo(jnp.dtype(dtype))
     small = [0, 1, 2, 3, 7, -1, -2, -5]
     edge = [int(info.min), int(info.max), int(info.max) // 2 + 1]
-    pool = [v for v in small + edge if info.min <= v <= info.max]
+    # A Python int beyond int32 overflows as a jitted function's argument
+    # (jax converts weak ints through int32 first), whatever the dtype.
+    pool = [v for v in small + edge if max(info.min, -(2**31)) <= v <= min(info.max, 2**31 - 1)]
     return str(rng.choice(pool))
 
 

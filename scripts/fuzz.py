@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""The long run of the differential fuzzer of Pallas TPU kernels (issue 56).
+
+Usage (with the Python of the venv under test: its jax and mosaic_rt):
+
+    python scripts/fuzz.py --minutes 60 --seed 1 [--categories elementwise,dma] [--repro-dir DIR]
+    python scripts/fuzz.py --case elementwise:1000042      # one case again (prints its verdict)
+    python scripts/fuzz.py --show elementwise:1000042      # one case's source
+
+Cases are generated (tests/support/fuzzing), run under stock
+`pltpu.InterpretParams()` and `mosaic_rt.InterpretParams()` with the same
+knobs, and compared bit for bit; where they disagree the kernel's meaning
+(numpy / eager jax) decides whether stock is the one that is wrong. Case k
+of a run is category ``categories[k % len(categories)]`` with seed
+``S * 1_000_000 + k``: the same command makes the same kernels (on one jax
+version). A mismatch is shrunk to a minimal kernel and written to
+``--repro-dir`` (default ``fuzz-repros/``) as a standalone .py file that
+compares stock with mosaic_rt when run; its path is printed.
+
+Cases run in a worker process (``--worker``, fed case names on stdin) that
+is restarted every ``--recycle`` cases, and killed and restarted when one
+case takes longer than ``--case-timeout`` seconds (counted as "timeout").
+At the end: counts per category and kind, the mismatches with their repro
+files, the cases where stock was shown wrong; ``--json PATH`` writes them.
+Exit status 1 when any case is a mismatch, a timeout or a generator error.
+Run long runs with ``nice -n 10`` on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SUPPORT = os.path.join(ROOT, "tests", "support")
+MARK = "@@fuzz@@ "
+DEVICES = 16
+
+# Kinds a case may end as (the oracle's, plus the harness's own).
+KINDS = (
+    "same",
+    "both_reject",
+    "stock_wrong",
+    "stock_rejects",
+    "mismatch",
+    "timeout",
+    "generator_error",
+    "meaning_error",
+)
+FAILING = ("mismatch", "timeout", "generator_error", "meaning_error")
+
+
+def _setup_jax_env():
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_force_host_platform_device_count" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={DEVICES}".strip()
+    sys.path.insert(0, SUPPORT)
+
+
+def _parse_case(text: str) -> tuple[str, int]:
+    category, _, seed = text.partition(":")
+    return category, int(seed)
+
+
+# -- worker --------------------------------------------------------------
+
+
+def worker(args) -> int:
+    _setup_jax_env()
+    import dataclasses
+
+    from fuzzing import runner
+
+    out = sys.stdout
+    # Everything else the cases print goes to stderr: stdout carries results.
+    sys.stdout = sys.stderr
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        category, seed = _parse_case(line.strip())
+        r = runner.run_case(category, seed, repro_dir=args.repro_dir, shrink_budget=args.shrink_budget)
+        out.write(MARK + json.dumps(dataclasses.asdict(r)) + "\n")
+        out.flush()
+    return 0
+
+
+class Worker:
+    def __init__(self, args):
+        cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--repro-dir", args.repro_dir]
+        cmd += ["--shrink-budget", str(args.shrink_budget)]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.done = 0
+
+    def run(self, name: str, timeout: float):
+        """The worker's result dict for case ``name``, or None on timeout
+        (the worker is then killed)."""
+        self.proc.stdin.write(name + "\n")
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.close(kill=True)
+                return None
+            ready, _, _ = select.select([self.proc.stdout], [], [], left)
+            if not ready:
+                continue
+            line = self.proc.stdout.readline()
+            if not line:  # the worker died
+                self.close(kill=True)
+                return {"kind": "generator_error", "detail": f"worker exited with {self.proc.returncode}"}
+            if line.startswith(MARK):
+                self.done += 1
+                return json.loads(line[len(MARK) :])
+
+    def close(self, kill: bool = False):
+        if self.proc.poll() is None:
+            if kill:
+                self.proc.kill()
+            else:
+                self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+# -- parent --------------------------------------------------------------
+
+
+def _table(counts: dict, cats: list) -> str:
+    cols = ["cases", *KINDS, "off_meaning"]
+    rows = [["category", *cols]]
+    total = collections.Counter()
+    for c in cats:
+        row = counts.get(c, collections.Counter())
+        total.update(row)
+        rows.append([c, *(str(row.get(k, 0)) for k in cols)])
+    rows.append(["total", *(str(total.get(k, 0)) for k in cols)])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(r, widths))) for r in rows
+    )
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--categories", default="", help="comma-separated (default: every category)")
+    ap.add_argument("--max-cases", type=int, default=0, help="stop after this many cases (0: time only)")
+    ap.add_argument("--repro-dir", default=os.path.join(os.getcwd(), "fuzz-repros"))
+    ap.add_argument("--case-timeout", type=float, default=900.0)
+    ap.add_argument("--shrink-budget", type=int, default=120)
+    ap.add_argument("--recycle", type=int, default=200, help="restart the worker after this many cases")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--case", default=None, help="CATEGORY:SEED: judge this one case in this process")
+    ap.add_argument("--show", default=None, help="CATEGORY:SEED: print this case's source")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    args.repro_dir = os.path.abspath(args.repro_dir)
+    if args.worker:
+        return worker(args)
+    if args.case or args.show:
+        _setup_jax_env()
+        from fuzzing import case, runner
+
+        category, seed = _parse_case(args.case or args.show)
+        if args.show:
+            print(case.source(runner.generate(category, seed), title=runner.title(category, seed)))
+            return 0
+        r = runner.run_case(category, seed, repro_dir=args.repro_dir, shrink_budget=args.shrink_budget)
+        print(f"{category}:{seed}: {r.kind} ({r.seconds:.1f} s){' ' + r.detail if r.detail else ''}")
+        if r.repro:
+            print(f"repro: {r.repro}")
+        return 1 if r.kind in FAILING else 0
+
+    sys.path.insert(0, SUPPORT)
+    from fuzzing import categories
+
+    cats = [c for c in args.categories.split(",") if c] or list(categories.NAMES)
+    unknown = [c for c in cats if c not in categories.NAMES]
+    if unknown:
+        ap.error(f"unknown categories {unknown}; known: {', '.join(categories.NAMES)}")
+    versions = subprocess.run(
+        [sys.executable, "-c", "import jax, mosaic_rt; print(jax.__version__, mosaic_rt.__file__)"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    ).stdout.strip()
+    print(f"fuzz: seed {args.seed}, {args.minutes} min, categories {','.join(cats)}; jax, mosaic_rt: {versions}")
+    counts: dict = collections.defaultdict(collections.Counter)
+    notable: list = []
+    t_end = time.monotonic() + args.minutes * 60
+    w = None
+    k = 0
+    try:
+        while time.monotonic() < t_end and (not args.max_cases or k < args.max_cases):
+            category = cats[k % len(cats)]
+            seed = args.seed * 1_000_000 + k
+            k += 1
+            if w is None or w.done >= args.recycle or w.proc.poll() is not None:
+                if w is not None:
+                    w.close()
+                w = Worker(args)
+            r = w.run(f"{category}:{seed}", args.case_timeout)
+            if r is None:
+                w = None
+                r = {"kind": "timeout", "detail": f"no verdict within {args.case_timeout} s"}
+            kind = r["kind"]
+            counts[category]["cases"] += 1
+            counts[category][kind] += 1
+            if r.get("off_meaning"):
+                counts[category]["off_meaning"] += 1
+            if kind not in ("same", "both_reject"):
+                entry = {"category": category, "seed": seed, **r}
+                notable.append(entry)
+                repro = f" -> {r['repro']}" if r.get("repro") else ""
+                first = (r.get("detail") or "").splitlines()[0][:300] if r.get("detail") else ""
+                print(f"[{k}] {category}:{seed}: {kind}{repro}  {first}", flush=True)
+            if k % 50 == 0:
+                print(f"... {k} cases", flush=True)
+    finally:
+        if w is not None:
+            w.close()
+    print()
+    print(_table(counts, cats))
+    bad = [n for n in notable if n["kind"] in FAILING]
+    print(f"\n{k} cases, {len(bad)} failing (mismatch / timeout / generator error)")
+    for n in bad:
+        print(f"  {n['category']}:{n['seed']} {n['kind']}: {n.get('repro') or ''}")
+    wrong = [n for n in notable if n["kind"] == "stock_wrong"]
+    if wrong:
+        print(f"stock shown wrong (ours is the kernel's meaning) in {len(wrong)} case(s):")
+        for n in wrong:
+            print(f"  {n['category']}:{n['seed']}: {(n.get('detail') or '')[:200]}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"seed": args.seed, "versions": versions, "counts": counts, "notable": notable}, f, indent=1)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
