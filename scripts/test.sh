@@ -5,13 +5,14 @@
 #   2. scripts/test_wheel.sh: the release wheel and sdist, installed into fresh
 #      venvs (.venv-test/) on Python 3.11 + jax 0.10.2, 3.12 and 3.13 + the
 #      newest jax pip offers (resolved now, printed below: never a pin), with
-#      no Rust on PATH; README examples and the ping bench;
+#      no Rust on PATH; the README's and docs/' python examples and the ping bench;
 #   3. pytest on both ends of the jax range, in the 3.11 and 3.12 venvs of 2
 #      with the test and tpu extras added (tpu: libtpu for the TPU compile
 #      check's tests): every test, those marked slow too (production
 #      kernels, the TPU-check sweep, 64-device loads, ...), nothing deselected;
-#      then the mpirun tests (-m mpi, tests/distributed: real 2- and 4-process
-#      launches) in the 3.11 venv with the mpi extra (mpi4py + Open MPI from PyPI);
+#      then the mpirun tests (-m mpi: tests/distributed's real 2- and 4-process
+#      launches, docs/' mpirun example) in the 3.11 venv with the mpi extra
+#      (mpi4py + Open MPI from PyPI);
 #   4. scripts/client_suite.py --quick: a subset of a third-party suite
 #      (tpu-inference's kernel tests, jax 0.11.2) forced into TPU interpret
 #      mode, stock vs the wheel of 2, in a venv of its own (.venv-test/client).
@@ -103,8 +104,8 @@ pytest_mpi() {  # the mpirun tests (-m mpi) in the 3.11 wheel venv, MPI from PyP
     PATH="$venv/bin:$PATH" JAX_PLATFORMS=cpu "$venv/bin/python" -m pytest -q -m mpi $(mpi_test_files) "$@"
 }
 
-mpi_test_files() {  # the files of mpi-marked tests: the phase deselects nothing
-    grep -l "pytest.mark.mpi" tests/distributed/test_*.py
+mpi_test_files() {  # the files of mpi-marked tests (docs/' mpirun example too): the phase deselects nothing
+    grep -l "pytest.mark.mpi" tests/*/test_*.py
 }
 
 client_suite_quick() {

@@ -2,8 +2,8 @@
 # Builds the release wheel and sdist, then installs the wheel into a fresh venv
 # per Python that already holds a supported jax, with no Rust toolchain on
 # PATH, and checks: pip leaves the installed packages as they were (it only
-# adds mosaic_rt), version/LICENSE metadata, README's python examples, and
-# `python -m mosaic_rt bench --quick --filter ping`.
+# adds mosaic_rt), version/LICENSE metadata, the python examples of README.md
+# and docs/*.md, and `python -m mosaic_rt bench --quick --filter ping`.
 #
 #   scripts/test_wheel.sh [--wheel PATH] [--venvs DIR] [PY[:JAX] ...]
 #
@@ -113,8 +113,8 @@ smoke() {  # smoke PY JAX
     step "[$py] version and license metadata" in_venv "$venv" python "$root/scripts/wheel_checks.py" metadata "$root"
     n="$(in_venv "$venv" python "$root/scripts/wheel_checks.py" count "$root")" || n=0
     for ((i = 0; i < n; i++)); do
-        step "[$py] README python example $((i + 1))/$n" \
-            in_venv "$venv" python "$root/scripts/wheel_checks.py" readme "$root" "$i"
+        step "[$py] docs python example $((i + 1))/$n (README.md, docs/)" \
+            in_venv "$venv" python "$root/scripts/wheel_checks.py" example "$root" "$i"
     done
     step "[$py] python -m mosaic_rt bench --quick --filter ping" \
         in_venv "$venv" python -m mosaic_rt bench --quick --filter ping

@@ -2,18 +2,19 @@
 venv's interpreter from a directory outside the checkout.
 
     python wheel_checks.py metadata ROOT      version, license, extension module
-    python wheel_checks.py readme ROOT N      run README.md's N-th python example
-    python wheel_checks.py count ROOT         how many python examples README.md has
+    python wheel_checks.py example ROOT N     run the N-th python example of README.md and docs/*.md
+    python wheel_checks.py count ROOT         how many python examples they have
+
+An example that needs an optional extra the venv lacks is skipped, saying
+which (scripts/doc_blocks.py: the blocks and their directions).
 """
 
 import pathlib
 import sys
+import tempfile
 import tomllib
 
-
-def _examples(root: pathlib.Path) -> list[str]:
-    readme = (root / "README.md").read_text()
-    return [block.split("```", 1)[0] for block in readme.split("```python\n")[1:]]
+import doc_blocks  # beside this script
 
 
 def metadata(root: pathlib.Path) -> None:
@@ -37,21 +38,30 @@ def metadata(root: pathlib.Path) -> None:
     print(f"mosaic_rt {installed} (Cargo {cargo}) from {site.parent}; {so}; LICENSE shipped")
 
 
-def readme(root: pathlib.Path, n: int) -> None:
-    exec(compile(_examples(root)[n], f"README.md example {n + 1}", "exec"), {})
+def example(root: pathlib.Path, n: int) -> int:
+    block = doc_blocks.python_blocks(root)[n]
+    why = doc_blocks.missing(block)
+    if why:
+        print(f"skipped: {why}")
+        return 0
+    with tempfile.TemporaryDirectory(prefix="mosaic_rt_doc_") as tmp:
+        done = doc_blocks.run(block, pathlib.Path(tmp))
+    print(f"{block.where}: exit {done.returncode}")
+    print(done.stdout[-4000:], done.stderr[-8000:], sep="\n", end="")
+    return done.returncode
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 2 or argv[0] not in ("metadata", "readme", "count"):
+    if len(argv) < 2 or argv[0] not in ("metadata", "example", "count"):
         print(__doc__, file=sys.stderr)
         return 2
     root = pathlib.Path(argv[1])
     if argv[0] == "metadata":
         metadata(root)
     elif argv[0] == "count":
-        print(len(_examples(root)))
+        print(len(doc_blocks.python_blocks(root)))
     else:
-        readme(root, int(argv[2]))
+        return example(root, int(argv[2]))
     return 0
 
 

@@ -45,7 +45,7 @@ def _mpi(reason: str):
         raise MultiProcessError(
             f"{reason}, and the kernel sends DMAs or signals between devices: mosaic_rt carries them "
             f"between processes over MPI, which is not installed ({e}). {INSTALL} and start the "
-            "processes with mpirun (see README, 'Many processes')."
+            "processes with mpirun (see docs/multi-process.md)."
         ) from None
     return MPI
 

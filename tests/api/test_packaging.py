@@ -1,5 +1,6 @@
 """The package as installed: version, dependency ranges, metadata, stubs in sync,
-CLI demo, README set-up commands, bench output without rich."""
+CLI demo, bench output without rich. (The README and docs/ examples and set-up
+commands: test_docs.py.)"""
 
 import ast
 import pathlib
@@ -86,29 +87,6 @@ def test_cli_rejects_bad_arguments():
         [sys.executable, "-m", "mosaic_rt", "demo", "--devices", "1"], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 2 and "--devices >= 2" in proc.stderr
-
-
-def test_readme_examples_run(capsys):
-    readme = (ROOT / "README.md").read_text()
-    examples = [block.split("```", 1)[0] for block in readme.split("```python\n")[1:]]
-    assert len(examples) == 2  # the pallas_call one (asserts itself), the runtime one
-    for example in examples:
-        exec(compile(example, "README.md", "exec"), {})
-    assert capsys.readouterr().out.strip() == "[0. 2. 4. 6.]"
-
-
-def _setup_commands():
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Set-up commands", 1)[1].split("\n## ", 1)[0]
-    return [block.split("```", 1)[0].strip() for block in section.split("```sh\n")[1:]]
-
-
-def test_readme_has_two_setup_commands_and_ci_runs_the_test_one():
-    install_and_bench, run_tests = _setup_commands()
-    assert "python -m mosaic_rt bench --quick" in install_and_bench
-    assert run_tests == "bash scripts/test.sh"
-    ci_lines = [line.strip() for line in (ROOT / ".ci/run").read_text().splitlines()]
-    assert run_tests in ci_lines
 
 
 _NO_RICH = "import sys; sys.modules['rich'] = None\n"  # import rich now fails

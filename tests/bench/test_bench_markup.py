@@ -73,7 +73,9 @@ def test_error_texts_and_names_in_tables_keep_their_brackets(kind):
         "distinct_kernels": 1,
         "families": {"grid[dyn]": {"kernels": 1, "stock_s": 1.0, "ours_s": 0.5, "ratio": 2.0}},
         "passes": [],
-        "kernels": [{"name": "add[zero]", "pass": 0, "ok": False, "equal": True, "error": "IndexError: [row] out of range"}],
+        "kernels": [
+            {"name": "add[zero]", "pass": 0, "ok": False, "equal": True, "error": "IndexError: [row] out of range"}
+        ],
     }
     shown = _printed(kind, lambda c: SUITE.render(c, suite))
     assert "grid[dyn]" in shown and "suite kernel add[zero] (pass 1): IndexError: [row] out of range" in shown
@@ -96,8 +98,12 @@ def test_error_texts_and_names_in_tables_keep_their_brackets(kind):
 
 
 def test_a_failed_case_line_keeps_its_name_and_error(kind):
-    result = types.SimpleNamespace(case=types.SimpleNamespace(name="ring[big]"), error="RuntimeError: [mosaic_rt#3] [bold]")
-    assert "ERROR ring[big]: RuntimeError: [mosaic_rt#3] [bold]" in _printed(kind, lambda c: c.print(cli._one_line(result)))
+    result = types.SimpleNamespace(
+        case=types.SimpleNamespace(name="ring[big]"), error="RuntimeError: [mosaic_rt#3] [bold]"
+    )
+    assert "ERROR ring[big]: RuntimeError: [mosaic_rt#3] [bold]" in _printed(
+        kind, lambda c: c.print(cli._one_line(result))
+    )
 
 
 def test_style_tags_still_style_and_escaped_data_prints_once():
