@@ -4,8 +4,8 @@ in the wheel test (no checkout on sys.path there: this module imports only
 the standard library and, to run a block, the installed mosaic_rt).
 
 A block is a fenced ```python / ```py (run), ```sh (checked against the
-real command line), ```ini (checked against pytest's options) or ```text
-(output: not checked) block. The line right above a fence may carry
+real command line), ```ini / ```toml (pytest settings: checked against
+pytest's options) or ```text (output: not checked) block. The line right above a fence may carry
 directions for the checks, invisible in the rendered page:
 
     <!-- doc-test: extra=tpu -->         needs mosaic_rt's optional extra (skipped, saying so, without it)

@@ -33,7 +33,7 @@ import doc_blocks  # noqa: E402
 BLOCKS = doc_blocks.all_blocks(ROOT)
 PYTHON = [b for b in BLOCKS if b.lang in doc_blocks.PYTHON]
 SHELL = [b for b in BLOCKS if b.lang == "sh"]
-INI = [b for b in BLOCKS if b.lang == "ini"]
+INI = [b for b in BLOCKS if b.lang in ("ini", "toml")]
 README = (ROOT / "README.md").read_text()
 
 
@@ -67,7 +67,8 @@ def test_python_block_runs_under_mpirun(block, tmp_path):
 
 def test_every_block_has_a_known_language_and_known_directions():
     for b in BLOCKS:
-        assert b.lang in (*doc_blocks.PYTHON, "sh", "ini", "text"), f"{b.where}: ```{b.lang} (python, sh, ini or text)"
+        known = (*doc_blocks.PYTHON, "sh", "ini", "toml", "text")
+        assert b.lang in known, f"{b.where}: ```{b.lang} (python, sh, ini, toml or text)"
         assert set(b.marks) <= {"extra", "mpirun", "file"}, f"{b.where}: unknown direction {b.marks}"
         for extra in filter(None, b.marks.get("extra", "").split(",")):
             assert extra in doc_blocks.EXTRA_MODULES, f"{b.where}: no extra {extra!r}"
@@ -253,6 +254,7 @@ def test_sh_block_matches_the_real_command_line(block):
 
 @pytest.mark.parametrize("block", INI, ids=_id)
 def test_ini_keys_are_pytest_options(block):
+    # pytest's section of an ini file or of pyproject.toml ([tool.pytest.ini_options])
     for line in block.code.splitlines():
         m = re.match(r"\s*([a-z_]+)\s*=", line)
         if m:
