@@ -29,11 +29,14 @@ What it does:
    the client is modified.
 2. Every test file under the installed ``tests/kernels/`` (``--files``
    picks some), one pytest process per file and side, stock then ours
-   file by file, each with 8 CPU devices and the simulated chip the file
-   asks for (the highest TPU version its ``jtu.is_device_tpu*`` gates name:
-   7 -> v7x, else v6e; ``CHIP_OF``), through ``scripts/client_suite_shim.py``
-   (chip, forced interpret mode) and ``scripts/jax_suite_record.py``
-   (outcomes). A test making no progress for ``--test-timeout`` seconds
+   file by file, on the simulated chip the file asks for (the highest TPU
+   version its ``jtu.is_device_tpu*`` gates name: 7 -> v7x, else v6e;
+   ``CHIP_OF``): mosaic_rt's own ``pytest --mosaic-rt=CHIP
+   --mosaic-rt-interpreter=stock|mosaic_rt`` (docs/pytest-flag.md: the
+   chip's gates and 8 CPU devices, every kernel in that side's TPU
+   interpret mode whatever ``interpret=`` it passes; so the stock side
+   imports mosaic_rt too, whose seam leaves stock's kernels to stock), with
+   ``scripts/jax_suite_record.py`` recording outcomes. A test making no progress for ``--test-timeout`` seconds
    (default 120) is killed, counts as timed out, and pytest resumes with
    the file's other tests. Files that measure the TPU itself (``HARDWARE``,
    with the reason) are left out unless ``--include-hardware``; ``--param
@@ -112,6 +115,7 @@ VLLM_DEPS = (
     "cloudpickle",
     "py-cpuinfo",
 )
+# CPU devices per process: what --mosaic-rt gives a v6e or v7x host.
 DEVICES = 8
 # A file's chip when its gates do not decide it (see chip_of).
 CHIP_OF: dict = {}
@@ -255,27 +259,40 @@ def parse_params(items) -> dict:
     return params
 
 
-def _env(backend: str, chip: str, tpu_target: bool, stubs: bool, params: dict | None = None) -> dict:
-    env = dict(os.environ)
-    for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "MOSAIC_RT_TPU_TARGET", "JAX_TEST_DUT"):
-        env.pop(name, None)
+# Variables that would steer a run past its command line.
+_STEERING = (
+    *("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "JAX_TEST_DUT", "JAX_NUM_CPU_DEVICES", "MOSAIC_RT_TPU_TARGET"),
+    *("MOSAIC_RT_CHIP", "MOSAIC_RT_PARAMS", "MOSAIC_RT_DISABLE", "MOSAIC_RT_INTERPRETER"),
+    *("CLIENT_SUITE_CHIP", "CLIENT_SUITE_BACKEND", "CLIENT_SUITE_PARAMS"),
+    *("TPU_ACCELERATOR_TYPE", "TPU_NAME", "TPU_WORKER_ID"),
+)
+
+
+def _env(stubs: bool) -> dict:
+    """The environment of a pytest process: the caller's, less what would
+    steer the run past its command line (the simulated chip, its CPU
+    devices and a TPU VM's variables are the flag's: ``simulate_flags``)."""
+    env = {k: v for k, v in os.environ.items() if k not in _STEERING}
     flags = re.sub(r"--xla_force_host_platform_device_count=\S+", "", env.get("XLA_FLAGS", "")).strip()
-    env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={DEVICES}".strip()
-    env["JAX_PLATFORMS"] = "cpu"
-    env["TPU_SKIP_MDS_QUERY"] = "1"
-    # tpu-inference's import logs the TPU's name and type, read from the
-    # environment or else the cloud metadata server (absent here).
-    env.update(TPU_ACCELERATOR_TYPE=f"{chip}-{DEVICES}", TPU_NAME="simulated", TPU_WORKER_ID="0")
-    env["CLIENT_SUITE_BACKEND"] = backend
-    env["CLIENT_SUITE_CHIP"] = chip
-    if tpu_target and backend == "mosaic_rt":
-        env["MOSAIC_RT_TPU_TARGET"] = chip
-    if params:
-        env["CLIENT_SUITE_PARAMS"] = json.dumps(params)
+    if flags:
+        env["XLA_FLAGS"] = flags
     else:
-        env.pop("CLIENT_SUITE_PARAMS", None)
+        env.pop("XLA_FLAGS", None)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SCRIPTS, STUBS if stubs else None, env.get("PYTHONPATH")) if p)
     return env
+
+
+def simulate_flags(backend: str, chip: str, tpu_target: bool, params: dict | None = None) -> list:
+    """pytest's own options for one side: the simulated chip (``--mosaic-rt``:
+    its gates, its host's CPU devices, every kernel in ``backend``'s TPU
+    interpret mode whatever ``interpret=`` it passes), the params, and ours'
+    TPU compile check."""
+    flags = [f"--mosaic-rt={chip}", f"--mosaic-rt-interpreter={backend}"]
+    if params:
+        flags.append("--mosaic-rt-params=" + " ".join(f"{k}={json.dumps(v)}" for k, v in params.items()))
+    if tpu_target and backend == "mosaic_rt":
+        flags.append(f"--mosaic-rt-tpu-target={chip}")
+    return flags
 
 
 def run_file(args, python, versions, backend, rel, tmp, ours_tests=None) -> tuple:
@@ -297,11 +314,10 @@ def run_file(args, python, versions, backend, rel, tmp, ours_tests=None) -> tupl
         "no:cacheprovider",
         "-p",
         "jax_suite_record",
-        "-p",
-        "client_suite_shim",
         "-rfEs",
         "--tb=short",
         "-q",
+        *simulate_flags(backend, chip, args.tpu_target, parse_params(args.param)),
     ]
     if backend == "stock":
         base += ["-p", "no:mosaic_rt", "-p", "no:mosaic_rt_tpu"]
@@ -310,7 +326,7 @@ def run_file(args, python, versions, backend, rel, tmp, ours_tests=None) -> tupl
     k = args.k or (QUICK.get(rel) if args.quick else None)
     if k:
         base += ["-k", k]
-    env = _env(backend, chip, args.tpu_target, stubs=versions.get("vllm") is None, params=parse_params(args.param))
+    env = _env(stubs=versions.get("vllm") is None)
     targets, subset = [path], None
     done = _done_tests(args.missing_from, rel, backend)
     if args.sample and args.sample > 1 or ours_tests is not None or done is not None:

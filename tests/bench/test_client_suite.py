@@ -42,6 +42,24 @@ def _side(outcomes: dict, collected: int) -> dict:
     return {"info": {"collected": collected, "counts": suite_runner.counts(tests)}, "tests": tests}
 
 
+def test_each_side_runs_through_mosaic_rts_own_flag(monkeypatch):
+    flags = client_suite.simulate_flags("stock", "v7x", True, {"dma_execution_mode": "on_wait", "detect_races": True})
+    assert flags == [
+        "--mosaic-rt=v7x",
+        "--mosaic-rt-interpreter=stock",
+        '--mosaic-rt-params=dma_execution_mode="on_wait" detect_races=true',
+    ]  # the compile check is ours' only
+    assert "--mosaic-rt-tpu-target=v6e" in client_suite.simulate_flags("mosaic_rt", "v6e", True)
+    # What would steer a run past its command line stays out of its environment.
+    monkeypatch.setenv("MOSAIC_RT_CHIP", "v4")
+    monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v4-8")
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=3 --xla_dump_to=/tmp/x")
+    env = client_suite._env(stubs=True)
+    assert "MOSAIC_RT_CHIP" not in env and "TPU_ACCELERATOR_TYPE" not in env
+    assert env["XLA_FLAGS"] == "--xla_dump_to=/tmp/x"
+    assert client_suite.STUBS in env["PYTHONPATH"].split(os.pathsep)
+
+
 def test_report_counts_regressions_gains_and_time_on_both(capsys):
     stock = _side({"f.py::a": "passed", "f.py::b": "passed", "f.py::c": "failed", "f.py::d": "skipped"}, 4)
     ours = _side({"f.py::a": "passed", "f.py::b": "failed", "f.py::c": "passed", "f.py::d": "skipped"}, 4)
@@ -103,7 +121,9 @@ def test_runner_kills_a_hanging_test_and_resumes_the_file(tmp_path):
         )
     )
     base = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "jax_suite_record", "-q"]
-    base += ["-p", "no:mosaic_rt", "-p", "no:mosaic_rt_tpu"]
+    # Loading any of mosaic_rt's plugins imports mosaic_rt, and so jax: seconds,
+    # more than this test's 3 s without progress on a busy machine.
+    base += ["-p", "no:mosaic_rt", "-p", "no:mosaic_rt_tpu", "-p", "no:mosaic_rt_simulate"]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.abspath(SCRIPTS), os.environ.get("PYTHONPATH", "")]))
     env.pop("PYTEST_ADDOPTS", None)
     info, tests = suite_runner.run_file(
@@ -147,7 +167,7 @@ def test_runner_blames_a_test_that_kills_pytest_and_resumes_the_file(tmp_path):
         )
     )
     base = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "jax_suite_record", "-q"]
-    base += ["-p", "no:mosaic_rt", "-p", "no:mosaic_rt_tpu"]
+    base += ["-p", "no:mosaic_rt", "-p", "no:mosaic_rt_tpu", "-p", "no:mosaic_rt_simulate"]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.abspath(SCRIPTS), os.environ.get("PYTHONPATH", "")]))
     env.pop("PYTEST_ADDOPTS", None)
     info, tests = suite_runner.run_file(
