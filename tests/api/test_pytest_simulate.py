@@ -103,8 +103,8 @@ _SUITE = textwrap.dedent("""
         assert pltpu.get_tpu_info().vmem_capacity_bytes == vmem
         assert jtu.device_under_test() == "tpu" and jtu.test_device_matches(["tpu"])
         assert jtu.get_tpu_version() == version and jtu.is_device_tpu_at_least(version)
-        assert not jtu.is_device_tpu_at_least(version + 1)
-        assert jtu.is_device_tpu(version, chip[2:]) and not jtu.is_device_tpu(version, "q")
+        assert not jtu.is_device_tpu_at_least(version=version + 1)  # suites pass keywords
+        assert jtu.is_device_tpu(version, chip[2:]) and not jtu.is_device_tpu(version=version, variant="q")
 """)
 
 _OPTION = textwrap.dedent("""

@@ -131,16 +131,17 @@ def jtu_gate(chip: Chip, notes: list):
         return lambda: None
     names = jtu_names(chip)
     match = re.match(r"TPU[^\d]*(\d+)", chip.device_kind)
-    version = int(match.group(1)) if match else chip.version
+    chip_version = int(match.group(1)) if match else chip.version
 
+    # jtu's own signatures: suites call them with keywords (version=7).
     def get_tpu_version() -> int:
-        return version
+        return chip_version
 
-    def is_device_tpu_at_least(version_: int) -> bool:
-        return version >= version_
+    def is_device_tpu_at_least(version: int) -> bool:
+        return chip_version >= version
 
-    def is_device_tpu(version_: int | None = None, variant: str = "") -> bool:
-        return version_ is None or f"v{version_}{variant}" in names
+    def is_device_tpu(version: int | None = None, variant: str = "") -> bool:
+        return version is None or f"v{version}{variant}" in names
 
     undos = [
         _set_module_attr(jtu, name, fn)
