@@ -1,48 +1,35 @@
 """pytest plugin for scripts/jax_suite.py --backend mosaic_rt (load with
-``-p jax_suite_shim``, scripts/ on sys.path): JAX's own interpret-mode test
+``-p jax_suite_shim``, scripts/ on sys.path, beside mosaic_rt's own
+``--mosaic-rt --mosaic-rt-disable=all``): JAX's own interpret-mode test
 files, unmodified, run on mosaic_rt.
 
-In every collected test module (not globally, so jax and mosaic_rt internals
-keep seeing the real stock objects) it rebinds
+The flag does the work: every kernel those tests run -- with the
+``pltpu.InterpretParams(...)`` each test chose, also under
+``pltpu.force_tpu_interpret_mode`` -- runs on mosaic_rt with the fields its
+test chose (all gates off: these files want the plain CPU host of one or
+eight devices). What is left here is bookkeeping of the harness:
 
-* ``pltpu`` (``jax.experimental.pallas.tpu``) to a proxy module where
-  ``InterpretParams`` is ``mosaic_rt.InterpretParams`` (same arguments),
-  ``force_tpu_interpret_mode(params)`` is ``mosaic_rt.force_interpret_mode``
-  with the stock params' fields carried over, and
-  ``reset_tpu_interpret_mode_state()`` also resets stock's state (mosaic_rt
-  keeps no state across launches to reset); every other attribute is the
-  real one;
-* ``mosaic_interpret`` (stock's ``interpret_pallas_call`` module) to a proxy
-  whose ``races`` is ``mosaic_rt.races`` (``races_found``); every other read
-  and every write (e.g. the tests' patching of ``store``) goes to the real
-  module.
-
-As a guard it counts stock ``pltpu.InterpretParams`` objects constructed
-while tests run (the shim missed a construction site if that is not 0) and
-prints the count in the terminal summary and, with
-``JAX_SUITE_SHIM_STATS=path``, writes it as JSON.
+* in every collected test module, ``mosaic_interpret`` (stock's
+  ``interpret_pallas_call`` module, which the tests read for stock's race
+  detector) becomes a proxy whose ``races`` is ``mosaic_rt.races``
+  (``races_found``); every other read and every write (e.g. the tests'
+  patching of ``store``) goes to the real module;
+* a guard: kernels that reached stock's interpreter while tests ran (the
+  flag missed one if that is not 0), printed in the terminal summary and,
+  with ``JAX_SUITE_SHIM_STATS=path``, written as JSON.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import json
 import os
 import types
 
 import pytest
 
-_stats = {"stock_params_constructed": 0, "stock_params_sites": {}, "modules_patched": []}
+_stats = {"kernels": 0, "kernels_on_stock": 0, "modules_patched": []}
 _in_test = [False]
-
-
-def _to_ours(params):
-    import mosaic_rt
-
-    if params is None or isinstance(params, mosaic_rt.InterpretParams):
-        return params if params is not None else mosaic_rt.InterpretParams()
-    fields = {f.name: getattr(params, f.name) for f in dataclasses.fields(params) if f.init}
-    return mosaic_rt.InterpretParams(**fields)
 
 
 class _Proxy(types.ModuleType):
@@ -72,57 +59,41 @@ class _Proxy(types.ModuleType):
         return dir(object.__getattribute__(self, "_real"))
 
 
-def _make_proxies():
-    import mosaic_rt
-    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as stock_ipc
-    from jax.experimental.pallas import tpu as pltpu
-
-    def force_tpu_interpret_mode(params=None):
-        return mosaic_rt.force_interpret_mode(_to_ours(params))
-
-    def reset_tpu_interpret_mode_state():
-        pltpu.reset_tpu_interpret_mode_state()
-
-    pltpu_proxy = _Proxy(
-        pltpu,
-        {
-            "InterpretParams": mosaic_rt.InterpretParams,
-            "force_tpu_interpret_mode": force_tpu_interpret_mode,
-            "reset_tpu_interpret_mode_state": reset_tpu_interpret_mode_state,
-        },
-    )
-    ipc_overrides = {"races": mosaic_rt.races}
-    for name in ("InterpretParams", "force_tpu_interpret_mode", "reset_tpu_interpret_mode_state"):
-        if hasattr(stock_ipc, name):
-            ipc_overrides[name] = getattr(pltpu_proxy, name)
-    ipc_proxy = _Proxy(stock_ipc, ipc_overrides)
-    return {id(pltpu): pltpu_proxy, id(stock_ipc): ipc_proxy}
-
-
 def _install_guard():
-    from jax._src.pallas.mosaic.interpret import params as stock_params_mod
+    """Counts kernels in TPU interpret mode (the seam's dispatcher sees
+    every one) and those of them mosaic_rt's interpreter ran."""
+    import mosaic_rt.interpret.launch.kernel as ours
+    from jax._src.pallas.mosaic.interpret import interpret_pallas_call as stock_ipc
 
-    stock_cls = stock_params_mod.InterpretParams
-    original = stock_cls.__post_init__
+    dispatcher = stock_ipc.interpret_pallas_call
+    interpreter = ours.interpret_pallas_call
+    ran_ours = [0]
 
-    def __post_init__(self, *args, **kwargs):
-        if type(self) is stock_cls and _in_test[0]:
-            import traceback
+    @functools.wraps(interpreter)
+    def counted_ours(*args, **kwargs):
+        ran_ours[0] += 1
+        return interpreter(*args, **kwargs)
 
-            _stats["stock_params_constructed"] += 1
-            frame = traceback.extract_stack(limit=3)[0]
-            site = f"{os.path.basename(frame.filename)}:{frame.lineno}"
-            _stats["stock_params_sites"][site] = _stats["stock_params_sites"].get(site, 0) + 1
-        return original(self, *args, **kwargs)
+    @functools.wraps(dispatcher)
+    def counted(*args, **kwargs):
+        before = ran_ours[0]
+        try:
+            return dispatcher(*args, **kwargs)
+        finally:
+            if _in_test[0]:
+                _stats["kernels"] += 1
+                _stats["kernels_on_stock"] += ran_ours[0] == before
 
-    stock_cls.__post_init__ = __post_init__
+    ours.interpret_pallas_call = counted_ours
+    stock_ipc.interpret_pallas_call = counted
+    return stock_ipc
 
 
 def pytest_configure(config):
-    import mosaic_rt  # noqa: F401  (installs mosaic_rt's seam)
+    import mosaic_rt
 
-    config._jax_suite_proxies = _make_proxies()
-    _install_guard()
+    stock_ipc = _install_guard()
+    config._jax_suite_proxies = {id(stock_ipc): _Proxy(stock_ipc, {"races": mosaic_rt.races})}
 
 
 def pytest_collection_modifyitems(session, config, items):
@@ -157,8 +128,8 @@ def pytest_terminal_summary(terminalreporter):
     for entry in _stats["modules_patched"]:
         tr.write_line(f"patched {entry['module']}: {', '.join(entry['names']) or '(nothing)'}")
     tr.write_line(
-        f"stock pltpu.InterpretParams constructed during tests: "
-        f"{_stats['stock_params_constructed']} {_stats['stock_params_sites'] or ''}"
+        f"kernels in TPU interpret mode during tests: {_stats['kernels']}, on stock's interpreter: "
+        f"{_stats['kernels_on_stock']}"
     )
 
 
