@@ -3,12 +3,16 @@ name -> ``generate(rng) -> spec``."""
 
 from __future__ import annotations
 
-from fuzzing import elementwise, memory, scalar
+from fuzzing import dma, elementwise, grid, memory, multi_device, scalar, transforms
 
 GENERATORS = {
     "elementwise": elementwise.generate,
     "memory": memory.generate,
     "scalar": scalar.generate,
+    "grid": grid.generate,
+    "dma": dma.generate,
+    "multi_device": multi_device.generate,
+    "transforms": transforms.generate,
 }
 
 NAMES = tuple(GENERATORS)

@@ -284,31 +284,39 @@ FAKE_PLTPU = _Shim(
 )
 
 
-def faked(fn):
-    """``fn`` with its globals' ``pl`` / ``pltpu`` replaced by the shims."""
+def faked(fn, replace=None):
+    """``fn`` with its globals' ``pl`` / ``pltpu`` replaced by the shims
+    (and the globals named in ``replace`` by their values there)."""
     g = dict(fn.__globals__)
-    g.update(pl=FAKE_PL, pltpu=FAKE_PLTPU)
+    g.update(pl=FAKE_PL, pltpu=FAKE_PLTPU, **(replace or {}))
     return types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
 
 
 def _block_slices(block_shape, block_index, array_shape):
-    """numpy indexers of one Blocked block (a None dim: one squeezed element)."""
+    """numpy indexers of one block (a None or `pl.Squeezed()` dim: one
+    squeezed element; a `pl.Element` dim: its index is an element offset)."""
     out = []
     for b, i, n in zip(block_shape, block_index, array_shape):
         i = int(np.asarray(i))
-        if b is None:
+        if b is None or type(b).__name__ == "Squeezed":
             out.append(i)
+        elif isinstance(b, pl.Element):
+            out.append(slice(i, i + b.block_size))
         else:
             out.append(slice(i * b, min((i + 1) * b, n)))
     return tuple(out)
 
 
-def meaning_call(kernel, args, out_shapes, *, grid=(), in_specs=None, out_specs=None, scratch=(), prefetch=0):
+def meaning_call(
+    kernel, args, out_shapes, *, grid=(), in_specs=None, out_specs=None, scratch=(), prefetch=0, replace=None
+):
     """The outputs (numpy) of a pallas_call of ``kernel`` over ``args``:
     ``in_specs`` / ``out_specs`` as (block_shape, index_map) or None (whole
     array), ``scratch`` allocation requests, the first ``prefetch`` args
-    scalar-prefetch operands (SMEM refs passed to index maps and kernel)."""
-    body = faked(kernel)
+    scalar-prefetch operands (SMEM refs passed to index maps and kernel);
+    ``replace``: globals of the kernel to replace (its compute's version
+    outside a kernel)."""
+    body = faked(kernel, replace)
     args = [np.array(a) for a in args]
     outs = [np.zeros(s.shape, _np_dtype(s.dtype)) for s in out_shapes]
     pre = [FakeRef.of(a) for a in args[:prefetch]]

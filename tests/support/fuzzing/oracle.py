@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import io
 import logging
+import re
 import warnings
 
 import jax
@@ -194,6 +195,15 @@ def _judge(ns: dict, check_meaning: bool) -> Verdict:
     return Verdict(MISMATCH, ("differs", ""), f"outputs differ: {diff}")
 
 
+# "ValueError: msg" lines inside an error's text (stock's io_callback errors
+# quote the traceback of the root cause; its last such line is the cause).
+_EMBEDDED = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception)): (.*)$", re.M)
+
+
 def _describe(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {' | '.join(text[:6])[:600]}"
+    text = str(exc).strip()
+    found = _EMBEDDED.findall(text)
+    if found:
+        name, msg = found[-1]
+        return f"{type(exc).__name__} ({name}: {msg.strip()[:400]})"
+    return f"{type(exc).__name__}: {' | '.join(text.splitlines()[:6])[:600]}"

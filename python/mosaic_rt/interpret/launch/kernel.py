@@ -71,7 +71,7 @@ def _interpret_pallas_call(
     name,
 ):
     del debug, cost_estimate, out_avals, metadata
-    params, mosaic_params = _launch_params(interpret_params, compiler_params, mesh)
+    params, mosaic_params = _launch_params(interpret_params, compiler_params, mesh, grid_mapping)
     args = [jx.remove_memory_space_p.bind(a) for a in args]
     dyn_grid, scalars, inputs = jx.split_list(
         args, [grid_mapping.num_dynamic_grid_bounds, grid_mapping.num_index_operands]
@@ -134,13 +134,20 @@ def _interpret_pallas_call(
     return results
 
 
-def _launch_params(params: InterpretParams, compiler_params, mesh):
+def _launch_params(params: InterpretParams, compiler_params, mesh, grid_mapping):
     """``(InterpretParams, CompilerParams)`` of the launch: `core_map` over
     a TensorCoreMesh fixes the cores per device, its grid split between
-    them."""
+    them; under `jax.vmap` the user's dimension semantics cover the user's
+    grid, and each vmapped grid dimension is "parallel" (as the TPU lowering
+    has it; stock zips the user's semantics with the whole grid and fails)."""
     mosaic_params = compiler_params or jx.CompilerParams()
     if not isinstance(mosaic_params, jx.CompilerParams):
         raise ValueError(f"TPU interpret mode needs pltpu.CompilerParams, got {type(mosaic_params).__name__}")
+    semantics, vmapped = mosaic_params.dimension_semantics, tuple(grid_mapping.vmapped_dims)
+    if semantics is not None and vmapped and len(semantics) + len(vmapped) == len(grid_mapping.grid):
+        user = iter(semantics)
+        full = tuple("parallel" if d in vmapped else next(user) for d in range(len(grid_mapping.grid)))
+        mosaic_params = mosaic_params.replace(dimension_semantics=full)
     cores = jx.core_mesh_cores(mesh)
     if cores is not None:
         # core_map over a TensorCoreMesh (or a SparseCore mesh, each of
