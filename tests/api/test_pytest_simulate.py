@@ -244,10 +244,13 @@ _EARLY_JAX = "import jax\njax.devices()\n"
 
 
 def test_jax_started_with_fewer_devices_is_said_at_startup(tmp_path):
+    """A note in the header and the summary, not a warning: a suite with
+    ``filterwarnings = error`` still runs."""
     (tmp_path / "conftest.py").write_text(_EARLY_JAX)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nfilterwarnings = error\n")
     (tmp_path / "test_suite.py").write_text(_NO_FLAG.replace('== "cpu" and', '== "tpu" and not'))
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--mosaic-rt=v6e"],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--mosaic-rt=v6e"],
         capture_output=True,
         text=True,
         timeout=280,
@@ -255,7 +258,23 @@ def test_jax_started_with_fewer_devices_is_said_at_startup(tmp_path):
         env=_env(),
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    assert "jax was initialised with 1 CPU device(s) before the simulation started; a v6e host has 8" in run.stdout
+    note = "jax was initialised with 1 CPU device(s) before the simulation started; a v6e host has 8"
+    assert run.stdout.count(note) == 2, run.stdout  # header and summary
+
+
+def test_a_device_count_the_user_set_stands(tmp_path):
+    (tmp_path / "test_suite.py").write_text("import jax\n\ndef test_four():\n    assert len(jax.devices()) == 4\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nfilterwarnings = error\n")
+    env = _env(XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--mosaic-rt=v6e"],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        cwd=tmp_path,
+        env=env,
+    )
+    _passed(run, 1)
 
 
 _STOCK = textwrap.dedent("""

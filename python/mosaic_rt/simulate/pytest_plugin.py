@@ -156,8 +156,8 @@ def pytest_configure(config):
         except RuntimeError as e:  # jax is not on the CPU
             raise pytest.UsageError(str(e)) from None
     config._mosaic_rt_simulation = simulation
-    for note in simulation.notes:
-        config.issue_config_time_warning(pytest.PytestConfigWarning(f"mosaic_rt --mosaic-rt={chip}: {note}"), 2)
+    # Notes go to the header and the summary, not through warnings: suites
+    # configured with filterwarnings = error would stop at startup.
     for w in caught:  # anything else said while starting (e.g. jax's own)
         if not str(w.message).startswith("mosaic_rt.simulate_tpu("):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
@@ -177,12 +177,21 @@ def pytest_report_header(config):
         return None
     off = sorted(set(chips.GATES) - simulation.gates)
     params = " ".join(f"{k}={v}" for k, v in simulation.params.items())
-    return (
+    header = (
         f"mosaic_rt: simulated TPU {simulation.chip.name} ({simulation.chip.device_kind}), kernels on "
         f"{simulation.interpreter}'s TPU interpret mode"
         + (f", params {params}" if params else "")
         + (f", gates off: {', '.join(off)}" if off else "")
     )
+    return [header] + [f"mosaic_rt NOTE: {note}" for note in simulation.notes]
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    simulation = getattr(config, "_mosaic_rt_simulation", None)
+    if simulation is not None and simulation.notes:
+        terminalreporter.write_sep("-", "mosaic_rt simulated TPU")
+        for note in simulation.notes:
+            terminalreporter.write_line(f"NOTE: {note}")
 
 
 @pytest.hookimpl(wrapper=True)
