@@ -17,9 +17,12 @@ version). A mismatch is shrunk to a minimal kernel and written to
 ``--repro-dir`` (default ``fuzz-repros/``) as a standalone .py file that
 compares stock with mosaic_rt when run; its path is printed.
 
-Cases run in a worker process (``--worker``, fed case names on stdin) that
-is restarted every ``--recycle`` cases, and killed and restarted when one
-case takes longer than ``--case-timeout`` seconds (counted as "timeout").
+Cases run in a worker process (``--worker``, fed case names on stdin),
+``--batch`` at a time: their kernels run in one jitted call per interpreter,
+and only a case that does not agree there is judged (and shrunk) on its own
+(`runner.run_batch`). The worker is restarted every ``--recycle`` cases,
+and killed and restarted when a batch takes longer than ``--case-timeout``
+seconds plus 30 per case (its cases count as "timeout").
 At the end: counts per category and kind, the mismatches with their repro
 files, the cases where stock was shown wrong; ``--json PATH`` writes them.
 Exit status 1 when any case is a mismatch, a timeout or a generator error.
@@ -84,9 +87,9 @@ def worker(args) -> int:
     for line in sys.stdin:
         if not line.strip():
             continue
-        category, seed = _parse_case(line.strip())
-        r = runner.run_case(category, seed, repro_dir=args.repro_dir, shrink_budget=args.shrink_budget)
-        out.write(MARK + json.dumps(dataclasses.asdict(r)) + "\n")
+        cases = [_parse_case(name) for name in line.split()]
+        results = runner.run_batch(cases, repro_dir=args.repro_dir, shrink_budget=args.shrink_budget)
+        out.write(MARK + json.dumps([dataclasses.asdict(r) for r in results]) + "\n")
         out.flush()
     return 0
 
@@ -95,13 +98,19 @@ class Worker:
     def __init__(self, args):
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--repro-dir", args.repro_dir]
         cmd += ["--shrink-budget", str(args.shrink_budget)]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        # The cases' own noise (stock's logged tracebacks, XLA's warnings)
+        # goes to the log, not the console.
+        self.log = open(args.log, "a") if args.log else subprocess.DEVNULL
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, bufsize=1
+        )
         self.done = 0
 
-    def run(self, name: str, timeout: float):
-        """The worker's result dict for case ``name``, or None on timeout
-        (the worker is then killed)."""
-        self.proc.stdin.write(name + "\n")
+    def run(self, names: list, timeout: float):
+        """The worker's result dicts for cases ``names`` (judged as one
+        batch: `runner.run_batch`), or None on timeout (the worker is then
+        killed)."""
+        self.proc.stdin.write(" ".join(names) + "\n")
         self.proc.stdin.flush()
         deadline = time.monotonic() + timeout
         while True:
@@ -115,9 +124,11 @@ class Worker:
             line = self.proc.stdout.readline()
             if not line:  # the worker died
                 self.close(kill=True)
-                return {"kind": "generator_error", "detail": f"worker exited with {self.proc.returncode}"}
+                return [{"kind": "generator_error", "detail": f"worker exited with {self.proc.returncode}"}] * len(
+                    names
+                )
             if line.startswith(MARK):
-                self.done += 1
+                self.done += len(names)
                 return json.loads(line[len(MARK) :])
 
     def close(self, kill: bool = False):
@@ -131,6 +142,8 @@ class Worker:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.log is not subprocess.DEVNULL:
+            self.log.close()
 
 
 # -- parent --------------------------------------------------------------
@@ -161,6 +174,8 @@ def main(argv=None) -> int:
     ap.add_argument("--case-timeout", type=float, default=900.0)
     ap.add_argument("--shrink-budget", type=int, default=120)
     ap.add_argument("--recycle", type=int, default=200, help="restart the worker after this many cases")
+    ap.add_argument("--batch", type=int, default=8, help="cases judged together (one jitted call per interpreter)")
+    ap.add_argument("--log", default=None, help="append the worker's stderr here (default: dropped)")
     ap.add_argument("--json", default=None)
     ap.add_argument("--case", default=None, help="CATEGORY:SEED: judge this one case in this process")
     ap.add_argument("--show", default=None, help="CATEGORY:SEED: print this case's source")
@@ -199,35 +214,37 @@ def main(argv=None) -> int:
     print(f"fuzz: seed {args.seed}, {args.minutes} min, categories {','.join(cats)}; jax, mosaic_rt: {versions}")
     counts: dict = collections.defaultdict(collections.Counter)
     notable: list = []
-    t_end = time.monotonic() + args.minutes * 60
+    t_start = time.monotonic()
+    t_end = t_start + args.minutes * 60
     w = None
     k = 0
     try:
         while time.monotonic() < t_end and (not args.max_cases or k < args.max_cases):
-            category = cats[k % len(cats)]
-            seed = args.seed * 1_000_000 + k
-            k += 1
+            n = max(1, args.batch) if not args.max_cases else max(1, min(args.batch, args.max_cases - k))
+            batch = [(cats[(k + j) % len(cats)], args.seed * 1_000_000 + k + j) for j in range(n)]
+            k += n
             if w is None or w.done >= args.recycle or w.proc.poll() is not None:
                 if w is not None:
                     w.close()
                 w = Worker(args)
-            r = w.run(f"{category}:{seed}", args.case_timeout)
-            if r is None:
+            got = w.run([f"{c}:{s}" for c, s in batch], args.case_timeout + 30 * n)
+            if got is None:
                 w = None
-                r = {"kind": "timeout", "detail": f"no verdict within {args.case_timeout} s"}
-            kind = r["kind"]
-            counts[category]["cases"] += 1
-            counts[category][kind] += 1
-            if r.get("off_meaning"):
-                counts[category]["off_meaning"] += 1
-            if kind not in ("same", "both_reject"):
-                entry = {"category": category, "seed": seed, **r}
-                notable.append(entry)
-                repro = f" -> {r['repro']}" if r.get("repro") else ""
-                first = (r.get("detail") or "").splitlines()[0][:300] if r.get("detail") else ""
-                print(f"[{k}] {category}:{seed}: {kind}{repro}  {first}", flush=True)
-            if k % 50 == 0:
-                print(f"... {k} cases", flush=True)
+                got = [{"kind": "timeout", "detail": f"no verdict within {args.case_timeout + 30 * n} s"}] * n
+            for (category, seed), r in zip(batch, got):
+                kind = r["kind"]
+                counts[category]["cases"] += 1
+                counts[category][kind] += 1
+                if r.get("off_meaning"):
+                    counts[category]["off_meaning"] += 1
+                if kind not in ("same", "both_reject") or r.get("off_meaning"):
+                    notable.append({**r, "category": category, "seed": seed})
+                if kind not in ("same", "both_reject"):
+                    repro = f" -> {r['repro']}" if r.get("repro") else ""
+                    first = (r.get("detail") or "").splitlines()[0][:300] if r.get("detail") else ""
+                    print(f"[{k}] {category}:{seed}: {kind}{repro}  {first}", flush=True)
+            if k % 200 < n:
+                print(f"... {k} cases, {time.monotonic() - t_start:.0f} s", flush=True)
     finally:
         if w is not None:
             w.close()

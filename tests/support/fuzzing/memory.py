@@ -180,7 +180,7 @@ def _compute(rng, name: str, v: str, a: Aval, to: str) -> str:
     """``v`` (of type ``a``) maybe changed a little, as type ``to``."""
     r = rng.random()
     if r < 0.3 and kind(a.dtype) in "fiu":
-        return f"({v} + {literal(rng, a.dtype)}).astype({dt(to)})"
+        return f"({v} + {literal(rng, a.dtype, nonzero=True)}).astype({dt(to)})"
     if r < 0.45 and kind(a.dtype) in "fiu":
         return f"({v} * {v}).astype({dt(to)})"
     return f"{v}.astype({dt(to)})"

@@ -82,6 +82,32 @@ def attempt(fn):
         return exc
 
 
+def attempt_nested(fn):
+    """Like `attempt` for ``fn()`` returning one output pytree per case: a
+    list (per case) of lists of numpy arrays, or the exception."""
+    try:
+        with _quiet():
+            out = jax.block_until_ready(fn())
+            return [[np.asarray(x) for x in jax.tree.leaves(o)] for o in out]
+    except Exception as exc:  # noqa: BLE001 - the exception is the result
+        return exc
+
+
+def reset_stock():
+    """Stock keeps global state that an exception leaves broken."""
+    pltpu.reset_tpu_interpret_mode_state()
+
+
+def off_meaning(ns) -> bool:
+    """Whether ours (run again) is not the case's meaning (None: no model).
+    Raises `MeaningFailed`."""
+    want = _meaning(ns)
+    if want is None:
+        return False
+    ours = attempt(lambda: ns["run"](our_params(ns["KNOBS"])))
+    return isinstance(ours, Exception) or not matches_meaning(ours, want)
+
+
 def _bits(x: np.ndarray):
     return x.dtype.str, x.shape, x.tobytes()
 

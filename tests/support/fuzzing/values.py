@@ -83,15 +83,16 @@ def trace_aval(expr: str, args: list[Aval]) -> Aval | None:
     return Aval(tuple(out.shape), np.dtype(out.dtype).name if out.dtype != jnp.bool_ else "bool")
 
 
-def literal(rng, dtype: str) -> str:
-    """Source text of a Python scalar that jax takes weakly as ``dtype``."""
+def literal(rng, dtype: str, nonzero: bool = False) -> str:
+    """Source text of a Python scalar that jax takes weakly as ``dtype``
+    (``nonzero``: no float zero -- XLA folds ``x + 0.0`` to ``x``, which
+    differs from the op for ``x = -0.0``)."""
     k = kind(dtype)
     if k == "b":
         return rng.choice(["True", "False"])
     if k == "f":
-        return rng.choice(
-            ["0.5", "2.0", "-1.5", "3.0", "0.0", "-0.0", "1e30", "-7.25", "float('inf')", "float('nan')", "1e-40"]
-        )
+        pool = ["0.5", "2.0", "-1.5", "3.0", "1e30", "-7.25", "float('inf')", "float('nan')", "1e-40"]
+        return rng.choice(pool + ([] if nonzero else ["0.0", "-0.0"]))
     info = ml_dtypes.iinfo(jnp.dtype(dtype))
     small = [0, 1, 2, 3, 7, -1, -2, -5]
     edge = [int(info.min), int(info.max), int(info.max) // 2 + 1]
