@@ -140,8 +140,11 @@ def kernel(x_ref, o_ref):
 
 
 def make(params):
-    if params is None:
-        f = lambda x: body_outside(x)[0]  # noqa: E731
+    if params is None:  # the program block by block (its iotas count within a block)
+
+        def f(x):
+            return jnp.concatenate([body_outside(x[i * {bm} : (i + 1) * {bm}])[0] for i in range({grid})])
+
     else:
         spec = pl.BlockSpec(({bm}, {c}), lambda i: (i, 0))
         f = pl.pallas_call(
