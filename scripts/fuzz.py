@@ -79,18 +79,36 @@ def worker(args) -> int:
     _setup_jax_env()
     import dataclasses
 
-    from fuzzing import runner
+    from fuzzing import case, oracle, runner
 
     out = sys.stdout
     # Everything else the cases print goes to stderr: stdout carries results.
     sys.stdout = sys.stderr
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        cases = [_parse_case(name) for name in line.split()]
-        results = runner.run_batch(cases, repro_dir=args.repro_dir, shrink_budget=args.shrink_budget)
-        out.write(MARK + json.dumps([dataclasses.asdict(r) for r in results]) + "\n")
+
+    def send(obj):
+        out.write(MARK + json.dumps(obj) + "\n")
         out.flush()
+
+    # Who runs now: a process killed by a signal is blamed on its last stage.
+    oracle.STAGE_HOOK = lambda stage, names: send({"stage": stage, "cases": names})
+    for line in sys.stdin:
+        words = line.split()
+        if not words:
+            continue
+        if words[0] == "!nostock":  # stock killed the process on this case: judge it without stock
+            category, seed = _parse_case(words[1])
+            r = runner.run_case(
+                category, seed, repro_dir=args.repro_dir, shrink_budget=args.shrink_budget, stock_crashed=True
+            )
+            send([dataclasses.asdict(r)])
+        elif words[0] == "!source":  # mosaic_rt killed the process: the case's source as its repro
+            category, seed = _parse_case(words[1])
+            text = case.source(runner.generate(category, seed), title=runner.title(category, seed))
+            send([{"repro": runner.write_repro(text, args.repro_dir, category, seed)}])
+        else:
+            cases = [_parse_case(name) for name in words]
+            results = runner.run_batch(cases, repro_dir=args.repro_dir, shrink_budget=args.shrink_budget)
+            send([dataclasses.asdict(r) for r in results])
     return 0
 
 
@@ -106,30 +124,35 @@ class Worker:
         )
         self.done = 0
 
-    def run(self, names: list, timeout: float):
-        """The worker's result dicts for cases ``names`` (judged as one
-        batch: `runner.run_batch`), or None on timeout (the worker is then
-        killed)."""
-        self.proc.stdin.write(" ".join(names) + "\n")
+    def run(self, line: str, timeout: float):
+        """``("ok", result dicts)`` of the worker's answer to ``line`` (case
+        names judged as one batch: `runner.run_batch`, or a ``!`` command),
+        else ``("died", last stage, exit code)`` or ``("timeout", last
+        stage, None)`` -- the worker is gone then. A stage is ``(who,
+        case names)``: who ran when it happened."""
+        self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
         deadline = time.monotonic() + timeout
+        stage = None
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 self.close(kill=True)
-                return None
+                return "timeout", stage, None
             ready, _, _ = select.select([self.proc.stdout], [], [], left)
             if not ready:
                 continue
-            line = self.proc.stdout.readline()
-            if not line:  # the worker died
+            got = self.proc.stdout.readline()
+            if not got:  # the worker died (a signal: a native crash)
                 self.close(kill=True)
-                return [{"kind": "generator_error", "detail": f"worker exited with {self.proc.returncode}"}] * len(
-                    names
-                )
-            if line.startswith(MARK):
-                self.done += len(names)
-                return json.loads(line[len(MARK) :])
+                return "died", stage, self.proc.returncode
+            if got.startswith(MARK):
+                msg = json.loads(got[len(MARK) :])
+                if isinstance(msg, dict):
+                    stage = (msg["stage"], msg["cases"])
+                    continue
+                self.done += len(line.split())
+                return "ok", msg
 
     def close(self, kill: bool = False):
         if self.proc.poll() is None:
@@ -144,6 +167,59 @@ class Worker:
                 self.proc.wait()
         if self.log is not subprocess.DEVNULL:
             self.log.close()
+
+
+class Pool:
+    """The worker, restarted when it dies, hangs or served ``--recycle``
+    cases; `judge` isolates a case that takes the process down."""
+
+    def __init__(self, args):
+        self.args, self.w, self.timeout = args, None, args.case_timeout
+
+    def _run(self, line: str, timeout: float):
+        if self.w is None or self.w.done >= self.args.recycle or self.w.proc.poll() is not None:
+            self.close()
+            self.w = Worker(self.args)
+        got = self.w.run(line, timeout)
+        if got[0] != "ok":
+            self.w = None
+        return got
+
+    def close(self):
+        if self.w is not None:
+            self.w.close()
+            self.w = None
+
+    def judge(self, names: list) -> list:
+        got = self._run(" ".join(names), self.timeout)
+        if got[0] == "ok":
+            return got[1]
+        if len(names) > 1:  # someone in the batch took the process down: one by one
+            return [self.judge([name])[0] for name in names]
+        return [self._lost(names[0], *got)]
+
+    def _lost(self, name: str, how: str, stage, code) -> dict:
+        """The verdict on a case whose process died or hung (``how``) while
+        ``stage`` ran."""
+        what = f"killed by signal {-code}" if how == "died" and code and code < 0 else how
+        who = stage[0] if stage else None
+        if who == "stock":
+            # Stock's failure: judge mosaic_rt alone, by the meaning.
+            got = self._run(f"!nostock {name}", self.args.case_timeout)
+            if got[0] == "ok":
+                r = got[1][0]
+                r["detail"] = f"stock: the process was {what}; " + (r.get("detail") or "")
+                return r
+            how, stage, code = got
+            who = stage[0] if stage else None
+            what = f"killed by signal {-code}" if how == "died" and code and code < 0 else how
+        if who == "ours":
+            got = self._run(f"!source {name}", 300)
+            repro = got[1][0]["repro"] if got[0] == "ok" else None
+            detail = f"mosaic_rt: the process was {what} running this kernel"
+            return {"kind": "mismatch" if how == "died" else "timeout", "detail": detail, "repro": repro}
+        kind = "timeout" if how == "timeout" else "generator_error"
+        return {"kind": kind, "detail": f"the worker was {what} (last stage: {stage})"}
 
 
 # -- parent --------------------------------------------------------------
@@ -216,21 +292,15 @@ def main(argv=None) -> int:
     notable: list = []
     t_start = time.monotonic()
     t_end = t_start + args.minutes * 60
-    w = None
+    pool = Pool(args)
     k = 0
     try:
         while time.monotonic() < t_end and (not args.max_cases or k < args.max_cases):
             n = max(1, args.batch) if not args.max_cases else max(1, min(args.batch, args.max_cases - k))
             batch = [(cats[(k + j) % len(cats)], args.seed * 1_000_000 + k + j) for j in range(n)]
             k += n
-            if w is None or w.done >= args.recycle or w.proc.poll() is not None:
-                if w is not None:
-                    w.close()
-                w = Worker(args)
-            got = w.run([f"{c}:{s}" for c, s in batch], args.case_timeout + 30 * n)
-            if got is None:
-                w = None
-                got = [{"kind": "timeout", "detail": f"no verdict within {args.case_timeout + 30 * n} s"}] * n
+            pool.timeout = args.case_timeout + 30 * n
+            got = pool.judge([f"{c}:{s}" for c, s in batch])
             for (category, seed), r in zip(batch, got):
                 kind = r["kind"]
                 counts[category]["cases"] += 1
@@ -246,8 +316,7 @@ def main(argv=None) -> int:
             if k % 200 < n:
                 print(f"... {k} cases, {time.monotonic() - t_start:.0f} s", flush=True)
     finally:
-        if w is not None:
-            w.close()
+        pool.close()
     print()
     print(_table(counts, cats))
     bad = [n for n in notable if n["kind"] in FAILING]

@@ -1,7 +1,8 @@
 """Category "memory": loads and stores through `pl.ds` slices with static and
 traced starts (read from an SMEM operand), strides, static slices and
 integer indices, read-modify-writes, masked stores, masked loads
-(`pltpu.load(..., mask=)`) and `ref.bitcast` / `ref.reshape` views. No grid:
+(`pltpu.load(..., mask=)`), `ref.bitcast` / `ref.reshape` views, copies
+Python-unrolled over 128-column chunks and `fori_loop`s over rows. No grid:
 every operand is one VMEM block; outputs are filled first, then written
 piecewise. Meaning: the kernel itself over numpy refs (`fakes`).
 
@@ -186,6 +187,46 @@ def _compute(rng, name: str, v: str, a: Aval, to: str) -> str:
     return f"{v}.astype({dt(to)})"
 
 
+def _loop_op(rng, g: _Gen, inputs, outputs) -> Op | None:
+    """A loop of copies: Python-unrolled over 128-column chunks (the same
+    equations over ``c * 128`` slices), or a `lax.fori_loop` over rows with
+    dynamic row slices and a carried row sum."""
+    src_name, src = rng.choice(inputs + outputs)
+    dst_name, dst = rng.choice(outputs)
+    (rs, cs), (rd, cd) = src.shape[-2:], dst.shape[-2:]
+    lead_s = "".join(f"{rng.randrange(n)}, " for n in src.shape[:-2])
+    lead_d = "".join(f"{rng.randrange(n)}, " for n in dst.shape[:-2])
+    w = min(cs, cd)
+    n = rng.randint(1, min(rs, rd))
+    v = g.name()
+    s_ref, d_ref = f"{src_name}_ref", f"{dst_name}_ref"
+    if w % 128 == 0 and w >= 256 and rng.random() < 0.5:
+        chunks = w // 128
+        s0, d0 = rng.randint(0, rs - n), rng.randint(0, rd - n)
+        value = _compute(rng, v, v, Aval((n, 128), src.dtype), dst.dtype)
+        return Op(
+            (
+                f"for c in range({chunks}):",
+                f"    {v} = {s_ref}[{lead_s}pl.ds({s0}, {n}), pl.ds(c * 128, 128)]",
+                f"    {d_ref}[{lead_d}pl.ds({d0}, {n}), pl.ds(c * 128, 128)] = {value}",
+            )
+        )
+    s0, d0, d1 = rng.randint(0, rs - n), rng.randint(0, rd - n), rng.randrange(rd)
+    acc = "jnp.float32" if kind(src.dtype) == "f" else "jnp.int32"
+    value = _compute(rng, v, v, Aval((1, w), src.dtype), dst.dtype)
+    trips = g.start(n, n)
+    return Op(
+        (
+            f"def rows_{v}(i, acc):",
+            f"    {v} = {s_ref}[{lead_s}pl.ds(i + {s0}, 1), 0:{w}]",
+            f"    {d_ref}[{lead_d}pl.ds(i + {d0}, 1), 0:{w}] = {value}",
+            f"    return acc + {v}.astype({acc})",
+            f"acc_{v} = lax.fori_loop(0, {trips}, rows_{v}, jnp.zeros((1, {w}), {acc}))",
+            f"{d_ref}[{lead_d}pl.ds({d1}, 1), 0:{w}] = acc_{v}.astype({dt(dst.dtype)})",
+        )
+    )
+
+
 def generate(rng) -> MemoryKernel:
     views = rng.random() < 0.15
     masked_loads = rng.random() < 0.1
@@ -207,6 +248,11 @@ def generate(rng) -> MemoryKernel:
     tries = 0
     while len(ops) < len(outputs) + rng.randint(1, 8) and tries < 60:
         tries += 1
+        if rng.random() < 0.2:
+            op = _loop_op(rng, g, inputs, outputs)
+            if op is not None:
+                ops.append(op)
+            continue
         src_name, src = rng.choice(inputs + outputs)
         ref, sa = g.view(f"{src_name}_ref", src)
         got = g.index(sa.shape)

@@ -31,6 +31,9 @@ class Round:
     src_slot: int  # -1: the device's own block, else a slot received before
     wait_style: str  # "wait" / "send_recv" / "recv_send"
     source_text: str  # the device_id of the device sending to this one (the inverse permutation)
+    # (row0, rows, col0, cols) of the slot the round copies (None: all of it);
+    # only where every output starts filled before any device writes.
+    region: tuple | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +66,11 @@ class MultiDeviceKernel:
         else:
             lines.append('xi, yi = lax.axis_index("x"), lax.axis_index("y")')
             lines.append(f"me = xi * {self.mesh[1]} + yi")
+        if self.filled():
+            # The whole output starts filled (before the barrier: no write of
+            # another device can come before it).
+            lines.append(f"fill_ref[...] = jnp.full(({(slots + 1) * r}, {c}), 3, {dt(self.dtype)})")
+            lines.append("pltpu.sync_copy(fill_ref, o_ref)")
         lines.append(f"pltpu.sync_copy(x_ref, o_ref.at[pl.ds(0, {r}), :])  # slot 0: the device's own block")
         if self.barrier == "full" and n > 1:
             lines.append("barrier = pltpu.get_barrier_semaphore()")
@@ -85,6 +93,10 @@ class MultiDeviceKernel:
                 lines.append("pl.semaphore_wait(barrier, 2)")
             src = "x_ref" if rd.src_slot < 0 else f"o_ref.at[pl.ds({(rd.src_slot + 1) * r}, {r}), :]"
             dst = f"o_ref.at[pl.ds({(k + 1) * r}, {r}), :]"
+            if rd.region is not None:
+                r0, nr, c0, nc = rd.region
+                src += f".at[pl.ds({r0}, {nr}), pl.ds({c0}, {nc})]"
+                dst += f".at[pl.ds({r0}, {nr}), pl.ds({c0}, {nc})]"
             lines.append(
                 f"copy{k} = pltpu.make_async_remote_copy({src}, {dst}, send_sems.at[{k}], recv_sems.at[{k}],"
                 f" device_id=target{k}, device_id_type={id_type})"
@@ -105,6 +117,7 @@ class MultiDeviceKernel:
         body = "\n".join(f"    {line}" for line in lines)
         spec = 'P("x")' if len(axes) == 1 else 'P(("x", "y"))'
         tables = [list(rd.perm) for rd in self.rounds]
+        regions = [rd.region for rd in self.rounds]
         srcs = [rd.src_slot for rd in self.rounds]
         collective = ", compiler_params=pltpu.CompilerParams(collective_id=0)" if self.barrier != "none" else ""
         return f"""
@@ -112,7 +125,7 @@ N = {n}
 ARGS = (make_input({self.seed}, ({n * r}, {c}), {self.dtype!r}, special=False),)
 
 
-def kernel(x_ref, o_ref, send_sems, recv_sems, ping):
+def kernel(x_ref, o_ref, send_sems, recv_sems, ping, fill_ref):
 {body}
 
 
@@ -126,6 +139,7 @@ def run(params):
             pltpu.SemaphoreType.DMA(({slots},)),
             pltpu.SemaphoreType.DMA(({slots},)),
             pltpu.SemaphoreType.REGULAR,
+            pltpu.VMEM(({(slots + 1) * r}, {c}), {dt(self.dtype)}),
         ]{collective},
         interpret=params,
     )
@@ -137,12 +151,17 @@ def run(params):
 
 def meaning():
     blocks = np.split(np.asarray(ARGS[0]), N)
-    slots = [[b] + [None] * {len(self.rounds)} for b in blocks]
-    for k, (perm, src) in enumerate(zip({tables}, {srcs})):
+    slots = [[b] + [np.full_like(b, 3) for _ in range({len(self.rounds)})] for b in blocks]
+    for k, (perm, src, region) in enumerate(zip({tables}, {srcs}, {regions})):
+        r0, nr, c0, nc = region or (0, {r}, 0, {c})
+        box = (slice(r0, r0 + nr), slice(c0, c0 + nc))
         for d in range(N):
-            slots[perm[d]][k + 1] = slots[d][0 if src < 0 else src + 1]
+            slots[perm[d]][k + 1][box] = slots[d][0 if src < 0 else src + 1][box]
     return [np.concatenate([np.concatenate(s) for s in slots])]
 """
+
+    def filled(self) -> bool:
+        return any(rd.region is not None for rd in self.rounds)
 
     def shrinks(self):
         # Fewer rounds (a later round may forward an earlier one's slot: keep those whole).
@@ -155,8 +174,12 @@ def meaning():
                 yield dataclasses.replace(self, rounds=rounds)
         if self.ping:
             yield dataclasses.replace(self, ping=False)
-        if self.barrier != "none":
+        if self.barrier != "none" and not self.filled():
             yield dataclasses.replace(self, barrier="none")
+        for k, rd in enumerate(self.rounds):
+            if rd.region is not None:
+                rounds = self.rounds[:k] + (dataclasses.replace(rd, region=None),) + self.rounds[k + 1 :]
+                yield dataclasses.replace(self, rounds=rounds)
         if self.mode == "on_wait":
             yield dataclasses.replace(self, mode="eager")
 
@@ -226,10 +249,31 @@ def generate(rng) -> MultiDeviceKernel:
     # kernel only with one round: the barrier semaphore only counts, so a
     # later round's signal may satisfy an earlier round's wait.
     barrier = rng.choice(["full", "partners", "none", "full"] if len(rounds) == 1 else ["full", "none", "full"])
+    if barrier != "none" and rng.random() < 0.5:
+        # Copies of sub-regions (zero rows now and then): the output starts
+        # filled before the barrier, so no remote write comes before it.
+        cols = rng.choice([128, 256])
+        rows = rng.choice([8, 16])
+        rounds = [
+            dataclasses.replace(rd, region=_region(rng, rows, cols)) if rng.random() < 0.7 else rd for rd in rounds
+        ]
+        return _kernel(rng, mesh, rounds, barrier, rows, cols)
+    return _kernel(rng, mesh, rounds, barrier, rng.choice([8, 16]), rng.choice([128, 256]))
+
+
+def _region(rng, rows: int, cols: int) -> tuple:
+    nr = rng.choice([0, 1, 2, rows // 2, rows - 1])
+    r0 = rng.randint(0, rows - max(nr, 1))
+    nc = rng.choice([128, cols])
+    c0 = rng.choice(range(0, cols - nc + 1, 128))
+    return (r0, nr, c0, nc)
+
+
+def _kernel(rng, mesh, rounds, barrier, rows, cols) -> MultiDeviceKernel:
     return MultiDeviceKernel(
         mesh,
-        rng.choice([8, 16]),
-        rng.choice([128, 256]),
+        rows,
+        cols,
         rng.choice(_DTYPES),
         tuple(rounds),
         barrier,

@@ -181,23 +181,46 @@ def our_params(knobs: dict):
     return mosaic_rt.InterpretParams(**knobs, wait_timeout=OUR_WAIT_TIMEOUT)
 
 
-def judge(ns: dict, check_meaning: bool = True) -> Verdict:
+def judge(ns: dict, check_meaning: bool = True, stock_crashed: bool = False) -> Verdict:
     """Runs a loaded case (`fuzzing.case.load`) on both interpreters.
     ``check_meaning``: where they agree, compare with the meaning too (to
     find models to fix: `Verdict.off_meaning`); eager jax op by op costs as
     much as stock's run, so long runs do it for a sample."""
     try:
-        return _judge(ns, check_meaning)
+        return _judge(ns, check_meaning, stock_crashed)
     except MeaningFailed as exc:
         return Verdict(MEANING_ERROR, ("meaning_error", ""), f"the case's meaning() raised {exc}")
 
 
-def _judge(ns: dict, check_meaning: bool) -> Verdict:
+class StockCrashed(Exception):
+    """Stock took the process down on this case (jax 0.10.2's XLA folds an
+    integer division by a constant zero with a SIGFPE): found by the long
+    run's parent (`scripts/fuzz.py`), which judges the case again without
+    stock."""
+
+
+# Called with (stage, case names) before each interpreter runs (the long
+# run's worker reports it, so a process killed by a signal names who ran).
+STAGE_HOOK = None
+
+
+def announce(stage: str, names) -> None:
+    if STAGE_HOOK is not None:
+        STAGE_HOOK(stage, list(names))
+
+
+def _judge(ns: dict, check_meaning: bool, stock_crashed: bool = False) -> Verdict:
     knobs = ns["KNOBS"]
-    stock = attempt(lambda: ns["run"](stock_params(knobs)))
-    if isinstance(stock, Exception):
+    names = [ns.get("CASE", "?")]
+    if stock_crashed:
+        stock = StockCrashed("stock interpret mode killed the process running this kernel (a signal)")
+    else:
+        announce("stock", names)
+        stock = attempt(lambda: ns["run"](stock_params(knobs)))
+    if isinstance(stock, Exception) and not stock_crashed:
         # Stock keeps global state that an exception leaves broken.
         pltpu.reset_tpu_interpret_mode_state()
+    announce("ours", names)
     ours = attempt(lambda: ns["run"](our_params(knobs)))
     s_err, o_err = isinstance(stock, Exception), isinstance(ours, Exception)
     if s_err and o_err:

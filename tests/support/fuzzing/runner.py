@@ -29,13 +29,24 @@ def title(category: str, seed: int, note: str = "") -> str:
     return f"category={category} seed={seed} jax={jax.__version__}{note}"
 
 
-def judge_spec(spec, name: str, check_meaning: bool = False) -> tuple[oracle.Verdict, str]:
+def judge_spec(
+    spec, name: str, check_meaning: bool = False, stock_crashed: bool = False, case_id: str = "?"
+) -> tuple[oracle.Verdict, str]:
     text = case.source(spec, title=name)
     ns = case.load(text, name)
+    ns["CASE"] = case_id
     try:
-        return oracle.judge(ns, check_meaning), text
+        return oracle.judge(ns, check_meaning, stock_crashed), text
     finally:
         case.forget(ns)
+
+
+def write_repro(text: str, repro_dir: str, category: str, seed: int) -> str:
+    os.makedirs(repro_dir, exist_ok=True)
+    path = os.path.join(repro_dir, f"repro_{category}_{seed}.py")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
 
 
 MEANING_SAMPLE = 8
@@ -57,9 +68,13 @@ class Result:
     shrink_runs: int = 0
 
 
-def run_case(category: str, seed: int, *, repro_dir: str | None = None, shrink_budget: int = 120) -> Result:
+def run_case(
+    category: str, seed: int, *, repro_dir: str | None = None, shrink_budget: int = 120, stock_crashed: bool = False
+) -> Result:
     """Generates and judges one case; a mismatch is shrunk and, with
-    ``repro_dir``, written there as a standalone repro file."""
+    ``repro_dir``, written there as a standalone repro file.
+    ``stock_crashed``: stock killed the process on this case before: judge
+    mosaic_rt by the meaning alone (`oracle.StockCrashed`)."""
     t0 = time.perf_counter()
     try:
         spec = generate(category, seed)
@@ -68,24 +83,21 @@ def run_case(category: str, seed: int, *, repro_dir: str | None = None, shrink_b
     name = title(category, seed)
     # Where both agree, one case in MEANING_SAMPLE is checked against its
     # meaning too (`oracle.judge`).
-    verdict, text = judge_spec(spec, name, check_meaning=seed % MEANING_SAMPLE == 0)
+    cid = f"{category}:{seed}"
+    verdict, text = judge_spec(spec, name, seed % MEANING_SAMPLE == 0, stock_crashed, cid)
     result = Result(category, seed, verdict.kind, verdict.detail, verdict.off_meaning)
     if verdict.kind == oracle.MISMATCH:
 
         def still_fails(candidate) -> bool:
-            v, _ = judge_spec(candidate, name + " (shrinking)")
+            v, _ = judge_spec(candidate, name + " (shrinking)", False, stock_crashed, cid)
             return v.kind == oracle.MISMATCH and v.signature == verdict.signature
 
         small, result.shrink_runs = shrink(spec, still_fails, shrink_budget) if shrink_budget else (spec, 0)
-        v, text = judge_spec(small, title(category, seed, ", shrunk"))
+        v, text = judge_spec(small, title(category, seed, ", shrunk"), False, stock_crashed, cid)
         if v.kind == oracle.MISMATCH:
             result.detail = v.detail
         if repro_dir:
-            os.makedirs(repro_dir, exist_ok=True)
-            path = os.path.join(repro_dir, f"repro_{category}_{seed}.py")
-            with open(path, "w") as f:
-                f.write(text)
-            result.repro = path
+            result.repro = write_repro(text, repro_dir, category, seed)
     result.seconds = time.perf_counter() - t0
     return result
 
@@ -109,9 +121,10 @@ def run_batch(cases, *, repro_dir: str | None = None, shrink_budget: int = 120) 
             continue
         name = title(category, seed)
         loaded.append((category, seed, case.load(case.source(spec, title=name), name)))
+    names = [f"{c}:{s}" for c, s, _ in loaded]
     try:
         if len(loaded) > 1:
-            agreed = _agreeing(loaded)
+            agreed = _agreeing(loaded, names)
         else:
             agreed = set()
         share = (time.perf_counter() - t0) / max(1, len(loaded))
@@ -134,7 +147,7 @@ def run_batch(cases, *, repro_dir: str | None = None, shrink_budget: int = 120) 
     return [results[c] for c in cases]
 
 
-def _agreeing(loaded) -> set:
+def _agreeing(loaded, names) -> set:
     """The ``(category, seed)`` of the loaded cases whose outputs are
     bit-identical when all of them run in one jitted call per interpreter
     (empty when either call raised)."""
@@ -145,10 +158,12 @@ def _agreeing(loaded) -> set:
 
         return lambda: jax.jit(f)()
 
+    oracle.announce("stock", names)
     stock = oracle.attempt_nested(all_runs(oracle.stock_params))
     if isinstance(stock, Exception):
         oracle.reset_stock()
         return set()
+    oracle.announce("ours", names)
     ours = oracle.attempt_nested(all_runs(oracle.our_params))
     if isinstance(ours, Exception):
         return set()
