@@ -316,7 +316,7 @@ def test_out_of_range_own_device_is_a_value_error():
 @pytest.mark.parametrize(
     "attrs,pattern",
     [
-        (dict(dma_execution_mode="sometimes"), "dma_execution_mode must be 'eager' or 'on_wait'"),
+        (dict(dma_execution_mode="sometimes"), "dma_execution_mode must be 'eager', 'on_wait' or 'tpu'"),
         (dict(out_of_bounds_reads="ignore"), "out_of_bounds_reads must be"),
         (dict(num_cores=0), "at least one device and one core"),
     ],

@@ -44,7 +44,7 @@ def _lowered(f):
 
 # Defaults that follow the TPU instead of stock (README, "Where we follow
 # the TPU"): DMAs move their bytes when started.
-_TPU_DEFAULTS = {"dma_execution_mode": ("on_wait", "eager"), "out_of_bounds_reads": ("raise", "tpu")}
+_TPU_DEFAULTS = {"dma_execution_mode": ("on_wait", "tpu"), "out_of_bounds_reads": ("raise", "tpu")}
 
 
 def test_params_accept_every_stock_field_with_stock_defaults():
@@ -70,7 +70,7 @@ def test_params_accept_every_stock_field_with_stock_defaults():
     [
         (dict(num_cores_or_threads=0), "Number of cores or threads must be at least 1"),
         (dict(vector_clock_size=0), "Vector clock size must be at least 1"),
-        (dict(dma_execution_mode="lazy"), "dma_execution_mode must be 'eager' or 'on_wait'"),
+        (dict(dma_execution_mode="lazy"), "dma_execution_mode must be 'eager', 'on_wait' or 'tpu'"),
         (dict(out_of_bounds_reads="clip"), "out_of_bounds_reads must be"),
         (dict(uninitialized_memory="ones"), "uninitialized_memory must be"),
         (dict(buffer_bounds="tight"), "buffer_bounds must be"),

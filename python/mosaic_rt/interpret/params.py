@@ -26,12 +26,19 @@ class InterpretParams(_StockParams):
     (see its docstring) plus:
 
     Attributes:
-      dma_execution_mode: when a DMA moves its bytes: ``"eager"`` (default:
-        at its start, as a TPU's DMA engine does with copies in the order
-        they are issued) or ``"on_wait"`` (stock's default: deferred until
+      dma_execution_mode: when a DMA moves its bytes: ``"tpu"`` (default:
+        as on a TPU -- a copy within the issuing core at its start, in the
+        order copies are issued; a copy to another core, remote or on the
+        same device, reads its source at its start and lands at the
+        destination core's next synchronisation point: a semaphore or DMA
+        wait, a semaphore read, the block copies between grid steps, a
+        buffer free or the end of its program, never between two of its
+        loads and stores), ``"eager"`` (every copy at its start, whichever
+        core it goes to) or ``"on_wait"`` (stock's default: deferred until
         something waits on its semaphore -- the latest moment a kernel may
         rely on, which shows kernels that read a DMA's destination, or
-        reuse its source, before waiting for it).
+        reuse its source, before waiting for it). A kernel without races
+        gets the same results in all three.
       out_of_bounds_reads: what a read outside its buffer does: ``"tpu"``
         (default: as a TPU -- the kernel's own loads of VMEM and SMEM are
         not bounds checked: the part outside reads as uninitialized memory,
@@ -96,13 +103,16 @@ class InterpretParams(_StockParams):
         ``--mosaic-rt-tpu-check``, else ``"raise"``.
     """
 
-    # Eager, not stock's "on_wait": a TPU's DMA engine starts a copy when it
+    # "tpu", not stock's "on_wait": a TPU's DMA engine starts a copy when it
     # is issued, so a copy issued earlier is done with its buffers before a
-    # later one touches them; "on_wait" (every copy deferred to its wait,
-    # the most adversarial schedule) breaks kernels that rely on that order
-    # -- tpu-inference's GDN kernels prefetch into a buffer whose previous
-    # contents an earlier store copy is still sending.
-    dma_execution_mode: Literal["eager", "on_wait"] = "eager"
+    # later one touches them ("on_wait" -- every copy deferred to its wait,
+    # the most adversarial schedule -- breaks tpu-inference's GDN kernels,
+    # which prefetch into a buffer an earlier store copy is still sending);
+    # and a copy to another core crosses the interconnect while that core
+    # runs on, so it does not land between the destination's own stores
+    # ("eager" lets a neighbour's copy land before the destination zeroes
+    # its output, which then wipes it: jax's remote-DMA ppermute tests).
+    dma_execution_mode: Literal["tpu", "eager", "on_wait"] = "tpu"
     # "tpu", not stock's "raise": a TPU's loads are unchecked, and kernels
     # prefetch past the end and discard the value (tpu-inference's MLA v2).
     out_of_bounds_reads: Literal["raise", "uninitialized", "tpu"] = "tpu"
@@ -126,8 +136,10 @@ class InterpretParams(_StockParams):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.dma_execution_mode not in ("eager", "on_wait"):
-            raise ValueError(f"dma_execution_mode must be 'eager' or 'on_wait', got {self.dma_execution_mode!r}.")
+        if self.dma_execution_mode not in ("eager", "on_wait", "tpu"):
+            raise ValueError(
+                f"dma_execution_mode must be 'eager', 'on_wait' or 'tpu', got {self.dma_execution_mode!r}."
+            )
         if self.out_of_bounds_reads not in ("raise", "uninitialized", "tpu"):
             raise ValueError(
                 f"out_of_bounds_reads must be 'raise', 'uninitialized' or 'tpu', got {self.out_of_bounds_reads!r}."

@@ -24,6 +24,10 @@ enum_str! {
         Eager = "eager",
         /// Queue the copy; a core waiting on the DMA's semaphore runs it.
         OnWait = "on_wait",
+        /// A copy within a core at `dma_start` (as `Eager`); a copy to
+        /// another core reads its source at `dma_start` and lands at the
+        /// destination core's next synchronisation point (see `dma`).
+        Tpu = "tpu",
     }
 }
 

@@ -12,6 +12,9 @@
 //!   the rest on the receive semaphore. A core waiting on one of them runs
 //!   the step ([`DmaStep::run`]); the [`DmaMachine`] makes each step run
 //!   exactly once, whichever core gets there first.
+//! * `tpu`: a copy within the issuing core as `eager`; a copy to another
+//!   core reads its source at [`start`] and lands at the destination
+//!   core's next synchronisation point (`landing.rs`, which says why).
 //!
 //! A side seen through a ref view (a bitcast or reshape of its region) is
 //! read or written through a byte map (`view.rs`, [`DmaView`]); the
@@ -21,6 +24,7 @@
 //! parts of a runtime a DMA touches, and the semaphore table only keeps its
 //! steps and hands them to waiters.
 
+mod landing;
 mod machine;
 pub(crate) mod remote;
 mod view;
@@ -271,6 +275,9 @@ pub(crate) enum DmaStep {
     RemoteRead(std::sync::Arc<remote::OutgoingDma>),
     /// The receive side of a DMA from another process.
     RemoteWrite(std::sync::Arc<remote::IncomingDma>),
+    /// An eager DMA from another process, landing (`tpu` mode, in the
+    /// destination core's inbox).
+    RemoteLanding(Box<remote::Landing>),
 }
 
 impl DmaStep {
@@ -302,6 +309,7 @@ impl DmaStep {
                 let link = env.remote.ok_or_else(|| RtError::internal("a remote DMA step without a link"))?;
                 d.run(env, link)
             }
+            DmaStep::RemoteLanding(d) => d.run(env),
         }
     }
 
@@ -312,6 +320,8 @@ impl DmaStep {
             DmaStep::Write(d) => !d.machine.is_completed(),
             DmaStep::RemoteRead(d) => d.is_pending(),
             DmaStep::RemoteWrite(d) => d.is_pending(),
+            // In an inbox until it runs, and run once (it is moved out).
+            DmaStep::RemoteLanding(_) => true,
         }
     }
 }
@@ -322,13 +332,14 @@ impl Queued for DmaStep {
             DmaStep::Read(d) | DmaStep::Write(d) => d.describe(),
             DmaStep::RemoteRead(d) => d.describe(),
             DmaStep::RemoteWrite(d) => d.describe(),
+            DmaStep::RemoteLanding(d) => d.describe(),
         })
     }
     fn site(&self) -> SiteId {
         match self {
             DmaStep::Read(d) | DmaStep::Write(d) => d.site,
             DmaStep::RemoteRead(d) => d.site(),
-            DmaStep::RemoteWrite(_) => 0,
+            DmaStep::RemoteWrite(_) | DmaStep::RemoteLanding(_) => 0,
         }
     }
     fn bytes(&self) -> Option<i64> {
@@ -336,6 +347,7 @@ impl Queued for DmaStep {
             DmaStep::Read(d) | DmaStep::Write(d) => d.plan.bytes,
             DmaStep::RemoteRead(d) => d.bytes(),
             DmaStep::RemoteWrite(d) => d.bytes(),
+            DmaStep::RemoteLanding(d) => d.bytes(),
         })
     }
 }
@@ -395,11 +407,17 @@ pub(crate) fn start(env: &DmaEnv, req: DmaRequest, view: Option<DmaView>) -> Res
     if let Some(link) = env.remote.filter(|l| l.is_remote(dst_device)) {
         let plan = DmaRoute { dst_device, dst_core, src_gcore, dst_gcore, bytes: 0 };
         return match env.mode {
-            DmaMode::Eager => remote::start_eager(env, link, &req, &plan, view.is_some()),
+            // Under "tpu" the owner's progress thread hands the write to
+            // the destination core's inbox (`Runtime::apply`).
+            DmaMode::Eager | DmaMode::Tpu => remote::start_eager(env, link, &req, &plan, view.is_some()),
             DmaMode::OnWait => remote::start_on_wait(env, link, req, plan, view.is_some()),
         };
     }
-    if env.mode == DmaMode::Eager {
+    if env.mode == DmaMode::Tpu && dst_gcore != src_gcore {
+        let plan = DmaRoute { dst_device, dst_core, src_gcore, dst_gcore, bytes: 0 };
+        return landing::start(env, req, view, plan);
+    }
+    if env.mode != DmaMode::OnWait {
         // Nobody else can see this DMA: no state machine, and the copy
         // itself validates the two sides (this is the hot path).
         let plan = DmaRoute { dst_device, dst_core, src_gcore, dst_gcore, bytes: 0 };

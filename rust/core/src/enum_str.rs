@@ -86,7 +86,7 @@ mod tests {
             }
             assert_eq!("bogus".parse::<T>().unwrap_err().message, error);
         }
-        check(DmaMode::ALL, DmaMode::as_str, "dma_execution_mode must be 'eager' or 'on_wait', got \"bogus\"");
+        check(DmaMode::ALL, DmaMode::as_str, "dma_execution_mode must be 'eager', 'on_wait' or 'tpu', got \"bogus\"");
         check(
             OobReads::ALL,
             OobReads::as_str,

@@ -89,7 +89,7 @@ pub mod internals {
     pub use crate::memory::table::MemoryTable;
     pub use crate::races::{Epoch, Memo, Shadow, VectorClock};
     pub use crate::registry::MAX_FAILED_INSTANCES;
-    pub use crate::sem::{NoWork, SemTable, SemWait, WaitRecord};
+    pub use crate::sem::{NoWork, Queued, SemTable, SemWait, WaitRecord};
 
     /// std's primitives, or loom's under `--cfg loom`.
     pub mod sync {

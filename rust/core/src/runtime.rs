@@ -210,9 +210,48 @@ impl Runtime {
         self.memory.release_borrowed(device, self.config.num_devices > 1);
     }
 
-    /// The program of core (device, core) ended (several cores per device).
+    /// The program of core (device, core) ended (several cores per device):
+    /// copies to it still on their way land now (see [`Self::end_core_dmas`]).
     pub fn finish_core(&self, device: u32, core: u32) -> Result<()> {
-        self.sems.finish_core(device, core)
+        let landed = self.end_core_dmas(device, core);
+        self.sems.finish_core(device, core)?;
+        landed
+    }
+
+    /// Core (device, core) is at a synchronisation point: DMAs from other
+    /// cores waiting to land on it (dma_execution_mode "tpu") land now, on
+    /// this thread, oldest first. Waits do this themselves; the FFI layer
+    /// calls it at the end of each grid step, before the output blocks are
+    /// copied out (on a TPU the pipeline waits for those copies' DMAs; the
+    /// copies into the next step's blocks are not a point of their own,
+    /// else a copy could land before the first step's body runs).
+    #[inline]
+    pub fn land_incoming(&self, device: u32, core: u32) -> Result<()> {
+        self.sems
+            .run_inbox(device, core, &mut |step: DmaStep| step.run(&self.dma_env()))
+            .map_err(|e| e.at(device, core))
+    }
+
+    /// The program of core (device, core) has ended: DMAs to it still on
+    /// their way land now, and later ones land when they start (nothing of
+    /// the core can observe their order any more). Run before the core's
+    /// leak report, so a copy it never waited for is counted there.
+    pub fn end_core_dmas(&self, device: u32, core: u32) -> Result<()> {
+        self.sems
+            .close_inbox(device, core, &mut |step: DmaStep| step.run(&self.dma_env()))
+            .map_err(|e| e.at(device, core))
+    }
+
+    /// [`Self::end_core_dmas`] for every core of `device` (its kernel_end).
+    pub fn end_device_dmas(&self, device: u32) -> Result<()> {
+        self.topo.check_device(device)?;
+        (0..self.topo.cores_per_device).try_for_each(|core| self.end_core_dmas(device, core))
+    }
+
+    /// Descriptions of the DMAs waiting to land on (device, core)
+    /// (tests, diagnostics).
+    pub fn incoming_dmas(&self, device: u32, core: u32) -> Result<Vec<String>> {
+        self.sems.inbox_pending(device, core)
     }
 
     /// Core (device, core) enters (`inside`) or leaves a user host
@@ -315,7 +354,10 @@ impl Runtime {
         self.memory.is_borrowed(key)
     }
 
+    /// A free is a synchronisation point of (device, core): DMAs on their
+    /// way to it land first, so none is left to write a freed buffer.
     pub fn free_buffer(&self, device: u32, core: u32, space: MemorySpace, id: u32) -> Result<()> {
+        self.land_incoming(device, core)?;
         self.memory.free(device, core, space, id).map_err(|e| e.at(device, core))?;
         if let Some(races) = &self.races {
             // Ids are never reused, so a freed buffer's shadow state is dead
@@ -549,7 +591,10 @@ impl Runtime {
         Ok(())
     }
 
+    /// A read is a synchronisation point (a kernel may poll a count):
+    /// DMAs on their way to (device, core) land first.
     pub fn semaphore_read(&self, device: u32, core: u32, sem: u32) -> Result<i64> {
+        self.land_incoming(device, core)?;
         self.sems.read(device, core, sem).map_err(|e| e.at(device, core))
     }
 

@@ -387,7 +387,7 @@ fn local_on_wait_dma_never_waited_is_a_leak_and_eager_leaves_the_count() {
                 assert_eq!(leaks[0].pending_dmas.len(), 1);
                 assert!(leaks[0].pending_dmas[0].contains(&format!("(semaphore {sem})")), "{leaks:?}");
             }
-            DmaMode::Eager => assert_eq!((leaks[0].count, leaks[0].pending_dmas.len()), (16, 0)),
+            DmaMode::Eager | DmaMode::Tpu => assert_eq!((leaks[0].count, leaks[0].pending_dmas.len()), (16, 0)),
         }
     }
 }

@@ -225,7 +225,7 @@ fn dmas_write_and_read_in_both_modes() {
         // fails at the start, on_wait at the wait that runs it.
         let req = dma((VMEM, a, rows(2, 4)), (VMEM, b, rows(0, 4)), sem);
         let e = match mode {
-            DmaMode::Eager => rt.dma_start(req.clone()).unwrap_err(),
+            DmaMode::Eager | DmaMode::Tpu => rt.dma_start(req.clone()).unwrap_err(),
             DmaMode::OnWait => {
                 rt.dma_start(req.clone()).unwrap();
                 rt.dma_wait(0, 0, sem, 16).unwrap_err()

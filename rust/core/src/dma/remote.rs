@@ -243,6 +243,35 @@ impl IncomingDma {
     }
 }
 
+/// An eager DMA from another process under `dma_execution_mode="tpu"`:
+/// its bytes arrived here and land at the destination core's next
+/// synchronisation point, as a copy from a core of this process would
+/// (`dma/landing.rs`).
+pub(crate) struct Landing {
+    pub dst: DstSide,
+    pub gcore: u32,
+    pub data: Payload,
+    pub sync: Option<RaceSync>,
+}
+
+impl Landing {
+    pub(crate) fn run(&self, env: &DmaEnv) -> Result<()> {
+        write_destination(env, &self.dst, self.gcore, &self.data, self.sync.as_ref())
+    }
+
+    pub(crate) fn bytes(&self) -> i64 {
+        self.data.len() as i64
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        let d = &self.dst;
+        let key = MemRef::new(d.device, d.core, d.space, d.id, &d.region).key();
+        let from =
+            self.sync.as_ref().map(|s| format!(" from device {}, core {}", s.device, s.core)).unwrap_or_default();
+        format!("DMA of {} bytes{from} (another process) to {key}, receive semaphore {}", self.bytes(), d.sem)
+    }
+}
+
 /// Writes `data` into the destination `dst` (global core `gcore`), then
 /// signals its receive semaphore with the bytes. With race detection the
 /// write is a DMA thread's here, whose past is `sync`'s clock.

@@ -119,6 +119,12 @@ impl DmaView {
         Ok(s)
     }
 
+    /// The bytes the source view moves (`src_bytes`: the bytes of its
+    /// region's value), for a DMA whose destination is checked later.
+    pub(crate) fn source_bytes(&self, src_bytes: usize) -> Result<usize> {
+        side(&self.src, src_bytes, "source")
+    }
+
     /// The source view's value (reads the source region).
     pub(crate) fn load(&self, memory: &MemoryTable, src: MemRef<'_>) -> Result<Vec<u8>> {
         // Bounds first: a huge out-of-bounds region fails without allocating.

@@ -2,7 +2,8 @@
 //! what it sends, and how it applies what other processes send.
 
 use super::Runtime;
-use crate::dma::remote::{write_destination, IncomingDma};
+use crate::config::DmaMode;
+use crate::dma::remote::{write_destination, IncomingDma, Landing};
 use crate::dma::DmaStep;
 use crate::error::{ErrorKind, Result, RtError};
 use crate::memory::{BufferKey, MemRef};
@@ -92,7 +93,9 @@ impl Runtime {
     ) -> bool {
         let Some(link) = self.link() else { return false };
         let Msg::DmaEager { dst, sync, .. } = &frame.msg else { return false };
-        if self.races.is_some() || sync.is_some() || !self.can_land(dst) {
+        // Under "tpu" the bytes land at the destination core's next
+        // synchronisation point, not when they arrive (`apply`).
+        if self.config.dma_mode == DmaMode::Tpu || self.races.is_some() || sync.is_some() || !self.can_land(dst) {
             return false;
         }
         link.note_received(&frame.msg);
@@ -137,7 +140,15 @@ impl Runtime {
             Msg::DmaEager { dst, sync, data } => {
                 let gcore = self.topo.check(dst.device, dst.core)?;
                 self.sems.dma_started(dst.sem, gcore, data.len() as i64);
-                write_destination(&self.dma_env(), dst, gcore, data, sync.as_ref())
+                if self.config.dma_mode != DmaMode::Tpu {
+                    return write_destination(&self.dma_env(), dst, gcore, data, sync.as_ref());
+                }
+                let Msg::DmaEager { dst, sync, data } = frame.msg else { unreachable!() };
+                let landing = DmaStep::RemoteLanding(Box::new(Landing { dst, gcore, data, sync }));
+                match self.sems.send_to_core(gcore, landing) {
+                    Some(step) => step.run(&self.dma_env()), // the destination's program has ended
+                    None => Ok(()),
+                }
             }
             Msg::DmaQueued { id, dst, bytes, describe, sync } => {
                 let gcore = self.topo.check(dst.device, dst.core)?;

@@ -10,10 +10,14 @@
 //! The table knows nothing of its users: queued work is any [`Queued`]
 //! type (the DMA engine's steps), run by the waiter's own callback, and
 //! what the device barrier does on completion is the caller's callback.
+//! Besides the work queued on a semaphore, each core has an inbox (see
+//! `inbox`) of work it runs at its next synchronisation point: every wait
+//! runs it first, whatever the semaphore.
 
 mod barrier;
 mod counters;
 mod ids;
+mod inbox;
 mod misuse;
 mod park;
 mod task_queue;
@@ -30,6 +34,7 @@ use crate::site::SiteId;
 use crate::sync::{AtomicI64, Ordering};
 use barrier::DeviceBarrier;
 use ids::SemIds;
+use inbox::Inbox;
 use park::{Failure, Parker};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -147,6 +152,8 @@ pub struct SemTable<T: Queued = NoWork> {
     spin: Option<std::sync::Arc<AdaptiveSpin>>,
     ids: SemIds<T>,
     parkers: Box<[Parker]>,
+    /// Per global core: work for the core's own thread (see `inbox`).
+    inboxes: Box<[Inbox<T>]>,
     failure: Failure,
     barrier: DeviceBarrier,
     monitor: Monitor,
@@ -192,6 +199,7 @@ impl<T: Queued> SemTable<T> {
             spin: config.spin_before_park.clone(),
             ids: SemIds::new(topo),
             parkers: (0..topo.num_cores()).map(|_| Parker::new()).collect(),
+            inboxes: (0..topo.num_cores()).map(|_| Inbox::new()).collect(),
             failure: Failure::new(),
             barrier: DeviceBarrier::new(topo.num_devices),
             driver: std::sync::OnceLock::new(),
@@ -286,9 +294,65 @@ impl<T: Queued> SemTable<T> {
         Ok(())
     }
 
+    /// Hands `task` to global core `gcore`, to run on its own thread at its
+    /// next synchronisation point (see `inbox`). Gives the task back if the
+    /// core's program has ended (its inbox is closed): the caller runs it.
+    pub fn send_to_core(&self, gcore: u32, task: T) -> Option<T> {
+        match self.inboxes[gcore as usize].push(task) {
+            Ok(()) => {
+                // Whatever it waits on: a core parked anywhere runs its inbox.
+                self.parkers[gcore as usize].wake(None);
+                None
+            }
+            Err(task) => Some(task),
+        }
+    }
+
+    /// Runs the work in the inbox of (device, core) through `run_task`,
+    /// oldest first, until it is empty: the core is at a synchronisation
+    /// point. A failed launch runs nothing more.
+    pub fn run_inbox(&self, device: u32, core: u32, run_task: &mut dyn FnMut(T) -> Result<()>) -> Result<()> {
+        let gcore = self.topo.check(device, core)?;
+        let inbox = &self.inboxes[gcore as usize];
+        while inbox.has_work() {
+            if let Some(root) = self.failure.get() {
+                return Err(failed(&root, device, core));
+            }
+            match inbox.pop() {
+                Some(task) => run_task(task)?,
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// The program of (device, core) ended: its inbox takes nothing more
+    /// (senders then run their work themselves) and what it holds runs now.
+    pub fn close_inbox(&self, device: u32, core: u32, run_task: &mut dyn FnMut(T) -> Result<()>) -> Result<()> {
+        let gcore = self.topo.check(device, core)?;
+        self.inboxes[gcore as usize].close();
+        self.run_inbox(device, core, run_task)
+    }
+
+    /// Whether the inbox of (device, core) holds work.
+    #[cfg(any(test, feature = "internals", loom))] // tests and models only
+    pub fn inbox_has_work(&self, device: u32, core: u32) -> Result<bool> {
+        let gcore = self.topo.check(device, core)?;
+        Ok(self.inboxes[gcore as usize].has_work())
+    }
+
+    /// What the inbox of (device, core) holds, oldest first (reports).
+    pub fn inbox_pending(&self, device: u32, core: u32) -> Result<Vec<String>> {
+        let gcore = self.topo.check(device, core)?;
+        let mut out = Vec::new();
+        self.inboxes[gcore as usize].each(|t| out.extend(t.pending()));
+        Ok(out)
+    }
+
     /// Blocks until `sem` on (device, core) reaches `value`, then subtracts
     /// it. Work queued on the semaphore is handed to `run_task` (which runs
-    /// it: queued DMAs touch memory the table knows nothing of). `site`:
+    /// it: queued DMAs touch memory the table knows nothing of), and so is
+    /// the work in the core's inbox (a wait is a synchronisation point). `site`:
     /// where the wait is in the kernel (0: the thread's current site).
     #[cfg(any(test, feature = "internals", loom))] // tests and models (the runtime calls `wait_with`)
     #[inline]
@@ -323,12 +387,14 @@ impl<T: Queued> SemTable<T> {
             )));
         }
         let gcore = self.topo.check(device, core)?;
+        let inbox = &self.inboxes[gcore as usize];
         // Fast path: the count is there already (no reference counting, no
-        // error values).
+        // error values). The inbox is looked at after the count is taken:
+        // work handed over before a signal the wait saw is then seen too.
         if !self.failure.is_set()
             && self.ids.with_fast(sem, |s, off| take(s.counter_if_present(off, gcore)?, value).then_some(())).is_some()
         {
-            return Ok(());
+            return self.run_inbox(device, core, run_task);
         }
         let sem_ref = self.ids.get(sem)?;
         let (s, off) = (&*sem_ref.block, sem_ref.off);
@@ -344,8 +410,14 @@ impl<T: Queued> SemTable<T> {
             if let Some(root) = self.failure.get() {
                 return Err(failed(&root, device, core));
             }
+            // Before the count: what lands may be what the wait waits for.
+            if let Some(task) = inbox.pop() {
+                run_task(task)?;
+                continue;
+            }
             if take(count, value) {
-                return Ok(());
+                // And after it (see the fast path).
+                return self.run_inbox(device, core, run_task);
             }
             if !checked && s.kind == SemKind::Dma {
                 checked = true;
@@ -361,15 +433,22 @@ impl<T: Queued> SemTable<T> {
                 spun = true;
                 if let Some((policy, budget)) = self.spin.as_ref().and_then(|p| Some((p, p.plan()?))) {
                     let outcome = spin::spin(budget, || {
-                        self.failure.is_set() || can_take(count.load(Ordering::SeqCst), value) || s.has_task(off, gcore)
+                        self.failure.is_set()
+                            || can_take(count.load(Ordering::SeqCst), value)
+                            || s.has_task(off, gcore)
+                            || inbox.has_work()
                     });
                     policy.record(outcome);
                     continue;
                 }
             }
             if let Some(drive) = self.driver.get() {
-                let ready =
-                    || self.failure.is_set() || can_take(count.load(Ordering::SeqCst), value) || s.has_task(off, gcore);
+                let ready = || {
+                    self.failure.is_set()
+                        || can_take(count.load(Ordering::SeqCst), value)
+                        || s.has_task(off, gcore)
+                        || inbox.has_work()
+                };
                 if drive(&ready) {
                     continue;
                 }
@@ -378,7 +457,12 @@ impl<T: Queued> SemTable<T> {
             let parked = parker.park(
                 record,
                 deadline,
-                || self.failure.is_set() || can_take(count.load(Ordering::SeqCst), value) || s.has_task(off, gcore),
+                || {
+                    self.failure.is_set()
+                        || can_take(count.load(Ordering::SeqCst), value)
+                        || s.has_task(off, gcore)
+                        || inbox.has_work()
+                },
                 || self.monitor.park(gcore, wait, self),
                 || self.monitor.unpark(gcore),
             );
@@ -390,9 +474,9 @@ impl<T: Queued> SemTable<T> {
                 }
             };
             // On timeout look once more: a wake-up may have raced the deadline.
-            if timed_out && !self.failure.is_set() && !s.has_task(off, gcore) {
+            if timed_out && !self.failure.is_set() && !s.has_task(off, gcore) && !inbox.has_work() {
                 if take(count, value) {
-                    return Ok(());
+                    return self.run_inbox(device, core, run_task);
                 }
                 let secs = self.wait_timeout.unwrap_or_default().as_secs_f64();
                 return Err(RtError::new(
@@ -688,6 +772,7 @@ fn try_take(count: &AtomicI64, value: i64) -> bool {
 impl<T: Queued> Probe for SemTable<T> {
     fn ready(&self, sem: u32, gcore: u32, value: i64) -> bool {
         self.failure.is_set()
+            || self.inboxes.get(gcore as usize).is_some_and(|i| i.has_work())
             || self
                 .ids
                 .with(sem, |s, off| can_take(s.peek(off, gcore), value) || s.has_task(off, gcore))

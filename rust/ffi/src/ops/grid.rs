@@ -251,6 +251,8 @@ pub fn grid_copy_out(c: &mut Call) -> Result<()> {
     }
     let (cur, next) = idx.split_at(idx.len() / 2);
     launch::with_runtime(handle, |rt| {
+        // The end of a step is a synchronisation point (`Runtime::land_incoming`).
+        rt.land_incoming(device, core)?;
         rt.with_grid(device, core, |g| {
             g.copy_out(
                 cur,

@@ -51,6 +51,11 @@ pub fn copy_block(c: &mut Call) -> Result<()> {
     let grid_point = f.arg(cb::arg::grid_point)?.i32s()?;
     let name = f.attr_str(cb::attr::arg_name)?;
     launch::with_runtime(handle, |rt| {
+        // A step's output block copies are a synchronisation point, as in
+        // the native grid loop (`grid_copy_out`).
+        if !input {
+            rt.land_incoming(device, core)?;
+        }
         let src = MemRef { device, core, space: src_space, id: src_id, region: &src_region };
         let dst = MemRef { device, core, space: dst_space, id: dst_id, region: &dst_region };
         block_copy(rt, src, dst, input, block_indices, name, grid_point)

@@ -166,6 +166,9 @@ pub fn join(c: &mut Call) -> Result<(u64, u32)> {
 pub fn kernel_end(c: &mut Call) -> Result<()> {
     let n_out = c.frame.num_rets().max(1) - 1;
     let (handle, device) = device_target(c, (ke::arg::FIXED + n_out)..=usize::MAX, 1 + n_out)?;
+    // DMAs still on their way to this device land before its leak report
+    // (a copy never waited for then shows as a count left over).
+    launch::with_runtime(handle, |rt| rt.end_device_dmas(device))?;
     if let Some(policy) = c.frame.attr_str_opt(ke::attr::leak_policy)? {
         report_leaks(handle, device, policy.parse()?)?;
     }
