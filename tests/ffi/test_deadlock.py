@@ -335,7 +335,7 @@ def test_a_slow_device_doing_real_compute_is_not_a_deadlock():
     assert took > 1.0, f"the slow device took only {took:.2f}s: make it slower"
 
 
-@pytest.mark.parametrize("mode", ["eager", "on_wait"])
+@pytest.mark.parametrize("mode", ["eager", "on_wait", "tpu"])
 def test_a_large_remote_dma_is_not_a_deadlock(mode):
     n = 2
     rows = 8192  # 8192 x 256 f32 = 8 MiB per device

@@ -40,7 +40,7 @@ def test_ring_ping_pong_in_fori_loop(n):
     np.testing.assert_array_equal(out, np.tile([[steps, 0]], (n, 1)))
 
 
-@pytest.mark.parametrize("mode", ["eager", "on_wait"])
+@pytest.mark.parametrize("mode", ["eager", "on_wait", "tpu"])
 @pytest.mark.parametrize("n", [2, 8, 16])
 def test_all_to_all_remote_dma(n, mode):
     """Device d sends row p of its HBM buffer to row d of device p's buffer:

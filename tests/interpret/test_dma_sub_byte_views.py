@@ -413,7 +413,7 @@ def test_subcores_gather_and_write_packed_rows_of_one_int4_output(mode):
 # ------------------------------------------------------------ remote
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", (*MODES, "tpu"))
 def test_remote_dma_packs_on_one_device_and_unpacks_on_the_other(mode):
     if len(jax.devices()) < 2:
         pytest.skip("needs 2 devices")

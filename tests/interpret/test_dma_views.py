@@ -264,7 +264,7 @@ def test_mismatched_views_are_a_clear_error():
 # ------------------------------------------------------------ remote
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", (*MODES, "tpu"))
 def test_remote_dma_through_views(mode):
     if len(jax.devices()) < 2:
         pytest.skip("needs 2 devices")

@@ -27,7 +27,10 @@ from mosaic_rt.jax_internals import stock_interpreter as stock_ipc
 pytestmark = pytest.mark.timeout(300)
 
 ROWS = 8
-MODES = ("on_wait", "eager")
+MODES = ("on_wait", "eager", "tpu")
+# Stock has no "tpu" mode: its races are compared with stock's eager ones
+# (race detection follows happens-before, not when bytes move).
+STOCK_MODE = {"on_wait": "on_wait", "eager": "eager", "tpu": "eager"}
 
 
 def _any():
@@ -211,7 +214,8 @@ def test_races_found_agrees_with_stock(case, mode):
 
     # jax >= 0.11 stock raises at the first race by default: ask it to report.
     report = {"on_race": "warn"} if STOCK_HAS_ON_RACE else {}
-    stock_out = case.fn(pltpu.InterpretParams(dma_execution_mode=mode, detect_races=True, **report), _x(case.devices))
+    stock_params = pltpu.InterpretParams(dma_execution_mode=STOCK_MODE[mode], detect_races=True, **report)
+    stock_out = case.fn(stock_params, _x(case.devices))
     jax.block_until_ready(stock_out)
     assert stock_ipc.races.races_found == ours
     if not case.race:

@@ -429,15 +429,11 @@ pub(crate) fn start(env: &DmaEnv, req: DmaRequest, view: Option<DmaView>) -> Res
 
     // on_wait: validate now (exactly as the eager copy does: buffers,
     // regions, dtypes and shapes), so a bad DMA fails at its start, not at a
-    // wait -- or never, if nobody waits.
+    // wait -- or never, if nobody waits. A destination on another device
+    // that has not allocated it yet is checked when the write runs, as
+    // stock checks every queued DMA.
     let plan = DmaRoute { dst_device, dst_core, src_gcore, dst_gcore, bytes: 0 };
-    let bytes = match &view {
-        None => env.memory.check_copy(req.src(), req.dst(&plan))?,
-        Some(v) => {
-            let region_bytes = |m: MemRef<'_>| env.memory.check_region_bytes(m);
-            v.check(region_bytes(req.src())?, region_bytes(req.dst(&plan))?)?
-        }
-    };
+    let bytes = landing::checked_bytes(env, &req, view.as_ref(), &plan)?;
     let bytes = i64::try_from(bytes).map_err(|_| RtError::value(format!("DMA of {bytes} bytes is too large")))?;
 
     let plan = DmaRoute { bytes, ..plan };

@@ -237,3 +237,26 @@ fn a_core_parked_on_any_semaphore_wakes_to_land_a_copy() {
     rt.semaphore_signal(0, 0, other, 1, Some(1), None).unwrap();
     waiter.join().unwrap().unwrap();
 }
+
+#[test]
+fn on_wait_also_checks_a_destination_not_allocated_yet_when_it_is_written() {
+    // As stock, which checks a queued DMA only when it runs.
+    let rt = Runtime::new(Config {
+        num_devices: 2,
+        dma_mode: DmaMode::OnWait,
+        wait_timeout: Some(Duration::from_secs(60)),
+        ..Config::default()
+    })
+    .unwrap();
+    let src = vmem(&rt, 0, 0, &[1.0, 2.0]);
+    let sems = rt.allocate_semaphores(0, None, SemKind::Dma, 2).unwrap();
+    rt.allocate_semaphores(1, None, SemKind::Dma, 2).unwrap();
+    rt.dma_start(remote(0, 1, src, 100, (sems, sems + 1))).unwrap();
+    let dst = vmem(&rt, 1, 0, &[0.0, 0.0]);
+    rt.dma_wait(1, 0, sems + 1, 8).unwrap();
+    assert_eq!(content(&rt, 1, 0, dst), [1.0, 2.0]);
+    // A local one to a buffer that does not exist still fails at its start.
+    let req = DmaRequest { src_sem: None, dst_device: None, ..remote(0, 0, src, 150, (sems, sems)) };
+    let e = rt.dma_start(req).unwrap_err();
+    assert!(e.message.contains("no such buffer"), "{e}");
+}

@@ -5,8 +5,8 @@
 
 use mosaic_rt_core::remote::LoopbackHub;
 use mosaic_rt_core::{
-    BufferKey, BufferSpec, Config, DType, DimSel, DmaMode, DmaRequest, ErrorKind, Init, LaunchRegistry, MemorySpace,
-    Region, RtError, Runtime, SemKind,
+    BufferKey, BufferSpec, Config, DType, DimSel, DmaMode, DmaRequest, ErrorKind, Init, LaunchRegistry, MemRef,
+    MemorySpace, Region, RtError, Runtime, SemKind,
 };
 use std::sync::Arc;
 use std::thread;
@@ -42,6 +42,12 @@ fn f32_bytes(values: &[f32]) -> Vec<u8> {
 /// Device `d`'s program of a right-permute: its HBM buffer of 4 values
 /// `d*10..` goes to device `d+1`'s output; returns the output.
 fn permute(reg: &LaunchRegistry, d: u32, n: u32, mode: DmaMode) -> Result<Vec<u8>, RtError> {
+    permute_zeroing(reg, d, n, mode, false)
+}
+
+/// [`permute`]; with `zero`, each device zeroes its output after starting
+/// its own copy and before waiting (racing the copy it receives).
+fn permute_zeroing(reg: &LaunchRegistry, d: u32, n: u32, mode: DmaMode, zero: bool) -> Result<Vec<u8>, RtError> {
     let (h, rt) = reg.join(5, 0, d, &config(n, mode))?;
     let values: Vec<f32> = (0..4).map(|i| (d * 10 + i) as f32).collect();
     let bytes = f32_bytes(&values);
@@ -65,6 +71,12 @@ fn permute(reg: &LaunchRegistry, d: u32, n: u32, mode: DmaMode) -> Result<Vec<u8
             dst_device: Some((d + 1) % n),
             dst_core: None,
         })?;
+        if zero {
+            // Give the neighbour's copy time to arrive first.
+            thread::sleep(Duration::from_millis(20));
+            let full = Region::full();
+            rt.store(MemRef::new(d, 0, MemorySpace::Hbm, dst, &full), &[0u8; 16])?;
+        }
         rt.dma_wait(d, 0, sems, 16)?;
         rt.dma_wait(d, 0, sems + 1, 16)?;
         rt.device_barrier(d)?;
@@ -102,14 +114,26 @@ fn run_all<T: Send + 'static>(n: u32, f: impl Fn(&'static LaunchRegistry, u32) -
 }
 
 #[test]
-fn remote_dmas_cross_processes_in_both_modes() {
-    for mode in [DmaMode::Eager, DmaMode::OnWait] {
+fn remote_dmas_cross_processes_in_every_mode() {
+    for mode in [DmaMode::Eager, DmaMode::OnWait, DmaMode::Tpu] {
         let out = run_all(3, move |reg, p| permute(reg, p, 3, mode).unwrap());
         for (d, bytes) in out.iter().enumerate() {
             let from = (d as u32 + 2) % 3;
             let want: Vec<f32> = (0..4).map(|i| (from * 10 + i) as f32).collect();
             assert_eq!(bytes, &f32_bytes(&want), "{mode:?} device {d}");
         }
+    }
+}
+
+#[test]
+fn under_tpu_a_copy_from_another_process_lands_at_the_destinations_wait() {
+    // The copy arrives while the destination stores to its output: it lands
+    // at the destination's wait, after the store, never before it.
+    let out = run_all(2, move |reg, p| permute_zeroing(reg, p, 2, DmaMode::Tpu, true).unwrap());
+    for (d, bytes) in out.iter().enumerate() {
+        let from = (d as u32 + 1) % 2;
+        let want: Vec<f32> = (0..4).map(|i| (from * 10 + i) as f32).collect();
+        assert_eq!(bytes, &f32_bytes(&want), "device {d}");
     }
 }
 

@@ -50,10 +50,10 @@ pub(super) fn start(env: &DmaEnv, req: DmaRequest, view: Option<DmaView>, plan: 
     Ok(())
 }
 
-/// The bytes the DMA moves, after the checks the other modes make at the
-/// start (both sides exist, same dtype and shape) -- of the source alone
-/// while the destination buffer does not exist yet.
-fn checked_bytes(env: &DmaEnv, req: &DmaRequest, view: Option<&DmaView>, plan: &DmaRoute) -> Result<usize> {
+/// The bytes the DMA moves, after the checks made at its start (both sides
+/// exist, same dtype and shape) -- of the source alone while a destination
+/// on another core does not exist yet (on_wait checks the same way).
+pub(super) fn checked_bytes(env: &DmaEnv, req: &DmaRequest, view: Option<&DmaView>, plan: &DmaRoute) -> Result<usize> {
     let (src, dst) = (req.src(), req.dst(plan));
     let checked = match view {
         None => env.memory.check_copy(src, dst),
@@ -63,7 +63,7 @@ fn checked_bytes(env: &DmaEnv, req: &DmaRequest, view: Option<&DmaView>, plan: &
         }
     };
     match checked {
-        Err(_) if env.memory.info(dst.key()).is_err() => {
+        Err(_) if plan.dst_gcore != plan.src_gcore && env.memory.info(dst.key()).is_err() => {
             let src_bytes = env.memory.check_region_bytes(src)?;
             match view {
                 None => Ok(src_bytes),
