@@ -36,6 +36,7 @@ import collections
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -294,8 +295,19 @@ def main(argv=None) -> int:
     t_end = t_start + args.minutes * 60
     pool = Pool(args)
     k = 0
+    stop = []
+    # SIGTERM / SIGINT end the run after the batch in flight, with the summary.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.append(True))
+
+    def dump():
+        if args.json:
+            with open(args.json, "w") as f:
+                summary = {"seed": args.seed, "cases": k, "versions": versions, "counts": counts, "notable": notable}
+                json.dump(summary, f, indent=1)
+
     try:
-        while time.monotonic() < t_end and (not args.max_cases or k < args.max_cases):
+        while not stop and time.monotonic() < t_end and (not args.max_cases or k < args.max_cases):
             n = max(1, args.batch) if not args.max_cases else max(1, min(args.batch, args.max_cases - k))
             batch = [(cats[(k + j) % len(cats)], args.seed * 1_000_000 + k + j) for j in range(n)]
             k += n
@@ -315,6 +327,7 @@ def main(argv=None) -> int:
                     print(f"[{k}] {category}:{seed}: {kind}{repro}  {first}", flush=True)
             if k % 200 < n:
                 print(f"... {k} cases, {time.monotonic() - t_start:.0f} s", flush=True)
+                dump()
     finally:
         pool.close()
     print()
@@ -328,9 +341,7 @@ def main(argv=None) -> int:
         print(f"stock shown wrong (ours is the kernel's meaning) in {len(wrong)} case(s):")
         for n in wrong:
             print(f"  {n['category']}:{n['seed']}: {(n.get('detail') or '')[:200]}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"seed": args.seed, "versions": versions, "counts": counts, "notable": notable}, f, indent=1)
+    dump()
     return 1 if bad else 0
 
 
