@@ -160,10 +160,28 @@ def exclusion(tid: str) -> str | None:
     return None
 
 
+# JAX's test-only helpers its wheels leave out (scripts/jax_test_support.py
+# makes those the installed jax lacks importable).
+TEST_SUPPORT = re.compile(r"jax/_src/(hypothesis_test_util|pallas/(\w+/)*\w*test_util)\.py")
+
+
+def extract_support(git_dir: str, tag: str, dest: str) -> list:
+    proc = subprocess.run(
+        ["git", "--git-dir", git_dir, "ls-tree", "-r", "--name-only", tag, "jax/_src"], capture_output=True, text=True
+    )
+    paths = [p for p in proc.stdout.split() if TEST_SUPPORT.fullmatch(p)]
+    for path in paths:
+        out = os.path.join(dest, path)
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        with open(out, "wb") as fh:
+            fh.write(jax_suite._git_show(git_dir, tag, path))
+    return paths
+
+
 # --------------------------------------------------------------------- run
 
 
-def _env(backend: str, chip: str, devices: int, tpu_target: bool, params: dict) -> dict:
+def _env(backend: str, chip: str, devices: int, tpu_target: bool, params: dict, support: str) -> dict:
     env = dict(os.environ)
     for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "MOSAIC_RT_TPU_TARGET", "JAX_TEST_DUT", "CLIENT_SUITE_PARAMS"):
         env.pop(name, None)
@@ -178,12 +196,25 @@ def _env(backend: str, chip: str, devices: int, tpu_target: bool, params: dict) 
     if tpu_target and backend == "mosaic_rt":
         env["MOSAIC_RT_TPU_TARGET"] = chip
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SCRIPTS, env.get("PYTHONPATH")) if p)
+    env["JAX_TEST_SUPPORT"] = support
     return env
 
 
 def _base(python: str, tmp: str, backend: str, versions: dict) -> list:
     cmd = [python, "-m", "pytest", "-c", os.path.join(tmp, "pyproject.toml"), "--rootdir", tmp]
-    cmd += ["-p", "no:cacheprovider", "-p", "jax_suite_record", "-p", "client_suite_shim", "-rfEs", "--tb=short", "-q"]
+    cmd += [
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "jax_suite_record",
+        "-p",
+        "client_suite_shim",
+        "-p",
+        "jax_test_support",
+        "-rfEs",
+        "--tb=short",
+        "-q",
+    ]
     return cmd + jax_suite._plugin_flags(backend, versions)
 
 
@@ -199,7 +230,7 @@ def collect(base: list, target: str, tmp: str, env: dict) -> list:
 
 def run_side(args, ctx, backend: str, row: str, file: str, chip: str, devices: int, ids: list) -> dict:
     """One side of one row: the tests ``ids`` of ``file`` on ``chip``."""
-    env = _env(backend, chip, devices, args.tpu_target, ctx["params"])
+    env = _env(backend, chip, devices, args.tpu_target, ctx["params"], ctx["support"])
     tag = re.sub(r"\W", "_", row)
     info, tests = suite_runner.run_file(
         _base(ctx["python"], ctx["tmp"], backend, ctx["versions"]) + (["-k", args.k] if args.k else []),
@@ -261,7 +292,7 @@ def run_file(args, ctx, result, file: str) -> None:
     chip = chip_of(file)
     target = f"tests/pallas/{file}"
     if file not in result["files"] or not all(b in result["files"][file] for b in args.backends):
-        env = _env("mosaic_rt", chip, args.devices, False, ctx["params"])
+        env = _env("mosaic_rt", chip, args.devices, False, ctx["params"], ctx["support"])
         base = _base(ctx["python"], ctx["tmp"], "mosaic_rt", ctx["versions"]) + (["-k", args.k] if args.k else [])
         try:
             ids = collect(base, target, ctx["tmp"], env)
@@ -479,6 +510,8 @@ def main(argv=None) -> int:
         args.sample = ["all=1"]
     tmp = tempfile.mkdtemp(prefix="jax_tpu_suite_")
     jax_suite.extract(args.jax_git, tag, files, tmp)
+    support = os.path.join(tmp, "_jax_test_support")
+    extract_support(args.jax_git, tag, support)
     result = {
         "tag": tag,
         "tag_note": note,
@@ -497,6 +530,7 @@ def main(argv=None) -> int:
         "versions": versions,
         "tmp": tmp,
         "params": result["params"],
+        "support": support,
         "samples": parse_samples(args.sample),
         "logdir": (os.path.splitext(args.json)[0] + ".logs") if args.json else None,
     }
