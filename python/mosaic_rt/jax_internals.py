@@ -389,6 +389,37 @@ partition_id_p = make_primitive(
 )
 
 
+# ------------------------- semaphores as pallas_call operands and results
+# A semaphore array a pallas_call returns (``out_shape=pltpu.SemaphoreType.DMA(
+# shape)``, ``out_specs`` in SEMAPHORE) or takes is an array of an extended
+# dtype whose physical type is int32 (`physical_element_aval`). The
+# interpreter carries each semaphore's count in it from kernel to kernel.
+# jax 0.10.2 has no conversion to or from such a dtype, so these two
+# primitives view the int32 counts as the semaphore dtype and back (an
+# identity in XLA).
+
+
+def is_semaphore_dtype(dtype) -> bool:
+    try:
+        return bool(jax.numpy.issubdtype(dtype, pallas_core.semaphore_dtype))
+    except TypeError:
+        return False
+
+
+semaphore_counts_p = make_primitive(
+    "mosaic_rt_semaphore_counts",
+    multiple_results=False,
+    abstract_eval=lambda x: ShapedArray(x.shape, np.dtype(np.int32)),
+    lowering=lambda ctx, x: [x],
+)
+counts_as_semaphores_p = make_primitive(
+    "mosaic_rt_counts_as_semaphores",
+    multiple_results=False,
+    abstract_eval=lambda x, *, dtype: ShapedArray(x.shape, dtype),
+    lowering=lambda ctx, x, *, dtype: [x],
+)
+
+
 # `jax.ffi.ffi_call`'s primitive, bound directly by `mosaic_rt.ffi.ops` with
 # params it caches per call signature (the public wrapper re-derives avals,
 # layouts and alias checks on every call: most of a call's tracing time).

@@ -132,6 +132,7 @@ def _uses(t, s):
     F.semaphore_wait(t, _H, 0, 0, 1, 1)
     F.semaphore_wait(t, _H, 0, 0, 1, s, decrement=False, site=1)
     F.semaphore_read(t, _H, 0, 0, 1, site=1)
+    F.semaphore_read(t, _H, 0, 0, 1, take=True)
     F.dma_start(t, _H, 0, 0, 1, None, 2, None, 3, src_space=_VMEM, dst_space=_VMEM)
     F.dma_start(
         t,

@@ -678,13 +678,16 @@ def semaphore_wait(token, handle, device, core, sem, value, *, decrement: bool =
     )
 
 
-def semaphore_read(token, handle, device, core, sem, *, site: int = 0):
-    """``(token, count)`` of ``sem`` on (device, core)."""
+def semaphore_read(token, handle, device, core, sem, *, take: bool = False, site: int = 0):
+    """``(token, count)`` of ``sem`` on (device, core). With ``take`` the
+    DMAs queued on it run first and its count is left 0 (a semaphore the
+    kernel returns, see `interpret.launch.semaphore_operands`)."""
     return _call(
         "semaphore_read",
         (_I32,),
         _args("semaphore_read", token=token, handle=handle, device=_i32(device), core=_i32(core), sem=_i32(sem)),
         site=site,
+        **({"take": 1} if take else {}),
     )
 
 

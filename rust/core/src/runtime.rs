@@ -598,6 +598,21 @@ impl Runtime {
         self.sems.read(device, core, sem).map_err(|e| e.at(device, core))
     }
 
+    /// Takes the whole count of `sem` on (device, core) after running the
+    /// DMAs queued on it (see `Sems::take_all`): the count a kernel hands
+    /// on with a semaphore it returns. Orders the core after the signals
+    /// it took, as a wait does.
+    pub fn semaphore_take(&self, device: u32, core: u32, sem: u32) -> Result<i64> {
+        let count = self
+            .sems
+            .take_all(device, core, sem, &mut |step: DmaStep| step.run(&self.dma_env()))
+            .map_err(|e| e.at(device, core))?;
+        if let Some(races) = &self.races {
+            races.wait_done(self.topo.global_core(device, core), sem);
+        }
+        Ok(count)
+    }
+
     /// Starts a DMA (see [`DmaRequest`]); in `eager` mode it completes here.
     pub fn dma_start(&self, req: DmaRequest) -> Result<()> {
         let (device, core) = (req.device, req.core);

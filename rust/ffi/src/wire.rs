@@ -301,7 +301,7 @@ layouts! {
         optional_operands: [],
         rest: "",
         attrs: [],
-        optional_attrs: [site],
+        optional_attrs: [take, site],
     }
     dma_start {
         operands: [token, handle, device, core, src_id, src_starts, dst_id, dst_starts, dst_sem,

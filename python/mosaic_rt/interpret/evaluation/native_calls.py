@@ -147,6 +147,11 @@ def sync_device_cores(token, handle, device):
     return ffi_ops.sync_device_cores(token, handle, device)
 
 
+def device_barrier(token, handle, device):
+    """Rendezvous of every device of the launch."""
+    return ffi_ops.device_barrier(token, handle, device, site=sites.current())
+
+
 def _padded_shape(shape, dtype, space, params: InterpretParams):
     if params.buffer_bounds != "padded" or space == _SMEM_CODE:
         return tuple(shape)
@@ -333,8 +338,8 @@ def semaphore_wait(token, handle, device, core, sem, value, *, decrement: bool =
     return lg.log(token, lg.SEMAPHORE, "wait", device, core, semaphore=_scalar_id(sem), value=value, **extra)
 
 
-def semaphore_read(token, handle, device, core, sem):
-    return ffi_ops.semaphore_read(token, handle, device, core, _scalar_id(sem), site=sites.current())
+def semaphore_read(token, handle, device, core, sem, *, take: bool = False):
+    return ffi_ops.semaphore_read(token, handle, device, core, _scalar_id(sem), take=take, site=sites.current())
 
 
 def dma_start(

@@ -42,6 +42,7 @@ class BlockOperands:
     shapes: list  # block shapes
     squeezed: list  # per block dim: squeezed out of the kernel's view?
     spaces: list  # the kernel-side memory space (ANY is HBM)
+    copied: list  # per operand: are its blocks copied in / out (not HBM, not semaphores)?
     in_names: list  # argument names, for errors naming a block
     out_names: list
     n_in: int
@@ -55,11 +56,13 @@ class BlockOperands:
             in_names, out_names = jx.split_list(list(jaxpr.debug_info.arg_names[grid_mapping.slice_block_ops]), [n_in])
         else:
             in_names, out_names = ["unknown"] * n_in, ["unknown"] * n_out
+        spaces = [forward_any_to_hbm(jx.block_memory_space(bm)) for bm in mappings]
         return cls(
             mappings=mappings,
             shapes=[jx.block_shape(bm) for bm in mappings],
             squeezed=[tuple(isinstance(b, pallas_core.Squeezed) for b in bm.block_shape) for bm in mappings],
-            spaces=[forward_any_to_hbm(jx.block_memory_space(bm)) for bm in mappings],
+            spaces=spaces,
+            copied=[s is not _HBM and s is not _SEMAPHORE for s in spaces],
             in_names=in_names,
             out_names=out_names,
             n_in=n_in,
@@ -96,11 +99,13 @@ class LaunchBuffers:
     borrowed: list  # inputs whose HBM buffer borrows their memory (kept alive to kernel_end)
     direct: list  # per output: XLA's buffer it is written in (to kernel_end), or None
     direct_order: tuple  # the outputs with a `direct` buffer, in allocation order (kernel_end's)
+    sem_inputs: dict  # input index -> its semaphores' ids (a semaphore operand, `semaphore_operands`)
+    sem_outputs: dict  # output index -> its semaphores' ids (a semaphore result)
 
     def resolved(self, id_of) -> "LaunchBuffers":
         """The buffers with ``id_of(k)`` (see `prologue_ids`) in place of
         allocation indices ``k``."""
-        ids = functools.partial(map, id_of)
+        ids = functools.partial(map, lambda k: None if k is None else id_of(k))
         return dataclasses.replace(
             self,
             input_ids=list(ids(self.input_ids)),
@@ -110,6 +115,8 @@ class LaunchBuffers:
             kernel_in_ids=list(ids(self.kernel_in_ids)),
             kernel_out_ids=list(ids(self.kernel_out_ids)),
             direct=[None if k is None else id_of(k, out=True) for k in self.direct],
+            sem_inputs={i: id_of(k) for i, k in self.sem_inputs.items()},
+            sem_outputs={j: id_of(k) for j, k in self.sem_outputs.items()},
         )
 
 
@@ -137,9 +144,12 @@ def plan(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, inputs, inpu
         return len(allocations) - 1
 
     unpadded = inputs
+    # A semaphore operand has no HBM buffer: its counts go to the kernel's
+    # semaphores (`semaphore_operands`).
+    is_sem = [blocks.spaces[i] is _SEMAPHORE for i in range(blocks.n_in)]
     inputs = [
-        jx.pad_to_block_dimension(a, bs, ctx.params.uninitialized_memory)
-        for a, bs in zip(inputs, blocks.shapes[: blocks.n_in])
+        a if sem else jx.pad_to_block_dimension(a, bs, ctx.params.uninitialized_memory)
+        for a, bs, sem in zip(inputs, blocks.shapes[: blocks.n_in], is_sem)
     ]
     out_alias = {o: i - len(scalars) for i, o in input_output_aliases}
     if any(i < 0 for i in out_alias.values()):
@@ -148,18 +158,24 @@ def plan(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, inputs, inpu
     # An input aliased to an output, unpadded, is written in place in
     # XLA's buffer of that output (which XLA gives the input's value).
     in_place = {
-        i for i in out_alias.values() if inputs[i].shape == unpadded[i].shape and _direct_output_ok(ctx, inputs[i])
+        i
+        for i in out_alias.values()
+        if not is_sem[i] and inputs[i].shape == unpadded[i].shape and _direct_output_ok(ctx, inputs[i])
     }
     input_ids = [
-        alloc(space_code(_HBM), init=a, borrow=b, direct=i in in_place) for i, (a, b) in enumerate(zip(inputs, borrow))
+        None if sem else alloc(space_code(_HBM), init=a, borrow=b, direct=i in in_place)
+        for i, (a, b, sem) in enumerate(zip(inputs, borrow, is_sem))
     ]
-    borrowed = [a for a, b in zip(inputs, borrow) if b]
+    borrowed = [a for a, b, sem in zip(inputs, borrow, is_sem) if b and not sem]
     output_ids, output_avals, direct = _plan_outputs(alloc, allocations, ctx, blocks, inputs, input_ids, out_alias)
     scalar_ids = [alloc(space_code(_SMEM), init=s) for s in scalars]
-    kernel_args = _plan_kernel_args(alloc, allocations, ctx, jaxpr, blocks, input_ids, output_ids, scalar_ids)
+    kernel_args = _plan_kernel_args(
+        alloc, allocations, ctx, jaxpr, blocks, input_ids, output_ids, scalar_ids, out_alias
+    )
     _, kernel_in_ids, kernel_out_ids, _ = jx.split_list(
         kernel_args, [ctx.grid_mapping.num_index_operands, blocks.n_in, blocks.n_out]
     )
+    n_out = blocks.n_out
     return allocations, LaunchBuffers(
         input_ids=input_ids,
         output_ids=output_ids,
@@ -172,6 +188,8 @@ def plan(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, inputs, inpu
         borrowed=borrowed,
         direct=direct,
         direct_order=tuple(sorted((j for j, k in enumerate(direct) if k is not None), key=lambda j: direct[j])),
+        sem_inputs={i: kernel_in_ids[i] for i in range(blocks.n_in) if is_sem[i]},
+        sem_outputs={j: kernel_out_ids[j] for j in range(n_out) if blocks.spaces[blocks.n_in + j] is _SEMAPHORE},
     )
 
 
@@ -183,7 +201,10 @@ def _borrowable_inputs(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, aliased
     loops run inside the device program's call that `kernel_end` follows."""
     in_vars = jaxpr.invars[ctx.grid_mapping.num_index_operands :][: blocks.n_in]
     unwritten = input_writes.never_written(jaxpr, in_vars)
-    return [j not in aliased and (blocks.spaces[j] is not _HBM or unwritten[j]) for j in range(blocks.n_in)]
+    return [
+        j not in aliased and blocks.spaces[j] is not _SEMAPHORE and (blocks.spaces[j] is not _HBM or unwritten[j])
+        for j in range(blocks.n_in)
+    ]
 
 
 def _plan_outputs(alloc, allocations, ctx: Ctx, blocks, inputs, input_ids, out_alias):
@@ -193,6 +214,12 @@ def _plan_outputs(alloc, allocations, ctx: Ctx, blocks, inputs, input_ids, out_a
     None: read back at the end)."""
     output_ids, output_avals, direct = [], [], []
     for j, bm in enumerate(ctx.grid_mapping.block_mappings_output):
+        if blocks.spaces[blocks.n_in + j] is _SEMAPHORE:
+            # No HBM buffer: its value is the semaphores' counts at the end.
+            output_ids.append(None)
+            output_avals.append(bm.array_aval)
+            direct.append(None)
+            continue
         if j in out_alias:
             aliased = inputs[out_alias[j]]
             buf = input_ids[out_alias[j]]
@@ -228,16 +255,21 @@ def _direct_output_ok(ctx: Ctx, aval) -> bool:
     )
 
 
-def _plan_kernel_args(alloc, allocations, ctx, jaxpr, blocks, input_ids, output_ids, scalar_ids):
+def _plan_kernel_args(alloc, allocations, ctx, jaxpr, blocks, input_ids, output_ids, scalar_ids, out_alias):
     """The kernel jaxpr's arguments: scalar-prefetch buffers, then per block
-    operand and scratch operand a buffer (or semaphore ids) of its own."""
+    operand and scratch operand a buffer (or semaphore ids) of its own. A
+    semaphore result aliased to a semaphore operand is that operand's
+    semaphores (the same memory, as on a TPU)."""
     kernel_args = list(scalar_ids)
     n_in, n_out = blocks.n_in, blocks.n_out
-    for i, var in enumerate(jaxpr.invars[ctx.grid_mapping.num_index_operands :]):
+    first = ctx.grid_mapping.num_index_operands
+    for i, var in enumerate(jaxpr.invars[first:]):
         out_j = i - n_in
         is_in, is_out = i < n_in, 0 <= out_j < n_out
         space = blocks.spaces[i] if is_in or is_out else forward_any_to_hbm(var.aval.memory_space)
-        if space is _SEMAPHORE:
+        if space is _SEMAPHORE and is_out and out_j in out_alias and blocks.spaces[out_alias[out_j]] is _SEMAPHORE:
+            kernel_args.append(kernel_args[len(scalar_ids) + out_alias[out_j]])
+        elif space is _SEMAPHORE:
             allocations.append(native_calls.launch_semaphores(var.aval.shape, kind=semaphore_kind(var.aval)))
             kernel_args.append(len(allocations) - 1)
         elif space is _HBM:

@@ -40,7 +40,6 @@ def _settled(branch):
     return lambda token: materialize(branch(token))
 
 
-_HBM = jx.MemorySpace.HBM
 pallas_core = jx.pallas_core
 _TOKEN = jax.ShapeDtypeStruct((), jnp.int32)
 
@@ -126,7 +125,7 @@ def _native_plan(grid, randomized, subgrid, cores, blocks: BlockOperands, buffer
         return None
     sub = int(subgrid)
     n_in, n_out = blocks.n_in, blocks.n_out
-    tracked = [k for k in range(n_in + n_out) if blocks.spaces[k] is not _HBM]
+    tracked = [k for k in range(n_in + n_out) if blocks.copied[k]]
     grid_blocks = [
         native_calls.GridBlock(
             output=k >= n_in,
@@ -407,7 +406,7 @@ def _copy_in_moved_blocks(loop: GridLoop, step: _Step, first_iter, prev_starts, 
     (every one on the core's first step)."""
     ctx, blocks, buffers = loop.ctx, loop.blocks, loop.buffers
     for j in range(blocks.n_in):
-        if blocks.spaces[j] is _HBM:
+        if not blocks.copied[j]:
             continue
         changed = (step.it == first_iter) | jnp.any(step.starts[j] != prev_starts[j])
         copy_in = functools.partial(
@@ -435,7 +434,7 @@ def _copy_out_moving_blocks(loop: GridLoop, step: _Step, loop_bound, next_starts
     out_regions = []
     for j in range(blocks.n_out):
         k = blocks.n_in + j
-        if blocks.spaces[k] is _HBM:
+        if not blocks.copied[k]:
             out_regions.append(None)
             continue
         region = block_region(step.starts[k], blocks.shapes[k], blocks.squeezed[k])

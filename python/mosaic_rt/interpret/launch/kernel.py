@@ -21,7 +21,7 @@ from mosaic_rt import jax_internals as jx
 from mosaic_rt.interpret.context import Ctx
 from mosaic_rt.interpret.evaluation import device_ids, logging_ops, native_calls, sites
 from mosaic_rt.interpret.evaluation.regions import FULL, TracedRegion
-from mosaic_rt.interpret.launch import buffers, grid_loop, processes
+from mosaic_rt.interpret.launch import buffers, grid_loop, processes, semaphore_operands
 from mosaic_rt.interpret.launch.buffers import BlockOperands
 from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.memory_spaces import code as space_code
@@ -72,7 +72,7 @@ def _interpret_pallas_call(
 ):
     del debug, cost_estimate, out_avals, metadata
     params, mosaic_params = _launch_params(interpret_params, compiler_params, mesh, grid_mapping)
-    args = [jx.remove_memory_space_p.bind(a) for a in args]
+    args = [a if semaphore_operands.is_semaphore(a) else jx.remove_memory_space_p.bind(a) for a in args]
     dyn_grid, scalars, inputs = jx.split_list(
         args, [grid_mapping.num_dynamic_grid_bounds, grid_mapping.num_index_operands]
     )
@@ -119,9 +119,16 @@ def _interpret_pallas_call(
     id_of = buffers.prologue_ids(allocations, results)
     bufs = bufs.resolved(id_of)
     loop = grid_loop.launched(loop, ctx, bufs, id_of)
+    for i, ids in sorted(bufs.sem_inputs.items()):
+        token = semaphore_operands.restore(token, ctx, ids, inputs[i])
     token = grid_loop.run_cores(loop, token, first_step)
 
+    token, carried = semaphore_operands.take_all(
+        token, ctx, {j: (ids, bufs.output_avals[j]) for j, ids in bufs.sem_outputs.items()}
+    )
     token, results = _read_outputs(token, ctx, bufs)
+    for j, value in carried.items():
+        results[j] = value
     direct = [bufs.direct[j] for j in bufs.direct_order]
     ended = native_calls.kernel_end(
         token, handle, device_id, on_leak=params.on_semaphore_leak, keep_alive=bufs.borrowed, outputs=direct
@@ -187,7 +194,7 @@ def _read_outputs(token, ctx: Ctx, bufs: buffers.LaunchBuffers):
     written in place (its value is `kernel_end`'s result)."""
     results = []
     for buf, aval, direct in zip(bufs.output_ids, bufs.output_avals, bufs.direct):
-        if direct is not None:
+        if direct is not None or buf is None:  # written in place / a semaphore result
             results.append(None)
             continue
         region = TracedRegion(

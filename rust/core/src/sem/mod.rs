@@ -496,6 +496,24 @@ impl<T: Queued> SemTable<T> {
         self.ids.with(sem, |s, off| s.peek(off, gcore))
     }
 
+    /// The whole count of `sem` on (device, core), leaving 0: first the work
+    /// queued on it runs (`run_task`, as a wait runs it), so every DMA that
+    /// signals it there has landed. A semaphore a kernel returns to the
+    /// program is taken this way at kernel end: its count goes on to the
+    /// next kernel that receives it, instead of being a leak.
+    pub fn take_all(&self, device: u32, core: u32, sem: u32, run_task: &mut dyn FnMut(T) -> Result<()>) -> Result<i64> {
+        let gcore = self.topo.check(device, core)?;
+        let sem_ref = self.ids.get(sem)?;
+        let (s, off) = (&*sem_ref.block, sem_ref.off);
+        while let Some(task) = s.pop_task(off, gcore) {
+            if let Some(root) = self.failure.get() {
+                return Err(failed(&root, device, core));
+            }
+            run_task(task)?;
+        }
+        Ok(s.counter(off, gcore)?.swap(0, Ordering::SeqCst))
+    }
+
     /// Rendezvous of all devices (one call per device). `on_complete` runs
     /// once per generation, by the last device to arrive, before any device
     /// leaves.

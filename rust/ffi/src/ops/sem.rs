@@ -96,10 +96,23 @@ pub fn semaphore_wait(c: &mut Call) -> Result<()> {
 }
 
 /// `semaphore_read(token, handle, device, core, sem) -> (token, int32 count)`.
+/// Optional attribute `take` (default 0): 1 runs the DMAs queued on the
+/// semaphore first and leaves its count 0 (`Runtime::semaphore_take`: a
+/// semaphore the kernel returns).
 pub fn semaphore_read(c: &mut Call) -> Result<()> {
     let (handle, device, core) = core_target(c, read::arg::FIXED..=read::arg::FIXED, 2)?;
     let sem = c.frame.arg_id(read::arg::sem, "semaphore id")?;
-    let v = launch::with_runtime(handle, |rt| rt.semaphore_read(device, core, sem))?;
+    let take = match c.frame.attr_i64_opt(read::attr::take)? {
+        None | Some(0) => false,
+        Some(1) => true,
+        Some(v) => return Err(RtError::value(format!("semaphore_read: attribute take must be 0 or 1, got {v}"))),
+    };
+    let v = if take {
+        let _site = c.enter_site();
+        launch::with_runtime(handle, |rt| rt.semaphore_take(device, core, sem))?
+    } else {
+        launch::with_runtime(handle, |rt| rt.semaphore_read(device, core, sem))?
+    };
     let v = i32::try_from(v).map_err(|_| RtError::value(format!("semaphore {sem} count {v} does not fit int32")))?;
     c.frame.ret(1)?.write_i32(v)
 }
