@@ -30,13 +30,13 @@ What it does:
    counts as an error "hung", and pytest resumes with the file's other
    tests), with ``--devices`` CPU devices and the simulated chip the file
    needs (``CHIP_OF``; v5e by default, v7x -- SparseCores -- for the
-   SparseCore files), through scripts/client_suite_shim.py: jax's
-   ``jax_test_dut`` flag, the jtu chip gates, ``pltpu.get_tpu_info()``,
-   the devices' attributes and ``jax.default_backend()`` answer for the
-   chip, and every pallas_call / core_map of the process runs in TPU
-   interpret mode (``pltpu.InterpretParams()`` on the stock side,
-   ``mosaic_rt.InterpretParams()`` on ours) whatever ``interpret=`` it
-   passes. Tests a file skips on the single-core chip because they need
+   SparseCore files), through mosaic_rt's own flag (``pytest
+   --mosaic-rt=CHIP --mosaic-rt-interpreter=stock|mosaic_rt``,
+   docs/pytest-flag.md): jax's ``jax_test_dut`` flag, the jtu chip gates,
+   ``pltpu.get_tpu_info()``, the devices' attributes and
+   ``jax.default_backend()`` answer for the chip, and every pallas_call /
+   core_map of the process runs in that side's TPU interpret mode
+   whatever ``interpret=`` it passes. Tests a file skips on the single-core chip because they need
    two TensorCores (``MEGACORE_SKIP``) run again on a megacore chip
    (``MEGACORE``: v5p) as a row of their own, ``<file>@v5p``.
 3. Large files are sampled (``SAMPLE``: every k-th collected test;
@@ -181,41 +181,46 @@ def extract_support(git_dir: str, tag: str, dest: str) -> list:
 # --------------------------------------------------------------------- run
 
 
-def _env(backend: str, chip: str, devices: int, tpu_target: bool, params: dict, support: str) -> dict:
-    env = dict(os.environ)
-    for name in ("PYTEST_ADDOPTS", "PYTEST_PLUGINS", "MOSAIC_RT_TPU_TARGET", "JAX_TEST_DUT", "CLIENT_SUITE_PARAMS"):
-        env.pop(name, None)
+# The environment spellings of mosaic_rt's flag and of the compile check:
+# the command line says everything for each side.
+_STEERING = (
+    "PYTEST_ADDOPTS",
+    "PYTEST_PLUGINS",
+    "JAX_TEST_DUT",
+    "MOSAIC_RT_CHIP",
+    "MOSAIC_RT_INTERPRETER",
+    "MOSAIC_RT_PARAMS",
+    "MOSAIC_RT_DISABLE",
+    "MOSAIC_RT_TPU_TARGET",
+)
+
+
+def _env(devices: int, support: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in _STEERING and not k.startswith("CLIENT_SUITE_")}
     flags = re.sub(r"--xla_force_host_platform_device_count=\S+", "", env.get("XLA_FLAGS", "")).strip()
     env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
     env["JAX_PLATFORMS"] = "cpu"
     env["TPU_SKIP_MDS_QUERY"] = "1"
-    env["CLIENT_SUITE_BACKEND"] = backend
-    env["CLIENT_SUITE_CHIP"] = chip
-    if params:
-        env["CLIENT_SUITE_PARAMS"] = json.dumps(params)
-    if tpu_target and backend == "mosaic_rt":
-        env["MOSAIC_RT_TPU_TARGET"] = chip
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SCRIPTS, env.get("PYTHONPATH")) if p)
     env["JAX_TEST_SUPPORT"] = support
     return env
 
 
-def _base(python: str, tmp: str, backend: str, versions: dict) -> list:
-    cmd = [python, "-m", "pytest", "-c", os.path.join(tmp, "pyproject.toml"), "--rootdir", tmp]
-    cmd += [
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "jax_suite_record",
-        "-p",
-        "client_suite_shim",
-        "-p",
-        "jax_test_support",
-        "-rfEs",
-        "--tb=short",
-        "-q",
-    ]
-    return cmd + jax_suite._plugin_flags(backend, versions)
+def _base(args, ctx, backend: str, chip: str) -> list:
+    """One side's pytest command: JAX's pytest config, the record, JAX's
+    test helpers, and mosaic_rt's flag (``--mosaic-rt=CHIP
+    --mosaic-rt-interpreter=stock|mosaic_rt``: the simulated chip, every
+    kernel in that side's TPU interpret mode; ours' compile check)."""
+    tmp = ctx["tmp"]
+    cmd = [ctx["python"], "-m", "pytest", "-c", os.path.join(tmp, "pyproject.toml"), "--rootdir", tmp]
+    cmd += ["-p", "no:cacheprovider", "-p", "jax_suite_record", "-p", "jax_test_support", "-rfEs", "--tb=short", "-q"]
+    cmd += jax_suite._plugin_flags(backend, ctx["versions"])
+    cmd += client_suite.simulate_flags(backend, chip, args.tpu_target, ctx["params"])
+    # The harness sets the CPU device count (--devices); the flag's notice
+    # that a host of the chip has more would be an error under JAX's
+    # filterwarnings = error.
+    cmd += ["-W", "ignore::pytest.PytestConfigWarning"]
+    return cmd + (["-k", args.k] if args.k else [])
 
 
 def collect(base: list, target: str, tmp: str, env: dict) -> list:
@@ -230,10 +235,10 @@ def collect(base: list, target: str, tmp: str, env: dict) -> list:
 
 def run_side(args, ctx, backend: str, row: str, file: str, chip: str, devices: int, ids: list) -> dict:
     """One side of one row: the tests ``ids`` of ``file`` on ``chip``."""
-    env = _env(backend, chip, devices, args.tpu_target, ctx["params"], ctx["support"])
+    env = _env(devices, ctx["support"])
     tag = re.sub(r"\W", "_", row)
     info, tests = suite_runner.run_file(
-        _base(ctx["python"], ctx["tmp"], backend, ctx["versions"]) + (["-k", args.k] if args.k else []),
+        _base(args, ctx, backend, chip),
         ids,
         cwd=ctx["tmp"],
         env=env,
@@ -292,8 +297,8 @@ def run_file(args, ctx, result, file: str) -> None:
     chip = chip_of(file)
     target = f"tests/pallas/{file}"
     if file not in result["files"] or not all(b in result["files"][file] for b in args.backends):
-        env = _env("mosaic_rt", chip, args.devices, False, ctx["params"], ctx["support"])
-        base = _base(ctx["python"], ctx["tmp"], "mosaic_rt", ctx["versions"]) + (["-k", args.k] if args.k else [])
+        env = _env(args.devices, ctx["support"])
+        base = _base(args, ctx, "mosaic_rt", chip)
         try:
             ids = collect(base, target, ctx["tmp"], env)
         except RuntimeError as e:

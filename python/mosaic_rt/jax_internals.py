@@ -457,8 +457,102 @@ def ref_and_transforms(ref):
 
 
 def emit_pipeline_to_jaxpr():
-    """Stock's expansion of an `emit_pipeline_p` equation (jax >= 0.12), or None."""
-    return getattr(mosaic_pipeline, "emit_pipeline_to_jaxpr", None)
+    """The expansion of an `emit_pipeline_p` equation into the pipeline it
+    stands for, called ``(avals_in, grid_names=, grid_sizes=, **params)``:
+    jax's own from 0.12, `_emit_pipeline_jaxpr_before_0_12` before."""
+    return getattr(mosaic_pipeline, "emit_pipeline_to_jaxpr", None) or _emit_pipeline_jaxpr_before_0_12
+
+
+def _emit_pipeline_jaxpr_before_0_12(
+    avals_in,
+    *,
+    grid_names,
+    grid_sizes,
+    grid_mapping,
+    body_jaxpr,
+    body_consts_len,
+    args_tree,
+    _num_extra_dynamic,
+    _static_grid_offsets,
+    **params,
+):
+    """jax < 0.12 has no expansion of `emit_pipeline_p` outside its TPU
+    lowering rule, which builds the pipeline from its lowering context.
+    This builds the same pipeline from the equation's params and the
+    kernel's grid: the operands are the block index maps' consts, the
+    dynamic grid bounds and offsets, the body's consts and the flattened
+    refs; `_emit_pipeline` runs the body with explicit indices, each step's
+    body a `pipeline_body_p` taking (indices, body consts, window refs).
+    Returns a closed jaxpr of the operands."""
+    from jax._src import api_util
+    from jax._src import linear_util as lu
+    from jax._src.interpreters import partial_eval as pe
+
+    counts = [len(bm.index_map_jaxpr.consts) for bm in grid_mapping.block_mappings]
+    n_dynamic = grid_mapping.num_dynamic_grid_bounds + _num_extra_dynamic
+    is_ref = mosaic_pipeline.is_transformed_ref
+
+    def pipeline(*operands):
+        map_consts, dynamic, body_consts, refs = split_list(operands, [sum(counts), n_dynamic, body_consts_len])
+        mappings = [
+            bm.replace(index_map_jaxpr=jax_core.ClosedJaxpr(bm.index_map_jaxpr.jaxpr, consts))
+            for bm, consts in zip(grid_mapping.block_mappings, split_list(map_consts, counts))
+        ]
+        gm = dataclasses.replace(grid_mapping, block_mappings=mappings)
+        refs, _ = tracing_registry.flatten(args_tree.unflatten(refs), is_ref)
+        values = iter(dynamic)
+        grid = tuple(next(values) if pallas_core.is_dynamic_dim(d) else d for d in gm.grid)
+        offsets = tuple(next(values) if pallas_core.is_dynamic_dim(d) else d for d in _static_grid_offsets)
+        specs = [bm.to_block_spec() for bm in gm.block_mappings]
+
+        def step(indices, *window_refs):
+            user = tuple(i for k, i in enumerate(indices) if k not in gm.vmapped_dims)
+            flat, tree = tracing_registry.flatten((user, tuple(body_consts), window_refs))
+            return pipeline_body_p.bind(*flat, jaxpr=body_jaxpr, in_tree=tree, num_inputs=gm.num_inputs)
+
+        names = grid_names if grid_names is not None else (None,) * len(grid_sizes)
+        axes = [(n, size) for n, size in zip(names, grid_sizes) if n is not None and isinstance(size, int)]
+        user_grid = tuple(d for k, d in enumerate(gm.grid) if k not in gm.vmapped_dims)
+        with jax_core.extend_axis_env_nd(axes), pallas_core.tracing_grid_env(user_grid, ()):
+            run = mosaic_pipeline._emit_pipeline(
+                step,
+                grid=grid,
+                in_specs=specs[: gm.num_inputs],
+                out_specs=specs[gm.num_inputs :],
+                _grid_offsets=offsets,
+                _explicit_indices=True,
+                **params,
+            )
+            run(*refs)
+        return ()
+
+    debug = api_util.debug_info("emit_pipeline (mosaic_rt)", pipeline, tuple(avals_in), {})
+    jaxpr, _, consts = pe.trace_to_jaxpr_dynamic(lu.wrap_init(pipeline, debug_info=debug), list(avals_in))
+    return jax_core.ClosedJaxpr(jaxpr, consts)
+
+
+def pipeline_step_indices(indices) -> tuple:
+    """The pipeline's grid position from the first part of a
+    `pipeline_body_p` operand tree: a `PipelineStep` (0.11), a pair of one
+    and the local grid sizes (0.12), or (0.10) the indices themselves."""
+    step_type = getattr(mosaic_pipeline, "PipelineStep", None)
+    if step_type is not None and isinstance(indices, step_type):
+        return tuple(indices.index)
+    if step_type is not None and isinstance(indices, tuple) and indices and isinstance(indices[0], step_type):
+        return tuple(indices[0].index)
+    return tuple(indices)
+
+
+def pipeline_body_jaxpr(jaxpr):
+    """The open jaxpr of a `pipeline_body_p` body taking its consts as its
+    first arguments: the body's consts are the equation's operands (as the
+    TPU lowering binds them), whatever the jaxpr carries."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)  # a ClosedJaxpr (jax < 0.12)
+    if not jaxpr.constvars:
+        return jaxpr
+    from jax._src.interpreters import partial_eval as pe
+
+    return pe.convert_constvars_jaxpr(jaxpr)
 
 
 def backends_are_initialized() -> bool:

@@ -645,12 +645,9 @@ def _axis_index(eqn, read, ctx, token):
 @_rule(jx.emit_pipeline_p)
 def _emit_pipeline(eqn, read, ctx, token):
     # The primitive form of pltpu.emit_pipeline (jax's
-    # `use_emit_pipeline_primitive`): expand it with jax's own expansion.
+    # `use_emit_pipeline_primitive`): expanded into the pipeline it stands
+    # for (jax's own expansion from 0.12; ours of the same before).
     expand = jx.emit_pipeline_to_jaxpr()
-    if expand is None:
-        raise NotImplementedError(
-            "emit_pipeline_p (jax_use_emit_pipeline_primitive) needs jax >= 0.12 in TPU interpret mode"
-        )
     closed = expand(
         [v.aval for v in eqn.invars],
         grid_names=ctx.grid_mapping.grid_names,
@@ -665,18 +662,22 @@ def _emit_pipeline(eqn, read, ctx, token):
 def _pipeline_body(eqn, read, ctx, token):
     p = eqn.params
     indices, body_consts, refs = p["in_tree"].unflatten(read())
-    if p.get("_explicit_indices", False):
-        body_args = (*body_consts, *jax.tree.leaves(indices), *refs)
-    else:
-        body_args = (*body_consts, *refs)
+    jaxpr = jx.pipeline_body_jaxpr(p["jaxpr"])
+    # A body traced with the step as an argument (jax 0.12: the
+    # PipelineStep and the local grid sizes) takes its leaves after the
+    # consts; one traced without (jax < 0.12) does not.
+    leaves = jax.tree.leaves(indices)
+    takes_step = len(jaxpr.invars) == len(body_consts) + len(leaves) + len(refs)
+    body_args = (*body_consts, *leaves, *refs) if takes_step else (*body_consts, *refs)
     # The body sees the pipeline's own grid position in place of the
     # kernel's leading grid axes.
+    position = jx.pipeline_step_indices(indices)
     outer = jx.pallas_core.current_grid_env() or ()
     env = tuple(
-        jx.pallas_core.GridAxis(i, outer[k].size if k < len(outer) else 0) for k, i in enumerate(indices.index)
-    ) + tuple(outer[len(indices.index) :])
+        jx.pallas_core.GridAxis(i, outer[k].size if k < len(outer) else 0) for k, i in enumerate(position)
+    ) + tuple(outer[len(position) :])
     with jx.pallas_core.grid_env(env):
-        token, _ = eval_closed(p["jaxpr"], *body_args, ctx=ctx, token=token)
+        token, _ = eval_jaxpr(jaxpr, *body_args, ctx=ctx, token=token)
     return token, []
 
 
