@@ -25,7 +25,7 @@ from jax.sharding import PartitionSpec as P
 
 pytestmark = pytest.mark.timeout(240)
 
-MODES = ["eager", "on_wait"]
+MODES = ["tpu", "eager", "on_wait"]
 SEM = pltpu.SEMAPHORE
 ANY = pl.ANY
 

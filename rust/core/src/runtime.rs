@@ -603,6 +603,8 @@ impl Runtime {
     /// on with a semaphore it returns. Orders the core after the signals
     /// it took, as a wait does.
     pub fn semaphore_take(&self, device: u32, core: u32, sem: u32) -> Result<i64> {
+        // A synchronisation point: copies on their way to the core land first.
+        self.land_incoming(device, core)?;
         let count = self
             .sems
             .take_all(device, core, sem, &mut |step: DmaStep| step.run(&self.dma_env()))

@@ -53,7 +53,7 @@ fn copy(device: u32, src: u32, dst: u32, sems: (Option<u32>, u32), dst_device: O
 
 #[test]
 fn take_runs_a_queued_local_copy_and_returns_its_bytes() {
-    for mode in [DmaMode::Eager, DmaMode::OnWait] {
+    for mode in [DmaMode::Tpu, DmaMode::Eager, DmaMode::OnWait] {
         let rt = runtime(1, mode);
         let src = buffer(&rt, 0, &[1.0, 2.0, 3.0]);
         let dst = buffer(&rt, 0, &[0.0; 3]);
@@ -95,7 +95,7 @@ fn take_of_a_regular_semaphore_is_its_signals() {
 
 #[test]
 fn remote_copy_taken_on_both_ends() {
-    for mode in [DmaMode::Eager, DmaMode::OnWait] {
+    for mode in [DmaMode::Tpu, DmaMode::Eager, DmaMode::OnWait] {
         let rt = runtime(2, mode);
         let src = buffer(&rt, 0, &[7.0, 8.0]);
         let dst = buffer(&rt, 1, &[0.0; 2]);
