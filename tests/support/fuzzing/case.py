@@ -4,7 +4,8 @@ Every generator makes a *spec* (a frozen dataclass of its category) that
 renders itself as source text defining
 
 * ``KNOBS``: `InterpretParams` fields both interpreters get (the DMA mode,
-  ``out_of_bounds_reads``, ...);
+  ``out_of_bounds_reads``, ...), and ``OURS_KNOBS``: mosaic_rt's own on top
+  (``dma_execution_mode="tpu"``, which stock lacks);
 * ``ARGS``: the inputs (numpy arrays, made by `make_input` from seeds);
 * ``run(params)``: builds and runs the kernel under ``params``; returns its
   outputs (a list of arrays);
@@ -74,7 +75,7 @@ def _main():
     stock = attempt(lambda: run(pltpu.InterpretParams(**KNOBS)))
     if isinstance(stock, Exception):
         pltpu.reset_tpu_interpret_mode_state()
-    ours = attempt(lambda: run(mosaic_rt.InterpretParams(**KNOBS)))
+    ours = attempt(lambda: run(mosaic_rt.InterpretParams(**KNOBS, **OURS_KNOBS)))
     want = meaning()
     for name, got in (("stock", stock), ("mosaic_rt", ours)):
         if isinstance(got, Exception):
@@ -115,7 +116,11 @@ def source(spec, *, title: str) -> str:
     helpers = _data_source()
     if getattr(spec, "uses_fakes", lambda: False)():
         helpers += f"\n\n# The kernel's meaning: its own code over numpy refs.\n{_fakes_source()}\n"
-    return f"{head}{helpers}\n\nKNOBS = {spec.knobs()!r}\n\n{body}\n{_HARNESS}"
+    ours = getattr(spec, "our_knobs", dict)()
+    knobs = (
+        f"KNOBS = {spec.knobs()!r}\n# mosaic_rt's own fields (stock has no such field or value)\nOURS_KNOBS = {ours!r}"
+    )
+    return f"{head}{helpers}\n\n{knobs}\n\n{body}\n{_HARNESS}"
 
 
 _counter = itertools.count()

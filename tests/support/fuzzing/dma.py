@@ -41,6 +41,7 @@ class DmaKernel:
     steps: tuple
     mode: str
     seeds: tuple
+    ours_tpu: bool = False  # mosaic_rt runs in its "tpu" DMA mode
     category: str = "dma"
 
     def devices(self) -> int:
@@ -48,6 +49,11 @@ class DmaKernel:
 
     def knobs(self) -> dict:
         return {"out_of_bounds_reads": "raise", "dma_execution_mode": self.mode}
+
+    def our_knobs(self) -> dict:
+        # mosaic_rt's "tpu" mode (copies to another core land at its next
+        # synchronisation point) must give what stock's modes give.
+        return {"dma_execution_mode": "tpu"} if self.ours_tpu else {}
 
     def uses_fakes(self) -> bool:
         return True
@@ -97,6 +103,8 @@ def meaning():
         for k in reversed(range(len(self.steps))):
             if not self.steps[k].keep:
                 yield dataclasses.replace(self, steps=self.steps[:k] + self.steps[k + 1 :])
+        if self.ours_tpu:
+            yield dataclasses.replace(self, ours_tpu=False)
         if self.mode == "on_wait":
             yield dataclasses.replace(self, mode="eager")
 
@@ -324,5 +332,11 @@ def generate(rng) -> DmaKernel:
                 )
     seeds = tuple(rng.randrange(1 << 30) for b in buffers if b.kind == "in")
     return DmaKernel(
-        tuple(buffers), n_sems, tuple(g.starts) or (0,), tuple(steps), rng.choice(["eager", "on_wait"]), seeds
+        tuple(buffers),
+        n_sems,
+        tuple(g.starts) or (0,),
+        tuple(steps),
+        rng.choice(["eager", "on_wait"]),
+        seeds,
+        ours_tpu=rng.random() < 0.4,
     )

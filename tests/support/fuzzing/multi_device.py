@@ -47,6 +47,7 @@ class MultiDeviceKernel:
     ping: bool  # a regular-semaphore ring ping after the rounds
     mode: str
     seed: int
+    ours_tpu: bool = False  # mosaic_rt runs in its "tpu" DMA mode
     category: str = "multi_device"
 
     def devices(self) -> int:
@@ -54,6 +55,11 @@ class MultiDeviceKernel:
 
     def knobs(self) -> dict:
         return {"out_of_bounds_reads": "raise", "dma_execution_mode": self.mode}
+
+    def our_knobs(self) -> dict:
+        # mosaic_rt's "tpu" mode (copies to another core land at its next
+        # synchronisation point) must give what stock's modes give.
+        return {"dma_execution_mode": "tpu"} if self.ours_tpu else {}
 
     def render(self) -> str:
         n = self.devices()
@@ -180,6 +186,8 @@ def meaning():
             if rd.region is not None:
                 rounds = self.rounds[:k] + (dataclasses.replace(rd, region=None),) + self.rounds[k + 1 :]
                 yield dataclasses.replace(self, rounds=rounds)
+        if self.ours_tpu:
+            yield dataclasses.replace(self, ours_tpu=False)
         if self.mode == "on_wait":
             yield dataclasses.replace(self, mode="eager")
 
@@ -280,4 +288,5 @@ def _kernel(rng, mesh, rounds, barrier, rows, cols) -> MultiDeviceKernel:
         barrier != "partners" and rng.random() < 0.3,  # (a ring ping needs every device inside)
         rng.choice(["eager", "on_wait"]),
         rng.randrange(1 << 30),
+        ours_tpu=rng.random() < 0.4,
     )

@@ -104,7 +104,7 @@ def off_meaning(ns) -> bool:
     want = _meaning(ns)
     if want is None:
         return False
-    ours = attempt(lambda: ns["run"](our_params(ns["KNOBS"])))
+    ours = attempt(lambda: ns["run"](our_params(ns)))
     return isinstance(ours, Exception) or not matches_meaning(ours, want)
 
 
@@ -173,11 +173,15 @@ def _meaning(ns):
         raise MeaningFailed(f"{type(exc).__name__}: {exc}") from exc
 
 
-def stock_params(knobs: dict):
-    return pltpu.InterpretParams(**knobs)
+def stock_params(ns: dict):
+    """Stock's params for a loaded case: its ``KNOBS``."""
+    return pltpu.InterpretParams(**ns["KNOBS"])
 
 
-def our_params(knobs: dict):
+def our_params(ns: dict):
+    """mosaic_rt's params for a loaded case: its ``KNOBS`` and ``OURS_KNOBS``
+    (fields stock lacks, such as ``dma_execution_mode="tpu"``)."""
+    knobs = {**ns["KNOBS"], **ns.get("OURS_KNOBS", {})}
     return mosaic_rt.InterpretParams(**knobs, wait_timeout=OUR_WAIT_TIMEOUT)
 
 
@@ -210,18 +214,17 @@ def announce(stage: str, names) -> None:
 
 
 def _judge(ns: dict, check_meaning: bool, stock_crashed: bool = False) -> Verdict:
-    knobs = ns["KNOBS"]
     names = [ns.get("CASE", "?")]
     if stock_crashed:
         stock = StockCrashed("stock interpret mode killed the process running this kernel (a signal)")
     else:
         announce("stock", names)
-        stock = attempt(lambda: ns["run"](stock_params(knobs)))
+        stock = attempt(lambda: ns["run"](stock_params(ns)))
     if isinstance(stock, Exception) and not stock_crashed:
         # Stock keeps global state that an exception leaves broken.
         pltpu.reset_tpu_interpret_mode_state()
     announce("ours", names)
-    ours = attempt(lambda: ns["run"](our_params(knobs)))
+    ours = attempt(lambda: ns["run"](our_params(ns)))
     s_err, o_err = isinstance(stock, Exception), isinstance(ours, Exception)
     if s_err and o_err:
         return Verdict(BOTH_REJECT, detail=f"stock: {_describe(stock)}\nmosaic_rt: {_describe(ours)}")

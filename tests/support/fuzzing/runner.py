@@ -154,7 +154,7 @@ def _agreeing(loaded, names) -> set:
 
     def all_runs(make_params):
         def f():
-            return [ns["run"](make_params(ns["KNOBS"])) for _, _, ns in loaded]
+            return [ns["run"](make_params(ns)) for _, _, ns in loaded]
 
         return lambda: jax.jit(f)()
 
