@@ -192,7 +192,6 @@ next_grid_indices = stock_utils.get_next_indices
 grid_indices = stock_utils.get_indices
 JaxprEnv = stock_utils.JaxprEnv
 is_float = stock_utils.is_float
-remove_memory_space_p = stock_interpreter.remove_memory_space_p
 padded_shape = stock_interpreter._get_padded_shape
 randomized_grid_coordinates = stock_interpreter._get_randomized_grid_coordinates
 grid_point = stock_interpreter._get_grid_point
@@ -386,6 +385,37 @@ partition_id_p = make_primitive(
     multiple_results=False,
     abstract_eval=lambda: ShapedArray((), np.dtype(np.uint32)),
     lowering=lambda ctx: [hlo.partition_id()],
+)
+
+
+# ------------------------------ operands placed in a TPU memory space
+# A pallas_call operand or result may carry a TPU memory space in its
+# aval (``pltpu.with_memory_space_constraint(x, pltpu.VMEM)``, an
+# ``out_shape`` of ``pltpu.VMEM(shape, dtype)``): the array lives there on
+# a TPU. Stock's `remove_memory_space_p` accepts only HBM / ANY; the
+# interpreter strips any of them (an identity in XLA).
+
+
+def memory_space_of(aval):
+    """The TPU memory space an operand's aval carries, or None (none, or
+    jax's own device / host spaces)."""
+    space = getattr(aval, "memory_space", None)
+    if space is None or isinstance(space, jax_core.MemorySpace) or space is pallas_core.MemorySpace.ANY:
+        return None
+    return space
+
+
+def _strip_memory_space(x):
+    if isinstance(x, jax_core.ShapedArray) and memory_space_of(x) is not None:
+        return jax_core.ShapedArray(x.shape, x.dtype)
+    return x
+
+
+strip_memory_space_p = make_primitive(
+    "mosaic_rt_strip_memory_space",
+    multiple_results=False,
+    abstract_eval=_strip_memory_space,
+    lowering=lambda ctx, x: [x],
 )
 
 

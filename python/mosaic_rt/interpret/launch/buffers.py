@@ -133,10 +133,12 @@ def prologue_ids(allocations, results):
     return id_of
 
 
-def plan(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, inputs, input_output_aliases):
+def plan(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, inputs, input_output_aliases, resident=None):
     """``(allocations, LaunchBuffers)``: every buffer of the launch (see the
     module doc), as the prologue allocates them in order, and the launch's
-    buffers by allocation index (see `LaunchBuffers.resolved`)."""
+    buffers by allocation index (see `LaunchBuffers.resolved`).
+    ``resident``: the TPU memory space each input's and each output's
+    array names (see `_shared_resident`)."""
     allocations = []
 
     def alloc(space, **kw) -> int:
@@ -169,8 +171,11 @@ def plan(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, inputs, inpu
     borrowed = [a for a, b, sem in zip(inputs, borrow, is_sem) if b and not sem]
     output_ids, output_avals, direct = _plan_outputs(alloc, allocations, ctx, blocks, inputs, input_ids, out_alias)
     scalar_ids = [alloc(space_code(_SMEM), init=s) for s in scalars]
+    shared = _shared_resident(
+        ctx, blocks, out_alias, resident or ([None] * blocks.n_in, [None] * blocks.n_out), unpadded
+    )
     kernel_args = _plan_kernel_args(
-        alloc, allocations, ctx, jaxpr, blocks, input_ids, output_ids, scalar_ids, out_alias
+        alloc, allocations, ctx, jaxpr, blocks, input_ids, output_ids, scalar_ids, out_alias, shared
     )
     _, kernel_in_ids, kernel_out_ids, _ = jx.split_list(
         kernel_args, [ctx.grid_mapping.num_index_operands, blocks.n_in, blocks.n_out]
@@ -255,11 +260,39 @@ def _direct_output_ok(ctx: Ctx, aval) -> bool:
     )
 
 
-def _plan_kernel_args(alloc, allocations, ctx, jaxpr, blocks, input_ids, output_ids, scalar_ids, out_alias):
+def _shared_resident(ctx: Ctx, blocks: BlockOperands, out_alias: dict, resident: tuple, inputs) -> set:
+    """The outputs whose kernel buffer is their aliased input's: an array
+    that lives in VMEM / SMEM on the TPU, seen whole by the kernel in that
+    same memory space on both sides, is not copied into a block buffer
+    there -- the kernel's input and output refs are the one array (a
+    kernel that only DMAs into it, or writes part of it, leaves the rest as
+    it was). ``resident``: (per input, per output) the memory space the
+    array's aval names (None: HBM); an aliased pair lives where either
+    names, as the TPU lowering resolves it."""
+    in_spaces, out_spaces = resident
+    shared = set()
+    for j, i in out_alias.items():
+        space = blocks.spaces[i]
+        k = blocks.n_in + j
+        lives = in_spaces[i] or out_spaces[j]
+        if (
+            lives is space
+            and blocks.spaces[k] is space
+            and blocks.copied[i]
+            and tuple(blocks.shapes[i]) == tuple(inputs[i].shape) == tuple(blocks.shapes[k])
+            and not any(blocks.squeezed[i])
+            and not any(blocks.squeezed[k])
+        ):
+            shared.add(j)
+    return shared
+
+
+def _plan_kernel_args(alloc, allocations, ctx, jaxpr, blocks, input_ids, output_ids, scalar_ids, out_alias, shared):
     """The kernel jaxpr's arguments: scalar-prefetch buffers, then per block
     operand and scratch operand a buffer (or semaphore ids) of its own. A
     semaphore result aliased to a semaphore operand is that operand's
-    semaphores (the same memory, as on a TPU)."""
+    semaphores (the same memory, as on a TPU), and so is a ``shared``
+    result's buffer its input's (`_shared_resident`)."""
     kernel_args = list(scalar_ids)
     n_in, n_out = blocks.n_in, blocks.n_out
     first = ctx.grid_mapping.num_index_operands
@@ -267,7 +300,11 @@ def _plan_kernel_args(alloc, allocations, ctx, jaxpr, blocks, input_ids, output_
         out_j = i - n_in
         is_in, is_out = i < n_in, 0 <= out_j < n_out
         space = blocks.spaces[i] if is_in or is_out else forward_any_to_hbm(var.aval.memory_space)
-        if space is _SEMAPHORE and is_out and out_j in out_alias and blocks.spaces[out_alias[out_j]] is _SEMAPHORE:
+        if (
+            is_out
+            and out_j in out_alias
+            and (out_j in shared or (space is _SEMAPHORE and blocks.spaces[out_alias[out_j]] is _SEMAPHORE))
+        ):
             kernel_args.append(kernel_args[len(scalar_ids) + out_alias[out_j]])
         elif space is _SEMAPHORE:
             allocations.append(native_calls.launch_semaphores(var.aval.shape, kind=semaphore_kind(var.aval)))

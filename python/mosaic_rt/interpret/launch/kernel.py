@@ -70,9 +70,11 @@ def _interpret_pallas_call(
     metadata,
     name,
 ):
-    del debug, cost_estimate, out_avals, metadata
+    del debug, cost_estimate, metadata
     params, mosaic_params = _launch_params(interpret_params, compiler_params, mesh, grid_mapping)
-    args = [a if semaphore_operands.is_semaphore(a) else jx.remove_memory_space_p.bind(a) for a in args]
+    # The TPU memory space an operand's array lives in (None: HBM).
+    resident = [jx.memory_space_of(jx.get_aval(a)) for a in args]
+    args = [a if semaphore_operands.is_semaphore(a) else jx.strip_memory_space_p.bind(a) for a in args]
     dyn_grid, scalars, inputs = jx.split_list(
         args, [grid_mapping.num_dynamic_grid_bounds, grid_mapping.num_index_operands]
     )
@@ -93,7 +95,8 @@ def _interpret_pallas_call(
         num_devices=num_devices,
     )
     blocks = BlockOperands.of(jaxpr, grid_mapping)
-    allocations, bufs = buffers.plan(ctx, jaxpr, blocks, scalars, inputs, input_output_aliases)
+    resident = (resident[len(resident) - len(inputs) :], [jx.memory_space_of(a) for a in out_avals])
+    allocations, bufs = buffers.plan(ctx, jaxpr, blocks, scalars, inputs, input_output_aliases, resident)
     blocks.check_hbm_blocks(jaxpr, grid_mapping)
     loop = grid_loop.plan(ctx, jaxpr, grid, blocks, bufs)
     owners = processes.device_processes(num_devices, jaxpr)
