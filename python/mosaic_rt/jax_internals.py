@@ -419,6 +419,78 @@ strip_memory_space_p = make_primitive(
 )
 
 
+# -------------------------------------------------- PRNG keys in kernels
+# A key-typed array (``key<pl>``, ``key<fry>``: jax.random's typed keys,
+# `pltpu.to_pallas_key`) lives in memory as its key data, as on a TPU (the
+# Mosaic lowering physicalizes key refs): its shape plus the impl's key
+# shape, uint32. Key-consuming primitives whose impl is a Pallas one (their
+# bits come from the core's PRNG: `prng_seed` / `prng_random_bits`) are
+# expanded into that impl's functions of the key data.
+from jax._src.random import prng as _jax_prng
+
+random_bits_p = _jax_prng.random_bits_p
+random_fold_in_p = _jax_prng.random_fold_in_p
+random_split_p = _jax_prng.random_split_p
+# `unwrap_pallas_seed` / `wrap_pallas_seed` (TPU-only: no CPU lowering).
+split_key_p = getattr(mosaic_primitives, "split_key_p", None)
+join_key_p = getattr(mosaic_primitives, "join_key_p", None)
+
+
+def is_key_dtype(dtype) -> bool:
+    try:
+        return bool(jax.numpy.issubdtype(dtype, jax.dtypes.prng_key))
+    except TypeError:
+        return False
+
+
+def key_physical(shape, dtype) -> tuple[tuple, np.dtype]:
+    """(shape, dtype) of the key data of keys of ``shape`` and ``dtype``."""
+    element = jax_core.physical_element_aval(dtype)
+    return tuple(shape) + tuple(element.shape), np.dtype(element.dtype)
+
+
+def key_data(keys):
+    """The key data (uint32) of typed keys (a no-op on key data)."""
+    return _jax_prng.random_unwrap(keys) if is_key_dtype(getattr(keys, "dtype", None)) else keys
+
+
+def wrap_key_data(data, dtype):
+    """Typed keys of ``dtype`` from their key data."""
+    return _jax_prng.random_wrap(data, impl=dtype._impl)
+
+
+def is_pallas_prng_impl(impl) -> bool:
+    from jax._src.pallas.mosaic import random as pallas_random
+
+    return bool(pallas_random.is_pallas_impl(impl))
+
+
+def pallas_prng_expansion(prim, params: dict, in_avals):
+    """For a key primitive (`random_bits`, `random_fold_in`, `random_split`;
+    `random_seed` lowers as it is) of a Pallas PRNG impl: a function of its operands
+    returning its results (a list), from the impl's own functions applied
+    to the typed keys, as the Mosaic lowering applies them (Pallas keys are
+    never made key data there); None for any other primitive or impl."""
+    key_avals = [a for a in in_avals if is_key_dtype(getattr(a, "dtype", None))]
+    impl = params.get("impl") or (key_avals[0].dtype._impl if key_avals else None)
+    if impl is None or not is_pallas_prng_impl(impl):
+        return None
+    if key_avals and key_avals[0].shape != ():
+        raise NotImplementedError(
+            f"{prim.name} of an array of Pallas PRNG keys (shape {key_avals[0].shape}): a TPU kernel uses one key "
+            "at a time (index the key ref, e.g. key_ref[0])"
+        )
+    if prim is random_bits_p:
+        if params.get("num_streams", 1) != 1:
+            raise NotImplementedError("Pallas PRNG only supports num_streams=1.")
+        return lambda key: [impl.random_bits(key, params["bit_width"], params["shape"])]
+    if prim is random_fold_in_p:
+        return lambda key, msgs: [impl.fold_in(key, msgs)]
+    if prim is random_split_p:
+        return lambda key: [impl.split(key, params["shape"])]
+    return None
+
+
 # ------------------------- semaphores as pallas_call operands and results
 # A semaphore array a pallas_call returns (``out_shape=pltpu.SemaphoreType.DMA(
 # shape)``, ``out_specs`` in SEMAPHORE) or takes is an array of an extended

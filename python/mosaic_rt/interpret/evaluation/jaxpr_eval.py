@@ -807,7 +807,54 @@ def _threefry2x32(eqn, read, ctx, token):
 
 @_rule(jx.prng_seed_p)
 def _prng_seed(eqn, read, ctx, token):
-    return native_calls.prng_seed(token, ctx.handle, ctx.device_id, ctx.core, read()), []
+    # A typed key seeds with the words of its key data, in order
+    # (`pltpu.prng_seed(key_ref[...])`), as the TPU lowering unwraps it.
+    seeds = []
+    for x in read():
+        words = jnp.reshape(jx.key_data(x), (-1,)) if jnp.ndim(jx.key_data(x)) else [x]
+        seeds.extend(words[k] for k in range(len(words)))
+    return native_calls.prng_seed(token, ctx.handle, ctx.device_id, ctx.core, seeds), []
+
+
+@_rule(jx.random_bits_p, jx.random_fold_in_p, jx.random_split_p)
+def _pallas_prng(eqn, read, ctx, token):
+    """A key primitive of a Pallas PRNG impl: its impl's functions of the
+    keys (they seed the core's PRNG and draw from it), interpreted; any
+    other impl lowers as jax lowers it."""
+    in_avals = [v.aval for v in eqn.invars]
+    expand = jx.pallas_prng_expansion(eqn.primitive, eqn.params, in_avals)
+    if expand is None:
+        return NotImplemented
+    args = read()
+    closed = jax.make_jaxpr(expand)(*args)
+    token, outs = eval_closed(closed, *args, ctx=ctx, token=token)
+    outs = [_as_result(o, v.aval) for o, v in zip(outs, eqn.outvars)]
+    return token, (outs if eqn.primitive.multiple_results else outs[0])
+
+
+def _as_result(value, aval):
+    """An expanded key primitive's result as the equation's: keys wrapped;
+    the core's int32 random words as the uint32 bits they are."""
+    if jx.is_key_dtype(aval.dtype):
+        return value if jx.is_key_dtype(value.dtype) else jx.wrap_key_data(value, aval.dtype)
+    if value.dtype != aval.dtype and value.dtype.itemsize == jnp.dtype(aval.dtype).itemsize:
+        return lax.bitcast_convert_type(value, aval.dtype)
+    return value
+
+
+@_rule(jx.split_key_p)
+def _split_key(eqn, read, ctx, token):
+    # `unwrap_pallas_seed`: a (1, N) Pallas key's N words.
+    (key,) = read()
+    data = jnp.reshape(jx.key_data(key), (-1,))
+    return token, [data[k] for k in range(len(eqn.outvars))]
+
+
+@_rule(jx.join_key_p)
+def _join_key(eqn, read, ctx, token):
+    # `wrap_pallas_seed`: N words -> a (1, N) Pallas key.
+    words = jnp.stack([jnp.asarray(w, jnp.uint32) for w in read()]).reshape(1, -1)
+    return token, jx.wrap_key_data(words, eqn.outvars[0].aval.dtype)
 
 
 @_rule(jx.prng_random_bits_p)
@@ -911,6 +958,9 @@ def _dma_wait_bytes(eqn, invals):
     src = jax.tree.unflatten(eqn.params["tree"], invals)[0]
     _, src_transforms = jx.ref_and_transforms(src)
     src_aval = jx.transform_type(src_transforms, eqn.invars[0].aval)
+    if jx.is_key_dtype(src_aval.dtype):  # typed PRNG keys move as their key data
+        shape, dtype = jx.key_physical(src_aval.shape, src_aval.dtype)
+        return math.prod(shape) * dtype.itemsize
     return math.prod(src_aval.shape) * src_aval.dtype.itemsize
 
 

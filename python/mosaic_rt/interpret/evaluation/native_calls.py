@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
+from mosaic_rt import jax_internals as jx
 from mosaic_rt import memory_spaces
 from mosaic_rt.ffi import ops as ffi_ops
 from mosaic_rt.ffi import reports
@@ -99,8 +101,11 @@ def launch_buffer(
     per `buffer_bounds`, and an ordinary buffer instead of a direct one when
     padded (a direct one with ``init`` starts as that value, in place)."""
     if init is not None:
+        init = jx.key_data(init)  # typed PRNG keys live as their key data
         init = jnp.asarray(init)
         shape, dtype = init.shape, init.dtype
+    elif jx.is_key_dtype(dtype):
+        shape, dtype = jx.key_physical(shape, dtype)
     logical = tuple(shape)
     content = _padded_shape(logical, dtype, space, params)
     if direct and content == logical and not borrow:
@@ -220,7 +225,15 @@ def _log_access(token, op, device, core, space, buf, region):
 
 def load(token, handle, device, core, space, buf, region, aval, mask=None, *, lazy=False):
     """With ``mask`` (broadcast to ``aval``'s shape): a masked load. With
-    ``lazy`` the value may be a `batching.Lazy` (see `ffi_ops.load`)."""
+    ``lazy`` the value may be a `batching.Lazy` (see `ffi_ops.load`).
+    Typed PRNG keys are loaded as their key data (the region covers the
+    leading, logical dims) and wrapped."""
+    if jx.is_key_dtype(aval.dtype):
+        shape, dtype = jx.key_physical(aval.shape, aval.dtype)
+        if mask is not None:
+            mask = jnp.broadcast_to(jnp.reshape(mask, (*aval.shape,) + (1,) * (len(shape) - len(aval.shape))), shape)
+        token, data = load(token, handle, device, core, space, buf, region, jax.ShapeDtypeStruct(shape, dtype), mask)
+        return token, jx.wrap_key_data(data, aval.dtype)
     if mask is not None:
         mask = jnp.broadcast_to(jnp.asarray(mask, jnp.bool_), aval.shape)
     token, value = ffi_ops.load(
@@ -242,7 +255,17 @@ def load(token, handle, device, core, space, buf, region, aval, mask=None, *, la
 
 def swap(token, handle, device, core, space, buf, region, value, mask, aval, *, old=True):
     """(token, old): old is `aval` itself (no value) when not ``old``.
-    ``value`` may be a pending member's `Lazy` result of the right type."""
+    ``value`` may be a pending member's `Lazy` result of the right type.
+    Typed PRNG keys are stored as their key data (see `load`)."""
+    if jx.is_key_dtype(aval.dtype):
+        shape, dtype = jx.key_physical(aval.shape, aval.dtype)
+        data = jnp.broadcast_to(jx.key_data(jnp.broadcast_to(value, aval.shape)), shape)
+        if mask is not None:
+            mask = jnp.broadcast_to(jnp.reshape(mask, (*aval.shape,) + (1,) * (len(shape) - len(aval.shape))), shape)
+        token, prev = swap(
+            token, handle, device, core, space, buf, region, data, mask, jax.ShapeDtypeStruct(shape, dtype), old=old
+        )
+        return token, (jx.wrap_key_data(prev, aval.dtype) if old else aval)
     if isinstance(value, Lazy) and (value.dtype != aval.dtype or value.shape != aval.shape):
         value = ffi_ops.realize(value)
     if not isinstance(value, Lazy):
@@ -278,6 +301,7 @@ def fill(token, handle, device, core, space, buf, region, scalar, old_aval=None)
 
 
 def store(token, handle, device, core, space, buf, region, value):
+    value = jx.key_data(value)  # typed PRNG keys are stored as their key data
     token = ffi_ops.store(token, handle, device, core, buf, region, value, space=space, site=sites.current())
     return _log_access(token, "store_buffer_content", device, core, space, buf, region)
 

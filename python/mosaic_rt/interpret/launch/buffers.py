@@ -150,7 +150,7 @@ def plan(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, inputs, inpu
     # semaphores (`semaphore_operands`).
     is_sem = [blocks.spaces[i] is _SEMAPHORE for i in range(blocks.n_in)]
     inputs = [
-        a if sem else jx.pad_to_block_dimension(a, bs, ctx.params.uninitialized_memory)
+        a if sem else _padded_input(a, bs, ctx.params.uninitialized_memory)
         for a, bs, sem in zip(inputs, blocks.shapes[: blocks.n_in], is_sem)
     ]
     out_alias = {o: i - len(scalars) for i, o in input_output_aliases}
@@ -196,6 +196,15 @@ def plan(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, inputs, inpu
         sem_inputs={i: kernel_in_ids[i] for i in range(blocks.n_in) if is_sem[i]},
         sem_outputs={j: kernel_out_ids[j] for j in range(n_out) if blocks.spaces[blocks.n_in + j] is _SEMAPHORE},
     )
+
+
+def _padded_input(value, block_shape, fill):
+    """An input padded to whole blocks (as stock); typed PRNG keys as their
+    key data (the block covers the leading, logical dims)."""
+    if jx.is_key_dtype(value.dtype):
+        data = jx.key_data(value)
+        return jx.pad_to_block_dimension(data, tuple(block_shape) + data.shape[value.ndim :], fill)
+    return jx.pad_to_block_dimension(value, block_shape, fill)
 
 
 def _borrowable_inputs(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, aliased) -> list[bool]:
@@ -255,6 +264,7 @@ def _direct_output_ok(ctx: Ctx, aval) -> bool:
     sub-byte dtypes (XLA packs them, simulated memory does not)."""
     return (
         ctx.num_devices == 1
+        and not jx.is_key_dtype(aval.dtype)
         and math.prod(aval.shape) > 0
         and jax.dtypes.itemsize_bits(aval.dtype) == 8 * jnp.dtype(aval.dtype).itemsize
     )
