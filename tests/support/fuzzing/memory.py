@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from fuzzing import array_ops
+from fuzzing.straight_line import Program
 from fuzzing.values import Aval, bits, dt, kind, literal, shape_text
 
 _DTYPES = ("float32", "bfloat16", "int32", "uint32", "int16", "int8", "uint8")
@@ -96,11 +98,12 @@ class _Gen:
         self.n += 1
         return f"v{self.n}"
 
-    def start(self, lo: int, hi: int, traced_ok: bool = True) -> str:
-        """A start in [lo, hi]: a literal or read from the SMEM operand
-        (the TPU takes dynamic starts on all but the lane dimension)."""
+    def start(self, lo: int, hi: int, traced_ok: bool = True, traced: bool = False) -> str:
+        """A start in [lo, hi]: a literal or (``traced``: always) read from
+        the SMEM operand (the TPU takes dynamic starts on all but the lane
+        dimension)."""
         value = self.rng.randint(lo, hi)
-        if traced_ok and self.rng.random() < 0.4:
+        if traced or traced_ok and self.rng.random() < 0.4:
             self.starts.append(value)
             return f"idx_ref[{len(self.starts) - 1}]"
         return str(value)
@@ -200,6 +203,8 @@ def _loop_op(rng, g: _Gen, inputs, outputs) -> Op | None:
     n = rng.randint(1, min(rs, rd))
     v = g.name()
     s_ref, d_ref = f"{src_name}_ref", f"{dst_name}_ref"
+    if w % 128 == 0 and w >= 256 and rng.random() < 0.3:
+        return _unrolled_from_traced_base(rng, g, v, src, dst, s_ref, d_ref, lead_s, lead_d, n)
     if w % 128 == 0 and w >= 256 and rng.random() < 0.5:
         chunks = w // 128
         s0, d0 = rng.randint(0, rs - n), rng.randint(0, rd - n)
@@ -212,6 +217,8 @@ def _loop_op(rng, g: _Gen, inputs, outputs) -> Op | None:
             )
         )
     s0, d0, d1 = rng.randint(0, rs - n), rng.randint(0, rd - n), rng.randrange(rd)
+    if rng.random() < 0.4:
+        return _pl_loop_with_invariants(rng, g, v, src, dst, s_ref, d_ref, lead_s, lead_d, n, w, s0, d0)
     acc = "jnp.float32" if kind(src.dtype) == "f" else "jnp.int32"
     value = _compute(rng, v, v, Aval((1, w), src.dtype), dst.dtype)
     trips = g.start(n, n)
@@ -223,6 +230,84 @@ def _loop_op(rng, g: _Gen, inputs, outputs) -> Op | None:
             f"    return acc + {v}.astype({acc})",
             f"acc_{v} = lax.fori_loop(0, {trips}, rows_{v}, jnp.zeros((1, {w}), {acc}))",
             f"{d_ref}[{lead_d}pl.ds({d1}, 1), 0:{w}] = acc_{v}.astype({dt(dst.dtype)})",
+        )
+    )
+
+
+def _unrolled_from_traced_base(rng, g: _Gen, v, src, dst, s_ref, d_ref, lead_s, lead_d, n) -> Op:
+    """Copies of the same column work that Python unrolled over ``cb + off``
+    slices, ``cb`` traced (what `rewrites.unrolled` widens into one)."""
+    cs, cd = src.shape[-1], dst.shape[-1]
+    width = 128
+    chunks = rng.randint(2, min(cs, cd) // width)
+    blocks = min(cs, cd) // width - chunks + 1  # where the run of chunks may start
+    base = g.start(0, blocks - 1, traced=True)
+    s0 = g.start(0, src.shape[-2] - n)
+    d0 = g.start(0, dst.shape[-2] - n)
+    # Each copy's work: a random elementwise program over the chunk (its
+    # iotas count within a chunk: one wide copy must not count across them).
+    chunk = Aval((n, width), src.dtype)
+    avals, stmts = {"x": chunk}, []
+    target = rng.randint(1, 4)
+    for _ in range(40):
+        if len(stmts) >= target:
+            break
+        st = array_ops.random_stmt(rng, avals, f"t{len(stmts)}", chunk.shape, (src.dtype, dst.dtype))
+        if st is not None and st.aval.shape == chunk.shape:
+            stmts.append(st)
+            avals[st.name] = st.aval
+    last = stmts[-1] if stmts else None
+    lane = f"lax.broadcasted_iota(jnp.int32, {shape_text(chunk.shape)}, 1)"
+    if rng.random() < 0.6:  # a lane position inside the chunk, always
+        prev = last.name if last else "x"
+        aval = last.aval if last else chunk
+        if rng.random() < 0.5 or aval.dtype == "bool":
+            expr = f"jnp.where({lane} < {rng.randrange(1, width)}, {{0}}, jnp.zeros_like({{0}}))"
+        else:
+            expr = f"{{0}} + {lane}.astype({{0}}.dtype)"
+        last = array_ops.Stmt(f"t{len(stmts)}", expr, (prev,), aval)
+        stmts.append(last)
+    prog = Program((("x", chunk),), tuple(stmts), (last.name if last else "x",)).pruned()
+    lines = [f"    {line}" for line in prog.body(f"work_{v}").splitlines()]
+    return Op(
+        (
+            *(line[4:] for line in lines),
+            # (scalars read before the copies: each copy is then loads,
+            # elementwise work and stores only)
+            f"cb_{v}, rs_{v}, rd_{v} = pl.multiple_of({base} * {width}, {width}), {s0}, {d0}",
+            f"for off in range(0, {chunks * width}, {width}):",
+            f"    cols = pl.ds(cb_{v} + off, {width})",
+            f"    {v} = {s_ref}[{lead_s}pl.ds(rs_{v}, {n}), cols]",
+            f"    {d_ref}[{lead_d}pl.ds(rd_{v}, {n}), cols] = work_{v}({v})[0].astype({dt(dst.dtype)})",
+        )
+    )
+
+
+def _pl_loop_with_invariants(rng, g: _Gen, v, src, dst, s_ref, d_ref, lead_s, lead_d, n, w, s0, d0) -> Op:
+    """A `pl.loop` over rows whose body computes loop-invariant integer work
+    (a shift and a lane mask from SMEM values: what `rewrites.hoisting`
+    moves before the loop) and uses it on each row."""
+    j1 = len(g.starts)
+    g.starts.append(rng.randint(-3, 40))
+    j2 = len(g.starts)
+    g.starts.append(rng.randint(0, w // 8))
+    m = f"lax.broadcasted_iota(jnp.int32, (1, {w}), 1) < k2_{v} * 8"
+    if kind(src.dtype) in "iu":
+        sh = f"(k1_{v} % 4 * 2).astype({v}.dtype)"
+        use = f"jnp.where(m_{v}, {v}, lax.shift_right_logical({v}, jnp.broadcast_to({sh}, {v}.shape)))"
+    else:
+        use = f"jnp.where(m_{v}, {v}, {v} * 2)"
+    value = _compute(rng, f"u_{v}", f"u_{v}", Aval((1, w), src.dtype), dst.dtype)
+    trips = g.start(n, n) if rng.random() < 0.5 else str(n)
+    return Op(
+        (
+            f"k1_{v}, k2_{v} = idx_ref[{j1}], idx_ref[{j2}]  # read before the loop, used inside",
+            f"@pl.loop(0, {trips})",
+            f"def rows_{v}(i):",
+            f"    m_{v} = {m}",
+            f"    {v} = {s_ref}[{lead_s}pl.ds(i + {s0}, 1), 0:{w}]",
+            f"    u_{v} = {use}",
+            f"    {d_ref}[{lead_d}pl.ds(i + {d0}, 1), 0:{w}] = {value}",
         )
     )
 
