@@ -211,9 +211,14 @@ class Pool:
                 r = got[1][0]
                 r["detail"] = f"stock: the process was {what}; " + (r.get("detail") or "")
                 return r
-            how, stage, code = got
-            who = stage[0] if stage else None
-            what = f"killed by signal {-code}" if how == "died" and code and code < 0 else how
+            how2, stage, code = got
+            what2 = f"killed by signal {-code}" if how2 == "died" and code and code < 0 else how2
+            if stage and stage[0] == "ours" and how2 == how == "died":
+                # Both take the process down the same way (jaxlib 0.10.2's XLA
+                # folds an integer division by a constant zero with SIGFPE, in
+                # any jitted program): a case both reject, not a mismatch.
+                return {"kind": "both_reject", "detail": f"stock: the process was {what}; mosaic_rt: {what2}"}
+            how, what, who = how2, what2, stage[0] if stage else None
         if who == "ours":
             got = self._run(f"!source {name}", 300)
             repro = got[1][0]["repro"] if got[0] == "ok" else None
