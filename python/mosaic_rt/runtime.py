@@ -89,6 +89,10 @@ class Runtime:
     by a store, swap, DMA, block copy or its initial value -- raises
     ``UninitializedReadError`` naming the never-written range.
     ``trace=True`` records a timeline: see :meth:`trace_json`.
+    ``dma_execution_mode``: ``"on_wait"`` (default), ``"eager"`` or
+    ``"tpu"`` (see ``mosaic_rt.InterpretParams``; under ``"tpu"`` a copy to
+    another core lands when the thread playing that core waits, reads a
+    semaphore or frees a buffer, or when its device ``leave``-s).
     """
 
     def __init__(

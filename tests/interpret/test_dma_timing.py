@@ -341,3 +341,15 @@ def test_the_default_is_tpu_and_every_mode_is_accepted():
         assert mosaic_rt.InterpretParams(dma_execution_mode=mode).dma_execution_mode == mode
     rt = mosaic_rt.Runtime(2, 1, dma_execution_mode="tpu")
     assert rt.dma_execution_mode == "tpu"
+
+
+def test_the_runtime_driven_from_python_lands_a_copy_at_the_destinations_wait():
+    rt = mosaic_rt.Runtime(2, 1, dma_execution_mode="tpu")
+    src = rt.allocate_buffer(0, 0, "vmem", np.arange(4, dtype=np.float32))
+    dst = rt.allocate_buffer(1, 0, "vmem", np.zeros(4, np.float32))
+    send = rt.allocate_semaphores(0, None, "dma", 2)
+    rt.allocate_semaphores(1, None, "dma", 2)
+    rt.dma_start(0, 0, ("vmem", src), ("vmem", dst), send + 1, src_sem=send, dst_device=1)
+    np.testing.assert_array_equal(rt.buffer_content(1, 0, "vmem", dst), np.zeros(4, np.float32))
+    rt.dma_wait(1, 0, send + 1, 16)
+    np.testing.assert_array_equal(rt.buffer_content(1, 0, "vmem", dst), np.arange(4, dtype=np.float32))

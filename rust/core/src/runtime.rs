@@ -195,10 +195,14 @@ impl Runtime {
     }
 
     /// `device`'s program left the launch (all its cores are done); may
-    /// complete a deadlock, which then fails the launch.
+    /// complete a deadlock, which then fails the launch. DMAs still on their
+    /// way to it land first (kernel_end lands them earlier, before its leak
+    /// report; a runtime driven directly gets it here).
     pub fn leave_device(&self, device: u32) -> Result<()> {
+        let landed = if self.failure().is_none() { self.end_device_dmas(device) } else { Ok(()) };
         self.release_borrowed(device);
-        self.sems.finish_device(device)
+        self.sems.finish_device(device)?;
+        landed
     }
 
     /// Ends the borrows of `device`'s input buffers (its XLA operands may be

@@ -260,3 +260,12 @@ fn on_wait_also_checks_a_destination_not_allocated_yet_when_it_is_written() {
     let e = rt.dma_start(req).unwrap_err();
     assert!(e.message.contains("no such buffer"), "{e}");
 }
+
+#[test]
+fn a_device_that_leaves_lands_what_is_on_its_way() {
+    let (rt, src, dst, sems) = two_devices();
+    rt.dma_start(remote(0, 1, src, dst, sems)).unwrap();
+    rt.leave_device(1).unwrap();
+    assert_eq!(content(&rt, 1, 0, dst), [1.0, 2.0, 3.0, 4.0]);
+    assert!(rt.incoming_dmas(1, 0).unwrap().is_empty());
+}
