@@ -27,6 +27,7 @@ SAMPLE = {
     "dma": 32,
     "multi_device": 12,
     "transforms": 24,
+    "pipeline": 16,
 }
 SEED = 56_000_000  # fixed: the same kernels every run (on one jax version)
 BATCH = 8

@@ -3,7 +3,7 @@ name -> ``generate(rng) -> spec``."""
 
 from __future__ import annotations
 
-from fuzzing import dma, elementwise, grid, memory, multi_device, scalar, transforms
+from fuzzing import dma, elementwise, grid, memory, multi_device, pipeline, scalar, transforms
 
 GENERATORS = {
     "elementwise": elementwise.generate,
@@ -13,6 +13,7 @@ GENERATORS = {
     "dma": dma.generate,
     "multi_device": multi_device.generate,
     "transforms": transforms.generate,
+    "pipeline": pipeline.generate,
 }
 
 NAMES = tuple(GENERATORS)
