@@ -75,7 +75,7 @@ def _main():
     stock = attempt(lambda: run(pltpu.InterpretParams(**KNOBS)))
     if isinstance(stock, Exception):
         pltpu.reset_tpu_interpret_mode_state()
-    ours = attempt(lambda: run(mosaic_rt.InterpretParams(**KNOBS, **OURS_KNOBS)))
+    ours = attempt(lambda: run(mosaic_rt.InterpretParams(**{**KNOBS, **OURS_KNOBS})))
     want = meaning()
     for name, got in (("stock", stock), ("mosaic_rt", ours)):
         if isinstance(got, Exception):

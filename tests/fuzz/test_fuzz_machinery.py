@@ -1,0 +1,114 @@
+"""The fuzzer's own parts (tests/support/fuzzing): the oracle's verdicts, the
+shrinker, case sources and their standalone repro files, generation being
+reproducible from a seed."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from fuzzing import case, categories, oracle, runner
+from fuzzing.shrink import shrink
+from jax.experimental.pallas import tpu as pltpu
+
+pytestmark = pytest.mark.timeout(300)
+
+_WRAPPED = np.asarray([44, -56], np.int8)  # 100 * 3 and 100 * 10, wrapped (the TPU's int8)
+_SATURATED = np.asarray([127, 127], np.int8)  # what a saturating multiply gives
+
+
+def _case(stock, ours, meaning=None):
+    """A loaded case's namespace whose run gives ``stock`` under stock's
+    params and ``ours`` under ours (an exception instance: raised)."""
+
+    def run(params):
+        out = stock if type(params) is pltpu.InterpretParams else ours
+        if isinstance(out, Exception):
+            raise out
+        return [out]
+
+    def meaning_fn():
+        if isinstance(meaning, Exception):
+            raise meaning
+        return None if meaning is None else [meaning]
+
+    return {"KNOBS": {}, "run": run, "meaning": meaning_fn}
+
+
+def test_identical_outputs_are_the_same():
+    assert oracle.judge(_case(_WRAPPED, _WRAPPED.copy())).kind == oracle.SAME
+
+
+def test_stock_wrong_where_ours_is_the_meaning():
+    # Issue 56: stock's fused int8 multiply saturated, the TPU wraps.
+    v = oracle.judge(_case(_SATURATED, _WRAPPED, meaning=_WRAPPED))
+    assert v.kind == oracle.STOCK_WRONG, v
+    assert "stock is not the meaning" in v.detail
+
+
+def test_a_difference_where_stock_is_the_meaning_is_a_mismatch():
+    v = oracle.judge(_case(_WRAPPED, _SATURATED, meaning=_WRAPPED))
+    assert v.kind == oracle.MISMATCH and v.signature == ("differs", "")
+    # ... and so is one without a meaning to decide it.
+    assert oracle.judge(_case(_WRAPPED, _SATURATED)).kind == oracle.MISMATCH
+
+
+def test_rejections():
+    boom = ValueError("no")
+    assert oracle.judge(_case(boom, ValueError("no"))).kind == oracle.BOTH_REJECT
+    v = oracle.judge(_case(_WRAPPED, TypeError("reshape requires ndarray")))
+    assert v.kind == oracle.MISMATCH and v.signature == ("ours_rejects", "TypeError")
+    assert oracle.judge(_case(boom, _WRAPPED, meaning=_WRAPPED)).kind == oracle.STOCK_REJECTS
+    v = oracle.judge(_case(boom, _SATURATED, meaning=_WRAPPED))
+    assert v.kind == oracle.MISMATCH and v.signature == ("ours_wrong", "")
+
+
+def test_bits_decide_but_the_meaning_takes_any_nan():
+    nan_a = np.asarray([np.nan], np.float32)
+    nan_b = np.asarray([0x7FC00001], np.uint32).view(np.float32)  # another NaN payload
+    assert oracle.judge(_case(nan_a, nan_b)).kind == oracle.MISMATCH  # stock vs ours: bit for bit
+    assert oracle.judge(_case(nan_a, nan_b, meaning=nan_b)).kind == oracle.MISMATCH
+    assert oracle.matches_meaning([nan_b], [nan_a])  # the meaning: any NaN is a NaN
+    zero, negzero = np.asarray([0.0], np.float32), np.asarray([-0.0], np.float32)
+    assert not oracle.matches_meaning([zero], [negzero])  # but -0.0 is not 0.0
+
+
+def test_a_meaning_that_raises_is_reported():
+    v = oracle.judge(_case(ValueError("x"), _WRAPPED, meaning=KeyError("model")))
+    assert v.kind == oracle.MEANING_ERROR and "KeyError" in v.detail
+
+
+@dataclasses.dataclass(frozen=True)
+class _Numbers:
+    items: tuple
+
+    def shrinks(self):
+        for k in range(len(self.items)):
+            yield _Numbers(self.items[:k] + self.items[k + 1 :])
+
+
+def test_shrinking_keeps_the_failure_and_drops_the_rest():
+    # Fails while it holds both 3 and 7.
+    small, runs = shrink(_Numbers(tuple(range(10))), lambda s: {3, 7} <= set(s.items))
+    assert small.items == (3, 7) and runs <= 120
+
+
+def test_generation_is_reproducible_from_the_seed():
+    for category in categories.NAMES:
+        a, b = runner.generate(category, 12345), runner.generate(category, 12345)
+        assert a == b, category
+        assert case.source(a, title="t") == case.source(b, title="t")
+
+
+@pytest.mark.parametrize("category", ["elementwise", "dma"])
+def test_a_repro_file_runs_on_its_own(category, tmp_path):
+    spec = runner.generate(category, 7)
+    path = runner.write_repro(case.source(spec, title=runner.title(category, 7)), str(tmp_path), category, 7)
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    out = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "bit-identical outputs: [True" in out.stdout, out.stdout + out.stderr[-2000:]
