@@ -101,6 +101,10 @@ no_effects = effects.no_effects
 
 # Primitives the interpreter gives rules to.
 jit_p = pjit.jit_p
+# `jax.empty_ref(type, memory_space)` / `jax.new_ref(value, memory_space=)`
+# inside a kernel: memory of the kernel, as the Mosaic lowering allocates it.
+empty_ref_p = getattr(jax_core, "empty_ref_p", None)
+new_ref_p = getattr(jax_core, "ref_p", None)
 load_p = pallas_primitives.load_p
 masked_swap_p = pallas_primitives.swap_p
 get_p = state_primitives.get_p
@@ -553,9 +557,63 @@ def block_memory_space(block_mapping):
     return aval.memory_space
 
 
+class _ViewLeaf:
+    """Stands for a leaf that is a view (`TransformedRef`) while a tree is
+    unflattened (see `unflatten_refs`)."""
+
+    __slots__ = ("view",)
+
+    def __init__(self, view):
+        self.view = view
+
+
+def unflatten_refs(tree, leaves):
+    """``tree.unflatten(leaves)`` where leaves may be views themselves (the
+    interpreter holds a view of a ref as a `TransformedRef` of its buffer):
+    a view placed in a `TransformedRef` node composes with it, the leaf's
+    transforms first (jax 0.12 refuses a `TransformedRef` of one), and
+    keeps the leaf's `view_base_aval`."""
+    if not any(isinstance(x, TransformedRef) for x in leaves):
+        return tree.unflatten(list(leaves))
+    out = tree.unflatten([_ViewLeaf(x) if isinstance(x, TransformedRef) else x for x in leaves])
+
+    def resolve(x):
+        if isinstance(x, _ViewLeaf):
+            return x.view
+        if isinstance(x, TransformedRef) and isinstance(x.ref, _ViewLeaf):
+            inner = x.ref.view
+            return with_base_aval(TransformedRef(inner.ref, (*inner.transforms, *x.transforms)), view_base_aval(inner))
+        return x
+
+    registry = tracing_registry
+    flat, shape = registry.flatten(out, lambda x: isinstance(x, (TransformedRef, _ViewLeaf)))
+    return shape.unflatten([resolve(x) for x in flat])
+
+
+def with_base_aval(view, aval):
+    """``view`` (a `TransformedRef`) noting the aval of the buffer it
+    addresses (a variable holding a view has the view's aval, not its
+    buffer's, which views through a bitcast or reshape need)."""
+    if aval is not None and isinstance(view, TransformedRef):
+        object.__setattr__(view, "_mosaic_rt_base_aval", aval)
+    return view
+
+
+def view_base_aval(value):
+    """The aval of the buffer a view addresses (see `with_base_aval`), or
+    None."""
+    return getattr(value, "_mosaic_rt_base_aval", None) if isinstance(value, TransformedRef) else None
+
+
 def ref_and_transforms(ref):
-    """(base ref, transforms) of a possibly transformed ref operand."""
-    return mosaic_primitives._get_ref_and_transforms(ref)
+    """(base ref, transforms) of a possibly transformed ref operand; a
+    transformed ref of a transformed ref (pipelines nested over views)
+    composes, the inner view's transforms first."""
+    ref, transforms = mosaic_primitives._get_ref_and_transforms(ref)
+    if isinstance(ref, TransformedRef):
+        inner, first = ref_and_transforms(ref)
+        return inner, (*first, *transforms)
+    return ref, transforms
 
 
 def emit_pipeline_to_jaxpr():

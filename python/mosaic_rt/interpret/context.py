@@ -45,6 +45,10 @@ class Ctx:
     # Whether the block's environment takes a load's value pending in a
     # batch (`batching.Lazy`): set by the evaluator per block.
     lazy_loads: bool = False
+    # Buffers the block's `jax.empty_ref` / `jax.new_ref` equations made,
+    # as ``(space code, buffer)``: freed when the block ends. A list of
+    # the block's own, set by the evaluator per block.
+    block_refs: list | None = None
 
     def replace(self, **changes) -> "Ctx":
         return dataclasses.replace(self, **changes)

@@ -95,6 +95,7 @@ def _eval_block(jaxpr, args, ctx: Ctx, token, preset, count):
     ctx = ctx.replace(
         stores=splat.BlockStores(jaxpr, env.read, skip_floats=ctx.params.skip_floating_point_ops),
         lazy_loads=vplan is not None,
+        block_refs=[],
     )
     computed = dict(preset or {})
     for key, value in computed.items():
@@ -123,7 +124,10 @@ def _eval_block(jaxpr, args, ctx: Ctx, token, preset, count):
             token, out = _eval_with(eqn, i, env, computed, eqn_ctx, token)
         out = out if eqn.primitive.multiple_results else [out]
         env.write_many(eqn.outvars, out)
-    return token, env.read_many(jaxpr.outvars), computed
+    outs = env.read_many(jaxpr.outvars)
+    for space, buf in ctx.block_refs:
+        token = native_calls.free_buffer(token, ctx.handle, ctx.device_id, ctx.core, space, buf)
+    return token, outs, computed
 
 
 def _trailing_waits(eqns, i, plan, env, computed, ctx):
@@ -312,6 +316,12 @@ def _fill(token, ctx, space, ref, region, eqn, aval):
     return token, (old if used else aval)
 
 
+def _ref_aval(value, var):
+    """The aval of the buffer a ref operand addresses: a view's buffer's
+    (`jx.view_base_aval`), else its variable's."""
+    return jx.view_base_aval(value) or var.aval
+
+
 def _with_ref_transforms(ref, transforms):
     """A ref operand may itself carry transforms (a `TransformedRef` rebuilt
     from a pytree): they apply before the op's own."""
@@ -321,16 +331,17 @@ def _with_ref_transforms(ref, transforms):
 
 @_rule(jx.load_p)
 def _masked_load(eqn, read, ctx, token):
-    ref, transforms, mask, other = jax.tree.unflatten(eqn.params["args_tree"], read())
+    ref, transforms, mask, other = jx.unflatten_refs(eqn.params["args_tree"], read())
+    ref_aval = _ref_aval(ref, eqn.invars[0])
     ref, transforms = _with_ref_transforms(ref, transforms)
     space = _space_or_raise_if_hbm(eqn.invars[0].aval, "load_p")
     aval = eqn.outvars[0].aval
     if mask is None:
         # (`other` without a mask selects nothing: stock's discharge rule
         # applies it only with a mask.)
-        return _load_view(token, ctx, space, ref, eqn.invars[0].aval, transforms, aval)
+        return _load_view(token, ctx, space, ref, ref_aval, transforms, aval)
     mask, other = _load_mask_and_other(mask, other, aval)
-    token, value = _masked_load_view(token, ctx, space, ref, eqn.invars[0].aval, transforms, aval, mask)
+    token, value = _masked_load_view(token, ctx, space, ref, ref_aval, transforms, aval, mask)
     if other is not None:
         value = jnp.where(mask, value, other)
     return token, value
@@ -393,26 +404,28 @@ def _masked_load_view(token, ctx, space, ref, ref_aval, transforms, aval, mask):
 
 @_rule(jx.masked_swap_p)
 def _masked_swap(eqn, read, ctx, token):
-    ref, transforms, val, mask = jax.tree.unflatten(eqn.params["args_tree"], read())
+    ref, transforms, val, mask = jx.unflatten_refs(eqn.params["args_tree"], read())
+    ref_aval = _ref_aval(ref, eqn.invars[0])
     ref, transforms = _with_ref_transforms(ref, transforms)
     space = _space_or_raise_if_hbm(eqn.invars[0].aval, "swap_p")
-    return _swap_view(token, ctx, space, ref, eqn.invars[0].aval, transforms, val, mask, eqn.outvars[0].aval, eqn)
+    return _swap_view(token, ctx, space, ref, ref_aval, transforms, val, mask, eqn.outvars[0].aval, eqn)
 
 
 @_rule(jx.get_p)
 def _get(eqn, read, ctx, token):
     space = _space_or_raise_if_hbm(eqn.invars[0].aval, "get_p")
     invals = read()
-    ref, transforms = _with_ref_transforms(invals[0], jax.tree.unflatten(eqn.params["tree"], invals[1:]))
-    return _load_view(token, ctx, space, ref, eqn.invars[0].aval, transforms, eqn.outvars[0].aval)
+    ref, transforms = _with_ref_transforms(invals[0], jx.unflatten_refs(eqn.params["tree"], invals[1:]))
+    return _load_view(token, ctx, space, ref, _ref_aval(invals[0], eqn.invars[0]), transforms, eqn.outvars[0].aval)
 
 
 @_rule(jx.swap_p)
 def _swap(eqn, read, ctx, token):
     space = _space_or_raise_if_hbm(eqn.invars[0].aval, "swap_p")
     invals = read()
-    ref, transforms = _with_ref_transforms(invals[0], jax.tree.unflatten(eqn.params["tree"], invals[2:]))
-    return _swap_view(token, ctx, space, ref, eqn.invars[0].aval, transforms, invals[1], None, eqn.outvars[0].aval, eqn)
+    ref, transforms = _with_ref_transforms(invals[0], jx.unflatten_refs(eqn.params["tree"], invals[2:]))
+    ref_aval = _ref_aval(invals[0], eqn.invars[0])
+    return _swap_view(token, ctx, space, ref, ref_aval, transforms, invals[1], None, eqn.outvars[0].aval, eqn)
 
 
 @_rule(jx.run_scoped_p)
@@ -454,6 +467,36 @@ def _run_scoped(eqn, read, ctx, token):
                 token, ctx.handle, ctx.device_id, ctx.core, space_code(forward_any_to_hbm(v.aval.memory_space)), buf
             )
     return token, out
+
+
+@_rule(jx.empty_ref_p, jx.new_ref_p)
+def _kernel_ref(eqn, read, ctx, token):
+    """`jax.empty_ref(type, memory_space)` / `jax.new_ref(value,
+    memory_space=)` inside a kernel: a buffer of the kernel's memory (VMEM
+    unless the type names another space), uninitialised or holding the
+    value, freed when the enclosing block ends (as a run_scoped one)."""
+    aval = eqn.outvars[0].aval
+    if ctx.block_refs is None:
+        return NotImplemented
+    space = forward_any_to_hbm(aval.memory_space) or jx.MemorySpace.VMEM
+    if space is _SEMAPHORE:
+        raise NotImplementedError("jax.empty_ref of semaphores in a kernel: use pltpu.SemaphoreType in scratch_shapes")
+    if space is _HBM and not ctx.params.allow_hbm_allocation_in_run_scoped:
+        raise ValueError(f"{eqn.primitive.name} in HBM inside a kernel is not supported: allocate VMEM or SMEM")
+    init = read()[0] if eqn.primitive is jx.new_ref_p else None
+    inner = aval.inner_aval
+    token, buf = native_calls.allocate_buffer(
+        token,
+        handle=ctx.handle,
+        device=ctx.device_id,
+        core=ctx.core,
+        space=space_code(space),
+        params=ctx.params,
+        **({"init": jnp.broadcast_to(init, inner.shape).astype(inner.dtype)} if init is not None else {}),
+        **({} if init is not None else {"shape": inner.shape, "dtype": inner.dtype}),
+    )
+    ctx.block_refs.append((space_code(space), buf))
+    return token, buf
 
 
 # ------------------------------------------------------------ control flow
@@ -582,7 +625,7 @@ def _parallel_loop(eqn, read, ctx, token):
     # Iterations may run in any order or at once on a SparseCore (the
     # kernel promises they are independent): in order is one of those.
     p = eqn.params
-    lower, upper, step, consts, init = p["tree"].unflatten(read())
+    lower, upper, step, consts, init = jx.unflatten_refs(p["tree"], read())
     body = jx.convert_constvars_jaxpr(p["jaxpr"])
     if not init and _runs_at_least_once(lower, upper, step):
         # Iterations over disjoint columns: all of them as one (`widening`).
@@ -661,7 +704,12 @@ def _emit_pipeline(eqn, read, ctx, token):
 @_rule(jx.pipeline_body_p)
 def _pipeline_body(eqn, read, ctx, token):
     p = eqn.params
-    indices, body_consts, refs = p["in_tree"].unflatten(read())
+    indices, body_consts, refs = jx.unflatten_refs(p["in_tree"], read())
+    # A window made here of a plain buffer addresses its variable's buffer.
+    var_refs = p["in_tree"].unflatten(list(eqn.invars))[2]
+    refs = tuple(
+        jx.with_base_aval(r, jx.view_base_aval(r) or jx.ref_and_transforms(v)[0].aval) for r, v in zip(refs, var_refs)
+    )
     jaxpr = jx.pipeline_body_jaxpr(p["jaxpr"])
     # A body traced with the step as an argument (jax 0.12: the
     # PipelineStep and the local grid sizes) takes its leaves after the
@@ -884,9 +932,9 @@ def _sem_ids(ctx, role, sem, transforms):
 @_rule(jx.dma_start_p)
 def _dma_start(eqn, read, ctx, token):
     tree = eqn.params["tree"]
-    src, dst, dst_sem, src_sem, target = jax.tree.unflatten(tree, read())
-    src, src_transforms = jx.ref_and_transforms(src)
-    dst, dst_transforms = jx.ref_and_transforms(dst)
+    src_view, dst_view, dst_sem, src_sem, target = jx.unflatten_refs(tree, read())
+    src, src_transforms = jx.ref_and_transforms(src_view)
+    dst, dst_transforms = jx.ref_and_transforms(dst_view)
     dst_sem, dst_sem_t = jx.ref_and_transforms(dst_sem)
     src_sem, src_sem_t = jx.ref_and_transforms(src_sem)
     if dst_sem is None:
@@ -904,7 +952,9 @@ def _dma_start(eqn, read, ctx, token):
     # Refs whose memory space is unknown are HBM refs (stock does the same).
     src_space = forward_any_to_hbm(getattr(orig_src.aval, "memory_space", None)) or _HBM
     dst_space = forward_any_to_hbm(getattr(orig_dst.aval, "memory_space", None)) or _HBM
-    (src_region, src_map), (dst_region, dst_map) = _dma_sides((src_transforms, orig_src), (dst_transforms, orig_dst))
+    src_base = jx.view_base_aval(src_view) or jx.ref_and_transforms(orig_src)[0].aval
+    dst_base = jx.view_base_aval(dst_view) or jx.ref_and_transforms(orig_dst)[0].aval
+    (src_region, src_map), (dst_region, dst_map) = _dma_sides((src_transforms, src_base), (dst_transforms, dst_base))
     token = native_calls.dma_start(
         token,
         ctx.handle,
@@ -931,10 +981,9 @@ def _dma_sides(src, dst):
     """((region, byte map or None) of the source, the same of the
     destination): a side seen through a bitcast / reshape / transpose gets a
     byte map (`dma_views`); without one, both are plain regions, as always."""
-    (src_t, src_var), (dst_t, dst_var) = src, dst
+    (src_t, src_aval), (dst_t, dst_aval) = src, dst
     if not (dma_views.has_view(src_t) or dma_views.has_view(dst_t)):
         return (to_region(src_t), None), (to_region(dst_t), None)
-    src_aval, dst_aval = jx.ref_and_transforms(src_var)[0].aval, jx.ref_and_transforms(dst_var)[0].aval
     src_view, dst_view = jx.transform_type(src_t, src_aval), jx.transform_type(dst_t, dst_aval)
     if not dma_views.same_shape(src_view.shape, dst_view.shape) or src_view.dtype != dst_view.dtype:
         raise ValueError(
@@ -955,9 +1004,9 @@ def _dma_sides(src, dst):
 def _dma_wait_bytes(eqn, invals):
     """The bytes a DMA wait equation waits for (traced for a slice of traced
     size: known at run time only)."""
-    src = jax.tree.unflatten(eqn.params["tree"], invals)[0]
+    src = jx.unflatten_refs(eqn.params["tree"], invals)[0]
     _, src_transforms = jx.ref_and_transforms(src)
-    src_aval = jx.transform_type(src_transforms, eqn.invars[0].aval)
+    src_aval = jx.transform_type(src_transforms, jx.view_base_aval(src) or eqn.invars[0].aval)
     if jx.is_key_dtype(src_aval.dtype):  # typed PRNG keys move as their key data
         shape, dtype = jx.key_physical(src_aval.shape, src_aval.dtype)
         return math.prod(shape) * dtype.itemsize
@@ -966,7 +1015,7 @@ def _dma_wait_bytes(eqn, invals):
 
 def _dma_wait_sem(eqn, invals, ctx):
     """The semaphore id a DMA wait equation waits on."""
-    sem = jax.tree.unflatten(eqn.params["tree"], invals)[2]
+    sem = jx.unflatten_refs(eqn.params["tree"], invals)[2]
     sem, sem_t = jx.ref_and_transforms(sem)
     return _sem_ids(ctx, "sem", sem, sem_t)
 
@@ -999,7 +1048,7 @@ def _barrier_semaphore(eqn, read, ctx, token):
 
 @_rule(jx.semaphore_signal_p)
 def _semaphore_signal(eqn, read, ctx, token):
-    sem, sem_t, inc, target, core_index = jax.tree.unflatten(eqn.params["args_tree"], read())
+    sem, sem_t, inc, target, core_index = jx.unflatten_refs(eqn.params["args_tree"], read())
     target, axis_core = _target(ctx, target, eqn.params["device_id_type"])
     if axis_core is not None:
         if core_index is not None:
@@ -1028,7 +1077,7 @@ def _semaphore_signal(eqn, read, ctx, token):
 
 @_rule(jx.semaphore_wait_p)
 def _semaphore_wait(eqn, read, ctx, token):
-    sem, sem_t, value, decrement = jax.tree.unflatten(eqn.params["args_tree"], read())
+    sem, sem_t, value, decrement = jx.unflatten_refs(eqn.params["args_tree"], read())
     # decrement=False (no Mosaic TPU lowering yet; Mosaic GPU's and the
     # discharge rule's meaning): block until the count is >= value, leave
     # the count unchanged -- a native wait like any other (parks, runs
@@ -1045,5 +1094,5 @@ def _semaphore_wait(eqn, read, ctx, token):
 
 @_rule(jx.semaphore_read_p)
 def _semaphore_read(eqn, read, ctx, token):
-    sem, sem_t = jax.tree.unflatten(eqn.params["args_tree"], read())
+    sem, sem_t = jx.unflatten_refs(eqn.params["args_tree"], read())
     return native_calls.semaphore_read(token, ctx.handle, ctx.device_id, ctx.core, _sem_ids(ctx, "sem", sem, sem_t))

@@ -8,6 +8,9 @@ stock interpret mode composes them, so error messages name the same ranges.
 
 from __future__ import annotations
 
+import numpy as np
+from jax import lax
+
 from mosaic_rt.ffi.ops import TracedRegion
 from mosaic_rt.jax_internals import ANNOTATION_TRANSFORMS, NDIndexer, Slice, Tracer
 
@@ -45,6 +48,15 @@ def _dims_of(indexer: NDIndexer):
     return dims
 
 
+def _as_i32(x):
+    """An index as int32 (views may index with uint32 under strict dtype
+    promotion, where int32 + uint32 does not promote)."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is None or dtype == np.int32:
+        return x
+    return lax.convert_element_type(x, np.int32)
+
+
 def _compose(outer, inner):
     """`inner` indexes the view selected by `outer` (stock's composition)."""
     out = []
@@ -60,7 +72,7 @@ def _compose(outer, inner):
             i += 1
             continue
         n = inner[j]
-        start = o[0] + n[0] * o[2]
+        start = _as_i32(o[0]) + _as_i32(n[0]) * o[2]
         if n[3]:
             out.append((start, 1, 1, True))
         else:
