@@ -67,8 +67,8 @@ names = zipfile.ZipFile(sys.argv[1]).namelist()
 for want in ("licenses/LICENSE", "mosaic_rt/_native.abi3.so", "mosaic_rt/__init__.py"):
     assert any(n.endswith(want) for n in names), f"{want} missing from the wheel"
 names = tarfile.open(sys.argv[2]).getnames()
-for want in ("/LICENSE", "/Cargo.lock", "/pyproject.toml", "/rust/programs/src/lib.rs", "/rust/core/src/lib.rs",
-             "/rust/python/src/lib.rs", "/python/mosaic_rt/__init__.py"):
+for want in ("/LICENSE", "/Cargo.lock", "/pyproject.toml", "/rust/wire/src/lib.rs", "/rust/programs/src/lib.rs",
+             "/rust/core/src/lib.rs", "/rust/python/src/lib.rs", "/python/mosaic_rt/__init__.py"):
     assert any(n.endswith(want) for n in names), f"{want} missing from the sdist"
 print("wheel and sdist contents ok")
 EOF

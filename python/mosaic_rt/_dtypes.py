@@ -1,4 +1,4 @@
-"""The element types simulated memory holds (the Rust core's ``DType``).
+"""The element types simulated memory holds (the Rust ``DType`` table).
 
 Every dtype jax can give a Pallas TPU kernel on CPU: numpy's bool, ints,
 floats and complex types, and ml_dtypes' bfloat16, int4, uint4, int2, uint2,
@@ -18,37 +18,11 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-#: Names in the order of the Rust core's wire codes (``DType::ALL``).
-NAMES: tuple[str, ...] = (
-    "bool",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-    "float16",
-    "bfloat16",
-    "float32",
-    "float64",
-    "int4",
-    "uint4",
-    "int2",
-    "uint2",
-    "float4_e2m1fn",
-    "float8_e5m2",
-    "float8_e4m3fn",
-    "float8_e4m3b11fnuz",
-    "float8_e5m2fnuz",
-    "float8_e4m3fnuz",
-    "float8_e4m3",
-    "float8_e3m4",
-    "float8_e8m0fnu",
-    "complex64",
-    "complex128",
-)
+from mosaic_rt import _native
+
+#: Names in code order: the one dtype table (``mosaic_rt_wire::DType``, read
+#: from ``_native.DTYPES``), whose codes the programs' types share.
+NAMES: tuple[str, ...] = tuple(sorted(_native.DTYPES, key=_native.DTYPES.__getitem__))
 
 
 def _numpy(name: str) -> np.dtype:

@@ -122,15 +122,16 @@ class Runtime:
     def trace_json(self) -> str | None: ...
 
 # The core's spellings and codes (one source; Python keeps no table of its own).
+DTYPES: dict[str, int]  # the one dtype table: codes by numpy name ("bool": 0, ..., "complex128": 27)
 MEMORY_SPACES: dict[str, int]  # {"vmem": 0, "vmem_shared": 1, ..., "hbm": 5, "any": 6}
 SEMAPHORE_KINDS: tuple[str, ...]  # ("regular", "dma", "barrier")
 LEAK_POLICIES: tuple[str, ...]  # ("ignore", "warn", "raise")
 SCALAR_OPS: dict[str, int]  # scalar-program op codes by name ("add": 1, ..., "index": 28)
-SCALAR_TYPES: dict[str, int]  # scalar-program type codes by dtype name ("bool": 0, "int8": 1, ...)
+SCALAR_TYPES: dict[str, int]  # scalar-program types: their DTYPES codes ("bool": 0, "int8": 1, ..., "uint64": 8)
 SCALAR_FORMAT: int  # the scalar-program wire format version
 SCALAR_MAX_VALUES: int  # most values (inputs + instructions) in one scalar program
 VECTOR_OPS: dict[str, int]  # vector-program op codes by jax primitive name ("const": 0, "add": 1, ..., "fma": 25)
-VECTOR_TYPES: dict[str, int]  # vector-program type codes by dtype name ("bool": 0, ..., "float32": 9, "float64": 10)
+VECTOR_TYPES: dict[str, int]  # vector-program types: their DTYPES codes ("bool": 0, ..., "float32": 11, "float64": 12)
 VECTOR_FORMAT: int  # the vector-program wire format version
 VECTOR_MAX_VALUES: int  # most values (inputs + instructions) in one vector program
 BATCH_OPS: tuple[str, ...]  # target names a `batch` call may hold, by op code

@@ -116,6 +116,18 @@ def raw_bytes(a) -> bytes:
 # ----------------------------------------------------------------- facts
 
 
+def test_one_dtype_table():
+    """The dtype codes are one table (rust/wire's ``DType``): Python's names
+    are it, in code order, and every program type has its dtype's code."""
+    from mosaic_rt import _dtypes, _native
+
+    assert tuple(sorted(_native.DTYPES, key=_native.DTYPES.get)) == DTYPES == _dtypes.NAMES
+    assert sorted(_native.DTYPES.values()) == list(range(len(DTYPES)))
+    for table in (_native.SCALAR_TYPES, _native.VECTOR_TYPES):
+        assert {name: _native.DTYPES[name] for name in table} == table
+    assert set(_native.VECTOR_TYPES) == set(_native.SCALAR_TYPES) | {"float32", "float64"}
+
+
 def test_numpy_keeps_sub_byte_types_one_per_byte():
     for name, bits in SUB_BYTE.items():
         dt = np_dtype(name)

@@ -31,6 +31,7 @@ TYPES = _native.VECTOR_TYPES
 INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 FLOATS = ("float32", "float64")
 ALL = ("bool",) + INTS + FLOATS
+F32 = TYPES["float32"]
 ARRAY, SCALAR = 0, 1
 
 
@@ -661,7 +662,7 @@ def test_empty_arrays_and_pass_through():
 
 
 def test_exported_tables():
-    assert TYPES == {t: k for k, t in enumerate(ALL)}
+    assert TYPES == {t: _native.DTYPES[t] for t in ALL}  # the dtypes' codes
     assert sorted(OPS.values()) == list(range(len(OPS)))
     assert OPS["const"] == 0 and OPS["fma"] == 25 and OPS["iota"] == 26
     assert {"add", "convert_element_type", "select_n", "shift_right_logical"} <= set(OPS)
@@ -675,17 +676,17 @@ def test_exported_tables():
         ([99, 1, 0, 0, 0], "format 99"),
         ([1, -1, 0, 0, 0], "element count -1"),
         ([1, 4, 1, 0, 0, 42, 0], "unknown type code 42"),
-        ([1, 4, 1, 0, 0, 9, 2], "input kind 2"),
-        ([1, 4, 0, 1, 1, 77, 9, 0, 0, 0], "unknown op code 77"),
-        ([1, 4, 1, 1, 1, 9, 0, OPS["add"], 9, 2, 0, 5, 0, 1], "value 5 used before it is defined"),
-        ([1, 4, 1, 1, 1, 9, 0, OPS["add"], 9, 1, 0, 0, 1], "add takes 2 argument"),
-        ([1, 4, 1, 1, 1, 9, 0, OPS["shift_left"], 9, 2, 0, 0, 0, 1], "shift_left of float32"),
-        ([1, 4, 1, 1, 1, 9, 0, OPS["fma"], 3, 3, 0, 0, 0, 0, 1], "fma of int32"),
-        ([1, 4, 1, 1, 1, 9, 0, OPS["fma"], 9, 3, 0, 0, 0, 3, 1], "fma form 3"),
+        ([1, 4, 1, 0, 0, F32, 2], "input kind 2"),
+        ([1, 4, 0, 1, 1, 77, F32, 0, 0, 0], "unknown op code 77"),
+        ([1, 4, 1, 1, 1, F32, 0, OPS["add"], F32, 2, 0, 5, 0, 1], "value 5 used before it is defined"),
+        ([1, 4, 1, 1, 1, F32, 0, OPS["add"], F32, 1, 0, 0, 1], "add takes 2 argument"),
+        ([1, 4, 1, 1, 1, F32, 0, OPS["shift_left"], F32, 2, 0, 0, 0, 1], "shift_left of float32"),
+        ([1, 4, 1, 1, 1, F32, 0, OPS["fma"], 3, 3, 0, 0, 0, 0, 1], "fma of int32"),
+        ([1, 4, 1, 1, 1, F32, 0, OPS["fma"], F32, 3, 0, 0, 0, 3, 1], "fma form 3"),
         ([1, 4, 1, 1, 1, 3, 0, OPS["add"], 3, 2, 0, 0, 0, 1, 7], "after the outputs"),
-        ([1, 4, 1, 1, 1, 9, 0, OPS["lt"], 9, 2, 0, 0, 0, 1], "lt returns bool"),
+        ([1, 4, 1, 1, 1, F32, 0, OPS["lt"], F32, 2, 0, 0, 0, 1], "lt returns bool"),
         ([1, 4, 0, 1, 1, OPS["const"], 1, 0, 200, 0], "constant 200 is not a canonical int8"),
-        ([1, 4, 0, 1, 1, OPS["const"], 9, 0, -1, 0], "constant -1 is not a canonical float32"),
+        ([1, 4, 0, 1, 1, OPS["const"], F32, 0, -1, 0], "constant -1 is not a canonical float32"),
         ([1, 4, 0, 0, 1, 0], "value 0 used before"),
     ],
 )

@@ -1,8 +1,8 @@
 //! Static configuration of one runtime (one running kernel).
 
-use crate::enum_str::enum_str;
 use crate::error::{Result, RtError};
 use crate::spin::AdaptiveSpin;
+use mosaic_rt_wire::wire_enum;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,62 +18,62 @@ pub fn timeout_from_secs(seconds: f64) -> Result<Option<Duration>> {
     Ok(Duration::try_from_secs_f64(seconds).ok().filter(|&d| Instant::now().checked_add(d).is_some()))
 }
 
-enum_str! {
-    pub enum DmaMode as "dma_execution_mode" {
+wire_enum! {
+    pub enum DmaMode as setting "dma_execution_mode" {
         /// Copy at `dma_start`.
-        Eager = "eager",
+        Eager = 0 => "eager",
         /// Queue the copy; a core waiting on the DMA's semaphore runs it.
-        OnWait = "on_wait",
+        OnWait = 1 => "on_wait",
         /// A copy within a core at `dma_start` (as `Eager`); a copy to
         /// another core reads its source at `dma_start` and lands at the
         /// destination core's next synchronisation point (see `dma`).
-        Tpu = "tpu",
+        Tpu = 2 => "tpu",
     }
 }
 
-enum_str! {
-    pub enum OobReads as "out_of_bounds_reads" {
-        Raise = "raise",
+wire_enum! {
+    pub enum OobReads as setting "out_of_bounds_reads" {
+        Raise = 0 => "raise",
         /// Out-of-bounds parts of a read return the fill value.
-        Uninitialized = "uninitialized",
+        Uninitialized = 1 => "uninitialized",
         /// As a TPU: a kernel's own loads of VMEM and SMEM are not bounds
         /// checked (out-of-bounds parts return the fill value and are
         /// reported once per source line as misuse); DMA reads raise, as a
         /// TPU's DMA engine checks them.
-        Tpu = "tpu",
+        Tpu = 2 => "tpu",
     }
 }
 
-enum_str! {
-    pub enum FillMode as "uninitialized_memory" {
+wire_enum! {
+    pub enum FillMode as setting "uninitialized_memory" {
         /// NaN for floats, the max value for integers, `true` for bool.
-        Nan = "nan",
-        Zero = "zero",
+        Nan = 0 => "nan",
+        Zero = 1 => "zero",
     }
 }
 
-enum_str! {
+wire_enum! {
     /// What a data race does (`detect_races=True`).
-    pub enum RacePolicy as "on_race" {
+    pub enum RacePolicy as setting "on_race" {
         /// The first race fails the launch (`RaceError`).
-        Raise = "raise",
+        Raise = 0 => "raise",
         /// Each race is queued as a report for Python to issue as a warning.
-        Warn = "warn",
+        Warn = 1 => "warn",
         /// The first race of a launch is printed to stderr (a runtime driven
         /// directly; stock's behaviour).
-        Print = "print",
+        Print = 2 => "print",
     }
 }
 
-enum_str! {
+wire_enum! {
     /// What semaphores left non-zero (or DMAs never waited for) at kernel
     /// end do (`on_semaphore_leak`).
-    pub enum LeakPolicy as "leak policy" {
-        Ignore = "ignore",
+    pub enum LeakPolicy as setting "leak policy" {
+        Ignore = 0 => "ignore",
         /// One report per leak, for Python to issue as a warning.
-        Warn = "warn",
+        Warn = 1 => "warn",
         /// The launch fails naming every leak (`SemaphoreLeakError`).
-        Raise = "raise",
+        Raise = 2 => "raise",
     }
 }
 

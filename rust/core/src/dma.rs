@@ -369,7 +369,7 @@ fn trace_begin(env: &DmaEnv, r: &DmaRequest) -> Option<TraceDma> {
         let here = if device == r.device { String::new() } else { format!(" of device {device}") };
         let logical = BufferKey::for_access(space, id, device, core);
         let shape = env.memory.info(logical).map(|i| i.logical_shape).unwrap_or_default();
-        format!("{} {id}{here}{}", space.as_str(), crate::memory::slice_notation(region, &shape))
+        format!("{} {id}{here}{}", space.name(), crate::memory::slice_notation(region, &shape))
     };
     let src = side(r.src_space, r.src_id, r.device, r.core, &r.src_region);
     let dst = side(r.dst_space, r.dst_id, dst_device, dst_core, &r.dst_region);

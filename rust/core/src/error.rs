@@ -173,6 +173,13 @@ impl RtError {
 
 /// A program or wire-code error as the runtime's (same message; the kind
 /// it is raised as in Python).
+/// A bad wire code or name (a dtype, a setting's spelling) is a bad value.
+impl From<mosaic_rt_wire::WireError> for RtError {
+    fn from(e: mosaic_rt_wire::WireError) -> RtError {
+        RtError::value(e.message)
+    }
+}
+
 impl From<ProgramError> for RtError {
     fn from(e: ProgramError) -> RtError {
         let kind = match e.kind {

@@ -18,10 +18,9 @@
 //!
 //! The core links neither Python nor XLA: the FFI crate and the pyo3
 //! binding are thin layers on top of [`Runtime`]. Of the crates below it,
-//! it uses `mosaic_rt_programs` only: its `wire_enum!` (for [`DType`]), its
-//! program types (mapped to dtypes, `dtype.rs`) and its error (converted
-//! into [`RtError`], `error.rs`); the program evaluators know nothing of
-//! the runtime. It does speak stock
+//! it uses `mosaic_rt_wire` (`wire_enum!` for every enum that crosses a
+//! boundary, the [`DType`] table) and `mosaic_rt_programs` (its error,
+//! converted into [`RtError`], `error.rs`); neither knows the runtime. It does speak stock
 //! interpret mode's language, because users and tests match on it: error
 //! texts reproduce stock's messages character for character (including the
 //! Python reprs of indices and shapes, see [`region::python_tuple`]), and
@@ -36,15 +35,12 @@
 //! spanning processes: what crosses to the devices other processes own,
 //! over a `remote::Transport` the layers above provide; no MPI here).
 //!
-//! May use: std, `mosaic_rt_programs` (wire enums, program errors); no pyo3, no XLA.
+//! May use: std, `mosaic_rt_wire`, `mosaic_rt_programs` (program errors); no pyo3, no XLA.
 #![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
-
-mod enum_str;
 
 mod config;
 mod deadlock;
 mod dma;
-mod dtype;
 mod error;
 pub mod grid;
 mod hash;
@@ -68,9 +64,9 @@ pub use config::{
 };
 pub use deadlock::CoreState;
 pub use dma::{DmaRequest, DmaView, UnitLayout, ViewEntries, ViewMap};
-pub use dtype::DType;
 pub use error::{ErrorKind, Result, RtError};
 pub use memory::{pooled_bytes, Access, BufferInfo, BufferKey, BufferSpec, Init, MemRef, MemorySpace, Stored};
+pub use mosaic_rt_wire::DType;
 pub use races::{latest_race_log, RaceLog};
 pub use region::{DimSel, Region};
 pub use registry::LaunchRegistry;

@@ -3,8 +3,8 @@
 //! warnings. Nothing is printed here: pytest can capture warnings, not
 //! stderr lines written by native code.
 
-use crate::enum_str::enum_str;
 use crate::sync::IgnorePoison;
+use mosaic_rt_wire::wire_enum;
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
@@ -12,13 +12,13 @@ use std::sync::Mutex;
 /// counted in [`dropped`]).
 pub const MAX_QUEUED: usize = 1024;
 
-enum_str! {
-    /// The kind of a report; Python sees `as_str()` (`mosaic_rt.ffi.reports`
+wire_enum! {
+    /// The kind of a report; Python sees `name()` (`mosaic_rt.ffi.reports`
     /// maps it to a warning class).
-    pub enum Category as "report category" {
-        Race = "race",
-        Leak = "leak",
-        Misuse = "misuse",
+    pub enum Category as setting "report category" {
+        Race = 0 => "race",
+        Leak = 1 => "leak",
+        Misuse = 2 => "misuse",
     }
 }
 

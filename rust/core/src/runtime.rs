@@ -11,7 +11,6 @@
 
 use crate::config::{Config, Topology};
 use crate::dma::{DmaEnv, DmaRequest, DmaStep, DmaView};
-use crate::dtype::DType;
 use crate::error::{Result, RtError};
 use crate::grid::GridLoop;
 use crate::memory::{Access, BufferInfo, BufferKey, BufferSpec, MemRef, MemorySpace, MemoryTable, Stored};
@@ -22,6 +21,7 @@ use crate::revisit::RevisitTracker;
 use crate::sem::{Leak, SemKind, SemTable, SemWait};
 use crate::sync::{lock, Mutex};
 use crate::trace::Tracer;
+use mosaic_rt_wire::DType;
 #[cfg(not(loom))]
 use std::sync::Arc;
 

@@ -82,7 +82,7 @@ fn hbm_is_shared_by_cores_and_ref_counted() {
         assert_eq!(e.kind, ErrorKind::Value);
         let e = mem.free(1, 0, space, id).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Value);
-        assert!(e.message.contains(&format!("{} buffer {id} of device 1, core 0", space.as_str())), "{e}");
+        assert!(e.message.contains(&format!("{} buffer {id} of device 1, core 0", space.name())), "{e}");
     }
 }
 
@@ -171,7 +171,7 @@ fn fresh_memory_holds_the_fill_value() {
         let mem = table(1, 1, OobReads::Raise, fill);
         for dtype in DType::ALL {
             let id = mem.allocate(0, Some(0), BufferSpec::new(VMEM, dtype, &[3, 2])).unwrap();
-            let want: Vec<u8> = dtype.fill_bytes(fill).repeat(6);
+            let want: Vec<u8> = fill.bytes_of(dtype).repeat(6);
             assert_eq!(mem.content(key(VMEM, id, 0, 0)).unwrap(), want, "{dtype:?} {fill:?}");
         }
     }

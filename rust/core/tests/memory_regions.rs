@@ -60,15 +60,8 @@ fn check_random_loads(oob: OobReads, fill: FillMode, seed: u64) {
         assert_eq!(mem.region_shape(key, &region).unwrap(), full);
         let mut out = vec![0u8; numel(&full) * size];
         let got = mem.load(MemRef::new(0, 0, MemorySpace::Vmem, id, &region), &mut out);
-        let want = ref_load(
-            &content,
-            &shape,
-            &logical,
-            size,
-            &region,
-            &dtype.fill_bytes(fill),
-            oob == OobReads::Uninitialized,
-        );
+        let want =
+            ref_load(&content, &shape, &logical, size, &region, &fill.bytes_of(dtype), oob == OobReads::Uninitialized);
         match want {
             Some(w) => {
                 in_bounds += 1;

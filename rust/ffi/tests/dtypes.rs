@@ -91,7 +91,7 @@ fn every_dtype_fills_stores_loads_swaps_and_copies() {
             // 7 elements: an odd count leaves a partly used last packed byte.
             let n = 7;
             let fresh = alloc(handle, d, n, None).unwrap();
-            let fill: Vec<u8> = d.fill_bytes(mode).repeat(n);
+            let fill: Vec<u8> = mode.bytes_of(d).repeat(n);
             assert_eq!(load(handle, d, n, fresh), packed(d, &fill), "fill of {}", d.name());
 
             let init = sample(d, n, 1);

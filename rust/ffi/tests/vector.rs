@@ -8,8 +8,7 @@ use mosaic_rt_ffi::testing::FakeCall;
 use mosaic_rt_programs::scalar::fingerprint;
 use mosaic_rt_programs::vector::{VectorOp, VectorType, FORMAT};
 
-const F32: i64 = 9;
-const I32: i64 = 3;
+const F32: i64 = VectorType::F32.code();
 
 /// `[FORMAT, n, n_in, n_instr, n_out, inputs.., instrs.., outputs..]`.
 fn program(n: i64, inputs: &[[i64; 2]], instrs: &[&[i64]], outputs: &[i64]) -> Vec<i64> {
@@ -45,8 +44,6 @@ fn x_times_s_plus_one() -> Vec<i64> {
 
 #[test]
 fn runs_a_program_over_arrays_and_a_scalar() {
-    assert_eq!(VectorType::F32.code(), F32);
-    assert_eq!(VectorType::I32.code(), I32);
     let words = x_times_s_plus_one();
     let x = [0.5f32, -1.0, 2.0, 3.0, -0.0, 10.0];
     let mut c = FakeCall::new()

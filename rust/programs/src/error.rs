@@ -3,7 +3,7 @@
 //! into its own error (`mosaic_rt_core::RtError`, same message) and so
 //! into a Python exception: [`ProgramErrorKind`] names which.
 //!
-//! May use: std only.
+//! May use: std, `mosaic_rt_wire` (its error converts into this one).
 
 use std::fmt;
 
@@ -40,3 +40,10 @@ impl fmt::Display for ProgramError {
 }
 
 impl std::error::Error for ProgramError {}
+
+/// A bad wire code or name is a bad program or operand.
+impl From<mosaic_rt_wire::WireError> for ProgramError {
+    fn from(e: mosaic_rt_wire::WireError) -> Self {
+        ProgramError::value(e.message)
+    }
+}

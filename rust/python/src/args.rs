@@ -1,7 +1,8 @@
 //! Conversion of Python arguments into the core's types, with clear
 //! `ValueError`/`TypeError` messages instead of bare `OverflowError`s.
 
-use mosaic_rt_core::{DType, DimSel, MemorySpace, Region, RtError};
+use mosaic_rt_core::{DType, DimSel, MemorySpace, Region};
+use mosaic_rt_wire::WireError;
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyList, PyString, PyTuple};
@@ -125,7 +126,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Space {
                 _ => lower.parse::<MemorySpace>(),
             };
             return space.map(Space).map_err(|_| {
-                let names: Vec<&str> = MemorySpace::ALL.iter().map(|s| s.as_str()).collect();
+                let names: Vec<&str> = MemorySpace::ALL.iter().map(|s| s.name()).collect();
                 PyValueError::new_err(format!(
                     "unknown memory space {name:?}: expected one of {} (or their codes 0-{})",
                     names.join(", "),
@@ -144,10 +145,10 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Space {
     }
 }
 
-/// A string argument spelling a core enum (`"regular"`, `"read"`, ...): the
-/// core's own parser, its error raised as a plain `ValueError`.
-pub fn choice<T: FromStr<Err = RtError>>(name: &str) -> PyResult<T> {
-    name.parse().map_err(|e: RtError| PyValueError::new_err(e.message))
+/// A string argument spelling a wire enum (`"regular"`, `"read"`,
+/// `"on_wait"`, ...): its own parser, its error raised as a `ValueError`.
+pub fn choice<T: FromStr<Err = WireError>>(name: &str) -> PyResult<T> {
+    name.parse().map_err(|e: WireError| PyValueError::new_err(e.message))
 }
 
 /// A region: `None` (whole buffer) or a sequence with one entry per leading

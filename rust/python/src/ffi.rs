@@ -79,7 +79,7 @@ fn take_reports(py: Python<'_>) -> PyResult<Vec<(&'static str, String, Bound<'_,
         for (k, v) in &r.details {
             d.set_item(*k, detail_to_py(py, v)?)?;
         }
-        out.push((r.category.as_str(), r.text, d, r.as_warning));
+        out.push((r.category.name(), r.text, d, r.as_warning));
     }
     Ok(out)
 }

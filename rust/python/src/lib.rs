@@ -2,9 +2,9 @@
 //! Kept thin: argument conversion and error mapping; the work is in
 //! `mosaic_rt_core`, numpy handling in `python/mosaic_rt/runtime.py`.
 //!
-//! May use: `mosaic_rt_core`, `mosaic_rt_ffi`, `mosaic_rt_mpi`, `mosaic_rt_programs`, pyo3.
+//! May use: `mosaic_rt_core`, `mosaic_rt_ffi`, `mosaic_rt_mpi`, `mosaic_rt_programs`, `mosaic_rt_wire`, pyo3.
 #![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
-use mosaic_rt_core::{LeakPolicy, MemorySpace, SemKind};
+use mosaic_rt_core::{DType, LeakPolicy, MemorySpace, SemKind};
 use mosaic_rt_programs::scalar::{self, ScalarOp, ScalarType};
 use mosaic_rt_programs::vector::{self, VectorType};
 use pyo3::prelude::*;
@@ -32,7 +32,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
 }
 
 /// The core's spellings and codes, so Python keeps no table of its own:
-/// `MEMORY_SPACES` ({stock name: code}), `SEMAPHORE_KINDS` and
+/// `DTYPES` ({numpy name: code}, the one dtype table: the program types'
+/// codes are these), `MEMORY_SPACES` ({stock name: code}), `SEMAPHORE_KINDS` and
 /// `LEAK_POLICIES` (the strings the ops accept), `SCALAR_OPS` and
 /// `SCALAR_TYPES` ({name: code} of scalar programs, `mosaic_rt_programs::scalar`),
 /// `VECTOR_OPS` and `VECTOR_TYPES` (the same of vector programs,
@@ -41,13 +42,18 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// `BATCH_LIMITS` (its members, member operands, member results, attributes).
 fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    let dtypes = PyDict::new(py);
+    for d in DType::ALL {
+        dtypes.set_item(d.name(), d.code())?;
+    }
+    m.add("DTYPES", dtypes)?;
     let spaces = PyDict::new(py);
     for s in MemorySpace::ALL {
-        spaces.set_item(s.as_str(), s.code())?;
+        spaces.set_item(s.name(), s.code())?;
     }
     m.add("MEMORY_SPACES", spaces)?;
-    m.add("SEMAPHORE_KINDS", PyTuple::new(py, SemKind::ALL.iter().map(|k| k.as_str()))?)?;
-    m.add("LEAK_POLICIES", PyTuple::new(py, LeakPolicy::ALL.iter().map(|p| p.as_str()))?)?;
+    m.add("SEMAPHORE_KINDS", PyTuple::new(py, SemKind::ALL.iter().map(|k| k.name()))?)?;
+    m.add("LEAK_POLICIES", PyTuple::new(py, LeakPolicy::ALL.iter().map(|p| p.name()))?)?;
     let ops = PyDict::new(py);
     for op in ScalarOp::ALL {
         ops.set_item(op.name(), op.code())?;

@@ -100,9 +100,9 @@ impl PyRuntime {
         let config = Config {
             num_devices: num_devices.0,
             cores_per_device: cores_per_device.0,
-            dma_mode: dma_execution_mode.parse().or_raise(py)?,
-            oob_reads: out_of_bounds_reads.parse().or_raise(py)?,
-            fill: uninitialized_memory.parse().or_raise(py)?,
+            dma_mode: choice(dma_execution_mode)?,
+            oob_reads: choice(out_of_bounds_reads)?,
+            fill: choice(uninitialized_memory)?,
             wait_timeout: timeout_arg(py, wait_timeout)?,
             detect_races,
             detect_uninitialized,
@@ -130,17 +130,17 @@ impl PyRuntime {
 
     #[getter]
     fn dma_execution_mode(&self) -> &'static str {
-        self.rt.config().dma_mode.as_str()
+        self.rt.config().dma_mode.name()
     }
 
     #[getter]
     fn out_of_bounds_reads(&self) -> &'static str {
-        self.rt.config().oob_reads.as_str()
+        self.rt.config().oob_reads.name()
     }
 
     #[getter]
     fn uninitialized_memory(&self) -> &'static str {
-        self.rt.config().fill.as_str()
+        self.rt.config().fill.name()
     }
 
     #[getter]
@@ -530,7 +530,7 @@ impl PyRuntime {
             .leaks(device)
             .or_raise(py)?
             .into_iter()
-            .map(|l| (l.sem, l.kind.as_str(), l.device, l.core, l.count, l.pending_dmas))
+            .map(|l| (l.sem, l.kind.name(), l.device, l.core, l.count, l.pending_dmas))
             .collect())
     }
 

@@ -14,16 +14,16 @@
 //!
 //! Views of sub-byte types (int4 rows packed 8 to an int32 by
 //! `ref.bitcast(jnp.int32)`) move nibbles, not bytes, and simulated memory
-//! keeps one sub-byte element per byte (see `dtype.rs`), so their maps
+//! keeps one sub-byte element per byte (see `mosaic_rt_wire::DType`), so their maps
 //! count *units* of 4 (or 2, 1) bits instead ([`ViewMap::Units`],
 //! [`UnitLayout`]): a value's units are its elements' bits, little-endian,
 //! and each stored byte holds `min(8, element bits)` of them.
 
 use super::view_entries::{self, ViewEntries};
 use super::{view_direct, view_rows};
-use crate::dtype::DType;
 use crate::error::{Result, RtError};
 use crate::memory::{Access, MemRef, MemoryTable};
+use mosaic_rt_wire::DType;
 use std::sync::Arc;
 
 /// How one side's view sees its region's value.

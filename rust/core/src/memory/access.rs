@@ -155,7 +155,7 @@ impl MemoryTable {
             self.report_unchecked_load(&r.who, region, &r.buf.logical_shape, false);
         }
         // "uninitialized": fill values, with the in-bounds part in the low corner.
-        fill_pattern(out, &r.buf.dtype.fill_bytes(self.fill));
+        fill_pattern(out, &self.fill.bytes_of(r.buf.dtype));
         if let Some(counts) = in_bounds {
             let src = r.plan.buffer_layout(&r.buf.shape, itemsize);
             copy_block(&r.buf.read(&r.who)?, &src, out, &r.dense(), &counts, itemsize);
@@ -193,7 +193,7 @@ impl MemoryTable {
                 OobRule::Fill => {}
             }
         }
-        fill_pattern(out, &r.buf.dtype.fill_bytes(self.fill));
+        fill_pattern(out, &self.fill.bytes_of(r.buf.dtype));
         let Some(counts) = in_bounds else { return Ok(()) };
         if selected_in_bounds == 0 {
             return Ok(());
@@ -371,7 +371,7 @@ impl MemoryTable {
     /// DMA through a view otherwise looked its buffer up and planned its
     /// region twice per side.
     pub fn checked<'r>(&self, r: MemRef<'r>, access: Access) -> Result<CheckedAccess<'r>> {
-        let res = self.resolve(r, access.as_str())?;
+        let res = self.resolve(r, access.name())?;
         let in_bounds = || res.plan.clip(&res.buf.shape).as_deref() == Some(&*res.full);
         match access {
             Access::Read | Access::Load if self.oob_rule(r.space, access) == OobRule::Raise && !in_bounds() => {

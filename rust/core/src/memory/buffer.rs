@@ -13,10 +13,10 @@ use super::init_shadow::{InitShadow, Masked, Shapes};
 use super::message::{shape_repr, Who};
 use super::plan::RegionPlan;
 use super::BufferInfo;
-use crate::dtype::DType;
 use crate::error::{Result, RtError};
 use crate::region::Region;
 use crate::sync::IgnorePoison;
+use mosaic_rt_wire::DType;
 
 pub(crate) struct Buffer {
     pub dtype: DType,

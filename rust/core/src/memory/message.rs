@@ -20,7 +20,7 @@ pub(crate) struct Who {
 
 impl std::fmt::Display for Who {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "({} {} {} {})", self.device, self.core, self.space.as_str(), self.id)
+        write!(f, "({} {} {} {})", self.device, self.core, self.space.name(), self.id)
     }
 }
 

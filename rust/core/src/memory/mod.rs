@@ -10,6 +10,7 @@ mod content;
 mod copy;
 mod dims;
 mod elements;
+mod fill;
 mod init_shadow;
 mod message;
 mod piece_copy;
@@ -22,46 +23,34 @@ pub(crate) mod table;
 mod unchecked_load;
 
 pub(crate) use access::zeroed;
+pub use fill::FillBytes;
 pub(crate) use init_shadow::slice_notation;
 pub(crate) use piece_copy::{Piece, MAX_PIECES};
 pub use pool::pooled_bytes;
 pub use stored::Stored;
 pub(crate) use table::MemoryTable;
 
-use crate::dtype::DType;
-use crate::enum_str::enum_str;
-use crate::error::Result;
 use crate::region::Region;
+use mosaic_rt_wire::wire_enum;
+use mosaic_rt_wire::DType;
 
-enum_str! {
+wire_enum! {
     /// TPU memory spaces, numbered as stock interpret mode numbers them
     /// (`mosaic_core.MemorySpace` order, then pallas `ANY`): the code is the
     /// declaration index, and the one table of codes that Python uses
     /// (`_native.MEMORY_SPACES`). The spelling is stock's (error messages).
-    pub enum MemorySpace as "memory space" {
-        Vmem = "vmem",
-        VmemShared = "vmem_shared",
-        Smem = "smem",
-        Cmem = "cmem",
-        Semaphore = "semaphore_mem",
-        Hbm = "hbm",
-        Any = "any",
+    pub enum MemorySpace as setting "memory space" {
+        Vmem = 0 => "vmem",
+        VmemShared = 1 => "vmem_shared",
+        Smem = 2 => "smem",
+        Cmem = 3 => "cmem",
+        Semaphore = 4 => "semaphore_mem",
+        Hbm = 5 => "hbm",
+        Any = 6 => "any",
     }
 }
 
 impl MemorySpace {
-    /// The space's code (what op attributes carry).
-    pub const fn code(self) -> i64 {
-        self as i64
-    }
-
-    pub fn from_code(code: i64) -> Result<MemorySpace> {
-        usize::try_from(code)
-            .ok()
-            .and_then(|i| MemorySpace::ALL.get(i).copied())
-            .ok_or_else(|| crate::error::RtError::value(format!("unknown memory space code {code}")))
-    }
-
     /// HBM/ANY buffers are shared by the cores of a device (key core 0).
     pub fn is_shared_by_cores(self) -> bool {
         matches!(self, MemorySpace::Hbm | MemorySpace::Any)
@@ -88,22 +77,22 @@ impl BufferKey {
 
 impl std::fmt::Display for BufferKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} buffer {} of device {}, core {}", self.space.as_str(), self.id, self.device, self.core)
+        write!(f, "{} buffer {} of device {}, core {}", self.space.name(), self.id, self.device, self.core)
     }
 }
 
-enum_str! {
+wire_enum! {
     /// The kind of access `Runtime::check_access` checks.
-    pub enum Access as "access" {
+    pub enum Access as setting "access" {
         /// A DMA's read (bounds always checked unless out-of-bounds reads
         /// are "uninitialized").
-        Read = "read",
+        Read = 0 => "read",
         /// A kernel's own load (`ref[...]`): unchecked in VMEM and SMEM under
         /// out-of-bounds reads "tpu".
-        Load = "load",
-        Write = "write",
+        Load = 1 => "load",
+        Write = 2 => "write",
         /// An unmasked swap (every element read and written).
-        Swap = "swap",
+        Swap = 3 => "swap",
     }
 }
 

@@ -59,9 +59,9 @@ pub(super) fn remember(generation: u64, key: BufferKey, buf: &Arc<Buffer>) {
 #[cfg(test)]
 mod tests {
     use crate::config::{Config, FillMode};
-    use crate::dtype::DType;
     use crate::memory::table::MemoryTable;
     use crate::memory::{BufferKey, BufferSpec, MemorySpace};
+    use mosaic_rt_wire::DType;
 
     #[test]
     fn a_freed_buffer_still_alive_elsewhere_is_not_found() {

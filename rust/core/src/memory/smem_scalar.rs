@@ -34,7 +34,7 @@ impl MemoryTable {
         if !outside {
             return false;
         }
-        out.copy_from_slice(&buf.dtype.fill_bytes(self.fill));
+        out.copy_from_slice(&self.fill.bytes_of(buf.dtype));
         let who = Who { device: r.device, core: r.core, space: r.space, id: r.id };
         let index: Vec<String> = r.region.dims.iter().map(|d| d.start.to_string()).collect();
         self.report_oob_read(&who, "smem_read_out_of_bounds", |at| {

@@ -14,11 +14,11 @@ use super::plan::RegionPlan;
 use super::recent;
 use super::{BufferInfo, BufferKey, BufferSpec, Init, MemorySpace};
 use crate::config::{Config, FillMode, OobReads, Topology};
-use crate::dtype::DType;
 use crate::error::{Result, RtError};
 use crate::hash::KeyHasher;
 use crate::region::Region;
 use crate::sync::IgnorePoison;
+use mosaic_rt_wire::DType;
 
 /// Buffer ids count from here per (device, core), as in stock.
 const FIRST_BUFFER_ID: u32 = 100;
@@ -140,7 +140,7 @@ impl MemoryTable {
                 Some(bytes)
             }
         };
-        let fill = dtype.fill_bytes(self.fill);
+        let fill = self.fill.bytes_of(dtype);
         let shard = self.shard(device)?;
 
         let id = take_id(shard, device, &cores)?;
@@ -205,7 +205,7 @@ impl MemoryTable {
         holds_value: bool,
     ) -> Result<u32> {
         self.topo.check_device(device)?;
-        let fill = (!holds_value).then(|| dtype.fill_bytes(self.fill));
+        let fill = (!holds_value).then(|| self.fill.bytes_of(dtype));
         // SAFETY: the memory is ours until the buffer's borrow ends (this
         // fn's contract), which `finish_direct_outputs` / `release_borrowed`
         // do before XLA may use it again.

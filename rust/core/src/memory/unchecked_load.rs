@@ -22,7 +22,7 @@ impl MemoryTable {
                 "{what} of {} buffer {who} reading [{}] outside its shape {}{at}: a TPU loads whatever lies \
                  there unchecked; the elements outside read as uninitialized memory \
                  (out_of_bounds_reads=\"raise\" makes this an error)",
-                who.space.as_str().to_uppercase(),
+                who.space.name().to_uppercase(),
                 region.python_repr(),
                 shape_repr(shape)
             )

@@ -109,7 +109,7 @@ pub fn details(now: &AccessRecord, earlier: Option<&AccessRecord>, shape: &[usiz
         out.push((names[6], r.describe(shape).into()));
     }
     let mut out = vec![
-        ("space", Detail::from(now.key.space.as_str())),
+        ("space", Detail::from(now.key.space.name())),
         ("buffer", now.key.id.into()),
         ("buffer_device", now.key.device.into()),
         ("buffer_core", now.key.core.into()),

@@ -28,13 +28,13 @@ pub use park::WaitRecord;
 
 use crate::config::{Config, Topology};
 use crate::deadlock::{Monitor, Probe, Wait};
-use crate::enum_str::enum_str;
 use crate::error::{ErrorKind, Result, RtError};
 use crate::site::SiteId;
 use crate::sync::{AtomicI64, Ordering};
 use barrier::DeviceBarrier;
 use ids::SemIds;
 use inbox::Inbox;
+use mosaic_rt_wire::wire_enum;
 use park::{Failure, Parker};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -54,12 +54,12 @@ pub struct SemWait {
     pub site: SiteId,
 }
 
-enum_str! {
-    pub enum SemKind as "semaphore kind" {
-        Regular = "regular",
+wire_enum! {
+    pub enum SemKind as setting "semaphore kind" {
+        Regular = 0 => "regular",
         /// Counts bytes.
-        Dma = "dma",
-        Barrier = "barrier",
+        Dma = 1 => "dma",
+        Barrier = 2 => "barrier",
     }
 }
 

@@ -81,7 +81,7 @@ pub fn core_target(c: &mut Call, args: RangeInclusive<usize>, rets: usize) -> Re
 
 /// The `space` attribute (prefixed, e.g. `src_space`).
 pub fn space_attr(f: &Frame, name: &str) -> Result<MemorySpace> {
-    MemorySpace::from_code(f.attr_i64(name)?)
+    Ok(MemorySpace::from_code(f.attr_i64(name)?)?)
 }
 
 pub use crate::wire::{RegionAttrs, DST_REGION, DYNAMIC_SIZE, DYNAMIC_START, REGION, SRC_REGION, TAIL_STARTS};

@@ -9,12 +9,12 @@
 //! Values are canonical `u64`s (see `types`).
 
 use super::types::{sign_extend, ScalarType};
-use crate::wire_enum;
+use mosaic_rt_wire::wire_enum;
 
 wire_enum! {
     /// One op of scalar programs: wire code and name (jax's primitive name
     /// where there is one).
-    pub enum ScalarOp as "op" {
+    pub enum ScalarOp as listed "op" {
         Const = 0 => "const",
         Add = 1 => "add",
         Sub = 2 => "sub",

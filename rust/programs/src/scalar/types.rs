@@ -5,21 +5,21 @@
 //! arithmetic on `u64` has the right low bits for every width, so an op
 //! computes on `u64`/`i64` and [`ScalarType::wrap`]s the result once.
 
-use crate::wire_enum;
+use mosaic_rt_wire::{wire_enum, DType};
 
 wire_enum! {
-    /// An element type of scalar programs; code and name are the dtype's
-    /// (`mosaic_rt_core::DType`'s first nine, which maps them).
-    pub enum ScalarType as "type" {
-        Bool = 0 => "bool",
-        I8 = 1 => "int8",
-        I16 = 2 => "int16",
-        I32 = 3 => "int32",
-        I64 = 4 => "int64",
-        U8 = 5 => "uint8",
-        U16 = 6 => "uint16",
-        U32 = 7 => "uint32",
-        U64 = 8 => "uint64",
+    /// An element type of scalar programs: the integer and bool dtypes,
+    /// with their codes and names.
+    pub enum ScalarType as listed "type" in DType {
+        Bool,
+        I8,
+        I16,
+        I32,
+        I64,
+        U8,
+        U16,
+        U32,
+        U64,
     }
 }
 

@@ -302,7 +302,7 @@ impl VectorProgram<'_> {
         for v in l.n_inputs..l.n_values {
             // Decoded already: every word below is known to be valid.
             let op = VectorOp::ALL[w[pos] as usize];
-            let ty = VectorType::ALL[w[pos + 1] as usize];
+            let Ok(ty) = VectorType::from_code(w[pos + 1]) else { unreachable!("decoded type") };
             let n_args = w[pos + 2] as usize;
             let args = &w[pos + 3..pos + 3 + n_args];
             let imm = w[pos + 3 + n_args];

@@ -9,7 +9,7 @@
 use super::elem::{convert, fmax, fmin, Elem, Float, IntElem, B8};
 use super::ops::VectorOp;
 use crate::scalar::{self, ScalarOp};
-use crate::wire_enum;
+use mosaic_rt_wire::wire_enum;
 
 /// An instruction argument: every element, or one broadcast value.
 #[derive(Clone, Copy)]
@@ -213,7 +213,7 @@ wire_enum! {
     /// What an fma computes (its immediate): XLA contracts `c - a*b` and
     /// `a*b - c` into fused forms that return a NaN operand unnegated, which
     /// an fma of a `neg` instruction's result would not.
-    pub enum FmaForm as "fma form" {
+    pub enum FmaForm as listed "fma form" {
         /// `a*b + c`
         MulAdd = 0 => "mul_add",
         /// `a*b - c`

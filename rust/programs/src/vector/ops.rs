@@ -1,12 +1,12 @@
 //! The ops of vector programs, named as jax's primitives.
 
 use crate::scalar::ScalarOp;
-use crate::wire_enum;
+use mosaic_rt_wire::wire_enum;
 
 wire_enum! {
     /// A vector-program op, named as jax's primitive (as the scalar
     /// program's op of the same name, whose integer semantics it shares).
-    pub enum VectorOp as "op" {
+    pub enum VectorOp as listed "op" {
         Const = 0 => "const",
         Add = 1 => "add",
         Sub = 2 => "sub",

@@ -3,24 +3,23 @@
 //! precision in those, so no native evaluation could match it bit for bit).
 
 use crate::scalar::ScalarType;
-use crate::wire_enum;
+use mosaic_rt_wire::{wire_enum, DType};
 
 wire_enum! {
-    /// An element type of vector programs, named as its dtype (the integer
-    /// and bool codes are the scalar programs'; `mosaic_rt_core::DType`
-    /// maps them).
-    pub enum VectorType as "type" {
-        Bool = 0 => "bool",
-        I8 = 1 => "int8",
-        I16 = 2 => "int16",
-        I32 = 3 => "int32",
-        I64 = 4 => "int64",
-        U8 = 5 => "uint8",
-        U16 = 6 => "uint16",
-        U32 = 7 => "uint32",
-        U64 = 8 => "uint64",
-        F32 = 9 => "float32",
-        F64 = 10 => "float64",
+    /// An element type of vector programs: the scalar programs' types and
+    /// float32 / float64, with their dtype codes and names.
+    pub enum VectorType as listed "type" in DType {
+        Bool,
+        I8,
+        I16,
+        I32,
+        I64,
+        U8,
+        U16,
+        U32,
+        U64,
+        F32,
+        F64,
     }
 }
 
@@ -77,7 +76,8 @@ mod tests {
                 assert_eq!(s.code(), t.code(), "{t:?}");
             }
         }
-        assert!(VectorType::from_code(11).is_err());
+        assert!(VectorType::from_code(9).is_err());
+        assert!(VectorType::from_code(13).is_err());
         assert!(VectorType::from_code(-1).is_err());
         assert_eq!(VectorType::F32.name(), "float32");
         assert_eq!(VectorType::F64.size(), 8);

@@ -11,18 +11,17 @@
 //! and [`DType::unpack`] convert at that boundary. DMA semaphores count
 //! `elements * itemsize()` bytes, as stock interpret mode does (numpy's
 //! itemsize is 1 for the sub-byte types).
+//!
+//! May use: `crate::wire_enum`.
 
-use std::ops::Deref;
-
-use crate::config::FillMode;
-use mosaic_rt_programs::scalar::ScalarType;
-use mosaic_rt_programs::vector::VectorType;
-use mosaic_rt_programs::wire_enum;
+use crate::wire_enum;
 
 wire_enum! {
     /// An element type, named as numpy names it (ml_dtypes for the ml
-    /// types). Codes are stable: new dtypes are appended.
-    pub enum DType as "dtype" {
+    /// types): the one table of dtype codes (memory, FFI attributes,
+    /// program words, `_native.DTYPES`). Codes are stable: new dtypes are
+    /// appended.
+    pub enum DType as listed "dtype" {
         Bool = 0 => "bool",
         I8 = 1 => "int8",
         I16 = 2 => "int16",
@@ -52,51 +51,6 @@ wire_enum! {
         F8E8M0FNU = 25 => "float8_e8m0fnu",
         C64 = 26 => "complex64",
         C128 = 27 => "complex128",
-    }
-}
-
-/// The dtype of a scalar program's type (program type codes are the
-/// dtype codes).
-impl From<ScalarType> for DType {
-    #[inline]
-    fn from(t: ScalarType) -> DType {
-        DType::ALL[t.code() as usize]
-    }
-}
-
-/// The dtype of a vector program's type (the integer and bool ones are
-/// the scalar programs', the floats' codes differ from the dtypes').
-impl From<VectorType> for DType {
-    #[inline]
-    fn from(t: VectorType) -> DType {
-        match t.scalar() {
-            Some(s) => DType::from(s),
-            None if t == VectorType::F32 => DType::F32,
-            None => DType::F64,
-        }
-    }
-}
-
-/// The bytes of one element that fill fresh memory (at most 16 bytes, so no
-/// allocation per out-of-bounds read). Derefs to the byte slice.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FillBytes {
-    bytes: [u8; 16],
-    len: u8,
-}
-
-impl FillBytes {
-    fn new(le: &[u8]) -> FillBytes {
-        let mut bytes = [0u8; 16];
-        bytes[..le.len()].copy_from_slice(le);
-        FillBytes { bytes, len: le.len() as u8 }
-    }
-}
-
-impl Deref for FillBytes {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        &self.bytes[..self.len as usize]
     }
 }
 
@@ -145,67 +99,6 @@ impl DType {
             self.packed_len(unpacked)
         } else {
             unpacked
-        }
-    }
-
-    /// Little-endian bytes of the value that fills fresh or out-of-bounds
-    /// memory, bit for bit what stock interpret mode stores (it converts
-    /// NaN, the max integer, `True` or 0 to the dtype):
-    ///
-    /// * `Nan`: the quiet NaN converting `np.nan` gives (`0x7e` float8_e5m2,
-    ///   `0x7f` e4m3fn, `0x80` for the fnuz types, `0x7c` e4m3, `0x78`
-    ///   e3m4, `0xff` e8m0fnu; complex: NaN real part, zero imaginary part);
-    ///   float4_e2m1fn has no NaN and gets `0x8` (-0.0) like stock; integers
-    ///   their max value (int4 7, uint4 15, int2 1, uint2 3); bool `true`.
-    /// * `Zero`: all zero bits, except float8_e8m0fnu, which has no zero:
-    ///   converting 0 gives its NaN `0xff` (stock stores that too).
-    ///
-    /// Stock fails in `Nan` mode for complex dtypes (no rule for them); we
-    /// fill NaN + 0j.
-    pub fn fill_bytes(self, mode: FillMode) -> FillBytes {
-        use DType::*;
-        if mode == FillMode::Zero {
-            return match self {
-                F8E8M0FNU => FillBytes::new(&[0xff]),
-                _ => FillBytes::new(&[0; 16][..self.itemsize()]),
-            };
-        }
-        match self {
-            Bool => FillBytes::new(&[1]),
-            I8 => FillBytes::new(&i8::MAX.to_le_bytes()),
-            I16 => FillBytes::new(&i16::MAX.to_le_bytes()),
-            I32 => FillBytes::new(&i32::MAX.to_le_bytes()),
-            I64 => FillBytes::new(&i64::MAX.to_le_bytes()),
-            U8 => FillBytes::new(&u8::MAX.to_le_bytes()),
-            U16 => FillBytes::new(&u16::MAX.to_le_bytes()),
-            U32 => FillBytes::new(&u32::MAX.to_le_bytes()),
-            U64 => FillBytes::new(&u64::MAX.to_le_bytes()),
-            I4 => FillBytes::new(&[0x7]),
-            U4 => FillBytes::new(&[0xf]),
-            I2 => FillBytes::new(&[0x1]),
-            U2 => FillBytes::new(&[0x3]),
-            // Quiet NaNs with the bit patterns numpy / ml_dtypes produce for np.nan.
-            F16 => FillBytes::new(&0x7e00u16.to_le_bytes()),
-            BF16 => FillBytes::new(&0x7fc0u16.to_le_bytes()),
-            F32 => FillBytes::new(&f32::NAN.to_bits().to_le_bytes()),
-            F64 => FillBytes::new(&f64::NAN.to_bits().to_le_bytes()),
-            F4E2M1FN => FillBytes::new(&[0x8]),
-            F8E5M2 => FillBytes::new(&[0x7e]),
-            F8E4M3FN => FillBytes::new(&[0x7f]),
-            F8E4M3B11FNUZ | F8E5M2FNUZ | F8E4M3FNUZ => FillBytes::new(&[0x80]),
-            F8E4M3 => FillBytes::new(&[0x7c]),
-            F8E3M4 => FillBytes::new(&[0x78]),
-            F8E8M0FNU => FillBytes::new(&[0xff]),
-            C64 => {
-                let mut b = [0u8; 8];
-                b[..4].copy_from_slice(&f32::NAN.to_bits().to_le_bytes());
-                FillBytes::new(&b)
-            }
-            C128 => {
-                let mut b = [0u8; 16];
-                b[..8].copy_from_slice(&f64::NAN.to_bits().to_le_bytes());
-                FillBytes::new(&b)
-            }
         }
     }
 
@@ -265,39 +158,30 @@ mod tests {
         for d in DType::ALL {
             assert_eq!(DType::from_name(d.name()).unwrap(), d);
             assert_eq!(DType::from_code(d.code()).unwrap(), d);
-            assert_eq!(d.fill_bytes(FillMode::Nan).len(), d.itemsize());
-            assert_eq!(d.fill_bytes(FillMode::Zero).len(), d.itemsize());
         }
-        let err = crate::RtError::from(DType::from_name("float6_e2m3fn").unwrap_err());
-        assert_eq!(err.kind, crate::error::ErrorKind::Value);
-        assert!(err.message.contains("\"float6_e2m3fn\""), "{}", err.message);
-        assert!(err.message.contains("float8_e4m3fn"), "{}", err.message);
+        let err = DType::from_name("float6_e2m3fn").unwrap_err().message;
+        assert!(err.starts_with("unsupported dtype \"float6_e2m3fn\": expected one of bool, "), "{err}");
+        assert!(err.contains("float8_e4m3fn"), "{err}");
         assert!(DType::from_name("complex").is_err());
-        assert!(DType::from_code(99).is_err());
-        assert!(DType::from_code(-1).is_err());
+        assert_eq!(DType::from_code(28).unwrap_err().message, "unknown dtype code 28: expected 0 to 27");
+        assert_eq!(DType::from_code(-1).unwrap_err().message, "unknown dtype code -1: expected 0 to 27");
     }
 
+    /// The table in code order (code 0 first): what simulated memory, the
+    /// programs' types and `_native.DTYPES` share. A change here is a change
+    /// of the wire (append new dtypes; never reorder).
     #[test]
-    fn program_types_are_the_dtypes_of_their_names_and_sizes() {
-        for t in ScalarType::ALL {
-            let d = DType::from(t);
-            assert_eq!((d.name(), d.itemsize()), (t.name(), t.size()), "{t:?}");
+    fn codes_are_pinned() {
+        let names = DType::ALL.map(DType::name).join(" ");
+        assert_eq!(
+            names,
+            "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 bfloat16 float32 float64 int4 uint4 \
+             int2 uint2 float4_e2m1fn float8_e5m2 float8_e4m3fn float8_e4m3b11fnuz float8_e5m2fnuz \
+             float8_e4m3fnuz float8_e4m3 float8_e3m4 float8_e8m0fnu complex64 complex128"
+        );
+        for (i, d) in DType::ALL.iter().enumerate() {
+            assert_eq!(d.code(), i as i64, "{}", d.name());
         }
-        for t in VectorType::ALL {
-            let d = DType::from(t);
-            assert_eq!((d.name(), d.itemsize()), (t.name(), t.size()), "{t:?}");
-        }
-    }
-
-    #[test]
-    fn codes_of_the_first_dtypes_never_change() {
-        let first = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32"];
-        for (code, name) in first.iter().enumerate() {
-            assert_eq!(DType::from_code(code as i64).unwrap().name(), *name);
-        }
-        assert_eq!(DType::F64.code(), 12);
-        assert_eq!(DType::I4.code(), 13);
-        assert_eq!(DType::C128.code(), 27);
     }
 
     #[test]
@@ -314,43 +198,6 @@ mod tests {
         assert_eq!(DType::F8E4M3FN.packed_len(3), 3);
         assert_eq!(DType::C64.packed_len(3), 24);
         assert_eq!(DType::C128.itemsize(), 16);
-    }
-
-    #[test]
-    fn nan_fill_values() {
-        let nan = |d: DType| d.fill_bytes(FillMode::Nan).to_vec();
-        let zero = |d: DType| d.fill_bytes(FillMode::Zero).to_vec();
-        assert_eq!(nan(DType::F32), 0x7fc0_0000u32.to_le_bytes());
-        assert_eq!(nan(DType::U16), [0xff, 0xff]);
-        assert_eq!(nan(DType::I8), [0x7f]);
-        assert_eq!(zero(DType::F16), [0, 0]);
-        // Measured from stock interpret mode (jax 0.10.2 and 0.12.0.1).
-        let stock = [
-            (DType::I4, 0x07),
-            (DType::U4, 0x0f),
-            (DType::I2, 0x01),
-            (DType::U2, 0x03),
-            (DType::F4E2M1FN, 0x08),
-            (DType::F8E5M2, 0x7e),
-            (DType::F8E4M3FN, 0x7f),
-            (DType::F8E4M3B11FNUZ, 0x80),
-            (DType::F8E5M2FNUZ, 0x80),
-            (DType::F8E4M3FNUZ, 0x80),
-            (DType::F8E4M3, 0x7c),
-            (DType::F8E3M4, 0x78),
-            (DType::F8E8M0FNU, 0xff),
-        ];
-        for (d, byte) in stock {
-            assert_eq!(nan(d), [byte], "{}", d.name());
-            let z = if d == DType::F8E8M0FNU { 0xff } else { 0 };
-            assert_eq!(zero(d), [z], "{}", d.name());
-        }
-        let mut c64 = f32::NAN.to_bits().to_le_bytes().to_vec();
-        c64.extend([0; 4]);
-        assert_eq!(nan(DType::C64), c64);
-        assert_eq!(&nan(DType::C128)[..8], f64::NAN.to_bits().to_le_bytes());
-        assert_eq!(&nan(DType::C128)[8..], [0; 8]);
-        assert_eq!(zero(DType::C128), [0; 16]);
     }
 
     #[test]
