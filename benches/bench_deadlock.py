@@ -24,7 +24,7 @@ import time
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "support"))
 
 import jax
 import jax.numpy as jnp
@@ -61,7 +61,7 @@ def _crossed(n, bug):
     uid = fresh_uid()
 
     def body(d, _):
-        with begin(d, n, uid=uid, wait_timeout_ms=30_000) as k:
+        with begin(d, n, uid=uid, wait_timeout=30) as k:
             k.token, sem = F.allocate_semaphores(k.token, k.handle, d, 0)
             right = (d + 1) % n
             if bug:  # wait first: every device waits for its left neighbour

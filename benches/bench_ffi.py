@@ -14,9 +14,13 @@ import os
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import sys
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "support"))
+
+import ffi_support
 import jax
 import jax.numpy as jnp
 import mosaic_rt.ffi as F
@@ -59,7 +63,7 @@ def native_program(n, steps, pattern):
     u = uid()
 
     def body(d, z):
-        with F.kernel(F.new_token(), d, uid=u, num_devices=n, wait_timeout_ms=60_000) as k:
+        with ffi_support.kernel(F.new_token(), d, uid=u, num_devices=n, wait_timeout=60) as k:
             k.token, s = F.allocate_semaphores(k.token, k.handle, d, 0)
             h = k.handle
 

@@ -123,6 +123,7 @@ class Runtime:
 
 # The core's spellings and codes (one source; Python keeps no table of its own).
 DTYPES: dict[str, int]  # the one dtype table: codes by numpy name ("bool": 0, ..., "complex128": 27)
+SETTINGS: dict[str, tuple[str, ...]]  # string launch options: {"dma_execution_mode": ("eager", "on_wait"), ...}
 MEMORY_SPACES: dict[str, int]  # {"vmem": 0, "vmem_shared": 1, ..., "hbm": 5, "any": 6}
 SEMAPHORE_KINDS: tuple[str, ...]  # ("regular", "dma", "barrier")
 LEAK_POLICIES: tuple[str, ...]  # ("ignore", "warn", "raise")

@@ -481,7 +481,7 @@ def test_ffi_deadlock_names_the_wait_site_and_can_be_turned_off():
     uid = fresh_uid()
     with pytest.raises(mosaic_rt.WaitTimeout) as info:
         with mosaic_rt.native_errors():
-            run_on_devices(1, lambda d, x: body(d, x, detect_deadlocks=False, wait_timeout_ms=300), dummy_rows(1))
+            run_on_devices(1, lambda d, x: body(d, x, detect_deadlocks=False, wait_timeout=0.3), dummy_rows(1))
     assert "waited 0.3s" in str(info.value), str(info.value)  # its own timeout, not 30 s
 
 

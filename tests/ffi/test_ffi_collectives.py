@@ -121,7 +121,7 @@ def test_two_launches_in_one_program_are_separate():
         counts = []
         tok = F.new_token()
         for j in range(2):
-            with ffi_support.kernel(tok, d, uid=uid, num_devices=n, wait_timeout_ms=30_000) as k:
+            with ffi_support.kernel(tok, d, uid=uid, num_devices=n, wait_timeout=30) as k:
                 k.token, sem = F.allocate_semaphores(k.token, k.handle, d, 0)
                 k.token = F.semaphore_signal(k.token, k.handle, d, 0, sem, j + 1, target_device=1 - d)
                 k.token, c = F.semaphore_read(k.token, k.handle, d, 0, sem)

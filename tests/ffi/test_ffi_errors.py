@@ -44,7 +44,7 @@ def test_unsatisfiable_wait_times_out_with_a_clear_error():
 
     def body(d, _):
         # Deadlock detection off: the timeout is the last resort it replaces.
-        with begin(d, 1, uid=uid, wait_timeout_ms=300, detect_deadlocks=False) as k:
+        with begin(d, 1, uid=uid, wait_timeout=0.3, detect_deadlocks=False) as k:
             k.token, s = F.allocate_semaphores(k.token, k.handle, d, 0)
             k.token = F.semaphore_wait(k.token, k.handle, d, 0, s, 2)
         return with_token(jnp.zeros((1,), jnp.int32), k.token)
@@ -69,7 +69,7 @@ def test_error_on_one_device_ends_every_wait_with_the_root_cause(n):
     uid = fresh_uid()
 
     def body(d, _):
-        with begin(d, n, uid=uid, wait_timeout_ms=300_000) as k:
+        with begin(d, n, uid=uid, wait_timeout=300) as k:
             k.token, s = F.allocate_semaphores(k.token, k.handle, d, 0)
             bad = jnp.where(d == 1, 9999, s)
             k.token = F.semaphore_wait(k.token, k.handle, d, 0, bad, 1)
@@ -96,7 +96,7 @@ def test_timeout_on_one_device_aborts_the_others():
     uid = fresh_uid()
 
     def body(d, _):
-        with begin(d, n, uid=uid, wait_timeout_ms=400, detect_deadlocks=False) as k:
+        with begin(d, n, uid=uid, wait_timeout=0.4, detect_deadlocks=False) as k:
             k.token, s = F.allocate_semaphores(k.token, k.handle, d, 0)
             # Device 0 waits for nothing; device 1 waits for a count never sent.
             k.token = F.semaphore_wait(k.token, k.handle, d, 0, s, d * 5)

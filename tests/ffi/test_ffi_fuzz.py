@@ -37,7 +37,7 @@ def _build(op, mode):
     f32 = np.float32
 
     def program(k):
-        with begin(0, 1, uid=uid, num_cores=2, wait_timeout_ms=20, dma_execution_mode=mode) as kn:
+        with begin(0, 1, uid=uid, num_cores=2, wait_timeout=0.02, dma_execution_mode=mode) as kn:
             t, h = kn.token, kn.handle
             t, buf = F.allocate_buffer(
                 t, h, 0, None, space="vmem", dtype=f32, shape=(8,), init=jnp.arange(8, dtype=f32)

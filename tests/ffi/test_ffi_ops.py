@@ -220,7 +220,7 @@ def test_out_of_bounds_load_is_an_index_error():
     uid = fresh_uid()
 
     def body(d, _):
-        with begin(d, 1, uid=uid) as k:
+        with begin(d, 1, uid=uid, out_of_bounds_reads="raise") as k:
             h, t = k.handle, k.token
             t, b = F.allocate_buffer(t, h, d, 0, space="vmem", dtype=np.int32, shape=(4,))
             t, v = F.load(t, h, d, 0, b, F.TracedRegion.slices((3, 2)), space="vmem", shape=(2,), dtype=np.int32)
@@ -246,7 +246,7 @@ def _bad_launch(make_op, n=1):
     uid = fresh_uid()
 
     def body(d, _):
-        with begin(d, n, uid=uid, wait_timeout_ms=2000) as k:
+        with begin(d, n, uid=uid, wait_timeout=2) as k:
             k.token = make_op(d, k)
         return with_token(jnp.zeros((1,), jnp.int32), k.token)
 
@@ -425,7 +425,7 @@ def test_a_device_ordinal_mismatch_on_one_device_fails_the_whole_launch():
     uid = fresh_uid()
 
     def body(d, _):
-        with begin(d, 2, uid=uid, wait_timeout_ms=300_000, device_ordinals=[0, 5]) as k:
+        with begin(d, 2, uid=uid, wait_timeout=300, device_ordinals=[0, 5]) as k:
             k.token = F.device_barrier(k.token, k.handle, d)
         return with_token(jnp.zeros((1,), jnp.int32), k.token)
 

@@ -140,7 +140,7 @@ def test_a_failed_launch_still_writes_its_trace(trace_dir):
     uid = fresh_uid()
 
     def body(d, _):
-        with begin(d, 2, uid=uid, trace_path=path, wait_timeout_ms=300, detect_deadlocks=False) as k:
+        with begin(d, 2, uid=uid, trace_path=path, wait_timeout=0.3, detect_deadlocks=False) as k:
             k.token, s = F.allocate_semaphores(k.token, k.handle, d, 0)
             # Device 1 never signals device 0.
             k.token = F.semaphore_wait(k.token, k.handle, d, 0, s, 1 - d)

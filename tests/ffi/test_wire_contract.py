@@ -47,28 +47,25 @@ def _uses(t, s):
     r = F.TracedRegion
     dyn = r(sizes=(1, 1), strides=(1, 1), squeezed=(True, True), starts=(s, s))
     mixed = r.slices((0, 2), (s, 4))
-    F.kernel_begin(t, 0, uid=1, num_devices=1)
-    F.kernel_begin(
-        t,
-        0,
-        uid=1,
-        num_devices=1,
+    full = F.LaunchConfig(
         device_ordinals=[0],
         device_processes=[0],
+        detect_races=True,
         on_race="warn",
         detect_deadlocks=False,
         deadlock_idle_ms=5,
         detect_uninitialized=True,
         trace_path="/tmp/t",
-        report_as_warnings=False,
-        site=3,
+        python_warnings=False,
     )
-    F.launch_begin(t, 0, uid=1, num_devices=1)
+    F.kernel_begin(t, 0, uid=1, config=F.LaunchConfig())
+    F.kernel_begin(t, 0, uid=1, config=full, site=3)
+    F.launch_begin(t, 0, uid=1, config=F.LaunchConfig())
     F.launch_begin(
         t,
         0,
         uid=1,
-        num_devices=1,
+        config=F.LaunchConfig(),
         barrier=True,
         site=2,
         allocations=[
@@ -78,21 +75,7 @@ def _uses(t, s):
         ],
         grid=dict(_GRID, grid=(s,)),
     )
-    F.launch_begin(
-        t,
-        0,
-        uid=1,
-        num_devices=1,
-        grid=_GRID,
-        device_ordinals=[0],
-        device_processes=[0],
-        on_race="warn",
-        detect_deadlocks=False,
-        deadlock_idle_ms=5,
-        detect_uninitialized=True,
-        trace_path="/tmp/t",
-        report_as_warnings=False,
-    )
+    F.launch_begin(t, 0, uid=1, config=full, grid=_GRID)
     F.kernel_end(t, _H, 0)
     F.kernel_end(t, _H, 0, keep_alive=[jnp.zeros(4)], outputs=[jnp.zeros(4)], leak_policy="warn", site=1)
     F.leak_report(t, _H, 0, site=1)

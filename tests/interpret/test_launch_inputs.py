@@ -344,7 +344,7 @@ def _borrowing_launch(keep_alive: bool):
     reads it back, passing `x` to kernel_end only if `keep_alive`."""
 
     def f(x):
-        token, handle = F.kernel_begin(F.new_token(), jnp.int32(0), uid=0x5EED, num_devices=1)
+        token, handle = F.kernel_begin(F.new_token(), jnp.int32(0), uid=0x5EED, config=F.LaunchConfig())
         token, buf = F.allocate_buffer(
             token, handle, 0, None, space="hbm", dtype=x.dtype, shape=x.shape, init=x, borrow=True
         )

@@ -373,8 +373,12 @@ def _direct_launch(pass_output: bool):
     that a DMA fills from `x`; kernel_end gets that output, or (a wiring
     slip, as if XLA had copied it) a different array of its shape."""
 
+    # on_wait: the copy lands at its wait, as the test orders it; eager it
+    # lands at its start, into memory the slipped program no longer holds.
+    config = F.LaunchConfig(dma_execution_mode="on_wait")
+
     def f(x):
-        token, handle = F.kernel_begin(F.new_token(), jnp.int32(0), uid=0xD1EC, num_devices=1)
+        token, handle = F.kernel_begin(F.new_token(), jnp.int32(0), uid=0xD1EC, config=config)
         token, src = F.allocate_buffer(token, handle, 0, None, space="hbm", dtype=x.dtype, shape=x.shape, init=x)
         token, dst, out = F.allocate_buffer(
             token, handle, 0, None, space="hbm", dtype=x.dtype, shape=x.shape, direct=True

@@ -57,7 +57,7 @@ def with_token(value, token):
 
 
 def begin(device, n, *, uid, **config):
-    config.setdefault("wait_timeout_ms", 30_000)
+    config.setdefault("wait_timeout", 30)
     return kernel(F.new_token(), device, uid=uid, num_devices=n, **config)
 
 
@@ -71,10 +71,11 @@ class Launch:
 
 
 @contextlib.contextmanager
-def kernel(token, device, *, leak_policy: str | None = None, **config):
+def kernel(token, device, *, uid: int, leak_policy: str | None = None, **config):
     """Emits ``kernel_begin`` ... ``kernel_end`` around the body.
 
-    ``config`` goes to `mosaic_rt.ffi.kernel_begin`. The body reads and replaces
+    ``config``: the `mosaic_rt.ffi.LaunchConfig` of the launch (its
+    defaults are `mosaic_rt.InterpretParams`'). The body reads and replaces
     ``launch.token``; after the block ``launch.token`` is the token after
     ``kernel_end`` (preceded by a ``leak_report`` if ``leak_policy`` is set)::
 
@@ -82,7 +83,9 @@ def kernel(token, device, *, leak_policy: str | None = None, **config):
             k.token = F.semaphore_signal(k.token, k.handle, k.device, 0, sem, 1)
         out = k.token
     """
-    token, handle = F.kernel_begin(token, device, **config)
+    # These tests read what a launch reports through Python warnings.
+    config.setdefault("python_warnings", True)
+    token, handle = F.kernel_begin(token, device, uid=uid, config=F.LaunchConfig(**config))
     launch = Launch(token, handle, device)
     yield launch
     if leak_policy is not None:

@@ -11,7 +11,8 @@ Conventions shared by every op (see :mod:`mosaic_rt.ffi.ops`):
 * operands come in the order ``token, handle, device, core, ...``;
 * the token is an int32 scalar threaded through every call (returned first,
   aliased to the input) so each device's calls keep program order;
-* ``handle`` is the ``uint32[2]`` returned by :func:`kernel_begin`;
+* ``handle`` is the ``uint32[2]`` returned by :func:`kernel_begin`, which
+  joins a launch configured by a :class:`LaunchConfig`;
 * ids and values are int32 scalars (x64 is off), ``-1`` means "not given";
 * static parameters (shapes, strides, memory spaces, dtypes, modes) are
   Python values turned into FFI attributes.
@@ -31,6 +32,7 @@ import jax
 from mosaic_rt import _native
 from mosaic_rt.ffi import reports
 from mosaic_rt.ffi.errors import fail_launch, native_errors, register_exception, translate
+from mosaic_rt.ffi.launch_config import LaunchConfig
 from mosaic_rt.ffi.ops import (
     TracedRegion,
     allocate_buffer,
@@ -70,6 +72,7 @@ def _register_targets() -> tuple[str, ...]:
 TARGETS: tuple[str, ...] = _register_targets()
 
 __all__ = [
+    "LaunchConfig",
     "TracedRegion",
     "TARGETS",
     "allocate_buffer",

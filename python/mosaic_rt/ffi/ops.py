@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 from typing import Any
 
 import jax
@@ -53,6 +52,7 @@ from mosaic_rt.ffi.emit import (  # noqa: F401 (TracedRegion .. batch: re-export
     no_starts,
     realize,
 )
+from mosaic_rt.ffi.launch_config import LaunchConfig
 
 
 def batched_runs(enabled: bool = True):
@@ -69,131 +69,26 @@ def batched_runs(enabled: bool = True):
 # ------------------------------------------------------------------ launches
 
 
-def kernel_begin(
-    token,
-    device,
-    *,
-    uid: int,
-    num_devices: int,
-    num_cores: int = 1,
-    dma_execution_mode: str = "on_wait",
-    out_of_bounds_reads: str = "raise",
-    uninitialized_memory: str = "nan",
-    wait_timeout_ms: int = 120_000,
-    device_ordinals=None,
-    detect_races: bool = False,
-    on_race: str | None = None,
-    detect_deadlocks: bool = True,
-    deadlock_idle_ms: int | None = None,
-    detect_uninitialized: bool = False,
-    trace_path: str | None = None,
-    report_as_warnings: bool = True,
-    site: int = 0,
-    device_processes=None,
-):
-    """Joins launch ``uid`` of the running XLA execution as ``device``.
+def kernel_begin(token, device, *, uid: int, config: LaunchConfig, site: int = 0):
+    """Joins launch ``uid`` of the running XLA execution as ``device``, a
+    launch that runs as ``config`` says.
 
     Every device of one execution that calls this with the same ``uid``
     shares one native runtime (the k-th call by a device joins the k-th
-    launch). Returns ``(token, handle)``. ``wait_timeout_ms <= 0`` waits
-    without a time limit (until signalled or the launch fails).
-    ``device_ordinals`` (optional): the XLA device id of each logical device
-    (e.g. ``[d.id for d in mesh.devices.flat]``); the native side then checks
-    that ``device`` runs where the mesh puts it. ``detect_races``: check
-    every access for data races (results in :mod:`mosaic_rt.races`);
-    ``on_race``: "raise" (the first race fails the launch with
-    ``RaceError``), "warn" (each race is queued as a ``RaceWarning``, see
-    :mod:`mosaic_rt.ffi.reports`) or None/"print" (the first race is printed).
-    ``detect_deadlocks``: fail every blocked core with ``DeadlockError`` as
-    soon as none can continue; ``deadlock_idle_ms`` (default 800, <= 0:
-    off): how long the whole process must be idle before devices that
-    never joined the launch count as stuck.
-    ``detect_uninitialized``: reads of kernel-local memory never written in
-    this launch raise ``UninitializedReadError``. ``trace_path``: record a
-    timeline and write it as Chrome trace-event JSON when the launch ends
-    (see :mod:`mosaic_rt.timeline` for the file names).
-    ``report_as_warnings``: reports of policy "warn" (races, leaks, misuse)
-    are issued as Python warnings; else as the installed jax's stock
-    interpreter reports the same event (printed or logged; see
-    :mod:`mosaic_rt.ffi.reports`).
+    launch). Returns ``(token, handle)``. With ``config.device_ordinals``
+    the native side checks that ``device`` runs where the mesh puts it;
+    with ``config.trace_path`` the launch's timeline is written when it
+    ends (see :mod:`mosaic_rt.timeline` for the file names); reports of
+    policy "warn" (races, leaks, misuse) are issued as ``python_warnings``
+    says (see :mod:`mosaic_rt.ffi.reports`).
     """
     return _call(
         "kernel_begin",
         (_HANDLE,),
         _args("kernel_begin", token=token, device=_i32(device)),
-        **_begin_attrs(
-            uid=uid,
-            num_devices=num_devices,
-            num_cores=num_cores,
-            dma_execution_mode=dma_execution_mode,
-            out_of_bounds_reads=out_of_bounds_reads,
-            uninitialized_memory=uninitialized_memory,
-            wait_timeout_ms=wait_timeout_ms,
-            device_ordinals=device_ordinals,
-            detect_races=detect_races,
-            on_race=on_race,
-            detect_deadlocks=detect_deadlocks,
-            deadlock_idle_ms=deadlock_idle_ms,
-            detect_uninitialized=detect_uninitialized,
-            trace_path=trace_path,
-            report_as_warnings=report_as_warnings,
-            device_processes=device_processes,
-        ),
-        site=site,
-    )
-
-
-def _begin_attrs(
-    *,
-    uid: int,
-    num_devices: int,
-    num_cores: int = 1,
-    dma_execution_mode: str = "on_wait",
-    out_of_bounds_reads: str = "raise",
-    uninitialized_memory: str = "nan",
-    wait_timeout_ms: int = 120_000,
-    device_ordinals=None,
-    detect_races: bool = False,
-    on_race: str | None = None,
-    detect_deadlocks: bool = True,
-    deadlock_idle_ms: int | None = None,
-    detect_uninitialized: bool = False,
-    trace_path: str | None = None,
-    report_as_warnings: bool = True,
-    device_processes=None,
-) -> dict:
-    """The attributes of `kernel_begin` (and `launch_begin`) for its config.
-    ``device_processes``: the process of each device when the launch spans
-    processes (see `mosaic_rt.distributed`)."""
-    extra = {}
-    if device_ordinals is not None:
-        extra["device_ordinals"] = _ints(device_ordinals)
-    if device_processes is not None:
-        extra["device_processes"] = _ints(device_processes)
-    if on_race is not None:
-        if on_race not in ("raise", "warn", "print"):
-            raise ValueError(f"on_race must be 'raise', 'warn' or 'print', got {on_race!r}")
-        extra["on_race"] = on_race
-    if not detect_deadlocks:
-        extra["detect_deadlocks"] = 0
-    if deadlock_idle_ms is not None:
-        extra["deadlock_idle_ms"] = int(deadlock_idle_ms)
-    if detect_uninitialized:
-        extra["detect_uninitialized"] = 1
-    if trace_path:
-        extra["trace_path"] = os.path.abspath(os.path.expanduser(os.fspath(trace_path)))
-    if not report_as_warnings:
-        extra["report_as_warnings"] = 0
-    return dict(
-        extra,
+        **config.attrs(),
         uid=int(uid),
-        num_devices=int(num_devices),
-        num_cores=int(num_cores),
-        dma_execution_mode=dma_execution_mode,
-        out_of_bounds_reads=out_of_bounds_reads,
-        uninitialized_memory=uninitialized_memory,
-        wait_timeout_ms=int(wait_timeout_ms),
-        detect_races=int(bool(detect_races)),
+        site=site,
     )
 
 
@@ -260,8 +155,10 @@ _ITEM_BUFFER, _ITEM_SEMAPHORES = 0, 1
 _HAS_INIT, _BORROW, _DIRECT, _HAS_LOGICAL = 1, 2, 4, 8
 
 
-def launch_begin(token, device, *, allocations=(), barrier: bool = False, grid=None, site: int = 0, **config):
-    """:func:`kernel_begin` (``config`` as there), then each of
+def launch_begin(
+    token, device, *, uid: int, config: LaunchConfig, allocations=(), barrier: bool = False, grid=None, site: int = 0
+):
+    """:func:`kernel_begin` (``uid``, ``config`` as there), then each of
     ``allocations`` (:class:`LaunchBuffer` / :class:`LaunchSemaphores`, in
     order), then with ``barrier`` a :func:`device_barrier`, then with
     ``grid`` (a dict of :func:`grid_begin`'s keyword arguments whose blocks
@@ -327,7 +224,8 @@ def launch_begin(token, device, *, allocations=(), barrier: bool = False, grid=N
         operands,
         site=site,
         aliases=((0, 0), *((first_init + i, r) for i, r in init_aliases)),
-        **_begin_attrs(**config),
+        **config.attrs(),
+        uid=int(uid),
         **grid_attrs,
         item_kinds=_ints(kinds),
         item_flags=_ints(flags),

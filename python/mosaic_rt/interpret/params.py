@@ -11,11 +11,13 @@ interpreter; stock instances keep the stock path.
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Literal
 
+from mosaic_rt.ffi.launch_config import LaunchConfig
 from mosaic_rt.jax_internals import STOCK_HAS_ON_RACE
 from mosaic_rt.jax_internals import StockInterpretParams as _StockParams
+
+_LAUNCH = LaunchConfig()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -103,26 +105,17 @@ class InterpretParams(_StockParams):
         ``--mosaic-rt-tpu-check``, else ``"raise"``.
     """
 
-    # "tpu", not stock's "on_wait": a TPU's DMA engine starts a copy when it
-    # is issued, so a copy issued earlier is done with its buffers before a
-    # later one touches them ("on_wait" -- every copy deferred to its wait,
-    # the most adversarial schedule -- breaks tpu-inference's GDN kernels,
-    # which prefetch into a buffer an earlier store copy is still sending);
-    # and a copy to another core crosses the interconnect while that core
-    # runs on, so it does not land between the destination's own stores
-    # ("eager" lets a neighbour's copy land before the destination zeroes
-    # its output, which then wipes it: jax's remote-DMA ppermute tests).
-    dma_execution_mode: Literal["tpu", "eager", "on_wait"] = "tpu"
-    # "tpu", not stock's "raise": a TPU's loads are unchecked, and kernels
-    # prefetch past the end and discard the value (tpu-inference's MLA v2).
-    out_of_bounds_reads: Literal["raise", "uninitialized", "tpu"] = "tpu"
+    # The launch options' defaults are the launch configuration's (one
+    # definition: mosaic_rt.ffi.launch_config, where they are explained).
+    dma_execution_mode: Literal["tpu", "eager", "on_wait"] = _LAUNCH.dma_execution_mode
+    out_of_bounds_reads: Literal["raise", "uninitialized", "tpu"] = _LAUNCH.out_of_bounds_reads
     if not STOCK_HAS_ON_RACE:
-        on_race: Literal["raise", "warn"] = "warn"
-    python_warnings: bool | None = None
-    detect_uninitialized: bool = False
-    detect_deadlocks: bool = True
-    trace_path: str | None = None
-    wait_timeout: float | None = 120.0
+        on_race: Literal["raise", "warn"] = _LAUNCH.on_race
+    python_warnings: bool | None = _LAUNCH.python_warnings
+    detect_uninitialized: bool = _LAUNCH.detect_uninitialized
+    detect_deadlocks: bool = _LAUNCH.detect_deadlocks
+    trace_path: str | None = _LAUNCH.trace_path
+    wait_timeout: float | None = _LAUNCH.wait_timeout
     on_semaphore_leak: Literal["warn", "raise", "ignore"] = "warn"
     tpu_target: str | tuple[str, ...] | None = None
     tpu_check: Literal["raise", "warn"] | None = None
@@ -136,40 +129,9 @@ class InterpretParams(_StockParams):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.dma_execution_mode not in ("eager", "on_wait", "tpu"):
-            raise ValueError(
-                f"dma_execution_mode must be 'eager', 'on_wait' or 'tpu', got {self.dma_execution_mode!r}."
-            )
-        if self.out_of_bounds_reads not in ("raise", "uninitialized", "tpu"):
-            raise ValueError(
-                f"out_of_bounds_reads must be 'raise', 'uninitialized' or 'tpu', got {self.out_of_bounds_reads!r}."
-            )
-        if self.uninitialized_memory not in ("nan", "zero"):
-            raise ValueError(f"uninitialized_memory must be 'nan' or 'zero', got {self.uninitialized_memory!r}.")
+        launch_config(self, num_devices=1)  # checks the launch options
         if self.buffer_bounds not in ("logical", "padded"):
             raise ValueError(f"buffer_bounds must be 'logical' or 'padded', got {self.buffer_bounds!r}.")
-        if self.wait_timeout is not None:
-            # Any positive number; inf (or too long to count) means no timeout.
-            try:
-                ok = not isinstance(self.wait_timeout, (bool, str, bytes)) and float(self.wait_timeout) > 0
-            except OverflowError:  # an int beyond float range: positive or not
-                ok = self.wait_timeout > 0
-            except (TypeError, ValueError):
-                ok = False
-            if not ok:
-                raise ValueError(
-                    "wait_timeout must be a positive number of seconds or None (inf: no"
-                    f" timeout), got {self.wait_timeout!r}."
-                )
-        if self.python_warnings is not None and not isinstance(self.python_warnings, bool):
-            raise TypeError(f"python_warnings must be a bool or None, got {self.python_warnings!r}.")
-        for flag in ("detect_uninitialized", "detect_deadlocks"):
-            if not isinstance(getattr(self, flag), bool):
-                raise TypeError(f"{flag} must be a bool, got {getattr(self, flag)!r}.")
-        if self.trace_path is not None and not isinstance(self.trace_path, (str, os.PathLike)):
-            raise TypeError(f"trace_path must be a path or None, got {self.trace_path!r}.")
-        if self.on_race not in ("raise", "warn"):
-            raise ValueError(f"on_race must be 'raise' or 'warn', got {self.on_race!r}.")
         if self.on_semaphore_leak not in ("warn", "raise", "ignore"):
             raise ValueError(f"on_semaphore_leak must be 'warn', 'raise' or 'ignore', got {self.on_semaphore_leak!r}.")
         # tpu_target / tpu_check: see mosaic_rt.tpu_check (normalised there
@@ -178,3 +140,24 @@ class InterpretParams(_StockParams):
 
         validate_target(self.tpu_target, "tpu_target")
         validate_mode(self.tpu_check, "tpu_check")
+
+
+def launch_config(params: InterpretParams, *, num_devices: int, device_processes=None) -> LaunchConfig:
+    """The configuration of one launch of ``params`` on ``num_devices``
+    devices (``device_processes``: the process of each, for a launch
+    spanning processes); checked when made."""
+    return LaunchConfig(
+        num_devices=num_devices,
+        num_cores=params.num_cores_per_device,
+        dma_execution_mode=params.dma_execution_mode,
+        out_of_bounds_reads=params.out_of_bounds_reads,
+        uninitialized_memory=params.uninitialized_memory,
+        detect_races=params.detect_races,
+        on_race=params.on_race,
+        wait_timeout=params.wait_timeout,
+        detect_deadlocks=params.detect_deadlocks,
+        detect_uninitialized=params.detect_uninitialized,
+        trace_path=params.trace_path,
+        python_warnings=params.python_warnings,
+        device_processes=device_processes,
+    )

@@ -4,7 +4,7 @@
 //!
 //! May use: `mosaic_rt_core`, `mosaic_rt_ffi`, `mosaic_rt_mpi`, `mosaic_rt_programs`, `mosaic_rt_wire`, pyo3.
 #![deny(clippy::undocumented_unsafe_blocks, unsafe_op_in_unsafe_fn)]
-use mosaic_rt_core::{DType, LeakPolicy, MemorySpace, SemKind};
+use mosaic_rt_core::{DType, DmaMode, FillMode, LeakPolicy, MemorySpace, OobReads, RacePolicy, SemKind};
 use mosaic_rt_programs::scalar::{self, ScalarOp, ScalarType};
 use mosaic_rt_programs::vector::{self, VectorType};
 use pyo3::prelude::*;
@@ -33,7 +33,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
 
 /// The core's spellings and codes, so Python keeps no table of its own:
 /// `DTYPES` ({numpy name: code}, the one dtype table: the program types'
-/// codes are these), `MEMORY_SPACES` ({stock name: code}), `SEMAPHORE_KINDS` and
+/// codes are these), `SETTINGS` ({launch option: its spellings}, what
+/// `kernel_begin` accepts), `MEMORY_SPACES` ({stock name: code}), `SEMAPHORE_KINDS` and
 /// `LEAK_POLICIES` (the strings the ops accept), `SCALAR_OPS` and
 /// `SCALAR_TYPES` ({name: code} of scalar programs, `mosaic_rt_programs::scalar`),
 /// `VECTOR_OPS` and `VECTOR_TYPES` (the same of vector programs,
@@ -47,6 +48,12 @@ fn constants(m: &Bound<'_, PyModule>) -> PyResult<()> {
         dtypes.set_item(d.name(), d.code())?;
     }
     m.add("DTYPES", dtypes)?;
+    let settings = PyDict::new(py);
+    settings.set_item(DmaMode::WHAT, PyTuple::new(py, DmaMode::ALL.map(DmaMode::name))?)?;
+    settings.set_item(OobReads::WHAT, PyTuple::new(py, OobReads::ALL.map(OobReads::name))?)?;
+    settings.set_item(FillMode::WHAT, PyTuple::new(py, FillMode::ALL.map(FillMode::name))?)?;
+    settings.set_item(RacePolicy::WHAT, PyTuple::new(py, RacePolicy::ALL.map(RacePolicy::name))?)?;
+    m.add("SETTINGS", settings)?;
     let spaces = PyDict::new(py);
     for s in MemorySpace::ALL {
         spaces.set_item(s.name(), s.code())?;

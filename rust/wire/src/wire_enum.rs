@@ -28,7 +28,7 @@ use crate::error::WireError;
 /// }
 /// ```
 ///
-/// Generates `ALL` (in code order), `code`, `from_code` (error: `"unknown
+/// Generates `WHAT`, `ALL` (in code order), `code`, `from_code` (error: `"unknown
 /// <what> code 7: expected 0 to 5"`), `name`, `from_name` / `FromStr` and
 /// `Display`. How a bad name is told is the enum's *style*: `setting`
 /// names every choice in a sentence (`"<what> must be 'a' or 'b', got
@@ -114,6 +114,10 @@ macro_rules! wire_enum {
     };
     (@common $name:ident $style:ident $what:literal [$($variant:ident)+]) => {
         impl $name {
+            /// What the enum is called in its errors (a setting's name).
+            #[allow(dead_code)] // read by the tables exported to Python, if any
+            pub const WHAT: &'static str = $what;
+
             /// Every variant, in code order.
             pub const ALL: [$name; [$($name::$variant),+].len()] = [$($name::$variant),+];
 

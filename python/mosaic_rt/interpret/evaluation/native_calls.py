@@ -19,7 +19,7 @@ import numpy as np
 from mosaic_rt import jax_internals as jx
 from mosaic_rt import memory_spaces
 from mosaic_rt.ffi import ops as ffi_ops
-from mosaic_rt.ffi import reports
+from mosaic_rt.ffi.launch_config import LaunchConfig
 from mosaic_rt.ffi.ops import Lazy
 from mosaic_rt.interpret.evaluation import logging_ops as lg
 from mosaic_rt.interpret.evaluation import sites
@@ -47,37 +47,21 @@ def _scalar_id(x):
 _space = memory_spaces.code
 
 
-def launch_begin(
-    token, device, *, uid, num_devices, params: InterpretParams, allocations, barrier, grid=None, device_processes=None
-):
+def launch_begin(token, device, *, uid, config: LaunchConfig, allocations, barrier, grid=None):
     """Joins the launch, makes its ``allocations`` (`launch_buffer` /
     `launch_semaphores`), with ``barrier`` waits for every device and with
     ``grid`` begins core 0's grid loop: one native call. ``(token, handle,
     results, step)`` as `ffi_ops.launch_begin` returns them; buffer
     allocations are logged as `allocate_buffer` logs them."""
-    timeout = params.wait_timeout
     token, handle, results, step = ffi_ops.launch_begin(
         token,
         device,
+        uid=uid,
+        config=config,
         allocations=allocations,
         barrier=barrier,
         grid=grid,
-        uid=uid,
-        num_devices=num_devices,
-        num_cores=params.num_cores_per_device,
-        dma_execution_mode=params.dma_execution_mode,
-        out_of_bounds_reads=params.out_of_bounds_reads,
-        uninitialized_memory=params.uninitialized_memory,
-        detect_races=params.detect_races,
-        on_race=params.on_race if params.detect_races else None,
-        detect_uninitialized=params.detect_uninitialized,
-        detect_deadlocks=params.detect_deadlocks,
-        trace_path=params.trace_path,
-        report_as_warnings=reports.as_warnings(params.python_warnings),
-        # None, inf, or more milliseconds than int64 holds: 0, no timeout.
-        wait_timeout_ms=(0 if timeout is None or not timeout * 1000 < 2**63 else max(1, int(timeout * 1000))),
         site=sites.current(),
-        **({} if device_processes is None else {"device_processes": device_processes}),
     )
     for a, r in zip(allocations, results):
         if isinstance(a, ffi_ops.LaunchBuffer):

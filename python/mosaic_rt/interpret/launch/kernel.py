@@ -23,7 +23,7 @@ from mosaic_rt.interpret.evaluation import device_ids, logging_ops, native_calls
 from mosaic_rt.interpret.evaluation.regions import FULL, TracedRegion
 from mosaic_rt.interpret.launch import buffers, grid_loop, processes, semaphore_operands
 from mosaic_rt.interpret.launch.buffers import BlockOperands
-from mosaic_rt.interpret.params import InterpretParams
+from mosaic_rt.interpret.params import InterpretParams, launch_config
 from mosaic_rt.memory_spaces import code as space_code
 from mosaic_rt.tpu_check import check as tpu_check
 
@@ -100,9 +100,10 @@ def _interpret_pallas_call(
     blocks.check_hbm_blocks(jaxpr, grid_mapping)
     loop = grid_loop.plan(ctx, jaxpr, grid, blocks, bufs)
     owners = processes.device_processes(num_devices, jaxpr)
-    if owners is not None and params.trace_path:
+    config = launch_config(params, num_devices=num_devices, device_processes=owners)
+    if owners is not None and config.trace_path:
         # One trace per process (`python -m mosaic_rt trace --merge` joins them).
-        params = dataclasses.replace(params, trace_path=processes.per_process_path(params.trace_path))
+        config = dataclasses.replace(config, trace_path=processes.per_process_path(config.trace_path))
     # The prologue is one native call (each custom call costs compile and
     # tracing time): join, allocate, without a barrier semaphore of its own
     # wait for all devices to start together, and begin the grid loop of a
@@ -111,12 +112,10 @@ def _interpret_pallas_call(
         jnp.zeros((), jnp.int32),
         device_id,
         uid=_launch_uid(name, jaxpr, grid_mapping, args),
-        num_devices=num_devices,
-        params=params,
+        config=config,
         allocations=allocations,
         barrier=mosaic_params.collective_id is None,
         grid=grid_loop.prologue_grid_begin(loop),
-        device_processes=owners,
     )
     ctx = ctx.replace(handle=handle)
     id_of = buffers.prologue_ids(allocations, results)
