@@ -850,6 +850,14 @@ def pallas_tpu_info():
     return tpu_info
 
 
+def mosaic_error_types() -> dict:
+    """Pallas' exceptions for Mosaic's rejections of a kernel, by name
+    (`MosaicError`, `VerificationError`)."""
+    from jax._src.pallas.mosaic import error_handling
+
+    return {n: getattr(error_handling, n) for n in ("MosaicError", "VerificationError") if hasattr(error_handling, n)}
+
+
 def tpu_compiler_loaded() -> bool:
     """Whether this process has started libtpu (its PJRT plugin)."""
     from jax._src.lib import xla_client
