@@ -87,9 +87,8 @@ pytest_in() {  # pytest_in PY [PYTEST ARGS]: the wheel's venv plus test extras
     # tests/tpu_check needs in CI (the TPU compile check).
     "$venv/bin/python" -m pip install --quiet --only-binary=:all: "$wheel[test,tpu]" || return 1
     "$venv/bin/python" -c 'import jax, numpy; from importlib import metadata as m; print("jax", jax.__version__, "jaxlib", m.version("jaxlib"), "numpy", numpy.__version__, "libtpu", m.version("libtpu"))'
-    # JAX_PLATFORMS before any jax import (the pytest plugins import jax
-    # before conftest runs): with libtpu installed, jax would otherwise try
-    # to start a TPU backend in every test process.
+    # JAX_PLATFORMS for every test process, subprocesses included: with
+    # libtpu installed, jax would otherwise try to start a TPU backend.
     JAX_PLATFORMS="${JAX_PLATFORMS:-cpu}" "$venv/bin/python" -m pytest -q "$@"
 }
 

@@ -136,3 +136,46 @@ def test_mosaic_rt_cache_directory_that_cannot_be_made_is_a_usage_error(tmp_path
     )
     assert run.returncode == 4, run.stdout + run.stderr  # pytest's usage error
     assert "mosaic_rt cache directory" in run.stderr
+
+
+_IMPORTS_TEST = textwrap.dedent("""
+    import sys
+
+    def test_nothing_imported_jax_or_mosaic_rt():
+        heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("jax", "jaxlib", "mosaic_rt"))
+        assert not heavy, heavy
+""")
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        [],
+        ["--mosaic-rt=off"],
+        ["--mosaic-rt-warnings"],
+        ["--mosaic-rt-cache", "cache"],
+        ["--mosaic-rt-params", "detect_races=true"],  # params without the flag: nothing to do
+    ],
+)
+def test_loading_the_plugins_imports_neither_jax_nor_mosaic_rt(tmp_path, flags):
+    # pytest loads every installed plugin at every start: ours must cost
+    # nothing (no jax import, seconds) and must not import jax before the
+    # suite's conftest sets JAX_PLATFORMS / XLA_FLAGS.
+    (tmp_path / "test_imports.py").write_text(_IMPORTS_TEST)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MOSAIC_RT_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *flags, "test_imports.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 passed" in proc.stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--help"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+    ).stdout
+    for option in ("--mosaic-rt=[CHIP]", "--mosaic-rt-tpu-target", "--mosaic-rt-warnings", "--mosaic-rt-cache"):
+        assert option in out, option
+    assert "v4, v5e, v5p, v6e, v7x" in out  # the chip table, loaded without mosaic_rt

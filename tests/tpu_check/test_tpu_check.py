@@ -349,7 +349,7 @@ def test_small_blocks():
 def _plugin_args() -> list[str]:
     """``-p`` for our plugin where the installed metadata lacks its entry point."""
     names = {ep.name for ep in importlib.metadata.entry_points(group="pytest11")}
-    return [] if "mosaic_rt_tpu" in names else ["-p", "mosaic_rt.tpu_check.pytest_plugin"]
+    return [] if "mosaic_rt_tpu" in names else ["-p", "mosaic_rt_pytest.tpu_check"]
 
 
 def test_pytest_option_and_ini(libtpu, pytester):

@@ -168,7 +168,7 @@ def deliver_in_background(period: float = 0.2) -> None:
     """Starts (once per process) a daemon thread delivering what is left
     queued (a failed launch's reports, a ``Runtime``'s) every ``period``
     seconds; a no-op once disabled."""
-    if "mosaic_rt.pytest_plugin" in sys.modules:  # pytest: the plugin delivers
+    if "mosaic_rt_pytest.reports_and_cache" in sys.modules:  # pytest: the plugin delivers
         _background["disabled"] = True
     with _lock:
         if _background["started"] or _background["disabled"]:

@@ -12,36 +12,36 @@ use mosaic_rt_core::internals::{Queued, SemTable};
 use mosaic_rt_core::{Config, Result, SemKind};
 
 /// A copy landing on device 1: signals `sem` there by `bytes`.
-struct Landing {
+struct ModelLanding {
     sem: u32,
     bytes: i64,
 }
 
-impl Queued for Landing {
+impl Queued for ModelLanding {
     fn pending(&self) -> Option<String> {
         Some(format!("{} bytes to semaphore {}", self.bytes, self.sem))
     }
 }
 
-struct Model {
-    t: SemTable<Landing>,
+struct InboxModel {
+    t: SemTable<ModelLanding>,
     /// Two semaphores of every core.
     sems: u32,
     /// Tasks run, by anyone.
     landed: AtomicUsize,
 }
 
-impl Model {
-    fn new() -> Arc<Model> {
+impl InboxModel {
+    fn new() -> Arc<InboxModel> {
         let config = Config { num_devices: 2, wait_timeout: None, ..Config::default() };
         let t = SemTable::with_devices_joined(&config, true);
         let sems = t.allocate(0, None, SemKind::Dma, 2).unwrap();
         t.allocate(1, None, SemKind::Dma, 2).unwrap();
-        Arc::new(Model { t, sems, landed: AtomicUsize::new(0) })
+        Arc::new(InboxModel { t, sems, landed: AtomicUsize::new(0) })
     }
 
     /// Runs a landing on device 1 (its semaphore's signal).
-    fn land(&self, l: Landing) -> Result<()> {
+    fn land(&self, l: ModelLanding) -> Result<()> {
         self.landed.fetch_add(1, Ordering::SeqCst);
         self.t.signal(1, 0, l.sem, l.bytes, None, None)
     }
@@ -49,7 +49,7 @@ impl Model {
     /// Device 0 hands a landing of `sem` to device 1 (global core 1); runs
     /// it itself if device 1's program has ended.
     fn send(&self, sem: u32) -> Result<()> {
-        match self.t.send_to_core(1, Landing { sem, bytes: 4 }) {
+        match self.t.send_to_core(1, ModelLanding { sem, bytes: 4 }) {
             Some(l) => self.land(l),
             None => Ok(()),
         }
@@ -69,7 +69,7 @@ fn model(bound: usize, f: impl Fn() + Sync + Send + 'static) {
 #[test]
 fn a_landing_wakes_the_core_parked_on_its_semaphore() {
     model(8, || {
-        let m = Model::new();
+        let m = InboxModel::new();
         let sender = {
             let m = Arc::clone(&m);
             thread::spawn(move || m.send(m.sems).unwrap())
@@ -86,7 +86,7 @@ fn a_core_parked_on_another_semaphore_lands_the_copy_first() {
     // Device 1 waits on `b`; device 0 hands it a landing of `a` and then
     // signals `b`. The landing runs on device 1 before its wait returns.
     model(8, || {
-        let m = Model::new();
+        let m = InboxModel::new();
         let (a, b) = (m.sems, m.sems + 1);
         let sender = {
             let m = Arc::clone(&m);
@@ -106,7 +106,7 @@ fn a_core_parked_on_another_semaphore_lands_the_copy_first() {
 #[test]
 fn a_close_racing_a_send_runs_every_landing_exactly_once() {
     model(8, || {
-        let m = Model::new();
+        let m = InboxModel::new();
         let sender = {
             let m = Arc::clone(&m);
             thread::spawn(move || {

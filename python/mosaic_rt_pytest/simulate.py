@@ -19,7 +19,8 @@ own TPU interpret mode on the same simulated chip). Each test runs inside
 races, leaks and TPU-check verdicts are reported inside the test that ran
 the kernel, by mosaic_rt's other plugins, as without the flag.
 
-With the flag off this module does nothing (it imports no jax of its own).
+With the flag off this module does nothing and imports neither jax nor
+mosaic_rt (the chip table it shows in --help is loaded on its own).
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ import os
 
 import pytest
 
-from mosaic_rt.simulate import chips
+from mosaic_rt_pytest import pure_module
+
+chips = pure_module("simulate/chips.py", "chips")  # stdlib only: no jax, no mosaic_rt
 
 _OFF = ("off", "none", "no", "false", "0")
 _DEFAULT = "default"

@@ -1,4 +1,5 @@
-"""pytest plugin of the TPU compile check (registered by installing mosaic_rt).
+"""pytest plugin of the TPU compile check (registered by installing mosaic_rt;
+imports mosaic_rt only when one of its options is set).
 
 * ``--mosaic-rt-tpu-target v5e,v6e`` (or ini ``mosaic_rt_tpu_target =
   v5e,v6e``): every mosaic_rt kernel of the run whose
@@ -12,9 +13,9 @@
 
 from __future__ import annotations
 
-import pytest
+import sys
 
-from mosaic_rt.tpu_check import targets
+import pytest
 
 
 def pytest_addoption(parser):
@@ -29,7 +30,6 @@ def pytest_addoption(parser):
     group.addoption(
         "--mosaic-rt-tpu-check",
         default=None,
-        choices=targets.MODES,
         help="mosaic_rt: what a kernel that does not compile for a --mosaic-rt-tpu-target "
         "does: raise (TpuCompileError, default) or warn (TpuCompileWarning)",
     )
@@ -46,6 +46,10 @@ def pytest_configure(config):
     mode = config.getoption("mosaic_rt_tpu_check", None)
     if mode is None:
         mode = str(config.getini("mosaic_rt_tpu_check")).strip().lower() or None
+    if target is None and mode is None:
+        return  # not in use: mosaic_rt stays unimported
+    from mosaic_rt.tpu_check import targets
+
     try:
         targets.validate_mode(mode, "mosaic_rt_tpu_check")
         normalized = targets.normalize_target(target, "--mosaic-rt-tpu-target")
@@ -58,11 +62,14 @@ def pytest_configure(config):
 
 
 def pytest_unconfigure(config):
-    targets.set_default_target(None)
+    targets = sys.modules.get("mosaic_rt.tpu_check.targets")
+    if targets is not None:
+        targets.set_default_target(None)
 
 
 def pytest_report_header(config):
-    target = targets._default_target
+    targets = sys.modules.get("mosaic_rt.tpu_check.targets")
+    target = None if targets is None else targets._default_target
     if target:
         return f"mosaic_rt TPU compile check: {', '.join(target)} ({targets.process_mode()})"
     return None
