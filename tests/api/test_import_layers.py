@@ -141,3 +141,26 @@ def test_interpret_layers_are_one_way():
             if target_rank is not None and target_rank > rank:
                 wrong.append(f"{module} ({LAYERS[rank][0]}) imports {target} ({LAYERS[target_rank][0]})")
     assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_the_tpu_api_stands_beside_the_interpreter():
+    """`mosaic_rt.tpu` (pltpu's API with early checks) imports nothing of the
+    interpreter, not even through another module: what both need (the
+    device-id forms) lives below both."""
+    graph = _graph()
+    seen, todo = set(), [m for m in graph if m == "mosaic_rt.tpu" or m.startswith("mosaic_rt.tpu.")]
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo += graph.get(module, ())
+    reached = sorted(m for m in seen if m == "mosaic_rt.interpret" or m.startswith("mosaic_rt.interpret."))
+    assert not reached, f"mosaic_rt.tpu reaches the interpreter: {reached}"
+
+
+def test_the_tpu_compile_check_enters_at_the_seam():
+    """The TPU compile check wraps the interpreter where a kernel enters it
+    (`launch/seam.py`), not from inside it."""
+    importers = sorted(m for m, targets in _graph().items() if "mosaic_rt.tpu_check.check" in targets)
+    inside = [m for m in importers if m.startswith("mosaic_rt.interpret.")]
+    assert inside == ["mosaic_rt.interpret.launch.seam"], importers

@@ -8,8 +8,9 @@ and `mosaic_rt.InterpretParams()`. On top, invalid descriptors, priorities
 and device-id forms fail early with clear messages, and a descriptor that is
 never started or waited is reported with the line that created it.
 
-Uses: the installed `pltpu`, `mosaic_rt.jax_internals`, and the interpreter's
-device-id module (`interpret.evaluation.device_ids`, one statement of the forms).
+Uses: the installed `pltpu`, `mosaic_rt.jax_internals` and
+`mosaic_rt.device_id_forms` (the device-id forms and their check); never the
+interpreter.
 """
 
 import functools as _functools
@@ -19,8 +20,8 @@ import warnings as _warnings
 from jax.experimental import pallas as _pl
 from jax.experimental.pallas.tpu import SemaphoreType
 
+from mosaic_rt import device_id_forms as _device_id_forms
 from mosaic_rt import jax_internals as _jax_internals
-from mosaic_rt.interpret.evaluation import device_ids as _device_ids
 from mosaic_rt.tpu.dma import (
     AsyncCopyDescriptor,
     UnusedAsyncCopyWarning,
@@ -40,9 +41,9 @@ from mosaic_rt.tpu.semaphores import (
 # (in jaxprs, errors and the Mosaic body) point at the kernel line, exactly as
 # with pltpu, which makes the lowered bodies byte-identical.
 _jax_internals.register_source_exclusion(_os.path.dirname(__file__) + _os.sep)
-# The device-id checks these wrappers run live with the interpreter's device
-# ids (one module for both): a failed check points at the kernel line too.
-_jax_internals.register_source_exclusion(_device_ids.__file__)
+# So are the device-id checks these wrappers run: a failed check points at
+# the kernel line too.
+_jax_internals.register_source_exclusion(_device_id_forms.__file__)
 
 __all__ = [
     "AsyncCopyDescriptor",

@@ -19,7 +19,7 @@ from typing import Any
 from jax.experimental.pallas import tpu as pltpu
 
 from mosaic_rt import jax_internals
-from mosaic_rt.interpret.evaluation.device_ids import check_device_id, effective_type
+from mosaic_rt.device_id_forms import check_device_id, effective_type
 from mosaic_rt.tpu._stock import StockCall, mirror
 
 _Stock = jax_internals.StockAsyncCopyDescriptor

@@ -7,7 +7,7 @@ from __future__ import annotations
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from mosaic_rt.interpret.evaluation.device_ids import check_device_id, describe, effective_type, is_integer_scalar
+from mosaic_rt.device_id_forms import check_device_id, describe, effective_type, is_integer_scalar
 from mosaic_rt.tpu._stock import mirror
 
 

@@ -25,35 +25,21 @@ from mosaic_rt.interpret.launch import buffers, grid_loop, processes, semaphore_
 from mosaic_rt.interpret.launch.buffers import BlockOperands
 from mosaic_rt.interpret.params import InterpretParams, launch_config
 from mosaic_rt.memory_spaces import code as space_code
-from mosaic_rt.tpu_check import check as tpu_check
 
 _HBM = jx.MemorySpace.HBM
 pallas_core = jx.pallas_core
 
 
 def interpret_pallas_call(*args, interpret_params: InterpretParams, **kwargs):
-    # With a tpu_target (or MOSAIC_RT_TPU_TARGET), the same pallas_call is
-    # also compiled for each TPU generation (once per distinct kernel; on a
-    # worker thread meanwhile with MOSAIC_RT_TPU_CHECK_OVERLAP=1). Its
-    # verdict comes first: a kernel that does not compile fails as such.
-    check = tpu_check.start_check(args, kwargs, interpret_params)
-    try:
-        # Ops outside the kernel body (scratch allocations, block copies, the
-        # leak check) carry the kernel function's line.
-        # Straight-line runs of native ops become one call each (`batched_runs`).
-        with (
-            logging_ops.tracing_with(interpret_params.logging_mode),
-            sites.at_kernel(kwargs.get("jaxpr")),
-            native_calls.batched_runs(interpret_params._batch_runs),
-        ):
-            result = _interpret_pallas_call(*args, interpret_params=interpret_params, **kwargs)
-    except Exception:
-        if check is not None:
-            check.finish()
-        raise
-    if check is not None:
-        check.finish()
-    return result
+    # Ops outside the kernel body (scratch allocations, block copies, the
+    # leak check) carry the kernel function's line.
+    # Straight-line runs of native ops become one call each (`batched_runs`).
+    with (
+        logging_ops.tracing_with(interpret_params.logging_mode),
+        sites.at_kernel(kwargs.get("jaxpr")),
+        native_calls.batched_runs(interpret_params._batch_runs),
+    ):
+        return _interpret_pallas_call(*args, interpret_params=interpret_params, **kwargs)
 
 
 def _interpret_pallas_call(

@@ -60,12 +60,7 @@ def install() -> None:
                 interpret_params = routing.route(interpret_params, kwargs.get("compiler_params"), ("cpu",))
             with stages.interpreting():  # ours and stock's alike
                 if isinstance(interpret_params, InterpretParams):
-                    from mosaic_rt.ffi import reports
-                    from mosaic_rt.interpret.launch.kernel import interpret_pallas_call
-
-                    reports.deliver_in_background()  # outside pytest (see reports)
-                    with jax_version.internals_guard():
-                        return interpret_pallas_call(*args, interpret_params=interpret_params, **kwargs)
+                    return _ours(args, kwargs, interpret_params)
                 return stock_impl(*args, interpret_params=interpret_params, **kwargs)
 
         setattr(dispatch, _MARK, True)
@@ -73,6 +68,27 @@ def install() -> None:
         _install_effects()
         _install_lowering()
         _install_mpmd_lowering()
+
+
+def _ours(args, kwargs, interpret_params: InterpretParams):
+    """A pallas_call lowered by our interpreter. With a tpu_target (or
+    MOSAIC_RT_TPU_TARGET) the same pallas_call is also compiled for each TPU
+    generation (once per distinct kernel; on a worker thread meanwhile with
+    MOSAIC_RT_TPU_CHECK_OVERLAP=1), whose verdict comes first: a kernel
+    that does not compile fails as such, whatever the interpreter made of
+    it."""
+    from mosaic_rt.ffi import reports
+    from mosaic_rt.interpret.launch.kernel import interpret_pallas_call
+    from mosaic_rt.tpu_check import check as tpu_check
+
+    reports.deliver_in_background()  # outside pytest (see reports)
+    with jax_version.internals_guard():
+        check = tpu_check.start_check(args, kwargs, interpret_params)
+        try:
+            return interpret_pallas_call(*args, interpret_params=interpret_params, **kwargs)
+        finally:
+            if check is not None:
+                check.finish()
 
 
 def _install_lowering() -> None:
