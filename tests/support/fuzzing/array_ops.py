@@ -182,18 +182,35 @@ def _full(rng, shape, dtypes):
     return f"jnp.full({shape_text(s)}, {literal(rng, t)}, {dt(t)})", ()
 
 
-def random_stmt(rng, avals: dict, name: str, shape: tuple, dtypes: tuple) -> Stmt | None:
+def random_stmt(rng, avals: dict, name: str, shape: tuple, dtypes: tuple, varying: set | None = None) -> Stmt | None:
     """One statement reading ``avals`` (name -> Aval); ``shape``: the
     kernel's main shape (iotas, broadcasts and constants are of it or of
-    it with some dimensions 1); ``dtypes``: the types in play."""
+    it with some dimensions 1); ``dtypes``: the types in play.
+
+    ``varying``: names of values loaded from memory, unchanged. An integer
+    division or remainder reads one of them: jaxlib 0.10.2's XLA kills the
+    process (SIGFPE) folding a division by a constant zero, in any jitted
+    program, and its simplifier makes constants of more than literals
+    (``where(p, 0, 0)``, ``x - x``), so only a value loaded from memory is
+    sure not to be one."""
+    stmt, divides = _random_stmt(rng, avals, name, shape, dtypes)
+    if stmt is not None and divides and varying is not None and not any(a in varying for a in stmt.args):
+        return None
+    return stmt
+
+
+def _random_stmt(rng, avals: dict, name: str, shape: tuple, dtypes: tuple) -> tuple:
+    """(a statement or None, whether it divides integers)."""
     r = rng.random()
     meaning = None
+    divides = False
     if r < 0.22:
         got = _binary(rng, avals, _ARITH, lambda v: kind(v.dtype) in "fiu")
     elif r < 0.27:
         got = _binary(rng, avals, _FLOAT_ONLY, lambda v: kind(v.dtype) == "f")
     elif r < 0.35:
         got = _binary(rng, avals, _INT_ONLY, lambda v: kind(v.dtype) in "iu")
+        divides = True
     elif r < 0.42:
         got = _binary(rng, avals, _BITS, lambda v: kind(v.dtype) in "iub")
     elif r < 0.48:
@@ -205,7 +222,7 @@ def random_stmt(rng, avals: dict, name: str, shape: tuple, dtypes: tuple) -> Stm
     elif r < 0.66:
         a = _pick(rng, avals, lambda v: kind(v.dtype) in "fiu")
         if a is None:
-            return None
+            return None, divides
         pool = _UNARY_ANY + (_UNARY_FLOAT if kind(avals[a].dtype) == "f" else _UNARY_INT)
         got = rng.choice(pool), (a,)
     elif r < 0.72:
@@ -229,14 +246,14 @@ def random_stmt(rng, avals: dict, name: str, shape: tuple, dtypes: tuple) -> Stm
     else:
         got = _full(rng, shape, dtypes)
     if got is None:
-        return None
+        return None, divides
     expr, args = got
     aval = trace_aval(expr, [avals[a] for a in args])
     if aval is None or aval.size == 0 or aval.size > 1 << 16 or aval.dtype not in (*FLOATS, *INTS, "bool"):
-        return None
+        return None, divides
     if meaning is not None and trace_aval(meaning, [avals[a] for a in args]) != aval:
-        return None
-    return Stmt(name, expr, tuple(args), aval, meaning)
+        return None, divides
+    return Stmt(name, expr, tuple(args), aval, meaning), divides
 
 
 def as_output(name: str, aval: Aval, new_name: str) -> Stmt | None:

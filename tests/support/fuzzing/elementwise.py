@@ -97,10 +97,11 @@ def generate(rng) -> Elementwise:
             avals[st.name] = st.aval
     visible = {n: a for n, a in avals.items() if a.dtype != "int4"}
     target = rng.randint(1, 12)
+    varying = set(visible)  # (the operands as loaded)
     tries = 0
     while len(stmts) < target + len(inputs) and tries < 200:
         tries += 1
-        st = array_ops.random_stmt(rng, visible, f"v{len(stmts)}", shape, dtypes + ("bool",))
+        st = array_ops.random_stmt(rng, visible, f"v{len(stmts)}", shape, dtypes + ("bool",), varying)
         if st is not None:
             stmts.append(st)
             avals[st.name] = visible[st.name] = st.aval

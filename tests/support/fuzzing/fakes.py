@@ -284,11 +284,20 @@ FAKE_PLTPU = _Shim(
 )
 
 
+def _fori_loop(lower, upper, body, init, **kwargs):
+    # Eagerly (`jax.disable_jit`) the loop index is a Python int; in a
+    # kernel it is an int32 array (with its methods: `.astype`, ...).
+    return jax.lax.fori_loop(lower, upper, lambda i, c: body(jnp.asarray(i, jnp.int32), c), init, **kwargs)
+
+
+FAKE_LAX = _Shim(jax.lax, fori_loop=_fori_loop)
+
+
 def faked(fn, replace=None):
-    """``fn`` with its globals' ``pl`` / ``pltpu`` replaced by the shims
-    (and the globals named in ``replace`` by their values there)."""
+    """``fn`` with its globals' ``pl`` / ``pltpu`` / ``lax`` replaced by the
+    shims (and the globals named in ``replace`` by their values there)."""
     g = dict(fn.__globals__)
-    g.update(pl=FAKE_PL, pltpu=FAKE_PLTPU, **(replace or {}))
+    g.update(pl=FAKE_PL, pltpu=FAKE_PLTPU, lax=FAKE_LAX, **(replace or {}))
     return types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
 
 

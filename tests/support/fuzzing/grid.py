@@ -228,8 +228,11 @@ def generate(rng) -> GridKernel:
     avals = dict(prog_inputs)
     stmts = []
     names = set(avals)
+    varying = set(avals)
     for _ in range(rng.randint(1, 6)):
-        st = array_ops.random_stmt(rng, avals, f"v{len(stmts)}", kshape, tuple(dict.fromkeys(dtypes + [out_dtype])))
+        st = array_ops.random_stmt(
+            rng, avals, f"v{len(stmts)}", kshape, tuple(dict.fromkeys(dtypes + [out_dtype])), varying
+        )
         if st is not None and st.aval.shape == kshape or (st is not None and math.prod(st.aval.shape) == 1):
             stmts.append(st)
             avals[st.name] = st.aval

@@ -247,12 +247,12 @@ def _unrolled_from_traced_base(rng, g: _Gen, v, src, dst, s_ref, d_ref, lead_s, 
     # Each copy's work: a random elementwise program over the chunk (its
     # iotas count within a chunk: one wide copy must not count across them).
     chunk = Aval((n, width), src.dtype)
-    avals, stmts = {"x": chunk}, []
+    avals, stmts, varying = {"x": chunk}, [], {"x"}
     target = rng.randint(1, 4)
     for _ in range(40):
         if len(stmts) >= target:
             break
-        st = array_ops.random_stmt(rng, avals, f"t{len(stmts)}", chunk.shape, (src.dtype, dst.dtype))
+        st = array_ops.random_stmt(rng, avals, f"t{len(stmts)}", chunk.shape, (src.dtype, dst.dtype), varying)
         if st is not None and st.aval.shape == chunk.shape:
             stmts.append(st)
             avals[st.name] = st.aval

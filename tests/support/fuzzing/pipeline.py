@@ -142,11 +142,11 @@ def generate(rng) -> PipelineKernel:
         starts = tuple(slots[:gi])
         sizes = tuple(rng.choice([s for s in (8, 16) if s <= bm]) for _ in range(gi))
     block = Aval((bm, bc), dtype)
-    avals, stmts = {"x": block}, []
+    avals, stmts, varying = {"x": block}, [], {"x"}
     for _ in range(40):
         if len(stmts) >= rng.randint(1, 4):
             break
-        st = array_ops.random_stmt(rng, avals, f"t{len(stmts)}", block.shape, (dtype,))
+        st = array_ops.random_stmt(rng, avals, f"t{len(stmts)}", block.shape, (dtype,), varying)
         if st is None or st.aval.shape != block.shape:
             continue
         if form == "bounded" and any(

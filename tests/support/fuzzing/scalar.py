@@ -134,6 +134,12 @@ class _Gen:
             ops += ["lax.div", "lax.rem", "//", "%", "&", "|", "^", "lax.shift_left"]
             ops += ["lax.shift_right_arithmetic", "lax.shift_right_logical", "~", "-u", "jnp.abs"]
         op = rng.choice(ops)
+        if op in ("lax.div", "lax.rem", "//", "%"):
+            # The dividend read from memory right here: jaxlib 0.10.2's XLA
+            # kills the process folding a division by a constant zero, and
+            # its simplifier makes constants of more than literals.
+            read = f"s_ref[{self.index(env, self.n_in)}]"
+            a = read if dtype == "int32" else f"{read}.astype(jnp.uint32)"
         if op == "~":
             return f"~{a}"
         if op == "-u":
@@ -161,9 +167,9 @@ class _Gen:
                 return self.store(env)
             dtype = rng.choice(_TYPES)
             name = self.fresh()
-            line = f"{name} = {self.expr(env, dtype)}"
+            text = self.expr(env, dtype)
             env[name] = dtype
-            return [line]
+            return [f"{name} = {text}"]
         if r < 0.62:
             return self.fori(env, depth)
         if r < 0.72:
@@ -251,14 +257,15 @@ class _Gen:
     def cond(self, env: dict, depth: int) -> list:
         dtype = self.rng.choice(["int32", "uint32", "float32"])
         pred = self.pick(env, "bool")
-        branches, lines = [], []
+        branches, lines, results = [], [], []
         for _ in range(2):
             fn = self.fresh("branch")
             inner = dict(env)
             body = []
             for s in self.block(inner, depth + 1, self.rng.randint(0, 2)):
                 body += s
-            lines += [f"def {fn}():", *(f"    {x}" for x in body), f"    return {self.expr(inner, dtype)}"]
+            results.append(self.expr(inner, dtype))
+            lines += [f"def {fn}():", *(f"    {x}" for x in body), f"    return {results[-1]}"]
             branches.append(fn)
         name = self.fresh()
         lines.append(f"{name} = lax.cond({pred}, {branches[0]}, {branches[1]})")

@@ -195,8 +195,9 @@ def generate(rng) -> TransformKernel:
     x = Aval(block, dtype)
     avals = {"x": x}
     stmts = []
+    varying = {"x"}
     for _ in range(rng.randint(1, 4)):
-        st = array_ops.random_stmt(rng, avals, f"v{len(stmts)}", block, (dtype,))
+        st = array_ops.random_stmt(rng, avals, f"v{len(stmts)}", block, (dtype,), varying)
         if st is not None and st.aval.shape == block:
             stmts.append(st)
             avals[st.name] = st.aval
