@@ -1037,13 +1037,16 @@ _DMA_OPS = (jx.dma_start_p, jx.dma_wait_p)
 
 @_rule(jx.get_barrier_semaphore_p)
 def _barrier_semaphore(eqn, read, ctx, token):
-    if ctx.mosaic_params.collective_id is None:
-        raise ValueError(
-            "get_barrier_semaphore requires a collective_id: pass"
-            " compiler_params=pltpu.CompilerParams(collective_id=...) to the"
-            " pallas_call."
-        )
-    return native_calls.barrier_semaphore(token, ctx.handle, ctx.device_id, ctx.mosaic_params.collective_id)
+    # Without a collective_id the TPU's compiler allocates one for the
+    # kernel (jax 0.12: from 7000); within a launch any id names the
+    # launch's one barrier semaphore.
+    collective_id = ctx.mosaic_params.collective_id
+    if collective_id is None:
+        collective_id = _AUTO_COLLECTIVE_ID
+    return native_calls.barrier_semaphore(token, ctx.handle, ctx.device_id, collective_id)
+
+
+_AUTO_COLLECTIVE_ID = 7000
 
 
 @_rule(jx.semaphore_signal_p)
