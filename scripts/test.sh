@@ -144,8 +144,8 @@ else
     phase "wheel: build, install beside jax, smoke test (3.11, 3.12, 3.13)" bash scripts/test_wheel.sh
     # Every test, the slow ones included (pyproject's addopts deselects
     # them for the developer loop and --here; a later -m wins): nothing is
-    # deselected. The slow ones add ~2 min per end on 2 busy vCPUs, so both
-    # ends fit CI's 90 min.
+    # deselected. The slow ones add little enough per end that both ends
+    # fit CI's 90 min (benches/PERFORMANCE.md, "Bench harness and test runs").
     phase "pytest (every test): Python 3.11 + jax 0.10.2" pytest_in 3.11 -m "slow or not slow" "$@"
     # Real multi-process launches under mpirun (2 and 4 ranks), MPI from PyPI.
     phase "pytest -m mpi: mpirun launches, Python 3.11 + jax 0.10.2" pytest_mpi

@@ -224,8 +224,8 @@ PALLAS_CALL_SEAM = (stock_interpreter, "interpret_pallas_call")
 INTERPRET_EFFECTS_SEAM = (pallas_core, "get_interpret_effects")
 # pallas_call's lowering rule, registered for every platform
 # (`jax/_src/pallas/pallas_call.py`, `_pallas_call_lowering`, jax 0.10.2 ..
-# 0.12): in interpret mode it imports the GPU interpreter (~0.3 s of CPU
-# once per process, where it imports) before it looks at the params.
+# 0.12): in interpret mode it imports the GPU interpreter (a cost paid once
+# per process, where it imports) before it looks at the params.
 lower_fun = mlir.lower_fun
 
 

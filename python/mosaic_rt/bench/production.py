@@ -108,7 +108,7 @@ def _all_gather_2d():
     mesh = Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("x", "y"))
     # Placed as the op's shard_map takes it (P("x")), as a caller's sharded
     # activations are: an unplaced input would charge jax's resharding of it
-    # (a compile of its own, ~30 ms per shape) to the kernel sides only.
+    # (a compile of its own per shape) to the kernel sides only.
     x = jax.device_put(jnp.arange(32 * 128, dtype=jnp.float32).reshape(32, 128), NamedSharding(mesh, P("x")))
     op = lambda: functools.partial(
         ag.all_gather,
@@ -177,8 +177,9 @@ def _time(fn, args, ctx, reps: int, seconds: float):
     from mosaic_rt import stages
 
     with ctx():
-        # A full collection (40-85 ms here) would land in whichever side's
-        # first call crosses the threshold: start every side from a clean heap.
+        # A full collection (long enough to matter: benches/PERFORMANCE.md,
+        # "Bench harness and test runs") would land in whichever side's first
+        # call crosses the threshold: start every side from a clean heap.
         gc.collect()
         start = time.perf_counter()
         with stages.record() as rec:

@@ -1,7 +1,8 @@
 """Straight-line runs of native ops, emitted as one ``batch`` call.
 
-Each custom call costs a cold call ~0.2 ms of XLA compile inside a
-shard_map (plus lowering and tracing), whatever it does. The token-threaded
+Each custom call adds to a cold call's XLA compile inside a shard_map
+(plus lowering and tracing), whatever it does (benches/PERFORMANCE.md,
+"Native compute instead of XLA fusions"). The token-threaded
 ops of a kernel block that no XLA compute separates need not be separate
 calls, and deferring an op with no result but the token is free: only the
 next native op reads that token. So an op without results returns a

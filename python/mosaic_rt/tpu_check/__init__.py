@@ -21,12 +21,14 @@ Cost: results are cached per kernel and generation in the process (`stats`,
 `clear_cache`) and on disk for every process (``MOSAIC_RT_TPU_CACHE_DIR``,
 default ``~/.cache/mosaic_rt/tpu_check``, ``off`` to disable; see
 `disk_cache`), keyed by the kernel's fingerprint and the jax, libtpu and
-mosaic_rt versions. The first check of a process costs ~0.15 s (libtpu
-start) plus ~0.4-0.7 s (first compile), each further small kernel ~0.05-0.2
-s, a kernel seen before (in this process or, through the disk cache, in
-another) nothing, and a process whose every answer is on disk never starts
-libtpu; calls of a compiled program never check. ``python -m mosaic_rt
-bench --filter "tpu check"`` measures it.
+mosaic_rt versions. The first check of a process pays libtpu's start and
+first compile, each further small kernel a compile of its own, a kernel
+seen before (in this process or, through the disk cache, in another)
+nothing, and a process whose every answer is on disk never starts libtpu;
+calls of a compiled program never check. ``python -m mosaic_rt bench
+--filter "tpu check"`` measures it; the figures are in
+benches/PERFORMANCE.md ("TPU compile check", "Cost of a TPU compile
+check").
 
 `report()` lists what was checked: per kernel and generation whether it
 compiled, the seconds in the compiler and what the compiler reports about

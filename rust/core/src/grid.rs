@@ -4,7 +4,8 @@
 //! bookkeeping of every grid step as XLA: next grid indices, the visiting
 //! order lookup, "did this block move?" compares feeding one `lax.cond` per
 //! block, start vectors, the revisit check. Each of those is a kernel XLA
-//! compiles (~10 ms each). Here the same decisions are made natively: the
+//! compiles with LLVM (benches/PERFORMANCE.md, "Native compute instead of XLA
+//! fusions"). Here the same decisions are made natively: the
 //! program passes the block indices its index maps computed (user code, so
 //! they stay XLA) and gets back the grid points to evaluate them at.
 //!

@@ -5,8 +5,9 @@
 //! is most of a cross-device round trip; when every simulated core can have
 //! a CPU of its own, watching the counter for a short while is cheaper. With
 //! more simulated cores than CPUs, spinning steals the CPU the signaller
-//! needs (measured: an 8-device ring on 2 CPUs went from ~30 us to ~460 us),
-//! so then waits park at once. Within that limit the budget adapts (see
+//! needs (an 8-device ring on 2 CPUs got many times slower: see
+//! benches/PERFORMANCE.md, "Waits: spinning and parking"), so then waits
+//! park at once. Within that limit the budget adapts (see
 //! `AdaptiveSpin`): other processes can oversubscribe the CPUs too. All
 //! launches of the process share what it learns: contention is the
 //! machine's, and one short kernel has too few waits to learn it alone.

@@ -20,8 +20,9 @@ values are known.
 This device (`this_device`: the traced device's mesh coordinates and
 logical id, without an XLA fusion). `lax.axis_index` under a shard_map
 lowers to `partition-id` followed by an unsigned divide / remainder /
-convert, which XLA:CPU compiles as one fusion of its own: ~6-10 ms of
-compile time in every multi-device kernel, often its only fusion. When the
+convert, which XLA:CPU compiles as one fusion of its own in every
+multi-device kernel, often its only fusion (its compile time:
+benches/PERFORMANCE.md, "Native compute instead of XLA fusions"). When the
 axis context is a fully manual mesh, the same arithmetic runs here as one
 native scalar program over `partition-id` (the coordinates by jax's
 formula: ``(partition_id // stride) % size``, strides over the mesh's later
@@ -134,8 +135,8 @@ def _flatten_natively(coords, strides):
     """``sum(c * stride)`` of traced int32 coordinates by one scalar
     program, or None when no traced coordinate needs arithmetic (or one is
     not int32: jnp's promotion then decides, as before). In XLA this is a
-    fusion of its own (~6 ms of compile) per distinct target, often the
-    only fusion of a collective kernel (a 2-D mesh's neighbour)."""
+    fusion of its own, compiled per distinct target, often the only fusion
+    of a collective kernel (a 2-D mesh's neighbour)."""
     terms = [(c, s) for c, s in zip(coords, strides) if not _is_zero(c)]
     traced = [c for c, _ in terms if isinstance(c, jx.Tracer)]
     if not traced or (len(terms) == 1 and terms[0][1] == 1):

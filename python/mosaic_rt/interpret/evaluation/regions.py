@@ -27,8 +27,9 @@ def _size(x):
     """A slice size: an int, or traced (``pl.ds(start, n)`` of traced
     ``n``; only DMAs take such a slice, whose size the handler reads at run
     time). Tracers are told apart by type: ``int(tracer)`` would raise
-    after jax has built its error text, which walks the whole trace (32%
-    of tracing tpu-inference's fused MoE, 256 traced-size DMAs a step)."""
+    after jax has built its error text, which walks the whole trace: a
+    large share of tracing a kernel with many traced-size DMAs
+    (benches/PERFORMANCE.md, "The launch seam and tracing")."""
     if isinstance(x, Tracer):
         return x
     return int(x)

@@ -11,8 +11,8 @@ original function for everything else, leaving stock behaviour untouched.
 
 pallas_call's lowering rule itself is wrapped the same way
 (`_install_lowering`): for our params it goes straight to that dispatcher,
-skipping the rule's import of the GPU interpreter (once per process,
-~0.3 s of CPU).
+skipping the rule's import of the GPU interpreter (once per process, and
+costly: benches/PERFORMANCE.md, "The launch seam and tracing").
 
 A simulated run (`mosaic_rt.simulate`: ``pytest --mosaic-rt``,
 `mosaic_rt.simulate_tpu`) routes every TPU kernel lowered for the CPU,
@@ -27,7 +27,8 @@ callbacks share one global memory and kernels must not overlap. Our kernels
 each get their own native runtime and talk to Python at most once per launch,
 so for `mosaic_rt.InterpretParams` a pallas_call has the effects it would
 have on a real TPU (none); that keeps jit on its fast C++ dispatch path
-(measured: 8-device right-permute launch 0.68 ms -> 0.21 ms).
+(what that saves a launch: benches/PERFORMANCE.md, "The launch seam and
+tracing").
 """
 
 from __future__ import annotations
@@ -94,9 +95,9 @@ def _ours(args, kwargs, interpret_params: InterpretParams):
 def _install_lowering() -> None:
     """pallas_call's lowering rule, taking `mosaic_rt.InterpretParams`
     straight to the dispatcher: jax's rule first imports the GPU
-    interpreter (0.3 s of CPU, 0.45 s wall, on the first kernel of every
-    process) only to test the params' type. Everything else, and any
-    kernel jax's rule would reject, goes to jax's rule unchanged."""
+    interpreter (paid by the first kernel of every process) only to test
+    the params' type. Everything else, and any kernel jax's rule would
+    reject, goes to jax's rule unchanged."""
     stock_rule, inline = jax_internals.pallas_call_lowering()
     if getattr(stock_rule, _MARK, False):
         return

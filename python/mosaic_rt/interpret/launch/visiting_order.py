@@ -49,7 +49,8 @@ def _grid_coordinates(grid, mosaic_params, seed):
     emitted inside the kernel it costs dozens of XLA kernels to compile.
     Computed in numpy (the same threefry bits and stable sort as
     `jax.random.permutation`) where jax's PRNG settings allow; else by jax
-    (one eager compile per grid, ~0.2-0.4 s)."""
+    (one eager compile per grid: benches/PERFORMANCE.md, "The launch seam
+    and tracing")."""
     parallel = jx.parallel_dim_semantics(mosaic_params, len(grid))
     order = _numpy_grid_coordinates(grid, parallel, seed or 0)
     if order is not None:

@@ -1,5 +1,6 @@
 """Native compute: runs of a kernel's equations as pure native programs
-instead of XLA fusions (XLA:CPU spends ~10 ms compiling each one).
+instead of XLA fusions (XLA:CPU compiles each one with LLVM: see
+benches/PERFORMANCE.md, "Native compute instead of XLA fusions").
 
 - `scalar_program`: the wire format of a scalar program and its builder.
 - `scalar_items`, `scalar_runs`: which rank-0 integer/bool equations of a

@@ -1,6 +1,7 @@
 """Builds scalar programs: straight-line rank-0 integer/bool arithmetic that
 runs as one pure native call (`mosaic_rt.ffi.ops.scalar_program`) instead
-of XLA fusions, each of which costs ~10 ms of XLA:CPU compile time.
+of XLA fusions, each of which XLA:CPU compiles with LLVM whatever it
+computes (benches/PERFORMANCE.md, "Native compute instead of XLA fusions").
 
 The wire format, op names and type codes are the core's
 (`mosaic_rt_programs::scalar`, exported as `_native.SCALAR_*`). While building,

@@ -1,7 +1,8 @@
 """The rank-0 integer/bool work of a kernel jaxpr, gathered into as few
 native scalar programs (`scalar_program`) as the block's data flow allows:
-each program is one native call (~250 ns at run time, nothing to compile),
-where XLA would compile a fusion per stretch (~10 ms each).
+each program is one native call (cheap at run time, nothing to compile),
+where XLA would compile a fusion per stretch (benches/PERFORMANCE.md,
+"Native compute instead of XLA fusions").
 
 `plan(jaxpr)` lists the block's *items*, pure scalar computations:
 

@@ -1,8 +1,8 @@
 """A kernel block's elementwise array compute as native vector programs
 (`mosaic_rt.ffi.ops.vector_program`, `mosaic_rt_programs::vector`) instead of
-XLA fusions: XLA:CPU compiles each fusion with LLVM (measured, jax 0.12: a
-module with no fusion ~9 ms, one fusion ~23 ms, each more ~5 ms), while a
-native call compiles in a fraction of a millisecond.
+XLA fusions: XLA:CPU compiles each fusion with LLVM, while a native call
+has next to nothing to compile (benches/PERFORMANCE.md, "Native compute
+instead of XLA fusions").
 
 Results must stay bit-identical to XLA's (the oracle runs the same compute
 in XLA). Integer and bool ops are exact, whatever XLA rewrites. Float
@@ -54,13 +54,10 @@ _MAX_VALUES = _native.VECTOR_MAX_VALUES
 
 # Arrays larger than this are left to XLA. A native program runs one
 # instruction at a time over cache-sized chunks (loads and a store per op);
-# XLA's fused loop keeps every intermediate in registers. Measured (jax
-# 0.12, 32-op uint32 chains, grid of 4, steady state per call): native
-# 55-77 / 101-151 / 280 / 300-331 / 574-801 us at 1K / 4K / 8K / 16K / 32K
-# elements per block, XLA 103-122 / 260-292 / 347-429 / 260-294 / 353-457
-# us; philox's 64K-element block 5.6 ms native vs 0.47 ms XLA. Up to the
-# crossover the native call also compiles in microseconds instead of ~5 ms
-# of LLVM per fusion.
+# XLA's fused loop keeps every intermediate in registers, so past some size
+# XLA's fusion runs faster per call. Up to that crossover native is as fast
+# per call and also spares the fusion's LLVM compile. The measured
+# crossover: benches/PERFORMANCE.md, "Vector programs: where native stops".
 NATIVE_MAX_ELEMENTS = 16384
 
 _BINARY = {

@@ -2,8 +2,9 @@
 //!
 //! Every op looks its buffers up, and the core threads of a device all look
 //! up the same few: the shard's read lock is one cache line they all write,
-//! bouncing between CPUs (9% of a 32-core SparseCore kernel's time went to
-//! `MemoryTable::get`). A hit here reads the shard's generation (written
+//! bouncing between CPUs (a measurable share of a 32-core SparseCore
+//! kernel's time went to `MemoryTable::get`: benches/PERFORMANCE.md, "Memory
+//! lookups"). A hit here reads the shard's generation (written
 //! only when a buffer is removed) and upgrades a `Weak`.
 //!
 //! An entry is valid while its shard's generation is the one it was read

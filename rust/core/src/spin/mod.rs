@@ -6,8 +6,9 @@
 //! CPU: when the CPUs are oversubscribed (another process, `pytest -n`, a
 //! shared CI runner) the thread it waits for may be queued behind it, and
 //! every spin then burns its whole budget before parking lets the signaller
-//! run (measured: a 2-device ping-pong went from ~1.2 ms to 6-24 ms a call
-//! with one CPU-bound process or other load on the 2 CPUs).
+//! run (a 2-device ping-pong beside one CPU-bound process got several times
+//! slower: benches/PERFORMANCE.md, "Waits: spinning and parking", has the
+//! figures behind this module).
 //!
 //! So waits park at once while the CPUs are oversubscribed (see
 //! `pressure`), and otherwise a spin's outcome decides the next ones (also
@@ -19,12 +20,12 @@
 //! * a spin that runs out (a *miss*) changes nothing. On idle CPUs a miss
 //!   costs only a CPU nobody wanted, and learning from misses settles on
 //!   parking for good: once both sides of a hand-off park, every wait
-//!   outlasts any spin, and a ping-pong ran 10x slower on idle CPUs
-//!   (measured: 100 rounds 0.4 ms spinning, 5-6 ms parking).
+//!   outlasts any spin, and a ping-pong ran an order of magnitude slower on
+//!   idle CPUs than spinning.
 //!
 //! Yielding the CPU instead (`sched_yield`) was measured and rejected: with
 //! a CPU-bound process on the same run queue the yielder gives that process
-//! its whole time slice, not the signaller (ping-pong: 0.4 s a call).
+//! its whole time slice, not the signaller.
 //!
 //! The learnt state is shared by every core of a table and, through one
 //! `Arc`, by successive launches: contention belongs to the machine, and

@@ -5,9 +5,10 @@
 //! Spin outcomes alone cannot tell: with a CPU-bound process beside a
 //! 2-device kernel on 2 CPUs, spins still hit now and then, yet every spin
 //! keeps a CPU busy that the scheduler would otherwise give to the
-//! signaller or to the other process (measured: ping-pong at 2x the time of
-//! parking at once). Parking lets both device threads share one CPU
-//! through futex hand-offs and leaves the other to the competitor.
+//! signaller or to the other process (measured slower than parking at once:
+//! benches/PERFORMANCE.md, "Waits: spinning and parking"). Parking lets both
+//! device threads share one CPU through futex hand-offs and leaves the other
+//! to the competitor.
 //!
 //! Sampled at most once per [`SAMPLE`] by whichever wait comes first; the
 //! verdict holds until the next sample. Without the file (other systems,
@@ -39,8 +40,9 @@ pub fn is_oversubscribed(stalled_us: u64, window_us: u64) -> bool {
 #[cfg(target_os = "linux")]
 fn read_some_total() -> Option<u64> {
     use std::os::unix::fs::FileExt;
-    // Kept open: a re-read at offset 0 regenerates the text (~1 us against
-    // ~5 us for open + read + close).
+    // Kept open: a re-read at offset 0 regenerates the text, cheaper than
+    // open + read + close (benches/PERFORMANCE.md, "Waits: spinning and
+    // parking").
     static FILE: OnceLock<Option<std::fs::File>> = OnceLock::new();
     let file = FILE.get_or_init(|| std::fs::File::open("/proc/pressure/cpu").ok()).as_ref()?;
     let mut buf = [0u8; 256];

@@ -1,8 +1,9 @@
 //! Straight-line programs over rank-0 integers and bools, evaluated natively
 //! so that a kernel's index arithmetic (loop counters, `pl.when` predicates,
 //! `(me + k) % n`, semaphore-array indexing) never becomes an XLA fusion:
-//! XLA:CPU spends ~10 ms of LLVM codegen per fusion, even for one `s32[] add`,
-//! and nothing to compile a custom call.
+//! XLA:CPU runs LLVM codegen for every fusion, even for one `s32[] add`, and
+//! next to nothing to compile a custom call (benches/PERFORMANCE.md, "Native
+//! compute instead of XLA fusions").
 //!
 //! Results must be bit-identical to XLA's, so every op implements XLA:CPU's
 //! integer semantics (see `ops`). Floats are out of scope: XLA may contract

@@ -163,7 +163,8 @@ pub fn float_op<T: Float>(op: VectorOp, imm: i64, out: &mut [T], args: &[Arg<T>]
 
 /// One fused form as a type: its `apply` is always inlined into the loop
 /// (a closure this size is not, and then runs without the loop's FMA
-/// instructions: a libm call per element, 20x slower).
+/// instructions: a libm call per element, many times slower; see
+/// benches/PERFORMANCE.md, "Vector programs: where native stops").
 trait Fused<T> {
     fn apply(a: T, b: T, c: T) -> T;
 }

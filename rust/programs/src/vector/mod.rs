@@ -1,8 +1,9 @@
 //! Straight-line elementwise programs over arrays of n elements ("vector
 //! programs"), evaluated natively so that a kernel block's elementwise
 //! compute (`x + y`, `x * 2 + 1`, masks and selects) never becomes an XLA
-//! fusion: XLA:CPU spends ~5 ms of LLVM codegen per fusion, and nothing to
-//! compile a custom call.
+//! fusion: XLA:CPU runs LLVM codegen for every fusion, and next to nothing to
+//! compile a custom call (benches/PERFORMANCE.md, "Native compute instead of
+//! XLA fusions").
 //!
 //! Results must be bit-identical to XLA:CPU's: integers and bools use the
 //! scalar programs' ops (`crate::scalar`), floats XLA:CPU's IEEE semantics

@@ -8,9 +8,9 @@ use super::view::words_for;
 /// Scratch bytes that one chunk's array values may take in all: small
 /// enough that a value stays in the core's L2 cache (512 KiB to 1 MiB on
 /// current x86) from the instruction that writes it to the ones that read
-/// it, large enough that per-chunk dispatch stays small. Measured on a
-/// 23-instruction uint32 program (`benches/vector.rs`, 68 bytes per
-/// element): 1024-4096 elements within noise of each other, 512 slower.
+/// it, large enough that per-chunk dispatch stays small. Measured with
+/// `benches/vector.rs` (benches/PERFORMANCE.md, "Vector programs: where
+/// native stops"): a wide range of chunk sizes is flat, smaller ones lose.
 pub(super) const CHUNK_BYTES: usize = 128 << 10;
 /// A chunk is a whole number of these elements (whole SIMD loops, and
 /// array slots of whole 64-byte lines).
