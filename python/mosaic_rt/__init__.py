@@ -25,6 +25,7 @@ from mosaic_rt.errors import (
     UntestedJaxWarning,
     WaitTimeout,
 )
+from mosaic_rt.export import export_disabled_checks
 from mosaic_rt.ffi import native_errors
 from mosaic_rt.ffi.reports import deliver as deliver_reports
 from mosaic_rt.interpret.launch import seam as _seam
@@ -58,6 +59,7 @@ __all__ = [
     "set_simulated_tpu",
     "simulated_tpu",
     "deliver_reports",
+    "export_disabled_checks",
     "BufferInfo",
     "Leak",
     "Runtime",

@@ -38,6 +38,7 @@ from jax._src import callback, effects, pjit, source_info_util, state, tree_util
 from jax._src import config as jax_config
 from jax._src import core as jax_core
 from jax._src import ffi as jax_ffi
+from jax._src.export import _export as jax_export_impl
 from jax._src.hashable_array import HashableArray
 from jax._src.lib.mlir.dialects import hlo
 from jax._src.pallas import core as pallas_core
@@ -222,6 +223,9 @@ def memory_space_name(memory_space) -> str:
 PALLAS_CALL_SEAM = (stock_interpreter, "interpret_pallas_call")
 # The effects pallas_call gives a kernel in interpret mode.
 INTERPRET_EFFECTS_SEAM = (pallas_core, "get_interpret_effects")
+# jax.export's check of a lowered module (custom-call targets without a
+# compatibility guarantee are refused there; jax 0.10.2 .. 0.12).
+EXPORT_CHECK_SEAM = (jax_export_impl, "_check_module")
 # pallas_call's lowering rule, registered for every platform
 # (`jax/_src/pallas/pallas_call.py`, `_pallas_call_lowering`, jax 0.10.2 ..
 # 0.12): in interpret mode it imports the GPU interpreter (a cost paid once

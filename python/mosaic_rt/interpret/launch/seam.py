@@ -44,6 +44,7 @@ from mosaic_rt.simulate import routing
 _lock = threading.Lock()
 _stock_module, _ATTR = jax_internals.PALLAS_CALL_SEAM
 _effects_module, _EFFECTS_ATTR = jax_internals.INTERPRET_EFFECTS_SEAM
+_export_module, _EXPORT_ATTR = jax_internals.EXPORT_CHECK_SEAM
 _MARK = "_mosaic_rt_dispatcher"
 
 
@@ -69,6 +70,7 @@ def install() -> None:
         _install_effects()
         _install_lowering()
         _install_mpmd_lowering()
+        _install_export_check()
 
 
 def _ours(args, kwargs, interpret_params: InterpretParams):
@@ -155,3 +157,22 @@ def _install_effects() -> None:
 
     setattr(interpret_effects, _MARK, True)
     setattr(_effects_module, _EFFECTS_ATTR, interpret_effects)
+
+
+def _install_export_check() -> None:
+    """jax.export's module check, preceded by ours: a program with our
+    kernels is refused with a message saying what they are (see
+    `mosaic_rt.export`); everything else is jax's check unchanged."""
+    stock_check = getattr(_export_module, _EXPORT_ATTR)
+    if getattr(stock_check, _MARK, False):
+        return
+
+    @functools.wraps(stock_check)
+    def check_module(mod, *args, disabled_checks, **kwargs):
+        from mosaic_rt import export
+
+        export.check_module(mod, disabled_checks)
+        return stock_check(mod, *args, disabled_checks=disabled_checks, **kwargs)
+
+    setattr(check_module, _MARK, True)
+    setattr(_export_module, _EXPORT_ATTR, check_module)
