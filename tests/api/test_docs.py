@@ -243,7 +243,6 @@ def _commands(block) -> list[list[str]]:
     return [c for c in commands if c]
 
 
-@pytest.mark.timeout(300)
 @pytest.mark.parametrize("block", SHELL, ids=_id)
 def test_sh_block_matches_the_real_command_line(block):
     doc_files = {b.marks["file"] for b in BLOCKS if b.path == block.path and "file" in b.marks}

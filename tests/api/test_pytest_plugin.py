@@ -48,7 +48,6 @@ def _pytest(tmp_path, *args):
     )
 
 
-@pytest.mark.timeout(300)
 def test_a_race_is_a_warning_of_the_test(tmp_path):
     run = _pytest(tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -56,7 +55,6 @@ def test_a_race_is_a_warning_of_the_test(tmp_path):
     assert "test_racy.py::test_racy_kernel" in run.stdout, run.stdout
 
 
-@pytest.mark.timeout(300)
 def test_minus_w_error_fails_the_racy_test(tmp_path):
     run = _pytest(tmp_path, "-W", "error::mosaic_rt.RaceWarning")
     assert run.returncode == 1, run.stdout + run.stderr
@@ -87,7 +85,6 @@ _CACHED_TEST = textwrap.dedent("""
 """)
 
 
-@pytest.mark.timeout(300)
 @pytest.mark.parametrize("how", ["option", "ini", "ini, jax imported by conftest"])
 def test_mosaic_rt_cache_keeps_kernels_for_the_next_run(tmp_path, how):
     (tmp_path / "test_cached.py").write_text(_CACHED_TEST)

@@ -18,8 +18,6 @@ import textwrap
 
 import pytest
 
-pytestmark = pytest.mark.timeout(300)
-
 # Records the params every kernel reached mosaic_rt's interpreter with.
 _CONFTEST = textwrap.dedent("""
     import mosaic_rt.interpret.launch.kernel as _kernel

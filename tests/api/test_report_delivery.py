@@ -31,8 +31,6 @@ from jax.sharding import PartitionSpec as P
 from mosaic_rt.ffi import reports
 from mosaic_rt.jax_internals import STOCK_HAS_ON_RACE
 
-pytestmark = pytest.mark.timeout(300)
-
 # The kernels, shared by the in-process tests and the suites run by pytest
 # in a subprocess (kept as source so both use the very same text).
 KERNELS = textwrap.dedent("""

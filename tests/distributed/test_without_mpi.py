@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.mpi, pytest.mark.timeout(300)]
+pytestmark = pytest.mark.mpi
 
 SCENARIOS = Path(__file__).with_name("scenarios.py")
 

@@ -40,11 +40,8 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+from mosaic_rt.jax_internals import stock_utils
 from parity import assert_bitwise_equal, run_case
-
-pytestmark = pytest.mark.timeout(300)
-
-from mosaic_rt.jax_internals import stock_utils  # noqa: E402
 
 # Every dtype simulated memory holds, by numpy / ml_dtypes name.
 SUB_BYTE = {"int4": 4, "uint4": 4, "int2": 2, "uint2": 2, "float4_e2m1fn": 4}

@@ -11,7 +11,7 @@ import mosaic_rt.ffi.ops as ffi_ops
 import numpy as np
 import pytest
 from ffi_support import begin, fresh_uid, on_devices, with_token
-from test_ffi_ops import _bad_launch, _i32, _raw_call, translated
+from test_ops import _bad_launch, _i32, _raw_call, translated
 
 pytestmark = pytest.mark.timeout(120)
 

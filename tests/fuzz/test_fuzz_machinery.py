@@ -15,8 +15,6 @@ from fuzzing import case, categories, oracle, runner
 from fuzzing.shrink import shrink
 from jax.experimental.pallas import tpu as pltpu
 
-pytestmark = pytest.mark.timeout(300)
-
 _WRAPPED = np.asarray([44, -56], np.int8)  # 100 * 3 and 100 * 10, wrapped (the TPU's int8)
 _SATURATED = np.asarray([127, 127], np.int8)  # what a saturating multiply gives
 

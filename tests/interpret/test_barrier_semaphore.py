@@ -19,8 +19,6 @@ from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-pytestmark = pytest.mark.timeout(300)
-
 N = 4
 ROWS = 8
 _ANY = pl.BlockSpec(memory_space=pl.ANY)

@@ -16,8 +16,6 @@ from jax._src import config as jax_config
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-pytestmark = pytest.mark.timeout(300)
-
 PARAMS = mosaic_rt.InterpretParams()
 
 

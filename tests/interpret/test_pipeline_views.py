@@ -18,8 +18,6 @@ from jax._src.state import utils as state_utils
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-pytestmark = pytest.mark.timeout(300)
-
 PARAMS = mosaic_rt.InterpretParams()
 PRIMITIVE = [pytest.param(False, id="traced"), pytest.param(True, id="primitive")]
 

@@ -24,8 +24,6 @@ from jax.sharding import PartitionSpec as P
 from mosaic_rt.jax_internals import STOCK_HAS_ON_RACE
 from mosaic_rt.jax_internals import stock_interpreter as stock_ipc
 
-pytestmark = pytest.mark.timeout(300)
-
 ROWS = 8
 MODES = ("on_wait", "eager", "tpu")
 # Stock has no "tpu" mode: its races are compared with stock's eager ones

@@ -20,8 +20,6 @@ import textwrap
 
 import pytest
 
-pytestmark = pytest.mark.timeout(300)
-
 _PROGRAM = textwrap.dedent(
     """
     import json, sys

@@ -24,8 +24,6 @@ import pytest
 from jax import lax
 from mosaic_rt import _native
 
-pytestmark = pytest.mark.timeout(300)
-
 OPS = _native.VECTOR_OPS
 TYPES = _native.VECTOR_TYPES
 INTS = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")

@@ -52,8 +52,6 @@ from jax.sharding import Mesh
 from mosaic_rt.jax_internals import STOCK_HAS_ON_RACE
 from mosaic_rt.jax_internals import stock_interpreter as stock_ipc
 
-pytestmark = pytest.mark.timeout(300)
-
 JAX_VERSION = tuple(int(p) for p in jax.__version__.split(".")[:3])
 ATTEMPTS = 5
 

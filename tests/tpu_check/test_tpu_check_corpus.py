@@ -23,8 +23,6 @@ from jax.experimental.pallas import tpu as pltpu
 from kernels.tpu_invalid import COMPILER, CORPUS, GENERATIONS, LOWERING, MiB
 from mosaic_rt.tpu_check import check, targets, tpu_info
 
-pytestmark = pytest.mark.timeout(300)
-
 
 def _has_libtpu() -> bool:
     try:

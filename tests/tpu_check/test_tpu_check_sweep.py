@@ -33,8 +33,6 @@ from mosaic_rt.bench import cold, launch, production, suite, zoo
 from mosaic_rt.tpu_check import check, targets
 from parity import run_case
 
-pytestmark = pytest.mark.timeout(300)
-
 TARGET = ("v5e", "v6e")
 
 _TILING = "divisible by 8 and 128 respectively"

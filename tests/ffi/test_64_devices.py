@@ -16,11 +16,11 @@ SCRIPT = textwrap.dedent("""
     import sys
     sys.path[:0] = [{tests!r}, {support!r}]
     import numpy as np
-    import test_ffi_collectives as C
+    import test_collectives as C
     C.test_ring_ping_pong_in_fori_loop(64)
     C.test_all_to_all_remote_dma(64, "on_wait")
     C.test_all_to_all_remote_dma(64, "eager")
-    import test_ffi_errors as E
+    import test_failing_launches as E
     E.test_error_on_one_device_ends_every_wait_with_the_root_cause(64)
     print("OK64")
 """)

@@ -113,14 +113,12 @@ def test_parity(case, dma_mode, detect_races):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
 @pytest.mark.parametrize("case", SWEEP_16_DEVICES, ids=[c.name for c in SWEEP_16_DEVICES])
 def test_stock_runs_16_devices(case):
     test_stock_runs(case)
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
 @pytest.mark.parametrize("case, dma_mode, detect_races", _parity_params(SWEEP_16_DEVICES))
 def test_parity_16_devices(case, dma_mode, detect_races):
     _check_parity(case, dma_mode, detect_races)

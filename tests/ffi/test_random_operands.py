@@ -17,8 +17,6 @@ from ffi_support import begin, fresh_uid
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-pytestmark = pytest.mark.timeout(300)
-
 EXPECTED = (ValueError, IndexError, mosaic_rt.MosaicRuntimeError)
 KNOBS = 6
 I32_MIN, I32_MAX = -(2**31), 2**31 - 1

@@ -129,7 +129,7 @@ def test_leaked_semaphore_is_printed_by_default_like_stock(capsys):
         warnings.simplefilter("error")
         np.testing.assert_array_equal(np.asarray(_leaky(mosaic_rt.InterpretParams())), 0)
     assert re.search(
-        r"REGULAR semaphore 2000 \(allocated at .*test_interpret_api.py:\d+"
+        r"REGULAR semaphore 2000 \(allocated at .*test_params_and_modes.py:\d+"
         r".*\) on core 0 has count 3",
         capsys.readouterr().out,
     )
@@ -140,7 +140,7 @@ def test_leaked_semaphore_warns_when_asked():
     # line that allocated it (the kernel's scratch).
     with pytest.warns(
         mosaic_rt.SemaphoreLeakWarning,
-        match=r"REGULAR semaphore 2000 \(allocated at .*test_interpret_api.py:\d+"
+        match=r"REGULAR semaphore 2000 \(allocated at .*test_params_and_modes.py:\d+"
         r".*\) on core 0 has count 3",
     ):
         with mosaic_rt.native_errors():

@@ -209,7 +209,7 @@ def test_failures_in_both_dma_modes(dma_mode):
             _oob_while_peers_wait_on_dma(_params(dma_execution_mode=dma_mode))
     # Where in the kernel: the failing op's source line, as a note (the
     # message stays stock's).
-    assert "test_interpret_failures.py:" in info.value.site, info.value.site
+    assert "test_multi_device_failures.py:" in info.value.site, info.value.site
     assert f"raised by the kernel op at {info.value.site}" in info.value.__notes__
     _assert_next_launch_works()
 
@@ -269,7 +269,7 @@ def test_unsatisfiable_wait_is_a_deadlock_reported_at_once():
     for device in range(n):
         assert re.search(
             rf"device {device}, core 0: waits on REGULAR semaphore \d+ for 1"
-            r" \(count is 0\) at .*test_interpret_failures.py:\d+",
+            r" \(count is 0\) at .*test_multi_device_failures.py:\d+",
             message,
         ), message
     _assert_next_launch_works()

@@ -167,7 +167,7 @@ def test_semaphore_signal_checks_device_id_and_core_index(device, device_id_type
     if expected is None and core_index == 1.5:
         expected = TypeError
     if expected is None:
-        return  # valid: binds, which needs a kernel (see test_api_parity.py)
+        return  # valid: binds, which needs a kernel (see test_tpu_api_parity.py)
     with pytest.raises(expected):
         mtpu.semaphore_signal(SEM, 1, device_id=device_id, device_id_type=device_id_type, core_index=core_index)
 
@@ -265,7 +265,7 @@ _ONE_DMA_SEMAPHORE = (pltpu.SemaphoreType.DMA(()),)
 
 def _trace(kernel, scratch=_ONE_DMA_SEMAPHORE):
     # Descriptors live while the kernel is traced: tracing is enough (running
-    # is test_api_parity's job).
+    # is test_tpu_api_parity's job).
     x = jnp.ones((8, 128), jnp.float32)
     call = pl.pallas_call(
         kernel,
