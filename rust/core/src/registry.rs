@@ -7,11 +7,15 @@
 //! order. An instance is removed once each of its devices has left or
 //! abandoned it. Failed instances whose devices never all come back are
 //! evicted (oldest first) beyond a cap, so they cannot pile up.
+//!
+//! Launches spanning processes get their frames from the progress engine
+//! (`remote::progress`), told here when such a launch begins and ends.
 
 use crate::config::Config;
 use crate::error::{Result, RtError};
-use crate::remote::wire::{Envelope, GlobalKey, Incoming, Msg, Status};
-use crate::remote::{Link, Node, Transport};
+use crate::remote::progress::{Launches, Progress};
+use crate::remote::wire::{GlobalKey, Msg};
+use crate::remote::{Link, Transport};
 use crate::runtime::Runtime;
 use crate::sync::{lock, Arc, AtomicU64, IgnorePoison, Mutex, Ordering, RwLock};
 use std::collections::{HashMap, VecDeque};
@@ -61,20 +65,7 @@ struct Tables {
     launches: HashMap<LaunchKey, Launch>,
     /// Failed instances, oldest first.
     failed: VecDeque<u64>,
-    /// Launches spanning processes, by their key there.
-    by_global: HashMap<GlobalKey, u64>,
-    /// Frames of such launches not begun here yet, in arrival order.
-    early: HashMap<GlobalKey, Vec<Envelope>>,
-    /// Instances begun with early frames waiting for the progress thread.
-    ready: Vec<GlobalKey>,
-    /// Joins so far per (uid, device), across runs: the `seq` of a key.
-    seqs: HashMap<(u64, u32), u64>,
-    /// Keys of launches spanning processes that ended here, recent first.
-    ended: VecDeque<GlobalKey>,
 }
-
-/// Ended launches remembered (their late frames are dropped).
-const MAX_ENDED: usize = 4096;
 
 pub struct LaunchRegistry {
     next_handle: AtomicU64,
@@ -83,18 +74,9 @@ pub struct LaunchRegistry {
     runtimes: RwLock<HashMap<u64, Arc<Runtime>>>,
     /// (handle, root cause) of freed failed launches, oldest first.
     tombstones: Mutex<VecDeque<(u64, RtError)>>,
-    /// This process's end of a multi-process job, once attached.
-    node: std::sync::OnceLock<std::sync::Arc<Node>>,
-    /// Held by whoever moves frames (the progress thread or a waiter):
-    /// one at a time, so frames are applied in arrival order.
-    progress_lock: std::sync::Mutex<()>,
-    /// A waiter is moving frames (at most one: the others park); the
-    /// progress thread stays out of its way meanwhile.
-    driving: std::sync::atomic::AtomicBool,
-    /// The progress thread, and whether a waiter that parked since wants
-    /// it polling busily again (frames it waits for may come any moment).
-    progress_thread: std::sync::OnceLock<std::thread::Thread>,
-    kicked: std::sync::atomic::AtomicBool,
+    /// Frames from the other processes of a multi-process job (their
+    /// routes are taken inside `tables`' lock, never the other way round).
+    progress: Progress,
 }
 
 impl Default for LaunchRegistry {
@@ -110,11 +92,7 @@ impl LaunchRegistry {
             tables: Mutex::new(Tables::default()),
             runtimes: RwLock::new(HashMap::new()),
             tombstones: Mutex::new(VecDeque::new()),
-            node: std::sync::OnceLock::new(),
-            progress_lock: std::sync::Mutex::new(()),
-            driving: std::sync::atomic::AtomicBool::new(false),
-            progress_thread: std::sync::OnceLock::new(),
-            kicked: std::sync::atomic::AtomicBool::new(false),
+            progress: Progress::new(),
         }
     }
 
@@ -130,14 +108,7 @@ impl LaunchRegistry {
         config.validate()?;
         config.topology().check_device(device)?;
         let mut t = lock(&self.tables);
-        let global = match self.spans_processes(config, device)? {
-            true => {
-                let seq = t.seqs.entry((uid, device)).or_insert(0);
-                *seq += 1;
-                Some(GlobalKey { uid, seq: *seq - 1 })
-            }
-            false => None,
-        };
+        let global = self.progress.next_key(uid, config, device)?;
         let launch = t.launches.entry((uid, run_id)).or_default();
         let occurrence = launch.joins.get(&device).copied().unwrap_or(0);
         if let Some(&handle) = launch.instances.get(&occurrence) {
@@ -154,7 +125,7 @@ impl LaunchRegistry {
             runtime.join_device(device)?;
             return Ok((handle, runtime));
         }
-        let runtime = Arc::new(match (global, config.owners.clone(), self.node.get()) {
+        let runtime = Arc::new(match (global, config.owners.clone(), self.progress.node()) {
             (Some(key), Some(owners), Some(node)) => {
                 Runtime::new_linked(config.clone(), Link::new(std::sync::Arc::clone(node), key, owners))?
             }
@@ -185,10 +156,7 @@ impl LaunchRegistry {
             },
         );
         if let Some(key) = global {
-            t.by_global.insert(key, handle);
-            if t.early.contains_key(&key) {
-                t.ready.push(key);
-            }
+            self.progress.begin(key, handle, &runtime);
         }
         self.runtimes.write().ignore_poison().insert(handle, Arc::clone(&runtime));
         Ok((handle, runtime))
@@ -273,10 +241,7 @@ impl LaunchRegistry {
         self.runtimes.write().ignore_poison().remove(&handle);
         t.failed.retain(|&h| h != handle);
         if let Some(key) = inst.global {
-            t.by_global.remove(&key);
-            t.early.remove(&key);
-            t.ended.push_front(key);
-            t.ended.truncate(MAX_ENDED);
+            self.progress.end(key);
         }
         if let Some(launch) = t.launches.get_mut(&inst.launch) {
             launch.instances.remove(&inst.occurrence);
@@ -291,256 +256,31 @@ impl LaunchRegistry {
 impl LaunchRegistry {
     /// Attaches this process to a multi-process job: launches whose devices
     /// other processes own reach them through `transport`, whose frames a
-    /// progress thread delivers from now on.
+    /// progress thread delivers from now on (`remote::progress`).
     pub fn attach(&'static self, transport: Box<dyn Transport>) -> Result<()> {
-        let node = std::sync::Arc::new(Node::new(transport));
-        if self.node.set(std::sync::Arc::clone(&node)).is_err() {
-            return Err(RtError::value("this process is attached to a multi-process job already"));
-        }
-        let weak = std::sync::Arc::downgrade(&node);
-        node.set_driver(std::sync::Arc::new(move |ready: &dyn Fn() -> bool| match weak.upgrade() {
-            Some(node) => self.drive(&node, ready),
-            None => false,
-        }));
-        let thread = std::thread::Builder::new()
-            .name("mosaic_rt-progress".into())
-            .spawn(move || self.progress(&node))
-            .map_err(|e| RtError::internal(format!("cannot start the progress thread: {e}")))?;
-        let _ = self.progress_thread.set(thread.thread().clone());
-        Ok(())
+        self.progress.attach(transport, self)
     }
 
     /// Stops the transport for good (the process is exiting).
     pub fn detach(&self) {
-        if let Some(node) = self.node.get() {
-            node.close();
-        }
+        self.progress.detach()
     }
 
     /// This process's index in its job, once attached.
     pub fn process(&self) -> Option<u32> {
-        self.node.get().map(|n| n.process())
+        self.progress.process()
     }
+}
 
-    /// Whether a launch of `device` under `config` spans processes (and
-    /// can: this process is attached and owns `device`).
-    fn spans_processes(&self, config: &Config, device: u32) -> Result<bool> {
-        let Some(owners) = &config.owners else { return Ok(false) };
-        let Some(first) = owners.first() else { return Ok(false) };
-        if owners.iter().all(|p| p == first) {
-            return Ok(false);
-        }
-        // Not attached: the launch runs isolated (only what stays here works).
-        let Some(node) = self.node.get() else { return Ok(false) };
-        let owner = owners.get(device as usize).copied().unwrap_or(u32::MAX);
-        if owner != node.process() {
-            return Err(RtError::value(format!(
-                "device {device} runs in process {} but the mesh places it in process {owner}",
-                node.process()
-            )));
-        }
-        Ok(true)
-    }
-
-    /// Runs frames from other processes until the process ends: polls
-    /// busily while frames flow, then backs off to sleeping.
-    fn progress(&self, node: &Node) {
-        let mut idle: u32 = 0;
-        loop {
-            // A waiter is moving frames: stay off its CPU.
-            if self.driving.load(Ordering::Relaxed) {
-                std::thread::park_timeout(std::time::Duration::from_micros(50));
-                continue;
-            }
-            if self.kicked.swap(false, Ordering::Relaxed) {
-                idle = 0;
-            }
-            let moved = match self.progress_lock.try_lock() {
-                Ok(_guard) => self.move_frames(node),
-                Err(_) => 0,
-            };
-            if moved > 0 {
-                idle = 0;
-            } else {
-                idle = idle.saturating_add(1);
-                crate::remote::backoff(idle);
-            }
-        }
-    }
-
-    /// Delivers what arrived; how many frames (call with `progress_lock`).
-    fn move_frames(&self, node: &Node) -> usize {
-        self.deliver_ready();
-        match node.poll() {
-            Ok(frames) => {
-                let n = frames.len();
-                for f in frames {
-                    self.deliver(f);
-                }
-                n
-            }
-            Err(e) => {
-                eprintln!("mosaic_rt: the multi-process transport failed: {}", e.message);
-                std::thread::sleep(std::time::Duration::from_millis(100));
-                0
-            }
-        }
-    }
-
-    /// A waiter's turn at moving frames (see `remote::Driver`).
-    fn drive(&self, node: &Node, ready: &dyn Fn() -> bool) -> bool {
-        if self.driving.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
-            return false;
-        }
-        let ready_now = {
-            // The progress thread holds the lock for one poll at most.
-            let _guard = self.progress_lock.lock().ignore_poison();
-            let start = std::time::Instant::now();
-            loop {
-                self.move_frames(node);
-                if ready() {
-                    break true;
-                }
-                if start.elapsed() >= crate::remote::DRIVE_BUDGET {
-                    break false;
-                }
-                std::hint::spin_loop();
-            }
+impl Launches for LaunchRegistry {
+    fn peer_left(&self, handle: u64, from: u32) {
+        let mut t = lock(&self.tables);
+        let done = match t.instances.get(&handle) {
+            Some(inst) => inst.runtime.link().is_some_and(|l| l.peer_left(from)) && inst.local_done(),
+            None => false,
         };
-        self.driving.store(false, Ordering::Release);
-        if !ready_now {
-            // This waiter parks now: the progress thread takes over, busily.
-            self.kicked.store(true, Ordering::Relaxed);
-            if let Some(t) = self.progress_thread.get() {
-                t.unpark();
-            }
-        }
-        ready_now
-    }
-
-    /// Delivers the early frames of launches begun since.
-    fn deliver_ready(&self) {
-        let work: Vec<(Arc<Runtime>, u64, Vec<Envelope>)> = {
-            let mut t = lock(&self.tables);
-            if t.ready.is_empty() {
-                return;
-            }
-            let keys = std::mem::take(&mut t.ready);
-            keys.into_iter()
-                .filter_map(|k| {
-                    let h = *t.by_global.get(&k)?;
-                    let frames = t.early.remove(&k)?;
-                    Some((Arc::clone(&t.instances.get(&h)?.runtime), h, frames))
-                })
-                .collect()
-        };
-        for (rt, handle, frames) in work {
-            for f in frames {
-                self.apply(&rt, handle, f);
-            }
-        }
-    }
-
-    /// One frame from another process: to its launch, or kept until the
-    /// launch begins here.
-    pub fn deliver(&self, bytes: crate::remote::Payload) {
-        let frame = match crate::remote::wire::decode_incoming(bytes) {
-            Ok(Incoming::Whole(f)) => f,
-            Ok(Incoming::DataFollows { envelope, len }) => match self.take_data(envelope, len) {
-                Some(f) => f,
-                None => return,
-            },
-            Err(e) => return eprintln!("mosaic_rt: dropped a message from another process: {}", e.message),
-        };
-        let (rt, handle, early) = {
-            let mut t = lock(&self.tables);
-            let Some(&handle) = t.by_global.get(&frame.key) else {
-                let ended = t.ended.contains(&frame.key);
-                drop(t);
-                return self.not_here(frame, ended);
-            };
-            let Some(inst) = t.instances.get(&handle) else { return };
-            let rt = Arc::clone(&inst.runtime);
-            let early = t.early.remove(&frame.key).unwrap_or_default();
-            (rt, handle, early)
-        };
-        for f in early.into_iter().chain(std::iter::once(frame)) {
-            self.apply(&rt, handle, f);
-        }
-    }
-
-    fn apply(&self, rt: &Runtime, handle: u64, frame: Envelope) {
-        if frame.msg == Msg::Left {
-            let from = frame.from;
-            rt.deliver(frame);
-            let mut t = lock(&self.tables);
-            let done = match t.instances.get(&handle) {
-                Some(inst) => inst.runtime.link().is_some_and(|l| l.peer_left(from)) && inst.local_done(),
-                None => false,
-            };
-            if done {
-                self.remove(&mut t, handle);
-            }
-            return;
-        }
-        rt.deliver(frame);
-    }
-
-    /// The data following an eager DMA's header: landed in place when its
-    /// launch runs here with no earlier frame kept for it (arrival order),
-    /// else taken into a buffer and returned in the frame, delivered as
-    /// any other.
-    fn take_data(&self, mut frame: Envelope, len: usize) -> Option<Envelope> {
-        let node = self.node.get()?;
-        let from = frame.from;
-        let rt = {
-            let t = lock(&self.tables);
-            match t.early.contains_key(&frame.key) {
-                true => None,
-                false => t.by_global.get(&frame.key).and_then(|h| t.instances.get(h)).map(|i| Arc::clone(&i.runtime)),
-            }
-        };
-        if rt.is_some_and(|rt| rt.deliver_in_place(&frame, len, &mut |into: &mut [u8]| node.receive_data(from, into))) {
-            return None;
-        }
-        let mut data = crate::remote::Payload::for_receive(len);
-        if let Err(e) = node.receive_data(from, data.as_mut_slice()) {
-            eprintln!("mosaic_rt: the data of a DMA from process {from} was lost: {}", e.message);
-            return None;
-        }
-        if let Msg::DmaEager { data: d, .. } = &mut frame.msg {
-            *d = data;
-        }
-        Some(frame)
-    }
-
-    /// A frame of a launch not (or no longer) here: probes are answered,
-    /// frames of ended launches dropped, the rest kept for the launch.
-    fn not_here(&self, frame: Envelope, ended: bool) {
-        if let Msg::Probe { wave } = frame.msg {
-            // Frames kept for the launch count as received (they are not
-            // in flight), so the others can tell this process never came.
-            let received = match ended {
-                true => 0,
-                false => {
-                    lock(&self.tables).early.get(&frame.key).map_or(0, |f| f.iter().filter(|f| f.msg.counted()).count())
-                }
-            };
-            let status = Status {
-                joined: ended,
-                quiescent: ended,
-                left: ended,
-                received: received as u64,
-                epoch: received as u64,
-                ..Status::default()
-            };
-            if let Some(node) = self.node.get() {
-                let _ = node.send(frame.from, frame.key, Msg::Status { wave, status });
-            }
-            return;
-        }
-        if !ended {
-            lock(&self.tables).early.entry(frame.key).or_default().push(frame);
+        if done {
+            self.remove(&mut t, handle);
         }
     }
 }

@@ -27,9 +27,10 @@
 //!   consecutive waves find every process quiescent, every counted message
 //!   received, and nothing changed in between.
 //!
-//! Messages for a launch this process has not begun yet wait in the
-//! registry; messages for a semaphore or buffer not allocated yet wait in
-//! the launch (`Link::held`) and are applied once it is.
+//! Frames are moved by the progress engine (`progress`), which keeps
+//! messages for a launch this process has not begun yet; messages for a
+//! semaphore or buffer not allocated yet wait in the launch (`Link::held`)
+//! and are applied once it is.
 //!
 //! The core knows no MPI: a [`Transport`] moves opaque frames (the MPI
 //! binding lives outside the core; `LoopbackHub` connects processes
@@ -39,6 +40,7 @@ pub mod detect;
 mod link;
 mod loopback;
 pub mod payload;
+pub mod progress;
 pub mod wire;
 
 pub use link::Link;
@@ -85,7 +87,7 @@ pub const DRIVE_BUDGET: std::time::Duration = std::time::Duration::from_millis(1
 pub struct Node {
     transport: Box<dyn Transport>,
     me: u32,
-    /// Set by the registry at attach (it delivers the frames).
+    /// Set by the progress engine at attach (it delivers the frames).
     driver: std::sync::OnceLock<Driver>,
 }
 
