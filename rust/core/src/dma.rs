@@ -30,11 +30,13 @@ pub(crate) mod remote;
 mod view;
 mod view_direct;
 mod view_entries;
+mod view_map;
 mod view_rows;
 
 pub use machine::DmaMachine;
-pub use view::{DmaView, UnitLayout, ViewMap};
+pub use view::DmaView;
 pub use view_entries::ViewEntries;
+pub use view_map::{UnitLayout, ViewMap};
 
 use crate::config::{DmaMode, Topology};
 use crate::error::{Result, RtError};

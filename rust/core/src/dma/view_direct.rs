@@ -10,8 +10,8 @@
 //!
 //! [`DmaView::load`]: super::view::DmaView
 
-use super::view::ViewMap;
 use super::view_entries::{self, ViewEntries};
+use super::view_map::ViewMap;
 use crate::error::Result;
 use crate::memory::{MemRef, MemoryTable, Piece, MAX_PIECES};
 

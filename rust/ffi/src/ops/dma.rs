@@ -1,11 +1,12 @@
 //! DMAs: start and wait.
 
 use super::dma_plan::{self, Counts, StartPlan};
+use super::waits::{run_waits, trailing_count, trailing_waits, wait_bytes, Waits};
 use super::{core_target, region_of, Tail, DST_REGION, SRC_REGION};
 use crate::dispatch::Call;
 use crate::frame::Frame;
 use crate::launch;
-use crate::wire::{self, dma_start as start, dma_wait as wait};
+use crate::wire::{dma_start as start, dma_wait as wait};
 use mosaic_rt_core::{DmaRequest, DmaView, Result, RtError, UnitLayout, ViewEntries, ViewMap};
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -21,7 +22,7 @@ use std::sync::Arc;
 /// range-checked; without them -1 means "not given". `src_sem` is -1 for a
 /// local copy; it and the destination device are given together (the
 /// runtime reports stock's message otherwise). No destination core: the
-/// issuing core. Optional trailing waits: see [`WAITS`]; then the regions'
+/// issuing core. Optional trailing waits: see [`super::waits::WAITS`]; then the regions'
 /// trailing starts (attribute `tail_starts`, see [`super::region`]). Last,
 /// a DMA through ref views has its byte maps (attribute `view_maps`: 1 for
 /// a source map, 2 for a destination map, in that order; int32 vectors,
@@ -193,7 +194,7 @@ fn decoded(op: &str, raw: &[i32], what: &str, limit: usize) -> Result<Arc<ViewEn
 
 /// `dma_wait(token, handle, device, core, sem) -> token`; attribute `bytes`
 /// (the size of the transferred region, known at trace time). Optional
-/// trailing waits: see [`WAITS`].
+/// trailing waits: see [`super::waits::WAITS`].
 pub fn dma_wait(c: &mut Call) -> Result<()> {
     let k = trailing_count(&c.frame);
     let n = wait::arg::FIXED + k;
@@ -207,55 +208,6 @@ pub fn dma_wait(c: &mut Call) -> Result<()> {
         Some(w) => run_waits(&c.frame, handle, device, core, wait::arg::FIXED, w),
         None => Ok(()),
     }
-}
-
-/// Trailing waits: a DMA start or wait followed in the kernel by more waits
-/// (`.wait()` of a remote copy is a send wait and a receive wait) carries
-/// them, so the pair or triple is one custom call instead of two or three
-/// (each call costs XLA compile time and a thunk dispatch per launch).
-/// Attributes `then_wait_bytes` and `then_wait_sites` (one entry per wait,
-/// in program order); the waits' semaphores are the last operands. They run
-/// after the op itself, exactly as separate `dma_wait`s would.
-pub const WAITS: (&str, &str) = (wire::THEN_WAIT_BYTES, wire::THEN_WAIT_SITES);
-
-#[derive(Clone, Copy)]
-pub(super) struct Waits<'a> {
-    pub(super) bytes: &'a [i64],
-    pub(super) sites: &'a [i64],
-}
-
-/// How many trailing waits an op has (read before the arity check, which
-/// needs it; malformed attributes are reported by [`trailing_waits`] once
-/// the call is bound to its launch, see `device_target`).
-pub(super) fn trailing_count(f: &Frame) -> usize {
-    f.attr_i64s_opt(WAITS.0).ok().flatten().map_or(0, <[i64]>::len)
-}
-
-pub(super) fn trailing_waits<'a>(f: &Frame<'a>) -> Result<Option<Waits<'a>>> {
-    let Some(bytes) = f.attr_i64s_opt(WAITS.0)? else { return Ok(None) };
-    let sites = f.attr_i64s(WAITS.1)?;
-    if sites.len() != bytes.len() {
-        return Err(RtError::value(format!("{}: {} trailing wait sizes but {} sites", f.op, bytes.len(), sites.len())));
-    }
-    Ok(Some(Waits { bytes, sites }))
-}
-
-fn wait_bytes(f: &Frame, bytes: i64) -> Result<i64> {
-    if bytes < 0 {
-        return Err(RtError::value(format!("{}: bytes must be >= 0, got {bytes}", f.op)));
-    }
-    Ok(bytes)
-}
-
-/// The trailing waits, their semaphores from operand `first` on.
-fn run_waits(f: &Frame, handle: u64, device: u32, core: u32, first: usize, w: Waits) -> Result<()> {
-    for (k, (&bytes, &site)) in w.bytes.iter().zip(w.sites).enumerate() {
-        let sem = f.arg_id(first + k, "semaphore id")?;
-        let bytes = wait_bytes(f, bytes)?;
-        let site = u32::try_from(site).unwrap_or(0);
-        launch::with_runtime(handle, |rt| rt.dma_wait_at(device, core, sem, bytes, site))?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

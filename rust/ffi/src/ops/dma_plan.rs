@@ -11,7 +11,7 @@
 //! address, which a later executable may reuse) makes a hit mean "the
 //! same attributes"; a call without the key is parsed every time.
 
-use super::dma::{trailing_count, trailing_waits};
+use super::waits::{trailing_count, trailing_waits};
 use super::{space_attr, tail_len, StaticRegion, DST_REGION, SRC_REGION};
 use crate::frame::Frame;
 use crate::wire::{dma_start as start, RegionAttrs};
@@ -86,7 +86,7 @@ impl KeptRegion {
     }
 }
 
-/// The trailing waits' sizes and sites (see `dma::WAITS`).
+/// The trailing waits' sizes and sites (see `waits::WAITS`).
 #[derive(Debug)]
 pub struct TrailingWaits {
     pub bytes: Box<[i64]>,

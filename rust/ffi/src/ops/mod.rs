@@ -16,6 +16,7 @@ pub mod sem;
 pub mod threefry;
 pub mod trace;
 pub mod vector;
+pub mod waits;
 
 use crate::dispatch::Call;
 use crate::frame::Frame;
