@@ -27,7 +27,7 @@
 //! still XLA's own, and a member's results are never its own operands (the
 //! Python side refers only to earlier members' results).
 
-use super::{dma, grid, interp, kernel, memory, sem, trace, vector};
+use super::{block_copy, dma, grid, kernel, memory, prng, revisit, sem, trace, vector};
 use crate::abi::{self, CallFrame};
 use crate::dispatch::{Body, Call};
 use crate::frame::Frame;
@@ -48,10 +48,10 @@ pub const MEMBERS: &[(&str, Body)] = &[
     ("mosaic_rt_semaphore_read", sem::semaphore_read),
     ("mosaic_rt_dma_start", dma::dma_start),
     ("mosaic_rt_dma_wait", dma::dma_wait),
-    ("mosaic_rt_copy_block", interp::copy_block),
-    ("mosaic_rt_check_revisit", interp::check_revisit),
-    ("mosaic_rt_prng_seed", interp::prng_seed),
-    ("mosaic_rt_prng_random_bits", interp::prng_random_bits),
+    ("mosaic_rt_copy_block", block_copy::copy_block),
+    ("mosaic_rt_check_revisit", revisit::check_revisit),
+    ("mosaic_rt_prng_seed", prng::prng_seed),
+    ("mosaic_rt_prng_random_bits", prng::prng_random_bits),
     ("mosaic_rt_grid_copy_in", grid::grid_copy_in),
     ("mosaic_rt_grid_copy_out", grid::grid_copy_out),
     ("mosaic_rt_grid_step", trace::grid_step),

@@ -17,7 +17,7 @@
 //! Points are int32 scalar results, `go` a pred scalar. Block indices are
 //! int32 scalar operands, block after block.
 
-use super::interp::block_copy;
+use super::block_copy::block_copy;
 use super::{core_target, handle_arg, pass_token};
 use crate::dispatch::Call;
 use crate::frame::Frame;

@@ -101,7 +101,7 @@ pub fn launch_begin(c: &mut Call) -> Result<()> {
             }
             &Item::Semaphores { kind, count } => {
                 let first = launch::with_runtime(handle, |rt| rt.allocate_semaphores(device, None, kind, count))?;
-                super::interp::write_ids(&f.ret(ret)?, first as i32)?;
+                super::ids::write_ids(&f.ret(ret)?, first as i32)?;
                 None
             }
         };

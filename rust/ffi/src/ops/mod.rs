@@ -4,13 +4,16 @@
 //! Static parameters are attributes, dynamic ones operands.
 
 pub mod batch;
+pub mod block_copy;
 pub mod dma;
 pub mod dma_plan;
 pub mod grid;
-pub mod interp;
+pub mod ids;
 pub mod kernel;
 pub mod launch_begin;
 pub mod memory;
+pub mod prng;
+pub mod revisit;
 pub mod scalar;
 pub mod sem;
 pub mod threefry;
