@@ -3,6 +3,8 @@
 //! `ErrorKind::Deadlock` naming the blocked cores, and correct programs with
 //! long waits must never be reported.
 
+mod common;
+
 use mosaic_rt_core::BufferSpec;
 use mosaic_rt_core::CoreState;
 use mosaic_rt_core::{
@@ -197,20 +199,7 @@ fn a_dma_wait_for_more_than_the_started_dmas_deliver() {
     for mode in [DmaMode::Eager, DmaMode::OnWait] {
         let (rt, src, dst, s) = dma_runtime(mode);
         let half = Region::new(vec![mosaic_rt_core::DimSel::slice(0, 8, 1)]);
-        let req = DmaRequest {
-            device: 0,
-            core: 0,
-            src_space: MemorySpace::Hbm,
-            src_id: src,
-            src_region: half.clone(),
-            dst_space: MemorySpace::Vmem,
-            dst_id: dst,
-            dst_region: half,
-            dst_sem: s,
-            src_sem: None,
-            dst_device: None,
-            dst_core: None,
-        };
+        let req = DmaRequest { src_region: half.clone(), dst_region: half, ..common::dma(src, dst, s) };
         rt.dma_start(req.clone()).unwrap();
         let msg = deadlock(rt.dma_wait(0, 0, s, 64));
         assert!(

@@ -3,6 +3,8 @@
 //! whose DMAs another core has yet to start; and when a DMA wait really
 //! cannot complete because earlier waits took the bytes, the report says so.
 
+mod common;
+
 use mosaic_rt_core::BufferSpec;
 use mosaic_rt_core::{
     Config, DType, DimSel, DmaMode, DmaRequest, ErrorKind, Init, MemorySpace, Region, Runtime, SemKind,
@@ -59,17 +61,11 @@ fn quarter(device: u32, to: Option<u32>, q: i64, (src, dst, sem): (u32, u32, u32
     let region = Region::new(vec![DimSel::slice(8 * q, 8, 1)]);
     DmaRequest {
         device,
-        core: 0,
-        src_space: MemorySpace::Hbm,
-        src_id: src,
         src_region: region.clone(),
-        dst_space: MemorySpace::Vmem,
-        dst_id: dst,
         dst_region: region,
-        dst_sem: sem,
         src_sem: to.map(|_| sem),
         dst_device: to,
-        dst_core: None,
+        ..common::dma(src, dst, sem)
     }
 }
 

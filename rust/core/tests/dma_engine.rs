@@ -1,6 +1,8 @@
 //! The DMA engine: local and remote copies in eager and on_wait modes,
 //! semaphore byte counts, validation.
 
+mod common;
+
 use mosaic_rt_core::BufferSpec;
 use mosaic_rt_core::{
     Config, DType, DimSel, DmaMode, DmaRequest, ErrorKind, Init, MemorySpace, Region, Runtime, SemKind,
@@ -67,37 +69,11 @@ fn content(rt: &Runtime, device: u32, core: u32, space: MemorySpace, id: u32) ->
 }
 
 fn local(core: u32, src: u32, dst: u32, sem: u32) -> DmaRequest {
-    DmaRequest {
-        device: 0,
-        core,
-        src_space: MemorySpace::Hbm,
-        src_id: src,
-        src_region: Region::full(),
-        dst_space: MemorySpace::Vmem,
-        dst_id: dst,
-        dst_region: Region::full(),
-        dst_sem: sem,
-        src_sem: None,
-        dst_device: None,
-        dst_core: None,
-    }
+    DmaRequest { core, ..common::dma(src, dst, sem) }
 }
 
 fn remote(src_device: u32, core: u32, dst_device: u32, src: u32, dst: u32, sems: (u32, u32)) -> DmaRequest {
-    DmaRequest {
-        device: src_device,
-        core,
-        src_space: MemorySpace::Vmem,
-        src_id: src,
-        src_region: Region::full(),
-        dst_space: MemorySpace::Vmem,
-        dst_id: dst,
-        dst_region: Region::full(),
-        dst_sem: sems.1,
-        src_sem: Some(sems.0),
-        dst_device: Some(dst_device),
-        dst_core: None,
-    }
+    DmaRequest { core, ..common::remote_dma(src_device, dst_device, src, dst, sems) }
 }
 
 #[test]

@@ -2,6 +2,8 @@
 //! to another core reads its source at its start and lands at the
 //! destination core's next synchronisation point, on that core's thread.
 
+mod common;
+
 use mosaic_rt_core::{
     BufferKey, BufferSpec, Config, DType, DimSel, DmaMode, DmaRequest, ErrorKind, Init, MemRef, MemorySpace, Region,
     Runtime, SemKind,
@@ -49,20 +51,7 @@ fn store(rt: &Runtime, device: u32, core: u32, id: u32, values: &[f32]) {
 
 /// A copy from (device, core) to the same core of `dst_device` (remote).
 fn remote(device: u32, dst_device: u32, src: u32, dst: u32, (send, recv): (u32, u32)) -> DmaRequest {
-    DmaRequest {
-        device,
-        core: 0,
-        src_space: MemorySpace::Vmem,
-        src_id: src,
-        src_region: Region::full(),
-        dst_space: MemorySpace::Vmem,
-        dst_id: dst,
-        dst_region: Region::full(),
-        dst_sem: recv,
-        src_sem: Some(send),
-        dst_device: Some(dst_device),
-        dst_core: None,
-    }
+    common::remote_dma(device, dst_device, src, dst, (send, recv))
 }
 
 /// Two devices, each with a source [1, 2, 3, 4] + 10 * device, a zeroed

@@ -3,9 +3,11 @@
 //! wider elements written alone, eager / on_wait, remote, and the checks.
 //! Simulated memory keeps one int4 element per byte (low nibble).
 
+mod common;
+
 use mosaic_rt_core::{
-    BufferKey, BufferSpec, Config, DType, DmaMode, DmaRequest, DmaView, ErrorKind, Init, MemorySpace, Region, Runtime,
-    SemKind, UnitLayout, ViewMap,
+    BufferKey, BufferSpec, Config, DType, DmaMode, DmaRequest, DmaView, ErrorKind, Init, MemorySpace, Runtime, SemKind,
+    UnitLayout, ViewMap,
 };
 use std::time::Duration;
 
@@ -32,20 +34,7 @@ fn bytes(rt: &Runtime, device: u32, space: MemorySpace, id: u32) -> Vec<u8> {
 }
 
 fn request(src: u32, dst: u32, sem: u32) -> DmaRequest {
-    DmaRequest {
-        device: 0,
-        core: 0,
-        src_space: MemorySpace::Hbm,
-        src_id: src,
-        src_region: Region::full(),
-        dst_space: MemorySpace::Vmem,
-        dst_id: dst,
-        dst_region: Region::full(),
-        dst_sem: sem,
-        src_sem: None,
-        dst_device: None,
-        dst_core: None,
-    }
+    common::dma(src, dst, sem)
 }
 
 fn units(map: &[u32], unit: u8, region: u8, view: u8) -> Option<ViewMap> {

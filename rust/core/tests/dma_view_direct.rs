@@ -4,6 +4,8 @@
 //! Both must leave the same bytes and fail with the same messages, in the
 //! plain case and in every case the direct path declines.
 
+mod common;
+
 use mosaic_rt_core::{
     BufferKey, BufferSpec, Config, DType, DimSel, DmaMode, DmaRequest, DmaView, Init, MemorySpace, Region, RtError,
     Runtime, SemKind, ViewMap,
@@ -75,18 +77,11 @@ fn run(
     let d = if same { s } else { pattern(&rt, dst.space, &dst.shape, 101) };
     let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
     let req = DmaRequest {
-        device: 0,
-        core: 0,
         src_space: src.space,
-        src_id: s,
         src_region: src.region.clone(),
         dst_space: dst.space,
-        dst_id: d,
         dst_region: dst.region.clone(),
-        dst_sem: sem,
-        src_sem: None,
-        dst_device: None,
-        dst_core: None,
+        ..common::dma(s, d, sem)
     };
     let m = Some(ViewMap::bytes(map));
     let view = if scatter { DmaView { src: None, dst: m } } else { DmaView { src: m, dst: None } };
@@ -176,18 +171,10 @@ fn an_uninitialized_source_fails_the_same_way_directly() {
         let dst = pattern(&rt, HBM, &[16], 0);
         let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
         let req = DmaRequest {
-            device: 0,
-            core: 0,
             src_space: VMEM,
-            src_id: src,
             src_region: dims(&[(1, 2, 1), (0, 8, 1)]),
             dst_space: HBM,
-            dst_id: dst,
-            dst_region: Region::full(),
-            dst_sem: sem,
-            src_sem: None,
-            dst_device: None,
-            dst_core: None,
+            ..common::dma(src, dst, sem)
         };
         let view = DmaView { src: Some(ViewMap::bytes(packed_rows(2, 8))), dst: None };
         let e = match rt.dma_start_view(req, view) {

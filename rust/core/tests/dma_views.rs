@@ -2,6 +2,8 @@
 //! and on_wait modes; semaphores count the view's bytes; bad maps are
 //! value errors at the start.
 
+mod common;
+
 use mosaic_rt_core::{
     BufferKey, BufferSpec, Config, DType, DmaMode, DmaRequest, DmaView, ErrorKind, Init, MemorySpace, Region, Runtime,
     SemKind, ViewMap,
@@ -24,20 +26,7 @@ fn bytes(rt: &Runtime, space: MemorySpace, id: u32) -> Vec<u8> {
 }
 
 fn request(src: u32, dst: u32, sem: u32) -> DmaRequest {
-    DmaRequest {
-        device: 0,
-        core: 0,
-        src_space: MemorySpace::Hbm,
-        src_id: src,
-        src_region: Region::full(),
-        dst_space: MemorySpace::Vmem,
-        dst_id: dst,
-        dst_region: Region::full(),
-        dst_sem: sem,
-        src_sem: None,
-        dst_device: None,
-        dst_core: None,
-    }
+    common::dma(src, dst, sem)
 }
 
 fn map(m: &[u32]) -> Option<ViewMap> {

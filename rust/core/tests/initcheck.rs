@@ -5,6 +5,7 @@
 //! nothing changes. A random-program test checks exactness against a
 //! per-element model.
 
+mod common;
 mod memory_support;
 
 use memory_support::Rng;
@@ -182,18 +183,11 @@ fn block_copies_mark_their_destination_and_check_their_source() {
 
 fn dma(src: (MemorySpace, u32, Region), dst: (MemorySpace, u32, Region), sem: u32) -> DmaRequest {
     DmaRequest {
-        device: 0,
-        core: 0,
         src_space: src.0,
-        src_id: src.1,
         src_region: src.2,
         dst_space: dst.0,
-        dst_id: dst.1,
         dst_region: dst.2,
-        dst_sem: sem,
-        src_sem: None,
-        dst_device: None,
-        dst_core: None,
+        ..common::dma(src.1, dst.1, sem)
     }
 }
 

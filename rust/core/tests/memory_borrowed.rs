@@ -1,6 +1,7 @@
 //! Borrowed input buffers (XLA's operand memory, read-only for a launch)
 //! and the reuse of large allocations across launches.
 
+mod common;
 mod memory_support;
 
 use memory_support::*;
@@ -96,18 +97,10 @@ fn queue_remote_dma_of_input(rt: &Runtime, data: &[u8]) -> (u32, u32, u32, u32) 
     let recv = rt.allocate_semaphores(1, Some(0), SemKind::Dma, 1).unwrap();
     let full = Region::full();
     rt.dma_start(DmaRequest {
-        device: 0,
-        core: 0,
         src_space: HBM,
-        src_id: id,
         src_region: full.clone(),
-        dst_space: MemorySpace::Vmem,
-        dst_id: dst,
         dst_region: full,
-        dst_sem: recv,
-        src_sem: Some(send),
-        dst_device: Some(1),
-        dst_core: None,
+        ..common::remote_dma(0, 1, id, dst, (send, recv))
     })
     .unwrap();
     (id, dst, send, recv)

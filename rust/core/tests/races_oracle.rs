@@ -7,6 +7,7 @@
 //! same for both (after a race, per-location summaries may legitimately
 //! differ from the full history).
 
+mod common;
 mod memory_support;
 
 use memory_support::Rng;
@@ -180,18 +181,12 @@ fn run(seed: u64, mode: DmaMode) -> (Option<usize>, Option<usize>) {
                 }
                 let sem = rt.allocate_semaphores(0, None, SemKind::Dma, 1).unwrap();
                 rt.dma_start(DmaRequest {
-                    device: 0,
                     core,
                     src_space: HBM,
-                    src_id: bufs[sb as usize],
                     src_region: region(ss, len),
                     dst_space: HBM,
-                    dst_id: bufs[db as usize],
                     dst_region: region(ds, len),
-                    dst_sem: sem,
-                    src_sem: None,
-                    dst_device: None,
-                    dst_core: None,
+                    ..common::dma(bufs[sb as usize], bufs[db as usize], sem)
                 })
                 .unwrap();
                 let start_node = o.step(core, &[]);

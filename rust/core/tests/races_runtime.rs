@@ -2,6 +2,8 @@
 //! several cores per device are exercised directly (the interpreter does not
 //! run multi-core kernels yet).
 
+mod common;
+
 use mosaic_rt_core::BufferSpec;
 use mosaic_rt_core::MemRef;
 use mosaic_rt_core::{Config, DType, DimSel, DmaMode, DmaRequest, Init, MemorySpace, Region, Runtime, SemKind};
@@ -68,20 +70,7 @@ fn sem(rt: &Runtime, device: u32, kind: SemKind) -> u32 {
 }
 
 fn local_dma(core: u32, src: (MemorySpace, u32), dst: (MemorySpace, u32), sem: u32) -> DmaRequest {
-    DmaRequest {
-        device: 0,
-        core,
-        src_space: src.0,
-        src_id: src.1,
-        src_region: Region::full(),
-        dst_space: dst.0,
-        dst_id: dst.1,
-        dst_region: Region::full(),
-        dst_sem: sem,
-        src_sem: None,
-        dst_device: None,
-        dst_core: None,
-    }
+    DmaRequest { core, src_space: src.0, dst_space: dst.0, ..common::dma(src.1, dst.1, sem) }
 }
 
 const MODES: [DmaMode; 2] = [DmaMode::Eager, DmaMode::OnWait];
@@ -231,21 +220,7 @@ fn remote_copy(mode: DmaMode, read_before_wait: bool) -> Runtime {
     thread::scope(|scope| {
         scope.spawn(|| {
             write(&rt, 0, 0, VMEM, src, &Region::full());
-            rt.dma_start(DmaRequest {
-                device: 0,
-                core: 0,
-                src_space: VMEM,
-                src_id: src,
-                src_region: Region::full(),
-                dst_space: VMEM,
-                dst_id: dst,
-                dst_region: Region::full(),
-                dst_sem: recv,
-                src_sem: Some(send),
-                dst_device: Some(1),
-                dst_core: None,
-            })
-            .unwrap();
+            rt.dma_start(common::remote_dma(0, 1, src, dst, (send, recv))).unwrap();
             rt.dma_wait(0, 0, send, 32).unwrap();
             // The source may be reused once the send semaphore says it was read.
             write(&rt, 0, 0, VMEM, src, &Region::full());
@@ -293,21 +268,8 @@ fn the_device_barrier_orders_everything_before_it() {
                     thread::sleep(Duration::from_millis(20));
                 }
                 // Device 1 overwrites device 0's buffer with a remote DMA.
-                rt.dma_start(DmaRequest {
-                    device: 1,
-                    core: 0,
-                    src_space: HBM,
-                    src_id: x,
-                    src_region: Region::full(),
-                    dst_space: HBM,
-                    dst_id: x,
-                    dst_region: Region::full(),
-                    dst_sem: s,
-                    src_sem: Some(s),
-                    dst_device: Some(0),
-                    dst_core: None,
-                })
-                .unwrap();
+                rt.dma_start(DmaRequest { src_space: HBM, dst_space: HBM, ..common::remote_dma(1, 0, x, x, (s, s)) })
+                    .unwrap();
                 rt.dma_wait(1, 0, s, 32).unwrap();
             });
         });

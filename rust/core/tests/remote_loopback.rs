@@ -3,6 +3,8 @@
 //! signals, remote DMAs in both modes, the device barrier, failure
 //! propagation and deadlock detection across processes.
 
+mod common;
+
 use mosaic_rt_core::remote::LoopbackHub;
 use mosaic_rt_core::{
     BufferKey, BufferSpec, Config, DType, DimSel, DmaMode, DmaRequest, ErrorKind, Init, LaunchRegistry, MemRef,
@@ -58,18 +60,9 @@ fn permute_zeroing(reg: &LaunchRegistry, d: u32, n: u32, mode: DmaMode, zero: bo
         let sems = rt.allocate_semaphores(d, None, SemKind::Dma, 2)?;
         rt.device_barrier(d)?;
         rt.dma_start(DmaRequest {
-            device: d,
-            core: 0,
             src_space: MemorySpace::Hbm,
-            src_id: src,
-            src_region: Region::full(),
             dst_space: MemorySpace::Hbm,
-            dst_id: dst,
-            dst_region: Region::full(),
-            dst_sem: sems + 1,
-            src_sem: Some(sems),
-            dst_device: Some((d + 1) % n),
-            dst_core: None,
+            ..common::remote_dma(d, (d + 1) % n, src, dst, (sems, sems + 1))
         })?;
         if zero {
             // Give the neighbour's copy time to arrive first.
@@ -271,18 +264,11 @@ fn large_dmas(reg: &LaunchRegistry, uid: u64, d: u32, dst_row: i64) -> Result<[V
             let n = if dst_id == small { 8 * 128 * 4 } else { 256 * 128 * 4 };
             total += n;
             rt.dma_start(DmaRequest {
-                device: d,
-                core: 0,
                 src_space: MemorySpace::Hbm,
-                src_id: src,
                 src_region,
                 dst_space: MemorySpace::Hbm,
-                dst_id,
                 dst_region,
-                dst_sem: sems + 1,
-                src_sem: Some(sems),
-                dst_device: Some(1 - d),
-                dst_core: None,
+                ..common::remote_dma(d, 1 - d, src, dst_id, (sems, sems + 1))
             })?;
         }
         rt.dma_wait(d, 0, sems, total)?;

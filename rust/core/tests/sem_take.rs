@@ -2,8 +2,10 @@
 //! returns, after the DMAs queued on it have run; the semaphore is left at 0
 //! (no leak), in both DMA modes, locally and across devices.
 
+mod common;
+
 use mosaic_rt_core::BufferSpec;
-use mosaic_rt_core::{Config, DType, DmaMode, DmaRequest, Init, MemorySpace, Region, Runtime, SemKind};
+use mosaic_rt_core::{Config, DType, DmaMode, DmaRequest, Init, MemorySpace, Runtime, SemKind};
 use std::time::Duration;
 
 fn runtime(devices: u32, mode: DmaMode) -> Runtime {
@@ -35,20 +37,7 @@ fn content(rt: &Runtime, device: u32, id: u32) -> Vec<f32> {
 }
 
 fn copy(device: u32, src: u32, dst: u32, sems: (Option<u32>, u32), dst_device: Option<u32>) -> DmaRequest {
-    DmaRequest {
-        device,
-        core: 0,
-        src_space: MemorySpace::Hbm,
-        src_id: src,
-        src_region: Region::full(),
-        dst_space: MemorySpace::Hbm,
-        dst_id: dst,
-        dst_region: Region::full(),
-        dst_sem: sems.1,
-        src_sem: sems.0,
-        dst_device,
-        dst_core: None,
-    }
+    DmaRequest { device, dst_space: MemorySpace::Hbm, src_sem: sems.0, dst_device, ..common::dma(src, dst, sems.1) }
 }
 
 #[test]

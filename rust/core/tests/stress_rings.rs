@@ -3,6 +3,8 @@
 //! rounds; a hang is detected by lack of progress (`run_watched`), never by
 //! how long the run took, so a slow or loaded machine cannot fail them.
 
+mod common;
+
 use mosaic_rt_core::BufferSpec;
 use mosaic_rt_core::MemRef;
 use mosaic_rt_core::{Config, DType, DmaMode, DmaRequest, Init, MemorySpace, Region, Runtime, SemKind};
@@ -127,20 +129,7 @@ fn many_signallers_one_waiter_per_device() {
 /// Device `d` copies its whole `src` into `dst` of device `next`, signalling
 /// `sems` (send) and `sems + 1` (receive, on `next`).
 fn ring_copy(d: u32, next: u32, src: u32, dst: u32, sems: u32) -> DmaRequest {
-    DmaRequest {
-        device: d,
-        core: 0,
-        src_space: MemorySpace::Vmem,
-        src_id: src,
-        src_region: Region::full(),
-        dst_space: MemorySpace::Vmem,
-        dst_id: dst,
-        dst_region: Region::full(),
-        dst_sem: sems + 1,
-        src_sem: Some(sems),
-        dst_device: Some(next),
-        dst_core: None,
-    }
+    common::remote_dma(d, next, src, dst, (sems, sems + 1))
 }
 
 fn f32_bytes(v: f32, n: usize) -> Vec<u8> {

@@ -2,6 +2,8 @@
 //! exported. (tests/ffi/test_timeline.py checks the files structurally with a
 //! JSON parser.)
 
+mod common;
+
 use mosaic_rt_core::BufferSpec;
 use mosaic_rt_core::{Config, DType, DmaMode, DmaRequest, Init, MemorySpace, Region, Runtime, SemKind};
 use std::sync::Arc;
@@ -71,20 +73,7 @@ fn signals_waits_and_flows() {
 }
 
 fn dma(src: u32, dst: u32, sem: u32) -> DmaRequest {
-    DmaRequest {
-        device: 0,
-        core: 0,
-        src_space: MemorySpace::Hbm,
-        src_id: src,
-        src_region: Region::full(),
-        dst_space: MemorySpace::Vmem,
-        dst_id: dst,
-        dst_region: Region::full(),
-        dst_sem: sem,
-        src_sem: None,
-        dst_device: None,
-        dst_core: None,
-    }
+    common::dma(src, dst, sem)
 }
 
 #[test]
