@@ -170,13 +170,7 @@ fn dma_runtime(mode: DmaMode) -> (Arc<Runtime>, u32, u32, u32) {
         .allocate_buffer(
             0,
             None,
-            BufferSpec {
-                space: MemorySpace::Hbm,
-                dtype: DType::F32,
-                shape: &[16],
-                logical_shape: None,
-                init: Init::Bytes(&data),
-            },
+            BufferSpec { init: Init::Bytes(&data), ..BufferSpec::new(MemorySpace::Hbm, DType::F32, &[16]) },
         )
         .unwrap();
     let dst = rt.allocate_buffer(0, None, BufferSpec::new(MemorySpace::Vmem, DType::F32, &[16])).unwrap();

@@ -40,13 +40,7 @@ fn setup(rt: &Runtime) -> (u32, u32, u32) {
             .allocate_buffer(
                 d,
                 None,
-                BufferSpec {
-                    space: MemorySpace::Hbm,
-                    dtype: DType::F32,
-                    shape: &[32],
-                    logical_shape: None,
-                    init: Init::Bytes(&data),
-                },
+                BufferSpec { init: Init::Bytes(&data), ..BufferSpec::new(MemorySpace::Hbm, DType::F32, &[32]) },
             )
             .unwrap();
         let dst = rt.allocate_buffer(d, None, BufferSpec::new(MemorySpace::Vmem, DType::F32, &[32])).unwrap();

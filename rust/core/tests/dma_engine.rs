@@ -36,13 +36,7 @@ fn buffer(rt: &Runtime, device: u32, core: u32, space: MemorySpace, n: usize, fi
     rt.allocate_buffer(
         device,
         Some(core),
-        BufferSpec {
-            space,
-            dtype: DType::F32,
-            shape: &[n],
-            logical_shape: None,
-            init: Init::Bytes(&f32_bytes(&values)),
-        },
+        BufferSpec { init: Init::Bytes(&f32_bytes(&values)), ..BufferSpec::new(space, DType::F32, &[n]) },
     )
     .unwrap()
 }
@@ -52,13 +46,7 @@ fn zeros(rt: &Runtime, device: u32, core: u32, n: usize) -> u32 {
     rt.allocate_buffer(
         device,
         Some(core),
-        BufferSpec {
-            space: MemorySpace::Vmem,
-            dtype: DType::F32,
-            shape: &[n],
-            logical_shape: None,
-            init: Init::Bytes(&vec![0u8; 4 * n]),
-        },
+        BufferSpec { init: Init::Bytes(&vec![0u8; 4 * n]), ..BufferSpec::new(MemorySpace::Vmem, DType::F32, &[n]) },
     )
     .unwrap()
 }
@@ -275,13 +263,7 @@ fn zeros_2d(rt: &Runtime, device: u32, shape: [usize; 2]) -> u32 {
     rt.allocate_buffer(
         device,
         Some(0),
-        BufferSpec {
-            space: MemorySpace::Vmem,
-            dtype: DType::F32,
-            shape: &shape,
-            logical_shape: None,
-            init: Init::Bytes(&bytes),
-        },
+        BufferSpec { init: Init::Bytes(&bytes), ..BufferSpec::new(MemorySpace::Vmem, DType::F32, &shape) },
     )
     .unwrap()
 }

@@ -29,13 +29,9 @@ fn f32_bytes(values: &[f32]) -> Vec<u8> {
 
 /// A VMEM f32 buffer of (device, core) holding `values`.
 fn vmem(rt: &Runtime, device: u32, core: u32, values: &[f32]) -> u32 {
-    let spec = BufferSpec {
-        space: MemorySpace::Vmem,
-        dtype: DType::F32,
-        shape: &[values.len()],
-        logical_shape: None,
-        init: Init::Bytes(&f32_bytes(values)),
-    };
+    let shape = [values.len()];
+    let spec =
+        BufferSpec { init: Init::Bytes(&f32_bytes(values)), ..BufferSpec::new(MemorySpace::Vmem, DType::F32, &shape) };
     rt.allocate_buffer(device, Some(core), spec).unwrap()
 }
 

@@ -25,7 +25,7 @@ fn runtime(devices: u32, mode: DmaMode) -> Runtime {
 
 /// A buffer of `dtype` holding `bytes` (one byte per sub-byte element).
 fn buffer(rt: &Runtime, device: u32, space: MemorySpace, dtype: DType, shape: &[usize], bytes: &[u8]) -> u32 {
-    let spec = BufferSpec { space, dtype, shape, logical_shape: None, init: Init::Bytes(bytes) };
+    let spec = BufferSpec { init: Init::Bytes(bytes), ..BufferSpec::new(space, dtype, shape) };
     rt.allocate_buffer(device, Some(0), spec).unwrap()
 }
 

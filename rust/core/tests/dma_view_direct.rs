@@ -29,7 +29,7 @@ fn runtime(mode: DmaMode, detect_uninitialized: bool) -> Runtime {
 fn pattern(rt: &Runtime, space: MemorySpace, shape: &[usize], salt: u8) -> u32 {
     let n: usize = shape.iter().product();
     let bytes: Vec<u8> = (0..n).map(|i| (i as u8).wrapping_mul(7).wrapping_add(salt)).collect();
-    let spec = BufferSpec { space, dtype: DType::U8, shape, logical_shape: None, init: Init::Bytes(&bytes) };
+    let spec = BufferSpec { init: Init::Bytes(&bytes), ..BufferSpec::new(space, DType::U8, shape) };
     rt.allocate_buffer(0, Some(0), spec).unwrap()
 }
 

@@ -16,8 +16,8 @@ fn runtime(mode: DmaMode) -> Runtime {
 
 /// A u8 buffer of `bytes` in `space` of device 0, core 0.
 fn buffer(rt: &Runtime, space: MemorySpace, bytes: &[u8]) -> u32 {
-    let spec =
-        BufferSpec { space, dtype: DType::U8, shape: &[bytes.len()], logical_shape: None, init: Init::Bytes(bytes) };
+    let shape = [bytes.len()];
+    let spec = BufferSpec { init: Init::Bytes(bytes), ..BufferSpec::new(space, DType::U8, &shape) };
     rt.allocate_buffer(0, Some(0), spec).unwrap()
 }
 
@@ -88,7 +88,7 @@ fn bad_maps_fail_at_the_start() {
 fn pattern_buffer(rt: &Runtime, space: MemorySpace, shape: &[usize]) -> (u32, Vec<u8>) {
     let n: usize = shape.iter().product::<usize>() * 4;
     let bytes: Vec<u8> = (0..n).map(|k| (k % 251) as u8).collect();
-    let spec = BufferSpec { space, dtype: DType::I32, shape, logical_shape: None, init: Init::Bytes(&bytes) };
+    let spec = BufferSpec { init: Init::Bytes(&bytes), ..BufferSpec::new(space, DType::I32, shape) };
     (rt.allocate_buffer(0, Some(0), spec).unwrap(), bytes)
 }
 

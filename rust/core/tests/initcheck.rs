@@ -88,13 +88,7 @@ fn initial_values_count_as_written_and_hbm_is_not_checked() {
         .allocate_buffer(
             0,
             Some(0),
-            BufferSpec {
-                space: MemorySpace::Smem,
-                dtype: DType::I32,
-                shape: &[4],
-                logical_shape: None,
-                init: Init::Bytes(&[1u8; 16]),
-            },
+            BufferSpec { init: Init::Bytes(&[1u8; 16]), ..BufferSpec::new(MemorySpace::Smem, DType::I32, &[4]) },
         )
         .unwrap();
     let mut out = [0u8; 16];
@@ -107,11 +101,9 @@ fn initial_values_count_as_written_and_hbm_is_not_checked() {
             0,
             Some(0),
             BufferSpec {
-                space: VMEM,
-                dtype: DType::F32,
-                shape: &[4, 8],
                 logical_shape: Some(&[3, 8]),
                 init: Init::Bytes(&[0u8; 4 * 24]),
+                ..BufferSpec::new(VMEM, DType::F32, &[4, 8])
             },
         )
         .unwrap();
@@ -152,13 +144,7 @@ fn block_copies_mark_their_destination_and_check_their_source() {
         .allocate_buffer(
             0,
             Some(0),
-            BufferSpec {
-                space: HBM,
-                dtype: DType::F32,
-                shape: &[16, 128],
-                logical_shape: None,
-                init: Init::Bytes(&[0; 4 * 2048]),
-            },
+            BufferSpec { init: Init::Bytes(&[0; 4 * 2048]), ..BufferSpec::new(HBM, DType::F32, &[16, 128]) },
         )
         .unwrap();
     let out = fresh(&rt, 0, HBM, &[16, 128]);
@@ -200,13 +186,7 @@ fn dmas_write_and_read_in_both_modes() {
             .allocate_buffer(
                 0,
                 Some(0),
-                BufferSpec {
-                    space: HBM,
-                    dtype: DType::F32,
-                    shape: &[8],
-                    logical_shape: None,
-                    init: Init::Bytes(&[0; 32]),
-                },
+                BufferSpec { init: Init::Bytes(&[0; 32]), ..BufferSpec::new(HBM, DType::F32, &[8]) },
             )
             .unwrap();
         let a = fresh(&rt, 0, VMEM, &[8]);
@@ -238,13 +218,7 @@ fn remote_dmas_mark_the_other_devices_memory() {
         .allocate_buffer(
             0,
             Some(0),
-            BufferSpec {
-                space: VMEM,
-                dtype: DType::F32,
-                shape: &[8],
-                logical_shape: None,
-                init: Init::Bytes(&[0; 32]),
-            },
+            BufferSpec { init: Init::Bytes(&[0; 32]), ..BufferSpec::new(VMEM, DType::F32, &[8]) },
         )
         .unwrap();
     let dst = fresh(&rt, 1, VMEM, &[8]);

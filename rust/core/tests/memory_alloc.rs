@@ -39,17 +39,7 @@ fn ids_count_from_100_per_device_and_core() {
 fn all_core_allocation_makes_one_private_buffer_per_core() {
     let mem = table(1, 3, OobReads::Raise, FillMode::Zero);
     let id = mem
-        .allocate(
-            0,
-            None,
-            BufferSpec {
-                space: VMEM,
-                dtype: DType::U8,
-                shape: &[4],
-                logical_shape: None,
-                init: Init::Bytes(&[1, 2, 3, 4]),
-            },
-        )
+        .allocate(0, None, BufferSpec { init: Init::Bytes(&[1, 2, 3, 4]), ..BufferSpec::new(VMEM, DType::U8, &[4]) })
         .unwrap();
     mem.store(MemRef::new(0, 1, VMEM, id, &Region::full()), &[9; 4]).unwrap();
     for core in 0..3 {
@@ -91,18 +81,10 @@ fn per_core_hbm_allocations_share_one_buffer() {
     // Each core's thread allocates "its" HBM buffer; ids agree, one buffer exists.
     let mem = table(1, 2, OobReads::Raise, FillMode::Zero);
     let a = mem
-        .allocate(
-            0,
-            Some(0),
-            BufferSpec { space: HBM, dtype: DType::U8, shape: &[2], logical_shape: None, init: Init::Bytes(&[1, 2]) },
-        )
+        .allocate(0, Some(0), BufferSpec { init: Init::Bytes(&[1, 2]), ..BufferSpec::new(HBM, DType::U8, &[2]) })
         .unwrap();
     let b = mem
-        .allocate(
-            0,
-            Some(1),
-            BufferSpec { space: HBM, dtype: DType::U8, shape: &[2], logical_shape: None, init: Init::Bytes(&[3, 4]) },
-        )
+        .allocate(0, Some(1), BufferSpec { init: Init::Bytes(&[3, 4]), ..BufferSpec::new(HBM, DType::U8, &[2]) })
         .unwrap();
     assert_eq!(a, b);
     let info = mem.info(key(HBM, a, 0, 0)).unwrap();
@@ -114,40 +96,16 @@ fn per_core_hbm_allocations_share_one_buffer() {
 fn invalid_allocations_are_value_errors() {
     let mem = table(1, 2, OobReads::Raise, FillMode::Nan);
     let e = mem
-        .allocate(
-            0,
-            None,
-            BufferSpec {
-                space: VMEM,
-                dtype: DType::F32,
-                shape: &[8, 64],
-                logical_shape: Some(&[8, 128]),
-                init: Init::Fill,
-            },
-        )
+        .allocate(0, None, BufferSpec { logical_shape: Some(&[8, 128]), ..BufferSpec::new(VMEM, DType::F32, &[8, 64]) })
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
     assert_eq!(e.message, "Logical shape (8, 128) cannot be bigger than content shape (8, 64).");
     let e = mem
-        .allocate(
-            0,
-            None,
-            BufferSpec { space: VMEM, dtype: DType::F32, shape: &[8, 64], logical_shape: Some(&[8]), init: Init::Fill },
-        )
+        .allocate(0, None, BufferSpec { logical_shape: Some(&[8]), ..BufferSpec::new(VMEM, DType::F32, &[8, 64]) })
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
     let e = mem
-        .allocate(
-            0,
-            None,
-            BufferSpec {
-                space: VMEM,
-                dtype: DType::F32,
-                shape: &[4],
-                logical_shape: None,
-                init: Init::Bytes(&[0; 12]),
-            },
-        )
+        .allocate(0, None, BufferSpec { init: Init::Bytes(&[0; 12]), ..BufferSpec::new(VMEM, DType::F32, &[4]) })
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Value);
     assert!(e.message.contains("must have 16 bytes, got 12"), "{e}");
@@ -186,11 +144,9 @@ fn init_goes_to_the_logical_corner_and_padding_gets_fill() {
             0,
             Some(0),
             BufferSpec {
-                space: VMEM,
-                dtype: DType::I8,
-                shape: &[3, 4],
                 logical_shape: Some(&[2, 3]),
                 init: Init::Bytes(&init),
+                ..BufferSpec::new(VMEM, DType::I8, &[3, 4])
             },
         )
         .unwrap();
@@ -224,11 +180,7 @@ fn every_dtype_round_trips() {
         let n = 5 * 7 * dtype.itemsize();
         let init = rng.bytes(n);
         let id = mem
-            .allocate(
-                0,
-                Some(0),
-                BufferSpec { space: VMEM, dtype, shape: &[5, 7], logical_shape: None, init: Init::Bytes(&init) },
-            )
+            .allocate(0, Some(0), BufferSpec { init: Init::Bytes(&init), ..BufferSpec::new(VMEM, dtype, &[5, 7]) })
             .unwrap();
         let mut out = vec![0u8; n];
         mem.load(MemRef::new(0, 0, VMEM, id, &Region::full()), &mut out).unwrap();
@@ -254,13 +206,7 @@ fn scalars_have_rank_zero() {
         .allocate(
             0,
             Some(0),
-            BufferSpec {
-                space: MemorySpace::Smem,
-                dtype: DType::I32,
-                shape: &[],
-                logical_shape: None,
-                init: Init::Bytes(&[7, 0, 0, 0]),
-            },
+            BufferSpec { init: Init::Bytes(&[7, 0, 0, 0]), ..BufferSpec::new(MemorySpace::Smem, DType::I32, &[]) },
         )
         .unwrap();
     let mut out = [0u8; 4];

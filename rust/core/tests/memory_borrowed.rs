@@ -155,13 +155,7 @@ fn reused_allocations_are_filled_again() {
                 .allocate(
                     device,
                     None,
-                    BufferSpec {
-                        space: HBM,
-                        dtype: DType::U8,
-                        shape: &[n / 2, 2],
-                        logical_shape: None,
-                        init: Init::Bytes(&vec![9; n]),
-                    },
+                    BufferSpec { init: Init::Bytes(&vec![9; n]), ..BufferSpec::new(HBM, DType::U8, &[n / 2, 2]) },
                 )
                 .unwrap();
             assert!(mem.content(hbm(given, device)).unwrap().iter().all(|&b| b == 9));

@@ -21,11 +21,7 @@ fn setup(oob: OobReads, fill: FillMode) -> (MemoryTable, u32) {
     let mem = table(1, 2, oob, fill);
     let init: Vec<u8> = (0..12).collect();
     let id = mem
-        .allocate(
-            0,
-            None,
-            BufferSpec { space: HBM, dtype: DType::I8, shape: &[4, 3], logical_shape: None, init: Init::Bytes(&init) },
-        )
+        .allocate(0, None, BufferSpec { init: Init::Bytes(&init), ..BufferSpec::new(HBM, DType::I8, &[4, 3]) })
         .unwrap();
     (mem, id)
 }
@@ -108,13 +104,7 @@ fn error_texts_show_the_logical_shape() {
         .allocate(
             0,
             Some(0),
-            BufferSpec {
-                space: VMEM,
-                dtype: DType::F32,
-                shape: &[8, 128],
-                logical_shape: Some(&[5, 100]),
-                init: Init::Fill,
-            },
+            BufferSpec { logical_shape: Some(&[5, 100]), ..BufferSpec::new(VMEM, DType::F32, &[8, 128]) },
         )
         .unwrap();
     let mut out = vec![0u8; 9 * 100 * 4];
@@ -219,11 +209,9 @@ fn swaps_only_write_within_the_logical_shape() {
             0,
             Some(0),
             BufferSpec {
-                space: VMEM,
-                dtype: DType::U8,
-                shape: &[2, 4],
                 logical_shape: Some(&[2, 3]),
                 init: Init::Bytes(&[1, 2, 3, 4, 5, 6]),
+                ..BufferSpec::new(VMEM, DType::U8, &[2, 4])
             },
         )
         .unwrap();
@@ -275,17 +263,7 @@ fn copies_between_buffers() {
 fn uninitialized_copy_reads_fill_values() {
     let (mem, src) = setup(OobReads::Uninitialized, FillMode::Nan);
     let dst = mem
-        .allocate(
-            0,
-            Some(0),
-            BufferSpec {
-                space: VMEM,
-                dtype: DType::I8,
-                shape: &[2, 3],
-                logical_shape: None,
-                init: Init::Bytes(&[0; 6]),
-            },
-        )
+        .allocate(0, Some(0), BufferSpec { init: Init::Bytes(&[0; 6]), ..BufferSpec::new(VMEM, DType::I8, &[2, 3]) })
         .unwrap();
     let whole = Region::full();
     let r = rows(3, 2);
@@ -309,8 +287,7 @@ fn uninitialized_copy_reads_fill_values() {
 fn tpu_reads_leave_kernel_loads_of_vmem_unchecked_and_dma_reads_checked() {
     let mem = table(1, 1, OobReads::Tpu, FillMode::Zero);
     let init: Vec<u8> = (1..=12).collect();
-    let spec =
-        |space| BufferSpec { space, dtype: DType::I8, shape: &[4, 3], logical_shape: None, init: Init::Bytes(&init) };
+    let spec = |space| BufferSpec { init: Init::Bytes(&init), ..BufferSpec::new(space, DType::I8, &[4, 3]) };
     let vmem = mem.allocate(0, Some(0), spec(VMEM)).unwrap();
     let hbm = mem.allocate(0, None, spec(HBM)).unwrap();
     mosaic_rt_core::reports::take_all();
@@ -349,7 +326,7 @@ fn tpu_reads_leave_kernel_loads_of_vmem_unchecked_and_dma_reads_checked() {
 fn scalar_smem_reads_outside_follow_the_rule() {
     const SMEM: MemorySpace = MemorySpace::Smem;
     let init: Vec<u8> = (1..=4).collect();
-    let spec = BufferSpec { space: SMEM, dtype: DType::I8, shape: &[4], logical_shape: None, init: Init::Bytes(&init) };
+    let spec = BufferSpec { init: Init::Bytes(&init), ..BufferSpec::new(SMEM, DType::I8, &[4]) };
     let at = |i| Region::new(vec![DimSel::index(i)]);
     let mut out = [0xAAu8; 1];
 

@@ -66,11 +66,9 @@ fn a_fill_writes_what_a_swap_of_the_repeated_element_writes() {
                 0,
                 Some(0),
                 BufferSpec {
-                    space: VMEM,
-                    dtype,
-                    shape: &shape,
                     logical_shape: Some(&logical),
                     init: Init::Bytes(&init),
+                    ..BufferSpec::new(VMEM, dtype, &shape)
                 },
             )
             .unwrap()

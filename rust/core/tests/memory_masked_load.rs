@@ -21,11 +21,7 @@ fn setup(oob: OobReads, fill: FillMode) -> (MemoryTable, u32) {
     let mem = table(1, 1, oob, fill);
     let init: Vec<u8> = (0..12).collect();
     let id = mem
-        .allocate(
-            0,
-            None,
-            BufferSpec { space: HBM, dtype: DType::I8, shape: &[4, 3], logical_shape: None, init: Init::Bytes(&init) },
-        )
+        .allocate(0, None, BufferSpec { init: Init::Bytes(&init), ..BufferSpec::new(HBM, DType::I8, &[4, 3]) })
         .unwrap();
     (mem, id)
 }

@@ -46,11 +46,9 @@ fn check_random_loads(oob: OobReads, fill: FillMode, seed: u64) {
                 0,
                 Some(0),
                 BufferSpec {
-                    space: MemorySpace::Vmem,
-                    dtype,
-                    shape: &shape,
                     logical_shape: Some(&logical),
                     init: Init::Bytes(&init),
+                    ..BufferSpec::new(MemorySpace::Vmem, dtype, &shape)
                 },
             )
             .unwrap();
@@ -113,7 +111,11 @@ fn random_stores() {
             .allocate(
                 0,
                 None,
-                BufferSpec { space, dtype, shape: &shape, logical_shape: Some(&logical), init: Init::Bytes(&init) },
+                BufferSpec {
+                    logical_shape: Some(&logical),
+                    init: Init::Bytes(&init),
+                    ..BufferSpec::new(space, dtype, &shape)
+                },
             )
             .unwrap();
         let key = mosaic_rt_core::BufferKey::for_access(space, id, 0, 1);
@@ -154,11 +156,9 @@ fn random_copies_match_load_then_store() {
                 0,
                 Some(0),
                 BufferSpec {
-                    space: MemorySpace::Hbm,
-                    dtype,
-                    shape: &shape,
                     logical_shape: Some(&logical),
                     init: Init::Bytes(&init),
+                    ..BufferSpec::new(MemorySpace::Hbm, dtype, &shape)
                 },
             )
             .unwrap();

@@ -14,13 +14,7 @@ fn allocate_store_load_free() {
         .allocate(
             0,
             Some(0),
-            BufferSpec {
-                space: MemorySpace::Vmem,
-                dtype: DType::F32,
-                shape: &[8, 4],
-                logical_shape: None,
-                init: Init::Bytes(&init),
-            },
+            BufferSpec { init: Init::Bytes(&init), ..BufferSpec::new(MemorySpace::Vmem, DType::F32, &[8, 4]) },
         )
         .unwrap();
     assert_eq!(id, 100);

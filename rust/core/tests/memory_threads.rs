@@ -128,11 +128,8 @@ fn allocation_churn_alongside_accesses() {
                                     device,
                                     Some(core),
                                     BufferSpec {
-                                        space: MemorySpace::Vmem,
-                                        dtype: DType::I32,
-                                        shape: &[4],
-                                        logical_shape: None,
                                         init: Init::Bytes(&data),
+                                        ..BufferSpec::new(MemorySpace::Vmem, DType::I32, &[4])
                                     },
                                 )
                                 .unwrap();

@@ -32,13 +32,7 @@ fn timing_load_vs_memcpy() {
         .allocate(
             0,
             Some(0),
-            BufferSpec {
-                space: MemorySpace::Hbm,
-                dtype: DType::F32,
-                shape: &[256, 1024],
-                logical_shape: None,
-                init: Init::Bytes(&init),
-            },
+            BufferSpec { init: Init::Bytes(&init), ..BufferSpec::new(MemorySpace::Hbm, DType::F32, &[256, 1024]) },
         )
         .unwrap();
     let mut out = vec![0u8; mib];

@@ -99,13 +99,7 @@ fn run(seed: u64, mode: DmaMode) -> (Option<usize>, Option<usize>) {
             rt.allocate_buffer(
                 0,
                 None,
-                BufferSpec {
-                    space: HBM,
-                    dtype: DType::F32,
-                    shape: &[LEN as usize],
-                    logical_shape: None,
-                    init: Init::Bytes(&[0; 32]),
-                },
+                BufferSpec { init: Init::Bytes(&[0; 32]), ..BufferSpec::new(HBM, DType::F32, &[LEN as usize]) },
             )
             .unwrap()
         })

@@ -34,7 +34,7 @@ fn buffer(rt: &Runtime, device: u32, space: MemorySpace) -> u32 {
     rt.allocate_buffer(
         device,
         None,
-        BufferSpec { space, dtype: DType::F32, shape: &[8], logical_shape: None, init: Init::Bytes(&[0u8; 32]) },
+        BufferSpec { init: Init::Bytes(&[0u8; 32]), ..BufferSpec::new(space, DType::F32, &[8]) },
     )
     .unwrap()
 }
@@ -363,11 +363,8 @@ fn cost_of_race_detection_per_element() {
                     0,
                     None,
                     BufferSpec {
-                        space: VMEM,
-                        dtype: DType::F32,
-                        shape: &[256, 256],
-                        logical_shape: None,
                         init: Init::Bytes(&vec![0u8; 4 * n]),
+                        ..BufferSpec::new(VMEM, DType::F32, &[256, 256])
                     },
                 )
                 .unwrap();
@@ -426,11 +423,8 @@ fn blocks_of_a_2d_buffer_race_exactly_where_they_overlap() {
                 0,
                 None,
                 BufferSpec {
-                    space: HBM,
-                    dtype: DType::F32,
-                    shape: &[16, 256],
-                    logical_shape: None,
                     init: Init::Bytes(&vec![0u8; 4 * 16 * 256]),
+                    ..BufferSpec::new(HBM, DType::F32, &[16, 256])
                 },
             )
             .unwrap();

@@ -53,7 +53,7 @@ fn permute_zeroing(reg: &LaunchRegistry, d: u32, n: u32, mode: DmaMode, zero: bo
     let (h, rt) = reg.join(5, 0, d, &config(n, mode))?;
     let values: Vec<f32> = (0..4).map(|i| (d * 10 + i) as f32).collect();
     let bytes = f32_bytes(&values);
-    let spec = |init| BufferSpec { space: MemorySpace::Hbm, dtype: DType::F32, shape: &[4], logical_shape: None, init };
+    let spec = |init| BufferSpec { init, ..BufferSpec::new(MemorySpace::Hbm, DType::F32, &[4]) };
     let result = (|| {
         let src = rt.allocate_buffer(d, None, spec(Init::Bytes(&bytes)))?;
         let dst = rt.allocate_buffer(d, None, spec(Init::Fill))?;
@@ -239,13 +239,8 @@ fn large_dmas(reg: &LaunchRegistry, uid: u64, d: u32, dst_row: i64) -> Result<[V
     let (h, rt) = reg.join(uid, 0, d, &config(2, DmaMode::Eager))?;
     let values: Vec<f32> = (0..256 * 128).map(|i| (d * 1_000_000 + i) as f32).collect();
     let bytes = f32_bytes(&values);
-    let spec = |shape: &'static [usize], init| BufferSpec {
-        space: MemorySpace::Hbm,
-        dtype: DType::F32,
-        shape,
-        logical_shape: None,
-        init,
-    };
+    let spec =
+        |shape: &'static [usize], init| BufferSpec { init, ..BufferSpec::new(MemorySpace::Hbm, DType::F32, shape) };
     let result = (|| {
         let src = rt.allocate_buffer(d, None, spec(&[256, 128], Init::Bytes(&bytes)))?;
         let wide = rt.allocate_buffer(d, None, spec(&[256, 256], Init::Fill))?;

@@ -21,13 +21,8 @@ fn runtime(devices: u32, mode: DmaMode) -> Runtime {
 
 fn buffer(rt: &Runtime, device: u32, values: &[f32]) -> u32 {
     let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let spec = BufferSpec {
-        space: MemorySpace::Hbm,
-        dtype: DType::F32,
-        shape: &[values.len()],
-        logical_shape: None,
-        init: Init::Bytes(&bytes),
-    };
+    let shape = [values.len()];
+    let spec = BufferSpec { init: Init::Bytes(&bytes), ..BufferSpec::new(MemorySpace::Hbm, DType::F32, &shape) };
     rt.allocate_buffer(device, Some(0), spec).unwrap()
 }
 

@@ -147,12 +147,8 @@ fn copy_ring(mode: DmaMode) {
     let mut ids = (0, 0, 0, 0);
     for d in 0..DEVICES {
         let alloc = |init| {
-            rt.allocate_buffer(
-                d,
-                None,
-                BufferSpec { space: MemorySpace::Vmem, dtype: DType::F32, shape: &[N], logical_shape: None, init },
-            )
-            .unwrap()
+            rt.allocate_buffer(d, None, BufferSpec { init, ..BufferSpec::new(MemorySpace::Vmem, DType::F32, &[N]) })
+                .unwrap()
         };
         let (src, dst) = (alloc(Init::Fill), alloc(Init::Fill));
         let dma = rt.allocate_semaphores(d, None, SemKind::Dma, 2).unwrap();
@@ -226,12 +222,8 @@ fn dma_steps_misuse_checks_and_allocations_never_deadlock() {
     let mut ids = (0, 0, 0);
     for d in 0..DEVICES {
         let alloc = |init| {
-            rt.allocate_buffer(
-                d,
-                None,
-                BufferSpec { space: MemorySpace::Vmem, dtype: DType::F32, shape: &[N], logical_shape: None, init },
-            )
-            .unwrap()
+            rt.allocate_buffer(d, None, BufferSpec { init, ..BufferSpec::new(MemorySpace::Vmem, DType::F32, &[N]) })
+                .unwrap()
         };
         let (src, dst) = (alloc(Init::Fill), alloc(Init::Fill));
         let dma = rt.allocate_semaphores(d, None, SemKind::Dma, 2).unwrap();

@@ -86,11 +86,8 @@ fn dmas_are_spans_on_lanes_and_their_completion_releases_the_wait() {
                 0,
                 Some(0),
                 BufferSpec {
-                    space: MemorySpace::Hbm,
-                    dtype: DType::F32,
-                    shape: &[8, 128],
-                    logical_shape: None,
                     init: Init::Bytes(&[0; 4096]),
+                    ..BufferSpec::new(MemorySpace::Hbm, DType::F32, &[8, 128])
                 },
             )
             .unwrap();
