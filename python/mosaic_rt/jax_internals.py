@@ -152,6 +152,8 @@ conv_p = getattr(mosaic_primitives, "conv_p", None)
 # the release lacks them).
 pack_elementwise_p = getattr(mosaic_primitives, "pack_elementwise_p", None)
 unpack_elementwise_p = getattr(mosaic_primitives, "unpack_elementwise_p", None)
+# `pltpu.stochastic_round`: no CPU lowering and no stock rule either.
+stochastic_round_p = getattr(mosaic_primitives, "stochastic_round_p", None)
 # SparseCore's `plsc.parallel_loop`: operands (lower, upper, step, consts,
 # carry) flattened by param `tree`; param `jaxpr` takes (*consts, index,
 # *carry) once its constvars are made invars (convert_constvars_jaxpr).

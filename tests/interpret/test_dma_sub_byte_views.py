@@ -502,3 +502,27 @@ def test_lowered_maps_count_nibbles_and_reshapes_need_none():
     assert re.findall(r"view_maps = (\d+)", text) == ["4", "1"], re.findall(r"view_maps = \d+", text)
     # The source's layout: 4-bit units, an int4 element per stored byte, an int32 view.
     assert re.findall(r"view_units = (\d+)", text) == [str(4 | 4 << 4 | 8 << 8)]
+
+
+@pytest.mark.parametrize("dtype", [jnp.int4, jnp.int2])
+def test_loads_and_stores_through_views_under_rank_promotion_raise(dtype):
+    # JAX's own TPU tests run with jax_numpy_rank_promotion="raise": the
+    # views' shifts must broadcast explicitly (they failed with "Operands
+    # could not be broadcast together for left_shift").
+    x = _data((64, 128), dtype, seed=21)
+
+    def kernel(x_ref, o_ref, back_ref):
+        o_ref[...] = x_ref.bitcast(jnp.int32)[...]  # rows pack into words
+        back_ref.bitcast(jnp.int32)[...] = o_ref[...]  # and split again
+
+    words = 64 * itemsize_bits(dtype) // 32
+    with jax.numpy_rank_promotion("raise"):
+        packed, back = pl.pallas_call(
+            kernel,
+            out_shape=(jax.ShapeDtypeStruct((words, 128), jnp.int32), jax.ShapeDtypeStruct(x.shape, dtype)),
+            in_specs=[_VMEM],
+            out_specs=(_VMEM, _VMEM),
+            interpret=_params("eager"),
+        )(x)
+    _assert_same_bits(packed, _pack(x, jnp.int32))
+    _assert_same_bits(back, x)

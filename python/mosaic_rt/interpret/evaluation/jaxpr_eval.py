@@ -23,7 +23,16 @@ from mosaic_rt import _native
 from mosaic_rt import jax_internals as jx
 from mosaic_rt.ffi import ops as ffi_ops
 from mosaic_rt.interpret.context import Ctx, semaphore_kind
-from mosaic_rt.interpret.evaluation import device_ids, dma_views, native_calls, packing, sites, splat, views
+from mosaic_rt.interpret.evaluation import (
+    device_ids,
+    dma_views,
+    native_calls,
+    packing,
+    sites,
+    splat,
+    stochastic_round,
+    views,
+)
 from mosaic_rt.interpret.evaluation.regions import to_region
 from mosaic_rt.interpret.native_compute import scalar_items, scalar_runs, vector_runs
 from mosaic_rt.interpret.rewrites import as_evaluated, hoisting, widening
@@ -793,10 +802,28 @@ def _has_memory_space(eqn, read, ctx, token):
     return token, jnp.asarray(eqn.params["memory_space"] is _HBM)
 
 
+@_rule(lax.dot_general_p)
+def _dot_general(eqn, read, ctx, token):
+    _reject_unsigned(eqn.invars, "dot_general (matmul)")
+    return NotImplemented  # XLA's dot
+
+
+def _reject_unsigned(invars, what: str) -> None:
+    """The TPU lowering's refusal of unsigned operands to the MXU (it reads
+    every integer input as signed), with its type and message."""
+    for v in invars:
+        if jnp.issubdtype(v.aval.dtype, jnp.unsignedinteger):
+            raise NotImplementedError(
+                f"Unsigned integer dtype {v.aval.dtype} is not supported for {what} on the Pallas Mosaic TPU"
+                " backend (the TPU reads integer inputs as signed): cast to a signed type before it."
+            )
+
+
 @_rule(jx.conv_p)
 def _conv(eqn, read, ctx, token):
     # pltpu.conv: lhs (*) rhs, added to `acc` when given (its shape and
     # dtype are the result's).
+    _reject_unsigned(eqn.invars[:2], "conv")
     p = eqn.params
     lhs, rhs, *acc = read()
     dn = p["dimension_numbers"]
@@ -832,6 +859,14 @@ def _unpack_elementwise(eqn, read, ctx, token):
     p = eqn.params
     (x,) = read()
     return token, packing.unpack(x, p["index"], p["packed_dtype"], p["unpacked_dtype"])
+
+
+@_rule(jx.stochastic_round_p)
+def _stochastic_round(eqn, read, ctx, token):
+    x, bits = read()
+    target = eqn.params["target_dtype"]
+    stochastic_round.check(eqn.invars[0].aval.dtype, target)
+    return token, stochastic_round.stochastic_round(x, bits, target)
 
 
 @_rule(jx.sc_bitcast_p)

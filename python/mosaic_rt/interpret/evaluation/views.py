@@ -141,12 +141,18 @@ def _bitcast(x, dtype):
     r, mask = wide // narrow, (1 << narrow) - 1
     raw = lax.convert_element_type(lax.bitcast_convert_type(x, _uint(itemsize_bits(x.dtype))), jnp.uint32)
     *lead, m, n = x.shape
-    shifts = (jnp.arange(r, dtype=jnp.uint32) * narrow).reshape(r, 1)
+    pieces = jnp.arange(r, dtype=jnp.uint32) * np.uint32(narrow)
+    # lax ops with explicit broadcasts: a kernel may run under
+    # jax_numpy_rank_promotion="raise" (JAX's own TPU tests do).
     if itemsize_bits(x.dtype) == narrow:  # r rows -> one row of wider elements
-        parts = raw.reshape(*lead, m // r, r, n) << shifts
+        rows = raw.reshape(*lead, m // r, r, n)
+        parts = lax.shift_left(rows, lax.broadcast_in_dim(pieces, rows.shape, (len(lead) + 1,)))
         out = lax.reduce(parts, np.uint32(0), lax.bitwise_or, (len(lead) + 1,))
     else:  # each element -> r rows of narrower ones
-        out = ((raw[..., None, :] >> shifts) & np.uint32(mask)).reshape(*lead, m * r, n)
+        full = (*lead, m, r, n)
+        spread = lax.broadcast_in_dim(raw, full, (*range(len(lead) + 1), len(lead) + 2))
+        shifted = lax.shift_right_logical(spread, lax.broadcast_in_dim(pieces, full, (len(lead) + 1,)))
+        out = lax.bitwise_and(shifted, lax.full(full, mask, jnp.uint32)).reshape(*lead, m * r, n)
     return lax.bitcast_convert_type(lax.convert_element_type(out, _uint(itemsize_bits(dtype))), dtype)
 
 
