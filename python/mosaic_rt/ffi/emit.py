@@ -411,7 +411,8 @@ def _starts_operand(starts, tail=None):
     first as the operand and the others appended to ``tail``, when all are
     scalars: the op passes them as trailing scalar operands (see
     `_with_tail`), so the program builds no vector of them (XLA:CPU
-    compiles each such concatenate as a fusion of its own, ~5 ms)."""
+    compiles each such concatenate as a fusion of its own: see
+    benches/PERFORMANCE.md, "Native compute instead of XLA fusions")."""
     if isinstance(starts, (tuple, list)) and not starts:
         return no_starts()
     if isinstance(starts, (tuple, list)) and len(starts) == 1:

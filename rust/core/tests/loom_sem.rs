@@ -10,7 +10,8 @@ use mosaic_rt_core::SemKind;
 use mosaic_rt_core::{AdaptiveSpin, Config, ErrorKind, RtError};
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
-    // Bound 5 explores these 2-3 thread models in ~5 s (unbounded: ~5 min).
+    // Bound 5 keeps these 2-3 thread models to seconds; unbounded they take
+    // minutes (benches/PERFORMANCE.md, "Bench harness and test runs").
     model_bounded(5, f);
 }
 

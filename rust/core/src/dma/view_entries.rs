@@ -291,8 +291,8 @@ fn interleave_runs<const S: usize>(run: usize, dst: &mut [u8], streams: [&[u8]; 
     }
 }
 
-/// (Measured on 512-byte bf16 -> u32 views: a pair of zipped streams and a
-/// pass per stream each copy 2-4x faster than one loop over both.)
+/// (A pair of zipped streams and a pass per stream each beat one loop over
+/// both: benches/PERFORMANCE.md, "Scalar and view copies".)
 #[inline(always)]
 fn interleave<const K: usize, const S: usize>(dst: &mut [u8], streams: [&[u8]; S]) {
     if let [a, b] = streams.as_slice() {
@@ -386,9 +386,8 @@ pub(crate) fn deinterleave_runs(run: usize, data: &[u8], streams: &mut [&mut [u8
     }
 }
 
-/// Two streams filled in one pass, as [`interleave`] zips two (a 512-byte
-/// bf16 -> u32 view: ~80 ns with a pass per stream, ~10 ns zipped, by
-/// profile share of a micro-measure).
+/// Two streams filled in one pass, as [`interleave`] zips two (faster than
+/// a pass per stream: benches/PERFORMANCE.md, "Scalar and view copies").
 #[inline(always)]
 fn unzip_pair<const K: usize>(a: &mut [u8], b: &mut [u8], data: &[u8]) {
     for (d, (a, b)) in data.chunks_exact(2 * K).zip(a.chunks_exact_mut(K).zip(b.chunks_exact_mut(K))) {

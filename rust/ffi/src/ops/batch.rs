@@ -1,7 +1,8 @@
 //! `batch`: a straight-line run of token-threaded ops as one custom call.
 //!
-//! XLA compiles every custom call on its own (~0.2 ms of a cold call inside
-//! a shard_map) and runs each as a thunk. The memory, DMA and semaphore ops
+//! XLA compiles every custom call on its own (a cost in every cold call:
+//! benches/PERFORMANCE.md, "Native compute instead of XLA fusions") and
+//! runs each as a thunk. The memory, DMA and semaphore ops
 //! of a kernel block that no XLA compute separates need not be separate
 //! calls: `batch` runs them in order, each through its own handler on a
 //! call frame of its own (its operands, results and attributes picked out

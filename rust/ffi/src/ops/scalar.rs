@@ -79,7 +79,8 @@ fn expect(f: &Frame, buf: &Buf, ty: ScalarType, dims: &[i64]) -> Result<()> {
         buf.expect_dtype(DType::from(ty))?; // the error naming both
     }
     // Not `buf.dims != dims`: that calls libc's memcmp, whose AVX-512
-    // variant costs ~100 ns even for the empty dims of a scalar here.
+    // variant has a fixed cost even for the empty dims of a scalar here
+    // (benches/PERFORMANCE.md, "Scalar and view copies").
     if buf.dims.len() != dims.len() || buf.dims.iter().zip(dims).any(|(a, b)| a != b) {
         return Err(RtError::value(format!(
             "{}: a buffer has shape {:?}, the program expects {dims:?}",
