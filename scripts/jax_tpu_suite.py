@@ -118,6 +118,7 @@ EXCLUDED: dict = {
     "test_basic_output_memory_space_constraint": _COLORS,
     "test_tuple_output_memory_space_constraint": _COLORS,
     "test_kernel_with_output_memory_space": _COLORS,
+    "test_basic_ref_memory_space_constraint": _COLORS,
     "test_two_input_vadd": "reads XLA:TPU's scoped VMEM usage (used_scoped_memory_configs) of the compiled executable",
     "test_cost_analysis": "reads the kernel's cost estimate back from XLA's cost analysis of the compiled executable "
     "(XLA:TPU takes it from the TPU custom call; XLA:CPU cannot be told a custom call's cost)",
