@@ -40,7 +40,7 @@ pub mod detect;
 mod link;
 mod loopback;
 pub mod payload;
-pub mod progress;
+pub(crate) mod progress;
 pub mod wire;
 
 pub use link::Link;
