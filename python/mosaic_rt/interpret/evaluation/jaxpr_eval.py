@@ -802,28 +802,10 @@ def _has_memory_space(eqn, read, ctx, token):
     return token, jnp.asarray(eqn.params["memory_space"] is _HBM)
 
 
-@_rule(lax.dot_general_p)
-def _dot_general(eqn, read, ctx, token):
-    _reject_unsigned(eqn.invars, "dot_general (matmul)")
-    return NotImplemented  # XLA's dot
-
-
-def _reject_unsigned(invars, what: str) -> None:
-    """The TPU lowering's refusal of unsigned operands to the MXU (it reads
-    every integer input as signed), with its type and message."""
-    for v in invars:
-        if jnp.issubdtype(v.aval.dtype, jnp.unsignedinteger):
-            raise NotImplementedError(
-                f"Unsigned integer dtype {v.aval.dtype} is not supported for {what} on the Pallas Mosaic TPU"
-                " backend (the TPU reads integer inputs as signed): cast to a signed type before it."
-            )
-
-
 @_rule(jx.conv_p)
 def _conv(eqn, read, ctx, token):
     # pltpu.conv: lhs (*) rhs, added to `acc` when given (its shape and
     # dtype are the result's).
-    _reject_unsigned(eqn.invars[:2], "conv")
     p = eqn.params
     lhs, rhs, *acc = read()
     dn = p["dimension_numbers"]
