@@ -209,20 +209,18 @@ def _handshake_ring(delay_device):
     return fn
 
 
-@pytest.mark.parametrize("mode", ["tpu", "on_wait"])
+@pytest.mark.parametrize("mode", ["tpu", "eager", "on_wait"])
 def test_a_copy_to_a_destination_not_in_the_kernel_yet_lands_once_it_is(mode):
+    # Under "eager" too: a copy runs at its start when its destination
+    # exists; one to a device holding no buffers yet (a TPU's VMEM is there
+    # all along) lands at that core's next synchronisation point rather
+    # than failing with "no such buffer" (stock's eager mode fails; ours
+    # did, in 22 of 30 runs of jax's barrier-semaphore test on a loaded
+    # machine). The held-back device makes the sender run ahead every time.
     x = np.arange(N * ROWS * 128, dtype=np.float32).reshape(N * ROWS, 128)
     want = np.roll(x, ROWS, axis=0)
     got = _run(_handshake_ring(delay_device=0), _ours(dma_execution_mode=mode), x)
     np.testing.assert_array_equal(got, want)
-
-
-def test_eager_cannot_write_a_destination_not_allocated_yet():
-    # The explicit extreme: an eager copy writes at its start, and the
-    # held-back device has no buffers yet (stock's eager mode fails alike).
-    x = np.arange(N * ROWS * 128, dtype=np.float32).reshape(N * ROWS, 128)
-    with pytest.raises(ValueError, match=r"cannot write vmem buffer \d+ of device 0, core 0: no such buffer"):
-        _run(_handshake_ring(delay_device=0), _ours(dma_execution_mode="eager"), x)
 
 
 # -------------------------------------------------- copies within a core

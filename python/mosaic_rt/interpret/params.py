@@ -36,7 +36,9 @@ class InterpretParams(_StockParams):
         wait, a semaphore read, the block copies between grid steps, a
         buffer free or the end of its program, never between two of its
         loads and stores), ``"eager"`` (every copy at its start, whichever
-        core it goes to) or ``"on_wait"`` (stock's default: deferred until
+        core it goes to; one into a buffer its destination device has not
+        allocated yet -- a sender ahead of a device that has not reached
+        the kernel -- lands at that core's next synchronisation point) or ``"on_wait"`` (stock's default: deferred until
         something waits on its semaphore -- the latest moment a kernel may
         rely on, which shows kernels that read a DMA's destination, or
         reuse its source, before waiting for it). A kernel without races

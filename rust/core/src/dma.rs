@@ -386,6 +386,20 @@ fn trace_begin(env: &DmaEnv, r: &DmaRequest) -> Option<TraceDma> {
     Some(t.dma_begin(r.device, r.core, format!("{src} -> {dst}"), args))
 }
 
+/// Whether a copy to another core lands later (`landing`) rather than now:
+/// always under "tpu"; under "eager" when its destination buffer does not
+/// exist yet -- a sender running ahead of a device that has not reached
+/// the kernel, which a TPU's memory allows (jax's barrier-semaphore test):
+/// it lands at that core's next synchronisation point, where the buffer
+/// exists.
+fn lands_later(env: &DmaEnv, req: &DmaRequest, plan: &DmaRoute) -> bool {
+    match env.mode {
+        DmaMode::Tpu => true,
+        DmaMode::Eager => !env.memory.exists(req.dst(plan).key()),
+        DmaMode::OnWait => false,
+    }
+}
+
 /// Starts `req` (eager: copies now; on_wait: queues its steps), through
 /// `view` if given (see [`DmaView`]). Taken by value: a queued DMA keeps it
 /// (no clone of its regions per DMA).
@@ -415,9 +429,11 @@ pub(crate) fn start(env: &DmaEnv, req: DmaRequest, view: Option<DmaView>) -> Res
             DmaMode::OnWait => remote::start_on_wait(env, link, req, plan, view.is_some()),
         };
     }
-    if env.mode == DmaMode::Tpu && dst_gcore != src_gcore {
+    if dst_gcore != src_gcore {
         let plan = DmaRoute { dst_device, dst_core, src_gcore, dst_gcore, bytes: 0 };
-        return landing::start(env, req, view, plan);
+        if lands_later(env, &req, &plan) {
+            return landing::start(env, req, view, plan);
+        }
     }
     if env.mode != DmaMode::OnWait {
         // Nobody else can see this DMA: no state machine, and the copy

@@ -160,6 +160,40 @@ fn a_destination_not_allocated_yet_is_checked_when_the_copy_lands() {
 }
 
 #[test]
+fn eager_lands_a_copy_to_a_destination_not_allocated_yet_as_tpu_does() {
+    // "eager" copies at the start when it can; a remote destination that
+    // does not exist yet (its device has not reached the kernel: jax's
+    // barrier-semaphore ring sends right after its left neighbour's
+    // signal) lands at that core's next synchronisation point instead of
+    // failing, and a destination that exists is still written at once.
+    let rt = Runtime::new(Config {
+        num_devices: 2,
+        cores_per_device: 1,
+        dma_mode: DmaMode::Eager,
+        wait_timeout: Some(Duration::from_secs(60)),
+        ..Config::default()
+    })
+    .unwrap();
+    let src = vmem(&rt, 0, 0, &[1.0, 2.0, 3.0, 4.0]);
+    let sems = rt.allocate_semaphores(0, None, SemKind::Dma, 2).unwrap();
+    rt.allocate_semaphores(1, None, SemKind::Dma, 2).unwrap();
+    rt.dma_start(remote(0, 1, src, 100, (sems, sems + 1))).unwrap();
+    assert_eq!(rt.incoming_dmas(1, 0).unwrap().len(), 1);
+    rt.dma_wait(0, 0, sems, 16).unwrap(); // the send side: read at the start
+    let dst = vmem(&rt, 1, 0, &[0.0; 4]);
+    assert_eq!(dst, 100);
+    rt.dma_wait(1, 0, sems + 1, 16).unwrap();
+    assert_eq!(content(&rt, 1, 0, dst), [1.0, 2.0, 3.0, 4.0]);
+    // Now that it exists: written at the start, nothing left to land.
+    store(&rt, 0, 0, src, &[5.0; 4]);
+    rt.dma_start(remote(0, 1, src, dst, (sems, sems + 1))).unwrap();
+    assert!(rt.incoming_dmas(1, 0).unwrap().is_empty());
+    assert_eq!(content(&rt, 1, 0, dst), [5.0; 4]);
+    rt.dma_wait(1, 0, sems + 1, 16).unwrap();
+    rt.dma_wait(0, 0, sems, 16).unwrap();
+}
+
+#[test]
 fn a_destination_that_exists_is_checked_at_the_start() {
     let (rt, src, _, sems) = two_devices();
     let small = vmem(&rt, 1, 0, &[0.0; 2]);

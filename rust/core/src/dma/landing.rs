@@ -20,6 +20,9 @@
 //! schedule: its results are those of `eager` and `on_wait`. The race
 //! detector still names both lines of a racing pair.
 //!
+//! Under "eager" a copy to another core lands here too when its
+//! destination buffer does not exist yet (`dma::lands_later`).
+//!
 //! A destination buffer that does not exist yet (the destination core has
 //! not reached the kernel: a sender may run ahead of it) is checked when
 //! the copy lands; one that exists is checked at the start, as in the

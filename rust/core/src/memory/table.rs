@@ -325,6 +325,15 @@ impl MemoryTable {
         Ok(self.get(key, "inspect")?.info())
     }
 
+    /// Whether buffer `key` exists now (no error built when it does not).
+    pub fn exists(&self, key: BufferKey) -> bool {
+        let Ok(shard) = self.shard(key.device) else { return false };
+        if recent::find(shard.generation.load(Ordering::Acquire), key).is_some() {
+            return true;
+        }
+        shard.buffers.read().ignore_poison().contains_key(&key)
+    }
+
     pub fn content(&self, key: BufferKey) -> Result<Vec<u8>> {
         Ok(self.get(key, "read")?.read(&key)?.to_vec())
     }
