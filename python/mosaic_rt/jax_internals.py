@@ -83,6 +83,7 @@ GridMapping = pallas_core.GridMapping
 NDIndexer = indexing.NDIndexer
 Slice = indexing.Slice
 TransformedRef = state.TransformedRef
+AbstractRef = state.AbstractRef
 BitcastTransform = state_types.BitcastTransform
 ReshapeTransform = state_types.ReshapeTransform
 TransposeTransform = state_types.TransposeTransform

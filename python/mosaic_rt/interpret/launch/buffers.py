@@ -42,7 +42,8 @@ class BlockOperands:
     shapes: list  # block shapes
     squeezed: list  # per block dim: squeezed out of the kernel's view?
     spaces: list  # the kernel-side memory space (ANY is HBM)
-    copied: list  # per operand: are its blocks copied in / out (not HBM, not semaphores)?
+    copied: list  # per operand: are its blocks copied in / out (not HBM, not semaphores, not values)?
+    values: list  # per input: does the kernel take it as a value, not a ref (see `of`)?
     in_names: list  # argument names, for errors naming a block
     out_names: list
     n_in: int
@@ -57,12 +58,18 @@ class BlockOperands:
         else:
             in_names, out_names = ["unknown"] * n_in, ["unknown"] * n_out
         spaces = [forward_any_to_hbm(jx.block_memory_space(bm)) for bm in mappings]
+        # `pl.kernel` / `core_map` (mpmd_map on jax 0.12) pass a scalar the
+        # kernel closes over as an operand the kernel reads as a value, not
+        # through a ref: no buffer, no block copies.
+        block_vars = jaxpr.invars[grid_mapping.slice_block_ops]
+        values = [not isinstance(v.aval, jx.AbstractRef) for v in block_vars[:n_in]]
         return cls(
             mappings=mappings,
             shapes=[jx.block_shape(bm) for bm in mappings],
             squeezed=[tuple(isinstance(b, pallas_core.Squeezed) for b in bm.block_shape) for bm in mappings],
             spaces=spaces,
-            copied=[s is not _HBM and s is not _SEMAPHORE for s in spaces],
+            copied=[s not in (_HBM, _SEMAPHORE) and not (k < n_in and values[k]) for k, s in enumerate(spaces)],
+            values=values,
             in_names=in_names,
             out_names=out_names,
             n_in=n_in,
@@ -105,7 +112,7 @@ class LaunchBuffers:
     def resolved(self, id_of) -> "LaunchBuffers":
         """The buffers with ``id_of(k)`` (see `prologue_ids`) in place of
         allocation indices ``k``."""
-        ids = functools.partial(map, lambda k: None if k is None else id_of(k))
+        ids = functools.partial(map, lambda k: None if k is None else k.value if isinstance(k, _Value) else id_of(k))
         return dataclasses.replace(
             self,
             input_ids=list(ids(self.input_ids)),
@@ -118,6 +125,14 @@ class LaunchBuffers:
             sem_inputs={i: id_of(k) for i, k in self.sem_inputs.items()},
             sem_outputs={j: id_of(k) for j, k in self.sem_outputs.items()},
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Value:
+    """A kernel argument that is an operand's value, not a buffer (see
+    `BlockOperands.values`)."""
+
+    value: object
 
 
 def prologue_ids(allocations, results):
@@ -147,8 +162,10 @@ def plan(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, inputs, inpu
 
     unpadded = inputs
     # A semaphore operand has no HBM buffer: its counts go to the kernel's
-    # semaphores (`semaphore_operands`).
+    # semaphores (`semaphore_operands`); nor has an operand the kernel
+    # takes as a value.
     is_sem = [blocks.spaces[i] is _SEMAPHORE for i in range(blocks.n_in)]
+    unbuffered = [sem or value for sem, value in zip(is_sem, blocks.values)]
     inputs = [
         a if sem else _padded_input(a, bs, ctx.params.uninitialized_memory)
         for a, bs, sem in zip(inputs, blocks.shapes[: blocks.n_in], is_sem)
@@ -162,20 +179,22 @@ def plan(ctx: Ctx, jaxpr: jx.Jaxpr, blocks: BlockOperands, scalars, inputs, inpu
     in_place = {
         i
         for i in out_alias.values()
-        if not is_sem[i] and inputs[i].shape == unpadded[i].shape and _direct_output_ok(ctx, inputs[i])
+        if not unbuffered[i] and inputs[i].shape == unpadded[i].shape and _direct_output_ok(ctx, inputs[i])
     }
     input_ids = [
-        None if sem else alloc(space_code(_HBM), init=a, borrow=b, direct=i in in_place)
-        for i, (a, b, sem) in enumerate(zip(inputs, borrow, is_sem))
+        None if none else alloc(space_code(_HBM), init=a, borrow=b, direct=i in in_place)
+        for i, (a, b, none) in enumerate(zip(inputs, borrow, unbuffered))
     ]
-    borrowed = [a for a, b, sem in zip(inputs, borrow, is_sem) if b and not sem]
+    borrowed = [a for a, b, none in zip(inputs, borrow, unbuffered) if b and not none]
     output_ids, output_avals, direct = _plan_outputs(alloc, allocations, ctx, blocks, inputs, input_ids, out_alias)
     scalar_ids = [alloc(space_code(_SMEM), init=s) for s in scalars]
     shared = _shared_resident(
         ctx, blocks, out_alias, resident or ([None] * blocks.n_in, [None] * blocks.n_out), unpadded
     )
+    # Per input: its buffer, or the value itself (`BlockOperands.values`).
+    in_args = [_Value(a) if value else k for a, k, value in zip(unpadded, input_ids, blocks.values)]
     kernel_args = _plan_kernel_args(
-        alloc, allocations, ctx, jaxpr, blocks, input_ids, output_ids, scalar_ids, out_alias, shared
+        alloc, allocations, ctx, jaxpr, blocks, in_args, output_ids, scalar_ids, out_alias, shared
     )
     _, kernel_in_ids, kernel_out_ids, _ = jx.split_list(
         kernel_args, [ctx.grid_mapping.num_index_operands, blocks.n_in, blocks.n_out]
@@ -297,9 +316,11 @@ def _shared_resident(ctx: Ctx, blocks: BlockOperands, out_alias: dict, resident:
     return shared
 
 
-def _plan_kernel_args(alloc, allocations, ctx, jaxpr, blocks, input_ids, output_ids, scalar_ids, out_alias, shared):
+def _plan_kernel_args(alloc, allocations, ctx, jaxpr, blocks, in_args, output_ids, scalar_ids, out_alias, shared):
     """The kernel jaxpr's arguments: scalar-prefetch buffers, then per block
-    operand and scratch operand a buffer (or semaphore ids) of its own. A
+    operand and scratch operand a buffer (or semaphore ids) of its own, or
+    an input the kernel takes as a value (``in_args``: per input, its HBM
+    buffer or that value). A
     semaphore result aliased to a semaphore operand is that operand's
     semaphores (the same memory, as on a TPU), and so is a ``shared``
     result's buffer its input's (`_shared_resident`)."""
@@ -310,7 +331,9 @@ def _plan_kernel_args(alloc, allocations, ctx, jaxpr, blocks, input_ids, output_
         out_j = i - n_in
         is_in, is_out = i < n_in, 0 <= out_j < n_out
         space = blocks.spaces[i] if is_in or is_out else forward_any_to_hbm(var.aval.memory_space)
-        if (
+        if is_in and blocks.values[i]:
+            kernel_args.append(in_args[i])
+        elif (
             is_out
             and out_j in out_alias
             and (out_j in shared or (space is _SEMAPHORE and blocks.spaces[out_alias[out_j]] is _SEMAPHORE))
@@ -320,7 +343,7 @@ def _plan_kernel_args(alloc, allocations, ctx, jaxpr, blocks, input_ids, output_
             allocations.append(native_calls.launch_semaphores(var.aval.shape, kind=semaphore_kind(var.aval)))
             kernel_args.append(len(allocations) - 1)
         elif space is _HBM:
-            kernel_args.append(input_ids[i] if is_in else output_ids[out_j])
+            kernel_args.append(in_args[i] if is_in else output_ids[out_j])
         else:
             kernel_args.append(alloc(space_code(space), shape=var.aval.shape, dtype=var.aval.dtype))
     return kernel_args
