@@ -87,6 +87,8 @@ AbstractRef = state.AbstractRef
 BitcastTransform = state_types.BitcastTransform
 ReshapeTransform = state_types.ReshapeTransform
 TransposeTransform = state_types.TransposeTransform
+# `pl.select_ref` (jax 0.10.2 has it too): a ref chosen among several at run time.
+SelectTransform = getattr(state_types, "SelectTransform", None)
 # Ref transforms that only annotate (`pltpu.annotate`, jax 0.12): no effect
 # on what an access touches.
 ANNOTATION_TRANSFORMS = tuple(t for t in (getattr(mosaic_core, "AccessAssumptionTransform", None),) if t is not None)

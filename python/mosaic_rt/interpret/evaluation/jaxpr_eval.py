@@ -28,6 +28,7 @@ from mosaic_rt.interpret.evaluation import (
     dma_views,
     native_calls,
     packing,
+    select_refs,
     sites,
     splat,
     stochastic_round,
@@ -950,6 +951,7 @@ def _sem_ids(ctx, role, sem, transforms):
 def _dma_start(eqn, read, ctx, token):
     tree = eqn.params["tree"]
     src_view, dst_view, dst_sem, src_sem, target = jx.unflatten_refs(tree, read())
+    src_view, dst_view, dst_sem, src_sem = map(select_refs.resolve, (src_view, dst_view, dst_sem, src_sem))
     src, src_transforms = jx.ref_and_transforms(src_view)
     dst, dst_transforms = jx.ref_and_transforms(dst_view)
     dst_sem, dst_sem_t = jx.ref_and_transforms(dst_sem)
@@ -965,7 +967,7 @@ def _dma_start(eqn, read, ctx, token):
         # A local copy that also counts its read on src_sem (jax 0.12): the
         # runtime's two-semaphore copy, to this very device.
         target = ctx.device_id
-    orig_src, orig_dst, *_ = jax.tree.unflatten(tree, eqn.invars)
+    orig_src, orig_dst = map(select_refs.first_candidate, jax.tree.unflatten(tree, eqn.invars)[:2])
     # Refs whose memory space is unknown are HBM refs (stock does the same).
     src_space = forward_any_to_hbm(getattr(orig_src.aval, "memory_space", None)) or _HBM
     dst_space = forward_any_to_hbm(getattr(orig_dst.aval, "memory_space", None)) or _HBM
@@ -1021,7 +1023,7 @@ def _dma_sides(src, dst):
 def _dma_wait_bytes(eqn, invals):
     """The bytes a DMA wait equation waits for (traced for a slice of traced
     size: known at run time only)."""
-    src = jx.unflatten_refs(eqn.params["tree"], invals)[0]
+    src = select_refs.resolve(jx.unflatten_refs(eqn.params["tree"], invals)[0])
     _, src_transforms = jx.ref_and_transforms(src)
     src_aval = jx.transform_type(src_transforms, jx.view_base_aval(src) or eqn.invars[0].aval)
     if jx.is_key_dtype(src_aval.dtype):  # typed PRNG keys move as their key data
@@ -1032,7 +1034,7 @@ def _dma_wait_bytes(eqn, invals):
 
 def _dma_wait_sem(eqn, invals, ctx):
     """The semaphore id a DMA wait equation waits on."""
-    sem = jx.unflatten_refs(eqn.params["tree"], invals)[2]
+    sem = select_refs.resolve(jx.unflatten_refs(eqn.params["tree"], invals)[2])
     sem, sem_t = jx.ref_and_transforms(sem)
     return _sem_ids(ctx, "sem", sem, sem_t)
 

@@ -45,7 +45,7 @@ def _eqn_may_write(eqn, at: list[int]) -> bool:
     if prim is jx.dma_start_p:
         # Operand tree (src, dst, dst_sem, src_sem, device_id): only src
         # leaves may be ours.
-        n_src = len(jax.tree.leaves(jax.tree.unflatten(p["tree"], range(len(eqn.invars)))[0]))
+        n_src = p["tree"].children()[0].num_leaves
         return any(i >= n_src for i in at)
     if prim is jx.dma_wait_p:
         return False  # reads only the ref's shape (the byte count)

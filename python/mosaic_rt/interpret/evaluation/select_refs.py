@@ -1,0 +1,103 @@
+"""`pl.select_ref(i, *refs)`: a DMA operand that is one of several refs,
+chosen by a scalar at run time (the TPU lowering takes it for DMAs, at the
+top of a ref's transforms).
+
+Here a ref is a buffer or semaphore id (an int32 scalar of the program),
+so the choice is a select among the candidates' ids -- and, for candidates
+that are views indexed alike (``x.at[pl.ds(8 * k, 8)]``, ``sems.at[k]``),
+among their index starts -- giving one ordinary ref that the DMA rules take
+as they take any other. Candidates of one select have one type (jax checks
+it); views that differ in more than their starts are not supported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from mosaic_rt import jax_internals as jx
+
+
+def is_select(x) -> bool:
+    return (
+        jx.SelectTransform is not None
+        and isinstance(x, jx.TransformedRef)
+        and bool(x.transforms)
+        and isinstance(x.transforms[0], jx.SelectTransform)
+    )
+
+
+def first_candidate(x):
+    """``x`` with a select replaced by its first candidate (for what all
+    candidates share: the aval, the memory space); anything else as it is."""
+    if not is_select(x):
+        return x
+    base, transforms = jx.ref_and_transforms(x.ref[0])
+    rest = (*(transforms or ()), *x.transforms[1:])
+    return jx.TransformedRef(base, rest) if rest else base
+
+
+def resolve(x):
+    """``x`` (a DMA operand's value) with a select replaced by the ref it
+    chooses at run time; anything else as it is."""
+    if not is_select(x):
+        return x
+    idx = x.transforms[0].idx
+    candidates = [jx.ref_and_transforms(r) for r in x.ref]
+    base = _select(idx, [b for b, _ in candidates])
+    merged = _merge(idx, [tuple(t or ()) for _, t in candidates])
+    rest = (*merged, *x.transforms[1:])
+    return jx.TransformedRef(base, rest) if rest else base
+
+
+def _select(idx, values):
+    """``values[idx]`` at run time (one value when all are the same)."""
+    if all(v is values[0] for v in values) or all(_static(v) and _static(values[0]) and v == values[0] for v in values):
+        return values[0]
+    which = jnp.clip(jnp.asarray(idx, jnp.int32), 0, len(values) - 1)
+    return lax.select_n(which, *(jnp.asarray(v, jnp.int32) for v in values))
+
+
+def _static(v) -> bool:
+    return isinstance(v, (int, np.integer))
+
+
+def _merge(idx, transforms: list[tuple]) -> tuple:
+    """One list of transforms standing for the candidates' ``transforms``:
+    theirs when all are the same, else their indexers with selected starts."""
+    first = transforms[0]
+    if all(t == first for t in transforms[1:]) or not any(transforms):
+        return first
+    if any(len(t) != len(first) for t in transforms):
+        raise _unsupported(transforms)
+    return tuple(_merge_one(idx, same, transforms) for same in zip(*transforms))
+
+
+def _merge_one(idx, same: tuple, transforms):
+    if not all(isinstance(t, jx.NDIndexer) for t in same):
+        if all(t == same[0] for t in same[1:]):
+            return same[0]
+        raise _unsupported(transforms)
+    if any(t.shape != same[0].shape or len(t.indices) != len(same[0].indices) for t in same):
+        raise _unsupported(transforms)
+    parts = []
+    for comps in zip(*(t.indices for t in same)):
+        if all(isinstance(c, jx.Slice) for c in comps):
+            if len({(c.size, c.stride) for c in comps}) != 1:
+                raise _unsupported(transforms)
+            parts.append(jx.Slice(_select(idx, [c.start for c in comps]), comps[0].size, comps[0].stride))
+        elif not any(isinstance(c, jx.Slice) for c in comps) and all(np.shape(c) == () for c in comps):
+            parts.append(_select(idx, list(comps)))
+        else:
+            raise _unsupported(transforms)
+    return dataclasses.replace(same[0], indices=tuple(parts))
+
+
+def _unsupported(transforms) -> NotImplementedError:
+    return NotImplementedError(
+        "pl.select_ref over refs viewed differently (other than by where their slices start) is not "
+        f"supported in TPU interpret mode: {len(transforms)} candidates with transforms {transforms}"
+    )
