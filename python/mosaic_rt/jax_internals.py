@@ -76,6 +76,7 @@ Tracer = jax_core.Tracer
 MemorySpace = mosaic_core.MemorySpace
 AnyMemorySpace = pallas_core.MemorySpace.ANY
 CompilerParams = mosaic_core.CompilerParams
+SideEffectType = getattr(mosaic_core, "SideEffectType", None)
 TensorCoreMesh = mosaic_core.TensorCoreMesh
 SemaphoreType = mosaic_core.SemaphoreType
 DeviceIdType = pallas_primitives.DeviceIdType

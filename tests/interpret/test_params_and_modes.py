@@ -289,3 +289,29 @@ def test_lowering_our_kernels_skips_the_gpu_interpreter_import():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "False"
+
+
+def _copy_with_side_effects(value, params):
+    def kernel(x_ref, o_ref):
+        pltpu.sync_copy(x_ref, o_ref)
+
+    x = jnp.arange(8 * 128, dtype=jnp.float32).reshape(8, 128)
+    f = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        compiler_params=pltpu.CompilerParams(has_side_effects=value),
+        interpret=params,
+    )
+    return np.asarray(jax.jit(f)(x)), np.asarray(x)
+
+
+@pytest.mark.parametrize("value", [True, False, *pltpu.SideEffectType])
+def test_every_side_effect_type_runs(value):
+    got, x = _copy_with_side_effects(value, mosaic_rt.InterpretParams())
+    np.testing.assert_array_equal(got, x)
+
+
+def test_an_invalid_side_effect_type_is_the_tpu_lowerings_value_error():
+    # The TPU lowering refuses it (jax's tpu_side_effects_test); stock runs it.
+    with pytest.raises(ValueError, match="Invalid side effect type: invalid"):
+        _copy_with_side_effects("invalid", mosaic_rt.InterpretParams())

@@ -138,6 +138,7 @@ def _launch_params(params: InterpretParams, compiler_params, mesh, grid_mapping)
     mosaic_params = compiler_params or jx.CompilerParams()
     if not isinstance(mosaic_params, jx.CompilerParams):
         raise ValueError(f"TPU interpret mode needs pltpu.CompilerParams, got {type(mosaic_params).__name__}")
+    _check_side_effects(getattr(mosaic_params, "has_side_effects", False))
     semantics, vmapped = mosaic_params.dimension_semantics, tuple(grid_mapping.vmapped_dims)
     if semantics is not None and vmapped and len(semantics) + len(vmapped) == len(grid_mapping.grid):
         user = iter(semantics)
@@ -151,6 +152,15 @@ def _launch_params(params: InterpretParams, compiler_params, mesh, grid_mapping)
         if params.num_cores_per_device > 1:
             mosaic_params = mosaic_params.replace(dimension_semantics=("parallel",) * len(mesh.shape))
     return params, mosaic_params
+
+
+def _check_side_effects(value) -> None:
+    """``CompilerParams.has_side_effects`` is a bool or a ``SideEffectType``:
+    the TPU lowering raises this ValueError for anything else (stock
+    accepts it)."""
+    if isinstance(value, bool) or (jx.SideEffectType is not None and isinstance(value, jx.SideEffectType)):
+        return
+    raise ValueError(f"Invalid side effect type: {value}")
 
 
 def _this_device():
