@@ -8,7 +8,13 @@
 //! time); the binding exports the table (`_native.OP_LAYOUTS`) and the
 //! Python wrappers (`mosaic_rt/ffi/ops.py`) build their calls from it.
 //!
+//! Packed integer attributes (bitfields) are declared by field name in
+//! [`bitfields`] and re-exported here.
+//!
 //! May use: nothing but `core` (plain data).
+
+mod bitfields;
+pub use bitfields::{unpack, BitField, Bitfields, ViewMaps, ViewUnits, BITFIELDS};
 
 /// One op's wire layout.
 #[derive(Clone, Copy, Debug)]

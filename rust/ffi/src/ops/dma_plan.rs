@@ -14,8 +14,8 @@
 use super::waits::{trailing_count, trailing_waits};
 use super::{space_attr, tail_len, StaticRegion, DST_REGION, SRC_REGION};
 use crate::frame::Frame;
-use crate::wire::{dma_start as start, RegionAttrs};
-use mosaic_rt_core::{MemorySpace, Result, RtError};
+use crate::wire::{dma_start as start, RegionAttrs, ViewMaps, ViewUnits};
+use mosaic_rt_core::{MemorySpace, Result, RtError, UnitLayout};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -46,14 +46,99 @@ impl Counts {
 }
 
 /// The `view_maps` bits, a malformed attribute read as 0 (no maps).
-fn lenient_maps(f: &Frame) -> i64 {
-    f.attr_i64_opt(start::attr::view_maps).ok().flatten().unwrap_or(0)
+fn lenient_maps(f: &Frame) -> ViewMaps {
+    ViewMaps(f.attr_i64_opt(start::attr::view_maps).ok().flatten().unwrap_or(0))
 }
 
 /// Operands the `view_maps` bits stand for: one per side with a map, one
 /// more per side given as rows.
-fn map_operands(maps: i64) -> usize {
-    [1, 2, 16, 32].iter().filter(|&&bit| maps & bit != 0).count()
+fn map_operands(maps: ViewMaps) -> usize {
+    (maps.src_map() + maps.dst_map() + maps.src_rows() + maps.dst_rows()) as usize
+}
+
+/// How one side of a DMA is seen (decoded from its `view_maps` and
+/// `view_units` fields, see `wire::ViewMaps`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SideView {
+    /// Its region, no view.
+    Region,
+    /// Its region's bytes in order (no operand).
+    Same,
+    /// A map operand: in bytes (`None`) or in sub-byte units.
+    Map(Option<UnitLayout>),
+    /// A byte map given as rows: a pattern operand, then the rows' starts.
+    Rows,
+}
+
+impl SideView {
+    /// One side's fields: `map`, `same`, `rows` flags and the unit layout
+    /// (`unit`, `region`, `view`; all 0 for bytes). `what` names the side.
+    fn decode(op: &str, flags: [i64; 3], units: [i64; 3], what: &str) -> Result<SideView> {
+        let [map, same, rows] = flags.map(|b| b != 0);
+        let layout = (units != [0; 3]).then(|| {
+            let [unit, region, view] = units.map(|u| u as u8);
+            UnitLayout { unit, region, view }
+        });
+        if layout.is_some() && !map {
+            return Err(RtError::value(format!("{op}: a {what} unit layout without a {what} map")));
+        }
+        Ok(match (map, same, rows) {
+            (false, false, false) => SideView::Region,
+            (false, true, false) => SideView::Same,
+            (true, false, false) => SideView::Map(layout),
+            (true, false, true) if layout.is_none() => SideView::Rows,
+            (true, false, true) => {
+                return Err(RtError::value(format!("{op}: a {what} map of rows in sub-byte units")));
+            }
+            _ => unreachable!("checked by ViewPlan::decode"),
+        })
+    }
+
+    /// How many operands the side's map takes.
+    pub fn operands(self) -> usize {
+        match self {
+            SideView::Region | SideView::Same => 0,
+            SideView::Map(_) => 1,
+            SideView::Rows => 2,
+        }
+    }
+}
+
+/// Both sides' views of a `dma_start`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ViewPlan {
+    pub src: SideView,
+    pub dst: SideView,
+}
+
+impl ViewPlan {
+    pub const NONE: ViewPlan = ViewPlan { src: SideView::Region, dst: SideView::Region };
+
+    /// Checks and decodes the packed `view_maps` and `view_units` (the
+    /// latter read only when there are maps) of op `op`.
+    pub fn decode(op: &str, maps: ViewMaps, units: ViewUnits) -> Result<ViewPlan> {
+        let map_and_same = maps.src_map() + maps.src_same() > 1 || maps.dst_map() + maps.dst_same() > 1;
+        let rows_without_map = maps.src_rows() > maps.src_map() || maps.dst_rows() > maps.dst_map();
+        if !maps.fits() || map_and_same || rows_without_map {
+            return Err(RtError::value(format!("{op}: bad view_maps {}", maps.0)));
+        }
+        if maps.0 == 0 {
+            return Ok(ViewPlan::NONE);
+        }
+        if !units.fits() {
+            return Err(RtError::value(format!("{op}: bad view_units {}", units.0)));
+        }
+        let src = [maps.src_map(), maps.src_same(), maps.src_rows()];
+        let dst = [maps.dst_map(), maps.dst_same(), maps.dst_rows()];
+        Ok(ViewPlan {
+            src: SideView::decode(op, src, [units.src_unit(), units.src_region(), units.src_view()], "source")?,
+            dst: SideView::decode(op, dst, [units.dst_unit(), units.dst_region(), units.dst_view()], "destination")?,
+        })
+    }
+
+    pub fn is_none(&self) -> bool {
+        *self == ViewPlan::NONE
+    }
 }
 
 /// One region's static attributes, owned.
@@ -100,9 +185,8 @@ pub struct StartPlan {
     pub waits: Option<TrailingWaits>,
     pub has_dst_device: Option<i64>,
     pub has_dst_core: Option<i64>,
-    /// The `view_maps` bits (checked) and the `view_units` codes.
-    pub maps: i64,
-    pub units: i64,
+    /// The sides' views (`view_maps`, `view_units`).
+    pub view: ViewPlan,
     pub src_space: MemorySpace,
     pub dst_space: MemorySpace,
     pub src: KeptRegion,
@@ -115,22 +199,15 @@ impl StartPlan {
     pub fn parse(f: &Frame, counts: Counts) -> Result<StartPlan> {
         let waits = trailing_waits(f)?.map(|w| TrailingWaits { bytes: w.bytes.into(), sites: w.sites.into() });
         let [has_dst_device, has_dst_core] = f.attrs_i64_opt([start::attr::has_dst_device, start::attr::has_dst_core]);
-        let maps = lenient_maps(f);
-        let rows_without_map = maps & 16 != 0 && maps & 1 == 0 || maps & 32 != 0 && maps & 2 == 0;
-        if !(0..64).contains(&maps) || maps & 5 == 5 || maps & 10 == 10 || rows_without_map {
-            return Err(RtError::value(format!("{}: bad view_maps {maps}", f.op)));
-        }
-        let units = f.attr_i64_opt(start::attr::view_units)?.unwrap_or(0);
-        if maps != 0 && (!(0..1 << 32).contains(&units) || (units & 0xffff) >> 12 != 0 || units >> 28 != 0) {
-            return Err(RtError::value(format!("{}: bad view_units {units}", f.op)));
-        }
+        let units = ViewUnits(f.attr_i64_opt(start::attr::view_units)?.unwrap_or(0));
+        let view = ViewPlan::decode(f.op, lenient_maps(f), units)?;
+        debug_assert_eq!(view.src.operands() + view.dst.operands(), counts.maps, "counted from the same fields");
         Ok(StartPlan {
             counts,
             waits,
             has_dst_device,
             has_dst_core,
-            maps,
-            units,
+            view,
             src_space: space_attr(f, start::attr::src_space)?,
             dst_space: space_attr(f, start::attr::dst_space)?,
             src: KeptRegion::read(f, &SRC_REGION)?,
@@ -194,11 +271,33 @@ mod tests {
 
     #[test]
     fn map_operands_count_one_per_map_and_one_more_per_map_of_rows() {
-        assert_eq!(map_operands(0), 0);
-        assert_eq!(map_operands(1), 1);
-        assert_eq!(map_operands(1 | 2), 2);
-        assert_eq!(map_operands(1 | 16 | 2 | 32), 4);
-        assert_eq!(map_operands(4 | 2), 1, "a side of its region's bytes has no operand");
+        assert_eq!(map_operands(ViewMaps(0)), 0);
+        assert_eq!(map_operands(ViewMaps(1)), 1);
+        assert_eq!(map_operands(ViewMaps(1 | 2)), 2);
+        assert_eq!(map_operands(ViewMaps(1 | 16 | 2 | 32)), 4);
+        assert_eq!(map_operands(ViewMaps(4 | 2)), 1, "a side of its region's bytes has no operand");
+    }
+
+    #[test]
+    fn view_plans_decode_each_side_and_count_its_operands() {
+        let plan = ViewPlan::decode("op", ViewMaps(1 | 16 | 8), ViewUnits(0)).unwrap();
+        assert_eq!(plan, ViewPlan { src: SideView::Rows, dst: SideView::Same });
+        assert_eq!(plan.src.operands() + plan.dst.operands(), map_operands(ViewMaps(1 | 16 | 8)));
+        let nibbles = UnitLayout { unit: 4, region: 4, view: 8 };
+        let plan = ViewPlan::decode("op", ViewMaps(1 | 2), ViewUnits(4 << 16 | 4 << 20 | 8 << 24)).unwrap();
+        assert_eq!(plan, ViewPlan { src: SideView::Map(None), dst: SideView::Map(Some(nibbles)) });
+        assert!(ViewPlan::decode("op", ViewMaps(0), ViewUnits(-1)).unwrap().is_none(), "no maps: units unread");
+        for (maps, units, message) in [
+            (64, 0, "bad view_maps 64"),
+            (1 | 4, 0, "bad view_maps 5"),
+            (32, 0, "bad view_maps 32"),
+            (1, 1 << 12, "bad view_units 4096"),
+            (2, 4, "a source unit layout without a source map"),
+            (1 | 16, 4 | 4 << 4 | 8 << 8, "a source map of rows in sub-byte units"),
+        ] {
+            let e = ViewPlan::decode("op", ViewMaps(maps), ViewUnits(units)).unwrap_err();
+            assert!(e.message.contains(message), "{maps} {units}: {}", e.message);
+        }
     }
 
     #[test]
@@ -209,8 +308,7 @@ mod tests {
                 waits: None,
                 has_dst_device: None,
                 has_dst_core: None,
-                maps: 0,
-                units: 0,
+                view: ViewPlan::NONE,
                 src_space: MemorySpace::Vmem,
                 dst_space: MemorySpace::Vmem,
                 src: KeptRegion { sizes: [].into(), strides: [].into(), squeezed: [].into(), fixed: None },

@@ -7,6 +7,7 @@ pub mod batch;
 pub mod block_copy;
 pub mod dma;
 pub mod dma_plan;
+pub mod dma_start_call;
 pub mod grid;
 pub mod ids;
 pub mod kernel;
