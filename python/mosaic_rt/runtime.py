@@ -20,6 +20,7 @@ import numpy as np
 from mosaic_rt import _native
 from mosaic_rt._dtypes import DTYPES as _DTYPES
 from mosaic_rt._dtypes import canonical_bytes, dtype_name, numpy_dtype
+from mosaic_rt.ffi.requests import DmaSide, DmaStart
 
 __all__ = ["BufferInfo", "Leak", "Runtime", "numpy_dtype"]
 
@@ -267,13 +268,8 @@ class Runtime:
         A remote copy sets both ``src_sem`` and ``dst_device``; it lands on
         the same local core of ``dst_device``.
         """
-        (src_space, src_id, src_region), (dst_space, dst_id, dst_region) = (
-            _buffer_ref(src, "src"),
-            _buffer_ref(dst, "dst"),
-        )
-        self._rt.dma_start(
-            device, core, src_space, src_id, src_region, dst_space, dst_id, dst_region, dst_sem, src_sem, dst_device
-        )
+        request = DmaStart(_buffer_ref(src, "src"), _buffer_ref(dst, "dst"), dst_sem, src_sem, dst_device)
+        self._rt.dma_start(device, core, request)
 
     def dma_wait(self, device: int, core: int, sem: int, nbytes: int) -> None:
         self._rt.dma_wait(device, core, sem, nbytes)
@@ -317,7 +313,7 @@ class Runtime:
         return self._rt.failure()
 
 
-def _buffer_ref(ref: BufferRef, what: str) -> tuple:
+def _buffer_ref(ref: BufferRef, what: str) -> DmaSide:
     if not isinstance(ref, (tuple, list)) or len(ref) not in (2, 3):
         raise TypeError(f"{what} must be (space, buffer_id) or (space, buffer_id, region)")
-    return (ref[0], ref[1], ref[2] if len(ref) == 3 else None)
+    return DmaSide(*ref)

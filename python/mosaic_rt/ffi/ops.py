@@ -8,8 +8,13 @@ applied by :mod:`mosaic_rt.ffi.emit`, which emits the call (token
 threading, batching, regions: see there). No other module emits a native
 op.
 
+A wrapper of an op with many fields takes one request of
+:mod:`mosaic_rt.ffi.requests` (``dma_start``: a `DmaStart`) and encodes it
+here, packed fields by name (:mod:`mosaic_rt.ffi.bitfields`).
+
 May use: jax, numpy, ``mosaic_rt._native``, ``mosaic_rt._dtypes``,
-``mosaic_rt.ffi.emit``.
+``mosaic_rt.ffi.emit``, ``mosaic_rt.ffi.bitfields``,
+``mosaic_rt.ffi.requests``.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mosaic_rt import _native
-from mosaic_rt.ffi import emit
+from mosaic_rt.ffi import bitfields, emit
 from mosaic_rt.ffi.batching import Lazy
 from mosaic_rt.ffi.emit import (  # noqa: F401 (TracedRegion .. batch: re-exported)
     _HANDLE,
@@ -53,6 +58,15 @@ from mosaic_rt.ffi.emit import (  # noqa: F401 (TracedRegion .. batch: re-export
     realize,
 )
 from mosaic_rt.ffi.launch_config import LaunchConfig
+from mosaic_rt.ffi.requests import (  # noqa: F401 (DmaSide .. UnitMap: re-exported)
+    SAME_BYTES,
+    DmaSide,
+    DmaStart,
+    DmaWait,
+    RowMap,
+    TrailingWait,
+    UnitMap,
+)
 
 
 def batched_runs(enabled: bool = True):
@@ -592,42 +606,19 @@ def semaphore_read(token, handle, device, core, sem, *, take: bool = False, site
 # ---------------------------------------------------------------------- DMAs
 
 
-def dma_start(
-    token,
-    handle,
-    device,
-    core,
-    src_id,
-    src_region,
-    dst_id,
-    dst_region,
-    dst_sem,
-    *,
-    src_space,
-    dst_space,
-    src_sem=None,
-    dst_device=None,
-    dst_core=None,
-    then_wait=(),
-    site: int = 0,
-    src_map=None,
-    dst_map=None,
-):
-    """Starts a DMA. Remote copies give both ``src_sem`` and ``dst_device``
-    and land on ``dst_core`` of ``dst_device`` (default: the issuing core).
-    Given targets are range-checked natively (negative ids included).
-    ``then_wait``: ``(sem, nbytes, site)`` of waits to run right after, in
-    order (see :func:`dma_wait`). ``src_map`` / ``dst_map``: a side seen
-    through a ref view, as the int32 vector of its view's byte offsets in
-    its region's value (``mosaic_rt.interpret.evaluation.dma_views``), a
-    `UnitMap` (the same in sub-byte units), a `RowMap` (the same given as
-    rows), or `SAME_BYTES`."""
-    if (src_sem is None) != (dst_device is None):
+def dma_start(token, handle, device, core, request: DmaStart):
+    """Starts the DMA ``request`` asks for, issued by (device, core), and
+    runs its trailing waits. A side seen through a view sends its map
+    operands last (after the trailing waits and the regions' trailing
+    starts), which the packed ``view_maps`` / ``view_units`` fields
+    describe."""
+    r = request
+    if (r.src_sem is None) != (r.dst_device is None):
         raise ValueError("Either both or neither `src_sem` and `device_id` can be set.")
     tail = []
-    src_starts, src_attrs = _region_parts(src_region, "src_", tail)
-    dst_starts, dst_attrs = _region_parts(dst_region, "dst_", tail)
-    wait_sems, wait_attrs = _trailing_waits(then_wait)
+    src_starts, src_attrs = _region_parts(r.src.region, "src_", tail)
+    dst_starts, dst_attrs = _region_parts(r.dst.region, "dst_", tail)
+    wait_sems, wait_attrs = _trailing_waits(r.then_wait)
     operands = _args(
         "dma_start",
         wait_sems,
@@ -635,34 +626,31 @@ def dma_start(
         handle=handle,
         device=_i32(device),
         core=_i32(core),
-        src_id=_i32(src_id),
+        src_id=_i32(r.src.id),
         src_starts=src_starts,
-        dst_id=_i32(dst_id),
+        dst_id=_i32(r.dst.id),
         dst_starts=dst_starts,
-        dst_sem=_i32(dst_sem),
-        src_sem=_opt_i32(src_sem),
-        dst_device=_opt_i32(dst_device),
-        dst_core=None if dst_core is None else _i32(dst_core),
+        dst_sem=_i32(r.dst_sem),
+        src_sem=_opt_i32(r.src_sem),
+        dst_device=_opt_i32(r.dst_device),
+        dst_core=None if r.dst_core is None else _i32(r.dst_core),
     )
     operands, wait_attrs = _with_tail(operands, wait_attrs, tail)
-    bits = _view_bits(src_map, 1) | _view_bits(dst_map, 2)
-    if bits:  # last: a DMA without views is emitted as it always was
-        maps = [m for m in (src_map, dst_map) if m is not None and m is not SAME_BYTES]
-        operands = [*operands, *(o for m in maps for o in _map_operands(m))]
-        wait_attrs = dict(wait_attrs, view_maps=bits)
-        units = _unit_code(src_map) | _unit_code(dst_map) << 16
-        if units:
-            wait_attrs = dict(wait_attrs, view_units=units)
+    view_attrs = {}
+    if r.src.view is not None or r.dst.view is not None:  # a DMA without views is emitted as it always was
+        operands = [*operands, *_map_operands(r.src.view), *_map_operands(r.dst.view)]
+        view_attrs = _view_attrs(r.src.view, r.dst.view)
     attrs = dict(
-        src_space=_space(src_space),
-        dst_space=_space(dst_space),
-        has_dst_device=int(dst_device is not None),
-        has_dst_core=int(dst_core is not None),
+        src_space=_space(r.src.space),
+        dst_space=_space(r.dst.space),
+        has_dst_device=int(r.dst_device is not None),
+        has_dst_core=int(r.dst_core is not None),
         **src_attrs,
         **dst_attrs,
         **wait_attrs,
+        **view_attrs,
     )
-    return _call("dma_start", (), operands, site=site, plan_key=plan_key(attrs), **attrs)
+    return _call("dma_start", (), operands, site=r.site, plan_key=plan_key(attrs), **attrs)
 
 
 def plan_key(attrs: dict) -> np.ndarray:
@@ -681,89 +669,69 @@ def plan_key(attrs: dict) -> np.ndarray:
     return np.frombuffer(h.digest(), "<i8").copy()
 
 
-# A `dma_start` side map: the view is its region's bytes in order (a
-# reshape of its dense value), in whatever shape.
-SAME_BYTES = "same_bytes"
+def _map_operands(view) -> tuple:
+    """The operands of a side's view: none for no view or `SAME_BYTES`."""
+    if view is None or view is SAME_BYTES:
+        return ()
+    if isinstance(view, UnitMap):
+        return (view.offsets,)
+    if isinstance(view, RowMap):
+        return (view.pattern, view.starts)
+    return (view,)
 
 
-@dataclasses.dataclass(frozen=True)
-class UnitMap:
-    """A `dma_start` side map in units of ``unit`` bits (4 for int4) rather
-    than bytes: ``offsets[n]`` is the unit of the region's value that unit
-    ``n`` of the view's value is. Simulated memory stores a sub-byte element
-    one per byte, so each side also says how many bits of its value one
-    stored byte holds: ``region`` / ``view`` (8, or a sub-byte type's bits).
-    """
-
-    offsets: Any
-    unit: int
-    region: int
-    view: int
-
-
-@dataclasses.dataclass(frozen=True)
-class RowMap:
-    """A `dma_start` side byte map given as rows (a gather / scatter through
-    a view): row ``i`` of the view's bytes is ``pattern`` shifted by
-    ``starts[i]`` (byte ``i * len(pattern) + k`` is ``starts[i] +
-    pattern[k]``; a start of ``2**31 - 1`` marks a row whose index was out
-    of bounds). Only the starts are computed per DMA; the pattern is a
-    constant."""
-
-    starts: Any
-    pattern: Any
+def _view_attrs(src_view, dst_view) -> dict:
+    """The packed ``view_maps`` (and, for a map in sub-byte units,
+    ``view_units``) of a DMA's two views, by field name (``bitfields``)."""
+    maps, units = {}, {}
+    for side, view in (("src", src_view), ("dst", dst_view)):
+        if view is None:
+            continue
+        if view is SAME_BYTES:
+            maps[f"{side}_same"] = 1
+            continue
+        maps[f"{side}_map"] = 1
+        if isinstance(view, RowMap):
+            maps[f"{side}_rows"] = 1
+        if isinstance(view, UnitMap):
+            units.update({f"{side}_unit": view.unit, f"{side}_region": view.region, f"{side}_view": view.view})
+    attrs = {"view_maps": bitfields.pack("view_maps", **maps)}
+    if units:
+        attrs["view_units"] = bitfields.pack("view_units", **units)
+    return attrs
 
 
-def _map_operands(view_map) -> tuple:
-    if isinstance(view_map, UnitMap):
-        return (view_map.offsets,)
-    if isinstance(view_map, RowMap):
-        return (view_map.pattern, view_map.starts)
-    return (view_map,)
-
-
-def _unit_code(view_map) -> int:
-    """The side's `view_units` code: ``unit | region << 4 | view << 8``, 0
-    for a byte map (or none)."""
-    if not isinstance(view_map, UnitMap):
-        return 0
-    return view_map.unit | view_map.region << 4 | view_map.view << 8
-
-
-def _view_bits(view_map, bit: int) -> int:
-    """The side's `view_maps` bits: `bit` for a map operand, `bit << 2` for
-    `SAME_BYTES`, `bit | bit << 4` for a `RowMap`, 0 for none."""
-    if view_map is None:
-        return 0
-    if isinstance(view_map, RowMap):
-        return bit | bit << 4
-    return bit << 2 if view_map is SAME_BYTES else bit
-
-
-def dma_wait(token, handle, device, core, sem, *, nbytes: int, then_wait=(), site: int = 0):
-    """Waits for ``nbytes`` on DMA semaphore ``sem`` (running queued DMAs
-    that signal it, in on_wait mode). ``then_wait``: ``(sem, nbytes, site)``
-    of more waits to run right after, in order: one custom call for a
-    remote copy's send and receive waits instead of two."""
-    wait_sems, wait_attrs = _trailing_waits(then_wait)
+def dma_wait(token, handle, device, core, request: DmaWait):
+    """Waits as ``request`` says, on (device, core)."""
+    wait_sems, wait_attrs = _trailing_waits(request.then_wait)
     return _call(
         "dma_wait",
         (),
-        _args("dma_wait", wait_sems, token=token, handle=handle, device=_i32(device), core=_i32(core), sem=_i32(sem)),
-        bytes=int(nbytes),
-        site=site,
+        _args(
+            "dma_wait",
+            wait_sems,
+            token=token,
+            handle=handle,
+            device=_i32(device),
+            core=_i32(core),
+            sem=_i32(request.sem),
+        ),
+        bytes=int(request.nbytes),
+        site=request.site,
         **wait_attrs,
     )
 
 
 def _trailing_waits(waits):
-    """(semaphore operands, attributes) of an op's trailing waits."""
+    """(semaphore operands, attributes) of an op's trailing waits
+    (`TrailingWait`s)."""
     if not waits:
         return (), {}
+    waits = [TrailingWait(*w) for w in waits]
     bytes_key, sites_key = _native.THEN_WAIT_ATTRS
-    return [_i32(sem) for sem, _, _ in waits], {
-        bytes_key: _ints(n for _, n, _ in waits),
-        sites_key: _ints(site for _, _, site in waits),
+    return [_i32(w.sem) for w in waits], {
+        bytes_key: _ints(w.nbytes for w in waits),
+        sites_key: _ints(w.site for w in waits),
     }
 
 

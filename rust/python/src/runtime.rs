@@ -462,39 +462,25 @@ impl PyRuntime {
         self.rt.semaphore_read(device, core, id_arg("semaphore id", sem)?).or_raise(py)
     }
 
-    /// Starts a DMA; regions as for `load`. `src_sem` and `dst_device` are
-    /// both set for a remote copy and both unset for a local one.
-    #[pyo3(signature = (device, core, src_space, src_id, src_region, dst_space, dst_id, dst_region,
-                        dst_sem, src_sem=None, dst_device=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn dma_start(
-        &self,
-        py: Python<'_>,
-        device: Int,
-        core: Int,
-        src_space: Space,
-        src_id: Int,
-        src_region: RegionArg,
-        dst_space: Space,
-        dst_id: Int,
-        dst_region: RegionArg,
-        dst_sem: Int,
-        src_sem: Option<Int>,
-        dst_device: Option<Int>,
-    ) -> PyResult<()> {
+    /// Starts the DMA `request` asks for (a `mosaic_rt.ffi.requests.DmaStart`
+    /// of `DmaSide`s, read by field name; regions as for `load`). `src_sem`
+    /// and `dst_device` are both set for a remote copy and both unset for a
+    /// local one.
+    fn dma_start(&self, py: Python<'_>, device: Int, core: Int, request: DmaStartArg) -> PyResult<()> {
+        let DmaStartArg { src, dst, dst_sem, src_sem, dst_device, dst_core } = request;
         let req = DmaRequest {
             device: self.device(device)?,
             core: self.core(core)?,
-            src_space: src_space.0,
-            src_id: id_arg("source buffer id", src_id)?,
-            src_region: src_region.0,
-            dst_space: dst_space.0,
-            dst_id: id_arg("destination buffer id", dst_id)?,
-            dst_region: dst_region.0,
+            src_space: src.space.0,
+            src_id: id_arg("source buffer id", src.id)?,
+            src_region: src.region.0,
+            dst_space: dst.space.0,
+            dst_id: id_arg("destination buffer id", dst.id)?,
+            dst_region: dst.region.0,
             dst_sem: id_arg("destination semaphore id", dst_sem)?,
             src_sem: src_sem.map(|s| id_arg("source semaphore id", s)).transpose()?,
             dst_device: dst_device.map(|d| self.device(d)).transpose()?,
-            dst_core: None,
+            dst_core: dst_core.map(|c| self.core(c)).transpose()?,
         };
         let rt = &self.rt;
         py.detach(|| rt.dma_start(req)).or_raise(py)
@@ -577,4 +563,52 @@ impl PyRuntime {
     fn failure<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         self.rt.failure().map(|e| exception(py, &e)).transpose()
     }
+}
+
+/// A `DmaStart` request, its fields read by name (`mosaic_rt/ffi/requests.py`);
+/// a field's own conversion error reaches the caller as it is.
+struct DmaStartArg {
+    src: DmaSideArg,
+    dst: DmaSideArg,
+    dst_sem: Int,
+    src_sem: Option<Int>,
+    dst_device: Option<Int>,
+    dst_core: Option<Int>,
+}
+
+impl<'a, 'py> FromPyObject<'a, 'py> for DmaStartArg {
+    type Error = PyErr;
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        Ok(DmaStartArg {
+            src: field(&obj, "src")?,
+            dst: field(&obj, "dst")?,
+            dst_sem: field(&obj, "dst_sem")?,
+            src_sem: field(&obj, "src_sem")?,
+            dst_device: field(&obj, "dst_device")?,
+            dst_core: field(&obj, "dst_core")?,
+        })
+    }
+}
+
+/// A `DmaSide`: `space`, `id`, `region` (a `RegionSpec`); a view is the
+/// interpreter's only.
+struct DmaSideArg {
+    space: Space,
+    id: Int,
+    region: RegionArg,
+}
+
+impl<'a, 'py> FromPyObject<'a, 'py> for DmaSideArg {
+    type Error = PyErr;
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        Ok(DmaSideArg { space: field(&obj, "space")?, id: field(&obj, "id")?, region: field(&obj, "region")? })
+    }
+}
+
+/// Attribute `name` of a request, converted.
+fn field<T>(obj: &Borrowed<'_, '_, PyAny>, name: &str) -> PyResult<T>
+where
+    T: for<'a, 'py> FromPyObject<'a, 'py, Error = PyErr>,
+{
+    obj.getattr(name)?.extract()
 }

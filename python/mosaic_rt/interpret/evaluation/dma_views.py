@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from mosaic_rt import jax_internals as jx
-from mosaic_rt.ffi.ops import SAME_BYTES, RowMap, UnitMap
+from mosaic_rt.ffi.requests import SAME_BYTES, RowMap, UnitMap
 from mosaic_rt.interpret.evaluation import views
 
 # The map is int32: its region's value must have fewer bytes (units).

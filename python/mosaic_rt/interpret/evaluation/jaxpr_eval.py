@@ -160,7 +160,7 @@ def _trailing_waits(eqns, i, plan, env, computed, ctx):
             break
         with jx.user_context(eqns[j].source_info.traceback, name_stack=eqns[j].source_info.name_stack):
             sem = _dma_wait_sem(eqns[j], env.read_many(eqns[j].invars), _with_sem_ids(ctx, computed, j))
-        waits.append((sem, size, sites.site_id(eqns[j].source_info)))
+        waits.append(ffi_ops.TrailingWait(sem, size, sites.site_id(eqns[j].source_info)))
         j += 1
     return tuple(waits), j
 
@@ -974,25 +974,17 @@ def _dma_start(eqn, read, ctx, token):
     src_base = jx.view_base_aval(src_view) or jx.ref_and_transforms(orig_src)[0].aval
     dst_base = jx.view_base_aval(dst_view) or jx.ref_and_transforms(orig_dst)[0].aval
     (src_region, src_map), (dst_region, dst_map) = _dma_sides((src_transforms, src_base), (dst_transforms, dst_base))
-    token = native_calls.dma_start(
-        token,
-        ctx.handle,
-        ctx.device_id,
-        ctx.core,
-        src_space=space_code(src_space),
-        src=src,
-        src_region=src_region,
-        dst_space=space_code(dst_space),
-        dst=dst,
-        dst_region=dst_region,
+    request = ffi_ops.DmaStart(
+        src=ffi_ops.DmaSide(space_code(src_space), src, src_region, src_map),
+        dst=ffi_ops.DmaSide(space_code(dst_space), dst, dst_region, dst_map),
         dst_sem=_sem_ids(ctx, "dst", dst_sem, dst_sem_t),
         src_sem=None if src_sem is None else _sem_ids(ctx, "src", src_sem, src_sem_t),
         dst_device=target,
         dst_core=target_core,
         then_wait=ctx.then_wait,
-        src_map=src_map,
-        dst_map=dst_map,
+        site=sites.current(),
     )
+    token = native_calls.dma_start(token, ctx.handle, ctx.device_id, ctx.core, request)
     return token, []
 
 
@@ -1045,7 +1037,8 @@ def _dma_wait(eqn, read, ctx, token):
     nbytes = _dma_wait_bytes(eqn, invals)
     sem = _dma_wait_sem(eqn, invals, ctx)
     if isinstance(nbytes, int):
-        token = native_calls.dma_wait(token, ctx.handle, ctx.device_id, ctx.core, sem, nbytes, then_wait=ctx.then_wait)
+        request = ffi_ops.DmaWait(sem, nbytes, then_wait=ctx.then_wait, site=sites.current())
+        token = native_calls.dma_wait(token, ctx.handle, ctx.device_id, ctx.core, request)
     else:  # a slice of traced size: the byte count is known at run time only
         token = native_calls.semaphore_wait(token, ctx.handle, ctx.device_id, ctx.core, sem, nbytes)
     return token, []

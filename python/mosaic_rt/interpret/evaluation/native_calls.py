@@ -350,57 +350,22 @@ def semaphore_read(token, handle, device, core, sem, *, take: bool = False):
     return ffi_ops.semaphore_read(token, handle, device, core, _scalar_id(sem), take=take, site=sites.current())
 
 
-def dma_start(
-    token,
-    handle,
-    device,
-    core,
-    *,
-    src_space,
-    src,
-    src_region,
-    dst_space,
-    dst,
-    dst_region,
-    dst_sem,
-    src_sem,
-    dst_device,
-    dst_core=None,
-    then_wait=(),
-    src_map=None,
-    dst_map=None,
-):
-    return ffi_ops.dma_start(
-        token,
-        handle,
-        device,
-        core,
-        src,
-        src_region,
-        dst,
-        dst_region,
-        _scalar_id(dst_sem),
-        src_space=src_space,
-        dst_space=dst_space,
-        src_sem=None if src_sem is None else _scalar_id(src_sem),
-        dst_device=dst_device,
-        dst_core=dst_core,
-        then_wait=_waits(then_wait),
-        site=sites.current(),
-        src_map=src_map,
-        dst_map=dst_map,
-    )
+def dma_start(token, handle, device, core, request: ffi_ops.DmaStart):
+    """Starts the DMA ``request`` (built by the rule, its site included)."""
+    _scalar_ids(request.dst_sem, request.src_sem, *(w.sem for w in request.then_wait))
+    return ffi_ops.dma_start(token, handle, device, core, request)
 
 
-def dma_wait(token, handle, device, core, sem, nbytes, then_wait=()):
-    return ffi_ops.dma_wait(
-        token, handle, device, core, _scalar_id(sem), nbytes=nbytes, then_wait=_waits(then_wait), site=sites.current()
-    )
+def dma_wait(token, handle, device, core, request: ffi_ops.DmaWait):
+    _scalar_ids(request.sem, *(w.sem for w in request.then_wait))
+    return ffi_ops.dma_wait(token, handle, device, core, request)
 
 
-def _waits(waits):
-    """Trailing waits ``(sem, nbytes, site)`` with scalar semaphore ids."""
-    return [(_scalar_id(sem), nbytes, site) for sem, nbytes, site in waits]
+def _scalar_ids(*sems):
+    """Checks that each semaphore given (not None) is a single one."""
+    for sem in sems:
+        if sem is not None:
+            _scalar_id(sem)
 
 
 def _copy_block(
