@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 from mosaic_rt import Runtime
+from mosaic_rt.ffi.requests import DmaSide, DmaStart
 
 
 def best_per_op(fn, n: int, repeats: int) -> float:
@@ -90,8 +91,9 @@ def bench_dma(nbytes, n, repeats, mode):
 
     def dma(n):
         start, wait = native.dma_start, native.dma_wait
+        request = DmaStart(DmaSide("hbm", src), DmaSide("vmem", dst), sem)
         for _ in range(n):
-            start(0, 0, "hbm", src, None, "vmem", dst, None, sem)
+            start(0, 0, request)
             wait(0, 0, sem, nbytes)
 
     a, b = np.ones(elems, np.float32), np.empty(elems, np.float32)

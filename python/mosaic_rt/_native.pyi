@@ -7,6 +7,8 @@ from typing import Any, Sequence
 
 from typing_extensions import Buffer
 
+from mosaic_rt.ffi.requests import DmaStart
+
 Space = str | int  # "vmem", "vmem_shared", "smem", "cmem", "semaphore_mem", "hbm", "any" or 0-6
 RegionEntry = int | tuple[int, int] | tuple[int, int, int]
 RegionSpec = Sequence[RegionEntry] | None  # the binding's RegionArg
@@ -94,20 +96,7 @@ class Runtime:
     ) -> None: ...
     def wait(self, device: int, core: int, sem: int, value: int = 1) -> None: ...
     def read(self, device: int, core: int, sem: int) -> int: ...
-    def dma_start(
-        self,
-        device: int,
-        core: int,
-        src_space: Space,
-        src_id: int,
-        src_region: RegionSpec,
-        dst_space: Space,
-        dst_id: int,
-        dst_region: RegionSpec,
-        dst_sem: int,
-        src_sem: int | None = None,
-        dst_device: int | None = None,
-    ) -> None: ...
+    def dma_start(self, device: int, core: int, request: DmaStart) -> None: ...  # fields read by name
     def dma_wait(self, device: int, core: int, sem: int, nbytes: int) -> None: ...
     def device_barrier(self, device: int) -> None: ...
     def leaks(
@@ -146,7 +135,9 @@ DYNAMIC_START: int  # in a region's `fixed` starts: "take this start from the op
 DYNAMIC_SIZE: int  # in a region's `sizes`: "take this size from the operand, after the starts"
 TAIL_STARTS: str  # attribute: how many trailing start operands an op has
 THEN_WAIT_ATTRS: tuple[str, str]  # attributes of trailing waits: (bytes, sites)
+BITFIELDS: dict[str, tuple[tuple[str, int, int], ...]]  # {packed attribute: ((field, shift, width), ...)}
 
+def unpack_bitfield(attr: str, packed: int) -> dict[str, int]: ...  # as the handlers read it
 def race_results() -> tuple[bool, int, list[str]] | None: ...
 def take_error_ex(n: int) -> tuple[str, str, int | None, int | None, int | None, str | None] | None: ...
 

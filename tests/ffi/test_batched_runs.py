@@ -174,8 +174,8 @@ def test_an_op_too_big_for_a_batch_is_emitted_on_its_own():
         handle = jnp.zeros((2,), jnp.uint32)
         with ffi_ops.batched_runs():
             pending = ffi_ops.semaphore_signal(token, handle, 0, 0, 0, 1)
-            big = ffi_ops.dma_wait(pending, handle, 0, 0, 0, nbytes=4, then_wait=many)
-            small = ffi_ops.dma_wait(big, handle, 0, 0, 0, nbytes=4)
+            big = ffi_ops.dma_wait(pending, handle, 0, 0, ffi_ops.DmaWait(0, 4, then_wait=many))
+            small = ffi_ops.dma_wait(big, handle, 0, 0, ffi_ops.DmaWait(0, 4))
             seen.update(pending=pending, big=big, small=small)
             return ffi_ops.materialize(small)
 

@@ -65,19 +65,17 @@ def test_all_to_all_remote_dma(n, mode):
                     h,
                     d,
                     0,
-                    src,
-                    F.TracedRegion.index(p),
-                    dst,
-                    F.TracedRegion.index(d),
-                    recv,
-                    src_space="hbm",
-                    dst_space="hbm",
-                    src_sem=send,
-                    dst_device=p,
+                    F.DmaStart(
+                        F.DmaSide("hbm", src, F.TracedRegion.index(p)),
+                        F.DmaSide("hbm", dst, F.TracedRegion.index(d)),
+                        recv,
+                        src_sem=send,
+                        dst_device=p,
+                    ),
                 )
             for _ in range(n):
-                t = F.dma_wait(t, h, d, 0, send, nbytes=nbytes)
-                t = F.dma_wait(t, h, d, 0, recv, nbytes=nbytes)
+                t = F.dma_wait(t, h, d, 0, F.DmaWait(send, nbytes))
+                t = F.dma_wait(t, h, d, 0, F.DmaWait(recv, nbytes))
             t = F.device_barrier(t, h, d)
             t, got = F.load(t, h, d, 0, dst, None, space="hbm", shape=(n, cols), dtype=np.float32)
             t, leaks = F.leak_report(t, h, d, policy="raise")

@@ -78,10 +78,18 @@ def test_every_dma_start_carries_the_key_of_its_other_attributes():
     def fn(t, s):
         region = F.TracedRegion(sizes=(8,), strides=(1,), squeezed=(False,), starts=(s,))
         t = F.dma_start(
-            t, jnp.zeros((2,), jnp.uint32), 0, 0, 1, region, 2, region, 3, src_space=_VMEM, dst_space=_VMEM, site=7
+            t,
+            jnp.zeros((2,), jnp.uint32),
+            0,
+            0,
+            F.DmaStart(F.DmaSide(_VMEM, 1, region), F.DmaSide(_VMEM, 2, region), 3, site=7),
         )
         return F.dma_start(
-            t, jnp.zeros((2,), jnp.uint32), 0, 0, 1, region, 2, region, 3, src_space=_VMEM, dst_space=_VMEM, site=9
+            t,
+            jnp.zeros((2,), jnp.uint32),
+            0,
+            0,
+            F.DmaStart(F.DmaSide(_VMEM, 1, region), F.DmaSide(_VMEM, 2, region), 3, site=9),
         )
 
     jaxpr = jax.make_jaxpr(fn)(jnp.int32(0), jnp.int32(1))

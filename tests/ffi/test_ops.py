@@ -382,14 +382,7 @@ def test_dma_descriptor_invariant_is_checked_at_trace_time():
             jnp.zeros((2,), jnp.uint32),
             0,
             0,
-            100,
-            None,
-            101,
-            None,
-            2000,
-            src_space="vmem",
-            dst_space="vmem",
-            src_sem=2001,
+            F.DmaStart(F.DmaSide("vmem", 100), F.DmaSide("vmem", 101), 2000, src_sem=2001),
         )
 
 
@@ -459,16 +452,12 @@ def test_local_dma_between_strided_regions(mode):
                 h,
                 d,
                 0,
-                src,
-                F.TracedRegion.slices((0, 2, 2), (1, 4, 2)),
-                dst,
-                None,
-                sem,
-                src_space="hbm",
-                dst_space="vmem",
+                F.DmaStart(
+                    F.DmaSide("hbm", src, F.TracedRegion.slices((0, 2, 2), (1, 4, 2))), F.DmaSide("vmem", dst), sem
+                ),
             )
             t, before = F.semaphore_read(t, h, d, 0, sem)
-            t = F.dma_wait(t, h, d, 0, sem, nbytes=2 * 4 * 4)
+            t = F.dma_wait(t, h, d, 0, F.DmaWait(sem, 2 * 4 * 4))
             t, got = F.load(t, h, d, 0, dst, None, space="vmem", shape=(2, 4), dtype=np.int32)
             t, leaks = F.leak_report(t, h, d, policy="raise")
             k.token = t

@@ -63,30 +63,26 @@ def _build(op, mode):
                     h,
                     k[0],
                     k[1],
-                    k[2],
-                    F.TracedRegion.slices((k[3], 2)),
-                    buf,
-                    F.TracedRegion.slices((k[4], 2)),
-                    k[5],
-                    src_space="vmem",
-                    dst_space="vmem",
+                    F.DmaStart(
+                        F.DmaSide("vmem", k[2], F.TracedRegion.slices((k[3], 2))),
+                        F.DmaSide("vmem", buf, F.TracedRegion.slices((k[4], 2))),
+                        k[5],
+                    ),
                 )
-                t = F.dma_wait(t, h, 0, 0, sem, nbytes=8)
+                t = F.dma_wait(t, h, 0, 0, F.DmaWait(sem, 8))
             elif op == "remote_dma":
                 t = F.dma_start(
                     t,
                     h,
                     0,
                     0,
-                    buf,
-                    F.TracedRegion.slices((k[3], 2)),
-                    buf,
-                    F.TracedRegion.slices((k[4], 2)),
-                    k[5],
-                    src_space="vmem",
-                    dst_space="vmem",
-                    src_sem=k[2],
-                    dst_device=k[0],
+                    F.DmaStart(
+                        F.DmaSide("vmem", buf, F.TracedRegion.slices((k[3], 2))),
+                        F.DmaSide("vmem", buf, F.TracedRegion.slices((k[4], 2))),
+                        k[5],
+                        src_sem=k[2],
+                        dst_device=k[0],
+                    ),
                 )
             elif op == "free":
                 t = F.free_buffer(t, h, k[0], k[1], k[2], space="vmem")

@@ -37,15 +37,13 @@ def _body(uid):
                     h,
                     d,
                     0,
-                    src,
-                    F.TracedRegion.index(i + 1, j),
-                    dst,
-                    F.TracedRegion.index(i, 1),
-                    sem,
-                    src_space="hbm",
-                    dst_space="vmem",
+                    F.DmaStart(
+                        F.DmaSide("hbm", src, F.TracedRegion.index(i + 1, j)),
+                        F.DmaSide("vmem", dst, F.TracedRegion.index(i, 1)),
+                        sem,
+                    ),
                 )
-                t = F.dma_wait(t, h, d, 0, sem, nbytes=8 * 4)
+                t = F.dma_wait(t, h, d, 0, F.DmaWait(sem, 8 * 4))
                 t, row = F.load(t, h, d, 0, dst, F.TracedRegion.index(i, 1), space="vmem", shape=(8,), dtype=np.int32)
                 # dst[i, 0, 2:6] = 10 * row[2:6], two dynamic starts and a sliced dim
                 t = F.store(

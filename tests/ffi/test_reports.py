@@ -50,7 +50,9 @@ def _racy(on_race, *, deliver=False):
             t, src = F.allocate_buffer(t, h, d, 0, space="hbm", dtype=_F32, shape=(8, 128), init=x)
             t, dst = F.allocate_buffer(t, h, d, 0, space="vmem", dtype=_F32, shape=(8, 128))
             t, sem = F.allocate_semaphores(t, h, d, 0, kind="dma")
-            t = F.dma_start(t, h, d, 0, src, None, dst, None, sem, src_space="hbm", dst_space="vmem", site=_SITE_START)
+            t = F.dma_start(
+                t, h, d, 0, F.DmaStart(F.DmaSide("hbm", src), F.DmaSide("vmem", dst), sem, site=_SITE_START)
+            )
             t, v = F.load(
                 t,
                 h,
@@ -63,7 +65,7 @@ def _racy(on_race, *, deliver=False):
                 dtype=_F32,
                 site=_SITE_LOAD,
             )
-            t = F.dma_wait(t, h, d, 0, sem, nbytes=8 * 128 * 4)
+            t = F.dma_wait(t, h, d, 0, F.DmaWait(sem, 8 * 128 * 4))
             t, n = F.pending_reports(t)
             if deliver:
                 # What the interpreter emits at kernel end.
@@ -149,7 +151,9 @@ def _leaky(policy, mode="on_wait"):
             t, src = F.allocate_buffer(t, h, d, 0, space="hbm", dtype=_F32, shape=(8,))
             t, dst = F.allocate_buffer(t, h, d, 0, space="vmem", dtype=_F32, shape=(8,))
             t = F.semaphore_signal(t, h, d, 0, sem, 3)
-            t = F.dma_start(t, h, d, 0, src, None, dst, None, dsem, src_space="hbm", dst_space="vmem", site=_SITE_START)
+            t = F.dma_start(
+                t, h, d, 0, F.DmaStart(F.DmaSide("hbm", src), F.DmaSide("vmem", dst), dsem, site=_SITE_START)
+            )
             t, n = F.leak_report(t, h, d, policy=policy)
             k.token = t
         return with_token(n[None, None], k.token)
@@ -199,19 +203,25 @@ def test_a_dma_wait_matching_no_pending_dma_is_a_misuse_warning():
             t, sem = F.allocate_semaphores(t, h, d, 0, kind="dma")
             half = [F.TracedRegion.slices((0, 8)), F.TracedRegion.slices((8, 8))]
             for r in half:
-                t = F.dma_start(t, h, d, 0, src, r, dst, r, sem, src_space="hbm", dst_space="vmem", site=_SITE_START)
+                t = F.dma_start(
+                    t, h, d, 0, F.DmaStart(F.DmaSide("hbm", src, r), F.DmaSide("vmem", dst, r), sem, site=_SITE_START)
+                )
             # Legit: one wait for both (the total), then nothing left.
-            t = F.dma_wait(t, h, d, 0, sem, nbytes=8192)
+            t = F.dma_wait(t, h, d, 0, F.DmaWait(sem, 8192))
             for r in half:
-                t = F.dma_start(t, h, d, 0, src, r, dst, r, sem, src_space="hbm", dst_space="vmem", site=_SITE_START)
+                t = F.dma_start(
+                    t, h, d, 0, F.DmaStart(F.DmaSide("hbm", src, r), F.DmaSide("vmem", dst, r), sem, site=_SITE_START)
+                )
             # Legit: one wait per copy.
-            t = F.dma_wait(t, h, d, 0, sem, nbytes=4096)
-            t = F.dma_wait(t, h, d, 0, sem, nbytes=4096)
+            t = F.dma_wait(t, h, d, 0, F.DmaWait(sem, 4096))
+            t = F.dma_wait(t, h, d, 0, F.DmaWait(sem, 4096))
             for r in half:
-                t = F.dma_start(t, h, d, 0, src, r, dst, r, sem, src_space="hbm", dst_space="vmem", site=_SITE_START)
+                t = F.dma_start(
+                    t, h, d, 0, F.DmaStart(F.DmaSide("hbm", src, r), F.DmaSide("vmem", dst, r), sem, site=_SITE_START)
+                )
             # Misuse: 1 KiB matches neither copy (4 KiB each) nor both --
             # reported once the semaphore is seen to leak at the end.
-            t = F.dma_wait(t, h, d, 0, sem, nbytes=1024, site=_SITE_LOAD)
+            t = F.dma_wait(t, h, d, 0, F.DmaWait(sem, 1024, site=_SITE_LOAD))
             t, before = F.pending_reports(t)
             t, leaks = F.leak_report(t, h, d, policy="warn")
             t, after = F.pending_reports(t)
@@ -244,12 +254,18 @@ def test_dma_waits_in_another_order_than_the_starts_are_no_misuse():
             t, dst = F.allocate_buffer(t, h, d, 0, space="vmem", dtype=_F32, shape=(16, 128))
             t, sem = F.allocate_semaphores(t, h, d, 0, kind="dma")
             big, small = F.TracedRegion.slices((0, 8)), F.TracedRegion.slices((8, 2))
-            t = F.dma_start(t, h, d, 0, src, big, dst, big, sem, src_space="hbm", dst_space="vmem", site=_SITE_START)
             t = F.dma_start(
-                t, h, d, 0, src, small, dst, small, sem, src_space="hbm", dst_space="vmem", site=_SITE_START
+                t, h, d, 0, F.DmaStart(F.DmaSide("hbm", src, big), F.DmaSide("vmem", dst, big), sem, site=_SITE_START)
             )
-            t = F.dma_wait(t, h, d, 0, sem, nbytes=2560, site=_SITE_LOAD)
-            t = F.dma_wait(t, h, d, 0, sem, nbytes=2560, site=_SITE_LOAD)
+            t = F.dma_start(
+                t,
+                h,
+                d,
+                0,
+                F.DmaStart(F.DmaSide("hbm", src, small), F.DmaSide("vmem", dst, small), sem, site=_SITE_START),
+            )
+            t = F.dma_wait(t, h, d, 0, F.DmaWait(sem, 2560, site=_SITE_LOAD))
+            t = F.dma_wait(t, h, d, 0, F.DmaWait(sem, 2560, site=_SITE_LOAD))
             t, leaks = F.leak_report(t, h, d, policy="warn")
             t, n = F.pending_reports(t)
             k.token = t
@@ -315,15 +331,13 @@ def test_a_negative_dma_destination_device_is_named():
                 h,
                 d,
                 0,
-                buf,
-                None,
-                buf,
-                None,
-                sems + 1,
-                src_space="vmem",
-                dst_space="vmem",
-                src_sem=sems,
-                dst_device=jnp.where(d == 0, -1, d),
+                F.DmaStart(
+                    F.DmaSide("vmem", buf),
+                    F.DmaSide("vmem", buf),
+                    sems + 1,
+                    src_sem=sems,
+                    dst_device=jnp.where(d == 0, -1, d),
+                ),
             )
             k.token = t
         return with_token(jnp.zeros((1, 1), jnp.int32), k.token)
@@ -354,19 +368,12 @@ def test_a_dma_to_another_core_of_the_same_device(mode):
                 h,
                 d,
                 0,
-                src,
-                None,
-                src,
-                None,
-                recv,
-                src_space="vmem",
-                dst_space="vmem",
-                src_sem=send,
-                dst_device=d,
-                dst_core=1,
+                F.DmaStart(
+                    F.DmaSide("vmem", src), F.DmaSide("vmem", src), recv, src_sem=send, dst_device=d, dst_core=1
+                ),
             )
-            t = F.dma_wait(t, h, d, 0, send, nbytes=32)
-            t = F.dma_wait(t, h, d, 1, recv, nbytes=32)
+            t = F.dma_wait(t, h, d, 0, F.DmaWait(send, 32))
+            t = F.dma_wait(t, h, d, 1, F.DmaWait(recv, 32))
             t, got = F.load(t, h, d, 1, src, None, space="vmem", shape=(8,), dtype=_F32)
             t, mine = F.load(t, h, d, 0, src, None, space="vmem", shape=(8,), dtype=_F32)
             k.token = t

@@ -53,18 +53,10 @@ def ring_kernel(uid, path, *, steps=3, mode="on_wait", cores=1, n=2):
                     h,
                     d,
                     0,
-                    src,
-                    None,
-                    dst,
-                    None,
-                    recv,
-                    src_space="vmem",
-                    dst_space="vmem",
-                    src_sem=send,
-                    dst_device=nxt,
+                    F.DmaStart(F.DmaSide("vmem", src), F.DmaSide("vmem", dst), recv, src_sem=send, dst_device=nxt),
                 )
-                t = F.dma_wait(t, h, d, 0, send, nbytes=4096)
-                t = F.dma_wait(t, h, d, 0, recv, nbytes=4096)
+                t = F.dma_wait(t, h, d, 0, F.DmaWait(send, 4096))
+                t = F.dma_wait(t, h, d, 0, F.DmaWait(recv, 4096))
                 t = F.semaphore_signal(t, h, d, 0, sem, 1, target_device=prv)
                 t = F.semaphore_wait(t, h, d, 0, sem, 1)
                 t = F.grid_step(t, h, d, 0, (), phase="end")

@@ -116,35 +116,33 @@ def _uses(t, s):
     F.semaphore_wait(t, _H, 0, 0, 1, s, decrement=False, site=1)
     F.semaphore_read(t, _H, 0, 0, 1, site=1)
     F.semaphore_read(t, _H, 0, 0, 1, take=True)
-    F.dma_start(t, _H, 0, 0, 1, None, 2, None, 3, src_space=_VMEM, dst_space=_VMEM)
+    F.dma_start(t, _H, 0, 0, F.DmaStart(F.DmaSide(_VMEM, 1), F.DmaSide(_VMEM, 2), 3))
     F.dma_start(
         t,
         _H,
         0,
         0,
-        1,
-        dyn,
-        2,
-        mixed,
-        3,
-        src_space=_VMEM,
-        dst_space=_ANY,
-        src_sem=4,
-        dst_device=s,
-        dst_core=0,
-        then_wait=[(3, 16, 1), (4, 16, 2)],
-        site=1,
+        F.DmaStart(
+            F.DmaSide(_VMEM, 1, dyn),
+            F.DmaSide(_ANY, 2, mixed),
+            3,
+            src_sem=4,
+            dst_device=s,
+            dst_core=0,
+            then_wait=[(3, 16, 1), (4, 16, 2)],
+            site=1,
+        ),
     )
-    F.dma_start(t, _H, 0, 0, 1, mixed, 2, dyn, 3, src_space=_VMEM, dst_space=_VMEM)
+    F.dma_start(t, _H, 0, 0, F.DmaStart(F.DmaSide(_VMEM, 1, mixed), F.DmaSide(_VMEM, 2, dyn), 3))
     # Through ref views: byte maps after everything else.
     view_map = np.arange(8, dtype=np.int32)
-    F.dma_start(t, _H, 0, 0, 1, mixed, 2, None, 3, src_space=_VMEM, dst_space=_VMEM, src_map=view_map)
-    F.dma_start(t, _H, 0, 0, 1, None, 2, None, 3, src_space=_VMEM, dst_space=_VMEM, src_map=view_map, dst_map=view_map)
+    F.dma_start(t, _H, 0, 0, F.DmaStart(F.DmaSide(_VMEM, 1, mixed, view_map), F.DmaSide(_VMEM, 2), 3))
+    F.dma_start(t, _H, 0, 0, F.DmaStart(F.DmaSide(_VMEM, 1, None, view_map), F.DmaSide(_VMEM, 2, None, view_map), 3))
     # ... in sub-byte units (int4 views): their layouts an attribute.
     nibbles = F.UnitMap(view_map, unit=4, region=4, view=8)
-    F.dma_start(t, _H, 0, 0, 1, None, 2, None, 3, src_space=_VMEM, dst_space=_VMEM, src_map=nibbles, dst_map=view_map)
-    F.dma_wait(t, _H, 0, 0, 3, nbytes=16)
-    F.dma_wait(t, _H, 0, 0, 3, nbytes=16, then_wait=[(4, 16, 2)], site=1)
+    F.dma_start(t, _H, 0, 0, F.DmaStart(F.DmaSide(_VMEM, 1, None, nibbles), F.DmaSide(_VMEM, 2, None, view_map), 3))
+    F.dma_wait(t, _H, 0, 0, F.DmaWait(3, 16))
+    F.dma_wait(t, _H, 0, 0, F.DmaWait(3, 16, then_wait=[(4, 16, 2)], site=1))
     F.copy_block(
         t,
         _H,

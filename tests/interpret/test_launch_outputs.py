@@ -384,8 +384,8 @@ def _direct_launch(pass_output: bool):
             token, handle, 0, None, space="hbm", dtype=x.dtype, shape=x.shape, direct=True
         )
         token, sem = F.allocate_semaphores(token, handle, 0, 0, kind="dma")
-        token = F.dma_start(token, handle, 0, 0, src, None, dst, None, sem, src_space="hbm", dst_space="hbm")
-        token = F.dma_wait(token, handle, 0, 0, sem, nbytes=x.size * x.dtype.itemsize)
+        token = F.dma_start(token, handle, 0, 0, F.DmaStart(F.DmaSide("hbm", src), F.DmaSide("hbm", dst), sem))
+        token = F.dma_wait(token, handle, 0, 0, F.DmaWait(sem, x.size * x.dtype.itemsize))
         token, (res,) = F.kernel_end(token, handle, 0, outputs=(out if pass_output else x + 1,))
         return res
 

@@ -34,6 +34,9 @@ from mosaic_rt.ffi import reports
 from mosaic_rt.ffi.errors import fail_launch, native_errors, register_exception, translate
 from mosaic_rt.ffi.launch_config import LaunchConfig
 from mosaic_rt.ffi.ops import (
+    DmaSide,
+    DmaStart,
+    DmaWait,
     TracedRegion,
     allocate_buffer,
     allocate_semaphores,
@@ -72,6 +75,9 @@ def _register_targets() -> tuple[str, ...]:
 TARGETS: tuple[str, ...] = _register_targets()
 
 __all__ = [
+    "DmaSide",
+    "DmaStart",
+    "DmaWait",
     "LaunchConfig",
     "TracedRegion",
     "TARGETS",
