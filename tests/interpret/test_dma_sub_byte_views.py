@@ -25,6 +25,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+from mosaic_rt.ffi.bitfields import pack
 from mosaic_rt.jax_internals import bitcast_array as tpu_bitcast
 from mosaic_rt.jax_internals import itemsize_bits
 
@@ -499,9 +500,10 @@ def test_lowered_maps_count_nibbles_and_reshapes_need_none():
         interpret=_params("eager"),
     )
     text = jax.jit(call).lower(_data((64, 128), jnp.int4)).as_text()
-    assert re.findall(r"view_maps = (\d+)", text) == ["4", "1"], re.findall(r"view_maps = \d+", text)
+    want = [str(pack("view_maps", src_same=1)), str(pack("view_maps", src_map=1))]
+    assert re.findall(r"view_maps = (\d+)", text) == want, re.findall(r"view_maps = \d+", text)
     # The source's layout: 4-bit units, an int4 element per stored byte, an int32 view.
-    assert re.findall(r"view_units = (\d+)", text) == [str(4 | 4 << 4 | 8 << 8)]
+    assert re.findall(r"view_units = (\d+)", text) == [str(pack("view_units", src_unit=4, src_region=4, src_view=8))]
 
 
 @pytest.mark.parametrize("dtype", [jnp.int4, jnp.int2])

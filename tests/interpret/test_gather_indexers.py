@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
+from mosaic_rt.ffi.bitfields import pack
 from mosaic_rt.jax_internals import bitcast_array as tpu_bitcast
 
 pytestmark = pytest.mark.timeout(180)
@@ -445,8 +446,9 @@ def test_gather_with_a_traced_column_start(mode, src_dtype, view_dtype):
         out = fn(idx, jnp.asarray([c], jnp.int32), x)
         _assert_same_bits(out, view[np.asarray(idx), c : c + 128])
     # Only the rows' starts are computed per DMA: the map is sent as rows
-    # (`view_maps` bits 1 | 16 for a source map of rows).
-    assert "view_maps = 17" in fn.lower(idx, jnp.asarray([0], jnp.int32), x).as_text()
+    # (`view_maps`: a source map, of rows).
+    rows = pack("view_maps", src_map=1, src_rows=1)
+    assert f"view_maps = {rows}" in fn.lower(idx, jnp.asarray([0], jnp.int32), x).as_text()
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -280,23 +280,31 @@ mod tests {
 
     #[test]
     fn view_plans_decode_each_side_and_count_its_operands() {
-        let plan = ViewPlan::decode("op", ViewMaps(1 | 16 | 8), ViewUnits(0)).unwrap();
+        let maps =
+            |fields: &[&str]| ViewMaps(ViewMaps::LAYOUT.pack(&fields.iter().map(|&f| (f, 1)).collect::<Vec<_>>()));
+        let units = |side: &str| {
+            let [unit, region, view] = ["unit", "region", "view"].map(|f| format!("{side}_{f}"));
+            ViewUnits(ViewUnits::LAYOUT.pack(&[(&unit, 4), (&region, 4), (&view, 8)]))
+        };
+        let rows_and_same = maps(&["src_map", "src_rows", "dst_same"]);
+        let plan = ViewPlan::decode("op", rows_and_same, ViewUnits(0)).unwrap();
         assert_eq!(plan, ViewPlan { src: SideView::Rows, dst: SideView::Same });
-        assert_eq!(plan.src.operands() + plan.dst.operands(), map_operands(ViewMaps(1 | 16 | 8)));
+        assert_eq!(plan.src.operands() + plan.dst.operands(), map_operands(rows_and_same));
         let nibbles = UnitLayout { unit: 4, region: 4, view: 8 };
-        let plan = ViewPlan::decode("op", ViewMaps(1 | 2), ViewUnits(4 << 16 | 4 << 20 | 8 << 24)).unwrap();
+        let plan = ViewPlan::decode("op", maps(&["src_map", "dst_map"]), units("dst")).unwrap();
         assert_eq!(plan, ViewPlan { src: SideView::Map(None), dst: SideView::Map(Some(nibbles)) });
         assert!(ViewPlan::decode("op", ViewMaps(0), ViewUnits(-1)).unwrap().is_none(), "no maps: units unread");
-        for (maps, units, message) in [
-            (64, 0, "bad view_maps 64"),
-            (1 | 4, 0, "bad view_maps 5"),
-            (32, 0, "bad view_maps 32"),
-            (1, 1 << 12, "bad view_units 4096"),
-            (2, 4, "a source unit layout without a source map"),
-            (1 | 16, 4 | 4 << 4 | 8 << 8, "a source map of rows in sub-byte units"),
+        let undeclared = ViewMaps(ViewMaps::LAYOUT.mask() + 1);
+        for (m, u, message) in [
+            (undeclared, ViewUnits(0), "bad view_maps 64"),
+            (maps(&["src_map", "src_same"]), ViewUnits(0), "bad view_maps 5"),
+            (maps(&["dst_rows"]), ViewUnits(0), "bad view_maps 32"),
+            (maps(&["src_map"]), ViewUnits(-1), "bad view_units -1"),
+            (maps(&["dst_map"]), units("src"), "a source unit layout without a source map"),
+            (maps(&["src_map", "src_rows"]), units("src"), "a source map of rows in sub-byte units"),
         ] {
-            let e = ViewPlan::decode("op", ViewMaps(maps), ViewUnits(units)).unwrap_err();
-            assert!(e.message.contains(message), "{maps} {units}: {}", e.message);
+            let e = ViewPlan::decode("op", m, u).unwrap_err();
+            assert!(e.message.contains(message), "{m:?} {u:?}: {}", e.message);
         }
     }
 

@@ -51,6 +51,17 @@ impl Bitfields {
         packed >= 0 && packed & !self.mask() == 0
     }
 
+    /// The value with the named fields set (the others 0); panics on an
+    /// unknown field or a value that does not fit (for tests and tools:
+    /// the wire's values are packed by Python).
+    pub fn pack(&self, values: &[(&str, i64)]) -> i64 {
+        values.iter().fold(0, |packed, &(name, v)| {
+            let f = self.field(name).unwrap_or_else(|| panic!("{}: no field {name}", self.attr));
+            assert!((0..1 << f.width).contains(&v), "{}.{name} = {v} does not fit", self.attr);
+            packed | v << f.shift
+        })
+    }
+
     /// The field `name` (`None`: no such field).
     pub fn field(&self, name: &str) -> Option<BitField> {
         self.fields.iter().copied().find(|f| f.name == name)
@@ -160,13 +171,16 @@ mod tests {
 
     #[test]
     fn accessors_read_their_declared_bits() {
-        let u = ViewUnits(4 | 8 << 4 | 2 << 8 | 3 << 16 | 1 << 20 | 15 << 24);
+        let fields = [("src_unit", 4), ("src_region", 8), ("src_view", 2), ("dst_unit", 3), ("dst_region", 1)];
+        let u = ViewUnits(ViewUnits::LAYOUT.pack(&[fields.as_slice(), &[("dst_view", 15)]].concat()));
         assert_eq!((u.src_unit(), u.src_region(), u.src_view()), (4, 8, 2));
         assert_eq!((u.dst_unit(), u.dst_region(), u.dst_view()), (3, 1, 15));
         assert!(u.fits());
-        assert!(!ViewUnits(1 << 12).fits(), "a bit between the sides");
-        assert!(!ViewUnits(1 << 28).fits() && !ViewUnits(-1).fits());
-        let m = ViewMaps(1 | 32);
+        let (src_view, dst_view) =
+            (ViewUnits::LAYOUT.field("src_view").unwrap(), ViewUnits::LAYOUT.field("dst_view").unwrap());
+        assert!(!ViewUnits(1 << (src_view.shift + src_view.width)).fits(), "a bit between the sides");
+        assert!(!ViewUnits(1 << (dst_view.shift + dst_view.width)).fits() && !ViewUnits(-1).fits());
+        let m = ViewMaps(ViewMaps::LAYOUT.pack(&[("src_map", 1), ("dst_rows", 1)]));
         assert_eq!((m.src_map(), m.dst_rows(), m.dst_map()), (1, 1, 0));
         assert!(!ViewMaps(64).fits());
         assert_eq!(ViewMaps::LAYOUT.field("dst_same"), Some(BitField { name: "dst_same", shift: 3, width: 1 }));
@@ -174,13 +188,13 @@ mod tests {
 
     #[test]
     fn unpack_reads_every_field_by_its_accessor() {
-        let fields = unpack("view_units", 4 | 8 << 24).unwrap();
+        let fields = unpack("view_units", ViewUnits::LAYOUT.pack(&[("src_unit", 4), ("dst_view", 8)])).unwrap();
         let names: Vec<_> = fields.iter().map(|(n, _)| *n).collect();
         let declared: Vec<_> = ViewUnits::LAYOUT.fields.iter().map(|f| f.name).collect();
         assert_eq!(names, declared);
         assert_eq!(fields[0], ("src_unit", 4));
         assert_eq!(fields[5], ("dst_view", 8));
-        assert!(unpack("view_units", 1 << 12).is_none());
+        assert!(unpack("view_units", -1).is_none());
         assert!(unpack("no_such_attribute", 0).is_none());
     }
 }
