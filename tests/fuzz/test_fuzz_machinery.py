@@ -110,3 +110,39 @@ def test_a_repro_file_runs_on_its_own(category, tmp_path):
     out = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "bit-identical outputs: [True" in out.stdout, out.stdout + out.stderr[-2000:]
+
+
+def test_excess_precision_where_stock_rejects_is_not_a_mismatch():
+    # Seed 304000097 (jax 0.12.1): stock rejected the kernel (a store
+    # through a bitcast view); ours differed from the meaning only where
+    # XLA:CPU fused a bf16 multiply and kept it in f32 (stock's programs do
+    # the same: without the rejected line stock and ours agree bit for bit).
+    # Compiled without excess precision, ours is the meaning.
+    import jax
+    import jax.numpy as jnp
+    import mosaic_rt
+    from jax.experimental import pallas as pl
+
+    x = (np.arange(8 * 128, dtype=np.float32).reshape(8, 128) / 7.0 + 0.3).astype(jnp.bfloat16)
+
+    def kernel(x_ref, o_ref):
+        v = x_ref[...]
+        u = jnp.where(x_ref[...] > 50, v, v * 3)
+        o_ref[...] = (u * u).astype(jnp.float32)
+
+    def run(params):
+        if type(params) is pltpu.InterpretParams:
+            raise NotImplementedError("stock rejects it")
+        return pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32), interpret=params)(x)
+
+    def meaning():
+        v = np.asarray(x)
+        u = np.where(v > 50, v, (v * np.asarray(3, v.dtype)).astype(v.dtype))
+        return [(u * u).astype(v.dtype).astype(np.float32)]
+
+    ns = {"KNOBS": {}, "run": run, "meaning": meaning}
+    fused = np.asarray(run(mosaic_rt.InterpretParams()))
+    v = oracle.judge(ns)
+    assert v.kind == oracle.STOCK_REJECTS
+    assert not np.array_equal(fused, meaning()[0])  # the fused program keeps f32 intermediates
+    assert v.off_meaning

@@ -159,6 +159,15 @@ def _first_difference(a: list, b: list) -> str:
     return "no difference"
 
 
+def _without_excess_precision(ns):
+    """Ours again, in a program XLA compiles without excess precision (every
+    bf16 / f16 op rounded, as the meaning does); an exception if it raises."""
+    return attempt(lambda: jax.jit(lambda: ns["run"](our_params(ns)), compiler_options=_NO_EXCESS)())
+
+
+_NO_EXCESS = {"xla_allow_excess_precision": False}
+
+
 class MeaningFailed(Exception):
     """The case's meaning raised: a generator's model to fix (it would
     otherwise hide the very disagreements it is there to judge)."""
@@ -233,6 +242,12 @@ def _judge(ns: dict, check_meaning: bool, stock_crashed: bool = False) -> Verdic
     if s_err:
         want = _meaning(ns)
         if want is not None and not matches_meaning(ours, want):
+            rounded = _without_excess_precision(ns)
+            if not isinstance(rounded, Exception) and matches_meaning(rounded, want):
+                # XLA:CPU's fusions keep bf16 / f16 intermediates in f32
+                # (`xla_allow_excess_precision`, on by default): stock's
+                # programs do the same; the meaning rounds every op.
+                return Verdict(STOCK_REJECTS, detail=f"stock: {_describe(stock)}", off_meaning=True)
             return Verdict(
                 MISMATCH, ("ours_wrong", ""), f"only stock rejects it ({_describe(stock)}); ours is not the meaning"
             )
