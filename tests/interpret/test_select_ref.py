@@ -137,3 +137,29 @@ def test_views_that_differ_beyond_their_starts_are_refused_clearly():
             scratch_shapes=[pltpu.SemaphoreType.DMA(())],
             interpret=mosaic_rt.InterpretParams(),
         )(jnp.zeros((8, 128), jnp.float32))
+
+
+def test_views_with_traced_starts_are_selected():
+    # Candidates x.at[pl.ds(8 * i, 8)] / x.at[pl.ds(8 * (3 - i), 8)]: their
+    # starts are traced values, selected without comparing them.
+    def kernel(x_ref, o_ref, sem):
+        def body(i, carry):
+            src = pl.select_ref(i % 2, x_ref.at[pl.ds(i * ROWS, ROWS)], x_ref.at[pl.ds((3 - i) * ROWS, ROWS)])
+            copy = pltpu.make_async_copy(src, o_ref.at[pl.ds(i * ROWS, ROWS)], sem)
+            copy.start()
+            copy.wait()
+            return carry
+
+        lax.fori_loop(0, 4, body, 0)
+
+    x = np.arange(4 * ROWS * 128, dtype=np.float32).reshape(4 * ROWS, 128)
+    got = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        in_specs=[_VMEM],
+        out_specs=_VMEM,
+        scratch_shapes=[pltpu.SemaphoreType.DMA(())],
+        interpret=mosaic_rt.InterpretParams(),
+    )(x)
+    blocks = x.reshape(4, ROWS, 128)
+    np.testing.assert_array_equal(np.asarray(got), np.concatenate([blocks[0], blocks[2], blocks[2], blocks[0]]))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -53,9 +54,17 @@ def resolve(x):
     return jx.TransformedRef(base, rest) if rest else base
 
 
+def _same(a, b) -> bool:
+    """Whether ``a`` and ``b`` (transforms, indices) are the same without
+    comparing traced values: one tree, each leaf the same object or equal
+    static numbers (``==`` on traced starts would not give a bool)."""
+    (la, ta), (lb, tb) = jax.tree.flatten(a), jax.tree.flatten(b)
+    return ta == tb and all(x is y or (_static(x) and _static(y) and x == y) for x, y in zip(la, lb))
+
+
 def _select(idx, values):
     """``values[idx]`` at run time (one value when all are the same)."""
-    if all(v is values[0] for v in values) or all(_static(v) and _static(values[0]) and v == values[0] for v in values):
+    if all(_same(v, values[0]) for v in values):
         return values[0]
     which = jnp.clip(jnp.asarray(idx, jnp.int32), 0, len(values) - 1)
     return lax.select_n(which, *(jnp.asarray(v, jnp.int32) for v in values))
@@ -69,7 +78,7 @@ def _merge(idx, transforms: list[tuple]) -> tuple:
     """One list of transforms standing for the candidates' ``transforms``:
     theirs when all are the same, else their indexers with selected starts."""
     first = transforms[0]
-    if all(t == first for t in transforms[1:]) or not any(transforms):
+    if all(_same(t, first) for t in transforms[1:]):
         return first
     if any(len(t) != len(first) for t in transforms):
         raise _unsupported(transforms)
@@ -78,7 +87,7 @@ def _merge(idx, transforms: list[tuple]) -> tuple:
 
 def _merge_one(idx, same: tuple, transforms):
     if not all(isinstance(t, jx.NDIndexer) for t in same):
-        if all(t == same[0] for t in same[1:]):
+        if all(_same(t, same[0]) for t in same[1:]):
             return same[0]
         raise _unsupported(transforms)
     if any(t.shape != same[0].shape or len(t.indices) != len(same[0].indices) for t in same):
