@@ -450,6 +450,12 @@ split_key_p = getattr(mosaic_primitives, "split_key_p", None)
 join_key_p = getattr(mosaic_primitives, "join_key_p", None)
 
 
+def poison_buffers_enabled() -> bool:
+    """Whether kernels lowered now poison the buffers they allocate
+    (``jax_pallas_poison_buffers``)."""
+    return bool(pallas_core.poison_buffers_enabled())
+
+
 def is_key_dtype(dtype) -> bool:
     try:
         return bool(jax.numpy.issubdtype(dtype, jax.dtypes.prng_key))
@@ -860,6 +866,14 @@ def pallas_tpu_info():
     return tpu_info
 
 
+def clear_tpu_info_cache() -> None:
+    """Forgets `get_tpu_info`'s cached answers (jax caches it per trace
+    context)."""
+    clear = getattr(pallas_tpu_info().get_tpu_info, "cache_clear", None)
+    if clear is not None:
+        clear()
+
+
 def mosaic_error_types() -> dict:
     """Pallas' exceptions for Mosaic's rejections of a kernel, by name
     (`MosaicError`, `VerificationError`)."""
@@ -916,6 +930,14 @@ def device_class():
     from jax._src.lib import xla_client
 
     return xla_client.Device
+
+
+def abstract_device_class():
+    """The class of a mesh's abstract device (what jax reads a device's
+    kind and cores from inside `shard_map`)."""
+    from jax._src import mesh
+
+    return mesh.AbstractDevice
 
 
 def num_cpu_devices_setting() -> int:

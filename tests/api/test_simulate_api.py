@@ -13,6 +13,7 @@ import mosaic_rt.interpret.launch.kernel as kernel_module
 import pytest
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
+from jax.sharding import PartitionSpec as P
 from mosaic_rt.simulate import chips, gates
 
 
@@ -128,3 +129,38 @@ def test_params_text():
         "d": None,
         "e": 0.5,
     }
+
+
+@pytest.mark.parametrize("chip", ["v5e", "v5p"])
+def test_a_tensorcore_mesh_made_inside_shard_map_has_the_chips_cores(seen, chip):
+    # Inside shard_map jax reads a device's cores from the abstract mesh,
+    # which has none for CPU devices: TensorCoreMesh() got num_cores=None
+    # and lax.axis_size of its axis raised a TypeError.
+    with mosaic_rt.simulate_tpu(chip) as sim:
+        cores = sim.chip.cores_per_device
+        # Devices of their own per chip: jax interns a Mesh of the same
+        # devices, with the abstract mesh it computed under the other chip.
+        devices = jax.devices()[:2] if chip == "v5e" else jax.devices()[2:4]
+        mesh = jax.sharding.Mesh(devices, ("x",))
+        x = jnp.arange(len(devices) * cores * 8 * 128, dtype=jnp.int32).reshape(len(devices), cores, 8, 128)
+        x = jax.device_put(x, jax.sharding.NamedSharding(mesh, P("x")))
+        seen_cores = []
+
+        def copy_each_core(x_ref, o_ref):
+            n = jax.lax.axis_size("core")
+            seen_cores.append(n)
+            core = jax.lax.axis_index("core")
+            pltpu.sync_copy(x_ref.at[:, core], o_ref.at[:, core])
+
+        def body(x):
+            if hasattr(pltpu, "TensorCoreMesh"):  # jax >= 0.11
+                tc = pltpu.TensorCoreMesh(axis_name="core")
+                assert pltpu.get_tpu_info().num_cores == cores
+            else:
+                tc = pltpu.create_tensorcore_mesh("core")
+            assert tc.shape == {"core": cores}
+            return pl.kernel(copy_each_core, out_type=jax.ShapeDtypeStruct(x.shape, x.dtype), mesh=tc)(x)
+
+        f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
+        assert (f(x) == x).all()
+        assert seen_cores and set(seen_cores) == {cores} and seen

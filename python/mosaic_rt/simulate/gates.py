@@ -64,12 +64,32 @@ def device_kind_gate(chip: Chip, notes: list):
     undo_kind = _set_class_attr(cls, "device_kind", property(device_kind))
     # What jax's TPU info reads of a device besides its kind.
     undo_cores = _set_class_attr(cls, "num_cores", _cpu_only("num_cores", lambda d: chip.cores_per_device))
+    undo_mesh_cores = _abstract_mesh_cores(chip)
 
     def undo():
+        undo_mesh_cores()
         undo_cores()
         undo_kind()
 
     return undo
+
+
+def _abstract_mesh_cores(chip: Chip):
+    """Inside `shard_map` jax reads a device's kind and cores from the
+    mesh's abstract device, whose cores jax fills in only for TPU / GPU
+    platforms: a CPU device's were None, so ``pltpu.TensorCoreMesh()``
+    made there had ``num_cores=None`` (``lax.axis_size`` of its axis
+    raised a TypeError). A CPU abstract device gets the chip's cores, as
+    the CPU device itself does."""
+    cls = jx.abstract_device_class()
+    native = cls.__dict__["__init__"]
+
+    def __init__(self, device_kind, num_cores, platform):
+        if num_cores is None and platform == "cpu":
+            num_cores = chip.cores_per_device
+        native(self, device_kind, num_cores, platform)
+
+    return _set_class_attr(cls, "__init__", __init__)
 
 
 def topology_gate(chip: Chip, notes: list):

@@ -61,13 +61,7 @@ def _install(generation: str | None) -> None:
         registry[_CPU_KIND] = answer
     else:
         return
-    _clear_cache(info)
-
-
-def _clear_cache(info) -> None:
-    clear = getattr(info.get_tpu_info, "cache_clear", None)
-    if clear is not None:
-        clear()
+    jx.clear_tpu_info_cache()
 
 
 def answer_on_cpu(generation: str | None) -> None:
@@ -117,4 +111,4 @@ def answering_for(generation: str):
                     _install(None)
                 else:
                     info.registry[_CPU_KIND] = before
-                    _clear_cache(info)
+                    jx.clear_tpu_info_cache()
