@@ -28,6 +28,7 @@ from mosaic_rt.interpret.evaluation import (
     dma_views,
     native_calls,
     packing,
+    poison,
     select_refs,
     sites,
     splat,
@@ -458,15 +459,15 @@ def _run_scoped(eqn, read, ctx, token):
             space = forward_any_to_hbm(aval.memory_space)
         else:
             space = _space_or_raise_if_hbm(aval, "run_scoped_p", "Cannot allocate HBM in `run_scoped`.")
+        poisoned = poison.initial_value(aval.shape, aval.dtype)
         token, buf = native_calls.allocate_buffer(
             token,
             handle=ctx.handle,
             device=ctx.device_id,
             core=ctx.core,
             space=space_code(space),
-            shape=aval.shape,
-            dtype=aval.dtype,
             params=ctx.params,
+            **({"shape": aval.shape, "dtype": aval.dtype} if poisoned is None else {"init": poisoned}),
         )
         allocs.append(buf)
     token, out = eval_jaxpr(body, *read(), *allocs, ctx=ctx, token=token)
@@ -483,8 +484,9 @@ def _run_scoped(eqn, read, ctx, token):
 def _kernel_ref(eqn, read, ctx, token):
     """`jax.empty_ref(type, memory_space)` / `jax.new_ref(value,
     memory_space=)` inside a kernel: a buffer of the kernel's memory (VMEM
-    unless the type names another space), uninitialised or holding the
-    value, freed when the enclosing block ends (as a run_scoped one)."""
+    unless the type names another space), uninitialised (or poisoned, see
+    `poison`) or holding the value, freed when the enclosing block ends (as
+    a run_scoped one)."""
     aval = eqn.outvars[0].aval
     if ctx.block_refs is None:
         return NotImplemented
@@ -493,8 +495,11 @@ def _kernel_ref(eqn, read, ctx, token):
         raise NotImplementedError("jax.empty_ref of semaphores in a kernel: use pltpu.SemaphoreType in scratch_shapes")
     if space is _HBM and not ctx.params.allow_hbm_allocation_in_run_scoped:
         raise ValueError(f"{eqn.primitive.name} in HBM inside a kernel is not supported: allocate VMEM or SMEM")
-    init = read()[0] if eqn.primitive is jx.new_ref_p else None
     inner = aval.inner_aval
+    if eqn.primitive is jx.new_ref_p:
+        init = jnp.broadcast_to(read()[0], inner.shape).astype(inner.dtype)
+    else:
+        init = poison.initial_value(inner.shape, inner.dtype)
     token, buf = native_calls.allocate_buffer(
         token,
         handle=ctx.handle,
@@ -502,8 +507,7 @@ def _kernel_ref(eqn, read, ctx, token):
         core=ctx.core,
         space=space_code(space),
         params=ctx.params,
-        **({"init": jnp.broadcast_to(init, inner.shape).astype(inner.dtype)} if init is not None else {}),
-        **({} if init is not None else {"shape": inner.shape, "dtype": inner.dtype}),
+        **({"shape": inner.shape, "dtype": inner.dtype} if init is None else {"init": init}),
     )
     ctx.block_refs.append((space_code(space), buf))
     return token, buf
