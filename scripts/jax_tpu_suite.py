@@ -137,12 +137,17 @@ _ORDER = (
     "compares the kernel's K-blocked f32 sums with one XLA:CPU dot of the test's jnp reference at a TPU "
     "tolerance: f32 summation order (on a TPU both sum in the MXU's order); stock fails it too"
 )
+_DEFAULT_PRECISION = (
+    "on a TPU the reference's f32 dots at DEFAULT precision round their operands to bf16 too; "
+    "XLA:CPU computes them exactly; stock fails it too"
+)
 CPU_LIMITS: dict = {
     "test_matmul_out_transpose": "the test's jnp reference (outside the kernel) hits XLA:CPU's missing "
     "BF16 x BF16 = F32 dot with a transposed result ('Unsupported element type for DotThunk::Execute')",
     "test_dot_dot_fusion": "its jnp reference keeps the first product in f32 where the fused kernel takes it "
-    "in bf16: on a TPU the reference's f32 dot at DEFAULT precision rounds its operands to bf16 too; "
-    "XLA:CPU computes it exactly; stock fails it too",
+    "in bf16: " + _DEFAULT_PRECISION,
+    "test_paged_attention": "the f32 variants: the kernel rounds K and V to bf16 (its dequantize step's "
+    "default dtype) where the test's jnp reference keeps them f32: " + _DEFAULT_PRECISION,
     "test_dot_transpose_dot_fusion": _ORDER,
     "test_matmul": _ORDER,
     "test_matmul_out_custom_vjp_bwd": _ORDER,
