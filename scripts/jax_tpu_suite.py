@@ -130,6 +130,8 @@ EXCLUDED: dict = {
     "test_sequential_collectives_auto_allocated_ids": "reads the collective ids XLA:TPU assigns in the lowered "
     "TPU custom calls (a compile-only test: JAX skips it in interpret mode)",
     "test_side_effecting_dce": "counts the TPU custom calls left in the compiled HLO after XLA's DCE",
+    "test_auto_assigned_barrier_semaphores_no_data_corruption": "counts the barrier semaphores XLA:TPU assigns "
+    "in the compiled HLO (its values are right on ours: checked with that assertion moved last)",
 }
 # Tests no CPU backend passes for a reason outside the kernel (stock fails
 # them too): counted in the pass rate, listed with the reason.
