@@ -164,3 +164,47 @@ def test_a_tensorcore_mesh_made_inside_shard_map_has_the_chips_cores(seen, chip)
         f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"), check_vma=False))
         assert (f(x) == x).all()
         assert seen_cores and set(seen_cores) == {cores} and seen
+
+
+def _per_core_first_step_kernel(flag_ref, x_ref, o_ref, scratch):
+    # Each core's first step finds its own flag set (scalar prefetch lives
+    # in each core's SMEM), as paged attention's megacore modes rely on.
+    @pl.when(flag_ref[0] == 1)
+    def _():
+        scratch[...] = jnp.zeros_like(scratch)
+        flag_ref[0] = 0
+
+    scratch[...] += x_ref[...]
+    o_ref[...] = scratch[...]
+
+
+def _per_core_first_step(x):
+    return pl.pallas_call(
+        _per_core_first_step_kernel,
+        out_shape=jax.ShapeDtypeStruct((2, 8, 128), x.dtype),
+        grid_spec=pltpu.PrefetchScalarGridSpec(
+            num_scalar_prefetch=1,
+            grid=(2, 3),
+            in_specs=[pl.BlockSpec((None, None, 8, 128), lambda c, i, flag: (c, i, 0, 0))],
+            out_specs=pl.BlockSpec((None, 8, 128), lambda c, i, flag: (c, 0, 0)),
+            scratch_shapes=[pltpu.VMEM((8, 128), x.dtype)],
+        ),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
+    )(jnp.ones((1,), jnp.int32), x)
+
+
+def test_a_megacore_chip_splits_parallel_grid_dimensions_between_its_cores(seen):
+    x = jnp.arange(2 * 3 * 8 * 128, dtype=jnp.float32).reshape(2, 3, 8, 128)
+    want = x.sum(axis=1)
+    with mosaic_rt.simulate_tpu("v5p") as sim:
+        assert sim.params == {"num_cores_or_threads": 2}
+        assert (_per_core_first_step(x) == want).all()
+        assert seen[-1].num_cores_or_threads == 2
+    # One core (a chip without megacore, or the user's choice) runs both
+    # halves in turn: the second half's first step finds the flag cleared.
+    with mosaic_rt.simulate_tpu("v5p", params={"num_cores_or_threads": 1}) as sim:
+        assert sim.params == {"num_cores_or_threads": 1}
+        got = _per_core_first_step(x)
+        assert (got[0] == want[0]).all() and (got[1] == want[0] + want[1]).all()
+    with mosaic_rt.simulate_tpu("v6e") as sim:
+        assert sim.params == {}

@@ -98,6 +98,13 @@ def _prepare(chip, params, interpreter, disable) -> tuple[Simulation, routing.Se
     fields = parse_params(params, "simulate_tpu(params=)")
     interpreter = normalize_interpreter(interpreter, "simulate_tpu(interpreter=)")
     off = parse_gates(disable, "simulate_tpu(disable=)")
+    cores = CHIPS[name].cores_per_device
+    if cores > 1:
+        # A megacore chip splits a kernel's "parallel" grid dimensions
+        # between its TensorCores, each with its own VMEM / SMEM (scalar
+        # prefetch included): kernels written for it (paged attention's
+        # megacore modes) need both cores. The user's value wins.
+        fields.setdefault("num_cores_or_threads", cores)
     setting = routing.Setting(name, interpreter, tuple(sorted(fields.items(), key=lambda kv: kv[0])))
     try:
         hash(setting)
