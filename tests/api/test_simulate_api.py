@@ -136,12 +136,13 @@ def test_a_tensorcore_mesh_made_inside_shard_map_has_the_chips_cores(seen, chip)
     # Inside shard_map jax reads a device's cores from the abstract mesh,
     # which has none for CPU devices: TensorCoreMesh() got num_cores=None
     # and lax.axis_size of its axis raised a TypeError.
+    # A mesh made before the simulation: jax interns meshes (and their
+    # abstract meshes), so code under test may get one made earlier.
+    devices = jax.devices()[:2]
+    mesh = jax.sharding.Mesh(devices, ("x",))
+    assert mesh.abstract_mesh.abstract_device.num_cores is None
     with mosaic_rt.simulate_tpu(chip) as sim:
         cores = sim.chip.cores_per_device
-        # Devices of their own per chip: jax interns a Mesh of the same
-        # devices, with the abstract mesh it computed under the other chip.
-        devices = jax.devices()[:2] if chip == "v5e" else jax.devices()[2:4]
-        mesh = jax.sharding.Mesh(devices, ("x",))
         x = jnp.arange(len(devices) * cores * 8 * 128, dtype=jnp.int32).reshape(len(devices), cores, 8, 128)
         x = jax.device_put(x, jax.sharding.NamedSharding(mesh, P("x")))
         seen_cores = []

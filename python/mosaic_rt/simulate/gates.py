@@ -79,17 +79,20 @@ def _abstract_mesh_cores(chip: Chip):
     mesh's abstract device, whose cores jax fills in only for TPU / GPU
     platforms: a CPU device's were None, so ``pltpu.TensorCoreMesh()``
     made there had ``num_cores=None`` (``lax.axis_size`` of its axis
-    raised a TypeError). A CPU abstract device gets the chip's cores, as
-    the CPU device itself does."""
+    raised a TypeError). A CPU abstract device answers the chip's cores,
+    as the CPU device itself does -- when read, so that abstract meshes
+    jax made (and interned) before the simulation answer too."""
     cls = jx.abstract_device_class()
-    native = cls.__dict__["__init__"]
+    slot = cls.__dict__["num_cores"]  # the dataclass field's slot
 
-    def __init__(self, device_kind, num_cores, platform):
-        if num_cores is None and platform == "cpu":
-            num_cores = chip.cores_per_device
-        native(self, device_kind, num_cores, platform)
+    def get(device):
+        cores = slot.__get__(device, cls)
+        return chip.cores_per_device if cores is None and device.platform == "cpu" else cores
 
-    return _set_class_attr(cls, "__init__", __init__)
+    def set_(device, value):
+        slot.__set__(device, value)
+
+    return _set_class_attr(cls, "num_cores", property(get, set_))
 
 
 def topology_gate(chip: Chip, notes: list):
