@@ -11,7 +11,10 @@ renders itself as source text defining
   outputs (a list of arrays);
 * ``meaning()``: the same computation without any interpreter (numpy, or
   eager jax op by op: the TPU's wrapping integers and per-op float
-  rounding), or None where the generator has no model of it.
+  rounding), or None where the generator has no model of it;
+* ``compiled_meaning()`` (where a category has one): the meaning's program
+  under `jax.jit`, which XLA rewrites as it rewrites stock's and ours (the
+  oracle's second opinion where stock rejects a kernel).
 
 The fuzzer runs exactly that text (`load`), and a mismatch's repro file is
 that text plus a ``__main__`` harness comparing stock with mosaic_rt: what

@@ -168,6 +168,30 @@ def _without_excess_precision(ns):
 _NO_EXCESS = {"xla_allow_excess_precision": False}
 
 
+def _xla_explains(ns, ours: list, want) -> bool:
+    """Where stock rejects a kernel and ours is not the eager meaning:
+    whether the difference is XLA's compiling, not our interpreting --
+    stock's programs are XLA-compiled too, so either makes ours right:
+    - compiled without excess precision, ours is the meaning (XLA:CPU's
+      fusions keep bf16 / f16 intermediates in f32, eager jax rounds each op);
+    - ours is the case's ``compiled_meaning()`` (the meaning's program under
+      `jax.jit`, where a case has one): XLA rewrites some ops it compiles, as
+      ``x / c`` into ``x * (1 / c)`` for a constant ``c``, which eager jax
+      runs as written."""
+    rounded = _without_excess_precision(ns)
+    if not isinstance(rounded, Exception) and matches_meaning(rounded, want):
+        return True
+    compiled = ns.get("compiled_meaning")
+    if compiled is None:
+        return False
+    try:
+        with _quiet():
+            got = compiled()
+    except Exception as exc:
+        raise MeaningFailed(f"compiled_meaning: {type(exc).__name__}: {exc}") from exc
+    return matches_meaning(ours, got)
+
+
 class MeaningFailed(Exception):
     """The case's meaning raised: a generator's model to fix (it would
     otherwise hide the very disagreements it is there to judge)."""
@@ -242,11 +266,7 @@ def _judge(ns: dict, check_meaning: bool, stock_crashed: bool = False) -> Verdic
     if s_err:
         want = _meaning(ns)
         if want is not None and not matches_meaning(ours, want):
-            rounded = _without_excess_precision(ns)
-            if not isinstance(rounded, Exception) and matches_meaning(rounded, want):
-                # XLA:CPU's fusions keep bf16 / f16 intermediates in f32
-                # (`xla_allow_excess_precision`, on by default): stock's
-                # programs do the same; the meaning rounds every op.
+            if _xla_explains(ns, ours, want):
                 return Verdict(STOCK_REJECTS, detail=f"stock: {_describe(stock)}", off_meaning=True)
             return Verdict(
                 MISMATCH, ("ours_wrong", ""), f"only stock rejects it ({_describe(stock)}); ours is not the meaning"

@@ -108,6 +108,10 @@ def run(params):
 def meaning():
     with jax.disable_jit():
         return [np.asarray(make(None)(*ARGS))]
+
+
+def compiled_meaning():
+    return [np.asarray(jax.jit(make(None))(*ARGS))]
 """
         for w in self.wrappers:
             if w == "vmap":
@@ -166,6 +170,10 @@ def run(params):
 def meaning():
     with jax.disable_jit():
         return [np.asarray(make(None)(*ARGS))]
+
+
+def compiled_meaning():
+    return [np.asarray(jax.jit(make(None))(*ARGS))]
 """
 
     def shrinks(self):
