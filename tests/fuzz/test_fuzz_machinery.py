@@ -150,37 +150,21 @@ def test_excess_precision_where_stock_rejects_is_not_a_mismatch():
 
 def test_xla_rewriting_a_division_where_stock_rejects_is_not_a_mismatch():
     # Seed 305001054 (jax 0.12.1): stock rejected a vmapped kernel with
-    # dimension_semantics; ours computed x / -7.25 as XLA compiles it,
-    # x * (1 / -7.25), one ulp off eager jax's division in 532 elements.
-    # The meaning under jax.jit is ours bit for bit.
-    import jax
-    import jax.numpy as jnp
-    import mosaic_rt
-    from jax.experimental import pallas as pl
-
-    x = np.random.default_rng(0).standard_normal((48, 128)).astype(np.float32)
-
-    def body(v):
-        return v / -7.25
-
-    def kernel(x_ref, o_ref):
-        o_ref[...] = body(x_ref[...])
-
-    def run(params):
-        if type(params) is pltpu.InterpretParams:
-            raise ValueError("stock rejects it")
-        call = pl.pallas_call(kernel, out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype), interpret=params)
-        return [jax.jit(call)(x)]
-
-    def meaning():
-        with jax.disable_jit():
-            return [np.asarray(body(jnp.asarray(x)))]
-
-    ns = {"KNOBS": {}, "run": run, "meaning": meaning}
-    ours = [np.asarray(run(mosaic_rt.InterpretParams())[0])]
-    assert not oracle.matches_meaning(ours, meaning())  # the rewrite is visible
+    # dimension_semantics; ours computed x / -7.25 as that jaxlib's XLA
+    # compiles it, x * (1 / -7.25), one ulp off eager jax's division in 532
+    # elements (jaxlib 0.10.2's XLA divides). The meaning under jax.jit is
+    # ours bit for bit: a second opinion the oracle takes where a case has
+    # one, and only then.
+    x = np.random.default_rng(0).standard_normal(256).astype(np.float32)
+    divided = x / np.float32(-7.25)
+    rewritten = x * (np.float32(1) / np.float32(-7.25))
+    assert not np.array_equal(divided, rewritten)
+    ns = _case(ValueError("stock rejects it"), rewritten, meaning=divided)
     v = oracle.judge(ns)
-    assert v.kind == oracle.MISMATCH  # with no compiled meaning to explain it
-    ns["compiled_meaning"] = lambda: [np.asarray(jax.jit(body)(x))]
+    assert v.kind == oracle.MISMATCH and v.signature == ("ours_wrong", ""), v
+    ns["compiled_meaning"] = lambda: [rewritten.copy()]
     v = oracle.judge(ns)
     assert v.kind == oracle.STOCK_REJECTS and v.off_meaning, v
+    # A compiled meaning that is not ours does not excuse it.
+    ns["compiled_meaning"] = lambda: [divided.copy()]
+    assert oracle.judge(ns).kind == oracle.MISMATCH
