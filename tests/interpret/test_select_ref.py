@@ -163,3 +163,58 @@ def test_views_with_traced_starts_are_selected():
     )(x)
     blocks = x.reshape(4, ROWS, 128)
     np.testing.assert_array_equal(np.asarray(got), np.concatenate([blocks[0], blocks[2], blocks[2], blocks[0]]))
+
+
+_HBM = pl.BlockSpec(memory_space=pltpu.HBM)
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_a_whole_ref_and_a_view_of_all_of_another_are_selected(which):
+    # x.at[0:8] of an (8, 128) x against an untransformed y (the index read
+    # from SMEM): the whole ref is the view of all of it (jax's
+    # test_select_ref_smem_index; refused as differently viewed before).
+    def kernel(idx_ref, x_hbm, y_hbm, o_hbm):
+        def body(sem):
+            pltpu.async_copy(pl.select_ref(idx_ref[0], x_hbm.at[0:ROWS], y_hbm), o_hbm, sem).wait()
+
+        pl.run_scoped(body, pltpu.SemaphoreType.DMA)
+
+    x = np.arange(ROWS * 128, dtype=np.float32).reshape(ROWS, 128)
+    y = -x - 1
+    got = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM), _HBM, _HBM],
+        out_specs=_HBM,
+        interpret=mosaic_rt.InterpretParams(),
+    )(np.asarray([which], np.int32), x, y)
+    np.testing.assert_array_equal(np.asarray(got), [x, y][which])
+
+
+def test_nested_selects_with_a_view_on_top():
+    # An outer select among inner selects (each picking a half of its ref's
+    # columns), reshaped on top, in a loop (jax's test_select_ref_nested;
+    # failed with TracerArrayConversionError before).
+    def kernel(*refs):
+        *xs, o_hbm = refs
+
+        def body(sem):
+            @pl.loop(0, K)
+            def _(i):
+                halves = [pl.select_ref(k % 2, r.at[:, :128], r.at[:, 128:]) for k, r in enumerate(xs)]
+                src = pl.select_ref(i, *halves).reshape(ROWS, 128)
+                pltpu.async_copy(src, o_hbm.at[pl.ds(ROWS * i, ROWS)], sem.at[0]).wait()
+
+        pl.run_scoped(body, pltpu.SemaphoreType.DMA(1))
+
+    x = np.arange(K * ROWS * 256, dtype=np.int32).reshape(K * ROWS, 256)
+    xs = np.split(x, K)
+    got = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((K * ROWS, 128), jnp.int32),
+        in_specs=[_HBM] * K,
+        out_specs=_HBM,
+        interpret=mosaic_rt.InterpretParams(),
+    )(*xs)
+    want = np.concatenate([xk[:, :128] if k % 2 == 0 else xk[:, 128:] for k, xk in enumerate(xs)])
+    np.testing.assert_array_equal(np.asarray(got), want)

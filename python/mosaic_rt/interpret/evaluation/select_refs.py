@@ -7,7 +7,9 @@ so the choice is a select among the candidates' ids -- and, for candidates
 that are views indexed alike (``x.at[pl.ds(8 * k, 8)]``, ``sems.at[k]``),
 among their index starts -- giving one ordinary ref that the DMA rules take
 as they take any other. Candidates of one select have one type (jax checks
-it); views that differ in more than their starts are not supported.
+it); a whole ref counts as the view of all of it, and a candidate that is a
+select itself is resolved first; views that differ in more than their
+starts are not supported.
 """
 
 from __future__ import annotations
@@ -23,12 +25,24 @@ from mosaic_rt import jax_internals as jx
 
 
 def is_select(x) -> bool:
+    ref, transforms = _parts(x)
     return (
         jx.SelectTransform is not None
-        and isinstance(x, jx.TransformedRef)
-        and bool(x.transforms)
-        and isinstance(x.transforms[0], jx.SelectTransform)
+        and isinstance(ref, tuple)
+        and bool(transforms)
+        and isinstance(transforms[0], jx.SelectTransform)
     )
+
+
+def _parts(x) -> tuple:
+    """``(ref, transforms)`` of ``x``, views of views as one list: jax
+    0.10.2 wraps a view of a select (``pl.select_ref(...).reshape(...)``)
+    around it, where later jax appends the view's transforms to the
+    select's. For a select, ``ref`` is the tuple of candidates."""
+    ref, transforms = x, ()
+    while isinstance(ref, jx.TransformedRef):
+        ref, transforms = ref.ref, (*ref.transforms, *transforms)
+    return ref, transforms
 
 
 def first_candidate(x):
@@ -36,8 +50,9 @@ def first_candidate(x):
     candidates share: the aval, the memory space); anything else as it is."""
     if not is_select(x):
         return x
-    base, transforms = jx.ref_and_transforms(x.ref[0])
-    rest = (*(transforms or ()), *x.transforms[1:])
+    candidates, transforms = _parts(x)
+    base, own = _parts(first_candidate(candidates[0]))
+    rest = (*own, *transforms[1:])
     return jx.TransformedRef(base, rest) if rest else base
 
 
@@ -46,11 +61,13 @@ def resolve(x):
     chooses at run time; anything else as it is."""
     if not is_select(x):
         return x
-    idx = x.transforms[0].idx
-    candidates = [jx.ref_and_transforms(r) for r in x.ref]
-    base = _select(idx, [b for b, _ in candidates])
-    merged = _merge(idx, [tuple(t or ()) for _, t in candidates])
-    rest = (*merged, *x.transforms[1:])
+    candidates, transforms = _parts(x)
+    idx = transforms[0].idx
+    # A candidate may be a select of its own (pl.select_ref nested).
+    chosen = [_parts(resolve(r)) for r in candidates]
+    base = _select(idx, [b for b, _ in chosen])
+    merged = _merge(idx, [tuple(t) for _, t in chosen])
+    rest = (*merged, *transforms[1:])
     return jx.TransformedRef(base, rest) if rest else base
 
 
@@ -81,8 +98,29 @@ def _merge(idx, transforms: list[tuple]) -> tuple:
     if all(_same(t, first) for t in transforms[1:]):
         return first
     if any(len(t) != len(first) for t in transforms):
-        raise _unsupported(transforms)
+        transforms = _whole_views(transforms)
+        first = transforms[0]
     return tuple(_merge_one(idx, same, transforms) for same in zip(*transforms))
+
+
+def _whole_views(transforms: list[tuple]) -> list[tuple]:
+    """``transforms`` where some candidates are whole refs (no transforms)
+    and the others one slice of a ref of the same shape in every dimension
+    (``x.at[0:8]`` of an (8, 128) ``x``): each whole ref as that slice from
+    0, so that all are merged alike."""
+    views = [t for t in transforms if t]
+    if any(len(t) != 1 or not isinstance(t[0], jx.NDIndexer) for t in views):
+        raise _unsupported(transforms)
+    shape = tuple(views[0][0].shape)
+    for (t,) in views:
+        if (
+            tuple(t.shape) != shape
+            or not all(isinstance(c, jx.Slice) for c in t.indices)
+            or tuple(t.get_indexer_shape()) != shape
+        ):
+            raise _unsupported(transforms)
+    whole = jx.NDIndexer(tuple(jx.Slice(0, d, 1) for d in shape), shape, ())
+    return [t if t else (whole,) for t in transforms]
 
 
 def _merge_one(idx, same: tuple, transforms):

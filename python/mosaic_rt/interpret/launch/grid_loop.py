@@ -55,7 +55,7 @@ class NativePlan:
     iters_per_core: int  # 0 when the grid has a dynamic bound
     parallel_subgrid: int  # the product of the parallel dims (static)
     cores: int
-    tracked: list  # block operands (inputs first) not in HBM: copied
+    tracked: list  # block operands not in HBM (copied): inputs, reloaded outputs, outputs
     blocks: list  # a native_calls.GridBlock per tracked operand
     revisit: list  # per output: its index in `blocks` if revisits fail, else -1
     n_tracked_in: int  # how many of `blocks` are inputs
@@ -125,10 +125,16 @@ def _native_plan(grid, randomized, subgrid, cores, blocks: BlockOperands, buffer
         return None
     sub = int(subgrid)
     n_in, n_out = blocks.n_in, blocks.n_out
-    tracked = [k for k in range(n_in + n_out) if blocks.copied[k]]
+    reloaded = reloaded_outputs(blocks, buffers)
+    # An output block revisited at any step is copied in too (from the
+    # output's HBM buffer, where its last visit left it): listed among the
+    # inputs a second time.
+    tracked_in = [k for k in range(n_in) if blocks.copied[k]] + [n_in + j for j in reloaded]
+    tracked_out = [k for k in range(n_in, n_in + n_out) if blocks.copied[k]]
+    tracked = tracked_in + tracked_out
     grid_blocks = [
         native_calls.GridBlock(
-            output=k >= n_in,
+            output=at >= len(tracked_in),
             space=space_code(blocks.spaces[k]),
             hbm_id=buffers.input_ids[k] if k < n_in else buffers.output_ids[k - n_in],
             kernel_id=(buffers.kernel_in_ids[k] if k < n_in else buffers.kernel_out_ids[k - n_in]),
@@ -137,11 +143,14 @@ def _native_plan(grid, randomized, subgrid, cores, blocks: BlockOperands, buffer
             factors=_block_factors(blocks.mappings[k]),
             name=blocks.in_names[k] if k < n_in else blocks.out_names[k - n_in],
         )
-        for k in tracked
+        for at, k in enumerate(tracked)
     ]
-    # An output aliased to an input is not checked for revisits.
+    # An output aliased to an input, or reloaded, is not checked for revisits.
     revisit = [
-        tracked.index(n_in + j) if (n_in + j in tracked and j not in buffers.out_alias) else -1 for j in range(n_out)
+        len(tracked_in) + tracked_out.index(n_in + j)
+        if (n_in + j in tracked_out and j not in buffers.out_alias and j not in reloaded)
+        else -1
+        for j in range(n_out)
     ]
     return NativePlan(
         order=order,
@@ -153,7 +162,26 @@ def _native_plan(grid, randomized, subgrid, cores, blocks: BlockOperands, buffer
         tracked=tracked,
         blocks=grid_blocks,
         revisit=revisit,
-        n_tracked_in=sum(1 for k in tracked if k < n_in),
+        n_tracked_in=len(tracked_in),
+    )
+
+
+def reloaded_outputs(blocks: BlockOperands, buffers: LaunchBuffers) -> tuple:
+    """The outputs whose blocks may be revisited at any step
+    (``pipeline_mode=pl.Buffered(1, revisit=pl.RevisitMode.ANY)``): the TPU
+    pipeline restores such a block from HBM when it comes back to it, so
+    each visit starts from what the last one wrote back. (Without it only
+    a revisit at the very next step keeps the block, and any other revisit
+    is an error.) An output aliased to an input is left as it is."""
+    any_mode = getattr(getattr(pallas_core, "RevisitMode", None), "ANY", None)
+    if any_mode is None:
+        return ()
+    return tuple(
+        j
+        for j in range(blocks.n_out)
+        if blocks.copied[blocks.n_in + j]
+        and j not in buffers.out_alias
+        and getattr(blocks.mappings[blocks.n_in + j].pipeline_mode, "revisit", None) is any_mode
     )
 
 
@@ -320,12 +348,11 @@ def _rebuild_indices(sources, point, carried, consts):
 def _tracked_indices(loop: GridLoop, point, ctx: Ctx, token):
     """Evaluates every index map at `point`; the block indices of the
     tracked blocks, flattened (inputs first)."""
-    flat = []
+    indices = {}
     for k, bm in enumerate(loop.blocks.mappings):
         token, bi = _block_indices(loop, bm, point, ctx, token)
-        if k in loop.native.tracked:
-            flat.append(tuple(_idx32(i) for i in bi))
-    return token, flat
+        indices[k] = tuple(_idx32(i) for i in bi)
+    return token, [indices[k] for k in loop.native.tracked]
 
 
 def _block_factor(b):
@@ -423,6 +450,23 @@ def _copy_in_moved_blocks(loop: GridLoop, step: _Step, first_iter, prev_starts, 
             grid_point=step.point,
         )
         token = lax.cond(changed, _settled(copy_in), lambda t: t, materialize(token))
+    for j in reloaded_outputs(blocks, buffers):
+        k = blocks.n_in + j
+        changed = (step.it == first_iter) | jnp.any(step.starts[k] != prev_starts[k])
+        reload = functools.partial(
+            native_calls.copy_block_in,
+            handle=ctx.handle,
+            device=ctx.device_id,
+            core=step.core,
+            src=buffers.output_ids[j],
+            src_region=block_region(step.starts[k], blocks.shapes[k], blocks.squeezed[k]),
+            dst_space=space_code(blocks.spaces[k]),
+            dst=buffers.kernel_out_ids[j],
+            name=blocks.out_names[j],
+            block_indices=step.idx[k],
+            grid_point=step.point,
+        )
+        token = lax.cond(changed, _settled(reload), lambda t: t, materialize(token))
     return token
 
 
@@ -431,6 +475,7 @@ def _copy_out_moving_blocks(loop: GridLoop, step: _Step, loop_bound, next_starts
     one on the core's last step). Returns ``(token, regions)``: per output
     its block's region for the revisit check (None: not checked)."""
     ctx, blocks, buffers = loop.ctx, loop.blocks, loop.buffers
+    reloaded = reloaded_outputs(blocks, buffers)
     out_regions = []
     for j in range(blocks.n_out):
         k = blocks.n_in + j
@@ -438,8 +483,8 @@ def _copy_out_moving_blocks(loop: GridLoop, step: _Step, loop_bound, next_starts
             out_regions.append(None)
             continue
         region = block_region(step.starts[k], blocks.shapes[k], blocks.squeezed[k])
-        # An output aliased to an input is not checked for revisits.
-        out_regions.append(None if j in buffers.out_alias else region)
+        # An output aliased to an input, or reloaded, is not checked for revisits.
+        out_regions.append(None if j in buffers.out_alias or j in reloaded else region)
         changed = (step.it + 1 == loop_bound) | jnp.any(step.starts[k] != next_starts[k])
         copy_out = functools.partial(
             native_calls.copy_block_out,
