@@ -166,6 +166,7 @@ CPU_LIMITS: dict = {
     "test_matmul_with_multiple_mixed_slices_and_bias": _ORDER,
     "test_matmul_with_multiple_slices": _ORDER,
     "test_matmul_with_slice": _ORDER,
+    "test_megacore_splitting": _ORDER,
 }
 # The CI subset: file -> -k expression (tests that pass on ours, covering
 # what was closed for this suite: semaphores as kernel operands and

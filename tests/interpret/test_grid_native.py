@@ -224,6 +224,32 @@ def test_dynamic_grid_bounds_run_natively_as_stock(n):
     assert ops["copy_block"] == ops["check_revisit"] == 0
 
 
+@pytest.mark.parametrize("shape", [(), (1,)])
+def test_a_dynamic_bound_given_as_a_one_element_array(shape):
+    # grid=(n,) with n of shape (1,), the count kept in an SMEM output the
+    # steps increment: the TPU takes it (jax's
+    # test_dynamic_grid_with_smem_output); our launch refused the operand's
+    # rank, stock fails it too.
+    from jax import lax
+
+    def kernel(n_ref, o_ref):
+        o_ref[0] = lax.cond(pl.program_id(0) == 0, lambda: 1, lambda: o_ref[0] + 1)
+
+    @jax.jit
+    def run(n):
+        return pl.pallas_call(
+            kernel,
+            out_shape=jax.ShapeDtypeStruct((1,), jnp.int32),
+            grid=(n,),
+            in_specs=[pl.BlockSpec(memory_space=pltpu.SMEM)],
+            out_specs=pl.BlockSpec(memory_space=pltpu.SMEM),
+            interpret=mosaic_rt.InterpretParams(),
+        )(n)
+
+    for n in (1, 5):
+        np.testing.assert_array_equal(np.asarray(run(jnp.full(shape, n, jnp.int32))), [n])
+
+
 def test_memory_logging_falls_back_and_logs_block_copies(caplog):
     x = _x((16, 128), seed=6)
     from mosaic_rt.jax_internals import LoggingMode

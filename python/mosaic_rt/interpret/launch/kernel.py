@@ -64,7 +64,9 @@ def _interpret_pallas_call(
     dyn_grid, scalars, inputs = jx.split_list(
         args, [grid_mapping.num_dynamic_grid_bounds, grid_mapping.num_index_operands]
     )
-    dyn_iter = iter(dyn_grid)
+    # A dynamic bound may come as a one-element array (grid=(n,) with n of
+    # shape (1,): the TPU takes it): the loop counts with scalars.
+    dyn_iter = iter(jnp.reshape(g, ()) if jnp.shape(g) != () else g for g in dyn_grid)
     grid = tuple(next(dyn_iter) if isinstance(g, pallas_core.DynamicGridDim) else g for g in grid_mapping.grid)
     axis_sizes, axis_indices, num_devices, device_id = _this_device()
 
