@@ -168,3 +168,19 @@ def test_xla_rewriting_a_division_where_stock_rejects_is_not_a_mismatch():
     # A compiled meaning that is not ours does not excuse it.
     ns["compiled_meaning"] = lambda: [divided.copy()]
     assert oracle.judge(ns).kind == oracle.MISMATCH
+
+
+def test_generated_grid_kernels_write_their_whole_output():
+    # Rows no output block covers hold whatever the TPU (or an interpreter)
+    # left there: the grid generator gave a squeezed leading output dim the
+    # unsqueezed block's rows, which stock and ours filled alike and the
+    # numpy meaning with zeros (found once RevisitMode.ANY cases let the
+    # meaning decide).
+    from fuzzing.grid import _block_dim_size
+
+    for seed in range(900_000_000, 900_000_400):
+        spec = runner.generate("grid", seed)
+        out = spec.output
+        for d, (size, index) in enumerate(zip(out.block, out.index_map.split(", "))):
+            steps = 1 if index == "0" else spec.grid[int(index[1:])]
+            assert _block_dim_size(size) * steps == out.array[d], (seed, out)

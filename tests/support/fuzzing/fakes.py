@@ -317,14 +317,26 @@ def _block_slices(block_shape, block_index, array_shape):
 
 
 def meaning_call(
-    kernel, args, out_shapes, *, grid=(), in_specs=None, out_specs=None, scratch=(), prefetch=0, replace=None
+    kernel,
+    args,
+    out_shapes,
+    *,
+    grid=(),
+    in_specs=None,
+    out_specs=None,
+    scratch=(),
+    prefetch=0,
+    replace=None,
+    reload_outputs=False,
 ):
     """The outputs (numpy) of a pallas_call of ``kernel`` over ``args``:
     ``in_specs`` / ``out_specs`` as (block_shape, index_map) or None (whole
     array), ``scratch`` allocation requests, the first ``prefetch`` args
     scalar-prefetch operands (SMEM refs passed to index maps and kernel);
     ``replace``: globals of the kernel to replace (its compute's version
-    outside a kernel)."""
+    outside a kernel); ``reload_outputs``: an output block the grid comes
+    back to starts from what its last visit wrote (RevisitMode.ANY), not
+    from zeros."""
     body = faked(kernel, replace)
     args = [np.array(a) for a in args]
     outs = [np.zeros(s.shape, _np_dtype(s.dtype)) for s in out_shapes]
@@ -356,8 +368,13 @@ def meaning_call(
                 if bi != out_at[k]:
                     if out_at[k] is not None:
                         o[_block_slices(spec[0], out_at[k], o.shape)] = out_bufs[k].get()
-                    shape = np.empty(o.shape, np.bool_)[_block_slices(spec[0], bi, o.shape)].shape
-                    out_bufs[k], out_at[k] = FakeRef.of(np.zeros(shape, o.dtype)), bi
+                    here = _block_slices(spec[0], bi, o.shape)
+                    block = (
+                        np.array(o[here])
+                        if reload_outputs
+                        else np.zeros(np.empty(o.shape, np.bool_)[here].shape, o.dtype)
+                    )
+                    out_bufs[k], out_at[k] = FakeRef.of(block), bi
             body(*pre, *in_bufs, *out_bufs, *scratch_refs)
         for k, (o, spec) in enumerate(zip(outs, out_specs)):
             if spec is not None and out_at[k] is not None:

@@ -3,7 +3,8 @@ BlockSpecs: blocks that divide their arrays, squeezed (None) and element
 (`pl.Element`) dimensions, index maps that permute, reverse, pin or gather
 blocks (through a scalar-prefetch operand) with input revisits in any
 order, outputs revisited over trailing reduction dimensions (accumulated
-under `pl.when(program_id == 0)`), dimension semantics (parallel prefixes)
+under `pl.when(program_id == 0)`) or, with leading ones, at any step
+(`pl.Buffered(1, revisit=pl.RevisitMode.ANY)`), dimension semantics (parallel prefixes)
 and several cores (`num_cores_or_threads`). The kernel body is a random
 straight-line program over the blocks (`array_ops`). Meaning: the kernel
 itself over numpy blocks, grid point by grid point (`fakes.meaning_call`).
@@ -45,6 +46,9 @@ class GridKernel:
     seeds: tuple
     special: bool
     category: str = "grid"
+    # The reduction dims lead the grid, so the output's blocks are revisited
+    # at any step: pipeline_mode=pl.Buffered(1, revisit=pl.RevisitMode.ANY).
+    revisit_any: bool = False
 
     def devices(self) -> int:
         return 1
@@ -89,16 +93,16 @@ class GridKernel:
         else:
             lines.append(f"    o_ref[...] = {value}")
         specs_in = ", ".join(f"pl.BlockSpec({shape_text_raw(op.block)}, {op.name}_map)" for op in self.inputs)
+        mode = ", pipeline_mode=pl.Buffered(1, revisit=pl.RevisitMode.ANY)" if self.revisit_any else ""
+        spec_out = f"pl.BlockSpec({shape_text_raw(o.block)}, o_map{mode})"
         grid_spec = (
             f"pltpu.PrefetchScalarGridSpec(num_scalar_prefetch=1, grid={self.grid},"
-            f" in_specs=[{specs_in}], out_specs=pl.BlockSpec({shape_text_raw(o.block)}, o_map))"
+            f" in_specs=[{specs_in}], out_specs={spec_out})"
         )
         if not self.prefetch:
             grid_spec = None
         call_args = (
-            f"grid_spec={grid_spec}"
-            if grid_spec
-            else f"grid={self.grid}, in_specs=[{specs_in}], out_specs=pl.BlockSpec({shape_text_raw(o.block)}, o_map)"
+            f"grid_spec={grid_spec}" if grid_spec else f"grid={self.grid}, in_specs=[{specs_in}], out_specs={spec_out}"
         )
         nl = "\n"
         return f"""
@@ -140,6 +144,7 @@ def meaning():
         out_specs=[{specs[-1]}],
         prefetch={1 if self.prefetch else 0},
         replace={{"body": body_outside}},
+        reload_outputs={self.revisit_any},
     )
 """
 
@@ -176,11 +181,18 @@ def generate(rng) -> GridKernel:
     out_dims = [d for d in range(rank) if counts[d] > 1 or rng.random() < 0.3]
     rng.shuffle(out_dims)
     n_reduce = rng.choice([0, 0, 1]) if len(out_dims) < 3 else 0
-    grid = tuple([counts[d] for d in out_dims] + [rng.choice([2, 3]) for _ in range(n_reduce)])
+    reduce_counts = [rng.choice([2, 3]) for _ in range(n_reduce)]
+    # Reductions leading the grid revisit each output block once per
+    # reduction step, other blocks between: only with RevisitMode.ANY.
+    revisit_any = bool(n_reduce and any(counts[d] > 1 for d in out_dims) and rng.random() < 0.25)
+    lead = n_reduce if revisit_any else 0
+    grid = tuple(
+        reduce_counts + [counts[d] for d in out_dims] if revisit_any else [counts[d] for d in out_dims] + reduce_counts
+    )
     if not grid:
         grid = (rng.choice([1, 2, 3]),)
         n_reduce = 1
-    reduce_dims = tuple(range(len(grid) - n_reduce, len(grid)))
+    reduce_dims = tuple(range(n_reduce)) if revisit_any else tuple(range(len(grid) - n_reduce, len(grid)))
     nd = len(grid)
     prefetch = ()
     if rng.random() < 0.3:
@@ -189,8 +201,10 @@ def generate(rng) -> GridKernel:
     out_block = ["None" if squeeze_lead and d == 0 else str(block[d]) for d in range(rank)]
     out_map = []
     for d in range(rank):
-        out_map.append(f"i{out_dims.index(d)}" if d in out_dims else "0")
-    out_array = tuple(block[d] * (counts[d] if d in out_dims else 1) for d in range(rank))
+        out_map.append(f"i{lead + out_dims.index(d)}" if d in out_dims else "0")
+    # Every element written (a squeezed dim's block is one row): rows no
+    # block covers would hold whatever the TPU left there.
+    out_array = tuple(_block_dim_size(out_block[d]) * (counts[d] if d in out_dims else 1) for d in range(rank))
     dtypes = [rng.choice(_DTYPES)]
     out_dtype = rng.choice(["float32", "int32", "uint32", dtypes[0]])
     if n_reduce and kind(out_dtype) not in "fiu":
@@ -265,4 +279,5 @@ def generate(rng) -> GridKernel:
         cores,
         tuple(rng.randrange(1 << 30) for _ in inputs),
         rng.random() < 0.3,
+        revisit_any=revisit_any,
     )
