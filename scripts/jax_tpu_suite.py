@@ -167,6 +167,8 @@ CPU_LIMITS: dict = {
     "test_matmul_with_multiple_slices": _ORDER,
     "test_matmul_with_slice": _ORDER,
     "test_megacore_splitting": _ORDER,
+    "test_bool_transpose_last_two_dims": "the (8, 5, 8, 10) variant: XLA:CPU (jaxlib 0.12.1) compiles the test's "
+    "own jax.random.bernoulli input for over 5 minutes (the kernel runs in 0.1 s); stock times out too",
 }
 # The CI subset: file -> -k expression (tests that pass on ours, covering
 # what was closed for this suite: semaphores as kernel operands and
