@@ -86,6 +86,16 @@ _SUITE = textwrap.dedent("""
         assert (copy(x) == x).all()
         assert len(conftest.SEEN) > before
 
+    def test_debug_output_reaches_jtu_capture_stdout():
+        # jtu binds the stream at import, which the simulation does before
+        # pytest captures output: jax's TPU tests read debug=True's Mosaic
+        # module through it.
+        with jtu.capture_stdout() as get_output:
+            pl.pallas_call(add_one, out_shape=jax.ShapeDtypeStruct((8, 128), jnp.float32), debug=True)(
+                jnp.zeros((8, 128), jnp.float32)
+            )
+        assert "The Mosaic module for pallas_call add_one" in get_output()
+
     def test_the_host_is_the_chips(request):
         chip = request.config.getoption("--chip-expected")
         kind, devices, version, vmem, coords1 = {
@@ -153,13 +163,13 @@ def test_the_flag_opens_every_gate_and_routes_every_kernel(tmp_path):
         "wait_timeout=30 dma_execution_mode=on_wait",
         "test_suite.py",
     )
-    _passed(run, 6)
+    _passed(run, 7)
 
 
 def test_ini_spelling_with_ini_params(tmp_path):
     ini = "mosaic_rt = v5e\nmosaic_rt_params = wait_timeout=30, dma_execution_mode=on_wait\n"
     run = _pytest(tmp_path, "--chip-expected=v5e", "test_suite.py", ini=ini)
-    _passed(run, 6)
+    _passed(run, 7)
     assert "mosaic_rt: simulated TPU v5e (TPU v5 lite)" in run.stdout
 
 

@@ -6,8 +6,10 @@ questions, none changes what jax compiles for.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+import sys
 
 import jax
 
@@ -174,7 +176,28 @@ def jtu_gate(chip: Chip, notes: list):
             ("is_device_tpu", is_device_tpu),
         )
     ]
+    undos += _late_capture(jtu)
     return lambda: [undo() for undo in reversed(undos)]
+
+
+def _late_capture(jtu) -> list:
+    """jtu's ``capture_stdout`` / ``capture_stderr`` bind ``sys.stdout`` /
+    ``sys.stderr`` when jtu is imported. The simulation imports jtu when
+    pytest configures, before pytest captures output, so they would capture
+    the terminal's descriptor while ``print`` writes to pytest's: they look
+    the stream up when called instead (what an import under pytest binds)."""
+    capture = getattr(jtu, "_capture_output", None)
+    if capture is None:
+        return []
+    undos = []
+    for name, stream in (("capture_stdout", "stdout"), ("capture_stderr", "stderr")):
+        if hasattr(jtu, name):
+            undos.append(_set_module_attr(jtu, name, functools.partial(_capture_current, capture, stream)))
+    return undos
+
+
+def _capture_current(capture, stream: str):
+    return capture(getattr(sys, stream))
 
 
 def _set_module_attr(module, name: str, value):

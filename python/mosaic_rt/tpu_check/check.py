@@ -225,6 +225,10 @@ def _compile_for(generation: str, avals, kernel_params, axis_sizes) -> tuple[Out
 
     from mosaic_rt import jax_internals as jx
 
+    # debug=True prints once, from the interpreter's lowering (see
+    # interpret/launch/debug_print.py), not once per generation checked.
+    kernel_params = {**kernel_params, "debug": False} if kernel_params.get("debug") else kernel_params
+
     def kernel(*operands):
         return jx.pallas_call_p.bind(*operands, interpret=False, **kernel_params)
 

@@ -86,6 +86,10 @@ def _ours(args, kwargs, interpret_params: InterpretParams):
 
     reports.deliver_in_background()  # outside pytest (see reports)
     with jax_version.internals_guard():
+        if kwargs.get("debug"):
+            from mosaic_rt.interpret.launch.debug_print import print_tpu_lowering
+
+            print_tpu_lowering(args, kwargs)
         check = tpu_check.start_check(args, kwargs, interpret_params)
         try:
             return interpret_pallas_call(*args, interpret_params=interpret_params, **kwargs)
