@@ -35,14 +35,12 @@ def is_select(x) -> bool:
 
 
 def _parts(x) -> tuple:
-    """``(ref, transforms)`` of ``x``, views of views as one list: jax
-    0.10.2 wraps a view of a select (``pl.select_ref(...).reshape(...)``)
-    around it, where later jax appends the view's transforms to the
-    select's. For a select, ``ref`` is the tuple of candidates."""
-    ref, transforms = x, ()
-    while isinstance(ref, jx.TransformedRef):
-        ref, transforms = ref.ref, (*ref.transforms, *transforms)
-    return ref, transforms
+    """``(ref, transforms)`` of ``x``, views of views as one list (jax
+    0.10.2 wraps a view of a select around it, later jax appends the
+    view's transforms to the select's). For a select, ``ref`` is the tuple
+    of candidates."""
+    ref, transforms = jx.ref_and_transforms(x)
+    return ref, tuple(transforms or ())
 
 
 def first_candidate(x):

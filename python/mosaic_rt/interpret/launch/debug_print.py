@@ -45,7 +45,6 @@ def print_tpu_lowering(args, kernel_params: dict) -> None:
         first = (str(e).strip().splitlines() or [""])[0]
         print(
             f"mosaic_rt: debug=True: the Pallas TPU lowering of this kernel failed, so there is no Mosaic "
-            f"module to print ({type(e).__name__}: {first})",
-            file=sys.stdout,
+            f"module to print ({type(e).__name__}: {first})"
         )
     sys.stdout.flush()
