@@ -59,7 +59,10 @@ the tag's tests call APIs the installed jax deprecates since.
 ``--tpu-target``: ours also compiles every kernel for the file's chip with
 the real TPU compiler (``MOSAIC_RT_TPU_TARGET``; needs libtpu), so tests
 expecting the TPU to reject a kernel see its error; ``--compare-check
-PLAIN CHECKED`` lists the tests the check changes.
+PLAIN CHECKED`` lists the tests the check changes. ``--only-failing
+PLAIN`` runs only the tests ours did not pass in an earlier run's JSON
+(rows as there, no sampling): with ``--tpu-target``, it shows in minutes
+which of them the real compiler's rejection makes pass.
 
 Exit status: 1 when a test passing on stock does not pass on ours, or with
 ``--quick`` when a test of the subset does not pass on ours; else 0.
@@ -233,10 +236,16 @@ _REJECTION = re.compile(r"^AssertionError: (MosaicError|VerificationError|JaxRun
 TPU_REJECTION = "expects the TPU compiler's rejection of the kernel: passes under --tpu-target (the real compiler)"
 
 
-def _matching_failure(tid: str, test: dict) -> str | None:
+TPU_REJECTION_MEASURED = "expects the TPU compiler's rejection of the kernel: passed under --tpu-target (measured)"
+
+
+def _matching_failure(tid: str, test: dict, checked: frozenset = frozenset()) -> str | None:
     """Why ``test`` (ours' outcome of ``tid``) fails on any CPU
-    interpreter without the compile check, or None."""
+    interpreter without the compile check, or None. ``checked``: the tests
+    a run with the compile check passed (`--checked`)."""
     why = cpu_limit(tid)
+    if why is None and tid in checked:
+        why = TPU_REJECTION_MEASURED
     if why is None and _REJECTION.match(test.get("message", "")):
         why = TPU_REJECTION
     return why
@@ -391,9 +400,27 @@ def run_row(args, ctx, result, row, file, chip, devices, ids, backends) -> dict:
     return entry
 
 
+def not_passing(earlier: dict) -> dict:
+    """Row -> the tests ours ran and did not pass in an earlier run's JSON."""
+    return {
+        row: {t for t, v in f.get("mosaic_rt", {}).get("tests", {}).items() if v["outcome"] in ("failed", "error")}
+        for row, f in earlier.get("files", {}).items()
+    }
+
+
+def _only(ctx, row: str, ids: list) -> list:
+    """``ids`` cut to ``--only-failing``'s tests of ``row`` (all without it)."""
+    if ctx["only"] is None:
+        return ids
+    keep = ctx["only"].get(row, set())
+    return [n for n in ids if suite_runner.test_id(n, row) in keep]
+
+
 def run_file(args, ctx, result, file: str) -> None:
     chip = chip_of(file)
     target = f"tests/pallas/{file}"
+    if ctx["only"] is not None and not any(ctx["only"].get(r) for r in (file, f"{file}@{MEGACORE[0]}")):
+        return
     if file not in result["files"] or not all(b in result["files"][file] for b in args.backends):
         env = _env(args.devices, ctx["support"])
         base = _base(args, ctx, "mosaic_rt", chip)
@@ -406,9 +433,10 @@ def run_file(args, ctx, result, file: str) -> None:
         k = sample_of(ctx["samples"], file)
         entry = result["files"].setdefault(file, {"file": file, "chip": chip, "devices": args.devices})
         entry["collected"] = len(ids)
-        if k > 1 and len(ids) > 40:
+        if k > 1 and len(ids) > 40 and ctx["only"] is None:
             entry["sample"] = k
             ids = ids[::k]
+        ids = _only(ctx, file, ids)
         run_row(args, ctx, result, file, file, chip, args.devices, ids, args.backends)
     _megacore_row(args, ctx, result, file)
 
@@ -417,13 +445,17 @@ def _megacore_row(args, ctx, result, file: str) -> None:
     """The tests the single-core run skipped for wanting two cores, on v5p."""
     if chip_of(file) != DEFAULT_CHIP or args.no_megacore:
         return
-    ours = result["files"].get(file, {}).get("mosaic_rt", {}).get("tests", {})
-    skipped = [t for t, v in ours.items() if v["outcome"] == "skipped" and MEGACORE_SKIP.search(v.get("message", ""))]
+    chip, devices = MEGACORE
+    row = f"{file}@{chip}"
+    if ctx["only"] is not None:
+        skipped = sorted(ctx["only"].get(row, ()))
+    else:
+        ours = result["files"].get(file, {}).get("mosaic_rt", {}).get("tests", {})
+        want_two = [v["outcome"] == "skipped" and MEGACORE_SKIP.search(v.get("message", "")) for v in ours.values()]
+        skipped = [t for t, two in zip(ours, want_two) if two]
     if not skipped:
         return
-    chip, devices = MEGACORE
     ids = [f"tests/pallas/{file}::" + t.split("::", 1)[1] for t in skipped]
-    row = f"{file}@{chip}"
     result["files"].setdefault(row, {"file": file, "chip": chip, "devices": devices, "collected": len(ids)})
     run_row(args, ctx, result, row, file, chip, devices, ids, args.backends)
 
@@ -448,8 +480,20 @@ def _cols(c: dict | None) -> str:
     return f"{c['passed']:4d} {c['failed']:4d} {c['error'] - c['timed_out']:4d} {c['timed_out']:4d} {c['skipped']:4d}"
 
 
-def report(result: dict, out=print) -> dict:
-    """The per-file table, the differing tests and the pass rate."""
+def passed_tests(result: dict) -> frozenset:
+    """The tests ours passed in a run's JSON."""
+    return frozenset(
+        t
+        for f in result.get("files", {}).values()
+        for t, v in f.get("mosaic_rt", {}).get("tests", {}).items()
+        if v["outcome"] == "passed"
+    )
+
+
+def report(result: dict, out=print, checked: frozenset = frozenset()) -> dict:
+    """The per-file table, the differing tests and the pass rate;
+    ``checked``: the tests ours passed with the compile check (their
+    failures without it are the TPU's rejections, measured)."""
     v = result["versions"]
     lines = []
     p = lines.append
@@ -528,12 +572,12 @@ def report(result: dict, out=print) -> dict:
         for t, v in f.get("mosaic_rt", {}).get("tests", {}).items()
         if v["outcome"] in ("failed", "error") and not exclusion(t)
     )
-    limited = [(t, v) for t, v in failing if _matching_failure(t, v)]
-    open_ = [(t, v) for t, v in failing if not _matching_failure(t, v)]
+    limited = [(t, v) for t, v in failing if _matching_failure(t, v, checked)]
+    open_ = [(t, v) for t, v in failing if not _matching_failure(t, v, checked)]
     if limited:
         p(f"not passing on ours, nor on any CPU interpreter (CPU_LIMITS, TPU rejections): {len(limited)}")
-        for why in sorted({_matching_failure(t, v) for t, v in limited}):
-            names = [t for t, v in limited if _matching_failure(t, v) == why]
+        for why in sorted({_matching_failure(t, v, checked) for t, v in limited}):
+            names = [t for t, v in limited if _matching_failure(t, v, checked) == why]
             p(f"  {len(names)}: {why} (e.g. {names[0]})")
     p(f"not passing on ours, open: {len(open_)}")
     for t, v in open_:
@@ -598,6 +642,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--json", help="write the results here (after every file)")
     ap.add_argument("--resume", action="store_true", help="with --json: keep the files it already has")
     ap.add_argument("--report", metavar="JSON", help="print the report of an earlier --json and stop")
+    ap.add_argument("--checked", metavar="JSON", help="with --report: a --tpu-target run of the same tests")
+    ap.add_argument("--only-failing", metavar="JSON", help="only the tests ours did not pass in this earlier run")
     ap.add_argument("--compare-check", nargs=2, metavar=("PLAIN", "CHECKED"), help="ours without / with --tpu-target")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir")
     return ap
@@ -608,7 +654,11 @@ def main(argv=None) -> int:
     if args.report:
         with open(args.report) as fh:
             result = json.load(fh)
-        summary = report(result)
+        checked = frozenset()
+        if args.checked:
+            with open(args.checked) as fh:
+                checked = passed_tests(json.load(fh))
+        summary = report(result, checked=checked)
         client_suite.failure_classes(result)
         return 1 if summary["regressions"] else 0
     if args.compare_check:
@@ -643,10 +693,16 @@ def main(argv=None) -> int:
         "params": client_suite.parse_params(args.param),
         "files": {},
     }
+    only = None
+    if args.only_failing:
+        with open(args.only_failing) as fh:
+            only = not_passing(json.load(fh))
+        result["only_failing"] = os.path.basename(args.only_failing)
     if args.resume and args.json and os.path.exists(args.json):
         with open(args.json) as fh:
             result["files"] = json.load(fh).get("files", {})
     ctx = {
+        "only": only,
         "python": python,
         "versions": versions,
         "tmp": tmp,
