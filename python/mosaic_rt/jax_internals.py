@@ -947,7 +947,8 @@ def num_cpu_devices_setting() -> int:
     return int(xla_bridge.num_cpu_devices.value)
 
 
-def _mpmd_map_p():
+def mpmd_map_p():
+    """mpmd_map's primitive (`pl.kernel`; `core_map` on jax 0.12), or None."""
     try:
         from jax._src.pallas import mpmd
     except ImportError:
@@ -961,10 +962,10 @@ def mpmd_map_lowering():
     directly, not the registered rule."""
     from jax._src.interpreters import mlir as _mlir
 
-    prim = _mpmd_map_p()
+    prim = mpmd_map_p()
     entry = None if prim is None else _mlir._lowerings.get(prim)
     return None if entry is None else (entry.rule, entry.inline)
 
 
 def set_mpmd_map_lowering(rule, inline: bool) -> None:
-    mlir.register_lowering(_mpmd_map_p(), rule, inline=inline)
+    mlir.register_lowering(mpmd_map_p(), rule, inline=inline)

@@ -302,6 +302,66 @@ def test_core_map_kernel_compiles(libtpu):
     assert (check.stats.compiles, check.stats.failures) == (2, 0)
 
 
+def _core_map_run(scratch, body, tpu_target="v5e"):
+    """``body(n, x_ref, o_ref, *scratch refs)`` in a one-core core_map over
+    refs of an (8, 128) int32 array, ``n`` a traced scalar the kernel closes
+    over; returns o_ref's final value."""
+    params = mosaic_rt.InterpretParams(tpu_target=tpu_target)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # core_map: renamed in 0.12
+        mesh = core_mesh(1)
+
+        @jax.jit
+        def f(n, x):
+            x_ref, o_ref = jax.new_ref(x), jax.new_ref(jnp.zeros_like(x))
+
+            @pl.core_map(mesh, interpret=params)
+            def _():
+                pl.run_scoped(lambda *refs: body(n, x_ref, o_ref, *refs), *scratch)
+
+            return jax.freeze(o_ref)
+
+        return np.asarray(f(jnp.int32(3), jnp.asarray(X[:8].astype(np.int32))))
+
+
+def test_core_map_kernel_compiles_as_the_tpu_lowers_it(libtpu):
+    # jax 0.12 lowers core_map through mpmd_map, by a TPU rule of its own;
+    # on CPU its fallback makes a pallas_call whose lowering rejects what
+    # the TPU's takes: a core axis in a device id ("Unrecognized axes"),
+    # the kernel's closed-over scalar as a rank-0 operand ("only blocks of
+    # rank >= 1"). The check compiles the mpmd_map, as the TPU does.
+    def body(n, x_ref, o_ref, sem, buf):
+        pl.semaphore_signal(sem, 1, device_id={"core": 0})
+        pl.semaphore_wait(sem, 1)
+        pltpu.sync_copy(x_ref, buf)
+
+        def step(i, carry):
+            buf[...] += 1
+            return carry
+
+        jax.lax.fori_loop(0, n, step, 0)
+        pltpu.sync_copy(buf, o_ref)
+
+    out = _core_map_run([pltpu.SemaphoreType.REGULAR, pltpu.VMEM((8, 128), jnp.int32)], body)
+    np.testing.assert_array_equal(out, X[:8].astype(np.int32) + 3)
+    assert (check.stats.compiles, check.stats.failures) == (1, 0)
+
+
+def test_core_map_kernel_the_tpu_rejects_still_fails(libtpu):
+    # 160 MiB of VMEM scratch on a 128 MiB v5e: the compiler's verdict,
+    # through the same mpmd_map path.
+    def body(n, x_ref, o_ref, big):
+        pltpu.sync_copy(x_ref, big.at[pl.ds(0, 8)])
+        pltpu.sync_copy(big.at[pl.ds(0, 8)], o_ref)
+
+    with pytest.raises(mosaic_rt.TpuCompileError, match="(?s)does not compile for TPU v5e.*RESOURCE_EXHAUSTED"):
+        _core_map_run([pltpu.VMEM((320 * 1024, 128), jnp.int32)], body)
+    assert (check.stats.compiles, check.stats.failures) == (1, 1)
+    np.testing.assert_array_equal(
+        _core_map_run([pltpu.VMEM((320 * 1024, 128), jnp.int32)], body, tpu_target=()), X[:8].astype(np.int32)
+    )
+
+
 def test_sparse_core_kernel_is_left_to_the_sparse_core_compiler(caplog):
     # jax lowers a SparseCore core_map through its own path, not the
     # pallas_call the interpreter sees; compiling that with the TensorCore

@@ -177,8 +177,8 @@ import mosaic_rt
 from mosaic_rt.tpu_check import check
 
 keys = []
-def spy(args, kernel_params, interpret_params, overlap=None):
-    pending = real(args, kernel_params, interpret_params, overlap=False)
+def spy(args, kernel_params, interpret_params, overlap=None, **kw):
+    pending = real(args, kernel_params, interpret_params, overlap=False, **kw)
     keys.append(pending._request.key)
     return None  # no compile: only the fingerprint
 real, check.start_check = check.start_check, spy

@@ -208,29 +208,40 @@ def _devices(generation: str, num_devices: int) -> list:
         chips = max(chips * 2, 4 * ((num_devices + len(devices) - 1) // len(devices)))
 
 
-def _compile(generation: str, avals, kernel_params, axis_sizes, x64: bool) -> tuple[Outcome, Exception | None]:
-    """(outcome, the compiler's exception or None). ``axis_sizes``: the
-    mesh axes of a kernel under shard_map (``{}``: one device); ``x64``:
-    the caller's x64 mode (thread-local, so given on a worker thread)."""
+def _compile(generation: str, request: _Request) -> tuple[Outcome, Exception | None]:
+    """(outcome, the compiler's exception or None) for ``request``'s kernel.
+    Its ``axis_sizes``: the mesh axes of a kernel under shard_map (``{}``:
+    one device); ``x64``: the caller's x64 mode (thread-local, so carried to
+    a worker thread)."""
     from mosaic_rt import jax_internals as jx
     from mosaic_rt.tpu_check import tpu_info
 
-    with jx.enable_x64(x64), tpu_info.answering_for(generation):
-        return _compile_for(generation, avals, kernel_params, axis_sizes)
+    with jx.enable_x64(request.x64), tpu_info.answering_for(generation):
+        return _compile_for(generation, request.avals, _kernel(request), request.axis_sizes)
 
 
-def _compile_for(generation: str, avals, kernel_params, axis_sizes) -> tuple[Outcome, Exception | None]:
-    import jax
-    import numpy as np
-
+def _kernel(request: _Request):
+    """The function of the operands the TPU compiles: the pallas_call as
+    lowered, or the mpmd_map it came from (`pl.kernel`; `core_map` on jax
+    0.12), which the TPU lowers by its own rule -- core axes in device ids,
+    operands of any rank and no block specs -- where the CPU lowers the
+    pallas_call jax's fallback makes of it."""
     from mosaic_rt import jax_internals as jx
 
     # debug=True prints once, from the interpreter's lowering (see
     # interpret/launch/debug_print.py), not once per generation checked.
-    kernel_params = {**kernel_params, "debug": False} if kernel_params.get("debug") else kernel_params
+    if request.mpmd_params is not None:
+        params = {**request.mpmd_params, "interpret": False, "debug": False}
+        return lambda *operands: jx.mpmd_map_p().bind(*operands, **params)
+    params = {**request.kernel_params, "interpret": False, "debug": False}
+    return lambda *operands: jx.pallas_call_p.bind(*operands, **params)
 
-    def kernel(*operands):
-        return jx.pallas_call_p.bind(*operands, interpret=False, **kernel_params)
+
+def _compile_for(generation: str, avals, kernel, axis_sizes) -> tuple[Outcome, Exception | None]:
+    import jax
+    import numpy as np
+
+    from mosaic_rt import jax_internals as jx
 
     num_devices = int(np.prod(list(axis_sizes.values()))) if axis_sizes else 1
     devices = _devices(generation, num_devices)  # a failure here is not the kernel's
@@ -415,7 +426,7 @@ def _compiled(request: _Request, generation: str) -> tuple[Outcome, Exception | 
     be thread-safe, and a second thread wanting the same answer waits for it)."""
     from mosaic_rt.tpu_check import disk_cache
 
-    outcome, cause = _compile(generation, request.avals, request.kernel_params, request.axis_sizes, request.x64)
+    outcome, cause = _compile(generation, request)
     _cache[(generation, request.key)] = outcome
     stats.compiles += 1
     stats.seconds += outcome.seconds
@@ -444,6 +455,7 @@ class _Request:
     key: str
     generations: tuple
     mode: str
+    mpmd_params: dict | None = None
 
 
 class Pending:
@@ -526,11 +538,14 @@ class Pending:
             raise error from None
 
 
-def start_check(args, kernel_params: dict, interpret_params, overlap: bool | None = None) -> Pending | None:
+def start_check(
+    args, kernel_params: dict, interpret_params, overlap: bool | None = None, mpmd_params: dict | None = None
+) -> Pending | None:
     """The check of a pallas_call being lowered under mosaic_rt, or None
     when its params (and the process) ask for no generation. ``args``: its
     operands (tracers) as the lowering got them; ``kernel_params``: its
-    params without ``interpret``. With ``overlap`` (default:
+    params without ``interpret``; ``mpmd_params``: those of the mpmd_map
+    it was made from, if any (see `_kernel`). With ``overlap`` (default:
     `overlap_enabled()`) the compiles the caches do not answer start on a
     worker thread; else `Pending.finish` runs them."""
     generations, mode = _targets.resolve(interpret_params)
@@ -546,8 +561,10 @@ def start_check(args, kernel_params: dict, interpret_params, overlap: bool | Non
     axis_sizes = dict(jx.axis_sizes())
     avals = [jx.get_aval(a) for a in args]
     x64 = jx.x64_enabled()
-    key = fingerprint.of_kernel(avals, kernel_params, axis_sizes, (name, source), x64)
-    pending = Pending(_Request(name, source, avals, kernel_params, axis_sizes, x64, key, generations, mode))
+    compiled = kernel_params if mpmd_params is None else {"mpmd_map": mpmd_params}
+    key = fingerprint.of_kernel(avals, compiled, axis_sizes, (name, source), x64)
+    request = _Request(name, source, avals, kernel_params, axis_sizes, x64, key, generations, mode, mpmd_params)
+    pending = Pending(request)
     if overlap_enabled() if overlap is None else overlap:
         pending.start_in_background()
     return pending

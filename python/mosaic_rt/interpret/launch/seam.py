@@ -42,6 +42,11 @@ from mosaic_rt.interpret.params import InterpretParams
 from mosaic_rt.simulate import routing
 
 _lock = threading.Lock()
+# The params of the mpmd_map (`pl.kernel`; `core_map` on jax 0.12) whose CPU
+# fallback is lowering, per thread: the pallas_call that fallback makes
+# reaches `_ours`, but the TPU lowers the mpmd_map by a rule of its own, and
+# the compile check must compile what the TPU compiles.
+_mpmd_origin = threading.local()
 _stock_module, _ATTR = jax_internals.PALLAS_CALL_SEAM
 _effects_module, _EFFECTS_ATTR = jax_internals.INTERPRET_EFFECTS_SEAM
 _export_module, _EXPORT_ATTR = jax_internals.EXPORT_CHECK_SEAM
@@ -90,7 +95,8 @@ def _ours(args, kwargs, interpret_params: InterpretParams):
             from mosaic_rt.interpret.launch.debug_print import print_tpu_lowering
 
             print_tpu_lowering(args, kwargs)
-        check = tpu_check.start_check(args, kwargs, interpret_params)
+        mpmd_params, _mpmd_origin.params = getattr(_mpmd_origin, "params", None), None
+        check = tpu_check.start_check(args, kwargs, interpret_params, mpmd_params=mpmd_params)
         try:
             return interpret_pallas_call(*args, interpret_params=interpret_params, **kwargs)
         finally:
@@ -129,7 +135,8 @@ def _install_lowering() -> None:
 def _install_mpmd_lowering() -> None:
     """mpmd_map's lowering rule (`pl.kernel`; `core_map` on jax 0.12), taking
     a simulated run's kernels to TPU interpret mode: on CPU it calls
-    pallas_call's lowering function directly, past the rule above."""
+    pallas_call's lowering function directly, past the rule above. For our
+    kernels it notes the mpmd_map's params for the compile check (`_ours`)."""
     found = jax_internals.mpmd_map_lowering()
     if found is None or getattr(found[0], _MARK, False):
         return
@@ -140,7 +147,13 @@ def _install_mpmd_lowering() -> None:
             params["interpret"] = routing.route(
                 params["interpret"], params.get("compiler_params"), ctx.module_context.platforms
             )
-        return stock_rule(ctx, *in_nodes, **params)
+        if not isinstance(params.get("interpret"), InterpretParams):
+            return stock_rule(ctx, *in_nodes, **params)
+        _mpmd_origin.params = params
+        try:
+            return stock_rule(ctx, *in_nodes, **params)
+        finally:
+            _mpmd_origin.params = None
 
     setattr(lowering, _MARK, True)
     jax_internals.set_mpmd_map_lowering(lowering, inline)
