@@ -226,8 +226,9 @@ def run_file(base_cmd, targets, *, cwd, env, record, log, file, test_timeout, la
         "summary_line": tail[-1] if tail else "",
     }
     bad = [rc for rc in rcs if rc not in (0, 1, 5) and rc != -signal.SIGABRT]
-    for rc in crashed.values():  # blamed on a test already
-        bad.remove(rc)
+    for rc in crashed.values():  # blamed on a test already (SIGABRT is not in `bad`)
+        if rc in bad:
+            bad.remove(rc)
     if bad or (collected is None and 5 not in rcs):
         tests[f"{file}::<file>"] = {
             "outcome": "error",

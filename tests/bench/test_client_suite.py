@@ -146,20 +146,22 @@ def test_runner_kills_a_hanging_test_and_resumes_the_file(tmp_path):
     assert len(info["returncodes"]) == 2  # killed once, resumed once
 
 
-def test_runner_blames_a_test_that_kills_pytest_and_resumes_the_file(tmp_path):
-    """A test whose process dies (SIGKILL here, as from the OOM killer) is
-    an error of its own; the tests after it still run."""
+@pytest.mark.parametrize(("sig", "name"), [(9, "SIGKILL"), (6, "SIGABRT")])
+def test_runner_blames_a_test_that_kills_pytest_and_resumes_the_file(tmp_path, sig, name):
+    """A test whose process dies (SIGKILL as from the OOM killer; SIGABRT as
+    from a C++ check failure, libtpu's compiling a kernel it cannot) is an
+    error of its own; the tests after it still run."""
     test = tmp_path / "crash_test.py"
     test.write_text(
         textwrap.dedent(
-            """
+            f"""
             import os, signal
 
             def test_before():
                 pass
 
             def test_dies():
-                os.kill(os.getpid(), signal.SIGKILL)
+                os.kill(os.getpid(), {sig})
 
             def test_after():
                 pass
@@ -181,11 +183,11 @@ def test_runner_blames_a_test_that_kills_pytest_and_resumes_the_file(tmp_path):
         test_timeout=60.0,
     )
     dies = tests["crash_test.py::test_dies"]
-    assert dies["outcome"] == "error" and dies["crashed"] == -9 and "SIGKILL" in dies["message"]
+    assert dies["outcome"] == "error" and dies["crashed"] == -sig and name in dies["message"]
     assert tests["crash_test.py::test_before"]["outcome"] == "passed"
     assert tests["crash_test.py::test_after"]["outcome"] == "passed"
     assert "crash_test.py::<file>" not in tests
-    assert info["returncodes"] == [-9, 0] and info["counts"]["error"] == 1
+    assert info["returncodes"] == [-sig, 0] and info["counts"]["error"] == 1
 
 
 def test_subset_keeps_what_ours_did_not_pass_plus_the_sample():
