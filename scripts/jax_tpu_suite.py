@@ -441,6 +441,10 @@ def run_file(args, ctx, result, file: str) -> None:
     _megacore_row(args, ctx, result, file)
 
 
+def _wants_two_cores(test: dict) -> bool:
+    return test["outcome"] == "skipped" and bool(MEGACORE_SKIP.search(test.get("message", "")))
+
+
 def _megacore_row(args, ctx, result, file: str) -> None:
     """The tests the single-core run skipped for wanting two cores, on v5p."""
     if chip_of(file) != DEFAULT_CHIP or args.no_megacore:
@@ -451,8 +455,7 @@ def _megacore_row(args, ctx, result, file: str) -> None:
         skipped = sorted(ctx["only"].get(row, ()))
     else:
         ours = result["files"].get(file, {}).get("mosaic_rt", {}).get("tests", {})
-        want_two = [v["outcome"] == "skipped" and MEGACORE_SKIP.search(v.get("message", "")) for v in ours.values()]
-        skipped = [t for t, two in zip(ours, want_two) if two]
+        skipped = [t for t, v in ours.items() if _wants_two_cores(v)]
     if not skipped:
         return
     ids = [f"tests/pallas/{file}::" + t.split("::", 1)[1] for t in skipped]
@@ -572,12 +575,13 @@ def report(result: dict, out=print, checked: frozenset = frozenset()) -> dict:
         for t, v in f.get("mosaic_rt", {}).get("tests", {}).items()
         if v["outcome"] in ("failed", "error") and not exclusion(t)
     )
-    limited = [(t, v) for t, v in failing if _matching_failure(t, v, checked)]
-    open_ = [(t, v) for t, v in failing if not _matching_failure(t, v, checked)]
+    reasons = {t: _matching_failure(t, v, checked) for t, v in failing}
+    limited = [(t, v) for t, v in failing if reasons[t]]
+    open_ = [(t, v) for t, v in failing if not reasons[t]]
     if limited:
         p(f"not passing on ours, nor on any CPU interpreter (CPU_LIMITS, TPU rejections): {len(limited)}")
-        for why in sorted({_matching_failure(t, v, checked) for t, v in limited}):
-            names = [t for t, v in limited if _matching_failure(t, v, checked) == why]
+        for why in sorted({reasons[t] for t, _ in limited}):
+            names = [t for t, _ in limited if reasons[t] == why]
             p(f"  {len(names)}: {why} (e.g. {names[0]})")
     p(f"not passing on ours, open: {len(open_)}")
     for t, v in open_:
