@@ -362,6 +362,78 @@ def test_core_map_kernel_the_tpu_rejects_still_fails(libtpu):
     )
 
 
+# Kernels that hand semaphores to each other (jax's tpu_pallas_async_test):
+# the check compiles each kernel as a program of its own, and XLA:TPU
+# aborts the whole process -- SIGABRT, "Unsupported source memory space:
+# sflag" -- on a program that returns a semaphore, and rejects one that takes
+# a semaphore operand ("IsSflagMemorySpace"). Each runs in a process of its
+# own, so a regression is this test's failure, not the end of the session.
+_SEMAPHORE_KERNELS = """
+import functools, sys
+import jax, jax.numpy as jnp, numpy as np
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+import mosaic_rt
+from mosaic_rt.tpu_check import check
+sys.path.insert(0, {here!r})
+from core_mesh import core_mesh
+
+params = mosaic_rt.InterpretParams(tpu_target="v5e")
+x = jnp.arange(8 * 128, dtype=jnp.float32).reshape(8, 128)
+if {case!r} == "between_kernels":
+    def start_copy(x_ref, o_ref, sem):
+        pltpu.make_async_copy(x_ref, o_ref, sem).start()
+
+    def wait_copy(x_ref, sem, o_ref):
+        pltpu.make_async_copy(x_ref, o_ref, sem).wait()
+
+    anywhere = pl.BlockSpec(memory_space=pl.ANY)
+    in_semaphores = pl.BlockSpec(memory_space=pltpu.SEMAPHORE)
+    start = pl.pallas_call(
+        start_copy,
+        out_shape=(jax.ShapeDtypeStruct(x.shape, x.dtype), pltpu.SemaphoreType.DMA(())),
+        in_specs=[anywhere],
+        out_specs=(anywhere, in_semaphores),
+        interpret=params,
+    )
+    wait = pl.pallas_call(
+        wait_copy,
+        out_shape=jax.ShapeDtypeStruct(x.shape, x.dtype),
+        in_specs=[anywhere, in_semaphores],
+        out_specs=anywhere,
+        input_output_aliases={{0: 0}},
+        interpret=params,
+    )
+    out = jax.jit(lambda x: wait(*start(x)))(x)
+    assert np.array_equal(np.asarray(out), np.asarray(x))
+else:
+    # An output in SEMAPHORE memory (jax's
+    # test_kernel_with_output_memory_space_SEMAPHORE lowers this one).
+    xi = x.astype(jnp.int32)
+    kernel = pl.kernel(
+        lambda x_ref, o_ref: pltpu.sync_copy(x_ref, o_ref),
+        out_type=pltpu.SEMAPHORE(xi.shape, xi.dtype),
+        mesh=core_mesh(1),
+        interpret=params,
+    )
+    jax.jit(kernel).lower(xi)
+print("compiled", check.stats.compiles, "failed", check.stats.failures)
+"""
+
+
+@pytest.mark.parametrize("case", ["between_kernels", "semaphore_memory_output"])
+def test_kernels_taking_or_returning_semaphores_compile(libtpu, case):
+    if case == "semaphore_memory_output" and not hasattr(pltpu, "SEMAPHORE"):
+        pytest.skip("pltpu.SEMAPHORE(shape, dtype) is jax 0.11+")
+    here = os.path.dirname(sys.modules[core_mesh.__module__].__file__)
+    code = _SEMAPHORE_KERNELS.format(here=here, case=case)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "TPU_SKIP_MDS_QUERY": "1", "MOSAIC_RT_TPU_CACHE_DIR": "off"}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, f"exit {run.returncode}\n{run.stderr[-3000:]}"
+    compiled = 2 if case == "between_kernels" else 1
+    assert run.stdout.strip().splitlines()[-1] == f"compiled {compiled} failed 0", run.stdout
+
+
 def test_sparse_core_kernel_is_left_to_the_sparse_core_compiler(caplog):
     # jax lowers a SparseCore core_map through its own path, not the
     # pallas_call the interpreter sees; compiling that with the TensorCore

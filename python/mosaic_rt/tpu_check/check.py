@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import itertools
 import logging
 import math
 import os
@@ -217,24 +218,90 @@ def _compile(generation: str, request: _Request) -> tuple[Outcome, Exception | N
     from mosaic_rt.tpu_check import tpu_info
 
     with jx.enable_x64(request.x64), tpu_info.answering_for(generation):
-        return _compile_for(generation, request.avals, _kernel(request), request.axis_sizes)
+        program, avals = _kernel(request)
+        return _compile_for(generation, avals, program, request.axis_sizes)
 
 
 def _kernel(request: _Request):
-    """The function of the operands the TPU compiles: the pallas_call as
-    lowered, or the mpmd_map it came from (`pl.kernel`; `core_map` on jax
-    0.12), which the TPU lowers by its own rule -- core axes in device ids,
-    operands of any rank and no block specs -- where the CPU lowers the
-    pallas_call jax's fallback makes of it."""
+    """``(program, avals)``: the function the TPU compiles and the avals of
+    its operands. The program is the pallas_call as lowered, or the mpmd_map
+    it came from (`pl.kernel`; `core_map` on jax 0.12), which the TPU lowers
+    by its own rule -- core axes in device ids, operands of any rank and no
+    block specs -- where the CPU lowers the pallas_call jax's fallback makes
+    of it.
+
+    Semaphores never cross the program's edge: on a TPU they live in the
+    chip's semaphore memory from the kernel that returns them to the one
+    that takes them, while a program's operands and results are arrays in
+    HBM (XLA:TPU rejects a semaphore operand -- "IsSflagMemorySpace" -- and
+    aborts the whole process on a semaphore result, "Unsupported source
+    memory space: sflag"). So the program makes the semaphores the kernel
+    takes with a kernel of its own, as the TPU would get them, and returns
+    only the kernel's other results."""
     from mosaic_rt import jax_internals as jx
 
     # debug=True prints once, from the interpreter's lowering (see
     # interpret/launch/debug_print.py), not once per generation checked.
     if request.mpmd_params is not None:
         params = {**request.mpmd_params, "interpret": False, "debug": False}
-        return lambda *operands: jx.mpmd_map_p().bind(*operands, **params)
-    params = {**request.kernel_params, "interpret": False, "debug": False}
-    return lambda *operands: jx.pallas_call_p.bind(*operands, **params)
+        primitive = jx.mpmd_map_p()
+        in_spaces = []
+        out_spaces = [jx.memory_space_of(a) for a in params.get("out_avals", ())]
+    else:
+        params = {**request.kernel_params, "interpret": False, "debug": False}
+        primitive = jx.pallas_call_p
+        mapping = params["grid_mapping"]
+        blocks = [jx.block_memory_space(bm) for bm in mapping.block_mappings]
+        n_in = len(blocks) - mapping.num_outputs
+        in_spaces = [None] * mapping.num_index_operands + blocks[:n_in]
+        out_spaces = blocks[n_in:]
+    avals = request.avals
+    made = [_is_semaphore(a, space) for a, space in zip(avals, itertools.chain(in_spaces, itertools.repeat(None)))]
+
+    def program(*given):
+        given = iter(given)
+        semaphores = iter(_semaphores([a for a, m in zip(avals, made) if m]))
+        operands = [next(semaphores) if m else next(given) for m in made]
+        results = primitive.bind(*operands, **params)
+        spaces = itertools.chain(out_spaces, itertools.repeat(None))
+        return [r for r, space in zip(results, spaces) if not _is_semaphore(r.aval, space)]
+
+    return program, [a for a, m in zip(avals, made) if not m]
+
+
+def _is_semaphore(aval, space) -> bool:
+    """Whether a kernel's operand or result is semaphores: of a semaphore
+    dtype, or an array in SEMAPHORE memory (its aval's space, or its
+    block's: ``space``)."""
+    from mosaic_rt import jax_internals as jx
+
+    semaphore_memory = jx.MemorySpace.SEMAPHORE
+    return jx.is_semaphore_dtype(aval.dtype) or semaphore_memory in (jx.memory_space_of(aval), space)
+
+
+def _semaphores(avals) -> list:
+    """Semaphore arrays of ``avals``, from a kernel that returns them
+    untouched (in the TPU's semaphore memory, as a kernel taking them finds
+    them)."""
+    if not avals:
+        return []
+    from jax.experimental import pallas as pl
+
+    from mosaic_rt import jax_internals as jx
+
+    space = jx.MemorySpace.SEMAPHORE
+    shapes = [space(tuple(a.shape), a.dtype) for a in avals]
+    specs = [pl.BlockSpec(memory_space=space) for _ in avals]
+    # The TPU's kernel, even where interpret mode is forced around the check.
+    forced = jx.interpret_mode_setting.swap_local(None)
+    try:
+        return list(pl.pallas_call(_untouched, out_shape=shapes, out_specs=specs)())
+    finally:
+        jx.interpret_mode_setting.set_local(forced)
+
+
+def _untouched(*refs) -> None:
+    pass
 
 
 def _compile_for(generation: str, avals, kernel, axis_sizes) -> tuple[Outcome, Exception | None]:
