@@ -170,6 +170,50 @@ def test_xla_rewriting_a_division_where_stock_rejects_is_not_a_mismatch():
     assert oracle.judge(ns).kind == oracle.MISMATCH
 
 
+def test_a_subnormal_xla_folded_where_the_meaning_has_zero_is_not_a_mismatch():
+    # Seed 308002089 (jax 0.12.1): `(where(m, x, 0) + 1e-40).astype(bf16)`
+    # after a masked load stock rejects. XLA folds the constant 0 + 1e-40
+    # without flushing it, so ours (and plain jax.jit) keep a bf16 subnormal
+    # where eager jax and a TPU flush it to zero.
+    import ml_dtypes
+
+    bf16 = ml_dtypes.bfloat16
+    meaning = np.asarray([3.0, -1.5, 0.0, -0.0], bf16)
+    ours = meaning.copy()
+    ours[2] = np.asarray([1e-40], np.float32).astype(bf16)[0]
+    ours[3] = -ours[2]
+    assert ours.view(np.uint16)[2] == 1
+    v = oracle.judge(_case(ValueError("stock rejects it"), ours, meaning=meaning))
+    assert v.kind == oracle.STOCK_REJECTS and v.off_meaning, v
+    # Only subnormals against zeros: a normal number off the meaning, or a
+    # subnormal where the meaning has another number, is still ours wrong.
+    for k, value in ((2, 1.0), (0, 1e-40)):
+        wrong = meaning.copy()
+        wrong[k] = np.asarray([value], np.float32).astype(bf16)[0]
+        v = oracle.judge(_case(ValueError("stock rejects it"), wrong, meaning=meaning))
+        assert v.kind == oracle.MISMATCH and v.signature == ("ours_wrong", ""), (k, v)
+
+
+def test_generated_scalar_kernels_cast_no_float_constant_beyond_the_integers():
+    # Seed 309001946 (jax 0.10.2): `jnp.float32(inf).astype(jnp.int32)`. jax
+    # folds a cast of a constant while tracing, with numpy, where inf, NaN
+    # or a float out of range gives an undefined integer (INT_MIN on x86,
+    # with a warning): stock and ours both ran that folded constant, the
+    # eager meaning (and XLA, and a TPU) saturates to INT_MAX. Such a cast is
+    # undefined behaviour of the kernel, not a thing to judge interpreters by.
+    import re
+
+    casts = re.compile(r"jnp\.float32\(([^()]*(?:\([^()]*\))?)\)\)?\.astype\(jnp\.u?int32\)")
+    seen = 0
+    for seed in range(910_000_000, 910_000_300):
+        text = runner.generate("scalar", seed).render()
+        for literal in casts.findall(text):
+            seen += 1
+            value = float(eval(literal))  # a Python float literal of the generator's
+            assert -1 < value < 2**31 and value == value, (seed, literal)
+    assert seen > 20  # the generator still casts float constants
+
+
 def test_generated_grid_kernels_write_their_whole_output():
     # Rows no output block covers hold whatever the TPU (or an interpreter)
     # left there: the grid generator gave a squeezed leading output dim the

@@ -91,12 +91,19 @@ class _Gen:
         self.count += 1
         return f"{prefix}{self.count}"
 
-    def pick(self, env: dict, dtype: str) -> str:
+    def pick(self, env: dict, dtype: str, cast_to: str | None = None) -> str:
+        """A value of ``dtype``: a name of ``env`` or a literal. ``cast_to``:
+        the value is cast to that type at once -- a float literal cast to an
+        integer stays in its range, since jax folds a cast of a constant at
+        trace time with numpy, where NaN, inf or an out-of-range float gives
+        an undefined integer (INT_MIN on x86; XLA and a TPU saturate)."""
         names = [n for n, d in env.items() if d == dtype]
         if names and self.rng.random() < 0.8:
             return self.rng.choice(names)
         if dtype == "bool":
             return self.rng.choice(["jnp.bool_(True)", "jnp.bool_(False)"])
+        if dtype == "float32" and cast_to in ("int32", "uint32"):
+            return f"jnp.float32({self.rng.choice(['0.5', '2.0', '3.0', '7.75', '-0.0'])})"
         return f"{_JNP[dtype]}({literal(self.rng, dtype)})"
 
     def index(self, env: dict, n: int) -> str:
@@ -123,7 +130,7 @@ class _Gen:
             return read if dtype == "int32" else f"{read}.astype(jnp.uint32)"
         if r < 0.2:  # a cast
             src = rng.choice([t for t in ("int32", "uint32", "float32", "bool") if t != dtype])
-            return f"{self.pick(env, src)}.astype({_JNP[dtype]})"
+            return f"{self.pick(env, src, cast_to=dtype)}.astype({_JNP[dtype]})"
         if r < 0.28:
             return f"jnp.where({self.pick(env, 'bool')}, {self.pick(env, dtype)}, {self.pick(env, dtype)})"
         a, b = self.pick(env, dtype), self.pick(env, dtype)
@@ -180,7 +187,7 @@ class _Gen:
 
     def store(self, env: dict) -> list:
         rng = self.rng
-        v = self.pick(env, rng.choice(["int32", "int32", "uint32", "float32", "bool"]))
+        v = self.pick(env, rng.choice(["int32", "int32", "uint32", "float32", "bool"]), cast_to="int32")
         if rng.random() < 0.6:
             return [f"o_ref[{self.index(env, self.n_out)}] = ({v}).astype(jnp.int32)"]
         row = self.index(env, 8)
