@@ -24,6 +24,7 @@ from mosaic_rt import jax_internals as jx
 from mosaic_rt.ffi import ops as ffi_ops
 from mosaic_rt.interpret.context import Ctx, semaphore_kind
 from mosaic_rt.interpret.evaluation import (
+    byte_arithmetic,
     device_ids,
     dma_views,
     native_calls,
@@ -834,6 +835,13 @@ def _conv(eqn, read, ctx, token):
     if acc:
         out = acc[0] + out.astype(acc[0].dtype)
     return token, out.astype(out_aval.dtype)
+
+
+@_rule(lax.add_p, lax.sub_p, lax.mul_p, lax.neg_p)
+def _byte_arithmetic(eqn, read, ctx, token):
+    if not byte_arithmetic.needs_widening(eqn.outvars[0].aval.dtype):
+        return NotImplemented
+    return token, byte_arithmetic.wrapping(eqn.primitive, read())
 
 
 @_rule(jx.pack_elementwise_p)
