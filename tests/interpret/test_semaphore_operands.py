@@ -301,3 +301,22 @@ def test_remote_copy_started_in_one_kernel_and_waited_in_others(mode, steps):
     x = _x((N * 8, 128), seed=3)
     expected = np.roll(np.asarray(x).reshape(N, 8, 128), steps, axis=0).reshape(N * 8, 128)
     np.testing.assert_array_equal(f(x), expected)
+
+
+def test_a_dma_into_semaphore_memory_is_refused_by_name():
+    # jax's test_kernel_with_output_memory_space_SEMAPHORE lowers such a
+    # kernel (an int32 result in SEMAPHORE memory filled by a copy). The
+    # interpreter keeps SEMAPHORE memory as semaphores, not bytes: the
+    # copy is refused with a NotImplementedError naming it (it failed
+    # inside XLA with "operand 6 must have rank 0").
+    from core_mesh import core_mesh
+
+    x = jnp.arange(8 * 128, dtype=jnp.int32).reshape(8, 128)
+    kernel = pl.kernel(
+        lambda x_ref, o_ref: pltpu.sync_copy(x_ref, o_ref),
+        out_type=SEM(x.shape, x.dtype),
+        mesh=core_mesh(1),
+        interpret=_params("tpu"),
+    )
+    with pytest.raises(NotImplementedError, match="a DMA into an array in SEMAPHORE memory"):
+        jax.jit(kernel)(x)

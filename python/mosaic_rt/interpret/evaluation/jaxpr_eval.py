@@ -983,6 +983,14 @@ def _dma_start(eqn, read, ctx, token):
     # Refs whose memory space is unknown are HBM refs (stock does the same).
     src_space = forward_any_to_hbm(getattr(orig_src.aval, "memory_space", None)) or _HBM
     dst_space = forward_any_to_hbm(getattr(orig_dst.aval, "memory_space", None)) or _HBM
+    for space, side in ((src_space, "from"), (dst_space, "into")):
+        if space is jx.MemorySpace.SEMAPHORE:
+            # The interpreter keeps SEMAPHORE memory as semaphores (counts
+            # and waiters), not as bytes a copy could move.
+            raise NotImplementedError(
+                f"a DMA {side} an array in SEMAPHORE memory is not supported in TPU interpret mode"
+                " (signal or wait on its semaphores instead)"
+            )
     src_base = jx.view_base_aval(src_view) or jx.ref_and_transforms(orig_src)[0].aval
     dst_base = jx.view_base_aval(dst_view) or jx.ref_and_transforms(orig_dst)[0].aval
     (src_region, src_map), (dst_region, dst_map) = _dma_sides((src_transforms, src_base), (dst_transforms, dst_base))
