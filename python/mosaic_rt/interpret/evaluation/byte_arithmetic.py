@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jax import lax
 
 _WIDE = {"int8": jnp.int32, "uint8": jnp.uint32}
-_OPS = {lax.add_p: lax.add, lax.sub_p: lax.sub, lax.mul_p: lax.mul}
+_OPS = {lax.add_p: lax.add, lax.sub_p: lax.sub, lax.mul_p: lax.mul, lax.neg_p: lax.neg}
 
 
 def needs_widening(dtype) -> bool:
@@ -29,5 +29,4 @@ def wrapping(primitive, operands):
     computed wide and truncated back to their type."""
     dtype = operands[0].dtype
     wide = [lax.convert_element_type(x, _WIDE[jnp.dtype(dtype).name]) for x in operands]
-    out = lax.neg(wide[0]) if primitive is lax.neg_p else _OPS[primitive](*wide)
-    return lax.convert_element_type(out, dtype)
+    return lax.convert_element_type(_OPS[primitive](*wide), dtype)
